@@ -1,0 +1,36 @@
+"""The NSA_* environment variables that `nsa` really reads, declared once.
+
+Training knobs live in the config YAML; the few NSA_* variables here are runtime switches. The
+launcher validates a run's environment against this registry (launcher/envspec.py adds NCCL_*,
+TORCH_*, HF_*, ... on top), so a variable that is not declared here cannot be exported by mistake and
+silently ignored. Torch-free: read by the launcher on machines without torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One known environment variable: its type, allowed values and what it does."""
+
+    name: str
+    kind: str  # "str" | "int" | "float" | "bool" | "enum" | "path"
+    help: str
+    choices: tuple[str, ...] = ()
+    secret: bool = False
+
+
+NSA_ENV: dict[str, EnvVar] = {
+    v.name: v
+    for v in (
+        EnvVar("NSA_RUN_ID", "str", "Run id set by nsa-launch; recorded in the trainer's manifest and events."),
+        EnvVar(
+            "NSA_LOG_LEVEL",
+            "enum",
+            "Verbosity of the trainer's own log lines (not of torch).",
+            choices=("debug", "info", "warning", "error"),
+        ),
+    )
+}

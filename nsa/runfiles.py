@@ -1,0 +1,286 @@
+"""The run-dir contract: the one seam between the trainer (writer) and the launcher (reader).
+
+This module owns the file names inside a run dir and the shapes of the records in them, plus the
+small atomic read/write helpers both sides use. It is torch-free and imports nothing from `launcher`
+or from the rest of `nsa`, so the launcher's host agent can read a run dir on a host that only has
+the standard library and PyYAML. Documented for humans in docs/run-dir.md; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# --- names inside <run-dir>/ -------------------------------------------------------------------
+MANIFEST = "manifest.json"  # written by the launcher before start
+TRAIN_MANIFEST = "train_manifest.json"  # written by the trainer at boot: versions, git sha, masked env
+CONFIG = "config.yaml"  # the resolved config the trainer actually uses
+TRAIN_LOG = "train.log"  # everything torchrun printed (tee'd by the wrapper)
+METRICS = "metrics.jsonl"  # rank 0, one record per log step
+EVENTS = "events.jsonl"  # boot, first_step, checkpoint, eval, stalled, error, finished, ...
+HEARTBEAT_DIR = "heartbeat"  # heartbeat/rank<N>.json, overwritten atomically
+STACKS_DIR = "stacks"  # per-rank stack dumps (watchdog, SIGUSR1)
+CHECKPOINTS_DIR = "checkpoints"  # step-<N>/ and a `latest` pointer file
+LATEST = "latest"  # inside checkpoints/: text file holding the name of the newest complete step dir
+TB_DIR = "tb"  # TensorBoard event files
+EXIT_CODE = "exit_code"  # written by the wrapper when torchrun ends: an integer and a newline
+KILLED = "killed"  # written by the agent when nsa-launch killed the run (JSON: time, by)
+
+EVENT_KINDS = (
+    "boot",
+    "first_step",
+    "checkpoint",
+    "eval",
+    "stalled",
+    "error",
+    "finished",
+    "resumed",
+    "sigterm",
+)
+PHASES = ("boot", "data_wait", "forward_backward", "optimizer", "checkpoint", "eval", "done")
+RUN_STATES = ("starting", "running", "stalled", "finished", "failed", "killed", "lost")
+
+
+def heartbeat_name(rank: int) -> str:
+    return f"rank{rank}.json"
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+@dataclass
+class Heartbeat:
+    """One rank's liveness record, rewritten atomically every step and during long phases."""
+
+    rank: int
+    step: int
+    time: float
+    pid: int
+    phase: str
+    host: str = ""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Heartbeat:
+        return cls(
+            rank=int(d["rank"]),
+            step=int(d["step"]),
+            time=float(d["time"]),
+            pid=int(d["pid"]),
+            phase=str(d.get("phase", "")),
+            host=str(d.get("host", "")),
+        )
+
+
+@dataclass
+class Event:
+    """One line of events.jsonl."""
+
+    kind: str
+    time: float
+    step: int | None = None
+    rank: int | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+# --- atomic file helpers ------------------------------------------------------------------------
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write `text` to `path` so that readers see either the old or the new file, never a torn one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, sort_keys=True) + "\n")
+
+
+def append_jsonl(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
+    """Append one record as a single write (one line), so concurrent readers never see half a line."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(record, sort_keys=True) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def read_json(path: str | os.PathLike[str]) -> Any | None:
+    """The parsed file, or None when it is absent or (being replaced) unreadable."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (FileNotFoundError, json.JSONDecodeError, NotADirectoryError):
+        return None
+
+
+def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """Complete records of a jsonl file; a torn last line (writer mid-append) is skipped."""
+    try:
+        f = open(path)
+    except FileNotFoundError:
+        return
+    with f:
+        for line in f:
+            if not line.endswith("\n"):
+                break
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict):
+                yield rec
+
+
+def tail_jsonl(path: str | os.PathLike[str], max_bytes: int = 65536) -> list[dict[str, Any]]:
+    """Complete records from the last `max_bytes` of a jsonl file: never reads a huge file whole."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            start = max(0, size - max_bytes)
+            f.seek(start)
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    if start > 0:
+        nl = data.find(b"\n")
+        data = data[nl + 1 :] if nl >= 0 else b""
+    out = []
+    for line in data.split(b"\n")[:-1]:  # the part after the last newline is incomplete
+        try:
+            rec = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+# --- the run dir as an object -------------------------------------------------------------------
+class RunDir:
+    """Paths and typed readers/writers for one run dir. Creating the object touches no file."""
+
+    def __init__(self, root: str | os.PathLike[str]):
+        self.root = Path(root)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.root)!r})"
+
+    # paths
+    @property
+    def manifest(self) -> Path:
+        return self.root / MANIFEST
+
+    @property
+    def train_manifest(self) -> Path:
+        return self.root / TRAIN_MANIFEST
+
+    @property
+    def config(self) -> Path:
+        return self.root / CONFIG
+
+    @property
+    def train_log(self) -> Path:
+        return self.root / TRAIN_LOG
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / METRICS
+
+    @property
+    def events(self) -> Path:
+        return self.root / EVENTS
+
+    @property
+    def heartbeat_dir(self) -> Path:
+        return self.root / HEARTBEAT_DIR
+
+    @property
+    def stacks_dir(self) -> Path:
+        return self.root / STACKS_DIR
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.root / CHECKPOINTS_DIR
+
+    @property
+    def tb_dir(self) -> Path:
+        return self.root / TB_DIR
+
+    @property
+    def exit_code_file(self) -> Path:
+        return self.root / EXIT_CODE
+
+    @property
+    def killed_file(self) -> Path:
+        return self.root / KILLED
+
+    def heartbeat_path(self, rank: int) -> Path:
+        return self.heartbeat_dir / heartbeat_name(rank)
+
+    # writers (trainer side)
+    def write_heartbeat(self, hb: Heartbeat) -> None:
+        atomic_write_json(self.heartbeat_path(hb.rank), asdict(hb))
+
+    def append_event(self, kind: str, step: int | None = None, rank: int | None = None, **detail: Any) -> None:
+        rec: dict[str, Any] = {"kind": kind, "time": time.time()}
+        if step is not None:
+            rec["step"] = step
+        if rank is not None:
+            rec["rank"] = rank
+        if detail:
+            rec["detail"] = detail
+        append_jsonl(self.events, rec)
+
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        append_jsonl(self.metrics, record)
+
+    # readers (launcher side)
+    def heartbeats(self) -> dict[int, Heartbeat]:
+        out: dict[int, Heartbeat] = {}
+        if not self.heartbeat_dir.is_dir():
+            return out
+        for p in sorted(self.heartbeat_dir.glob("rank*.json")):
+            d = read_json(p)
+            if isinstance(d, dict):
+                try:
+                    hb = Heartbeat.from_dict(d)
+                except (KeyError, TypeError, ValueError):
+                    continue
+                out[hb.rank] = hb
+        return out
+
+    def last_metrics(self) -> dict[str, Any] | None:
+        recs = tail_jsonl(self.metrics, 16384)
+        return recs[-1] if recs else None
+
+    def exit_code(self) -> int | None:
+        try:
+            return int(self.exit_code_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def latest_checkpoint(self) -> Path | None:
+        """The newest complete checkpoint dir named by checkpoints/latest, or None."""
+        try:
+            name = (self.checkpoints_dir / LATEST).read_text().strip()
+        except FileNotFoundError:
+            return None
+        p = self.checkpoints_dir / name
+        return p if name and p.is_dir() else None
