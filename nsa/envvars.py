@@ -25,7 +25,9 @@ class EnvVar:
 NSA_ENV: dict[str, EnvVar] = {
     v.name: v
     for v in (
-        EnvVar("NSA_RUN_ID", "str", "Run id set by nsa-launch; recorded in the trainer's manifest and events."),
+        EnvVar(
+            "NSA_RUN_ID", "str", "Run id set by nsa-launch; recorded in the trainer's manifest and events."
+        ),
         EnvVar(
             "NSA_LOG_LEVEL",
             "enum",

@@ -131,11 +131,9 @@ def read_json(path: str | os.PathLike[str]) -> Any | None:
 
 def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     """Complete records of a jsonl file; a torn last line (writer mid-append) is skipped."""
-    try:
-        f = open(path)
-    except FileNotFoundError:
+    if not os.path.exists(path):
         return
-    with f:
+    with open(path) as f:
         for line in f:
             if not line.endswith("\n"):
                 break
@@ -238,7 +236,9 @@ class RunDir:
     def write_heartbeat(self, hb: Heartbeat) -> None:
         atomic_write_json(self.heartbeat_path(hb.rank), asdict(hb))
 
-    def append_event(self, kind: str, step: int | None = None, rank: int | None = None, **detail: Any) -> None:
+    def append_event(
+        self, kind: str, step: int | None = None, rank: int | None = None, **detail: Any
+    ) -> None:
         rec: dict[str, Any] = {"kind": kind, "time": time.time()}
         if step is not None:
             rec["step"] = step

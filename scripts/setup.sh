@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Idempotent set-up of a fresh Debian machine for this project: the system tools the launcher and the
+# end-to-end tests use (openssh-server, tmux, rsync), a virtual environment in .venv, PyTorch, and the
+# project itself with its `train` and `dev` extras. Safe to run again: it only does what is missing.
+#
+#   SETUP_TORCH   pip requirement for torch (default: the CPU wheel torch==2.13.0 this kind of machine
+#                 carries on disk). On a GPU host use e.g. SETUP_TORCH='torch>=2.6' to get a CUDA build.
+#   PYTHON        interpreter for the venv (default: python3, >= 3.10)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SETUP_TORCH="${SETUP_TORCH:-torch==2.13.0}"
+PYTHON="${PYTHON:-python3}"
+
+missing=()
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+command -v tmux >/dev/null 2>&1 || missing+=(tmux)
+command -v rsync >/dev/null 2>&1 || missing+=(rsync)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing ${missing[*]} (Debian packages)"
+    if [ "$(id -u)" = 0 ]; then sudo=(); else sudo=(sudo -n); fi
+    if ! { "${sudo[@]}" apt-get update -qq && DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}"; } >/tmp/nsa-setup-apt.log 2>&1; then
+        echo "setup: could not install ${missing[*]}; see /tmp/nsa-setup-apt.log." >&2
+        echo "setup: fix: run 'sudo apt-get install -y ${missing[*]}' and start this script again." >&2
+        exit 1
+    fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv with $("$PYTHON" --version 2>&1)"
+    "$PYTHON" -m venv .venv
+fi
+
+if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
+    echo "setup: installing $SETUP_TORCH"
+    .venv/bin/python -m pip install -q "$SETUP_TORCH"
+fi
+
+# Reinstall the project only when its dependency spec changed since the last successful install.
+stamp=".venv/.nsa-setup-$(sha256sum pyproject.toml | cut -c1-16)"
+if [ ! -e "$stamp" ]; then
+    echo "setup: installing the project (editable) with extras train,dev"
+    .venv/bin/python -m pip install -q -e '.[train,dev]'
+    rm -f .venv/.nsa-setup-*
+    touch "$stamp"
+fi
+echo "setup: ready ($(.venv/bin/python -c 'import torch, sys; print(f"python {sys.version.split()[0]}, torch {torch.__version__}")'))"
