@@ -1,0 +1,197 @@
+"""The fast NSA branch kernels in plain PyTorch: chunked over queries, no [T, T] tensor, no loop over
+tokens, blocks or heads.
+
+Owns the three attention computations of the default path, in the [B, Hkv, T, G, D] layout where the
+G query heads of a GQA group sit next to each other so they share one gathered copy of their keys:
+- `compressed_attention_and_selection`: SDPA over the causal prefix of compressed keys, per query
+  chunk, plus (no_grad) the group-summed probabilities -> selected-block table (selection.py).
+- `window_attention`: SDPA over pairs of window-sized key blocks with one shared band mask.
+- `selected_attention`: a custom autograd Function that gathers each query's selected blocks chunk by
+  chunk and recomputes them in backward (flash-style: only the output and log-sum-exp are saved).
+Loops here run over query chunks only (T / chunk iterations). Nothing here may sync with the device.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from nsa.attention.selection import selection_block_scores, top_blocks
+
+
+def _sdpa_grouped(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float) -> Tensor:
+    """q [..., C, G, D] against k/v [..., N, D] with mask [C, N]: all G heads of a group in one call."""
+    *lead, c, g, d = q.shape
+    rows = q.reshape(*lead, c * g, d)
+    m = mask.repeat_interleave(g, dim=0)
+    out = F.scaled_dot_product_attention(rows, k, v, attn_mask=m, scale=scale)
+    return out.view(*lead, c, g, d)
+
+
+def compressed_attention_and_selection(
+    q: Tensor,
+    kc: Tensor,
+    vc: Tensor,
+    *,
+    block_len: int,
+    block_stride: int,
+    sel_block: int,
+    n_sel: int,
+    scale: float,
+    chunk: int,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Compressed branch output [B, Hkv, T, G, D] and the selection table (idx, valid) [B, Hkv, T, k].
+
+    Compressed key i is visible to query t iff i*d + l - 1 <= t; a query that sees none gets zeros.
+    """
+    B, Hkv, T, G, D = q.shape
+    nc = kc.shape[2]
+    ns = -(-T // sel_block)
+    device = q.device
+    outs, idxs, valids = [], [], []
+    for c0 in range(0, T, chunk):
+        c1 = min(T, c0 + chunk)
+        t = torch.arange(c0, c1, device=device)
+        n_vis = min(nc, max(0, (c1 - block_len) // block_stride + 1))
+        # Rows before the first complete block see nothing: they are zeros, never softmax(empty).
+        r0 = min(c1, max(c0, block_len - 1))
+        if n_vis == 0:
+            outs.append(q.new_zeros(B, Hkv, c1 - c0, G, D))
+            p_grp = q.new_zeros(B, Hkv, c1 - c0, 1, dtype=torch.float32)
+        else:
+            k_vis, v_vis = kc[:, :, :n_vis], vc[:, :, :n_vis]
+            ends = torch.arange(n_vis, device=device) * block_stride + (block_len - 1)
+            vis = ends[None, :] <= t[:, None]  # [C, n_vis]
+            q_rows = q[:, :, r0:c1]
+            o = _sdpa_grouped(q_rows, k_vis, v_vis, vis[r0 - c0 :], scale)
+            outs.append(F.pad(o, (0, 0, 0, 0, r0 - c0, 0)))
+            with torch.no_grad():
+                s = torch.einsum("bhcgd,bhnd->bhcgn", q[:, :, c0:c1].float(), k_vis.float()) * scale
+                s = s.masked_fill(~vis[None, None, :, None, :], float("-inf"))
+                p = torch.softmax(s, dim=-1)
+                p = torch.where(vis[None, None, :, None, :], p, torch.zeros_like(p))  # NaN rows -> 0
+                p_grp = p.sum(dim=3)  # Eq. 10: the group shares one importance vector
+        with torch.no_grad():
+            scores = selection_block_scores(p_grp, block_len, block_stride, sel_block, ns)
+            idx, valid = top_blocks(scores, t, sel_block, n_sel)
+        idxs.append(idx)
+        valids.append(valid)
+    return torch.cat(outs, dim=2), torch.cat(idxs, dim=2), torch.cat(valids, dim=2)
+
+
+def window_attention(q: Tensor, k: Tensor, v: Tensor, *, window: int, scale: float) -> Tensor:
+    """Sliding window: query t attends keys in (t - window, t]. q [B,Hkv,T,G,D], k/v [B,Hkv,T,D]."""
+    B, Hkv, T, G, D = q.shape
+    w = window
+    nb = -(-T // w)
+    pad = nb * w - T
+    qb = F.pad(q, (0, 0, 0, 0, 0, pad)).view(B, Hkv * nb, w, G, D)
+    kb = F.pad(k, (0, 0, 0, pad)).view(B, Hkv, nb, w, D)
+    vb = F.pad(v, (0, 0, 0, pad)).view(B, Hkv, nb, w, D)
+    i = torch.arange(w, device=q.device)
+    # Block 0 has no predecessor: plain causal inside the block.
+    first = _sdpa_grouped(
+        qb.view(B, Hkv, nb, w, G, D)[:, :, 0], kb[:, :, 0], vb[:, :, 0], i[None, :] <= i[:, None], scale
+    )
+    if nb == 1:
+        out = first[:, :, None]
+    else:
+        # Query i of block b against [block b-1 | block b]: key column k is allowed iff i < k <= i + w.
+        kk = torch.cat([kb[:, :, :-1], kb[:, :, 1:]], dim=3).reshape(B, Hkv * (nb - 1), 2 * w, D)
+        vv = torch.cat([vb[:, :, :-1], vb[:, :, 1:]], dim=3).reshape(B, Hkv * (nb - 1), 2 * w, D)
+        kcol = torch.arange(2 * w, device=q.device)
+        band = (kcol[None, :] > i[:, None]) & (kcol[None, :] <= i[:, None] + w)
+        rest_q = qb.view(B, Hkv, nb, w, G, D)[:, :, 1:].reshape(B, Hkv * (nb - 1), w, G, D)
+        rest = _sdpa_grouped(rest_q, kk, vv, band, scale).view(B, Hkv, nb - 1, w, G, D)
+        out = torch.cat([first[:, :, None], rest], dim=2)
+    return out.reshape(B, Hkv, nb * w, G, D)[:, :, :T]
+
+
+def _selected_chunk_scores(
+    q_c: Tensor, kg: Tensor, idx_c: Tensor, valid_c: Tensor, t: Tensor, sel_block: int, scale: float
+) -> Tensor:
+    """Masked float32 logits [B, Hkv, C, G, n*l'] of a query chunk against its gathered blocks."""
+    s = torch.matmul(q_c, kg.transpose(-1, -2)).float() * scale
+    keypos = idx_c[..., None] * sel_block + torch.arange(sel_block, device=q_c.device)
+    allowed = (keypos <= t[:, None, None]) & valid_c[..., None]
+    allowed = allowed.flatten(-2)[..., None, :]
+    return s.masked_fill(~allowed, float("-inf"))
+
+
+class _SelectedAttention(torch.autograd.Function):
+    """Attention of each query over its own selected blocks (keys after t masked), flash-style."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, idx, valid, sel_block: int, chunk: int, scale: float):  # type: ignore[override]
+        B, Hkv, T, G, D = q.shape
+        ns = k.shape[2] // sel_block
+        kb = k.reshape(B * Hkv * ns, sel_block * D)
+        vb = v.reshape(B * Hkv * ns, sel_block * D)
+        base = (torch.arange(B * Hkv, device=q.device) * ns).view(B, Hkv, 1, 1)
+        out = torch.empty_like(q)
+        lse = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
+        n = idx.shape[-1]
+        for c0 in range(0, T, chunk):
+            c1 = min(T, c0 + chunk)
+            t = torch.arange(c0, c1, device=q.device)
+            idx_c, valid_c = idx[:, :, c0:c1], valid[:, :, c0:c1]
+            flat = (idx_c + base).reshape(-1)
+            kg = kb.index_select(0, flat).view(B, Hkv, c1 - c0, n * sel_block, D)
+            vg = vb.index_select(0, flat).view(B, Hkv, c1 - c0, n * sel_block, D)
+            s = _selected_chunk_scores(q[:, :, c0:c1], kg, idx_c, valid_c, t, sel_block, scale)
+            m = torch.logsumexp(s, dim=-1)
+            p = torch.exp(s - m[..., None]).to(v.dtype)
+            out[:, :, c0:c1] = torch.matmul(p, vg)
+            lse[:, :, c0:c1] = m
+        ctx.save_for_backward(q, k, v, idx, valid, out, lse)
+        ctx.sel_block, ctx.chunk, ctx.scale = sel_block, chunk, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):  # type: ignore[override]
+        q, k, v, idx, valid, out, lse = ctx.saved_tensors
+        sel_block, chunk, scale = ctx.sel_block, ctx.chunk, ctx.scale
+        B, Hkv, T, G, D = q.shape
+        ns = k.shape[2] // sel_block
+        n = idx.shape[-1]
+        kb = k.reshape(B * Hkv * ns, sel_block * D)
+        vb = v.reshape(B * Hkv * ns, sel_block * D)
+        base = (torch.arange(B * Hkv, device=q.device) * ns).view(B, Hkv, 1, 1)
+        dout = dout.contiguous()
+        dq = torch.empty_like(q)
+        dkb = torch.zeros(B * Hkv * ns, sel_block * D, dtype=torch.float32, device=q.device)
+        dvb = torch.zeros_like(dkb)
+        for c0 in range(0, T, chunk):
+            c1 = min(T, c0 + chunk)
+            c = c1 - c0
+            t = torch.arange(c0, c1, device=q.device)
+            idx_c, valid_c = idx[:, :, c0:c1], valid[:, :, c0:c1]
+            flat = (idx_c + base).reshape(-1)
+            kg = kb.index_select(0, flat).view(B, Hkv, c, n * sel_block, D)
+            vg = vb.index_select(0, flat).view(B, Hkv, c, n * sel_block, D)
+            q_c, do_c = q[:, :, c0:c1], dout[:, :, c0:c1]
+            s = _selected_chunk_scores(q_c, kg, idx_c, valid_c, t, sel_block, scale)
+            p = torch.exp(s - lse[:, :, c0:c1, :, None])
+            dvg = torch.matmul(p.to(do_c.dtype).transpose(-1, -2), do_c)
+            dp = torch.matmul(do_c, vg.transpose(-1, -2)).float()
+            delta = (do_c.float() * out[:, :, c0:c1].float()).sum(-1, keepdim=True)
+            ds = (p * (dp - delta) * scale).to(q.dtype)
+            dq[:, :, c0:c1] = torch.matmul(ds, kg)
+            dkg = torch.matmul(ds.transpose(-1, -2), q_c)
+            dkb.index_add_(0, flat, dkg.reshape(-1, sel_block * D).float())
+            dvb.index_add_(0, flat, dvg.reshape(-1, sel_block * D).float())
+        dk = dkb.to(k.dtype).view_as(k)
+        dv = dvb.to(v.dtype).view_as(v)
+        return dq, dk, dv, None, None, None, None, None
+
+
+def selected_attention(
+    q: Tensor, k: Tensor, v: Tensor, idx: Tensor, valid: Tensor, *, sel_block: int, scale: float, chunk: int
+) -> Tensor:
+    """Selected branch: q [B,Hkv,T,G,D], k/v [B,Hkv,T,D], idx/valid [B,Hkv,T,n] -> [B,Hkv,T,G,D]."""
+    T = q.shape[2]
+    pad = -(-T // sel_block) * sel_block - T
+    k = F.pad(k, (0, 0, 0, pad)).contiguous()
+    v = F.pad(v, (0, 0, 0, pad)).contiguous()
+    return _SelectedAttention.apply(q.contiguous(), k, v, idx, valid, sel_block, chunk, scale)

@@ -1,0 +1,192 @@
+"""NSAAttention: Native Sparse Attention (Yuan et al. 2025, arXiv 2502.11089) as a drop-in attention.
+
+Owns the parameters (query projection, per-branch key/value projections [3.3.3], the compression MLP
+with its intra-block position encoding [Eq. 7], the gate projection [Eq. 5], the output projection),
+RoPE, and the wiring of the three branches from kernels.py. It must not loop over tokens, blocks or
+heads, must not build a [T, T] tensor, and must not sync with the device in the forward/backward
+(telemetry is computed only when `collect_stats` is set, and stays on-device as 0-dim tensors).
+The slow spelled-out version of the same math is reference.py; docs/attention.md explains the choices.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from nsa.attention.kernels import compressed_attention_and_selection, selected_attention, window_attention
+from nsa.attention.rope import apply_rope, rope_cos_sin
+
+Compression = Literal["mlp", "mean"]
+
+
+class NSAAttention(nn.Module):
+    """x [B, T, dim] -> y [B, T, dim] with compressed + selected + sliding-window branches.
+
+    Defaults are the paper's: l=32, d=16, l'=64, n=16 (incl. the initial and 2 local blocks), w=512.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        n_heads: int,
+        n_kv_heads: int,
+        head_dim: int,
+        block_len: int = 32,
+        block_stride: int = 16,
+        sel_block: int = 64,
+        n_sel: int = 16,
+        window: int = 512,
+        *,
+        rope_theta: float = 10000.0,
+        compression: Compression = "mlp",
+        sel_chunk: int = 128,
+        cmp_chunk: int = 1024,
+    ) -> None:
+        super().__init__()
+        _validate(
+            n_heads, n_kv_heads, head_dim, block_len, block_stride, sel_block, n_sel, window, compression
+        )
+        self.dim, self.n_heads, self.n_kv_heads, self.head_dim = dim, n_heads, n_kv_heads, head_dim
+        self.block_len, self.block_stride, self.sel_block = block_len, block_stride, sel_block
+        self.n_sel, self.window, self.rope_theta, self.compression = n_sel, window, rope_theta, compression
+        self.sel_chunk, self.cmp_chunk = sel_chunk, cmp_chunk
+        self.wq = nn.Linear(dim, n_heads * head_dim, bias=False)
+        # One matmul for all six key/value projections; layout [branch (cmp, sel, win)][k, v][Hkv][D].
+        self.wkv = nn.Linear(dim, 6 * n_kv_heads * head_dim, bias=False)
+        if compression == "mlp":
+            # phi of Eq. 7: intra-block position encoding, then an MLP over the flattened block.
+            self.cmp_pos = nn.Parameter(torch.randn(2, block_len, head_dim) * 0.02)
+            self.cmp_k = _block_mlp(block_len * head_dim, head_dim)
+            self.cmp_v = _block_mlp(block_len * head_dim, head_dim)
+        # Eq. 5: per-head gate for each branch, g = sigmoid(linear(x)); layout [H][branch].
+        self.gate = nn.Linear(dim, n_heads * 3)
+        self.wo = nn.Linear(n_heads * head_dim, dim, bias=False)
+        self.collect_stats = False
+        self.last_stats: dict[str, Tensor] | None = None
+
+    def extra_repr(self) -> str:
+        return (
+            f"dim={self.dim}, heads={self.n_heads}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim}, "
+            f"l={self.block_len}, d={self.block_stride}, l'={self.sel_block}, n={self.n_sel}, "
+            f"w={self.window}, compression={self.compression}"
+        )
+
+    def compress(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Eq. 7 on raw (un-rotated) keys/values [B, T, Hkv, D] -> [B, Nc, Hkv, D], Nc complete blocks."""
+        B, T, Hkv, D = k.shape
+        l, d = self.block_len, self.block_stride
+        if l > T:
+            return k.new_zeros(B, 0, Hkv, D), v.new_zeros(B, 0, Hkv, D)
+        kb = k.unfold(1, l, d).permute(0, 1, 2, 4, 3)  # [B, Nc, Hkv, l, D]
+        vb = v.unfold(1, l, d).permute(0, 1, 2, 4, 3)
+        if self.compression == "mean":
+            return kb.mean(dim=3), vb.mean(dim=3)
+        kc = self.cmp_k((kb + self.cmp_pos[0]).flatten(3))
+        vc = self.cmp_v((vb + self.cmp_pos[1]).flatten(3))
+        return kc, vc
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, T, _ = x.shape
+        H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
+        G = H // Hkv
+        scale = 1.0 / math.sqrt(D)
+        pos = torch.arange(T, device=x.device)
+        cos, sin = rope_cos_sin(pos, D, self.rope_theta)
+        q = apply_rope(self.wq(x).view(B, T, H, D), cos, sin)
+        kv = self.wkv(x).view(B, T, 3, 2, Hkv, D)
+        kc, vc = self.compress(kv[:, :, 0, 0], kv[:, :, 0, 1])
+        # Compressed key i is rotated to the position of its block's last token, i*d + l - 1, so
+        # q.k_cmp depends on the distance from the query to the end of the block.
+        nc = kc.shape[1]
+        cpos = torch.arange(nc, device=x.device) * self.block_stride + (self.block_len - 1)
+        kc = apply_rope(kc, *rope_cos_sin(cpos, D, self.rope_theta))
+        ks = apply_rope(kv[:, :, 1, 0], cos, sin)
+        kw = apply_rope(kv[:, :, 2, 0], cos, sin)
+        vs, vw = kv[:, :, 1, 1], kv[:, :, 2, 1]
+
+        def heads_kv(t: Tensor) -> Tensor:  # [B, N, Hkv, D] -> [B, Hkv, N, D]
+            return t.transpose(1, 2).contiguous()
+
+        qg = q.view(B, T, Hkv, G, D).permute(0, 2, 1, 3, 4).contiguous()  # [B, Hkv, T, G, D]
+        o_cmp, idx, valid = compressed_attention_and_selection(
+            qg,
+            heads_kv(kc),
+            heads_kv(vc),
+            block_len=self.block_len,
+            block_stride=self.block_stride,
+            sel_block=self.sel_block,
+            n_sel=self.n_sel,
+            scale=scale,
+            chunk=self.cmp_chunk,
+        )
+        o_sel = selected_attention(
+            qg,
+            heads_kv(ks),
+            heads_kv(vs),
+            idx,
+            valid,
+            sel_block=self.sel_block,
+            scale=scale,
+            chunk=self.sel_chunk,
+        )
+        o_win = window_attention(qg, heads_kv(kw), heads_kv(vw), window=self.window, scale=scale)
+        g = torch.sigmoid(self.gate(x)).view(B, T, Hkv, G, 3).permute(0, 2, 1, 3, 4)
+        o = g[..., 0:1] * o_cmp + g[..., 1:2] * o_sel + g[..., 2:3] * o_win
+        if self.collect_stats:
+            self.last_stats = _stats(g, idx, valid, self.sel_block)
+        else:
+            self.last_stats = None
+        return self.wo(o.permute(0, 2, 1, 3, 4).reshape(B, T, H * D))
+
+
+def _block_mlp(d_in: int, d_out: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(d_in, 2 * d_out), nn.SiLU(), nn.Linear(2 * d_out, d_out))
+
+
+@torch.no_grad()
+def _stats(g: Tensor, idx: Tensor, valid: Tensor, sel_block: int) -> dict[str, Tensor]:
+    """Telemetry as 0-dim on-device tensors: gate means per branch and how far selection reaches back."""
+    T = idx.shape[2]
+    t = torch.arange(T, device=idx.device)[None, None, :, None]
+    reach = (t - idx * sel_block).float()  # tokens from the query back to the selected block's start
+    vf = valid.float()
+    return {
+        "gate/cmp": g[..., 0].float().mean(),
+        "gate/sel": g[..., 1].float().mean(),
+        "gate/win": g[..., 2].float().mean(),
+        "sel/reach_mean": (reach * vf).sum() / vf.sum().clamp_min(1.0),
+        "sel/reach_max": torch.where(valid, reach, torch.zeros_like(reach)).amax(),
+    }
+
+
+def _validate(
+    n_heads: int,
+    n_kv_heads: int,
+    head_dim: int,
+    block_len: int,
+    block_stride: int,
+    sel_block: int,
+    n_sel: int,
+    window: int,
+    compression: str,
+) -> None:
+    problems = []
+    if n_kv_heads < 1 or n_heads % n_kv_heads:
+        problems.append(f"n_heads={n_heads} must be a positive multiple of n_kv_heads={n_kv_heads}")
+    if head_dim % 2:
+        problems.append(f"head_dim={head_dim} must be even (RoPE rotates pairs)")
+    if block_stride < 1 or block_len % block_stride:
+        problems.append(f"block_len={block_len} must be a multiple of block_stride={block_stride}")
+    if block_stride >= 1 and sel_block % block_stride:
+        problems.append(f"sel_block={sel_block} must be a multiple of block_stride={block_stride} (Eq. 9)")
+    if n_sel < 3:
+        problems.append(f"n_sel={n_sel} must be >= 3: it counts the initial block and the 2 local blocks")
+    if window < 1:
+        problems.append(f"window={window} must be >= 1")
+    if compression not in ("mlp", "mean"):
+        problems.append(f"compression={compression!r} must be 'mlp' or 'mean'")
+    if problems:
+        raise ValueError("NSAAttention: " + "; ".join(problems))
