@@ -152,7 +152,7 @@ class _SelectedAttention(torch.autograd.Function):
     def backward(ctx, dout):  # type: ignore[override]
         q, k, v, idx, valid, out, lse = ctx.saved_tensors
         sel_block, chunk, scale = ctx.sel_block, ctx.chunk, ctx.scale
-        B, Hkv, T, G, D = q.shape
+        B, Hkv, T, _, D = q.shape
         ns = k.shape[2] // sel_block
         n = idx.shape[-1]
         kb = k.reshape(B * Hkv * ns, sel_block * D)

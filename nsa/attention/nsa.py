@@ -77,68 +77,80 @@ class NSAAttention(nn.Module):
     def compress(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Eq. 7 on raw (un-rotated) keys/values [B, T, Hkv, D] -> [B, Nc, Hkv, D], Nc complete blocks."""
         B, T, Hkv, D = k.shape
-        l, d = self.block_len, self.block_stride
-        if l > T:
+        bl, d = self.block_len, self.block_stride
+        if bl > T:
             return k.new_zeros(B, 0, Hkv, D), v.new_zeros(B, 0, Hkv, D)
-        kb = k.unfold(1, l, d).permute(0, 1, 2, 4, 3)  # [B, Nc, Hkv, l, D]
-        vb = v.unfold(1, l, d).permute(0, 1, 2, 4, 3)
+        kb = k.unfold(1, bl, d).permute(0, 1, 2, 4, 3)  # [B, Nc, Hkv, l, D]
+        vb = v.unfold(1, bl, d).permute(0, 1, 2, 4, 3)
         if self.compression == "mean":
             return kb.mean(dim=3), vb.mean(dim=3)
         kc = self.cmp_k((kb + self.cmp_pos[0]).flatten(3))
         vc = self.cmp_v((vb + self.cmp_pos[1]).flatten(3))
         return kc, vc
 
-    def forward(self, x: Tensor) -> Tensor:
+    def _branch_inputs(self, x: Tensor) -> dict[str, Tensor]:
+        """Projections, compression and RoPE, in the kernels' layouts ([B, Hkv, T, G, D] queries)."""
         B, T, _ = x.shape
         H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
-        G = H // Hkv
-        scale = 1.0 / math.sqrt(D)
-        pos = torch.arange(T, device=x.device)
-        cos, sin = rope_cos_sin(pos, D, self.rope_theta)
+        cos, sin = rope_cos_sin(torch.arange(T, device=x.device), D, self.rope_theta)
         q = apply_rope(self.wq(x).view(B, T, H, D), cos, sin)
         kv = self.wkv(x).view(B, T, 3, 2, Hkv, D)
         kc, vc = self.compress(kv[:, :, 0, 0], kv[:, :, 0, 1])
         # Compressed key i is rotated to the position of its block's last token, i*d + l - 1, so
         # q.k_cmp depends on the distance from the query to the end of the block.
-        nc = kc.shape[1]
-        cpos = torch.arange(nc, device=x.device) * self.block_stride + (self.block_len - 1)
+        cpos = torch.arange(kc.shape[1], device=x.device) * self.block_stride + (self.block_len - 1)
         kc = apply_rope(kc, *rope_cos_sin(cpos, D, self.rope_theta))
-        ks = apply_rope(kv[:, :, 1, 0], cos, sin)
-        kw = apply_rope(kv[:, :, 2, 0], cos, sin)
-        vs, vw = kv[:, :, 1, 1], kv[:, :, 2, 1]
 
         def heads_kv(t: Tensor) -> Tensor:  # [B, N, Hkv, D] -> [B, Hkv, N, D]
             return t.transpose(1, 2).contiguous()
 
-        qg = q.view(B, T, Hkv, G, D).permute(0, 2, 1, 3, 4).contiguous()  # [B, Hkv, T, G, D]
-        o_cmp, idx, valid = compressed_attention_and_selection(
-            qg,
-            heads_kv(kc),
-            heads_kv(vc),
+        return {
+            "q": q.view(B, T, Hkv, H // Hkv, D).permute(0, 2, 1, 3, 4).contiguous(),
+            "kc": heads_kv(kc),
+            "vc": heads_kv(vc),
+            "ks": heads_kv(apply_rope(kv[:, :, 1, 0], cos, sin)),
+            "vs": heads_kv(kv[:, :, 1, 1]),
+            "kw": heads_kv(apply_rope(kv[:, :, 2, 0], cos, sin)),
+            "vw": heads_kv(kv[:, :, 2, 1]),
+        }
+
+    def _compressed(self, inp: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        return compressed_attention_and_selection(
+            inp["q"],
+            inp["kc"],
+            inp["vc"],
             block_len=self.block_len,
             block_stride=self.block_stride,
             sel_block=self.sel_block,
             n_sel=self.n_sel,
-            scale=scale,
+            scale=1.0 / math.sqrt(self.head_dim),
             chunk=self.cmp_chunk,
         )
+
+    @torch.no_grad()
+    def selected_blocks(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The selection table the forward would use: (idx, valid), each [B, Hkv, T, min(n, ceil(T/l'))].
+
+        idx[b, g, t] lists the selection blocks (block j = tokens [j*l', (j+1)*l')) shared by all heads
+        of KV group g for query t, best first; valid marks real entries (short prefixes have fewer).
+        """
+        _, idx, valid = self._compressed(self._branch_inputs(x))
+        return idx, valid
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, T, _ = x.shape
+        H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
+        scale = 1.0 / math.sqrt(D)
+        inp = self._branch_inputs(x)
+        q = inp["q"]
+        o_cmp, idx, valid = self._compressed(inp)
         o_sel = selected_attention(
-            qg,
-            heads_kv(ks),
-            heads_kv(vs),
-            idx,
-            valid,
-            sel_block=self.sel_block,
-            scale=scale,
-            chunk=self.sel_chunk,
+            q, inp["ks"], inp["vs"], idx, valid, sel_block=self.sel_block, scale=scale, chunk=self.sel_chunk
         )
-        o_win = window_attention(qg, heads_kv(kw), heads_kv(vw), window=self.window, scale=scale)
-        g = torch.sigmoid(self.gate(x)).view(B, T, Hkv, G, 3).permute(0, 2, 1, 3, 4)
+        o_win = window_attention(q, inp["kw"], inp["vw"], window=self.window, scale=scale)
+        g = torch.sigmoid(self.gate(x)).view(B, T, Hkv, H // Hkv, 3).permute(0, 2, 1, 3, 4)
         o = g[..., 0:1] * o_cmp + g[..., 1:2] * o_sel + g[..., 2:3] * o_win
-        if self.collect_stats:
-            self.last_stats = _stats(g, idx, valid, self.sel_block)
-        else:
-            self.last_stats = None
+        self.last_stats = _stats(g, idx, valid, self.sel_block) if self.collect_stats else None
         return self.wo(o.permute(0, 2, 1, 3, 4).reshape(B, T, H * D))
 
 
