@@ -1,0 +1,290 @@
+"""Document sources and rank sharding: where each rank's documents come from, in a resumable order.
+
+This module owns the `files` / `sample` / `synthetic` sources and the shard arithmetic they share
+(the Hugging Face `fineweb_edu` source lives in hub.py). A source yields (cursor, text) for ONE rank
+and ONE epoch, starting at a cursor it produced earlier, so the loader can reopen it exactly where a
+run stopped. Sharding: when the file count is a multiple of the world size, each rank reads whole
+files (the epoch's shuffled file order, rank r taking every W-th file); otherwise every rank reads
+all files and keeps documents whose running index is r mod W. Both are disjoint and cover the source
+in every epoch. It must not tokenize, hold the val/train split, or import torch.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from nsa.data.config import DataConfig, DataError
+
+SAMPLE_DIR = Path(__file__).with_name("sample")
+SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet", ".txt", ".txt.gz")
+
+Cursor = Any  # JSON-able; meaningful only to the source that made it
+
+
+def _suffix(path: str) -> str:
+    for s in SUFFIXES:
+        if path.endswith(s):
+            return s
+    return ""
+
+
+def resolve_paths(patterns: list[str], what: str = "data.paths") -> list[str]:
+    """Expand globs into a sorted, de-duplicated file list, or raise a DataError naming the pattern."""
+    files: list[str] = []
+    for pat in patterns:
+        p = str(Path(pat).expanduser())
+        if glob.has_magic(p):
+            hits = sorted(h for h in glob.glob(p, recursive=True) if Path(h).is_file())
+            if not hits:
+                raise DataError(f"{what}: pattern {pat!r} matched no files; fix the path or the glob")
+            files.extend(hits)
+        elif Path(p).is_dir():
+            hits = sorted(h for h in glob.glob(f"{p}/**/*", recursive=True) if _suffix(h))
+            if not hits:
+                raise DataError(f"{what}: directory {pat!r} holds no {', '.join(SUFFIXES)} files")
+            files.extend(hits)
+        elif Path(p).is_file():
+            files.append(p)
+        else:
+            raise DataError(f"{what}: file {pat!r} does not exist; fix the path (or use a glob)")
+    for f in files:
+        if not _suffix(f):
+            raise DataError(f"{what}: {f!r} has an unsupported extension; use one of {', '.join(SUFFIXES)}")
+    return sorted(dict.fromkeys(files))
+
+
+def file_shard(
+    n_files: int, world_size: int, rank: int, epoch: int, seed: int, shuffle: bool
+) -> tuple[list[int], bool]:
+    """This rank's file indices for an epoch, in reading order, and whether sharding is by file.
+
+    By-file when n_files % world_size == 0 (balanced whole files); else all files, split by document.
+    """
+    order = list(range(n_files))
+    if shuffle:
+        random.Random(f"{seed}:{epoch}").shuffle(order)
+    if n_files % world_size == 0:
+        return order[rank::world_size], True
+    return order, False
+
+
+def _iter_file(path: str, field: str, start: int, keep: Any) -> Iterator[tuple[int, str]]:
+    """Yield (doc index in file, text) from `start`; `keep(i)` says whether to parse document i."""
+    suffix = _suffix(path)
+    if suffix in (".txt", ".txt.gz"):
+        if start == 0 and keep(0):
+            opener = gzip.open if suffix.endswith(".gz") else open
+            with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+                yield 0, f.read()
+        return
+    if suffix == ".parquet":
+        yield from _iter_parquet(path, field, start, keep)
+        return
+    opener = gzip.open if suffix.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        i = 0
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            if i >= start and keep(i):
+                try:
+                    row = json.loads(line)
+                except ValueError as e:
+                    raise DataError(f"{path}:{lineno}: not valid JSON ({e}); fix or remove the line") from e
+                yield i, _text_of(row, field, f"{path}:{lineno}")
+            i += 1
+
+
+def _text_of(row: Any, field: str, where: str) -> str:
+    if not isinstance(row, dict) or field not in row:
+        keys = sorted(row) if isinstance(row, dict) else type(row).__name__
+        raise DataError(
+            f"{where}: no text field {field!r} (found {keys}); set data.text_field to the field holding the text"
+        )
+    text = row[field]
+    if not isinstance(text, str):
+        raise DataError(
+            f"{where}: field {field!r} is {type(text).__name__}, not text; set data.text_field to a string field"
+        )
+    return text
+
+
+def _iter_parquet(path: str, field: str, start: int, keep: Any) -> Iterator[tuple[int, str]]:
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as e:
+        if isinstance(e, OSError) and not isinstance(e, FileNotFoundError):
+            raise
+        raise DataError(f"{path}: cannot read as parquet ({e}); fix or remove the file") from e
+    names = pf.schema_arrow.names
+    if field not in names:
+        raise DataError(
+            f"{path}: no text column {field!r} (columns: {names}); set data.text_field to the text column"
+        )
+    base = 0
+    for rg in range(pf.num_row_groups):
+        n = pf.metadata.row_group(rg).num_rows
+        # Whole row groups before the resume point are skipped from metadata, never read.
+        if base + n > start and any(keep(i) for i in range(max(base, start), base + n)):
+            col = pf.read_row_group(rg, columns=[field]).column(0).to_pylist()
+            for j, text in enumerate(col):
+                i = base + j
+                if i >= start and keep(i):
+                    if not isinstance(text, str):
+                        raise DataError(
+                            f"{path}: row {i} of column {field!r} is {type(text).__name__}, not text"
+                        )
+                    yield i, text
+        base += n
+
+
+class FilesSource:
+    """Local jsonl / jsonl.gz / parquet / txt files. Cursor: [file slot, doc index in file, running index]."""
+
+    def __init__(
+        self,
+        files: list[str],
+        text_field: str,
+        *,
+        rank: int,
+        world_size: int,
+        seed: int,
+        shuffle: bool,
+        label: str,
+    ) -> None:
+        self.files = files
+        self.text_field = text_field
+        self.rank = rank
+        self.world_size = world_size
+        self.seed = seed
+        self.shuffle = shuffle
+        self.label = label
+
+    def by_file(self) -> bool:
+        return len(self.files) % self.world_size == 0
+
+    def describe(self) -> str:
+        how = "whole files per rank" if self.by_file() else "documents split across ranks within files"
+        return (
+            f"{self.label}: {len(self.files)} file(s) e.g. {self.files[0]}, field {self.text_field!r}; "
+            f"rank {self.rank}/{self.world_size}: {how}"
+        )
+
+    def iter_epoch(self, epoch: int, start: Cursor | None) -> Iterator[tuple[Cursor, str]]:
+        slots, by_file = file_shard(
+            len(self.files), self.world_size, self.rank, epoch, self.seed, self.shuffle
+        )
+        slot0, doc0, run0 = start if start is not None else (0, 0, 0)
+        running = run0  # running document index over the epoch (only used when splitting documents)
+        for slot in range(slot0, len(slots)):
+            path = self.files[slots[slot]]
+            first = doc0 if slot == slot0 else 0
+            if by_file:
+                for i, text in _iter_file(path, self.text_field, first, lambda i: True):
+                    yield [slot, i, 0], text
+                continue
+            # Every rank walks the same files; which documents it keeps follows from the running index.
+            base = running - first
+            for i, text in _iter_file(
+                path,
+                self.text_field,
+                first,
+                lambda i, base=base: (base + i) % self.world_size == self.rank,
+            ):
+                yield [slot, i, base + i], text
+            running = base + _count_docs(path, self.text_field)
+
+
+_COUNTS: dict[str, int] = {}
+
+
+def _count_docs(path: str, field: str) -> int:
+    """Documents in a file (cached); needed to carry the running index across files."""
+    if path not in _COUNTS:
+        suffix = _suffix(path)
+        if suffix.startswith(".txt"):
+            n = 1
+        elif suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            n = pq.ParquetFile(path).metadata.num_rows
+        else:
+            opener = gzip.open if suffix.endswith(".gz") else open
+            with opener(path, "rb") as f:
+                n = sum(1 for line in f if line.strip())
+        _COUNTS[path] = n
+    return _COUNTS[path]
+
+
+class SyntheticSource:
+    """Arithmetic number sequences ("17 24 31 38 ..."): after two numbers the rest is predictable,
+    so a model can drive its loss well down. Infinite; cursor = global document index."""
+
+    label = "synthetic"
+
+    def __init__(self, *, rank: int, world_size: int, seed: int) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.seed = seed
+
+    def describe(self) -> str:
+        return f"synthetic: arithmetic sequences, seed {self.seed}; rank {self.rank}/{self.world_size} takes doc i if i % W == rank"
+
+    @staticmethod
+    def document(seed: int, index: int) -> str:
+        r = random.Random(seed * 1_000_003 + index)
+        a, d, n = r.randrange(1000), r.randrange(1, 13), r.randrange(16, 160)
+        return " ".join(str(a + d * k) for k in range(n))
+
+    def iter_epoch(self, epoch: int, start: Cursor | None) -> Iterator[tuple[Cursor, str]]:
+        i = self.rank if start is None else int(start)
+        while True:
+            yield i, self.document(self.seed, i)
+            i += self.world_size
+
+
+def sample_files() -> list[str]:
+    files = sorted(str(p) for p in SAMPLE_DIR.glob("*.jsonl.gz"))
+    if not files:
+        raise DataError(
+            f"the bundled sample corpus is missing from {SAMPLE_DIR}; reinstall nsa-launch or "
+            "regenerate it with `python -m nsa.data.make_sample`"
+        )
+    return files
+
+
+def build_source(cfg: DataConfig, *, rank: int, world_size: int, seed: int) -> Any:
+    """The source `cfg.source` names, sharded for this rank. Opening the hub happens lazily in hub.py."""
+    if cfg.source == "synthetic":
+        return SyntheticSource(rank=rank, world_size=world_size, seed=seed)
+    if cfg.source == "sample":
+        return FilesSource(
+            sample_files(),
+            "text",
+            rank=rank,
+            world_size=world_size,
+            seed=seed,
+            shuffle=cfg.shuffle_files,
+            label="sample (bundled CPython docs)",
+        )
+    if cfg.source == "files":
+        return FilesSource(
+            resolve_paths(cfg.paths),
+            cfg.text_field,
+            rank=rank,
+            world_size=world_size,
+            seed=seed,
+            shuffle=cfg.shuffle_files,
+            label="files",
+        )
+    from nsa.data.hub import HubSource
+
+    return HubSource(cfg, rank=rank, world_size=world_size, seed=seed)
