@@ -13,6 +13,7 @@ batches (every rank gets exactly as many batches as it asks for, so DDP collecti
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import queue
 import threading
@@ -49,6 +50,9 @@ def is_transient(e: BaseException) -> bool:
 
 class _Stop(Exception):
     pass
+
+
+_NOTHING = object()
 
 
 class DataLoader:
@@ -276,10 +280,8 @@ class DataLoader:
         except _Stop:
             pass
         except BaseException as e:
-            try:
+            with contextlib.suppress(_Stop):
                 self._put(q, e, stop)
-            except _Stop:
-                pass
         finally:
             if docs is not None:
                 docs.close()
@@ -302,13 +304,13 @@ class DataLoader:
             state["epoch"] = epoch
             k = k0  # running index of this split's documents in the epoch (all ranks' when dealing)
             kept = 0
-            last: Any = None  # cursor of the last document looked at, to reopen after it on a retry
+            last: Any = _NOTHING  # cursor of the last document looked at, to reopen after it on a retry
             attempt = 0
             while True:
-                it = self.source.iter_epoch(epoch, cursor if last is None else last)
+                it = self.source.iter_epoch(epoch, cursor if last is _NOTHING else last)
                 try:
                     for cur, text in it:
-                        if last is not None and cur == last:
+                        if last is not _NOTHING and cur == last:
                             continue
                         last, attempt = cur, 0
                         if not text or is_val_document(text, frac) != want_val:

@@ -79,7 +79,7 @@ class Packer:
                 raise StopIteration
         pieces = []
         need = span + 1
-        for pos, toks, off in self._segments:
+        for _doc, toks, off in self._segments:
             take = min(need, len(toks) - off)
             pieces.append(toks[off : off + take])
             need -= take
