@@ -1,0 +1,470 @@
+"""The host agent: runs ON the host, owns the run's tmux session, its processes and its status.
+
+    cd <workdir> && PYTHONPATH=<workdir> <python> -m launcher.agent {start|status|kill|logs|tensorboard|free_port}
+
+Reads one JSON request on stdin, prints one JSON reply on stdout (`logs` prints log lines instead).
+It is the only code that touches tmux (libtmux session `nsa-<run>`, window `train`) and host
+processes. It derives a run's state from the run-dir files (nsa/runfiles.py) plus the tmux session.
+Standard library + libtmux + nsa.runfiles only: the host may have nothing else, and the launcher's
+side never imports this module's dependencies. Nothing here reads arguments from the command line
+beyond the subcommand, so no value ever passes through a shell unquoted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from launcher import procs
+from nsa.runfiles import RunDir, atomic_write_json, atomic_write_text, read_json, tail_jsonl
+
+WRAPPER = "launch.sh"
+SECRETS = ".launch.secrets"
+TB_STATE = "tensorboard.json"
+TB_LOG = "tensorboard.log"
+
+
+def session_name(run: str) -> str:
+    return f"nsa-{run}"
+
+
+def _server(req: dict[str, Any]) -> Any:
+    import libtmux
+
+    sock = req.get("tmux_socket")
+    if sock and "/" in sock:
+        return libtmux.Server(socket_path=sock)
+    return libtmux.Server(socket_name=sock) if sock else libtmux.Server()
+
+
+def _session(server: Any, name: str) -> Any | None:
+    try:
+        if not server.has_session(name):
+            return None
+        return server.sessions.get(session_name=name, default=None)
+    except Exception:  # no server running yet: libtmux raises on an absent socket
+        return None
+
+
+def _train_pane_pid(server: Any, run: str) -> int | None:
+    sess = _session(server, session_name(run))
+    if sess is None:
+        return None
+    for w in sess.windows:
+        if w.window_name == "train":
+            pane = w.active_pane
+            if pane is not None and pane.pane_pid and pane.pane_dead != "1":
+                return int(pane.pane_pid)
+    return None
+
+
+def wrapper_script(req: dict[str, Any]) -> str:
+    """The bash wrapper tmux runs: exports, torchrun tee'd with pipefail, the true exit code."""
+    q = shlex.quote
+    rd = req["run_dir"]
+    log, code = f"{rd}/train.log", f"{rd}/exit_code"
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# Written by nsa-launch for run {req['run']!r}; tmux runs it as `bash {WRAPPER} [--resume]`.",
+        "set -o pipefail",
+        f"cd -- {q(req['workdir'])} || exit 97",
+    ]
+    env = dict(req.get("env", {}))
+    env.update(
+        {"PYTHONUNBUFFERED": "1", "NSA_RUN_ID": req["run"], procs.TAG: rd, "PYTHONPATH": req["workdir"]}
+    )
+    lines += [f"export {k}={q(v)}" for k, v in sorted(env.items())]
+    lines += [
+        f"if [ -f {q(rd + '/' + SECRETS)} ]; then . {q(rd + '/' + SECRETS)}; rm -f -- {q(rd + '/' + SECRETS)}; fi",
+        f'printf \'%s\\n\' "[nsa-launch] $(date -u +%Y-%m-%dT%H:%M:%SZ) start: "{q(shlex.join(req["argv"]))}" $*"'
+        f" >> {q(log)}",
+        f'{shlex.join(req["argv"])} "$@" 2>&1 | tee -a -- {q(log)}',
+        "ec=${PIPESTATUS[0]}",
+        f"printf '%s\\n' \"$ec\" > {q(code + '.tmp')} && mv -f -- {q(code + '.tmp')} {q(code)}",
+        f"printf '%s\\n' \"[nsa-launch] torchrun exited with $ec\" >> {q(log)}",
+        'exit "$ec"',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# --- commands -----------------------------------------------------------------------------------
+def cmd_start(req: dict[str, Any]) -> dict[str, Any]:
+    """Create the run dir (or reuse it with resume), write manifest + wrapper, start tmux."""
+    run, rd = req["run"], RunDir(req["run_dir"])
+    server = _server(req)
+    if _session(server, session_name(run)) is not None:
+        return {
+            "ok": False,
+            "error": f"tmux session {session_name(run)} already exists on this host",
+            "fix": "pick another --name, or `nsa-launch kill --run " + run + "` first",
+        }
+    resume = bool(req.get("resume"))
+    if not resume and rd.root.exists() and any(rd.root.iterdir()):
+        return {
+            "ok": False,
+            "error": f"run dir {rd.root} already exists on this host",
+            "fix": "pick another --name, or use `nsa-launch restart --run " + run + "`",
+        }
+    if resume and not rd.manifest.exists():
+        return {
+            "ok": False,
+            "error": f"run dir {rd.root} has no manifest.json: nothing to resume",
+            "fix": "start a new run with `nsa-launch up`",
+        }
+    rd.root.mkdir(parents=True, exist_ok=True)
+    for name, text in (req.get("files") or {}).items():
+        atomic_write_text(rd.root / name, text)
+    if resume:
+        manifest = read_json(rd.manifest) or {}
+        manifest.setdefault("restarts", []).append({"time": time.time()})
+        for p in (rd.exit_code_file, rd.killed_file):
+            p.unlink(missing_ok=True)
+    else:
+        manifest = dict(req.get("manifest") or {})
+        atomic_write_text(rd.root / WRAPPER, wrapper_script(req))
+    manifest["started_at"] = time.time()
+    atomic_write_json(rd.manifest, manifest)
+    secrets = req.get("secrets") or {}
+    if secrets:
+        sp = rd.root / SECRETS
+        fd = os.open(sp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.writelines(f"export {k}={shlex.quote(v)}\n" for k, v in secrets.items())
+    argv = ["bash", str(rd.root / WRAPPER)] + (["--resume"] if resume else [])
+    sess = server.new_session(
+        session_name=session_name(run),
+        window_name="train",
+        window_command="exec " + shlex.join(argv),
+        start_directory=req["workdir"],
+        attach=False,
+    )
+    pane = sess.windows[0].active_pane
+    return {"ok": True, "session": session_name(run), "pane_pid": int(pane.pane_pid), "time": time.time()}
+
+
+def _log_tail(path: Path, n: int, max_bytes: int = 1 << 20) -> list[str]:
+    """Last n lines of a file, reading at most max_bytes from its end: huge logs are never read whole."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            block, data = 8192, b""
+            while size > 0 and data.count(b"\n") <= n and len(data) < max_bytes:
+                step = min(block, size)
+                size -= step
+                f.seek(size)
+                data = f.read(step) + data
+                block *= 2
+    except FileNotFoundError:
+        return []
+    lines = data.decode(errors="replace").splitlines()
+    return lines[-n:] if n > 0 else []
+
+
+def run_status(req: dict[str, Any], server: Any, now: float) -> dict[str, Any]:
+    rd = RunDir(req["run_dir"])
+    run = req["run"]
+    manifest = read_json(rd.manifest) or {}
+    pane_pid = _train_pane_pid(server, run)
+    pids = sorted(procs.run_pids(str(rd.root), pane_pid)) if rd.root.exists() else []
+    hbs = rd.heartbeats()
+    metrics = rd.last_metrics() or {}
+    exit_code = rd.exit_code()
+    killed = read_json(rd.killed_file) if rd.killed_file.exists() else None
+    events = tail_jsonl(rd.events, 16384)
+    stall_s = float(manifest.get("stall_seconds") or 300)
+    error = None
+    if not rd.root.exists():
+        state, error = "lost", f"run dir {rd.root} does not exist on this host"
+    elif killed is not None:
+        state = "killed"
+    elif exit_code is not None:
+        state = "finished" if exit_code == 0 else "failed"
+    elif pane_pid is None and not pids:
+        state, error = "failed", "the run's tmux session ended without writing exit_code (wrapper killed?)"
+    elif not hbs:
+        state = "starting"
+    elif max(now - hb.time for hb in hbs.values()) > stall_s and all(
+        hb.phase != "done" for hb in hbs.values()
+    ):
+        state = "stalled"
+    else:
+        state = "running"
+    if exit_code is None and killed is None and error is None:
+        err_ev = [e for e in events if e.get("kind") in ("error", "stalled")]
+        if err_ev and state == "stalled":
+            error = json.dumps(err_ev[-1], sort_keys=True)
+    step = max([hb.step for hb in hbs.values()] + [int(metrics.get("step", 0) or 0)] or [0])
+    total = manifest.get("total_steps")
+    started = manifest.get("started_at")
+    ended = rd.exit_code_file.stat().st_mtime if exit_code is not None else (killed or {}).get("time")
+    elapsed = ((ended or now) - started) if started else None
+    eta = _eta(events, hbs, step, total, now) if state in ("running", "stalled") else None
+    return {
+        "run": run,
+        "host": manifest.get("host") or socket.gethostname(),
+        "profile": manifest.get("profile"),
+        "state": state,
+        "step": step,
+        "total_steps": total,
+        "loss": metrics.get("loss"),
+        "tokens_per_s": metrics.get("tokens_per_s"),
+        "eta_s": eta,
+        "elapsed_s": elapsed,
+        "heartbeat_age_s": {str(r): round(now - hb.time, 3) for r, hb in sorted(hbs.items())},
+        "phases": {str(r): hb.phase for r, hb in sorted(hbs.items())},
+        "gpus": [],
+        "exit_code": exit_code,
+        "pids": pids,
+        "events": events[-5:],
+        "time": now,
+        "error": error,
+        "run_dir": str(rd.root),
+    }
+
+
+def _eta(
+    events: list[dict[str, Any]], hbs: dict[int, Any], step: int, total: Any, now: float
+) -> float | None:
+    first = next((e for e in events if e.get("kind") == "first_step"), None)
+    if not total or not first or not hbs:
+        return None
+    s0, t0 = int(first.get("step") or 0), float(first["time"])
+    t1 = max(hb.time for hb in hbs.values())
+    if step <= s0 or t1 <= t0:
+        return None
+    return round((int(total) - step) * (t1 - t0) / (step - s0), 1)
+
+
+def cmd_status(req: dict[str, Any]) -> dict[str, Any]:
+    server = _server(req)
+    now = time.time()
+    gpus = procs.gpus()
+    runs = []
+    for r in req.get("runs", []):
+        st = run_status({**r, "tmux_socket": req.get("tmux_socket")}, server, now)
+        st["gpus"] = gpus
+        runs.append(st)
+    return {"ok": True, "host": socket.gethostname(), "time": now, "gpus": gpus, "runs": runs}
+
+
+def cmd_kill(req: dict[str, Any]) -> dict[str, Any]:
+    """TERM the run's processes (and groups), grace, KILL; end the tmux sessions; verify none left."""
+    run, rd = req["run"], RunDir(req["run_dir"])
+    server = _server(req)
+    pane_pid = _train_pane_pid(server, run)
+    tag = str(rd.root)
+
+    def now_pids() -> set[int]:
+        return procs.run_pids(tag, pane_pid)
+
+    before = sorted(now_pids())
+    already_done = rd.exit_code() is not None or rd.killed_file.exists()
+    remaining = procs.term_then_kill(now_pids, float(req.get("grace_s", 10.0)))
+    for name in (session_name(run), session_name(run) + "-tb"):
+        sess = _session(server, name)
+        if sess is not None:
+            with contextlib.suppress(Exception):
+                sess.kill()
+    remaining |= now_pids()
+    on_gpu = procs.gpu_pids()
+    gpu_left = sorted(p for p in (on_gpu or {}) if p in set(before) | remaining)
+    killed = not remaining and not gpu_left
+    if before and rd.root.exists() and rd.exit_code() is None:
+        atomic_write_json(
+            rd.killed_file, {"time": time.time(), "by": "nsa-launch", "pids": before, "verified": killed}
+        )
+    if not before:
+        msg = (
+            "no process of the run was running"
+            + (" (it had already ended)" if already_done else "")
+            + "; nothing left"
+        )
+    elif killed:
+        msg = f"stopped {len(before)} processes; verified none is left" + (
+            " and none holds GPU memory" if on_gpu is not None else " (no nvidia-smi here: no GPU check)"
+        )
+    else:
+        msg = (
+            f"{len(remaining)} processes survive SIGKILL: {sorted(remaining)}; GPU memory held by {gpu_left}"
+        )
+    return {
+        "ok": True,
+        "killed": killed,
+        "remaining_pids": sorted(remaining),
+        "gpu_pids": gpu_left,
+        "stopped_pids": before,
+        "message": msg,
+    }
+
+
+def cmd_logs(req: dict[str, Any]) -> None:
+    """Print the last n lines of train.log, then (follow) new lines as they arrive until the run ends."""
+    rd = RunDir(req["run_dir"])
+    out = sys.stdout
+    for line in _log_tail(rd.train_log, int(req.get("last_n", 200))):
+        out.write(line + "\n")
+    out.flush()
+    if not req.get("follow"):
+        return
+    parent = os.getppid()
+    pos = rd.train_log.stat().st_size if rd.train_log.exists() else 0
+    partial = b""
+    quiet_since = time.monotonic()
+    while True:
+        try:
+            with open(rd.train_log, "rb") as f:
+                f.seek(pos)
+                data = f.read()
+        except FileNotFoundError:
+            data = b""
+        if data:
+            pos += len(data)
+            partial += data
+            *lines, partial = partial.split(b"\n")
+            if lines:
+                out.write(b"\n".join(lines).decode(errors="replace") + "\n")
+                out.flush()
+            quiet_since = time.monotonic()
+        elif rd.exit_code_file.exists() or rd.killed_file.exists():
+            if time.monotonic() - quiet_since > 0.5:
+                if partial:
+                    out.write(partial.decode(errors="replace") + "\n")
+                return
+        if os.getppid() != parent:  # the SSH session went away: nobody is reading
+            return
+        time.sleep(0.1)
+
+
+def cmd_tensorboard(req: dict[str, Any]) -> dict[str, Any]:
+    """Start (or reuse) TensorBoard on 127.0.0.1 for the run, in a tmux window; reply with its port."""
+    run, rd = req["run"], RunDir(req["run_dir"])
+    state = read_json(rd.root / TB_STATE)
+    if state and _listening(int(state["port"])) and procs.alive(int(state.get("pid", 0))):
+        return {"ok": True, "port": int(state["port"]), "reused": True}
+    if not rd.root.exists():
+        return {"ok": False, "error": f"run dir {rd.root} does not exist", "fix": "check the run id"}
+    rd.tb_dir.mkdir(exist_ok=True)
+    port = _free_port(int(req.get("port", 6006)))
+    argv = [
+        req["python"],
+        "-m",
+        "tensorboard.main",
+        "--logdir",
+        str(rd.tb_dir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--reload_interval",
+        "5",
+    ]
+    log = rd.root / TB_LOG
+    cmd = f"exec env {procs.TAG}={shlex.quote(str(rd.root))} {shlex.join(argv)} >{shlex.quote(str(log))} 2>&1"
+    server = _server(req)
+    sess = _session(server, session_name(run))
+    if sess is not None:
+        with contextlib.suppress(Exception):
+            for w in sess.windows:
+                if w.window_name == "tb":
+                    w.kill()
+        win = sess.new_window(window_name="tb", window_shell=cmd, attach=False)
+    else:
+        tb = _session(server, session_name(run) + "-tb")
+        if tb is not None:
+            tb.kill()
+        win = server.new_session(
+            session_name=session_name(run) + "-tb", window_name="tb", window_command=cmd, attach=False
+        ).windows[0]
+    pid = int(win.active_pane.pane_pid)
+    deadline = time.monotonic() + float(req.get("timeout_s", 90))
+    while time.monotonic() < deadline:
+        if _listening(port):
+            atomic_write_json(rd.root / TB_STATE, {"port": port, "pid": pid, "time": time.time()})
+            return {"ok": True, "port": port, "reused": False}
+        if not procs.alive(pid):
+            break
+        time.sleep(0.2)
+    tail = "\n".join(_log_tail(log, 20))
+    return {
+        "ok": False,
+        "error": f"TensorBoard did not listen on 127.0.0.1:{port}; its log ends:\n{tail}",
+        "fix": "is tensorboard installed in the host's python (the `train` extra)?",
+    }
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.3)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _free_port(start: int) -> int:
+    for port in range(start, start + 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cmd_free_port(req: dict[str, Any]) -> dict[str, Any]:
+    return {"ok": True, "port": _free_port(int(req.get("start", 29400)))}
+
+
+def cmd_wait_started(req: dict[str, Any]) -> dict[str, Any]:
+    """Poll until the first heartbeat, the run's end, or the timeout; reply with status and log tail."""
+    server = _server(req)
+    deadline = time.monotonic() + float(req.get("timeout_s", 600))
+    while True:
+        st = run_status(req, server, time.time())
+        if st["state"] != "starting" or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    st["log_tail"] = _log_tail(RunDir(req["run_dir"]).train_log, int(req.get("tail", 30)))
+    return {"ok": True, "status": st, "timed_out": st["state"] == "starting"}
+
+
+COMMANDS = {
+    "start": cmd_start,
+    "status": cmd_status,
+    "kill": cmd_kill,
+    "tensorboard": cmd_tensorboard,
+    "free_port": cmd_free_port,
+    "wait_started": cmd_wait_started,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or argv[0] not in {*COMMANDS, "logs"}:
+        print(
+            json.dumps(
+                {"ok": False, "error": f"usage: python -m launcher.agent {{{','.join(COMMANDS)},logs}}"}
+            )
+        )
+        return 2
+    req = json.loads(sys.stdin.read() or "{}")
+    if argv[0] == "logs":
+        with contextlib.suppress(BrokenPipeError):
+            cmd_logs(req)
+        return 0
+    reply = COMMANDS[argv[0]](req)
+    print(json.dumps(reply, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

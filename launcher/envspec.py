@@ -1,0 +1,325 @@
+"""The registry of environment variables a run may carry, and their validation and masking.
+
+Owns every name `nsa-launch up --env K=V` (or a profile's `env:`) may export to a host: the NSA_*
+that `nsa` really reads (declared in nsa/envvars.py and merged here), the runtime families NCCL_*,
+TORCH_* / TORCH_NCCL_*, PYTORCH_CUDA_ALLOC_CONF, CUDA_*, OMP_*, HF_*, the secrets passed by name,
+and the legacy NSA_* knobs of the old trainer with what replaces them. It validates names (unknown ->
+did-you-mean), types and allowed values, and masks secrets for every manifest, log and status line.
+It must not read the process environment except where a caller asks for a secret's value, and it
+never imports torch. Documented for humans in docs/env.md.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping
+
+from launcher.errors import LaunchError
+from nsa.envvars import NSA_ENV, EnvVar
+
+MASK = "****"
+
+
+def _v(name: str, kind: str, help: str, *choices: str, secret: bool = False) -> EnvVar:
+    return EnvVar(name, kind, help, choices=tuple(choices), secret=secret)
+
+
+_BOOL01 = ("0", "1")
+
+RUNTIME_ENV: dict[str, EnvVar] = {
+    v.name: v
+    for v in (
+        # NCCL (GPU collectives). The PCIe A100 profiles set P2P/IB off: see docs/profiles.md.
+        _v("NCCL_DEBUG", "enum", "NCCL log level.", "VERSION", "WARN", "INFO", "TRACE"),
+        _v("NCCL_DEBUG_SUBSYS", "str", "NCCL subsystems to log (e.g. INIT,NET)."),
+        _v("NCCL_DEBUG_FILE", "path", "File NCCL writes its debug log to (%h host, %p pid)."),
+        _v(
+            "NCCL_P2P_DISABLE",
+            "enum",
+            "1 = no direct GPU peer-to-peer transfers (PCIe hosts without P2P).",
+            *_BOOL01,
+        ),
+        _v(
+            "NCCL_P2P_LEVEL",
+            "enum",
+            "Max topology distance for P2P.",
+            "LOC",
+            "NVL",
+            "PIX",
+            "PXB",
+            "PHB",
+            "SYS",
+        ),
+        _v("NCCL_IB_DISABLE", "enum", "1 = do not use InfiniBand/RoCE (hosts without IB).", *_BOOL01),
+        _v("NCCL_SHM_DISABLE", "enum", "1 = no shared-memory transport between local GPUs.", *_BOOL01),
+        _v("NCCL_SOCKET_IFNAME", "str", "Network interface(s) NCCL uses for sockets (e.g. eth0, ^lo)."),
+        _v("NCCL_SOCKET_NTHREADS", "int", "CPU threads per socket connection."),
+        _v("NCCL_NSOCKS_PERTHREAD", "int", "Sockets per thread."),
+        _v("NCCL_ALGO", "str", "Allowed collective algorithms (Ring, Tree, NVLS, ...)."),
+        _v("NCCL_PROTO", "str", "Allowed protocols (LL, LL128, Simple)."),
+        _v("NCCL_NET_GDR_LEVEL", "str", "GPUDirect RDMA topology level."),
+        _v("NCCL_CROSS_NIC", "enum", "Allow rings/trees to cross NICs.", "0", "1", "2"),
+        _v("NCCL_BUFFSIZE", "int", "Bytes of buffer per channel."),
+        _v("NCCL_MIN_NCHANNELS", "int", "Minimum channels."),
+        _v("NCCL_MAX_NCHANNELS", "int", "Maximum channels."),
+        _v("NCCL_NVLS_ENABLE", "enum", "NVLink SHARP (H100 NVSwitch).", *_BOOL01),
+        _v("NCCL_CUMEM_ENABLE", "enum", "cuMem-based buffers.", *_BOOL01),
+        _v(
+            "NCCL_TIMEOUT", "int", "NCCL-internal timeout in seconds (rarely needed; see parallel.timeout_s)."
+        ),
+        _v("GLOO_SOCKET_IFNAME", "str", "Network interface gloo (CPU collectives) binds to."),
+        # torch.distributed / c10d
+        _v(
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+            "enum",
+            "What a failed/timed-out NCCL collective does (3 = tear down the process; the safe default).",
+            "0",
+            "1",
+            "2",
+            "3",
+        ),
+        _v("TORCH_NCCL_BLOCKING_WAIT", "enum", "1 = collectives block and raise on timeout.", *_BOOL01),
+        _v("TORCH_NCCL_TRACE_BUFFER_SIZE", "int", "Flight recorder entries kept per rank (0 = off)."),
+        _v(
+            "TORCH_NCCL_DUMP_ON_TIMEOUT",
+            "enum",
+            "1 = dump the flight recorder when a collective times out.",
+            *_BOOL01,
+        ),
+        _v("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "path", "Path prefix for flight-recorder dumps."),
+        _v("TORCH_NCCL_ENABLE_MONITORING", "enum", "Heartbeat monitor thread for hung NCCL.", *_BOOL01),
+        _v("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "int", "Seconds before the NCCL monitor declares a hang."),
+        _v("TORCH_NCCL_AVOID_RECORD_STREAMS", "enum", "Avoid recordStream in collectives.", *_BOOL01),
+        _v("TORCH_DISTRIBUTED_DEBUG", "enum", "c10d consistency checks.", "OFF", "INFO", "DETAIL"),
+        _v(
+            "TORCH_CPP_LOG_LEVEL",
+            "enum",
+            "Log level of torch's C++ side.",
+            "INFO",
+            "WARNING",
+            "ERROR",
+            "FATAL",
+        ),
+        _v("TORCH_SHOW_CPP_STACKTRACES", "enum", "C++ stack traces in Python errors.", *_BOOL01),
+        _v("TORCH_LOGS", "str", "torch logging artifacts (e.g. +dynamo,recompiles)."),
+        _v("TORCH_HOME", "path", "Cache directory of torch hub downloads."),
+        _v("TORCHINDUCTOR_CACHE_DIR", "path", "Cache of compiled kernels (parallel.compile)."),
+        _v("TORCHELASTIC_ERROR_FILE", "path", "Where torchrun's children write their error reports."),
+        _v(
+            "PYTORCH_CUDA_ALLOC_CONF",
+            "alloc_conf",
+            "CUDA caching allocator options, comma-separated key:value (e.g. expandable_segments:True).",
+        ),
+        # CUDA / threads
+        _v("CUDA_VISIBLE_DEVICES", "str", "Comma-separated GPU indices or UUIDs visible to the run."),
+        _v("CUDA_LAUNCH_BLOCKING", "enum", "1 = synchronous kernel launches (debugging; slow).", *_BOOL01),
+        _v("CUDA_DEVICE_MAX_CONNECTIONS", "int", "Hardware work queues per device."),
+        _v("CUDA_DEVICE_ORDER", "enum", "GPU numbering.", "FASTEST_FIRST", "PCI_BUS_ID"),
+        _v(
+            "OMP_NUM_THREADS", "int", "CPU threads per process for intra-op work (torchrun defaults it to 1)."
+        ),
+        _v("MKL_NUM_THREADS", "int", "MKL threads per process."),
+        # Hugging Face
+        _v("HF_HOME", "path", "Hugging Face cache root."),
+        _v("HF_DATASETS_CACHE", "path", "datasets cache directory."),
+        _v("HF_HUB_OFFLINE", "enum", "1 = never contact the Hub.", *_BOOL01),
+        _v("HF_DATASETS_OFFLINE", "enum", "1 = datasets uses only its cache.", *_BOOL01),
+        _v(
+            "HF_HUB_ENABLE_HF_TRANSFER",
+            "enum",
+            "1 = fast downloads via hf_transfer (must be installed).",
+            *_BOOL01,
+        ),
+        _v("HF_HUB_DISABLE_PROGRESS_BARS", "enum", "1 = no download progress bars in train.log.", *_BOOL01),
+        _v("HF_HUB_DOWNLOAD_TIMEOUT", "int", "Seconds before a Hub download times out."),
+        _v("TOKENIZERS_PARALLELISM", "enum", "HF tokenizers threads.", "true", "false"),
+        # secrets: passed by name from the local environment, masked everywhere
+        _v("HF_TOKEN", "str", "Hugging Face token (gated datasets).", secret=True),
+        _v("WANDB_API_KEY", "str", "Weights & Biases API key.", secret=True),
+        _v("PRIME_API_KEY", "str", "Prime Intellect API key.", secret=True),
+    )
+}
+
+# Set by nsa-launch itself; a user who sets them is told so.
+INTERNAL = {
+    "NSA_RUN_ID": "nsa-launch sets it to the run id",
+    "NSA_LAUNCH_RUN_DIR": "nsa-launch sets it so the agent can find every process of the run",
+    "PYTHONUNBUFFERED": "nsa-launch always sets it to 1 so train.log is live",
+    "MASTER_ADDR": "torchrun sets it from the rendezvous; multi-node runs use profile `torchrun.rdzv_host`",
+    "MASTER_PORT": "torchrun sets it; set profile `torchrun.rdzv_port` instead",
+    "RANK": "torchrun sets it for each worker",
+    "LOCAL_RANK": "torchrun sets it for each worker",
+    "WORLD_SIZE": "torchrun sets it from the profile (nodes x nproc_per_node)",
+    "LOCAL_WORLD_SIZE": "torchrun sets it from the profile's nproc_per_node",
+}
+
+# Knobs of the old code and what replaces them here (one truth: training knobs live in the config).
+LEGACY: dict[str, str] = {
+    "NSA_PREFILL_BATCHED": "the batched prefill is the only NSA path here (nsa.attention); there is no switch, "
+    "remove the variable",
+    "NSA_SEL_RANGES_V2": "block selection has one implementation here (nsa.attention); remove the variable",
+    "NSA_DDP_COMPRESS": "gradient compression is not used; DDP/FSDP is chosen by the config key "
+    "`parallel.strategy` (--set parallel.strategy=ddp|fsdp)",
+    "NSA_DDP_BUCKET_MB": "DDP bucketing uses torch's default; the parallel layout is the config section "
+    "`parallel` (strategy, activation_checkpointing); remove the variable",
+    "NSA_DDP_DISABLE_GC": "activation checkpointing works under DDP here; set the config key "
+    "`parallel.activation_checkpointing` (--set parallel.activation_checkpointing=false to turn it off)",
+    "NSA_USE_FA2": "the attention kind is the config key `model.attention` (nsa | dense); "
+    "the dense baseline uses torch SDPA, which picks flash kernels itself",
+    "NSA_USE_SEL_PACK": "selection packing is not a switch here; remove the variable",
+    "NSA_USE_TRITON_SEL": "selection kernels are not switchable by env; remove the variable",
+    "NSA_FORCE_PARITY": "the slow reference is nsa/attention/reference.py, used by tests; remove the variable",
+    "NSA_TB_DISABLE": "TensorBoard is the config key `telemetry.tensorboard` (--set telemetry.tensorboard=false)",
+    "NSA_STALL_SECONDS": "the watchdog threshold is the config key `telemetry.stall_seconds`",
+    "NSA_SEQ_LEN": "the sequence length is the config key `train.seq_len`",
+    "NSA_BATCH_SIZE": "the batch size is the config key `train.batch_size`",
+    "NSA_ACCUM": "gradient accumulation is the config key `train.grad_accum`",
+    "NSA_STEPS": "the step count is the config key `train.steps`",
+    "NSA_LR": "the learning rate is the config key `train.lr`",
+    "NSA_DTYPE": "the compute dtype is the config key `train.dtype`",
+    "CONFIG": "the config comes from `nsa-launch up --config PATH` (and --set section.key=value), never from env",
+    "NCCL_ASYNC_ERROR_HANDLING": "renamed by PyTorch: use TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "NCCL_BLOCKING_WAIT": "renamed by PyTorch: use TORCH_NCCL_BLOCKING_WAIT",
+    "TORCH_NCCL_TRACE_BUFFER": "the flight recorder size is TORCH_NCCL_TRACE_BUFFER_SIZE",
+    "HUGGING_FACE_HUB_TOKEN": "renamed by Hugging Face: use HF_TOKEN (passed by name with --secret HF_TOKEN)",
+}
+
+REGISTRY: dict[str, EnvVar] = {**NSA_ENV, **RUNTIME_ENV}
+SECRET_NAMES = frozenset(n for n, v in REGISTRY.items() if v.secret)
+
+_ALLOC_KEYS = (
+    "backend",
+    "expandable_segments",
+    "garbage_collection_threshold",
+    "max_split_size_mb",
+    "max_non_split_rounding_mb",
+    "roundup_power2_divisions",
+    "pinned_use_cuda_host_register",
+    "pinned_num_register_threads",
+)
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _did_you_mean(name: str) -> str:
+    near = difflib.get_close_matches(name, list(REGISTRY), n=1, cutoff=0.7)
+    return f"did you mean {near[0]}? " if near else ""
+
+
+def check_name(name: str, source: str) -> EnvVar:
+    """The registry entry for `name`, or a LaunchError naming the source and what to do instead."""
+    if not _NAME_RE.match(name):
+        raise LaunchError(
+            f"{source}: {name!r} is not a valid environment variable name",
+            "use letters, digits and underscores, e.g. --env NCCL_DEBUG=INFO",
+        )
+    if name in LEGACY:
+        raise LaunchError(f"{source}: {name} is a knob of the old trainer and is not read here", LEGACY[name])
+    if name in INTERNAL:
+        raise LaunchError(f"{source}: {name} must not be set by hand", f"{INTERNAL[name]}; remove it")
+    var = REGISTRY.get(name)
+    if var is None:
+        raise LaunchError(
+            f"{source}: unknown environment variable {name}",
+            f"{_did_you_mean(name)}Known variables are listed by `nsa-launch profiles --env` and in docs/env.md; "
+            "a training knob belongs in the config (--set section.key=value)",
+        )
+    return var
+
+
+def check_value(var: EnvVar, value: str, source: str) -> None:
+    """Raise a LaunchError when `value` does not fit `var`'s type or allowed values."""
+    shown = MASK if var.secret else repr(value)
+    bad = None
+    if var.kind == "enum" and value not in var.choices:
+        bad = f"allowed values: {', '.join(var.choices)}"
+    elif var.kind == "int":
+        try:
+            if int(value) < 0:
+                bad = "must be a non-negative integer"
+        except ValueError:
+            bad = "must be an integer"
+    elif var.kind == "float":
+        try:
+            float(value)
+        except ValueError:
+            bad = "must be a number"
+    elif var.kind == "path" and (not value or "\0" in value):
+        bad = "must be a non-empty path"
+    elif var.kind == "alloc_conf":
+        bad = _check_alloc_conf(value)
+    if "\0" in value:
+        bad = "must not contain a NUL byte"
+    if bad:
+        raise LaunchError(f"{source}: {var.name}={shown} is not valid ({var.help})", f"{var.name} {bad}")
+
+
+def _check_alloc_conf(value: str) -> str | None:
+    for part in value.split(","):
+        key, sep, val = part.partition(":")
+        if not sep or not val:
+            return f"entries look like key:value, got {part!r}"
+        if key.strip() not in _ALLOC_KEYS:
+            near = difflib.get_close_matches(key.strip(), _ALLOC_KEYS, n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            return f"keys are {', '.join(_ALLOC_KEYS)}; got {key!r}{hint}"
+    return None
+
+
+def parse_assignments(items: Iterable[str], source: str = "--env") -> dict[str, str]:
+    """`K=V` strings -> dict, every name and value validated. Secrets may not be given by value."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise LaunchError(
+                f"{source}: {item!r} is not NAME=VALUE",
+                "write it as --env NAME=VALUE, e.g. --env NCCL_DEBUG=INFO",
+            )
+        var = check_name(name, source)
+        if var.secret:
+            raise LaunchError(
+                f"{source}: {name} is a secret and must not be written on the command line",
+                f"export {name} in your shell and pass it by name: --secret {name}",
+            )
+        check_value(var, value, source)
+        out[name] = value
+    return out
+
+
+def validate_env(env: Mapping[str, str], source: str) -> dict[str, str]:
+    """Validate a mapping (a profile's `env:`) the same way as --env."""
+    return parse_assignments((f"{k}={v}" for k, v in env.items()), source)
+
+
+def resolve_secrets(
+    names: Iterable[str], environ: Mapping[str, str], source: str = "--secret"
+) -> dict[str, str]:
+    """Values of the named secrets from the local environment; every name must be a declared secret."""
+    out: dict[str, str] = {}
+    for name in names:
+        var = check_name(name, source)
+        if not var.secret:
+            raise LaunchError(
+                f"{source}: {name} is not a secret",
+                f"pass it by value with --env {name}=VALUE (secrets: {', '.join(sorted(SECRET_NAMES))})",
+            )
+        if not environ.get(name):
+            raise LaunchError(
+                f"{source}: {name} is not set in your local environment", f"export {name}=... first"
+            )
+        out[name] = environ[name]
+    return out
+
+
+def mask(env: Mapping[str, str]) -> dict[str, str]:
+    """A copy safe to print or store: every secret's value replaced by ****."""
+    return {k: (MASK if k in SECRET_NAMES else v) for k, v in env.items()}
+
+
+def scrub(text: str, secrets: Mapping[str, str]) -> str:
+    """`text` with every secret value replaced by ****, for log lines and error messages."""
+    for value in secrets.values():
+        if value:
+            text = text.replace(value, MASK)
+    return text

@@ -1,0 +1,145 @@
+"""Host targets: parse what a user types after --host into one typed HostSpec.
+
+Owns the accepted forms: an OpenSSH alias (resolved later through ~/.ssh/config or --ssh-config),
+`user@host[:port]`, and the string Prime Intellect shows for a pod (`ubuntu@1.2.3.4 -p 22`, also
+with a leading `ssh` and `-i KEY`). It only parses and checks; it opens no connection. The env var
+NSA_LAUNCH_HOST supplies a default target when neither --host nor the profile names one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import LaunchError
+
+LOCAL = "local"
+_HOST_RE = re.compile(r"^[A-Za-z0-9_.\-]+$|^\[[0-9A-Fa-f:.]+\]$")
+_USER_RE = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.\-]*$")
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """Where a node runs. `kind` local: this machine, no SSH. Otherwise host is an alias or address."""
+
+    target: str  # what the user typed, for messages
+    kind: str  # "local" | "ssh"
+    host: str = ""
+    user: str | None = None
+    port: int | None = None
+    key_filename: str | None = None
+    ssh_config: str | None = None
+
+    @property
+    def is_local(self) -> bool:
+        return self.kind == LOCAL
+
+    @property
+    def label(self) -> str:
+        if self.is_local:
+            return LOCAL
+        who = f"{self.user}@" if self.user else ""
+        port = f":{self.port}" if self.port else ""
+        return f"{who}{self.host}{port}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> HostSpec:
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+
+
+def local_host() -> HostSpec:
+    return HostSpec(target=LOCAL, kind=LOCAL)
+
+
+def _bad(target: str, why: str) -> LaunchError:
+    return LaunchError(
+        f"--host {target!r}: {why}",
+        "use an OpenSSH alias (e.g. gpu-pod), user@host[:port], or the string Prime Intellect shows "
+        "(e.g. 'ubuntu@1.2.3.4 -p 22')",
+    )
+
+
+def parse_target(target: str, ssh_config: str | None = None) -> HostSpec:
+    """Parse one --host value. `local` means this machine. Raises LaunchError on anything else odd."""
+    target = target.strip()
+    if not target:
+        raise _bad(target, "empty host")
+    if target == LOCAL:
+        return local_host()
+    if ssh_config is not None:
+        cfg = Path(ssh_config).expanduser()
+        if not cfg.is_file():
+            raise LaunchError(
+                f"--ssh-config {ssh_config}: no such file", "pass an existing OpenSSH config file"
+            )
+        ssh_config = str(cfg.resolve())
+    try:
+        words = shlex.split(target)
+    except ValueError as e:
+        raise _bad(target, f"cannot split it ({e})") from None
+    if words and words[0] == "ssh":
+        words = words[1:]
+    port: int | None = None
+    key: str | None = None
+    dest: str | None = None
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w in ("-p", "-i"):
+            if i + 1 >= len(words):
+                raise _bad(target, f"{w} needs a value")
+            if w == "-p":
+                port = _port(target, words[i + 1])
+            else:
+                key = str(Path(words[i + 1]).expanduser())
+            i += 2
+            continue
+        if w.startswith("-"):
+            raise _bad(target, f"option {w} is not supported (only -p PORT and -i KEY)")
+        if dest is not None:
+            raise _bad(target, f"two destinations ({dest!r} and {w!r})")
+        dest = w
+        i += 1
+    if dest is None:
+        raise _bad(target, "no host in it")
+    user: str | None = None
+    if "@" in dest:
+        user, _, dest = dest.rpartition("@")
+        if not _USER_RE.match(user):
+            raise _bad(target, f"user {user!r} is not a valid user name")
+    if dest.count(":") == 1:
+        dest, _, p = dest.partition(":")
+        if port is not None:
+            raise _bad(target, "port given twice (host:port and -p)")
+        port = _port(target, p)
+    if not _HOST_RE.match(dest):
+        raise _bad(target, f"{dest!r} is not a host name, address or alias")
+    if key is not None and not Path(key).is_file():
+        raise LaunchError(
+            f"--host {target!r}: key file {key} does not exist", "pass an existing private key with -i"
+        )
+    return HostSpec(
+        target=target, kind="ssh", host=dest, user=user, port=port, key_filename=key, ssh_config=ssh_config
+    )
+
+
+def _port(target: str, text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise _bad(target, f"port {text!r} is not a number") from None
+    if not 1 <= port <= 65535:
+        raise _bad(target, f"port {port} is out of range 1..65535")
+    return port
+
+
+def default_target() -> str | None:
+    """The NSA_LAUNCH_HOST override, if set."""
+    return os.environ.get("NSA_LAUNCH_HOST") or None

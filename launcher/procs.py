@@ -1,0 +1,191 @@
+"""Process and GPU facts on the host where the agent runs: who belongs to a run, signals, NVIDIA GPUs.
+
+Owns reading /proc (Linux) to find every process of a run (the tmux pane's tree plus any process
+whose environment carries the run's NSA_LAUNCH_RUN_DIR tag: torchrun starts its workers in new
+sessions, so a process-group signal alone would miss them), signalling them, and querying GPUs through
+nvidia-smi, parsed defensively (a missing tool or an "[N/A]" field gives [] or None, never an
+exception). Standard library only: it runs inside `python -m launcher.agent` on the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+from typing import Any
+
+TAG = "NSA_LAUNCH_RUN_DIR"
+
+
+def _ppid_map() -> dict[int, int]:
+    out: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+            out[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def descendants(pid: int, ppids: dict[int, int] | None = None) -> set[int]:
+    ppids = ppids if ppids is not None else _ppid_map()
+    children: dict[int, list[int]] = {}
+    for p, pp in ppids.items():
+        children.setdefault(pp, []).append(p)
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def tagged(run_dir: str, pids: list[int] | None = None) -> set[int]:
+    """PIDs whose environment holds NSA_LAUNCH_RUN_DIR=<run_dir> (only our own user's are readable)."""
+    needle = f"{TAG}={run_dir}".encode() + b"\0"
+    me = os.getpid()
+    out: set[int] = set()
+    for pid in pids if pids is not None else _ppid_map():
+        if pid == me:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read() + b"\0"
+        except OSError:
+            continue
+        if b"\0" + needle in b"\0" + env:
+            out.add(pid)
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state != "Z"  # a zombie holds no resources; its parent just has not reaped it
+    except (OSError, IndexError):
+        return False
+
+
+def run_pids(run_dir: str, pane_pid: int | None) -> set[int]:
+    """Every live process of the run: the pane's tree and every tagged process and their trees."""
+    ppids = _ppid_map()
+    found = tagged(run_dir, list(ppids))
+    if pane_pid and pane_pid in ppids:
+        found.add(pane_pid)
+    for p in list(found):
+        found |= descendants(p, ppids)
+    return {p for p in found if alive(p)}
+
+
+def signal_all(pids: set[int], sig: int) -> None:
+    """Send `sig` to each process and to its process group (catches children we have not seen yet)."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            pgid = os.getpgid(pid)
+            if pgid != os.getpgid(0):
+                os.killpg(pgid, sig)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _num(text: str) -> float | None:
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        return None  # "[N/A]", "[Not Supported]", empty
+
+
+def gpus(timeout: float = 5.0) -> list[dict[str, Any]]:
+    """One dict per GPU (index, name, util_pct, mem_used_mb, mem_total_mb, temp_c, power_w); [] without."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    fields = "index,name,utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw"
+    try:
+        out = subprocess.run(
+            [exe, f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    rows = []
+    for line in out.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 7:
+            continue
+        idx = _num(parts[0])
+        rows.append(
+            {
+                "index": int(idx) if idx is not None else len(rows),
+                "name": parts[1],
+                "util_pct": _num(parts[2]),
+                "mem_used_mb": _num(parts[3]),
+                "mem_total_mb": _num(parts[4]),
+                "temp_c": _num(parts[5]),
+                "power_w": _num(parts[6]),
+            }
+        )
+    return rows
+
+
+def gpu_pids(timeout: float = 5.0) -> dict[int, float | None] | None:
+    """PID -> MiB of GPU memory for every process holding GPU memory; None without nvidia-smi."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    found: dict[int, float | None] = {}
+    for line in out.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        pid = _num(parts[0]) if parts else None
+        if pid is not None:
+            found[int(pid)] = _num(parts[1]) if len(parts) > 1 else None
+    return found
+
+
+def term_then_kill(pids_now: Any, grace_s: float, poll: float = 0.05) -> set[int]:
+    """TERM every process `pids_now()` returns, wait up to grace_s, KILL what is left, wait 5 s more.
+
+    `pids_now` is called again each poll, so processes started meanwhile are caught too. Returns the
+    PIDs still alive at the end (empty on success).
+    """
+    import time
+
+    left = pids_now()
+    if not left:
+        return set()
+    signal_all(left, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        left = pids_now()
+        if not left:
+            return set()
+        time.sleep(poll)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        left = pids_now()
+        if not left:
+            return set()
+        signal_all(left, signal.SIGKILL)
+        time.sleep(poll)
+    return pids_now()

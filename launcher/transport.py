@@ -1,0 +1,344 @@
+"""How the launcher reaches a host: LocalTransport (this machine) and SSHTransport (fabric/paramiko).
+
+Owns connecting (host key checked against known_hosts with paramiko's RejectPolicy: fabric's default
+is AutoAdd, which would trust any impostor; first contact only with accept_new_host_key), running one
+shell command with optional stdin and a timeout, streaming a command's output line by line, local
+port forwards, and the `ssh` argv rsync reuses so sync goes over the very same host and key. Every
+command it runs is a string the caller built with shlex; this module never formats a value into a
+command. It must not know about runs, profiles or the agent's protocol.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import LaunchError, RemoteCommandError, RuntimeFailure
+from launcher.hosts import HostSpec
+
+CONNECT_TIMEOUT_S = 10.0
+
+
+@dataclass
+class Result:
+    stdout: str
+    stderr: str
+    exit_code: int
+
+
+class Transport:
+    """One host. `run` executes a shell command (bash -c semantics on both sides)."""
+
+    spec: HostSpec
+
+    @property
+    def label(self) -> str:
+        return self.spec.label
+
+    def run(
+        self, command: str, *, input: str | None = None, timeout: float = 60.0, check: bool = True
+    ) -> Result:
+        raise NotImplementedError
+
+    def stream(self, command: str, *, input: str | None = None) -> Iterator[str]:
+        """Lines of the command's stdout as they arrive (stderr is folded in). Closing stops the command."""
+        raise NotImplementedError
+
+    def forward_local(self, local_port: int, remote_port: int) -> contextlib.AbstractContextManager[Any]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def _check(self, command: str, res: Result, check: bool) -> Result:
+        if check and res.exit_code != 0:
+            raise RemoteCommandError(self.label, _short(command), res.exit_code, res.stderr or res.stdout)
+        return res
+
+
+def _short(command: str, n: int = 200) -> str:
+    return command if len(command) <= n else command[:n] + " ..."
+
+
+class LocalTransport(Transport):
+    """This machine, through `bash -c`, so commands mean exactly what they mean over SSH."""
+
+    def __init__(self, spec: HostSpec):
+        self.spec = spec
+
+    def run(
+        self, command: str, *, input: str | None = None, timeout: float = 60.0, check: bool = True
+    ) -> Result:
+        try:
+            p = subprocess.run(
+                ["bash", "-c", command],
+                input=input if input is not None else "",
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                start_new_session=True,
+            )
+        except subprocess.TimeoutExpired as e:
+            raise RuntimeFailure(
+                f"local command did not finish within {timeout:.0f} s: {_short(command)}",
+                "see the run's train.log; raise the timeout if the host is just slow",
+            ) from e
+        return self._check(command, Result(p.stdout, p.stderr, p.returncode), check)
+
+    def stream(self, command: str, *, input: str | None = None) -> Iterator[str]:
+        p = subprocess.Popen(
+            ["bash", "-c", command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
+        assert p.stdin is not None and p.stdout is not None
+        try:
+            p.stdin.write(input or "")
+            p.stdin.close()
+            for line in p.stdout:
+                yield line.rstrip("\n")
+        finally:
+            if p.poll() is None:
+                p.terminate()
+            p.wait(timeout=10)
+
+    def forward_local(self, local_port: int, remote_port: int) -> contextlib.AbstractContextManager[Any]:
+        # The service already listens on this machine; a forward would be a second copy of the port.
+        return contextlib.nullcontext()
+
+
+class SSHTransport(Transport):
+    """A host over SSH. The host key must match known_hosts; new keys only with accept_new_host_key."""
+
+    def __init__(self, spec: HostSpec, *, accept_new_host_key: bool = False):
+        import fabric
+        import paramiko
+
+        self.spec = spec
+        self._paramiko = paramiko
+        cfg = fabric.Config(runtime_ssh_path=spec.ssh_config) if spec.ssh_config else fabric.Config()
+        kwargs: dict[str, Any] = {}
+        if spec.key_filename:
+            kwargs["key_filename"] = spec.key_filename
+        self.conn = fabric.Connection(
+            host=spec.host,
+            user=spec.user,
+            port=spec.port,
+            config=cfg,
+            connect_timeout=CONNECT_TIMEOUT_S,
+            connect_kwargs=kwargs,
+        )
+        self.hostname: str = self.conn.host
+        self.port: int = int(self.conn.port)
+        self.user: str = self.conn.user
+        known = self.conn.ssh_config.get("userknownhostsfile")
+        files = known.split() if isinstance(known, str) else list(known or [])
+        self.known_hosts = [str(Path(f).expanduser()) for f in files] or [
+            str(Path("~/.ssh/known_hosts").expanduser())
+        ]
+        ident = self.conn.ssh_config.get("identityfile") or []
+        self.identities = [str(Path(i).expanduser()) for i in ident] + (
+            [spec.key_filename] if spec.key_filename else []
+        )
+        client = self.conn.client
+        client.set_missing_host_key_policy(
+            paramiko.AutoAddPolicy() if accept_new_host_key else paramiko.RejectPolicy()
+        )
+        # load_host_keys remembers the file, so an accepted new key is saved to the first one.
+        for f in reversed(self.known_hosts):
+            if os.path.exists(f):
+                client.load_host_keys(f)
+            elif accept_new_host_key:
+                Path(f).parent.mkdir(parents=True, exist_ok=True)
+                Path(f).touch(mode=0o600)
+                client.load_host_keys(f)
+
+    @property
+    def label(self) -> str:
+        return (
+            f"{self.user}@{self.hostname}:{self.port}"
+            if self.spec.host == self.hostname
+            else (f"{self.spec.host} ({self.user}@{self.hostname}:{self.port})")
+        )
+
+    # --- connection ---------------------------------------------------------------------------
+    def connect(self) -> None:
+        p = self._paramiko
+        t = self.conn.client.get_transport()
+        if t is not None and t.is_active():
+            return
+        key_entry = f"[{self.hostname}]:{self.port}" if self.port != 22 else self.hostname
+        try:
+            self.conn.open()
+        except p.BadHostKeyException as e:
+            raise LaunchError(
+                f"host key MISMATCH for {self.label}: the host presented a {e.key.get_name()} key that differs "
+                f"from the one in {', '.join(self.known_hosts)}. Someone may be intercepting the connection, "
+                "or the host was re-created",
+                f"verify the new key out of band, then remove the old one: ssh-keygen -R '{key_entry}' "
+                f"-f {self.known_hosts[0]} (and re-run with --accept-new-host-key)",
+            ) from None
+        except p.AuthenticationException as e:
+            raise LaunchError(
+                f"SSH authentication to {self.label} failed ({e})",
+                "check the user and the key (IdentityFile in the ssh config, or -i KEY in --host)",
+            ) from None
+        except p.SSHException as e:
+            if "not found in known_hosts" in str(e):
+                raise LaunchError(
+                    f"the host key of {self.label} is not in {', '.join(self.known_hosts)} (first contact)",
+                    "check the host's fingerprint, then re-run with --accept-new-host-key to record it",
+                ) from None
+            raise RuntimeFailure(
+                f"SSH to {self.label} failed: {e}", "check the host is up and sshd runs"
+            ) from None
+        except (OSError, EOFError, TimeoutError) as e:
+            raise RuntimeFailure(
+                f"cannot reach {self.label}: {e.__class__.__name__}: {e}",
+                "check the host is up, the address/port are right and the network allows SSH",
+            ) from None
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.close()
+
+    def _channel(self, command: str) -> Any:
+        self.connect()
+        try:
+            chan = self.conn.client.get_transport().open_session(timeout=CONNECT_TIMEOUT_S)
+            chan.exec_command(command)
+        except (self._paramiko.SSHException, OSError, EOFError) as e:
+            self.close()
+            raise RuntimeFailure(
+                f"lost the SSH connection to {self.label}: {e}", "check the host is up"
+            ) from None
+        return chan
+
+    # --- commands -----------------------------------------------------------------------------
+    def run(
+        self, command: str, *, input: str | None = None, timeout: float = 60.0, check: bool = True
+    ) -> Result:
+        chan = self._channel(command)
+        out, err = bytearray(), bytearray()
+        try:
+            if input:
+                chan.sendall(input.encode())
+            chan.shutdown_write()
+            deadline = time.monotonic() + timeout
+            pause = 0.0005
+            while True:
+                got = False
+                if chan.recv_ready():
+                    out += chan.recv(1 << 16)
+                    got = True
+                if chan.recv_stderr_ready():
+                    err += chan.recv_stderr(1 << 16)
+                    got = True
+                if not got:
+                    if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                        break
+                    if chan.closed or not self.conn.client.get_transport().is_active():
+                        raise RuntimeFailure(
+                            f"the connection to {self.label} dropped during `{_short(command)}`",
+                            "check the host is up and re-run",
+                        )
+                    if time.monotonic() > deadline:
+                        raise RuntimeFailure(
+                            f"`{_short(command)}` on {self.label} did not finish within {timeout:.0f} s",
+                            "the host may be overloaded; re-run, or check it with `nsa-launch doctor`",
+                        )
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.01)
+                else:
+                    pause = 0.0005
+            code = chan.recv_exit_status()
+        except (self._paramiko.SSHException, OSError, EOFError) as e:
+            self.close()
+            raise RuntimeFailure(
+                f"lost the SSH connection to {self.label}: {e}", "check the host is up"
+            ) from None
+        finally:
+            chan.close()
+        return self._check(
+            command, Result(out.decode(errors="replace"), err.decode(errors="replace"), code), check
+        )
+
+    def stream(self, command: str, *, input: str | None = None) -> Iterator[str]:
+        chan = self._channel(command)
+        chan.set_combine_stderr(True)
+        buf = b""
+        try:
+            if input:
+                chan.sendall(input.encode())
+            chan.shutdown_write()
+            chan.settimeout(0.5)
+            while True:
+                try:
+                    data = chan.recv(1 << 16)
+                except TimeoutError:
+                    if not self.conn.client.get_transport().is_active():
+                        raise RuntimeFailure(
+                            f"the connection to {self.label} dropped", "re-run when it is back"
+                        )
+                    continue
+                if not data:
+                    break
+                buf += data
+                *lines, buf = buf.split(b"\n")
+                for ln in lines:
+                    yield ln.decode(errors="replace")
+            if buf:
+                yield buf.decode(errors="replace")
+        finally:
+            chan.close()
+
+    def forward_local(self, local_port: int, remote_port: int) -> contextlib.AbstractContextManager[Any]:
+        self.connect()
+        return self.conn.forward_local(
+            local_port, remote_port=remote_port, remote_host="127.0.0.1", local_host="127.0.0.1"
+        )
+
+    def sftp(self) -> Any:
+        self.connect()
+        return self.conn.sftp()
+
+    def ssh_argv(self) -> list[str]:
+        """The OpenSSH client argv (without a command) for rsync -e: same host, port, user, keys."""
+        argv = ["ssh"]
+        if self.spec.ssh_config:
+            argv += ["-F", self.spec.ssh_config]
+        argv += [
+            "-p",
+            str(self.port),
+            "-l",
+            self.user,
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=yes",
+        ]
+        argv += ["-o", "UserKnownHostsFile=" + " ".join(shlex.quote(f) for f in self.known_hosts)]
+        argv += ["-o", f"ConnectTimeout={int(CONNECT_TIMEOUT_S)}"]
+        for ident in self.identities:
+            argv += ["-i", ident]
+        return argv
+
+
+def open_transport(spec: HostSpec, *, accept_new_host_key: bool = False) -> Transport:
+    """A connected transport for `spec` (SSH connects now, so a bad host fails here, before any work)."""
+    if spec.is_local:
+        return LocalTransport(spec)
+    t = SSHTransport(spec, accept_new_host_key=accept_new_host_key)
+    t.connect()
+    return t
