@@ -16,5 +16,10 @@ def cli() -> None:
     """
 
 
+from launcher.cli.dashboard import dashboard  # noqa: E402
+
+cli.add_command(dashboard)
+
+
 def main() -> None:
     cli()

@@ -1,0 +1,71 @@
+"""`nsa-launch dashboard`: validate the options, then run the Textual dashboard until `q`.
+
+Owns the command's options and their checks only; everything on screen lives in launcher/dashboard.
+Bad options exit 2 before any screen is drawn or host contacted. Never imports torch.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+
+def _fail(message: str, code: int = 2) -> None:
+    click.echo(f"nsa-launch dashboard: {message}", err=True)
+    sys.exit(code)
+
+
+@click.command("dashboard")
+@click.option("--run", "run", metavar="RUN", help="Show only this run (default: the 10 most recent runs).")
+@click.option("--all", "show_all", is_flag=True, help="Show every run launched from this machine.")
+@click.option(
+    "--refresh",
+    type=float,
+    default=1.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Status poll period; an unreachable host is retried with backoff up to max(8 s, this).",
+)
+@click.option(
+    "--replay",
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    help="Replay a recording (status.json + runs/ + nvidia-smi CSVs) instead of live runs: "
+    "demos and benchmarks; kill/restart/tunnel then touch nothing.",
+)
+def dashboard(run: str | None, show_all: bool, refresh: float, replay: Path | None) -> None:
+    """Watch runs live: table, log, GPUs, loss and tokens/s charts, events; kill/restart/tunnel.
+
+    Keys: k kill, r restart, t tunnel, / search, f follow, l rank filter, ? help, q quit.
+    """
+    if run is not None and show_all:
+        _fail("--run and --all exclude each other; fix: pass one of them (or neither for recent runs)")
+    if not refresh > 0 or refresh > 3600:
+        _fail(f"--refresh {refresh}: must be a number of seconds in (0, 3600]; fix: e.g. --refresh 1")
+
+    from launcher.dashboard import make_app
+
+    if replay is not None:
+        if run is not None or show_all:
+            _fail("--replay shows the whole recording; fix: drop --run/--all")
+        from launcher.dashboard.recorded import RecordedBackend
+
+        try:
+            backend = RecordedBackend(replay)
+        except ValueError as e:
+            _fail(f"--replay {replay}: {e}")
+    else:
+        from launcher.dashboard.backend import LauncherBackend, Scope
+
+        try:
+            backend = LauncherBackend(Scope(run=run, all=show_all))
+            if run is not None:
+                backend.check_run()  # an unknown run is bad input: say so before drawing anything
+        except ImportError as e:
+            _fail(f"the launcher API is not available ({e}); fix: reinstall nsa-launch", 1)
+        except Exception as e:
+            code = getattr(e, "exit_code", 1)
+            _fail(str(e), code if code in (1, 2) else 1)
+    make_app(backend, refresh_s=refresh, max_backoff_s=max(8.0, refresh)).run()

@@ -1,0 +1,112 @@
+"""The dashboard's one door to runs: the `Backend` protocol and the real backend over launcher.api.
+
+This module owns the small set of calls the dashboard makes (snapshot, log stream, metric history,
+kill, restart, tunnel), keyed by run id so widgets never hold launcher objects. `LauncherBackend`
+adapts `launcher.api` to it; tests use `recorded.RecordedBackend`. Every call here may block on the
+network, so the app only ever calls them from worker threads. Must not import torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class Tunnel(Protocol):
+    url: str
+
+    def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    def snapshot(self) -> list[dict[str, Any]]:
+        """One status dict per run shown (shape of `launcher.api.fetch_status`)."""
+
+    def stream_log(self, run: str, last_n: int = 200) -> Iterator[str]:
+        """The last `last_n` lines of the run's train.log, then new lines as they are written."""
+
+    def metrics(self, run: str) -> list[dict[str, Any]]:
+        """The newest metrics.jsonl records of the run, oldest first."""
+
+    def kill(self, run: str) -> dict[str, Any]:
+        """`{"killed": bool, "remaining_pids": [...], "message": str}`."""
+
+    def restart(self, run: str) -> str:
+        """Restart from the latest checkpoint; returns the run id now running."""
+
+    def open_tunnel(self, run: str, port: int = 6006) -> Tunnel: ...
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which runs the dashboard shows: one run, every remembered run, or the most recent `limit`."""
+
+    run: str | None = None
+    all: bool = False
+    limit: int = 10
+
+
+class LauncherBackend:
+    """The real backend: `launcher.api` (SSH or local transport, the host agent, the run registry)."""
+
+    def __init__(self, scope: Scope | None = None):
+        # Imported here so `--help` and the recorded tests never pay for (or depend on) the launcher.
+        from launcher import api
+
+        self._api = api
+        self.scope = scope or Scope()
+        self._records: dict[str, Any] = {}
+
+    def _select(self) -> list[Any]:
+        if self.scope.run is not None:
+            recs = [self._api.resolve_run(self.scope.run)]
+        else:
+            recs = list(self._api.list_runs())
+            if not self.scope.all:
+                recs = recs[: self.scope.limit]
+        self._records = {record_id(r): r for r in recs}
+        return recs
+
+    def check_run(self) -> None:
+        """Resolve `--run` now (local registry only), so an unknown run fails before the UI starts."""
+        if self.scope.run is not None:
+            rec = self._api.resolve_run(self.scope.run)
+            self._records = {record_id(rec): rec}
+
+    def _record(self, run: str) -> Any:
+        rec = self._records.get(run)
+        return rec if rec is not None else self._api.resolve_run(run)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        recs = self._select()
+        return list(self._api.fetch_status(recs)) if recs else []
+
+    def stream_log(self, run: str, last_n: int = 200) -> Iterator[str]:
+        return iter(self._api.stream_log(self._record(run), follow=True, last_n=last_n))
+
+    def metrics(self, run: str) -> list[dict[str, Any]]:
+        fetch = getattr(self._api, "fetch_metrics", None)
+        if fetch is None:
+            return []
+        return list(fetch(self._record(run)))
+
+    def kill(self, run: str) -> dict[str, Any]:
+        return dict(self._api.kill_run(self._record(run)))
+
+    def restart(self, run: str) -> str:
+        return record_id(self._api.restart_run(self._record(run)))
+
+    def open_tunnel(self, run: str, port: int = 6006) -> Tunnel:
+        return self._api.open_tunnel(self._record(run), port=port)
+
+
+def record_id(record: Any) -> str:
+    """The run id of a launcher RunRecord (attribute `run`, `run_id` or `name`; or a plain dict)."""
+    if isinstance(record, dict):
+        return str(record.get("run") or record.get("run_id") or record.get("name"))
+    for attr in ("run", "run_id", "name", "id"):
+        v = getattr(record, attr, None)
+        if isinstance(v, str) and v:
+            return v
+    raise TypeError(f"cannot find the run id of {record!r}")

@@ -1,0 +1,188 @@
+"""A backend that replays recorded data: a run dir, status snapshots and `nvidia-smi` CSV output.
+
+This module owns the recording format the Pilot and snapshot tests (and bench/dashboard.py) build the
+app from, so they need no network, no tmux and no GPU. It replays data written by real tools; it is
+not a mock of the launcher: kill/restart/tunnel are recorded as calls (so tests can assert the
+dashboard really asked for them) and change what later snapshots say, but touch no process.
+
+Layout of a recording directory:
+    status.json          {"snapshots": [[status, ...], ...]}: one list of status dicts per poll
+                         step; a status whose "gpus" is a string names a CSV file below
+    runs/<run>/          run dirs (train.log, metrics.jsonl, events.jsonl, heartbeat/ ...)
+    *.csv                `nvidia-smi --query-gpu=index,name,utilization.gpu,memory.used,
+                         memory.total,temperature.gpu,power.draw --format=csv` output
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nsa.runfiles import RunDir, iter_jsonl
+
+# nvidia-smi column (as --query-gpu names it) -> key in the status snapshot's gpu dicts.
+GPU_COLUMNS = {
+    "index": "index",
+    "name": "name",
+    "utilization.gpu": "util_pct",
+    "memory.used": "mem_used_mb",
+    "memory.total": "mem_total_mb",
+    "temperature.gpu": "temp_c",
+    "power.draw": "power_w",
+}
+
+
+def _gpu_value(key: str, raw: str) -> Any:
+    raw = raw.strip()
+    if key == "name":
+        return raw
+    # "[N/A]" / "[Not Supported]" are what nvidia-smi prints for sensors a board lacks.
+    num = raw.split(" ")[0]
+    try:
+        f = float(num)
+    except ValueError:
+        return None
+    return int(f) if key == "index" else f
+
+
+def parse_nvidia_smi_csv(text: str) -> list[dict[str, Any]]:
+    """GPU dicts from `nvidia-smi --query-gpu=... --format=csv` (with header and units).
+
+    Unknown columns are ignored and unreadable values become None, because the output format is
+    documented as not backwards compatible across drivers.
+    """
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return []
+    header = [h.strip().split(" [")[0] for h in lines[0].split(",")]
+    gpus = []
+    for ln in lines[1:]:
+        cells = ln.split(",")
+        if len(cells) != len(header):
+            continue
+        gpu: dict[str, Any] = {}
+        for col, cell in zip(header, cells):
+            key = GPU_COLUMNS.get(col)
+            if key:
+                gpu[key] = _gpu_value(key, cell)
+        gpus.append(gpu)
+    return gpus
+
+
+@dataclass
+class RecordedTunnel:
+    """What `open_tunnel` returns on a recording: the URL a real tunnel would print; no socket."""
+
+    url: str
+    closed: bool = False
+    _on_close: Any = field(default=None, repr=False)
+
+    def close(self) -> None:
+        self.closed = True
+        if self._on_close:
+            self._on_close(self)
+
+
+class RecordedBackend:
+    """Replays a recording directory; see the module docstring for its layout."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        status_file = self.root / "status.json"
+        try:
+            data = json.loads(status_file.read_text())
+            self._snapshots: list[list[dict[str, Any]]] = data["snapshots"]
+        except (OSError, ValueError, KeyError) as e:
+            raise ValueError(
+                f"{status_file}: not a recording ({e}); expected {{'snapshots': [[...]]}}"
+            ) from e
+        if not self._snapshots:
+            raise ValueError(f"{status_file}: key 'snapshots' is empty; record at least one poll")
+        self._index = 0
+        self._lock = threading.Lock()
+        self._killed: set[str] = set()
+        self._feeds: dict[str, queue.Queue[str | None]] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.tunnels: list[RecordedTunnel] = []
+
+    # --- replay control (tests and benchmarks) ----------------------------------------------
+    def advance(self) -> int:
+        """Move to the next recorded poll (the last one repeats); returns its index."""
+        with self._lock:
+            self._index = min(self._index + 1, len(self._snapshots) - 1)
+            return self._index
+
+    def feed_log(self, run: str, lines: list[str] | None) -> None:
+        """Lines that "arrive" after the recorded train.log; None ends the stream."""
+        q = self._feed(run)
+        if lines is None:
+            q.put(None)
+        else:
+            for ln in lines:
+                q.put(ln)
+
+    def _feed(self, run: str) -> queue.Queue[str | None]:
+        with self._lock:
+            return self._feeds.setdefault(run, queue.Queue())
+
+    def run_dir(self, run: str) -> RunDir:
+        return RunDir(self.root / "runs" / run)
+
+    # --- Backend ------------------------------------------------------------------------------
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._lock:
+            statuses = copy.deepcopy(self._snapshots[self._index])
+            killed = set(self._killed)
+        for st in statuses:
+            if isinstance(st.get("gpus"), str):
+                st["gpus"] = parse_nvidia_smi_csv((self.root / st["gpus"]).read_text())
+            if st.get("run") in killed:
+                st["state"] = "killed"
+        return statuses
+
+    def stream_log(self, run: str, last_n: int = 200) -> Iterator[str]:
+        path = self.run_dir(run).train_log
+        lines = path.read_text().splitlines() if path.exists() else []
+        yield from lines[-last_n:] if last_n > 0 else []
+        q = self._feed(run)
+        while True:
+            ln = q.get()
+            if ln is None:
+                return
+            yield ln
+
+    def metrics(self, run: str) -> list[dict[str, Any]]:
+        return list(iter_jsonl(self.run_dir(run).metrics))
+
+    def kill(self, run: str) -> dict[str, Any]:
+        with self._lock:
+            self.calls.append(("kill", run))
+            self._killed.add(run)
+        return {
+            "killed": True,
+            "remaining_pids": [],
+            "message": f"run {run}: recorded kill (no process touched)",
+        }
+
+    def restart(self, run: str) -> str:
+        with self._lock:
+            self.calls.append(("restart", run))
+            self._killed.discard(run)
+        return run
+
+    def open_tunnel(self, run: str, port: int = 6006) -> RecordedTunnel:
+        with self._lock:
+            self.calls.append(("open_tunnel", run))
+        t = RecordedTunnel(url=f"http://127.0.0.1:{port}/", _on_close=self._tunnel_closed)
+        self.tunnels.append(t)
+        return t
+
+    def _tunnel_closed(self, t: RecordedTunnel) -> None:
+        with self._lock:
+            self.calls.append(("close_tunnel", t.url))

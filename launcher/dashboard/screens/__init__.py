@@ -1,0 +1,1 @@
+"""Dashboard screens: the main screen and its modals (confirmation, help)."""

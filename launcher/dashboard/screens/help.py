@@ -1,0 +1,48 @@
+"""The `?` help modal: every key of the dashboard and what it does."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.table import Table
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+KEYS = (
+    ("↑ / ↓", "select a run (its log, GPUs, charts and events follow)"),
+    ("k", "kill the selected run (asks first): TERM, then KILL, verified gone"),
+    ("r", "restart the selected run from its latest checkpoint (asks first)"),
+    ("t", "open / close the TensorBoard tunnel; the URL shows in the top bar"),
+    ("/", "search the log (Enter applies, empty clears); matches highlighted"),
+    ("n / N", "next / previous search match"),
+    ("f", "follow the log tail / pause it"),
+    ("l", "filter the log by rank: all, rank 0, rank 1 ... (untagged lines always show)"),
+    ("h", "heartbeat column: newest age / every rank's age"),
+    ("?", "this help"),
+    ("q", "quit (the runs keep going)"),
+)
+
+
+class HelpScreen(ModalScreen[None]):
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > Vertical { width: 84; height: auto; border: thick $accent; background: $panel; padding: 1 2; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "dismiss", "close"),
+        Binding("question_mark", "dismiss", "close"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="bold cyan", no_wrap=True)
+        table.add_column()
+        for key, what in KEYS:
+            table.add_row(key, what)
+        with Vertical():
+            yield Static("[b]nsa-launch dashboard — keys[/b]\n")
+            yield Static(table, id="keys")
+            yield Static("\n[dim]Escape or ? closes this help.[/dim]")

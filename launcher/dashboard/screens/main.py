@@ -1,0 +1,402 @@
+"""The main screen: runs table on top; the selected run's log, GPUs, charts and events below.
+
+Owns the dashboard's live state (latest snapshot, selection, open tunnels) and its workers: one
+exclusive named group each for status polling, log following, metric polling and control actions
+(kill / restart / tunnel). Workers await the backend in daemon threads (workers.py) and report
+back only through messages (messages.py); every widget update happens in a handler here, on the UI
+thread. Must not call the backend from a handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input
+
+from launcher.dashboard import format as fmt
+from launcher.dashboard.backend import Backend
+from launcher.dashboard.messages import (
+    ActionDone,
+    LogArrived,
+    LogEnded,
+    MetricsUpdated,
+    PollFailed,
+    StatusUpdated,
+)
+from launcher.dashboard.screens.confirm import ConfirmScreen
+from launcher.dashboard.widgets.events_list import EventsList
+from launcher.dashboard.widgets.gpu_panel import GpuPanel
+from launcher.dashboard.widgets.log_view import LogView
+from launcher.dashboard.widgets.metric_chart import MetricChart
+from launcher.dashboard.widgets.runs_table import RunsTable
+from launcher.dashboard.widgets.summary_bar import SummaryBar
+from launcher.dashboard.workers import Backoff, LogInbox, in_daemon_thread, pump_log
+
+CHART_POINTS = 500  # plotting more points than a terminal has columns only costs CPU
+
+
+class MainScreen(Screen):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("k", "kill", "kill"),
+        Binding("r", "restart", "restart"),
+        Binding("t", "tunnel", "tunnel"),
+        Binding("slash", "search", "search"),
+        Binding("n", "match(1)", "next match", show=False),
+        Binding("N", "match(-1)", "prev match", show=False),
+        Binding("f", "follow", "follow"),
+        Binding("l", "rank_filter", "rank filter"),
+        Binding("h", "heartbeats", "heartbeats", show=False),
+        Binding("escape", "escape", "clear search", show=False),
+        Binding("question_mark", "app.help", "help"),
+        Binding("q", "app.quit", "quit"),
+    ]
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        refresh_s: float,
+        max_backoff_s: float,
+        clock: Callable[[], float],
+        log_capacity: int,
+        log_last_n: int,
+    ) -> None:
+        super().__init__()
+        self.backend = backend
+        self.refresh_s = refresh_s
+        self.max_backoff_s = max_backoff_s
+        self.clock = clock
+        self.log_capacity = log_capacity
+        self.log_last_n = log_last_n
+        self.statuses: dict[str, dict[str, Any]] = {}
+        self.order: list[str] = []
+        self.selected: str | None = None
+        self.want_selected: str | None = None
+        self.tunnels: dict[str, Any] = {}
+        self.per_rank_heartbeat = False
+        self.last_status_at: float | None = None
+        self.poll_error: str | None = None
+        self.polls = 0
+        self._inbox: tuple[str, LogInbox] | None = None
+        self._poll_now = asyncio.Event()
+
+    def compose(self) -> ComposeResult:
+        yield SummaryBar(id="summary")
+        yield RunsTable(id="runs")
+        with Horizontal(id="middle"):
+            with Vertical(id="left"):
+                yield LogView(capacity=self.log_capacity, id="log")
+                yield Input(
+                    placeholder="search the log (Enter applies, empty clears, Esc cancels)", id="search"
+                )
+            with Vertical(id="right"):
+                yield GpuPanel(id="gpus")
+                yield MetricChart("loss", color="orange", id="loss")
+                yield MetricChart("tokens/s", color="cyan", id="tps")
+                yield EventsList(id="events")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#search", Input).display = False
+        self.query_one(RunsTable).focus()
+        self._refresh_summary()
+        self.poll_status()
+        self.set_interval(1.0, self._refresh_summary)
+
+    # --- workers ----------------------------------------------------------------------------
+    @work(group="status", exclusive=True, exit_on_error=False)
+    async def poll_status(self) -> None:
+        backoff = Backoff(self.refresh_s, self.max_backoff_s)
+        while True:
+            try:
+                statuses = await in_daemon_thread(self.backend.snapshot, name="dashboard-status")
+            except Exception as e:  # the whole call failed (not one host): show it, retry slower
+                delay = backoff.next_delay(False)
+                self.post_message(PollFailed(f"status failed: {e}", delay))
+            else:
+                healthy = not any(s.get("state") == "lost" for s in statuses)
+                delay = backoff.next_delay(healthy)
+                self.post_message(StatusUpdated(statuses, next_poll_s=delay))
+            self._poll_now.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._poll_now.wait(), timeout=delay)
+
+    @work(group="log", exclusive=True, exit_on_error=False)
+    async def follow_log(self, run: str) -> None:
+        inbox = LogInbox(self.log_capacity)
+        self._inbox = (run, inbox)
+        backoff = Backoff(self.refresh_s, self.max_backoff_s)
+        last_n = self.log_last_n
+        while True:
+            stop = threading.Event()
+
+            def stream(n: int = last_n, stop: threading.Event = stop) -> None:
+                pump_log(
+                    self.backend.stream_log(run, n), inbox, stop, lambda: self.post_message(LogArrived(run))
+                )
+
+            try:
+                await in_daemon_thread(stream, name=f"dashboard-log-{run}")
+            except asyncio.CancelledError:
+                stop.set()
+                raise
+            except Exception as e:
+                # A dropped connection: say so in the log itself, retry, and replay a short tail
+                # (marked) because lines written during the outage would otherwise be missing.
+                delay = backoff.next_delay(False)
+                if inbox.put(f"── log stream lost ({e}); retrying in {delay:.0f}s ──"):
+                    self.post_message(LogArrived(run))
+                await asyncio.sleep(delay)
+                last_n = min(50, self.log_last_n)
+                if inbox.put(f"── reconnected: replaying the last {last_n} lines ──"):
+                    self.post_message(LogArrived(run))
+                continue
+            self.post_message(LogEnded(run))
+            return
+
+    @work(group="metrics", exclusive=True, exit_on_error=False)
+    async def poll_metrics(self, run: str) -> None:
+        while True:
+            try:
+                records = await in_daemon_thread(self.backend.metrics, run, name="dashboard-metrics")
+            except Exception:
+                records = None  # the status poll already reports an unreachable host
+            if records is not None:
+                self.post_message(MetricsUpdated(run, records[-CHART_POINTS:]))
+            await asyncio.sleep(max(self.refresh_s, 0.5))
+
+    @work(group="control", exclusive=False, exit_on_error=False)
+    async def run_action(self, action: str, run: str) -> None:
+        try:
+            if action == "kill":
+                res = await in_daemon_thread(self.backend.kill, run, name="dashboard-kill")
+                left = res.get("remaining_pids") or []
+                ok = bool(res.get("killed")) and not left
+                msg = str(res.get("message") or ("killed" if ok else f"processes left: {left}"))
+                self.post_message(ActionDone("kill", run, ok, msg))
+            elif action == "restart":
+                new = await in_daemon_thread(self.backend.restart, run, name="dashboard-restart")
+                self.post_message(ActionDone("restart", run, True, f"restarted as {new}", new_run=new))
+            elif action == "tunnel_open":
+                t = await in_daemon_thread(self.backend.open_tunnel, run, name="dashboard-tunnel")
+                self.post_message(
+                    ActionDone("tunnel_open", run, True, f"TensorBoard: {t.url}", url=t.url, handle=t)
+                )
+            elif action == "tunnel_close":
+                t = self.tunnels.get(run)
+                if t is not None:
+                    await in_daemon_thread(t.close, name="dashboard-tunnel-close")
+                self.post_message(ActionDone("tunnel_close", run, True, "tunnel closed"))
+        except Exception as e:
+            self.post_message(ActionDone(action, run, False, f"{action} failed: {e}"))
+
+    # --- message handlers (UI thread) -------------------------------------------------------
+    def on_status_updated(self, msg: StatusUpdated) -> None:
+        prev = self.statuses
+        self.statuses = {str(s.get("run")): s for s in msg.statuses}
+        self.order = [str(s.get("run")) for s in msg.statuses]
+        self.last_status_at = self.clock()
+        self.poll_error = None
+        self.polls += 1
+        self._alert(prev)
+        self.query_one(GpuPanel).record(msg.statuses)
+        table = self.query_one(RunsTable)
+        table.show(msg.statuses, self.per_rank_heartbeat)
+        if self.want_selected in self.statuses:
+            table.move_cursor(row=table.get_row_index(self.want_selected))
+            self.want_selected = None
+        run = table.selected_run()
+        if run != self.selected:
+            self._select(run)
+        self._show_selected()
+        self._refresh_summary()
+
+    def on_poll_failed(self, msg: PollFailed) -> None:
+        self.poll_error = f"{msg.error} (retry in {msg.next_poll_s:.0f}s)"
+        self._refresh_summary()
+
+    def on_log_arrived(self, msg: LogArrived) -> None:
+        if self._inbox is None or self._inbox[0] != msg.run or msg.run != self.selected:
+            return
+        self.query_one(LogView).append_lines(self._inbox[1].drain())
+
+    def on_log_ended(self, msg: LogEnded) -> None:
+        if msg.run == self.selected:
+            if self._inbox is not None:
+                self.query_one(LogView).append_lines(self._inbox[1].drain())
+            self.query_one(LogView).mark_ended(msg.error or "stream ended")
+
+    def on_metrics_updated(self, msg: MetricsUpdated) -> None:
+        if msg.run != self.selected:
+            return
+        loss_pts = [
+            (float(r["step"]), float(r["loss"])) for r in msg.records if _num(r, "step") and _num(r, "loss")
+        ]
+        tps_pts = [
+            (float(r["step"]), float(r["tokens_per_s"]))
+            for r in msg.records
+            if _num(r, "step") and _num(r, "tokens_per_s")
+        ]
+        self.query_one("#loss", MetricChart).set_points([p[0] for p in loss_pts], [p[1] for p in loss_pts])
+        self.query_one("#tps", MetricChart).set_points([p[0] for p in tps_pts], [p[1] for p in tps_pts])
+
+    def on_action_done(self, msg: ActionDone) -> None:
+        if msg.action == "tunnel_open" and msg.ok:
+            self.tunnels[msg.run] = msg.handle
+        elif msg.action == "tunnel_close":
+            self.tunnels.pop(msg.run, None)
+        elif msg.action == "restart" and msg.new_run:
+            self.want_selected = msg.new_run
+        self.notify(
+            msg.message, title=f"{msg.action} {msg.run}", severity="information" if msg.ok else "error"
+        )
+        self._refresh_summary()
+        self._poll_now.set()
+
+    @on(DataTable.RowHighlighted)
+    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        run = event.row_key.value
+        if run != self.selected:
+            self._select(run)
+            self._show_selected()
+
+    @on(Input.Submitted, "#search")
+    def _search_submitted(self, event: Input.Submitted) -> None:
+        term = event.value.strip()
+        self._hide_search()
+        log = self.query_one(LogView)
+        if not log.set_search(term) and term:
+            self.notify(f"'{term}' is not in the last {len(log.view)} lines", severity="warning")
+
+    # --- actions ----------------------------------------------------------------------------
+    def action_kill(self) -> None:
+        st = self._selected_status()
+        if st is None:
+            return
+        run = self.selected
+        q = f"Kill run [b]{run}[/b] on [b]{st.get('host') or 'local'}[/b]?\n\nTERM to its process group, KILL after the grace period; the tmux session ends."
+
+        def done(yes: bool | None) -> None:
+            if yes and run is not None:
+                self.run_action("kill", run)
+
+        self.app.push_screen(ConfirmScreen(q, "Kill"), done)
+
+    def action_restart(self) -> None:
+        st = self._selected_status()
+        if st is None:
+            return
+        run = self.selected
+        q = f"Restart run [b]{run}[/b] from its latest checkpoint?\n\nThe running process (if any) is killed first."
+
+        def done(yes: bool | None) -> None:
+            if yes and run is not None:
+                self.run_action("restart", run)
+
+        self.app.push_screen(ConfirmScreen(q, "Restart"), done)
+
+    def action_tunnel(self) -> None:
+        if self._selected_status() is None or self.selected is None:
+            return
+        self.run_action("tunnel_close" if self.selected in self.tunnels else "tunnel_open", self.selected)
+
+    def action_search(self) -> None:
+        box = self.query_one("#search", Input)
+        box.display = True
+        box.value = self.query_one(LogView).search
+        box.focus()
+
+    def action_match(self, direction: int) -> None:
+        log = self.query_one(LogView)
+        if not log.search:
+            self.notify("no search: press / first", severity="warning")
+        elif not log.find_match(direction):
+            self.notify(f"no {'later' if direction > 0 else 'earlier'} match for '{log.search}'")
+
+    def action_follow(self) -> None:
+        log = self.query_one(LogView)
+        log.set_follow(not log.follow)
+
+    def action_rank_filter(self) -> None:
+        rank = self.query_one(LogView).cycle_rank_filter()
+        self.notify("log: all ranks" if rank is None else f"log: rank {rank} (and untagged lines)")
+
+    def action_heartbeats(self) -> None:
+        self.per_rank_heartbeat = not self.per_rank_heartbeat
+        self.query_one(RunsTable).show([self.statuses[r] for r in self.order], self.per_rank_heartbeat)
+
+    def action_escape(self) -> None:
+        box = self.query_one("#search", Input)
+        if box.display:
+            self._hide_search()
+        else:
+            self.query_one(LogView).set_search("")
+
+    # --- helpers ----------------------------------------------------------------------------
+    def _hide_search(self) -> None:
+        box = self.query_one("#search", Input)
+        box.display = False
+        self.query_one(LogView).focus()
+
+    def _selected_status(self) -> dict[str, Any] | None:
+        st = self.statuses.get(self.selected or "")
+        if st is None:
+            self.notify("no run selected", severity="warning")
+        return st
+
+    def _select(self, run: str | None) -> None:
+        self.selected = run
+        log = self.query_one(LogView)
+        log.reset(run)
+        self.query_one("#loss", MetricChart).set_points([], [])
+        self.query_one("#tps", MetricChart).set_points([], [])
+        if run is None:
+            self.workers.cancel_group(self, "log")
+            self.workers.cancel_group(self, "metrics")
+            return
+        self.follow_log(run)
+        self.poll_metrics(run)
+
+    def _show_selected(self) -> None:
+        st = self.statuses.get(self.selected or "")
+        self.query_one(GpuPanel).show(st)
+        self.query_one(EventsList).show(st.get("events") if st else None)
+
+    def _alert(self, prev: dict[str, dict[str, Any]]) -> None:
+        """Notify on a transition into stalled / failed / lost, and on recovery from lost."""
+        for run, st in self.statuses.items():
+            old = prev.get(run)
+            new_state, old_state = st.get("state"), (old or {}).get("state")
+            if old is None or new_state == old_state:
+                continue
+            if new_state in fmt.ALERT_STATES:
+                why = st.get("error") or ""
+                self.notify(
+                    f"{run} on {st.get('host') or 'local'} is {new_state.upper()}"
+                    + (f": {why}" if why else ""),
+                    title="run alert",
+                    severity="error",
+                    timeout=10,
+                )
+            elif old_state == "lost":
+                self.notify(f"{run}: host reachable again ({new_state})", title="recovered")
+
+    def _refresh_summary(self) -> None:
+        age = None if self.last_status_at is None else max(0.0, self.clock() - self.last_status_at)
+        url = self.tunnels[self.selected].url if self.selected in self.tunnels else None
+        statuses = [self.statuses[r] for r in self.order]
+        self.query_one(SummaryBar).show(statuses, age, url, self.poll_error)
+
+
+def _num(rec: dict[str, Any], key: str) -> bool:
+    v = rec.get(key)
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v

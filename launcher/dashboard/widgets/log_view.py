@@ -1,0 +1,176 @@
+"""The log pane: a virtual, bounded view of one run's train.log with follow, rank filter and search.
+
+Owns what is on screen of the log: only the visible lines are rendered (line API), storage is a
+fixed-capacity `LogRing` (memory does not grow with the log), and search highlights matches without
+filtering. It receives lines from the screen; it never reads a file or a socket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rich.text import Text
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from launcher.dashboard.logbuffer import RANK_PREFIX, LogRing, find_spans, make_line, rank_visible
+
+DEFAULT_CAPACITY = 10_000
+
+
+class LogView(ScrollView, can_focus=True):
+    DEFAULT_CSS = """
+    LogView { height: 1fr; border: round $primary-darken-2; background: $surface; }
+    LogView:focus { border: round $accent; }
+    """
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.ring = LogRing(capacity)
+        self.view = self.ring
+        self.rank_filter: int | None = None
+        self.ranks_seen: set[int] = set()
+        self.search = ""
+        self.match_index: int | None = None  # index into `view` of the current match
+        self.follow = True
+        self.run_id: str | None = None
+        self.ended: str | None = None
+        self._update_title()
+
+    # --- content ----------------------------------------------------------------------------
+    def reset(self, run_id: str | None) -> None:
+        self.run_id = run_id
+        self.ring.clear()
+        self.view = self.ring
+        self.ranks_seen.clear()
+        self.match_index = None
+        self.ended = None
+        self._resize()
+        self.scroll_to(0, 0, animate=False)
+        self._update_title()
+        self.refresh()
+
+    def append_lines(self, raw: Iterable[str]) -> None:
+        lines = [make_line(r) for r in raw]
+        if not lines:
+            return
+        for ln in lines:
+            if ln.rank is not None:
+                self.ranks_seen.add(ln.rank)
+        before = self.view.dropped
+        self.ring.extend(lines)
+        if self.view is not self.ring:
+            self.view.extend(ln for ln in lines if rank_visible(ln, self.rank_filter))
+        dropped = self.view.dropped - before
+        if self.match_index is not None:
+            self.match_index = self.match_index - dropped if self.match_index >= dropped else None
+        self._resize()
+        if self.follow:
+            self.scroll_to(y=max(0, len(self.view) - self.scrollable_content_region.height), animate=False)
+        elif dropped:
+            # Keep the same lines under the reader's eyes while the ring's front moves on.
+            self.scroll_to(y=max(0, self.scroll_y - dropped), animate=False)
+        self.refresh()
+
+    def mark_ended(self, why: str) -> None:
+        self.ended = why
+        self._update_title()
+
+    # --- modes ------------------------------------------------------------------------------
+    def set_follow(self, on: bool) -> None:
+        self.follow = on
+        if on:
+            self.scroll_end(animate=False)
+        self._update_title()
+
+    def cycle_rank_filter(self) -> int | None:
+        """all -> rank0 -> rank1 ... -> all, over the ranks seen so far."""
+        ranks = sorted(self.ranks_seen)
+        if not ranks:
+            nxt = None
+        elif self.rank_filter is None:
+            nxt = ranks[0]
+        else:
+            later = [r for r in ranks if r > self.rank_filter]
+            nxt = later[0] if later else None
+        self.set_rank_filter(nxt)
+        return nxt
+
+    def set_rank_filter(self, rank: int | None) -> None:
+        self.rank_filter = rank
+        if rank is None:
+            self.view = self.ring
+        else:
+            view = LogRing(self.ring.capacity)
+            view.extend(ln for ln in self.ring if rank_visible(ln, rank))
+            self.view = view
+        self.match_index = None
+        self._resize()
+        if self.follow:
+            self.scroll_end(animate=False)
+        self._update_title()
+        self.refresh()
+
+    def set_search(self, term: str) -> bool:
+        """Highlight `term`; jump to its newest occurrence (pausing follow). False if absent."""
+        self.search = term
+        self.match_index = None
+        found = bool(term) and self.find_match(-1, start=len(self.view))
+        self._update_title()
+        self.refresh()
+        return found
+
+    def find_match(self, direction: int, start: int | None = None) -> bool:
+        """Move to the next (+1) or previous (-1) line containing the search term."""
+        if not self.search:
+            return False
+        if start is None:
+            start = self.match_index if self.match_index is not None else len(self.view) - 1
+        i = start + direction
+        needle = self.search.lower()
+        while 0 <= i < len(self.view):
+            if needle in self.view[i].text.lower():
+                self.match_index = i
+                self.follow = False
+                self.scroll_to(y=max(0, i - self.scrollable_content_region.height // 2), animate=False)
+                self._update_title()
+                self.refresh()
+                return True
+            i += direction
+        return False
+
+    # --- rendering --------------------------------------------------------------------------
+    def _resize(self) -> None:
+        self.virtual_size = Size(max(1, self.scrollable_content_region.width), len(self.view))
+
+    def on_resize(self) -> None:
+        self._resize()
+
+    def _update_title(self) -> None:
+        parts = [f"log {self.run_id}" if self.run_id else "log"]
+        parts.append("follow" if self.follow else "paused")
+        parts.append("all ranks" if self.rank_filter is None else f"rank {self.rank_filter}")
+        if self.search:
+            parts.append(f"/{self.search}")
+        if self.ended:
+            parts.append(self.ended)
+        self.border_title = " · ".join(parts)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        idx = self.scroll_offset.y + y
+        if idx >= len(self.view):
+            return Strip.blank(width, self.rich_style)
+        line = self.view[idx]
+        text = Text(line.text, no_wrap=True, end="")
+        if line.rank is not None:
+            m = RANK_PREFIX.match(line.text)
+            if m:
+                text.stylize("bold cyan", 0, m.end())
+        if self.search:
+            current = idx == self.match_index
+            for a, b in find_spans(line.text, self.search):
+                text.stylize("bold black on orange1" if current else "black on yellow", a, b)
+        segments = list(text.render(self.app.console))
+        return Strip(segments).crop_extend(0, width, self.rich_style)
