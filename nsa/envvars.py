@@ -34,5 +34,12 @@ NSA_ENV: dict[str, EnvVar] = {
             "Verbosity of the trainer's own log lines (not of torch).",
             choices=("debug", "info", "warning", "error"),
         ),
+        EnvVar(
+            "NSA_FAULT",
+            "str",
+            "Test-only fault injection read by nsa-train: <stall|nan|kill>[:step=N][:rank=R] "
+            "(e.g. stall:step=3:rank=1 makes rank 1 hang at step 3 to exercise the watchdog). Never set it "
+            "for a real run.",
+        ),
     )
 }

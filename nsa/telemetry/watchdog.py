@@ -1,0 +1,158 @@
+"""Nothing hangs silently: the per-rank stall watchdog, stack dumps, SIGUSR1 and SIGTERM handling.
+
+Owns (1) a daemon thread per rank that, when the Recorder's progress clock has not moved for
+`stall_seconds`, writes an all-thread stack dump into stacks/, appends a `stalled` event and, if
+asked, exits the rank so torchrun tears the job down; (2) SIGUSR1 -> all-thread dump at any time
+(faulthandler, so it works even while the main thread sits inside a C call such as a collective);
+(3) SIGTERM -> a `sigterm` event and an immediate exit. It must never make the process unkillable:
+SIGTERM is acted on from a helper thread fed by the C-level signal wakeup fd, so a main thread
+blocked in C (a hung all-reduce) does not delay the exit, and nothing tries to clean up after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from nsa.telemetry.recorder import Recorder
+
+EXIT_STALLED = 3
+EXIT_SIGTERM = 128 + signal.SIGTERM
+
+
+def format_all_stacks() -> str:
+    """Python stacks of every thread, named, innermost frame last."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    parts = []
+    for ident, frame in sys._current_frames().items():
+        parts.append(f"--- thread {names.get(ident, '?')} (ident {ident}) ---\n")
+        parts.append("".join(traceback.format_stack(frame)))
+    return "".join(parts)
+
+
+def dump_stacks(stacks_dir: Path, rank: int, reason: str, recorder: Recorder | None = None) -> Path:
+    """Write this rank's stacks to stacks/rank<N>-<reason>-<unix time>.txt and return the path."""
+    stacks_dir.mkdir(parents=True, exist_ok=True)
+    path = stacks_dir / f"rank{rank}-{reason}-{int(time.time())}.txt"
+    header = f"rank {rank} pid {os.getpid()} host {socket.gethostname()} reason {reason}\n"
+    if recorder is not None:
+        header += (
+            f"step {recorder.step} phase {recorder.phase} "
+            f"seconds since progress {recorder.seconds_since_progress():.1f}\n"
+        )
+    with open(path, "w") as f:
+        f.write(header + "\n" + format_all_stacks())
+        f.write("\n--- faulthandler (C-level view, all threads) ---\n")
+        f.flush()
+        faulthandler.dump_traceback(file=f, all_threads=True)
+    return path
+
+
+class Watchdog(threading.Thread):
+    """Dumps stacks once per stall episode; a stall ends when the progress clock moves again."""
+
+    def __init__(self, recorder: Recorder, stall_seconds: float, abort: bool):
+        super().__init__(name=f"nsa-watchdog-rank{recorder.rank}", daemon=True)
+        self.recorder = recorder
+        self.stall_seconds = stall_seconds
+        self.abort = abort
+        self._stop_evt = threading.Event()
+        self.poll_s = max(0.05, min(5.0, stall_seconds / 10))
+
+    def run(self) -> None:
+        dumped_for = None
+        while not self._stop_evt.wait(self.poll_s):
+            r = self.recorder
+            idle = r.seconds_since_progress()
+            if idle < self.stall_seconds or dumped_for == r.progress_time:
+                continue
+            dumped_for = r.progress_time
+            path = dump_stacks(r.run_dir.stacks_dir, r.rank, "stalled", r)
+            r.event(
+                "stalled",
+                all_ranks=True,
+                phase=r.phase,
+                idle_s=round(idle, 1),
+                threshold_s=self.stall_seconds,
+                stacks=str(path.relative_to(r.run_dir.root)),
+                abort=self.abort,
+            )
+            print(
+                f"[nsa] rank {r.rank}: no progress for {idle:.0f}s in phase {r.phase!r} at step {r.step}; "
+                f"stacks in {path}" + ("; aborting" if self.abort else ""),
+                file=sys.stderr,
+                flush=True,
+            )
+            if self.abort:
+                os._exit(EXIT_STALLED)
+
+    def stop(self) -> None:
+        self._stop_evt.set()
+
+
+class SignalHandlers:
+    """SIGUSR1 -> stacks/rank<N>-sigusr1.txt (appended); SIGTERM -> `sigterm` event + exit 143.
+
+    Must be installed from the main thread.
+    """
+
+    def __init__(self, recorder: Recorder):
+        self.recorder = recorder
+        self._usr1_file: Any = None
+        self._once = threading.Lock()
+        self._wake_r: socket.socket | None = None
+
+    def install(self) -> None:
+        r = self.recorder
+        r.run_dir.stacks_dir.mkdir(parents=True, exist_ok=True)
+        self._usr1_file = open(r.run_dir.stacks_dir / f"rank{r.rank}-sigusr1.txt", "a")  # noqa: SIM115
+        faulthandler.register(signal.SIGUSR1, file=self._usr1_file, all_threads=True, chain=False)
+        # The C handler writes the signal number to this socket at once, whatever the main thread is
+        # doing; the helper thread below acts on it. The Python-level handler is the fallback path.
+        self._wake_r, wake_w = socket.socketpair()
+        wake_w.setblocking(False)
+        self._wake_w = wake_w
+        signal.signal(signal.SIGTERM, self._on_python_sigterm)
+        signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+        threading.Thread(target=self._wakeup_loop, name="nsa-sigterm", daemon=True).start()
+
+    def _wakeup_loop(self) -> None:
+        assert self._wake_r is not None
+        while True:
+            try:
+                data = self._wake_r.recv(64)
+            except OSError:
+                return
+            if not data:
+                return
+            if signal.SIGTERM in data:
+                self._terminate()
+
+    def _on_python_sigterm(self, signum: int, frame: Any) -> None:
+        self._terminate()
+
+    def _terminate(self) -> None:
+        if not self._once.acquire(blocking=False):
+            return
+        with contextlib.suppress(Exception):
+            r = self.recorder
+            r.event("sigterm", all_ranks=True, phase=r.phase)
+            print(f"[nsa] rank {r.rank}: SIGTERM at step {r.step}; exiting", file=sys.stderr, flush=True)
+        os._exit(EXIT_SIGTERM)
+
+    def uninstall(self) -> None:
+        with contextlib.suppress(Exception):
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            faulthandler.unregister(signal.SIGUSR1)
+        if self._usr1_file is not None:
+            self._usr1_file.close()

@@ -1,0 +1,129 @@
+"""Atomic, resumable checkpoints that are correct under a single process, DDP and FSDP2.
+
+Layout of checkpoints/step-<N>/: model.pt and optim.pt (full, unsharded state dicts, written by
+rank 0), meta.json (step, tokens, config hash, world size), rank<R>.pt (each rank's data-loader
+position and RNG states). A checkpoint is built in checkpoints/.tmp-step-<N>/ and renamed into
+place only after every rank has written its part; `latest` is rewritten after the rename, so a
+crash at any moment leaves either the previous checkpoint or the new one, never a torn one. Only
+the last `keep_last` complete checkpoints are kept.
+
+Gathering the full state is a collective under FSDP2, so every rank calls `save` and `load`; the
+earlier trainer saved on rank 0 alone and deadlocked. On load, rank 0 reads the files and
+broadcasts, so other hosts need no copy of model.pt. Run dirs are per host (the launcher's layout);
+two hosts sharing one run dir over a network filesystem are not supported.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+from nsa.runfiles import LATEST, RunDir, atomic_write_json, atomic_write_text, checkpoint_name
+from nsa.train.dist import DistInfo, barrier
+
+TMP_PREFIX = ".tmp-"
+
+
+def rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _full_options(**kw: bool) -> StateDictOptions:
+    return StateDictOptions(full_state_dict=True, cpu_offload=True, **kw)
+
+
+def save(
+    run_dir: RunDir,
+    info: DistInfo,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    meta: dict[str, Any],
+    rank_state: dict[str, Any],
+    keep_last: int,
+) -> Path:
+    """Collective: every rank calls it. Returns the final checkpoint dir."""
+    name = checkpoint_name(step)
+    root = run_dir.checkpoints_dir
+    tmp = root / f"{TMP_PREFIX}{name}"
+    final = root / name
+    leader = info.local_rank == 0
+    if leader:
+        if tmp.exists():
+            shutil.rmtree(tmp)  # a half-written leftover of a crashed save
+        tmp.mkdir(parents=True)
+    barrier(info)
+    model_sd = get_model_state_dict(model, options=_full_options())
+    optim_sd = get_optimizer_state_dict(model, optimizer, options=_full_options())
+    if info.is_main:
+        torch.save(model_sd, tmp / "model.pt")
+        torch.save(optim_sd, tmp / "optim.pt")
+        atomic_write_json(tmp / "meta.json", {"step": step, "time": time.time(), **meta})
+    torch.save({**rank_state, "rng": rng_state()}, tmp / f"rank{info.rank}.pt")
+    barrier(info)
+    if leader:
+        if final.exists():
+            shutil.rmtree(final)  # same step saved again (e.g. end of a resumed run): replace it
+        tmp.rename(final)
+        atomic_write_text(root / LATEST, name + "\n")
+        _prune(root, keep_last)
+    barrier(info)
+    return final
+
+
+def _prune(root: Path, keep_last: int) -> None:
+    done = sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-"))
+    for old in done[:-keep_last]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def read_meta(ckpt: Path) -> dict[str, Any]:
+    return json.loads((ckpt / "meta.json").read_text())
+
+
+def load(
+    ckpt: Path, info: DistInfo, model: nn.Module, optimizer: torch.optim.Optimizer
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Collective. Restores model + optimizer in place and this rank's RNG; returns (meta, rank_state)."""
+    rank_file = ckpt / f"rank{info.rank}.pt"
+    if not rank_file.exists():
+        raise FileNotFoundError(
+            f"{rank_file} is missing: this checkpoint was written by a different world size or host layout; "
+            "resume with the same number of ranks per host as the run that wrote it"
+        )
+    meta = read_meta(ckpt)
+    if info.is_main:
+        model_sd = torch.load(ckpt / "model.pt", map_location="cpu", weights_only=True)
+        optim_sd = torch.load(ckpt / "optim.pt", map_location="cpu", weights_only=True)
+    else:
+        model_sd, optim_sd = {}, {}
+    bcast = info.distributed
+    set_model_state_dict(model, model_sd, options=_full_options(broadcast_from_rank0=bcast))
+    set_optimizer_state_dict(model, optimizer, optim_sd, options=_full_options(broadcast_from_rank0=bcast))
+    rank_state = torch.load(rank_file, map_location="cpu", weights_only=False)
+    set_rng_state(rank_state.pop("rng"))
+    return meta, rank_state

@@ -1,0 +1,113 @@
+"""`nsa-train`: the trainer's command line. Validates everything, then hands over to the loop.
+
+Owns argument parsing, the CONFIG-environment consistency check, config loading with `--set`
+overrides and the run-dir sanity checks, all BEFORE torch is imported or a process group joined:
+bad input exits 2 with one clear paragraph and nothing started. It must not hold training logic.
+
+    nsa-train --config configs/tiny.yaml --run-dir runs/tiny [--set train.steps=20 ...] [--resume]
+    python -m nsa.train --config configs/tiny.yaml --run-dir runs/tiny
+    torchrun --nproc_per_node 2 -m nsa.train --config configs/tiny.yaml --run-dir runs/tiny2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from nsa.runfiles import RunDir
+from nsa.train.config import ConfigError, load_config
+
+EXIT_BAD_INPUT = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nsa-train",
+        description="Train a Llama-style model with Native Sparse Attention (alone or under torchrun).",
+    )
+    p.add_argument("--config", required=True, help="Training config YAML, e.g. configs/tiny.yaml.")
+    p.add_argument(
+        "--run-dir", required=True, help="Run directory (created if missing); see docs/run-dir.md."
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="Override one config value (repeatable), validated like the file, e.g. --set train.steps=20.",
+    )
+    p.add_argument("--resume", action="store_true", help="Continue from the run dir's latest checkpoint.")
+    p.add_argument(
+        "--check", action="store_true", help="Validate and print the resolved config, then exit (no torch)."
+    )
+    return p
+
+
+def _rank0() -> bool:
+    return os.environ.get("RANK", "0") == "0"
+
+
+def fail(message: str) -> int:
+    # Every rank validates the same input; one copy of the message is enough under torchrun.
+    if _rank0():
+        print(f"nsa-train: {message}", file=sys.stderr, flush=True)
+    return EXIT_BAD_INPUT
+
+
+def check_config_env(config_arg: str) -> str | None:
+    """The CONFIG environment variable may agree with --config, never silently override it."""
+    env = os.environ.get("CONFIG")
+    if not env:
+        return None
+    if Path(env).resolve() == Path(config_arg).resolve():
+        return None
+    return (
+        f"environment variable CONFIG={env!r} disagrees with --config {config_arg!r}: the config comes "
+        "from --config only. Fix: unset CONFIG (or make it name the same file)."
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    problem = check_config_env(args.config)
+    if problem:
+        return fail(problem)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    try:
+        cfg = load_config(args.config, args.overrides, world_size=world)
+    except ConfigError as e:
+        return fail(str(e))
+    if args.check:
+        print(f"# config {args.config} hash {cfg.config_hash()} world_size {world}")
+        print(cfg.to_yaml(), end="")
+        return 0
+    try:
+        from nsa.train.faults import fault_from_env
+
+        fault_from_env()
+    except ValueError as e:
+        return fail(f"{e}. Fix: unset NSA_FAULT (it is for tests only).")
+    rd = RunDir(args.run_dir)
+    if rd.root.exists() and not rd.root.is_dir():
+        return fail(f"--run-dir {args.run_dir!r} exists and is not a directory. Fix: pass a directory path.")
+    if not args.resume and rd.latest_checkpoint() is not None:
+        return fail(
+            f"--run-dir {args.run_dir!r} already holds checkpoints ({rd.latest_checkpoint()}); starting over "
+            "would interleave two runs. Fix: pass --resume to continue it, or use a new --run-dir."
+        )
+    try:
+        rd.root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return fail(f"cannot create --run-dir {args.run_dir!r}: {e.strerror}. Fix: choose a writable path.")
+
+    from nsa.train.trainer import Run  # imports torch: only after the input is known to be good
+
+    return Run(cfg, rd.root, args.config, args.resume).execute()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

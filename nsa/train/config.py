@@ -1,0 +1,437 @@
+"""The training config schema: typed, validated, torch-free.
+
+This module owns the YAML schema of a training run (sections `model`, `data`, `train`, `parallel`,
+`telemetry`), its cross-checks, `--set section.key=value` overrides, the resolved-config hash and
+YAML dump. It must never import torch (nor anything that does): the launcher validates configs and
+overrides here, on a laptop without torch, before it touches a host. Every failure is a
+`ConfigError` naming the file, the key, the bad value and the fix. The `data` section is owned by
+`nsa.data` (its `DataConfig`); this module only embeds it.
+
+    python -c "from nsa.train.config import load_config; print(load_config('configs/tiny.yaml').to_yaml())"
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from nsa.data.config import DataConfig, vocab_size_for
+
+
+class ConfigError(ValueError):
+    """A bad config: carries where (file, key), what (value) and how to fix it; exit code 2."""
+
+    def __init__(self, file: str, key: str, value: Any, problem: str, fix: str):
+        self.file = file
+        self.key = key
+        self.value = value
+        self.problem = problem
+        self.fix = fix
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = f"{self.file}: {self.key}" if self.key else self.file
+        shown = f" = {self.value!r}" if self.value is not None else ""
+        return f"config error in {where}{shown}: {self.problem}. Fix: {self.fix}"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# --- model --------------------------------------------------------------------------------------
+class NSAConfig(_Strict):
+    """Native Sparse Attention geometry (paper notation: l = block_len, d = block_stride,
+    l' = sel_block, n = n_sel, w = window)."""
+
+    block_len: int = Field(32, ge=1, description="l: tokens per compression block.")
+    block_stride: int = Field(16, ge=1, description="d: stride between compression blocks; must divide l.")
+    sel_block: int = Field(64, ge=1, description="l': tokens per selection block; a multiple of l.")
+    n_sel: int = Field(
+        16, ge=3, description="n: selection blocks attended per query, counting the initial and 2 local ones."
+    )
+    window: int = Field(512, ge=1, description="w: sliding-window branch width in tokens.")
+    compression: Literal["mlp", "mean"] = Field(
+        "mlp", description="phi of the paper's Eq. 7: learned MLP over each block, or its mean (cheaper)."
+    )
+
+    @model_validator(mode="after")
+    def _paper_divisibility(self) -> NSAConfig:
+        if self.block_len % self.block_stride:
+            raise ValueError(
+                f"nsa.block_stride={self.block_stride} must divide nsa.block_len={self.block_len} "
+                "(NSA compresses overlapping blocks of l tokens every d tokens, d | l); "
+                f"try block_stride={_nearest_divisor(self.block_len, self.block_stride)}"
+            )
+        if self.sel_block % self.block_len:
+            raise ValueError(
+                f"nsa.block_len={self.block_len} must divide nsa.sel_block={self.sel_block} "
+                "(selection scores are pooled from compression blocks, l | l'); "
+                f"try sel_block={max(1, round(self.sel_block / self.block_len)) * self.block_len}"
+            )
+        return self
+
+
+class ModelConfig(_Strict):
+    """Llama-style decoder: RMSNorm, RoPE, SwiGLU, grouped-query attention (NSA or dense)."""
+
+    vocab_size: int | None = Field(
+        None, ge=2, description="Embedding rows; null = the tokenizer's vocabulary size (from `data`)."
+    )
+    dim: int = Field(768, ge=8, description="Residual stream width.")
+    n_layers: int = Field(12, ge=1, description="Transformer blocks.")
+    n_heads: int = Field(12, ge=1, description="Query heads.")
+    n_kv_heads: int = Field(2, ge=1, description="Key/value heads (GQA); must divide n_heads.")
+    head_dim: int = Field(64, ge=2, description="Per-head width; even (RoPE rotates pairs).")
+    ffn_multiple_of: int = Field(
+        64, ge=1, description="SwiGLU hidden width is 8/3*dim rounded up to a multiple of this."
+    )
+    ffn_hidden: int | None = Field(
+        None, ge=1, description="Explicit SwiGLU hidden width; overrides the rule."
+    )
+    attention: Literal["nsa", "dense"] = Field(
+        "nsa", description="nsa = Native Sparse Attention; dense = baseline."
+    )
+    nsa: NSAConfig = Field(default_factory=NSAConfig, description="NSA geometry (ignored for dense).")
+    rope_theta: float = Field(10000.0, gt=0, description="RoPE base frequency.")
+    norm_eps: float = Field(1e-5, gt=0, description="RMSNorm epsilon.")
+    tie_embeddings: bool = Field(True, description="Share the input embedding with the output head.")
+    init_std: float = Field(0.02, gt=0, description="Std of the normal init of linear and embedding weights.")
+
+    @model_validator(mode="after")
+    def _heads(self) -> ModelConfig:
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"model.n_kv_heads={self.n_kv_heads} must divide model.n_heads={self.n_heads} "
+                "(each KV head serves a whole group of query heads)"
+            )
+        if self.head_dim % 2:
+            raise ValueError(f"model.head_dim={self.head_dim} must be even (RoPE rotates pairs of channels)")
+        return self
+
+    def ffn_width(self) -> int:
+        if self.ffn_hidden is not None:
+            return self.ffn_hidden
+        m = self.ffn_multiple_of
+        return m * math.ceil(int(8 * self.dim / 3) / m)
+
+
+# --- optimisation / loop ------------------------------------------------------------------------
+class TrainSection(_Strict):
+    """The optimisation loop. `steps` counts optimizer steps (each = grad_accum micro-batches)."""
+
+    steps: int = Field(..., ge=1, description="Optimizer steps to train for (not micro-batches).")
+    seq_len: int = Field(..., ge=2, description="Tokens per sequence.")
+    batch_size: int = Field(..., ge=1, description="Sequences per micro-batch per rank.")
+    grad_accum: int = Field(1, ge=1, description="Micro-batches accumulated per optimizer step.")
+    global_batch: int | None = Field(
+        None,
+        ge=1,
+        description="Optional check: sequences per optimizer step = batch_size x world_size x grad_accum.",
+    )
+    lr: float = Field(3e-4, gt=0, description="Peak learning rate (after warmup).")
+    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="Cosine floor as a fraction of lr.")
+    warmup_steps: int = Field(0, ge=0, description="Linear warmup, in optimizer steps.")
+    weight_decay: float = Field(0.1, ge=0, description="AdamW decoupled decay on matrices (not norms).")
+    beta1: float = Field(0.9, ge=0, lt=1, description="AdamW beta1.")
+    beta2: float = Field(0.95, ge=0, lt=1, description="AdamW beta2.")
+    eps: float = Field(1e-8, gt=0, description="AdamW epsilon.")
+    grad_clip: float = Field(1.0, ge=0, description="Global grad-norm clip; 0 disables clipping.")
+    seed: int = Field(1337, description="Seed for init and data order (ranks derive theirs from it).")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="auto = cuda when available, else cpu."
+    )
+    dtype: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="Compute dtype: auto = bf16 autocast on CUDA, fp32 on CPU. Weights stay fp32."
+    )
+    log_every: int = Field(10, ge=1, description="Optimizer steps between metrics.jsonl records.")
+    eval_every: int = Field(0, ge=0, description="Optimizer steps between held-out evals; 0 = never.")
+    eval_batches: int = Field(4, ge=1, description="Micro-batches per held-out eval (per rank).")
+    save_every: int = Field(0, ge=0, description="Optimizer steps between checkpoints; 0 = only at the end.")
+    save_final: bool = Field(True, description="Write a checkpoint when training ends.")
+    keep_last: int = Field(3, ge=1, description="Complete checkpoints kept; older ones are deleted.")
+
+    @model_validator(mode="after")
+    def _warmup(self) -> TrainSection:
+        if self.warmup_steps > self.steps:
+            raise ValueError(
+                f"train.warmup_steps={self.warmup_steps} exceeds train.steps={self.steps}; "
+                "lower warmup_steps or raise steps"
+            )
+        return self
+
+
+class ParallelConfig(_Strict):
+    """How the model is spread over ranks; applied in this order: checkpointing, compile, DDP/FSDP."""
+
+    strategy: Literal["ddp", "fsdp"] = Field(
+        "ddp",
+        description="ddp = replicate + all-reduce; fsdp = FSDP2 fully_shard per block. Unused at world 1.",
+    )
+    activation_checkpointing: bool = Field(
+        False, description="Recompute each block in backward (non-reentrant)."
+    )
+    compile: bool = Field(False, description="torch.compile each block (CUDA only).")
+    timeout_s: float = Field(
+        600.0, gt=0, description="Process-group timeout: rendezvous/init and every collective."
+    )
+
+
+class TelemetryConfig(_Strict):
+    """What the trainer writes into the run dir besides checkpoints."""
+
+    stall_seconds: float = Field(
+        300.0, gt=0, description="No progress for this long -> stack dump + `stalled` event (watchdog)."
+    )
+    stall_abort: bool = Field(False, description="After a stall dump, exit the rank so torchrun tears down.")
+    tensorboard: bool = Field(True, description="Write TensorBoard scalars under tb/.")
+    nsa_stats_every: int = Field(
+        0, ge=0, description="Optimizer steps between NSA gate/selection stats; 0 = same as train.log_every."
+    )
+
+
+class TrainConfig(_Strict):
+    """A whole training run."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    train: TrainSection
+    parallel: ParallelConfig = Field(default_factory=ParallelConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+
+    # Set by load_config; not part of the schema.
+    _source: str = ""
+
+    def resolved_vocab_size(self) -> int:
+        return self.model.vocab_size if self.model.vocab_size is not None else vocab_size_for(self.data)
+
+    def global_batch(self, world_size: int) -> int:
+        return self.train.batch_size * world_size * self.train.grad_accum
+
+    def tokens_per_step(self, world_size: int) -> int:
+        return self.global_batch(world_size) * self.train.seq_len
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def to_yaml(self) -> str:
+        """The resolved config (every default filled in); loading it back gives the same config."""
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=False)
+
+    def config_hash(self) -> str:
+        """12 hex chars of sha256 over the canonical resolved config; equal configs, equal hashes."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+# --- loading ------------------------------------------------------------------------------------
+def _nearest_divisor(n: int, near: int) -> int:
+    divs = [d for d in range(1, n + 1) if n % d == 0]
+    return min(divs, key=lambda d: abs(d - near))
+
+
+def _model_at(root: type[BaseModel], loc: Sequence[Any]) -> list[type[BaseModel]]:
+    """The model classes that own the mapping at `loc` (several when a field is a union)."""
+    current: list[type[BaseModel]] = [root]
+    for part in loc:
+        nxt: list[type[BaseModel]] = []
+        for m in current:
+            f = m.model_fields.get(str(part))
+            if f is None:
+                continue
+            nxt.extend(_model_classes(f.annotation))
+        if not nxt:
+            return current if not loc else []
+        current = nxt
+    return current
+
+
+def _model_classes(ann: Any) -> list[type[BaseModel]]:
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return [ann]
+    out: list[type[BaseModel]] = []
+    if get_origin(ann) is not None or get_args(ann):
+        for a in get_args(ann):
+            out.extend(_model_classes(a))
+    return out
+
+
+def _known_keys(loc: Sequence[Any]) -> list[str]:
+    keys: list[str] = []
+    for m in _model_at(TrainConfig, loc):
+        keys.extend(k for k in m.model_fields if not k.startswith("_"))
+    return sorted(set(keys))
+
+
+def _dotted(loc: Iterable[Any]) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def _from_validation_error(file: str, err: ValidationError, raw: dict[str, Any]) -> ConfigError:
+    e = err.errors(include_url=False)[0]
+    loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-after")))
+    key = _dotted(loc)
+    value = e.get("input")
+    if e["type"] == "extra_forbidden":
+        known = _known_keys(loc[:-1])
+        near = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+        section = _dotted(loc[:-1]) or "the top level"
+        hint = f"did you mean {_dotted((*loc[:-1], near[0]))!r}?" if near else "remove it"
+        return ConfigError(
+            file, key, value, f"unknown key in {section}", f"{hint} Known keys there: {', '.join(known)}"
+        )
+    if e["type"] == "missing":
+        return ConfigError(file, key, None, "required key is missing", f"add `{key}: <value>` to the config")
+    msg = e["msg"].removeprefix("Value error, ")
+    if e["type"] == "value_error" and (not loc or isinstance(value, dict)):
+        # A cross-field check of a whole section: the message names the keys and the fix itself.
+        return ConfigError(file, key, None, msg, "change one of the keys named above")
+    return ConfigError(file, key, value, msg, f"set {key} to a valid value")
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`section.key=value` -> (["section", "key"], parsed value); YAML scalars (3, 1e-4, true, null)."""
+    if "=" not in text:
+        raise ConfigError(
+            "--set", text, text, "an override must look like section.key=value", "e.g. --set train.steps=100"
+        )
+    key, _, raw = text.partition("=")
+    key = key.strip()
+    if not key or any(not p for p in key.split(".")):
+        raise ConfigError("--set", key, raw, "empty key path", "e.g. --set train.steps=100")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as e:
+        raise ConfigError(
+            "--set", key, raw, f"value is not valid YAML ({e.__class__.__name__})", "quote it"
+        ) from e
+    return key.split("."), value
+
+
+def _apply_override(raw: dict[str, Any], path: list[str], value: Any, text: str) -> None:
+    node = raw
+    for i, part in enumerate(path[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(
+                "--set",
+                _dotted(path[: i + 1]),
+                child,
+                "is a value, not a section",
+                f"drop the rest of {text!r}",
+            )
+        node = child
+    node[path[-1]] = value
+
+
+def load_config(
+    path: str | Path | None,
+    overrides: Sequence[str] = (),
+    world_size: int | None = None,
+) -> TrainConfig:
+    """Read, override, validate. `path=None` validates overrides alone (no file). Raises ConfigError.
+
+    With `world_size` the global-batch cross-check runs too (the launcher knows it from the profile;
+    the trainer from torchrun).
+    """
+    file = str(path) if path is not None else "<no file>"
+    raw: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except FileNotFoundError:
+            raise ConfigError(
+                file, "", None, "file not found", "pass an existing YAML file, e.g. configs/tiny.yaml"
+            ) from None
+        except OSError as e:
+            raise ConfigError(
+                file, "", None, f"cannot read ({e.strerror})", "check the path and permissions"
+            ) from e
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ConfigError(file, "", None, f"not valid YAML{where}", "fix the YAML syntax there") from e
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(
+                file,
+                "",
+                type(loaded).__name__,
+                "top level must be a mapping",
+                "use sections model:, data:, train:",
+            )
+        raw = loaded
+    for text in overrides:
+        keypath, value = parse_override(text)
+        _apply_override(raw, keypath, value, text)
+    # Overrides are validated in the same pass as the file; name them as the source when one is bad.
+    source = file if not overrides else f"{file} (with --set {' '.join(overrides)})"
+    try:
+        cfg = TrainConfig.model_validate(raw)
+    except ValidationError as e:
+        raise _from_validation_error(source, e, raw) from None
+    _cross_checks(cfg, source, world_size)
+    cfg._source = file
+    return cfg
+
+
+def _cross_checks(cfg: TrainConfig, source: str, world_size: int | None) -> None:
+    t, m = cfg.train, cfg.model
+    if world_size is not None:
+        if world_size < 1:
+            raise ConfigError(
+                source, "world_size", world_size, "must be >= 1", "check WORLD_SIZE / the profile"
+            )
+        got = cfg.global_batch(world_size)
+        if t.global_batch is not None and t.global_batch != got:
+            fix_accum = t.global_batch / (t.batch_size * world_size)
+            fix = (
+                f"set train.grad_accum={int(fix_accum)}"
+                if fix_accum == int(fix_accum) and fix_accum >= 1
+                else "change train.batch_size / train.grad_accum or drop train.global_batch"
+            )
+            raise ConfigError(
+                source,
+                "train.global_batch",
+                t.global_batch,
+                f"but batch_size x world_size x grad_accum = {t.batch_size} x {world_size} x {t.grad_accum} = {got}",
+                fix,
+            )
+    try:
+        vocab = vocab_size_for(cfg.data)
+    except Exception as e:  # the data package names the source and the fix in its own error
+        raise ConfigError(
+            source, "data", None, f"cannot determine the tokenizer's vocabulary: {e}", "fix data:"
+        ) from e
+    if m.vocab_size is not None and m.vocab_size < vocab:
+        raise ConfigError(
+            source,
+            "model.vocab_size",
+            m.vocab_size,
+            f"is smaller than the tokenizer's vocabulary ({vocab}); token ids would overflow the embedding",
+            f"set model.vocab_size >= {vocab} or null (auto)",
+        )
+    if m.attention == "nsa":
+        n = m.nsa
+        if n.block_len > t.seq_len:
+            raise ConfigError(
+                source,
+                "model.nsa.block_len",
+                n.block_len,
+                f"is longer than train.seq_len={t.seq_len}: no compression block fits",
+                "lower model.nsa.block_len (and block_stride, sel_block) or raise train.seq_len",
+            )

@@ -1,0 +1,126 @@
+"""Process-group setup and the small rank helpers the trainer uses.
+
+Owns reading torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE), choosing device and backend
+(NCCL on CUDA, gloo on CPU), initialising the process group with a timeout (a peer that never
+arrives is an error naming the timeout, not a hang), the NCCL error-handling / flight-recorder
+defaults, `print0`, and the scalar all-reduces. It must not know about models or configs beyond
+the `ParallelConfig`/`TrainSection` fields it is handed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+# Set only when absent: the environment (validated by the launcher) wins. Why each one:
+# ASYNC_ERROR_HANDLING=3 tears a rank down on a NCCL error/timeout instead of hanging in a
+# collective; the flight recorder keeps the last collectives per rank and dumps them on timeout,
+# which is how a desynchronised rank is found after the fact.
+NCCL_DEFAULTS = {
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
+    "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+    "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+}
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device
+    backend: str | None  # None: single process, no process group
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.backend is not None
+
+
+def env_world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def choose_device(device: str, local_rank: int) -> torch.device:
+    if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError("train.device is 'cuda' but torch.cuda.is_available() is False on this host")
+    return torch.device("cuda", local_rank)
+
+
+def init_distributed(device: str, timeout_s: float, trace_dir: str | None = None) -> DistInfo:
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    world = env_world_size()
+    dev = choose_device(device, local_rank)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    if world == 1:
+        return DistInfo(rank, local_rank, 1, dev, None)
+    backend = "nccl" if dev.type == "cuda" else "gloo"
+    if backend == "nccl":
+        for k, v in NCCL_DEFAULTS.items():
+            os.environ.setdefault(k, v)
+        if trace_dir:
+            os.environ.setdefault(
+                "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(trace_dir, "nccl_trace_rank_")
+            )
+    dist.init_process_group(
+        backend=backend,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        device_id=dev if dev.type == "cuda" else None,
+    )
+    return DistInfo(rank, local_rank, world, dev, backend)
+
+
+def barrier(info: DistInfo) -> None:
+    if info.distributed:
+        if info.backend == "nccl":
+            dist.barrier(device_ids=[info.device.index])
+        else:
+            dist.barrier()
+
+
+def all_reduce_mean(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    if info.distributed:
+        t = t.clone()
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        t /= info.world_size
+    return t
+
+
+def all_reduce_max(value: float, info: DistInfo) -> float:
+    if not info.distributed:
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=info.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def teardown(info: DistInfo) -> None:
+    if info.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+class Printer:
+    """print0: rank 0 prints, other ranks stay quiet (a do-nothing printer, not ifs everywhere)."""
+
+    def __init__(self, rank: int):
+        self.enabled = rank == 0
+
+    def __call__(self, *args: object) -> None:
+        if self.enabled:
+            print(*args, flush=True)
+
+    def err(self, *args: object) -> None:
+        if self.enabled:
+            print(*args, file=sys.stderr, flush=True)

@@ -1,0 +1,58 @@
+"""Fault injection for tests of the failure paths: NSA_FAULT=<kind>[:step=N][:rank=R].
+
+Kinds: `stall` (the rank stops making progress at step N, as a hung collective or data source
+would), `nan` (the loss of step N becomes NaN), `kill` (the rank SIGKILLs itself before step N, an
+honest interruption for resume tests). Without `rank`, every rank is hit; without `step`, step 1.
+Owns parsing (a bad value is a clear error at boot, not a silently ignored variable) and firing.
+It must do nothing at all when NSA_FAULT is unset: the fast path is the default path.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+
+KINDS = ("stall", "nan", "kill")
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    step: int = 1
+    rank: int | None = None
+
+    def hits(self, step: int, rank: int) -> bool:
+        return step == self.step and (self.rank is None or self.rank == rank)
+
+
+def parse_fault(text: str | None) -> Fault | None:
+    """Parse NSA_FAULT; raises ValueError naming the variable, the value and the expected form."""
+    if not text:
+        return None
+    form = "expected NSA_FAULT=<stall|nan|kill>[:step=N][:rank=R], e.g. stall:step=3:rank=1"
+    kind, *opts = text.split(":")
+    if kind not in KINDS:
+        raise ValueError(f"NSA_FAULT={text!r}: unknown kind {kind!r}; {form}")
+    fields: dict[str, int] = {}
+    for opt in opts:
+        key, sep, val = opt.partition("=")
+        if not sep or key not in ("step", "rank") or not val.isdigit():
+            raise ValueError(f"NSA_FAULT={text!r}: bad option {opt!r}; {form}")
+        fields[key] = int(val)
+    return Fault(kind, step=fields.get("step", 1), rank=fields.get("rank"))
+
+
+def fault_from_env() -> Fault | None:
+    return parse_fault(os.environ.get("NSA_FAULT"))
+
+
+def stall_forever() -> None:
+    """Stop making progress without exiting, as a rank stuck in a dead collective would."""
+    while True:
+        time.sleep(3600)
+
+
+def kill_self() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,97 @@
+"""Apply parallelism to a built model, in one documented order.
+
+Order (as in torchtitan's parallelize_llama): activation checkpointing per block -> torch.compile
+per block -> data parallel (DDP, or FSDP2 `fully_shard` per block then the root). Owns also the
+gradient-sync switch used during accumulation. It takes only the sub-configs it uses and must not
+change the model's parameter names (checkpoints are portable between AC on and off, DDP and FSDP).
+
+Activation checkpointing wraps each block's own bound `forward` in a small callable object. The
+earlier trainer used a lambda in a loop over blocks, which late-binds the loop variable: every
+block recomputed the LAST block in backward, and DDP saw its parameters "marked ready twice".
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from nsa.model import Transformer
+from nsa.train.config import ParallelConfig
+from nsa.train.dist import DistInfo
+
+
+class CheckpointedForward:
+    """Recompute-in-backward wrapper around ONE module's bound forward (bound at construction)."""
+
+    def __init__(self, forward: Callable[..., torch.Tensor]):
+        self.forward = forward
+
+    def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        # Non-reentrant: works with DDP/FSDP hooks and with inputs that do not require grad.
+        return checkpoint(self.forward, *args, use_reentrant=False, **kwargs)
+
+
+def apply_activation_checkpointing(model: Transformer) -> None:
+    for block in model.blocks:
+        block.forward = CheckpointedForward(block.forward)
+
+
+def parallelize(
+    model: Transformer, info: DistInfo, cfg: ParallelConfig, param_dtype: torch.dtype | None
+) -> nn.Module:
+    """Returns the module to call in the training loop (the model itself, DDP(model) or FSDP'd model).
+
+    `param_dtype`: bf16 for FSDP2 mixed precision on GPU (params stay fp32 masters, compute in bf16,
+    gradients reduced in fp32); None for full fp32.
+    """
+    if cfg.activation_checkpointing:
+        apply_activation_checkpointing(model)
+    if cfg.compile:
+        if info.device.type != "cuda":
+            raise RuntimeError("parallel.compile is CUDA-only here; set parallel.compile=false on CPU")
+        for block in model.blocks:
+            block.compile()
+    if not info.distributed:
+        return model
+    if cfg.strategy == "fsdp":
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+        for block in model.blocks:
+            fully_shard(block, mp_policy=mp)
+        fully_shard(model, mp_policy=mp)
+        return model
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    return DDP(model, device_ids=[info.device.index] if info.device.type == "cuda" else None)
+
+
+@contextlib.contextmanager
+def grad_sync(wrapped: nn.Module, enabled: bool) -> Iterator[None]:
+    """Skip the gradient all-reduce for all but the last micro-batch of an accumulation."""
+    if enabled:
+        yield
+        return
+    if hasattr(wrapped, "no_sync"):  # DDP
+        with wrapped.no_sync():
+            yield
+        return
+    if hasattr(wrapped, "set_requires_gradient_sync"):  # FSDP2
+        wrapped.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            wrapped.set_requires_gradient_sync(True)
+        return
+    yield
+
+
+def unwrap(wrapped: nn.Module) -> Transformer:
+    m = getattr(wrapped, "module", wrapped)
+    assert isinstance(m, Transformer)
+    return m

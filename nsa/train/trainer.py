@@ -1,0 +1,362 @@
+"""The training loop: boot, (resume), optimizer steps with accumulation, eval, checkpoints, telemetry.
+
+Owns the order of one run on one rank: process group -> telemetry (heartbeat, watchdog, signals)
+-> model -> parallelize -> optimizer -> data -> optional resume -> loop -> final checkpoint ->
+`finished`. Every rank runs the same code; rank 0 alone prints and writes metrics. It must not parse
+configs or command lines (nsa.train.cli does, before anything starts) and must not swallow a failure:
+every exit path leaves an `error`, `sigterm` or `finished` event and a return code (0 ok, 1 runtime
+failure, 2 bad input, 3 stalled and aborted).
+
+    nsa-train --config configs/tiny.yaml --run-dir runs/tiny
+    torchrun --nproc_per_node 2 -m nsa.train --config configs/tiny.yaml --run-dir runs/tiny2
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import resource
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nsa.data import DataError, build_loader
+from nsa.model import Transformer
+from nsa.runfiles import RunDir, atomic_write_json, atomic_write_text
+from nsa.telemetry import Recorder, SignalHandlers, Watchdog
+from nsa.telemetry.manifest import build_manifest
+from nsa.train import ckpt
+from nsa.train.config import TrainConfig
+from nsa.train.dist import Printer, all_reduce_mean, init_distributed, teardown
+from nsa.train.faults import Fault, fault_from_env, kill_self, stall_forever
+from nsa.train.lr import lr_at
+from nsa.train.parallelize import grad_sync, parallelize
+
+# bf16 dense peak FLOP/s per GPU, by a substring of torch.cuda.get_device_name(); MFU only where known.
+PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12}
+
+
+class Diverged(RuntimeError):
+    pass
+
+
+class Run:
+    """One rank's run. `execute()` returns the process exit code."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path, config_path: str, resume: bool):
+        self.cfg = cfg
+        self.rd = RunDir(run_dir)
+        self.config_path = config_path
+        self.resume = resume
+        self.fault: Fault | None = fault_from_env()
+        self.verbose = os.environ.get("NSA_LOG_LEVEL", "info") in ("debug", "info")
+
+    # --- life cycle ---------------------------------------------------------------------------
+    def execute(self) -> int:
+        t0 = time.time()
+        info = init_distributed(self.cfg.train.device, self.cfg.parallel.timeout_s, str(self.rd.stacks_dir))
+        self.info = info
+        self.print0 = Printer(info.rank)
+        rec = self.rec = Recorder(self.rd, info.rank, self.cfg.telemetry.tensorboard)
+        rec.beat("boot", 0)
+        signals = SignalHandlers(rec)
+        signals.install()
+        watchdog = Watchdog(rec, self.cfg.telemetry.stall_seconds, self.cfg.telemetry.stall_abort)
+        watchdog.start()
+        try:
+            self._train(t0)
+            return 0
+        except DataError as e:
+            rec.event("error", all_ranks=True, kind="data", message=str(e))
+            print(f"[nsa] rank {info.rank}: data error: {e}", file=sys.stderr, flush=True)
+            return 2
+        except Diverged as e:
+            rec.event("error", kind="diverged", message=str(e))
+            self.print0.err(f"[nsa] {e}")
+            return 1
+        except Exception as e:
+            tail = traceback.format_exc().splitlines()[-12:]
+            rec.event("error", all_ranks=True, kind=type(e).__name__, message=str(e), traceback=tail)
+            traceback.print_exc()
+            return 1
+        finally:
+            watchdog.stop()
+            rec.close()
+            signals.uninstall()
+            teardown(info)
+
+    def _train(self, t0: float) -> None:
+        cfg, info, rec, t = self.cfg, self.info, self.rec, self.cfg.train
+        torch.manual_seed(t.seed)  # identical init on every rank (DDP also broadcasts; FSDP2 does not)
+        if info.device.type == "cpu":
+            # Subnormal floats (from NSA's masked softmax tails early in training) made CPU steps
+            # 30-60x slower on tiny; flushing them to zero is what GPUs do anyway.
+            torch.set_flush_denormal(True)
+        use_bf16 = t.dtype == "bf16" or (t.dtype == "auto" and info.device.type == "cuda")
+        fsdp = info.distributed and cfg.parallel.strategy == "fsdp"
+        vocab = cfg.resolved_vocab_size()
+        model = Transformer(cfg.model, vocab).to(info.device)
+        n_params = model.num_params()
+        flops_per_token = model.flops_per_token(t.seq_len)
+        self.model = model
+        self.wrapped = parallelize(model, info, cfg.parallel, torch.bfloat16 if (use_bf16 and fsdp) else None)
+        # FSDP2 casts parameters itself; elsewhere bf16 is autocast over fp32 master weights.
+        self.autocast = (
+            (lambda: torch.autocast(info.device.type, dtype=torch.bfloat16))
+            if (use_bf16 and not fsdp)
+            else contextlib.nullcontext
+        )
+        self.optimizer = self._optimizer()
+        loader = build_loader(
+            cfg.data, seq_len=t.seq_len, batch_size=t.batch_size, rank=info.rank,
+            world_size=info.world_size, split="train", seed=t.seed,
+        )  # fmt: skip
+        step, tokens = 0, 0
+        ckpt_dir = self.rd.latest_checkpoint() if self.resume else None
+        if ckpt_dir is not None:
+            rec.beat("checkpoint", 0)
+            meta, rank_state = ckpt.load(ckpt_dir, info, self.wrapped, self.optimizer)
+            loader.load_state_dict(rank_state["loader"])
+            step, tokens = int(meta["step"]), int(meta["tokens"])
+        tokens_per_step = cfg.tokens_per_step(info.world_size)
+        self._boot_files(n_params, vocab, use_bf16, loader, ckpt_dir)
+        rec.event(
+            "boot", step=step, config_hash=cfg.config_hash(), params=n_params, world_size=info.world_size
+        )
+        if ckpt_dir is not None:
+            rec.event("resumed", step=step, checkpoint=ckpt_dir.name, tokens=tokens)
+        elif self.resume:
+            self.print0(f"[nsa] --resume: no checkpoint in {self.rd.checkpoints_dir}; starting from step 0")
+
+        peak = self._peak_flops()
+        win_t, win_tokens, win_steps, first = time.time(), 0, 0, True
+        stats_every = cfg.telemetry.nsa_stats_every or t.log_every
+        try:
+            while step < t.steps:
+                lr = lr_at(
+                    step,
+                    lr=t.lr,
+                    min_lr_ratio=t.min_lr_ratio,
+                    warmup_steps=t.warmup_steps,
+                    total_steps=t.steps,
+                )
+                want_stats = cfg.model.attention == "nsa" and info.is_main and (step + 1) % stats_every == 0
+                loss, grad_norm, nsa_stats = self._step(step, lr, loader, want_stats)
+                step += 1
+                tokens += tokens_per_step
+                win_tokens += tokens_per_step
+                win_steps += 1
+                if first:
+                    rec.event(
+                        "first_step", step=step, seconds_since_start=round(time.time() - t0, 2), loss=loss
+                    )
+                    first = False
+                if step % t.log_every == 0 or step == t.steps:
+                    now = time.time()
+                    dt = max(now - win_t, 1e-9)
+                    self._log(step, loss, lr, grad_norm, tokens, win_tokens / dt, dt / win_steps,
+                              flops_per_token, peak, loader, nsa_stats)  # fmt: skip
+                    win_t, win_tokens, win_steps = now, 0, 0
+                if t.eval_every and step % t.eval_every == 0:
+                    self._eval(step)
+                if (t.save_every and step % t.save_every == 0) or (step == t.steps and t.save_final):
+                    self._save(step, tokens, loader)
+        finally:
+            loader.close()
+        rec.beat("done", step)
+        rec.event("finished", step=step, tokens=tokens, wall_s=round(time.time() - t0, 2))
+        self.print0(f"[nsa] finished: {step} steps, {tokens} tokens, {time.time() - t0:.1f}s")
+
+    # --- one optimizer step -------------------------------------------------------------------
+    def _step(self, step: int, lr: float, loader: Any, want_stats: bool) -> tuple[float, float, dict]:
+        info, rec, t = self.info, self.rec, self.cfg.train
+        fault = self.fault
+        if fault is not None and fault.hits(step + 1, info.rank):
+            if fault.kind == "kill":
+                kill_self()
+            if fault.kind == "stall":
+                rec.beat("forward_backward", step)
+                stall_forever()
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+        loss_sum = torch.zeros((), device=info.device)
+        stats: dict[str, float] = {}
+        for micro in range(t.grad_accum):
+            rec.beat("data_wait", step)
+            x, y = loader.next_batch()
+            x = x.to(info.device, non_blocking=True)
+            y = y.to(info.device, non_blocking=True)
+            rec.beat("forward_backward", step)
+            collect = want_stats and micro == 0
+            if collect:
+                self._set_collect_stats(True)
+            with grad_sync(self.wrapped, micro == t.grad_accum - 1), self.autocast():
+                loss = self.wrapped(x, y)
+                if fault is not None and fault.kind == "nan" and fault.hits(step + 1, info.rank):
+                    loss = loss * float("nan")
+                (loss / t.grad_accum).backward()
+            if collect:
+                stats = self._read_stats()
+                self._set_collect_stats(False)
+            loss_sum += loss.detach().float()
+        rec.beat("optimizer", step)
+        max_norm = t.grad_clip if t.grad_clip > 0 else float("inf")
+        gn = torch.nn.utils.clip_grad_norm_(self.wrapped.parameters(), max_norm)
+        if hasattr(gn, "full_tensor"):  # FSDP2: a DTensor holding the global norm
+            gn = gn.full_tensor()
+        loss_mean = float(all_reduce_mean(loss_sum / t.grad_accum, info).item())
+        grad_norm = float(gn.item())
+        # Both values are identical on every rank (all-reduced), so every rank takes the same branch.
+        if not (math.isfinite(loss_mean) and math.isfinite(grad_norm)):
+            raise Diverged(
+                f"loss {loss_mean} / grad norm {grad_norm} is not finite at step {step + 1}; "
+                "stopping all ranks (lower train.lr, check the data, or resume from an earlier checkpoint)"
+            )
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss_mean, grad_norm, stats
+
+    def _optimizer(self) -> torch.optim.Optimizer:
+        t = self.cfg.train
+        params = [p for p in self.wrapped.parameters() if p.requires_grad]
+        decay = [p for p in params if p.dim() >= 2]
+        no_decay = [p for p in params if p.dim() < 2]
+        groups = [
+            {"params": decay, "weight_decay": t.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+        fused = self.info.device.type == "cuda"
+        return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), eps=t.eps, fused=fused)
+
+    # --- NSA stats ----------------------------------------------------------------------------
+    def _attn_modules(self) -> list[Any]:
+        return [b.attn for b in self.model.blocks if hasattr(b.attn, "collect_stats")]
+
+    def _set_collect_stats(self, on: bool) -> None:
+        for a in self._attn_modules():
+            a.collect_stats = on
+
+    def _read_stats(self) -> dict[str, float]:
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        for a in self._attn_modules():
+            for k, v in (getattr(a, "last_stats", None) or {}).items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+                counts[k] = counts.get(k, 0) + 1
+        return {f"nsa/{k}": sums[k] / counts[k] for k in sums}
+
+    # --- eval, logging, checkpoints -----------------------------------------------------------
+    @torch.no_grad()
+    def _eval(self, step: int) -> float:
+        cfg, info, t = self.cfg, self.info, self.cfg.train
+        self.rec.beat("eval", step)
+        t0 = time.time()
+        # A fresh val loader each time: every eval scores the same held-out batches, so evals compare.
+        loader = build_loader(
+            cfg.data, seq_len=t.seq_len, batch_size=t.batch_size, rank=info.rank,
+            world_size=info.world_size, split="val", seed=t.seed,
+        )  # fmt: skip
+        self.model.eval()
+        total = torch.zeros((), device=info.device)
+        try:
+            for _ in range(t.eval_batches):
+                x, y = loader.next_batch()
+                with self.autocast():
+                    total += self.model(x.to(info.device), y.to(info.device)).float()
+                self.rec.beat("eval", step)
+        finally:
+            loader.close()
+            self.model.train()
+        val = float(all_reduce_mean(total / t.eval_batches, info).item())
+        self.rec.metrics(step, {"loss/val": val, "eval/seconds": time.time() - t0})
+        self.rec.event("eval", step=step, loss=val)
+        self.print0(f"[nsa] step {step} eval loss {val:.4f}")
+        return val
+
+    def _log(self, step, loss, lr, grad_norm, tokens, tps, step_time, fpt, peak, loader, nsa_stats) -> None:
+        rec: dict[str, Any] = {
+            "loss": loss, "lr": lr, "grad_norm": grad_norm, "tokens_per_s": tps, "step_time": step_time,
+            "tokens": tokens, "loss/train": loss, "optim/lr": lr, "optim/grad_norm": grad_norm,
+            "throughput/tokens_per_s": tps, "throughput/step_time_s": step_time,
+            "throughput/tokens_seen": tokens,
+        }  # fmt: skip
+        if peak:
+            rec["throughput/mfu"] = tps * fpt / (peak * self.info.world_size)
+        if self.info.device.type == "cuda":
+            rec["memory/max_allocated_gb"] = torch.cuda.max_memory_allocated() / 2**30
+            rec["memory/max_reserved_gb"] = torch.cuda.max_memory_reserved() / 2**30
+        rec["memory/rss_peak_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        with contextlib.suppress(Exception):
+            ds = loader.stats()
+            rec["data/fetch_wait_s"] = float(ds.get("fetch_wait_s", 0.0))
+            rec["data/dropped_tokens"] = float(ds.get("dropped_tokens", 0))
+        rec.update(nsa_stats)
+        self.rec.metrics(step, rec)
+        if self.verbose:
+            self.print0(
+                f"[nsa] step {step}/{self.cfg.train.steps} loss {loss:.4f} lr {lr:.3e} gnorm {grad_norm:.3f} "
+                f"tok/s {tps:,.0f} step {step_time * 1000:.0f}ms"
+            )
+
+    def _save(self, step: int, tokens: int, loader: Any) -> None:
+        self.rec.beat("checkpoint", step)
+        t0 = time.time()
+        meta = {"tokens": tokens, "world_size": self.info.world_size, "config_hash": self.cfg.config_hash()}
+        path = ckpt.save(self.rd, self.info, step, self.wrapped, self.optimizer, meta,
+                         {"loader": loader.state_dict()}, self.cfg.train.keep_last)  # fmt: skip
+        self.rec.event(
+            "checkpoint",
+            step=step,
+            path=str(path.relative_to(self.rd.root)),
+            seconds=round(time.time() - t0, 2),
+        )
+
+    def _peak_flops(self) -> float | None:
+        if self.info.device.type != "cuda":
+            return None
+        name = torch.cuda.get_device_name(self.info.device)
+        return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
+
+    # --- boot ---------------------------------------------------------------------------------
+    def _boot_files(self, n_params: int, vocab: int, bf16: bool, loader: Any, ckpt_dir: Path | None) -> None:
+        cfg, info, t = self.cfg, self.info, self.cfg.train
+        devices = (
+            torch.cuda.get_device_name(info.device)
+            if info.device.type == "cuda"
+            else f"cpu x{torch.get_num_threads()} threads"
+        )
+        strategy = (cfg.parallel.strategy if info.distributed else "single") + (
+            "+ac" if cfg.parallel.activation_checkpointing else ""
+        )
+        try:
+            data_desc = loader.describe()
+        except Exception:
+            data_desc = cfg.data.source
+        banner = {
+            "config": f"{self.config_path} (hash {cfg.config_hash()})",
+            "params": f"{n_params:,} ({n_params / 1e6:.1f}M; vocab {vocab}, attention {cfg.model.attention})",
+            "world": f"{info.world_size} ({info.backend or 'no process group'}, {strategy})",
+            "batch": (
+                f"global {cfg.global_batch(info.world_size)} seqs = {t.batch_size} x {info.world_size} ranks x "
+                f"{t.grad_accum} accum; {cfg.tokens_per_step(info.world_size):,} tokens/step; {t.steps} steps"
+            ),
+            "dtype": "bf16 autocast, fp32 master weights" if bf16 else "fp32",
+            "device": devices,
+            "data": data_desc,
+            "run_dir": str(self.rd.root),
+            "resume": ckpt_dir.name if ckpt_dir else "no",
+        }
+        self.print0("[nsa] " + "\n[nsa] ".join(f"{k:>8}: {v}" for k, v in banner.items()))
+        if info.local_rank == 0:
+            atomic_write_text(self.rd.config, cfg.to_yaml())
+            extra = {
+                "config_path": self.config_path, "config_hash": cfg.config_hash(), "params": n_params,
+                "vocab_size": vocab, "world_size": info.world_size, "run_id": os.environ.get("NSA_RUN_ID"),
+                "banner": banner,
+            }  # fmt: skip
+            atomic_write_json(self.rd.train_manifest, build_manifest(extra))
