@@ -260,7 +260,13 @@ class DataLoader:
             state = {"epoch": counters["epoch"]}
             docs = self._documents(doc_pos, state, stop)
             packer = Packer(
-                docs, self.tokenizer.encode, self.tokenizer.eod, self.seq_len, self.batch_size, skip
+                docs,
+                self.tokenizer.encode,
+                self.tokenizer.eod,
+                self.seq_len,
+                self.batch_size,
+                skip,
+                count_first=pos is None,
             )
             while not stop.is_set():
                 try:

@@ -22,8 +22,8 @@ Position = tuple[Any, int]  # (doc_pos, token offset inside that document's toke
 class Packer:
     """Pull (doc_pos, text) pairs, tokenize, and cut [B, T] input/target windows.
 
-    `docs` yields documents starting at the one named by `start[0]`; its first `start[1]` tokens
-    are skipped. When `docs` ends (finite sources only), `next_batch` raises StopIteration and
+    `docs` yields documents starting at the one a saved position names; its first `skip` tokens
+    are skipped and, with count_first=False, it is not counted again in docs_read / tokens_read. When `docs` ends (finite sources only), `next_batch` raises StopIteration and
     `dropped_tokens` holds what was left over (less than one batch).
     """
 
@@ -35,6 +35,7 @@ class Packer:
         seq_len: int,
         batch_size: int,
         skip: int = 0,
+        count_first: bool = True,
     ) -> None:
         if seq_len < 1 or batch_size < 1:
             raise ValueError(f"seq_len and batch_size must be >= 1, got {seq_len}, {batch_size}")
@@ -44,6 +45,8 @@ class Packer:
         self.seq_len = seq_len
         self.batch_size = batch_size
         self._skip = skip
+        # A resumed stream re-reads the document it stopped in; the saved counters already hold it.
+        self._uncounted = 0 if count_first else 1
         # Each entry: [doc_pos, tokens (with EOD), offset of the first unconsumed token].
         self._segments: deque[list[Any]] = deque()
         self._buffered = 0
@@ -57,8 +60,11 @@ class Packer:
         except StopIteration:
             return False
         toks = np.concatenate([self._encode(text), self._eod])
-        self.docs_read += 1
-        self.tokens_read += len(toks)
+        if self._uncounted:
+            self._uncounted -= 1
+        else:
+            self.docs_read += 1
+            self.tokens_read += len(toks)
         off = 0
         if self._skip:
             off, self._skip = self._skip, 0
