@@ -46,7 +46,8 @@ class DenseAttention(nn.Module):
         q = self.wq(x).view(B, T, H, D)
         kv = self.wkv(x).view(B, T, 2, Hkv, D)
         k, v = kv[:, :, 0], kv[:, :, 1]
-        cos, sin = rope_cos_sin(torch.arange(T, device=x.device), D, self.rope_theta)
+        rope_dtype = torch.promote_types(x.dtype, torch.float32)
+        cos, sin = rope_cos_sin(torch.arange(T, device=x.device), D, self.rope_theta, rope_dtype)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         if Hkv != H:

@@ -108,11 +108,16 @@ def window_attention(q: Tensor, k: Tensor, v: Tensor, *, window: int, scale: flo
     return out.reshape(B, Hkv, nb * w, G, D)[:, :, :T]
 
 
+def _acc(dtype: torch.dtype) -> torch.dtype:
+    """Accumulation dtype for softmax and gradient sums: float32 for half types, else the input's."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def _selected_chunk_scores(
     q_c: Tensor, kg: Tensor, idx_c: Tensor, valid_c: Tensor, t: Tensor, sel_block: int, scale: float
 ) -> Tensor:
     """Masked float32 logits [B, Hkv, C, G, n*l'] of a query chunk against its gathered blocks."""
-    s = torch.matmul(q_c, kg.transpose(-1, -2)).float() * scale
+    s = torch.matmul(q_c, kg.transpose(-1, -2)).to(_acc(q_c.dtype)) * scale
     keypos = idx_c[..., None] * sel_block + torch.arange(sel_block, device=q_c.device)
     allowed = (keypos <= t[:, None, None]) & valid_c[..., None]
     allowed = allowed.flatten(-2)[..., None, :]
@@ -130,7 +135,7 @@ class _SelectedAttention(torch.autograd.Function):
         vb = v.reshape(B * Hkv * ns, sel_block * D)
         base = (torch.arange(B * Hkv, device=q.device) * ns).view(B, Hkv, 1, 1)
         out = torch.empty_like(q)
-        lse = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
+        lse = torch.empty(B, Hkv, T, G, dtype=_acc(q.dtype), device=q.device)
         n = idx.shape[-1]
         for c0 in range(0, T, chunk):
             c1 = min(T, c0 + chunk)
@@ -160,7 +165,8 @@ class _SelectedAttention(torch.autograd.Function):
         base = (torch.arange(B * Hkv, device=q.device) * ns).view(B, Hkv, 1, 1)
         dout = dout.contiguous()
         dq = torch.empty_like(q)
-        dkb = torch.zeros(B * Hkv * ns, sel_block * D, dtype=torch.float32, device=q.device)
+        acc = _acc(q.dtype)
+        dkb = torch.zeros(B * Hkv * ns, sel_block * D, dtype=acc, device=q.device)
         dvb = torch.zeros_like(dkb)
         for c0 in range(0, T, chunk):
             c1 = min(T, c0 + chunk)
@@ -174,13 +180,13 @@ class _SelectedAttention(torch.autograd.Function):
             s = _selected_chunk_scores(q_c, kg, idx_c, valid_c, t, sel_block, scale)
             p = torch.exp(s - lse[:, :, c0:c1, :, None])
             dvg = torch.matmul(p.to(do_c.dtype).transpose(-1, -2), do_c)
-            dp = torch.matmul(do_c, vg.transpose(-1, -2)).float()
-            delta = (do_c.float() * out[:, :, c0:c1].float()).sum(-1, keepdim=True)
+            dp = torch.matmul(do_c, vg.transpose(-1, -2)).to(acc)
+            delta = (do_c.to(acc) * out[:, :, c0:c1].to(acc)).sum(-1, keepdim=True)
             ds = (p * (dp - delta) * scale).to(q.dtype)
             dq[:, :, c0:c1] = torch.matmul(ds, kg)
             dkg = torch.matmul(ds.transpose(-1, -2), q_c)
-            dkb.index_add_(0, flat, dkg.reshape(-1, sel_block * D).float())
-            dvb.index_add_(0, flat, dvg.reshape(-1, sel_block * D).float())
+            dkb.index_add_(0, flat, dkg.reshape(-1, sel_block * D).to(acc))
+            dvb.index_add_(0, flat, dvg.reshape(-1, sel_block * D).to(acc))
         dk = dkb.to(k.dtype).view_as(k)
         dv = dvb.to(v.dtype).view_as(v)
         return dq, dk, dv, None, None, None, None, None

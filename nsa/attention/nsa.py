@@ -92,14 +92,15 @@ class NSAAttention(nn.Module):
         """Projections, compression and RoPE, in the kernels' layouts ([B, Hkv, T, G, D] queries)."""
         B, T, _ = x.shape
         H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
-        cos, sin = rope_cos_sin(torch.arange(T, device=x.device), D, self.rope_theta)
+        rope_dtype = torch.promote_types(x.dtype, torch.float32)
+        cos, sin = rope_cos_sin(torch.arange(T, device=x.device), D, self.rope_theta, rope_dtype)
         q = apply_rope(self.wq(x).view(B, T, H, D), cos, sin)
         kv = self.wkv(x).view(B, T, 3, 2, Hkv, D)
         kc, vc = self.compress(kv[:, :, 0, 0], kv[:, :, 0, 1])
         # Compressed key i is rotated to the position of its block's last token, i*d + l - 1, so
         # q.k_cmp depends on the distance from the query to the end of the block.
         cpos = torch.arange(kc.shape[1], device=x.device) * self.block_stride + (self.block_len - 1)
-        kc = apply_rope(kc, *rope_cos_sin(cpos, D, self.rope_theta))
+        kc = apply_rope(kc, *rope_cos_sin(cpos, D, self.rope_theta, rope_dtype))
 
         def heads_kv(t: Tensor) -> Tensor:  # [B, N, Hkv, D] -> [B, Hkv, N, D]
             return t.transpose(1, 2).contiguous()

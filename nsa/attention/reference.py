@@ -23,7 +23,7 @@ def _rope(vec: Tensor, pos: int, theta: float) -> Tensor:
     D = vec.shape[-1]
     half = D // 2
     out = []
-    v32 = vec.float()
+    v32 = vec.to(torch.promote_types(vec.dtype, torch.float32))
     for i in range(half):
         angle = pos * theta ** (-(2 * i) / D)
         c, s = math.cos(angle), math.sin(angle)
@@ -39,8 +39,9 @@ def _rope_rows(m: Tensor, positions: list[int], theta: float) -> Tensor:
     half = D // 2
     inv = torch.tensor([theta ** (-(2 * i) / D) for i in range(half)], dtype=torch.float64)
     ang = torch.tensor(positions, dtype=torch.float64)[:, None] * inv[None, :]
-    c, s = ang.cos().to(torch.float32), ang.sin().to(torch.float32)
-    mf = m.float()
+    work = torch.promote_types(m.dtype, torch.float32)
+    c, s = ang.cos().to(work), ang.sin().to(work)
+    mf = m.to(work)
     a, b = mf[:, :half], mf[:, half:]
     return torch.cat([a * c - b * s, b * c + a * s], dim=-1).to(m.dtype)
 
@@ -105,9 +106,8 @@ def _per_sequence(attn: NSAAttention, xb: Tensor) -> tuple[Tensor, list[list[lis
             o_cmp, p_cmp = [], []
             for h in range(G):
                 if visible:
-                    logits = torch.stack([qs[h] @ kc[i] for i in visible]) * scale
-                    p = torch.softmax(logits, dim=0)
-                    o_cmp.append(sum(p[n] * vc[i] for n, i in enumerate(visible)))
+                    p = torch.softmax(torch.stack([kc[i] for i in visible]) @ qs[h] * scale, dim=0)
+                    o_cmp.append(p @ torch.stack([vc[i] for i in visible]))
                     p_cmp.append(p.detach().float())
                 else:
                     o_cmp.append(torch.zeros(D, dtype=xb.dtype))
@@ -124,10 +124,8 @@ def _per_sequence(attn: NSAAttention, xb: Tensor) -> tuple[Tensor, list[list[lis
             win_keys = [s for s in range(max(0, t - w + 1), t + 1)]
             rows = []
             for h in range(G):
-                ps = torch.softmax(torch.stack([qs[h] @ k_sel[s] for s in sel_keys]) * scale, dim=0)
-                o_sel = sum(ps[n] * v_sel[s] for n, s in enumerate(sel_keys))
-                pw = torch.softmax(torch.stack([qs[h] @ k_win[s] for s in win_keys]) * scale, dim=0)
-                o_win = sum(pw[n] * v_win[s] for n, s in enumerate(win_keys))
+                o_sel = torch.softmax(k_sel[sel_keys] @ qs[h] * scale, dim=0) @ v_sel[sel_keys]
+                o_win = torch.softmax(k_win[win_keys] @ qs[h] * scale, dim=0) @ v_win[win_keys]
                 g = gates[t, gk * G + h]
                 rows.append(g[0] * o_cmp[h] + g[1] * o_sel + g[2] * o_win)
             group_rows.append(torch.stack(rows))
