@@ -239,7 +239,8 @@ class DataLoader:
                 self._queue.get_nowait()
             except queue.Empty:
                 break
-        self._thread.join(timeout=5.0)
+        # A producer stuck in a blocking read cannot be interrupted; it is a daemon, so do not wait long.
+        self._thread.join(timeout=2.0)
         self._thread, self._queue = None, None
 
     def _put(self, q: queue.Queue[Any], item: Any, stop: threading.Event) -> None:

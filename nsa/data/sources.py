@@ -34,13 +34,18 @@ def _suffix(path: str) -> str:
     return ""
 
 
+def _readable(path: str) -> bool:
+    # Anything that exists and is not a directory: regular files, but also named pipes.
+    return Path(path).exists() and not Path(path).is_dir()
+
+
 def resolve_paths(patterns: list[str], what: str = "data.paths") -> list[str]:
     """Expand globs into a sorted, de-duplicated file list, or raise a DataError naming the pattern."""
     files: list[str] = []
     for pat in patterns:
         p = str(Path(pat).expanduser())
         if glob.has_magic(p):
-            hits = sorted(h for h in glob.glob(p, recursive=True) if Path(h).is_file())
+            hits = sorted(h for h in glob.glob(p, recursive=True) if _readable(h))
             if not hits:
                 raise DataError(f"{what}: pattern {pat!r} matched no files; fix the path or the glob")
             files.extend(hits)
@@ -49,7 +54,7 @@ def resolve_paths(patterns: list[str], what: str = "data.paths") -> list[str]:
             if not hits:
                 raise DataError(f"{what}: directory {pat!r} holds no {', '.join(SUFFIXES)} files")
             files.extend(hits)
-        elif Path(p).is_file():
+        elif _readable(p):
             files.append(p)
         else:
             raise DataError(f"{what}: file {pat!r} does not exist; fix the path (or use a glob)")
