@@ -334,11 +334,10 @@ def cmd_logs(req: dict[str, Any]) -> None:
                 out.write(b"\n".join(lines).decode(errors="replace") + "\n")
                 out.flush()
             quiet_since = time.monotonic()
-        elif rd.exit_code_file.exists() or rd.killed_file.exists():
-            if time.monotonic() - quiet_since > 0.5:
-                if partial:
-                    out.write(partial.decode(errors="replace") + "\n")
-                return
+        elif (rd.exit_code_file.exists() or rd.killed_file.exists()) and time.monotonic() - quiet_since > 0.5:
+            if partial:
+                out.write(partial.decode(errors="replace") + "\n")
+            return
         if os.getppid() != parent:  # the SSH session went away: nobody is reading
             return
         time.sleep(0.1)

@@ -290,7 +290,7 @@ class SSHTransport(Transport):
                     if not self.conn.client.get_transport().is_active():
                         raise RuntimeFailure(
                             f"the connection to {self.label} dropped", "re-run when it is back"
-                        )
+                        ) from None
                     continue
                 if not data:
                     break

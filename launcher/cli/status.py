@@ -1,0 +1,54 @@
+"""`nsa-launch status`: one snapshot of a run (or all runs) from the host agents."""
+
+from __future__ import annotations
+
+import click
+from rich.table import Table
+
+from launcher.app import Application
+from launcher.control import fetch_status, resolve_run
+from launcher.registry import all_runs
+
+
+def _fmt(v: object, nd: int = 3) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.{nd}g}" if isinstance(v, float) else str(v)
+
+
+@click.command()
+@click.option("--run", "-r", help="Run id. Default: the most recent run.")
+@click.option("--all", "all_runs_", is_flag=True, help="Every run launched from this machine.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per run, in a list.")
+@click.pass_obj
+def status(app: Application, run: str | None, all_runs_: bool, as_json: bool) -> None:
+    """State, step, loss, tokens/s, heartbeat ages and GPUs of a run."""
+    records = all_runs() if all_runs_ else [resolve_run(run)]
+    snaps = fetch_status(records)
+    if as_json:
+        app.emit_json(snaps)
+        return
+    table = Table(
+        "run", "host", "state", "step", "loss", "tok/s", "eta s", "heartbeat age s", "exit", "error"
+    )
+    for s in snaps:
+        ages = " ".join(f"r{r}:{a:.1f}" for r, a in s["heartbeat_age_s"].items()) or "-"
+        table.add_row(
+            s["run"],
+            s["host"],
+            s["state"],
+            f"{_fmt(s['step'])}/{_fmt(s['total_steps'])}",
+            _fmt(s["loss"]),
+            _fmt(s["tokens_per_s"], 4),
+            _fmt(s["eta_s"]),
+            ages,
+            _fmt(s["exit_code"]),
+            s["error"] or "",
+        )
+    app.out.print(table)
+    for s in snaps:
+        for g in s["gpus"]:
+            app.print(
+                f"  gpu{g['index']} {g['name']}: {_fmt(g['util_pct'])}% {_fmt(g['mem_used_mb'])}/"
+                f"{_fmt(g['mem_total_mb'])} MiB {_fmt(g['temp_c'])}C {_fmt(g['power_w'])}W"
+            )

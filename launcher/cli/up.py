@@ -1,0 +1,90 @@
+"""`nsa-launch up`: validate, start a run, wait for its first heartbeat (and, with --wait, its end)."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from launcher.app import Application
+from launcher.control import fetch_status
+from launcher.errors import EXIT_OK, EXIT_RUNTIME
+from launcher.launch import UpOptions, execute, plan_run, wait_first_heartbeat
+
+TERMINAL = ("finished", "failed", "killed", "lost")
+
+
+@click.command()
+@click.option(
+    "--profile", "-P", help="Profile name (nsa-launch profiles) or a profile .yaml path. Default: cpu."
+)
+@click.option(
+    "--host", "hosts", multiple=True, help="Alias, user@host[:port] or 'user@host -p PORT'; once per node."
+)
+@click.option("--ssh-config", type=click.Path(), help="OpenSSH config file resolving --host aliases.")
+@click.option("--config", "-c", help="Training config YAML. Default: the profile's.")
+@click.option(
+    "--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE", help="Config override (repeatable)."
+)
+@click.option("--env", "envs", multiple=True, metavar="NAME=VALUE", help="Runtime env var (docs/env.md).")
+@click.option(
+    "--secret", "secrets", multiple=True, metavar="NAME", help="Pass a secret by name from your env."
+)
+@click.option("--name", help="Run id (letters, digits, - and _). Default: <config>-<profile>-<time>-<hex>.")
+@click.option("--resume", is_flag=True, help="Continue the named run from its latest checkpoint.")
+@click.option("--wait", is_flag=True, help="Block until the run ends; exit 0 only if it finished.")
+@click.option("--python", help="Absolute path of the host's python (overrides the profile's host.python).")
+@click.option("--workdir", help="Project dir on the host (overrides host.workdir).")
+@click.option("--accept-new-host-key", is_flag=True, help="Record an unknown host key (first contact only).")
+@click.pass_obj
+def up(
+    app: Application,
+    hosts: tuple[str, ...],
+    sets: tuple[str, ...],
+    envs: tuple[str, ...],
+    secrets: tuple[str, ...],
+    wait: bool,
+    **kw: object,
+) -> None:
+    """Start a training run (default: the cpu profile on this machine)."""
+    opts = UpOptions(
+        hosts=list(hosts),
+        sets=list(sets),
+        env=list(envs),
+        secrets=list(secrets),
+        **{k: v for k, v in kw.items() if v not in (None, False)},
+    )  # type: ignore[arg-type]
+    plan = plan_run(opts)
+    app.say(
+        f"run {plan.run}: profile {plan.profile.name} ({plan.profile.world_size} workers), "
+        f"config {plan.config_path.name} [{plan.config_hash}], {plan.total_steps} steps"
+    )
+    rec, started_s = execute(plan, say=app.say)
+    app.say(
+        f"torchrun started on {len(rec.nodes)} node(s) in {started_s:.1f} s; waiting for the first heartbeat"
+    )
+    st = wait_first_heartbeat(rec)
+    app.say(f"run {rec.run} is {st['state']} (step {st['step']}/{rec.total_steps}) on {rec.host}")
+    app.print(rec.run)
+    app.say(
+        f"next: nsa-launch status --run {rec.run} | logs -f --run {rec.run} | tunnel --run {rec.run} | "
+        f"kill --run {rec.run} | nsa-launch dashboard"
+    )
+    if not wait:
+        return
+    last = -1.0
+    while True:
+        st = fetch_status([rec])[0]
+        if st["state"] in TERMINAL:
+            break
+        if time.monotonic() - last > 5:
+            app.say(
+                f"  step {st['step']}/{st['total_steps']} loss {st['loss']} tok/s {st['tokens_per_s']} "
+                f"state {st['state']}"
+            )
+            last = time.monotonic()
+        time.sleep(1.0)
+    app.say(
+        f"run {rec.run} {st['state']} (exit code {st['exit_code']}, step {st['step']}, loss {st['loss']})"
+    )
+    raise SystemExit(EXIT_OK if st["state"] == "finished" else EXIT_RUNTIME)

@@ -1,0 +1,269 @@
+"""Watching and steering runs that are already started: status, logs, kill, restart, tunnel.
+
+Owns the launcher side of those operations for runs in the local registry: it fans each out over
+the run's node hosts (one agent exec per host for status), merges the per-node answers into one
+status dict per run, and turns an unreachable host into state "lost" with an error string, never an
+exception. It must not touch tmux or processes itself (the agent does) and never imports torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from launcher import registry
+from launcher.errors import LaunchError, RuntimeFailure
+from launcher.registry import NodeRecord, RunRecord
+from launcher.remote import agent_call, agent_stream, transport_for
+
+STATUS_TIMEOUT_S = 30.0
+
+
+def resolve_run(run: str | None) -> RunRecord:
+    """The named run, or the most recent one; LaunchError (exit 2) when there is none."""
+    if run is None:
+        runs = registry.all_runs()
+        if not runs:
+            raise LaunchError(
+                f"no runs launched from this machine yet (registry: {registry.runs_dir()})",
+                "start one with `nsa-launch up`",
+            )
+        return runs[0]
+    rec = registry.load(run)
+    if rec is None:
+        import difflib
+
+        names = [r.run for r in registry.all_runs()]
+        near = difflib.get_close_matches(run, names, n=1)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        raise LaunchError(
+            f"unknown run {run!r} (registry: {registry.runs_dir()})",
+            f"{hint}list runs with `nsa-launch runs`",
+        )
+    return rec
+
+
+def _lost(rec: RunRecord, error: str) -> dict[str, Any]:
+    return {
+        "run": rec.run,
+        "host": rec.host,
+        "profile": rec.profile,
+        "state": "lost",
+        "step": None,
+        "total_steps": rec.total_steps,
+        "loss": None,
+        "tokens_per_s": None,
+        "eta_s": None,
+        "elapsed_s": None,
+        "heartbeat_age_s": {},
+        "gpus": [],
+        "exit_code": None,
+        "pids": [],
+        "events": [],
+        "time": time.time(),
+        "error": error,
+        "run_dir": rec.run_dir,
+    }
+
+
+def fetch_status(records: list[RunRecord]) -> list[dict[str, Any]]:
+    """One status dict per record, in order. One agent exec per (host, tmux socket)."""
+    groups: dict[tuple[Any, ...], list[tuple[int, int, NodeRecord, RunRecord]]] = {}
+    for ri, rec in enumerate(records):
+        for ni, node in enumerate(rec.nodes):
+            key = (tuple(sorted(node.host.to_dict().items())), node.workdir, node.python, rec.tmux_socket)
+            groups.setdefault(key, []).append((ri, ni, node, rec))
+    answers: dict[tuple[int, int], dict[str, Any] | str] = {}
+    for items in groups.values():
+        node0, rec0 = items[0][2], items[0][3]
+        req = {
+            "tmux_socket": rec0.tmux_socket,
+            "runs": [{"run": rec.run, "run_dir": node.run_dir} for _, _, node, rec in items],
+        }
+        try:
+            t = transport_for(node0.host)
+            reply = agent_call(t, node0.workdir, node0.python, "status", req, timeout=STATUS_TIMEOUT_S)
+            for (ri, ni, _, _), st in zip(items, reply["runs"]):
+                answers[(ri, ni)] = st
+        except LaunchError as e:
+            for ri, ni, _, _ in items:
+                answers[(ri, ni)] = f"{node0.label}: {e.message}"
+    out = []
+    for ri, rec in enumerate(records):
+        parts = [answers.get((ri, ni), "no answer") for ni in range(len(rec.nodes))]
+        out.append(_merge(rec, parts))
+    return out
+
+
+def _merge(rec: RunRecord, parts: list[dict[str, Any] | str]) -> dict[str, Any]:
+    head = parts[0]
+    if isinstance(head, str):
+        return _lost(rec, head)
+    st = dict(head)
+    st["host"], st["profile"] = rec.host, rec.profile
+    errors = [p for p in parts[1:] if isinstance(p, str)]
+    for p in parts[1:]:
+        if isinstance(p, dict):
+            st["heartbeat_age_s"] = {**st["heartbeat_age_s"], **p["heartbeat_age_s"]}
+            st["gpus"] = st["gpus"] + p["gpus"]
+            st["pids"] = st["pids"] + p["pids"]
+            if p["state"] in ("failed", "stalled") and st["state"] in ("running", "starting"):
+                st["state"] = p["state"]
+                st["error"] = f"node {p.get('host')}: {p.get('error') or p['state']}"
+    if errors:
+        st["state"] = "lost" if st["state"] in ("running", "starting", "stalled") else st["state"]
+        st["error"] = "; ".join(errors)
+    return st
+
+
+def kill_nodes(rec: RunRecord, nodes: list[NodeRecord]) -> dict[str, Any]:
+    """Kill the run on the given nodes; merged verified result."""
+    killed, remaining, msgs = True, [], []
+    for node in nodes:
+        t = transport_for(node.host)
+        reply = agent_call(
+            t,
+            node.workdir,
+            node.python,
+            "kill",
+            {
+                "run": rec.run,
+                "run_dir": node.run_dir,
+                "tmux_socket": rec.tmux_socket,
+                "grace_s": rec.kill_grace_s,
+            },
+            timeout=rec.kill_grace_s + 60,
+        )
+        killed = killed and bool(reply["killed"])
+        remaining += [f"{node.label}:{p}" if len(nodes) > 1 else p for p in reply["remaining_pids"]]
+        msgs.append(f"{node.label}: {reply['message']}")
+    return {"killed": killed, "remaining_pids": remaining, "message": "; ".join(msgs)}
+
+
+def kill_run(rec: RunRecord) -> dict[str, Any]:
+    """TERM, grace, KILL on every node; verified. Idempotent."""
+    return kill_nodes(rec, rec.nodes)
+
+
+def restart_run(rec: RunRecord, wait: bool = True) -> RunRecord:
+    """Kill (verified), then start again in the same run dir with --resume (latest checkpoint)."""
+    from launcher.envspec import resolve_secrets
+    from launcher.launch import wait_first_heartbeat
+
+    res = kill_run(rec)
+    if not res["killed"]:
+        raise RuntimeFailure(
+            f"cannot restart {rec.run}: the old processes survive: {res['message']}",
+            "stop them by hand on the host, then retry",
+        )
+    secrets = resolve_secrets(rec.secrets, os.environ) if rec.secrets else {}
+    for node in rec.nodes:
+        t = transport_for(node.host)
+        reply = agent_call(
+            t,
+            node.workdir,
+            node.python,
+            "start",
+            {
+                "run": rec.run,
+                "run_dir": node.run_dir,
+                "workdir": node.workdir,
+                "resume": True,
+                "tmux_socket": rec.tmux_socket,
+                "secrets": secrets,
+            },
+            timeout=60,
+        )
+        if not reply.get("ok"):
+            raise LaunchError(f"{node.label}: {reply.get('error')}", reply.get("fix", ""))
+    if wait:
+        wait_first_heartbeat(rec)
+    return rec
+
+
+def stream_log(rec: RunRecord, follow: bool = True, last_n: int = 200) -> Iterator[str]:
+    """train.log lines from node 0: the last `last_n`, then (follow) new ones until the run ends."""
+    node = rec.nodes[0]
+    t = transport_for(node.host)
+    yield from agent_stream(
+        t, node.workdir, node.python, "logs", {"run_dir": node.run_dir, "last_n": last_n, "follow": follow}
+    )
+
+
+@dataclass
+class Tunnel:
+    """A local 127.0.0.1 port that reaches the run's TensorBoard on its host."""
+
+    url: str
+    local_port: int
+    remote_port: int
+    _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def __enter__(self) -> Tunnel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _free_local_port(start: int) -> int:
+    for port in range(start, start + 100):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeFailure(f"no free local port in {start}..{start + 99}", "pass another --port")
+
+
+def open_tunnel(rec: RunRecord, port: int = 6006, timeout: float = 90.0) -> Tunnel:
+    """Start TensorBoard for the run on its host (127.0.0.1 only) and forward a local port to it."""
+    node = rec.nodes[0]
+    t = transport_for(node.host)
+    reply = agent_call(
+        t,
+        node.workdir,
+        node.python,
+        "tensorboard",
+        {
+            "run": rec.run,
+            "run_dir": node.run_dir,
+            "python": node.python,
+            "port": port,
+            "tmux_socket": rec.tmux_socket,
+            "timeout_s": timeout,
+        },
+        timeout=timeout + 30,
+    )
+    if not reply.get("ok"):
+        raise RuntimeFailure(f"{node.label}: {reply.get('error')}", reply.get("fix", ""))
+    remote_port = int(reply["port"])
+    if node.host.is_local:
+        return Tunnel(f"http://127.0.0.1:{remote_port}/", remote_port, remote_port)
+    local_port = _free_local_port(port)
+    tunnel = Tunnel(f"http://127.0.0.1:{local_port}/", local_port, remote_port)
+    tunnel._stack.enter_context(t.forward_local(local_port, remote_port))
+    # fabric's forward_local returns before its listening socket is bound: retry the first connect.
+    deadline = time.monotonic() + 10.0
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", local_port), timeout=1.0):
+                break
+        except OSError as e:
+            if time.monotonic() > deadline:
+                tunnel.close()
+                raise RuntimeFailure(
+                    f"the local forward 127.0.0.1:{local_port} did not come up ({e})",
+                    "retry; check AllowTcpForwarding on the host's sshd",
+                ) from None
+            time.sleep(0.05)
+    return tunnel
