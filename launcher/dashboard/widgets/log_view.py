@@ -67,7 +67,7 @@ class LogView(ScrollView, can_focus=True):
             self.match_index = self.match_index - dropped if self.match_index >= dropped else None
         self._resize()
         if self.follow:
-            self.scroll_to(y=max(0, len(self.view) - self.scrollable_content_region.height), animate=False)
+            self.scroll_end(animate=False, x_axis=False)
         elif dropped:
             # Keep the same lines under the reader's eyes while the ring's front moves on.
             self.scroll_to(y=max(0, self.scroll_y - dropped), animate=False)

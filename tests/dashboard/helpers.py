@@ -1,0 +1,35 @@
+"""Shared pieces of the dashboard tests: where the recording is, its fixed clock, a bounded wait."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+RECORDING = Path(__file__).parent / "recorded"
+RECORDED_NOW = 1795317763.1  # the snapshots' "time": ages on screen stay what the recording says
+
+
+async def wait_for(pilot, cond: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
+    """Let the app run until `cond()` holds; fail naming `what` after `timeout` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not cond():
+        if loop.time() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what or cond}")
+        await pilot.pause(0.02)
+
+
+def notifications(app) -> list[str]:
+    return [n.message for n in app._notifications]
+
+
+def plain(widget) -> str:
+    """What a Static widget shows, as plain text (tables included)."""
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(widget.content)
+    return console.export_text()
