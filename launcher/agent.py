@@ -150,12 +150,12 @@ def cmd_start(req: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "session": session_name(run), "pane_pid": int(pane.pane_pid), "time": time.time()}
 
 
-def _log_tail(path: Path, n: int, max_bytes: int = 1 << 20) -> list[str]:
-    """Last n lines of a file, reading at most max_bytes from its end: huge logs are never read whole."""
+def _log_tail(path: Path, n: int, max_bytes: int = 1 << 20, end: int | None = None) -> list[str]:
+    """Last n lines of a file (up to byte `end`), reading at most max_bytes: huge logs are never read whole."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
-            size = f.tell()
+            size = f.tell() if end is None else min(end, f.tell())
             block, data = 8192, b""
             while size > 0 and data.count(b"\n") <= n and len(data) < max_bytes:
                 step = min(block, size)
@@ -176,7 +176,10 @@ def run_status(req: dict[str, Any], server: Any, now: float) -> dict[str, Any]:
     pane_pid = _train_pane_pid(server, run)
     pids = sorted(procs.run_pids(str(rd.root), pane_pid)) if rd.root.exists() else []
     hbs = rd.heartbeats()
-    metrics = rd.last_metrics() or {}
+    recs = tail_jsonl(rd.metrics, 65536)
+    # Eval records share metrics.jsonl; the train record is the last one carrying `loss`.
+    metrics = next((r for r in reversed(recs) if "loss" in r), {})
+    val = next((r for r in reversed(recs) if "loss/val" in r), {})
     exit_code = rd.exit_code()
     killed = read_json(rd.killed_file) if rd.killed_file.exists() else None
     events = tail_jsonl(rd.events, 16384)
@@ -216,6 +219,7 @@ def run_status(req: dict[str, Any], server: Any, now: float) -> dict[str, Any]:
         "step": step,
         "total_steps": total,
         "loss": metrics.get("loss"),
+        "val_loss": val.get("loss/val"),
         "tokens_per_s": metrics.get("tokens_per_s"),
         "eta_s": eta,
         "elapsed_s": elapsed,
@@ -310,13 +314,14 @@ def cmd_logs(req: dict[str, Any]) -> None:
     """Print the last n lines of train.log, then (follow) new lines as they arrive until the run ends."""
     rd = RunDir(req["run_dir"])
     out = sys.stdout
-    for line in _log_tail(rd.train_log, int(req.get("last_n", 200))):
+    # Fix the follow position before printing history, so a line written meanwhile is not lost.
+    pos = rd.train_log.stat().st_size if rd.train_log.exists() else 0
+    for line in _log_tail(rd.train_log, int(req.get("last_n", 200)), end=pos):
         out.write(line + "\n")
     out.flush()
     if not req.get("follow"):
         return
     parent = os.getppid()
-    pos = rd.train_log.stat().st_size if rd.train_log.exists() else 0
     partial = b""
     quiet_since = time.monotonic()
     while True:
