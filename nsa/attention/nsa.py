@@ -133,7 +133,7 @@ class NSAAttention(nn.Module):
         """The selection table the forward would use: (idx, valid), each [B, Hkv, T, min(n, ceil(T/l'))].
 
         idx[b, g, t] lists the selection blocks (block j = tokens [j*l', (j+1)*l')) shared by all heads
-        of KV group g for query t, best first; valid marks real entries (short prefixes have fewer).
+        of KV group g for query t (forced blocks first, then by importance); valid marks real entries (short prefixes have fewer).
         """
         _, idx, valid = self._compressed(self._branch_inputs(x))
         return idx, valid
