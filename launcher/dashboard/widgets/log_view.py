@@ -43,6 +43,7 @@ class LogView(ScrollView, can_focus=True):
         self.run_id = run_id
         self.ring.clear()
         self.view = self.ring
+        self.rank_filter = None  # ranks differ between runs; a kept filter could hide everything
         self.ranks_seen.clear()
         self.match_index = None
         self.ended = None

@@ -1,0 +1,92 @@
+"""nvidia-smi CSV parsing, the recorded backend's replay rules, and how cells are written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from launcher.dashboard import format as fmt
+from launcher.dashboard.recorded import RecordedBackend, parse_nvidia_smi_csv
+from tests.dashboard.helpers import RECORDING
+
+
+def test_parse_the_recorded_nvidia_smi_csv():
+    gpus = parse_nvidia_smi_csv((RECORDING / "nvidia-smi-2xa100.csv").read_text())
+    assert gpus[0] == {
+        "index": 0,
+        "name": "NVIDIA A100-SXM4-80GB",
+        "util_pct": 97.0,
+        "mem_used_mb": 61234.0,
+        "mem_total_mb": 81920.0,
+        "temp_c": 64.0,
+        "power_w": 312.45,
+    }
+    assert gpus[1]["power_w"] is None  # "[N/A]"
+
+
+def test_parse_tolerates_reordered_unknown_and_ragged_columns():
+    text = (
+        "name, pstate, index, memory.used [MiB]\n"
+        "NVIDIA H100 80GB HBM3, P0, 3, 1024 MiB\n"
+        "broken row\n"
+        "NVIDIA H100 80GB HBM3, P0, 4, [Not Supported]\n"
+    )
+    assert parse_nvidia_smi_csv(text) == [
+        {"name": "NVIDIA H100 80GB HBM3", "index": 3, "mem_used_mb": 1024.0},
+        {"name": "NVIDIA H100 80GB HBM3", "index": 4, "mem_used_mb": None},
+    ]
+    assert parse_nvidia_smi_csv("") == []
+
+
+def test_recorded_backend_replays_polls_and_remembers_actions():
+    b = RecordedBackend(RECORDING)
+    first = {s["run"]: s for s in b.snapshot()}
+    assert first["m7c-2xa100"]["gpus"][0]["name"] == "NVIDIA A100-SXM4-80GB"
+    assert b.advance() == 1 and {s["run"]: s["state"] for s in b.snapshot()}["m7c-2xa100"] == "lost"
+    b.advance()
+    assert b.advance() == 2  # the last poll repeats
+    assert b.kill("tiny-cpu-120")["killed"] is True
+    assert {s["run"]: s["state"] for s in b.snapshot()}["tiny-cpu-120"] == "killed"
+    assert b.calls == [("kill", "tiny-cpu-120")]
+    assert len(b.metrics("tiny-cpu-120")) == 63
+
+
+def test_recorded_backend_names_a_bad_recording(tmp_path):
+    with pytest.raises(ValueError, match=r"status\.json"):
+        RecordedBackend(tmp_path)
+    (tmp_path / "status.json").write_text(json.dumps({"snapshots": []}))
+    with pytest.raises(ValueError, match="'snapshots' is empty"):
+        RecordedBackend(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (None, "–"),
+        (-1, "–"),
+        (2.54, "2.5s"),
+        (42, "42s"),
+        (400, "6m40s"),
+        (5421, "1h30m"),
+        (3 * 86400, "3d00h"),
+    ],
+)
+def test_duration(seconds, text):
+    assert fmt.duration(seconds) == text
+
+
+def test_rate_loss_progress_heartbeat():
+    assert fmt.rate(181342.0) == "181.3k" and fmt.rate(3_400_000) == "3.40M" and fmt.rate(None) == "–"
+    assert fmt.loss(float("nan")) == "–" and fmt.loss(3.12391) == "3.1239"
+    assert fmt.progress(60, 120).plain == "60/120 █████░░░░░  50%"
+    assert fmt.progress(5, None).plain == "5"
+    assert fmt.heartbeat({"1": 0.9, "0": 0.8}, per_rank=False).plain == "0.8s"
+    assert fmt.heartbeat({"1": 0.9, "0": 0.8}, per_rank=True).plain == "r0:0.8s r1:0.9s"
+    assert fmt.heartbeat({}, per_rank=False).plain == "–"
+
+
+def test_sparkline_scales_to_fixed_bounds():
+    assert fmt.sparkline([0, 50, 100], 0, 100) == "▁▅█"
+    assert fmt.sparkline([]) == ""
+    assert fmt.sparkline([3, 3]) == "▁▁"
