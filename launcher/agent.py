@@ -31,8 +31,10 @@ TB_STATE = "tensorboard.json"
 TB_LOG = "tensorboard.log"
 
 
-def session_name(run: str) -> str:
-    return f"nsa-{run}"
+def session_name(run: str, node: int = 0) -> str:
+    """`nsa-<run>` (what users attach to); on node i > 0 `nsa-<run>-node<i>`, so that two nodes sharing
+    one tmux server (two workdirs on one machine, as in the tests) cannot collide."""
+    return f"nsa-{run}" if not node else f"nsa-{run}-node{int(node)}"
 
 
 def _server(req: dict[str, Any]) -> Any:
@@ -53,8 +55,8 @@ def _session(server: Any, name: str) -> Any | None:
         return None
 
 
-def _train_pane_pid(server: Any, run: str) -> int | None:
-    sess = _session(server, session_name(run))
+def _train_pane_pid(server: Any, run: str, node: int = 0) -> int | None:
+    sess = _session(server, session_name(run, node))
     if sess is None:
         return None
     for w in sess.windows:
@@ -99,11 +101,12 @@ def wrapper_script(req: dict[str, Any]) -> str:
 def cmd_start(req: dict[str, Any]) -> dict[str, Any]:
     """Create the run dir (or reuse it with resume), write manifest + wrapper, start tmux."""
     run, rd = req["run"], RunDir(req["run_dir"])
+    sname = session_name(run, int(req.get("node", 0)))
     server = _server(req)
-    if _session(server, session_name(run)) is not None:
+    if _session(server, sname) is not None:
         return {
             "ok": False,
-            "error": f"tmux session {session_name(run)} already exists on this host",
+            "error": f"tmux session {sname} already exists on this host",
             "fix": "pick another --name, or `nsa-launch kill --run " + run + "` first",
         }
     resume = bool(req.get("resume"))
@@ -140,14 +143,14 @@ def cmd_start(req: dict[str, Any]) -> dict[str, Any]:
             f.writelines(f"export {k}={shlex.quote(v)}\n" for k, v in secrets.items())
     argv = ["bash", str(rd.root / WRAPPER)] + (["--resume"] if resume else [])
     sess = server.new_session(
-        session_name=session_name(run),
+        session_name=sname,
         window_name="train",
         window_command="exec " + shlex.join(argv),
         start_directory=req["workdir"],
         attach=False,
     )
     pane = sess.windows[0].active_pane
-    return {"ok": True, "session": session_name(run), "pane_pid": int(pane.pane_pid), "time": time.time()}
+    return {"ok": True, "session": sname, "pane_pid": int(pane.pane_pid), "time": time.time()}
 
 
 def _log_tail(path: Path, n: int, max_bytes: int = 1 << 20, end: int | None = None) -> list[str]:
@@ -173,7 +176,7 @@ def run_status(req: dict[str, Any], server: Any, now: float) -> dict[str, Any]:
     rd = RunDir(req["run_dir"])
     run = req["run"]
     manifest = read_json(rd.manifest) or {}
-    pane_pid = _train_pane_pid(server, run)
+    pane_pid = _train_pane_pid(server, run, req.get("node", 0))
     pids = sorted(procs.run_pids(str(rd.root), pane_pid)) if rd.root.exists() else []
     hbs = rd.heartbeats()
     recs = tail_jsonl(rd.metrics, 65536)
@@ -264,7 +267,7 @@ def cmd_kill(req: dict[str, Any]) -> dict[str, Any]:
     """TERM the run's processes (and groups), grace, KILL; end the tmux sessions; verify none left."""
     run, rd = req["run"], RunDir(req["run_dir"])
     server = _server(req)
-    pane_pid = _train_pane_pid(server, run)
+    pane_pid = _train_pane_pid(server, run, req.get("node", 0))
     tag = str(rd.root)
 
     def now_pids() -> set[int]:
@@ -273,7 +276,8 @@ def cmd_kill(req: dict[str, Any]) -> dict[str, Any]:
     before = sorted(now_pids())
     already_done = rd.exit_code() is not None or rd.killed_file.exists()
     remaining = procs.term_then_kill(now_pids, float(req.get("grace_s", 10.0)))
-    for name in (session_name(run), session_name(run) + "-tb"):
+    sname = session_name(run, int(req.get("node", 0)))
+    for name in (sname, sname + "-tb"):
         sess = _session(server, name)
         if sess is not None:
             with contextlib.suppress(Exception):
@@ -374,7 +378,8 @@ def cmd_tensorboard(req: dict[str, Any]) -> dict[str, Any]:
     log = rd.root / TB_LOG
     cmd = f"exec env {procs.TAG}={shlex.quote(str(rd.root))} {shlex.join(argv)} >{shlex.quote(str(log))} 2>&1"
     server = _server(req)
-    sess = _session(server, session_name(run))
+    sname = session_name(run, int(req.get("node", 0)))
+    sess = _session(server, sname)
     if sess is not None:
         with contextlib.suppress(Exception):
             for w in sess.windows:
@@ -382,11 +387,11 @@ def cmd_tensorboard(req: dict[str, Any]) -> dict[str, Any]:
                     w.kill()
         win = sess.new_window(window_name="tb", window_shell=cmd, attach=False)
     else:
-        tb = _session(server, session_name(run) + "-tb")
+        tb = _session(server, sname + "-tb")
         if tb is not None:
             tb.kill()
         win = server.new_session(
-            session_name=session_name(run) + "-tb", window_name="tb", window_command=cmd, attach=False
+            session_name=sname + "-tb", window_name="tb", window_command=cmd, attach=False
         ).windows[0]
     pid = int(win.active_pane.pane_pid)
     deadline = time.monotonic() + float(req.get("timeout_s", 90))

@@ -83,7 +83,7 @@ def fetch_status(records: list[RunRecord]) -> list[dict[str, Any]]:
         node0, rec0 = items[0][2], items[0][3]
         req = {
             "tmux_socket": rec0.tmux_socket,
-            "runs": [{"run": rec.run, "run_dir": node.run_dir} for _, _, node, rec in items],
+            "runs": [{"run": rec.run, "run_dir": node.run_dir, "node": ni} for _, ni, node, rec in items],
         }
         try:
             t = transport_for(node0.host)
@@ -133,6 +133,7 @@ def kill_nodes(rec: RunRecord, nodes: list[NodeRecord]) -> dict[str, Any]:
             "kill",
             {
                 "run": rec.run,
+                "node": rec.nodes.index(node),
                 "run_dir": node.run_dir,
                 "tmux_socket": rec.tmux_socket,
                 "grace_s": rec.kill_grace_s,
@@ -162,7 +163,7 @@ def restart_run(rec: RunRecord, wait: bool = True) -> RunRecord:
             "stop them by hand on the host, then retry",
         )
     secrets = resolve_secrets(rec.secrets, os.environ) if rec.secrets else {}
-    for node in rec.nodes:
+    for i, node in enumerate(rec.nodes):
         t = transport_for(node.host)
         reply = agent_call(
             t,
@@ -171,6 +172,7 @@ def restart_run(rec: RunRecord, wait: bool = True) -> RunRecord:
             "start",
             {
                 "run": rec.run,
+                "node": i,
                 "run_dir": node.run_dir,
                 "workdir": node.workdir,
                 "resume": True,

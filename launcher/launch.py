@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher import __version__, envspec, registry
+from launcher.agent import session_name
 from launcher.errors import LaunchError, RuntimeFailure
 from launcher.hosts import HostSpec, default_target, parse_target
 from launcher.profiles import PROJECT_ROOT, Profile, load_profile
@@ -166,7 +167,7 @@ def _bind_hosts(profile: Profile, opts: UpOptions) -> tuple[list[HostSpec], list
 
 # --- on the hosts ---------------------------------------------------------------------------------
 def _preflight_script(
-    workdir: str, run: str, python: str | None, base_python: str, tmux_socket: str | None
+    workdir: str, run: str, python: str | None, base_python: str, tmux_socket: str | None, node: int = 0
 ) -> str:
     q = shlex.quote
     wd = f'"$HOME"/{q(workdir[2:])}' if workdir.startswith("~/") else q(workdir)
@@ -190,7 +191,7 @@ def _preflight_script(
             "if command -v nvidia-smi >/dev/null; then nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null"
             ' | sed "s/^/gpu=/"; fi',
             f'[ -e "$wd"/runs/{q(run)} ] && echo run_dir_exists=1',
-            f"{tmux} has-session -t ={q('nsa-' + run)} 2>/dev/null && echo session_exists=1",
+            f"{tmux} has-session -t ={q(session_name(run, node))} 2>/dev/null && echo session_exists=1",
             "true",
         ]
     )
@@ -209,7 +210,7 @@ def preflight(t: Transport, plan: Plan, i: int) -> dict[str, Any]:
 
         python = sys.executable
     res = t.run(
-        _preflight_script(plan.workdirs[i], plan.run, python, prof.host.base_python, plan.tmux_socket),
+        _preflight_script(plan.workdirs[i], plan.run, python, prof.host.base_python, plan.tmux_socket, i),
         timeout=60,
     )
     facts: dict[str, Any] = {"gpus": []}
@@ -388,6 +389,7 @@ def execute(plan: Plan, say: Callable[[str], None] = print) -> tuple[RunRecord, 
             argv = torchrun_argv(plan, node.python, i, node.run_dir, rdzv)
             req = {
                 "run": plan.run,
+                "node": i,
                 "run_dir": node.run_dir,
                 "workdir": node.workdir,
                 "argv": argv,

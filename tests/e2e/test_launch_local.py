@@ -1,0 +1,73 @@
+"""nsa-launch on the local transport (the `cpu` profile's default path), real tmux and torchrun.
+
+One run, shared: up -> status running -> logs show steps -> restart resumes from the checkpoint
+(a `resumed` event, steps continue past it) -> tunnel serves TensorBoard -> kill -> no process left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from launcher.api import open_tunnel, resolve_run
+from nsa.runfiles import RunDir
+from tests.e2e.launch_support import cleanup_local_run, invoke, isolate, run_processes, status, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def test_local_up_restart_tunnel_kill(tmux_server, tmp_path, monkeypatch):
+    home = isolate(monkeypatch, tmp_path, tmux_server)
+    run = f"local-e2e-{os.getpid()}"
+    cleanup_local_run(run)
+    res = invoke("up", "--name", run, "--set", "train.steps=3000", "--set", "train.save_every=10")
+    assert res.exit_code == 0, res.output
+    rec = resolve_run(None)  # the most recent run
+    assert rec.run == run and rec.is_local and (home / "runs" / f"{run}.json").exists()
+    rd = RunDir(rec.run_dir)
+    try:
+        manifest = json.loads(rd.manifest.read_text())
+        assert (
+            manifest["profile"] == "cpu" and manifest["world_size"] == 2 and manifest["total_steps"] == 3000
+        )
+        assert "--standalone" in manifest["command"] and manifest["env"]["OMP_NUM_THREADS"] == "1"
+
+        wait_for(lambda: status(run)["state"] == "running", 60, "state running")
+        ckpt = wait_for(rd.latest_checkpoint, 120, "a first checkpoint")
+        ckpt_step = int(ckpt.name.split("-")[1])
+        logs = invoke("logs", "--run", run, "-n", "50")
+        assert "[nsa] step" in logs.stdout
+
+        res = invoke("restart", "--run", run)
+        assert res.exit_code == 0, res.output
+        resumed = wait_for(
+            lambda: [e for e in rd.events.read_text().splitlines() if '"resumed"' in e], 60, "a resumed event"
+        )
+        r_step = json.loads(resumed[-1])["step"]
+        assert r_step >= ckpt_step
+        st = wait_for(
+            lambda: (s := status(run))["state"] == "running" and s["step"] > r_step and s,
+            60,
+            "steps past the resume point",
+        )
+        assert st["step"] > r_step and len(json.loads(rd.manifest.read_text())["restarts"]) == 1
+        assert "[nsa-launch]" in rd.train_log.read_text() and "--resume" in rd.train_log.read_text()
+
+        tun = open_tunnel(rec)
+        try:
+            assert "tensorboard" in urllib.request.urlopen(tun.url, timeout=30).read().decode().lower()
+        finally:
+            tun.close()
+
+        res = invoke("kill", "--run", run)
+        assert res.exit_code == 0 and "verified none is left" in res.output
+        assert run_processes(rec.run_dir) == set() and not tmux_server.has_session(f"nsa-{run}")
+        assert status(run)["state"] == "killed"
+    finally:
+        invoke("kill", "--run", run)
+        cleanup_local_run(run)
+    assert not Path(rec.run_dir).exists()
