@@ -1,6 +1,7 @@
 """The `data:` section of the training config, its vocabulary size, and the pipeline's error type.
 
-This module owns `DataConfig` (pydantic v2, unknown keys rejected with a did-you-mean), the
+This module owns `DataConfig` (pydantic v2, extra="forbid": nsa.train.config turns an unknown key
+into a did-you-mean naming the file), the
 tokenizer vocabulary sizes (`vocab_size_for`, no I/O) and `DataError`. It must stay torch-free and
 must not import `datasets` or `pyarrow`: the launcher validates training configs on a laptop that
 has none of them. Everything that reads data lives in the sibling modules and is imported lazily.
@@ -8,8 +9,7 @@ has none of them. Everything that reads data lives in the sibling modules and is
 
 from __future__ import annotations
 
-import difflib
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -92,20 +92,6 @@ class DataConfig(BaseModel):
 
     retry_backoff_s: float = Field(default=1.0, ge=0.0)
     """First retry delay; doubled after every failed attempt."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _unknown_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            known = set(cls.model_fields)
-            for key in data:
-                if key not in known:
-                    close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.6)
-                    hint = (
-                        f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(sorted(known))}"
-                    )
-                    raise ValueError(f"unknown key data.{key}: {hint}")
-        return data
 
     @model_validator(mode="after")
     def _source_needs(self) -> DataConfig:

@@ -24,11 +24,19 @@ def test_gpt2_vocab_needs_no_io():
     assert eod_token_for(cfg) == 50256
 
 
-def test_unknown_key_suggests_the_right_one():
+def test_unknown_key_is_rejected_and_the_training_config_suggests_the_right_one(tmp_path):
     with pytest.raises(ValidationError) as e:
         DataConfig.model_validate({"source": "files", "path": ["x.jsonl"]})
-    msg = str(e.value)
-    assert "data.path" in msg and "did you mean 'paths'" in msg
+    assert e.value.errors()[0]["type"] == "extra_forbidden" and e.value.errors()[0]["loc"] == ("path",)
+    # The YAML path users take: the trainer's config loader owns the did-you-mean wording.
+    from nsa.train.config import ConfigError, load_config
+
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text("data:\n  source: files\n  path: [x.jsonl]\n")
+    with pytest.raises(ConfigError) as ce:
+        load_config(cfg)
+    msg = str(ce.value)
+    assert str(cfg) in msg and "data.path" in msg and "did you mean 'data.paths'" in msg
 
 
 def test_files_source_without_paths_names_the_fix():
