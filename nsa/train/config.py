@@ -16,6 +16,7 @@ import difflib
 import hashlib
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
@@ -207,9 +208,6 @@ class TrainConfig(_Strict):
     parallel: ParallelConfig = Field(default_factory=ParallelConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
 
-    # Set by load_config; not part of the schema.
-    _source: str = ""
-
     def resolved_vocab_size(self) -> int:
         return self.model.vocab_size if self.model.vocab_size is not None else vocab_size_for(self.data)
 
@@ -297,6 +295,9 @@ def _from_validation_error(file: str, err: ValidationError, raw: dict[str, Any])
     return ConfigError(file, key, value, msg, f"set {key} to a valid value")
 
 
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`section.key=value` -> (["section", "key"], parsed value); YAML scalars (3, 1e-4, true, null)."""
     if "=" not in text:
@@ -313,6 +314,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         raise ConfigError(
             "--set", key, raw, f"value is not valid YAML ({e.__class__.__name__})", "quote it"
         ) from e
+    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        value = float(value)  # YAML 1.1 reads 1e-4 (no dot) as a string; on a command line it is a number
     return key.split("."), value
 
 
@@ -385,7 +388,6 @@ def load_config(
     except ValidationError as e:
         raise _from_validation_error(source, e, raw) from None
     _cross_checks(cfg, source, world_size)
-    cfg._source = file
     return cfg
 
 

@@ -45,6 +45,10 @@ class Diverged(RuntimeError):
     pass
 
 
+class ResumeMismatch(ValueError):
+    """The checkpoint cannot continue this run as configured (bad input: exit 2)."""
+
+
 class Run:
     """One rank's run. `execute()` returns the process exit code."""
 
@@ -59,6 +63,9 @@ class Run:
     # --- life cycle ---------------------------------------------------------------------------
     def execute(self) -> int:
         t0 = time.time()
+        # Subnormal floats (tails of NSA's softmaxes early in training) made CPU steps 30-60x slower
+        # on tiny. Set before the first tensor op: CPU worker threads inherit the flag when created.
+        torch.set_flush_denormal(True)
         info = init_distributed(self.cfg.train.device, self.cfg.parallel.timeout_s, str(self.rd.stacks_dir))
         self.info = info
         self.print0 = Printer(info.rank)
@@ -71,9 +78,9 @@ class Run:
         try:
             self._train(t0)
             return 0
-        except DataError as e:
-            rec.event("error", all_ranks=True, kind="data", message=str(e))
-            print(f"[nsa] rank {info.rank}: data error: {e}", file=sys.stderr, flush=True)
+        except (DataError, ResumeMismatch) as e:
+            rec.event("error", all_ranks=True, kind=type(e).__name__, message=str(e))
+            print(f"[nsa] rank {info.rank}: {e}", file=sys.stderr, flush=True)
             return 2
         except Diverged as e:
             rec.event("error", kind="diverged", message=str(e))
@@ -93,10 +100,6 @@ class Run:
     def _train(self, t0: float) -> None:
         cfg, info, rec, t = self.cfg, self.info, self.rec, self.cfg.train
         torch.manual_seed(t.seed)  # identical init on every rank (DDP also broadcasts; FSDP2 does not)
-        if info.device.type == "cpu":
-            # Subnormal floats (from NSA's masked softmax tails early in training) made CPU steps
-            # 30-60x slower on tiny; flushing them to zero is what GPUs do anyway.
-            torch.set_flush_denormal(True)
         use_bf16 = t.dtype == "bf16" or (t.dtype == "auto" and info.device.type == "cuda")
         fsdp = info.distributed and cfg.parallel.strategy == "fsdp"
         vocab = cfg.resolved_vocab_size()
@@ -120,6 +123,17 @@ class Run:
         ckpt_dir = self.rd.latest_checkpoint() if self.resume else None
         if ckpt_dir is not None:
             rec.beat("checkpoint", 0)
+            meta = ckpt.read_meta(ckpt_dir)
+            if int(meta["world_size"]) != info.world_size:
+                raise ResumeMismatch(
+                    f"{ckpt_dir} was written by {meta['world_size']} ranks but this run has {info.world_size}: "
+                    "the data position is per rank, so resume with the same world size"
+                )
+            if meta.get("config_hash") != cfg.config_hash():
+                self.print0.err(
+                    f"[nsa] warning: resuming {ckpt_dir.name} (config {meta.get('config_hash')}) with a changed "
+                    f"config ({cfg.config_hash()}); the result will differ from an uninterrupted run"
+                )
             meta, rank_state = ckpt.load(ckpt_dir, info, self.wrapped, self.optimizer)
             loader.load_state_dict(rank_state["loader"])
             step, tokens = int(meta["step"]), int(meta["tokens"])

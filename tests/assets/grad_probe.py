@@ -1,0 +1,62 @@
+"""Gradient probe for the DDP / FSDP2 equivalence test (run alone or under torchrun, gloo on CPU).
+
+Builds the tiny model exactly as nsa-train does (same seed, `parallelize` with the given strategy
+and activation checkpointing), feeds a fixed global batch split evenly over ranks and over
+`accum` micro-batches (gradient sync only on the last one, as the trainer does), and rank 0 writes
+every parameter's full gradient to OUT as a torch file.
+
+    python tests/assets/grad_probe.py OUT [--ac] [--fsdp] [--accum N]
+    torchrun --standalone --nproc_per_node 2 tests/assets/grad_probe.py OUT --ac
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from nsa.model import Transformer
+from nsa.train.config import load_config
+from nsa.train.dist import init_distributed, teardown
+from nsa.train.parallelize import grad_sync, parallelize
+
+TINY = Path(__file__).resolve().parents[2] / "configs" / "tiny.yaml"
+GLOBAL_BATCH, SEQ = 8, 64
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--ac", action="store_true")
+    ap.add_argument("--fsdp", action="store_true")
+    ap.add_argument("--accum", type=int, default=1)
+    args = ap.parse_args()
+    sets = [f"parallel.activation_checkpointing={str(args.ac).lower()}", f"train.seq_len={SEQ}"]
+    if args.fsdp:
+        sets.append("parallel.strategy=fsdp")
+    cfg = load_config(TINY, sets)
+    info = init_distributed("cpu", 60)
+    torch.manual_seed(cfg.train.seed)
+    model = Transformer(cfg.model, cfg.resolved_vocab_size())
+    wrapped = parallelize(model, info, cfg.parallel, None)
+    gen = torch.Generator().manual_seed(1234)
+    data = torch.randint(0, 257, (GLOBAL_BATCH, SEQ + 1), generator=gen)
+    per_rank = GLOBAL_BATCH // info.world_size
+    mine = data[info.rank * per_rank : (info.rank + 1) * per_rank]
+    micro = per_rank // args.accum
+    for i in range(args.accum):
+        chunk = mine[i * micro : (i + 1) * micro]
+        with grad_sync(wrapped, i == args.accum - 1):
+            (wrapped(chunk[:, :-1], chunk[:, 1:]) / args.accum).backward()
+    grads = {}
+    for name, p in model.named_parameters():
+        g = p.grad
+        grads[name] = g.full_tensor() if hasattr(g, "full_tensor") else g.detach().clone()
+    if info.rank == 0:
+        torch.save(grads, args.out)
+    teardown(info)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""Helpers for the trainer's end-to-end tests: run the real `nsa-train` (alone or under the real
+torchrun with gloo) on a fresh run dir and read back what it wrote. The interpreter is taken from
+sys.executable, so the tests work from any checkout's venv, not only /work/main/.venv."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "configs" / "tiny.yaml"
+
+
+def train_cmd(nproc: int = 1) -> list[str]:
+    if nproc == 1:
+        return [sys.executable, "-m", "nsa.train"]
+    return [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+        "-m", "nsa.train",
+    ]  # fmt: skip
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("CONFIG", "NSA_FAULT", "RANK", "WORLD_SIZE")}
+    env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **extra)
+    return env
+
+
+def run_train(
+    run_dir: Path,
+    sets: list[str] = (),
+    nproc: int = 1,
+    config: Path = TINY,
+    resume: bool = False,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess:
+    cmd = [*train_cmd(nproc), "--config", str(config), "--run-dir", str(run_dir)]
+    for s in sets:
+        cmd += ["--set", s]
+    if resume:
+        cmd.append("--resume")
+    return subprocess.run(
+        cmd, cwd=REPO, env=env or clean_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def metrics(run_dir: Path) -> list[dict[str, Any]]:
+    p = run_dir / "metrics.jsonl"
+    return [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
+
+
+def train_losses(run_dir: Path) -> dict[int, float]:
+    """step -> train loss; a step logged twice (before a crash and after resume) keeps the later one."""
+    return {r["step"]: r["loss"] for r in metrics(run_dir) if "loss/train" in r}
+
+
+def events(run_dir: Path) -> list[dict[str, Any]]:
+    p = run_dir / "events.jsonl"
+    return [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
+
+
+def explain(proc: subprocess.CompletedProcess) -> str:
+    return f"rc={proc.returncode}\nstdout tail:\n{proc.stdout[-3000:]}\nstderr tail:\n{proc.stderr[-3000:]}"
