@@ -1,11 +1,14 @@
-"""The `fineweb_edu` source: Hugging Face `datasets` streaming, sharded with split_dataset_by_node.
+"""The `fineweb_edu` source: Hugging Face `datasets` streaming of one rank's shard.
 
 This module owns opening HuggingFaceFW/fineweb-edu (or any hub dataset, or a local directory laid out
 like the hub repo: README.md with `configs:` + data/<name>/*.parquet) as a streaming IterableDataset,
-turning hub failures into a DataError that says how to point the config at local files, and the
-resumable cursor (the dataset's own state_dict taken before each document). It opens the dataset
-lazily, on the loader's background thread, so the first-batch timeout covers a slow hub. It must not
-download whole shards, shuffle (a shuffle buffer would break exact resume), or import torch.
+its rank sharding (whole shards per rank when the shard count is a multiple of the world size, via
+split_dataset_by_node; whole shards dealt unevenly when there are more shards than ranks, via
+IterableDataset.shard; example i to rank i % W otherwise, via split_dataset_by_node), turning hub
+failures into a DataError that says how to point the config at local files, and the resumable cursor
+(the dataset's own state_dict taken before each document). It opens the dataset lazily, on the
+loader's background thread, so the first-batch timeout covers a slow hub. It must not download whole
+shards, shuffle (a shuffle buffer would break exact resume), or import torch.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ class HubSource:
             shard = "shards not opened yet"
         elif self._n_shards % self.world_size == 0:
             shard = f"{self._n_shards} shards, whole shards per rank"
+        elif self._n_shards > self.world_size:
+            shard = f"{self._n_shards} shards, uneven whole shards per rank (shard i to rank i % W)"
         else:
             shard = f"{self._n_shards} shards, examples split across ranks"
         return (
@@ -85,9 +90,15 @@ class HubSource:
                 f"(columns: {cols}); set data.text_field"
             )
         ds = ds.select_columns([c.text_field])
-        self._n_shards = ds.n_shards
-        # Whole shards per rank when they divide evenly, otherwise example i goes to rank i % W.
-        return split_dataset_by_node(ds, rank=self.rank, world_size=self.world_size)
+        n, w = ds.n_shards, self.world_size
+        self._n_shards = n
+        if n % w == 0 or n < w:
+            # Whole shards per rank when they divide evenly, otherwise example i goes to rank i % W
+            # (every rank then streams every shard and keeps 1/W of it).
+            return split_dataset_by_node(ds, rank=self.rank, world_size=w)
+        # More shards than ranks but not a multiple: whole shards, some ranks one more than others.
+        # Over the network this beats reading everything W times; every stream is infinite anyway.
+        return ds.shard(num_shards=w, index=self.rank, contiguous=False)
 
     def iter_epoch(self, epoch: int, start: Any | None) -> Iterator[tuple[Any, str]]:
         if self._base is None:

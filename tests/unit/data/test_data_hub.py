@@ -55,7 +55,7 @@ SCRIPT = textwrap.dedent(
                 seen.append(i)
             return seen, ld.describe()
 
-    for world in (2, 3):
+    for world in (2, 3, 8):
         out[f"train{world}"] = [ids("train", r, world) for r in range(world)]
     out["val1"] = ids("val", 0, 1, n=60)
 
@@ -107,14 +107,15 @@ def test_fineweb_edu_on_local_shards_offline_and_hub_fails_fast(tmp_path):
     out = json.loads(proc.stdout.strip().splitlines()[-1])
 
     val = out["val1"][0]
-    for world in ("2", "3"):  # 4 shards: whole shards for W=2, split_dataset_by_node examples for W=3
+    for world in ("2", "3", "8"):  # 4 shards: whole shards for 2 ranks, uneven for 3, examples for 8
         per_rank = [ids for ids, _ in out[f"train{world}"]]
         flat = [i for ids in per_rank for i in ids]
         assert all(per_rank) and len(flat) == len(set(flat)), per_rank
         assert not set(flat) & set(val)
         assert sorted(flat + val) == list(range(60))
     assert "whole shards per rank" in out["train2"][0][1]
-    assert "examples split across ranks" in out["train3"][0][1]
+    assert "uneven whole shards" in out["train3"][0][1]
+    assert "examples split across ranks" in out["train8"][0][1]
     assert out["resume_equal"] is True
     assert max(out["first_batch_s"]) < 10
 
