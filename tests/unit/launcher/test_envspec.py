@@ -1,0 +1,82 @@
+"""The env registry: names, types, legacy messages, secrets and masking."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher import envspec
+from launcher.errors import LaunchError
+from nsa.envvars import NSA_ENV
+
+
+def test_registry_includes_nsa_vars_and_runtime_families():
+    assert set(NSA_ENV) <= set(envspec.REGISTRY)
+    for prefix in ("NCCL_", "TORCH_NCCL_", "TORCH_", "PYTORCH_CUDA_ALLOC_CONF", "CUDA_", "OMP_", "HF_"):
+        assert any(n.startswith(prefix) for n in envspec.REGISTRY), prefix
+    assert {"HF_TOKEN", "WANDB_API_KEY"} <= envspec.SECRET_NAMES
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "NSA_PREFILL_BATCHED",
+        "NSA_SEL_RANGES_V2",
+        "NSA_DDP_COMPRESS",
+        "NSA_DDP_BUCKET_MB",
+        "NSA_DDP_DISABLE_GC",
+        "NSA_USE_FA2",
+    ],
+)
+def test_legacy_names_say_what_replaces_them(name):
+    with pytest.raises(LaunchError) as e:
+        envspec.parse_assignments([f"{name}=1"])
+    assert "old trainer" in e.value.message and e.value.fix == envspec.LEGACY[name]
+
+
+def test_legacy_replacements_name_real_config_keys():
+    from nsa.train.config import TrainConfig
+
+    sections = {k: m.annotation for k, m in TrainConfig.model_fields.items()}
+    for why in envspec.LEGACY.values():
+        for token in why.replace("`", " ").replace("(", " ").split():
+            if token.count(".") == 1 and token.split(".")[0] in sections and "=" not in token:
+                section, key = token.split(".")
+                assert key in sections[section].model_fields, (
+                    f"{token} named in a legacy message does not exist"
+                )
+
+
+def test_unknown_name_did_you_mean():
+    with pytest.raises(LaunchError) as e:
+        envspec.parse_assignments(["TORCH_DISTRIBUTED_DEBG=INFO"])
+    assert "did you mean TORCH_DISTRIBUTED_DEBUG" in e.value.fix
+
+
+def test_values_are_typed():
+    assert envspec.parse_assignments(
+        ["NCCL_DEBUG=INFO", "OMP_NUM_THREADS=4", "NCCL_SOCKET_IFNAME=a b;c"]
+    ) == {"NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "4", "NCCL_SOCKET_IFNAME": "a b;c"}
+    for bad in (
+        "NCCL_P2P_DISABLE=yes",
+        "OMP_NUM_THREADS=-1",
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING=4",
+    ):
+        with pytest.raises(LaunchError):
+            envspec.parse_assignments([bad])
+    assert envspec.parse_assignments(
+        ["PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,max_split_size_mb:128"]
+    )
+
+
+def test_secrets_by_name_and_masked():
+    vals = envspec.resolve_secrets(["HF_TOKEN"], {"HF_TOKEN": "hf_secretvalue"})
+    assert vals == {"HF_TOKEN": "hf_secretvalue"}
+    assert envspec.mask({"HF_TOKEN": "hf_secretvalue", "NCCL_DEBUG": "INFO"}) == {
+        "HF_TOKEN": "****",
+        "NCCL_DEBUG": "INFO",
+    }
+    assert envspec.scrub("token=hf_secretvalue!", vals) == "token=****!"
+    with pytest.raises(LaunchError) as e:
+        envspec.check_value(envspec.REGISTRY["HF_TOKEN"], "x\0y", "--secret")
+    assert "hf_" not in str(e.value) and "****" in str(e.value)

@@ -1,0 +1,45 @@
+"""Profiles: the shipped ones validate against their configs; the embedded default equals cpu.yaml."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from launcher.errors import LaunchError
+from launcher.profiles import EMBEDDED_CPU, PROFILES_DIR, available, load_profile
+from nsa.train.config import load_config
+
+SHIPPED = {"cpu", "1xa100", "2xa100", "8xh100", "2x8xh100"}
+
+
+def test_shipped_profiles_load_and_fit_their_config():
+    assert set(available()) >= SHIPPED
+    for name in SHIPPED:
+        p = load_profile(name)
+        cfg = load_config(PROFILES_DIR.parent / p.config, p.overrides, world_size=p.world_size)
+        assert cfg.train.device == p.device
+    assert load_profile("2x8xh100").nodes == 2 and load_profile("2x8xh100").world_size == 16
+    pcie = load_profile("2xa100").env
+    assert pcie["NCCL_P2P_DISABLE"] == "1" and pcie["NCCL_IB_DISABLE"] == "1"
+
+
+def test_embedded_default_equals_cpu_yaml():
+    assert yaml.safe_load((PROFILES_DIR / "cpu.yaml").read_text()) == EMBEDDED_CPU
+    p = load_profile(None)
+    assert p.name == "cpu" and p.device == "cpu" and p.nproc_per_node == 2 and p.expected_gpus == 0
+
+
+def test_embedded_default_without_profiles_dir(monkeypatch, tmp_path):
+    monkeypatch.setattr("launcher.profiles.PROFILES_DIR", tmp_path / "absent")
+    assert available() == {"cpu": None}
+    assert load_profile(None).source == "<embedded cpu profile>"
+
+
+def test_env_values_coerced_to_strings_and_validated(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("device: cpu\nnproc_per_node: 1\nenv: {OMP_NUM_THREADS: 4, NCCL_P2P_DISABLE: 1}\n")
+    p = load_profile(str(f))
+    assert p.name == "p" and p.env == {"OMP_NUM_THREADS": "4", "NCCL_P2P_DISABLE": "1"}
+    f.write_text("device: cpu\nnproc_per_node: 1\nenv: {NSA_USE_FA2: 1}\n")
+    with pytest.raises(LaunchError, match="old trainer"):
+        load_profile(str(f))
