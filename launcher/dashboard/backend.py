@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from launcher.dashboard.metrics_tail import MetricsTail
+
 
 class Tunnel(Protocol):
     url: str
@@ -57,6 +59,7 @@ class LauncherBackend:
         self._api = api
         self.scope = scope or Scope()
         self._records: dict[str, Any] = {}
+        self._metrics = MetricsTail()
 
     def _select(self) -> list[Any]:
         if self.scope.run is not None:
@@ -86,10 +89,7 @@ class LauncherBackend:
         return iter(self._api.stream_log(self._record(run), follow=True, last_n=last_n))
 
     def metrics(self, run: str) -> list[dict[str, Any]]:
-        fetch = getattr(self._api, "fetch_metrics", None)
-        if fetch is None:
-            return []
-        return list(fetch(self._record(run)))
+        return self._metrics.read(self._record(run))
 
     def kill(self, run: str) -> dict[str, Any]:
         return dict(self._api.kill_run(self._record(run)))
@@ -102,11 +102,5 @@ class LauncherBackend:
 
 
 def record_id(record: Any) -> str:
-    """The run id of a launcher RunRecord (attribute `run`, `run_id` or `name`; or a plain dict)."""
-    if isinstance(record, dict):
-        return str(record.get("run") or record.get("run_id") or record.get("name"))
-    for attr in ("run", "run_id", "name", "id"):
-        v = getattr(record, attr, None)
-        if isinstance(v, str) and v:
-            return v
-    raise TypeError(f"cannot find the run id of {record!r}")
+    """The run id of a launcher RunRecord."""
+    return str(record.run)

@@ -66,7 +66,7 @@ class RunsTable(DataTable):
             cells = row_cells(st, per_rank_heartbeat)
             if key in existing:
                 for (col, _), cell in zip(COLUMNS, cells):
-                    self.update_cell(key, col, cell)
+                    self.update_cell(key, col, cell, update_width=True)
             else:
                 self.add_row(*cells, key=key)
         if keep is not None and keep in wanted:

@@ -1,0 +1,54 @@
+"""The dashboard in a real terminal (tmux) over a real local run (cpu profile: torchrun, gloo).
+
+`nsa-launch up` starts the run; `nsa-launch dashboard` runs as a separate process in a tmux pane;
+the test reads the screen with capture-pane: the run appears, its step advances, `k` opens the
+confirmation, `y` kills it through the real launcher, and no process of the run is left.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from launcher.api import resolve_run
+from tests.dashboard.terminal import DashboardTerminal, row, row_step
+from tests.e2e.launch_support import cleanup_local_run, invoke, isolate, run_processes, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def test_dashboard_shows_local_run_advancing_and_kills_it(tmux_server, tmp_path, monkeypatch):
+    home = isolate(monkeypatch, tmp_path, tmux_server)
+    run = f"dash-local-{os.getpid()}"
+    cleanup_local_run(run)
+    res = invoke("up", "--name", run, "--set", "train.steps=3000")
+    assert res.exit_code == 0, res.output
+    rec = resolve_run(run)
+    term = DashboardTerminal(tmux_server.socket_name)
+    try:
+        env = {"NSA_LAUNCH_HOME": str(home), "NSA_LAUNCH_TMUX_SOCKET": tmux_server.socket_name}
+        term.start(["--run", run], env)
+        first = term.wait(
+            lambda s: "running" in (row(s, run) or "") and row_step(s, run), 90, "the run running"
+        )
+        later = term.wait(lambda s: (n := row_step(s, run)) and n > first and n, 60, "the step advancing")
+        assert later > first
+        screen = term.wait(lambda s: "[nsa] step" in s and s, 30, "trainer lines in the log pane")
+        assert "no GPU on this host" in screen
+        assert run_processes(rec.run_dir), "the run should have live processes before the kill"
+
+        term.keys("k")
+        term.wait(lambda s: f"Kill run {run}" in s, 10, "the kill confirmation")
+        assert run_processes(rec.run_dir)  # asking is not killing
+        term.keys("y")
+        term.wait(lambda s: "killed" in (row(s, run) or ""), 60, "state killed in the table")
+        wait_for(lambda: not run_processes(rec.run_dir), 10, "no process of the run left")
+        assert not tmux_server.has_session(f"nsa-{run}")
+
+        term.keys("q")
+        term.wait(lambda s: "DASHBOARD-EXITED 0" in s, 10, "the dashboard to quit with 0")
+    finally:
+        term.close()
+        invoke("kill", "--run", run)
+        cleanup_local_run(run)
