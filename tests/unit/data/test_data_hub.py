@@ -33,7 +33,8 @@ configs:
 
 SCRIPT = textwrap.dedent(
     """
-    import json, sys, time
+    import io, json, sys, time
+    import torch
     sys.path.insert(0, sys.argv[2])
     from conftest import doc_ids, stream_of
     from nsa.data import DataConfig, DataError, build_loader
@@ -62,7 +63,10 @@ SCRIPT = textwrap.dedent(
     with build_loader(cfg, seq_len=32, batch_size=2, rank=1, world_size=2) as a:
         for _ in range(5):
             a.next_batch()
-        sd = a.state_dict()
+        buf = io.BytesIO()
+        torch.save(a.state_dict(), buf)  # the hub cursor must survive a checkpoint round trip
+        buf.seek(0)
+        sd = torch.load(buf, weights_only=True)
         want = [a.next_batch()[0].tolist() for _ in range(6)]
     with build_loader(cfg, seq_len=32, batch_size=2, rank=1, world_size=2) as b:
         b.load_state_dict(sd)
