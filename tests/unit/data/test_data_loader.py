@@ -127,3 +127,26 @@ def test_describe_names_source_tokenizer_and_shard():
     with build_loader(DataConfig(), seq_len=16, batch_size=1, rank=2, world_size=3) as ld:
         line = ld.describe()
     assert "sample" in line and "byte" in line and "rank 2/3" in line and "\n" not in line
+
+
+def test_txt_gz_and_directory_inputs_are_read(tmp_path):
+    import gzip
+    import json
+
+    d = tmp_path / "mixed"
+    (d / "sub").mkdir(parents=True)
+    (d / "a.txt").write_text("<doc 0> plain text file")
+    with gzip.open(d / "sub" / "b.txt.gz", "wt") as f:
+        f.write("<doc 1> gzipped text file")
+    with gzip.open(d / "sub" / "c.jsonl.gz", "wt") as f:
+        f.write(
+            json.dumps({"text": "<doc 2> gzipped jsonl"})
+            + "\n\n"
+            + json.dumps({"text": "<doc 3> two"})
+            + "\n"
+        )
+    (d / "notes.md").write_text("ignored: not a corpus extension")
+    cfg = DataConfig(source="files", paths=[str(d)], val_fraction=0.001, shuffle_files=False)
+    with build_loader(cfg, seq_len=16, batch_size=1, rank=0, world_size=1) as ld:
+        ids = doc_ids(stream_of(take(ld, 12)))
+    assert sorted(set(ids)) == [0, 1, 2, 3]
