@@ -81,9 +81,7 @@ def sync(
         m = _PROGRESS.search(line) if on_progress else None
         if m and on_progress:
             on_progress(int(m.group(1)))
-        elif line.strip() and not line.startswith(
-            (" ", "Number", "Total", "Literal", "Matched", "File list", "sent ", "total size")
-        ):
+        elif _is_sent_file(line):
             sent += 1
         if time.monotonic() > deadline:
             p.kill()
@@ -98,6 +96,14 @@ def sync(
             "check the workdir is writable and there is free disk on the host",
         )
     return SyncResult("rsync", time.monotonic() - t0, sent)
+
+
+def _is_sent_file(line: str) -> bool:
+    """An --out-format=%n line naming a transferred file (not a dir, deletion or --stats line)."""
+    line = line.rstrip("\n")
+    if not line or line.endswith("/") or line.startswith(("deleting ", " ")):
+        return False
+    return not re.match(r"^(Number|Total|Literal|Matched|File list|sent |total size)", line)
 
 
 def project_files(src: Path) -> list[str]:

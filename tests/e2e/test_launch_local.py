@@ -24,7 +24,19 @@ def test_local_up_restart_tunnel_kill(tmux_server, tmp_path, monkeypatch):
     home = isolate(monkeypatch, tmp_path, tmux_server)
     run = f"local-e2e-{os.getpid()}"
     cleanup_local_run(run)
-    res = invoke("up", "--name", run, "--set", "train.steps=3000", "--set", "train.save_every=10")
+    secret = "hf_e2e_secret_value_4711"
+    monkeypatch.setenv("HF_TOKEN", secret)
+    res = invoke(
+        "up",
+        "--name",
+        run,
+        "--set",
+        "train.steps=3000",
+        "--set",
+        "train.save_every=10",
+        "--secret",
+        "HF_TOKEN",
+    )
     assert res.exit_code == 0, res.output
     rec = resolve_run(None)  # the most recent run
     assert rec.run == run and rec.is_local and (home / "runs" / f"{run}.json").exists()
@@ -37,6 +49,14 @@ def test_local_up_restart_tunnel_kill(tmux_server, tmp_path, monkeypatch):
         assert "--standalone" in manifest["command"] and manifest["env"]["OMP_NUM_THREADS"] == "1"
 
         wait_for(lambda: status(run)["state"] == "running", 60, "state running")
+        # the secret reached the workers, and is written nowhere: not in the run dir, registry or status
+        assert manifest["env"]["HF_TOKEN"] == "****"
+        envs = [Path(f"/proc/{p}/environ").read_bytes() for p in run_processes(rec.run_dir)]
+        assert any(f"HF_TOKEN={secret}".encode() in e for e in envs)
+        for f in [*Path(rec.run_dir).rglob("*"), *home.rglob("*")]:
+            if f.is_file() and f.suffix not in (".pt", ".bin") and "tfevents" not in f.name:
+                assert secret not in f.read_text(errors="replace"), f
+        assert secret not in invoke("status", "--run", run, "--json").output
         ckpt = wait_for(rd.latest_checkpoint, 120, "a first checkpoint")
         ckpt_step = int(ckpt.name.split("-")[1])
         logs = invoke("logs", "--run", run, "-n", "50")
