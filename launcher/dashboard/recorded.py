@@ -118,14 +118,12 @@ class RecordedBackend:
             self._index = min(self._index + 1, len(self._snapshots) - 1)
             return self._index
 
-    def feed_log(self, run: str, lines: list[str] | None) -> None:
-        """Lines that "arrive" after the recorded train.log; None ends the stream."""
+    def feed_log(self, run: str, lines: list[str | None] | None) -> None:
+        """Lines that "arrive" after the recorded train.log; a None (or `lines=None`) ends the
+        current stream the way a cut connection does; the next `stream_log` call reads on."""
         q = self._feed(run)
-        if lines is None:
-            q.put(None)
-        else:
-            for ln in lines:
-                q.put(ln)
+        for ln in [None] if lines is None else lines:
+            q.put(ln)
 
     def _feed(self, run: str) -> queue.Queue[str | None]:
         with self._lock:

@@ -234,3 +234,23 @@ async def test_lost_host_alerts_then_recovers(app, backend):
         backend.advance()  # poll 2: the host answers again
         await wait_for(pilot, lambda: _cell(app, "m7c-2xa100", "state") == "running", what="recovery")
         await wait_for(pilot, lambda: any("reachable again" in m for m in notifications(app)))
+
+
+async def test_log_stream_end_of_a_finished_run_is_final(app, backend):
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _ready(pilot, app)
+        log = app.main.query_one(LogView)
+        await wait_for(pilot, lambda: len(log.view) == 73, what="log loaded")
+        backend.feed_log("tiny-cpu-120", None)
+        await wait_for(pilot, lambda: "stream ended" in str(log.border_title), what="end marked")
+        assert not any("reconnected" in ln.text for ln in log.view)
+
+
+async def test_log_stream_cut_while_running_is_retried_with_a_marked_replay(app, backend):
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _ready(pilot, app, "m7c-2xa100")
+        log = app.main.query_one(LogView)
+        backend.feed_log("m7c-2xa100", ["before the cut", None, "after the cut"])
+        await wait_for(pilot, lambda: any("reconnected" in ln.text for ln in log.view), what="marker")
+        await wait_for(pilot, lambda: log.view[-1].text == "after the cut", what="the line after the cut")
+        assert "stream ended" not in str(log.border_title)

@@ -41,7 +41,12 @@ from launcher.dashboard.widgets.runs_table import RunsTable
 from launcher.dashboard.widgets.summary_bar import SummaryBar
 from launcher.dashboard.workers import Backoff, LogInbox, in_daemon_thread, pump_log
 
-CHART_POINTS = 500  # plotting more points than a terminal has columns only costs CPU
+CHART_POINTS = 500
+FINAL_STATES = (
+    "finished",
+    "failed",
+    "killed",
+)  # plotting more points than a terminal has columns only costs CPU
 
 
 class MainScreen(Screen):
@@ -136,6 +141,11 @@ class MainScreen(Screen):
         self._inbox = (run, inbox)
         backoff = Backoff(self.refresh_s, self.max_backoff_s)
         last_n = self.log_last_n
+
+        def note(text: str) -> None:
+            if inbox.put(text):
+                self.post_message(LogArrived(run))
+
         while True:
             stop = threading.Event()
 
@@ -146,22 +156,24 @@ class MainScreen(Screen):
 
             try:
                 await in_daemon_thread(stream, name=f"dashboard-log-{run}")
+                error = None
             except asyncio.CancelledError:
                 stop.set()
                 raise
             except Exception as e:
-                # A dropped connection: say so in the log itself, retry, and replay a short tail
-                # (marked) because lines written during the outage would otherwise be missing.
-                delay = backoff.next_delay(False)
-                if inbox.put(f"── log stream lost ({e}); retrying in {delay:.0f}s ──"):
-                    self.post_message(LogArrived(run))
-                await asyncio.sleep(delay)
-                last_n = min(50, self.log_last_n)
-                if inbox.put(f"── reconnected: replaying the last {last_n} lines ──"):
-                    self.post_message(LogArrived(run))
-                continue
-            self.post_message(LogEnded(run))
-            return
+                error = str(e) or type(e).__name__
+            # A stream also ends cleanly when its SSH channel is cut, so an end is only final once
+            # a fresh status says the run is over; otherwise it is retried like an error.
+            delay = backoff.next_delay(False)
+            if error is not None:
+                note(f"── log stream lost ({error}); retrying in {delay:.0f}s ──")
+            await asyncio.sleep(delay)
+            if error is None and self.statuses.get(run, {}).get("state") in FINAL_STATES:
+                self.post_message(LogEnded(run))
+                return
+            # Lines written while we were away would be missing: replay a short, marked tail.
+            last_n = min(50, self.log_last_n)
+            note(f"── log stream reconnected: the last {last_n} lines again ──")
 
     @work(group="metrics", exclusive=True, exit_on_error=False)
     async def poll_metrics(self, run: str) -> None:
