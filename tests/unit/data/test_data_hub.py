@@ -128,3 +128,38 @@ def test_fineweb_edu_on_local_shards_offline_and_hub_fails_fast(tmp_path):
     assert seconds < 10  # fails fast instead of hanging on the network
     msg, _ = out["badname"]
     assert "CC-MAIN-1999-01" in msg and "data.hf_name" in msg
+
+
+UNREACHABLE = textwrap.dedent(
+    """
+    import json, os, sys, time
+    from nsa.data import DataConfig, DataError, build_loader
+
+    cfg = DataConfig(source="fineweb_edu", first_batch_timeout_s=2)
+    ld = build_loader(cfg, seq_len=8, batch_size=1, rank=0, world_size=1)
+    t0 = time.monotonic()
+    try:
+        ld.next_batch()
+        print(json.dumps(["no error", 0]))
+    except DataError as e:
+        print(json.dumps([str(e), time.monotonic() - t0]))
+    sys.stdout.flush()
+    os._exit(0)  # the hub client's own retry threads would keep the interpreter alive ~20 s more
+    """
+)
+
+
+def test_unreachable_hub_times_out_naming_the_source(tmp_path):
+    # A closed local port stands in for an unreachable hub: the hub client keeps retrying for ~25 s,
+    # the first-batch timeout must end the wait long before that and say what it waited for.
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf-home"))
+    proc = subprocess.run(
+        [sys.executable, "-c", UNREACHABLE], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    msg, seconds = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (
+        "gave no first batch" in msg and "HuggingFaceFW/fineweb-edu" in msg and "first_batch_timeout_s" in msg
+    )
+    assert 2 <= seconds < 5
