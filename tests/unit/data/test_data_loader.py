@@ -44,6 +44,19 @@ def test_every_rank_gets_full_batches_from_the_sample(world_size, split):
                 assert int(x.max()) <= 256 and int(x.min()) >= 0
 
 
+@pytest.mark.parametrize("world_size", [3, 8])
+def test_one_file_feeds_more_ranks_than_files(corpus, world_size):
+    cfg = DataConfig(source="files", paths=corpus(n_files=1, docs_per_file=60), val_fraction=0.2)
+    seen = []
+    for rank in range(world_size):
+        with build_loader(cfg, seq_len=16, batch_size=1, rank=rank, world_size=world_size) as ld:
+            batches = take(ld, 6)
+            assert all(x.shape == y.shape == (1, 16) for x, y in batches)
+            seen.append(set(doc_ids(stream_of(batches))))
+    assert all(seen)
+    assert all(not (a & b) for i, a in enumerate(seen) for b in seen[i + 1 :])
+
+
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_ranks_and_splits_are_disjoint_and_cover_the_corpus(corpus, world_size):
     paths = corpus(n_files=4, docs_per_file=25)  # 4 files: by file for W=2, by document for W=3
