@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from conftest import doc_text
 
 README = """---
@@ -97,6 +98,7 @@ def _hub_layout(root: Path) -> None:
         pq.write_table(pa.Table.from_pylist(rows), shard_dir / f"{f:03d}_00000.parquet", row_group_size=5)
 
 
+@pytest.mark.slow
 def test_fineweb_edu_on_local_shards_offline_and_hub_fails_fast(tmp_path):
     _hub_layout(tmp_path / "fineweb-edu")
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf-home"))
