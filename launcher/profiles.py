@@ -135,7 +135,11 @@ class Profile(_Strict):
     )
     expect: Expect = Field(default_factory=Expect)
     first_heartbeat_timeout_s: float = Field(900.0, gt=0, description="`up` fails if no rank beats by then.")
-    kill_grace_s: float = Field(10.0, ge=0, description="Seconds between SIGTERM and SIGKILL on kill.")
+    kill_grace_s: float = Field(
+        3.0,
+        ge=0,
+        description="Seconds between SIGTERM and SIGKILL on kill (the trainer exits on SIGTERM at once).",
+    )
 
     _source: str = ""
 

@@ -78,7 +78,7 @@ class RunRecord:
     tmux_socket: str | None = None
     total_steps: int | None = None
     stall_seconds: float = 300.0
-    kill_grace_s: float = 10.0
+    kill_grace_s: float = 3.0
     first_heartbeat_timeout_s: float = 900.0
 
     @property
