@@ -79,16 +79,16 @@ class Run:
             self._train(t0)
             return 0
         except (DataError, ResumeMismatch) as e:
-            rec.event("error", all_ranks=True, kind=type(e).__name__, message=str(e))
+            rec.event("error", all_ranks=True, error=type(e).__name__, message=str(e))
             print(f"[nsa] rank {info.rank}: {e}", file=sys.stderr, flush=True)
             return 2
         except Diverged as e:
-            rec.event("error", kind="diverged", message=str(e))
+            rec.event("error", error="diverged", message=str(e))
             self.print0.err(f"[nsa] {e}")
             return 1
         except Exception as e:
             tail = traceback.format_exc().splitlines()[-12:]
-            rec.event("error", all_ranks=True, kind=type(e).__name__, message=str(e), traceback=tail)
+            rec.event("error", all_ranks=True, error=type(e).__name__, message=str(e), traceback=tail)
             traceback.print_exc()
             return 1
         finally:

@@ -66,3 +66,65 @@ def events(run_dir: Path) -> list[dict[str, Any]]:
 
 def explain(proc: subprocess.CompletedProcess) -> str:
     return f"rc={proc.returncode}\nstdout tail:\n{proc.stdout[-3000:]}\nstderr tail:\n{proc.stderr[-3000:]}"
+
+
+# --- the fixed corpus the tiny model must memorise (test_train_runs + the golden-loss file) -----
+WORDS = [
+    "quick",
+    "brown",
+    "red",
+    "slow",
+    "green",
+    "sly",
+    "old",
+    "young",
+    "tiny",
+    "big",
+    "grey",
+    "white",
+    "black",
+    "swift",
+    "calm",
+    "wild",
+]
+GOLDEN = Path(__file__).resolve().parent / "tiny_losses.json"
+OVERFIT_STEPS = 150
+
+
+def write_fixed_corpus(path: Path) -> float:
+    """48 short sentences as jsonl documents; returns the corpus's byte-unigram entropy in nats."""
+    import collections
+    import math
+
+    sents = [
+        f"Sentence {i}: the {w} fox jumps over the lazy dog number {i * 7 % 13}."
+        for i, w in enumerate(WORDS * 3)
+    ]
+    path.write_text("".join(json.dumps({"text": s}) + "\n" for s in sents))
+    data = "".join(sents).encode()
+    counts = collections.Counter(data)
+    return -sum(c / len(data) * math.log(c / len(data)) for c in counts.values())
+
+
+def overfit_sets(corpus: Path) -> list[str]:
+    return [
+        "data.source=files", f"data.paths=[{corpus}]", f"train.steps={OVERFIT_STEPS}", "train.log_every=10",
+        "train.eval_every=50", "train.save_every=50", "train.keep_last=2",
+    ]  # fmt: skip
+
+
+if __name__ == "__main__":
+    # Regenerate the golden losses after an INTENDED change to the training math:
+    #   python tests/assets/trainrun.py
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        corpus = Path(d) / "corpus.jsonl"
+        write_fixed_corpus(corpus)
+        proc = run_train(Path(d) / "run", overfit_sets(corpus))
+        assert proc.returncode == 0, explain(proc)
+        losses = train_losses(Path(d) / "run")
+    GOLDEN.write_text(
+        json.dumps({"config": "configs/tiny.yaml + overfit_sets()", "losses": losses}, indent=1) + "\n"
+    )
+    print(GOLDEN.read_text())

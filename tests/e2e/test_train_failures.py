@@ -1,0 +1,92 @@
+"""The failure paths of a real nsa-train, driven by NSA_FAULT: a stalled rank is caught by the
+watchdog (stacks + `stalled` event within the threshold), SIGTERM ends a running trainer within
+seconds, and a NaN loss on one rank stops every rank with an `error` event instead of a hang."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.assets.trainrun import REPO, TINY, clean_env, events, explain, run_train, train_cmd, train_losses
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+QUICK = [
+    "train.seq_len=64",
+    "train.eval_every=0",
+    "train.save_every=0",
+    "train.log_every=1",
+    "telemetry.tensorboard=false",
+]
+
+
+def test_stalled_rank_is_caught_within_the_threshold(tmp_path: Path) -> None:
+    stall_s = 3.0
+    run = tmp_path / "run"
+    sets = [*QUICK, "train.steps=50", f"telemetry.stall_seconds={stall_s}", "telemetry.stall_abort=true"]
+    t0 = time.monotonic()
+    p = run_train(run, sets, nproc=2, env=clean_env(NSA_FAULT="stall:step=3:rank=1"), timeout=90)
+    wall = time.monotonic() - t0
+    assert p.returncode != 0, explain(p)  # the aborting rank takes the job down with it
+    stalled = [e for e in events(run) if e["kind"] == "stalled"]
+    by_rank = {e["rank"]: e for e in stalled}
+    assert 1 in by_rank, events(run)
+    ev = by_rank[1]
+    assert ev["step"] == 2 and ev["detail"]["phase"] == "forward_backward"
+    assert stall_s <= ev["detail"]["idle_s"] <= stall_s + 3.0  # one poll + scheduling slack on a loaded box
+    # The heartbeat of rank 1 froze when the stall began; the event came within threshold + one poll.
+    hb = json.loads((run / "heartbeat" / "rank1.json").read_text())
+    assert stall_s <= ev["time"] - hb["time"] <= stall_s + 3.0
+    dump = (run / ev["detail"]["stacks"]).read_text()
+    assert "stall_forever" in dump and "rank 1" in dump
+    assert wall < 60
+    assert max(train_losses(run)) == 2
+
+
+def test_sigterm_ends_a_running_trainer_within_seconds(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    cmd = [*train_cmd(1), "--config", str(TINY), "--run-dir", str(run)]
+    for s in [*QUICK, "train.steps=100000"]:
+        cmd += ["--set", s]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        hb = run / "heartbeat" / "rank0.json"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if hb.exists() and (json.loads(hb.read_text() or "{}").get("step", 0) >= 2):
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("trainer never reached step 2")
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=10)
+        assert time.monotonic() - t0 < 5
+        assert rc == 128 + signal.SIGTERM
+        kinds = [e["kind"] for e in events(run)]
+        assert kinds[-1] == "sigterm" and "finished" not in kinds
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_nan_on_one_rank_stops_all_ranks_with_an_error_event(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    t0 = time.monotonic()
+    p = run_train(
+        run, [*QUICK, "train.steps=20"], nproc=2, env=clean_env(NSA_FAULT="nan:step=3:rank=1"), timeout=90
+    )
+    assert p.returncode != 0
+    assert time.monotonic() - t0 < 60
+    errors = [e for e in events(run) if e["kind"] == "error"]
+    assert len(errors) == 1 and errors[0]["detail"]["error"] == "diverged" and errors[0]["step"] == 2
+    assert "not finite at step 3" in errors[0]["detail"]["message"]
+    assert max(train_losses(run)) == 2  # the bad step was never applied nor logged
+    assert "finished" not in [e["kind"] for e in events(run)]
