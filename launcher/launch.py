@@ -337,7 +337,9 @@ def manifest(plan: Plan, node_rank: int, host: str, argv: list[str]) -> dict[str
     }
 
 
-def execute(plan: Plan, say: Callable[[str], None] = print) -> tuple[RunRecord, float]:
+def execute(
+    plan: Plan, say: Callable[[str], None] = print, on_sync_progress: Callable[[int], None] | None = None
+) -> tuple[RunRecord, float]:
     """Do the run on its host(s). Returns the record and the seconds until torchrun was started."""
     from launcher.hostenv import ensure_python
     from launcher.sync import sync
@@ -352,7 +354,13 @@ def execute(plan: Plan, say: Callable[[str], None] = print) -> tuple[RunRecord, 
     for i, t in enumerate(transports):
         workdir = facts[i]["workdir"]
         if isinstance(t, SSHTransport):
-            res = sync(PROJECT_ROOT, t, workdir, host_has_rsync=bool(facts[i].get("rsync")))
+            res = sync(
+                PROJECT_ROOT,
+                t,
+                workdir,
+                host_has_rsync=bool(facts[i].get("rsync")),
+                on_progress=on_sync_progress,
+            )
             say(f"synced the project to {t.label}:{workdir} ({res.method}, {res.seconds:.1f} s)")
         python = ensure_python(t, workdir, plan.profile.host, plan.pythons[i], say)
         nodes.append(

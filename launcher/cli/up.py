@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import click
+from rich.progress import BarColumn, Progress, TextColumn
 
 from launcher.app import Application
 from launcher.control import fetch_status
@@ -59,7 +60,20 @@ def up(
         f"run {plan.run}: profile {plan.profile.name} ({plan.profile.world_size} workers), "
         f"config {plan.config_path.name} [{plan.config_hash}], {plan.total_steps} steps"
     )
-    rec, started_s = execute(plan, say=app.say)
+    if app.err.is_terminal:
+        with Progress(
+            TextColumn("sync"),
+            BarColumn(),
+            TextColumn("{task.percentage:>3.0f}%"),
+            console=app.err,
+            transient=True,
+        ) as bar:
+            task = bar.add_task("sync", total=100)
+            rec, started_s = execute(
+                plan, say=app.say, on_sync_progress=lambda pct: bar.update(task, completed=pct)
+            )
+    else:
+        rec, started_s = execute(plan, say=app.say)
     app.say(
         f"torchrun started on {len(rec.nodes)} node(s) in {started_s:.1f} s; waiting for the first heartbeat"
     )

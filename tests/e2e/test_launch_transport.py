@@ -44,8 +44,9 @@ def test_rsync_delta_respects_gitignore_and_keeps_runs(sshd, tmp_path):
     t = open_transport(parse_target(sshd.alias, str(sshd.ssh_config)))
     wd = tmp_path / "host wd $(x)"
     try:
-        first = sync(src, t, str(wd))
-        assert first.method == "rsync" and first.files_sent == 3
+        seen: list[int] = []
+        first = sync(src, t, str(wd), on_progress=seen.append)
+        assert first.method == "rsync" and first.files_sent == 3 and seen and seen[-1] == 100
         assert _tree(wd) == {".gitignore", "pkg/a.py", "pkg/sub/b.py"}
         (wd / "runs" / "old").mkdir(parents=True)
         (wd / "stale.txt").write_text("not in the project")
