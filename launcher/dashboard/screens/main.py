@@ -130,6 +130,10 @@ class MainScreen(Screen):
             else:
                 healthy = not any(s.get("state") == "lost" for s in statuses)
                 delay = backoff.next_delay(healthy)
+                if statuses and all(s.get("state") in FINAL_STATES for s in statuses):
+                    # Nothing can change but a new run appearing: each poll costs an agent exec
+                    # on every host, so ask less often.
+                    delay = max(delay, min(5 * self.refresh_s, 10.0))
                 self.post_message(StatusUpdated(statuses, next_poll_s=delay))
             self._poll_now.clear()
             with contextlib.suppress(asyncio.TimeoutError):
