@@ -80,3 +80,11 @@ def test_secrets_by_name_and_masked():
     with pytest.raises(LaunchError) as e:
         envspec.check_value(envspec.REGISTRY["HF_TOKEN"], "x\0y", "--secret")
     assert "hf_" not in str(e.value) and "****" in str(e.value)
+
+
+def test_docs_list_every_variable():
+    from launcher.profiles import PROJECT_ROOT
+
+    doc = (PROJECT_ROOT / "docs" / "env.md").read_text()
+    missing = [n for n in [*envspec.REGISTRY, *envspec.LEGACY, *envspec.INTERNAL] if f"`{n}`" not in doc]
+    assert not missing, f"docs/env.md lacks {missing}; regenerate its tables from launcher/envspec.py"
