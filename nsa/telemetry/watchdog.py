@@ -67,6 +67,7 @@ class Watchdog(threading.Thread):
         self.abort = abort
         self._stop_evt = threading.Event()
         self.poll_s = max(0.05, min(5.0, stall_seconds / 10))
+        self.abort_grace_s = min(30.0, max(2.0, stall_seconds / 2))
 
     def run(self) -> None:
         dumped_for = None
@@ -85,15 +86,27 @@ class Watchdog(threading.Thread):
                 threshold_s=self.stall_seconds,
                 stacks=str(path.relative_to(r.run_dir.root)),
                 abort=self.abort,
+                abort_in_s=self.abort_grace_s if self.abort else None,
             )
             print(
                 f"[nsa] rank {r.rank}: no progress for {idle:.0f}s in phase {r.phase!r} at step {r.step}; "
-                f"stacks in {path}" + ("; aborting" if self.abort else ""),
+                f"stacks in {path}"
+                + (f"; aborting in {self.abort_grace_s:.0f}s unless it recovers" if self.abort else ""),
                 file=sys.stderr,
                 flush=True,
             )
-            if self.abort:
+            if self.abort and not self._progress_within(self.abort_grace_s, dumped_for):
                 os._exit(EXIT_STALLED)
+
+    def _progress_within(self, seconds: float, since: float) -> bool:
+        # Peers blocked in a collective on the stalled rank stall a moment later; waiting a little
+        # before exiting lets their watchdogs dump too (else the first to abort gets them killed
+        # by torchrun before the rank that actually hung has written its stacks).
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if self._stop_evt.wait(self.poll_s) or self.recorder.progress_time != since:
+                return True
+        return False
 
     def stop(self) -> None:
         self._stop_evt.set()

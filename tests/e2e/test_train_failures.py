@@ -45,6 +45,8 @@ def test_stalled_rank_is_caught_within_the_threshold(tmp_path: Path) -> None:
     assert stall_s <= ev["time"] - hb["time"] <= stall_s + 3.0
     dump = (run / ev["detail"]["stacks"]).read_text()
     assert "stall_forever" in dump and "rank 1" in dump
+    # Its peer, blocked in a collective waiting for it, is caught too (during the abort grace).
+    assert 0 in by_rank and "_step" in (run / by_rank[0]["detail"]["stacks"]).read_text()
     assert wall < 60
     assert max(train_losses(run)) == 2
 
