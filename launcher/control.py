@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher import registry
+from launcher.envspec import scrub
 from launcher.errors import LaunchError, RuntimeFailure
 from launcher.registry import NodeRecord, RunRecord
 from launcher.remote import agent_call, agent_stream, transport_for
@@ -192,9 +193,15 @@ def stream_log(rec: RunRecord, follow: bool = True, last_n: int = 200) -> Iterat
     """train.log lines from node 0: the last `last_n`, then (follow) new ones until the run ends."""
     node = rec.nodes[0]
     t = transport_for(node.host)
-    yield from agent_stream(
-        t, node.workdir, node.python, "logs", {"run_dir": node.run_dir, "last_n": last_n, "follow": follow}
-    )
+    secrets = local_secret_values(rec)
+    req = {"run_dir": node.run_dir, "last_n": last_n, "follow": follow}
+    for line in agent_stream(t, node.workdir, node.python, "logs", req):
+        yield scrub(line, secrets) if secrets else line
+
+
+def local_secret_values(rec: RunRecord) -> dict[str, str]:
+    """The values of the run's secrets in this environment, to mask them in anything shown."""
+    return {n: os.environ[n] for n in rec.secrets if os.environ.get(n)}
 
 
 @dataclass

@@ -423,7 +423,7 @@ def execute(
 
 def wait_first_heartbeat(rec: RunRecord, timeout: float | None = None) -> dict[str, Any]:
     """Block until a rank beats (or the run ends, or the timeout); fail fast with the log tail."""
-    from launcher.control import kill_run
+    from launcher.control import kill_run, local_secret_values
 
     node = rec.nodes[0]
     t = transport_for(node.host)
@@ -431,7 +431,10 @@ def wait_first_heartbeat(rec: RunRecord, timeout: float | None = None) -> dict[s
     req = {"run": rec.run, "run_dir": node.run_dir, "tmux_socket": rec.tmux_socket, "timeout_s": timeout}
     reply = agent_call(t, node.workdir, node.python, "wait_started", req, timeout=timeout + 60)
     st = reply["status"]
-    tail = "\n".join(f"    {ln}" for ln in envspec.scrub("\n".join(st.get("log_tail", [])), {}).splitlines())
+    tail = "\n".join(
+        f"    {ln}"
+        for ln in envspec.scrub("\n".join(st.get("log_tail", [])), local_secret_values(rec)).splitlines()
+    )
     if reply.get("timed_out"):
         kill_run(rec)
         raise RuntimeFailure(

@@ -150,3 +150,36 @@ def test_profiles_and_runs_listings(tmp_path, monkeypatch, tmux_server):
     assert res.exit_code == 0 and "no runs yet" in res.output
     res = invoke("status")
     assert res.exit_code == 2 and "nsa-launch up" in res.output
+
+
+def test_unreachable_host_is_lost_not_an_exception_and_recovers(sshd, tmp_path, monkeypatch, tmux_server):
+    """fetch_status for a host that stops answering: state "lost" with an error, then back."""
+    import json
+    import time
+
+    from launcher.api import RunRecord, fetch_status, list_runs
+    from launcher.registry import NodeRecord, save
+
+    isolate(monkeypatch, tmp_path, tmux_server)
+    rd = tmp_path / "runs" / "done"
+    rd.mkdir(parents=True)
+    (rd / "manifest.json").write_text(
+        json.dumps({"run": "done", "total_steps": 5, "started_at": time.time()})
+    )
+    (rd / "exit_code").write_text("0\n")
+    node = NodeRecord(parse_target(sshd.alias, str(sshd.ssh_config)), str(PROJECT_ROOT), PYTHON, str(rd))
+    save(
+        RunRecord(
+            run="done", profile="cpu", created=time.time(), nodes=[node], tmux_socket=tmux_server.socket_name
+        )
+    )
+    [rec] = list_runs()
+    assert fetch_status([rec])[0]["state"] == "finished"
+    sshd.stop()
+    try:
+        [st] = fetch_status([rec])
+        assert st["state"] == "lost" and "cannot reach" in st["error"] and st["run"] == "done"
+    finally:
+        sshd.start()
+    [st] = fetch_status([rec])
+    assert st["state"] == "finished" and st["error"] is None and st["exit_code"] == 0
