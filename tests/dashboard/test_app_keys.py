@@ -45,6 +45,11 @@ async def test_first_screen_shows_the_recorded_runs(app):
         await wait_for(pilot, lambda: len(loss.points[0]) == 60, what="60 loss points")
         assert loss.points[0][-1] == 120.0
         assert "no GPU" in plain(app.main.query_one(GpuPanel))
+        await pilot.press("down")  # the arrow keys move the selection; panels follow it
+        await wait_for(pilot, lambda: app.main.selected == "m7c-2xa100", what="down selects the next run")
+        await wait_for(pilot, lambda: "A100" in plain(app.main.query_one(GpuPanel)), what="its GPUs")
+        await pilot.press("up")
+        await wait_for(pilot, lambda: app.main.selected == "tiny-cpu-120", what="up selects back")
 
 
 async def test_kill_confirmed_calls_backend_kill(app, backend):

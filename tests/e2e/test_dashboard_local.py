@@ -35,6 +35,7 @@ def test_dashboard_shows_local_run_advancing_and_kills_it(tmux_server, tmp_path,
         later = term.wait(lambda s: (n := row_step(s, run)) and n > first and n, 60, "the step advancing")
         assert later > first
         screen = term.wait(lambda s: "[nsa] step" in s and s, 30, "trainer lines in the log pane")
+        term.wait(lambda s: "loss · last" in s, 30, "the loss chart fed from metrics.jsonl")
         assert "no GPU on this host" in screen
         assert run_processes(rec.run_dir), "the run should have live processes before the kill"
 

@@ -39,6 +39,7 @@ def test_dashboard_over_ssh_shows_lost_then_recovers_then_kills(sshd, tmux_serve
         )
         term.wait(lambda s: (n := row_step(s, run)) and n > first, 60, "the step advancing")
         term.wait(lambda s: "[nsa] step" in s, 30, "trainer lines in the log pane")
+        term.wait(lambda s: "loss · last" in s, 30, "the loss chart fed from metrics.jsonl over SSH")
 
         sshd.stop()
         try:
