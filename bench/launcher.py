@@ -86,6 +86,14 @@ def up(sshd: SSHServer, wd: Path, name: str, steps: int = 100000) -> tuple[regis
 
 def bench(sshd: SSHServer, tmp: Path, repeats: int) -> None:
     wd = tmp / "host"
+    # the floor every remote command pays on this machine: one SSH exec of `true` on a warm connection
+    tt = transport_for(parse_target(sshd.alias, str(sshd.ssh_config)))
+    floor = []
+    for _ in range(10):
+        t0 = time.perf_counter()
+        tt.run("true")
+        floor.append(time.perf_counter() - t0)
+    row("ssh_exec_true_floor", floor, 0.5, note="context: the cost of any remote command here")
     # warm-up: the first up syncs the whole project; later ups find code and env unchanged
     rec, first_s = up(sshd, wd, "bench-warm")
     wait_first_heartbeat(rec)
@@ -123,7 +131,7 @@ def bench(sshd: SSHServer, tmp: Path, repeats: int) -> None:
         t0 = time.perf_counter()
         res = control.kill_run(rec)
         kills.append(time.perf_counter() - t0)
-        assert res["killed"], res
+        assert res["killed"] and "stopped" in res["message"], res
     row("up_unchanged_code_ready_env_to_torchrun_started", starts, 3.0)
     row("status_api_warm_connection", statuses, 0.5)
     row("status_cli_cold_process", cold, 0.5, note="new process: python start, imports, SSH handshake")
@@ -167,13 +175,13 @@ def bench(sshd: SSHServer, tmp: Path, repeats: int) -> None:
             run=run,
             profile="cpu",
             created=time.time(),
-            nodes=[node],
+            nodes=[registry.NodeRecord(node.host, node.workdir, node.python, rd)],
             tmux_socket=os.environ["NSA_LAUNCH_TMUX_SOCKET"],
         )
         t0 = time.perf_counter()
         res = control.kill_run(r)
         ign.append(time.perf_counter() - t0)
-        assert res["killed"], res
+        assert res["killed"] and "stopped" in res["message"], res
     row("kill_run_ignoring_sigterm_verified", ign, 5.0, grace_s=registry.RunRecord.kill_grace_s)
 
     # one-file change: sync from a private copy of the checkout (the shared one changes under us)
