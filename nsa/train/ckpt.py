@@ -82,6 +82,7 @@ def save(
     if info.is_main:
         torch.save(model_sd, tmp / "model.pt")
         torch.save(optim_sd, tmp / "optim.pt")
+    if leader:  # every host's copy says which step it is; only rank 0's host holds the weights
         atomic_write_json(tmp / "meta.json", {"step": step, "time": time.time(), **meta})
     torch.save({**rank_state, "rng": rng_state()}, tmp / f"rank{info.rank}.pt")
     barrier(info)

@@ -32,7 +32,7 @@ from nsa.telemetry import Recorder, SignalHandlers, Watchdog
 from nsa.telemetry.manifest import build_manifest
 from nsa.train import ckpt
 from nsa.train.config import TrainConfig
-from nsa.train.dist import Printer, all_reduce_mean, init_distributed, teardown
+from nsa.train.dist import Printer, all_reduce_max, all_reduce_mean, init_distributed, teardown
 from nsa.train.faults import Fault, fault_from_env, kill_self, stall_forever
 from nsa.train.lr import lr_at
 from nsa.train.parallelize import grad_sync, parallelize
@@ -121,6 +121,7 @@ class Run:
         )  # fmt: skip
         step, tokens = 0, 0
         ckpt_dir = self.rd.latest_checkpoint() if self.resume else None
+        self._agree_on_checkpoint(ckpt_dir)
         if ckpt_dir is not None:
             rec.beat("checkpoint", 0)
             meta = ckpt.read_meta(ckpt_dir)
@@ -185,6 +186,17 @@ class Run:
         rec.beat("done", step)
         rec.event("finished", step=step, tokens=tokens, wall_s=round(time.time() - t0, 2))
         self.print0(f"[nsa] finished: {step} steps, {tokens} tokens, {time.time() - t0:.1f}s")
+
+    def _agree_on_checkpoint(self, ckpt_dir: Path | None) -> None:
+        """Every rank (every host's run dir) must resume from the same step, or none may start."""
+        mine = float(ckpt.read_meta(ckpt_dir)["step"]) if ckpt_dir is not None else -1.0
+        lo, hi = -all_reduce_max(-mine, self.info), all_reduce_max(mine, self.info)
+        if lo != hi:
+            raise ResumeMismatch(
+                f"ranks disagree on the latest checkpoint (steps {int(lo)} .. {int(hi)}; -1 = none): "
+                "each host's run dir must hold the same checkpoints/latest; copy the missing one or "
+                "point `latest` at a step every host has"
+            )
 
     # --- one optimizer step -------------------------------------------------------------------
     def _step(self, step: int, lr: float, loader: Any, want_stats: bool) -> tuple[float, float, dict]:

@@ -207,3 +207,15 @@ def test_tiny_under_two_gloo_workers_is_quick(family) -> None:
     assert load_config(TINY, world_size=2).global_batch(2) == 8
     boot = next(e for e in events(family["ddp"]) if e["kind"] == "boot")
     assert boot["detail"]["world_size"] == 2
+
+
+def test_resume_with_another_world_size_is_refused(family, tmp_path: Path) -> None:
+    import shutil
+
+    run = tmp_path / "copy"
+    shutil.copytree(family["ddp"], run)
+    p = run_train(run, FAMILY, nproc=1, resume=True)
+    assert p.returncode == 2, explain(p)
+    assert "written by 2 ranks but this run has 1" in p.stderr
+    err = [e for e in events(run) if e["kind"] == "error"][-1]
+    assert err["detail"]["error"] == "ResumeMismatch"

@@ -15,7 +15,13 @@ from nsa.train.config import ConfigError, TrainConfig, load_config, parse_overri
 REPO = Path(__file__).resolve().parents[3]
 CONFIGS = REPO / "configs"
 # The world size each shipped config is written for (its global_batch check needs it).
-WORLD = {"tiny.yaml": 2, "m7c_125m.yaml": 1, "m7c_125m_2xa100_production.yaml": 2, "long_context.yaml": 1}
+WORLD = {
+    "tiny.yaml": 2,
+    "bench_20m_seq4096.yaml": 1,
+    "m7c_125m.yaml": 1,
+    "m7c_125m_2xa100_production.yaml": 2,
+    "long_context.yaml": 1,
+}
 
 
 @pytest.mark.parametrize("name", sorted(WORLD))
