@@ -17,6 +17,7 @@ import json
 import os
 import shlex
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -55,15 +56,30 @@ def _session(server: Any, name: str) -> Any | None:
         return None
 
 
-def _train_pane_pid(server: Any, run: str, node: int = 0) -> int | None:
-    sess = _session(server, session_name(run, node))
-    if sess is None:
+def _tmux_argv(req: dict[str, Any]) -> list[str]:
+    sock = req.get("tmux_socket")
+    if not sock:
+        return ["tmux"]
+    return ["tmux", "-S", sock] if "/" in sock else ["tmux", "-L", sock]
+
+
+def _train_pane_pid(req: dict[str, Any], run: str, node: int = 0) -> int | None:
+    """PID of the live `train` pane of the run's session, or None. One tmux exec and no libtmux import:
+    status runs every second or two from the dashboard, so its cost matters."""
+    fmt = "#{window_name}\t#{pane_pid}\t#{pane_dead}"
+    try:
+        out = subprocess.run(
+            [*_tmux_argv(req), "list-panes", "-s", "-t", "=" + session_name(run, node), "-F", fmt],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
         return None
-    for w in sess.windows:
-        if w.window_name == "train":
-            pane = w.active_pane
-            if pane is not None and pane.pane_pid and pane.pane_dead != "1":
-                return int(pane.pane_pid)
+    for line in out.splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3 and parts[0] == "train" and parts[2] != "1" and parts[1].isdigit():
+            return int(parts[1])
     return None
 
 
@@ -172,11 +188,11 @@ def _log_tail(path: Path, n: int, max_bytes: int = 1 << 20, end: int | None = No
     return lines[-n:] if n > 0 else []
 
 
-def run_status(req: dict[str, Any], server: Any, now: float) -> dict[str, Any]:
+def run_status(req: dict[str, Any], now: float) -> dict[str, Any]:
     rd = RunDir(req["run_dir"])
     run = req["run"]
     manifest = read_json(rd.manifest) or {}
-    pane_pid = _train_pane_pid(server, run, req.get("node", 0))
+    pane_pid = _train_pane_pid(req, run, int(req.get("node", 0)))
     pids = sorted(procs.run_pids(str(rd.root), pane_pid)) if rd.root.exists() else []
     hbs = rd.heartbeats()
     recs = tail_jsonl(rd.metrics, 65536)
@@ -252,12 +268,11 @@ def _eta(
 
 
 def cmd_status(req: dict[str, Any]) -> dict[str, Any]:
-    server = _server(req)
     now = time.time()
     gpus = procs.gpus()
     runs = []
     for r in req.get("runs", []):
-        st = run_status({**r, "tmux_socket": req.get("tmux_socket")}, server, now)
+        st = run_status({**r, "tmux_socket": req.get("tmux_socket")}, now)
         st["gpus"] = gpus
         runs.append(st)
     return {"ok": True, "host": socket.gethostname(), "time": now, "gpus": gpus, "runs": runs}
@@ -267,7 +282,7 @@ def cmd_kill(req: dict[str, Any]) -> dict[str, Any]:
     """TERM the run's processes (and groups), grace, KILL; end the tmux sessions; verify none left."""
     run, rd = req["run"], RunDir(req["run_dir"])
     server = _server(req)
-    pane_pid = _train_pane_pid(server, run, req.get("node", 0))
+    pane_pid = _train_pane_pid(req, run, int(req.get("node", 0)))
     tag = str(rd.root)
 
     def now_pids() -> set[int]:
@@ -435,10 +450,9 @@ def cmd_free_port(req: dict[str, Any]) -> dict[str, Any]:
 
 def cmd_wait_started(req: dict[str, Any]) -> dict[str, Any]:
     """Poll until the first heartbeat, the run's end, or the timeout; reply with status and log tail."""
-    server = _server(req)
     deadline = time.monotonic() + float(req.get("timeout_s", 600))
     while True:
-        st = run_status(req, server, time.time())
+        st = run_status(req, time.time())
         if st["state"] != "starting" or time.monotonic() > deadline:
             break
         time.sleep(0.2)
