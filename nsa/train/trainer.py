@@ -32,7 +32,7 @@ from nsa.telemetry import Recorder, SignalHandlers, Watchdog
 from nsa.telemetry.manifest import build_manifest
 from nsa.train import ckpt
 from nsa.train.config import TrainConfig
-from nsa.train.dist import Printer, all_reduce_max, all_reduce_mean, init_distributed, teardown
+from nsa.train.dist import DistInfo, Printer, all_reduce_max, all_reduce_mean, init_distributed, teardown
 from nsa.train.faults import Fault, fault_from_env, kill_self, stall_forever
 from nsa.train.lr import lr_at
 from nsa.train.parallelize import grad_sync, parallelize
@@ -66,21 +66,26 @@ class Run:
         # Subnormal floats (tails of NSA's softmaxes early in training) made CPU steps 30-60x slower
         # on tiny. Set before the first tensor op: CPU worker threads inherit the flag when created.
         torch.set_flush_denormal(True)
-        info = init_distributed(self.cfg.train.device, self.cfg.parallel.timeout_s, str(self.rd.stacks_dir))
-        self.info = info
-        self.print0 = Printer(info.rank)
-        rec = self.rec = Recorder(self.rd, info.rank, self.cfg.telemetry.tensorboard)
+        rank = int(os.environ.get("RANK", "0"))
+        self.print0 = Printer(rank)
+        # Telemetry first: a rank waiting at rendezvous already beats (phase boot), can be dumped
+        # with SIGUSR1 and ends on SIGTERM; "hung at start with empty logs" cannot happen silently.
+        rec = self.rec = Recorder(self.rd, rank, self.cfg.telemetry.tensorboard)
         rec.beat("boot", 0)
         signals = SignalHandlers(rec)
         signals.install()
         watchdog = Watchdog(rec, self.cfg.telemetry.stall_seconds, self.cfg.telemetry.stall_abort)
         watchdog.start()
+        info: DistInfo | None = None
         try:
+            info = self.info = init_distributed(
+                self.cfg.train.device, self.cfg.parallel.timeout_s, str(self.rd.stacks_dir)
+            )
             self._train(t0)
             return 0
         except (DataError, ResumeMismatch) as e:
             rec.event("error", all_ranks=True, error=type(e).__name__, message=str(e))
-            print(f"[nsa] rank {info.rank}: {e}", file=sys.stderr, flush=True)
+            print(f"[nsa] rank {rank}: {e}", file=sys.stderr, flush=True)
             return 2
         except Diverged as e:
             rec.event("error", error="diverged", message=str(e))
@@ -95,7 +100,8 @@ class Run:
             watchdog.stop()
             rec.close()
             signals.uninstall()
-            teardown(info)
+            if info is not None:
+                teardown(info)
 
     def _train(self, t0: float) -> None:
         cfg, info, rec, t = self.cfg, self.info, self.rec, self.cfg.train
