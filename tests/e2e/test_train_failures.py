@@ -1,6 +1,6 @@
 """The failure paths of a real nsa-train, driven by NSA_FAULT: a stalled rank is caught by the
-watchdog (stacks + `stalled` event within the threshold), SIGTERM ends a running trainer within
-seconds, and a NaN loss on one rank stops every rank with an `error` event instead of a hang."""
+watchdog (stacks + `stalled` event within the threshold), SIGUSR1 dumps stacks on demand, SIGTERM
+ends a running trainer within seconds, and a NaN loss on one rank stops every rank with an `error` event instead of a hang."""
 
 from __future__ import annotations
 
@@ -24,6 +24,15 @@ QUICK = [
     "train.log_every=1",
     "telemetry.tensorboard=false",
 ]
+
+
+def _wait(pred, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def test_stalled_rank_is_caught_within_the_threshold(tmp_path: Path) -> None:
@@ -66,6 +75,10 @@ def test_sigterm_ends_a_running_trainer_within_seconds(tmp_path: Path) -> None:
             time.sleep(0.1)
         else:
             pytest.fail("trainer never reached step 2")
+        proc.send_signal(signal.SIGUSR1)  # an all-thread dump on demand, the run goes on
+        dump = run / "stacks" / "rank0-sigusr1.txt"
+        assert _wait(lambda: "_step" in dump.read_text() or "_train" in dump.read_text(), 10)
+        assert proc.poll() is None
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=10)

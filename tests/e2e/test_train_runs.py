@@ -219,3 +219,19 @@ def test_resume_with_another_world_size_is_refused(family, tmp_path: Path) -> No
     assert "written by 2 ranks but this run has 1" in p.stderr
     err = [e for e in events(run) if e["kind"] == "error"][-1]
     assert err["detail"]["error"] == "ResumeMismatch"
+
+
+def test_bf16_autocast_keeps_fp32_master_weights(tmp_path: Path) -> None:
+    # The GPU default, exercised on CPU: bf16 compute, fp32 parameters and optimizer state.
+    sets = ["train.dtype=bf16", "train.steps=2", "train.log_every=1", "train.eval_every=0"]
+    p = run_train(tmp_path / "run", sets)
+    assert p.returncode == 0, explain(p)
+    assert "bf16 autocast, fp32 master weights" in p.stdout
+    ck = tmp_path / "run" / "checkpoints" / "step-00000002"
+    model_sd = torch.load(ck / "model.pt")
+    assert {v.dtype for v in model_sd.values()} == {torch.float32}
+    optim_sd = torch.load(ck / "optim.pt")
+    moments = [t for st in optim_sd["state"].values() for k, t in st.items() if k.startswith("exp_avg")]
+    assert moments and all(t.dtype == torch.float32 for t in moments)
+    loss1 = train_losses(tmp_path / "run")[1]
+    assert loss1 == pytest.approx(5.54, abs=0.05)  # ~ln(257) at init, bf16 rounding only
