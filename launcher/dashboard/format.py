@@ -35,6 +35,10 @@ def _num(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
+def _clamp0(v: float | None) -> float | None:
+    return None if v is None else max(0.0, v)
+
+
 def duration(seconds: Any) -> str:
     s = _num(seconds)
     if s is None or s < 0:
@@ -90,7 +94,9 @@ def heartbeat(ages: Any, per_rank: bool) -> Text:
     """Newest heartbeat age, or every rank's age when `per_rank` (keys may arrive as JSON strings)."""
     if not isinstance(ages, dict) or not ages:
         return Text("–")
-    pairs = sorted(((int(k), _num(v)) for k, v in ages.items()), key=lambda kv: kv[0])
+    # A heartbeat written just after the agent read its clock (or a host clock slightly ahead)
+    # gives a small negative age: that is "just now", not "unknown".
+    pairs = sorted(((int(k), _clamp0(_num(v))) for k, v in ages.items()), key=lambda kv: kv[0])
     if per_rank:
         return Text(" ".join(f"r{r}:{duration(a)}" for r, a in pairs))
     vals = [a for _, a in pairs if a is not None]

@@ -84,6 +84,7 @@ def test_rate_loss_progress_heartbeat():
     assert fmt.heartbeat({"1": 0.9, "0": 0.8}, per_rank=False).plain == "0.8s"
     assert fmt.heartbeat({"1": 0.9, "0": 0.8}, per_rank=True).plain == "r0:0.8s r1:0.9s"
     assert fmt.heartbeat({}, per_rank=False).plain == "–"
+    assert fmt.heartbeat({"0": -0.004, "1": 0.2}, per_rank=True).plain == "r0:0.0s r1:0.2s"
 
 
 def test_sparkline_scales_to_fixed_bounds():

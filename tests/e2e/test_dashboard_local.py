@@ -1,17 +1,21 @@
 """The dashboard in a real terminal (tmux) over a real local run (cpu profile: torchrun, gloo).
 
 `nsa-launch up` starts the run; `nsa-launch dashboard` runs as a separate process in a tmux pane;
-the test reads the screen with capture-pane: the run appears, its step advances, `k` opens the
-confirmation, `y` kills it through the real launcher, and no process of the run is left.
+the test reads the screen with capture-pane: the run appears, its step advances, `t` opens the real
+TensorBoard tunnel (its URL serves TensorBoard) and closes it, `r` + `y` restarts it from its
+checkpoint, `k` + `y` kills it through the real launcher, and no process of the run is left.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import urllib.request
 
 import pytest
 
 from launcher.api import resolve_run
+from nsa.runfiles import RunDir
 from tests.dashboard.terminal import DashboardTerminal, row, row_step
 from tests.e2e.launch_support import cleanup_local_run, invoke, isolate, run_processes, wait_for
 
@@ -22,7 +26,7 @@ def test_dashboard_shows_local_run_advancing_and_kills_it(tmux_server, tmp_path,
     home = isolate(monkeypatch, tmp_path, tmux_server)
     run = f"dash-local-{os.getpid()}"
     cleanup_local_run(run)
-    res = invoke("up", "--name", run, "--set", "train.steps=3000")
+    res = invoke("up", "--name", run, "--set", "train.steps=3000", "--set", "train.save_every=10")
     assert res.exit_code == 0, res.output
     rec = resolve_run(run)
     term = DashboardTerminal(tmux_server.socket_name)
@@ -38,6 +42,34 @@ def test_dashboard_shows_local_run_advancing_and_kills_it(tmux_server, tmp_path,
         term.wait(lambda s: "loss · last" in s, 30, "the loss chart fed from metrics.jsonl")
         assert "no GPU on this host" in screen
         assert run_processes(rec.run_dir), "the run should have live processes before the kill"
+
+        # t: the real launcher starts TensorBoard and forwards a port; the URL shows and serves it
+        term.keys("t")
+        url = term.wait(
+            lambda s: (m := re.search(r"http://127\.0\.0\.1:\d+/?", s)) and m.group(0), 90, "tunnel URL"
+        )
+        assert "tensorboard" in urllib.request.urlopen(url, timeout=30).read().decode().lower()
+        term.keys("t")
+        term.wait(lambda s: url not in s, 30, "the URL gone once the tunnel is closed")
+
+        # r + y: the real restart resumes from the latest checkpoint
+        rd = RunDir(rec.run_dir)
+        wait_for(rd.latest_checkpoint, 60, "a first checkpoint")
+        term.keys("r")
+        term.wait(lambda s: f"Restart run {run}" in s, 10, "the restart confirmation")
+        term.keys("y")
+        # The notification is on screen for a few seconds only: watch for it while waiting.
+        seen: set[str] = set()
+
+        def restarted() -> bool:
+            if f"restarted as {run}" in term.screen():
+                seen.add("notification")
+            if '"resumed"' in rd.events.read_text():
+                seen.add("resumed")
+            return seen == {"notification", "resumed"}
+
+        wait_for(restarted, 120, "the restart notification and a resumed event", interval=0.2)
+        term.wait(lambda s: "running" in (row(s, run) or ""), 60, "running again after the restart")
 
         term.keys("k")
         term.wait(lambda s: f"Kill run {run}" in s, 10, "the kill confirmation")
