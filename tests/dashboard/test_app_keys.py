@@ -6,6 +6,8 @@ modal must not, and what the screen shows must follow what the recording says.
 
 from __future__ import annotations
 
+from launcher.dashboard import make_app
+from launcher.dashboard.recorded import RecordedBackend
 from launcher.dashboard.screens.confirm import ConfirmScreen
 from launcher.dashboard.screens.help import HelpScreen
 from launcher.dashboard.screens.main import MainScreen
@@ -259,3 +261,16 @@ async def test_log_stream_cut_while_running_is_retried_with_a_marked_replay(app,
         await wait_for(pilot, lambda: any("reconnected" in ln.text for ln in log.view), what="marker")
         await wait_for(pilot, lambda: log.view[-1].text == "after the cut", what="the line after the cut")
         assert "stream ended" not in str(log.border_title)
+
+
+async def test_no_runs_at_all_is_a_calm_empty_screen(tmp_path):
+    (tmp_path / "status.json").write_text('{"snapshots": [[]]}')
+    backend = RecordedBackend(tmp_path)
+    app = make_app(backend, refresh_s=0.1, clock=lambda: 0.0)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_for(pilot, lambda: app.main.polls >= 1, what="first poll")
+        assert "0 runs" in plain(app.main.query_one(SummaryBar))
+        for key in ("k", "r", "t"):
+            await pilot.press(key)
+        await wait_for(pilot, lambda: notifications(app).count("no run selected") == 3, what="three warnings")
+        assert backend.calls == [] and app.screen is app.main

@@ -30,3 +30,9 @@ def test_replay_of_a_dir_that_is_not_a_recording(tmp_path):
 def test_help_lists_the_keys():
     r = _run("--help")
     assert r.exit_code == 0 and "k kill" in r.output and "q quit" in r.output
+
+
+def test_unknown_run_exits_2_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("NSA_LAUNCH_HOME", str(tmp_path))
+    r = _run("--run", "no-such-run")
+    assert r.exit_code == 2 and "no-such-run" in r.output and "fix:" in r.output

@@ -316,6 +316,8 @@ class MainScreen(Screen):
 
         def done(yes: bool | None) -> None:
             if yes and run is not None:
+                # restart waits for the first heartbeat, which can take a while: say it started
+                self.notify(f"restarting {run}: kill, resume, wait for the first heartbeat…")
                 self.run_action("restart", run)
 
         self.app.push_screen(ConfirmScreen(q, "Restart"), done)
