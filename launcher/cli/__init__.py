@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import click
@@ -10,9 +11,37 @@ from launcher import __version__
 from launcher.app import Application
 from launcher.errors import LaunchError
 
+# name -> "module:attribute". Commands are imported when invoked, so `nsa-launch status` does not pay
+# for pydantic, the config schema or Textual (a cold `status` is a command people run in loops).
+COMMANDS = {
+    "up": "launcher.cli.up:up",
+    "status": "launcher.cli.status:status",
+    "logs": "launcher.cli.logs:logs",
+    "kill": "launcher.cli.kill:kill",
+    "restart": "launcher.cli.restart:restart",
+    "tunnel": "launcher.cli.tunnel:tunnel",
+    "doctor": "launcher.cli.doctor:doctor",
+    "profiles": "launcher.cli.profiles:profiles",
+    "runs": "launcher.cli.runs:runs",
+    "dashboard": "launcher.cli.dashboard:dashboard",
+}
+
 
 class LauncherGroup(click.Group):
-    """Turns a LaunchError from any command into its message on stderr and its exit code (1 or 2)."""
+    """Loads commands lazily and turns a LaunchError from any command into its message on stderr and
+    its exit code (1 or 2)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, _, attr = target.partition(":")
+        return getattr(importlib.import_module(module), attr)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -37,24 +66,6 @@ def cli(ctx: click.Context) -> None:
     Exit codes: 0 ok, 1 runtime failure, 2 bad input.
     """
     ctx.obj = Application()
-
-
-from launcher.cli.doctor import doctor  # noqa: E402
-from launcher.cli.kill import kill  # noqa: E402
-from launcher.cli.logs import logs  # noqa: E402
-from launcher.cli.profiles import profiles  # noqa: E402
-from launcher.cli.restart import restart  # noqa: E402
-from launcher.cli.runs import runs  # noqa: E402
-from launcher.cli.status import status  # noqa: E402
-from launcher.cli.tunnel import tunnel  # noqa: E402
-from launcher.cli.up import up  # noqa: E402
-
-for _command in (up, status, logs, kill, restart, tunnel, doctor, profiles, runs):
-    cli.add_command(_command)
-
-from launcher.cli.dashboard import dashboard  # noqa: E402
-
-cli.add_command(dashboard)
 
 
 def main() -> None:
