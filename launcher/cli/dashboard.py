@@ -32,7 +32,7 @@ def _fail(message: str, code: int = 2) -> None:
     "--replay",
     type=click.Path(path_type=Path),
     metavar="DIR",
-    help="Replay a recording (status.json + runs/ + nvidia-smi CSVs) instead of live runs: "
+    help="Replay a recording (status.json + rundirs/ + nvidia-smi CSVs) instead of live runs: "
     "demos and benchmarks; kill/restart/tunnel then touch nothing.",
 )
 def dashboard(run: str | None, show_all: bool, refresh: float, replay: Path | None) -> None:

@@ -8,7 +8,8 @@ dashboard really asked for them) and change what later snapshots say, but touch 
 Layout of a recording directory:
     status.json          {"snapshots": [[status, ...], ...]}: one list of status dicts per poll
                          step; a status whose "gpus" is a string names a CSV file below
-    runs/<run>/          run dirs (train.log, metrics.jsonl, events.jsonl, heartbeat/ ...)
+    rundirs/<run>/       run dirs (train.log, metrics.jsonl, events.jsonl, heartbeat/ ...); not
+                         `runs/`, which the project's .gitignore drops
     *.csv                `nvidia-smi --query-gpu=index,name,utilization.gpu,memory.used,
                          memory.total,temperature.gpu,power.draw --format=csv` output
 """
@@ -130,7 +131,7 @@ class RecordedBackend:
             return self._feeds.setdefault(run, queue.Queue())
 
     def run_dir(self, run: str) -> RunDir:
-        return RunDir(self.root / "runs" / run)
+        return RunDir(self.root / "rundirs" / run)
 
     # --- Backend ------------------------------------------------------------------------------
     def snapshot(self) -> list[dict[str, Any]]:
