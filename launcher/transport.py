@@ -214,16 +214,22 @@ class SSHTransport(Transport):
             self.conn.close()
 
     def _channel(self, command: str) -> Any:
-        self.connect()
-        try:
-            chan = self.conn.client.get_transport().open_session(timeout=CONNECT_TIMEOUT_S)
-            chan.exec_command(command)
-        except (self._paramiko.SSHException, OSError, EOFError) as e:
-            self.close()
-            raise RuntimeFailure(
-                f"lost the SSH connection to {self.label}: {e}", "check the host is up"
-            ) from None
-        return chan
+        """An exec channel running `command`. A cached connection that died (host rebooted, sshd
+        restarted) is reopened once; nothing ran on the host before the channel opened, so this is safe."""
+        for attempt in (0, 1):
+            self.connect()
+            try:
+                chan = self.conn.client.get_transport().open_session(timeout=CONNECT_TIMEOUT_S)
+                chan.exec_command(command)
+                return chan
+            except (self._paramiko.SSHException, OSError, EOFError, AttributeError) as e:
+                self.close()
+                if attempt:
+                    raise RuntimeFailure(
+                        f"lost the SSH connection to {self.label} ({e.__class__.__name__}: {e})",
+                        "check the host is up and sshd runs",
+                    ) from None
+        raise AssertionError("unreachable")
 
     # --- commands -----------------------------------------------------------------------------
     def run(
