@@ -183,3 +183,26 @@ def test_unreachable_host_is_lost_not_an_exception_and_recovers(sshd, tmp_path, 
         sshd.start()
     [st] = fetch_status([rec])
     assert st["state"] == "finished" and st["error"] is None and st["exit_code"] == 0
+
+
+def test_host_venv_is_built_once_per_spec_hash(sshd, tmp_path):
+    """host.python: venv. A venv whose marker matches the dependency-spec hash is used without pip;
+    without the marker the venv is (re)built, and a failing build names its fix. (The tests never
+    install torch: the base python is a path that does not exist, so a build attempt must fail.)"""
+    from launcher.errors import RuntimeFailure
+    from launcher.hostenv import MARKER_PREFIX, ensure_python, spec_hash
+    from launcher.profiles import HostEnv
+
+    env = HostEnv(python="venv", base_python="/nonexistent/python3")
+    t = open_transport(parse_target(sshd.alias, str(sshd.ssh_config)))
+    wd = tmp_path / "wd"
+    (wd / ".venv" / "bin").mkdir(parents=True)
+    try:
+        with pytest.raises(RuntimeFailure, match="building the venv") as e:
+            ensure_python(t, str(wd), env, None)
+        assert "host.base_python" in e.value.fix
+        (wd / ".venv" / f"{MARKER_PREFIX}{spec_hash(env)}").touch()
+        assert ensure_python(t, str(wd), env, None) == f"{wd}/.venv/bin/python"  # ready: nothing rebuilt
+        assert ensure_python(t, str(wd), env, PYTHON) == PYTHON  # a named python wins
+    finally:
+        t.close()
