@@ -93,12 +93,16 @@ def up(
             break
         if time.monotonic() - last > 5:
             app.say(
-                f"  step {st['step']}/{st['total_steps']} loss {st['loss']} tok/s {st['tokens_per_s']} "
-                f"state {st['state']}"
+                f"  {st['state']}: step {st['step']}/{st['total_steps']} loss {_num(st['loss'])} "
+                f"tokens/s {_num(st['tokens_per_s'], '.0f')} eta {_num(st['eta_s'], '.0f')} s"
             )
             last = time.monotonic()
         time.sleep(1.0)
     app.say(
-        f"run {rec.run} {st['state']} (exit code {st['exit_code']}, step {st['step']}, loss {st['loss']})"
+        f"run {rec.run} {st['state']} (exit code {st['exit_code']}, step {st['step']}, loss {_num(st['loss'])})"
     )
     raise SystemExit(EXIT_OK if st["state"] == "finished" else EXIT_RUNTIME)
+
+
+def _num(v: object, fmt: str = ".4g") -> str:
+    return format(v, fmt) if isinstance(v, (int, float)) else "-"

@@ -9,6 +9,9 @@ quotes, $(...), backticks and ; (and the env value a newline): they must reach t
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -94,6 +97,22 @@ def test_up_status_logs_tunnel_kill_over_ssh(sshd, tmux_server, tmp_path, monkey
             assert tun.url.startswith("http://127.0.0.1:") and tun.local_port >= 6006
             page = urllib.request.urlopen(tun.url, timeout=30).read().decode()
             assert "TensorBoard" in page or "tensorboard" in page
+            # the CLI, asked for the port the API tunnel holds, takes the next free one
+            exe = Path(sys.executable).parent / "nsa-launch"
+            cli = subprocess.Popen(
+                [str(exe), "tunnel", "--run", "ssh-e2e", "--port", str(tun.local_port)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                url = cli.stdout.readline().strip()
+                assert url.startswith("http://127.0.0.1:") and url != tun.url, url
+                assert int(url.rsplit(":", 1)[1].strip("/")) > tun.local_port
+                assert "tensorboard" in urllib.request.urlopen(url, timeout=30).read().decode().lower()
+            finally:
+                cli.send_signal(signal.SIGINT)
+                assert cli.wait(timeout=20) == 0, cli.stderr.read()
         finally:
             tun.close()
 
