@@ -86,3 +86,35 @@ def test_tagged_processes_found_and_killed_even_in_new_sessions(tmp_path):
     finally:
         if p.poll() is None:
             p.kill()
+
+
+def test_kill_reports_a_pid_still_holding_gpu_memory(tmp_path, monkeypatch):
+    """A FAKE nvidia-smi (no GPU here) that keeps listing one of the run's PIDs as holding memory:
+    kill must not claim success, and must name the PID."""
+    tag = str(tmp_path / "run")
+    os.makedirs(tag)
+    code = "import time; print('ready', flush=True); time.sleep(60)"
+    p = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env={**os.environ, procs.TAG: tag},
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        fake = tmp_path / "bin" / "nvidia-smi"
+        fake.parent.mkdir()
+        fake.write_text(f"#!/bin/sh\ncase \"$1\" in --query-compute-apps*) echo '{p.pid}, 35000';; esac\n")
+        fake.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+        res = agent.cmd_kill(
+            {"run": "r", "run_dir": tag, "grace_s": 1, "tmux_socket": f"nsa-unit-{os.getpid()}"}
+        )
+        assert p.wait(timeout=5) < 0  # the process itself was stopped
+        assert (
+            res["killed"] is False and res["gpu_pids"] == [p.pid] and "GPU memory held by" in res["message"]
+        )
+    finally:
+        if p.poll() is None:
+            p.kill()
