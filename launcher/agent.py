@@ -316,9 +316,9 @@ def cmd_kill(req: dict[str, Any]) -> dict[str, Any]:
             " and none holds GPU memory" if on_gpu is not None else " (no nvidia-smi here: no GPU check)"
         )
     else:
-        msg = (
-            f"{len(remaining)} processes survive SIGKILL: {sorted(remaining)}; GPU memory held by {gpu_left}"
-        )
+        parts = [f"{len(remaining)} processes survive SIGKILL: {sorted(remaining)}"] if remaining else []
+        parts += [f"GPU memory held by {gpu_left} (nvidia-smi --query-compute-apps)"] if gpu_left else []
+        msg = "; ".join(parts)
     return {
         "ok": True,
         "killed": killed,
