@@ -14,6 +14,7 @@ import contextlib
 import os
 import shlex
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -127,6 +128,7 @@ class SSHTransport(Transport):
 
         self.spec = spec
         self._paramiko = paramiko
+        self._lock = threading.RLock()
         cfg = fabric.Config(runtime_ssh_path=spec.ssh_config) if spec.ssh_config else fabric.Config()
         kwargs: dict[str, Any] = {}
         if spec.key_filename:
@@ -174,6 +176,11 @@ class SSHTransport(Transport):
 
     # --- connection ---------------------------------------------------------------------------
     def connect(self) -> None:
+        # The dashboard polls status and streams a log from different threads over one connection.
+        with self._lock:
+            self._connect()
+
+    def _connect(self) -> None:
         p = self._paramiko
         t = self.conn.client.get_transport()
         if t is not None and t.is_active():
