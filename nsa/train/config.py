@@ -292,7 +292,15 @@ def _from_validation_error(file: str, err: ValidationError, raw: dict[str, Any])
     if e["type"] == "value_error" and (not loc or isinstance(value, dict)):
         # A cross-field check of a whole section: the message names the keys and the fix itself.
         return ConfigError(file, key, None, msg, "change one of the keys named above")
-    return ConfigError(file, key, value, msg, f"set {key} to a valid value")
+    return ConfigError(file, key, value, msg, f"set {key} to a value that satisfies that{_describe(loc)}")
+
+
+def _describe(loc: Sequence[Any]) -> str:
+    for m in _model_at(TrainConfig, loc[:-1]):
+        f = m.model_fields.get(str(loc[-1]))
+        if f is not None and f.description:
+            return f" ({loc[-1]}: {f.description})"
+    return ""
 
 
 _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
