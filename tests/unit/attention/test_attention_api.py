@@ -105,13 +105,14 @@ def test_window_kernel_matches_a_masked_dense_softmax():
     for T, w in [(1, 4), (7, 4), (16, 4), (23, 5), (10, 64)]:
         q = torch.randn(2, 2, T, 3, 8, dtype=torch.float64)
         k, v = torch.randn(2, 2, T, 8, dtype=torch.float64), torch.randn(2, 2, T, 8, dtype=torch.float64)
-        out = window_attention(q, k, v, window=w, scale=0.3)
+        outs = [window_attention(q, k, v, window=w, scale=0.3, split=m) for m in (1, 2, 3)]
         t, s = torch.arange(T)[:, None], torch.arange(T)[None, :]
         allowed = (s <= t) & (s > t - w)
         logits = torch.einsum("bhtgd,bhsd->bhgts", q, k) * 0.3
         p = torch.softmax(logits.masked_fill(~allowed, float("-inf")), -1)
         want = torch.einsum("bhgts,bhsd->bhtgd", p, v)
-        torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+        for out in outs:
+            torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
 
 
 def test_selected_kernel_gradcheck_float64():
