@@ -448,6 +448,28 @@ def cmd_free_port(req: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "port": _free_port(int(req.get("start", 29400)))}
 
 
+_ERROR_HINTS = ("Error", "error:", "Fix:", "Exception", "Traceback")
+_BOILERPLATE = (
+    "torch/distributed/elastic",
+    "ChildFailedError",
+    "error_file",
+    "errors.html",
+    "elastic_launch",
+)
+
+
+def error_lines(lines: list[str], n: int = 5) -> list[str]:
+    """The first few lines that look like the cause (the trainer's own error, an exception), skipping
+    torchrun's failure summary, which fills the end of the log and names no cause."""
+    out: list[str] = []
+    for ln in lines:
+        if any(h in ln for h in _ERROR_HINTS) and not any(b in ln for b in _BOILERPLATE) and ln not in out:
+            out.append(ln)
+            if len(out) == n:
+                break
+    return out
+
+
 def cmd_wait_started(req: dict[str, Any]) -> dict[str, Any]:
     """Poll until the first heartbeat, the run's end, or the timeout; reply with status and log tail."""
     deadline = time.monotonic() + float(req.get("timeout_s", 600))
@@ -456,7 +478,9 @@ def cmd_wait_started(req: dict[str, Any]) -> dict[str, Any]:
         if st["state"] != "starting" or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    st["log_tail"] = _log_tail(RunDir(req["run_dir"]).train_log, int(req.get("tail", 30)))
+    lines = _log_tail(RunDir(req["run_dir"]).train_log, 300)
+    st["log_tail"] = lines[-int(req.get("tail", 20)) :]
+    st["error_lines"] = error_lines(lines)
     return {"ok": True, "status": st, "timed_out": st["state"] == "starting"}
 
 

@@ -431,10 +431,10 @@ def wait_first_heartbeat(rec: RunRecord, timeout: float | None = None) -> dict[s
     req = {"run": rec.run, "run_dir": node.run_dir, "tmux_socket": rec.tmux_socket, "timeout_s": timeout}
     reply = agent_call(t, node.workdir, node.python, "wait_started", req, timeout=timeout + 60)
     st = reply["status"]
-    tail = "\n".join(
-        f"    {ln}"
-        for ln in envspec.scrub("\n".join(st.get("log_tail", [])), local_secret_values(rec)).splitlines()
-    )
+    secrets = local_secret_values(rec)
+    causes = st.get("error_lines") or []
+    shown = (["first error lines:", *causes, "log tail:"] if causes else []) + st.get("log_tail", [])
+    tail = "\n".join(f"    {ln}" for ln in envspec.scrub("\n".join(shown), secrets).splitlines())
     if reply.get("timed_out"):
         kill_run(rec)
         raise RuntimeFailure(

@@ -118,3 +118,15 @@ def test_kill_reports_a_pid_still_holding_gpu_memory(tmp_path, monkeypatch):
     finally:
         if p.poll() is None:
             p.kill()
+
+
+def test_error_lines_skip_torchrun_boilerplate():
+    log = [
+        "[nsa-launch] start: python -m torch.distributed.run ...",
+        "nsa-train: NSA_FAULT='bogus': unknown kind 'bogus'. Fix: unset NSA_FAULT",
+        '  File "/x/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 367, in wrapper',
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "  error_file: <N/A>",
+        "[nsa-launch] torchrun exited with 1",
+    ]
+    assert agent.error_lines(log) == [log[1]]
