@@ -455,6 +455,7 @@ _BOILERPLATE = (
     "error_file",
     "errors.html",
     "elastic_launch",
+    "Traceback (most recent call last)",
 )
 
 

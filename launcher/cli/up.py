@@ -7,8 +7,9 @@ import time
 import click
 from rich.progress import BarColumn, Progress, TextColumn
 
+from launcher.agent import error_lines
 from launcher.app import Application
-from launcher.control import fetch_status
+from launcher.control import fetch_status, stream_log
 from launcher.errors import EXIT_OK, EXIT_RUNTIME
 from launcher.launch import UpOptions, execute, plan_run, wait_first_heartbeat
 
@@ -101,6 +102,18 @@ def up(
     app.say(
         f"run {rec.run} {st['state']} (exit code {st['exit_code']}, step {st['step']}, loss {_num(st['loss'])})"
     )
+    if st["state"] != "finished":
+        if st.get("error"):
+            app.say(f"  error: {st['error']}")
+        for ev in st.get("events") or []:
+            if ev.get("kind") == "error":  # the trainer's own account of what went wrong
+                detail = ev.get("detail") or {}
+                what = ": ".join(str(detail[k]) for k in ("error", "message") if detail.get(k)) or str(detail)
+                app.say(f"  error event at step {ev.get('step')}: {what}")
+        if st["state"] != "lost":
+            for line in error_lines(list(stream_log(rec, follow=False, last_n=300))):
+                app.say(f"  {line}")
+            app.say(f"  full log: nsa-launch logs --run {rec.run} -n 500")
     raise SystemExit(EXIT_OK if st["state"] == "finished" else EXIT_RUNTIME)
 
 

@@ -28,6 +28,7 @@ def test_failures_are_reported_truthfully(tmux_server, tmp_path, monkeypatch):
         st = status(runs[1])
         assert st["state"] == "failed" and st["exit_code"] not in (None, 0)
         assert f"failed (exit code {st['exit_code']}" in res.output
+        assert "is not finite at step 3" in res.output  # the cause, from the log
 
         res = invoke(
             "up",
