@@ -220,10 +220,15 @@ def run_status(req: dict[str, Any], now: float) -> dict[str, Any]:
         state = "stalled"
     else:
         state = "running"
-    if exit_code is None and killed is None and error is None:
-        err_ev = [e for e in events if e.get("kind") in ("error", "stalled")]
-        if err_ev and state == "stalled":
-            error = json.dumps(err_ev[-1], sort_keys=True)
+    if error is None and state in ("failed", "stalled"):
+        # The trainer's own account (an `error` or `stalled` event) says more than an exit code.
+        ev = next((e for e in reversed(events) if e.get("kind") in ("error", "stalled")), None)
+        if ev is not None:
+            d = ev.get("detail") or {}
+            what = ": ".join(str(d[k]) for k in ("error", "message") if d.get(k)) or json.dumps(
+                d, sort_keys=True
+            )
+            error = f"{ev['kind']} at step {ev.get('step')}: {what}"
     step = max([hb.step for hb in hbs.values()] + [int(metrics.get("step", 0) or 0)] or [0])
     total = manifest.get("total_steps")
     started = manifest.get("started_at")

@@ -27,6 +27,7 @@ def test_failures_are_reported_truthfully(tmux_server, tmp_path, monkeypatch):
         assert res.exit_code == 1, res.output
         st = status(runs[1])
         assert st["state"] == "failed" and st["exit_code"] not in (None, 0)
+        assert st["error"].startswith("error at step") and "not finite" in st["error"]
         assert f"failed (exit code {st['exit_code']}" in res.output
         assert "is not finite at step 3" in res.output  # the cause, from the log
 
