@@ -20,10 +20,10 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from launcher import procs
+from launcher.logtail import error_lines, follow_log, log_tail
 from nsa.runfiles import RunDir, atomic_write_json, atomic_write_text, read_json, tail_jsonl
 
 WRAPPER = "launch.sh"
@@ -167,25 +167,6 @@ def cmd_start(req: dict[str, Any]) -> dict[str, Any]:
     )
     pane = sess.windows[0].active_pane
     return {"ok": True, "session": sname, "pane_pid": int(pane.pane_pid), "time": time.time()}
-
-
-def _log_tail(path: Path, n: int, max_bytes: int = 1 << 20, end: int | None = None) -> list[str]:
-    """Last n lines of a file (up to byte `end`), reading at most max_bytes: huge logs are never read whole."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell() if end is None else min(end, f.tell())
-            block, data = 8192, b""
-            while size > 0 and data.count(b"\n") <= n and len(data) < max_bytes:
-                step = min(block, size)
-                size -= step
-                f.seek(size)
-                data = f.read(step) + data
-                block *= 2
-    except FileNotFoundError:
-        return []
-    lines = data.decode(errors="replace").splitlines()
-    return lines[-n:] if n > 0 else []
 
 
 def run_status(req: dict[str, Any], now: float) -> dict[str, Any]:
@@ -334,44 +315,6 @@ def cmd_kill(req: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def cmd_logs(req: dict[str, Any]) -> None:
-    """Print the last n lines of train.log, then (follow) new lines as they arrive until the run ends."""
-    rd = RunDir(req["run_dir"])
-    out = sys.stdout
-    # Fix the follow position before printing history, so a line written meanwhile is not lost.
-    pos = rd.train_log.stat().st_size if rd.train_log.exists() else 0
-    for line in _log_tail(rd.train_log, int(req.get("last_n", 200)), end=pos):
-        out.write(line + "\n")
-    out.flush()
-    if not req.get("follow"):
-        return
-    parent = os.getppid()
-    partial = b""
-    quiet_since = time.monotonic()
-    while True:
-        try:
-            with open(rd.train_log, "rb") as f:
-                f.seek(pos)
-                data = f.read()
-        except FileNotFoundError:
-            data = b""
-        if data:
-            pos += len(data)
-            partial += data
-            *lines, partial = partial.split(b"\n")
-            if lines:
-                out.write(b"\n".join(lines).decode(errors="replace") + "\n")
-                out.flush()
-            quiet_since = time.monotonic()
-        elif (rd.exit_code_file.exists() or rd.killed_file.exists()) and time.monotonic() - quiet_since > 0.5:
-            if partial:
-                out.write(partial.decode(errors="replace") + "\n")
-            return
-        if os.getppid() != parent:  # the SSH session went away: nobody is reading
-            return
-        time.sleep(0.1)
-
-
 def cmd_tensorboard(req: dict[str, Any]) -> dict[str, Any]:
     """Start (or reuse) TensorBoard on 127.0.0.1 for the run, in a tmux window; reply with its port."""
     run, rd = req["run"], RunDir(req["run_dir"])
@@ -422,7 +365,7 @@ def cmd_tensorboard(req: dict[str, Any]) -> dict[str, Any]:
         if not procs.alive(pid):
             break
         time.sleep(0.2)
-    tail = "\n".join(_log_tail(log, 20))
+    tail = "\n".join(log_tail(log, 20))
     return {
         "ok": False,
         "error": f"TensorBoard did not listen on 127.0.0.1:{port}; its log ends:\n{tail}",
@@ -453,29 +396,6 @@ def cmd_free_port(req: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "port": _free_port(int(req.get("start", 29400)))}
 
 
-_ERROR_HINTS = ("Error", "error:", "Fix:", "Exception", "Traceback")
-_BOILERPLATE = (
-    "torch/distributed/elastic",
-    "ChildFailedError",
-    "error_file",
-    "errors.html",
-    "elastic_launch",
-    "Traceback (most recent call last)",
-)
-
-
-def error_lines(lines: list[str], n: int = 5) -> list[str]:
-    """The first few lines that look like the cause (the trainer's own error, an exception), skipping
-    torchrun's failure summary, which fills the end of the log and names no cause."""
-    out: list[str] = []
-    for ln in lines:
-        if any(h in ln for h in _ERROR_HINTS) and not any(b in ln for b in _BOILERPLATE) and ln not in out:
-            out.append(ln)
-            if len(out) == n:
-                break
-    return out
-
-
 def cmd_wait_started(req: dict[str, Any]) -> dict[str, Any]:
     """Poll until the first heartbeat, the run's end, or the timeout; reply with status and log tail."""
     deadline = time.monotonic() + float(req.get("timeout_s", 600))
@@ -484,7 +404,7 @@ def cmd_wait_started(req: dict[str, Any]) -> dict[str, Any]:
         if st["state"] != "starting" or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    lines = _log_tail(RunDir(req["run_dir"]).train_log, 300)
+    lines = log_tail(RunDir(req["run_dir"]).train_log, 300)
     st["log_tail"] = lines[-int(req.get("tail", 20)) :]
     st["error_lines"] = error_lines(lines)
     return {"ok": True, "status": st, "timed_out": st["state"] == "starting"}
@@ -512,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     req = json.loads(sys.stdin.read() or "{}")
     if argv[0] == "logs":
         with contextlib.suppress(BrokenPipeError):
-            cmd_logs(req)
+            follow_log(req)
         return 0
     reply = COMMANDS[argv[0]](req)
     print(json.dumps(reply, sort_keys=True))

@@ -7,11 +7,11 @@ import time
 import click
 from rich.progress import BarColumn, Progress, TextColumn
 
-from launcher.agent import error_lines
 from launcher.app import Application
 from launcher.control import fetch_status, stream_log
 from launcher.errors import EXIT_OK, EXIT_RUNTIME
 from launcher.launch import UpOptions, execute, plan_run, wait_first_heartbeat
+from launcher.logtail import error_lines
 
 TERMINAL = ("finished", "failed", "killed", "lost")
 

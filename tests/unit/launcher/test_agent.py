@@ -7,7 +7,7 @@ import stat
 import subprocess
 import sys
 
-from launcher import agent, procs
+from launcher import agent, logtail, procs
 
 
 def test_wrapper_keeps_values_literal_and_the_true_exit_code(tmp_path):
@@ -43,9 +43,9 @@ def test_log_tail_reads_only_the_end(tmp_path):
     with open(f, "w") as fh:
         for i in range(200_000):
             fh.write(f"line {i}\n")
-    assert agent._log_tail(f, 3) == ["line 199997", "line 199998", "line 199999"]
-    assert agent._log_tail(f, 0) == []
-    assert agent._log_tail(tmp_path / "missing", 5) == []
+    assert logtail.log_tail(f, 3) == ["line 199997", "line 199998", "line 199999"]
+    assert logtail.log_tail(f, 0) == []
+    assert logtail.log_tail(tmp_path / "missing", 5) == []
 
 
 def test_gpu_parsing_with_a_fake_nvidia_smi(tmp_path, monkeypatch):
@@ -129,4 +129,4 @@ def test_error_lines_skip_torchrun_boilerplate():
         "  error_file: <N/A>",
         "[nsa-launch] torchrun exited with 1",
     ]
-    assert agent.error_lines(log) == [log[1]]
+    assert logtail.error_lines(log) == [log[1]]
