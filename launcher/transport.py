@@ -215,6 +215,8 @@ class SSHTransport(Transport):
                 f"cannot reach {self.label}: {e.__class__.__name__}: {e}",
                 "check the host is up, the address/port are right and the network allows SSH",
             ) from None
+        # Keepalives make a dead peer show up as a dropped connection instead of a silent hang.
+        self.conn.client.get_transport().set_keepalive(10)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
