@@ -49,7 +49,9 @@ class SyncResult:
 
 
 def rsync_argv(src: Path, t: SSHTransport, workdir: str, *, progress: bool = False) -> list[str]:
-    argv = ["rsync", "-a", "--delete", "--protect-args", "--filter=:- .gitignore"]
+    # --modify-window=-1: compare mtimes to the nanosecond, so a same-size edit made within the
+    # second of the last sync is still sent (the default compares whole seconds).
+    argv = ["rsync", "-a", "--delete", "--protect-args", "--modify-window=-1", "--filter=:- .gitignore"]
     argv += [f"--exclude={e}" for e in EXCLUDES]
     argv += ["--stats", "--out-format=%n"] + (["--info=progress2"] if progress else [])
     argv += ["-e", shlex.join(t.ssh_argv())]

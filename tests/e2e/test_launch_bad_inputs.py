@@ -104,7 +104,14 @@ LOCAL_CASES = [
         2,
         ["train.stpes", "did you mean 'train.steps'"],
     ),
-    ("config-wrong-type", None, ["--set", "train.steps=abc"], {}, 2, ["train.steps = 'abc'", "valid integer", "fix: set train.steps"]),
+    (
+        "config-wrong-type",
+        None,
+        ["--set", "train.steps=abc"],
+        {},
+        2,
+        ["train.steps = 'abc'", "valid integer", "fix: set train.steps"],
+    ),
     (
         "config-bad-enum",
         None,

@@ -50,7 +50,7 @@ def test_rsync_delta_respects_gitignore_and_keeps_runs(sshd, tmp_path):
         assert _tree(wd) == {".gitignore", "pkg/a.py", "pkg/sub/b.py"}
         (wd / "runs" / "old").mkdir(parents=True)
         (wd / "stale.txt").write_text("not in the project")
-        (src / "pkg" / "a.py").write_text("A = 3\n")
+        (src / "pkg" / "a.py").write_text("A = 3\n")  # same size, same second: only the ns mtime differs
         second = sync(src, t, str(wd))
         assert second.files_sent == 1 and (wd / "pkg" / "a.py").read_text() == "A = 3\n"
         assert (wd / "runs" / "old").is_dir() and not (wd / "stale.txt").exists()
