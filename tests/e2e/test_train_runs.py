@@ -235,3 +235,21 @@ def test_bf16_autocast_keeps_fp32_master_weights(tmp_path: Path) -> None:
     assert moments and all(t.dtype == torch.float32 for t in moments)
     loss1 = train_losses(tmp_path / "run")[1]
     assert loss1 == pytest.approx(5.54, abs=0.05)  # ~ln(257) at init, bf16 rounding only
+
+
+def test_fsdp2_checkpoint_resumes_exactly(family, tmp_path: Path) -> None:
+    # FSDP2 gathers and scatters the full state collectively; resuming its step-4 checkpoint must
+    # reproduce its own steps 5..8.
+    import shutil
+
+    run = tmp_path / "fsdp"
+    shutil.copytree(family["fsdp"], run)
+    shutil.rmtree(run / "checkpoints" / "step-00000008")
+    (run / "checkpoints" / "latest").write_text("step-00000004\n")
+    (run / "metrics.jsonl").unlink()
+    p = run_train(run, [*FAMILY, "parallel.strategy=fsdp"], nproc=2, resume=True)
+    assert p.returncode == 0, explain(p)
+    want = train_losses(family["fsdp"])
+    got = train_losses(run)
+    assert sorted(got) == [5, 6, 7, 8]
+    assert all(got[s] == want[s] for s in got), (got, want)
