@@ -46,6 +46,13 @@ EVENT_KINDS = (
 PHASES = ("boot", "data_wait", "forward_backward", "optimizer", "checkpoint", "eval", "done")
 RUN_STATES = ("starting", "running", "stalled", "finished", "failed", "killed", "lost")
 
+# Exit codes of one nsa-train rank (torchrun reports the first failing rank's).
+EXIT_OK = 0
+EXIT_FAILED = 1  # runtime failure: diverged loss, exception (an `error` event says which)
+EXIT_BAD_INPUT = 2  # config, --set, CONFIG, NSA_FAULT, data source, resume mismatch
+EXIT_STALLED = 3  # the watchdog aborted a stalled rank (telemetry.stall_abort)
+EXIT_SIGTERM = 143  # 128 + SIGTERM, after a `sigterm` event
+
 
 def heartbeat_name(rank: int) -> str:
     return f"rank{rank}.json"
@@ -53,6 +60,15 @@ def heartbeat_name(rank: int) -> str:
 
 def checkpoint_name(step: int) -> str:
     return f"step-{step:08d}"
+
+
+def stack_dump_name(rank: int, reason: str, unix_time: float) -> str:
+    """stacks/ file of one dump: reason is `stalled` (watchdog); SIGUSR1 appends to sigusr1_name."""
+    return f"rank{rank}-{reason}-{int(unix_time)}.txt"
+
+
+def sigusr1_name(rank: int) -> str:
+    return f"rank{rank}-sigusr1.txt"
 
 
 @dataclass

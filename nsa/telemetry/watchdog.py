@@ -23,10 +23,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from nsa.runfiles import EXIT_SIGTERM, EXIT_STALLED, sigusr1_name, stack_dump_name
 from nsa.telemetry.recorder import Recorder
-
-EXIT_STALLED = 3
-EXIT_SIGTERM = 128 + signal.SIGTERM
 
 
 def format_all_stacks() -> str:
@@ -42,7 +40,7 @@ def format_all_stacks() -> str:
 def dump_stacks(stacks_dir: Path, rank: int, reason: str, recorder: Recorder | None = None) -> Path:
     """Write this rank's stacks to stacks/rank<N>-<reason>-<unix time>.txt and return the path."""
     stacks_dir.mkdir(parents=True, exist_ok=True)
-    path = stacks_dir / f"rank{rank}-{reason}-{int(time.time())}.txt"
+    path = stacks_dir / stack_dump_name(rank, reason, time.time())
     header = f"rank {rank} pid {os.getpid()} host {socket.gethostname()} reason {reason}\n"
     if recorder is not None:
         header += (
@@ -127,7 +125,7 @@ class SignalHandlers:
     def install(self) -> None:
         r = self.recorder
         r.run_dir.stacks_dir.mkdir(parents=True, exist_ok=True)
-        self._usr1_file = open(r.run_dir.stacks_dir / f"rank{r.rank}-sigusr1.txt", "a")  # noqa: SIM115
+        self._usr1_file = open(r.run_dir.stacks_dir / sigusr1_name(r.rank), "a")  # noqa: SIM115
         faulthandler.register(signal.SIGUSR1, file=self._usr1_file, all_threads=True, chain=False)
         # The C handler writes the signal number to this socket at once, whatever the main thread is
         # doing; the helper thread below acts on it. The Python-level handler is the fallback path.

@@ -17,10 +17,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from nsa.runfiles import RunDir
+from nsa.runfiles import EXIT_BAD_INPUT, RunDir
 from nsa.train.config import ConfigError, load_config
-
-EXIT_BAD_INPUT = 2
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -27,7 +27,7 @@ import torch
 
 from nsa.data import DataError, build_loader
 from nsa.model import Transformer
-from nsa.runfiles import RunDir, atomic_write_json, atomic_write_text
+from nsa.runfiles import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, RunDir, atomic_write_json, atomic_write_text
 from nsa.telemetry import Recorder, SignalHandlers, Watchdog
 from nsa.telemetry.manifest import build_manifest
 from nsa.train import ckpt
@@ -82,20 +82,20 @@ class Run:
                 self.cfg.train.device, self.cfg.parallel.timeout_s, str(self.rd.stacks_dir)
             )
             self._train(t0)
-            return 0
+            return EXIT_OK
         except (DataError, ResumeMismatch) as e:
             rec.event("error", all_ranks=True, error=type(e).__name__, message=str(e))
             print(f"[nsa] rank {rank}: {e}", file=sys.stderr, flush=True)
-            return 2
+            return EXIT_BAD_INPUT
         except Diverged as e:
             rec.event("error", error="diverged", message=str(e))
             self.print0.err(f"[nsa] {e}")
-            return 1
+            return EXIT_FAILED
         except Exception as e:
             tail = traceback.format_exc().splitlines()[-12:]
             rec.event("error", all_ranks=True, error=type(e).__name__, message=str(e), traceback=tail)
             traceback.print_exc()
-            return 1
+            return EXIT_FAILED
         finally:
             watchdog.stop()
             rec.close()
