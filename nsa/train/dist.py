@@ -28,6 +28,10 @@ NCCL_DEFAULTS = {
 }
 
 
+class InitTimeout(RuntimeError):
+    """The process group could not be formed in time: a peer never arrived or was unreachable."""
+
+
 @dataclass(frozen=True)
 class DistInfo:
     rank: int
@@ -74,11 +78,19 @@ def init_distributed(device: str, timeout_s: float, trace_dir: str | None = None
             os.environ.setdefault(
                 "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(trace_dir, "nccl_trace_rank_")
             )
-    dist.init_process_group(
-        backend=backend,
-        timeout=datetime.timedelta(seconds=timeout_s),
-        device_id=dev if dev.type == "cuda" else None,
-    )
+    try:
+        dist.init_process_group(
+            backend=backend,
+            timeout=datetime.timedelta(seconds=timeout_s),
+            device_id=dev if dev.type == "cuda" else None,
+        )
+    except Exception as e:
+        raise InitTimeout(
+            f"rank {rank}: joining the {backend} process group of {world} ranks failed within "
+            f"parallel.timeout_s={timeout_s:g} ({type(e).__name__}: {e}). Fix: check that every rank "
+            "started (torchrun --nnodes / --rdzv-endpoint reachable from every host, same run id), "
+            "or raise parallel.timeout_s"
+        ) from e
     return DistInfo(rank, local_rank, world, dev, backend)
 
 

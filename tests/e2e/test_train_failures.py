@@ -105,3 +105,20 @@ def test_nan_on_one_rank_stops_all_ranks_with_an_error_event(tmp_path: Path) -> 
     assert "not finite at step 3" in errors[0]["detail"]["message"]
     assert max(train_losses(run)) == 2  # the bad step was never applied nor logged
     assert "finished" not in [e["kind"] for e in events(run)]
+
+
+def test_missing_peer_is_an_init_timeout_not_a_hang(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = tmp_path / "run"
+    # Rank 0 of a 2-rank job whose rank 1 never comes: the store waits parallel.timeout_s, no longer.
+    env = clean_env(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    t0 = time.monotonic()
+    p = run_train(run, ["parallel.timeout_s=3"], env=env, timeout=60)
+    assert p.returncode == 1 and time.monotonic() - t0 < 30
+    err = [e for e in events(run) if e["kind"] == "error"][-1]
+    assert err["detail"]["error"] == "InitTimeout" and "parallel.timeout_s=3" in err["detail"]["message"]
+    assert json.loads((run / "heartbeat" / "rank0.json").read_text())["phase"] == "boot"
