@@ -394,7 +394,11 @@ def load_config(
     try:
         cfg = TrainConfig.model_validate(raw)
     except ValidationError as e:
-        raise _from_validation_error(source, e, raw) from None
+        first = _from_validation_error(source, e, raw)
+        others = sorted({_dotted(x["loc"]) or "(top level)" for x in e.errors()[1:]} - {first.key})
+        if others:
+            first.problem += f" (also wrong: {', '.join(others)})"
+        raise first from None
     _cross_checks(cfg, source, world_size)
     return cfg
 

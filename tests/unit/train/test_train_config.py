@@ -84,6 +84,13 @@ def test_unknown_key_in_file_suggests_the_right_one(tmp_path: Path) -> None:
     assert str(p) in str(e) and "\n" not in str(e)
 
 
+def test_every_problem_is_named_at_once(tmp_path: Path) -> None:
+    p = tmp_path / "c.yaml"
+    p.write_text("model: {dimm: 3}\ntrain: {seq_len: 64, batch_size: 0}\n")
+    e = _err(p)
+    assert "also wrong:" in str(e) and "train.steps" in str(e) and "train.batch_size" in str(e)
+
+
 def test_unknown_section_and_bad_type(tmp_path: Path) -> None:
     assert "did you mean 'telemetry'" in str(_err(CONFIGS / "tiny.yaml", ["telemetri.stall_seconds=3"]))
     e = _err(CONFIGS / "tiny.yaml", ["train.batch_size=four"])
