@@ -107,7 +107,7 @@ class Run:
         cfg, info, rec, t = self.cfg, self.info, self.rec, self.cfg.train
         torch.manual_seed(t.seed)  # identical init on every rank (DDP also broadcasts; FSDP2 does not)
         use_bf16 = t.dtype == "bf16" or (t.dtype == "auto" and info.device.type == "cuda")
-        fsdp = info.distributed and cfg.parallel.strategy == "fsdp"
+        fsdp = self.fsdp = info.distributed and cfg.parallel.strategy == "fsdp"
         vocab = cfg.resolved_vocab_size()
         model = Transformer(cfg.model, vocab).to(info.device)
         n_params = model.num_params()
@@ -377,7 +377,11 @@ class Run:
                 f"global {cfg.global_batch(info.world_size)} seqs = {t.batch_size} x {info.world_size} ranks x "
                 f"{t.grad_accum} accum; {cfg.tokens_per_step(info.world_size):,} tokens/step; {t.steps} steps"
             ),
-            "dtype": "bf16 autocast, fp32 master weights" if bf16 else "fp32",
+            "dtype": (
+                ("bf16 FSDP2 mixed precision" if self.fsdp else "bf16 autocast") + ", fp32 master weights"
+                if bf16
+                else "fp32"
+            ),
             "device": devices,
             "data": data_desc,
             "run_dir": str(self.rd.root),

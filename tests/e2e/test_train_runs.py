@@ -221,12 +221,15 @@ def test_resume_with_another_world_size_is_refused(family, tmp_path: Path) -> No
     assert err["detail"]["error"] == "ResumeMismatch"
 
 
-def test_bf16_autocast_keeps_fp32_master_weights(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("nproc", "strategy", "banner"), [(1, "ddp", "bf16 autocast"), (2, "fsdp", "bf16 FSDP2")]
+)
+def test_bf16_keeps_fp32_master_weights(tmp_path: Path, nproc: int, strategy: str, banner: str) -> None:
     # The GPU default, exercised on CPU: bf16 compute, fp32 parameters and optimizer state.
     sets = ["train.dtype=bf16", "train.steps=2", "train.log_every=1", "train.eval_every=0"]
-    p = run_train(tmp_path / "run", sets)
+    p = run_train(tmp_path / "run", [*sets, f"parallel.strategy={strategy}"], nproc=nproc)
     assert p.returncode == 0, explain(p)
-    assert "bf16 autocast, fp32 master weights" in p.stdout
+    assert f"{banner}" in p.stdout and "fp32 master weights" in p.stdout
     ck = tmp_path / "run" / "checkpoints" / "step-00000002"
     model_sd = torch.load(ck / "model.pt")
     assert {v.dtype for v in model_sd.values()} == {torch.float32}
