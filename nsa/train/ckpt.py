@@ -19,6 +19,7 @@ import json
 import random
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +66,12 @@ def save(
     meta: dict[str, Any],
     rank_state: dict[str, Any],
     keep_last: int,
+    progress: Callable[[], None] = lambda: None,
 ) -> Path:
-    """Collective: every rank calls it. Returns the final checkpoint dir."""
+    """Collective: every rank calls it. Returns the final checkpoint dir.
+
+    `progress` is called between the stages (gather, write, rename) so a long save keeps beating.
+    """
     name = checkpoint_name(step)
     root = run_dir.checkpoints_dir
     tmp = root / f"{TMP_PREFIX}{name}"
@@ -79,12 +84,14 @@ def save(
     barrier(info)
     model_sd = get_model_state_dict(model, options=_full_options())
     optim_sd = get_optimizer_state_dict(model, optimizer, options=_full_options())
+    progress()
     if info.is_main:
         torch.save(model_sd, tmp / "model.pt")
         torch.save(optim_sd, tmp / "optim.pt")
     if leader:  # every host's copy says which step it is; only rank 0's host holds the weights
         atomic_write_json(tmp / "meta.json", {"step": step, "time": time.time(), **meta})
     torch.save({**rank_state, "rng": rng_state()}, tmp / f"rank{info.rank}.pt")
+    progress()
     barrier(info)
     if leader:
         if final.exists():

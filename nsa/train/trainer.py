@@ -340,7 +340,8 @@ class Run:
         t0 = time.time()
         meta = {"tokens": tokens, "world_size": self.info.world_size, "config_hash": self.cfg.config_hash()}
         path = ckpt.save(self.rd, self.info, step, self.wrapped, self.optimizer, meta,
-                         {"loader": loader.state_dict()}, self.cfg.train.keep_last)  # fmt: skip
+                         {"loader": loader.state_dict()}, self.cfg.train.keep_last,
+                         progress=lambda: self.rec.beat("checkpoint", step))  # fmt: skip
         self.rec.event(
             "checkpoint",
             step=step,
