@@ -156,6 +156,7 @@ class Run:
 
         peak = self._peak_flops()
         win_t, win_tokens, win_steps, first = time.time(), 0, 0, True
+        nsa_stats: dict[str, float] = {}
         stats_every = cfg.telemetry.nsa_stats_every or t.log_every
         try:
             while step < t.steps:
@@ -167,7 +168,8 @@ class Run:
                     total_steps=t.steps,
                 )
                 want_stats = cfg.model.attention == "nsa" and info.is_main and (step + 1) % stats_every == 0
-                loss, grad_norm, nsa_stats = self._step(step, lr, loader, want_stats)
+                loss, grad_norm, stats = self._step(step, lr, loader, want_stats)
+                nsa_stats = stats or nsa_stats  # kept until the next log step writes it
                 step += 1
                 tokens += tokens_per_step
                 win_tokens += tokens_per_step
@@ -182,7 +184,7 @@ class Run:
                     dt = max(now - win_t, 1e-9)
                     self._log(step, loss, lr, grad_norm, tokens, win_tokens / dt, dt / win_steps,
                               flops_per_token, peak, loader, nsa_stats)  # fmt: skip
-                    win_t, win_tokens, win_steps = now, 0, 0
+                    win_t, win_tokens, win_steps, nsa_stats = now, 0, 0, {}
                 if t.eval_every and step % t.eval_every == 0:
                     self._eval(step)
                 if (t.save_every and step % t.save_every == 0) or (step == t.steps and t.save_final):
@@ -274,13 +276,17 @@ class Run:
             a.collect_stats = on
 
     def _read_stats(self) -> dict[str, float]:
-        sums: dict[str, float] = {}
-        counts: dict[str, int] = {}
+        """Per-layer stats folded over layers: `*max*` keys by max, `*min*` by min, the rest by mean."""
+        per_key: dict[str, list[float]] = {}
         for a in self._attn_modules():
             for k, v in (getattr(a, "last_stats", None) or {}).items():
-                sums[k] = sums.get(k, 0.0) + float(v)
-                counts[k] = counts.get(k, 0) + 1
-        return {f"nsa/{k}": sums[k] / counts[k] for k in sums}
+                per_key.setdefault(k, []).append(float(v))
+        fold = {"max": max, "min": min}
+        out = {}
+        for k, vs in per_key.items():
+            how = next((f for name, f in fold.items() if name in k.rsplit("/", 1)[-1]), None)
+            out[f"nsa/{k}"] = how(vs) if how else sum(vs) / len(vs)
+        return out
 
     # --- eval, logging, checkpoints -----------------------------------------------------------
     @torch.no_grad()
