@@ -122,3 +122,34 @@ def test_missing_peer_is_an_init_timeout_not_a_hang(tmp_path: Path) -> None:
     err = [e for e in events(run) if e["kind"] == "error"][-1]
     assert err["detail"]["error"] == "InitTimeout" and "parallel.timeout_s=3" in err["detail"]["message"]
     assert json.loads((run / "heartbeat" / "rank0.json").read_text())["phase"] == "boot"
+
+
+def test_sigterm_ends_a_rank_blocked_inside_a_collective(tmp_path: Path) -> None:
+    # Rank 1 hangs before step 3, so rank 0 sits inside gloo's all-reduce (C++, no Python bytecode
+    # runs). SIGTERM must still end it at once: it is acted on from a thread woken by the C handler.
+    run = tmp_path / "run"
+    sets = [*QUICK, "train.steps=50", "telemetry.stall_seconds=600", "parallel.timeout_s=600"]
+    cmd = [*train_cmd(2), "--config", str(TINY), "--run-dir", str(run)]
+    for s in sets:
+        cmd += ["--set", s]
+    env = clean_env(NSA_FAULT="stall:step=3:rank=1")
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        hb0 = run / "heartbeat" / "rank0.json"
+
+        def rank0_blocked() -> bool:
+            d = json.loads(hb0.read_text() or "{}") if hb0.exists() else {}
+            return d.get("step") == 2 and d.get("phase") == "forward_backward"
+
+        assert _wait(rank0_blocked, 60), "rank 0 never reached the blocked collective"
+        time.sleep(1.0)  # well inside backward's all-reduce by now
+        pid = json.loads(hb0.read_text())["pid"]
+        t0 = time.monotonic()
+        os.kill(pid, signal.SIGTERM)
+        assert _wait(lambda: any(e["kind"] == "sigterm" and e["rank"] == 0 for e in events(run)), 5)
+        assert time.monotonic() - t0 < 5
+        proc.wait(timeout=60)  # torchrun then tears down the stalled rank too
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
