@@ -4,10 +4,10 @@ tokens, blocks or heads.
 Owns the three attention computations of the default path, in the [B, Hkv, T, G, D] layout where the
 G query heads of a GQA group sit next to each other so they share one gathered copy of their keys:
 - `compressed_attention_and_selection`: SDPA over the causal prefix of compressed keys, per query
-  chunk, plus (no_grad) the group-summed probabilities -> selected-block table (selection.py).
-- `window_attention`: SDPA over pairs of window-sized key blocks with one shared band mask.
-- `selected_attention`: a custom autograd Function that gathers each query's selected blocks chunk by
-  chunk and recomputes them in backward (flash-style: only the output and log-sum-exp are saved).
+  chunk, plus the custom op `nsa::select_blocks` (no grad: group-summed probabilities -> table).
+- `window_attention`: SDPA over (split+1) half-window key blocks with one shared band mask.
+- `selected_attention`: custom ops `nsa::selected_fwd` / `nsa::selected_bwd` that gather each query's
+  selected blocks chunk by chunk and recompute them in backward (only output and log-sum-exp saved).
 Loops here run over query chunks only (T / chunk iterations). Nothing here may sync with the device.
 """
 
@@ -47,37 +47,69 @@ def compressed_attention_and_selection(
     """
     B, Hkv, T, G, D = q.shape
     nc = kc.shape[2]
-    ns = -(-T // sel_block)
-    device = q.device
-    outs, idxs, valids = [], [], []
+    outs = []
     for c0 in range(0, T, chunk):
         c1 = min(T, c0 + chunk)
-        t = torch.arange(c0, c1, device=device)
         n_vis = min(nc, max(0, (c1 - block_len) // block_stride + 1))
         # Rows before the first complete block see nothing: they are zeros, never softmax(empty).
         r0 = min(c1, max(c0, block_len - 1))
         if n_vis == 0:
             outs.append(q.new_zeros(B, Hkv, c1 - c0, G, D))
+            continue
+        t = torch.arange(r0, c1, device=q.device)
+        ends = torch.arange(n_vis, device=q.device) * block_stride + (block_len - 1)
+        vis = ends[None, :] <= t[:, None]
+        o = _sdpa_grouped(q[:, :, r0:c1], kc[:, :, :n_vis], vc[:, :, :n_vis], vis, scale)
+        outs.append(F.pad(o, (0, 0, 0, 0, r0 - c0, 0)))
+    idx, valid = torch.ops.nsa.select_blocks(
+        q.detach(), kc.detach(), block_len, block_stride, sel_block, n_sel, scale, chunk
+    )
+    return torch.cat(outs, dim=2), idx, valid
+
+
+@torch.library.custom_op("nsa::select_blocks", mutates_args=())
+def _select_blocks(
+    q: Tensor,
+    kc: Tensor,
+    block_len: int,
+    block_stride: int,
+    sel_block: int,
+    n_sel: int,
+    scale: float,
+    chunk: int,
+) -> tuple[Tensor, Tensor]:
+    """Eq. 8-11 per query chunk: float32 compressed probabilities, summed over the group -> top-n.
+
+    A custom op so torch.compile sees one opaque node (no unrolled chunk loop, no graph break).
+    """
+    B, Hkv, T, _, _ = q.shape
+    nc = kc.shape[2]
+    ns = -(-T // sel_block)
+    idxs, valids = [], []
+    for c0 in range(0, T, chunk):
+        c1 = min(T, c0 + chunk)
+        t = torch.arange(c0, c1, device=q.device)
+        n_vis = min(nc, max(0, (c1 - block_len) // block_stride + 1))
+        if n_vis == 0:
             p_grp = q.new_zeros(B, Hkv, c1 - c0, 1, dtype=torch.float32)
         else:
-            k_vis, v_vis = kc[:, :, :n_vis], vc[:, :, :n_vis]
-            ends = torch.arange(n_vis, device=device) * block_stride + (block_len - 1)
-            vis = ends[None, :] <= t[:, None]  # [C, n_vis]
-            q_rows = q[:, :, r0:c1]
-            o = _sdpa_grouped(q_rows, k_vis, v_vis, vis[r0 - c0 :], scale)
-            outs.append(F.pad(o, (0, 0, 0, 0, r0 - c0, 0)))
-            with torch.no_grad():
-                s = torch.einsum("bhcgd,bhnd->bhcgn", q[:, :, c0:c1].float(), k_vis.float()) * scale
-                s = s.masked_fill(~vis[None, None, :, None, :], float("-inf"))
-                p = torch.softmax(s, dim=-1)
-                p = torch.where(vis[None, None, :, None, :], p, torch.zeros_like(p))  # NaN rows -> 0
-                p_grp = p.sum(dim=3)  # Eq. 10: the group shares one importance vector
-        with torch.no_grad():
-            scores = selection_block_scores(p_grp, block_len, block_stride, sel_block, ns)
-            idx, valid = top_blocks(scores, t, sel_block, n_sel)
+            ends = torch.arange(n_vis, device=q.device) * block_stride + (block_len - 1)
+            vis = (ends[None, :] <= t[:, None])[None, None, :, None, :]
+            s = torch.einsum("bhcgd,bhnd->bhcgn", q[:, :, c0:c1].float(), kc[:, :, :n_vis].float()) * scale
+            p = torch.softmax(s.masked_fill(~vis, float("-inf")), dim=-1)
+            p_grp = torch.where(vis, p, torch.zeros_like(p)).sum(dim=3)  # NaN rows -> 0; Eq. 10
+        scores = selection_block_scores(p_grp, block_len, block_stride, sel_block, ns)
+        idx, valid = top_blocks(scores, t, sel_block, n_sel)
         idxs.append(idx)
         valids.append(valid)
-    return torch.cat(outs, dim=2), torch.cat(idxs, dim=2), torch.cat(valids, dim=2)
+    return torch.cat(idxs, dim=2), torch.cat(valids, dim=2)
+
+
+@_select_blocks.register_fake
+def _(q, kc, block_len, block_stride, sel_block, n_sel, scale, chunk):
+    B, Hkv, T = q.shape[:3]
+    k = min(n_sel, -(-T // sel_block))
+    return q.new_empty(B, Hkv, T, k, dtype=torch.int64), q.new_empty(B, Hkv, T, k, dtype=torch.bool)
 
 
 def window_attention(q: Tensor, k: Tensor, v: Tensor, *, window: int, scale: float, split: int = 2) -> Tensor:
@@ -145,75 +177,110 @@ def _selected_chunk_scores(
     return s.masked_fill(~allowed, float("-inf"))
 
 
-class _SelectedAttention(torch.autograd.Function):
-    """Attention of each query over its own selected blocks (keys after t masked), flash-style.
+# The selected branch is a pair of custom ops (forward, backward) with a registered autograd
+# formula, flash-style: only the output and log-sum-exp are saved, the gathers are recomputed.
+# K and V travel as one table kv [B, Hkv, Ns*l', 2D] so a selected block is one 32 KB row gather.
+# Chunks are small on purpose: the gathered rows are used while still in cache (measured on the
+# 2-core dev machine: chunk 8-16 several times faster than 128). As custom ops, torch.compile
+# sees two opaque nodes instead of unrolling T/chunk loop iterations.
 
-    K and V travel as one table kv [B, Hkv, Ns*l', 2D] so each selected block is one 32 KB row
-    gather. Chunks are small on purpose: the gathered rows are used while still in cache (measured:
-    chunk 128 was several times slower than 8-32 on the 2-core dev machine).
-    """
 
-    @staticmethod
-    def forward(ctx, q, kv, idx, valid, sel_block: int, chunk: int, scale: float):  # type: ignore[override]
-        B, Hkv, T, G, D = q.shape
-        ns = kv.shape[2] // sel_block
-        n = idx.shape[-1]
-        table = kv.view(B * Hkv * ns, sel_block * 2 * D)
-        base = (torch.arange(B * Hkv, device=q.device) * ns).view(B, Hkv, 1, 1)
-        out = torch.empty_like(q)
-        lse = torch.empty(B, Hkv, T, G, dtype=_acc(q.dtype), device=q.device)
-        for c0 in range(0, T, chunk):
-            c1 = min(T, c0 + chunk)
-            t = torch.arange(c0, c1, device=q.device)
-            idx_c, valid_c = idx[:, :, c0:c1], valid[:, :, c0:c1]
-            g = table.index_select(0, (idx_c + base).reshape(-1)).view(B, Hkv, c1 - c0, n * sel_block, 2 * D)
-            s = _selected_chunk_scores(q[:, :, c0:c1], g[..., :D], idx_c, valid_c, t, sel_block, scale)
-            m = torch.logsumexp(s, dim=-1)
-            p = torch.exp(s - m[..., None]).to(q.dtype)
-            out[:, :, c0:c1] = torch.matmul(p, g[..., D:])
-            lse[:, :, c0:c1] = m
-        ctx.save_for_backward(q, kv, idx, valid, out, lse)
-        ctx.sel_block, ctx.chunk, ctx.scale = sel_block, chunk, scale
-        return out
+@torch.library.custom_op("nsa::selected_fwd", mutates_args=())
+def _selected_fwd(
+    q: Tensor, kv: Tensor, idx: Tensor, valid: Tensor, sel_block: int, chunk: int, scale: float
+) -> tuple[Tensor, Tensor]:
+    B, Hkv, T, G, D = q.shape
+    ns = kv.shape[2] // sel_block
+    n = idx.shape[-1]
+    table = kv.reshape(B * Hkv * ns, sel_block * 2 * D)
+    base = (torch.arange(B * Hkv, device=q.device) * ns).view(B, Hkv, 1, 1)
+    out = torch.empty_like(q)
+    lse = torch.empty(B, Hkv, T, G, dtype=_acc(q.dtype), device=q.device)
+    for c0 in range(0, T, chunk):
+        c1 = min(T, c0 + chunk)
+        t = torch.arange(c0, c1, device=q.device)
+        idx_c, valid_c = idx[:, :, c0:c1], valid[:, :, c0:c1]
+        g = table.index_select(0, (idx_c + base).reshape(-1)).view(B, Hkv, c1 - c0, n * sel_block, 2 * D)
+        s = _selected_chunk_scores(q[:, :, c0:c1], g[..., :D], idx_c, valid_c, t, sel_block, scale)
+        m = torch.logsumexp(s, dim=-1)
+        p = torch.exp(s - m[..., None]).to(q.dtype)
+        out[:, :, c0:c1] = torch.matmul(p, g[..., D:])
+        lse[:, :, c0:c1] = m
+    return out, lse
 
-    @staticmethod
-    def backward(ctx, dout):  # type: ignore[override]
-        q, kv, idx, valid, out, lse = ctx.saved_tensors
-        sel_block, chunk, scale = ctx.sel_block, ctx.chunk, ctx.scale
-        B, Hkv, T, _, D = q.shape
-        ns = kv.shape[2] // sel_block
-        n = idx.shape[-1]
-        acc = _acc(q.dtype)
-        table = kv.view(B * Hkv * ns, sel_block * 2 * D)
-        base = (torch.arange(B * Hkv, device=q.device) * ns).view(B, Hkv, 1, 1)
-        dout = dout.contiguous()
-        dq = torch.empty_like(q)
-        dtable = torch.zeros(B * Hkv * ns, sel_block * 2 * D, dtype=acc, device=q.device)
-        # delta_t = rowsum(dO * O), the softmax-backward correction, for all rows at once.
-        delta = (dout.to(acc) * out.to(acc)).sum(-1, keepdim=True)
-        for c0 in range(0, T, chunk):
-            c1 = min(T, c0 + chunk)
-            c = c1 - c0
-            t = torch.arange(c0, c1, device=q.device)
-            idx_c, valid_c = idx[:, :, c0:c1], valid[:, :, c0:c1]
-            flat = (idx_c + base).reshape(-1)
-            g = table.index_select(0, flat).view(B, Hkv, c, n * sel_block, 2 * D)
-            kg, vg = g[..., :D], g[..., D:]
-            q_c, do_c = q[:, :, c0:c1], dout[:, :, c0:c1]
-            s = _selected_chunk_scores(q_c, kg, idx_c, valid_c, t, sel_block, scale)
-            p = torch.exp(s - lse[:, :, c0:c1, :, None])
-            dp = torch.matmul(do_c, vg.transpose(-1, -2)).to(acc)
-            ds = (p * (dp - delta[:, :, c0:c1]) * scale).to(q.dtype)
-            dq[:, :, c0:c1] = torch.matmul(ds, kg)
-            dg = torch.cat(
-                [
-                    torch.matmul(ds.transpose(-1, -2), q_c),
-                    torch.matmul(p.to(q.dtype).transpose(-1, -2), do_c),
-                ],
-                dim=-1,
-            )
-            dtable.index_add_(0, flat, dg.reshape(-1, sel_block * 2 * D).to(acc))
-        return dq, dtable.to(kv.dtype).view_as(kv), None, None, None, None, None
+
+@_selected_fwd.register_fake
+def _(q, kv, idx, valid, sel_block, chunk, scale):
+    return torch.empty_like(q), q.new_empty(q.shape[:4], dtype=_acc(q.dtype))
+
+
+@torch.library.custom_op("nsa::selected_bwd", mutates_args=())
+def _selected_bwd(
+    dout: Tensor,
+    q: Tensor,
+    kv: Tensor,
+    idx: Tensor,
+    valid: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    sel_block: int,
+    chunk: int,
+    scale: float,
+) -> tuple[Tensor, Tensor]:
+    B, Hkv, T, _, D = q.shape
+    ns = kv.shape[2] // sel_block
+    n = idx.shape[-1]
+    acc = _acc(q.dtype)
+    table = kv.reshape(B * Hkv * ns, sel_block * 2 * D)
+    base = (torch.arange(B * Hkv, device=q.device) * ns).view(B, Hkv, 1, 1)
+    dout = dout.contiguous()
+    dq = torch.empty_like(q)
+    dk = torch.zeros(B * Hkv * ns, sel_block * D, dtype=acc, device=q.device)
+    dv = torch.zeros_like(dk)
+    # delta_t = rowsum(dO * O), the softmax-backward correction, for all rows at once.
+    delta = (dout.to(acc) * out.to(acc)).sum(-1, keepdim=True)
+    for c0 in range(0, T, chunk):
+        c1 = min(T, c0 + chunk)
+        t = torch.arange(c0, c1, device=q.device)
+        idx_c, valid_c = idx[:, :, c0:c1], valid[:, :, c0:c1]
+        flat = (idx_c + base).reshape(-1)
+        g = table.index_select(0, flat).view(B, Hkv, c1 - c0, n * sel_block, 2 * D)
+        kg, vg = g[..., :D], g[..., D:]
+        q_c, do_c = q[:, :, c0:c1], dout[:, :, c0:c1]
+        s = _selected_chunk_scores(q_c, kg, idx_c, valid_c, t, sel_block, scale)
+        p = torch.exp(s - lse[:, :, c0:c1, :, None])
+        dp = torch.matmul(do_c, vg.transpose(-1, -2)).to(acc)
+        ds = (p * (dp - delta[:, :, c0:c1]) * scale).to(q.dtype)
+        dq[:, :, c0:c1] = torch.matmul(ds, kg)
+        dk.index_add_(0, flat, torch.matmul(ds.transpose(-1, -2), q_c).reshape(-1, sel_block * D).to(acc))
+        dv.index_add_(
+            0, flat, torch.matmul(p.to(q.dtype).transpose(-1, -2), do_c).reshape(-1, sel_block * D).to(acc)
+        )
+    dkv = torch.cat([dk.view(B, Hkv, ns * sel_block, D), dv.view(B, Hkv, ns * sel_block, D)], dim=-1)
+    return dq, dkv.to(kv.dtype)
+
+
+@_selected_bwd.register_fake
+def _(dout, q, kv, idx, valid, out, lse, sel_block, chunk, scale):
+    return torch.empty_like(q), torch.empty_like(kv)
+
+
+def _selected_setup(ctx, inputs, output) -> None:
+    q, kv, idx, valid, sel_block, chunk, scale = inputs
+    out, lse = output
+    ctx.save_for_backward(q, kv, idx, valid, out, lse)
+    ctx.sel_block, ctx.chunk, ctx.scale = sel_block, chunk, scale
+
+
+def _selected_backward(ctx, dout, _dlse):
+    q, kv, idx, valid, out, lse = ctx.saved_tensors
+    dq, dkv = torch.ops.nsa.selected_bwd(
+        dout, q, kv, idx, valid, out, lse, ctx.sel_block, ctx.chunk, ctx.scale
+    )
+    return dq, dkv, None, None, None, None, None
+
+
+torch.library.register_autograd("nsa::selected_fwd", _selected_backward, setup_context=_selected_setup)
 
 
 def selected_attention(
@@ -223,4 +290,5 @@ def selected_attention(
     T = q.shape[2]
     pad = -(-T // sel_block) * sel_block - T
     kv = F.pad(torch.cat([k, v], dim=-1), (0, 0, 0, pad))
-    return _SelectedAttention.apply(q.contiguous(), kv, idx, valid, sel_block, chunk, scale)
+    out, _ = torch.ops.nsa.selected_fwd(q.contiguous(), kv, idx, valid, sel_block, chunk, scale)
+    return out

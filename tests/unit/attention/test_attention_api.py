@@ -171,3 +171,15 @@ def test_compiles_fullgraph_without_graph_breaks_or_syncs():
     for a, b in zip(g, g_eager):
         torch.testing.assert_close(a, b)
     assert attn.last_stats is not None
+
+
+def test_custom_ops_pass_opcheck():
+    """Fake (meta) kernels and the autograd registration agree with the real kernels."""
+    torch.manual_seed(0)
+    B, Hkv, T, G, D, lp = 1, 2, 9, 2, 4, 4
+    q = torch.randn(B, Hkv, T, G, D, requires_grad=True)
+    kv = torch.randn(B, Hkv, 12, 2 * D, requires_grad=True)
+    idx, valid = top_blocks(torch.rand(B, Hkv, T, 3), torch.arange(T), lp, 3)
+    torch.library.opcheck(torch.ops.nsa.selected_fwd, (q, kv, idx, valid, lp, 4, 0.5))
+    kc = torch.randn(B, Hkv, 3, D)
+    torch.library.opcheck(torch.ops.nsa.select_blocks, (q.detach(), kc, 4, 2, lp, 3, 0.5, 4))
