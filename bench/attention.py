@@ -1,0 +1,158 @@
+"""Speed and memory of NSAAttention vs DenseAttention, side by side, printed as JSON rows.
+
+Owns the attention benchmark of bench/RESULTS.md ("Attention"); it measures, it asserts nothing.
+Each (backend, T) runs in a fresh subprocess so peak memory is per configuration. Rows: one per
+(backend, T) with ms_fwd (forward with autograd on), ms_fwd_bwd (forward + backward of y.sum()),
+peak_mem_mb (CPU: peak RSS growth during the measurement; CUDA: max_memory_allocated), then one
+"ratio" row per T (nsa / dense) and "growth" rows (time(2T) / time(T)).
+
+  .venv/bin/python bench/attention.py --quick                 # T 1024, 2048: a smoke run, ~1 min
+  .venv/bin/python bench/attention.py                         # CPU: T 1024..32768 (long: minutes)
+  .venv/bin/python bench/attention.py --T 8192 16384 --threads 2
+  python bench/attention.py --device cuda --dtype bfloat16    # GPU: T 1024..65536
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+CPU_T = [1024, 2048, 4096, 8192, 16384, 32768]
+GPU_T = [*CPU_T, 65536]
+
+
+def _one(args: argparse.Namespace) -> dict:
+    import torch
+
+    from nsa.attention import DenseAttention, NSAAttention
+
+    torch.manual_seed(0)
+    T = args.T[0]
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dev, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    dim = args.heads * args.head_dim
+    if args.backend == "nsa":
+        mod = NSAAttention(dim, args.heads, args.kv_heads, args.head_dim, 32, 16, 64, 16, 512)
+    else:
+        mod = DenseAttention(dim, args.heads, args.kv_heads, args.head_dim)
+    mod = mod.to(dev, dtype)
+
+    def sync() -> None:
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    def step(T: int) -> tuple[float, float]:
+        x = torch.randn(args.B, T, dim, device=dev, dtype=dtype, requires_grad=True)
+        sync()
+        t0 = time.perf_counter()
+        y = mod(x)
+        sync()
+        t1 = time.perf_counter()
+        y.float().sum().backward()
+        sync()
+        t2 = time.perf_counter()
+        mod.zero_grad(set_to_none=True)
+        return (t1 - t0) * 1e3, (t2 - t0) * 1e3
+
+    step(min(T, 1024))  # warm kernels and allocator at a cheap size
+    if T <= 8192:
+        step(T)
+    rss0 = _rss_mb()
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    runs = [step(T) for _ in range(args.repeat if T <= 8192 else 1)]
+    if dev.type == "cuda":
+        peak = torch.cuda.max_memory_allocated() / 2**20
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - rss0
+    return {
+        "backend": args.backend,
+        "device": args.device,
+        "dtype": args.dtype,
+        "T": T,
+        "B": args.B,
+        "heads": args.heads,
+        "kv_heads": args.kv_heads,
+        "head_dim": args.head_dim,
+        "threads": torch.get_num_threads(),
+        "ms_fwd": round(statistics.median(r[0] for r in runs), 1),
+        "ms_fwd_bwd": round(statistics.median(r[1] for r in runs), 1),
+        "peak_mem_mb": round(max(peak, 0.0), 1),
+        "repeats": len(runs),
+        "load_avg_1m": float(open("/proc/loadavg").read().split()[0]),
+    }
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--T", type=int, nargs="+", help="sequence lengths (default: CPU 1k..32k, GPU ..64k)")
+    ap.add_argument("--quick", action="store_true", help="T = 1024 2048 only")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--B", type=int, default=1)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs per config for T <= 8192 (median)")
+    ap.add_argument("--backends", nargs="+", default=["nsa", "dense"], choices=["nsa", "dense"])
+    ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--backend", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(_one(args)), flush=True)
+        return
+    Ts = args.T or ([1024, 2048] if args.quick else (GPU_T if args.device.startswith("cuda") else CPU_T))
+    results: dict[tuple[str, int], dict] = {}
+    passthrough = [
+        *("--device", args.device, "--dtype", args.dtype, "--B", str(args.B), "--heads", str(args.heads)),
+        *("--kv-heads", str(args.kv_heads), "--head-dim", str(args.head_dim), "--threads", str(args.threads)),
+        *("--repeat", str(args.repeat)),
+    ]
+    for T in Ts:
+        for backend in args.backends:
+            cmd = [sys.executable, __file__, "--one", "--backend", backend, "--T", str(T), *passthrough]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                row = {"backend": backend, "T": T, "error": proc.stderr.strip().splitlines()[-1:]}
+            else:
+                row = json.loads(proc.stdout.strip().splitlines()[-1])
+                results[(backend, T)] = row
+            print(json.dumps(row), flush=True)
+        if ("nsa", T) in results and ("dense", T) in results:
+            n, d = results[("nsa", T)], results[("dense", T)]
+            print(
+                json.dumps(
+                    {
+                        "ratio": "nsa/dense",
+                        "T": T,
+                        "fwd": round(n["ms_fwd"] / d["ms_fwd"], 3),
+                        "fwd_bwd": round(n["ms_fwd_bwd"] / d["ms_fwd_bwd"], 3),
+                    }
+                ),
+                flush=True,
+            )
+    for backend in args.backends:
+        for T in Ts:
+            if (backend, T) in results and (backend, 2 * T) in results:
+                a, b = results[(backend, T)], results[(backend, 2 * T)]
+                growth = round(b["ms_fwd_bwd"] / a["ms_fwd_bwd"], 2)
+                print(
+                    json.dumps({"growth": backend, "from_T": T, "to_T": 2 * T, "fwd_bwd": growth}), flush=True
+                )
+
+
+if __name__ == "__main__":
+    main()
