@@ -11,6 +11,7 @@ Prints one JSON row per variant and one ratio row; never asserts.
     .venv/bin/python bench/train.py --config configs/tiny.yaml --steps 20
     .venv/bin/python bench/train.py --config configs/bench_20m_seq4096.yaml --steps 2 --warmup 1
     .venv/bin/python bench/train.py --config configs/m7c_125m.yaml --set train.batch_size=4   # GPU
+    .venv/bin/python bench/train.py --heartbeat      # cost of one heartbeat rewrite
 """
 
 from __future__ import annotations
@@ -94,6 +95,22 @@ def one(config: str, sets: list[str], steps: int, warmup: int) -> dict:
     return row
 
 
+def heartbeat_cost(n: int = 2000) -> dict:
+    """What a heartbeat costs: the trainer rewrites it 2-3 times per micro-batch."""
+    import tempfile
+
+    from nsa.runfiles import RunDir
+    from nsa.telemetry import Recorder
+
+    with tempfile.TemporaryDirectory() as d:
+        rec = Recorder(RunDir(d), rank=0, tensorboard=False)
+        t0 = time.perf_counter()
+        for i in range(n):
+            rec.beat("forward_backward", i)
+        dt = time.perf_counter() - t0
+    return {"bench": "train/heartbeat", "beats": n, "us_per_beat": round(dt / n * 1e6, 1)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--config", default="configs/tiny.yaml")
@@ -102,7 +119,11 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     ap.add_argument("--attention", default="nsa,dense", help="variants, comma separated")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # internal: run in this process
+    ap.add_argument("--heartbeat", action="store_true", help="only time the heartbeat write")
     args = ap.parse_args()
+    if args.heartbeat:
+        print(json.dumps(heartbeat_cost()))
+        return
     if args.one:
         print(json.dumps(one(args.config, args.sets, args.steps, args.warmup)), flush=True)
         return
