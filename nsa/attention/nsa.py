@@ -42,7 +42,7 @@ class NSAAttention(nn.Module):
         *,
         rope_theta: float = 10000.0,
         compression: Compression = "mlp",
-        sel_chunk: int = 16,
+        sel_chunk: int = 8,
         cmp_chunk: int = 1024,
     ) -> None:
         super().__init__()
