@@ -86,7 +86,7 @@ def plan_run(opts: UpOptions, environ: dict[str, str] | None = None) -> Plan:
     try:
         cfg = load_config(config_path, overrides=overrides, world_size=profile.world_size)
     except ConfigError as e:
-        raise LaunchError(str(e), e.fix) from None
+        raise LaunchError(e.summary, e.fix) from None
     env = envspec.validate_env(profile.env, f"profile {profile.source}: env")
     env.update(envspec.parse_assignments(opts.env, "--env"))
     wanted = list(dict.fromkeys(opts.secrets))

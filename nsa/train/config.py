@@ -38,10 +38,15 @@ class ConfigError(ValueError):
         self.fix = fix
         super().__init__(str(self))
 
-    def __str__(self) -> str:
+    @property
+    def summary(self) -> str:
+        """Where and what, without the fix (for callers that print the fix on a line of its own)."""
         where = f"{self.file}: {self.key}" if self.key else self.file
         shown = f" = {self.value!r}" if self.value is not None else ""
-        return f"config error in {where}{shown}: {self.problem}. Fix: {self.fix}"
+        return f"config error in {where}{shown}: {self.problem}"
+
+    def __str__(self) -> str:
+        return f"{self.summary}. Fix: {self.fix}"
 
 
 class _Strict(BaseModel):
