@@ -42,7 +42,7 @@ class NSAAttention(nn.Module):
         *,
         rope_theta: float = 10000.0,
         compression: Compression = "mlp",
-        sel_chunk: int = 8,
+        sel_chunk: int | None = None,
         cmp_chunk: int = 1024,
     ) -> None:
         super().__init__()
@@ -128,6 +128,16 @@ class NSAAttention(nn.Module):
             chunk=self.cmp_chunk,
         )
 
+    def _sel_chunk(self, x: Tensor) -> int:
+        """Queries per gather chunk of the selected branch.
+
+        CPU: 8, measured (bench/RESULTS.md): the gathered blocks must stay in cache. GPU: 512, not
+        measured: there the cost is kernel launches per chunk, so fewer, larger chunks.
+        """
+        if self.sel_chunk is not None:
+            return self.sel_chunk
+        return 8 if x.device.type == "cpu" else 512
+
     @torch.no_grad()
     def selected_blocks(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """The selection table the forward would use: (idx, valid), each [B, Hkv, T, min(n, ceil(T/l'))].
@@ -146,7 +156,14 @@ class NSAAttention(nn.Module):
         q = inp["q"]
         o_cmp, idx, valid = self._compressed(inp)
         o_sel = selected_attention(
-            q, inp["ks"], inp["vs"], idx, valid, sel_block=self.sel_block, scale=scale, chunk=self.sel_chunk
+            q,
+            inp["ks"],
+            inp["vs"],
+            idx,
+            valid,
+            sel_block=self.sel_block,
+            scale=scale,
+            chunk=self._sel_chunk(x),
         )
         o_win = window_attention(q, inp["kw"], inp["vw"], window=self.window, scale=scale)
         g = torch.sigmoid(self.gate(x)).view(B, T, Hkv, H // Hkv, 3).permute(0, 2, 1, 3, 4)
