@@ -155,7 +155,6 @@ def test_ties_go_to_the_more_recent_block_and_forced_blocks_win():
     assert torch.equal(top_blocks(scores, t, 64, 5)[0], idx)
 
 
-@pytest.mark.slow
 def test_compiles_fullgraph_without_graph_breaks_or_syncs():
     """fullgraph=True fails on any graph break, including a host sync such as `.item()`."""
     torch.manual_seed(0)
