@@ -95,7 +95,14 @@ LOCAL_CASES = [
         ["names 2 hosts but nodes=1", "one host per node"],
     ),
     ("profile-relative-python", GOOD_PROFILE + "host: {python: python3}\n", [], {}, 2, ["absolute path"]),
-    ("config-missing", None, ["--config", "/nonexistent/c.yaml"], {}, 2, ["file not found", "fix: pass an existing YAML file"]),
+    (
+        "config-missing",
+        None,
+        ["--config", "/nonexistent/c.yaml"],
+        {},
+        2,
+        ["file not found", "fix: pass an existing YAML file"],
+    ),
     (
         "config-unknown-key-set",
         None,
@@ -121,7 +128,14 @@ LOCAL_CASES = [
         ["model.attention", "'nsa' or 'dense'"],
     ),
     ("config-set-no-equals", None, ["--set", "train.steps"], {}, 2, ["section.key=value"]),
-    ("config-global-batch", None, ["--set", "train.global_batch=999"], {}, 2, ["train.global_batch", "\n  fix: "]),
+    (
+        "config-global-batch",
+        None,
+        ["--set", "train.global_batch=999"],
+        {},
+        2,
+        ["train.global_batch", "\n  fix: "],
+    ),
     (
         "env-unknown",
         None,
