@@ -6,9 +6,10 @@ G query heads of a GQA group sit next to each other so they share one gathered c
 - `compressed_attention_and_selection`: SDPA over the causal prefix of compressed keys, per query
   chunk, plus the custom op `nsa::select_blocks` (no grad: group-summed probabilities -> table).
 - `window_attention`: SDPA over (split+1) half-window key blocks with one shared band mask.
-- `selected_attention`: custom ops `nsa::selected_fwd` / `nsa::selected_bwd` that gather each query's
-  selected blocks chunk by chunk and recompute them in backward (only output and log-sum-exp saved).
-Loops here run over query chunks only (T / chunk iterations). Nothing here may sync with the device.
+- `selected_attention`: custom ops `nsa::selected_fwd` / `nsa::selected_bwd` that sort the (query,
+  block) pairs by block into bins of l' queries sharing one block, attend bin chunk by bin chunk and
+  recompute them in backward (only output and log-sum-exp saved).
+Loops here run over query chunks or bin chunks only. Nothing here may sync with the device.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def compressed_attention_and_selection(
     """
     B, Hkv, T, G, D = q.shape
     nc = kc.shape[2]
+    kx, vx = kc.repeat_interleave(G, dim=1), vc.repeat_interleave(G, dim=1)  # [B, Hkv*G, Nc, D]
     outs = []
     for c0 in range(0, T, chunk):
         c1 = min(T, c0 + chunk)
@@ -59,11 +61,12 @@ def compressed_attention_and_selection(
         t = torch.arange(r0, c1, device=q.device)
         ends = torch.arange(n_vis, device=q.device) * block_stride + (block_len - 1)
         vis = ends[None, :] <= t[:, None]
-        # Heads as SDPA heads (enable_gqa) so the [C, n_vis] mask broadcasts instead of being
-        # repeated G times; autograd keeps one mask per chunk (G copies cost ~1.5 GB at T=32k).
+        # Heads as SDPA heads so the [C, n_vis] mask broadcasts instead of being repeated G times
+        # (autograd keeps one mask per chunk; G copies cost ~1.5 GB at T=32k). The few compressed
+        # keys are expanded to all heads: the CPU kernel is much slower with enable_gqa=True.
         rows = q[:, :, r0:c1].permute(0, 1, 3, 2, 4).reshape(B, Hkv * G, c1 - r0, D)
         o = F.scaled_dot_product_attention(
-            rows, kc[:, :, :n_vis], vc[:, :, :n_vis], attn_mask=vis, scale=scale, enable_gqa=True
+            rows, kx[:, :, :n_vis], vx[:, :, :n_vis], attn_mask=vis, scale=scale
         )
         o = o.view(B, Hkv, G, c1 - r0, D).permute(0, 1, 3, 2, 4)
         outs.append(F.pad(o, (0, 0, 0, 0, r0 - c0, 0)))
@@ -174,23 +177,74 @@ def _acc(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
-def _selected_chunk_scores(
-    q_c: Tensor, kg: Tensor, idx_c: Tensor, valid_c: Tensor, t: Tensor, sel_block: int, scale: float
-) -> Tensor:
-    """Masked float32 logits [B, Hkv, C, G, n*l'] of a query chunk against its gathered blocks."""
-    s = torch.matmul(q_c, kg.transpose(-1, -2)).to(_acc(q_c.dtype)) * scale
-    keypos = idx_c[..., None] * sel_block + torch.arange(sel_block, device=q_c.device)
-    allowed = (keypos <= t[:, None, None]) & valid_c[..., None]
-    allowed = allowed.flatten(-2)[..., None, :]
-    return s.masked_fill(~allowed, float("-inf"))
+# The selected branch, block-major: every valid (query, selected block) pair of the table is sorted by
+# block and packed into bins of up to P = l' pairs that share one block. A bin is one dense tile, P
+# queries x G heads against the block's l' keys, so the [l', 2D] K/V block is read once per bin
+# instead of once per query, and the per-pair traffic is the query's own G*D row (1.5 KB instead of
+# a 32 KB K/V copy at the defaults). Results go back to query rows with scatter_add_. The softmax
+# spans all of a query's bins, so the forward takes two passes over the bins: (A) each query's
+# maximum logit, (B) exp(s - max) @ V and the row sums, summed into query rows. The backward is
+# flash-style: only output and log-sum-exp are saved, the bins are rebuilt (one sort). Empty lanes
+# point at an extra all-zero query row whose shift is +inf, so they contribute exact zeros. As
+# custom ops, torch.compile sees two opaque nodes instead of the unrolled loop over bin chunks.
 
 
-# The selected branch is a pair of custom ops (forward, backward) with a registered autograd
-# formula, flash-style: only the output and log-sum-exp are saved, the gathers are recomputed.
-# K and V travel as one table kv [B, Hkv, Ns*l', 2D] so a selected block is one 32 KB row gather.
-# Chunks are small on purpose: the gathered rows are used while still in cache (measured on the
-# 2-core dev machine: chunk 8-16 several times faster than 128). As custom ops, torch.compile
-# sees two opaque nodes instead of unrolling T/chunk loop iterations.
+def _selected_bins(idx: Tensor, valid: Tensor, sel_block: int) -> tuple[Tensor, Tensor, Tensor, int]:
+    """Pack the valid pairs of (idx, valid) [B, Hkv, T, n] into bins of P = l' pairs sharing a block.
+
+    Returns lane_row [NB*P] (query row (b*Hkv + h)*T + t; R = B*Hkv*T, the dummy row, for an empty
+    lane), bin_blk [NB] (K/V table row (b*Hkv + h)*Ns + j), pair_lane [R*n] (each pair's lane,
+    NB*P for an invalid pair) and NB = ceil(R*n/P) + B*Hkv*Ns, a static upper bound on the bins
+    (no sync): each block wastes less than one bin; unused bins are empty.
+    """
+    B, Hkv, T, n = idx.shape
+    P, dev = sel_block, idx.device
+    ns = -(-T // sel_block)
+    nkey, R = B * Hkv * ns, B * Hkv * T
+    nb = -(-(R * n) // P) + nkey
+    bh = torch.arange(B * Hkv, device=dev).view(B, Hkv, 1, 1)
+    key = torch.where(valid, bh * ns + idx, nkey).reshape(-1)  # invalid pairs: key nkey, dropped
+    skey, order = torch.sort(key, stable=True)
+    counts = torch.zeros(nkey + 1, dtype=torch.int64, device=dev).scatter_add_(0, key, torch.ones_like(key))
+    start = torch.cumsum(counts, 0) - counts
+    nbins = (counts + P - 1) // P
+    nbins[nkey] = 0
+    bin_start = torch.cumsum(nbins, 0) - nbins
+    rank = torch.arange(key.numel(), device=dev) - start[skey]
+    ok = skey < nkey
+    bin_id = torch.where(ok, bin_start[skey] + rank // P, nb)  # invalid -> trash bin nb, cut below
+    lane = bin_id * P + rank % P
+    lane_row = torch.full((nb * P + P,), R, dtype=torch.int64, device=dev).index_put_((lane,), order // n)
+    bin_blk = torch.zeros(nb + 1, dtype=torch.int64, device=dev).index_put_(
+        (bin_id,), skey.clamp(max=nkey - 1)
+    )
+    pair_lane = torch.empty_like(key).index_put_((order,), torch.where(ok, lane, nb * P))
+    return lane_row[: nb * P], bin_blk[:nb], pair_lane, nb
+
+
+def _causal_ok(rows: Tensor, blk: Tensor, T: int, ns: int, sel_block: int) -> Tensor:
+    """[nbc, P, l'] bool: key j*l' + i of the bin's block is at or before the lane's query."""
+    nbc = blk.shape[0]
+    t = (rows % T).view(nbc, -1, 1)
+    keypos = (blk % ns).view(nbc, 1, 1) * sel_block + torch.arange(sel_block, device=rows.device)
+    return keypos <= t
+
+
+def _shifted_logits(qb: Tensor, kb: Tensor, ok: Tensor, shift: Tensor) -> Tensor:
+    """q.k - shift as [nbc, P*G, l'] (acc dtype), -inf where not causal; shift [nbc, P, G]."""
+    nbc, P, G = shift.shape
+    bias = torch.where(ok, 0.0, float("-inf")).to(shift.dtype)[:, :, None, :] - shift[..., None]
+    bias = bias.view(nbc, P * G, -1)
+    if qb.dtype == bias.dtype:
+        return bias.baddbmm_(qb, kb.transpose(-1, -2))
+    return bias.add_(torch.bmm(qb, kb.transpose(-1, -2)))
+
+
+def _selected_prep(q: Tensor, kv: Tensor, sel_block: int, scale: float) -> tuple[Tensor, Tensor]:
+    """Query rows pre-multiplied by the scale plus the dummy zero row [R+1, G*D]; K/V table [B*Hkv*Ns, l'*2D]."""
+    B, Hkv, T, G, D = q.shape
+    q_rows = torch.cat([q.reshape(B * Hkv * T, G * D) * scale, q.new_zeros(1, G * D)])
+    return q_rows, kv.reshape(-1, sel_block * 2 * D)
 
 
 @torch.library.custom_op("nsa::selected_fwd", mutates_args=())
@@ -198,23 +252,40 @@ def _selected_fwd(
     q: Tensor, kv: Tensor, idx: Tensor, valid: Tensor, sel_block: int, chunk: int, scale: float
 ) -> tuple[Tensor, Tensor]:
     B, Hkv, T, G, D = q.shape
-    ns = kv.shape[2] // sel_block
-    n = idx.shape[-1]
-    table = kv.reshape(B * Hkv * ns, sel_block * 2 * D)
-    base = (torch.arange(B * Hkv, device=q.device) * ns).view(B, Hkv, 1, 1)
-    out = torch.empty_like(q)
-    lse = torch.empty(B, Hkv, T, G, dtype=_acc(q.dtype), device=q.device)
-    for c0 in range(0, T, chunk):
-        c1 = min(T, c0 + chunk)
-        t = torch.arange(c0, c1, device=q.device)
-        idx_c, valid_c = idx[:, :, c0:c1], valid[:, :, c0:c1]
-        g = table.index_select(0, (idx_c + base).reshape(-1)).view(B, Hkv, c1 - c0, n * sel_block, 2 * D)
-        s = _selected_chunk_scores(q[:, :, c0:c1], g[..., :D], idx_c, valid_c, t, sel_block, scale)
-        m = torch.logsumexp(s, dim=-1)
-        p = torch.exp(s - m[..., None]).to(q.dtype)
-        out[:, :, c0:c1] = torch.matmul(p, g[..., D:])
-        lse[:, :, c0:c1] = m
-    return out, lse
+    ns, n, P, R = kv.shape[2] // sel_block, idx.shape[-1], sel_block, B * Hkv * T
+    acc = _acc(q.dtype)
+    lane_row, bin_blk, pair_lane, nb = _selected_bins(idx, valid, sel_block)
+    q_rows, kv_tab = _selected_prep(q, kv, sel_block, scale)
+    # Pass A: the maximum logit of every lane, then of every query over its n pairs.
+    lane_max = torch.full((nb * P + 1, G), float("-inf"), dtype=acc, device=q.device)
+    for b0 in range(0, nb, chunk):
+        b1 = min(nb, b0 + chunk)
+        rows, blk = lane_row[b0 * P : b1 * P], bin_blk[b0:b1]
+        qb = q_rows.index_select(0, rows).view(b1 - b0, P * G, D)
+        kb = kv_tab.index_select(0, blk).view(b1 - b0, sel_block, 2 * D)[..., :D]
+        s = torch.matmul(qb, kb.transpose(-1, -2)).view(b1 - b0, P, G, sel_block)
+        ok = _causal_ok(rows, blk, T, ns, sel_block)
+        lane_max[b0 * P : b1 * P] = (
+            s.masked_fill_(~ok[:, :, None], float("-inf")).amax(-1).view(-1, G).to(acc)
+        )
+    m = lane_max[pair_lane].view(R, n, G).amax(1)
+    m_ext = torch.cat([m, torch.full((1, G), float("inf"), dtype=acc, device=q.device)])
+    # Pass B: exp(s - max) @ V and the row sums of exp(s - max), summed into query rows.
+    num = torch.zeros(R + 1, G * D, dtype=acc, device=q.device)
+    den = torch.zeros(R + 1, G, dtype=acc, device=q.device)
+    for b0 in range(0, nb, chunk):
+        b1 = min(nb, b0 + chunk)
+        rows, blk = lane_row[b0 * P : b1 * P], bin_blk[b0:b1]
+        qb = q_rows.index_select(0, rows).view(b1 - b0, P * G, D)
+        g = kv_tab.index_select(0, blk).view(b1 - b0, sel_block, 2 * D)
+        ok = _causal_ok(rows, blk, T, ns, sel_block)
+        p = _shifted_logits(qb, g[..., :D], ok, m_ext.index_select(0, rows).view(b1 - b0, P, G)).exp_()
+        den.scatter_add_(0, rows[:, None].expand(-1, G), p.view(-1, G, sel_block).sum(-1))
+        o = torch.matmul(p.to(q.dtype), g[..., D:]).to(acc).view(-1, G * D)
+        num.scatter_add_(0, rows[:, None].expand(-1, G * D), o)
+    den = den[:R]
+    out = (num[:R].view(R, G, D) / den[..., None]).to(q.dtype)
+    return out.view(B, Hkv, T, G, D), (m + torch.log(den)).view(B, Hkv, T, G)
 
 
 @_selected_fwd.register_fake
@@ -235,37 +306,38 @@ def _selected_bwd(
     chunk: int,
     scale: float,
 ) -> tuple[Tensor, Tensor]:
-    B, Hkv, T, _, D = q.shape
-    ns = kv.shape[2] // sel_block
-    n = idx.shape[-1]
+    B, Hkv, T, G, D = q.shape
+    ns, P, R = kv.shape[2] // sel_block, sel_block, B * Hkv * T
     acc = _acc(q.dtype)
-    table = kv.reshape(B * Hkv * ns, sel_block * 2 * D)
-    base = (torch.arange(B * Hkv, device=q.device) * ns).view(B, Hkv, 1, 1)
-    dout = dout.contiguous()
-    dq = torch.empty_like(q)
-    dk = torch.zeros(B * Hkv * ns, sel_block * D, dtype=acc, device=q.device)
-    dv = torch.zeros_like(dk)
+    lane_row, bin_blk, _, nb = _selected_bins(idx, valid, sel_block)
+    q_rows, kv_tab = _selected_prep(q, kv, sel_block, scale)
+    inf = torch.full((1, G), float("inf"), dtype=acc, device=q.device)
+    lse_rows = torch.cat([lse.reshape(R, G).to(acc), inf])
+    do_rows = torch.cat([dout.reshape(R, G * D), dout.new_zeros(1, G * D)])
     # delta_t = rowsum(dO * O), the softmax-backward correction, for all rows at once.
-    delta = (dout.to(acc) * out.to(acc)).sum(-1, keepdim=True)
-    for c0 in range(0, T, chunk):
-        c1 = min(T, c0 + chunk)
-        t = torch.arange(c0, c1, device=q.device)
-        idx_c, valid_c = idx[:, :, c0:c1], valid[:, :, c0:c1]
-        flat = (idx_c + base).reshape(-1)
-        g = table.index_select(0, flat).view(B, Hkv, c1 - c0, n * sel_block, 2 * D)
-        kg, vg = g[..., :D], g[..., D:]
-        q_c, do_c = q[:, :, c0:c1], dout[:, :, c0:c1]
-        s = _selected_chunk_scores(q_c, kg, idx_c, valid_c, t, sel_block, scale)
-        p = torch.exp(s - lse[:, :, c0:c1, :, None])
-        dp = torch.matmul(do_c, vg.transpose(-1, -2)).to(acc)
-        ds = (p * (dp - delta[:, :, c0:c1]) * scale).to(q.dtype)
-        dq[:, :, c0:c1] = torch.matmul(ds, kg)
-        dk.index_add_(0, flat, torch.matmul(ds.transpose(-1, -2), q_c).reshape(-1, sel_block * D).to(acc))
-        dv.index_add_(
-            0, flat, torch.matmul(p.to(q.dtype).transpose(-1, -2), do_c).reshape(-1, sel_block * D).to(acc)
-        )
-    dkv = torch.cat([dk.view(B, Hkv, ns * sel_block, D), dv.view(B, Hkv, ns * sel_block, D)], dim=-1)
-    return dq, dkv.to(kv.dtype)
+    delta = (dout.to(acc) * out.to(acc)).sum(-1).reshape(R, G)
+    delta = torch.cat([delta, torch.zeros_like(inf)])
+    dq = torch.zeros(R + 1, G * D, dtype=acc, device=q.device)
+    dkv = torch.zeros(kv_tab.shape[0], sel_block, 2 * D, dtype=acc, device=q.device)
+    for b0 in range(0, nb, chunk):
+        b1 = min(nb, b0 + chunk)
+        k = b1 - b0
+        rows, blk = lane_row[b0 * P : b1 * P], bin_blk[b0:b1]
+        qb = q_rows.index_select(0, rows).view(k, P * G, D)
+        g = kv_tab.index_select(0, blk).view(k, sel_block, 2 * D)
+        kb, vb = g[..., :D], g[..., D:]
+        ok = _causal_ok(rows, blk, T, ns, sel_block)
+        p = _shifted_logits(qb, kb, ok, lse_rows.index_select(0, rows).view(k, P, G)).exp_()
+        dob = do_rows.index_select(0, rows).view(k, P * G, D)
+        pq = p.to(q.dtype)
+        dv = torch.matmul(pq.transpose(-1, -2), dob)
+        dp = torch.matmul(dob, vb.transpose(-1, -2)).to(acc).view(k, P, G, sel_block)
+        ds = dp.sub_(delta.index_select(0, rows).view(k, P, G, 1)).view(k, P * G, sel_block).mul_(p)
+        ds = ds.to(q.dtype)
+        dq.scatter_add_(0, rows[:, None].expand(-1, G * D), torch.matmul(ds, kb).to(acc).view(-1, G * D))
+        dkv.index_add_(0, blk, torch.cat([torch.matmul(ds.transpose(-1, -2), qb), dv], -1).to(acc))
+    dq = (dq[:R] * scale).to(q.dtype)
+    return dq.view_as(q), dkv.view_as(kv).to(kv.dtype)
 
 
 @_selected_bwd.register_fake

@@ -95,8 +95,10 @@ class NSAAttention(nn.Module):
         rope_dtype = torch.promote_types(x.dtype, torch.float32)
         cos, sin = rope_cos_sin(torch.arange(T, device=x.device), D, self.rope_theta, rope_dtype)
         q = apply_rope(self.wq(x).view(B, T, H, D), cos, sin)
-        kv = self.wkv(x).view(B, T, 3, 2, Hkv, D)
-        kc, vc = self.compress(kv[:, :, 0, 0], kv[:, :, 0, 1])
+        # unbind, not indexing: its backward is one stack, where six selects would each allocate
+        # and add a zero-filled gradient of the whole projection.
+        kv_c, kv_s, kv_w = (b.unbind(2) for b in self.wkv(x).view(B, T, 3, 2, Hkv, D).unbind(2))
+        kc, vc = self.compress(*kv_c)
         # Compressed key i is rotated to the position of its block's last token, i*d + l - 1, so
         # q.k_cmp depends on the distance from the query to the end of the block.
         cpos = torch.arange(kc.shape[1], device=x.device) * self.block_stride + (self.block_len - 1)
@@ -109,10 +111,10 @@ class NSAAttention(nn.Module):
             "q": q.view(B, T, Hkv, H // Hkv, D).permute(0, 2, 1, 3, 4).contiguous(),
             "kc": heads_kv(kc),
             "vc": heads_kv(vc),
-            "ks": heads_kv(apply_rope(kv[:, :, 1, 0], cos, sin)),
-            "vs": heads_kv(kv[:, :, 1, 1]),
-            "kw": heads_kv(apply_rope(kv[:, :, 2, 0], cos, sin)),
-            "vw": heads_kv(kv[:, :, 2, 1]),
+            "ks": heads_kv(apply_rope(kv_s[0], cos, sin)),
+            "vs": heads_kv(kv_s[1]),
+            "kw": heads_kv(apply_rope(kv_w[0], cos, sin)),
+            "vw": heads_kv(kv_w[1]),
         }
 
     def _compressed(self, inp: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
@@ -129,14 +131,14 @@ class NSAAttention(nn.Module):
         )
 
     def _sel_chunk(self, x: Tensor) -> int:
-        """Queries per gather chunk of the selected branch.
+        """Bins (of up to l' queries sharing one selected block) per loop step of the selected branch.
 
-        CPU: 8, measured (bench/RESULTS.md): the gathered blocks must stay in cache. GPU: 512, not
+        CPU: 64, measured (bench/RESULTS.md): the per-chunk tiles stay cache-sized. GPU: 2048, not
         measured: there the cost is kernel launches per chunk, so fewer, larger chunks.
         """
         if self.sel_chunk is not None:
             return self.sel_chunk
-        return 8 if x.device.type == "cpu" else 512
+        return 64 if x.device.type == "cpu" else 2048
 
     @torch.no_grad()
     def selected_blocks(self, x: Tensor) -> tuple[Tensor, Tensor]:
