@@ -28,8 +28,8 @@ def build_loader(
     seed: int = 0,
 ) -> DataLoader:
     """One rank's infinite stream of (x, y) LongTensor [batch_size, seq_len] batches; see loader.py."""
-    from nsa.data.loader import build_loader as _build
+    from nsa.data.loader import DataLoader  # imported here: `import nsa.data` stays torch-free
 
-    return _build(
+    return DataLoader(
         cfg, seq_len=seq_len, batch_size=batch_size, rank=rank, world_size=world_size, split=split, seed=seed
     )

@@ -1,6 +1,6 @@
 """The training/validation batch loader: source -> split filter -> packer -> prefetch queue -> caller.
 
-This module owns `build_loader` and `DataLoader`: the held-out split (a document is `val` when a hash
+This module owns `DataLoader` (built through `nsa.data.build_loader`): the held-out split (a document is `val` when a hash
 of its text falls under `val_fraction`, so train and val are disjoint whatever the order, sharding or
 epoch), the infinite epoch loop (a rank that runs out of documents starts the next epoch, file order
 reshuffled from seed + epoch), the background thread with its bounded queue, the first-batch and
@@ -350,19 +350,3 @@ class DataLoader:
                     f"or {'a larger' if want_val else 'a smaller'} data.val_fraction."
                 )
             epoch, cursor, k0 = epoch + 1, None, 0
-
-
-def build_loader(
-    cfg: DataConfig,
-    *,
-    seq_len: int,
-    batch_size: int,
-    rank: int,
-    world_size: int,
-    split: str = "train",
-    seed: int = 0,
-) -> DataLoader:
-    """One rank's loader. Cheap: nothing is read until the first `next_batch()`."""
-    return DataLoader(
-        cfg, seq_len=seq_len, batch_size=batch_size, rank=rank, world_size=world_size, split=split, seed=seed
-    )
