@@ -118,8 +118,16 @@ def all_reduce_max(value: float, info: DistInfo) -> float:
     return float(t.item())
 
 
-def teardown(info: DistInfo) -> None:
+def teardown(info: DistInfo, sync: bool = False) -> None:
+    """Destroy the process group; with `sync`, after a barrier (use it only when every rank succeeded).
+
+    Without the barrier a rank that finishes first tears down its gloo pairs while a peer is still
+    writing (rank 0 saving, flushing TensorBoard); that peer's gloo thread then hit std::terminate
+    (SIGABRT, seen once in the 2-rank gradient test). A failed rank must not wait on its peers.
+    """
     if info.distributed and dist.is_initialized():
+        if sync:
+            barrier(info)
         dist.destroy_process_group()
 
 

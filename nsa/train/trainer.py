@@ -77,11 +77,13 @@ class Run:
         watchdog = Watchdog(rec, self.cfg.telemetry.stall_seconds, self.cfg.telemetry.stall_abort)
         watchdog.start()
         info: DistInfo | None = None
+        ok = False
         try:
             info = self.info = init_distributed(
                 self.cfg.train.device, self.cfg.parallel.timeout_s, str(self.rd.stacks_dir)
             )
             self._train(t0)
+            ok = True
             return EXIT_OK
         except (DataError, ResumeMismatch) as e:
             rec.event("error", all_ranks=True, error=type(e).__name__, message=str(e))
@@ -101,7 +103,7 @@ class Run:
             rec.close()
             signals.uninstall()
             if info is not None:
-                teardown(info)
+                teardown(info, sync=ok)
 
     def _train(self, t0: float) -> None:
         cfg, info, rec, t = self.cfg, self.info, self.rec, self.cfg.train

@@ -55,7 +55,7 @@ def main() -> None:
         grads[name] = g.full_tensor() if hasattr(g, "full_tensor") else g.detach().clone()
     if info.rank == 0:
         torch.save(grads, args.out)
-    teardown(info)
+    teardown(info, sync=True)
 
 
 if __name__ == "__main__":
