@@ -24,6 +24,7 @@ from typing import Any
 
 from launcher import procs
 from launcher.logtail import error_lines, follow_log, log_tail
+from launcher.ports import first_free_port
 from nsa.runfiles import RunDir, atomic_write_json, atomic_write_text, read_json, tail_jsonl
 
 WRAPPER = "launch.sh"
@@ -380,13 +381,9 @@ def _listening(port: int) -> bool:
 
 
 def _free_port(start: int) -> int:
-    for port in range(start, start + 200):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
+    port = first_free_port(start, 200)
+    if port is not None:
+        return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

@@ -19,6 +19,7 @@ from typing import Any
 from launcher import registry
 from launcher.envspec import scrub
 from launcher.errors import LaunchError, RuntimeFailure
+from launcher.ports import first_free_port
 from launcher.registry import NodeRecord, RunRecord
 from launcher.remote import agent_call, agent_stream, transport_for
 
@@ -224,13 +225,9 @@ class Tunnel:
 
 
 def _free_local_port(start: int) -> int:
-    for port in range(start, start + 100):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
+    port = first_free_port(start, 100)
+    if port is not None:
+        return port
     raise RuntimeFailure(f"no free local port in {start}..{start + 99}", "pass another --port")
 
 
