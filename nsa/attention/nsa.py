@@ -2,7 +2,7 @@
 
 Owns the parameters (query projection, per-branch key/value projections [3.3.3], the compression MLP
 with its intra-block position encoding [Eq. 7], the gate projection [Eq. 5], the output projection),
-RoPE, and the wiring of the three branches from kernels.py. It must not loop over tokens, blocks or
+RoPE, and the wiring of the three branches (compressed.py, selected.py, window.py). It must not loop over tokens, blocks or
 heads, must not build a [T, T] tensor, and must not sync with the device in the forward/backward
 (telemetry is computed only when `collect_stats` is set, and stays on-device as 0-dim tensors).
 The slow spelled-out version of the same math is reference.py; docs/attention.md explains the choices.
@@ -16,8 +16,10 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from nsa.attention.kernels import compressed_attention_and_selection, selected_attention, window_attention
+from nsa.attention.compressed import compressed_attention_and_selection
 from nsa.attention.rope import apply_rope, rope_cos_sin
+from nsa.attention.selected import selected_attention
+from nsa.attention.window import window_attention
 
 Compression = Literal["mlp", "mean"]
 

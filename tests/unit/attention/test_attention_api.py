@@ -14,9 +14,10 @@ import torch
 import torch.nn.functional as F
 
 from nsa.attention import DenseAttention, NSAAttention
-from nsa.attention.kernels import selected_attention, window_attention
 from nsa.attention.reference import _rope_rows
+from nsa.attention.selected import selected_attention
 from nsa.attention.selection import overlap_weights, top_blocks
+from nsa.attention.window import window_attention
 
 
 def _naive_dense(attn: DenseAttention, x: torch.Tensor) -> torch.Tensor:
