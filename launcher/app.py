@@ -2,25 +2,37 @@
 
 Command bodies stay short because the plumbing lives here (hatch's `Application`): human messages go
 to stderr, machine output (--json, run ids) to stdout, and `abort` raises a LaunchError that the
-root group turns into the exit code. It must not contain command logic.
+root group turns into the exit code. It must not contain command logic. The rich consoles are made
+on first use: `status --json` in a script loop never pays for importing rich.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from collections.abc import Iterator
-from typing import Any, NoReturn
-
-from rich.console import Console
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from launcher.errors import EXIT_BAD_INPUT, LaunchError
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 
 class Application:
-    def __init__(self) -> None:
-        self.out = Console(highlight=False, soft_wrap=True)
-        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
+    @cached_property
+    def out(self) -> Console:
+        from rich.console import Console
+
+        return Console(highlight=False, soft_wrap=True)
+
+    @cached_property
+    def err(self) -> Console:
+        from rich.console import Console
+
+        return Console(stderr=True, highlight=False, soft_wrap=True)
 
     def say(self, message: str) -> None:
         self.err.print(message, markup=False)
@@ -29,9 +41,11 @@ class Application:
         self.out.print(message, markup=False)
 
     def emit_json(self, obj: Any) -> None:
-        self.out.print_json(json.dumps(obj, default=str, sort_keys=True)) if self.out.is_terminal else print(
-            json.dumps(obj, default=str, sort_keys=True), flush=True
-        )
+        text = json.dumps(obj, default=str, sort_keys=True)
+        if sys.stdout.isatty() and self.out.is_terminal:
+            self.out.print_json(text)
+        else:
+            print(text, flush=True)
 
     def abort(self, message: str, fix: str = "", code: int = EXIT_BAD_INPUT) -> NoReturn:
         raise LaunchError(message, fix, exit_code=code)

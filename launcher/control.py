@@ -21,7 +21,7 @@ from launcher.envspec import scrub
 from launcher.errors import LaunchError, RuntimeFailure
 from launcher.ports import first_free_port
 from launcher.registry import NodeRecord, RunRecord
-from launcher.remote import agent_call, agent_stream, transport_for
+from launcher.remote import agent_call, agent_stream, reader_for, transport_for
 
 STATUS_TIMEOUT_S = 30.0
 
@@ -88,13 +88,14 @@ def fetch_status(records: list[RunRecord]) -> list[dict[str, Any]]:
             "runs": [{"run": rec.run, "run_dir": node.run_dir, "node": ni} for _, ni, node, rec in items],
         }
         try:
-            t = transport_for(node0.host)
+            t = reader_for(node0.host)
             reply = agent_call(t, node0.workdir, node0.python, "status", req, timeout=STATUS_TIMEOUT_S)
             for (ri, ni, _, _), st in zip(items, reply["runs"]):
                 answers[(ri, ni)] = st
         except LaunchError as e:
+            why = f"{node0.label}: {e.message}" + (f" (fix: {e.fix})" if e.fix else "")
             for ri, ni, _, _ in items:
-                answers[(ri, ni)] = f"{node0.label}: {e.message}"
+                answers[(ri, ni)] = why
     out = []
     for ri, rec in enumerate(records):
         parts = [answers.get((ri, ni), "no answer") for ni in range(len(rec.nodes))]
@@ -193,7 +194,7 @@ def restart_run(rec: RunRecord, wait: bool = True) -> RunRecord:
 def stream_log(rec: RunRecord, follow: bool = True, last_n: int = 200) -> Iterator[str]:
     """train.log lines from node 0: the last `last_n`, then (follow) new ones until the run ends."""
     node = rec.nodes[0]
-    t = transport_for(node.host)
+    t = reader_for(node.host)
     secrets = local_secret_values(rec)
     req = {"run_dir": node.run_dir, "last_n": last_n, "follow": follow}
     for line in agent_stream(t, node.workdir, node.python, "logs", req):

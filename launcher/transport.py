@@ -3,7 +3,8 @@
 Owns connecting (host key checked against known_hosts with paramiko's RejectPolicy: fabric's default
 is AutoAdd, which would trust any impostor; first contact only with accept_new_host_key), running one
 shell command with optional stdin and a timeout, streaming a command's output line by line, local
-port forwards, and the `ssh` argv rsync reuses so sync goes over the very same host and key. Every
+port forwards, and the OpenSSH argv (`openssh_argv`) that rsync and the multiplexed reader of
+launcher/openssh.py reuse, so they go to the very same host under the same host-key policy. Every
 command it runs is a string the caller built with shlex; this module never formats a value into a
 command. It must not know about runs, profiles or the agent's protocol.
 """
@@ -330,24 +331,49 @@ class SSHTransport(Transport):
 
     def ssh_argv(self) -> list[str]:
         """The OpenSSH client argv (without a command) for rsync -e: same host, port, user, keys."""
-        argv = ["ssh"]
-        if self.spec.ssh_config:
-            argv += ["-F", self.spec.ssh_config]
-        argv += [
-            "-p",
-            str(self.port),
-            "-l",
-            self.user,
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "StrictHostKeyChecking=yes",
-        ]
-        argv += ["-o", "UserKnownHostsFile=" + " ".join(shlex.quote(f) for f in self.known_hosts)]
-        argv += ["-o", f"ConnectTimeout={int(CONNECT_TIMEOUT_S)}"]
-        for ident in self.identities:
-            argv += ["-i", ident]
-        return argv
+        return openssh_argv(
+            self.spec,
+            user=self.user,
+            port=self.port,
+            known_hosts=self.known_hosts,
+            identities=self.identities,
+        )
+
+
+def openssh_argv(
+    spec: HostSpec,
+    *,
+    user: str | None = None,
+    port: int | None = None,
+    known_hosts: list[str] | None = None,
+    identities: list[str] | None = None,
+) -> list[str]:
+    """The OpenSSH client argv (options only: no destination, no command) with this module's host-key
+    policy: BatchMode (never a prompt), StrictHostKeyChecking=yes (an unknown or changed key is refused,
+    never accepted implicitly) and no system-wide known_hosts (paramiko never reads it either).
+
+    rsync (through SSHTransport.ssh_argv) passes what paramiko resolved; the multiplexed reader
+    (launcher/openssh.py) must not import paramiko, so it passes nothing and lets ssh resolve the same
+    ssh config itself: the spec's own user, port and key still win, as they do for paramiko.
+    """
+    argv = ["ssh"]
+    if spec.ssh_config:
+        argv += ["-F", spec.ssh_config]
+    port = port or spec.port
+    user = user or spec.user
+    if port:
+        argv += ["-p", str(port)]
+    if user:
+        argv += ["-l", user]
+    argv += ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "GlobalKnownHostsFile=/dev/null"]
+    if known_hosts:
+        argv += ["-o", "UserKnownHostsFile=" + " ".join(shlex.quote(f) for f in known_hosts)]
+    argv += ["-o", f"ConnectTimeout={int(CONNECT_TIMEOUT_S)}"]
+    if identities is None:
+        identities = [spec.key_filename] if spec.key_filename else []
+    for ident in identities:
+        argv += ["-i", ident]
+    return argv
 
 
 def open_transport(spec: HostSpec, *, accept_new_host_key: bool = False) -> Transport:

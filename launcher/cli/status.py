@@ -1,12 +1,18 @@
-"""`nsa-launch status`: one snapshot of a run (or all runs) from the host agents."""
+"""`nsa-launch status`: one snapshot of a run (or all runs) from the host agents.
+
+A cold `status` is a command people run in loops, so this module imports only what the answer
+needs: rich only for the table (not for --json), and over SSH the shared connection of
+launcher/openssh.py instead of paramiko. Exit 1 when a run is `lost` (its host did not answer),
+after printing every snapshot.
+"""
 
 from __future__ import annotations
 
 import click
-from rich.table import Table
 
 from launcher.app import Application
 from launcher.control import fetch_status, resolve_run
+from launcher.errors import EXIT_RUNTIME
 from launcher.registry import all_runs
 
 
@@ -20,14 +26,29 @@ def _fmt(v: object, nd: int = 3) -> str:
 @click.option("--run", "-r", help="Run id. Default: the most recent run.")
 @click.option("--all", "all_runs_", is_flag=True, help="Every run launched from this machine.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run, in a list.")
-@click.pass_obj
-def status(app: Application, run: str | None, all_runs_: bool, as_json: bool) -> None:
-    """State, step, loss, tokens/s, heartbeat ages and GPUs of a run."""
+@click.pass_context
+def status(ctx: click.Context, run: str | None, all_runs_: bool, as_json: bool) -> None:
+    """State, step, loss, tokens/s, heartbeat ages and GPUs of a run.
+
+    Exit 1 if a run is lost (its host did not answer, or its run dir is gone).
+    """
+    app: Application = ctx.obj
     records = all_runs() if all_runs_ else [resolve_run(run)]
     snaps = fetch_status(records)
     if as_json:
         app.emit_json(snaps)
-        return
+    else:
+        _print_table(app, snaps)
+    lost = [s for s in snaps if s["state"] == "lost"]
+    for s in lost:
+        click.secho(f"error: run {s['run']} is lost: {s['error']}", fg="red", err=True)
+    if lost:
+        ctx.exit(EXIT_RUNTIME)
+
+
+def _print_table(app: Application, snaps: list[dict]) -> None:
+    from rich.table import Table
+
     table = Table(
         "run", "host", "state", "step", "loss", "tok/s", "eta s", "heartbeat age s", "exit", "error"
     )
@@ -43,7 +64,7 @@ def status(app: Application, run: str | None, all_runs_: bool, as_json: bool) ->
             _fmt(s["eta_s"]),
             ages,
             _fmt(s["exit_code"]),
-            s["error"] or "",
+            "(see below)" if s["state"] == "lost" else s["error"] or "",
         )
     app.out.print(table)
     for s in snaps:
