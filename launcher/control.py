@@ -4,22 +4,20 @@ Owns the launcher side of those operations for runs in the local registry: it fa
 the run's node hosts (one agent exec per host for status), merges the per-node answers into one
 status dict per run, and turns an unreachable host into state "lost" with an error string, never an
 exception. It must not touch tmux or processes itself (the agent does) and never imports torch.
+What only logs and tunnel need is imported there: a cold `nsa-launch status` imports this module.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from launcher import registry
-from launcher.envspec import scrub
 from launcher.errors import LaunchError, RuntimeFailure
-from launcher.ports import first_free_port
 from launcher.registry import NodeRecord, RunRecord
 from launcher.remote import agent_call, agent_stream, reader_for, transport_for
 
@@ -196,6 +194,8 @@ def stream_log(rec: RunRecord, follow: bool = True, last_n: int = 200) -> Iterat
     node = rec.nodes[0]
     t = reader_for(node.host)
     secrets = local_secret_values(rec)
+    if secrets:
+        from launcher.envspec import scrub
     req = {"run_dir": node.run_dir, "last_n": last_n, "follow": follow}
     for line in agent_stream(t, node.workdir, node.python, "logs", req):
         yield scrub(line, secrets) if secrets else line
@@ -226,6 +226,8 @@ class Tunnel:
 
 
 def _free_local_port(start: int) -> int:
+    from launcher.ports import first_free_port
+
     port = first_free_port(start, 100)
     if port is not None:
         return port
@@ -259,6 +261,8 @@ def open_tunnel(rec: RunRecord, port: int = 6006, timeout: float = 90.0) -> Tunn
     local_port = _free_local_port(port)
     tunnel = Tunnel(f"http://127.0.0.1:{local_port}/", local_port, remote_port)
     tunnel._stack.enter_context(t.forward_local(local_port, remote_port))
+    import socket
+
     # fabric's forward_local returns before its listening socket is bound: retry the first connect.
     deadline = time.monotonic() + 10.0
     while True:

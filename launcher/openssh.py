@@ -8,8 +8,9 @@ transport.openssh_argv's (BatchMode, StrictHostKeyChecking=yes, the same ssh con
 known_hosts), so a master only ever exists for a verified host. Only commands that are safe to run
 twice come here (status, logs): when ssh fails for a reason other than an unreachable host (a
 refused or unknown host key, a failed login, a broken master), the command runs again over the
-paramiko transport, whose errors name the fix. NSA_LAUNCH_SSH_MUX=0 turns all of it off. This
-module must not import paramiko or fabric: avoiding that import is half of its point.
+paramiko transport, whose errors name the fix. rsync (launcher/sync.py) runs through the same
+master, so `up` leaves one behind for the `status` that follows. NSA_LAUNCH_SSH_MUX=0 turns all of
+it off. This module must not import paramiko or fabric: avoiding that import is half of its point.
 """
 
 from __future__ import annotations
@@ -116,6 +117,30 @@ def control_path(spec: HostSpec) -> str | None:
     return None
 
 
+def master_options(control_path: str) -> list[str]:
+    """ssh options that use (or start) the master on `control_path`. No tty, X11, agent or port
+    forwards of the config on it: just commands. A host that vanishes without a reset takes its
+    master down within 30 s (ServerAlive)."""
+    opts = ["-T", "-x", "-a"]
+    for k, v in {
+        "ClearAllForwardings": "yes",
+        "ControlMaster": "auto",
+        "ControlPath": control_path,
+        "ControlPersist": str(PERSIST_S),
+        "ServerAliveInterval": "10",
+        "ServerAliveCountMax": "3",
+    }.items():
+        opts += ["-o", f"{k}={v}"]
+    return opts
+
+
+def shared_options(spec: HostSpec) -> list[str]:
+    """`master_options` for `spec` when multiplexing is on and usable, else []: what rsync adds to its
+    ssh argv so that `up` leaves the master a later `status` reuses."""
+    path = control_path(spec) if not spec.is_local and enabled() else None
+    return master_options(path) if path else []
+
+
 def reader(spec: HostSpec, fallback: Callable[[], Transport]) -> OpenSSHTransport | None:
     """An OpenSSHTransport for `spec`, or None when multiplexing is off or cannot be used here."""
     if spec.is_local or not enabled():
@@ -141,19 +166,7 @@ class OpenSSHTransport(Transport):
         self.spec = spec
         self.control_path = control_path
         self._fallback = fallback
-        # No tty, X11, agent or config port forwards: just the command. A host that vanishes without a
-        # reset takes its master down within 30 s (ServerAlive).
-        mux = {
-            "ClearAllForwardings": "yes",
-            "ControlMaster": "auto",
-            "ControlPath": control_path,
-            "ControlPersist": str(PERSIST_S),
-            "ServerAliveInterval": "10",
-            "ServerAliveCountMax": "3",
-        }
-        self._base = [*openssh_argv(spec), "-T", "-x", "-a"]
-        for k, v in mux.items():
-            self._base += ["-o", f"{k}={v}"]
+        self._base = [*openssh_argv(spec), *master_options(control_path)]
 
     def argv(self, command: str) -> list[str]:
         host = self.spec.host.strip("[]")  # hosts.py keeps IPv6 in brackets; ssh wants the bare address

@@ -17,7 +17,6 @@ from typing import Any
 
 from launcher.errors import LaunchError
 from launcher.hosts import HostSpec
-from nsa.runfiles import atomic_write_json
 
 RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
@@ -107,6 +106,8 @@ class RunRecord:
 
 
 def save(rec: RunRecord) -> Path:
+    from nsa.runfiles import atomic_write_json  # here: reading the registry (status) never needs it
+
     path = runs_dir() / f"{rec.run}.json"
     atomic_write_json(path, rec.to_dict())
     return path

@@ -173,3 +173,23 @@ def test_stopped_sshd_is_a_quick_exit_1_then_recovers(sshd, tmp_path, monkeypatc
         sshd.start()
     code, [st], _ = _status("gone")
     assert code == 0 and st["state"] == "finished" and _master_pid(path)
+
+
+def test_rsync_of_up_leaves_the_master_that_status_reuses(sshd, tmp_path, monkeypatch, tmux_server):
+    from launcher.sync import sync
+    from launcher.transport import open_transport
+
+    isolate(monkeypatch, tmp_path, tmux_server)
+    node = _finished_run(tmp_path, "synced", sshd.alias, sshd.ssh_config, tmux_server.socket_name)
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "a.py").write_text("A = 1\n")
+    t = open_transport(node.host)
+    try:
+        assert sync(src, t, str(tmp_path / "wd")).files_sent == 1
+    finally:
+        t.close()
+    path = openssh.control_path(node.host)
+    pid = _master_pid(path)
+    assert pid is not None and (tmp_path / "wd" / "pkg" / "a.py").read_text() == "A = 1\n"
+    assert _status("synced")[0] == 0 and _master_pid(path) == pid
