@@ -5,7 +5,9 @@
 Starts a real sshd on 127.0.0.1 (tests/fixtures/sshd.py) and a private tmux server, so it touches
 neither ~/.nsa-launch nor anyone's tmux. The host is this machine: a synced workdir in a temp dir and
 this interpreter as the host python (a ready env). Prints one JSON row per measurement, with the
-issue's target; record the rows in bench/RESULTS.md with date, machine and load average.
+issue's target; record the rows in bench/RESULTS.md with date, machine and load average. The SSH
+master connections of `status` (launcher/openssh.py) live under the temp NSA_LAUNCH_HOME and are
+stopped at the end.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from launcher import control, registry  # noqa: E402
+from launcher import control, openssh, registry  # noqa: E402
 from launcher.hosts import parse_target  # noqa: E402
 from launcher.launch import UpOptions, execute, plan_run, wait_first_heartbeat  # noqa: E402
 from launcher.remote import agent_call, close_all, transport_for  # noqa: E402
@@ -66,6 +68,7 @@ def main() -> None:
             bench(sshd, tmp, args.repeats)
     finally:
         close_all()
+        openssh.stop_masters(tmp / "home")
         sshd.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -84,6 +87,20 @@ def up(sshd: SSHServer, wd: Path, name: str, steps: int = 100000) -> tuple[regis
     return execute(plan, say=lambda s: None)
 
 
+def cli_status(run: str, env: dict[str, str] | None = None) -> float:
+    """Seconds for one `nsa-launch status --run RUN --json` process (exit 0 asserted)."""
+    t0 = time.perf_counter()
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "nsa-launch"), "status", "--run", run, "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    took = time.perf_counter() - t0
+    assert out.returncode == 0, out.stderr
+    return took
+
+
 def bench(sshd: SSHServer, tmp: Path, repeats: int) -> None:
     wd = tmp / "host"
     # the floor every remote command pays on this machine: one SSH exec of `true` on a warm connection
@@ -94,6 +111,28 @@ def bench(sshd: SSHServer, tmp: Path, repeats: int) -> None:
         tt.run("true")
         floor.append(time.perf_counter() - t0)
     row("ssh_exec_true_floor", floor, 0.5, note="context: the cost of any remote command here")
+    # the same through the system ssh and a master connection (what a cold `status` process pays)
+    mux = openssh.reader(parse_target(sshd.alias, str(sshd.ssh_config)), fallback=lambda: tt)
+    assert mux is not None, "ssh multiplexing is unavailable here"
+    mux.run("true")
+    floor = []
+    for _ in range(10):
+        t0 = time.perf_counter()
+        mux.run("true")
+        floor.append(time.perf_counter() - t0)
+    row("ssh_mux_exec_true_floor", floor, 0.5, note="context: `ssh` process + exec through a live master")
+    fresh = []
+    for _ in range(5):
+        openssh.stop_masters()
+        t0 = time.perf_counter()
+        mux.run("true")
+        fresh.append(time.perf_counter() - t0)
+    row(
+        "ssh_new_master_exec_true",
+        fresh,
+        0.5,
+        note="context: the same with no master: handshake + master set-up",
+    )
     # warm-up: the first up syncs the whole project; later ups find code and env unchanged
     rec, first_s = up(sshd, wd, "bench-warm")
     wait_first_heartbeat(rec)
@@ -109,7 +148,10 @@ def bench(sshd: SSHServer, tmp: Path, repeats: int) -> None:
         flush=True,
     )
 
-    starts, statuses, kills, cold = [], [], [], []
+    starts, statuses, kills = [], [], []
+    cold_first: list[float] = []
+    cold: list[float] = []
+    cold_paramiko: list[float] = []
     for i in range(repeats):
         rec, s = up(sshd, wd, f"bench-{i}")
         starts.append(s)
@@ -119,22 +161,37 @@ def bench(sshd: SSHServer, tmp: Path, repeats: int) -> None:
             st = control.fetch_status([rec])[0]
             statuses.append(time.perf_counter() - t0)
             assert st["state"] == "running", st
-        t0 = time.perf_counter()
-        out = subprocess.run(
-            [str(Path(sys.executable).parent / "nsa-launch"), "status", "--run", rec.run, "--json"],
-            capture_output=True,
-            text=True,
-            env=os.environ,
-        )
-        cold.append(time.perf_counter() - t0)
-        assert out.returncode == 0, out.stderr
+        # A new `nsa-launch status` process each time: first with no SSH master alive (it connects and
+        # leaves a master behind), then three that reuse that master, then three with NSA_LAUNCH_SSH_MUX=0
+        # (paramiko: import + handshake in every process).
+        openssh.stop_masters()
+        cold_first.append(cli_status(rec.run))
+        cold.extend(cli_status(rec.run) for _ in range(3))
+        cold_paramiko.extend(cli_status(rec.run, {openssh.ENV: "0"}) for _ in range(3))
         t0 = time.perf_counter()
         res = control.kill_run(rec)
         kills.append(time.perf_counter() - t0)
         assert res["killed"] and "stopped" in res["message"], res
     row("up_unchanged_code_ready_env_to_torchrun_started", starts, 3.0)
-    row("status_api_warm_connection", statuses, 0.5)
-    row("status_cli_cold_process", cold, 0.5, note="new process: python start, imports, SSH handshake")
+    row("status_api_warm_connection", statuses, 0.5, note="in-process fetch_status (the dashboard's call)")
+    row(
+        "status_cli_cold_process_first_connection",
+        cold_first,
+        0.5,
+        note="new process, no SSH master alive: python start, imports, ssh handshake (leaves a master)",
+    )
+    row(
+        "status_cli_cold_process_reusing_master",
+        cold,
+        0.5,
+        note="new process, the master of an earlier call alive: python start, imports, one ssh exec",
+    )
+    row(
+        "status_cli_cold_process_paramiko",
+        cold_paramiko,
+        0.5,
+        note="NSA_LAUNCH_SSH_MUX=0: python start, imports incl. paramiko, SSH handshake",
+    )
     row("kill_real_tiny_run_verified", kills, 5.0)
 
     # kill a run that ignores SIGTERM: the agent must escalate to SIGKILL after the grace period
