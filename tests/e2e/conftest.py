@@ -1,15 +1,17 @@
-"""End-to-end fixtures: every test leaves no SSH master connection behind.
+"""End-to-end fixtures: no test uses the real ~/.nsa-launch or leaves an SSH master connection behind.
 
-`nsa-launch status` and `logs` share one OpenSSH master connection per host across processes
-(launcher/openssh.py, ControlPersist). Tests point NSA_LAUNCH_HOME at a temp dir (launch_support.
-isolate); after each test the masters of that registry are stopped with `ssh -O exit`. The fixture
-uses monkeypatch so that it is torn down before the test's environment is restored.
+`nsa-launch status` and `logs`, and the rsync of `up`, share one OpenSSH master connection per host
+across processes (launcher/openssh.py, ControlPersist), with sockets under NSA_LAUNCH_HOME. Every
+e2e test gets its own NSA_LAUNCH_HOME (the same dir launch_support.isolate uses), and after the test
+the masters of that registry are stopped with `ssh -O exit`. The fixture uses monkeypatch, so it is
+torn down before the environment is restored and still sees the test's home.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -17,11 +19,7 @@ from launcher.openssh import stop_masters
 
 
 @pytest.fixture(autouse=True)
-def _no_stray_ssh_masters(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    before = os.environ.get("NSA_LAUNCH_HOME")
+def _own_home_no_stray_ssh_masters(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    monkeypatch.setenv("NSA_LAUNCH_HOME", str(tmp_path / "nsa-launch-home"))
     yield
-    home = os.environ.get("NSA_LAUNCH_HOME")
-    if home and home != before:  # only the test's own registry, never a user's ~/.nsa-launch
-        from pathlib import Path
-
-        stop_masters(Path(home))
+    stop_masters(Path(os.environ["NSA_LAUNCH_HOME"]))
