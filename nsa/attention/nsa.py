@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from nsa.attention.compressed import compressed_attention_and_selection
-from nsa.attention.rope import apply_rope, rope_cos_sin
+from nsa.attention.rope import rope_cos_sin, rope_to_layout
 from nsa.attention.selected import selected_attention
 from nsa.attention.window import window_attention
 
@@ -96,7 +96,8 @@ class NSAAttention(nn.Module):
         H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
         rope_dtype = torch.promote_types(x.dtype, torch.float32)
         cos, sin = rope_cos_sin(torch.arange(T, device=x.device), D, self.rope_theta, rope_dtype)
-        q = apply_rope(self.wq(x).view(B, T, H, D), cos, sin)
+        # RoPE writes straight into the kernels' layouts: q [B, Hkv, T, G, D], keys [B, Hkv, T, D].
+        q = rope_to_layout(self.wq(x).view(B, T, Hkv, H // Hkv, D), cos, sin, (0, 2, 1, 3, 4))
         # unbind, not indexing: its backward is one stack, where six selects would each allocate
         # and add a zero-filled gradient of the whole projection.
         kv_c, kv_s, kv_w = (b.unbind(2) for b in self.wkv(x).view(B, T, 3, 2, Hkv, D).unbind(2))
@@ -104,19 +105,16 @@ class NSAAttention(nn.Module):
         # Compressed key i is rotated to the position of its block's last token, i*d + l - 1, so
         # q.k_cmp depends on the distance from the query to the end of the block.
         cpos = torch.arange(kc.shape[1], device=x.device) * self.block_stride + (self.block_len - 1)
-        kc = apply_rope(kc, *rope_cos_sin(cpos, D, self.rope_theta, rope_dtype))
-
-        def heads_kv(t: Tensor) -> Tensor:  # [B, N, Hkv, D] -> [B, Hkv, N, D]
-            return t.transpose(1, 2).contiguous()
-
+        ccos, csin = rope_cos_sin(cpos, D, self.rope_theta, rope_dtype)
+        to_heads = (0, 2, 1, 3)  # [B, N, Hkv, D] -> [B, Hkv, N, D]
         return {
-            "q": q.view(B, T, Hkv, H // Hkv, D).permute(0, 2, 1, 3, 4).contiguous(),
-            "kc": heads_kv(kc),
-            "vc": heads_kv(vc),
-            "ks": heads_kv(apply_rope(kv_s[0], cos, sin)),
-            "vs": heads_kv(kv_s[1]),
-            "kw": heads_kv(apply_rope(kv_w[0], cos, sin)),
-            "vw": heads_kv(kv_w[1]),
+            "q": q,
+            "kc": rope_to_layout(kc, ccos, csin, to_heads),
+            "vc": vc.permute(to_heads).contiguous(),
+            "ks": rope_to_layout(kv_s[0], cos, sin, to_heads),
+            "vs": kv_s[1].permute(to_heads).contiguous(),
+            "kw": rope_to_layout(kv_w[0], cos, sin, to_heads),
+            "vw": kv_w[1].permute(to_heads).contiguous(),
         }
 
     def _compressed(self, inp: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
@@ -170,10 +168,54 @@ class NSAAttention(nn.Module):
             chunk=self._sel_chunk(x),
         )
         o_win = window_attention(q, inp["kw"], inp["vw"], window=self.window, scale=scale)
-        g = torch.sigmoid(self.gate(x)).view(B, T, Hkv, H // Hkv, 3).permute(0, 2, 1, 3, 4)
-        o = g[..., 0:1] * o_cmp + g[..., 1:2] * o_sel + g[..., 2:3] * o_win
+        g = torch.sigmoid(self.gate(x)).view(B, T, Hkv, H // Hkv, 3)
         self.last_stats = _stats(g, idx, valid, self.sel_block) if self.collect_stats else None
-        return self.wo(o.permute(0, 2, 1, 3, 4).reshape(B, T, H * D))
+        return self.wo(_gate_mix(g.to(o_cmp.dtype), o_cmp, o_sel, o_win))
+
+
+def _gate_mix(g: Tensor, o_cmp: Tensor, o_sel: Tensor, o_win: Tensor) -> Tensor:
+    """sum_c g_c * o_c [Eq. 5] as [B, T, H*D]; g [B, T, Hkv, G, 3], o_* [B, Hkv, T, G, D].
+
+    Eager: `_GateMix` (fewer passes over memory). Under torch.compile the plain expression: dynamo
+    refuses strided `out=`, and inductor fuses the plain spelling itself.
+    """
+    if not torch.compiler.is_compiling():
+        return _GateMix.apply(g, o_cmp, o_sel, o_win)
+    B, Hkv, T, G, D = o_cmp.shape
+    gv = g.permute(0, 2, 1, 3, 4)
+    o = gv[..., 0:1] * o_cmp + gv[..., 1:2] * o_sel + gv[..., 2:3] * o_win
+    return o.permute(0, 2, 1, 3, 4).reshape(B, T, Hkv * G * D)
+
+
+class _GateMix(torch.autograd.Function):
+    """Eq. 5's gated sum of the branch outputs, written straight into the [B, T, H*D] layout of wo.
+
+    g [B, T, Hkv, G, 3] gates; o_* [B, Hkv, T, G, D] branch outputs. Three passes forward (a product
+    and two addcmul_) and, backward, three products and three row dot products: autograd's spelling
+    of the same sum (products, adds, a layout copy) makes about twice as many passes over memory.
+    """
+
+    @staticmethod
+    def forward(ctx, g: Tensor, o_cmp: Tensor, o_sel: Tensor, o_win: Tensor) -> Tensor:
+        B, Hkv, T, G, D = o_cmp.shape
+        gv = g.permute(0, 2, 1, 3, 4)[..., None]  # [B, Hkv, T, G, 3, 1]
+        y = o_cmp.new_empty(B, T, Hkv, G, D)
+        yv = y.permute(0, 2, 1, 3, 4)
+        torch.mul(o_cmp, gv[..., 0, :], out=yv)
+        yv.addcmul_(o_sel, gv[..., 1, :])
+        yv.addcmul_(o_win, gv[..., 2, :])
+        ctx.save_for_backward(g, o_cmp, o_sel, o_win)
+        return y.view(B, T, Hkv * G * D)
+
+    @staticmethod
+    def backward(ctx, dy: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        g, *outs = ctx.saved_tensors
+        B, Hkv, T, G, D = outs[0].shape
+        dyv = dy.reshape(B, T, Hkv, G, D).permute(0, 2, 1, 3, 4)
+        gv = g.permute(0, 2, 1, 3, 4)[..., None]
+        d_outs = [torch.mul(dyv, gv[..., i, :], out=torch.empty_like(o)) for i, o in enumerate(outs)]
+        dg = torch.stack([torch.linalg.vecdot(dyv, o) for o in outs], dim=-1)  # [B, Hkv, T, G, 3]
+        return (dg.permute(0, 2, 1, 3, 4), *d_outs)
 
 
 def _block_mlp(d_in: int, d_out: int) -> nn.Sequential:

@@ -27,9 +27,63 @@ def rope_cos_sin(
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate `x` [..., T, H, D] (positions on dim -3) by tables [T, D]; at least float32 inside."""
+    """Rotate `x` [..., T, H, D] (positions on dim -3) by tables [T, D]; at least float32 inside.
+
+    The plain spelling, used by the reference and for half-precision inputs; the modules' float32
+    path is `rope_to_layout`, the same rotation in fewer passes.
+    """
     half = x.shape[-1] // 2
     xf = x.to(torch.promote_types(x.dtype, cos.dtype))
     rotated = torch.cat([-xf[..., half:], xf[..., :half]], dim=-1)
     out = xf * cos[:, None, :] + rotated * sin[:, None, :]
     return out.to(x.dtype)
+
+
+def _rotate_into(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor) -> Tensor:
+    """out = x*cos + rotate_half(x)*sin in three passes (no rotated copy); tables broadcast over x."""
+    half = x.shape[-1] // 2
+    torch.mul(x, cos, out=out)
+    out[..., :half].addcmul_(x[..., half:], sin[..., :half], value=-1.0)
+    out[..., half:].addcmul_(x[..., :half], sin[..., half:])
+    return out
+
+
+class _RopeToLayout(torch.autograd.Function):
+    """apply_rope fused with a permute: written straight into the permuted layout, contiguous.
+
+    Three passes forward and three backward (the inverse rotation, by -angle), instead of a rotated
+    copy, three products and a layout copy; only the tables are saved.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor, perm: tuple[int, ...]) -> Tensor:
+        inv = tuple(perm.index(i) for i in range(len(perm)))
+        out = x.new_empty([x.shape[p] for p in perm])
+        _rotate_into(x, cos, sin, out.permute(inv))
+        ctx.save_for_backward(cos, sin)
+        ctx.perm, ctx.inv = perm, inv
+        return out
+
+    @staticmethod
+    def backward(ctx, dout: Tensor) -> tuple[Tensor, None, None, None]:
+        cos, sin = ctx.saved_tensors
+        d = dout.permute(ctx.inv)  # indexed like x
+        return (
+            _rotate_into(d, cos, -sin, torch.empty(d.shape, dtype=d.dtype, device=d.device)),
+            None,
+            None,
+            None,
+        )
+
+
+def rope_to_layout(x: Tensor, cos: Tensor, sin: Tensor, perm: tuple[int, ...]) -> Tensor:
+    """`apply_rope(x, cos, sin).permute(perm).contiguous()`, with fewer passes over memory.
+
+    x [B, T, H, D] or [B, T, Hkv, G, D] (positions on dim 1), tables [T, D]. Half-precision inputs take
+    the plain path, which rotates in float32; so does torch.compile (dynamo refuses strided `out=`,
+    and inductor fuses the plain spelling itself).
+    """
+    if x.dtype != cos.dtype or torch.compiler.is_compiling():
+        return apply_rope(x.flatten(2, -2), cos, sin).view(x.shape).permute(perm).contiguous()
+    shape = (cos.shape[0],) + (1,) * (x.dim() - 3) + (cos.shape[1],)
+    return _RopeToLayout.apply(x, cos.view(shape), sin.view(shape), perm)
