@@ -1,7 +1,8 @@
-"""The selected branch of NSA: custom ops `nsa::selected_fwd` / `nsa::selected_bwd`, block-major.
+"""The selected branch of NSA: custom ops `nsa::selected_fwd` / `nsa::selected_bwd`.
 
 Owns `selected_attention`: every query attends the l'-token blocks of its selection table, with keys
-after the query masked. Loops run over bin chunks only; no [T, T] tensor; nothing may sync with the device.
+after the query masked, one softmax over all of them. Loops run over chunks of blocks or bins only; no
+[T, T] tensor; nothing may sync with the device.
 """
 
 from __future__ import annotations
@@ -10,39 +11,69 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+# How far (in nats) the shift of the forward may sit below a cheap upper bound of a query's largest
+# logit: exp() of any logit minus the shift stays <= e^60, far from float32 overflow.
+_HEADROOM = 60.0
+
 
 def _acc(dtype: torch.dtype) -> torch.dtype:
     """Accumulation dtype for softmax and gradient sums: float32 for half types, else the input's."""
     return torch.promote_types(dtype, torch.float32)
 
 
-# The selected branch, block-major: every valid (query, selected block) pair of the table is sorted by
-# block and packed into bins of up to P = l' pairs that share one block. A bin is one dense tile, P
-# queries x G heads against the block's l' keys, so the [l', 2D] K/V block is read once per bin
-# instead of once per query, and the per-pair traffic is the query's own G*D row (1.5 KB instead of
-# a 32 KB K/V copy at the defaults). Results go back to query rows with scatter_add_. The softmax
-# spans all of a query's bins, so the forward takes two passes over the bins: (A) each query's
-# maximum logit, (B) exp(s - max) @ V and the row sums, summed into query rows. The backward is
-# flash-style: only output and log-sum-exp are saved, the bins are rebuilt (one sort). Empty lanes
-# point at an extra all-zero query row whose shift is +inf, so they contribute exact zeros. As
-# custom ops, torch.compile sees two opaque nodes instead of the unrolled loop over bin chunks.
+def _compute(dtype: torch.dtype) -> torch.dtype:
+    """GEMM dtype. float16 runs in float32: exp(s - shift) may exceed float16's range (shift is not the max)."""
+    return torch.float32 if dtype == torch.float16 else dtype
 
 
-def _selected_bins(idx: Tensor, valid: Tensor, sel_block: int) -> tuple[Tensor, Tensor, Tensor, int]:
-    """Pack the valid pairs of (idx, valid) [B, Hkv, T, n] into bins of P = l' pairs sharing a block.
+# Two paths share the work. (1) Forced tiles: in a table from `top_blocks` every query t has its own
+# block jt = t // l', the previous block jt - 1 and block 0. Only jt can hold keys after t. These are
+# dense tiles without any gather: the l' queries of block j against the 3*l' keys of blocks j, j-1 and
+# 0 (one GEMM per block, a static causal mask on the first third). Each query row weights a tile by
+# how many times the table lists it (log count added to the logits: -inf when absent), so a table
+# without these blocks is still exact. (2) Bins, for every other valid pair: pairs are sorted by block
+# and packed into bins of up to P = l' pairs sharing one block, a [P*G, D] x [D, l'] GEMM tile with no
+# mask at all (those blocks end before the query; blocks after it contribute nothing and are dropped).
+# Results go back to query rows with index_add_. Pairs of blocks after the query are dropped.
+#
+# GEMM-shaped bookkeeping: K and V carry an extra column of ones and the gathered query rows an extra
+# column holding -shift (forward) or -lse (backward), so one GEMM yields q.k - shift, the PV GEMM
+# yields the row sums next to the outputs, and in the backward dO.V - delta comes out of one GEMM.
+# The forward is one pass: the forced tiles run first and give each query the exact maximum over them,
+# m0; the shift is max(m0, ub - 60) with ub a Cauchy-Schwarz bound of the bins' logits, so exp never
+# overflows and the sums never underflow. The backward is flash-style (only out and lse are saved).
 
-    Returns lane_row [NB*P] (query row (b*Hkv + h)*T + t; R = B*Hkv*T, the dummy row, for an empty
-    lane), bin_blk [NB] (K/V table row (b*Hkv + h)*Ns + j), pair_lane [R*n] (each pair's lane,
-    NB*P for an invalid pair) and NB = ceil(R*n/P) + B*Hkv*Ns, a static upper bound on the bins
-    (no sync): each block wastes less than one bin; unused bins are empty.
+
+def _classify(idx: Tensor, valid: Tensor, sel_block: int) -> tuple[Tensor, Tensor]:
+    """Split the table [B, Hkv, T, n]: (binned [B, Hkv, T, n] bool, counts [B, Hkv, T, 3] int64).
+
+    counts[..., c] = how many valid entries are the query's own block (c=0), the previous one (c=1) or
+    block 0 when that is neither (c=2); binned marks the other valid entries of blocks before the query's.
+    """
+    T = idx.shape[2]
+    jt = (torch.arange(T, device=idx.device) // sel_block)[:, None]
+    v = valid & (idx <= jt) & (idx >= 0)
+    own, prev = v & (idx == jt), v & (idx == jt - 1)
+    first = v & (idx == 0) & (jt >= 2)
+    counts = torch.stack([own.sum(-1), prev.sum(-1), first.sum(-1)], -1)
+    return v & ~own & ~prev & ~first, counts
+
+
+def _selected_bins(binned: Tensor, idx: Tensor, sel_block: int, Tp: int) -> tuple[Tensor, Tensor, int]:
+    """Pack the binned pairs [B, Hkv, T, n] into bins of P = l' pairs sharing a block.
+
+    Returns lane_row [NB*P] (query row bh*Tp + t; BH*Tp, the dummy row, for an empty lane), bin_blk [NB]
+    (K/V table row bh*Ns + j) and NB = ceil(BH*T*n/P) + BH*Ns, a static upper bound on the bins (no
+    sync): each block wastes less than one bin; unused bins are empty.
     """
     B, Hkv, T, n = idx.shape
     P, dev = sel_block, idx.device
-    ns = -(-T // sel_block)
-    nkey, R = B * Hkv * ns, B * Hkv * T
-    nb = -(-(R * n) // P) + nkey
+    ns = Tp // sel_block
+    nkey = B * Hkv * ns
+    nb = -(-(B * Hkv * T * n) // P) + nkey
     bh = torch.arange(B * Hkv, device=dev).view(B, Hkv, 1, 1)
-    key = torch.where(valid, bh * ns + idx, nkey).reshape(-1)  # invalid pairs: key nkey, dropped
+    key = torch.where(binned, bh * ns + idx, nkey).reshape(-1)  # other pairs: key nkey, dropped
+    row = (bh * Tp + torch.arange(T, device=dev)[:, None]).expand(B, Hkv, T, n).reshape(-1)
     skey, order = torch.sort(key, stable=True)
     counts = torch.zeros(nkey + 1, dtype=torch.int64, device=dev).scatter_add_(0, key, torch.ones_like(key))
     start = torch.cumsum(counts, 0) - counts
@@ -50,40 +81,57 @@ def _selected_bins(idx: Tensor, valid: Tensor, sel_block: int) -> tuple[Tensor, 
     nbins[nkey] = 0
     bin_start = torch.cumsum(nbins, 0) - nbins
     rank = torch.arange(key.numel(), device=dev) - start[skey]
-    ok = skey < nkey
-    bin_id = torch.where(ok, bin_start[skey] + rank // P, nb)  # invalid -> trash bin nb, cut below
+    bin_id = torch.where(skey < nkey, bin_start[skey] + rank // P, nb)  # dropped -> trash bin nb, cut below
     lane = bin_id * P + rank % P
-    lane_row = torch.full((nb * P + P,), R, dtype=torch.int64, device=dev).index_put_((lane,), order // n)
+    lane_row = torch.full((nb * P + P,), B * Hkv * Tp, dtype=torch.int64, device=dev)
+    lane_row.index_put_((lane,), row[order])
     bin_blk = torch.zeros(nb + 1, dtype=torch.int64, device=dev).index_put_(
         (bin_id,), skey.clamp(max=nkey - 1)
     )
-    pair_lane = torch.empty_like(key).index_put_((order,), torch.where(ok, lane, nb * P))
-    return lane_row[: nb * P], bin_blk[:nb], pair_lane, nb
+    return lane_row[: nb * P], bin_blk[:nb], nb
 
 
-def _causal_ok(rows: Tensor, blk: Tensor, T: int, ns: int, sel_block: int) -> Tensor:
-    """[nbc, P, l'] bool: key j*l' + i of the bin's block is at or before the lane's query."""
-    nbc = blk.shape[0]
-    t = (rows % T).view(nbc, -1, 1)
-    keypos = (blk % ns).view(nbc, 1, 1) * sel_block + torch.arange(sel_block, device=rows.device)
-    return keypos <= t
+def _tile_keys(ext: Tensor, j0: int, j1: int) -> Tensor:
+    """Keys/values of the forced tiles of query blocks j0..j1-1: [BH*(j1-j0), 3*l', 2D+2].
+
+    ext is the K/V table with a zero block in front ([BH, Ns+1, l', 2D+2]): block j is ext[:, j+1],
+    so the previous block of j=0 is all zeros (its count is 0, the tile is masked anyway).
+    """
+    BH, _, lp, W = ext.shape
+    c = j1 - j0
+    first = ext[:, 1:2].expand(BH, c, lp, W)
+    return torch.cat([ext[:, j0 + 1 : j1 + 1], ext[:, j0:j1], first], 2).view(BH * c, 3 * lp, W)
 
 
-def _shifted_logits(qb: Tensor, kb: Tensor, ok: Tensor, shift: Tensor) -> Tensor:
-    """q.k - shift as [nbc, P*G, l'] (acc dtype), -inf where not causal; shift [nbc, P, G]."""
-    nbc, P, G = shift.shape
-    bias = torch.where(ok, 0.0, float("-inf")).to(shift.dtype)[:, :, None, :] - shift[..., None]
-    bias = bias.view(nbc, P * G, -1)
-    if qb.dtype == bias.dtype:
-        return bias.baddbmm_(qb, kb.transpose(-1, -2))
-    return bias.add_(torch.bmm(qb, kb.transpose(-1, -2)))
+def _tile_bias(counts: Tensor, j0: int, j1: int, lp: int, dtype: torch.dtype) -> Tensor:
+    """[BH*(j1-j0), l', 1, 3*l'] additive logit bias: log(count) per tile, -inf above the diagonal."""
+    BH = counts.shape[0]
+    c = j1 - j0
+    cnt = counts[:, j0 * lp : j1 * lp].to(dtype).log().view(BH * c, lp, 1, 3, 1)
+    tri = torch.ones(lp, lp, dtype=torch.bool, device=counts.device).triu(1)
+    mask = torch.zeros(lp, 1, 3, lp, dtype=dtype, device=counts.device)
+    mask[:, 0, 0].masked_fill_(tri, float("-inf"))
+    return (cnt + mask).view(BH * c, lp, 1, 3 * lp)
 
 
-def _selected_prep(q: Tensor, kv: Tensor, sel_block: int, scale: float) -> tuple[Tensor, Tensor]:
-    """Query rows pre-multiplied by the scale plus the dummy zero row [R+1, G*D]; K/V table [B*Hkv*Ns, l'*2D]."""
-    B, Hkv, T, G, D = q.shape
-    q_rows = torch.cat([q.reshape(B * Hkv * T, G * D) * scale, q.new_zeros(1, G * D)])
-    return q_rows, kv.reshape(-1, sel_block * 2 * D)
+def _setup(q: Tensor, kv: Tensor, idx: Tensor, valid: Tensor, sel_block: int, scale: float):
+    """Shared by forward and backward: padded layout, K/V table, table split, counts per padded row."""
+    B, Hkv, T, _, D = q.shape
+    Tp = kv.shape[2]
+    ns, BH = Tp // sel_block, B * Hkv
+    cdt = _compute(q.dtype)
+    kv = kv.to(cdt)
+    one = kv.new_ones(B, Hkv, Tp, 1)
+    tab = torch.cat([kv[..., :D] * scale, one, kv[..., D:], one], -1).view(BH, ns, sel_block, 2 * D + 2)
+    ext = F.pad(tab, (0, 0, 0, 0, 1, 0))
+    binned, counts = _classify(idx, valid, sel_block)
+    counts = F.pad(counts.view(BH, T, 3), (0, 0, 0, Tp - T))
+    return Tp, ns, BH, cdt, tab, ext, binned, counts
+
+
+def _block_chunk(chunk: int, BH: int) -> int:
+    """Query blocks per forced-tile step: about as much work as `chunk` bins (a tile is 3 bins' worth)."""
+    return max(1, chunk // (3 * BH))
 
 
 @torch.library.custom_op("nsa::selected_fwd", mutates_args=())
@@ -91,40 +139,57 @@ def _selected_fwd(
     q: Tensor, kv: Tensor, idx: Tensor, valid: Tensor, sel_block: int, chunk: int, scale: float
 ) -> tuple[Tensor, Tensor]:
     B, Hkv, T, G, D = q.shape
-    ns, n, P, R = kv.shape[2] // sel_block, idx.shape[-1], sel_block, B * Hkv * T
-    acc = _acc(q.dtype)
-    lane_row, bin_blk, pair_lane, nb = _selected_bins(idx, valid, sel_block)
-    q_rows, kv_tab = _selected_prep(q, kv, sel_block, scale)
-    # Pass A: the maximum logit of every lane, then of every query over its n pairs.
-    lane_max = torch.full((nb * P + 1, G), float("-inf"), dtype=acc, device=q.device)
+    lp, acc = sel_block, _acc(q.dtype)
+    Tp, ns, BH, cdt, tab, ext, binned, counts = _setup(q, kv, idx, valid, sel_block, scale)
+    R = BH * Tp
+    qp = F.pad(q.to(cdt), (0, 0, 0, 0, 0, Tp - T)).view(BH, ns, lp * G, D)
+    # Cauchy-Schwarz bound of each query's binned logits: |q| * max |k*scale| over its binned blocks.
+    kmax = tab[..., :D].float().norm(dim=-1).amax(-1).view(-1)  # [BH*Ns]
+    bh = torch.arange(BH, device=q.device).view(B, Hkv, 1, 1) * ns
+    kub = torch.where(binned, kmax[bh + idx.clamp(0, ns - 1)], float("-inf")).amax(-1).view(BH, T)
+    kub = F.pad(kub, (0, Tp - T), value=float("-inf"))
+    # Forced tiles: exact per-row maximum m0, the shift, and the tiles' share of num and den.
+    q_aug = q.new_empty(R + 1, G, D + 1, dtype=cdt)
+    q_aug[R] = 0
+    q_aug[R, :, D] = float("-inf")  # the dummy row: every logit -inf, so empty lanes add exact zeros
+    num = torch.empty(R + 1, G, D + 1, dtype=acc, device=q.device)
+    num[R] = 0
+    shift = torch.empty(BH, Tp, G, dtype=acc, device=q.device)
+    qa = q_aug[:R].view(BH, ns, lp, G, D + 1)
+    na = num[:R].view(BH, ns, lp * G, D + 1)
+    cb = _block_chunk(chunk, BH)
+    for j0 in range(0, ns, cb):
+        j1 = min(ns, j0 + cb)
+        c = j1 - j0
+        qt = qp[:, j0:j1].reshape(BH * c, lp * G, D)
+        kt = _tile_keys(ext, j0, j1)
+        s = torch.bmm(qt, kt[..., :D].transpose(1, 2)).to(acc).view(BH * c, lp, G, 3 * lp)
+        s.add_(_tile_bias(counts, j0, j1, lp, acc))
+        m0 = s.amax(-1)
+        kb = kub[:, j0 * lp : j1 * lp].reshape(BH * c, lp, 1)
+        ub = torch.where(kb == float("-inf"), kb, qt.float().norm(dim=-1).view(BH * c, lp, G) * kb)
+        m = torch.maximum(m0, ub - _HEADROOM)
+        m = torch.where(m == float("-inf"), 0.0, m).to(cdt).to(acc)  # the shift the bins' GEMM will see
+        p = s.sub_(m[..., None]).exp_().view(BH * c, lp * G, 3 * lp)
+        na[:, j0:j1] = torch.bmm(p.to(cdt), kt[..., D + 1 :]).to(acc).view(BH, c, lp * G, D + 1)
+        shift[:, j0 * lp : j1 * lp] = m.view(BH, c * lp, G)
+        qa[:, j0:j1, :, :, :D] = qp[:, j0:j1].view(BH, c, lp, G, D)
+        qa[:, j0:j1, :, :, D] = -m.view(BH, c, lp, G).to(cdt)
+    # Bins: exp(q.k - shift) @ [V, 1] for every binned pair, added into the query rows.
+    lane_row, bin_blk, nb = _selected_bins(binned, idx, sel_block, Tp)
+    kvt = tab.view(BH * ns, lp, 2 * D + 2)
     for b0 in range(0, nb, chunk):
         b1 = min(nb, b0 + chunk)
-        rows, blk = lane_row[b0 * P : b1 * P], bin_blk[b0:b1]
-        qb = q_rows.index_select(0, rows).view(b1 - b0, P * G, D)
-        kb = kv_tab.index_select(0, blk).view(b1 - b0, sel_block, 2 * D)[..., :D]
-        s = torch.matmul(qb, kb.transpose(-1, -2)).view(b1 - b0, P, G, sel_block)
-        ok = _causal_ok(rows, blk, T, ns, sel_block)
-        lane_max[b0 * P : b1 * P] = (
-            s.masked_fill_(~ok[:, :, None], float("-inf")).amax(-1).view(-1, G).to(acc)
-        )
-    m = lane_max[pair_lane].view(R, n, G).amax(1)
-    m_ext = torch.cat([m, torch.full((1, G), float("inf"), dtype=acc, device=q.device)])
-    # Pass B: exp(s - max) @ V and the row sums of exp(s - max), summed into query rows.
-    num = torch.zeros(R + 1, G * D, dtype=acc, device=q.device)
-    den = torch.zeros(R + 1, G, dtype=acc, device=q.device)
-    for b0 in range(0, nb, chunk):
-        b1 = min(nb, b0 + chunk)
-        rows, blk = lane_row[b0 * P : b1 * P], bin_blk[b0:b1]
-        qb = q_rows.index_select(0, rows).view(b1 - b0, P * G, D)
-        g = kv_tab.index_select(0, blk).view(b1 - b0, sel_block, 2 * D)
-        ok = _causal_ok(rows, blk, T, ns, sel_block)
-        p = _shifted_logits(qb, g[..., :D], ok, m_ext.index_select(0, rows).view(b1 - b0, P, G)).exp_()
-        den.scatter_add_(0, rows[:, None].expand(-1, G), p.view(-1, G, sel_block).sum(-1))
-        o = torch.matmul(p.to(q.dtype), g[..., D:]).to(acc).view(-1, G * D)
-        num.scatter_add_(0, rows[:, None].expand(-1, G * D), o)
-    den = den[:R]
-    out = (num[:R].view(R, G, D) / den[..., None]).to(q.dtype)
-    return out.view(B, Hkv, T, G, D), (m + torch.log(den)).view(B, Hkv, T, G)
+        rows = lane_row[b0 * lp : b1 * lp]
+        qb = q_aug.index_select(0, rows).view(b1 - b0, lp * G, D + 1)
+        g = kvt.index_select(0, bin_blk[b0:b1])
+        p = torch.bmm(qb, g[..., : D + 1].transpose(1, 2)).exp_()
+        num.index_add_(0, rows, torch.bmm(p, g[..., D + 1 :]).to(acc).view(-1, G, D + 1))
+    num = num[:R].view(BH, Tp, G, D + 1)[:, :T]
+    den = num[..., D]
+    out = (num[..., :D] / torch.where(den > 0, den, 1.0)[..., None]).to(q.dtype)
+    lse = shift[:, :T] + torch.log(den)
+    return out.reshape(B, Hkv, T, G, D), lse.reshape(B, Hkv, T, G)
 
 
 @_selected_fwd.register_fake
@@ -146,37 +211,64 @@ def _selected_bwd(
     scale: float,
 ) -> tuple[Tensor, Tensor]:
     B, Hkv, T, G, D = q.shape
-    ns, P, R = kv.shape[2] // sel_block, sel_block, B * Hkv * T
-    acc = _acc(q.dtype)
-    lane_row, bin_blk, _, nb = _selected_bins(idx, valid, sel_block)
-    q_rows, kv_tab = _selected_prep(q, kv, sel_block, scale)
-    inf = torch.full((1, G), float("inf"), dtype=acc, device=q.device)
-    lse_rows = torch.cat([lse.reshape(R, G).to(acc), inf])
-    do_rows = torch.cat([dout.reshape(R, G * D), dout.new_zeros(1, G * D)])
-    # delta_t = rowsum(dO * O), the softmax-backward correction, for all rows at once.
-    delta = (dout.to(acc) * out.to(acc)).sum(-1).reshape(R, G)
-    delta = torch.cat([delta, torch.zeros_like(inf)])
-    dq = torch.zeros(R + 1, G * D, dtype=acc, device=q.device)
-    dkv = torch.zeros(kv_tab.shape[0], sel_block, 2 * D, dtype=acc, device=q.device)
+    lp, acc = sel_block, _acc(q.dtype)
+    Tp, ns, BH, cdt, tab, ext, binned, counts = _setup(q, kv, idx, valid, sel_block, scale)
+    R = BH * Tp
+    # Rows [R + 1, G, D + 1]: [q, -lse] and [dO, -delta] (delta = rowsum(dO * O)); the dummy row R has
+    # lse = +inf (its lanes get p = 0) and dO = 0. Rows without any pair have lse = -inf: use 0 there.
+    lse = torch.where(lse == float("-inf"), 0.0, lse.to(acc))
+    delta = (dout.to(acc) * out.to(acc)).sum(-1)
+
+    def rows_aug(x: Tensor, col: Tensor, dummy: float) -> Tensor:
+        body = torch.cat([x.to(cdt), -col[..., None].to(cdt)], -1).view(BH, T, G, D + 1)
+        body = F.pad(body, (0, 0, 0, 0, 0, Tp - T)).view(R, G, D + 1)
+        tail = torch.zeros(1, G, D + 1, dtype=cdt, device=q.device)
+        tail[0, :, D] = dummy
+        return torch.cat([body, tail])
+
+    q_aug = rows_aug(q, lse, float("-inf"))
+    do_aug = rows_aug(dout, delta, 0.0)
+    dq = torch.empty(R + 1, G, D + 1, dtype=acc, device=q.device)
+    dq[R] = 0
+    dkv = torch.empty(BH, ns, lp, 2 * D + 2, dtype=acc, device=q.device)
+    qa = q_aug[:R].view(BH, ns, lp * G, D + 1)
+    da = do_aug[:R].view(BH, ns, lp * G, D + 1)
+    dqa = dq[:R].view(BH, ns, lp * G, D + 1)
+    cb = _block_chunk(chunk, BH)
+    for j0 in range(0, ns, cb):
+        j1 = min(ns, j0 + cb)
+        c = j1 - j0
+        qt, dot = qa[:, j0:j1].reshape(BH * c, lp * G, D + 1), da[:, j0:j1].reshape(BH * c, lp * G, D + 1)
+        kt = _tile_keys(ext, j0, j1)
+        s = torch.bmm(qt, kt[..., : D + 1].transpose(1, 2)).to(acc).view(BH * c, lp, G, 3 * lp)
+        p = s.add_(_tile_bias(counts, j0, j1, lp, acc)).exp_().view(BH * c, lp * G, 3 * lp)
+        pc = p.to(cdt)
+        ds = torch.bmm(dot, kt[..., D + 1 :].transpose(1, 2)).to(acc).mul_(p).to(cdt)
+        dqa[:, j0:j1] = torch.bmm(ds, kt[..., : D + 1]).to(acc).view(BH, c, lp * G, D + 1)
+        dk = torch.bmm(ds.transpose(1, 2), qt)
+        dv = torch.bmm(pc.transpose(1, 2), dot)
+        d = torch.cat([dk, dv], -1).to(acc).view(BH, c, 3, lp, 2 * D + 2)
+        dkv[:, j0:j1] = d[:, :, 0]
+        dkv[:, max(j0 - 1, 0) : j1 - 1] += d[:, 1 if j0 == 0 else 0 :, 1]
+        dkv[:, 0] += d[:, :, 2].sum(1)
+    lane_row, bin_blk, nb = _selected_bins(binned, idx, sel_block, Tp)
+    kvt = tab.view(BH * ns, lp, 2 * D + 2)
+    dkvt = dkv.view(BH * ns, lp, 2 * D + 2)
     for b0 in range(0, nb, chunk):
         b1 = min(nb, b0 + chunk)
-        k = b1 - b0
-        rows, blk = lane_row[b0 * P : b1 * P], bin_blk[b0:b1]
-        qb = q_rows.index_select(0, rows).view(k, P * G, D)
-        g = kv_tab.index_select(0, blk).view(k, sel_block, 2 * D)
-        kb, vb = g[..., :D], g[..., D:]
-        ok = _causal_ok(rows, blk, T, ns, sel_block)
-        p = _shifted_logits(qb, kb, ok, lse_rows.index_select(0, rows).view(k, P, G)).exp_()
-        dob = do_rows.index_select(0, rows).view(k, P * G, D)
-        pq = p.to(q.dtype)
-        dv = torch.matmul(pq.transpose(-1, -2), dob)
-        dp = torch.matmul(dob, vb.transpose(-1, -2)).to(acc).view(k, P, G, sel_block)
-        ds = dp.sub_(delta.index_select(0, rows).view(k, P, G, 1)).view(k, P * G, sel_block).mul_(p)
-        ds = ds.to(q.dtype)
-        dq.scatter_add_(0, rows[:, None].expand(-1, G * D), torch.matmul(ds, kb).to(acc).view(-1, G * D))
-        dkv.index_add_(0, blk, torch.cat([torch.matmul(ds.transpose(-1, -2), qb), dv], -1).to(acc))
-    dq = (dq[:R] * scale).to(q.dtype)
-    return dq.view_as(q), dkv.view_as(kv).to(kv.dtype)
+        rows, blk = lane_row[b0 * lp : b1 * lp], bin_blk[b0:b1]
+        qb = q_aug.index_select(0, rows).view(b1 - b0, lp * G, D + 1)
+        dob = do_aug.index_select(0, rows).view(b1 - b0, lp * G, D + 1)
+        g = kvt.index_select(0, blk)
+        p = torch.bmm(qb, g[..., : D + 1].transpose(1, 2)).exp_()
+        ds = torch.bmm(dob, g[..., D + 1 :].transpose(1, 2)).mul_(p)
+        dq.index_add_(0, rows, torch.bmm(ds, g[..., : D + 1]).to(acc).view(-1, G, D + 1))
+        d = torch.cat([torch.bmm(ds.transpose(1, 2), qb), torch.bmm(p.transpose(1, 2), dob)], -1)
+        dkvt.index_add_(0, blk, d.to(acc))
+    dq = dq[:R].view(BH, Tp, G, D + 1)[:, :T, :, :D]
+    dkv = dkv.view(B, Hkv, Tp, 2 * D + 2)
+    dkv = torch.cat([dkv[..., :D] * scale, dkv[..., D + 1 : 2 * D + 1]], -1)
+    return dq.reshape_as(q).to(q.dtype), dkv.to(kv.dtype)
 
 
 @_selected_bwd.register_fake
