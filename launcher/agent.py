@@ -6,9 +6,7 @@ Reads one JSON request on stdin, prints one JSON reply on stdout (`logs` prints 
 It is the only code that touches tmux (libtmux session `nsa-<run>`, window `train`) and host
 processes. It derives a run's state from the run-dir files (nsa/runfiles.py) plus the tmux session.
 Standard library + libtmux + nsa.runfiles only: the host may have nothing else, and the launcher's
-side never imports this module's dependencies. `status` and `logs` use the standard library only
-(they run under `python -S`, see launcher/remote.py), so libtmux is imported inside the commands
-that need it, never at module level. Nothing here reads arguments from the command line
+side never imports this module's dependencies. Nothing here reads arguments from the command line
 beyond the subcommand, so no value ever passes through a shell unquoted.
 """
 

@@ -61,18 +61,9 @@ def close_all() -> None:
         t.close()
 
 
-# Agent commands that need nothing but the standard library and the workdir run with `python -S` (no
-# site-packages, no .pth files): that skips `site` (10-15 ms on the dev machine, more with many .pth
-# files) on every status poll. The others import libtmux from the host env.
-STDLIB_ONLY = frozenset({"status", "logs"})
-
-
 def agent_command(workdir: str, python: str, command: str) -> str:
     q = shlex.quote
-    flags = "-S " if command in STDLIB_ONLY else ""
-    return (
-        f"cd {q(workdir)} && PYTHONPATH={q(workdir)} exec {q(python)} {flags}-m launcher.agent {q(command)}"
-    )
+    return f"cd {q(workdir)} && PYTHONPATH={q(workdir)} exec {q(python)} -m launcher.agent {q(command)}"
 
 
 def agent_call(

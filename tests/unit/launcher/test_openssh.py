@@ -10,7 +10,7 @@ import pytest
 
 from launcher import openssh
 from launcher.hosts import local_host, parse_target
-from launcher.remote import agent_command, reader_for
+from launcher.remote import reader_for
 from launcher.transport import openssh_argv
 
 
@@ -117,10 +117,3 @@ def test_ssh_failures_are_told_apart():
         "mux_client_request_session: read from master failed: Broken pipe",
     ):
         assert not openssh._unreachable(other)
-
-
-def test_status_and_logs_start_the_agent_without_site_packages():
-    assert " -S -m launcher.agent status" in agent_command("/w", "/py", "status")
-    assert " -S -m launcher.agent logs" in agent_command("/w", "/py", "logs")
-    for cmd in ("start", "kill", "tensorboard", "wait_started", "free_port"):
-        assert " -S " not in agent_command("/w", "/py", cmd)
