@@ -4,11 +4,18 @@ Owns the attention benchmark of bench/RESULTS.md ("Attention"); it measures, it 
 Each (backend, T) runs in a fresh subprocess so peak memory is per configuration. Rows: one per
 (backend, T) with ms_fwd (forward with autograd on), ms_fwd_bwd (forward + backward of y.sum()),
 peak_mem_mb (CPU: peak RSS growth over the first run at size T; CUDA: max_memory_allocated), then one
-"ratio" row per T (nsa / dense) and "growth" rows (time(2T) / time(T)).
+"ratio" row per T (nsa / dense) and "growth" rows (time(2T) / time(T)). Times are the median of
+`--repeat` steady-state runs (`--repeat-long` above T=8192) after the first run at size T.
+
+`--allocator` runs both backends' processes with a caching malloc preloaded. glibc's malloc hands
+every block above 32 MB back to the kernel on free, so each step's large activations are page
+faulted and zeroed again; on the 2-core dev machine that was ~15 % of an NSA step at T=16k
+(bench/RESULTS.md). The row names the allocator it ran under.
 
   .venv/bin/python bench/attention.py --quick                 # T 1024, 2048: a smoke run, ~1 min
   .venv/bin/python bench/attention.py                         # CPU: T 1024..32768 (long: minutes)
   .venv/bin/python bench/attention.py --T 8192 16384 --threads 2
+  .venv/bin/python bench/attention.py --allocator tcmalloc    # both backends under tcmalloc (LD_PRELOAD)
   python bench/attention.py --device cuda --dtype bfloat16    # GPU: T 1024..65536
 """
 
@@ -24,6 +31,8 @@ import sys
 import time
 
 CPU_T = [1024, 2048, 4096, 8192, 16384, 32768]
+ALLOCATORS = {"tcmalloc": "libtcmalloc_minimal.so.4", "jemalloc": "libjemalloc.so.2"}
+ALLOCATOR_PACKAGES = {"tcmalloc": "libtcmalloc-minimal4", "jemalloc": "libjemalloc2"}
 GPU_T = [*CPU_T, 65536]
 
 
@@ -32,6 +41,12 @@ def _one(args: argparse.Namespace) -> dict:
 
     from nsa.attention import DenseAttention, NSAAttention
 
+    if args.allocator != "system":
+        with open("/proc/self/maps") as f:
+            if ALLOCATORS[args.allocator] not in f.read():
+                raise RuntimeError(
+                    f"--allocator {args.allocator}: {ALLOCATORS[args.allocator]} is not loaded"
+                )
     torch.manual_seed(0)
     T = args.T[0]
     if args.threads:
@@ -63,17 +78,16 @@ def _one(args: argparse.Namespace) -> dict:
 
     step(min(T, 1024))  # warm kernels and allocator at a cheap size
     # Peak memory comes from the first run at size T (freed memory stays in RSS, so a later run at
-    # the same size would show no growth); that run is also the timing for T > 8192.
+    # the same size would show no growth); times come from the runs after it.
     rss0 = _rss_mb()
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    runs = [step(T)]
+    step(T)
     if dev.type == "cuda":
         peak = torch.cuda.max_memory_allocated() / 2**20
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - rss0
-    if T <= 8192:
-        runs = [step(T) for _ in range(args.repeat)]
+    runs = [step(T) for _ in range(args.repeat if T <= 8192 else args.repeat_long)]
     return {
         "backend": args.backend,
         "device": args.device,
@@ -88,8 +102,23 @@ def _one(args: argparse.Namespace) -> dict:
         "ms_fwd_bwd": round(statistics.median(r[1] for r in runs), 1),
         "peak_mem_mb": round(max(peak, 0.0), 1),
         "repeats": len(runs),
+        "allocator": args.allocator,
         "load_avg_1m": float(open("/proc/loadavg").read().split()[0]),
     }
+
+
+def _find_allocator(name: str) -> str:
+    """Absolute path of the allocator's shared library, or exit 2 naming the package to install."""
+    for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"):
+        path = os.path.join(d, ALLOCATORS[name])
+        if os.path.exists(path):
+            return path
+    print(
+        f"bench/attention.py: --allocator {name}: {ALLOCATORS[name]} not found; "
+        f"install it (Debian: apt-get install -y {ALLOCATOR_PACKAGES[name]}) or use --allocator system",
+        file=sys.stderr,
+    )
+    sys.exit(2)
 
 
 def _rss_mb() -> float:
@@ -109,6 +138,15 @@ def main() -> None:
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per config for T <= 8192 (median)")
+    ap.add_argument("--repeat-long", type=int, default=2, help="timed runs per config for T > 8192 (median)")
+    ap.add_argument(
+        "--allocator",
+        default="system",
+        choices=["system", *ALLOCATORS],
+        help="malloc of the measured processes (preloaded; Debian packages: "
+        + ", ".join(f"{k}: {v}" for k, v in ALLOCATOR_PACKAGES.items())
+        + ")",
+    )
     ap.add_argument("--backends", nargs="+", default=["nsa", "dense"], choices=["nsa", "dense"])
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--backend", help=argparse.SUPPRESS)
@@ -121,12 +159,23 @@ def main() -> None:
     passthrough = [
         *("--device", args.device, "--dtype", args.dtype, "--B", str(args.B), "--heads", str(args.heads)),
         *("--kv-heads", str(args.kv_heads), "--head-dim", str(args.head_dim), "--threads", str(args.threads)),
-        *("--repeat", str(args.repeat)),
+        *(
+            "--repeat",
+            str(args.repeat),
+            "--repeat-long",
+            str(args.repeat_long),
+            "--allocator",
+            args.allocator,
+        ),
     ]
+    env = dict(os.environ)
+    if args.allocator != "system":
+        lib = _find_allocator(args.allocator)
+        env["LD_PRELOAD"] = " ".join(filter(None, [lib, env.get("LD_PRELOAD", "")]))
     for T in Ts:
         for backend in args.backends:
             cmd = [sys.executable, __file__, "--one", "--backend", backend, "--T", str(T), *passthrough]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if proc.returncode != 0:
                 row = {"backend": backend, "T": T, "error": proc.stderr.strip().splitlines()[-1:]}
             else:
