@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nsa.attention.rope import apply_rope, rope_cos_sin
+from nsa.attention.rope import apply_rope, rope_tables
 
 
 class DenseAttention(nn.Module):
@@ -47,7 +47,7 @@ class DenseAttention(nn.Module):
         kv = self.wkv(x).view(B, T, 2, Hkv, D)
         k, v = kv[:, :, 0], kv[:, :, 1]
         rope_dtype = torch.promote_types(x.dtype, torch.float32)
-        cos, sin = rope_cos_sin(torch.arange(T, device=x.device), D, self.rope_theta, rope_dtype)
+        cos, sin = rope_tables(T, D, self.rope_theta, rope_dtype, x.device)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         if Hkv != H:

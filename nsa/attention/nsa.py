@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from nsa.attention.compressed import compressed_attention_and_selection
-from nsa.attention.rope import rope_cos_sin, rope_to_layout
+from nsa.attention.rope import rope_tables, rope_to_layout
 from nsa.attention.selected import selected_attention
 from nsa.attention.window import window_attention
 
@@ -95,7 +95,7 @@ class NSAAttention(nn.Module):
         B, T, _ = x.shape
         H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
         rope_dtype = torch.promote_types(x.dtype, torch.float32)
-        cos, sin = rope_cos_sin(torch.arange(T, device=x.device), D, self.rope_theta, rope_dtype)
+        cos, sin = rope_tables(T, D, self.rope_theta, rope_dtype, x.device)
         # RoPE writes straight into the kernels' layouts: q [B, Hkv, T, G, D], keys [B, Hkv, T, D].
         q = rope_to_layout(self.wq(x).view(B, T, Hkv, H // Hkv, D), cos, sin, (0, 2, 1, 3, 4))
         # unbind, not indexing: its backward is one stack, where six selects would each allocate
@@ -104,8 +104,15 @@ class NSAAttention(nn.Module):
         kc, vc = self.compress(*kv_c)
         # Compressed key i is rotated to the position of its block's last token, i*d + l - 1, so
         # q.k_cmp depends on the distance from the query to the end of the block.
-        cpos = torch.arange(kc.shape[1], device=x.device) * self.block_stride + (self.block_len - 1)
-        ccos, csin = rope_cos_sin(cpos, D, self.rope_theta, rope_dtype)
+        ccos, csin = rope_tables(
+            kc.shape[1],
+            D,
+            self.rope_theta,
+            rope_dtype,
+            x.device,
+            step=self.block_stride,
+            offset=self.block_len - 1,
+        )
         to_heads = (0, 2, 1, 3)  # [B, N, Hkv, D] -> [B, Hkv, N, D]
         return {
             "q": q,

@@ -1,6 +1,7 @@
 """The fused eager helpers of NSAAttention equal their plain spellings, values and gradients:
 `rope_to_layout` (RoPE written straight into a permuted layout, inverse rotation backward) and
 `_gate_mix` (Eq. 5's gated sum written into wo's layout). Compiled code takes the plain path.
+The cached RoPE tables equal freshly formed ones and are never inference tensors.
 
 Run: .venv/bin/pytest tests/unit/attention/test_fused_layout.py
 """
@@ -10,8 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from nsa.attention import NSAAttention
 from nsa.attention.nsa import _GateMix
-from nsa.attention.rope import apply_rope, rope_cos_sin, rope_to_layout
+from nsa.attention.rope import _TABLES, apply_rope, rope_cos_sin, rope_tables, rope_to_layout
 
 
 @pytest.mark.parametrize(
@@ -49,3 +51,25 @@ def test_gate_mix_matches_the_plain_expression_values_and_gradients():
     plain = sum(gv[..., i : i + 1] * o for i, o in enumerate(outs))
     torch.testing.assert_close(y, plain.permute(0, 2, 1, 3, 4).reshape(B, T, Hkv * G * D), rtol=0, atol=1e-12)
     torch.autograd.gradcheck(_GateMix.apply, (g, *outs))
+
+
+def test_rope_tables_are_cached_and_equal_fresh_tables():
+    _TABLES.clear()
+    cos, sin = rope_tables(40, 8, 500.0, torch.float32, torch.device("cpu"), step=16, offset=31)
+    ref = rope_cos_sin(torch.arange(40) * 16 + 31, 8, 500.0)
+    assert torch.equal(cos, ref[0]) and torch.equal(sin, ref[1])
+    again = rope_tables(40, 8, 500.0, torch.float32, torch.device("cpu"), step=16, offset=31)
+    assert again[0] is cos
+    assert rope_tables(40, 8, 500.0, torch.float32, torch.device("cpu"))[0] is not cos  # other positions
+
+
+def test_tables_formed_in_inference_mode_do_not_break_training():
+    _TABLES.clear()
+    torch.manual_seed(0)
+    attn = NSAAttention(16, 2, 1, 8, block_len=4, block_stride=2, sel_block=4, n_sel=3, window=4)
+    x = torch.randn(1, 9, 16)
+    with torch.inference_mode():
+        attn(x)
+    assert not _TABLES
+    attn(x.requires_grad_()).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
