@@ -38,9 +38,11 @@ def _inputs(B, Hkv, T, G, D, dtype=torch.float64, seed=0):
     return q, k, v
 
 
-def _check(q, k, v, idx, valid, lp, chunk, tol):
+def _check(q, k, v, idx, valid, lp, chunk, tol, forced=False):
     scale = 0.7
-    out = selected_attention(q, k, v, idx, valid, sel_block=lp, scale=scale, chunk=chunk)
+    out = selected_attention(
+        q, k, v, idx, valid, sel_block=lp, scale=scale, chunk=chunk, forced_blocks=forced
+    )
     want = plain_selected(q, k, v, idx, valid, lp, scale)
     torch.testing.assert_close(out, want, rtol=tol, atol=tol)
     w = torch.randn_like(want)
@@ -53,12 +55,24 @@ def _check(q, k, v, idx, valid, lp, chunk, tol):
 
 @pytest.mark.parametrize("T", [1, 3, 8, 13, 29, 40])
 @pytest.mark.parametrize("chunk", [1, 5, 64])
-def test_top_blocks_table_matches_plain_softmax(T, chunk):
-    lp, n = 4, 4
+@pytest.mark.parametrize("n", [2, 4, 6])
+@pytest.mark.parametrize("forced", [False, True])
+def test_top_blocks_table_matches_plain_softmax(T, chunk, n, forced):
+    lp = 4
     q, k, v = _inputs(2, 2, T, 3, 8)
     scores = torch.rand(2, 2, T, -(-T // lp), generator=torch.Generator().manual_seed(T))
-    idx, valid = top_blocks(scores, torch.arange(T), lp, n)
-    _check(q, k, v, idx, valid, lp, chunk, 1e-10)
+    idx, valid = top_blocks(scores, torch.arange(T), lp, min(n, -(-T // lp)))
+    _check(q, k, v, idx, valid, lp, chunk, 1e-10, forced)
+
+
+def test_forced_blocks_promise_broken_gives_nan_not_a_wrong_answer():
+    T, lp = 40, 4
+    q, k, v = _inputs(1, 1, T, 2, 4, seed=9)
+    jt = torch.arange(T) // lp
+    idx = torch.stack([jt - 2, jt - 3, jt - 4], -1).clamp(min=1).view(1, 1, T, 3)  # no forced block
+    valid = (jt >= 5).view(1, 1, T, 1).expand(1, 1, T, 3)
+    out = selected_attention(q, k, v, idx, valid, sel_block=lp, scale=0.5, chunk=4, forced_blocks=True)
+    assert out.isnan().all()
 
 
 @pytest.mark.parametrize("T", [5, 16, 31])
