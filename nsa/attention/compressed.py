@@ -1,18 +1,217 @@
-"""The compressed branch and block selection of NSA in plain PyTorch, chunked over queries.
+"""The compressed branch and block selection of NSA: custom ops `nsa::compressed_fwd/bwd`, chunked over queries.
 
 Owns `compressed_attention_and_selection`: attention over the causal prefix of compressed keys
-[Eq. 7] and the custom op `nsa::select_blocks` (no grad: group-summed compressed probabilities ->
-selection table [Eq. 8-11]). Layout [B, Hkv, T, G, D]: the G query heads of a GQA group sit next to
-each other. Loops run over query chunks only; no [T, T] tensor; nothing may sync with the device.
+[Eq. 7] and, from the same float32 probabilities, the selection table [Eq. 8-11]. Layout
+[B, Hkv, T, G, D]: the G query heads of a GQA group sit next to each other, so a query chunk of one
+KV head is one [C*G, D] matrix (a view, no copy). Loops run over query chunks only; no [T, T]
+tensor; nothing may sync with the device.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from nsa.attention.selection import selection_block_scores, top_blocks
+from nsa.attention.selection import top_blocks
+
+# Query rows per chunk on top of the caller's `chunk`: the float32 [Hkv, C*G, n_vis] probabilities of
+# a chunk stay cache-sized (measured on the 2-core dev VM, see docs/attention.md).
+_MAX_ROWS = 128
+
+
+def _acc(dtype: torch.dtype) -> torch.dtype:
+    """Compute dtype of logits, softmax and gradient sums: float32 for half types, else the input's."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _chunks(T: int, nc: int, block_len: int, block_stride: int, chunk: int):
+    """(c0, c1, r0, n_full, n_vis) per query chunk [c0, c1).
+
+    Rows before r0 see no compressed token; every row of [r0, c1) sees keys [0, n_full) and row t
+    sees key i iff i*d + l - 1 <= t, so only the keys [n_full, n_vis) need a mask.
+    """
+    for c0 in range(0, T, chunk):
+        c1 = min(T, c0 + chunk)
+        n_vis = min(nc, max(0, (c1 - block_len) // block_stride + 1))
+        r0 = min(c1, max(c0, block_len - 1))
+        n_full = min(n_vis, max(0, (r0 - block_len) // block_stride + 1))
+        yield c0, c1, r0, n_full, n_vis
+
+
+def _probs(
+    qc: Tensor, kc: Tensor, r0: int, c1: int, n_full: int, block_len: int, block_stride: int
+) -> Tensor:
+    """Softmax of the chunk's logits [BH, C*G, n_vis] in qc's dtype: qc [BH, C*G, D] (pre-scaled), kc [BH, n_vis, D]."""
+    BH, CG, _ = qc.shape
+    n_vis = kc.shape[1]
+    s = torch.bmm(qc, kc.transpose(1, 2))
+    if n_full < n_vis:
+        t = torch.arange(r0, c1, device=qc.device)
+        ends = torch.arange(n_full, n_vis, device=qc.device) * block_stride + (block_len - 1)
+        hidden = (ends[None, :] > t[:, None])[:, None, :]  # [C, 1, n_part]
+        C = c1 - r0
+        s.view(BH, C, CG // C, n_vis)[..., n_full:].masked_fill_(hidden, float("-inf"))
+    # Every row sees key 0 (rows before r0 are cut off), so no row is all -inf.
+    return torch.softmax(s, dim=-1)
+
+
+def _eq9_scores(
+    p_grp: Tensor, n_vis: int, block_len: int, block_stride: int, sel_block: int, ns: int
+) -> Tensor:
+    """Eq. 9 on [..., n_vis] group-summed probabilities -> [..., ns] selection-block scores (float32).
+
+    p_slc[j] = sum_{m<r} sum_{n<a} p[r*j + m - n] (a = l/d, r = l'/d): first a running box of a
+    compressed blocks, then sums over r consecutive entries (a reshape) — a - 1 strided adds instead of
+    an unfold + dot, which becomes a batched matmul of many tiny copies.
+    """
+    a, r = block_len // block_stride, sel_block // block_stride
+    buf = p_grp.new_zeros(*p_grp.shape[:-1], ns * r + a - 1)
+    buf[..., a - 1 : a - 1 + n_vis] = p_grp
+    box = buf[..., a - 1 :].clone() if a > 1 else buf
+    for n in range(1, a):
+        box += buf[..., a - 1 - n : a - 1 - n + ns * r]
+    return box.view(*box.shape[:-1], ns, r).sum(-1)
+
+
+def _forward(
+    q: Tensor,
+    kc: Tensor,
+    vc: Tensor,
+    block_len: int,
+    block_stride: int,
+    sel_block: int,
+    n_sel: int,
+    scale: float,
+    chunk: int,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Per query chunk: logits once, float32 softmax, output p @ vc and the selection table [Eq. 8-11].
+
+    Returns out [B, Hkv, T, G, D] (zeros for rows that see no compressed token), idx and valid
+    [B, Hkv, T, min(n_sel, Ns)]. The backward recomputes the probabilities (nothing else is saved).
+    """
+    B, Hkv, T, G, D = q.shape
+    nc, BH = kc.shape[2], B * Hkv
+    ns = -(-T // sel_block)
+    k = min(n_sel, ns)
+    acc = _acc(q.dtype)
+    qr, kr, vr = q.reshape(BH, T * G, D), kc.reshape(BH, nc, D).to(acc), vc.reshape(BH, nc, D).to(acc)
+    out = torch.empty(BH, T * G, D, dtype=q.dtype, device=q.device)
+    idx = torch.empty(BH, T, k, dtype=torch.int64, device=q.device)
+    valid = torch.empty(BH, T, k, dtype=torch.bool, device=q.device)
+    first = min(T, block_len - 1)
+    out[:, : first * G].zero_()
+    for c0, c1, r0, n_full, n_vis in _chunks(T, nc, block_len, block_stride, chunk):
+        C = c1 - r0
+        t = torch.arange(c0, c1, device=q.device)
+        ns_c = (c1 - 1) // sel_block + 1  # no block after the chunk's last query is a candidate
+        if C == 0 or n_vis == 0:
+            scores = q.new_zeros(BH, c1 - c0, ns_c, dtype=torch.float32)
+        else:
+            rows = slice(r0 * G, c1 * G)
+            qs = qr[:, rows].to(acc) * scale  # scaling the [C*G, D] rows, not the [C*G, n_vis] logits
+            p = _probs(qs, kr[:, :n_vis], r0, c1, n_full, block_len, block_stride)
+            if acc == q.dtype:
+                torch.bmm(p, vr[:, :n_vis], out=out[:, rows])
+            else:
+                out[:, rows].copy_(torch.bmm(p, vr[:, :n_vis]))
+            p_grp = p.view(BH, C, G, n_vis).sum(2).float()  # Eq. 10, in float32 for every input dtype
+            scores = _eq9_scores(p_grp, n_vis, block_len, block_stride, sel_block, ns_c)
+            if r0 > c0:  # rows that see no compressed token score 0 everywhere
+                scores = torch.cat([scores.new_zeros(BH, r0 - c0, ns_c), scores], dim=1)
+        top, ok = top_blocks(scores, t, sel_block, n_sel)
+        kc_ = top.shape[-1]
+        idx[:, c0:c1, :kc_] = top
+        valid[:, c0:c1, :kc_] = ok
+        if kc_ < k:
+            idx[:, c0:c1, kc_:] = 0
+            valid[:, c0:c1, kc_:] = False
+    return out.view(B, Hkv, T, G, D), idx.view(B, Hkv, T, k), valid.view(B, Hkv, T, k)
+
+
+@torch.library.custom_op("nsa::compressed_fwd", mutates_args=())
+def _compressed_fwd(
+    q: Tensor,
+    kc: Tensor,
+    vc: Tensor,
+    block_len: int,
+    block_stride: int,
+    sel_block: int,
+    n_sel: int,
+    scale: float,
+    chunk: int,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """`_forward` as one opaque node for torch.compile (no unrolled chunk loop, no graph break)."""
+    return _forward(q, kc, vc, block_len, block_stride, sel_block, n_sel, scale, chunk)
+
+
+@_compressed_fwd.register_fake
+def _(q, kc, vc, block_len, block_stride, sel_block, n_sel, scale, chunk):
+    B, Hkv, T = q.shape[:3]
+    k = min(n_sel, -(-T // sel_block))
+    idx = q.new_empty(B, Hkv, T, k, dtype=torch.int64)
+    return torch.empty_like(q), idx, q.new_empty(B, Hkv, T, k, dtype=torch.bool)
+
+
+@torch.library.custom_op("nsa::compressed_bwd", mutates_args=())
+def _compressed_bwd(
+    dout: Tensor,
+    q: Tensor,
+    kc: Tensor,
+    vc: Tensor,
+    out: Tensor,
+    block_len: int,
+    block_stride: int,
+    scale: float,
+    chunk: int,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Flash-style backward: per chunk recompute p, then dV += p^T dO, dS = p * (dO V^T - rowsum(dO*O)),
+    dQ = dS K * scale, dK += dS^T Q * scale. Gradients go straight into preallocated outputs."""
+    B, Hkv, T, G, D = q.shape
+    nc, BH = kc.shape[2], B * Hkv
+    acc = _acc(q.dtype)
+    qr, kr, vr = q.reshape(BH, T * G, D), kc.reshape(BH, nc, D).to(acc), vc.reshape(BH, nc, D).to(acc)
+    dor, outr = dout.reshape(BH, T * G, D), out.reshape(BH, T * G, D)
+    dq = torch.empty(BH, T * G, D, dtype=q.dtype, device=q.device)
+    dk = torch.zeros(BH, nc, D, dtype=acc, device=q.device)
+    dv = torch.zeros(BH, nc, D, dtype=acc, device=q.device)
+    first = min(T, block_len - 1)
+    dq[:, : first * G].zero_()
+    for _, c1, r0, n_full, n_vis in _chunks(T, nc, block_len, block_stride, chunk):
+        if c1 == r0 or n_vis == 0:
+            continue
+        rows = slice(r0 * G, c1 * G)
+        qs, do = qr[:, rows].to(acc) * scale, dor[:, rows].to(acc)
+        p = _probs(qs, kr[:, :n_vis], r0, c1, n_full, block_len, block_stride)
+        dv[:, :n_vis].baddbmm_(p.transpose(1, 2), do)
+        delta = (do * outr[:, rows].to(acc)).sum(-1, keepdim=True)
+        ds = torch.bmm(do, vr[:, :n_vis].transpose(1, 2)).sub_(delta).mul_(p)
+        dk[:, :n_vis].baddbmm_(ds.transpose(1, 2), qs)
+        if acc == q.dtype:
+            torch.bmm(ds, kr[:, :n_vis], out=dq[:, rows]).mul_(scale)
+        else:
+            dq[:, rows].copy_(torch.bmm(ds, kr[:, :n_vis]).mul_(scale))
+    return dq.view_as(q), dk.view_as(kc).to(kc.dtype), dv.view_as(vc).to(vc.dtype)
+
+
+@_compressed_bwd.register_fake
+def _(dout, q, kc, vc, out, block_len, block_stride, scale, chunk):
+    return torch.empty_like(q), torch.empty_like(kc), torch.empty_like(vc)
+
+
+def _compressed_setup(ctx, inputs, output) -> None:
+    q, kc, vc, block_len, block_stride, _, _, scale, chunk = inputs
+    out, _, _ = output
+    ctx.save_for_backward(q, kc, vc, out)
+    ctx.args = (block_len, block_stride, scale, chunk)
+
+
+def _compressed_backward(ctx, dout, _didx, _dvalid):
+    q, kc, vc, out = ctx.saved_tensors
+    dq, dk, dv = torch.ops.nsa.compressed_bwd(dout.contiguous(), q, kc, vc, out, *ctx.args)
+    return dq, dk, dv, None, None, None, None, None, None
+
+
+torch.library.register_autograd("nsa::compressed_fwd", _compressed_backward, setup_context=_compressed_setup)
 
 
 def compressed_attention_and_selection(
@@ -31,36 +230,18 @@ def compressed_attention_and_selection(
 
     Compressed key i is visible to query t iff i*d + l - 1 <= t; a query that sees none gets zeros.
     """
-    B, Hkv, T, G, D = q.shape
-    nc = kc.shape[2]
-    kx, vx = kc.repeat_interleave(G, dim=1), vc.repeat_interleave(G, dim=1)  # [B, Hkv*G, Nc, D]
-    outs = []
-    for c0 in range(0, T, chunk):
-        c1 = min(T, c0 + chunk)
-        n_vis = min(nc, max(0, (c1 - block_len) // block_stride + 1))
-        # Rows before the first complete block see nothing: they are zeros, never softmax(empty).
-        r0 = min(c1, max(c0, block_len - 1))
-        if n_vis == 0:
-            outs.append(q.new_zeros(B, Hkv, c1 - c0, G, D))
-            continue
-        t = torch.arange(r0, c1, device=q.device)
-        ends = torch.arange(n_vis, device=q.device) * block_stride + (block_len - 1)
-        vis = ends[None, :] <= t[:, None]
-        # Heads as SDPA heads so the [C, n_vis] mask broadcasts instead of being repeated G times
-        # (autograd keeps one mask per chunk; G copies cost ~1.5 GB at T=32k). The few compressed
-        # keys are expanded to all heads: the CPU kernel is much slower with enable_gqa=True.
-        rows = q[:, :, r0:c1].permute(0, 1, 3, 2, 4).reshape(B, Hkv * G, c1 - r0, D)
-        o = F.scaled_dot_product_attention(
-            rows, kx[:, :, :n_vis], vx[:, :, :n_vis], attn_mask=vis, scale=scale
-        )
-        o = o.view(B, Hkv, G, c1 - r0, D).permute(0, 1, 3, 2, 4)
-        outs.append(F.pad(o, (0, 0, 0, 0, r0 - c0, 0)))
-    # Selection scores are float32 [C, G, n_vis] per chunk; 256 rows keep them cache-sized (measured
-    # 0.66 s vs 1.06 s at T=16k for 1024 rows).
-    idx, valid = torch.ops.nsa.select_blocks(
-        q.detach(), kc.detach(), block_len, block_stride, sel_block, n_sel, scale, min(chunk, 256)
+    rows = max(1, min(chunk, _MAX_ROWS))
+    return torch.ops.nsa.compressed_fwd(
+        q.contiguous(),
+        kc.contiguous(),
+        vc.contiguous(),
+        block_len,
+        block_stride,
+        sel_block,
+        n_sel,
+        scale,
+        rows,
     )
-    return torch.cat(outs, dim=2), idx, valid
 
 
 @torch.library.custom_op("nsa::select_blocks", mutates_args=())
@@ -74,31 +255,10 @@ def _select_blocks(
     scale: float,
     chunk: int,
 ) -> tuple[Tensor, Tensor]:
-    """Eq. 8-11 per query chunk: float32 compressed probabilities, summed over the group -> top-n.
-
-    A custom op so torch.compile sees one opaque node (no unrolled chunk loop, no graph break).
-    """
-    B, Hkv, T, _, _ = q.shape
-    nc = kc.shape[2]
-    ns = -(-T // sel_block)
-    idxs, valids = [], []
-    for c0 in range(0, T, chunk):
-        c1 = min(T, c0 + chunk)
-        t = torch.arange(c0, c1, device=q.device)
-        n_vis = min(nc, max(0, (c1 - block_len) // block_stride + 1))
-        if n_vis == 0:
-            p_grp = q.new_zeros(B, Hkv, c1 - c0, 1, dtype=torch.float32)
-        else:
-            ends = torch.arange(n_vis, device=q.device) * block_stride + (block_len - 1)
-            vis = (ends[None, :] <= t[:, None])[None, None, :, None, :]
-            s = torch.einsum("bhcgd,bhnd->bhcgn", q[:, :, c0:c1].float(), kc[:, :, :n_vis].float()) * scale
-            p = torch.softmax(s.masked_fill(~vis, float("-inf")), dim=-1)
-            p_grp = torch.where(vis, p, torch.zeros_like(p)).sum(dim=3)  # NaN rows -> 0; Eq. 10
-        scores = selection_block_scores(p_grp, block_len, block_stride, sel_block, ns)
-        idx, valid = top_blocks(scores, t, sel_block, n_sel)
-        idxs.append(idx)
-        valids.append(valid)
-    return torch.cat(idxs, dim=2), torch.cat(valids, dim=2)
+    """The selection table alone (Eq. 8-11), for callers without compressed values; no grad."""
+    vc = torch.zeros_like(kc)
+    _, idx, valid = _forward(q, kc, vc, block_len, block_stride, sel_block, n_sel, scale, chunk)
+    return idx, valid
 
 
 @_select_blocks.register_fake
