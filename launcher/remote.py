@@ -2,9 +2,9 @@
 
 Owns the transport cache (one connection per host per process, reopened when it drops), the choice
 of transport for read-only calls (`reader_for`: the shared OpenSSH connection of launcher/openssh.py
-where it can be used, else the cached paramiko one) and `agent_call`/`agent_stream`, which send a JSON request on stdin, so no value is ever part of a
-shell command except the workdir and python path, and those only through shlex.quote. Every call
-has a timeout and names what it waited for.
+where it can be used, else the cached paramiko one) and `agent_call`/`agent_stream`, which send a
+JSON request on stdin, so no value is ever part of a shell command except the workdir and python
+path, and those only through shlex.quote. Every call has a timeout and names what it waited for.
 """
 
 from __future__ import annotations
