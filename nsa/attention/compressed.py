@@ -12,16 +12,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from nsa.attention.precision import acc_dtype as _acc
+from nsa.attention.precision import autocast_off
 from nsa.attention.selection import top_blocks
 
 # Query rows per chunk on top of the caller's `chunk`: the float32 [Hkv, C*G, n_vis] probabilities of
 # a chunk stay cache-sized (measured on the 2-core dev VM, see docs/attention.md).
 _MAX_ROWS = 128
-
-
-def _acc(dtype: torch.dtype) -> torch.dtype:
-    """Compute dtype of logits, softmax and gradient sums: float32 for half types, else the input's."""
-    return torch.promote_types(dtype, torch.float32)
 
 
 def _chunks(T: int, nc: int, block_len: int, block_stride: int, chunk: int):
@@ -129,6 +126,7 @@ def _forward(
 
 
 @torch.library.custom_op("nsa::compressed_fwd", mutates_args=())
+@autocast_off
 def _compressed_fwd(
     q: Tensor,
     kc: Tensor,
@@ -153,6 +151,7 @@ def _(q, kc, vc, block_len, block_stride, sel_block, n_sel, scale, chunk):
 
 
 @torch.library.custom_op("nsa::compressed_bwd", mutates_args=())
+@autocast_off
 def _compressed_bwd(
     dout: Tensor,
     q: Tensor,
@@ -245,6 +244,7 @@ def compressed_attention_and_selection(
 
 
 @torch.library.custom_op("nsa::select_blocks", mutates_args=())
+@autocast_off
 def _select_blocks(
     q: Tensor,
     kc: Tensor,

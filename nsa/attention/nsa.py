@@ -173,6 +173,7 @@ class NSAAttention(nn.Module):
             sel_block=self.sel_block,
             scale=scale,
             chunk=self._sel_chunk(x),
+            forced_blocks=True,  # the table comes from top_blocks, which always lists the forced blocks
         )
         o_win = window_attention(q, inp["kw"], inp["vw"], window=self.window, scale=scale)
         g = torch.sigmoid(self.gate(x)).view(B, T, Hkv, H // Hkv, 3)

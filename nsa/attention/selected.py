@@ -11,14 +11,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from nsa.attention.precision import acc_dtype as _acc
+from nsa.attention.precision import autocast_off
+
 # How far (in nats) the shift of the forward may sit below a cheap upper bound of a query's largest
 # logit: exp() of any logit minus the shift stays <= e^60, far from float32 overflow.
 _HEADROOM = 60.0
-
-
-def _acc(dtype: torch.dtype) -> torch.dtype:
-    """Accumulation dtype for softmax and gradient sums: float32 for half types, else the input's."""
-    return torch.promote_types(dtype, torch.float32)
 
 
 def _compute(dtype: torch.dtype) -> torch.dtype:
@@ -151,6 +149,7 @@ def _block_chunk(chunk: int, BH: int) -> int:
 
 
 @torch.library.custom_op("nsa::selected_fwd", mutates_args=())
+@autocast_off
 def _selected_fwd(
     q: Tensor,
     kv: Tensor,
@@ -224,6 +223,7 @@ def _(q, kv, idx, valid, sel_block, chunk, scale, forced=False):
 
 
 @torch.library.custom_op("nsa::selected_bwd", mutates_args=())
+@autocast_off
 def _selected_bwd(
     dout: Tensor,
     q: Tensor,

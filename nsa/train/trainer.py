@@ -231,10 +231,12 @@ class Run:
             collect = want_stats and micro == 0
             if collect:
                 self._set_collect_stats(True)
-            with grad_sync(self.wrapped, micro == t.grad_accum - 1), self.autocast():
-                loss = self.wrapped(x, y)
+            with grad_sync(self.wrapped, micro == t.grad_accum - 1):
+                with self.autocast():
+                    loss = self.wrapped(x, y)
                 if fault is not None and fault.kind == "nan" and fault.hits(step + 1, info.rank):
                     loss = loss * float("nan")
+                # Backward outside autocast (PyTorch's rule): its ops take the forward's dtypes.
                 (loss / t.grad_accum).backward()
             if collect:
                 stats = self._read_stats()

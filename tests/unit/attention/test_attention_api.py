@@ -198,3 +198,23 @@ def test_bfloat16_runs_and_tracks_float32():
     assert y16.dtype == torch.bfloat16 and torch.isfinite(xb.grad).all()
     rel = (y16.float() - y32).norm() / y32.norm()
     assert rel < 0.05, f"bf16 output drifts {rel:.3f} from fp32"
+
+
+@pytest.mark.parametrize("backward_inside", [False, True], ids=["backward-outside", "backward-inside"])
+def test_bf16_autocast_over_fp32_weights_gives_fp32_grads(backward_inside):
+    """The trainer's bf16 mode: fp32 weights under autocast. The custom ops pick their own dtypes, so
+    a backward run inside the autocast region (as user code often does) must work too."""
+    torch.manual_seed(0)
+    attn = NSAAttention(32, 4, 2, 8, 8, 4, 16, 4, 16)
+    x = torch.randn(2, 80, 32, requires_grad=True)
+    y32 = attn(x).detach()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = attn(x)
+        if backward_inside:
+            y.float().square().sum().backward()
+    if not backward_inside:
+        y.float().square().sum().backward()
+    assert x.grad.dtype == torch.float32 and torch.isfinite(x.grad).all()
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in attn.parameters())
+    rel = (y.float() - y32).norm() / y32.norm()
+    assert rel < 0.05, f"autocast output drifts {rel:.3f} from fp32"
