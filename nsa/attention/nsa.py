@@ -222,7 +222,10 @@ class _GateMix(torch.autograd.Function):
         dyv = dy.reshape(B, T, Hkv, G, D).permute(0, 2, 1, 3, 4)
         gv = g.permute(0, 2, 1, 3, 4)[..., None]
         d_outs = [torch.mul(dyv, gv[..., i, :], out=torch.empty_like(o)) for i, o in enumerate(outs)]
-        dg = torch.stack([torch.linalg.vecdot(dyv, o) for o in outs], dim=-1)  # [B, Hkv, T, G, 3]
+        # Row dot products dy . o_c as [N, 1, D] x [N, D, 1] bmm: ~3x faster than linalg.vecdot over
+        # the strided dy on CPU (bench/RESULTS.md).
+        rows = dyv.contiguous().view(-1, 1, D)
+        dg = torch.stack([torch.bmm(rows, o.reshape(-1, D, 1)).view(B, Hkv, T, G) for o in outs], dim=-1)
         return (dg.permute(0, 2, 1, 3, 4), *d_outs)
 
 
