@@ -7,15 +7,16 @@ peak_mem_mb (CPU: peak RSS growth over the first run at size T; CUDA: max_memory
 "ratio" row per T (nsa / dense) and "growth" rows (time(2T) / time(T)). Times are the median of
 `--repeat` steady-state runs (`--repeat-long` above T=8192) after the first run at size T.
 
-`--allocator` runs both backends' processes with a caching malloc preloaded. glibc's malloc hands
-every block above 32 MB back to the kernel on free, so each step's large activations are page
-faulted and zeroed again; on the 2-core dev machine that was ~15 % of an NSA step at T=16k
-(bench/RESULTS.md). The row names the allocator it ran under.
+`--allocator` picks the malloc of both backends' processes (preloaded). The default, `auto`, is what
+nsa-train does on a CPU run (NSA_MALLOC=auto, docs/training.md): tcmalloc when it is installed,
+else glibc; on CUDA, glibc. glibc's malloc hands every block above 32 MB back to the kernel on free,
+so each step's large activations are page-faulted and zeroed again: ~3 s of a 13.6 s NSA step at
+T=32k on the 2-core dev machine (bench/RESULTS.md). Every row names the allocator it ran under.
 
   .venv/bin/python bench/attention.py --quick                 # T 1024, 2048: a smoke run, ~1 min
   .venv/bin/python bench/attention.py                         # CPU: T 1024..32768 (long: minutes)
   .venv/bin/python bench/attention.py --T 8192 16384 --threads 2
-  .venv/bin/python bench/attention.py --allocator tcmalloc    # both backends under tcmalloc (LD_PRELOAD)
+  .venv/bin/python bench/attention.py --allocator system      # both backends under glibc's malloc
   python bench/attention.py --device cuda --dtype bfloat16    # GPU: T 1024..65536
 """
 
@@ -141,11 +142,11 @@ def main() -> None:
     ap.add_argument("--repeat-long", type=int, default=2, help="timed runs per config for T > 8192 (median)")
     ap.add_argument(
         "--allocator",
-        default="system",
-        choices=["system", *ALLOCATORS],
+        default="auto",
+        choices=["auto", "system", *ALLOCATORS],
         help="malloc of the measured processes (preloaded; Debian packages: "
         + ", ".join(f"{k}: {v}" for k, v in ALLOCATOR_PACKAGES.items())
-        + ")",
+        + "); auto: as nsa-train, tcmalloc on CPU when installed, else system",
     )
     ap.add_argument("--backends", nargs="+", default=["nsa", "dense"], choices=["nsa", "dense"])
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
@@ -154,6 +155,11 @@ def main() -> None:
     if args.one:
         print(json.dumps(_one(args)), flush=True)
         return
+    if args.allocator == "auto":
+        from nsa.malloc import find_tcmalloc
+
+        on_cpu = not args.device.startswith("cuda")
+        args.allocator = "tcmalloc" if on_cpu and find_tcmalloc() else "system"
     Ts = args.T or ([1024, 2048] if args.quick else (GPU_T if args.device.startswith("cuda") else CPU_T))
     results: dict[tuple[str, int], dict] = {}
     passthrough = [

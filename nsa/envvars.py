@@ -35,6 +35,15 @@ NSA_ENV: dict[str, EnvVar] = {
             choices=("debug", "info", "warning", "error"),
         ),
         EnvVar(
+            "NSA_MALLOC",
+            "enum",
+            "C allocator of nsa-train. auto (default): tcmalloc on CPU runs when the host has it "
+            "(Debian: libtcmalloc-minimal4), glibc otherwise and on GPU runs; tcmalloc: always (exit 2 if "
+            "missing); system: glibc. tcmalloc reuses freed memory instead of page-faulting large "
+            "activations again every step (docs/training.md).",
+            choices=("auto", "tcmalloc", "system"),
+        ),
+        EnvVar(
             "NSA_FAULT",
             "str",
             "Test-only fault injection read by nsa-train: <stall|nan|kill>[:step=N][:rank=R] "

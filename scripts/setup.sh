@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up of a fresh Debian machine for this project: the system tools the launcher and the
-# end-to-end tests use (openssh-server, tmux, rsync), a virtual environment in .venv, PyTorch, and the
-# project itself with its `train` and `dev` extras. Safe to run again: it only does what is missing.
+# end-to-end tests use (openssh-server, tmux, rsync, libtcmalloc-minimal4), a virtual environment in
+# .venv, PyTorch, and the project itself with its `train` and `dev` extras. Safe to run again: it only
+# does what is missing.
 #
 #   SETUP_TORCH   pip requirement for torch (default: the CPU wheel torch==2.13.0 this kind of machine
 #                 carries on disk). On a GPU host use e.g. SETUP_TORCH='torch>=2.6' to get a CUDA build.
@@ -16,6 +17,9 @@ missing=()
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 command -v rsync >/dev/null 2>&1 || missing+=(rsync)
+# tcmalloc: nsa-train preloads it on CPU runs (NSA_MALLOC=auto, docs/training.md); optional elsewhere.
+[ -n "$(find /usr/lib /usr/lib64 /usr/local/lib -maxdepth 2 -name libtcmalloc_minimal.so.4 -print -quit 2>/dev/null)" ] ||
+    missing+=(libtcmalloc-minimal4)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing ${missing[*]} (Debian packages)"
     if [ "$(id -u)" = 0 ]; then sudo=(); else sudo=(sudo -n); fi

@@ -89,6 +89,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         fault_from_env()
     except ValueError as e:
         return fail(f"{e}. Fix: unset NSA_FAULT (it is for tests only).")
+    from nsa import malloc
+
+    try:
+        alloc = malloc.plan(
+            os.environ.get(malloc.VAR),
+            cfg.train.device,
+            gpu_present=malloc.gpu_present(),
+            lib=malloc.find_tcmalloc(),
+        )
+    except ValueError as e:
+        return fail(str(e))
     rd = RunDir(args.run_dir)
     if rd.root.exists() and not rd.root.is_dir():
         return fail(f"--run-dir {args.run_dir!r} exists and is not a directory. Fix: pass a directory path.")
@@ -102,9 +113,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as e:
         return fail(f"cannot create --run-dir {args.run_dir!r}: {e.strerror}. Fix: choose a writable path.")
 
+    if alloc.lib and argv is None:  # as a program only: never exec a caller that passed argv (tests)
+        malloc.reexec_with(alloc.lib)  # same PID, LD_PRELOAD set; returns if already preloaded
+
     from nsa.train.trainer import Run  # imports torch: only after the input is known to be good
 
-    return Run(cfg, rd.root, args.config, args.resume).execute()
+    return Run(cfg, rd.root, args.config, args.resume, malloc_note=alloc.note).execute()
 
 
 if __name__ == "__main__":

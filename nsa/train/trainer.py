@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from nsa.data import DataError, build_loader
+from nsa.malloc import loaded_allocator
 from nsa.model import Transformer
 from nsa.runfiles import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, RunDir, atomic_write_json, atomic_write_text
 from nsa.telemetry import Recorder, SignalHandlers, Watchdog
@@ -52,8 +53,11 @@ class ResumeMismatch(ValueError):
 class Run:
     """One rank's run. `execute()` returns the process exit code."""
 
-    def __init__(self, cfg: TrainConfig, run_dir: Path, config_path: str, resume: bool):
+    def __init__(
+        self, cfg: TrainConfig, run_dir: Path, config_path: str, resume: bool, *, malloc_note: str = ""
+    ):
         self.cfg = cfg
+        self.malloc_note = malloc_note
         self.rd = RunDir(run_dir)
         self.config_path = config_path
         self.resume = resume
@@ -394,6 +398,7 @@ class Run:
                 else "fp32"
             ),
             "device": devices,
+            "malloc": loaded_allocator() + (f" ({self.malloc_note})" if self.malloc_note else ""),
             "data": data_desc,
             "run_dir": str(self.rd.root),
             "resume": ckpt_dir.name if ckpt_dir else "no",

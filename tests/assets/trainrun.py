@@ -25,7 +25,8 @@ def train_cmd(nproc: int = 1) -> list[str]:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("CONFIG", "NSA_FAULT", "RANK", "WORLD_SIZE")}
+    drop = ("CONFIG", "NSA_FAULT", "NSA_MALLOC", "NSA_MALLOC_REEXEC", "RANK", "WORLD_SIZE")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **extra)
     return env
 

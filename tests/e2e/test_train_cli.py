@@ -73,6 +73,14 @@ def test_bad_fault_variable_is_named(tmp_path: Path, capsys, monkeypatch) -> Non
     assert rc == 2 and "NSA_FAULT='explode'" in err and not (tmp_path / "r").exists()
 
 
+def test_bad_malloc_variable_is_named(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.delenv("CONFIG", raising=False)
+    monkeypatch.setenv("NSA_MALLOC", "fast")
+    rc, err = _main(capsys, "--config", str(TINY), "--run-dir", str(tmp_path / "r"))
+    assert rc == 2 and "NSA_MALLOC='fast'" in err and "auto, tcmalloc, system" in err and "Fix:" in err
+    assert not (tmp_path / "r").exists()
+
+
 def test_console_script_exit_code_and_no_torch_on_bad_input(tmp_path: Path) -> None:
     code = (
         "import sys\nfrom nsa.train.cli import main\n"

@@ -231,6 +231,8 @@ def test_bf16_keeps_fp32_master_weights(tmp_path: Path, nproc: int, strategy: st
     p = run_train(tmp_path / "run", [*sets, f"parallel.strategy={strategy}"], nproc=nproc)
     assert p.returncode == 0, explain(p)
     assert f"{banner}" in p.stdout and "fp32 master weights" in p.stdout
+    # CPU runs re-execute under tcmalloc (NSA_MALLOC=auto), under torchrun too; the math is unchanged.
+    assert "malloc: tcmalloc (NSA_MALLOC=auto: CPU run)" in p.stdout
     ck = tmp_path / "run" / "checkpoints" / "step-00000002"
     model_sd = torch.load(ck / "model.pt")
     assert {v.dtype for v in model_sd.values()} == {torch.float32}
@@ -257,3 +259,10 @@ def test_fsdp2_checkpoint_resumes_exactly(family, tmp_path: Path) -> None:
     got = train_losses(run)
     assert sorted(got) == [5, 6, 7, 8]
     assert all(got[s] == want[s] for s in got), (got, want)
+
+
+def test_malloc_system_stays_on_glibc(tmp_path: Path) -> None:
+    env = clean_env(NSA_MALLOC="system")
+    p = run_train(tmp_path / "run", ["train.steps=2", "train.eval_every=0"], env=env)
+    assert p.returncode == 0, explain(p)
+    assert "malloc: glibc (NSA_MALLOC=system)" in p.stdout
