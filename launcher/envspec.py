@@ -146,6 +146,7 @@ INTERNAL = {
     "NSA_RUN_ID": "nsa-launch sets it to the run id",
     "NSA_LAUNCH_RUN_DIR": "nsa-launch sets it so the agent can find every process of the run",
     "NSA_MALLOC_REEXEC": "nsa-train sets it on itself when it restarts with tcmalloc preloaded; use NSA_MALLOC",
+    "LD_PRELOAD": "nsa-train preloads tcmalloc itself on CPU runs; choose with NSA_MALLOC (auto, tcmalloc or system)",
     "PYTHONUNBUFFERED": "nsa-launch always sets it to 1 so train.log is live",
     "MASTER_ADDR": "torchrun sets it from the rendezvous; multi-node runs use profile `torchrun.rdzv_host`",
     "MASTER_PORT": "torchrun sets it; set profile `torchrun.rdzv_port` instead",

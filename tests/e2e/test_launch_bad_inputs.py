@@ -148,6 +148,8 @@ LOCAL_CASES = [
     ("env-legacy-fa2", None, ["--env", "NSA_USE_FA2=1"], {}, 2, ["old trainer", "model.attention"]),
     ("env-legacy-gc", None, ["--env", "NSA_DDP_DISABLE_GC=1"], {}, 2, ["parallel.activation_checkpointing"]),
     ("env-legacy-config", None, ["--env", "CONFIG=configs/x.yaml"], {}, 2, ["--config PATH"]),
+    ("env-bad-malloc", None, ["--env", "NSA_MALLOC=fast"], {}, 2, ["NSA_MALLOC", "auto, tcmalloc, system"]),
+    ("env-ld-preload", None, ["--env", "LD_PRELOAD=/x.so"], {}, 2, ["LD_PRELOAD", "NSA_MALLOC"]),
     (
         "env-bad-enum",
         None,
