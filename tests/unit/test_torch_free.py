@@ -10,7 +10,7 @@ import textwrap
 
 BLOCK_TORCH = "import sys; sys.modules['torch'] = None  # any `import torch` now raises ImportError\n"
 
-TORCH_FREE_NSA = ["nsa", "nsa.runfiles", "nsa.envvars", "nsa.train.config", "nsa.data.config"]
+TORCH_FREE_NSA = ["nsa", "nsa.runfiles", "nsa.envvars", "nsa.malloc", "nsa.train.config", "nsa.data.config"]
 
 
 def _run(code: str) -> subprocess.CompletedProcess:
