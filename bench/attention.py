@@ -31,9 +31,12 @@ import subprocess
 import sys
 import time
 
+from nsa.malloc import PACKAGE as TCMALLOC_PACKAGE
+from nsa.malloc import TCMALLOC_LIBS, find_library, loaded_allocator
+
 CPU_T = [1024, 2048, 4096, 8192, 16384, 32768]
-ALLOCATORS = {"tcmalloc": "libtcmalloc_minimal.so.4", "jemalloc": "libjemalloc.so.2"}
-ALLOCATOR_PACKAGES = {"tcmalloc": "libtcmalloc-minimal4", "jemalloc": "libjemalloc2"}
+ALLOCATORS = {"tcmalloc": TCMALLOC_LIBS, "jemalloc": ("libjemalloc.so.2",)}
+ALLOCATOR_PACKAGES = {"tcmalloc": TCMALLOC_PACKAGE, "jemalloc": "libjemalloc2"}
 GPU_T = [*CPU_T, 65536]
 
 
@@ -42,12 +45,10 @@ def _one(args: argparse.Namespace) -> dict:
 
     from nsa.attention import DenseAttention, NSAAttention
 
-    if args.allocator != "system":
-        with open("/proc/self/maps") as f:
-            if ALLOCATORS[args.allocator] not in f.read():
-                raise RuntimeError(
-                    f"--allocator {args.allocator}: {ALLOCATORS[args.allocator]} is not loaded"
-                )
+    if args.allocator != "system" and loaded_allocator() != args.allocator:
+        raise RuntimeError(
+            f"--allocator {args.allocator}: {' or '.join(ALLOCATORS[args.allocator])} is not loaded"
+        )
     torch.manual_seed(0)
     T = args.T[0]
     if args.threads:
@@ -110,12 +111,11 @@ def _one(args: argparse.Namespace) -> dict:
 
 def _find_allocator(name: str) -> str:
     """Absolute path of the allocator's shared library, or exit 2 naming the package to install."""
-    for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"):
-        path = os.path.join(d, ALLOCATORS[name])
-        if os.path.exists(path):
-            return path
+    path = find_library(ALLOCATORS[name])
+    if path:
+        return path
     print(
-        f"bench/attention.py: --allocator {name}: {ALLOCATORS[name]} not found; "
+        f"bench/attention.py: --allocator {name}: {' or '.join(ALLOCATORS[name])} not found; "
         f"install it (Debian: apt-get install -y {ALLOCATOR_PACKAGES[name]}) or use --allocator system",
         file=sys.stderr,
     )
@@ -155,11 +155,9 @@ def main() -> None:
     if args.one:
         print(json.dumps(_one(args)), flush=True)
         return
-    if args.allocator == "auto":
-        from nsa.malloc import find_tcmalloc
-
+    if args.allocator == "auto":  # nsa-train's NSA_MALLOC=auto: tcmalloc on CPU when installed
         on_cpu = not args.device.startswith("cuda")
-        args.allocator = "tcmalloc" if on_cpu and find_tcmalloc() else "system"
+        args.allocator = "tcmalloc" if on_cpu and find_library(ALLOCATORS["tcmalloc"]) else "system"
     Ts = args.T or ([1024, 2048] if args.quick else (GPU_T if args.device.startswith("cuda") else CPU_T))
     results: dict[tuple[str, int], dict] = {}
     passthrough = [

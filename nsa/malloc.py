@@ -25,7 +25,7 @@ from pathlib import Path
 VAR = "NSA_MALLOC"
 MODES = ("auto", "tcmalloc", "system")
 PACKAGE = "libtcmalloc-minimal4"
-_LIBS = ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4")
+TCMALLOC_LIBS = ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4")
 _DIRS = (
     "/usr/lib/x86_64-linux-gnu",
     "/usr/lib/aarch64-linux-gnu",
@@ -44,14 +44,19 @@ class Plan:
     note: str
 
 
-def find_tcmalloc(dirs: Sequence[str] = _DIRS) -> str | None:
-    """Absolute path of an installed tcmalloc shared library, or None."""
+def find_library(names: Sequence[str], dirs: Sequence[str] = _DIRS) -> str | None:
+    """Absolute path of the first of `names` (shared-library file names) in the usual lib dirs, or None."""
     for d in dirs:
-        for name in _LIBS:
+        for name in names:
             p = Path(d) / name
             if p.is_file():
                 return str(p)
     return None
+
+
+def find_tcmalloc(dirs: Sequence[str] = _DIRS) -> str | None:
+    """Absolute path of an installed tcmalloc shared library, or None."""
+    return find_library(TCMALLOC_LIBS, dirs)
 
 
 def loaded_allocator(maps: str = "/proc/self/maps") -> str:
@@ -80,7 +85,7 @@ def plan(value: str | None, device: str, *, gpu_present: bool, lib: str | None) 
     if mode == "tcmalloc":
         if lib is None:
             raise ValueError(
-                f"{VAR}=tcmalloc but no tcmalloc library is installed (looked for {', '.join(_LIBS)}). "
+                f"{VAR}=tcmalloc but no tcmalloc library is installed (looked for {', '.join(TCMALLOC_LIBS)}). "
                 f"Fix: apt-get install -y {PACKAGE}, or set {VAR}=auto or system."
             )
         return Plan(lib, f"{VAR}=tcmalloc")
