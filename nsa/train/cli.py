@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -45,14 +46,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _rank0() -> bool:
-    return os.environ.get("RANK", "0") == "0"
+# How long a rank other than 0 waits before printing its bad-input message (see `fail`).
+FAIL_GRACE_S = 2.0
 
 
 def fail(message: str) -> int:
-    # Every rank validates the same input; one copy of the message is enough under torchrun.
-    if _rank0():
+    """Print the bad-input message once per run, yet never lose it; return exit code 2.
+
+    Every rank validates the same input. Rank 0 prints at once. Any other rank waits FAIL_GRACE_S
+    first: when rank 0 failed the same way, torchrun has stopped this rank by then, so the log holds
+    one copy. When rank 0 was slower, or the error is this rank's own (another node's run dir), the
+    message still reaches the log, tagged with the rank. Printing on rank 0 only lost it whenever
+    rank 1 exited first and torchrun SIGTERMed rank 0 before it printed.
+    """
+    rank = os.environ.get("RANK", "0")
+    if rank == "0":
         print(f"nsa-train: {message}", file=sys.stderr, flush=True)
+    else:
+        time.sleep(FAIL_GRACE_S)
+        print(f"nsa-train (rank {rank}): {message}", file=sys.stderr, flush=True)
     return EXIT_BAD_INPUT
 
 

@@ -20,7 +20,8 @@ def test_failures_are_reported_truthfully(tmux_server, tmp_path, monkeypatch):
     try:
         res = invoke("up", "--name", runs[0], "--env", "NSA_FAULT=bogus")
         assert res.exit_code == 1, res.output
-        assert "before its first step" in res.output and "NSA_FAULT" in res.output  # the log tail
+        assert "before its first step" in res.output, res.output
+        assert "NSA_FAULT='bogus': unknown kind" in res.output, res.output  # the cause, from the log
         assert status(runs[0])["state"] == "failed" and status(runs[0])["exit_code"] not in (None, 0)
 
         res = invoke("up", "--name", runs[1], "--env", "NSA_FAULT=nan:step=3", "--wait")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nsa.train.cli import main
-from tests.assets.trainrun import REPO, TINY, clean_env
+from tests.assets.trainrun import REPO, TINY, clean_env, train_cmd
 
 pytestmark = pytest.mark.e2e
 
@@ -71,6 +71,36 @@ def test_bad_fault_variable_is_named(tmp_path: Path, capsys, monkeypatch) -> Non
     monkeypatch.setenv("NSA_FAULT", "explode")
     rc, err = _main(capsys, "--config", str(TINY), "--run-dir", str(tmp_path / "r"))
     assert rc == 2 and "NSA_FAULT='explode'" in err and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("rank0_delay", [0.0, 3.0])
+def test_bad_input_under_torchrun_is_printed_once_even_when_rank0_is_late(
+    tmp_path: Path, rank0_delay
+) -> None:
+    # Real torchrun, 2 ranks, both fail validation. With rank 0 late (cold start), rank 1 exits first
+    # and torchrun SIGTERMs rank 0 before it prints: when only rank 0 printed, the log held no cause
+    # at all (seen in CI). Now rank 0 prints at once; another rank after FAIL_GRACE_S, tagged.
+    from nsa.train.cli import FAIL_GRACE_S
+
+    assert rank0_delay in (0.0, FAIL_GRACE_S + 1)
+    script = tmp_path / "late_rank0.py"
+    script.write_text(
+        "import os, sys, time\n"
+        f"if os.environ['RANK'] == '0':\n    time.sleep({rank0_delay})\n"
+        "from nsa.train.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    )
+    cmd = [*train_cmd(2)[:-2], str(script), "--config", str(TINY), "--run-dir", str(tmp_path / "r")]
+    p = subprocess.run(
+        cmd,
+        env=clean_env(NSA_FAULT="explode", PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    said = [ln for ln in p.stderr.splitlines() if "NSA_FAULT='explode'" in ln]
+    assert p.returncode != 0 and len(said) == 1, p.stderr
+    tag = "nsa-train: " if rank0_delay == 0 else "nsa-train (rank 1): "
+    assert said[0].startswith(tag) and "Fix:" in said[0], p.stderr
 
 
 def test_bad_malloc_variable_is_named(tmp_path: Path, capsys, monkeypatch) -> None:
