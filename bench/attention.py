@@ -32,7 +32,7 @@ import sys
 import time
 
 from nsa.malloc import PACKAGE as TCMALLOC_PACKAGE
-from nsa.malloc import TCMALLOC_LIBS, find_library, loaded_allocator
+from nsa.malloc import TCMALLOC_LIBS, find_library, find_tcmalloc, gpu_present, loaded_allocator, plan
 
 CPU_T = [1024, 2048, 4096, 8192, 16384, 32768]
 ALLOCATORS = {"tcmalloc": TCMALLOC_LIBS, "jemalloc": ("libjemalloc.so.2",)}
@@ -155,9 +155,10 @@ def main() -> None:
     if args.one:
         print(json.dumps(_one(args)), flush=True)
         return
-    if args.allocator == "auto":  # nsa-train's NSA_MALLOC=auto: tcmalloc on CPU when installed
-        on_cpu = not args.device.startswith("cuda")
-        args.allocator = "tcmalloc" if on_cpu and find_library(ALLOCATORS["tcmalloc"]) else "system"
+    if args.allocator == "auto":  # exactly nsa-train's decision for NSA_MALLOC=auto
+        device = "cuda" if args.device.startswith("cuda") else "cpu"
+        chosen = plan("auto", device, gpu_present=gpu_present(), lib=find_tcmalloc())
+        args.allocator = "tcmalloc" if chosen.lib else "system"
     Ts = args.T or ([1024, 2048] if args.quick else (GPU_T if args.device.startswith("cuda") else CPU_T))
     results: dict[tuple[str, int], dict] = {}
     passthrough = [
