@@ -130,7 +130,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from nsa.train.trainer import Run  # imports torch: only after the input is known to be good
 
-    return Run(cfg, rd.root, args.config, args.resume, malloc_note=alloc.note).execute()
+    code = Run(cfg, rd.root, args.config, args.resume, malloc_note=alloc.note).execute()
+    if argv is None and world > 1:  # as a program only: a caller that passed argv gets the code
+        from nsa.train.dist import exit_process
+
+        exit_process(code)  # never returns: no interpreter teardown beside gloo's threads
+    return code
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@
 Builds the tiny model exactly as nsa-train does (same seed, `parallelize` with the given strategy
 and activation checkpointing), feeds a fixed global batch split evenly over ranks and over
 `accum` micro-batches (gradient sync only on the last one, as the trainer does), and rank 0 writes
-every parameter's full gradient to OUT as a torch file.
+every parameter's full gradient to OUT as a torch file. It ends as nsa-train does (exit_process);
+`--plain-exit` returns normally instead (bench/torchrun_exit.py: the SIGABRT that exit avoids).
 
-    python tests/assets/grad_probe.py OUT [--ac] [--fsdp] [--accum N]
+    python tests/assets/grad_probe.py OUT [--ac] [--fsdp] [--accum N] [--plain-exit]
     torchrun --standalone --nproc_per_node 2 tests/assets/grad_probe.py OUT --ac
 """
 
@@ -18,7 +19,7 @@ import torch
 
 from nsa.model import Transformer
 from nsa.train.config import load_config
-from nsa.train.dist import init_distributed, teardown
+from nsa.train.dist import exit_process, init_distributed, teardown
 from nsa.train.parallelize import grad_sync, parallelize
 
 TINY = Path(__file__).resolve().parents[2] / "configs" / "tiny.yaml"
@@ -31,6 +32,7 @@ def main() -> None:
     ap.add_argument("--ac", action="store_true")
     ap.add_argument("--fsdp", action="store_true")
     ap.add_argument("--accum", type=int, default=1)
+    ap.add_argument("--plain-exit", action="store_true")
     args = ap.parse_args()
     sets = [f"parallel.activation_checkpointing={str(args.ac).lower()}", f"train.seq_len={SEQ}"]
     if args.fsdp:
@@ -56,6 +58,8 @@ def main() -> None:
     if info.rank == 0:
         torch.save(grads, args.out)
     teardown(info, sync=True)
+    if not args.plain_exit:
+        exit_process(0)  # as nsa-train ends: see exit_process for the SIGABRT this avoids
 
 
 if __name__ == "__main__":
