@@ -141,11 +141,11 @@ def exit_process(code: int) -> NoReturn:
     Once DDP or FSDP2 has been built over it, a gloo group outlives `destroy_process_group` (torch
     keeps a reference: its worker and tcp-loop threads are still running afterwards, checked on
     2.13). Python's finalisation and the C++ static destructors then run beside those threads:
-    2 of 27 two-rank gradient-probe runs (CPU) ended in "terminate called without an active
+    4 of 100 two-rank gradient-probe runs (CPU) ended in "terminate called without an active
     exception" (SIGABRT) after all their work was done, and torchrun reported them failed; with
-    this exit, 0 of 100. Flushing what Python would flush and leaving with os._exit avoids that
-    teardown. Everything the run writes (logs, TensorBoard, checkpoints, the data loader's thread)
-    is closed explicitly before this.
+    this exit, 0 of 100 (bench/torchrun_exit.py, bench/RESULTS.md). Flushing what Python would
+    flush and leaving with os._exit avoids that teardown. Everything the run writes (logs,
+    TensorBoard, checkpoints, the data loader's thread) is closed explicitly before this.
     """
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # closed or broken pipe: nothing to save
