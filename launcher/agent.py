@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from launcher import procs
@@ -31,6 +32,7 @@ WRAPPER = "launch.sh"
 SECRETS = ".launch.secrets"
 TB_STATE = "tensorboard.json"
 TB_LOG = "tensorboard.log"
+TB_PORT_TRIES = 3  # TensorBoard starts again on the next free port if another took its port first
 
 
 def session_name(run: str, node: int = 0) -> str:
@@ -318,14 +320,41 @@ def cmd_kill(req: dict[str, Any]) -> dict[str, Any]:
 
 def cmd_tensorboard(req: dict[str, Any]) -> dict[str, Any]:
     """Start (or reuse) TensorBoard on 127.0.0.1 for the run, in a tmux window; reply with its port."""
-    run, rd = req["run"], RunDir(req["run_dir"])
+    rd = RunDir(req["run_dir"])
     state = read_json(rd.root / TB_STATE)
-    if state and _listening(int(state["port"])) and procs.alive(int(state.get("pid", 0))):
+    if state and procs.alive(int(state.get("pid", 0))) and _serves(int(state["pid"]), int(state["port"])):
         return {"ok": True, "port": int(state["port"]), "reused": True}
     if not rd.root.exists():
         return {"ok": False, "error": f"run dir {rd.root} does not exist", "fix": "check the run id"}
     rd.tb_dir.mkdir(exist_ok=True)
-    port = _free_port(int(req.get("port", 6006)))
+    log = rd.root / TB_LOG
+    start = int(req.get("port", 6006))
+    deadline = time.monotonic() + float(req.get("timeout_s", 90))
+    for _ in range(TB_PORT_TRIES):
+        port = _free_port(start)
+        pid = _tensorboard_window(req, rd, port, log)
+        while time.monotonic() < deadline:
+            # Ours must be the one listening: a TensorBoard started at the same moment (a tunnel to
+            # another run) may have taken the port first, and ours then fails to bind and exits.
+            if _serves(pid, port):
+                atomic_write_json(rd.root / TB_STATE, {"port": port, "pid": pid, "time": time.time()})
+                return {"ok": True, "port": port, "reused": False}
+            if not procs.alive(pid):
+                break
+            time.sleep(0.2)
+        if procs.alive(pid) or not _listening(port):
+            break  # out of time, or it died for another reason than a port taken under it
+        start = port + 1
+    tail = "\n".join(log_tail(log, 20))
+    return {
+        "ok": False,
+        "error": f"TensorBoard did not listen on 127.0.0.1:{port}; its log ends:\n{tail}",
+        "fix": "is tensorboard installed in the host's python (the `train` extra)?",
+    }
+
+
+def _tensorboard_window(req: dict[str, Any], rd: RunDir, port: int, log: Path) -> int:
+    """(Re)start the run's `tb` tmux window running TensorBoard on 127.0.0.1:`port`; its pid."""
     argv = [
         req["python"],
         "-m",
@@ -339,10 +368,9 @@ def cmd_tensorboard(req: dict[str, Any]) -> dict[str, Any]:
         "--reload_interval",
         "5",
     ]
-    log = rd.root / TB_LOG
     cmd = f"exec env {procs.TAG}={shlex.quote(str(rd.root))} {shlex.join(argv)} >{shlex.quote(str(log))} 2>&1"
     server = _server(req)
-    sname = session_name(run, int(req.get("node", 0)))
+    sname = session_name(req["run"], int(req.get("node", 0)))
     sess = _session(server, sname)
     if sess is not None:
         with contextlib.suppress(Exception):
@@ -357,21 +385,12 @@ def cmd_tensorboard(req: dict[str, Any]) -> dict[str, Any]:
         win = server.new_session(
             session_name=sname + "-tb", window_name="tb", window_command=cmd, attach=False
         ).windows[0]
-    pid = int(win.active_pane.pane_pid)
-    deadline = time.monotonic() + float(req.get("timeout_s", 90))
-    while time.monotonic() < deadline:
-        if _listening(port):
-            atomic_write_json(rd.root / TB_STATE, {"port": port, "pid": pid, "time": time.time()})
-            return {"ok": True, "port": port, "reused": False}
-        if not procs.alive(pid):
-            break
-        time.sleep(0.2)
-    tail = "\n".join(log_tail(log, 20))
-    return {
-        "ok": False,
-        "error": f"TensorBoard did not listen on 127.0.0.1:{port}; its log ends:\n{tail}",
-        "fix": "is tensorboard installed in the host's python (the `train` extra)?",
-    }
+    return int(win.active_pane.pane_pid)
+
+
+def _serves(pid: int, port: int) -> bool:
+    ours = procs.listens_on(pid, port)
+    return ours if ours is not None else _listening(port)
 
 
 def _listening(port: int) -> bool:

@@ -225,15 +225,6 @@ class Tunnel:
         self.close()
 
 
-def _free_local_port(start: int) -> int:
-    from launcher.ports import first_free_port
-
-    port = first_free_port(start, 100)
-    if port is not None:
-        return port
-    raise RuntimeFailure(f"no free local port in {start}..{start + 99}", "pass another --port")
-
-
 def open_tunnel(rec: RunRecord, port: int = 6006, timeout: float = 90.0) -> Tunnel:
     """Start TensorBoard for the run on its host (127.0.0.1 only) and forward a local port to it."""
     node = rec.nodes[0]
@@ -258,23 +249,7 @@ def open_tunnel(rec: RunRecord, port: int = 6006, timeout: float = 90.0) -> Tunn
     remote_port = int(reply["port"])
     if node.host.is_local:
         return Tunnel(f"http://127.0.0.1:{remote_port}/", remote_port, remote_port)
-    local_port = _free_local_port(port)
-    tunnel = Tunnel(f"http://127.0.0.1:{local_port}/", local_port, remote_port)
-    tunnel._stack.enter_context(t.forward_local(local_port, remote_port))
-    import socket
-
-    # fabric's forward_local returns before its listening socket is bound: retry the first connect.
-    deadline = time.monotonic() + 10.0
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", local_port), timeout=1.0):
-                break
-        except OSError as e:
-            if time.monotonic() > deadline:
-                tunnel.close()
-                raise RuntimeFailure(
-                    f"the local forward 127.0.0.1:{local_port} did not come up ({e})",
-                    "retry; check AllowTcpForwarding on the host's sshd",
-                ) from None
-            time.sleep(0.05)
+    fwd = t.forward_local(port, remote_port)  # already listening: the URL works at once
+    tunnel = Tunnel(f"http://127.0.0.1:{fwd.local_port}/", fwd.local_port, remote_port)
+    tunnel._stack.enter_context(fwd)
     return tunnel

@@ -24,12 +24,15 @@ import stat
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from launcher.errors import RuntimeFailure
 from launcher.hosts import HostSpec
 from launcher.registry import home
 from launcher.transport import Result, Transport, _short, openssh_argv
+
+if TYPE_CHECKING:
+    from launcher.forward import LocalForward
 
 ENV = "NSA_LAUNCH_SSH_MUX"
 PERSIST_S = 300  # an idle master exits after this; `status` in a loop keeps it alive
@@ -236,8 +239,8 @@ class OpenSSHTransport(Transport):
             raise RuntimeFailure(f"the connection to {self.label} dropped", "re-run when it is back")
         yield from err.splitlines()
 
-    def forward_local(self, local_port: int, remote_port: int) -> contextlib.AbstractContextManager[Any]:
-        return self._fallback().forward_local(local_port, remote_port)
+    def forward_local(self, start_port: int, remote_port: int) -> LocalForward:
+        return self._fallback().forward_local(start_port, remote_port)
 
 
 def master_alive(path: str) -> bool:

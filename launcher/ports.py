@@ -6,13 +6,29 @@ from __future__ import annotations
 import socket
 
 
-def first_free_port(start: int, span: int) -> int | None:
-    """The first port in [start, start + span) that binds on 127.0.0.1, or None if all are busy."""
-    for port in range(start, start + span):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
+def bind_first_free(start: int, span: int) -> socket.socket | None:
+    """A socket bound to the first port in [start, start + span) free on 127.0.0.1, or None.
+
+    Keep the socket to own the port: choosing and binding are then one step, and no other process
+    can take the port in between (see launcher/forward.py).
+    """
+    for port in range(start, min(start + span, 65536)):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind(("127.0.0.1", port))
+            return s
+        except OSError:
+            s.close()
     return None
+
+
+def first_free_port(start: int, span: int) -> int | None:
+    """The first port in [start, start + span) that binds on 127.0.0.1 now, or None if all are busy.
+
+    Only a hint: the port is free again when this returns, so whoever binds it later can lose it.
+    """
+    s = bind_first_free(start, span)
+    if s is None:
+        return None
+    with s:
+        return s.getsockname()[1]

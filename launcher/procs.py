@@ -75,6 +75,43 @@ def alive(pid: int) -> bool:
         return False
 
 
+def listens_on(pid: int, port: int) -> bool | None:
+    """Whether `pid` or a descendant holds a TCP socket listening on `port` (any address).
+
+    None when /proc/net/tcp* cannot be read (not Linux): the caller must decide without it. A bare
+    "something answers on the port" cannot tell our server from another that took the port first.
+    """
+    inodes: set[str] = set()
+    readable = False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        readable = True
+        for row in rows:
+            cols = row.split()
+            # local_address is HEXIP:HEXPORT; state 0A is LISTEN; column 9 is the socket inode
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(cols[9])
+    if not readable:
+        return None
+    if not inodes:
+        return False
+    wanted = {f"socket:[{i}]" for i in inodes}
+    for p in {pid} | descendants(pid):
+        try:
+            fds = os.listdir(f"/proc/{p}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{p}/fd/{fd}") in wanted:
+                    return True
+    return False
+
+
 def run_pids(run_dir: str, pane_pid: int | None) -> set[int]:
     """Every live process of the run: the pane's tree and every tagged process and their trees."""
     ppids = _ppid_map()

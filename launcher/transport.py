@@ -20,10 +20,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.errors import LaunchError, RemoteCommandError, RuntimeFailure
 from launcher.hosts import HostSpec
+
+if TYPE_CHECKING:
+    from launcher.forward import LocalForward
 
 CONNECT_TIMEOUT_S = 10.0
 
@@ -53,7 +56,11 @@ class Transport:
         """Lines of the command's stdout as they arrive (stderr is folded in). Closing stops the command."""
         raise NotImplementedError
 
-    def forward_local(self, local_port: int, remote_port: int) -> contextlib.AbstractContextManager[Any]:
+    def forward_local(self, start_port: int, remote_port: int) -> LocalForward:
+        """Forward the first free local port from `start_port` to the host's 127.0.0.1:`remote_port`.
+
+        The returned forward is already listening; its `local_port` is the port it holds.
+        """
         raise NotImplementedError
 
     def close(self) -> None:
@@ -115,9 +122,9 @@ class LocalTransport(Transport):
                 p.terminate()
             p.wait(timeout=10)
 
-    def forward_local(self, local_port: int, remote_port: int) -> contextlib.AbstractContextManager[Any]:
-        # The service already listens on this machine; a forward would be a second copy of the port.
-        return contextlib.nullcontext()
+    def forward_local(self, start_port: int, remote_port: int) -> LocalForward:
+        # The service already listens on this machine: callers use its port, never a forward.
+        raise LaunchError(f"{self.label}: no forward to this machine; use port {remote_port} itself")
 
 
 class SSHTransport(Transport):
@@ -319,11 +326,11 @@ class SSHTransport(Transport):
         finally:
             chan.close()
 
-    def forward_local(self, local_port: int, remote_port: int) -> contextlib.AbstractContextManager[Any]:
+    def forward_local(self, start_port: int, remote_port: int) -> LocalForward:
+        from launcher.forward import LocalForward
+
         self.connect()
-        return self.conn.forward_local(
-            local_port, remote_port=remote_port, remote_host="127.0.0.1", local_host="127.0.0.1"
-        )
+        return LocalForward(self.conn.client.get_transport(), start_port, remote_port)
 
     def sftp(self) -> Any:
         self.connect()

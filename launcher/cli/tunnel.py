@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 
 import click
@@ -30,6 +31,8 @@ def tunnel(app: Application, run: str | None, port: int) -> None:
         f"TensorBoard for {rec.run}: {tun.url}  (Ctrl-C closes the tunnel; TensorBoard keeps running "
         "on the host until `nsa-launch kill`)"
     )
+    # SIGTERM (kill, a supervisor) closes the tunnel as Ctrl-C does, instead of dying mid-forward.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         while True:
             time.sleep(3600)
@@ -37,3 +40,7 @@ def tunnel(app: Application, run: str | None, port: int) -> None:
         pass
     finally:
         tun.close()
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

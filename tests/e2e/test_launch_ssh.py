@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -97,22 +98,10 @@ def test_up_status_logs_tunnel_kill_over_ssh(sshd, tmux_server, tmp_path, monkey
             assert tun.url.startswith("http://127.0.0.1:") and tun.local_port >= 6006
             page = urllib.request.urlopen(tun.url, timeout=30).read().decode()
             assert "TensorBoard" in page or "tensorboard" in page
-            # the CLI, asked for the port the API tunnel holds, takes the next free one
-            exe = Path(sys.executable).parent / "nsa-launch"
-            cli = subprocess.Popen(
-                [str(exe), "tunnel", "--run", "ssh-e2e", "--port", str(tun.local_port)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            try:
-                url = cli.stdout.readline().strip()
-                assert url.startswith("http://127.0.0.1:") and url != tun.url, url
-                assert int(url.rsplit(":", 1)[1].strip("/")) > tun.local_port
-                assert "tensorboard" in urllib.request.urlopen(url, timeout=30).read().decode().lower()
-            finally:
-                cli.send_signal(signal.SIGINT)
-                assert cli.wait(timeout=20) == 0, cli.stderr.read()
+            # the CLI, asked for the port the API tunnel holds, takes the next free one; Ctrl-C and
+            # SIGTERM (kill, a supervisor) both close it cleanly
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                _cli_tunnel_until(sig, tun)
         finally:
             tun.close()
 
@@ -129,3 +118,32 @@ def test_up_status_logs_tunnel_kill_over_ssh(sshd, tmux_server, tmp_path, monkey
         invoke("kill", "--run", "ssh-e2e")
     for pid in run_processes(rec.run_dir):
         os.kill(pid, 9)
+
+
+def _cli_tunnel_until(sig: signal.Signals, api_tunnel) -> None:
+    """`nsa-launch tunnel` beside the API tunnel: serves the page on another port, exits 0 on `sig`."""
+    exe = Path(sys.executable).parent / "nsa-launch"
+    cli = subprocess.Popen(
+        [str(exe), "tunnel", "--run", "ssh-e2e", "--port", str(api_tunnel.local_port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # Ctrl-C as from a terminal: a suite started in the background (`&`) hands its children
+        # SIGINT ignored, and Python then never raises KeyboardInterrupt.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        url = cli.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:") and url != api_tunnel.url, url
+        port = int(url.rsplit(":", 1)[1].strip("/"))
+        assert port > api_tunnel.local_port
+        assert "tensorboard" in urllib.request.urlopen(url, timeout=30).read().decode().lower()
+    finally:
+        cli.send_signal(sig)
+        try:
+            assert cli.wait(timeout=20) == 0, cli.stderr.read()
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+    with pytest.raises(ConnectionRefusedError):  # the forward is gone with the CLI
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()

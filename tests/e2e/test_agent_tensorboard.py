@@ -1,0 +1,90 @@
+"""The agent's TensorBoard start on a real tmux server with the real tensorboard: the port it reports
+is served by the run's own TensorBoard, also when another listener takes the chosen port before
+TensorBoard binds it (two tunnels opened at once); and procs.listens_on tells whose listener it is."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+from launcher import agent, procs
+from launcher.ports import bind_first_free, first_free_port
+
+pytestmark = pytest.mark.e2e
+
+LISTEN = "import socket,sys,time; s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(); print(s.getsockname()[1], flush=True); time.sleep(60)"
+
+CONNECT = "import socket,sys,time; c=socket.create_connection(('127.0.0.1',int(sys.argv[1]))); print('connected', flush=True); time.sleep(60)"
+
+
+def test_listens_on_tells_a_process_tree_listener_from_another():
+    mine = bind_first_free(first_free_port(31000, 2000), 100)
+    mine.listen(1)
+    # the listener runs under the shell we start (or is it, if sh execs): found through descendants
+    shell = subprocess.Popen(
+        ["sh", "-c", f'{sys.executable} -c "{LISTEN}"'],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        port = int(shell.stdout.readline())
+        assert procs.listens_on(shell.pid, port) is True
+        assert procs.listens_on(shell.pid, mine.getsockname()[1]) is False  # held by this process
+        assert procs.listens_on(shell.pid, first_free_port(33000, 2000)) is False  # nobody listens
+        # a sibling holding a connection to the port is not its listener
+        client = subprocess.Popen(
+            [sys.executable, "-c", CONNECT, str(port)], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert client.stdout.readline().strip() == "connected"
+            assert procs.listens_on(client.pid, port) is False
+        finally:
+            client.kill()
+            client.wait()
+    finally:
+        os.killpg(shell.pid, signal.SIGKILL)  # the shell and the listener under it
+        shell.wait()
+        mine.close()
+
+
+def test_tensorboard_moves_on_when_another_listener_took_its_port(tmux_server, tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    thief = bind_first_free(first_free_port(35000, 2000), 100)  # "another run's TensorBoard"
+    thief.listen(1)
+    taken = thief.getsockname()[1]
+    real_free_port = agent._free_port
+    calls: list[int] = []
+
+    def racy_free_port(start: int) -> int:
+        calls.append(start)  # the first pick loses the race: the port is taken before TB binds it
+        return taken if len(calls) == 1 else real_free_port(start)
+
+    monkeypatch.setattr(agent, "_free_port", racy_free_port)
+    req = {
+        "run": "tbrace",
+        "run_dir": str(run_dir),
+        "python": sys.executable,
+        "port": taken,
+        "tmux_socket": tmux_server.socket_name,
+        "timeout_s": 90,
+    }
+    try:
+        reply = agent.cmd_tensorboard(req)
+        assert reply["ok"], reply
+        assert reply["port"] != taken and len(calls) == 2 and calls[1] == taken + 1
+        state = agent.read_json(run_dir / agent.TB_STATE)
+        assert procs.listens_on(int(state["pid"]), reply["port"]) is True
+        page = urllib.request.urlopen(f"http://127.0.0.1:{reply['port']}/", timeout=30).read().decode()
+        assert "tensorboard" in page.lower()
+        # asked again, the running one is reused (its own port, not the thief's)
+        again = agent.cmd_tensorboard(req)
+        assert again == {"ok": True, "port": reply["port"], "reused": True}
+    finally:
+        thief.close()
