@@ -1,12 +1,10 @@
 """A local TCP forward over an SSH connection: 127.0.0.1:<local> -> the host's 127.0.0.1:<remote>.
 
-Replaces fabric's `Connection.forward_local` for the TensorBoard tunnel, for two faults of that one:
-- it binds its listening socket later, in its own thread. The port was chosen free a moment
-  before, so two tunnels opened at once could pick the same port: the loser's bind failed in the
-  thread while its caller, retrying the connect, reached the winner's TensorBoard (another run's)
-  and reported success;
-- its close waits for every connection thread without a time limit, so Ctrl-C on
-  `nsa-launch tunnel` could hang for good.
+Replaces fabric's `Connection.forward_local` for the TensorBoard tunnel. That one binds its
+listening socket later, in its own thread, to a port chosen free a moment before: two tunnels opened
+at once could pick the same port (seen: two test suites side by side). The loser's bind failed
+inside the thread (EADDRINUSE, raised only at close), while its caller, retrying the connect,
+reached the winner's TensorBoard, another run's, and reported success.
 
 Here the listening socket is bound before `LocalForward` returns (the first free port from
 `start`, kept bound, so choosing and binding are one step), the URL is right at once, and close()
