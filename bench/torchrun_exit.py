@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.assets.trainrun import clean_env, torchrun_cmd  # noqa: E402
+
 PROBE = ROOT / "tests" / "assets" / "grad_probe.py"
 
 
@@ -31,13 +34,11 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--plain-exit", action="store_true", help="end the probe without exit_process")
     args = ap.parse_args()
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "NSA_MALLOC")}
-    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")
+    env = clean_env(PYTHONFAULTHANDLER="1")  # the e2e tests' environment, plus stacks on a crash
     failures, codes = 0, {}
     t0 = time.time()
     with tempfile.TemporaryDirectory() as d:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               str(PROBE), str(Path(d) / "grads.pt"), "--ac", "--fsdp", "--accum", "2"]  # fmt: skip
+        cmd = [*torchrun_cmd(2), str(PROBE), str(Path(d) / "grads.pt"), "--ac", "--fsdp", "--accum", "2"]
         if args.plain_exit:
             cmd.append("--plain-exit")
         for i in range(args.runs):

@@ -15,13 +15,15 @@ REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "configs" / "tiny.yaml"
 
 
+def torchrun_cmd(nproc: int) -> list[str]:
+    """The real torchrun, single node, `nproc` workers; append the script (or -m module) and args."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+
+
 def train_cmd(nproc: int = 1) -> list[str]:
     if nproc == 1:
         return [sys.executable, "-m", "nsa.train"]
-    return [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-        "-m", "nsa.train",
-    ]  # fmt: skip
+    return [*torchrun_cmd(nproc), "-m", "nsa.train"]
 
 
 def clean_env(**extra: str) -> dict[str, str]:

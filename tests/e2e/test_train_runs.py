@@ -29,6 +29,7 @@ from tests.assets.trainrun import (
     metrics,
     overfit_sets,
     run_train,
+    torchrun_cmd,
     train_losses,
     write_fixed_corpus,
 )
@@ -109,9 +110,9 @@ def test_ddp_and_fsdp_with_activation_checkpointing_match_one_process(tmp_path: 
 
     runs = {
         "single": [sys.executable, probe, str(tmp_path / "single.pt")],
-        "ddp_ac": [*_torchrun(2), probe, str(tmp_path / "ddp_ac.pt"), "--ac"],
+        "ddp_ac": [*torchrun_cmd(2), probe, str(tmp_path / "ddp_ac.pt"), "--ac"],
         "fsdp_ac_accum": [
-            *_torchrun(2),
+            *torchrun_cmd(2),
             probe,
             str(tmp_path / "fsdp_ac_accum.pt"),
             "--ac",
@@ -130,12 +131,6 @@ def test_ddp_and_fsdp_with_activation_checkpointing_match_one_process(tmp_path: 
         assert got.keys() == ref.keys()
         for k in ref:
             torch.testing.assert_close(got[k], ref[k], rtol=0, atol=1e-6, msg=f"{name}: {k}")
-
-
-def _torchrun(n: int) -> list[str]:
-    import sys
-
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}"]
 
 
 # --- one family of 2-rank runs shared by three tests ---------------------------------------------
