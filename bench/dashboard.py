@@ -17,6 +17,12 @@ pessimistic: on a GPU host the trainer is not on the laptop that watches it.
 
     .venv/bin/python bench/dashboard.py            # full (about 2 minutes)
     .venv/bin/python bench/dashboard.py --quick    # shorter windows, 100k lines
+    .venv/bin/python bench/dashboard.py --first-paint 10   # only startup, 10 times (see below)
+
+`--first-paint N` measures only startup, N times each, in a 160x48 pane: on the committed recording
+(`--replay tests/dashboard/recorded`: the UI's own cost, no agent) and on a real finished local
+run (the live path: registry, one agent status exec). `first_frame_s` is spawn -> the first frame
+(the footer's key list on screen); `first_row_s` is spawn -> the first run's row.
 """
 
 from __future__ import annotations
@@ -120,10 +126,87 @@ def latency(term: Term, log: Path, tag: str, timeout: float = 30) -> float:
     return term.wait(lambda s: marker in s, timeout, f"marker {tag}") - t0
 
 
+def first_paint(term: Term, cmd: str, env: dict, row: str, n: int) -> dict:
+    """Spawn the dashboard `n` times; spawn -> first frame and spawn -> `row` on screen."""
+    frames, rows = [], []
+    for _ in range(n):
+        term.tmux("respawn-pane", "-k", "-t", "dash:0.0", "sleep 600")
+        term.wait(lambda s: not s.strip(), 10, "an empty pane")
+        t0 = time.monotonic()
+        # `; sleep 600` keeps the pane (and the session) once `q` ends the dashboard.
+        term.tmux(
+            "respawn-pane",
+            "-k",
+            "-t",
+            "dash:0.0",
+            *[f"-e{k}={v}" for k, v in env.items()],
+            cmd + "; sleep 600",
+        )
+        frames.append(term.wait(lambda s: "quit" in s, 30, "the first frame", 0.005) - t0)
+        rows.append(term.wait(lambda s: row in s, 30, "the run row", 0.005) - t0)
+        term.tmux("send-keys", "-t", "dash:0.0", "q")
+        term.wait(lambda s: "quit" not in s, 10, "the dashboard to quit")
+    return {
+        "first_frame_s": {"median": round(statistics.median(frames), 3), "max": round(max(frames), 3)},
+        "first_row_s": {"median": round(statistics.median(rows), 3), "max": round(max(rows), 3)},
+        "n": n,
+    }
+
+
+def main_first_paint(n: int) -> None:
+    home = Path(tempfile.mkdtemp(prefix="nsa-dash-bench-"))
+    socket = f"nsa-dash-bench-{os.getpid()}"
+    run = f"dash-bench-{os.getpid()}"
+    env = {**os.environ, "NSA_LAUNCH_HOME": str(home), "NSA_LAUNCH_TMUX_SOCKET": socket}
+    nsa_env = {k: v for k, v in env.items() if k.startswith("NSA_")}
+    nsa = [sys.executable, "-c", "from launcher.cli import main; main()"]
+    term = Term(socket + "-term")  # not the runs' tmux server, which a finished run may take down
+    try:
+        term.tmux("new-session", "-d", "-s", "dash", "-x", "160", "-y", "48", "sleep 600")
+        term.tmux("resize-window", "-t", "dash", "-x", "160", "-y", "48")
+        replay = " ".join(
+            shlex.quote(a) for a in [*nsa, "dashboard", "--replay", str(ROOT / "tests/dashboard/recorded")]
+        )
+        load = Path("/proc/loadavg").read_text().split()[0]
+        emit(
+            {
+                "metric": "first_paint_replay",
+                **first_paint(term, replay, nsa_env, "tiny-cpu-120", n),
+                "load": load,
+            }
+        )
+        up = subprocess.run(
+            [*nsa, "up", "--name", run, "--set", "train.steps=4", "--wait"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if up.returncode != 0:
+            raise SystemExit(f"bench: nsa-launch up failed:\n{up.stdout}\n{up.stderr}")
+        live = " ".join(shlex.quote(a) for a in [*nsa, "dashboard", "--run", run])
+        load = Path("/proc/loadavg").read_text().split()[0]
+        emit(
+            {
+                "metric": "first_paint_live_local",
+                **first_paint(term, live, nsa_env, f" {run} ", n),
+                "load": load,
+            }
+        )
+    finally:
+        term.tmux("kill-server")
+        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, check=False)
+        shutil.rmtree(ROOT / "runs" / run, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--first-paint", type=int, metavar="N", help="only startup, N times (see the docstring)")
     args = ap.parse_args()
+    if args.first_paint:
+        main_first_paint(args.first_paint)
+        return
     window = 4.0 if args.quick else 10.0
     million = 100_000 if args.quick else 1_000_000
     load = Path("/proc/loadavg").read_text().split()[0]
