@@ -3,10 +3,13 @@
 A cold `status` is a command people run in loops, so this module imports only what the answer
 needs: rich only for the table (not for --json), and over SSH the shared connection of
 launcher/openssh.py instead of paramiko. Exit 1 when a run is `lost` (its host did not answer),
-after printing every snapshot.
+after printing every snapshot. The table fits the terminal: columns a narrow terminal cannot hold
+are dropped, least useful first (`status_columns`), and numbers are written by launcher/format.py.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,22 +18,21 @@ from launcher.control import fetch_status, resolve_run
 from launcher.errors import EXIT_RUNTIME
 from launcher.registry import all_runs
 
-
-def _fmt(v: object, nd: int = 3) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.{nd}g}" if isinstance(v, float) else str(v)
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 @click.command()
 @click.option("--run", "-r", help="Run id. Default: the most recent run.")
 @click.option("--all", "all_runs_", is_flag=True, help="Every run launched from this machine.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per run, in a list.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per run, in a list (raw numbers).")
 @click.pass_context
 def status(ctx: click.Context, run: str | None, all_runs_: bool, as_json: bool) -> None:
-    """State, step, loss, tokens/s, heartbeat ages and GPUs of a run.
+    """State, step, loss, tokens/s, ETA, last heartbeat and GPUs of a run.
 
-    Exit 1 if a run is lost (its host did not answer, or its run dir is gone).
+    The table fits the terminal's width (narrow terminals drop the host, elapsed and ETA columns
+    first); --json has every field with raw numbers. Exit 1 if a run is lost (its host did not
+    answer, or its run dir is gone).
     """
     app: Application = ctx.obj
     records = all_runs() if all_runs_ else [resolve_run(run)]
@@ -38,7 +40,7 @@ def status(ctx: click.Context, run: str | None, all_runs_: bool, as_json: bool) 
     if as_json:
         app.emit_json(snaps)
     else:
-        _print_table(app, snaps)
+        print_status(app.out, snaps)
     lost = [s for s in snaps if s["state"] == "lost"]
     for s in lost:
         click.secho(f"error: run {s['run']} is lost: {s['error']}", fg="red", err=True)
@@ -46,30 +48,91 @@ def status(ctx: click.Context, run: str | None, all_runs_: bool, as_json: bool) 
         ctx.exit(EXIT_RUNTIME)
 
 
-def _print_table(app: Application, snaps: list[dict]) -> None:
-    from rich.table import Table
+# (key, header, priority): the lowest priority goes first when the terminal is too narrow.
+COLUMNS = (
+    ("run", "run", 9),
+    ("state", "state", 9),
+    ("step", "step", 8),
+    ("loss", "loss", 7),
+    ("tps", "tok/s", 6),
+    ("eta", "ETA", 5),
+    ("beat", "heartbeat", 4),
+    ("elapsed", "elapsed", 3),
+    ("host", "host", 2),
+)
+RUN_MIN = 16
+_PAD = 3  # per column: one space of padding each side and a one-space divider (none at the edges)
 
-    table = Table(
-        "run", "host", "state", "step", "loss", "tok/s", "eta s", "heartbeat age s", "exit", "error"
-    )
+
+def status_cells(s: dict[str, Any]) -> dict[str, Any]:
+    from rich.text import Text
+
+    from launcher import format as fmt
+
+    state = str(s.get("state") or "?")
+    return {
+        "run": Text(str(s.get("run")), style="bold", overflow="fold"),
+        "state": fmt.state_text(state, fmt.state_label(s)),
+        "step": Text(fmt.step_total(s.get("step"), s.get("total_steps")), justify="right"),
+        "loss": Text(fmt.loss(s.get("loss")), justify="right"),
+        "tps": Text(fmt.rate(s.get("tokens_per_s")), justify="right"),
+        "eta": Text(
+            fmt.duration(s.get("eta_s")) if state not in fmt.ENDED_STATES else fmt.MISSING, justify="right"
+        ),
+        "beat": Text(fmt.newest_heartbeat(s), justify="right"),
+        "elapsed": Text(fmt.duration(s.get("elapsed_s")), justify="right"),
+        "host": Text(str(s.get("host") or "local")),
+    }
+
+
+def status_columns(rows: list[dict[str, Any]], width: int) -> list[tuple[str, str]]:
+    """The columns that fit `width`, in display order: drop the lowest priority until they fit.
+    A long run id folds onto a second line (down to RUN_MIN columns) before a column is dropped;
+    nothing else is cut."""
+    widths = {key: max([len(header)] + [r[key].cell_len for r in rows]) + _PAD for key, header, _ in COLUMNS}
+    widths["run"] = min(widths["run"], RUN_MIN + _PAD)
+    keep = list(COLUMNS)
+    for key, _, _ in sorted(COLUMNS, key=lambda c: c[2]):
+        if sum(widths[k] for k, _, _ in keep) - 3 <= width or key in ("run", "state", "step"):
+            break
+        keep = [c for c in keep if c[0] != key]
+    return [(k, h) for k, h, _ in keep]
+
+
+def print_status(console: Console, snaps: list[dict[str, Any]]) -> None:
+    """The status table (fitted to `console.width`), then each run's error and GPUs as lines."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from launcher import format as fmt
+
+    rows = [status_cells(s) for s in snaps]
+    cols = status_columns(rows, console.width)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))
+    for key, header in cols:
+        table.add_column(header, justify="right" if rows and rows[0][key].justify == "right" else "left",
+                         no_wrap=key != "run", overflow="fold" if key == "run" else "ellipsis")  # fmt: skip
+    for r in rows:
+        table.add_row(*(r[k] for k, _ in cols))
+    console.print(table)
+    shown = {k for k, _ in cols}
     for s in snaps:
-        ages = " ".join(f"r{r}:{a:.1f}" for r, a in s["heartbeat_age_s"].items()) or "-"
-        table.add_row(
-            s["run"],
-            s["host"],
-            s["state"],
-            f"{_fmt(s['step'])}/{_fmt(s['total_steps'])}",
-            _fmt(s["loss"]),
-            _fmt(s["tokens_per_s"], 4),
-            _fmt(s["eta_s"]),
-            ages,
-            _fmt(s["exit_code"]),
-            "(see below)" if s["state"] == "lost" else s["error"] or "",
-        )
-    app.out.print(table)
-    for s in snaps:
-        for g in s["gpus"]:
-            app.print(
-                f"  gpu{g['index']} {g['name']}: {_fmt(g['util_pct'])}% {_fmt(g['mem_used_mb'])}/"
-                f"{_fmt(g['mem_total_mb'])} MiB {_fmt(g['temp_c'])}C {_fmt(g['power_w'])}W"
+        lines = []
+        if "host" not in shown and s.get("host") not in (None, "local"):
+            lines.append(Text(f"  on {s['host']}", style="dim"))
+        if s.get("error") and s.get("state") != "lost":  # a lost run's error follows on stderr
+            lines.append(Text(f"  {s['error']}", style="red"))
+        for g in s.get("gpus") or []:
+            name = str(g.get("name") or "").removeprefix("NVIDIA ")
+            lines.append(
+                Text(
+                    f"  gpu{g.get('index')} {name}  {fmt.unit(g.get('util_pct'), '.0f', '%')}  "
+                    f"{fmt.mib(g.get('mem_used_mb'), g.get('mem_total_mb'))}  "
+                    f"{fmt.unit(g.get('temp_c'), '.0f', '°C')}  {fmt.unit(g.get('power_w'), '.0f', 'W')}"
+                )
             )
+        if lines:
+            console.print(Text(f"{s.get('run')}:", style="bold"))
+            for line in lines:
+                console.print(line)

@@ -37,9 +37,9 @@ async def test_first_screen_shows_the_recorded_runs(app):
         table = app.main.query_one(RunsTable)
         assert [k.value for k in table.rows] == ["tiny-cpu-120", "m7c-2xa100", "tiny-failed"]
         assert _cell(app, "tiny-cpu-120", "state") == "finished"
-        assert _cell(app, "tiny-failed", "state") == "failed"
+        assert _cell(app, "tiny-failed", "state") == "failed (exit 1)"
         assert _cell(app, "m7c-2xa100", "progress").startswith("1200/20000")
-        assert _cell(app, "m7c-2xa100", "tps") == "181.3k"
+        assert _cell(app, "m7c-2xa100", "tps") == "181k"
         log = app.main.query_one(LogView)
         await wait_for(pilot, lambda: len(log.view) == 73, what="the 73 lines of the recorded train.log")
         assert log.view[-1].text.startswith("[nsa] finished: 120 steps")
@@ -213,9 +213,10 @@ async def test_help_modal_opens_and_closes(app):
 async def test_h_shows_every_rank_heartbeat(app):
     async with app.run_test(size=(160, 48)) as pilot:
         await _ready(pilot, app)
-        assert _cell(app, "m7c-2xa100", "hb") == "0.8s"
+        assert _cell(app, "m7c-2xa100", "hb") == "0s ago"
+        assert _cell(app, "tiny-cpu-120", "hb") == "–"  # finished: its last beat is not news
         await pilot.press("h")
-        assert _cell(app, "m7c-2xa100", "hb") == "r0:0.8s r1:0.9s"
+        assert _cell(app, "m7c-2xa100", "hb") == "r0:0s r1:0s"
 
 
 async def test_q_quits(app):

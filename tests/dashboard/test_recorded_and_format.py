@@ -1,4 +1,5 @@
-"""nvidia-smi CSV parsing, the recorded backend's replay rules, and how cells are written."""
+"""nvidia-smi CSV parsing, the recorded backend's replay rules, and sparklines (the rest of
+launcher/format.py: tests/unit/launcher/test_format.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 
 import pytest
 
-from launcher.dashboard import format as fmt
+from launcher import format as fmt
 from launcher.dashboard.recorded import RecordedBackend, parse_nvidia_smi_csv
 from tests.dashboard.helpers import RECORDING
 
@@ -58,33 +59,6 @@ def test_recorded_backend_names_a_bad_recording(tmp_path):
     (tmp_path / "status.json").write_text(json.dumps({"snapshots": []}))
     with pytest.raises(ValueError, match="'snapshots' is empty"):
         RecordedBackend(tmp_path)
-
-
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [
-        (None, "–"),
-        (-1, "–"),
-        (2.54, "2.5s"),
-        (42, "42s"),
-        (400, "6m40s"),
-        (5421, "1h30m"),
-        (3 * 86400, "3d00h"),
-    ],
-)
-def test_duration(seconds, text):
-    assert fmt.duration(seconds) == text
-
-
-def test_rate_loss_progress_heartbeat():
-    assert fmt.rate(181342.0) == "181.3k" and fmt.rate(3_400_000) == "3.40M" and fmt.rate(None) == "–"
-    assert fmt.loss(float("nan")) == "–" and fmt.loss(3.12391) == "3.1239"
-    assert fmt.progress(60, 120).plain == "60/120 █████░░░░░  50%"
-    assert fmt.progress(5, None).plain == "5"
-    assert fmt.heartbeat({"1": 0.9, "0": 0.8}, per_rank=False).plain == "0.8s"
-    assert fmt.heartbeat({"1": 0.9, "0": 0.8}, per_rank=True).plain == "r0:0.8s r1:0.9s"
-    assert fmt.heartbeat({}, per_rank=False).plain == "–"
-    assert fmt.heartbeat({"0": -0.004, "1": 0.2}, per_rank=True).plain == "r0:0.0s r1:0.2s"
 
 
 def test_sparkline_scales_to_fixed_bounds():

@@ -7,7 +7,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
-from launcher.dashboard import format as fmt
+from launcher import format as fmt
 
 KIND_STYLE = {
     "error": "bold red",
@@ -18,14 +18,6 @@ KIND_STYLE = {
     "first_step": "cyan",
 }
 SHOWN = 8
-
-
-def _detail(ev: dict[str, Any]) -> str:
-    d = ev.get("detail")
-    if isinstance(d, dict) and d:
-        return " ".join(f"{k}={v}" for k, v in sorted(d.items()))
-    extra = {k: v for k, v in ev.items() if k not in ("kind", "time", "step", "rank", "detail")}
-    return " ".join(f"{k}={v}" for k, v in sorted(extra.items()))
 
 
 class EventsList(Static):
@@ -51,7 +43,7 @@ class EventsList(Static):
             step = ev.get("step")
             out.append(f" {'step ' + str(step) if step is not None else '':>10} ")
             out.append(f"{kind:<10}", style=KIND_STYLE.get(kind, ""))
-            detail = _detail(ev)
+            detail = fmt.event_detail(ev)
             if detail:
                 out.append(" " + detail[:80], style="dim")
         self.update(out)

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from launcher.dashboard import format as fmt
+from launcher import format as fmt
 
 HISTORY = 24
 
@@ -24,10 +24,6 @@ def _f(v: Any) -> float | None:
         return None if v is None or isinstance(v, bool) else float(v)
     except (TypeError, ValueError):
         return None
-
-
-def _opt(v: float | None, spec: str, unit: str) -> str:
-    return "n/a" if v is None else f"{v:{spec}}{unit}"
 
 
 class GpuPanel(Static):
@@ -77,19 +73,18 @@ class GpuPanel(Static):
         for i, g in enumerate(gpus):
             key = (host, int(g.get("index", i)))
             util, used, total = _f(g.get("util_pct")), _f(g.get("mem_used_mb")), _f(g.get("mem_total_mb"))
-            mem = "n/a" if used is None or total is None else f"{used / 1024:.1f}/{total / 1024:.0f}G"
             table.add_row(
                 Text(
                     f"{key[1]} {str(g.get('name') or '').removeprefix('NVIDIA ')}"[:22],
                     style="bold",
                     no_wrap=True,
                 ),
-                Text(_opt(util, "3.0f", "%"), justify="right"),
+                Text(fmt.unit(util, "3.0f", "%"), justify="right"),
                 Text(fmt.sparkline(list(self._util.get(key, ())), 0, 100), style="green"),
-                Text(mem, justify="right"),
+                Text(fmt.mib(used, total), justify="right"),
                 Text(fmt.sparkline(list(self._mem.get(key, ())), 0, 100), style="magenta"),
-                Text(_opt(_f(g.get("temp_c")), ".0f", "°C"), justify="right"),
-                Text(_opt(_f(g.get("power_w")), ".0f", "W"), justify="right"),
+                Text(fmt.unit(g.get("temp_c"), ".0f", "°C"), justify="right"),
+                Text(fmt.unit(g.get("power_w"), ".0f", "W"), justify="right"),
             )
         if stale:
             self.border_title = f"GPUs · {host} · stale (host unreachable)"

@@ -12,7 +12,7 @@ from rich.text import Text
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
-from launcher.dashboard import format as fmt
+from launcher import format as fmt
 
 COLUMNS = (
     ("host", "host"),
@@ -32,13 +32,13 @@ def row_cells(st: dict[str, Any], per_rank_heartbeat: bool) -> list[Any]:
     return [
         Text(str(st.get("host") or "local")),
         Text(str(st.get("run", "?")), style="bold"),
-        Text(str(st.get("profile") or "–")),
-        fmt.state_text(str(st.get("state", ""))),
+        Text(str(st.get("profile") or fmt.MISSING)),
+        fmt.state_text(str(st.get("state", "")), fmt.state_label(st)),
         fmt.progress(st.get("step"), st.get("total_steps")),
         Text(fmt.rate(st.get("tokens_per_s")), justify="right"),
         Text(fmt.loss(st.get("loss")), justify="right"),
         Text(fmt.duration(st.get("eta_s")), justify="right"),
-        fmt.heartbeat(st.get("heartbeat_age_s"), per_rank_heartbeat),
+        fmt.heartbeat(st, per_rank_heartbeat),
         Text(fmt.duration(st.get("elapsed_s")), justify="right"),
     ]
 

@@ -8,7 +8,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
-from launcher.dashboard import format as fmt
+from launcher import format as fmt
 
 
 class SummaryBar(Static):

@@ -1,0 +1,237 @@
+"""How the launcher writes numbers, durations, ages and states for people: the one formatter.
+
+`status`, `runs`, `up --wait` and every dashboard cell write their numbers through this module, so
+181342 tokens/s reads "181k" everywhere, an ETA of 5421 s reads "1h30m" and a heartbeat 483 s old
+reads "8m ago". It computes no number itself (ages, ETAs and rates come from the agent's snapshot)
+and must stay free of I/O and of Textual; it imports rich only for the few styled `Text` cells.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+from rich.text import Text
+
+MISSING = "–"
+STATE_STYLE = {
+    "starting": "bold cyan",
+    "running": "bold green",
+    "stalled": "bold yellow",
+    "finished": "bold blue",
+    "failed": "bold red",
+    "killed": "bold magenta",
+    "lost": "bold white on red",
+}
+ALERT_STATES = ("stalled", "failed", "lost")
+# A run in one of these states has no live heartbeat: the age of its last one tells nothing.
+ENDED_STATES = ("finished", "failed", "killed", "lost")
+SPARK_CHARS = "▁▂▃▄▅▆▇█"
+# Clock skew between a host and the agent's read of its clock: an age down to this much below zero
+# is "just now"; anything further below zero is a wrong clock, shown as unknown.
+SKEW_S = 60.0
+_UNITS = ("", "k", "M", "B", "T")
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def number(v: Any) -> str:
+    """A count or rate for a person: 952, 6.8k, 181k, 3.4M (three significant digits at most)."""
+    f = _num(v)
+    if f is None:
+        return MISSING
+    sign, f = ("-" if f < 0 else ""), abs(f)
+    if round(f) < 1000:
+        return sign + (f"{f:.0f}" if f >= 100 or f == int(f) else f"{f:.3g}")
+    for i, unit in enumerate(_UNITS[1:], start=1):
+        val = f / 1000**i
+        if round(val, 1) < 10:
+            return f"{sign}{val:.1f}{unit}"
+        if round(val) < 1000 or i == len(_UNITS) - 1:
+            return f"{sign}{val:.0f}{unit}"
+    return sign + f"{f:.3g}"  # pragma: no cover (the loop always returns)
+
+
+rate = number
+
+
+def duration(seconds: Any) -> str:
+    """Elapsed time or ETA: 2.5s, 42s, 6m40s, 1h30m, 3d00h. Negative or unknown: "–"."""
+    s = _num(seconds)
+    if s is None or s < 0:
+        return MISSING
+    if s < 10:
+        return f"{s:.1f}s"
+    if s < 60:
+        return f"{s:.0f}s"
+    m, sec = divmod(int(s), 60)
+    if m < 60:
+        return f"{m}m{sec:02d}s"
+    h, m = divmod(m, 60)
+    if h < 48:
+        return f"{h}h{m:02d}m"
+    d, h = divmod(h, 24)
+    return f"{d}d{h:02d}h"
+
+
+def ago(seconds: Any) -> str:
+    """How long ago: 3s ago, 8m ago, 1h30m ago, 3d ago. Small negative ages (clock skew) are 0s."""
+    s = _num(seconds)
+    if s is None or s < -SKEW_S:
+        return MISSING
+    s = max(0.0, s)
+    if s < 60:
+        return f"{int(s)}s ago"
+    if s < 3600:
+        return f"{int(s // 60)}m ago"
+    if s < 48 * 3600:
+        h, m = divmod(int(s // 60), 60)
+        return f"{h}h{m:02d}m ago"
+    return f"{int(s // 86400)}d ago"
+
+
+def loss(v: Any) -> str:
+    """A loss to four significant digits: 2.836."""
+    f = _num(v)
+    return MISSING if f is None else f"{f:.4g}"
+
+
+def integer(v: Any) -> str:
+    f = _num(v)
+    return MISSING if f is None else str(int(f))
+
+
+def step_total(step: Any, total: Any) -> str:
+    """Steps stay exact (a person types them into --set): 1200/20000."""
+    return f"{integer(step)}/{integer(total)}" if _num(total) else integer(step)
+
+
+def mib(used: Any, total: Any) -> str:
+    """GPU memory in GiB from MiB: 59.8/80G."""
+    u, t = _num(used), _num(total)
+    return "n/a" if u is None or t is None else f"{u / 1024:.1f}/{t / 1024:.0f}G"
+
+
+def unit(v: Any, spec: str, suffix: str) -> str:
+    f = _num(v)
+    return "n/a" if f is None else f"{f:{spec}}{suffix}"
+
+
+def state_label(st: dict[str, Any]) -> str:
+    """The state, with the exit code when it is not the expected one: "failed (exit 1)"."""
+    state, code = str(st.get("state") or "?"), st.get("exit_code")
+    if code is not None and not (state == "finished" and code == 0):
+        return f"{state} (exit {code})"
+    return state
+
+
+def newest_heartbeat(st: dict[str, Any]) -> str:
+    """The newest heartbeat's age, only while the run lives: an ended run's beat is not news."""
+    if st.get("state") in ENDED_STATES:
+        return MISSING
+    ages = st.get("heartbeat_age_s")
+    vals = (
+        [a for a in (_num(v) for v in (ages or {}).values()) if a is not None]
+        if isinstance(ages, dict)
+        else []
+    )
+    return ago(min(vals)) if vals else MISSING
+
+
+def event_value(key: str, v: Any) -> str:
+    """One value of an events.jsonl `detail` for a person: loss=2.836, wall_s=4.4s, params=152k."""
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, separators=(",", ":"), default=str)
+    if not isinstance(v, (int, float)):
+        return str(v)
+    if "loss" in key:
+        return loss(v)
+    if "seconds" in key or (key.endswith("_s") and not key.endswith("per_s")):
+        return duration(v)
+    if isinstance(v, int) and abs(v) < 10_000:
+        return str(v)  # small counts (steps, ranks, world sizes) stay exact
+    if isinstance(v, float) and abs(v) < 1000:
+        return f"{v:.4g}"
+    return number(v)
+
+
+def event_detail(ev: dict[str, Any]) -> str:
+    """An event's detail (or its extra keys) as `key=value` pairs with human values."""
+    d = ev.get("detail")
+    if not (isinstance(d, dict) and d):
+        d = {k: v for k, v in ev.items() if k not in ("kind", "time", "step", "rank", "detail")}
+    return " ".join(f"{k}={event_value(k, v)}" for k, v in sorted(d.items()))
+
+
+# --- styled cells (rich Text: never parsed as markup, so run output cannot break rendering) ------
+def state_text(state: str, label: str | None = None) -> Text:
+    return Text(label or state or "?", style=STATE_STYLE.get(state, "bold"))
+
+
+def progress(step: Any, total: Any, width: int = 10) -> Text:
+    s, t = _num(step), _num(total)
+    if s is None:
+        return Text(MISSING)
+    if not t:
+        return Text(f"{int(s)}")
+    frac = min(max(s / t, 0.0), 1.0)
+    filled = round(frac * width)
+    out = Text(f"{int(s)}/{int(t)} ")
+    out.append("█" * filled, style="green")
+    out.append("░" * (width - filled), style="grey50")
+    out.append(f" {frac * 100:3.0f}%")
+    return out
+
+
+def heartbeat(st: dict[str, Any], per_rank: bool) -> Text:
+    """Newest heartbeat age, or every rank's when `per_rank`; "–" once the run has ended."""
+    ages = st.get("heartbeat_age_s")
+    if st.get("state") in ENDED_STATES or not isinstance(ages, dict) or not ages:
+        return Text(MISSING)
+    pairs = sorted(((int(k), _num(v)) for k, v in ages.items()), key=lambda kv: kv[0])
+    if per_rank:
+        return Text(" ".join(f"r{r}:{ago(a).removesuffix(' ago')}" for r, a in pairs))
+    vals = [a for _, a in pairs if a is not None]
+    if not vals:
+        return Text(MISSING)
+    return Text(ago(min(vals)), style="yellow" if max(vals) > 60 else "")
+
+
+def sparkline(values: list[float], lo: float | None = None, hi: float | None = None) -> str:
+    """Block-character sparkline; `lo`/`hi` fix the scale (0–100 % for utilisation) when given."""
+    if not values:
+        return ""
+    lo = min(values) if lo is None else lo
+    hi = max(values) if hi is None else hi
+    span = hi - lo
+    out = []
+    for v in values:
+        frac = 0.0 if span <= 0 else (min(max(v, lo), hi) - lo) / span
+        out.append(SPARK_CHARS[min(int(frac * len(SPARK_CHARS)), len(SPARK_CHARS) - 1)])
+    return "".join(out)
+
+
+def clock_time(t: Any) -> str:
+    """UTC wall time HH:MM:SS: fixed across time zones, so recorded screens compare equal anywhere."""
+    f = _num(t)
+    if f is None:
+        return "--:--:--"
+    return time.strftime("%H:%M:%S", time.gmtime(f))
+
+
+def local_time(t: Any) -> str:
+    """Local date and minute, for when a run was created: 2026-11-23 20:40."""
+    f = _num(t)
+    return MISSING if f is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(f))
