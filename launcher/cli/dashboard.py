@@ -68,4 +68,8 @@ def dashboard(run: str | None, show_all: bool, refresh: float, replay: Path | No
         except Exception as e:
             code = getattr(e, "exit_code", 1)
             _fail(str(e), code if code in (1, 2) else 1)
-    make_app(backend, refresh_s=refresh, max_backoff_s=max(8.0, refresh)).run()
+    from launcher.registry import home
+
+    make_app(
+        backend, refresh_s=refresh, max_backoff_s=max(8.0, refresh), screenshot_dir=home() / "screenshots"
+    ).run()

@@ -1,7 +1,7 @@
 """The dashboard application object and `make_app`, the one factory every entry point uses.
 
-Owns app-wide settings (refresh period, backoff cap, clock, log capacity) and closing what the
-session opened (TensorBoard tunnels) on exit. The CLI builds it over `LauncherBackend`; tests and
+Owns app-wide settings (refresh period, backoff cap, clock, log capacity, where screenshots go) and
+closing what the session opened (TensorBoard tunnels) on exit. The CLI builds it over `LauncherBackend`; tests and
 bench/dashboard.py build it over `RecordedBackend` with a fixed clock. Holds no run state itself:
 that lives in the main screen.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import ClassVar
 
 from textual.app import App
@@ -41,9 +42,11 @@ class DashboardApp(App):
         clock: Callable[[], float] = time.time,
         log_capacity: int = DEFAULT_CAPACITY,
         log_last_n: int = 200,
+        screenshot_dir: Path | None = None,
     ) -> None:
         super().__init__()
         self.backend = backend
+        self.screenshot_dir = screenshot_dir
         self.main = MainScreen(
             backend,
             refresh_s=refresh_s,
@@ -59,6 +62,21 @@ class DashboardApp(App):
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
+
+    def deliver_screenshot(
+        self, filename: str | None = None, path: str | None = None, time_format: str | None = None
+    ) -> str | None:
+        """The palette's "Screenshot": Textual saves to the platform's Downloads folder, which a
+        server or container usually lacks ("Failed to save screenshot"); save to a folder we made."""
+        if path is None:
+            directory = self.screenshot_dir or Path.cwd()
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                self.notify(f"cannot save a screenshot in {directory}: {e}", severity="error", markup=False)
+                return None
+            path = str(directory)
+        return super().deliver_screenshot(filename, path, time_format)
 
     def on_unmount(self) -> None:
         # A tunnel left open would keep TensorBoard and the port forward alive after we quit; close
@@ -79,8 +97,10 @@ def make_app(
     clock: Callable[[], float] = time.time,
     log_capacity: int = DEFAULT_CAPACITY,
     log_last_n: int = 200,
+    screenshot_dir: Path | None = None,
 ) -> DashboardApp:
-    """Build the dashboard over `backend` (LauncherBackend live, RecordedBackend in tests)."""
+    """Build the dashboard over `backend` (LauncherBackend live, RecordedBackend in tests).
+    Screenshots (command palette) go to `screenshot_dir`, default the current directory."""
     if refresh_s <= 0:
         raise ValueError(f"refresh_s must be > 0, got {refresh_s}")
     return DashboardApp(
@@ -90,4 +110,5 @@ def make_app(
         clock=clock,
         log_capacity=log_capacity,
         log_last_n=log_last_n,
+        screenshot_dir=screenshot_dir,
     )

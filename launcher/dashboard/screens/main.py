@@ -105,7 +105,7 @@ class MainScreen(Screen):
                 )
             with Vertical(id="right"):
                 yield GpuPanel(id="gpus")
-                yield MetricChart("loss", color="orange", id="loss")
+                yield MetricChart("loss", color="orange", label=fmt.loss, id="loss")
                 yield MetricChart("tokens/s", color="cyan", id="tps")
                 yield EventsList(id="events")
         yield Footer()

@@ -1,8 +1,41 @@
-"""One metric against step (loss, tokens/s) drawn with plotext; redrawn only when points change."""
+"""One metric against step (loss, tokens/s) drawn with plotext; redrawn only when points change.
+
+Axis labels are ours, not plotext's: steps are integers (plotext would write "5.0 68.8") and values
+go through launcher/format.py (tokens/s as 6.8k).
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 from textual_plotext import PlotextPlot
+
+from launcher import format as fmt
+
+TICKS = 5
+
+
+def nice_ticks(lo: float, hi: float, n: int = TICKS, integer: bool = False) -> list[float]:
+    """About `n` round tick values (1, 2, 2.5 or 5 times a power of ten apart) covering [lo, hi];
+    whole numbers only when `integer`."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return []
+    if hi <= lo:
+        return [round(lo)] if integer else [lo]
+    raw = (hi - lo) / n
+    mag = 10 ** math.floor(math.log10(raw))
+    steps = (1, 2, 5, 10) if integer and mag < 10 else (1, 2, 2.5, 5, 10)
+    step = next(m * mag for m in steps if m * mag >= raw)
+    if integer:
+        step = max(1, round(step))
+    first = math.ceil(lo / step) * step
+    ticks = []
+    t = first
+    while t <= hi + step * 1e-9:
+        ticks.append(round(t) if integer else round(t, 12))
+        t += step
+    return ticks
 
 
 class MetricChart(PlotextPlot):
@@ -10,10 +43,13 @@ class MetricChart(PlotextPlot):
     MetricChart { height: 1fr; min-height: 6; border: round $primary-darken-2; }
     """
 
-    def __init__(self, title: str, color: str = "cyan", **kwargs) -> None:
+    def __init__(
+        self, title: str, color: str = "cyan", label: Callable[[float], str] = fmt.number, **kwargs
+    ) -> None:
         super().__init__(**kwargs)
         self.title = title
         self.color = color
+        self.label = label
         self.border_title = title
         self.points: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
 
@@ -37,7 +73,11 @@ class MetricChart(PlotextPlot):
         xs, ys = self.points
         if xs:
             plt.plot(list(xs), list(ys), marker="braille", color=self.color)
-            self.border_title = f"{self.title} · last {ys[-1]:.4g} @ step {int(xs[-1])}"
+            xt = nice_ticks(min(xs), max(xs), integer=True)
+            plt.xticks(xt, [str(int(t)) for t in xt])
+            yt = nice_ticks(min(ys), max(ys))
+            plt.yticks(yt, [self.label(t) for t in yt])
+            self.border_title = f"{self.title} · last {self.label(ys[-1])} @ step {int(xs[-1])}"
         else:
             plt.title("no metrics yet")
             self.border_title = self.title
