@@ -66,10 +66,12 @@ rate = number
 
 
 def duration(seconds: Any) -> str:
-    """Elapsed time or ETA: 2.5s, 42s, 6m40s, 1h30m, 3d00h. Negative or unknown: "–"."""
+    """Elapsed time or ETA: 20ms, 2.5s, 42s, 6m40s, 1h30m, 3d00h. Negative or unknown: "–"."""
     s = _num(seconds)
     if s is None or s < 0:
         return MISSING
+    if 0 < s < 1:
+        return f"{s * 1000:.0f}ms"
     if s < 10:
         return f"{s:.1f}s"
     if s < 60:
@@ -120,6 +122,14 @@ def mib(used: Any, total: Any) -> str:
     """GPU memory in GiB from MiB: 59.8/80G."""
     u, t = _num(used), _num(total)
     return "n/a" if u is None or t is None else f"{u / 1024:.1f}/{t / 1024:.0f}G"
+
+
+def mib_one(v: Any) -> str:
+    """One amount of GPU memory given in MiB: 512M, 59.8G."""
+    f = _num(v)
+    if f is None:
+        return "n/a"
+    return f"{f:.0f}M" if f < 1024 else f"{f / 1024:.1f}G"
 
 
 def unit(v: Any, spec: str, suffix: str) -> str:

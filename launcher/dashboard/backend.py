@@ -1,7 +1,7 @@
 """The dashboard's one door to runs: the `Backend` protocol and the real backend over launcher.api.
 
 This module owns the small set of calls the dashboard makes (snapshot, log stream, metric history,
-kill, restart, tunnel), keyed by run id so widgets never hold launcher objects. `LauncherBackend`
+kill, restart, tunnel, GPU processes), keyed by run id so widgets never hold launcher objects. `LauncherBackend`
 adapts `launcher.api` to it; tests use `recorded.RecordedBackend`. Every call here may block on the
 network, so the app only ever calls them from worker threads. Must not import torch.
 """
@@ -38,6 +38,13 @@ class Backend(Protocol):
         """Restart from the latest checkpoint; returns the run id now running."""
 
     def open_tunnel(self, run: str, port: int = 6006) -> Tunnel: ...
+
+    def gpu_processes(self, run: str) -> list[dict[str, Any]] | None:
+        """Processes holding GPU memory on the run's host(s) (`launcher.gpuprocs.gpu_processes` rows:
+        gpu, pid, kind, gpu_mem_mib, user, command); None when the host has no NVML."""
+
+    def kill_gpu_process(self, run: str, pid: int) -> dict[str, Any]:
+        """Kill one pid listed by `gpu_processes` on the run's host: `{"killed", "pid", "message"}`."""
 
 
 @dataclass(frozen=True)

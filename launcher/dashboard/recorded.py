@@ -12,6 +12,10 @@ Layout of a recording directory:
                          `runs/`, which the project's .gitignore drops
     *.csv                `nvidia-smi --query-gpu=index,name,utilization.gpu,memory.used,
                          memory.total,temperature.gpu,power.draw --format=csv` output
+    gpu_processes/<run>.json  {"synthetic": why, "rows": [...]} or {"rows": [...]}: what
+                         `launcher.gpuprocs.gpu_processes` returns on the run's host; absent: no NVML
+A status (or a GPU-process file) with a "synthetic" key was not captured from a real run; the
+dashboard says so on screen.
 """
 
 from __future__ import annotations
@@ -109,7 +113,8 @@ class RecordedBackend:
         self._lock = threading.Lock()
         self._killed: set[str] = set()
         self._feeds: dict[str, queue.Queue[str | None]] = {}
-        self.calls: list[tuple[str, str]] = []
+        self.calls: list[tuple[Any, ...]] = []
+        self._gone_pids: set[int] = set()
         self.tunnels: list[RecordedTunnel] = []
 
     # --- replay control (tests and benchmarks) ----------------------------------------------
@@ -181,6 +186,31 @@ class RecordedBackend:
         t = RecordedTunnel(url=f"http://127.0.0.1:{port}/", _on_close=self._tunnel_closed)
         self.tunnels.append(t)
         return t
+
+    def gpu_processes(self, run: str) -> list[dict[str, Any]] | None:
+        path = self.root / "gpu_processes" / f"{run}.json"
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        synthetic = data.get("synthetic")
+        with self._lock:
+            gone = set(self._gone_pids)
+        rows = [dict(r) for r in data["rows"] if r["pid"] not in gone]
+        if synthetic:
+            for r in rows:
+                r["synthetic"] = synthetic
+        return rows
+
+    def kill_gpu_process(self, run: str, pid: int) -> dict[str, Any]:
+        with self._lock:
+            self.calls.append(("kill_gpu_process", run, pid))
+            self._gone_pids.add(pid)
+        return {
+            "killed": True,
+            "pid": pid,
+            "remaining_pids": [],
+            "message": f"pid {pid}: recorded kill (no process touched)",
+        }
 
     def _tunnel_closed(self, t: RecordedTunnel) -> None:
         with self._lock:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
@@ -30,7 +31,8 @@ class ConfirmScreen(ModalScreen[bool]):
         Binding("escape", "answer(False)", "cancel"),
     ]
 
-    def __init__(self, question: str, confirm_label: str) -> None:
+    def __init__(self, question: str | Text, confirm_label: str) -> None:
+        """`question` as a str is markup (our own words); run output must come as a Text."""
         super().__init__()
         self.question = question
         self.confirm_label = confirm_label

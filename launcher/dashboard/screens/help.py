@@ -21,6 +21,7 @@ KEYS = (
     ("f", "follow the log tail / pause it"),
     ("l", "filter the log by rank: all, rank 0, rank 1 ... (untagged lines always show)"),
     ("h", "heartbeat column: newest age / every rank's age"),
+    ("g", "GPU processes on the run's host (pid, user, GPU memory, command); x kills one (asks first)"),
     ("?", "this help"),
     ("q", "quit (the runs keep going)"),
 )

@@ -33,6 +33,7 @@ from launcher.dashboard.messages import (
     StatusUpdated,
 )
 from launcher.dashboard.screens.confirm import ConfirmScreen
+from launcher.dashboard.screens.gpu_procs import GpuProcsScreen
 from launcher.dashboard.widgets.events_list import EventsList
 from launcher.dashboard.widgets.gpu_panel import GpuPanel
 from launcher.dashboard.widgets.log_view import LogView
@@ -60,6 +61,7 @@ class MainScreen(Screen):
         Binding("f", "follow", "follow"),
         Binding("l", "rank_filter", "rank filter"),
         Binding("h", "heartbeats", "heartbeats", show=False),
+        Binding("g", "gpu_processes", "GPU procs"),
         Binding("escape", "escape", "clear search", show=False),
         Binding("question_mark", "app.help", "help"),
         Binding("q", "app.quit", "quit"),
@@ -273,7 +275,10 @@ class MainScreen(Screen):
         elif msg.action == "restart" and msg.new_run:
             self.want_selected = msg.new_run
         self.notify(
-            msg.message, title=f"{msg.action} {msg.run}", severity="information" if msg.ok else "error"
+            msg.message,
+            title=f"{msg.action} {msg.run}",
+            severity="information" if msg.ok else "error",
+            markup=False,  # the message carries host output (gloo errors start with "[/...")
         )
         self._refresh_summary()
         self._poll_now.set()
@@ -291,7 +296,9 @@ class MainScreen(Screen):
         self._hide_search()
         log = self.query_one(LogView)
         if not log.set_search(term) and term:
-            self.notify(f"'{term}' is not in the last {len(log.view)} lines", severity="warning")
+            self.notify(
+                f"'{term}' is not in the last {len(log.view)} lines", severity="warning", markup=False
+            )
 
     # --- actions ----------------------------------------------------------------------------
     def action_kill(self) -> None:
@@ -338,7 +345,9 @@ class MainScreen(Screen):
         if not log.search:
             self.notify("no search: press / first", severity="warning")
         elif not log.find_match(direction):
-            self.notify(f"no {'later' if direction > 0 else 'earlier'} match for '{log.search}'")
+            self.notify(
+                f"no {'later' if direction > 0 else 'earlier'} match for '{log.search}'", markup=False
+            )
 
     def action_follow(self) -> None:
         log = self.query_one(LogView)
@@ -347,6 +356,12 @@ class MainScreen(Screen):
     def action_rank_filter(self) -> None:
         rank = self.query_one(LogView).cycle_rank_filter()
         self.notify("log: all ranks" if rank is None else f"log: rank {rank} (and untagged lines)")
+
+    def action_gpu_processes(self) -> None:
+        st = self._selected_status()
+        if st is None or self.selected is None:
+            return
+        self.app.push_screen(GpuProcsScreen(self.backend, self.selected, st, self.refresh_s))
 
     def action_heartbeats(self) -> None:
         self.per_rank_heartbeat = not self.per_rank_heartbeat
@@ -404,9 +419,10 @@ class MainScreen(Screen):
                     title="run alert",
                     severity="error",
                     timeout=10,
+                    markup=False,
                 )
             elif old_state == "lost":
-                self.notify(f"{run}: host reachable again ({new_state})", title="recovered")
+                self.notify(f"{run}: host reachable again ({new_state})", title="recovered", markup=False)
 
     def _refresh_summary(self) -> None:
         age = None if self.last_status_at is None else max(0.0, self.clock() - self.last_status_at)

@@ -88,4 +88,6 @@ class GpuPanel(Static):
             )
         if stale:
             self.border_title = f"GPUs · {host} · stale (host unreachable)"
+        elif status.get("synthetic"):
+            self.border_title = f"GPUs · {host} · SYNTHETIC (hand-written, not measured)"
         self.update(table)

@@ -28,10 +28,17 @@ COLUMNS = (
 )
 
 
+def _run_cell(st: dict[str, Any]) -> Text:
+    out = Text(str(st.get("run", "?")), style="bold")
+    if st.get("synthetic"):  # a recording's hand-written row: its numbers were never measured
+        out.append(" SYNTHETIC", style="bold black on yellow")
+    return out
+
+
 def row_cells(st: dict[str, Any], per_rank_heartbeat: bool) -> list[Any]:
     return [
         Text(str(st.get("host") or "local")),
-        Text(str(st.get("run", "?")), style="bold"),
+        _run_cell(st),
         Text(str(st.get("profile") or fmt.MISSING)),
         fmt.state_text(str(st.get("state", "")), fmt.state_label(st)),
         fmt.progress(st.get("step"), st.get("total_steps")),

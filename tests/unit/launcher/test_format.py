@@ -28,7 +28,7 @@ def test_number(v, text):
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
-    [(None, "–"), (-1, "–"), (-0.04, "–"), (0.0, "0.0s"), (2.54, "2.5s"), (42, "42s"), (400, "6m40s"),
+    [(None, "–"), (-1, "–"), (-0.04, "–"), (0.0, "0.0s"), (0.02, "20ms"), (2.54, "2.5s"), (42, "42s"), (400, "6m40s"),
      (5421, "1h30m"), (3 * 86400, "3d00h")],
 )  # fmt: skip
 def test_duration(seconds, text):
