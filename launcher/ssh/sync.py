@@ -26,7 +26,7 @@ from launcher.ssh.openssh import shared_options
 from launcher.ssh.transport import SSHTransport
 
 EXCLUDES = (
-    ".git/",
+    ".git",  # a directory, or in a git worktree a file naming the real one: neither is sent
     ".venv/",
     "runs/",
     "checkpoints/",
@@ -137,6 +137,8 @@ def _excluded(rel: str) -> bool:
         if e.endswith("/") and e[:-1] in parts[:-1] + ([parts[-1]] if rel.endswith("/") else []):
             return True
         if e.startswith("*") and rel.endswith(e[1:]):
+            return True
+        if "/" not in e and not e.startswith("*") and e in parts:
             return True
     return False
 
