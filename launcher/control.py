@@ -152,10 +152,33 @@ def kill_run(rec: RunRecord) -> dict[str, Any]:
     return kill_nodes(rec, rec.nodes)
 
 
+def gpu_processes(rec: RunRecord) -> list[dict[str, Any]] | None:
+    """Every process holding GPU memory on the run's node hosts (launcher/host/gpuprocs.py rows, plus
+    `node`: the node's index); None when no node has NVML (CPU hosts)."""
+    rows: list[dict[str, Any]] = []
+    any_nvml = False
+    for i, node in enumerate(rec.nodes):
+        reply = agent_call(transport_for(node.host), node.workdir, node.python, "gpu_procs", {}, timeout=30.0)
+        if reply.get("rows") is not None:
+            any_nvml = True
+            rows += [{**r, "node": i} for r in reply["rows"]]
+    return rows if any_nvml else None
+
+
+def kill_gpu_process(rec: RunRecord, pid: int, node: int = 0, grace_s: float | None = None) -> dict[str, Any]:
+    """Kill one process holding GPU memory on node `node` of the run's hosts; verified. The agent
+    refuses a pid that NVML does not list as holding GPU memory at that moment."""
+    n = rec.nodes[node]
+    grace = rec.kill_grace_s if grace_s is None else grace_s
+    req = {"pid": int(pid), "grace_s": grace}
+    reply = agent_call(transport_for(n.host), n.workdir, n.python, "kill_gpu_proc", req, timeout=grace + 60)
+    return {k: reply[k] for k in ("killed", "pid", "remaining_pids", "message")}
+
+
 def restart_run(rec: RunRecord, wait: bool = True) -> RunRecord:
     """Kill (verified), then start again in the same run dir with --resume (latest checkpoint)."""
     from launcher.envspec import resolve_secrets
-    from launcher.launch import wait_first_heartbeat
+    from launcher.launch.execute import wait_first_heartbeat
 
     res = kill_run(rec)
     if not res["killed"]:

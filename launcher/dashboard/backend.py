@@ -40,11 +40,11 @@ class Backend(Protocol):
     def open_tunnel(self, run: str, port: int = 6006) -> Tunnel: ...
 
     def gpu_processes(self, run: str) -> list[dict[str, Any]] | None:
-        """Processes holding GPU memory on the run's host(s) (`launcher.gpuprocs.gpu_processes` rows:
+        """Processes holding GPU memory on the run's host(s) (`launcher.host.gpuprocs.gpu_processes` rows:
         gpu, pid, kind, gpu_mem_mib, user, command); None when the host has no NVML."""
 
-    def kill_gpu_process(self, run: str, pid: int) -> dict[str, Any]:
-        """Kill one pid listed by `gpu_processes` on the run's host: `{"killed", "pid", "message"}`."""
+    def kill_gpu_process(self, run: str, pid: int, node: int = 0) -> dict[str, Any]:
+        """Kill one pid listed by `gpu_processes` on the run's node `node`: `{"killed", "pid", "message"}`."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,12 @@ class LauncherBackend:
 
     def open_tunnel(self, run: str, port: int = 6006) -> Tunnel:
         return self._api.open_tunnel(self._record(run), port=port)
+
+    def gpu_processes(self, run: str) -> list[dict[str, Any]] | None:
+        return self._api.gpu_processes(self._record(run))
+
+    def kill_gpu_process(self, run: str, pid: int, node: int = 0) -> dict[str, Any]:
+        return dict(self._api.kill_gpu_process(self._record(run), pid, node))
 
 
 def record_id(record: Any) -> str:

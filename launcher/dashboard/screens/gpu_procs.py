@@ -114,7 +114,7 @@ class GpuProcsScreen(ModalScreen[None]):
                 Text(str(r.get("user") or "?")),
                 Text(fmt.mib_one(r.get("gpu_mem_mib")), justify="right"),
                 Text(str(r.get("command") or "?"), overflow="ellipsis", no_wrap=True),
-                key=f"{r.get('gpu')}:{pid}",
+                key=f"{r.get('node', 0)}:{r.get('gpu')}:{pid}",
             )
         if keep is not None:
             for i, r in enumerate(rows):
@@ -144,7 +144,7 @@ class GpuProcsScreen(ModalScreen[None]):
 
         def done(yes: bool | None) -> None:
             if yes:
-                self.kill(pid)
+                self.kill(pid, int(row.get("node") or 0))
 
         self.app.push_screen(ConfirmScreen(q, "Kill"), done)
 

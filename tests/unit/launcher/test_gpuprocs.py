@@ -1,4 +1,4 @@
-"""launcher/gpuprocs.py: the per-process GPU view and the kill of a stray GPU process.
+"""launcher/host/gpuprocs.py: the per-process GPU view and the kill of a stray GPU process.
 
 There is no GPU here, so NVML is `FakeNvml`: a FAKE of the pynvml module's calls, answering with
 NVML-shaped records (the fields and units `nvmlDeviceGetComputeRunningProcesses` returns: pid,
@@ -9,6 +9,7 @@ user and command lookup and the kill are real: the killed process is verified go
 from __future__ import annotations
 
 import getpass
+import json
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from launcher import gpuprocs
+from launcher.host import gpuprocs
 
 
 class FakeNvmlError(Exception):
@@ -122,3 +123,23 @@ def test_kill_refuses_a_pid_that_holds_no_gpu_memory(sleeper):
     assert res["killed"] is False and "holds no GPU memory" in res["message"]
     time.sleep(0.1)
     assert sleeper.poll() is None  # untouched
+
+
+def test_agent_commands_on_this_cpu_host(sleeper):
+    """The real agent entry point (`python -m launcher.host`), with this machine's real (absent) NVML:
+    no rows, and a kill request is refused without touching the process."""
+
+    def agent(command: str, req: dict) -> dict:
+        out = subprocess.run(
+            [sys.executable, "-m", "launcher.host", command],
+            input=json.dumps(req),
+            capture_output=True,
+            text=True,
+        )
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    assert agent("gpu_procs", {}) == {"ok": True, "rows": None}
+    reply = agent("kill_gpu_proc", {"pid": sleeper.pid, "grace_s": 0.1})
+    assert reply["ok"] is True and reply["killed"] is False and "no NVML" in reply["message"]
+    assert sleeper.poll() is None

@@ -18,7 +18,7 @@ import signal
 import time
 from typing import Any
 
-from launcher import procs
+from launcher.host import procs
 
 UNKNOWN = "?"  # a pid in another PID namespace (a container) has no /proc entry here
 
@@ -132,3 +132,11 @@ def kill_gpu_process(pid: int, grace_s: float = 5.0, nvml: Any = None) -> dict[s
     left = [pid] if procs.alive(pid) else []
     msg = f"pid {pid} killed" if not left else f"pid {pid} is still alive{error}"
     return {"killed": not left, "pid": pid, "remaining_pids": left, "message": msg}
+
+
+def cmd_gpu_procs(req: dict[str, Any]) -> dict[str, Any]:
+    return {"ok": True, "rows": gpu_processes()}
+
+
+def cmd_kill_gpu_proc(req: dict[str, Any]) -> dict[str, Any]:
+    return {"ok": True, **kill_gpu_process(int(req["pid"]), float(req.get("grace_s", 5.0)))}
