@@ -6,7 +6,9 @@ import time
 
 import click
 from rich.table import Table
+from rich.text import Text
 
+from launcher import format as fmt
 from launcher.app import Application
 from launcher.registry import all_runs, home
 
@@ -24,13 +26,14 @@ def runs(app: Application, as_json: bool) -> None:
         app.say(f"no runs yet (registry {home()}); start one with `nsa-launch up`")
         return
     table = Table("run", "profile", "host", "nodes", "created", "run dir")
+    now = time.time()
     for r in records:
         table.add_row(
-            r.run,
-            r.profile,
-            r.host,
+            Text(r.run),
+            Text(r.profile),
+            Text(r.host),
             str(len(r.nodes)),
-            time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created)),
-            r.run_dir,
+            Text(f"{fmt.local_time(r.created)} ({fmt.ago(now - r.created)})", no_wrap=True),
+            Text(r.run_dir),
         )
     app.out.print(table)

@@ -7,6 +7,7 @@ import time
 import click
 from rich.progress import BarColumn, Progress, TextColumn
 
+from launcher import format as fmt
 from launcher.app import Application
 from launcher.control import fetch_status, stream_log
 from launcher.errors import EXIT_OK, EXIT_RUNTIME
@@ -95,13 +96,13 @@ def up(
             break
         if time.monotonic() - last > 5:
             app.say(
-                f"  {st['state']}: step {st['step']}/{st['total_steps']} loss {_num(st['loss'])} "
-                f"tokens/s {_num(st['tokens_per_s'], '.0f')} eta {_num(st['eta_s'], '.0f')} s"
+                f"  {st['state']}: step {fmt.step_total(st['step'], st['total_steps'])} loss {fmt.loss(st['loss'])} "
+                f"tokens/s {fmt.rate(st['tokens_per_s'])} eta {fmt.duration(st['eta_s'])}"
             )
             last = time.monotonic()
         time.sleep(1.0)
     app.say(
-        f"run {rec.run} {st['state']} (exit code {st['exit_code']}, step {st['step']}, loss {_num(st['loss'])})"
+        f"run {rec.run} {st['state']} (exit code {st['exit_code']}, step {st['step']}, loss {fmt.loss(st['loss'])})"
     )
     if st["state"] != "finished":
         if st.get("error"):
@@ -116,7 +117,3 @@ def up(
                 app.say(f"  {line}")
             app.say(f"  full log: nsa-launch logs --run {rec.run} -n 500")
     raise SystemExit(EXIT_OK if st["state"] == "finished" else EXIT_RUNTIME)
-
-
-def _num(v: object, fmt: str = ".4g") -> str:
-    return format(v, fmt) if isinstance(v, (int, float)) else "-"

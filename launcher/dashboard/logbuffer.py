@@ -11,9 +11,13 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-# torchrun prefixes a worker's lines with `[rankN]:` (torch >= 2.2, --local-ranks-filter / tee) or
-# `[defaultN]:` (older --tee). Lines without a prefix come from torchrun itself or a single process.
+# The launcher runs torchrun with --tee and TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[rank${rank}]:",
+# so every worker line starts with `[rankN]:` (global rank); torchrun's default template gives
+# `[defaultN]:` (local rank). Lines without a prefix come from torchrun itself or the launcher.
 RANK_PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:")
+# torch's own error handler already writes "[rank0]: Traceback ..."; tee'd, that becomes
+# "[rank0]:[rank0]: Traceback ...". One prefix says it all.
+_DOUBLE_PREFIX = re.compile(r"^(\[rank\d+\]:)\1")
 
 # A single pathological line (a tensor repr, a progress bar without newlines) must not defeat the
 # line cap, so each stored line is cut here; the cut is marked so nobody mistakes it for the line.
@@ -33,7 +37,7 @@ class LogLine:
 
 
 def make_line(raw: str) -> LogLine:
-    text = raw.rstrip("\r\n")
+    text = _DOUBLE_PREFIX.sub(r"\1", raw.rstrip("\r\n"), count=1)
     if len(text) > MAX_LINE_CHARS:
         text = text[:MAX_LINE_CHARS] + " …[cut]"
     return LogLine(text, line_rank(text))

@@ -15,6 +15,7 @@ from typing import Any
 from launcher.host.procs import TAG
 
 WRAPPER = "launch.sh"
+RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
 SECRETS = ".launch.secrets"
 
 
@@ -31,6 +32,9 @@ def wrapper_script(req: dict[str, Any]) -> str:
     ]
     env = dict(req.get("env", {}))
     env.update({"PYTHONUNBUFFERED": "1", "NSA_RUN_ID": req["run"], TAG: rd, "PYTHONPATH": req["workdir"]})
+    # torchrun --tee prefixes each worker line with this (default "[default0]:", the local rank);
+    # the global rank tells the nodes of a multi-node run apart. Single-quoted: no shell expansion.
+    env.setdefault("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", RANK_PREFIX_TEMPLATE)
     lines += [f"export {k}={q(v)}" for k, v in sorted(env.items())]
     lines += [
         f"if [ -f {q(rd + '/' + SECRETS)} ]; then . {q(rd + '/' + SECRETS)}; rm -f -- {q(rd + '/' + SECRETS)}; fi",

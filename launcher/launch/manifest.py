@@ -13,6 +13,8 @@ from launcher import __version__, envspec
 from launcher.launch.plan import INPUT_CONFIG, Plan
 from launcher.profiles import PROJECT_ROOT
 
+TORCHRUN_LOGS = "torchrun"  # in the run dir: torchrun's per-rank stdout/stderr and error.json files
+
 
 def torchrun_argv(plan: Plan, python: str, node_rank: int, run_dir: str, rdzv: str | None) -> list[str]:
     prof = plan.profile
@@ -40,6 +42,10 @@ def torchrun_argv(plan: Plan, python: str, node_rank: int, run_dir: str, rdzv: s
             "--rdzv-id",
             plan.run,
         ]
+    # Every worker line reaches train.log as "[rankN]:<line>" (global rank: the wrapper sets
+    # TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE), so `logs` readers and the dashboard's rank filter can
+    # tell ranks apart; --tee needs a log dir, where torchrun also keeps each rank's own copy.
+    argv += ["--tee", "3", "--log-dir", f"{run_dir}/{TORCHRUN_LOGS}"]
     argv += list(prof.torchrun.extra_args)
     argv += ["-m", "nsa.train", "--config", f"{run_dir}/{INPUT_CONFIG}", "--run-dir", run_dir]
     for s in plan.overrides:

@@ -41,8 +41,8 @@ async def test_first_screen_shows_the_recorded_runs(app):
         assert _cell(app, "m7c-2xa100", "progress").startswith("1200/20000")
         assert _cell(app, "m7c-2xa100", "tps") == "181k"
         log = app.main.query_one(LogView)
-        await wait_for(pilot, lambda: len(log.view) == 73, what="the 73 lines of the recorded train.log")
-        assert log.view[-1].text.startswith("[nsa] finished: 120 steps")
+        await wait_for(pilot, lambda: len(log.view) == 76, what="the 76 lines of the recorded train.log")
+        assert log.view[-2].text.startswith("[rank0]:[nsa] finished: 120 steps")
         loss = app.main.query_one("#loss", MetricChart)
         await wait_for(pilot, lambda: len(loss.points[0]) == 60, what="60 loss points")
         assert loss.points[0][-1] == 120.0
@@ -116,7 +116,7 @@ async def test_search_highlights_and_n_N_move_between_matches(app):
     async with app.run_test(size=(160, 48)) as pilot:
         await _ready(pilot, app)
         log = app.main.query_one(LogView)
-        await wait_for(pilot, lambda: len(log.view) == 73, what="log loaded")
+        await wait_for(pilot, lambda: len(log.view) == 76, what="log loaded")
         await pilot.press("slash")
         await pilot.press(*"EVAL loss", "enter")
         assert log.search == "EVAL loss"
@@ -146,9 +146,9 @@ async def test_follow_key_pauses_and_resumes_the_tail(app, backend):
     async with app.run_test(size=(120, 30)) as pilot:
         await _ready(pilot, app)
         log = app.main.query_one(LogView)
-        await wait_for(pilot, lambda: len(log.view) == 73, what="log loaded")
+        await wait_for(pilot, lambda: len(log.view) == 76, what="log loaded")
         backend.feed_log("tiny-cpu-120", [f"live line {i}" for i in range(50)])
-        await wait_for(pilot, lambda: len(log.view) == 123, what="fed lines")
+        await wait_for(pilot, lambda: len(log.view) == 126, what="fed lines")
         # following: the view ends on the newest line (scrolled after the next refresh)
         await wait_for(pilot, lambda: log.scroll_y == log.max_scroll_y > 0, what="tail in view")
         await pilot.press("f")
@@ -156,7 +156,7 @@ async def test_follow_key_pauses_and_resumes_the_tail(app, backend):
         log.scroll_to(y=10, animate=False)
         await pilot.pause(0.05)
         backend.feed_log("tiny-cpu-120", [f"more {i}" for i in range(20)])
-        await wait_for(pilot, lambda: len(log.view) == 143, what="more lines")
+        await wait_for(pilot, lambda: len(log.view) == 146, what="more lines")
         assert log.scroll_y == 10  # paused: the view stays where the reader left it
         await pilot.press("f")
         assert log.follow
@@ -167,7 +167,7 @@ async def test_rank_filter_cycles_and_keeps_untagged_lines(app):
     async with app.run_test(size=(160, 48)) as pilot:
         await _ready(pilot, app, "tiny-failed")
         log = app.main.query_one(LogView)
-        await wait_for(pilot, lambda: len(log.view) > 100, what="failed run's log")
+        await wait_for(pilot, lambda: len(log.view) == 75, what="failed run's log")
         assert log.ranks_seen == {0, 1}
         untagged = sum(1 for ln in log.ring if ln.rank is None)
         await pilot.press("l")
@@ -184,13 +184,22 @@ async def test_rank_filter_cycles_and_keeps_untagged_lines(app):
         assert "all ranks" in str(log.border_title)
 
 
-async def test_rank_filter_on_a_log_without_prefixes_stays_all(app):
+async def test_rank_filter_when_only_rank0_prints_and_on_untagged_logs(app, backend):
     async with app.run_test(size=(160, 48)) as pilot:
-        await _ready(pilot, app)
+        await _ready(pilot, app)  # a real finished 2-rank run: only rank 0 prints, tagged [rank0]:
         log = app.main.query_one(LogView)
-        await wait_for(pilot, lambda: len(log.view) == 73, what="log loaded")
+        await wait_for(pilot, lambda: len(log.view) == 76, what="log loaded")
+        assert log.ranks_seen == {0}
         await pilot.press("l")
-        assert log.rank_filter is None and len(log.view) == 73
+        assert log.rank_filter == 0 and len(log.view) == 76  # every line is rank 0's or untagged
+        await pilot.press("l")
+        assert log.rank_filter is None
+        # a log written without torchrun's prefixes (older runs): nothing to filter, `l` stays on all
+        await _ready(pilot, app, "m7c-2xa100")
+        backend.feed_log("m7c-2xa100", ["[nsa] step 1/10 loss 5.0", "[nsa] step 2/10 loss 4.9"])
+        await wait_for(pilot, lambda: len(log.view) == 2, what="the two untagged lines")
+        await pilot.press("l")
+        assert log.rank_filter is None and len(log.view) == 2
 
 
 async def test_help_modal_opens_and_closes(app):
@@ -248,7 +257,7 @@ async def test_log_stream_end_of_a_finished_run_is_final(app, backend):
     async with app.run_test(size=(160, 48)) as pilot:
         await _ready(pilot, app)
         log = app.main.query_one(LogView)
-        await wait_for(pilot, lambda: len(log.view) == 73, what="log loaded")
+        await wait_for(pilot, lambda: len(log.view) == 76, what="log loaded")
         backend.feed_log("tiny-cpu-120", None)
         await wait_for(pilot, lambda: "stream ended" in str(log.border_title), what="end marked")
         assert not any("reconnected" in ln.text for ln in log.view)

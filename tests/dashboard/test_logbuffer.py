@@ -14,6 +14,7 @@ from launcher.dashboard.logbuffer import (
     make_line,
     rank_visible,
 )
+from tests.dashboard.helpers import RECORDING
 
 
 @given(capacity=st.integers(1, 50), n=st.integers(0, 300))
@@ -78,3 +79,31 @@ def test_find_spans_is_case_insensitive_and_non_overlapping():
     assert find_spans("Eval loss 3.1; EVAL LOSS 2.9", "eval loss") == [(0, 9), (15, 24)]
     assert find_spans("aaaa", "aa") == [(0, 2), (2, 4)]
     assert find_spans("abc", "") == []
+
+
+def test_rank_filter_on_a_real_two_rank_launcher_log():
+    """tests/dashboard/recorded/rundirs/tiny-failed/train.log is a real `nsa-launch up` run (2 gloo
+    ranks, torchrun --tee with the launcher's "[rank${rank}]:" template) whose rank 1 got SIGTERM:
+    the trainer's own lines, rank 1's exit note and rank 0's gloo error are all tagged."""
+    lines = [
+        make_line(raw)
+        for raw in (RECORDING / "rundirs" / "tiny-failed" / "train.log").read_text().splitlines()
+    ]
+    ranks = {ln.rank for ln in lines}
+    assert ranks == {None, 0, 1}
+    rank0 = [ln.text for ln in lines if rank_visible(ln, 0)]
+    rank1 = [ln.text for ln in lines if rank_visible(ln, 1)]
+    assert any(t.startswith("[rank0]:[nsa] step 10/2000") for t in rank0)
+    assert any("gloo/transport/tcp/pair.cc" in t for t in rank0)
+    assert not any(t.startswith("[rank0]:") for t in rank1)
+    assert "[rank1]:[nsa] rank 1: SIGTERM at step 11; exiting" in rank1
+    # torchrun's failure report and the launcher's lines are untagged: shown under both filters
+    assert any("ChildFailedError" in t for t in rank1) and any(t.startswith("[nsa-launch]") for t in rank1)
+
+
+def test_a_doubled_torch_prefix_is_shown_once():
+    assert (
+        make_line("[rank0]:[rank0]: Traceback (most recent call last):").text
+        == "[rank0]: Traceback (most recent call last):"
+    )
+    assert make_line("[rank0]:[nsa] step 2").text == "[rank0]:[nsa] step 2"

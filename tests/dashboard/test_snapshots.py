@@ -28,7 +28,7 @@ async def _loaded(pilot, run: str) -> None:
     table.move_cursor(row=table.get_row_index(run))
     await wait_for(pilot, lambda: main.selected == run, what="selection")
     if run == "tiny-cpu-120":
-        await wait_for(pilot, lambda: len(main.query_one(LogView).view) == 73, what="log")
+        await wait_for(pilot, lambda: len(main.query_one(LogView).view) == 76, what="log")
         await wait_for(pilot, lambda: len(main.query_one("#tps", MetricChart).points[0]) == 60, what="chart")
     await pilot.pause(0.1)
 
@@ -50,7 +50,7 @@ def test_main_screen_gpu_run(snap_compare):
 def test_main_screen_failed_run_filtered_to_rank1(snap_compare):
     async def before(pilot):
         await _loaded(pilot, "tiny-failed")
-        await wait_for(pilot, lambda: len(pilot.app.main.query_one(LogView).view) > 100, what="log")
+        await wait_for(pilot, lambda: len(pilot.app.main.query_one(LogView).view) == 75, what="log")
         await pilot.press("l", "l")
 
     assert snap_compare(_app(), terminal_size=SIZE, run_before=before)

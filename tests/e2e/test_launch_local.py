@@ -12,8 +12,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from launcher.api import open_tunnel, resolve_run
+from launcher.cli import cli
 from nsa.runfiles import RunDir
 from tests.e2e.launch_support import cleanup_local_run, invoke, isolate, run_processes, status, wait_for
 
@@ -60,7 +62,15 @@ def test_local_up_restart_tunnel_kill(tmux_server, tmp_path, monkeypatch):
         ckpt = wait_for(rd.latest_checkpoint, 120, "a first checkpoint")
         ckpt_step = int(ckpt.name.split("-")[1])
         logs = invoke("logs", "--run", run, "-n", "50")
-        assert "[nsa] step" in logs.stdout
+        assert "[rank0]:[nsa] step" in logs.stdout  # torchrun --tee tags worker lines with the rank
+        for cols in (80, 200):  # the human table fits the terminal; no cell is cut
+            table = CliRunner().invoke(cli, ["status", "--run", run], env={"COLUMNS": str(cols)})
+            lines = table.stdout.splitlines()
+            assert table.exit_code == 0 and max(map(len, lines)) <= cols and "…" not in table.stdout, (
+                table.stdout
+            )
+            assert lines[0].split()[:3] == ["run", "state", "step"] and " running " in table.stdout
+        assert " ago " in table.stdout and "elapsed" in lines[0]  # the wide one has the heartbeat age
 
         res = invoke("restart", "--run", run)
         assert res.exit_code == 0, res.output
