@@ -38,7 +38,8 @@ def _fail(message: str, code: int = 2) -> None:
 def dashboard(run: str | None, show_all: bool, refresh: float, replay: Path | None) -> None:
     """Watch runs live: table, log, GPUs, loss and tokens/s charts, events; kill/restart/tunnel.
 
-    Keys: k kill, r restart, t tunnel, / search, f follow, l rank filter, ? help, q quit.
+    Keys: k kill, r restart, t tunnel, g GPU processes (x kills one), / search, f follow,
+    l rank filter, ? help, q quit; Ctrl+P palette (Screenshot saves to $NSA_LAUNCH_HOME/screenshots).
     """
     if run is not None and show_all:
         _fail("--run and --all exclude each other; fix: pass one of them (or neither for recent runs)")

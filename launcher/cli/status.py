@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 def status(ctx: click.Context, run: str | None, all_runs_: bool, as_json: bool) -> None:
     """State, step, loss, tokens/s, ETA, last heartbeat and GPUs of a run.
 
-    The table fits the terminal's width (narrow terminals drop the host, elapsed and ETA columns
+    The table fits the terminal's width (narrow terminals drop the host, elapsed, heartbeat and ETA columns
     first); --json has every field with raw numbers. Exit 1 if a run is lost (its host did not
     answer, or its run dir is gone).
     """

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from launcher.api import open_tunnel, resolve_run
+from launcher.api import gpu_processes, kill_gpu_process, open_tunnel, resolve_run
 from launcher.cli import cli
 from nsa.runfiles import RunDir
 from tests.e2e.launch_support import cleanup_local_run, invoke, isolate, run_processes, status, wait_for
@@ -71,6 +71,13 @@ def test_local_up_restart_tunnel_kill(tmux_server, tmp_path, monkeypatch):
             )
             assert lines[0].split()[:3] == ["run", "state", "step"] and " running " in table.stdout
         assert " ago " in table.stdout and "elapsed" in lines[0]  # the wide one has the heartbeat age
+        # the GPU-process calls through the real agent on this CPU host: no NVML, so no rows, and a
+        # kill of a worker is refused (only pids NVML lists can be killed): the run goes on
+        assert gpu_processes(rec) is None
+        worker = sorted(run_processes(rec.run_dir))[-1]
+        refused = kill_gpu_process(rec, worker)
+        assert refused["killed"] is False and "no NVML" in refused["message"]
+        assert worker in run_processes(rec.run_dir) and status(run)["state"] == "running"
 
         res = invoke("restart", "--run", run)
         assert res.exit_code == 0, res.output

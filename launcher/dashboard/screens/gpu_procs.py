@@ -149,10 +149,10 @@ class GpuProcsScreen(ModalScreen[None]):
         self.app.push_screen(ConfirmScreen(q, "Kill"), done)
 
     @work(group="gpu_procs_kill", exclusive=False, exit_on_error=False)
-    async def kill(self, pid: int) -> None:
+    async def kill(self, pid: int, node: int) -> None:
         try:
             res = await in_daemon_thread(
-                self.backend.kill_gpu_process, self.run, pid, name="dashboard-kill-pid"
+                self.backend.kill_gpu_process, self.run, pid, node, name="dashboard-kill-pid"
             )
             ok = bool(res.get("killed"))
             msg = str(res.get("message") or ("killed" if ok else "not killed"))

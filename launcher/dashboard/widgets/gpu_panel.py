@@ -89,5 +89,5 @@ class GpuPanel(Static):
         if stale:
             self.border_title = f"GPUs · {host} · stale (host unreachable)"
         elif status.get("synthetic"):
-            self.border_title = f"GPUs · {host} · SYNTHETIC (hand-written, not measured)"
+            self.border_title = f"GPUs · {host} · SYNTHETIC"
         self.update(table)

@@ -30,7 +30,7 @@ class SummaryBar(Static):
             if counts.get(state):
                 out.append("  ")
                 out.append(f"{counts[state]} {state}", style=fmt.STATE_STYLE[state])
-        out.append(f"  · updated {fmt.duration(age_s)} ago" if age_s is not None else "  · no status yet")
+        out.append(f"  · updated {fmt.ago(age_s)}" if age_s is not None else "  · no status yet")
         if tunnel_url:
             out.append("  · TensorBoard ")
             out.append(tunnel_url, style="bold underline")
