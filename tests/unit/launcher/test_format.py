@@ -116,18 +116,23 @@ def test_status_table_wide_shows_every_column_and_human_numbers():
     running = rows["nsa-m7c-2xa100-20261123-204041-ab12"].split()
     assert running[1:] == ["running", "1200/20000", "4.187", "181k", "1h30m", "0s", "ago", "5m46s",
                            "ubuntu@203.0.113.7"]  # fmt: skip
-    # ended runs: no ETA, no heartbeat age (the recording's are 30 s and 176 s old)
+    # ended runs: no ETA, no heartbeat age (the recording's real ones were seconds old)
     assert rows["tiny-cpu-120"].split()[1:] == [
         "finished",
         "120/120",
-        "3.187",
-        "6.8k",
+        "3.163",
+        "3.8k",
         "–",
         "–",
-        "21s",
+        "36s",
         "local",
     ]
-    assert rows["tiny-failed"].split()[1:6] == ["failed", "(exit", "1)", "0/40", "–"]
+    assert rows["tiny-failed"].split()[1:6] == ["failed", "(exit", "1)", "11/2000", "3.672"]
+    # the recorded run's real gloo error, printed below the table as it is (it starts with "[/")
+    assert (
+        "  error at step 11: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553]"
+        in "\n".join(lines)
+    )
     assert "-0.0" not in "\n".join(lines)
 
 
