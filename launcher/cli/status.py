@@ -93,6 +93,7 @@ def status_columns(rows: list[dict[str, Any]], width: int) -> list[tuple[str, st
     widths["run"] = min(widths["run"], RUN_MIN + _PAD)
     keep = list(COLUMNS)
     for key, _, _ in sorted(COLUMNS, key=lambda c: c[2]):
+        # n columns take sum(w + 3) - 3: no padding at the two edges, no divider after the last
         if sum(widths[k] for k, _, _ in keep) - 3 <= width or key in ("run", "state", "step"):
             break
         keep = [c for c in keep if c[0] != key]
