@@ -1,0 +1,469 @@
+"""Triton kernels of NSA's selected branch: `selected_attention`, a drop-in for the eager one.
+
+Owns the forward kernel (query-major: one program per query token, its G heads as the rows of one
+tile, looping over the token's table), the backward's dQ kernel (the same shape; it also writes
+delta = rowsum(dO * O)), the backward's dK/dV kernel (key-major: one program per segment of the
+queries that chose one selection block, found through a reverse index built by a constant number of
+aten ops, no atomics) and the reduction of the segments' partial dK/dV. It must not sync with the
+device, loop in Python over anything that grows with T, or build a [T, T] tensor; the number of
+launches is the same at every T (1 kernel forward; 3 kernels + 14 small aten ops backward).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from nsa.attention.triton import interpreting
+from nsa.attention.triton.spec import GpuShape, KernelSpec
+
+_LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _sel_fwd_kernel(
+    Q, K, V, IDX, OUT, LSE,
+    T, NK, sm_scale,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
+    GP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    # One program: query token t of one (batch, KV head); rows = its G heads (padded to GP).
+    t = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    row = bh * T + t  # token row in [BH*T]
+    g = tl.arange(0, GP)
+    d = tl.arange(0, DP)
+    gm, dm = g < G, d < D
+    q = tl.load(Q + (row * G + g)[:, None] * D + d[None, :], mask=gm[:, None] & dm[None, :], other=0.0)
+    qk_scale = sm_scale * 1.4426950408889634  # base-2 softmax
+    m_i = tl.full([GP], float("-inf"), tl.float32)
+    l_i = tl.zeros([GP], tl.float32)
+    acc = tl.zeros([GP, DP], tl.float32)
+    kbase = bh * T * D
+    kk = tl.arange(0, BK)
+    for i in range(0, NK):
+        j = tl.load(IDX + row * NK + i)
+        start = j * LP
+        # Keys after t are masked; a block starting after t (or an invalid entry) adds nothing.
+        hi = tl.where(j >= 0, tl.minimum(LP, t - start + 1), 0)
+        for c in range(0, hi, BK):
+            pos = start + c + kk
+            km = (c + kk) < hi
+            koff = kbase + pos[:, None] * D + d[None, :]
+            k = tl.load(K + koff, mask=km[:, None] & dm[None, :], other=0.0)
+            v = tl.load(V + koff, mask=km[:, None] & dm[None, :], other=0.0)
+            s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+            s = tl.where(km[None, :], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: every chunk has a key <= t
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+            m_i = m_new
+    # A query with no valid key: zeros out, lse -inf (it then takes no part in the backward).
+    has = l_i > 0
+    out = acc / tl.where(has, l_i, 1.0)[:, None]
+    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    tl.store(
+        OUT + (row * G + g)[:, None] * D + d[None, :],
+        out.to(OUT.dtype.element_ty),
+        mask=gm[:, None] & dm[None, :],
+    )
+    tl.store(LSE + row * G + g, lse, mask=gm)
+
+
+@triton.jit
+def _sel_bwd_dq_kernel(
+    Q, K, V, IDX, OUT, DO, LSE, DELTA, DQ,
+    T, NK, sm_scale,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
+    GP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    # Query-major like the forward; also stores delta for the key-major dK/dV kernel that runs next.
+    t = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    row = bh * T + t
+    g = tl.arange(0, GP)
+    d = tl.arange(0, DP)
+    gm, dm = g < G, d < D
+    qoff = (row * G + g)[:, None] * D + d[None, :]
+    qmask = gm[:, None] & dm[None, :]
+    q = tl.load(Q + qoff, mask=qmask, other=0.0)
+    do = tl.load(DO + qoff, mask=qmask, other=0.0)
+    o = tl.load(OUT + qoff, mask=qmask, other=0.0)
+    delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
+    tl.store(DELTA + row * G + g, delta, mask=gm)
+    lse = tl.load(LSE + row * G + g, mask=gm, other=0.0)
+    lse = tl.where(lse == float("-inf"), 0.0, lse)  # such a row has no key: the loop adds nothing
+    qk_scale = sm_scale * 1.4426950408889634
+    dq = tl.zeros([GP, DP], tl.float32)
+    kbase = bh * T * D
+    kk = tl.arange(0, BK)
+    for i in range(0, NK):
+        j = tl.load(IDX + row * NK + i)
+        start = j * LP
+        hi = tl.where(j >= 0, tl.minimum(LP, t - start + 1), 0)
+        for c in range(0, hi, BK):
+            pos = start + c + kk
+            km = (c + kk) < hi
+            koff = kbase + pos[:, None] * D + d[None, :]
+            k = tl.load(K + koff, mask=km[:, None] & dm[None, :], other=0.0)
+            v = tl.load(V + koff, mask=km[:, None] & dm[None, :], other=0.0)
+            s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+            p = tl.where(km[None, :], tl.exp2(s - lse[:, None]), 0.0)
+            dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+            ds = p * (dp - delta[:, None])
+            dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
+    tl.store(DQ + qoff, (dq * sm_scale).to(DQ.dtype.element_ty), mask=qmask)
+
+
+@triton.jit
+def _sel_bwd_dkdv_kernel(
+    Q, K, V, DO, LSE, DELTA, PAIR_T, SEG_BLK, SEG_LO, SEG_HI, PDK, PDV,
+    T, NS, sm_scale,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
+    DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    # One program: BN keys of one selection block against one segment of the (query, block) pairs that
+    # listed it; rows of a step are BR (pair, head) couples, r -> (pair r // G, head r % G), so a
+    # group of any size fills the tile. Writes this segment's partial dK/dV (fp32) for the reduction.
+    s_id = tl.program_id(0)
+    nb = tl.program_id(1)
+    blk = tl.load(SEG_BLK + s_id)  # global block bh*NS + j; -1 for an unused segment
+    lo = tl.load(SEG_LO + s_id)
+    hi = tl.load(SEG_HI + s_id)
+    bh = (tl.maximum(blk, 0) // NS).to(tl.int64)
+    j = tl.maximum(blk, 0) % NS
+    n = tl.arange(0, BN)
+    d = tl.arange(0, DP)
+    dm = d < D
+    kpos = j * LP + nb * BN + n
+    kmask = ((nb * BN + n) < LP) & (kpos < T)
+    koff = (bh * T + kpos)[:, None] * D + d[None, :]
+    k = tl.load(K + koff, mask=kmask[:, None] & dm[None, :], other=0.0)
+    v = tl.load(V + koff, mask=kmask[:, None] & dm[None, :], other=0.0)
+    qk_scale = sm_scale * 1.4426950408889634
+    dk = tl.zeros([BN, DP], tl.float32)
+    dv = tl.zeros([BN, DP], tl.float32)
+    r = tl.arange(0, BR)
+    nrows = (hi - lo) * G
+    for r0 in range(0, nrows, BR):
+        rr = r0 + r
+        rm = rr < nrows
+        pair = lo + rr // G
+        tq = tl.load(PAIR_T + pair, mask=rm, other=0)
+        qrow = (bh * T + tq) * G + rr % G
+        qoff = qrow[:, None] * D + d[None, :]
+        q = tl.load(Q + qoff, mask=rm[:, None] & dm[None, :], other=0.0)
+        do = tl.load(DO + qoff, mask=rm[:, None] & dm[None, :], other=0.0)
+        lse = tl.load(LSE + qrow, mask=rm, other=0.0)
+        delta = tl.load(DELTA + qrow, mask=rm, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+        ok = rm[:, None] & kmask[None, :] & (kpos[None, :] <= tq[:, None])
+        p = tl.where(ok, tl.exp2(s - lse[:, None]), 0.0)
+        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
+        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        ds = p * (dp - delta[:, None])
+        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
+    poff = (s_id.to(tl.int64) * LP + nb * BN + n)[:, None] * DP + d[None, :]
+    pm = ((nb * BN + n) < LP)[:, None]
+    tl.store(PDK + poff, dk * sm_scale, mask=pm)
+    tl.store(PDV + poff, dv, mask=pm)
+
+
+@triton.jit
+def _sel_bwd_reduce_kernel(
+    PDK, PDV, BLK_SEG0, BLK_NSEG, DK, DV,
+    T, NS,
+    D: tl.constexpr, LP: tl.constexpr, DP: tl.constexpr, BN: tl.constexpr,
+):  # fmt: skip
+    # One program: BN keys of one block; sums the partials of the block's segments (contiguous, in
+    # segment order, so the sum is deterministic) and writes dK/dV in the keys' dtype.
+    blk = tl.program_id(0)
+    nb = tl.program_id(1)
+    bh = (blk // NS).to(tl.int64)
+    j = blk % NS
+    s0 = tl.load(BLK_SEG0 + blk)
+    ns = tl.load(BLK_NSEG + blk)
+    n = tl.arange(0, BN)
+    d = tl.arange(0, DP)
+    dk = tl.zeros([BN, DP], tl.float32)
+    dv = tl.zeros([BN, DP], tl.float32)
+    for s in range(0, ns):
+        poff = ((s0 + s).to(tl.int64) * LP + nb * BN + n)[:, None] * DP + d[None, :]
+        pm = ((nb * BN + n) < LP)[:, None]
+        dk += tl.load(PDK + poff, mask=pm, other=0.0)
+        dv += tl.load(PDV + poff, mask=pm, other=0.0)
+    kpos = j * LP + nb * BN + n
+    km = (((nb * BN + n) < LP) & (kpos < T))[:, None] & (d < D)[None, :]
+    off = (bh * T + kpos)[:, None] * D + d[None, :]
+    tl.store(DK + off, dk.to(DK.dtype.element_ty), mask=km)
+    tl.store(DV + off, dv.to(DV.dtype.element_ty), mask=km)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Launch configuration: a pure function of the static shape (no autotune), shared by the launchers and
+# gpucheck_specs so gpucheck compiles exactly what runs.
+
+
+def _p2(x: int, lo: int = 16) -> int:
+    return max(lo, triton.next_power_of_2(x))
+
+
+def _config(G: int, D: int, LP: int) -> dict[str, int]:
+    """Tiles and warps. GP: head rows padded to a tile (tl.dot needs >= 16); BK/BN: keys per step (a
+    selection block in steps of <= 64); BR: (pair, head) rows per step of the dK/dV kernel, smaller at
+    D > 64 so its q/dO tiles and fp32 [BR, BN] temporaries stay in registers without spilling."""
+    DP = _p2(D)
+    return {
+        "GP": _p2(G),
+        "DP": DP,
+        "BK": min(64, _p2(LP)),
+        "BN": min(64, _p2(LP)),
+        "BR": 128 if DP <= 64 else 64,
+        "warps_q": 4,
+        "warps_kv": 8 if DP > 64 else 4,
+        "warps_red": 4,
+        "stages": 2,
+    }
+
+
+def _seg_pairs(T: int) -> int:
+    """(query, block) pairs per dK/dV program: bounds a program's work (block 0 is listed by every query)
+    while keeping the partial-dK/dV buffer small: T/4 pairs, clamped to [128, 2048]."""
+    return min(2048, max(128, triton.next_power_of_2(T) // 4))
+
+
+def _prec(dtype: torch.dtype) -> str:
+    # fp32 inputs: tf32 tensor cores on the GPU; the interpreter only knows exact ("ieee") products.
+    return "tf32" if dtype == torch.float32 and not interpreting() else "ieee"
+
+
+def _reverse_index(idx_eff: Tensor, T: int, LP: int):
+    """(query, block) pairs grouped by block, cut into segments of at most S pairs, no host sync.
+
+    Returns pair_t [P] (query position of each sorted pair), per segment blk/lo/hi [NSEG] (global block
+    bh*Ns + j, -1 for an unused segment; pair range [lo, hi)), per block seg0/nseg [BH*Ns], NSEG.
+    NSEG = BH*Ns + ceil(BH*T*k / S) is a static bound: a block with c pairs uses ceil(c/S) < c/S + 1.
+    """
+    BH, _, NK = idx_eff.shape
+    dev = idx_eff.device
+    ns = -(-T // LP)
+    nblk = BH * ns
+    S = _seg_pairs(T)
+    bh = torch.arange(BH, device=dev).view(BH, 1, 1)
+    key = torch.where(idx_eff >= 0, bh * ns + idx_eff, nblk).view(-1)  # entries without keys: dropped
+    skey, order = torch.sort(key, stable=True)
+    pair_t = torch.div(order, NK, rounding_mode="floor").remainder_(T)
+    start = torch.searchsorted(skey, torch.arange(nblk + 1, device=dev))
+    count = start[1:] - start[:-1]
+    nseg = torch.div(count + (S - 1), S, rounding_mode="floor")
+    seg_end = torch.cumsum(nseg, 0)
+    seg0 = seg_end - nseg
+    nseg_max = nblk + -(-(BH * T * NK) // S)
+    s = torch.arange(nseg_max, device=dev)
+    blk = torch.searchsorted(seg_end, s, right=True)  # nblk for the unused tail
+    used = blk < nblk
+    b = blk.clamp(max=nblk - 1)
+    lo = start[b] + (s - seg0[b]) * S
+    hi = torch.minimum(lo + S, start[b + 1])
+    blk = torch.where(used, blk, -1)
+    lo, hi = torch.where(used, lo, 0), torch.where(used, hi, 0)
+    return pair_t, blk, lo, hi, seg0, nseg, nseg_max
+
+
+def _effective_table(idx: Tensor, valid: Tensor, sel_block: int) -> Tensor:
+    """idx where the entry adds keys (valid, block starts at or before the query), else -1: [BH, T, k]."""
+    B, Hkv, T, NK = idx.shape
+    t = torch.arange(T, device=idx.device).view(T, 1)
+    keep = valid & (idx >= 0) & (idx * sel_block <= t)
+    return torch.where(keep, idx, -1).reshape(B * Hkv, T, NK).contiguous()
+
+
+@torch.library.custom_op("nsa_triton::selected_fwd", mutates_args=())
+def _selected_fwd(
+    q: Tensor, k: Tensor, v: Tensor, idx_eff: Tensor, sel_block: int, scale: float
+) -> tuple[Tensor, Tensor]:
+    B, Hkv, T, G, D = q.shape
+    NK = idx_eff.shape[-1]
+    cfg = _config(G, D, sel_block)
+    out = torch.empty_like(q)
+    lse = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
+    _sel_fwd_kernel[(T, B * Hkv)](
+        q, k, v, idx_eff, out, lse, T, NK, scale,
+        G=G, D=D, LP=sel_block, GP=cfg["GP"], DP=cfg["DP"], BK=cfg["BK"], PREC=_prec(q.dtype),
+        num_warps=cfg["warps_q"], num_stages=cfg["stages"],
+    )  # fmt: skip
+    return out, lse
+
+
+@_selected_fwd.register_fake
+def _(q, k, v, idx_eff, sel_block, scale):
+    return torch.empty_like(q), q.new_empty(q.shape[:4], dtype=torch.float32)
+
+
+@torch.library.custom_op("nsa_triton::selected_bwd", mutates_args=())
+def _selected_bwd(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    idx_eff: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    sel_block: int,
+    scale: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    B, Hkv, T, G, D = q.shape
+    BH, NK, LP = B * Hkv, idx_eff.shape[-1], sel_block
+    cfg = _config(G, D, LP)
+    prec = _prec(q.dtype)
+    dout = dout.contiguous()
+    dq = torch.empty_like(q)
+    delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
+    _sel_bwd_dq_kernel[(T, BH)](
+        q, k, v, idx_eff, out, dout, lse, delta, dq, T, NK, scale,
+        G=G, D=D, LP=LP, GP=cfg["GP"], DP=cfg["DP"], BK=cfg["BK"], PREC=prec,
+        num_warps=cfg["warps_q"], num_stages=cfg["stages"],
+    )  # fmt: skip
+    pair_t, seg_blk, seg_lo, seg_hi, seg0, nseg, nseg_max = _reverse_index(idx_eff, T, LP)
+    ns = -(-T // LP)
+    DP, BN = cfg["DP"], cfg["BN"]
+    pdk = torch.empty(nseg_max, LP, DP, dtype=torch.float32, device=q.device)
+    pdv = torch.empty_like(pdk)
+    nb = triton.cdiv(LP, BN)
+    _sel_bwd_dkdv_kernel[(nseg_max, nb)](
+        q, k, v, dout, lse, delta, pair_t, seg_blk, seg_lo, seg_hi, pdk, pdv, T, ns, scale,
+        G=G, D=D, LP=LP, DP=DP, BN=BN, BR=cfg["BR"], PREC=prec,
+        num_warps=cfg["warps_kv"], num_stages=cfg["stages"],
+    )  # fmt: skip
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    _sel_bwd_reduce_kernel[(BH * ns, nb)](
+        pdk, pdv, seg0, nseg, dk, dv, T, ns, D=D, LP=LP, DP=DP, BN=BN,
+        num_warps=cfg["warps_red"], num_stages=1,
+    )  # fmt: skip
+    return dq, dk, dv
+
+
+@_selected_bwd.register_fake
+def _(dout, q, k, v, idx_eff, out, lse, sel_block, scale):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    q, k, v, idx_eff, sel_block, scale = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, idx_eff, out, lse)
+    ctx.sel_block, ctx.scale = sel_block, scale
+
+
+def _backward(ctx, dout, _dlse):
+    q, k, v, idx_eff, out, lse = ctx.saved_tensors
+    dq, dk, dv = torch.ops.nsa_triton.selected_bwd(dout, q, k, v, idx_eff, out, lse, ctx.sel_block, ctx.scale)
+    return dq, dk, dv, None, None, None
+
+
+torch.library.register_autograd("nsa_triton::selected_fwd", _backward, setup_context=_setup_context)
+
+
+def selected_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    idx: Tensor,
+    valid: Tensor,
+    *,
+    sel_block: int,
+    scale: float,
+    chunk: int | None = None,
+    forced_blocks: bool = False,
+) -> Tensor:
+    """Selected branch: q [B,Hkv,T,G,D], k/v [B,Hkv,T,D], idx/valid [B,Hkv,T,n] -> [B,Hkv,T,G,D].
+
+    Same semantics as `nsa.attention.selected.selected_attention` for any table: one softmax over the
+    keys of every valid entry (an entry listed twice counts twice, as in the eager op), keys after the
+    query masked, zeros for a query without any key. `chunk` (the eager op's CPU loop step) and
+    `forced_blocks` (the eager op's sizing hint) are accepted and ignored: the kernels need neither, and
+    a table without the forced blocks is still exact here (never NaN).
+    """
+    del chunk, forced_blocks
+    if q.device.type != "cuda" and not interpreting():
+        raise ValueError(
+            f"triton selected_attention: tensors on {q.device.type}; use CUDA tensors or set TRITON_INTERPRET=1"
+        )
+    dtype = q.dtype
+    idx_eff = _effective_table(idx, valid, sel_block)
+    out = torch.ops.nsa_triton.selected_fwd(
+        q.contiguous(), k.to(dtype).contiguous(), v.to(dtype).contiguous(), idx_eff, sel_block, float(scale)
+    )[0]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# gpucheck
+
+
+def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
+    """Every kernel this module launches for `shape` on sm_`arch`, with its launcher's exact settings."""
+    del arch  # the same configuration on sm_80 and sm_90
+    G, D, LP = shape.group, shape.head_dim, shape.sel_block
+    cfg = _config(G, D, LP)
+    dt = shape.dtype
+    prec = "tf32" if dt == "fp32" else "ieee"
+    ptr, f32 = f"*{dt}", "*fp32"
+    q_common = {"G": G, "D": D, "LP": LP, "GP": cfg["GP"], "DP": cfg["DP"], "BK": cfg["BK"], "PREC": prec}
+
+    def sig(names: dict[str, str], consts: dict) -> dict[str, str]:
+        return {**names, **{c: "constexpr" for c in consts}}
+
+    fwd_args = {
+        "Q": ptr,
+        "K": ptr,
+        "V": ptr,
+        "IDX": "*i64",
+        "OUT": ptr,
+        "LSE": f32,
+        "T": "i32",
+        "NK": "i32",
+        "sm_scale": "fp32",
+    }
+    dq_args = {
+        "Q": ptr, "K": ptr, "V": ptr, "IDX": "*i64", "OUT": ptr, "DO": ptr, "LSE": f32, "DELTA": f32, "DQ": ptr,
+        "T": "i32", "NK": "i32", "sm_scale": "fp32",
+    }  # fmt: skip
+    kv_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR"], "PREC": prec}
+    kv_args = {
+        "Q": ptr, "K": ptr, "V": ptr, "DO": ptr, "LSE": f32, "DELTA": f32, "PAIR_T": "*i64", "SEG_BLK": "*i64",
+        "SEG_LO": "*i64", "SEG_HI": "*i64", "PDK": f32, "PDV": f32, "T": "i32", "NS": "i32", "sm_scale": "fp32",
+    }  # fmt: skip
+    red_consts = {"D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"]}
+    red_args = {
+        "PDK": f32,
+        "PDV": f32,
+        "BLK_SEG0": "*i64",
+        "BLK_NSEG": "*i64",
+        "DK": ptr,
+        "DV": ptr,
+        "T": "i32",
+        "NS": "i32",
+    }
+    st = cfg["stages"]
+    return [
+        KernelSpec("selected_fwd", _sel_fwd_kernel, sig(fwd_args, q_common), q_common, cfg["warps_q"], st),
+        KernelSpec(
+            "selected_bwd_dq", _sel_bwd_dq_kernel, sig(dq_args, q_common), q_common, cfg["warps_q"], st
+        ),
+        KernelSpec(
+            "selected_bwd_dkdv", _sel_bwd_dkdv_kernel, sig(kv_args, kv_consts), kv_consts, cfg["warps_kv"], st
+        ),
+        KernelSpec(
+            "selected_bwd_reduce",
+            _sel_bwd_reduce_kernel,
+            sig(red_args, red_consts),
+            red_consts,
+            cfg["warps_red"],
+            1,
+        ),
+    ]
