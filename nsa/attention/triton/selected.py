@@ -36,25 +36,30 @@ def _sel_fwd_kernel(
     # One program: query token t of one (batch, KV head); rows = its G heads (padded to GP).
     t = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
-    row = bh * T + t  # token row in [BH*T]
+    # int64 only in the per-(batch, KV head) base pointers; offsets inside one head are int32 (small
+    # offset tensors keep the register count down).
     g = tl.arange(0, GP)
     d = tl.arange(0, DP)
     gm, dm = g < G, d < D
-    q = tl.load(Q + (row * G + g)[:, None] * D + d[None, :], mask=gm[:, None] & dm[None, :], other=0.0)
+    qoff = (t * G + g)[:, None] * D + d[None, :]
+    qmask = gm[:, None] & dm[None, :]
+    q = tl.load(Q + bh * T * G * D + qoff, mask=qmask, other=0.0)
+    K += bh * T * D
+    V += bh * T * D
+    IDX += (bh * T + t) * NK
     qk_scale = sm_scale * 1.4426950408889634  # base-2 softmax
     m_i = tl.full([GP], float("-inf"), tl.float32)
     l_i = tl.zeros([GP], tl.float32)
     acc = tl.zeros([GP, DP], tl.float32)
     kk = tl.arange(0, BK)
-    koff0 = bh * T * D + kk[:, None] * D + d[None, :]
     for i in range(0, NK):
-        j = tl.load(IDX + row * NK + i)
+        j = tl.load(IDX + i).to(tl.int32)
         start = j * LP
         # Keys after t are masked; a block starting after t (or an invalid entry, j = -1) adds nothing.
         hi = tl.where(j >= 0, tl.minimum(LP, t - start + 1), 0)
         for c in range(0, hi, BK):
             km = (c + kk) < hi
-            koff = koff0 + (start + c) * D
+            koff = (start + c + kk)[:, None] * D + d[None, :]
             k = tl.load(K + koff, mask=km[:, None] & dm[None, :], other=0.0)
             v = tl.load(V + koff, mask=km[:, None] & dm[None, :], other=0.0)
             s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
@@ -69,12 +74,8 @@ def _sel_fwd_kernel(
     has = l_i > 0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
     lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
-    tl.store(
-        OUT + (row * G + g)[:, None] * D + d[None, :],
-        out.to(OUT.dtype.element_ty),
-        mask=gm[:, None] & dm[None, :],
-    )
-    tl.store(LSE + row * G + g, lse, mask=gm)
+    tl.store(OUT + bh * T * G * D + qoff, out.to(OUT.dtype.element_ty), mask=qmask)
+    tl.store(LSE + (bh * T + t) * G + g, lse, mask=gm)
 
 
 @triton.jit
@@ -87,30 +88,33 @@ def _sel_bwd_dq_kernel(
     # Query-major like the forward; also stores delta for the key-major dK/dV kernel that runs next.
     t = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
-    row = bh * T + t
     g = tl.arange(0, GP)
     d = tl.arange(0, DP)
     gm, dm = g < G, d < D
-    qoff = (row * G + g)[:, None] * D + d[None, :]
+    qoff = (t * G + g)[:, None] * D + d[None, :]
     qmask = gm[:, None] & dm[None, :]
-    q = tl.load(Q + qoff, mask=qmask, other=0.0)
-    do = tl.load(DO + qoff, mask=qmask, other=0.0)
-    o = tl.load(OUT + qoff, mask=qmask, other=0.0)
+    qbase = bh * T * G * D
+    q = tl.load(Q + qbase + qoff, mask=qmask, other=0.0)
+    do = tl.load(DO + qbase + qoff, mask=qmask, other=0.0)
+    o = tl.load(OUT + qbase + qoff, mask=qmask, other=0.0)
     delta = tl.reduce(do.to(tl.float32) * o.to(tl.float32), 1, _sum_combine)
-    tl.store(DELTA + row * G + g, delta, mask=gm)
-    lse = tl.load(LSE + row * G + g, mask=gm, other=0.0)
+    srow = (bh * T + t) * G + g
+    tl.store(DELTA + srow, delta, mask=gm)
+    lse = tl.load(LSE + srow, mask=gm, other=0.0)
     lse = tl.where(lse == float("-inf"), 0.0, lse)  # such a row has no key: the loop adds nothing
     qk_scale = sm_scale * 1.4426950408889634
     dq = tl.zeros([GP, DP], tl.float32)
+    K += bh * T * D
+    V += bh * T * D
+    IDX += (bh * T + t) * NK
     kk = tl.arange(0, BK)
-    koff0 = bh * T * D + kk[:, None] * D + d[None, :]
     for i in range(0, NK):
-        j = tl.load(IDX + row * NK + i)
+        j = tl.load(IDX + i).to(tl.int32)
         start = j * LP
         hi = tl.where(j >= 0, tl.minimum(LP, t - start + 1), 0)
         for c in range(0, hi, BK):
             km = (c + kk) < hi
-            koff = koff0 + (start + c) * D
+            koff = (start + c + kk)[:, None] * D + d[None, :]
             k = tl.load(K + koff, mask=km[:, None] & dm[None, :], other=0.0)
             v = tl.load(V + koff, mask=km[:, None] & dm[None, :], other=0.0)
             s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
@@ -118,7 +122,7 @@ def _sel_bwd_dq_kernel(
             dp = tl.dot(do, tl.trans(v), input_precision=PREC)
             ds = p * (dp - delta[:, None])
             dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
-    tl.store(DQ + qoff, (dq * sm_scale).to(DQ.dtype.element_ty), mask=qmask)
+    tl.store(DQ + qbase + qoff, (dq * sm_scale).to(DQ.dtype.element_ty), mask=qmask)
 
 
 @triton.jit
@@ -141,11 +145,15 @@ def _sel_bwd_dkdv_kernel(
     n = tl.arange(0, BN)
     d = tl.arange(0, DP)
     dm = d < D
-    kpos = j * LP + nb * BN + n
+    Q += bh * T * G * D
+    DO += bh * T * G * D
+    LSE += bh * T * G
+    DELTA += bh * T * G
+    kpos = (j * LP + nb * BN + n).to(tl.int32)
     kmask = ((nb * BN + n) < LP) & (kpos < T)
-    koff = (bh * T + kpos)[:, None] * D + d[None, :]
-    k = tl.load(K + koff, mask=kmask[:, None] & dm[None, :], other=0.0)
-    v = tl.load(V + koff, mask=kmask[:, None] & dm[None, :], other=0.0)
+    koff = kpos[:, None] * D + d[None, :]
+    k = tl.load(K + bh * T * D + koff, mask=kmask[:, None] & dm[None, :], other=0.0)
+    v = tl.load(V + bh * T * D + koff, mask=kmask[:, None] & dm[None, :], other=0.0)
     qk_scale = sm_scale * 1.4426950408889634
     dk = tl.zeros([BN, DP], tl.float32)
     dv = tl.zeros([BN, DP], tl.float32)
@@ -155,8 +163,8 @@ def _sel_bwd_dkdv_kernel(
         rr = r0 + r
         rm = rr < nrows
         pair = lo + rr // G
-        tq = tl.load(PAIR_T + pair, mask=rm, other=0)
-        qrow = (bh * T + tq) * G + rr % G
+        tq = tl.load(PAIR_T + pair, mask=rm, other=0).to(tl.int32)
+        qrow = tq * G + rr % G
         qoff = qrow[:, None] * D + d[None, :]
         q = tl.load(Q + qoff, mask=rm[:, None] & dm[None, :], other=0.0)
         do = tl.load(DO + qoff, mask=rm[:, None] & dm[None, :], other=0.0)
@@ -215,19 +223,24 @@ def _p2(x: int, lo: int = 16) -> int:
 
 
 def _config(G: int, D: int, LP: int) -> dict[str, int]:
-    """Tiles and warps. GP: head rows padded to a tile (tl.dot needs >= 16); BK/BN: keys per step (a
-    selection block in steps of <= 64); BR: (pair, head) rows per step of the dK/dV kernel, smaller at
-    D > 64 so its q/dO tiles and fp32 [BR, BN] temporaries stay in registers without spilling."""
+    """Tiles and warps (checked with ptxas for sm_80/sm_90 at head_dim 64 and 128: no spills).
+
+    GP: head rows padded to a tile (tl.dot needs >= 16); BK/BN: keys per step (a selection block in
+    steps of <= 64); BR: (pair, head) rows per step of the dK/dV kernel. The dK/dV kernel holds two
+    fp32 [BN, D] accumulators: 8 warps, and at head_dim 128 half the rows and no software pipelining
+    (with 64 rows or 2 stages ptxas spilled on sm_90).
+    """
     DP = _p2(D)
     return {
         "GP": _p2(G),
         "DP": DP,
         "BK": min(64, _p2(LP)),
         "BN": min(64, _p2(LP)),
-        "BR": 128 if DP <= 64 else 64,
+        "BR": 32 if DP > 64 else 64,
         "warps_q": 4,
-        "warps_kv": 8 if DP > 64 else 4,
-        "warps_red": 4,
+        "warps_kv": 8,
+        "stages_kv": 1 if DP > 64 else 2,
+        "warps_red": 8,
         "stages": 2,
     }
 
@@ -339,7 +352,7 @@ def _selected_bwd(
     _sel_bwd_dkdv_kernel[(nseg_max, nb)](
         q, k, v, dout, lse, delta, pair_t, seg_blk, seg_lo, seg_hi, pdk, pdv, T, ns, scale,
         G=G, D=D, LP=LP, DP=DP, BN=BN, BR=cfg["BR"], PREC=prec,
-        num_warps=cfg["warps_kv"], num_stages=cfg["stages"],
+        num_warps=cfg["warps_kv"], num_stages=cfg["stages_kv"],
     )  # fmt: skip
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     _sel_bwd_reduce_kernel[(BH * ns, nb)](
@@ -458,7 +471,12 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
             "selected_bwd_dq", _sel_bwd_dq_kernel, sig(dq_args, q_common), q_common, cfg["warps_q"], st
         ),
         KernelSpec(
-            "selected_bwd_dkdv", _sel_bwd_dkdv_kernel, sig(kv_args, kv_consts), kv_consts, cfg["warps_kv"], st
+            "selected_bwd_dkdv",
+            _sel_bwd_dkdv_kernel,
+            sig(kv_args, kv_consts),
+            kv_consts,
+            cfg["warps_kv"],
+            cfg["stages_kv"],
         ),
         KernelSpec(
             "selected_bwd_reduce",
