@@ -222,7 +222,7 @@ def _p2(x: int, lo: int = 16) -> int:
     return max(lo, triton.next_power_of_2(x))
 
 
-def _config(G: int, D: int, LP: int) -> dict[str, int]:
+def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
     """Tiles and warps (checked with ptxas for sm_80/sm_90 at head_dim 64 and 128: no spills).
 
     GP: head rows padded to a tile (tl.dot needs >= 16); BK/BN: keys per step (a selection block in
@@ -234,8 +234,8 @@ def _config(G: int, D: int, LP: int) -> dict[str, int]:
     return {
         "GP": _p2(G),
         "DP": DP,
-        "BK": min(64, _p2(LP)),
-        "BN": min(64, _p2(LP)),
+        "BK": min(key_tile, _p2(LP)),
+        "BN": min(key_tile, _p2(LP)),
         "BR": 32 if DP > 64 else 64,
         "warps_q": 4,
         "warps_kv": 8,
@@ -249,6 +249,12 @@ def _seg_pairs(T: int) -> int:
     """(query, block) pairs per dK/dV program: bounds a program's work (block 0 is listed by every query)
     while keeping the partial-dK/dV buffer small: T/4 pairs, clamped to [16, 2048]."""
     return min(2048, max(16, triton.next_power_of_2(T) // 4))
+
+
+def _launch_config(G: int, D: int, LP: int) -> dict[str, int]:
+    """The GPU config; the interpreter steps through keys 16 at a time (same code path), so the tests'
+    small blocks also run the loops over several key steps and the dK/dV grid's split of a block."""
+    return _config(G, D, LP, key_tile=16 if interpreting() else 64)
 
 
 def _prec(dtype: torch.dtype) -> str:
@@ -303,7 +309,7 @@ def _selected_fwd(
 ) -> tuple[Tensor, Tensor]:
     B, Hkv, T, G, D = q.shape
     NK = idx_eff.shape[-1]
-    cfg = _config(G, D, sel_block)
+    cfg = _launch_config(G, D, sel_block)
     out = torch.empty_like(q)
     lse = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
     _sel_fwd_kernel[(T, B * Hkv)](
@@ -333,7 +339,7 @@ def _selected_bwd(
 ) -> tuple[Tensor, Tensor, Tensor]:
     B, Hkv, T, G, D = q.shape
     BH, NK, LP = B * Hkv, idx_eff.shape[-1], sel_block
-    cfg = _config(G, D, LP)
+    cfg = _launch_config(G, D, LP)
     prec = _prec(q.dtype)
     dout = dout.contiguous()
     dq = torch.empty_like(q)
@@ -404,9 +410,9 @@ def selected_attention(
     a table without the forced blocks is still exact here (never NaN).
     """
     del chunk, forced_blocks
-    if q.device.type != "cuda" and not interpreting():
+    if q.device.type not in ("cuda", "meta") and not interpreting():
         raise ValueError(
-            f"triton selected_attention: tensors on {q.device.type}; use CUDA tensors or set TRITON_INTERPRET=1"
+            f"triton selected_attention: tensors on {q.device.type}; use CUDA (or meta) tensors, or set TRITON_INTERPRET=1"
         )
     dtype = q.dtype
     idx_eff = _effective_table(idx, valid, sel_block)

@@ -171,3 +171,21 @@ def test_gpucheck_specs_name_every_argument():
         fn = getattr(s.fn, "fn", s.fn)
         assert list(s.signature) == list(inspect.signature(fn).parameters), s.name
         assert {k for k, t in s.signature.items() if t == "constexpr"} == set(s.constexprs), s.name
+
+
+def test_meta_device_forward_and_backward_shapes():
+    """The custom ops' fake kernels: shapes and dtypes on the meta device, no kernel runs."""
+    q, k, v = (x.detach().to("meta").requires_grad_() for x in _inputs(2, 2, 50, 6, 64, torch.float16))
+    idx, valid = (x.to("meta") for x in _table(2, 2, 50, 16, 3))
+    out = tsel.selected_attention(q, k, v, idx, valid, sel_block=16, scale=0.125, chunk=64)
+    assert out.shape == q.shape and out.dtype == torch.float16 and out.device.type == "meta"
+    dq, dk, dv = torch.autograd.grad(out.sum(), (q, k, v))
+    assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
+
+
+def test_cpu_tensors_without_interpreter_are_refused(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET")
+    q, k, v = _inputs(1, 1, 4, 2, 16, torch.float32)
+    idx, valid = _table(1, 1, 4, 16, 2)
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+        tsel.selected_attention(q, k, v, idx, valid, sel_block=16, scale=0.25)
