@@ -28,7 +28,7 @@ _sum_combine = tl.standard._sum_combine
 
 @triton.jit
 def _sel_fwd_kernel(
-    Q, K, V, IDX, OUT, LSE,
+    Q, K, V, IDX, VALID, OUT, LSE,
     T, NK, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
     GP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
@@ -47,16 +47,18 @@ def _sel_fwd_kernel(
     K += bh * T * D
     V += bh * T * D
     IDX += (bh * T + t) * NK
+    VALID += (bh * T + t) * NK
     qk_scale = sm_scale * 1.4426950408889634  # base-2 softmax
     m_i = tl.full([GP], float("-inf"), tl.float32)
     l_i = tl.zeros([GP], tl.float32)
     acc = tl.zeros([GP, DP], tl.float32)
     kk = tl.arange(0, BK)
     for i in range(0, NK):
-        j = tl.load(IDX + i).to(tl.int32)
-        start = j * LP
-        # Keys after t are masked; a block starting after t (or an invalid entry, j = -1) adds nothing.
-        hi = tl.where(j >= 0, tl.minimum(LP, t - start + 1), 0)
+        j = tl.load(IDX + i)
+        ok = (tl.load(VALID + i) != 0) & (j >= 0)
+        # Keys after t are masked; a block starting after t (or an invalid entry) adds nothing.
+        hi = tl.where(ok, tl.minimum(LP, t - j * LP + 1), 0).to(tl.int32)
+        start = (j * LP).to(tl.int32)  # used only when hi > 0, i.e. start <= t
         for c in range(0, hi, BK):
             km = (c + kk) < hi
             koff = (start + c + kk)[:, None] * D + d[None, :]
@@ -80,7 +82,7 @@ def _sel_fwd_kernel(
 
 @triton.jit
 def _sel_bwd_dq_kernel(
-    Q, K, V, IDX, OUT, DO, LSE, DELTA, DQ,
+    Q, K, V, IDX, VALID, OUT, DO, LSE, DELTA, DQ,
     T, NK, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
     GP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
@@ -107,11 +109,13 @@ def _sel_bwd_dq_kernel(
     K += bh * T * D
     V += bh * T * D
     IDX += (bh * T + t) * NK
+    VALID += (bh * T + t) * NK
     kk = tl.arange(0, BK)
     for i in range(0, NK):
-        j = tl.load(IDX + i).to(tl.int32)
-        start = j * LP
-        hi = tl.where(j >= 0, tl.minimum(LP, t - start + 1), 0)
+        j = tl.load(IDX + i)
+        ok = (tl.load(VALID + i) != 0) & (j >= 0)
+        hi = tl.where(ok, tl.minimum(LP, t - j * LP + 1), 0).to(tl.int32)
+        start = (j * LP).to(tl.int32)
         for c in range(0, hi, BK):
             km = (c + kk) < hi
             koff = (start + c + kk)[:, None] * D + d[None, :]
@@ -127,21 +131,36 @@ def _sel_bwd_dq_kernel(
 
 @triton.jit
 def _sel_bwd_dkdv_kernel(
-    Q, K, V, DO, LSE, DELTA, PAIR_T, SEG_BLK, SEG_LO, SEG_HI, PDK, PDV,
-    T, NS, sm_scale,
+    Q, K, V, DO, LSE, DELTA, ORDER, START, SEG_END, PDK, PDV,
+    T, NS, NK, NBLK, NSEARCH, S, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
     DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    # One program: BN keys of one selection block against one segment of the (query, block) pairs that
-    # listed it; rows of a step are BR (pair, head) couples, r -> (pair r // G, head r % G), so a
-    # group of any size fills the tile. Writes this segment's partial dK/dV (fp32) for the reduction.
+    # One program: BN keys of one selection block against one segment (<= S pairs) of the (query,
+    # block) pairs that listed it; rows of a step are BR (pair, head) couples, r -> (pair r // G, head
+    # r % G), so a group of any size fills the tile. Writes the segment's partial dK/dV (fp32).
+    # Pairs are sorted by global block bh*NS + j (ORDER: their flat table positions, START: where each
+    # block's pairs begin); block b owns segments [SEG_END[b] - ceil(count/S), SEG_END[b]). This
+    # program's block is the first b with SEG_END[b] > s_id (binary search, NSEARCH steps).
     s_id = tl.program_id(0)
     nb = tl.program_id(1)
-    blk = tl.load(SEG_BLK + s_id)  # global block bh*NS + j; -1 for an unused segment
-    lo = tl.load(SEG_LO + s_id)
-    hi = tl.load(SEG_HI + s_id)
-    bh = (tl.maximum(blk, 0) // NS).to(tl.int64)
-    j = tl.maximum(blk, 0) % NS
+    lo_b = s_id * 0
+    hi_b = lo_b + NBLK
+    for _ in range(0, NSEARCH):
+        mid = (lo_b + hi_b) // 2
+        active = lo_b < hi_b
+        right = active & (tl.load(SEG_END + tl.minimum(mid, NBLK - 1)) <= s_id)
+        lo_b = tl.where(right, mid + 1, lo_b)
+        hi_b = tl.where(active & ~right, mid, hi_b)
+    used = lo_b < NBLK  # the static grid has spare segments past the last block's
+    blk = tl.minimum(lo_b, NBLK - 1)
+    b0 = tl.load(START + blk)
+    b1 = tl.load(START + blk + 1)
+    seg0 = tl.load(SEG_END + blk) - (b1 - b0 + S - 1) // S
+    lo = b0 + (s_id - seg0) * S
+    hi = tl.where(used, tl.minimum(lo + S, b1), lo)
+    bh = (blk // NS).to(tl.int64)
+    j = blk % NS
     n = tl.arange(0, BN)
     d = tl.arange(0, DP)
     dm = d < D
@@ -163,7 +182,7 @@ def _sel_bwd_dkdv_kernel(
         rr = r0 + r
         rm = rr < nrows
         pair = lo + rr // G
-        tq = tl.load(PAIR_T + pair, mask=rm, other=0).to(tl.int32)
+        tq = ((tl.load(ORDER + pair, mask=rm, other=0) // NK) % T).to(tl.int32)
         qrow = tq * G + rr % G
         qoff = qrow[:, None] * D + d[None, :]
         q = tl.load(Q + qoff, mask=rm[:, None] & dm[None, :], other=0.0)
@@ -178,15 +197,15 @@ def _sel_bwd_dkdv_kernel(
         ds = p * (dp - delta[:, None])
         dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
     poff = (s_id.to(tl.int64) * LP + nb * BN + n)[:, None] * DP + d[None, :]
-    pm = ((nb * BN + n) < LP)[:, None]
+    pm = ((nb * BN + n) < tl.where(used, LP, 0))[:, None]  # spare segments store nothing
     tl.store(PDK + poff, dk * sm_scale, mask=pm)
     tl.store(PDV + poff, dv, mask=pm)
 
 
 @triton.jit
 def _sel_bwd_reduce_kernel(
-    PDK, PDV, BLK_SEG0, BLK_NSEG, DK, DV,
-    T, NS,
+    PDK, PDV, START, SEG_END, DK, DV,
+    T, NS, S,
     D: tl.constexpr, LP: tl.constexpr, DP: tl.constexpr, BN: tl.constexpr,
 ):  # fmt: skip
     # One program: BN keys of one block; sums the partials of the block's segments (contiguous, in
@@ -195,8 +214,8 @@ def _sel_bwd_reduce_kernel(
     nb = tl.program_id(1)
     bh = (blk // NS).to(tl.int64)
     j = blk % NS
-    s0 = tl.load(BLK_SEG0 + blk)
-    ns = tl.load(BLK_NSEG + blk)
+    ns = (tl.load(START + blk + 1) - tl.load(START + blk) + S - 1) // S
+    s0 = tl.load(SEG_END + blk) - ns
     n = tl.arange(0, BN)
     d = tl.arange(0, DP)
     dk = tl.zeros([BN, DP], tl.float32)
@@ -262,58 +281,41 @@ def _prec(dtype: torch.dtype) -> str:
     return "tf32" if dtype == torch.float32 and not interpreting() else "ieee"
 
 
-def _reverse_index(idx_eff: Tensor, T: int, LP: int):
-    """(query, block) pairs grouped by block, cut into segments of at most S pairs, no host sync.
+def _reverse_index(idx: Tensor, valid: Tensor, LP: int):
+    """(query, block) pairs sorted by block, in a constant number of aten ops and no host sync.
 
-    Returns pair_t [P] (query position of each sorted pair), per segment blk/lo/hi [NSEG] (global block
-    bh*Ns + j, -1 for an unused segment; pair range [lo, hi)), per block seg0/nseg [BH*Ns], NSEG.
-    NSEG = BH*Ns + ceil(BH*T*k / S) is a static bound: a block with c pairs uses ceil(c/S) < c/S + 1.
+    Returns order [P] (each sorted pair's flat position in the table [BH, T, k]; pairs without keys
+    sort last), start [BH*Ns + 1] (where block b's pairs begin), seg_end [BH*Ns] (cumulative count of
+    S-pair segments), S and NSEG = BH*Ns + ceil(BH*T*k / S), a static bound on the segments (a block
+    with c pairs uses ceil(c/S) < c/S + 1 of them): the dK/dV grid.
     """
-    BH, _, NK = idx_eff.shape
-    dev = idx_eff.device
+    B, Hkv, T, NK = idx.shape
+    dev, BH = idx.device, B * Hkv
     ns = -(-T // LP)
     nblk = BH * ns
     S = _seg_pairs(T)
-    bh = torch.arange(BH, device=dev).view(BH, 1, 1)
-    key = torch.where(idx_eff >= 0, bh * ns + idx_eff, nblk).view(-1)  # entries without keys: dropped
+    t = torch.arange(T, device=dev).view(T, 1)
+    keep = valid & (idx >= 0) & (idx * LP <= t)  # the entries that add keys, as in the kernels
+    base = torch.arange(0, nblk, ns, device=dev).view(B, Hkv, 1, 1)
+    key = torch.where(keep, idx + base, nblk).view(-1)
     skey, order = torch.sort(key, stable=True)
-    pair_t = torch.div(order, NK, rounding_mode="floor").remainder_(T)
     start = torch.searchsorted(skey, torch.arange(nblk + 1, device=dev))
-    count = start[1:] - start[:-1]
-    nseg = torch.div(count + (S - 1), S, rounding_mode="floor")
+    nseg = torch.div(start[1:] - start[:-1] + (S - 1), S, rounding_mode="floor")
     seg_end = torch.cumsum(nseg, 0)
-    seg0 = seg_end - nseg
-    nseg_max = nblk + -(-(BH * T * NK) // S)
-    s = torch.arange(nseg_max, device=dev)
-    blk = torch.searchsorted(seg_end, s, right=True)  # nblk for the unused tail
-    used = blk < nblk
-    b = blk.clamp(max=nblk - 1)
-    lo = start[b] + (s - seg0[b]) * S
-    hi = torch.minimum(lo + S, start[b + 1])
-    blk = torch.where(used, blk, -1)
-    lo, hi = torch.where(used, lo, 0), torch.where(used, hi, 0)
-    return pair_t, blk, lo, hi, seg0, nseg, nseg_max
-
-
-def _effective_table(idx: Tensor, valid: Tensor, sel_block: int) -> Tensor:
-    """idx where the entry adds keys (valid, block starts at or before the query), else -1: [BH, T, k]."""
-    B, Hkv, T, NK = idx.shape
-    t = torch.arange(T, device=idx.device).view(T, 1)
-    keep = valid & (idx >= 0) & (idx * sel_block <= t)
-    return torch.where(keep, idx, -1).reshape(B * Hkv, T, NK).contiguous()
+    return order, start, seg_end, S, nblk + -(-(BH * T * NK) // S)
 
 
 @torch.library.custom_op("nsa_triton::selected_fwd", mutates_args=())
 def _selected_fwd(
-    q: Tensor, k: Tensor, v: Tensor, idx_eff: Tensor, sel_block: int, scale: float
+    q: Tensor, k: Tensor, v: Tensor, idx: Tensor, valid: Tensor, sel_block: int, scale: float
 ) -> tuple[Tensor, Tensor]:
     B, Hkv, T, G, D = q.shape
-    NK = idx_eff.shape[-1]
+    NK = idx.shape[-1]
     cfg = _launch_config(G, D, sel_block)
     out = torch.empty_like(q)
     lse = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
     _sel_fwd_kernel[(T, B * Hkv)](
-        q, k, v, idx_eff, out, lse, T, NK, scale,
+        q, k, v, idx, valid.view(torch.int8), out, lse, T, NK, scale,
         G=G, D=D, LP=sel_block, GP=cfg["GP"], DP=cfg["DP"], BK=cfg["BK"], PREC=_prec(q.dtype),
         num_warps=cfg["warps_q"], num_stages=cfg["stages"],
     )  # fmt: skip
@@ -321,7 +323,7 @@ def _selected_fwd(
 
 
 @_selected_fwd.register_fake
-def _(q, k, v, idx_eff, sel_block, scale):
+def _(q, k, v, idx, valid, sel_block, scale):
     return torch.empty_like(q), q.new_empty(q.shape[:4], dtype=torch.float32)
 
 
@@ -331,59 +333,63 @@ def _selected_bwd(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    idx_eff: Tensor,
+    idx: Tensor,
+    valid: Tensor,
     out: Tensor,
     lse: Tensor,
     sel_block: int,
     scale: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
     B, Hkv, T, G, D = q.shape
-    BH, NK, LP = B * Hkv, idx_eff.shape[-1], sel_block
+    BH, NK, LP = B * Hkv, idx.shape[-1], sel_block
     cfg = _launch_config(G, D, LP)
     prec = _prec(q.dtype)
     dout = dout.contiguous()
     dq = torch.empty_like(q)
     delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
     _sel_bwd_dq_kernel[(T, BH)](
-        q, k, v, idx_eff, out, dout, lse, delta, dq, T, NK, scale,
+        q, k, v, idx, valid.view(torch.int8), out, dout, lse, delta, dq, T, NK, scale,
         G=G, D=D, LP=LP, GP=cfg["GP"], DP=cfg["DP"], BK=cfg["BK"], PREC=prec,
         num_warps=cfg["warps_q"], num_stages=cfg["stages"],
     )  # fmt: skip
-    pair_t, seg_blk, seg_lo, seg_hi, seg0, nseg, nseg_max = _reverse_index(idx_eff, T, LP)
+    order, start, seg_end, S, nseg = _reverse_index(idx, valid, LP)
     ns = -(-T // LP)
     DP, BN = cfg["DP"], cfg["BN"]
-    pdk = torch.empty(nseg_max, LP, DP, dtype=torch.float32, device=q.device)
+    pdk = torch.empty(nseg, LP, DP, dtype=torch.float32, device=q.device)
     pdv = torch.empty_like(pdk)
     nb = triton.cdiv(LP, BN)
-    _sel_bwd_dkdv_kernel[(nseg_max, nb)](
-        q, k, v, dout, lse, delta, pair_t, seg_blk, seg_lo, seg_hi, pdk, pdv, T, ns, scale,
+    nsearch = (BH * ns).bit_length() + 1
+    _sel_bwd_dkdv_kernel[(nseg, nb)](
+        q, k, v, dout, lse, delta, order, start, seg_end, pdk, pdv, T, ns, NK, BH * ns, nsearch, S, scale,
         G=G, D=D, LP=LP, DP=DP, BN=BN, BR=cfg["BR"], PREC=prec,
         num_warps=cfg["warps_kv"], num_stages=cfg["stages_kv"],
     )  # fmt: skip
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     _sel_bwd_reduce_kernel[(BH * ns, nb)](
-        pdk, pdv, seg0, nseg, dk, dv, T, ns, D=D, LP=LP, DP=DP, BN=BN,
+        pdk, pdv, start, seg_end, dk, dv, T, ns, S, D=D, LP=LP, DP=DP, BN=BN,
         num_warps=cfg["warps_red"], num_stages=1,
     )  # fmt: skip
     return dq, dk, dv
 
 
 @_selected_bwd.register_fake
-def _(dout, q, k, v, idx_eff, out, lse, sel_block, scale):
+def _(dout, q, k, v, idx, valid, out, lse, sel_block, scale):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    q, k, v, idx_eff, sel_block, scale = inputs
+    q, k, v, idx, valid, sel_block, scale = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, idx_eff, out, lse)
+    ctx.save_for_backward(q, k, v, idx, valid, out, lse)
     ctx.sel_block, ctx.scale = sel_block, scale
 
 
 def _backward(ctx, dout, _dlse):
-    q, k, v, idx_eff, out, lse = ctx.saved_tensors
-    dq, dk, dv = torch.ops.nsa_triton.selected_bwd(dout, q, k, v, idx_eff, out, lse, ctx.sel_block, ctx.scale)
-    return dq, dk, dv, None, None, None
+    q, k, v, idx, valid, out, lse = ctx.saved_tensors
+    dq, dk, dv = torch.ops.nsa_triton.selected_bwd(
+        dout, q, k, v, idx, valid, out, lse, ctx.sel_block, ctx.scale
+    )
+    return dq, dk, dv, None, None, None, None
 
 
 torch.library.register_autograd("nsa_triton::selected_fwd", _backward, setup_context=_setup_context)
@@ -415,11 +421,9 @@ def selected_attention(
             f"triton selected_attention: tensors on {q.device.type}; use CUDA (or meta) tensors, or set TRITON_INTERPRET=1"
         )
     dtype = q.dtype
-    idx_eff = _effective_table(idx, valid, sel_block)
-    out = torch.ops.nsa_triton.selected_fwd(
-        q.contiguous(), k.to(dtype).contiguous(), v.to(dtype).contiguous(), idx_eff, sel_block, float(scale)
-    )[0]
-    return out
+    k, v = k.to(dtype).contiguous(), v.to(dtype).contiguous()
+    idx, valid = idx.contiguous(), valid.contiguous()
+    return torch.ops.nsa_triton.selected_fwd(q.contiguous(), k, v, idx, valid, sel_block, float(scale))[0]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -439,37 +443,19 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     def sig(names: dict[str, str], consts: dict) -> dict[str, str]:
         return {**names, **{c: "constexpr" for c in consts}}
 
-    fwd_args = {
-        "Q": ptr,
-        "K": ptr,
-        "V": ptr,
-        "IDX": "*i64",
-        "OUT": ptr,
-        "LSE": f32,
-        "T": "i32",
-        "NK": "i32",
-        "sm_scale": "fp32",
-    }
-    dq_args = {
-        "Q": ptr, "K": ptr, "V": ptr, "IDX": "*i64", "OUT": ptr, "DO": ptr, "LSE": f32, "DELTA": f32, "DQ": ptr,
-        "T": "i32", "NK": "i32", "sm_scale": "fp32",
-    }  # fmt: skip
+    i32, i64, i8 = "i32", "*i64", "*i8"
+    fwd_args = dict(Q=ptr, K=ptr, V=ptr, IDX=i64, VALID=i8, OUT=ptr, LSE=f32, T=i32, NK=i32, sm_scale="fp32")
+    dq_args = dict(
+        Q=ptr, K=ptr, V=ptr, IDX=i64, VALID=i8, OUT=ptr, DO=ptr, LSE=f32, DELTA=f32, DQ=ptr,
+        T=i32, NK=i32, sm_scale="fp32",
+    )  # fmt: skip
     kv_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR"], "PREC": prec}
-    kv_args = {
-        "Q": ptr, "K": ptr, "V": ptr, "DO": ptr, "LSE": f32, "DELTA": f32, "PAIR_T": "*i64", "SEG_BLK": "*i64",
-        "SEG_LO": "*i64", "SEG_HI": "*i64", "PDK": f32, "PDV": f32, "T": "i32", "NS": "i32", "sm_scale": "fp32",
-    }  # fmt: skip
+    kv_args = dict(
+        Q=ptr, K=ptr, V=ptr, DO=ptr, LSE=f32, DELTA=f32, ORDER=i64, START=i64, SEG_END=i64, PDK=f32, PDV=f32,
+        T=i32, NS=i32, NK=i32, NBLK=i32, NSEARCH=i32, S=i32, sm_scale="fp32",
+    )  # fmt: skip
     red_consts = {"D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"]}
-    red_args = {
-        "PDK": f32,
-        "PDV": f32,
-        "BLK_SEG0": "*i64",
-        "BLK_NSEG": "*i64",
-        "DK": ptr,
-        "DV": ptr,
-        "T": "i32",
-        "NS": "i32",
-    }
+    red_args = dict(PDK=f32, PDV=f32, START=i64, SEG_END=i64, DK=ptr, DV=ptr, T=i32, NS=i32, S=i32)
     st = cfg["stages"]
     return [
         KernelSpec("selected_fwd", _sel_fwd_kernel, sig(fwd_args, q_common), q_common, cfg["warps_q"], st),

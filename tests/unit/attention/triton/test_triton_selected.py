@@ -101,25 +101,32 @@ def test_hand_made_table_matches_eager():
 
 
 def test_reverse_index_covers_every_pair_once():
-    """The dK/dV segments list each (query, block) pair with keys exactly once, grouped by block, no
-    segment longer than S, and the per-block segment ranges tile the used segments."""
-    BH, T, lp, n = 3, 150, 16, 5
+    """The dK/dV index lists every table entry that adds keys exactly once, under its own block, and
+    the static segment bound holds (blocks with more than S pairs are split)."""
+    B, Hkv, T, lp, n = 1, 3, 150, 16, 5
     g = torch.Generator().manual_seed(11)
-    idx = torch.randint(-1, 10, (BH, T, n), generator=g)
-    idx = torch.where(idx * lp <= torch.arange(T)[:, None], idx, -1)
-    pair_t, blk, lo, hi, seg0, nseg, nseg_max = tsel._reverse_index(idx, T, lp)
-    S, ns = tsel._seg_pairs(T), -(-T // lp)
-    assert ((hi - lo) <= S).all() and (nseg > 1).any()  # block 0 (every query) is split
+    idx = torch.randint(-1, 11, (B, Hkv, T, n), generator=g)
+    valid = torch.rand(B, Hkv, T, n, generator=g) < 0.8
+    idx[..., 0], valid[..., 0] = 0, True  # every query lists block 0: more than S pairs
+    order, start, seg_end, S, nseg = tsel._reverse_index(idx, valid, lp)
+    ns = -(-T // lp)
+    assert int(seg_end[-1]) <= nseg and (start[1:] - start[:-1]).max() > S
     got = []
-    for s in range(nseg_max):
-        if blk[s] < 0:
-            assert lo[s] == hi[s]
-            continue
-        b, j = divmod(int(blk[s]), ns)
-        assert seg0[blk[s]] <= s < seg0[blk[s]] + nseg[blk[s]]
-        got += [(b, j, int(t)) for t in pair_t[lo[s] : hi[s]]]
-    want = [(b, int(j), t) for b in range(BH) for t in range(T) for j in idx[b, t] if j >= 0]
-    assert sorted(got) == sorted(want)
+    for blk in range(B * Hkv * ns):
+        bh, j = divmod(blk, ns)
+        for o in order[start[blk] : start[blk + 1]].tolist():
+            h, rest = divmod(o, T * n)
+            t, slot = divmod(rest, n)
+            assert h == bh and int(idx[0, h, t, slot]) == j
+            got.append((h, t, slot))
+    want = [
+        (h, t, i)
+        for h in range(Hkv)
+        for t in range(T)
+        for i in range(n)
+        if valid[0, h, t, i] and 0 <= idx[0, h, t, i] <= t // lp
+    ]
+    assert sorted(got) == want
 
 
 def test_nsa_attention_with_triton_selected_matches_reference(monkeypatch):
