@@ -6,7 +6,7 @@ delta = rowsum(dO * O)), the backward's dK/dV kernel (key-major: one program per
 queries that chose one selection block, found through a reverse index built by a constant number of
 aten ops, no atomics) and the reduction of the segments' partial dK/dV. It must not sync with the
 device, loop in Python over anything that grows with T, or build a [T, T] tensor; the number of
-launches is the same at every T (1 kernel forward; 3 kernels + 14 small aten ops backward).
+launches is the same at every T (1 kernel forward; 3 kernels + 16 small aten ops backward).
 """
 
 from __future__ import annotations
