@@ -65,7 +65,7 @@ def _compare(q, k, v, idx, valid, lp, forced):
 
 
 # (G, B, Hkv, T, D, l', n, dtype): every G of the issue; T = 1, T < l', odd T, several blocks; B = 2;
-# head_dim 64 and 128; l' = 16 and 32.
+# head_dim 64 and 128; l' = 16, 32 and 64.
 CASES = [
     (1, 2, 1, 37, 64, 16, 4, torch.float32),
     (2, 2, 1, 1, 64, 16, 4, torch.float16),
@@ -74,6 +74,7 @@ CASES = [
     (6, 1, 1, 70, 64, 32, 2, torch.float32),
     (8, 1, 1, 20, 128, 16, 2, torch.float32),
     (16, 1, 1, 19, 64, 16, 2, torch.float16),
+    (6, 1, 1, 67, 64, 64, 2, torch.float16),  # the paper's l' = 64: four key steps per block here
 ]
 
 
