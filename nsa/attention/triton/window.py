@@ -10,6 +10,8 @@ atomics, or sync with the host; it knows nothing of the other branches.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 import triton
 import triton.language as tl
@@ -70,7 +72,7 @@ def _key_phases(r0, T, W, G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.co
 
 @triton.jit
 def _window_fwd(
-    Q, K, V, O, LSE, qk_scale, T, W,
+    Q, K, V, Out, LSE, qk_scale, T, W,
     G: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
@@ -99,7 +101,9 @@ def _window_fwd(
     acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_ptr, v_ptr, t_row, c, end, T, W, qk_scale,
                                True, D, BLOCK_D, BLOCK_N, PREC)  # fmt: skip
     out = acc / l_i[:, None]
-    tl.store(O + bh * R * D + rows[:, None] * D + offs_d[None, :], out.to(O.dtype.element_ty), mask=io_mask)
+    tl.store(
+        Out + bh * R * D + rows[:, None] * D + offs_d[None, :], out.to(Out.dtype.element_ty), mask=io_mask
+    )
     tl.store(LSE + bh * R + rows, m_i + tl.math.log2(l_i), mask=row_ok)
 
 
@@ -126,7 +130,7 @@ def _dq_tiles(
 
 @triton.jit
 def _window_bwd_dq(
-    Q, K, V, O, DO, LSE, DELTA, DQ, qk_scale, scale, T, W,
+    Q, K, V, Out, DO, LSE, DELTA, DQ, qk_scale, scale, T, W,
     G: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
@@ -141,7 +145,7 @@ def _window_bwd_dq(
     io = bh * R * D + rows[:, None] * D + offs_d[None, :]
     q = tl.load(Q + io, mask=io_mask, other=0.0)
     do = tl.load(DO + io, mask=io_mask, other=0.0)
-    o = tl.load(O + io, mask=io_mask, other=0.0)
+    o = tl.load(Out + io, mask=io_mask, other=0.0)
     # This kernel owns its rows, so it forms delta for them; the dK/dV kernel (launched after) reads it.
     delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
     tl.store(DELTA + bh * R + rows, delta, mask=row_ok)
@@ -361,34 +365,36 @@ def window_attention(
     if window < 1:
         raise ValueError(f"nsa.attention.triton.window: window={window} must be >= 1")
     _check(q, k, v)
-    o, _ = torch.ops.nsa.triton_window_fwd(q.contiguous(), k.contiguous(), v.contiguous(), window, float(scale))
+    o, _ = torch.ops.nsa.triton_window_fwd(
+        q.contiguous(), k.contiguous(), v.contiguous(), window, float(scale)
+    )
     return o
+
+
+def _signature(fn, ptr: str, constexprs: dict) -> dict[str, str]:
+    """Triton types of `fn`'s arguments: statistics are float32, T and W int32, other tensors `ptr`."""
+    scalars = {"LSE": "*fp32", "DELTA": "*fp32", "qk_scale": "fp32", "scale": "fp32", "T": "i32", "W": "i32"}
+    names = inspect.signature(fn.fn).parameters
+    return {n: "constexpr" if n in constexprs else scalars.get(n, ptr) for n in names}
 
 
 def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     """The three kernels as `window_attention` launches them for `shape` on `arch` (80 or 90)."""
     cfg = _configs(shape.head_dim, arch)
-    ptr = "*" + shape.dtype
-    prec = "tf32" if shape.dtype == "fp32" else "ieee"
-    common = {"G": shape.group, "D": shape.head_dim, "BLOCK_D": triton.next_power_of_2(shape.head_dim), "PREC": prec}
+    common = {
+        "G": shape.group,
+        "D": shape.head_dim,
+        "BLOCK_D": triton.next_power_of_2(shape.head_dim),
+        "PREC": "tf32" if shape.dtype == "fp32" else "ieee",
+    }
     specs = []
-    for name, fn, args in (
-        ("window_fwd", _window_fwd, {"Q": ptr, "K": ptr, "V": ptr, "O": ptr, "LSE": "*fp32", "qk_scale": "fp32"}),
-        (
-            "window_bwd_dq",
-            _window_bwd_dq,
-            {"Q": ptr, "K": ptr, "V": ptr, "O": ptr, "DO": ptr, "LSE": "*fp32", "DELTA": "*fp32", "DQ": ptr,
-             "qk_scale": "fp32", "scale": "fp32"},
-        ),  # fmt: skip
-        (
-            "window_bwd_dkdv",
-            _window_bwd_dkdv,
-            {"Q": ptr, "K": ptr, "V": ptr, "DO": ptr, "LSE": "*fp32", "DELTA": "*fp32", "DK": ptr, "DV": ptr,
-             "qk_scale": "fp32", "scale": "fp32"},
-        ),  # fmt: skip
+    for name, fn, key in (
+        ("window_fwd", _window_fwd, "fwd"),
+        ("window_bwd_dq", _window_bwd_dq, "dq"),
+        ("window_bwd_dkdv", _window_bwd_dkdv, "dkdv"),
     ):
-        tiles, launch = _split(cfg[name.removeprefix("window_").removeprefix("bwd_")])
+        tiles, launch = _split(cfg[key])
         constexprs = {**common, **tiles}
-        signature = {**args, "T": "i32", "W": "i32", **{c: "constexpr" for c in constexprs}}
+        signature = _signature(fn, "*" + shape.dtype, constexprs)
         specs.append(KernelSpec(name=name, fn=fn, signature=signature, constexprs=constexprs, **launch))
     return specs
