@@ -251,7 +251,7 @@ def _configs(head_dim: int, arch: int, interp: bool = False) -> dict[str, dict[s
     big = head_dim > 64
     stages = 3 if arch >= 90 else 2
     return {
-        "fwd": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8 if big else 4, "num_stages": stages},
+        "fwd": {"BLOCK_M": 128, "BLOCK_N": 32 if big else 64, "num_warps": 8, "num_stages": stages},
         "dq": {"BLOCK_M": 64 if big else 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": stages},
         "dkdv": {"BLOCK_M": 64, "BLOCK_N": 64 if big else 128, "num_warps": 8, "num_stages": stages},
     }
@@ -265,7 +265,7 @@ def _arch(device: torch.device) -> int:
 
 
 def _check(q: Tensor, k: Tensor, v: Tensor) -> None:
-    if q.device.type != "cuda" and not interpreting():
+    if q.device.type not in ("cuda", "meta") and not interpreting():
         raise ValueError(
             f"nsa.attention.triton.window: tensors on {q.device} need a CUDA device, or TRITON_INTERPRET=1 "
             "to run the kernels on the CPU (tests only)"
