@@ -147,3 +147,17 @@ def test_gpucheck_specs_cover_every_kernel(head_dim):
     assert rope_q.constexprs["R"] == 6 and rope_q.constexprs["HALF"] == head_dim // 2
     assert rope_q.signature["X"] == "*bf16" and rope_q.signature["COS"] == "*fp32"
     assert rope_q.constexprs["BLOCK_C"] >= 6 * head_dim // 2
+
+
+def test_custom_ops_pass_opcheck():
+    """Schemas, fake (meta) kernels and autograd registrations agree with the real ops."""
+    torch.manual_seed(0)
+    cos, sin = rope_cos_sin(torch.arange(5), 64, 10000.0, torch.float32)
+    x = torch.randn(1, 5, 2, 3, 64, requires_grad=True)
+    torch.library.opcheck(torch.ops.nsa.triton_rope_to_layout.default, (x, cos, sin))
+    g = torch.rand(1, 5, 2, 3, 3, requires_grad=True)
+    outs = [torch.randn(1, 2, 5, 3, 64, requires_grad=True) for _ in range(3)]
+    torch.library.opcheck(torch.ops.nsa.triton_gate_mix.default, (g, *outs))
+    q = torch.randn(1, 2, 5, 3, 64, requires_grad=True)
+    k = torch.randn(1, 2, 5, 64, requires_grad=True)
+    torch.library.opcheck(torch.ops.nsa.triton_window_fwd.default, (q, k, k.detach().clone(), 3, 0.125))
