@@ -17,7 +17,6 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from nsa.attention.nsa import _gate_mix as _eager_gate_mix
 from nsa.attention.precision import autocast_off
 from nsa.attention.rope import rope_to_layout as _eager_rope_to_layout
 from nsa.attention.triton import interpreting
@@ -223,6 +222,7 @@ def rope_to_layout(x: Tensor, cos: Tensor, sin: Tensor, perm: tuple[int, ...]) -
         and sin.is_contiguous()
         and D % 2 == 0
         and x.device == cos.device
+        and not (cos.requires_grad or sin.requires_grad)  # the kernel gives no table gradients
     )
     if not covered:
         return _eager_rope_to_layout(x, cos, sin, perm)
@@ -290,7 +290,10 @@ def gate_mix(g: Tensor, o_cmp: Tensor, o_sel: Tensor, o_win: Tensor) -> Tensor:
     Mixed dtypes or dtypes other than float32/float16/bfloat16 go to the eager function.
     """
     if not (g.dtype == o_cmp.dtype == o_sel.dtype == o_win.dtype) or g.dtype not in _DTYPES:
-        return _eager_gate_mix(g, o_cmp, o_sel, o_win)
+        # Imported here: nsa.py may import this module, and must be free to do so at its top.
+        from nsa.attention.nsa import _gate_mix as eager_gate_mix
+
+        return eager_gate_mix(g, o_cmp, o_sel, o_win)
     _check_device(o_cmp, "gate_mix")
     return torch.ops.nsa.triton_gate_mix(
         g.contiguous(), o_cmp.contiguous(), o_sel.contiguous(), o_win.contiguous()

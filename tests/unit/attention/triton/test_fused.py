@@ -161,3 +161,10 @@ def test_custom_ops_pass_opcheck():
     q = torch.randn(1, 2, 5, 3, 64, requires_grad=True)
     k = torch.randn(1, 2, 5, 64, requires_grad=True)
     torch.library.opcheck(torch.ops.nsa.triton_window_fwd.default, (q, k, k.detach().clone(), 3, 0.125))
+
+
+def test_gate_mix_float64_takes_the_eager_path():
+    torch.manual_seed(0)
+    g = torch.rand(1, 4, 1, 2, 3, dtype=torch.float64)
+    outs = [torch.randn(1, 1, 4, 2, 8, dtype=torch.float64) for _ in range(3)]
+    assert torch.equal(fused.gate_mix(g, *outs), eager_gate_mix(g, *outs))
