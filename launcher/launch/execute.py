@@ -47,7 +47,15 @@ def execute(
                 on_progress=on_sync_progress,
             )
             say(f"synced the project to {t.label}:{workdir} ({res.method}, {res.seconds:.1f} s)")
-        python = ensure_python(t, workdir, plan.profile.host, plan.pythons[i], say)
+        python = ensure_python(
+            t,
+            workdir,
+            plan.profile.host,
+            plan.pythons[i],
+            say,
+            device=plan.profile.device,
+            probe=facts[i].get("probe"),
+        )
         nodes.append(
             NodeRecord(
                 host=plan.hosts[i], workdir=workdir, python=python, run_dir=f"{workdir}/runs/{plan.run}"

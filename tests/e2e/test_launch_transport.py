@@ -192,7 +192,7 @@ def test_host_venv_is_built_once_per_spec_hash(sshd, tmp_path):
     without the marker the venv is (re)built, and a failing build names its fix. (The tests never
     install torch: the base python is a path that does not exist, so a build attempt must fail.)"""
     from launcher.errors import RuntimeFailure
-    from launcher.hostenv import MARKER_PREFIX, ensure_python, spec_hash
+    from launcher.hostenv import MARKER_PREFIX, ensure_python, plan_env, spec_hash
     from launcher.profiles import HostEnv
 
     env = HostEnv(python="venv", base_python="/nonexistent/python3")
@@ -203,7 +203,9 @@ def test_host_venv_is_built_once_per_spec_hash(sshd, tmp_path):
         with pytest.raises(RuntimeFailure, match="building the venv") as e:
             ensure_python(t, str(wd), env, None)
         assert "host.base_python" in e.value.fix
-        (wd / ".venv" / f"{MARKER_PREFIX}{spec_hash(env)}").touch()
+        assert not (wd / ".venv").exists()  # a failed build leaves no half-built venv behind
+        (wd / ".venv").mkdir()
+        (wd / ".venv" / f"{MARKER_PREFIX}{spec_hash(env, plan_env('cpu', None))}").touch()
         assert ensure_python(t, str(wd), env, None) == f"{wd}/.venv/bin/python"  # ready: nothing rebuilt
         assert ensure_python(t, str(wd), env, PYTHON) == PYTHON  # a named python wins
     finally:
