@@ -42,6 +42,7 @@ def _preflight_script(workdir: str, run: str, python: str) -> str:
             'd="$wd"; while [ ! -d "$d" ]; do d=$(dirname -- "$d"); done',
             'printf "free_kb=%s\\n" "$(df -Pk -- "$d" | awk \'NR==2{print $4}\')"',
             f'[ -e "$wd"/runs/{q(run)} ] && echo run_dir_exists=1',
+            '[ -f "$wd"/launcher/host/__main__.py ] && echo synced=1',
             # The GPU query and the python probe are launcher/host/gpu.py and probe.py themselves,
             # fed to the host's python on stdin (the project is not on the host yet).
             f"{py} - 2>/dev/null <<'NSA_GPU_PROBE_EOF'",

@@ -141,3 +141,34 @@ def test_a_named_python_lacking_packages_is_refused_in_preflight(sshd, tmux_serv
     assert f"{bare}/bin/python -m pip install libtmux pyyaml pydantic torch" in res.output
     assert "host.python: venv" in res.output
     assert not wd.exists(), "preflight must refuse before anything is synced"
+
+
+def test_doctor_on_a_fresh_host_reports_the_python_env(sshd, tmux_server, tmp_path, monkeypatch):
+    isolate(monkeypatch, tmp_path, tmux_server)
+    fresh = tmp_path / "never synced"
+    res = invoke("doctor", *_host_args(sshd, fresh), "--python", PYTHON)
+    assert res.exit_code == 0, res.output
+    assert f"ok   python 3.{sys.version_info[1]} ({PYTHON})" in res.output
+    assert "ok   torch 2." in res.output and "CPU build" in res.output
+    assert "ok   0 GPU(s)" in res.output and "GB free at" in res.output
+    assert "not synced to" in res.output and "No such file" not in res.output
+    assert not fresh.exists()
+    # the default host.python: venv says what `up` would build there
+    res = invoke("doctor", *_host_args(sshd, fresh))
+    assert res.exit_code == 0, res.output
+    assert "host env: a venv at" in res.output
+    # no --host: it says which machine it checked
+    local = invoke("doctor")
+    assert local.exit_code == 0, local.output
+    assert "host 0: this machine (no --host given)" in local.output
+
+
+def test_doctor_lists_each_problem_with_its_own_fix(sshd, tmux_server, tmp_path, monkeypatch):
+    isolate(monkeypatch, tmp_path, tmux_server)
+    bare = tmp_path / "bare"
+    venv.create(bare, with_pip=False)
+    res = invoke("doctor", *_host_args(sshd, tmp_path / "wd"), "--python", str(bare / "bin" / "python"))
+    assert res.exit_code == 1, res.output
+    assert "problem: " in res.output and "lacks libtmux, pyyaml, pydantic, torch" in res.output
+    assert "-m pip install libtmux pyyaml pydantic torch" in res.output
+    assert "run doctor again" not in res.output
