@@ -31,6 +31,9 @@ def execute(
 
     t0 = time.monotonic()
     transports = [transport_for(h, accept_new_host_key=plan.opts.accept_new_host_key) for h in plan.hosts]
+    for t in transports:
+        if getattr(t, "recorded_host_key", None):
+            say(t.recorded_host_key)  # type: ignore[attr-defined]
     facts = []
     for i, t in enumerate(transports):
         facts.append(preflight(t, plan, i))

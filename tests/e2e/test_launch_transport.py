@@ -99,11 +99,18 @@ def test_first_contact_needs_accept_new_host_key(sshd, tmp_path):
     spec = parse_target("fresh", str(cfg))
     from launcher.errors import LaunchError
 
-    with pytest.raises(LaunchError, match="accept-new-host-key"):
+    # the fingerprint as OpenSSH's own tool prints it for the fixture's host key
+    fp = subprocess.run(
+        ["ssh-keygen", "-lf", f"{sshd.host_key}.pub"], capture_output=True, text=True, check=True
+    ).stdout.split()[1]
+    assert fp.startswith("SHA256:")
+    with pytest.raises(LaunchError, match="accept-new-host-key") as refused:
         open_transport(spec)
+    assert fp in refused.value.message  # first contact shows what the host presented
     assert not kh.exists() or kh.read_text() == ""
     t = open_transport(spec, accept_new_host_key=True)
     assert t.run("echo ok").stdout == "ok\n"
+    assert t.recorded_host_key is not None and fp in t.recorded_host_key and str(kh) in t.recorded_host_key
     t.close()
     assert f"[{sshd.host}]:{sshd.port}" in kh.read_text()
     t = open_transport(spec)  # now known: strict checking passes without the flag
