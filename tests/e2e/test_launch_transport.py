@@ -217,3 +217,25 @@ def test_host_venv_is_built_once_per_spec_hash(sshd, tmp_path):
         assert ensure_python(t, str(wd), env, PYTHON) == PYTHON  # a named python wins
     finally:
         t.close()
+
+
+def test_rsync_refused_key_points_at_keys_not_the_workdir(tmp_path, monkeypatch):
+    """A key the host stops accepting (revoked while the paramiko session stays authenticated): rsync's
+    own SSH connection gets "Permission denied (publickey)", and the fix names the key, not the disk."""
+    from launcher.errors import RuntimeFailure
+    from tests.fixtures.sshd import SSHServer, free_port
+
+    monkeypatch.setenv("NSA_LAUNCH_SSH_MUX", "0")  # rsync must authenticate itself, not ride a master
+    own = SSHServer(tmpdir=tmp_path / "sshd", port=free_port())  # its own: this test edits authorized_keys
+    own.setup()
+    own.start()
+    t = open_transport(parse_target(own.alias, str(own.ssh_config)))
+    try:
+        (own.tmpdir / "authorized_keys").write_text("")
+        with pytest.raises(RuntimeFailure, match="publickey") as e:
+            sync(_fake_project(tmp_path / "src"), t, str(tmp_path / "wd"))
+        assert "authorized_keys" in e.value.fix and str(own.key_path) in e.value.fix
+        assert "writable" not in e.value.fix
+    finally:
+        t.close()
+        own.stop()
