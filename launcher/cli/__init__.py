@@ -23,6 +23,7 @@ COMMANDS = {
     "doctor": "launcher.cli.doctor:doctor",
     "profiles": "launcher.cli.profiles:profiles",
     "runs": "launcher.cli.runs:runs",
+    "ssh-close": "launcher.cli.ssh_close:ssh_close",
     "dashboard": "launcher.cli.dashboard:dashboard",
 }
 
