@@ -113,11 +113,13 @@ def _merge(rec: RunRecord, parts: list[dict[str, Any] | str]) -> dict[str, Any]:
             st["heartbeat_age_s"] = {**st["heartbeat_age_s"], **p["heartbeat_age_s"]}
             st["gpus"] = st["gpus"] + p["gpus"]
             st["pids"] = st["pids"] + p["pids"]
-            if p["state"] in ("failed", "stalled") and st["state"] in ("running", "starting"):
+            if p["state"] in ("failed", "stalled") and st["state"] in ("running", "starting", "restarting"):
                 st["state"] = p["state"]
                 st["error"] = f"node {p.get('host')}: {p.get('error') or p['state']}"
     if errors:
-        st["state"] = "lost" if st["state"] in ("running", "starting", "stalled") else st["state"]
+        st["state"] = (
+            "lost" if st["state"] in ("running", "starting", "restarting", "stalled") else st["state"]
+        )
         st["error"] = "; ".join(errors)
     return st
 
