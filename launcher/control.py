@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,11 +113,13 @@ def _merge(rec: RunRecord, parts: list[dict[str, Any] | str]) -> dict[str, Any]:
             st["heartbeat_age_s"] = {**st["heartbeat_age_s"], **p["heartbeat_age_s"]}
             st["gpus"] = st["gpus"] + p["gpus"]
             st["pids"] = st["pids"] + p["pids"]
-            if p["state"] in ("failed", "stalled") and st["state"] in ("running", "starting"):
+            if p["state"] in ("failed", "stalled") and st["state"] in ("running", "starting", "restarting"):
                 st["state"] = p["state"]
                 st["error"] = f"node {p.get('host')}: {p.get('error') or p['state']}"
     if errors:
-        st["state"] = "lost" if st["state"] in ("running", "starting", "stalled") else st["state"]
+        st["state"] = (
+            "lost" if st["state"] in ("running", "starting", "restarting", "stalled") else st["state"]
+        )
         st["error"] = "; ".join(errors)
     return st
 
@@ -175,18 +177,38 @@ def kill_gpu_process(rec: RunRecord, pid: int, node: int = 0, grace_s: float | N
     return {k: reply[k] for k in ("killed", "pid", "remaining_pids", "message")}
 
 
-def restart_run(rec: RunRecord, wait: bool = True) -> RunRecord:
-    """Kill (verified), then start again in the same run dir with --resume (latest checkpoint)."""
+def restart_run(
+    rec: RunRecord,
+    wait: bool = True,
+    *,
+    sync: bool = True,
+    say: Callable[[str], None] | None = None,
+    wait_fn: Callable[[RunRecord], Any] | None = None,
+) -> RunRecord:
+    """Kill (verified), re-sync the code (unless `sync` is false), then start again in the same run
+    dir with --resume (latest checkpoint). A finished run is refused: there is nothing to resume.
+    `say` reports each step; `wait_fn` replaces the plain first-heartbeat wait (the CLI's ticker)."""
     from launcher.envspec import resolve_secrets
     from launcher.launch.execute import wait_first_heartbeat
 
+    say = say or (lambda _msg: None)
+    [st] = fetch_status([rec])
+    if st["state"] == "finished":
+        raise LaunchError(
+            f"run {rec.run} finished (step {st.get('step')}/{st.get('total_steps')}): nothing to resume",
+            "start a new run: nsa-launch up --name NEW (raise train.steps with --set to train longer)",
+        )
+    say(f"stopping {rec.run} on {rec.host} (state {st['state']})")
     res = kill_run(rec)
     if not res["killed"]:
         raise RuntimeFailure(
             f"cannot restart {rec.run}: the old processes survive: {res['message']}",
             "stop them by hand on the host, then retry",
         )
+    say(f"stopped: {res['message']}")
     secrets = resolve_secrets(rec.secrets, os.environ) if rec.secrets else {}
+    if sync:
+        _resync(rec, say)
     for i, node in enumerate(rec.nodes):
         t = transport_for(node.host)
         reply = agent_call(
@@ -207,9 +229,24 @@ def restart_run(rec: RunRecord, wait: bool = True) -> RunRecord:
         )
         if not reply.get("ok"):
             raise LaunchError(f"{node.label}: {reply.get('error')}", reply.get("fix", ""))
+    say(f"started {rec.run} again with --resume; state restarting until its first heartbeat")
     if wait:
-        wait_first_heartbeat(rec)
+        (wait_fn or wait_first_heartbeat)(rec)
     return rec
+
+
+def _resync(rec: RunRecord, say: Callable[[str], None]) -> None:
+    """The code the run resumes with is this checkout's, as for `up` (local runs use it in place)."""
+    from launcher.profiles import PROJECT_ROOT
+    from launcher.ssh.sync import sync
+    from launcher.ssh.transport import SSHTransport
+
+    for node in rec.nodes:
+        t = transport_for(node.host)
+        if isinstance(t, SSHTransport):
+            has_rsync = t.run("command -v rsync", check=False, timeout=30).exit_code == 0
+            res = sync(PROJECT_ROOT, t, node.workdir, host_has_rsync=has_rsync)
+            say(f"synced the project to {t.label}:{node.workdir} ({res.method}, {res.seconds:.1f} s)")
 
 
 def stream_log(rec: RunRecord, follow: bool = True, last_n: int = 200) -> Iterator[str]:

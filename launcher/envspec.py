@@ -3,7 +3,8 @@
 Owns every name `nsa-launch up --env K=V` (or a profile's `env:`) may export to a host: the NSA_*
 that `nsa` really reads (declared in nsa/envvars.py and merged here), the runtime families NCCL_*,
 TORCH_* / TORCH_NCCL_*, PYTORCH_CUDA_ALLOC_CONF, CUDA_*, OMP_*, HF_*, the secrets passed by name,
-and the legacy NSA_* knobs of the old trainer with what replaces them. It validates names (unknown ->
+the legacy NSA_* knobs of the old trainer with what replaces them, and the user's own variables
+(any other safe name, e.g. WANDB_PROJECT, passed as given with a safe value). It validates names (unknown ->
 did-you-mean), types and allowed values, and masks secrets for every manifest, log and status line.
 It must not read the process environment except where a caller asks for a secret's value, and it
 never imports torch. Documented for humans in docs/env.md.
@@ -278,6 +279,10 @@ def parse_assignments(items: Iterable[str], source: str = "--env") -> dict[str, 
                 f"{source}: {item!r} is not NAME=VALUE",
                 "write it as --env NAME=VALUE, e.g. --env NCCL_DEBUG=INFO",
             )
+        if is_user_variable(name):
+            check_user_value(name, value, source)
+            out[name] = value
+            continue
         var = check_name(name, source)
         if var.secret:
             raise LaunchError(
@@ -287,6 +292,78 @@ def parse_assignments(items: Iterable[str], source: str = "--env") -> dict[str, 
         check_value(var, value, source)
         out[name] = value
     return out
+
+
+# Families this registry owns: an unknown name in one of them is a typo (did-you-mean), not a
+# user's own variable.
+RESERVED_PREFIXES = ("NSA_", "NCCL_", "TORCH_", "PYTORCH_", "CUDA_", "OMP_", "HF_")
+# What a run's shell, loader or interpreter reads: never a user's variable.
+UNSAFE_NAMES = frozenset(
+    [
+        "PATH",
+        "HOME",
+        "SHELL",
+        "USER",
+        "LOGNAME",
+        "IFS",
+        "ENV",
+        "BASH_ENV",
+        "PS4",
+        "PROMPT_COMMAND",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "CDPATH",
+        "GLOBIGNORE",
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "LD_AUDIT",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PYTHONSTARTUP",
+        "PYTHONINSPECT",
+        "PYTHONSAFEPATH",
+        "TMUX",
+        "TMUX_PANE",
+        "TERM",
+    ]
+)
+_SECRET_LOOKING = re.compile(
+    r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE_KEY|CREDENTIALS?)$", re.IGNORECASE
+)
+USER_VALUE_MAX = 4096
+
+
+def is_user_variable(name: str) -> bool:
+    """A name that is the user's own (WANDB_PROJECT, MY_FLAG): well formed, not declared here, not a
+    legacy or internal name, not in a family this registry owns, not something the shell, the loader
+    or python reads. Such a variable is passed as given, validated only for a safe value."""
+    return (
+        bool(_NAME_RE.match(name))
+        and name not in REGISTRY
+        and name not in LEGACY
+        and name not in INTERNAL
+        and name not in UNSAFE_NAMES
+        and not name.upper().startswith(RESERVED_PREFIXES)
+        and not name.startswith(("BASH_FUNC_", "LD_"))
+    )
+
+
+def check_user_value(name: str, value: str, source: str) -> None:
+    """A user variable's value: printable text (tab allowed), at most USER_VALUE_MAX characters; and
+    no secret-looking name, whose value would land in the manifest and the registry."""
+    if _SECRET_LOOKING.search(name):
+        raise LaunchError(
+            f"{source}: {name} looks like a secret, and a value given with --env is written to the manifest",
+            "nsa-launch passes only declared secrets, by name (--secret NAME; `nsa-launch profiles --env` "
+            "lists them); set this one in the host's environment instead",
+        )
+    bad = next((c for c in value if (ord(c) < 32 and c != "\t") or ord(c) == 127), None)
+    if bad is not None or len(value) > USER_VALUE_MAX:
+        why = f"control character {bad!r}" if bad is not None else f"{len(value)} characters"
+        raise LaunchError(
+            f"{source}: the value of {name} is not safe to pass ({why})",
+            f"user variables take printable text up to {USER_VALUE_MAX} characters",
+        )
 
 
 def validate_env(env: Mapping[str, str], source: str) -> dict[str, str]:

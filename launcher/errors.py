@@ -1,4 +1,4 @@
-"""The launcher's exceptions and their exit codes (0 ok, 1 runtime failure, 2 bad input).
+"""The launcher's exceptions and their exit codes (0 ok, 1 runtime failure, 2 bad input, 130 Ctrl-C).
 
 Owns the two error types every launcher module raises and the CLI turns into an exit code. A
 `LaunchError` is bad input caught before anything starts (exit 2); a `RuntimeFailure` is something
@@ -12,6 +12,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_RUNTIME = 1
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a command killed by SIGINT
 
 
 class LaunchError(Exception):

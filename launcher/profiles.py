@@ -77,7 +77,7 @@ class HostEnv(_Strict):
     )
     base_python: str = Field("python3", description="Interpreter that creates the venv.")
     extras: list[str] = Field(
-        default_factory=lambda: ["train"], description="Project extras installed in the venv."
+        default_factory=lambda: ["train"], description="Project extras whose dependencies the venv gets."
     )
     pip_args: list[str] = Field(default_factory=list, description="Extra pip arguments (e.g. an index URL).")
     workdir: str = Field(

@@ -9,7 +9,7 @@ import click
 
 from launcher import __version__
 from launcher.app import Application
-from launcher.errors import LaunchError
+from launcher.errors import EXIT_INTERRUPTED, LaunchError
 
 # name -> "module:attribute". Commands are imported when invoked, so `nsa-launch status` does not pay
 # for pydantic, the config schema or Textual (a cold `status` is a command people run in loops).
@@ -23,6 +23,7 @@ COMMANDS = {
     "doctor": "launcher.cli.doctor:doctor",
     "profiles": "launcher.cli.profiles:profiles",
     "runs": "launcher.cli.runs:runs",
+    "ssh-close": "launcher.cli.ssh_close:ssh_close",
     "dashboard": "launcher.cli.dashboard:dashboard",
 }
 
@@ -51,6 +52,11 @@ class LauncherGroup(click.Group):
             if e.fix:
                 click.echo(f"  fix: {e.fix}", err=True)
             ctx.exit(e.exit_code)
+        except KeyboardInterrupt as e:
+            # Commands that leave something running say what keeps going and how to stop it; the
+            # rest were stopped where they stood. Either way no "Aborted!" and exit 1.
+            click.echo(str(e) or "interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
         finally:
             from launcher.remote import close_all
 
@@ -63,7 +69,7 @@ class LauncherGroup(click.Group):
 def cli(ctx: click.Context) -> None:
     """Put an NSA training run on a GPU host (or this machine), watch it, and stop it.
 
-    Exit codes: 0 ok, 1 runtime failure, 2 bad input.
+    Exit codes: 0 ok, 1 runtime failure, 2 bad input, 130 interrupted (Ctrl-C).
     """
     ctx.obj = Application()
 

@@ -1,4 +1,10 @@
-"""`nsa-launch doctor`: check this machine and (optionally) a host can run a profile, changing nothing."""
+"""`nsa-launch doctor`: check this machine and a host can run a profile, changing nothing.
+
+Reports, per host, what a new user needs to know before the first `up`: which machine it checked,
+the python (version, path), torch (version, build: CPU or CUDA), GPUs, free disk, tmux and rsync,
+what `up` would do for the host env, and whether the project is synced there yet. Every problem is
+listed with its own fix; nothing is started, synced or installed.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import click
 
 from launcher.app import Application
 from launcher.errors import EXIT_RUNTIME, LaunchError
+from launcher.hostenv import plan_env
 from launcher.launch.plan import UpOptions, plan_run
 from launcher.launch.preflight import preflight
 from launcher.remote import agent_call, transport_for
@@ -15,7 +22,7 @@ from launcher.remote import agent_call, transport_for
 
 @click.command()
 @click.option("--profile", "-P", help="Profile to check against. Default: cpu.")
-@click.option("--host", "hosts", multiple=True, help="Host target(s) as for `up`.")
+@click.option("--host", "hosts", multiple=True, help="Host target(s) as for `up`. Default: this machine.")
 @click.option("--ssh-config", type=click.Path(), help="OpenSSH config file resolving --host aliases.")
 @click.option("--python", help="Absolute path of the host's python.")
 @click.option("--workdir", help="Project dir on the host.")
@@ -28,13 +35,15 @@ def doctor(
     python: str | None,
     workdir: str | None,
 ) -> None:
-    """Validate the profile and its config locally, then preflight each host (read-only)."""
-    problems = []
+    """Validate the profile and its config locally, then check each host (read-only)."""
+    problems: list[tuple[str, str]] = []
     for tool in ("ssh", "rsync", "tmux"):
         ok = shutil.which(tool) is not None
-        app.say(f"{'ok ' if ok else 'MISSING'} local {tool}")
+        app.say(f"{'ok  ' if ok else 'MISSING'} local {tool}")
         if not ok and tool != "tmux":
-            problems.append(f"local {tool} missing (sync falls back to sftp)" if tool == "rsync" else tool)
+            problems.append(
+                (f"local {tool} is missing", "install it (sync falls back to sftp without rsync)")
+            )
     plan = plan_run(
         UpOptions(
             profile=profile,
@@ -45,26 +54,52 @@ def doctor(
             name="doctor-check",
         )
     )
-    app.say(f"ok  profile {plan.profile.name}, config {plan.config_path} [{plan.config_hash}]")
+    prof = plan.profile
+    app.say(f"ok   profile {prof.name} ({prof.device}), config {plan.config_path} [{plan.config_hash}]")
     for i, spec in enumerate(plan.hosts):
+        where = "this machine (no --host given)" if spec.is_local else spec.label
+        app.say(f"host {i}: {where}")
         try:
             t = transport_for(spec)
             facts = preflight(t, plan, i)
-            app.say(
-                f"ok  {t.label}: python {facts['python']}, tmux, {len(facts['gpus'])} GPU(s), "
-                f"rsync {'yes' if facts.get('rsync') else 'no (sftp fallback)'}, workdir {facts['workdir']}"
-            )
-            py = plan.pythons[i]
-            if py and py != "venv":
-                reply = agent_call(t, facts["workdir"], py, "status", {"runs": []}, timeout=30)
-                app.say(f"ok  agent answers on {t.label} ({len(reply['gpus'])} GPU(s) via nvidia-smi)")
         except LaunchError as e:
-            app.say(f"FAIL {spec.label}: {e.render()}")
-            problems.append(e.message)
+            app.say(f"FAIL {e.message}")
+            problems.append((e.message, e.fix))
+            continue
+        _report(app, plan, i, facts, problems)
+        py = plan.pythons[i]
+        if py and py != "venv" and facts.get("synced"):
+            try:
+                reply = agent_call(t, facts["workdir"], py, "status", {"runs": []}, timeout=30)
+                app.say(f"ok   the agent answers ({len(reply['gpus'])} GPU(s))")
+            except LaunchError as e:
+                app.say(f"FAIL the agent: {e.message}")
+                problems.append((e.message, e.fix))
     if problems:
-        app.abort(
-            "doctor found problems: " + "; ".join(problems),
-            "fix them and run doctor again",
-            code=EXIT_RUNTIME,
-        )
+        for msg, fix in problems:
+            app.say(f"problem: {msg}" + (f"\n  fix: {fix}" if fix else ""))
+        app.abort(f"doctor found {len(problems)} problem(s) (listed above)", code=EXIT_RUNTIME)
     app.say("all checks passed")
+
+
+def _report(app: Application, plan, i: int, facts: dict, problems: list[tuple[str, str]]) -> None:
+    probe = facts.get("probe") or {}
+    py = probe.get("executable") or "?"
+    app.say(f"ok   python {facts['python']} ({py})")
+    torch, build = probe.get("torch"), probe.get("torch_build")
+    if torch:
+        kind = "CPU build" if build == "cpu" else f"CUDA build ({build})" if build else "unknown build"
+        app.say(f"ok   torch {torch}, {kind}")
+    else:
+        app.say("--   torch: not installed in this python")
+    gpus = facts.get("gpus") or []
+    app.say(f"ok   {len(gpus)} GPU(s)" + (f": {', '.join(gpus)}" if gpus else ""))
+    free_gb = int(facts.get("free_kb") or 0) / 2**20
+    app.say(f"ok   {free_gb:.1f} GB free at {facts.get('workdir')}")
+    app.say(f"ok   tmux, rsync {'yes' if facts.get('rsync') else 'no (sync uses sftp)'}")
+    named = plan.pythons[i] not in (None, "venv") or plan.hosts[i].is_local
+    if not named:
+        env_plan = plan_env(plan.profile.device, probe)
+        app.say(f"ok   host env: a venv at {facts.get('workdir')}/.venv ({env_plan.describe()})")
+    if not facts.get("synced") and not plan.hosts[i].is_local:
+        app.say(f"--   the project is not synced to {facts.get('workdir')} yet (`up` syncs it)")

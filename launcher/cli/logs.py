@@ -16,7 +16,13 @@ from launcher.control import resolve_run, stream_log
 )
 @click.pass_obj
 def logs(app: Application, run: str | None, follow: bool, last_n: int) -> None:
-    """Print (and follow) the run's log from node 0."""
+    """Print (and follow) the run's log from node 0. Ctrl-C stops following (exit 130); the run
+    keeps going."""
     rec = resolve_run(run)
-    for line in stream_log(rec, follow=follow, last_n=last_n):
-        click.echo(line)
+    try:
+        for line in stream_log(rec, follow=follow, last_n=last_n):
+            click.echo(line)
+    except KeyboardInterrupt:
+        from launcher.cli.up import keeps_going
+
+        raise KeyboardInterrupt(keeps_going(rec.run, rec.host, "stopped following the log")) from None

@@ -1,19 +1,24 @@
-"""`nsa-launch restart`: kill the run (verified), then resume it from its latest checkpoint."""
+"""`nsa-launch restart`: kill the run (verified), re-sync the code, resume it from its latest checkpoint."""
 
 from __future__ import annotations
 
 import click
 
 from launcher.app import Application
+from launcher.cli.up import keeps_going, wait_for_first_heartbeat
 from launcher.control import resolve_run, restart_run
 
 
 @click.command()
 @click.option("--run", "-r", help="Run id. Default: the most recent run.")
+@click.option("--no-sync", is_flag=True, help="Resume with the code already on the host (no re-sync).")
 @click.pass_obj
-def restart(app: Application, run: str | None) -> None:
-    """Stop the run and start it again in the same run dir with --resume."""
+def restart(app: Application, run: str | None, no_sync: bool) -> None:
+    """Stop the run, sync this checkout to its host(s), start it again in the same run dir with
+    --resume. A finished run is refused (nothing to resume)."""
     rec = resolve_run(run)
-    with app.spinner(f"restarting {rec.run}"):
-        restart_run(rec)
+    try:
+        restart_run(rec, sync=not no_sync, say=app.say, wait_fn=lambda r: wait_for_first_heartbeat(app, r))
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(keeps_going(rec.run, rec.host, "stopped waiting")) from None
     app.say(f"{rec.run}: restarted from its latest checkpoint on {rec.host}")

@@ -1,4 +1,5 @@
-"""`nsa-launch runs`: the runs launched from this machine (the local registry), newest first."""
+"""`nsa-launch runs`: the runs launched from this machine (the local registry), newest first, with each
+run's state; `runs forget RUN` drops a record (the run's files on its host stay)."""
 
 from __future__ import annotations
 
@@ -10,30 +11,61 @@ from rich.text import Text
 
 from launcher import format as fmt
 from launcher.app import Application
-from launcher.registry import all_runs, home
+from launcher.errors import LaunchError
+from launcher.registry import all_runs, home, remove
+
+LIVE = ("starting", "restarting", "running", "stalled")
 
 
-@click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")
-@click.pass_obj
-def runs(app: Application, as_json: bool) -> None:
-    """List remembered runs (registry: $NSA_LAUNCH_HOME, default ~/.nsa-launch)."""
+@click.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the records (with their state) as JSON.")
+@click.option("--no-state", is_flag=True, help="Do not ask the hosts (no state column; no SSH at all).")
+@click.pass_context
+def runs(ctx: click.Context, as_json: bool, no_state: bool) -> None:
+    """List remembered runs and their state (registry: $NSA_LAUNCH_HOME, default ~/.nsa-launch).
+
+    The state comes from each run's host, one agent call per host; an unreachable host shows `lost`."""
+    if ctx.invoked_subcommand is not None:
+        return
+    app: Application = ctx.obj
     records = all_runs()
+    states: list[str | None] = [None] * len(records)
+    if records and not no_state:
+        from launcher.control import fetch_status
+
+        states = [st["state"] for st in fetch_status(records)]
     if as_json:
-        app.emit_json([r.to_dict() for r in records])
+        app.emit_json([{**r.to_dict(), "state": s} for r, s in zip(records, states)])
         return
     if not records:
         app.say(f"no runs yet (registry {home()}); start one with `nsa-launch up`")
         return
-    table = Table("run", "profile", "host", "nodes", "created", "run dir")
+    cols = ["run", "state", "profile", "host", "nodes", "created", "run dir"]
+    table = Table(*(c for c in cols if c != "state" or not no_state))
     now = time.time()
-    for r in records:
-        table.add_row(
-            Text(r.run),
-            Text(r.profile),
-            Text(r.host),
-            str(len(r.nodes)),
-            Text(f"{fmt.local_time(r.created)} ({fmt.ago(now - r.created)})", no_wrap=True),
-            Text(r.run_dir),
-        )
+    for r, s in zip(records, states):
+        created = Text(f"{fmt.local_time(r.created)} ({fmt.ago(now - r.created)})", no_wrap=True)
+        row = [Text(r.run), Text(s or "-"), Text(r.profile), Text(r.host), str(len(r.nodes)), created]
+        row.append(Text(r.run_dir))
+        table.add_row(*(v for c, v in zip(cols, row) if c != "state" or not no_state))
     app.out.print(table)
+
+
+@runs.command()
+@click.argument("run")
+@click.option("--force", is_flag=True, help="Forget it even if it is still running on its host.")
+@click.pass_obj
+def forget(app: Application, run: str, force: bool) -> None:
+    """Remove RUN from the local registry. Its run dir and checkpoints on the host are not touched."""
+    from launcher.control import fetch_status, resolve_run
+
+    rec = resolve_run(run)
+    if not force:
+        [st] = fetch_status([rec])
+        if st["state"] in LIVE:
+            raise LaunchError(
+                f"run {rec.run} is {st['state']} on {rec.host}: forgetting it would leave it running unseen",
+                f"stop it first (nsa-launch kill --run {rec.run}), or pass --force",
+            )
+    remove(rec.run)
+    app.say(f"forgot {rec.run}; its files stay on {rec.host} at {rec.run_dir}")

@@ -80,27 +80,28 @@ def up(
     app.say(
         f"torchrun started on {len(rec.nodes)} node(s) in {started_s:.1f} s; waiting for the first heartbeat"
     )
-    st = wait_first_heartbeat(rec)
-    app.say(f"run {rec.run} is {st['state']} (step {st['step']}/{rec.total_steps}) on {rec.host}")
-    app.print(rec.run)
-    app.say(
-        f"next: nsa-launch status --run {rec.run} | logs -f --run {rec.run} | tunnel --run {rec.run} | "
-        f"kill --run {rec.run} | nsa-launch dashboard"
-    )
-    if not wait:
-        return
-    last = -1.0
-    while True:
-        st = fetch_status([rec])[0]
-        if st["state"] in TERMINAL:
-            break
-        if time.monotonic() - last > 5:
-            app.say(
-                f"  {st['state']}: step {fmt.step_total(st['step'], st['total_steps'])} loss {fmt.loss(st['loss'])} "
-                f"tokens/s {fmt.rate(st['tokens_per_s'])} eta {fmt.duration(st['eta_s'])}"
-            )
-            last = time.monotonic()
-        time.sleep(1.0)
+    try:
+        st = wait_for_first_heartbeat(app, rec)
+        app.say(f"run {rec.run} is {st['state']} (step {st['step']}/{rec.total_steps}) on {rec.host}")
+        app.print(rec.run)
+        app.say(next_steps(rec.run))
+        if not wait:
+            return
+        last = -1.0
+        while True:
+            st = fetch_status([rec])[0]
+            if st["state"] in TERMINAL:
+                break
+            if time.monotonic() - last > 5:
+                eta = f" eta {fmt.duration(st['eta_s'])}" if isinstance(st.get("eta_s"), (int, float)) else ""
+                app.say(
+                    f"  {st['state']}: step {fmt.step_total(st['step'], st['total_steps'])} loss {fmt.loss(st['loss'])} "
+                    f"tokens/s {fmt.rate(st['tokens_per_s'])}{eta}"
+                )
+                last = time.monotonic()
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(keeps_going(rec.run, rec.host, "stopped waiting")) from None
     app.say(
         f"run {rec.run} {st['state']} (exit code {st['exit_code']}, step {st['step']}, loss {fmt.loss(st['loss'])})"
     )
@@ -117,3 +118,54 @@ def up(
                 app.say(f"  {line}")
             app.say(f"  full log: nsa-launch logs --run {rec.run} -n 500")
     raise SystemExit(EXIT_OK if st["state"] == "finished" else EXIT_RUNTIME)
+
+
+def next_steps(run: str) -> str:
+    """One command a line: joined with `|` they read like a shell pipe."""
+    cmds = [
+        f"status --run {run}",
+        f"logs -f --run {run}",
+        f"tunnel --run {run}",
+        f"kill --run {run}",
+        "dashboard",
+    ]
+    return "next:\n" + "\n".join(f"  nsa-launch {c}" for c in cmds)
+
+
+def keeps_going(run: str, host: str, what: str) -> str:
+    """What Ctrl-C on a watching command leaves behind, and how to stop it."""
+    return (
+        f"{what}; run {run} keeps going on {host}. "
+        f"Watch it: nsa-launch status --run {run}; stop it: nsa-launch kill --run {run}"
+    )
+
+
+TICK_PRINT_S = 5.0  # without a terminal, one ticker line per this many seconds
+
+
+def wait_for_first_heartbeat(app: Application, rec: object, timeout: float | None = None) -> dict:
+    """wait_first_heartbeat with a ticker: elapsed time, what it waits for, the last log line (a
+    live status line on a terminal; a line every TICK_PRINT_S in a log)."""
+    run = rec.run  # type: ignore[attr-defined]
+    printed = [0.0]
+
+    def line(elapsed: float, limit: float, last: str) -> str:
+        return (
+            f"waiting for the first heartbeat of {run}: {elapsed:.0f} s (gives up at {limit:.0f} s); "
+            f"log: {last[:120] if last else '(nothing yet)'}"
+        )
+
+    if app.err.is_terminal:
+        with app.err.status(f"waiting for the first heartbeat of {run}") as status:
+            return wait_first_heartbeat(
+                rec,
+                timeout,
+                on_tick=lambda e, lim, last: status.update(line(e, lim, last)),  # type: ignore[arg-type]
+            )
+
+    def tick(elapsed: float, limit: float, last: str) -> None:
+        if elapsed - printed[0] >= TICK_PRINT_S:
+            printed[0] = elapsed
+            app.say(line(elapsed, limit, last))
+
+    return wait_first_heartbeat(rec, timeout, on_tick=tick)  # type: ignore[arg-type]

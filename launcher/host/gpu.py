@@ -12,6 +12,7 @@ synced there (`python - < gpu.py` prints one JSON line). It must not signal or s
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from typing import Any
@@ -83,6 +84,12 @@ def _smi(args: list[str], timeout: float) -> str | None:
         return ""
 
 
+def _no_driver() -> bool:
+    """No NVIDIA driver here (the common case on a CPU host): answer at once, without importing pynvml
+    (status runs every second or two from the dashboard)."""
+    return not os.path.exists("/proc/driver/nvidia") and shutil.which("nvidia-smi") is None
+
+
 def _nvml() -> Any | None:
     """The initialised pynvml module, or None (not installed, no driver)."""
     try:
@@ -125,6 +132,8 @@ def _nvml_gpus(nv: Any) -> list[dict[str, Any]]:
 
 def gpus(timeout: float = 5.0) -> list[dict[str, Any]]:
     """One dict per GPU; [] without a driver or nvidia-smi."""
+    if _no_driver():
+        return []
     nv = _nvml()
     if nv is not None:
         try:
@@ -137,6 +146,8 @@ def gpus(timeout: float = 5.0) -> list[dict[str, Any]]:
 
 def gpu_pids(timeout: float = 5.0) -> dict[int, float | None] | None:
     """PID -> MiB of GPU memory for every process holding GPU memory; None when GPUs cannot be asked."""
+    if _no_driver():
+        return None
     nv = _nvml()
     if nv is not None:
         try:

@@ -1,7 +1,7 @@
 """A run's state on the host, derived from its run dir plus its tmux pane: `status` and `wait_started`.
 
-Owns the state rules (docs/ARCHITECTURE.md "Run states": starting, running, stalled, finished,
-failed, killed, lost), the error a failed or stalled run reports (the trainer's own event first),
+Owns the state rules (docs/ARCHITECTURE.md "Run states": starting, restarting, running, stalled,
+finished, failed, killed, lost), the error a failed or stalled run reports (the trainer's own event first),
 elapsed time and the ETA. It only reads: it must not write the run dir or signal processes.
 """
 
@@ -15,6 +15,8 @@ from typing import Any
 from launcher.host import gpu, procs, tmux
 from launcher.host.logtail import error_lines, log_tail
 from nsa.runfiles import RunDir, read_json, tail_jsonl
+
+WAITING = ("starting", "restarting")  # no heartbeat of the current start yet
 
 
 def run_status(req: dict[str, Any], now: float) -> dict[str, Any]:
@@ -32,6 +34,8 @@ def run_status(req: dict[str, Any], now: float) -> dict[str, Any]:
     killed = read_json(rd.killed_file) if rd.killed_file.exists() else None
     events = tail_jsonl(rd.events, 16384)
     stall_s = float(manifest.get("stall_seconds") or 300)
+    restarts = manifest.get("restarts") or []
+    restarted_at = float(restarts[-1].get("time") or 0) if restarts else None
     error = None
     if not rd.root.exists():
         state, error = "lost", f"run dir {rd.root} does not exist on this host"
@@ -41,6 +45,8 @@ def run_status(req: dict[str, Any], now: float) -> dict[str, Any]:
         state = "finished" if exit_code == 0 else "failed"
     elif pane_pid is None and not pids:
         state, error = "failed", "the run's tmux session ended without writing exit_code (wrapper killed?)"
+    elif restarted_at is not None and all(hb.time < restarted_at for hb in hbs.values()):
+        state = "restarting"  # the heartbeats are the previous start's: not running again yet
     elif not hbs:
         state = "starting"
     elif max(now - hb.time for hb in hbs.values()) > stall_s and all(
@@ -115,10 +121,10 @@ def cmd_wait_started(req: dict[str, Any]) -> dict[str, Any]:
     deadline = time.monotonic() + float(req.get("timeout_s", 600))
     while True:
         st = run_status(req, time.time())
-        if st["state"] != "starting" or time.monotonic() > deadline:
+        if st["state"] not in WAITING or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     lines = log_tail(RunDir(req["run_dir"]).train_log, 300)
     st["log_tail"] = lines[-int(req.get("tail", 20)) :]
     st["error_lines"] = error_lines(lines)
-    return {"ok": True, "status": st, "timed_out": st["state"] == "starting"}
+    return {"ok": True, "status": st, "timed_out": st["state"] in WAITING}

@@ -31,6 +31,9 @@ def execute(
 
     t0 = time.monotonic()
     transports = [transport_for(h, accept_new_host_key=plan.opts.accept_new_host_key) for h in plan.hosts]
+    for t in transports:
+        if getattr(t, "recorded_host_key", None):
+            say(t.recorded_host_key)  # type: ignore[attr-defined]
     facts = []
     for i, t in enumerate(transports):
         facts.append(preflight(t, plan, i))
@@ -47,7 +50,15 @@ def execute(
                 on_progress=on_sync_progress,
             )
             say(f"synced the project to {t.label}:{workdir} ({res.method}, {res.seconds:.1f} s)")
-        python = ensure_python(t, workdir, plan.profile.host, plan.pythons[i], say)
+        python = ensure_python(
+            t,
+            workdir,
+            plan.profile.host,
+            plan.pythons[i],
+            say,
+            device=plan.profile.device,
+            probe=facts[i].get("probe"),
+        )
         nodes.append(
             NodeRecord(
                 host=plan.hosts[i], workdir=workdir, python=python, run_dir=f"{workdir}/runs/{plan.run}"
@@ -106,17 +117,36 @@ def execute(
     return rec, time.monotonic() - t0
 
 
-def wait_first_heartbeat(rec: RunRecord, timeout: float | None = None) -> dict[str, Any]:
-    """Block until a rank beats (or the run ends, or the timeout); fail fast with the log tail."""
+TICK_S = 2.0  # how often the first-heartbeat wait reports back (one agent call each)
+
+
+def wait_first_heartbeat(
+    rec: RunRecord,
+    timeout: float | None = None,
+    on_tick: Callable[[float, float, str], None] | None = None,
+) -> dict[str, Any]:
+    """Block until a rank beats (or the run ends, or the timeout); fail fast with the log tail.
+
+    Waits in slices of TICK_S, calling `on_tick(elapsed_s, timeout_s, last_log_line)` after each one
+    that ended with the run still starting, so the wait is never silent."""
     from launcher.control import kill_run, local_secret_values
 
     node = rec.nodes[0]
     t = transport_for(node.host)
     timeout = rec.first_heartbeat_timeout_s if timeout is None else timeout
-    req = {"run": rec.run, "run_dir": node.run_dir, "tmux_socket": rec.tmux_socket, "timeout_s": timeout}
-    reply = agent_call(t, node.workdir, node.python, "wait_started", req, timeout=timeout + 60)
-    st = reply["status"]
     secrets = local_secret_values(rec)
+    t0 = time.monotonic()
+    while True:
+        left = max(timeout - (time.monotonic() - t0), 0.0)
+        part = min(TICK_S, left)
+        req = {"run": rec.run, "run_dir": node.run_dir, "tmux_socket": rec.tmux_socket, "timeout_s": part}
+        reply = agent_call(t, node.workdir, node.python, "wait_started", req, timeout=part + 60)
+        st = reply["status"]
+        if not reply.get("timed_out") or part >= left:
+            break
+        if on_tick is not None:
+            last = next((ln for ln in reversed(st.get("log_tail") or []) if ln.strip()), "")
+            on_tick(time.monotonic() - t0, timeout, envspec.scrub(last, secrets))
     causes = st.get("error_lines") or []
     shown = (["first error lines:", *causes, "log tail:"] if causes else []) + st.get("log_tail", [])
     tail = "\n".join(f"    {ln}" for ln in envspec.scrub("\n".join(shown), secrets).splitlines())

@@ -1,14 +1,17 @@
 """`up`, step 2: preflight on each host before anything is synced or started (also `doctor`'s check).
 
 Owns the read-only probe of a host (one shell exec: workdir, tools, python version, free disk, an
-existing run dir, and the GPUs through launcher/host/gpu.py, whose source it runs with the host's
-python since the project is not synced there yet) and the LaunchError that names what is missing
+existing run dir, the GPUs through launcher/host/gpu.py and the python's packages and torch build
+through launcher/host/probe.py, whose sources it runs with the host's python since the project is
+not synced there yet; a named python that lacks what a run needs is refused with the packages and
+the fix) and the LaunchError that names what is missing
 and the fix. It must not change the host and must not touch tmux (the agent's `start` refuses a
 session that already exists).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import sys
@@ -16,17 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import LaunchError
+from launcher.hostenv import PIP_NAMES, RUN_MODULES, missing_packages_fix
 from launcher.launch.plan import Plan
 from launcher.ssh.transport import Transport
 
-GPU_PROBE = Path(__file__).resolve().parent.parent / "host" / "gpu.py"
+HOST_DIR = Path(__file__).resolve().parent.parent / "host"
+GPU_PROBE = HOST_DIR / "gpu.py"
+PY_PROBE = HOST_DIR / "probe.py"
 
 
 def _preflight_script(workdir: str, run: str, python: str) -> str:
     q = shlex.quote
     wd = f'"$HOME"/{q(workdir[2:])}' if workdir.startswith("~/") else q(workdir)
     py = q(python)
-    probe = GPU_PROBE.read_text()
     return "\n".join(
         [
             f"wd={wd}",
@@ -37,10 +42,15 @@ def _preflight_script(workdir: str, run: str, python: str) -> str:
             'd="$wd"; while [ ! -d "$d" ]; do d=$(dirname -- "$d"); done',
             'printf "free_kb=%s\\n" "$(df -Pk -- "$d" | awk \'NR==2{print $4}\')"',
             f'[ -e "$wd"/runs/{q(run)} ] && echo run_dir_exists=1',
-            # The GPU query is launcher/host/gpu.py itself, fed to the host's python on stdin.
+            '[ -f "$wd"/launcher/host/__main__.py ] && echo synced=1',
+            # The GPU query and the python probe are launcher/host/gpu.py and probe.py themselves,
+            # fed to the host's python on stdin (the project is not on the host yet).
             f"{py} - 2>/dev/null <<'NSA_GPU_PROBE_EOF'",
-            probe,
+            GPU_PROBE.read_text(),
             "NSA_GPU_PROBE_EOF",
+            f"{py} - {q(json.dumps(RUN_MODULES))} 2>/dev/null <<'NSA_PY_PROBE_EOF'",
+            PY_PROBE.read_text(),
+            "NSA_PY_PROBE_EOF",
             "true",
         ]
     )
@@ -65,6 +75,9 @@ def preflight(t: Transport, plan: Plan, i: int) -> dict[str, Any]:
                 facts["gpus"] = [str(g.get("name")) for g in json.loads(v)]
             except (ValueError, AttributeError):
                 facts["gpus"] = []
+        elif k == "probe":
+            with contextlib.suppress(ValueError):
+                facts["probe"] = json.loads(v)
         else:
             facts[k] = v.strip()
     where = t.label
@@ -81,6 +94,15 @@ def preflight(t: Transport, plan: Plan, i: int) -> dict[str, Any]:
     if (major, minor) < (3, 10):
         raise LaunchError(
             f"{where}: python is {facts['python']}, need >= 3.10", "point host.base_python at a newer one"
+        )
+    missing = (facts.get("probe") or {}).get("missing", [])
+    if python and missing:
+        # A named interpreter is used as is: what it lacks would fail after the sync, one import at
+        # a time. (A venv's base python may lack them all: the venv build installs them.)
+        raise LaunchError(
+            f"{where}: python {python} lacks {', '.join(PIP_NAMES.get(m, m) for m in missing)} "
+            f"(a run needs {', '.join(PIP_NAMES[m] for m in RUN_MODULES)})",
+            missing_packages_fix(python, missing),
         )
     want = prof.expected_gpus
     got = facts["gpus"]

@@ -97,10 +97,31 @@ def sync(
     if p.wait() != 0:
         tail = "\n".join(err.strip().splitlines()[-10:])
         raise RuntimeFailure(
-            f"rsync to {t.label}:{workdir} failed (exit {p.returncode}):\n{tail}",
-            "check the workdir is writable and there is free disk on the host",
+            f"rsync to {t.label}:{workdir} failed (exit {p.returncode}):\n{tail}", rsync_fix(err, t)
         )
     return SyncResult("rsync", time.monotonic() - t0, sent)
+
+
+def rsync_fix(err: str, t: SSHTransport) -> str:
+    """The fix for what rsync (or the ssh under it) said, not one text for every failure."""
+    if "Permission denied (publickey" in err or "Too many authentication failures" in err:
+        keys = ", ".join(t.identities) or "ssh's default keys (~/.ssh/id_*)"
+        return (
+            f"the host refused the SSH key rsync offered ({keys}): make sure that key's .pub is in "
+            f"~/.ssh/authorized_keys of {t.user} on the host, or point IdentityFile (ssh config) or "
+            "-i KEY (in --host) at the authorized one"
+        )
+    if "Host key verification failed" in err:
+        return (
+            "the host key is not the known one: see `nsa-launch doctor --host ...` and --accept-new-host-key"
+        )
+    if "No space left on device" in err:
+        return "free disk space on the host, or point host.workdir at a larger disk"
+    if "Connection refused" in err or "Could not resolve" in err or "timed out" in err:
+        return "check the host is up, the address/port are right and the network allows SSH"
+    if "Permission denied" in err or "Read-only file system" in err:
+        return f"{t.user} cannot write the workdir there: pick a writable host.workdir / --workdir"
+    return "check the workdir is writable and there is free disk on the host"
 
 
 def _is_sent_file(line: str) -> bool:

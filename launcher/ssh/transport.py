@@ -11,7 +11,9 @@ command. It must not know about runs, profiles or the agent's protocol.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import os
 import shlex
 import subprocess
@@ -162,9 +164,10 @@ class SSHTransport(Transport):
             [spec.key_filename] if spec.key_filename else []
         )
         client = self.conn.client
-        client.set_missing_host_key_policy(
-            paramiko.AutoAddPolicy() if accept_new_host_key else paramiko.RejectPolicy()
-        )
+        # What the host presented on first contact, to show its fingerprint (refused or recorded).
+        self.new_host_key: Any = None
+        self.recorded_host_key: str | None = None  # "recorded <type> <fingerprint> ... in <file>"
+        client.set_missing_host_key_policy(_FirstContact(self, accept_new_host_key))
         # load_host_keys remembers the file, so an accepted new key is saved to the first one.
         for f in reversed(self.known_hosts):
             if os.path.exists(f):
@@ -198,9 +201,9 @@ class SSHTransport(Transport):
             self.conn.open()
         except p.BadHostKeyException as e:
             raise LaunchError(
-                f"host key MISMATCH for {self.label}: the host presented a {e.key.get_name()} key that differs "
-                f"from the one in {', '.join(self.known_hosts)}. Someone may be intercepting the connection, "
-                "or the host was re-created",
+                f"host key MISMATCH for {self.label}: the host presented {e.key.get_name()} "
+                f"{fingerprint(e.key)}, which differs from the key in {', '.join(self.known_hosts)}. "
+                "Someone may be intercepting the connection, or the host was re-created",
                 f"verify the new key out of band, then remove the old one: ssh-keygen -R '{key_entry}' "
                 f"-f {self.known_hosts[0]} (and re-run with --accept-new-host-key)",
             ) from None
@@ -211,9 +214,12 @@ class SSHTransport(Transport):
             ) from None
         except p.SSHException as e:
             if "not found in known_hosts" in str(e):
+                key = self.new_host_key
+                shown = f"; it presents {key.get_name()} {fingerprint(key)}" if key is not None else ""
                 raise LaunchError(
-                    f"the host key of {self.label} is not in {', '.join(self.known_hosts)} (first contact)",
-                    "check the host's fingerprint, then re-run with --accept-new-host-key to record it",
+                    f"the host key of {self.label} is not in {', '.join(self.known_hosts)} (first contact){shown}",
+                    "compare that fingerprint with the host's own (`ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub` "
+                    "on it, or your provider's console), then re-run with --accept-new-host-key to record it",
                 ) from None
             raise RuntimeFailure(
                 f"SSH to {self.label} failed: {e}", "check the host is up and sshd runs"
@@ -381,6 +387,32 @@ def openssh_argv(
     for ident in identities:
         argv += ["-i", ident]
     return argv
+
+
+def fingerprint(key: Any) -> str:
+    """OpenSSH's form of a host key's fingerprint: SHA256:<base64, unpadded>."""
+    return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+
+
+class _FirstContact:
+    """paramiko's policy for a host not in known_hosts: refuse (RejectPolicy's behaviour), or with
+    --accept-new-host-key record the key (AutoAddPolicy's); either way remember the key, so the refusal
+    and the record can show its fingerprint."""
+
+    def __init__(self, t: SSHTransport, accept: bool):
+        self.t, self.accept = t, accept
+
+    def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+        self.t.new_host_key = key
+        if not self.accept:
+            raise self.t._paramiko.SSHException(f"Server {hostname!r} not found in known_hosts")
+        client._host_keys.add(hostname, key.get_name(), key)
+        if client._host_keys_filename is not None:
+            client.save_host_keys(client._host_keys_filename)
+        self.t.recorded_host_key = (
+            f"recorded the host key of {self.t.label}: {key.get_name()} {fingerprint(key)} "
+            f"in {client._host_keys_filename}"
+        )
 
 
 def open_transport(spec: HostSpec, *, accept_new_host_key: bool = False) -> Transport:

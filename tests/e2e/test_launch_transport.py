@@ -99,11 +99,18 @@ def test_first_contact_needs_accept_new_host_key(sshd, tmp_path):
     spec = parse_target("fresh", str(cfg))
     from launcher.errors import LaunchError
 
-    with pytest.raises(LaunchError, match="accept-new-host-key"):
+    # the fingerprint as OpenSSH's own tool prints it for the fixture's host key
+    fp = subprocess.run(
+        ["ssh-keygen", "-lf", f"{sshd.host_key}.pub"], capture_output=True, text=True, check=True
+    ).stdout.split()[1]
+    assert fp.startswith("SHA256:")
+    with pytest.raises(LaunchError, match="accept-new-host-key") as refused:
         open_transport(spec)
+    assert fp in refused.value.message  # first contact shows what the host presented
     assert not kh.exists() or kh.read_text() == ""
     t = open_transport(spec, accept_new_host_key=True)
     assert t.run("echo ok").stdout == "ok\n"
+    assert t.recorded_host_key is not None and fp in t.recorded_host_key and str(kh) in t.recorded_host_key
     t.close()
     assert f"[{sshd.host}]:{sshd.port}" in kh.read_text()
     t = open_transport(spec)  # now known: strict checking passes without the flag
@@ -192,7 +199,7 @@ def test_host_venv_is_built_once_per_spec_hash(sshd, tmp_path):
     without the marker the venv is (re)built, and a failing build names its fix. (The tests never
     install torch: the base python is a path that does not exist, so a build attempt must fail.)"""
     from launcher.errors import RuntimeFailure
-    from launcher.hostenv import MARKER_PREFIX, ensure_python, spec_hash
+    from launcher.hostenv import MARKER_PREFIX, ensure_python, plan_env, spec_hash
     from launcher.profiles import HostEnv
 
     env = HostEnv(python="venv", base_python="/nonexistent/python3")
@@ -203,8 +210,32 @@ def test_host_venv_is_built_once_per_spec_hash(sshd, tmp_path):
         with pytest.raises(RuntimeFailure, match="building the venv") as e:
             ensure_python(t, str(wd), env, None)
         assert "host.base_python" in e.value.fix
-        (wd / ".venv" / f"{MARKER_PREFIX}{spec_hash(env)}").touch()
+        assert not (wd / ".venv").exists()  # a failed build leaves no half-built venv behind
+        (wd / ".venv").mkdir()
+        (wd / ".venv" / f"{MARKER_PREFIX}{spec_hash(env, plan_env('cpu', None))}").touch()
         assert ensure_python(t, str(wd), env, None) == f"{wd}/.venv/bin/python"  # ready: nothing rebuilt
         assert ensure_python(t, str(wd), env, PYTHON) == PYTHON  # a named python wins
     finally:
         t.close()
+
+
+def test_rsync_refused_key_points_at_keys_not_the_workdir(tmp_path, monkeypatch):
+    """A key the host stops accepting (revoked while the paramiko session stays authenticated): rsync's
+    own SSH connection gets "Permission denied (publickey)", and the fix names the key, not the disk."""
+    from launcher.errors import RuntimeFailure
+    from tests.fixtures.sshd import SSHServer, free_port
+
+    monkeypatch.setenv("NSA_LAUNCH_SSH_MUX", "0")  # rsync must authenticate itself, not ride a master
+    own = SSHServer(tmpdir=tmp_path / "sshd", port=free_port())  # its own: this test edits authorized_keys
+    own.setup()
+    own.start()
+    t = open_transport(parse_target(own.alias, str(own.ssh_config)))
+    try:
+        (own.tmpdir / "authorized_keys").write_text("")
+        with pytest.raises(RuntimeFailure, match="publickey") as e:
+            sync(_fake_project(tmp_path / "src"), t, str(tmp_path / "wd"))
+        assert "authorized_keys" in e.value.fix and str(own.key_path) in e.value.fix
+        assert "writable" not in e.value.fix
+    finally:
+        t.close()
+        own.stop()

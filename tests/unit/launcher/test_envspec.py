@@ -88,3 +88,32 @@ def test_docs_list_every_variable():
     doc = (PROJECT_ROOT / "docs" / "env.md").read_text()
     missing = [n for n in [*envspec.REGISTRY, *envspec.LEGACY, *envspec.INTERNAL] if f"`{n}`" not in doc]
     assert not missing, f"docs/env.md lacks {missing}; regenerate its tables from launcher/envspec.py"
+
+
+def test_user_variables_pass_with_safe_names_and_values():
+    got = envspec.parse_assignments(["WANDB_PROJECT=nsa-demo", "MY_FLAG=a b\tc", "http_proxy=http://p:3128"])
+    assert got == {"WANDB_PROJECT": "nsa-demo", "MY_FLAG": "a b\tc", "http_proxy": "http://p:3128"}
+    assert envspec.mask(got) == got  # not secrets: shown as given
+
+
+@pytest.mark.parametrize(
+    "item, words",
+    [
+        ("NSA_SEQ_LEN=4096", ["old trainer", "train.seq_len"]),  # legacy: refused with its replacement
+        ("NSA_SEQLEN=1", ["unknown environment variable"]),  # our family: a typo, not a user variable
+        ("NCCL_DEBG=INFO", ["did you mean NCCL_DEBUG"]),
+        ("PATH=/tmp", ["unknown environment variable"]),
+        ("LD_LIBRARY_PATH=/x", ["unknown environment variable"]),
+        ("PYTHONPATH=/x", ["PYTHONPATH"]),
+        ("BASH_ENV=/x", ["unknown environment variable"]),
+        ("MY_API_KEY=abc", ["looks like a secret", "--secret"]),
+        ("MY_FLAG=a\nb", ["not safe", "control character"]),
+        ("MY_FLAG=" + "x" * 5000, ["not safe", "5000 characters"]),
+        ("1BAD=x", ["not a valid environment variable name"]),
+    ],
+)
+def test_unsafe_or_reserved_user_variables_are_refused(item, words):
+    with pytest.raises(LaunchError) as e:
+        envspec.parse_assignments([item])
+    text = e.value.message + " " + e.value.fix
+    assert all(w in text for w in words), text

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from launcher import registry
-from launcher.hostenv import spec_hash, venv_script
+from launcher.hostenv import EnvPlan, requirements, spec_hash, venv_phases
 from launcher.profiles import PROJECT_ROOT, HostEnv
 from launcher.ssh.hosts import local_host, parse_target
 from launcher.ssh.sync import _excluded, project_files
@@ -28,12 +28,16 @@ def test_registry_roundtrip_newest_first(tmp_path, monkeypatch):
 def test_spec_hash_changes_with_the_dependency_spec(tmp_path):
     py = tmp_path / "pyproject.toml"
     py.write_text("[project]\ndependencies=['a']\n")
-    h1 = spec_hash(HostEnv(), py)
-    assert spec_hash(HostEnv(), py) == h1
-    assert spec_hash(HostEnv(extras=["train", "dev"]), py) != h1
-    py.write_text("[project]\ndependencies=['a','b']\n")
-    assert spec_hash(HostEnv(), py) != h1
-    script = venv_script("/w d", HostEnv(pip_args=["--index-url", "https://x/$(y)"]), h1)
+    h1 = spec_hash(HostEnv(), pyproject=py)
+    assert spec_hash(HostEnv(), pyproject=py) == h1
+    assert spec_hash(HostEnv(extras=["train", "dev"]), pyproject=py) != h1
+    py.write_text(
+        "[project]\ndependencies=['a','b']\n[project.optional-dependencies]\ntrain=['b','c>=1; x']\n"
+    )
+    assert spec_hash(HostEnv(), pyproject=py) != h1
+    assert requirements(["train"], py) == ["a", "b", "c>=1; x"]
+    phases = venv_phases("/w d", HostEnv(pip_args=["--index-url", "https://x/$(y)"]), EnvPlan("cuda"), h1)
+    script = " && ".join(s for _, s in phases)
     assert f"touch '/w d/.venv/.nsa-spec-{h1}'" in script and "'https://x/$(y)'" in script
 
 
