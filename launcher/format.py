@@ -18,6 +18,7 @@ from rich.text import Text
 MISSING = "–"
 STATE_STYLE = {
     "starting": "bold cyan",
+    "restarting": "bold cyan",
     "running": "bold green",
     "stalled": "bold yellow",
     "finished": "bold blue",
