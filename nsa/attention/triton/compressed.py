@@ -50,6 +50,22 @@ def _shift(x, by: tl.constexpr, BJ: tl.constexpr):
 
 
 @triton.jit
+def _merge_top(top, keys, BT: tl.constexpr, BJ: tl.constexpr):
+    """The BJ largest of `top` (sorted descending) and `keys`, sorted descending, by rank: a key's
+    slot is the number of keys above it (equal keys, only the -1 fillers, ordered by position). An
+    exact select, no xor-reduction network (which the interpreter runs element by element)."""
+    both = tl.reshape(tl.join(top, keys), [BT, 2 * BJ])
+    pos = tl.arange(0, 2 * BJ)
+    x = both[:, :, None]
+    y = both[:, None, :]
+    above = (y > x) | ((y == x) & (pos[None, None, :] < pos[None, :, None]))
+    rank = tl.sum(above.to(tl.int32), axis=2)
+    slot = tl.arange(0, BJ)
+    pick = rank[:, :, None] == slot[None, None, :]
+    return tl.sum(tl.where(pick, x, 0), axis=1)
+
+
+@triton.jit
 def _cmp_fwd(
     Q,
     K,
@@ -147,8 +163,9 @@ def _cmp_fwd(
         bits = tl.where(forced, 0x7F800000, bits).to(tl.int64)
         cand = j[None, :] * LS <= tb[:, None]
         keys = tl.where(cand, (bits << 32) | j[None, :].to(tl.int64), -1)
-        both = tl.reshape(tl.join(top, keys), [BT, 2 * BJ])
-        top = tl.topk(both, BJ)
+        # Most tiles far from the query hold nothing better than the current n-th key of any token.
+        if tl.max(tl.max(keys, axis=1) - tl.min(top, axis=1)) > 0:
+            top = _merge_top(top, keys, BT, BJ)
 
     tl.store(O + row_off[:, None] * D + dcol[None, :], acc.to(O.dtype.element_ty), mask=row_ok[:, None])
     slot = tl.arange(0, BJ)
