@@ -50,19 +50,23 @@ def _shift(x, by: tl.constexpr, BJ: tl.constexpr):
 
 
 @triton.jit
-def _merge_top(top, keys, BT: tl.constexpr, BJ: tl.constexpr):
-    """The BJ largest of `top` (sorted descending) and `keys`, sorted descending, by rank: a key's
-    slot is the number of keys above it (equal keys, only the -1 fillers, ordered by position). An
-    exact select, no xor-reduction network (which the interpreter runs element by element)."""
-    both = tl.reshape(tl.join(top, keys), [BT, 2 * BJ])
-    pos = tl.arange(0, 2 * BJ)
-    x = both[:, :, None]
-    y = both[:, None, :]
-    above = (y > x) | ((y == x) & (pos[None, None, :] < pos[None, :, None]))
-    rank = tl.sum(above.to(tl.int32), axis=2)
-    slot = tl.arange(0, BJ)
-    pick = rank[:, :, None] == slot[None, None, :]
-    return tl.sum(tl.where(pick, x, 0), axis=1)
+def _merge_top(top, keys, BJ: tl.constexpr):
+    """The BJ largest of `top` (sorted descending) and `keys`, sorted descending, placed by rank.
+
+    Keys are distinct except the -1 fillers; among equal values `top` comes first, then `keys` by
+    position, so the ranks are a permutation. Exact selects on [BT, BJ, BJ] tiles (no xor network,
+    which the interpreter runs element by element and which costs registers on the GPU).
+    """
+    pos = tl.arange(0, BJ)
+    x = top[:, :, None]  # [BT, BJ(i), 1]
+    y = keys[:, None, :]  # [BT, 1, BJ(j)]
+    rank_top = pos[None, :] + tl.sum((y > x).to(tl.int32), axis=2)  # [BT, BJ(i)]
+    yj = keys[:, :, None]  # [BT, BJ(j), 1]
+    ahead = (y > yj) | ((y == yj) & (pos[None, None, :] < pos[None, :, None]))
+    rank_key = tl.sum(ahead.to(tl.int32), axis=2) + tl.sum((top[:, None, :] >= yj).to(tl.int32), axis=2)
+    slot = pos[None, None, :]
+    out = tl.sum(tl.where(rank_top[:, :, None] == slot, x, 0), axis=1)
+    return out + tl.sum(tl.where(rank_key[:, :, None] == slot, yj, 0), axis=1)
 
 
 @triton.jit
@@ -72,11 +76,10 @@ def _cmp_fwd(
     V,
     O,
     LSE,
-    IDX,
-    VALID,
+    SCORE,
     T,
     NC,
-    K_SEL,
+    NS,
     qk_scale,
     G: tl.constexpr,
     GP: tl.constexpr,
@@ -96,15 +99,21 @@ def _cmp_fwd(
     BM: tl.constexpr = BT * GP
     pid_t = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
+    # 64-bit offsets only in the scalar bases: per-element int64 pointer math costs registers.
+    Q += bh * T * G * D
+    O += bh * T * G * D
+    LSE += bh * T * G
+    K += bh * NC * D
+    V += bh * NC * D
+    SCORE += bh * T * NS
 
     rows = tl.arange(0, BM)
     tq = pid_t * BT + rows // GP
     gq = rows % GP
     row_ok = (gq < G) & (tq < T)
-    row_off = (bh * T + tq) * G + gq
+    row_off = tq * G + gq
     dcol = tl.arange(0, D)
     q = tl.load(Q + row_off[:, None] * D + dcol[None, :], mask=row_ok[:, None], other=0.0)
-    kbase = bh * NC * D
 
     t_last = tl.minimum(pid_t * BT + BT - 1, T - 1)
     n_vis = tl.where(t_last >= L - 1, tl.minimum(NC, (t_last - (L - 1)) // S + 1), 0)
@@ -121,7 +130,7 @@ def _cmp_fwd(
     for jb in range(0, n_key_tiles):
         key = (jb * BJ + cj) * R + cm
         key_ok = (cm < R) & (key < NC)
-        k = tl.load(K + kbase + key[:, None] * D + dcol[None, :], mask=key_ok[:, None], other=0.0)
+        k = tl.load(K + key[:, None] * D + dcol[None, :], mask=key_ok[:, None], other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
         vis = key_ok[None, :] & (key[None, :] * S + (L - 1) <= tq[:, None])
         s = tl.where(vis, s, float("-inf"))
@@ -134,16 +143,14 @@ def _cmp_fwd(
     inv_l = tl.where(seen, 1.0 / tl.where(seen, l_i, 1.0), 0.0)
     tl.store(LSE + row_off, tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), 0.0), mask=row_ok)
 
-    # Pass 2: probabilities again; output, Eq. 9 block scores and the running top-n per token.
+    # Pass 2: probabilities again; output and the Eq. 9 block scores of the tile's tokens.
     tb = pid_t * BT + tl.arange(0, BT)
-    jt = tb // LS
     acc = tl.zeros([BM, D], tl.float32)
-    top = tl.full([BT, BJ], -1, tl.int64)
     prev = tl.zeros([BT, BJ, RP], tl.float32)
     for jb in range(0, n_blk_tiles):
         key = (jb * BJ + cj) * R + cm
         key_ok = (cm < R) & (key < NC)
-        koff = kbase + key[:, None] * D + dcol[None, :]
+        koff = key[:, None] * D + dcol[None, :]
         k = tl.load(K + koff, mask=key_ok[:, None], other=0.0)
         v = tl.load(V + koff, mask=key_ok[:, None], other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
@@ -156,20 +163,50 @@ def _cmp_fwd(
             score += _shift(_eq9_part(p3, h, A, R, RP), h, BJ)
             score += _shift(_eq9_part(prev, h, A, R, RP), h - BJ, BJ)
         prev = p3
-        # Eq. 11 key: (float bits << 32) | j, forced blocks at +inf, non-candidates -1.
         j = jb * BJ + tl.arange(0, BJ)
-        bits = score.to(tl.int32, bitcast=True) & 0x7FFFFFFF
-        forced = (j[None, :] == 0) | (j[None, :] == jt[:, None]) | (j[None, :] == jt[:, None] - 1)
-        bits = tl.where(forced, 0x7F800000, bits).to(tl.int64)
-        cand = j[None, :] * LS <= tb[:, None]
-        keys = tl.where(cand, (bits << 32) | j[None, :].to(tl.int64), -1)
-        # Most tiles far from the query hold nothing better than the current n-th key of any token.
-        if tl.max(tl.max(keys, axis=1) - tl.min(top, axis=1)) > 0:
-            top = _merge_top(top, keys, BT, BJ)
+        smask = (tb[:, None] < T) & (j[None, :] < NS)
+        tl.store(SCORE + tb[:, None] * NS + j[None, :], score, mask=smask)
 
     tl.store(O + row_off[:, None] * D + dcol[None, :], acc.to(O.dtype.element_ty), mask=row_ok[:, None])
+
+
+@triton.jit
+def _cmp_topn(
+    SCORE,
+    IDX,
+    VALID,
+    T,
+    NS,
+    K_SEL,
+    BT: tl.constexpr,
+    BJ: tl.constexpr,
+    LS: tl.constexpr,
+):
+    """Eq. 11 per query: a running top-BJ of the int64 keys (float bits << 32) | j, streamed over
+    the candidate blocks j*l' <= t in tiles of BJ; forced blocks (0, t//l', t//l' - 1) rank at
+    +inf, non-candidates are -1 (invalid slots: idx 0, valid False)."""
+    pid_t = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    SCORE += bh * T * NS
+    IDX += bh * T * K_SEL
+    VALID += bh * T * K_SEL
+    tb = pid_t * BT + tl.arange(0, BT)
+    jt = tb // LS
+    t_last = tl.minimum(pid_t * BT + BT - 1, T - 1)
+    top = tl.full([BT, BJ], -1, tl.int64)
+    for jb in range(0, tl.cdiv(t_last // LS + 1, BJ)):
+        j = jb * BJ + tl.arange(0, BJ)
+        cand = (j[None, :] * LS <= tb[:, None]) & (tb[:, None] < T)
+        score = tl.load(SCORE + tb[:, None] * NS + j[None, :], mask=cand, other=0.0)
+        bits = score.to(tl.int32, bitcast=True) & 0x7FFFFFFF  # drops the sign of -0.0, as eager does
+        forced = (j[None, :] == 0) | (j[None, :] == jt[:, None]) | (j[None, :] == jt[:, None] - 1)
+        bits = tl.where(forced, 0x7F800000, bits).to(tl.int64)
+        keys = tl.where(cand, (bits << 32) | j[None, :].to(tl.int64), -1)
+        # Most tiles far from the query hold nothing above the current n-th key of any token.
+        if tl.max(tl.max(keys, axis=1) - tl.min(top, axis=1)) > 0:
+            top = _merge_top(top, keys, BJ)
     slot = tl.arange(0, BJ)
-    toff = (bh * T + tb)[:, None] * K_SEL + slot[None, :]
+    toff = tb[:, None] * K_SEL + slot[None, :]
     tmask = (tb[:, None] < T) & (slot[None, :] < K_SEL)
     ok = top >= 0
     tl.store(IDX + toff, tl.where(ok, top & 0xFFFFFFFF, 0), mask=tmask)
@@ -203,11 +240,19 @@ def _cmp_bwd_dq(
     BM: tl.constexpr = BT * GP
     pid_t = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
+    Q += bh * T * G * D
+    O += bh * T * G * D
+    DO += bh * T * G * D
+    DQ += bh * T * G * D
+    LSE += bh * T * G
+    DELTA += bh * T * G
+    K += bh * NC * D
+    V += bh * NC * D
     rows = tl.arange(0, BM)
     tq = pid_t * BT + rows // GP
     gq = rows % GP
     row_ok = (gq < G) & (tq < T)
-    row_off = (bh * T + tq) * G + gq
+    row_off = tq * G + gq
     dcol = tl.arange(0, D)
     qoff = row_off[:, None] * D + dcol[None, :]
     q = tl.load(Q + qoff, mask=row_ok[:, None], other=0.0)
@@ -216,7 +261,6 @@ def _cmp_bwd_dq(
     delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), axis=1)
     tl.store(DELTA + row_off, delta, mask=row_ok)
     lse = tl.load(LSE + row_off, mask=row_ok, other=0.0)
-    kbase = bh * NC * D
 
     t_last = tl.minimum(pid_t * BT + BT - 1, T - 1)
     n_vis = tl.where(t_last >= L - 1, tl.minimum(NC, (t_last - (L - 1)) // S + 1), 0)
@@ -225,7 +269,7 @@ def _cmp_bwd_dq(
     for kb in range(0, tl.cdiv(n_vis, BN)):
         key = kb * BN + key0
         key_ok = key < NC
-        koff = kbase + key[:, None] * D + dcol[None, :]
+        koff = key[:, None] * D + dcol[None, :]
         k = tl.load(K + koff, mask=key_ok[:, None], other=0.0)
         v = tl.load(V + koff, mask=key_ok[:, None], other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
@@ -264,10 +308,18 @@ def _cmp_bwd_dkv(
     BM: tl.constexpr = BT * GP
     pid_n = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
+    Q += bh * T * G * D
+    DO += bh * T * G * D
+    LSE += bh * T * G
+    DELTA += bh * T * G
+    K += bh * NC * D
+    V += bh * NC * D
+    DK += bh * NC * D
+    DV += bh * NC * D
     key = pid_n * BN + tl.arange(0, BN)
     key_ok = key < NC
     dcol = tl.arange(0, D)
-    koff = bh * NC * D + key[:, None] * D + dcol[None, :]
+    koff = key[:, None] * D + dcol[None, :]
     k = tl.load(K + koff, mask=key_ok[:, None], other=0.0)
     v = tl.load(V + koff, mask=key_ok[:, None], other=0.0)
     kend = key * S + (L - 1)  # first query that sees each key
@@ -280,7 +332,7 @@ def _cmp_bwd_dkv(
         tq = tb * BT + rows // GP
         gq = rows % GP
         row_ok = (gq < G) & (tq < T)
-        row_off = (bh * T + tq) * G + gq
+        row_off = tq * G + gq
         qoff = row_off[:, None] * D + dcol[None, :]
         q = tl.load(Q + qoff, mask=row_ok[:, None], other=0.0)
         do = tl.load(DO + qoff, mask=row_ok[:, None], other=0.0)
@@ -307,11 +359,12 @@ def _config(group: int, head_dim: int, n_sel: int, block_len: int, block_stride:
     a, r = block_len // block_stride, sel_block // block_stride
     rp = _pow2(r)
     hmax = -(-(a - 1) // r)
-    # BJ selection blocks per tile: at least the running top-n width, >= 16 keys for tl.dot, and
-    # wide enough that Eq. 9's reach back (hmax blocks) stays within the previous tile.
-    bj = max(_pow2(n_sel), _pow2(max(1, 16 // rp)), _pow2(hmax))
-    bt = max(1, min(32, 128 // gp))  # query tokens per tile: rows bt*G ~ 128
-    warps = 4 if head_dim <= 64 else 8
+    # BJ selection blocks per key tile: >= 64 keys for tl.dot, and wide enough that Eq. 9's reach
+    # back (hmax blocks) stays within the previous tile.
+    bj = max(_pow2(max(1, 64 // rp)), _pow2(hmax))
+    rows = 128 if head_dim <= 64 else 64  # query rows (tokens x padded G) per tile
+    bt = max(1, min(32, rows // gp))
+    warps = 8
     bn_bwd = 64 if head_dim <= 64 else 32
     bt_dkv = max(1, 64 // gp)
     return {
@@ -322,6 +375,9 @@ def _config(group: int, head_dim: int, n_sel: int, block_len: int, block_stride:
         "warps": warps,
         "bn_bwd": bn_bwd,
         "bt_dkv": bt_dkv,
+        "bt_top": 16,
+        "bj_top": max(16, _pow2(n_sel)),  # running top-n width: >= n
+        "warps_top": 4,
     }
 
 
@@ -358,12 +414,17 @@ def _fwd(
     lse = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
     idx = torch.empty(B, Hkv, T, k, dtype=torch.int64, device=q.device)
     valid = torch.empty(B, Hkv, T, k, dtype=torch.bool, device=q.device)
-    grid = (triton.cdiv(T, c["BT"]), B * Hkv)
-    _cmp_fwd[grid](
-        q, kc, vc, out, lse, idx, valid, T, nc, k, scale * _LOG2E,
+    ns = -(-T // sel_block)
+    score = torch.empty(B, Hkv, T, ns, dtype=torch.float32, device=q.device)
+    _cmp_fwd[(triton.cdiv(T, c["BT"]), B * Hkv)](
+        q, kc, vc, out, lse, score, T, nc, ns, scale * _LOG2E,
         G=G, GP=c["GP"], D=D, BT=c["BT"], BJ=c["BJ"], RP=c["RP"],
         L=block_len, S=block_stride, LS=sel_block, PREC=_prec(q.dtype),
         num_warps=c["warps"], num_stages=2,
+    )  # fmt: skip
+    _cmp_topn[(triton.cdiv(T, c["bt_top"]), B * Hkv)](
+        score, idx, valid, T, ns, k, BT=c["bt_top"], BJ=c["bj_top"], LS=sel_block,
+        num_warps=c["warps_top"], num_stages=1,
     )  # fmt: skip
     return out, idx, valid, lse
 
@@ -476,9 +537,11 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         "PREC": prec,
     }
     fwd_sig = {
-        "Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "O": f"*{dt}", "LSE": "*fp32", "IDX": "*i64",
-        "VALID": "*i1", "T": "i32", "NC": "i32", "K_SEL": "i32", "qk_scale": "fp32",
+        "Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "O": f"*{dt}", "LSE": "*fp32", "SCORE": "*fp32",
+        "T": "i32", "NC": "i32", "NS": "i32", "qk_scale": "fp32",
     }  # fmt: skip
+    top_sig = {"SCORE": "*fp32", "IDX": "*i64", "VALID": "*i1", "T": "i32", "NS": "i32", "K_SEL": "i32"}
+    top_const = {"BT": c["bt_top"], "BJ": c["bj_top"], "LS": shape.sel_block}
     fwd_const = {
         **geo,
         "BT": c["BT"],
@@ -496,11 +559,14 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     }  # fmt: skip
     specs = [
         ("compressed_fwd", _cmp_fwd, fwd_sig, fwd_const),
+        ("compressed_topn", _cmp_topn, top_sig, top_const),
         ("compressed_bwd_dq", _cmp_bwd_dq, dq_sig, {**geo, "BT": c["BT"], "BN": c["bn_bwd"]}),
         ("compressed_bwd_dkv", _cmp_bwd_dkv, dkv_sig, {**geo, "BT": c["bt_dkv"], "BN": c["bn_bwd"]}),
     ]
     out = []
     for name, fn, sig, const in specs:
         full = {**sig, **{k: "constexpr" for k in const}}
-        out.append(KernelSpec(name, fn, full, const, num_warps=c["warps"], num_stages=2))
+        top = name == "compressed_topn"
+        warps, stages = (c["warps_top"], 1) if top else (c["warps"], 2)
+        out.append(KernelSpec(name, fn, full, const, num_warps=warps, num_stages=stages))
     return out
