@@ -362,11 +362,14 @@ def _config(group: int, head_dim: int, n_sel: int, block_len: int, block_stride:
     # BJ selection blocks per key tile: >= 64 keys for tl.dot, and wide enough that Eq. 9's reach
     # back (hmax blocks) stays within the previous tile.
     bj = max(_pow2(max(1, 64 // rp)), _pow2(hmax))
-    rows = 128 if head_dim <= 64 else 64  # query rows (tokens x padded G) per tile
+    # Query rows (tokens x padded G) per forward tile; chosen so that nothing spills on sm_80/sm_90
+    # (ptxas -v, docs/attention.md).
+    rows = 128 if head_dim <= 64 else 32
     bt = max(1, min(32, rows // gp))
     warps = 8
     bn_bwd = 64 if head_dim <= 64 else 32
     bt_dkv = max(1, 64 // gp)
+    bn_dkv = 32
     return {
         "GP": gp,
         "RP": rp,
@@ -375,6 +378,7 @@ def _config(group: int, head_dim: int, n_sel: int, block_len: int, block_stride:
         "warps": warps,
         "bn_bwd": bn_bwd,
         "bt_dkv": bt_dkv,
+        "bn_dkv": bn_dkv,
         "bt_top": 16,
         "bj_top": max(16, _pow2(n_sel)),  # running top-n width: >= n
         "warps_top": 4,
@@ -470,9 +474,9 @@ def _bwd(
         BT=c["BT"], BN=c["bn_bwd"], **geo, num_warps=c["warps"], num_stages=2,
     )  # fmt: skip
     # One program even when there is no compressed key (T < l): the launch count never depends on T.
-    _cmp_bwd_dkv[(triton.cdiv(max(nc, 1), c["bn_bwd"]), B * Hkv)](
+    _cmp_bwd_dkv[(triton.cdiv(max(nc, 1), c["bn_dkv"]), B * Hkv)](
         q, kc, vc, dout, lse, delta, dk, dv, T, nc, scale * _LOG2E, scale,
-        BT=c["bt_dkv"], BN=c["bn_bwd"], **geo, num_warps=c["warps"], num_stages=2,
+        BT=c["bt_dkv"], BN=c["bn_dkv"], **geo, num_warps=c["warps"], num_stages=2,
     )  # fmt: skip
     return dq, dk, dv
 
@@ -561,7 +565,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         ("compressed_fwd", _cmp_fwd, fwd_sig, fwd_const),
         ("compressed_topn", _cmp_topn, top_sig, top_const),
         ("compressed_bwd_dq", _cmp_bwd_dq, dq_sig, {**geo, "BT": c["BT"], "BN": c["bn_bwd"]}),
-        ("compressed_bwd_dkv", _cmp_bwd_dkv, dkv_sig, {**geo, "BT": c["bt_dkv"], "BN": c["bn_bwd"]}),
+        ("compressed_bwd_dkv", _cmp_bwd_dkv, dkv_sig, {**geo, "BT": c["bt_dkv"], "BN": c["bn_dkv"]}),
     ]
     out = []
     for name, fn, sig, const in specs:
