@@ -74,7 +74,7 @@ def _cmp_fwd(
     Q,
     K,
     V,
-    O,
+    Out,
     LSE,
     SCORE,
     T,
@@ -101,7 +101,7 @@ def _cmp_fwd(
     bh = tl.program_id(1).to(tl.int64)
     # 64-bit offsets only in the scalar bases: per-element int64 pointer math costs registers.
     Q += bh * T * G * D
-    O += bh * T * G * D
+    Out += bh * T * G * D
     LSE += bh * T * G
     K += bh * NC * D
     V += bh * NC * D
@@ -167,7 +167,7 @@ def _cmp_fwd(
         smask = (tb[:, None] < T) & (j[None, :] < NS)
         tl.store(SCORE + tb[:, None] * NS + j[None, :], score, mask=smask)
 
-    tl.store(O + row_off[:, None] * D + dcol[None, :], acc.to(O.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(Out + row_off[:, None] * D + dcol[None, :], acc.to(Out.dtype.element_ty), mask=row_ok[:, None])
 
 
 @triton.jit
@@ -218,7 +218,7 @@ def _cmp_bwd_dq(
     Q,
     K,
     V,
-    O,
+    Out,
     DO,
     LSE,
     DELTA,
@@ -236,12 +236,12 @@ def _cmp_bwd_dq(
     S: tl.constexpr,
     PREC: tl.constexpr,
 ):
-    """dQ per query tile; also writes delta = rowsum(dO * O) for the dK/dV kernel that runs next."""
+    """dQ per query tile; also writes delta = rowsum(dO * out) for the dK/dV kernel that runs next."""
     BM: tl.constexpr = BT * GP
     pid_t = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     Q += bh * T * G * D
-    O += bh * T * G * D
+    Out += bh * T * G * D
     DO += bh * T * G * D
     DQ += bh * T * G * D
     LSE += bh * T * G
@@ -257,7 +257,7 @@ def _cmp_bwd_dq(
     qoff = row_off[:, None] * D + dcol[None, :]
     q = tl.load(Q + qoff, mask=row_ok[:, None], other=0.0)
     do = tl.load(DO + qoff, mask=row_ok[:, None], other=0.0)
-    o = tl.load(O + qoff, mask=row_ok[:, None], other=0.0)
+    o = tl.load(Out + qoff, mask=row_ok[:, None], other=0.0)
     delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), axis=1)
     tl.store(DELTA + row_off, delta, mask=row_ok)
     lse = tl.load(LSE + row_off, mask=row_ok, other=0.0)
@@ -530,7 +530,9 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     """The three kernels as launched for `shape` on sm_`arch` (same config on sm_80 and sm_90)."""
     del arch
     dt = shape.dtype
-    c = _config(shape.group, shape.head_dim, shape.n_sel, shape.block_len, shape.block_stride, shape.sel_block)
+    c = _config(
+        shape.group, shape.head_dim, shape.n_sel, shape.block_len, shape.block_stride, shape.sel_block
+    )
     prec = "tf32" if dt == "fp32" else "ieee"
     geo = {
         "G": shape.group,
@@ -541,7 +543,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         "PREC": prec,
     }
     fwd_sig = {
-        "Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "O": f"*{dt}", "LSE": "*fp32", "SCORE": "*fp32",
+        "Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "Out": f"*{dt}", "LSE": "*fp32", "SCORE": "*fp32",
         "T": "i32", "NC": "i32", "NS": "i32", "qk_scale": "fp32",
     }  # fmt: skip
     top_sig = {"SCORE": "*fp32", "IDX": "*i64", "VALID": "*i1", "T": "i32", "NS": "i32", "K_SEL": "i32"}
@@ -554,7 +556,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         "LS": shape.sel_block,
     }
     dq_sig = {
-        "Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "O": f"*{dt}", "DO": f"*{dt}", "LSE": "*fp32",
+        "Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "Out": f"*{dt}", "DO": f"*{dt}", "LSE": "*fp32",
         "DELTA": "*fp32", "DQ": f"*{dt}", "T": "i32", "NC": "i32", "qk_scale": "fp32", "scale": "fp32",
     }  # fmt: skip
     dkv_sig = {
