@@ -1,14 +1,14 @@
-"""Triton kernels of NSA's compressed branch fused with block selection [Eq. 7-11]: one kernel
-forward, two backward.
+"""Triton kernels of NSA's compressed branch fused with block selection [Eq. 7-11]: two kernels
+forward, two backward, at every T.
 
 Owns `compressed_attention_and_selection`, a drop-in for `nsa.attention.compressed`'s function
 (same arguments, layouts, dtypes and results, selection tables identical to eager's including the
 tie-break), and `gpucheck_specs`. The forward kernel takes one (batch, KV head, query tile) with all
 G heads of each token as rows; pass 1 streams the visible compressed keys for the row statistics,
-pass 2 recomputes the probabilities, accumulates p @ V, sums them over the group [Eq. 10], maps them
-onto selection blocks [Eq. 9] and keeps a running top-n [Eq. 11] in registers, so no score tensor of
-T x (T/d) or T x (T/l') is ever written. Backward is flash-style from the saved row statistics. It
-must not sync with the device, loop on the host over T, or autotune (docs/attention.md).
+pass 2 recomputes the probabilities, accumulates p @ V, sums them over the group [Eq. 10] and maps
+them onto float32 selection-block scores [Eq. 9]; a second kernel keeps a running top-n per token
+[Eq. 11]. No [T, T/d] tensor exists. Backward is flash-style from the saved row statistics. It must
+not sync with the device, loop on the host over T, or autotune (docs/attention.md).
 """
 
 from __future__ import annotations
