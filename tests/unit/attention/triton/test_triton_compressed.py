@@ -2,7 +2,9 @@
 against the eager op: outputs, dq/dkc/dvc, and selection tables identical to eager's (exact ties
 included), plus one NSAAttention-level check per compression against eager and reference.py.
 
-Run: .venv/bin/pytest tests/unit/attention/triton/test_compressed.py
+Run: .venv/bin/pytest tests/unit/attention/triton/test_triton_compressed.py
+(Not test_compressed.py: tests/unit has no __init__.py, so two test modules with one basename collide,
+and an __init__.py here would make the package name `triton`.)
 """
 
 from __future__ import annotations
