@@ -1,0 +1,175 @@
+"""Triton compressed branch + selection (nsa.attention.triton.compressed) under TRITON_INTERPRET=1
+against the eager op: outputs, dq/dkc/dvc, and selection tables identical to eager's (exact ties
+included), plus one NSAAttention-level check per compression against eager and reference.py.
+
+Run: .venv/bin/pytest tests/unit/attention/triton/test_triton_compressed.py
+(Not test_compressed.py: tests/unit has no __init__.py, so two test modules with one basename collide,
+and an __init__.py here would make the package name `triton`.)
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernel module is imported (KERNELS rule)
+
+import pytest
+import torch
+
+from nsa.attention import compressed as eager
+from nsa.attention.nsa import NSAAttention
+from nsa.attention.reference import reference_selection
+from nsa.attention.triton import compressed as tri
+from nsa.attention.triton.spec import GpuShape
+
+TOL = {torch.float32: dict(atol=2e-5, rtol=1e-4), torch.float16: dict(atol=4e-3, rtol=1e-2)}
+
+
+def _inputs(B, Hkv, T, G, D, bl, d, dtype, seed, zero_q=False, zero_keys=False):
+    g = torch.Generator().manual_seed(seed)
+    nc = (T - bl) // d + 1 if bl <= T else 0
+    q = torch.randn(B, Hkv, T, G, D, generator=g)
+    kc = torch.randn(B, Hkv, nc, D, generator=g)
+    vc = torch.randn(B, Hkv, nc, D, generator=g)
+    if zero_q:
+        q.zero_()
+    if zero_keys:
+        kc.zero_()
+    return q.to(dtype), kc.to(dtype), vc.to(dtype)
+
+
+def _both(q, kc, vc, bl, d, lp, n):
+    """(out, idx, valid, grads) of the triton op and of the eager op on the same inputs and dO."""
+    kw = dict(block_len=bl, block_stride=d, sel_block=lp, n_sel=n, scale=q.shape[-1] ** -0.5)
+    res = []
+    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).to(q.dtype)
+    for fn, extra in (
+        (tri.compressed_attention_and_selection, {}),
+        (eager.compressed_attention_and_selection, {"chunk": 1024}),
+    ):
+        leaves = [t.detach().clone().requires_grad_() for t in (q, kc, vc)]
+        out, idx, valid = fn(*leaves, **kw, **extra)
+        grads = torch.autograd.grad(out, leaves, dout)
+        res.append((out, idx, valid, grads))
+    return res
+
+
+# (B, Hkv, T, G, D, l, d, l', n, dtype)
+CASES = [
+    (1, 1, 1, 1, 64, 32, 16, 64, 16, torch.float32),  # T = 1: no compressed key at all
+    (1, 2, 20, 2, 64, 32, 16, 64, 16, torch.float16),  # T < l
+    (2, 1, 77, 4, 64, 8, 4, 16, 4, torch.float32),  # odd T, B = 2, several selection blocks
+    (1, 1, 61, 16, 64, 8, 4, 16, 5, torch.float16),  # G = 16
+    (1, 1, 45, 6, 128, 16, 4, 8, 6, torch.float32),  # l' < l, D = 128, G = 6 (padded to 8 rows)
+    (1, 1, 53, 8, 64, 8, 8, 8, 5, torch.float16),  # l' = l = d, G = 8
+    (1, 1, 90, 1, 128, 64, 16, 16, 4, torch.float16),  # Eq. 9 reaches 3 blocks back, G = 1, D = 128
+    (1, 2, 260, 6, 64, 32, 16, 64, 16, torch.float32),  # paper geometry, M7C group, 5 selection blocks
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"B{c[0]}H{c[1]}T{c[2]}G{c[3]}D{c[4]}-{str(c[9])[6:]}")
+def test_matches_eager_outputs_gradients_and_table(case):
+    B, Hkv, T, G, D, bl, d, lp, n, dtype = case
+    (out, idx, valid, grads), (e_out, e_idx, e_valid, e_grads) = _both(
+        *_inputs(B, Hkv, T, G, D, bl, d, dtype, seed=T), bl, d, lp, n
+    )
+    assert out.dtype == dtype and out.shape == (B, Hkv, T, G, D)
+    torch.testing.assert_close(out, e_out, **TOL[dtype])
+    for got, want in zip(grads, e_grads):
+        assert got.dtype == dtype
+        torch.testing.assert_close(got, want, **TOL[dtype])
+    assert idx.dtype == torch.int64 and valid.dtype == torch.bool
+    assert idx.shape == (B, Hkv, T, min(n, -(-T // lp)))
+    assert torch.equal(valid, e_valid)
+    assert torch.equal(idx, e_idx)
+    # Queries that see no compressed token: exactly zero output and gradient, never NaN.
+    blind = min(T, bl - 1)
+    assert torch.equal(out[:, :, :blind], torch.zeros_like(out[:, :, :blind]))
+    assert torch.equal(grads[0][:, :, :blind], torch.zeros_like(grads[0][:, :, :blind]))
+
+
+@pytest.mark.parametrize(
+    "geom", [(1, 2, 200, 6, 64, 32, 16, 64, 16), (1, 1, 130, 3, 64, 8, 4, 16, 5)], ids=["paper", "small"]
+)
+@pytest.mark.parametrize("tie", ["zero_q", "zero_keys"])
+def test_exact_ties_resolve_like_eager(geom, tie):
+    """All logits exactly 0, so uniform probabilities: every complete selection block scores the
+    same and the tie-break (larger j first) alone orders them; the tables must be eager's. (Equal
+    nonzero keys are no exact tie: eager's own GEMM may round equal columns differently.)"""
+    B, Hkv, T, G, D, bl, d, lp, n = geom
+    q, kc, vc = _inputs(B, Hkv, T, G, D, bl, d, torch.float32, seed=3, **{tie: True})
+    kw = dict(block_len=bl, block_stride=d, sel_block=lp, n_sel=n, scale=0.125)
+    _, idx, valid = tri.compressed_attention_and_selection(q, kc, vc, **kw)
+    _, e_idx, e_valid = eager.compressed_attention_and_selection(q, kc, vc, chunk=1024, **kw)
+    assert torch.equal(valid, e_valid)
+    assert torch.equal(idx, e_idx)
+    # The ties are real: a late query picks the most recent non-forced blocks first.
+    t = T - 1
+    jt = t // lp
+    free = [j for j in idx[0, 0, t][valid[0, 0, t]].tolist() if j not in (0, jt, jt - 1)]
+    assert free == sorted(free, reverse=True) and len(free) > 0
+
+
+@pytest.mark.parametrize("compression", ["mlp", "mean"])
+def test_nsa_attention_branch_inputs_match_eager_and_reference(compression):
+    torch.manual_seed(0)
+    attn = NSAAttention(
+        dim=64, n_heads=4, n_kv_heads=2, head_dim=64, block_len=16, block_stride=8, sel_block=32,
+        n_sel=4, window=32, compression=compression,
+    )  # fmt: skip
+    x = torch.randn(2, 75, 64)
+    with torch.no_grad():
+        inp = attn._branch_inputs(x)
+        kw = dict(block_len=16, block_stride=8, sel_block=32, n_sel=4, scale=64**-0.5)
+        out, idx, valid = tri.compressed_attention_and_selection(inp["q"], inp["kc"], inp["vc"], **kw)
+        e_out, e_idx, e_valid = attn._compressed(inp)
+    torch.testing.assert_close(out, e_out, **TOL[torch.float32])
+    assert torch.equal(idx, e_idx) and torch.equal(valid, e_valid)
+    # The same blocks per query (reference.py ranks forced blocks by score, so compare as sets).
+    ref = [[[sorted(r) for r in grp] for grp in seq] for seq in reference_selection(attn, x)]
+    got = [
+        [[sorted(idx[b, g, t][valid[b, g, t]].tolist()) for t in range(75)] for g in range(2)]
+        for b in range(2)
+    ]
+    assert got == ref
+
+
+def test_meta_device_and_chunk_is_ignored():
+    q = torch.empty(1, 2, 4096, 6, 64, device="meta", dtype=torch.bfloat16)
+    kc = torch.empty(1, 2, 255, 64, device="meta", dtype=torch.bfloat16)
+    out, idx, valid = tri.compressed_attention_and_selection(
+        q, kc, kc, block_len=32, block_stride=16, sel_block=64, n_sel=16, scale=0.125, chunk=7
+    )
+    assert out.shape == q.shape and out.dtype == torch.bfloat16
+    assert (
+        idx.shape == valid.shape == (1, 2, 4096, 16)
+        and idx.dtype == torch.int64
+        and valid.dtype == torch.bool
+    )
+
+
+def test_cpu_without_interpreter_is_a_clear_error(monkeypatch):
+    q, kc, vc = _inputs(1, 1, 40, 2, 64, 8, 4, torch.float32, seed=0)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+        tri.compressed_attention_and_selection(
+            q, kc, vc, block_len=8, block_stride=4, sel_block=16, n_sel=4, scale=0.1
+        )
+
+
+def test_gpucheck_specs_list_every_kernel_without_T():
+    shape = GpuShape(
+        "m7c_125m", head_dim=64, group=6, block_len=32, block_stride=16, sel_block=64, n_sel=16, window=512
+    )
+    for arch in (80, 90):
+        specs = tri.gpucheck_specs(shape, arch)
+        assert [s.name for s in specs] == [
+            "compressed_fwd",
+            "compressed_topn",
+            "compressed_bwd_dq",
+            "compressed_bwd_dkv",
+        ]
+        for s in specs:
+            assert s.signature["T"] == "i32" and "T" not in s.constexprs
+            assert set(s.constexprs) <= set(s.signature)
+            assert all(s.signature[k] == "constexpr" for k in s.constexprs)
