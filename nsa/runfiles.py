@@ -8,8 +8,10 @@ the standard library and PyYAML. Documented for humans in docs/run-dir.md; keep 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import tempfile
 import time
 from collections.abc import Iterator
@@ -28,6 +30,9 @@ HEARTBEAT_DIR = "heartbeat"  # heartbeat/rank<N>.json, overwritten atomically
 STACKS_DIR = "stacks"  # per-rank stack dumps (watchdog, SIGUSR1)
 CHECKPOINTS_DIR = "checkpoints"  # step-<N>/ and a `latest` pointer file
 LATEST = "latest"  # inside checkpoints/: text file holding the name of the newest complete step dir
+CHECKPOINT_MANIFEST = (
+    "manifest.json"  # inside checkpoints/step-<N>/, written last: every file's size + sha256
+)
 TB_DIR = "tb"  # TensorBoard event files
 EXIT_CODE = "exit_code"  # written by the wrapper when torchrun ends: an integer and a newline
 KILLED = "killed"  # written by the agent when nsa-launch killed the run (JSON: time, by)
@@ -42,6 +47,7 @@ EVENT_KINDS = (
     "finished",
     "resumed",
     "sigterm",
+    "checkpoint_fallback",
 )
 PHASES = ("boot", "data_wait", "forward_backward", "optimizer", "checkpoint", "eval", "done")
 RUN_STATES = ("starting", "running", "stalled", "finished", "failed", "killed", "lost")
@@ -60,6 +66,15 @@ def heartbeat_name(rank: int) -> str:
 
 def checkpoint_name(step: int) -> str:
     return f"step-{step:08d}"
+
+
+_STEP_DIR = re.compile(r"step-(\d+)")
+
+
+def checkpoint_step(name: str) -> int | None:
+    """The step of a `step-<N>` directory name, or None for anything else (`.tmp-*`, `latest`)."""
+    m = _STEP_DIR.fullmatch(name)
+    return int(m.group(1)) if m else None
 
 
 def stack_dump_name(rank: int, reason: str, unix_time: float) -> str:
@@ -186,6 +201,73 @@ def tail_jsonl(path: str | os.PathLike[str], max_bytes: int = 65536) -> list[dic
     return out
 
 
+# --- checkpoint manifests ----------------------------------------------------------------------
+def file_sha256(path: str | os.PathLike[str], chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_checkpoint_manifest(ckpt_dir: str | os.PathLike[str], step: int) -> dict[str, Any]:
+    """Hash every file of a checkpoint dir (recursively) and write manifest.json into it, last.
+
+    Called once every other file of the checkpoint is complete; a dir without a manifest, or whose
+    files disagree with it, is not a checkpoint anyone may resume from (`verify_checkpoint`).
+    """
+    root = Path(ckpt_dir)
+    files: dict[str, dict[str, Any]] = {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if p.is_file() and rel != CHECKPOINT_MANIFEST:
+            files[rel] = {"size": p.stat().st_size, "sha256": file_sha256(p)}
+    manifest = {"step": int(step), "time": time.time(), "files": files}
+    atomic_write_json(root / CHECKPOINT_MANIFEST, manifest)
+    return manifest
+
+
+def verify_checkpoint(path: str | os.PathLike[str], *, hashes: bool = True) -> str | None:
+    """None when the checkpoint dir is intact, else one line naming the bad file and what is wrong.
+
+    Intact: manifest.json parses, and every file it lists exists with the recorded size (and, with
+    `hashes`, the recorded sha256). Files the manifest does not list are ignored (a later copy may
+    add nothing it needs). `hashes=False` is the cheap check (sizes only) for frequent callers.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        return f"{root}: not a directory"
+    man = root / CHECKPOINT_MANIFEST
+    try:
+        data = json.loads(man.read_text())
+    except FileNotFoundError:
+        return f"{man}: missing (the save never finished, or the checkpoint predates manifests)"
+    except (OSError, ValueError) as e:
+        return f"{man}: unreadable ({e})"
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, dict) or not files:
+        return f"{man}: lists no files"
+    for rel, rec in sorted(files.items()):
+        f = root / rel
+        try:
+            size = f.stat().st_size
+        except FileNotFoundError:
+            return f"{f}: missing"
+        except OSError as e:
+            return f"{f}: unreadable ({e.strerror})"
+        want = rec.get("size") if isinstance(rec, dict) else None
+        if size != want:
+            return f"{f}: {size} bytes, the manifest says {want} (truncated or rewritten)"
+        if hashes:
+            try:
+                digest = file_sha256(f)
+            except OSError as e:
+                return f"{f}: unreadable ({e.strerror})"
+            if digest != rec.get("sha256"):
+                return f"{f}: sha256 differs from the manifest (corrupt)"
+    return None
+
+
 # --- the run dir as an object -------------------------------------------------------------------
 class RunDir:
     """Paths and typed readers/writers for one run dir. Creating the object touches no file."""
@@ -300,3 +382,23 @@ class RunDir:
             return None
         p = self.checkpoints_dir / name
         return p if name and p.is_dir() else None
+
+    def checkpoints(self) -> list[Path]:
+        """Every `step-<N>` dir under checkpoints/, newest step first, intact or not."""
+        try:
+            entries = list(self.checkpoints_dir.iterdir())
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        steps = [(checkpoint_step(p.name), p) for p in entries if p.is_dir()]
+        return [p for s, p in sorted(((s, p) for s, p in steps if s is not None), reverse=True)]
+
+    def intact_checkpoints(self, *, hashes: bool = True) -> list[Path]:
+        """The `step-<N>` dirs that pass `verify_checkpoint`, newest first."""
+        return [p for p in self.checkpoints() if verify_checkpoint(p, hashes=hashes) is None]
+
+    def newest_intact_checkpoint(self, *, hashes: bool = True) -> Path | None:
+        """The newest checkpoint that verifies (whatever `latest` says), or None."""
+        for p in self.checkpoints():
+            if verify_checkpoint(p, hashes=hashes) is None:
+                return p
+        return None
