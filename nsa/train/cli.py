@@ -115,9 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rd = RunDir(args.run_dir)
     if rd.root.exists() and not rd.root.is_dir():
         return fail(f"--run-dir {args.run_dir!r} exists and is not a directory. Fix: pass a directory path.")
-    if not args.resume and rd.latest_checkpoint() is not None:
+    if not args.resume and rd.checkpoints():
         return fail(
-            f"--run-dir {args.run_dir!r} already holds checkpoints ({rd.latest_checkpoint()}); starting over "
+            f"--run-dir {args.run_dir!r} already holds checkpoints ({rd.checkpoints()[0]}); starting over "
             "would interleave two runs. Fix: pass --resume to continue it, or use a new --run-dir."
         )
     try:

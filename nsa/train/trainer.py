@@ -89,7 +89,7 @@ class Run:
             self._train(t0)
             ok = True
             return EXIT_OK
-        except (DataError, ResumeMismatch) as e:
+        except (DataError, ResumeMismatch, ckpt.NoIntactCheckpoint) as e:
             rec.event("error", all_ranks=True, error=type(e).__name__, message=str(e))
             print(f"[nsa] rank {rank}: {e}", file=sys.stderr, flush=True)
             return EXIT_BAD_INPUT
@@ -132,8 +132,7 @@ class Run:
             world_size=info.world_size, split="train", seed=t.seed,
         )  # fmt: skip
         step, tokens = 0, 0
-        ckpt_dir = self.rd.latest_checkpoint() if self.resume else None
-        self._agree_on_checkpoint(ckpt_dir)
+        ckpt_dir = self._resume_point() if self.resume else None
         if ckpt_dir is not None:
             rec.beat("checkpoint", 0)
             meta = ckpt.read_meta(ckpt_dir)
@@ -201,16 +200,50 @@ class Run:
         rec.event("finished", step=step, tokens=tokens, wall_s=round(time.time() - t0, 2))
         self.print0(f"[nsa] finished: {step} steps, {tokens} tokens, {time.time() - t0:.1f}s")
 
-    def _agree_on_checkpoint(self, ckpt_dir: Path | None) -> None:
-        """Every rank (every host's run dir) must resume from the same step, or none may start."""
-        mine = float(ckpt.read_meta(ckpt_dir)["step"]) if ckpt_dir is not None else -1.0
-        lo, hi = -all_reduce_max(-mine, self.info), all_reduce_max(mine, self.info)
+    def _resume_point(self) -> Path | None:
+        """The newest intact checkpoint, agreed by every host (each local rank 0 verifies its run dir).
+
+        Collective. Never trusts `latest`: a missing or damaged newer dir is skipped with a
+        `checkpoint_fallback` event; checkpoints that exist but all fail verification stop every rank
+        with exit 2 instead of a silent fresh start that would then overwrite and prune them.
+        """
+        info, rec = self.info, self.rec
+        leader = info.local_rank == 0
+        problem: Exception | None = None
+        step = -1.0
+        if leader:
+            rec.beat("checkpoint", 0)
+            try:
+                chosen, skipped = ckpt.choose_resume(self.rd)
+            except ckpt.NoIntactCheckpoint as e:
+                problem, step = e, -2.0
+            else:
+                step = float(ckpt.read_meta(chosen)["step"]) if chosen is not None else -1.0
+                for bad, reason in skipped:
+                    rec.event(
+                        "checkpoint_fallback", step=0, all_ranks=True, checkpoint=bad.name, reason=reason,
+                        using=chosen.name if chosen is not None else None,
+                    )  # fmt: skip
+                    print(
+                        f"[nsa] rank {info.rank}: skipping {bad.name}: {reason}; "
+                        f"resuming from {chosen.name if chosen else 'step 0'}",
+                        file=sys.stderr, flush=True,
+                    )  # fmt: skip
+        # Non-leaders do not vote: +-inf leaves the leaders' min and max unchanged.
+        hi = all_reduce_max(step if leader else -math.inf, info)
+        lo = -all_reduce_max(-step if leader else -math.inf, info)
+        if lo == -2.0:
+            raise problem or ckpt.NoIntactCheckpoint(
+                "--resume: another host's run dir holds checkpoints but none is intact (see that rank's "
+                "message); fix it there, or start a new run dir without --resume"
+            )
         if lo != hi:
             raise ResumeMismatch(
-                f"ranks disagree on the latest checkpoint (steps {int(lo)} .. {int(hi)}; -1 = none): "
-                "each host's run dir must hold the same checkpoints/latest; copy the missing one or "
-                "point `latest` at a step every host has"
+                f"hosts disagree on the newest intact checkpoint (steps {int(lo)} .. {int(hi)}; -1 = none): "
+                "each host's run dir must hold the same intact step-* dir; copy the missing one, or remove "
+                "the newer step-* dirs on the hosts that have them"
             )
+        return self.rd.checkpoints_dir / ckpt.checkpoint_name(int(hi)) if hi >= 0 else None
 
     # --- one optimizer step -------------------------------------------------------------------
     def _step(self, step: int, lr: float, loader: Any, want_stats: bool) -> tuple[float, float, dict]:
