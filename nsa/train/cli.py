@@ -12,6 +12,7 @@ bad input exits 2 with one clear paragraph and nothing started. It must not hold
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -81,6 +82,25 @@ def check_config_env(config_arg: str) -> str | None:
     )
 
 
+TERM_SAVE_DEFAULT_S = 120.0
+
+
+def term_save_seconds(text: str | None) -> tuple[float, str | None]:
+    """NSA_TERM_SAVE_S: (seconds, None), or (default, one-paragraph problem) for a bad value."""
+    if not text:
+        return TERM_SAVE_DEFAULT_S, None
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and 0 < v <= 86400):
+        return TERM_SAVE_DEFAULT_S, (
+            f"NSA_TERM_SAVE_S={text!r} is not a number of seconds in (0, 86400]. Fix: set e.g. "
+            f"NSA_TERM_SAVE_S=120, or unset it (default {TERM_SAVE_DEFAULT_S:.0f})."
+        )
+    return v, None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     problem = check_config_env(args.config)
@@ -101,6 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         fault_from_env()
     except ValueError as e:
         return fail(f"{e}. Fix: unset NSA_FAULT (it is for tests only).")
+    term_save_s, problem = term_save_seconds(os.environ.get("NSA_TERM_SAVE_S"))
+    if problem:
+        return fail(problem)
     from nsa import malloc
 
     try:
@@ -130,7 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from nsa.train.trainer import Run  # imports torch: only after the input is known to be good
 
-    code = Run(cfg, rd.root, args.config, args.resume, malloc_note=alloc.note).execute()
+    run = Run(cfg, rd.root, args.config, args.resume, malloc_note=alloc.note, term_save_s=term_save_s)
+    code = run.execute()
     if argv is None and world > 1:  # as a program only: a caller that passed argv gets the code
         from nsa.train.dist import exit_process
 

@@ -28,7 +28,15 @@ import torch
 from nsa.data import DataError, build_loader
 from nsa.malloc import loaded_allocator
 from nsa.model import Transformer
-from nsa.runfiles import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, RunDir, atomic_write_json, atomic_write_text
+from nsa.runfiles import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_SIGTERM,
+    RunDir,
+    atomic_write_json,
+    atomic_write_text,
+)
 from nsa.telemetry import Recorder, SignalHandlers, Watchdog
 from nsa.telemetry.manifest import build_manifest
 from nsa.train import ckpt
@@ -46,6 +54,10 @@ class Diverged(RuntimeError):
     pass
 
 
+class Terminated(Exception):
+    """SIGTERM was handled at a step boundary (checkpoint written): the rank exits 143."""
+
+
 class ResumeMismatch(ValueError):
     """The checkpoint cannot continue this run as configured (bad input: exit 2)."""
 
@@ -54,13 +66,21 @@ class Run:
     """One rank's run. `execute()` returns the process exit code."""
 
     def __init__(
-        self, cfg: TrainConfig, run_dir: Path, config_path: str, resume: bool, *, malloc_note: str = ""
+        self,
+        cfg: TrainConfig,
+        run_dir: Path,
+        config_path: str,
+        resume: bool,
+        *,
+        malloc_note: str = "",
+        term_save_s: float = 120.0,
     ):
         self.cfg = cfg
         self.malloc_note = malloc_note
         self.rd = RunDir(run_dir)
         self.config_path = config_path
         self.resume = resume
+        self.term_save_s = term_save_s
         self.fault: Fault | None = fault_from_env()
         self.verbose = os.environ.get("NSA_LOG_LEVEL", "info") in ("debug", "info")
 
@@ -76,7 +96,7 @@ class Run:
         # with SIGUSR1 and ends on SIGTERM; "hung at start with empty logs" cannot happen silently.
         rec = self.rec = Recorder(self.rd, rank, self.cfg.telemetry.tensorboard)
         rec.beat("boot", 0)
-        signals = SignalHandlers(rec)
+        signals = self.signals = SignalHandlers(rec)
         signals.install()
         watchdog = Watchdog(rec, self.cfg.telemetry.stall_seconds, self.cfg.telemetry.stall_abort)
         watchdog.start()
@@ -89,6 +109,8 @@ class Run:
             self._train(t0)
             ok = True
             return EXIT_OK
+        except Terminated:
+            return EXIT_SIGTERM
         except (DataError, ResumeMismatch, ckpt.NoIntactCheckpoint) as e:
             rec.event("error", all_ranks=True, error=type(e).__name__, message=str(e))
             print(f"[nsa] rank {rank}: {e}", file=sys.stderr, flush=True)
@@ -163,8 +185,12 @@ class Run:
         win_t, win_tokens, win_steps, first = time.time(), 0, 0, True
         nsa_stats: dict[str, float] = {}
         stats_every = cfg.telemetry.nsa_stats_every or t.log_every
+        saves = bool(t.save_every or t.save_final)
+        if saves:  # from here on SIGTERM means: checkpoint at the next step boundary, then exit 143
+            self.signals.arm_save(self.term_save_s)
         try:
             while step < t.steps:
+                step_t0 = time.monotonic()
                 lr = lr_at(
                     step,
                     lr=t.lr,
@@ -192,13 +218,32 @@ class Run:
                     win_t, win_tokens, win_steps, nsa_stats = now, 0, 0, {}
                 if t.eval_every and step % t.eval_every == 0:
                     self._eval(step)
-                if (t.save_every and step % t.save_every == 0) or (step == t.steps and t.save_final):
+                saved = (t.save_every and step % t.save_every == 0) or (step == t.steps and t.save_final)
+                if saved:
                     self._save(step, tokens, loader)
+                # A hung collective must not hold a SIGTERM for long; a slow but healthy step may.
+                self.signals.boundary_wait_s = max(10.0, 3 * (time.monotonic() - step_t0))
+                if saves and self._stop_agreed():
+                    self.signals.saving.set()
+                    if not saved:
+                        self._save(step, tokens, loader)
+                    self.print0(f"[nsa] stopped by SIGTERM at step {step}; checkpoint written")
+                    raise Terminated
         finally:
+            self.signals.disarm()
             loader.close()
         rec.beat("done", step)
         rec.event("finished", step=step, tokens=tokens, wall_s=round(time.time() - t0, 2))
         self.print0(f"[nsa] finished: {step} steps, {tokens} tokens, {time.time() - t0:.1f}s")
+
+    def _stop_agreed(self) -> bool:
+        """Collective at every step boundary: did SIGTERM reach any rank? Then every rank saves now.
+
+        Ranks receive the signal at slightly different moments; without agreement one would enter
+        the save's collectives while another starts the next step's, and both would hang.
+        """
+        mine = 1.0 if self.signals.stop_requested.is_set() else 0.0
+        return all_reduce_max(mine, self.info) > 0 if self.info.distributed else mine > 0
 
     def _resume_point(self) -> Path | None:
         """The newest intact checkpoint, agreed by every host (each local rank 0 verifies its run dir).
