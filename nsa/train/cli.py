@@ -82,6 +82,16 @@ def check_config_env(config_arg: str) -> str | None:
     )
 
 
+def check_log_level(text: str | None) -> str | None:
+    """NSA_LOG_LEVEL must be one of its choices: an unknown value used to hide the step lines."""
+    from nsa.envvars import NSA_ENV
+
+    choices = NSA_ENV["NSA_LOG_LEVEL"].choices
+    if text is None or text in choices:
+        return None
+    return f"NSA_LOG_LEVEL={text!r} is not one of {', '.join(choices)}. Fix: use one of them, or unset it."
+
+
 TERM_SAVE_DEFAULT_S = 120.0
 
 
@@ -124,7 +134,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     term_save_s, problem = term_save_seconds(os.environ.get("NSA_TERM_SAVE_S"))
     if problem:
         return fail(problem)
+    problem = check_log_level(os.environ.get("NSA_LOG_LEVEL"))
+    if problem:
+        return fail(problem)
     from nsa import malloc
+
+    if cfg.train.device == "cuda" and not malloc.gpu_present():
+        return fail(
+            "train.device is 'cuda' but this host has no NVIDIA GPU (no /dev/nvidiactl). "
+            "Fix: --set train.device=auto (or cpu), or run on a GPU host."
+        )
 
     try:
         alloc = malloc.plan(
