@@ -12,6 +12,8 @@ import hashlib
 import json
 import os
 import re
+import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -402,3 +404,124 @@ class RunDir:
             if verify_checkpoint(p, hashes=hashes) is None:
                 return p
         return None
+
+
+# --- why a run failed ---------------------------------------------------------------------------
+# torchrun's summary of the first failing rank (its "Root Cause (first observed failure)" block).
+_ROOT_CAUSE = re.compile(
+    r"Root Cause \(first observed failure\):\s*\[\d+\]:\s*"
+    r"time\s*:\s*(?P<time>\S+)\s*host\s*:\s*(?P<host>\S+)\s*"
+    r"rank\s*:\s*(?P<rank>-?\d+)\s*\(local_rank:\s*(?P<local>-?\d+)\)\s*"
+    r"exitcode\s*:\s*(?P<code>-?\d+)"
+)
+_ENOSPC = re.compile(r"No space left on device|ENOSPC|\[Errno 28\]")
+_ENOSPC_PATH = re.compile(r"No space left on device: '([^']+)'")
+DISK_LOW_FRACTION = 0.01  # with no ENOSPC text: a failed run on a filesystem this full is "disk full"
+DISK_LOW_MB = 256
+
+
+def read_tail(path: str | os.PathLike[str], max_bytes: int = 65536) -> str:
+    """The last `max_bytes` of a text file ('' when absent), decoded leniently."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - max_bytes))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def torchrun_root_cause(text: str) -> dict[str, Any] | None:
+    """torchrun's first failing rank from its failure summary: {rank, host, exitcode}, or None."""
+    found = list(_ROOT_CAUSE.finditer(text))
+    if not found:
+        return None
+    m = found[-1]
+    return {"rank": int(m["rank"]), "host": m["host"], "exitcode": int(m["code"])}
+
+
+def _one_line(text: str, limit: int = 400) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def disk_free(path: str | os.PathLike[str]) -> tuple[Path, float, float] | None:
+    """(the nearest existing ancestor, MB free, MB total) of `path`'s filesystem, or None."""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        u = shutil.disk_usage(p)
+    except OSError:
+        return None
+    return p, u.free / 2**20, u.total / 2**20
+
+
+def disk_full_cause(rd: RunDir, text: str) -> str | None:
+    """`disk full: PATH: N MB free of M MB` when the text shows ENOSPC or the run dir's disk is full."""
+    m = _ENOSPC_PATH.search(text)
+    path = Path(m.group(1)) if m else rd.root
+    df = disk_free(path)
+    if df is None:
+        return None
+    where, free, total = df
+    low = free < DISK_LOW_MB and free < DISK_LOW_FRACTION * total
+    if not (_ENOSPC.search(text) or low):
+        return None
+    return (
+        f"disk full: {path} ({where} has {free:.1f} MB free of {total:.0f} MB; No space left on device). "
+        "Fix: free space there (old runs, fewer checkpoints: train.keep_last), then restart"
+    )
+
+
+def _event_text(ev: dict[str, Any]) -> str:
+    d = ev.get("detail") or {}
+    if ev.get("kind") == "stalled":
+        return f"stalled in phase {d.get('phase')!r} at step {ev.get('step')} (no progress for {d.get('idle_s')}s)"
+    what = ": ".join(str(d[k]) for k in ("error", "message") if d.get(k))
+    return f"{what or ev.get('kind')} at step {ev.get('step')}"
+
+
+def failure_cause(rd: RunDir, exit_code: int | None = None, log_text: str | None = None) -> str | None:
+    """One line saying why a failed run failed, from the run dir alone (torch-free, never raises on
+    run text): disk full (path, MB free); else torchrun's first failing rank with its exit code or
+    signal (SIGKILL: likely out of memory) and that rank's own `error`/`stalled` event; else the
+    first `error` event; else the exit code. None when there is nothing to say (exit 0)."""
+    text = read_tail(rd.train_log) if log_text is None else log_text
+    events = tail_jsonl(rd.events, 65536)
+    errors = [e for e in events if e.get("kind") in ("error", "stalled")]
+    text_all = text + "\n" + "\n".join(json.dumps(e.get("detail") or {}) for e in errors)
+    disk = disk_full_cause(rd, text_all)
+    if disk:
+        return _one_line(disk)
+    root = torchrun_root_cause(text)
+    if root is not None:
+        r, code = root["rank"], root["exitcode"]
+        own = next((e for e in errors if e.get("rank") == r), None)
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            line = f"rank {r} on {root['host']} was killed by {name} (exit code {code})"
+            if -code == signal.SIGKILL:
+                line += ": likely out of memory (the kernel's OOM killer; see `dmesg`), or a kill -9"
+        else:
+            meaning = {
+                EXIT_FAILED: "runtime failure",
+                EXIT_BAD_INPUT: "bad input",
+                EXIT_STALLED: "stalled and aborted (telemetry.stall_abort)",
+                EXIT_SIGTERM: "SIGTERM",
+            }.get(code, "")
+            line = f"rank {r} on {root['host']} exited with code {code}" + (
+                f" ({meaning})" if meaning else ""
+            )
+        if own is not None:
+            line += f"; {_event_text(own)}"
+        return _one_line(line)
+    if errors:
+        first = errors[0]
+        return _one_line(f"rank {first.get('rank')}: {_event_text(first)}")
+    if exit_code:
+        return f"torchrun exited with code {exit_code} and no rank said why; see train.log"
+    return None
