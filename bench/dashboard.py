@@ -8,7 +8,7 @@ and measures what a person would see, reading the screen with `tmux capture-pane
 - log_latency_s: a line appended to the run's train.log -> the line on screen (median, max);
 - cpu idle: the dashboard's CPU share over a window with the run killed (nothing happening), and
   while the run trains; `cpu_pct_self` is the dashboard process, `cpu_pct_with_agent` adds the
-  status/metrics agent subprocesses it spawned (local transport: one `python -m launcher.agent` a poll);
+  status/metrics agent subprocesses it spawned (local transport: one `python -m launcher.host` a poll);
 - flood: the same under a 2,000 lines/s writer, plus the latency of a marker written at its end;
 - memory: RSS before and after 1,000,000 lines pushed through the log pane.
 

@@ -6,7 +6,7 @@ Starts a real sshd on 127.0.0.1 (tests/fixtures/sshd.py) and a private tmux serv
 neither ~/.nsa-launch nor anyone's tmux. The host is this machine: a synced workdir in a temp dir and
 this interpreter as the host python (a ready env). Prints one JSON row per measurement, with the
 issue's target; record the rows in bench/RESULTS.md with date, machine and load average. The SSH
-master connections of `status` (launcher/openssh.py) live under the temp NSA_LAUNCH_HOME and are
+master connections of `status` (launcher/ssh/openssh.py) live under the temp NSA_LAUNCH_HOME and are
 stopped at the end.
 """
 
@@ -26,11 +26,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from launcher import control, openssh, registry  # noqa: E402
-from launcher.hosts import parse_target  # noqa: E402
-from launcher.launch import UpOptions, execute, plan_run, wait_first_heartbeat  # noqa: E402
+from launcher import control, registry  # noqa: E402
+from launcher.launch.execute import execute, wait_first_heartbeat  # noqa: E402
+from launcher.launch.plan import UpOptions, plan_run  # noqa: E402
 from launcher.remote import agent_call, close_all, transport_for  # noqa: E402
-from launcher.sync import project_files, sync  # noqa: E402
+from launcher.ssh import openssh  # noqa: E402
+from launcher.ssh.hosts import parse_target  # noqa: E402
+from launcher.ssh.sync import project_files, sync  # noqa: E402
 from tests.fixtures.sshd import SSHServer, free_port  # noqa: E402
 from tests.fixtures.tmux import private_tmux_server  # noqa: E402
 
@@ -250,8 +252,8 @@ def bench(sshd: SSHServer, tmp: Path, repeats: int) -> None:
     sync(src, tt, str(tmp / "sync-wd"))
     times = []
     for i in range(repeats):
-        (src / "launcher" / "agent.py").write_text(
-            (src / "launcher" / "agent.py").read_text() + f"\n# edit {i}\n"
+        (src / "launcher" / "host" / "state.py").write_text(
+            (src / "launcher" / "host" / "state.py").read_text() + f"\n# edit {i}\n"
         )
         t0 = time.perf_counter()
         res = sync(src, tt, str(tmp / "sync-wd"))

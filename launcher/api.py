@@ -1,6 +1,6 @@
 """The launcher's Python API for the dashboard and scripts: runs, status, logs, kill, restart, tunnel.
 
-The stable surface other areas import; the work lives in launcher/control.py (and launcher/launch.py
+The stable surface other areas import; the work lives in launcher/control.py (and launcher/launch/
 for starting runs). Status dicts have the keys documented in docs/launcher.md: run, host, profile,
 state, step, total_steps, loss, tokens_per_s, eta_s, elapsed_s, heartbeat_age_s ({rank: seconds}),
 gpus, exit_code, pids, events, time, error. The registry location is $NSA_LAUNCH_HOME (default

@@ -155,7 +155,7 @@ def kill_run(rec: RunRecord) -> dict[str, Any]:
 def restart_run(rec: RunRecord, wait: bool = True) -> RunRecord:
     """Kill (verified), then start again in the same run dir with --resume (latest checkpoint)."""
     from launcher.envspec import resolve_secrets
-    from launcher.launch import wait_first_heartbeat
+    from launcher.launch.execute import wait_first_heartbeat
 
     res = kill_run(rec)
     if not res["killed"]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from launcher.errors import LaunchError, RuntimeFailure
 from launcher.profiles import PROJECT_ROOT, HostEnv
-from launcher.transport import Transport
+from launcher.ssh.transport import Transport
 
 MARKER_PREFIX = ".nsa-spec-"
 VENV_TIMEOUT_S = 3600.0

@@ -10,7 +10,7 @@ def bind_first_free(start: int, span: int) -> socket.socket | None:
     """A socket bound to the first port in [start, start + span) free on 127.0.0.1, or None.
 
     Keep the socket to own the port: choosing and binding are then one step, and no other process
-    can take the port in between (see launcher/forward.py).
+    can take the port in between (see launcher/ssh/forward.py).
     """
     for port in range(start, min(start + span, 65536)):
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -32,3 +32,13 @@ def first_free_port(start: int, span: int) -> int | None:
         return None
     with s:
         return s.getsockname()[1]
+
+
+def free_port(start: int, span: int = 200) -> int:
+    """`first_free_port(start, span)`, else any free port the kernel picks (a hint, as above)."""
+    port = first_free_port(start, span)
+    if port is not None:
+        return port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import LaunchError
-from launcher.hosts import HostSpec
+from launcher.ssh.hosts import HostSpec
 
 RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 

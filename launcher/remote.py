@@ -1,7 +1,7 @@
-"""Calling the host agent: the one place that builds the `python -m launcher.agent` command line.
+"""Calling the host agent: the one place that builds the `python -m launcher.host` command line.
 
 Owns the transport cache (one connection per host per process, reopened when it drops), the choice
-of transport for read-only calls (`reader_for`: the shared OpenSSH connection of launcher/openssh.py
+of transport for read-only calls (`reader_for`: the shared OpenSSH connection of launcher/ssh/openssh.py
 where it can be used, else the cached paramiko one) and `agent_call`/`agent_stream`, which send a
 JSON request on stdin, so no value is ever part of a shell command except the workdir and python
 path, and those only through shlex.quote. Every call has a timeout and names what it waited for.
@@ -15,10 +15,10 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from launcher import openssh
 from launcher.errors import RemoteCommandError, RuntimeFailure
-from launcher.hosts import HostSpec
-from launcher.transport import Transport, open_transport
+from launcher.ssh import openssh
+from launcher.ssh.hosts import HostSpec
+from launcher.ssh.transport import Transport, open_transport
 
 _cache: dict[tuple[Any, ...], Transport] = {}
 _lock = threading.Lock()
@@ -63,7 +63,7 @@ def close_all() -> None:
 
 def agent_command(workdir: str, python: str, command: str) -> str:
     q = shlex.quote
-    return f"cd {q(workdir)} && PYTHONPATH={q(workdir)} exec {q(python)} -m launcher.agent {q(command)}"
+    return f"cd {q(workdir)} && PYTHONPATH={q(workdir)} exec {q(python)} -m launcher.host {q(command)}"
 
 
 def agent_call(
@@ -83,7 +83,7 @@ def agent_call(
     if res.exit_code != 0 or not isinstance(reply, dict):
         raise RemoteCommandError(
             t.label,
-            f"python -m launcher.agent {command}",
+            f"python -m launcher.host {command}",
             res.exit_code,
             res.stderr or res.stdout,
             f"is the project synced to {workdir} and does {python} have its dependencies? (nsa-launch doctor)",

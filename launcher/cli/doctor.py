@@ -8,7 +8,8 @@ import click
 
 from launcher.app import Application
 from launcher.errors import EXIT_RUNTIME, LaunchError
-from launcher.launch import UpOptions, plan_run, preflight
+from launcher.launch.plan import UpOptions, plan_run
+from launcher.launch.preflight import preflight
 from launcher.remote import agent_call, transport_for
 
 

@@ -2,7 +2,7 @@
 
 A cold `status` is a command people run in loops, so this module imports only what the answer
 needs: rich only for the table (not for --json), and over SSH the shared connection of
-launcher/openssh.py instead of paramiko. Exit 1 when a run is `lost` (its host did not answer),
+launcher/ssh/openssh.py instead of paramiko. Exit 1 when a run is `lost` (its host did not answer),
 after printing every snapshot.
 """
 

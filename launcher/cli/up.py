@@ -10,8 +10,9 @@ from rich.progress import BarColumn, Progress, TextColumn
 from launcher.app import Application
 from launcher.control import fetch_status, stream_log
 from launcher.errors import EXIT_OK, EXIT_RUNTIME
-from launcher.launch import UpOptions, execute, plan_run, wait_first_heartbeat
-from launcher.logtail import error_lines
+from launcher.host.logtail import error_lines
+from launcher.launch.execute import execute, wait_first_heartbeat
+from launcher.launch.plan import UpOptions, plan_run
 
 TERMINAL = ("finished", "failed", "killed", "lost")
 

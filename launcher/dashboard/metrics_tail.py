@@ -1,23 +1,23 @@
 """Metric history for the charts: an incremental tail of a run's metrics.jsonl, local or over SSH.
 
-The launcher API has no metrics call, so this module adds one on top of the launcher's transports:
-a local run's file is read directly; a remote one with one shell exec per poll on the cached SSH
-connection (`launcher.remote.transport_for`) that returns only the bytes written since the last
-poll, so a long run costs a few hundred bytes a second, not the whole file. It keeps only the chart
-fields (step, loss, tokens_per_s) of the newest `keep` records. Paths are shlex-quoted; nothing is
-interpolated raw. Must not import torch or touch tmux.
+A local run's file is read directly, a remote one through the host agent's `metrics` command (one
+agent call per poll on the cached SSH connection); both use the same reader
+(launcher/host/metrics.py), which returns only the bytes written since the last poll, so a long run
+costs a few hundred bytes a second, not the whole file. It keeps only the chart fields (step, loss,
+tokens_per_s) of the newest `keep` records. Must not import torch or touch tmux.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
-import shlex
 import threading
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher.host.metrics import read_from
 from nsa.runfiles import METRICS
 
 FIRST_READ_BYTES = 1 << 20  # first poll: the last MiB is plenty for a chart of a few hundred points
@@ -83,33 +83,12 @@ class MetricsTail:
 
 
 def _read_local(path: str, offset: int) -> tuple[int, int, bytes]:
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            if size < offset:
-                offset = 0
-            start = max(offset, size - FIRST_READ_BYTES) if offset == 0 else offset
-            f.seek(start)
-            return size, start, f.read(size - start)
-    except FileNotFoundError:
-        return 0, 0, b""
+    return read_from(path, offset, FIRST_READ_BYTES)
 
 
 def _read_remote(node: Any, path: str, offset: int) -> tuple[int, int, bytes]:
-    from launcher.remote import transport_for
+    from launcher.remote import agent_call, transport_for
 
-    q = shlex.quote
-    # Prints the file size on the first line, then the bytes from `start`; nothing if absent.
-    script = (
-        f'cd {q(node.workdir)} 2>/dev/null || exit 0; f={q(path)}; [ -f "$f" ] || exit 0; '
-        f'size=$(wc -c < "$f"); off={int(offset)}; [ "$size" -lt "$off" ] && off=0; '
-        f'start=$off; [ "$off" -eq 0 ] && [ "$size" -gt {FIRST_READ_BYTES} ] && start=$((size - {FIRST_READ_BYTES})); '
-        f'echo "$size $start"; tail -c +$((start + 1)) "$f" | head -c $((size - start))'
-    )
-    res = transport_for(node.host).run(script, timeout=20.0, check=True)
-    out = res.stdout.encode()
-    head, _, data = out.partition(b"\n")
-    if not head.strip():
-        return 0, 0, b""
-    size, start = (int(x) for x in head.split())
-    return size, start, data
+    req = {"run_dir": node.run_dir, "offset": int(offset), "first_read_bytes": FIRST_READ_BYTES}
+    reply = agent_call(transport_for(node.host), node.workdir, node.python, "metrics", req, timeout=20.0)
+    return int(reply["size"]), int(reply["start"]), base64.b64decode(reply["data"])

@@ -25,55 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from launcher.host.gpu import parse_csv
 from nsa.runfiles import RunDir, iter_jsonl
-
-# nvidia-smi column (as --query-gpu names it) -> key in the status snapshot's gpu dicts.
-GPU_COLUMNS = {
-    "index": "index",
-    "name": "name",
-    "utilization.gpu": "util_pct",
-    "memory.used": "mem_used_mb",
-    "memory.total": "mem_total_mb",
-    "temperature.gpu": "temp_c",
-    "power.draw": "power_w",
-}
-
-
-def _gpu_value(key: str, raw: str) -> Any:
-    raw = raw.strip()
-    if key == "name":
-        return raw
-    # "[N/A]" / "[Not Supported]" are what nvidia-smi prints for sensors a board lacks.
-    num = raw.split(" ")[0]
-    try:
-        f = float(num)
-    except ValueError:
-        return None
-    return int(f) if key == "index" else f
-
-
-def parse_nvidia_smi_csv(text: str) -> list[dict[str, Any]]:
-    """GPU dicts from `nvidia-smi --query-gpu=... --format=csv` (with header and units).
-
-    Unknown columns are ignored and unreadable values become None, because the output format is
-    documented as not backwards compatible across drivers.
-    """
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    if not lines:
-        return []
-    header = [h.strip().split(" [")[0] for h in lines[0].split(",")]
-    gpus = []
-    for ln in lines[1:]:
-        cells = ln.split(",")
-        if len(cells) != len(header):
-            continue
-        gpu: dict[str, Any] = {}
-        for col, cell in zip(header, cells):
-            key = GPU_COLUMNS.get(col)
-            if key:
-                gpu[key] = _gpu_value(key, cell)
-        gpus.append(gpu)
-    return gpus
 
 
 @dataclass
@@ -140,7 +93,7 @@ class RecordedBackend:
             killed = set(self._killed)
         for st in statuses:
             if isinstance(st.get("gpus"), str):
-                st["gpus"] = parse_nvidia_smi_csv((self.root / st["gpus"]).read_text())
+                st["gpus"] = parse_csv((self.root / st["gpus"]).read_text())
             if st.get("run") in killed:
                 st["state"] = "killed"
         return statuses

@@ -1,25 +1,28 @@
 """MetricsTail: incremental reads of metrics.jsonl, locally and through the real loopback sshd.
 
-The remote half uses the `sshd` fixture (a real OpenSSH server) and the launcher's own transport;
-the run dir path carries quotes and `$(...)` to prove it reaches the shell quoted.
+The remote half uses the `sshd` fixture (a real OpenSSH server), the launcher's own transport and
+the host agent's `metrics` command run from this checkout (the host's synced workdir); the run dir
+path carries quotes and `$(...)` to prove no value reaches a shell unquoted.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from launcher.dashboard import metrics_tail
 from launcher.dashboard.metrics_tail import MetricsTail
-from launcher.hosts import local_host, parse_target
+from launcher.profiles import PROJECT_ROOT
 from launcher.registry import NodeRecord, RunRecord
+from launcher.ssh.hosts import local_host, parse_target
 
 
 def _record(host, workdir: Path, run_dir: str) -> RunRecord:
     return RunRecord(
-        run="m", profile="cpu", created=0.0, nodes=[NodeRecord(host, str(workdir), "python3", run_dir)]
+        run="m", profile="cpu", created=0.0, nodes=[NodeRecord(host, str(workdir), sys.executable, run_dir)]
     )
 
 
@@ -67,8 +70,8 @@ def test_a_replaced_file_is_read_again_from_the_start(tmp_path):
 @pytest.mark.e2e
 def test_remote_reads_through_real_sshd_with_a_hostile_path(sshd, tmp_path):
     host = parse_target(sshd.alias, str(sshd.ssh_config))
-    workdir = tmp_path / "work dir"
-    run_dir = "runs/a'b $(touch CANARY) `x`"
+    run_dir = tmp_path / "work dir" / "runs" / "a'b $(touch CANARY) `x`"
     tail = MetricsTail()
-    _check_incremental(tail, _record(host, workdir, run_dir), workdir / run_dir / "metrics.jsonl")
-    assert not (workdir / "CANARY").exists() and not Path("CANARY").exists()
+    _check_incremental(tail, _record(host, PROJECT_ROOT, str(run_dir)), run_dir / "metrics.jsonl")
+    assert not (PROJECT_ROOT / "CANARY").exists() and not Path("CANARY").exists()
+    assert not list(tmp_path.rglob("CANARY"))

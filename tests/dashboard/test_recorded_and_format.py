@@ -7,12 +7,13 @@ import json
 import pytest
 
 from launcher.dashboard import format as fmt
-from launcher.dashboard.recorded import RecordedBackend, parse_nvidia_smi_csv
+from launcher.dashboard.recorded import RecordedBackend
+from launcher.host.gpu import parse_csv
 from tests.dashboard.helpers import RECORDING
 
 
 def test_parse_the_recorded_nvidia_smi_csv():
-    gpus = parse_nvidia_smi_csv((RECORDING / "nvidia-smi-2xa100.csv").read_text())
+    gpus = parse_csv((RECORDING / "nvidia-smi-2xa100.csv").read_text())
     assert gpus[0] == {
         "index": 0,
         "name": "NVIDIA A100-SXM4-80GB",
@@ -32,11 +33,11 @@ def test_parse_tolerates_reordered_unknown_and_ragged_columns():
         "broken row\n"
         "NVIDIA H100 80GB HBM3, P0, 4, [Not Supported]\n"
     )
-    assert parse_nvidia_smi_csv(text) == [
+    assert parse_csv(text) == [
         {"name": "NVIDIA H100 80GB HBM3", "index": 3, "mem_used_mb": 1024.0},
         {"name": "NVIDIA H100 80GB HBM3", "index": 4, "mem_used_mb": None},
     ]
-    assert parse_nvidia_smi_csv("") == []
+    assert parse_csv("") == []
 
 
 def test_recorded_backend_replays_polls_and_remembers_actions():

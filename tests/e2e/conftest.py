@@ -1,7 +1,7 @@
 """End-to-end fixtures: no test uses the real ~/.nsa-launch or leaves an SSH master connection behind.
 
 `nsa-launch status` and `logs`, and the rsync of `up`, share one OpenSSH master connection per host
-across processes (launcher/openssh.py, ControlPersist), with sockets under NSA_LAUNCH_HOME. Every
+across processes (launcher/ssh/openssh.py, ControlPersist), with sockets under NSA_LAUNCH_HOME. Every
 e2e test gets its own NSA_LAUNCH_HOME (the same dir launch_support.isolate uses), and after the test
 the masters of that registry are stopped with `ssh -O exit`. The fixture uses monkeypatch, so it is
 torn down before the environment is restored and still sees the test's home.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.openssh import stop_masters
+from launcher.ssh.openssh import stop_masters
 
 
 @pytest.fixture(autouse=True)

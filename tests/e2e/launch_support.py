@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from launcher import procs
 from launcher.cli import cli
+from launcher.host import procs
 from launcher.profiles import PROJECT_ROOT
 
 PYTHON = sys.executable

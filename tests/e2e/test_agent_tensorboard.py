@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from launcher import agent, procs
+from launcher.host import procs, tensorboard
 from launcher.ports import bind_first_free, first_free_port
 
 pytestmark = pytest.mark.e2e
@@ -59,14 +59,14 @@ def test_tensorboard_moves_on_when_another_listener_took_its_port(tmux_server, t
     thief = bind_first_free(first_free_port(35000, 2000), 100)  # "another run's TensorBoard"
     thief.listen(1)
     taken = thief.getsockname()[1]
-    real_free_port = agent._free_port
+    real_free_port = tensorboard.free_port
     calls: list[int] = []
 
     def racy_free_port(start: int) -> int:
         calls.append(start)  # the first pick loses the race: the port is taken before TB binds it
         return taken if len(calls) == 1 else real_free_port(start)
 
-    monkeypatch.setattr(agent, "_free_port", racy_free_port)
+    monkeypatch.setattr(tensorboard, "free_port", racy_free_port)
     req = {
         "run": "tbrace",
         "run_dir": str(run_dir),
@@ -76,15 +76,15 @@ def test_tensorboard_moves_on_when_another_listener_took_its_port(tmux_server, t
         "timeout_s": 90,
     }
     try:
-        reply = agent.cmd_tensorboard(req)
+        reply = tensorboard.cmd_tensorboard(req)
         assert reply["ok"], reply
         assert reply["port"] != taken and len(calls) == 2 and calls[1] == taken + 1
-        state = agent.read_json(run_dir / agent.TB_STATE)
+        state = tensorboard.read_json(run_dir / tensorboard.TB_STATE)
         assert procs.listens_on(int(state["pid"]), reply["port"]) is True
         page = urllib.request.urlopen(f"http://127.0.0.1:{reply['port']}/", timeout=30).read().decode()
         assert "tensorboard" in page.lower()
         # asked again, the running one is reused (its own port, not the thief's)
-        again = agent.cmd_tensorboard(req)
+        again = tensorboard.cmd_tensorboard(req)
         assert again == {"ok": True, "port": reply["port"], "reused": True}
     finally:
         thief.close()

@@ -1,4 +1,4 @@
-"""The tunnel's local port forward (launcher/forward.py) over the real loopback sshd: forwards opened
+"""The tunnel's local port forward (launcher/ssh/forward.py) over the real loopback sshd: forwards opened
 at the same moment from the same start port never share a port and each reaches its own service;
 close() is prompt with a connection still open and stops listening; a refused remote port drops only
 that connection."""
@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from launcher.hosts import parse_target
 from launcher.ports import bind_first_free, first_free_port
-from launcher.transport import open_transport
+from launcher.ssh.hosts import parse_target
+from launcher.ssh.transport import open_transport
 
 pytestmark = pytest.mark.e2e
 

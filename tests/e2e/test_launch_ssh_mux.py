@@ -1,4 +1,4 @@
-"""`status` and `logs` over the shared OpenSSH connection (launcher/openssh.py) on the real sshd.
+"""`status` and `logs` over the shared OpenSSH connection (launcher/ssh/openssh.py) on the real sshd.
 
 A run record on the loopback sshd whose run has finished (run dir with manifest and exit_code, no
 torchrun): the multiplexed path answers exactly what the paramiko path answers, a second process
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher import openssh
-from launcher.hosts import parse_target
 from launcher.profiles import PROJECT_ROOT
 from launcher.registry import NodeRecord, RunRecord, save
+from launcher.ssh import openssh
+from launcher.ssh.hosts import parse_target
 from tests.e2e.launch_support import PYTHON, invoke, isolate
 
 pytestmark = pytest.mark.e2e
@@ -176,8 +176,8 @@ def test_stopped_sshd_is_a_quick_exit_1_then_recovers(sshd, tmp_path, monkeypatc
 
 
 def test_rsync_of_up_leaves_the_master_that_status_reuses(sshd, tmp_path, monkeypatch, tmux_server):
-    from launcher.sync import sync
-    from launcher.transport import open_transport
+    from launcher.ssh.sync import sync
+    from launcher.ssh.transport import open_transport
 
     isolate(monkeypatch, tmp_path, tmux_server)
     node = _finished_run(tmp_path, "synced", sshd.alias, sshd.ssh_config, tmux_server.socket_name)

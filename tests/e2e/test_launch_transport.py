@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher.hosts import parse_target
 from launcher.profiles import PROJECT_ROOT
-from launcher.sync import sync
-from launcher.transport import open_transport
+from launcher.ssh.hosts import parse_target
+from launcher.ssh.sync import sync
+from launcher.ssh.transport import open_transport
 from tests.e2e.launch_support import PYTHON, invoke, isolate
 
 pytestmark = pytest.mark.e2e
@@ -64,7 +64,9 @@ def test_project_checkout_syncs_without_artifacts(sshd, tmp_path):
     wd = tmp_path / "wd"
     try:
         sync(PROJECT_ROOT, t, str(wd))
-        assert (wd / "launcher" / "agent.py").is_file() and (wd / "configs" / "tiny.yaml").is_file()
+        assert (wd / "launcher" / "host" / "__main__.py").is_file() and (
+            wd / "configs" / "tiny.yaml"
+        ).is_file()
         assert not (wd / ".venv").exists() and not (wd / ".git").exists() and not (wd / "runs").exists()
     finally:
         t.close()

@@ -58,3 +58,26 @@ def test_nsa_launch_help_without_torch():
     out = _run(code)
     assert out.returncode == 0, out.stderr
     assert "Usage: nsa-launch" in out.stdout
+
+
+HOST_BLOCKED = ["torch", "yaml", "pydantic", "click", "rich", "paramiko", "fabric", "textual", "psutil"]
+
+
+def test_host_agent_modules_need_only_the_standard_library_and_libtmux():
+    """launcher/host/ runs on a host that may have nothing but a bare python with libtmux: every module
+    of it imports where the laptop side's dependencies are absent."""
+    code = textwrap.dedent(
+        f"""
+        import sys
+        for name in {HOST_BLOCKED!r}:
+            sys.modules[name] = None
+        import importlib, pkgutil, launcher.host
+        names = [m.name for m in pkgutil.walk_packages(launcher.host.__path__, "launcher.host.")]
+        for name in names:
+            importlib.import_module(name)
+        print(sorted(names))
+        """
+    )
+    out = _run(code)
+    assert out.returncode == 0, out.stderr
+    assert "launcher.host.tmux" in out.stdout and "launcher.host.gpu" in out.stdout

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from launcher.errors import LaunchError
-from launcher.hosts import parse_target
+from launcher.ssh.hosts import parse_target
 
 
 def test_forms():

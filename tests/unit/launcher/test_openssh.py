@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher import openssh
-from launcher.hosts import local_host, parse_target
 from launcher.remote import reader_for
-from launcher.transport import openssh_argv
+from launcher.ssh import openssh
+from launcher.ssh.hosts import local_host, parse_target
+from launcher.ssh.transport import openssh_argv
 
 
 def _unused() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from launcher import registry
 from launcher.hostenv import spec_hash, venv_script
-from launcher.hosts import local_host, parse_target
 from launcher.profiles import PROJECT_ROOT, HostEnv
-from launcher.sync import _excluded, project_files
+from launcher.ssh.hosts import local_host, parse_target
+from launcher.ssh.sync import _excluded, project_files
 
 
 def test_registry_roundtrip_newest_first(tmp_path, monkeypatch):
@@ -39,7 +39,7 @@ def test_spec_hash_changes_with_the_dependency_spec(tmp_path):
 
 def test_sync_sends_the_project_not_artifacts():
     files = project_files(PROJECT_ROOT)
-    assert "launcher/agent.py" in files and "pyproject.toml" in files and "profiles/cpu.yaml" in files
+    assert "launcher/host/__main__.py" in files and "pyproject.toml" in files and "profiles/cpu.yaml" in files
     assert not any(f.startswith((".venv/", "runs/", ".git/")) or "/__pycache__/" in f for f in files)
     assert (
         _excluded("runs/x/train.log")

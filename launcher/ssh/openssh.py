@@ -8,7 +8,7 @@ transport.openssh_argv's (BatchMode, StrictHostKeyChecking=yes, the same ssh con
 known_hosts), so a master only ever exists for a verified host. Only commands that are safe to run
 twice come here (status, logs): when ssh fails for a reason other than an unreachable host (a
 refused or unknown host key, a failed login, a broken master), the command runs again over the
-paramiko transport, whose errors name the fix. rsync (launcher/sync.py) runs through the same
+paramiko transport, whose errors name the fix. rsync (launcher/ssh/sync.py) runs through the same
 master, so `up` leaves one behind for the `status` that follows. NSA_LAUNCH_SSH_MUX=0 turns all of
 it off. This module must not import paramiko or fabric: avoiding that import is half of its point.
 """
@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher.errors import RuntimeFailure
-from launcher.hosts import HostSpec
 from launcher.registry import home
-from launcher.transport import Result, Transport, _short, openssh_argv
+from launcher.ssh.hosts import HostSpec
+from launcher.ssh.transport import Result, Transport, _short, openssh_argv
 
 if TYPE_CHECKING:
-    from launcher.forward import LocalForward
+    from launcher.ssh.forward import LocalForward
 
 ENV = "NSA_LAUNCH_SSH_MUX"
 PERSIST_S = 300  # an idle master exits after this; `status` in a loop keeps it alive
@@ -241,16 +241,6 @@ class OpenSSHTransport(Transport):
 
     def forward_local(self, start_port: int, remote_port: int) -> LocalForward:
         return self._fallback().forward_local(start_port, remote_port)
-
-
-def master_alive(path: str) -> bool:
-    """True if a master answers on the control socket `path` (`ssh -O check`)."""
-    p = subprocess.run(
-        ["ssh", "-o", f"ControlPath={path}", "-O", "check", "nsa-launch-master"],
-        capture_output=True,
-        timeout=10,
-    )
-    return p.returncode == 0
 
 
 def stop_masters(root: Path | None = None) -> int:

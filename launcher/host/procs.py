@@ -1,19 +1,16 @@
-"""Process and GPU facts on the host where the agent runs: who belongs to a run, signals, NVIDIA GPUs.
+"""Process facts on the host where the agent runs: who belongs to a run, who listens where, signals.
 
 Owns reading /proc (Linux) to find every process of a run (the tmux pane's tree plus any process
 whose environment carries the run's NSA_LAUNCH_RUN_DIR tag: torchrun starts its workers in new
-sessions, so a process-group signal alone would miss them), signalling them, and querying GPUs through
-nvidia-smi, parsed defensively (a missing tool or an "[N/A]" field gives [] or None, never an
-exception). Standard library only: it runs inside `python -m launcher.agent` on the host.
+sessions, so a process-group signal alone would miss them) and signalling them. GPUs are
+launcher/host/gpu.py's. Standard library only: it runs inside `python -m launcher.host` on the host.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
-import subprocess
 from typing import Any
 
 TAG = "NSA_LAUNCH_RUN_DIR"
@@ -132,72 +129,6 @@ def signal_all(pids: set[int], sig: int) -> None:
                 os.killpg(pgid, sig)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
-
-
-def _num(text: str) -> float | None:
-    text = text.strip()
-    try:
-        return float(text)
-    except ValueError:
-        return None  # "[N/A]", "[Not Supported]", empty
-
-
-def gpus(timeout: float = 5.0) -> list[dict[str, Any]]:
-    """One dict per GPU (index, name, util_pct, mem_used_mb, mem_total_mb, temp_c, power_w); [] without."""
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return []
-    fields = "index,name,utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw"
-    try:
-        out = subprocess.run(
-            [exe, f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    rows = []
-    for line in out.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 7:
-            continue
-        idx = _num(parts[0])
-        rows.append(
-            {
-                "index": int(idx) if idx is not None else len(rows),
-                "name": parts[1],
-                "util_pct": _num(parts[2]),
-                "mem_used_mb": _num(parts[3]),
-                "mem_total_mb": _num(parts[4]),
-                "temp_c": _num(parts[5]),
-                "power_w": _num(parts[6]),
-            }
-        )
-    return rows
-
-
-def gpu_pids(timeout: float = 5.0) -> dict[int, float | None] | None:
-    """PID -> MiB of GPU memory for every process holding GPU memory; None without nvidia-smi."""
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return None
-    try:
-        out = subprocess.run(
-            [exe, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    found: dict[int, float | None] = {}
-    for line in out.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        pid = _num(parts[0]) if parts else None
-        if pid is not None:
-            found[int(pid)] = _num(parts[1]) if len(parts) > 1 else None
-    return found
 
 
 def term_then_kill(pids_now: Any, grace_s: float, poll: float = 0.05) -> set[int]:

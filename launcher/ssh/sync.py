@@ -3,7 +3,7 @@
 Owns what is sent (the project tree, .gitignore respected at every level; .git, .venv, runs/,
 checkpoints/ and other artifacts excluded and, with --delete, never removed on the host) and how:
 rsync with the exact ssh argv of the verified connection (same host, port, user, key and
-known_hosts, strict host key checking) through the shared master connection of launcher/openssh.py,
+known_hosts, strict host key checking) through the shared master connection of launcher/ssh/openssh.py,
 or paramiko's sftp as a fallback. It must not start or
 stop anything on the host. Local runs need no sync: the workdir is the checkout itself.
 """
@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.errors import RuntimeFailure
-from launcher.openssh import shared_options
-from launcher.transport import SSHTransport
+from launcher.ssh.openssh import shared_options
+from launcher.ssh.transport import SSHTransport
 
 EXCLUDES = (
-    ".git/",
+    ".git",  # a directory, or in a git worktree a file naming the real one: neither is sent
     ".venv/",
     "runs/",
     "checkpoints/",
@@ -56,7 +56,7 @@ def rsync_argv(src: Path, t: SSHTransport, workdir: str, *, progress: bool = Fal
     argv = ["rsync", "-a", "--delete", "--protect-args", "--modify-window=-1", "--filter=:- .gitignore"]
     argv += [f"--exclude={e}" for e in EXCLUDES]
     argv += ["--stats", "--out-format=%n"] + (["--info=progress2"] if progress else [])
-    # ssh through the master that `status` and `logs` share (launcher/openssh.py): `up` leaves it behind
+    # ssh through the master that `status` and `logs` share (launcher/ssh/openssh.py): `up` leaves it behind
     argv += ["-e", shlex.join(t.ssh_argv() + shared_options(t.spec))]
     argv += [f"{src}/", f"{t.hostname}:{workdir}/"]
     return argv
@@ -137,6 +137,8 @@ def _excluded(rel: str) -> bool:
         if e.endswith("/") and e[:-1] in parts[:-1] + ([parts[-1]] if rel.endswith("/") else []):
             return True
         if e.startswith("*") and rel.endswith(e[1:]):
+            return True
+        if "/" not in e and not e.startswith("*") and e in parts:
             return True
     return False
 

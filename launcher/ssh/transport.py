@@ -4,7 +4,7 @@ Owns connecting (host key checked against known_hosts with paramiko's RejectPoli
 is AutoAdd, which would trust any impostor; first contact only with accept_new_host_key), running one
 shell command with optional stdin and a timeout, streaming a command's output line by line, local
 port forwards, and the OpenSSH argv (`openssh_argv`) that rsync and the multiplexed reader of
-launcher/openssh.py reuse, so they go to the very same host under the same host-key policy. Every
+launcher/ssh/openssh.py reuse, so they go to the very same host under the same host-key policy. Every
 command it runs is a string the caller built with shlex; this module never formats a value into a
 command. It must not know about runs, profiles or the agent's protocol.
 """
@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.errors import LaunchError, RemoteCommandError, RuntimeFailure
-from launcher.hosts import HostSpec
+from launcher.ssh.hosts import HostSpec
 
 if TYPE_CHECKING:
-    from launcher.forward import LocalForward
+    from launcher.ssh.forward import LocalForward
 
 CONNECT_TIMEOUT_S = 10.0
 
@@ -327,7 +327,7 @@ class SSHTransport(Transport):
             chan.close()
 
     def forward_local(self, start_port: int, remote_port: int) -> LocalForward:
-        from launcher.forward import LocalForward
+        from launcher.ssh.forward import LocalForward
 
         self.connect()
         return LocalForward(self.conn.client.get_transport(), start_port, remote_port)
@@ -360,7 +360,7 @@ def openssh_argv(
     never accepted implicitly) and no system-wide known_hosts (paramiko never reads it either).
 
     rsync (through SSHTransport.ssh_argv) passes what paramiko resolved; the multiplexed reader
-    (launcher/openssh.py) must not import paramiko, so it passes nothing and lets ssh resolve the same
+    (launcher/ssh/openssh.py) must not import paramiko, so it passes nothing and lets ssh resolve the same
     ssh config itself: the spec's own user, port and key still win, as they do for paramiko.
     """
     argv = ["ssh"]

@@ -1,4 +1,4 @@
-"""The agent's pieces that need no tmux: the wrapper script, log tails, GPU parsing, process tags."""
+"""The host agent's pieces that need no tmux: the wrapper script, log tails, GPU parsing, process tags."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import stat
 import subprocess
 import sys
 
-from launcher import agent, logtail, procs
+from launcher.host import gpu, kill, logtail, procs, wrapper
 
 
 def test_wrapper_keeps_values_literal_and_the_true_exit_code(tmp_path):
@@ -26,7 +26,7 @@ def test_wrapper_keeps_values_literal_and_the_true_exit_code(tmp_path):
         "argv": [sys.executable, "-c", script, str(out)],
         "env": {"NCCL_SOCKET_IFNAME": hostile},
     }
-    (rd / "launch.sh").write_text(agent.wrapper_script(req))
+    (rd / "launch.sh").write_text(wrapper.wrapper_script(req))
     p = subprocess.run(
         ["bash", str(rd / "launch.sh"), "--resume"], capture_output=True, text=True, cwd=tmp_path
     )
@@ -52,13 +52,13 @@ def test_gpu_parsing_with_a_fake_nvidia_smi(tmp_path, monkeypatch):
     """A FAKE nvidia-smi (no GPU can run here): odd fields become None, never an exception."""
     fake = tmp_path / "nvidia-smi"
     fake.write_text(
-        '#!/bin/sh\ncase "$1" in --query-gpu*) printf \'0, NVIDIA A100-SXM4-80GB, 97, 35000, 81920, 61, 312.5\\n'
+        '#!/bin/sh\ncase "$1" in --query-gpu*) printf \'index, name, utilization.gpu [%%], memory.used [MiB], memory.total [MiB], temperature.gpu, power.draw [W]\\n0, NVIDIA A100-SXM4-80GB, 97, 35000, 81920, 61, 312.5\\n'
         "1, NVIDIA A100-SXM4-80GB, [N/A], 10, 81920, [Not Supported], \\ngarbage\\n';;\n"
         "--query-compute-apps*) printf '4242, 35000\\n';; esac\n"
     )
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    g = procs.gpus()
+    g = gpu.gpus()
     assert (
         len(g) == 2
         and g[0]["util_pct"] == 97.0
@@ -66,7 +66,7 @@ def test_gpu_parsing_with_a_fake_nvidia_smi(tmp_path, monkeypatch):
         and g[0]["power_w"] == 312.5
     )
     assert g[1]["util_pct"] is None and g[1]["temp_c"] is None and g[1]["power_w"] is None
-    assert procs.gpu_pids() == {4242: 35000.0}
+    assert gpu.gpu_pids() == {4242: 35000.0}
 
 
 def test_tagged_processes_found_and_killed_even_in_new_sessions(tmp_path):
@@ -108,7 +108,7 @@ def test_kill_reports_a_pid_still_holding_gpu_memory(tmp_path, monkeypatch):
         fake.write_text(f"#!/bin/sh\ncase \"$1\" in --query-compute-apps*) echo '{p.pid}, 35000';; esac\n")
         fake.chmod(0o755)
         monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
-        res = agent.cmd_kill(
+        res = kill.cmd_kill(
             {"run": "r", "run_dir": tag, "grace_s": 1, "tmux_socket": f"nsa-unit-{os.getpid()}"}
         )
         assert p.wait(timeout=5) < 0  # the process itself was stopped

@@ -1,6 +1,6 @@
 """Reading train.log on the host: the tail (never the whole file), following it, finding the cause.
 
-Owns the log-reading half of the host agent (`python -m launcher.agent logs`, and the log tail that
+Owns the log-reading half of the host agent (`python -m launcher.host logs`, and the log tail that
 `up` prints when a run dies early). Standard library + nsa.runfiles only, like the agent; it never
 writes to a run dir.
 """

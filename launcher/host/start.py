@@ -1,0 +1,59 @@
+"""`start`: create (or, on resume, reopen) the run dir, write its files and start its tmux session.
+
+Owns refusing a name already in use on the host (a tmux session or a non-empty run dir), the
+manifest's `started_at` / `restarts`, and clearing the previous end markers on resume. It must not
+build the wrapper's text (wrapper.py) or talk to tmux directly (tmux.py).
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from typing import Any
+
+from launcher.host import tmux
+from launcher.host.wrapper import WRAPPER, wrapper_script, write_secrets
+from nsa.runfiles import RunDir, atomic_write_json, atomic_write_text, read_json
+
+
+def cmd_start(req: dict[str, Any]) -> dict[str, Any]:
+    """Create the run dir (or reuse it with resume), write manifest + wrapper, start tmux."""
+    run, rd = req["run"], RunDir(req["run_dir"])
+    sname = tmux.session_name(run, int(req.get("node", 0)))
+    if tmux.session(tmux.server(req), sname) is not None:
+        return {
+            "ok": False,
+            "error": f"tmux session {sname} already exists on this host",
+            "fix": "pick another --name, or `nsa-launch kill --run " + run + "` first",
+        }
+    resume = bool(req.get("resume"))
+    if not resume and rd.root.exists() and any(rd.root.iterdir()):
+        return {
+            "ok": False,
+            "error": f"run dir {rd.root} already exists on this host",
+            "fix": "pick another --name, or use `nsa-launch restart --run " + run + "`",
+        }
+    if resume and not rd.manifest.exists():
+        return {
+            "ok": False,
+            "error": f"run dir {rd.root} has no manifest.json: nothing to resume",
+            "fix": "start a new run with `nsa-launch up`",
+        }
+    rd.root.mkdir(parents=True, exist_ok=True)
+    for name, text in (req.get("files") or {}).items():
+        atomic_write_text(rd.root / name, text)
+    if resume:
+        manifest = read_json(rd.manifest) or {}
+        manifest.setdefault("restarts", []).append({"time": time.time()})
+        for p in (rd.exit_code_file, rd.killed_file):
+            p.unlink(missing_ok=True)
+    else:
+        manifest = dict(req.get("manifest") or {})
+        atomic_write_text(rd.root / WRAPPER, wrapper_script(req))
+    manifest["started_at"] = time.time()
+    atomic_write_json(rd.manifest, manifest)
+    if req.get("secrets"):
+        write_secrets(rd.root, req["secrets"])
+    argv = ["bash", str(rd.root / WRAPPER)] + (["--resume"] if resume else [])
+    pid = tmux.start_session(req, sname, "exec " + shlex.join(argv), req["workdir"])
+    return {"ok": True, "session": sname, "pane_pid": pid, "time": time.time()}

@@ -1,0 +1,124 @@
+"""A run's state on the host, derived from its run dir plus its tmux pane: `status` and `wait_started`.
+
+Owns the state rules (docs/ARCHITECTURE.md "Run states": starting, running, stalled, finished,
+failed, killed, lost), the error a failed or stalled run reports (the trainer's own event first),
+elapsed time and the ETA. It only reads: it must not write the run dir or signal processes.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from typing import Any
+
+from launcher.host import gpu, procs, tmux
+from launcher.host.logtail import error_lines, log_tail
+from nsa.runfiles import RunDir, read_json, tail_jsonl
+
+
+def run_status(req: dict[str, Any], now: float) -> dict[str, Any]:
+    rd = RunDir(req["run_dir"])
+    run = req["run"]
+    manifest = read_json(rd.manifest) or {}
+    pane_pid = tmux.train_pane_pid(req, run, int(req.get("node", 0)))
+    pids = sorted(procs.run_pids(str(rd.root), pane_pid)) if rd.root.exists() else []
+    hbs = rd.heartbeats()
+    recs = tail_jsonl(rd.metrics, 65536)
+    # Eval records share metrics.jsonl; the train record is the last one carrying `loss`.
+    metrics = next((r for r in reversed(recs) if "loss" in r), {})
+    val = next((r for r in reversed(recs) if "loss/val" in r), {})
+    exit_code = rd.exit_code()
+    killed = read_json(rd.killed_file) if rd.killed_file.exists() else None
+    events = tail_jsonl(rd.events, 16384)
+    stall_s = float(manifest.get("stall_seconds") or 300)
+    error = None
+    if not rd.root.exists():
+        state, error = "lost", f"run dir {rd.root} does not exist on this host"
+    elif killed is not None:
+        state = "killed"
+    elif exit_code is not None:
+        state = "finished" if exit_code == 0 else "failed"
+    elif pane_pid is None and not pids:
+        state, error = "failed", "the run's tmux session ended without writing exit_code (wrapper killed?)"
+    elif not hbs:
+        state = "starting"
+    elif max(now - hb.time for hb in hbs.values()) > stall_s and all(
+        hb.phase != "done" for hb in hbs.values()
+    ):
+        state = "stalled"
+    else:
+        state = "running"
+    if error is None and state in ("failed", "stalled"):
+        # The trainer's own account (an `error` or `stalled` event) says more than an exit code.
+        ev = next((e for e in reversed(events) if e.get("kind") in ("error", "stalled")), None)
+        if ev is not None:
+            d = ev.get("detail") or {}
+            what = ": ".join(str(d[k]) for k in ("error", "message") if d.get(k)) or json.dumps(
+                d, sort_keys=True
+            )
+            error = f"{ev['kind']} at step {ev.get('step')}: {what}"
+    step = max([hb.step for hb in hbs.values()] + [int(metrics.get("step", 0) or 0)] or [0])
+    total = manifest.get("total_steps")
+    started = manifest.get("started_at")
+    ended = rd.exit_code_file.stat().st_mtime if exit_code is not None else (killed or {}).get("time")
+    elapsed = ((ended or now) - started) if started else None
+    eta = _eta(events, hbs, step, total) if state in ("running", "stalled") else None
+    return {
+        "run": run,
+        "host": manifest.get("host") or socket.gethostname(),
+        "profile": manifest.get("profile"),
+        "state": state,
+        "step": step,
+        "total_steps": total,
+        "loss": metrics.get("loss"),
+        "val_loss": val.get("loss/val"),
+        "tokens_per_s": metrics.get("tokens_per_s"),
+        "eta_s": eta,
+        "elapsed_s": elapsed,
+        "heartbeat_age_s": {str(r): round(now - hb.time, 3) for r, hb in sorted(hbs.items())},
+        "phases": {str(r): hb.phase for r, hb in sorted(hbs.items())},
+        "gpus": [],
+        "exit_code": exit_code,
+        "pids": pids,
+        "events": events[-5:],
+        "time": now,
+        "error": error,
+        "run_dir": str(rd.root),
+    }
+
+
+def _eta(events: list[dict[str, Any]], hbs: dict[int, Any], step: int, total: Any) -> float | None:
+    first = next((e for e in events if e.get("kind") == "first_step"), None)
+    if not total or not first or not hbs:
+        return None
+    s0, t0 = int(first.get("step") or 0), float(first["time"])
+    t1 = max(hb.time for hb in hbs.values())
+    if step <= s0 or t1 <= t0:
+        return None
+    return round((int(total) - step) * (t1 - t0) / (step - s0), 1)
+
+
+def cmd_status(req: dict[str, Any]) -> dict[str, Any]:
+    now = time.time()
+    gpus = gpu.gpus()
+    runs = []
+    for r in req.get("runs", []):
+        st = run_status({**r, "tmux_socket": req.get("tmux_socket")}, now)
+        st["gpus"] = gpus
+        runs.append(st)
+    return {"ok": True, "host": socket.gethostname(), "time": now, "gpus": gpus, "runs": runs}
+
+
+def cmd_wait_started(req: dict[str, Any]) -> dict[str, Any]:
+    """Poll until the first heartbeat, the run's end, or the timeout; reply with status and log tail."""
+    deadline = time.monotonic() + float(req.get("timeout_s", 600))
+    while True:
+        st = run_status(req, time.time())
+        if st["state"] != "starting" or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    lines = log_tail(RunDir(req["run_dir"]).train_log, 300)
+    st["log_tail"] = lines[-int(req.get("tail", 20)) :]
+    st["error_lines"] = error_lines(lines)
+    return {"ok": True, "status": st, "timed_out": st["state"] == "starting"}

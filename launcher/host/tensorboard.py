@@ -1,0 +1,89 @@
+"""`tensorboard`: start (or reuse) TensorBoard on the host's 127.0.0.1 for a run, reply with its port.
+
+Owns choosing the port (the first free one from the request's start, again on the next when another
+server took it first), proving the listener is ours (procs.listens_on, not just "something answers")
+and `tensorboard.json` in the run dir, which lets the next call reuse a live server. TensorBoard runs
+in the run's tmux session (window `tb`) through tmux.py. It must not stop the run.
+"""
+
+from __future__ import annotations
+
+import shlex
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from launcher.host import procs, tmux
+from launcher.host.logtail import log_tail
+from launcher.ports import free_port
+from nsa.runfiles import RunDir, atomic_write_json, read_json
+
+TB_STATE = "tensorboard.json"
+TB_LOG = "tensorboard.log"
+TB_PORT_TRIES = 3  # TensorBoard starts again on the next free port if another took its port first
+
+
+def cmd_tensorboard(req: dict[str, Any]) -> dict[str, Any]:
+    """Start (or reuse) TensorBoard on 127.0.0.1 for the run, in a tmux window; reply with its port."""
+    rd = RunDir(req["run_dir"])
+    state = read_json(rd.root / TB_STATE)
+    if state and procs.alive(int(state.get("pid", 0))) and _serves(int(state["pid"]), int(state["port"])):
+        return {"ok": True, "port": int(state["port"]), "reused": True}
+    if not rd.root.exists():
+        return {"ok": False, "error": f"run dir {rd.root} does not exist", "fix": "check the run id"}
+    rd.tb_dir.mkdir(exist_ok=True)
+    log = rd.root / TB_LOG
+    start = int(req.get("port", 6006))
+    deadline = time.monotonic() + float(req.get("timeout_s", 90))
+    for _ in range(TB_PORT_TRIES):
+        port = free_port(start)
+        pid = _tensorboard_window(req, rd, port, log)
+        while time.monotonic() < deadline:
+            # Ours must be the one listening: a TensorBoard started at the same moment (a tunnel to
+            # another run) may have taken the port first, and ours then fails to bind and exits.
+            if _serves(pid, port):
+                atomic_write_json(rd.root / TB_STATE, {"port": port, "pid": pid, "time": time.time()})
+                return {"ok": True, "port": port, "reused": False}
+            if not procs.alive(pid):
+                break
+            time.sleep(0.2)
+        if procs.alive(pid) or not _listening(port):
+            break  # out of time, or it died for another reason than a port taken under it
+        start = port + 1
+    tail = "\n".join(log_tail(log, 20))
+    return {
+        "ok": False,
+        "error": f"TensorBoard did not listen on 127.0.0.1:{port}; its log ends:\n{tail}",
+        "fix": "is tensorboard installed in the host's python (the `train` extra)?",
+    }
+
+
+def _tensorboard_window(req: dict[str, Any], rd: RunDir, port: int, log: Path) -> int:
+    """(Re)start the run's `tb` tmux window running TensorBoard on 127.0.0.1:`port`; its pid."""
+    argv = [
+        req["python"],
+        "-m",
+        "tensorboard.main",
+        "--logdir",
+        str(rd.tb_dir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--reload_interval",
+        "5",
+    ]
+    cmd = f"exec env {procs.TAG}={shlex.quote(str(rd.root))} {shlex.join(argv)} >{shlex.quote(str(log))} 2>&1"
+    return tmux.open_tb_window(req, tmux.session_name(req["run"], int(req.get("node", 0))), cmd)
+
+
+def _serves(pid: int, port: int) -> bool:
+    ours = procs.listens_on(pid, port)
+    return ours if ours is not None else _listening(port)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.3)
+        return s.connect_ex(("127.0.0.1", port)) == 0

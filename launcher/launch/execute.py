@@ -1,0 +1,138 @@
+"""`up`, steps 3-8: carry out a Plan on its host(s), and wait for the first heartbeat.
+
+Owns the order (preflight every host, sync, host env, rendezvous port, start through the agent,
+record) and the rollback: when a later step fails, what was started is killed, so nothing is left
+half-started. It must not parse CLI arguments, talk to tmux (the agent does) or import torch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from launcher import envspec, registry
+from launcher.errors import LaunchError, RuntimeFailure
+from launcher.launch.manifest import manifest, torchrun_argv
+from launcher.launch.plan import INPUT_CONFIG, Plan
+from launcher.launch.preflight import preflight
+from launcher.profiles import PROJECT_ROOT
+from launcher.registry import NodeRecord, RunRecord
+from launcher.remote import agent_call, transport_for
+from launcher.ssh.transport import SSHTransport
+
+
+def execute(
+    plan: Plan, say: Callable[[str], None] = print, on_sync_progress: Callable[[int], None] | None = None
+) -> tuple[RunRecord, float]:
+    """Do the run on its host(s). Returns the record and the seconds until torchrun was started."""
+    from launcher.hostenv import ensure_python
+    from launcher.ssh.sync import sync
+
+    t0 = time.monotonic()
+    transports = [transport_for(h, accept_new_host_key=plan.opts.accept_new_host_key) for h in plan.hosts]
+    facts = []
+    for i, t in enumerate(transports):
+        facts.append(preflight(t, plan, i))
+        say(f"preflight ok on {t.label}: python {facts[i]['python']}, {len(facts[i]['gpus'])} GPU(s)")
+    nodes: list[NodeRecord] = []
+    for i, t in enumerate(transports):
+        workdir = facts[i]["workdir"]
+        if isinstance(t, SSHTransport):
+            res = sync(
+                PROJECT_ROOT,
+                t,
+                workdir,
+                host_has_rsync=bool(facts[i].get("rsync")),
+                on_progress=on_sync_progress,
+            )
+            say(f"synced the project to {t.label}:{workdir} ({res.method}, {res.seconds:.1f} s)")
+        python = ensure_python(t, workdir, plan.profile.host, plan.pythons[i], say)
+        nodes.append(
+            NodeRecord(
+                host=plan.hosts[i], workdir=workdir, python=python, run_dir=f"{workdir}/runs/{plan.run}"
+            )
+        )
+    rdzv = None
+    if plan.profile.nodes > 1:
+        port = plan.profile.torchrun.rdzv_port
+        if port == "auto":
+            port = agent_call(
+                transports[0], nodes[0].workdir, nodes[0].python, "free_port", {"start": 29400}
+            )["port"]
+        rdzv = f"{plan.profile.torchrun.rdzv_host or transports[0].hostname}:{port}"  # type: ignore[attr-defined]
+    rec = RunRecord(
+        run=plan.run,
+        profile=plan.profile.name,
+        created=time.time(),
+        nodes=nodes,
+        config=str(plan.config_path),
+        overrides=plan.overrides,
+        env=plan.env,
+        secrets=sorted(plan.secret_values),
+        tmux_socket=plan.tmux_socket,
+        total_steps=plan.total_steps,
+        stall_seconds=plan.stall_seconds,
+        kill_grace_s=plan.profile.kill_grace_s,
+        first_heartbeat_timeout_s=plan.profile.first_heartbeat_timeout_s,
+    )
+    started: list[int] = []
+    try:
+        for i, (t, node) in enumerate(zip(transports, nodes)):
+            argv = torchrun_argv(plan, node.python, i, node.run_dir, rdzv)
+            req = {
+                "run": plan.run,
+                "node": i,
+                "run_dir": node.run_dir,
+                "workdir": node.workdir,
+                "argv": argv,
+                "env": plan.env,
+                "secrets": plan.secret_values,
+                "tmux_socket": plan.tmux_socket,
+                "resume": plan.opts.resume,
+                "manifest": manifest(plan, i, t.label, argv),
+                "files": {INPUT_CONFIG: plan.config_text},
+            }
+            reply = agent_call(t, node.workdir, node.python, "start", req, timeout=60)
+            if not reply.get("ok"):
+                raise LaunchError(f"{t.label}: {reply.get('error')}", reply.get("fix", ""))
+            started.append(i)
+        registry.save(rec)
+    except BaseException:
+        from launcher.control import kill_nodes
+
+        kill_nodes(rec, [nodes[i] for i in started])
+        raise
+    return rec, time.monotonic() - t0
+
+
+def wait_first_heartbeat(rec: RunRecord, timeout: float | None = None) -> dict[str, Any]:
+    """Block until a rank beats (or the run ends, or the timeout); fail fast with the log tail."""
+    from launcher.control import kill_run, local_secret_values
+
+    node = rec.nodes[0]
+    t = transport_for(node.host)
+    timeout = rec.first_heartbeat_timeout_s if timeout is None else timeout
+    req = {"run": rec.run, "run_dir": node.run_dir, "tmux_socket": rec.tmux_socket, "timeout_s": timeout}
+    reply = agent_call(t, node.workdir, node.python, "wait_started", req, timeout=timeout + 60)
+    st = reply["status"]
+    secrets = local_secret_values(rec)
+    causes = st.get("error_lines") or []
+    shown = (["first error lines:", *causes, "log tail:"] if causes else []) + st.get("log_tail", [])
+    tail = "\n".join(f"    {ln}" for ln in envspec.scrub("\n".join(shown), secrets).splitlines())
+    if reply.get("timed_out"):
+        kill_run(rec)
+        raise RuntimeFailure(
+            f"run {rec.run}: no rank wrote a heartbeat within {timeout:.0f} s; stopped it. Log tail:\n{tail}",
+            "read the full log with `nsa-launch logs --run "
+            + rec.run
+            + "`; raise first_heartbeat_timeout_s if the "
+            "host is just slow",
+        )
+    if st["state"] in ("failed", "killed", "lost"):
+        raise RuntimeFailure(
+            f"run {rec.run} {st['state']} before its first step "
+            f"(exit code {st.get('exit_code')}). Log tail:\n{tail}",
+            "fix the error above and start again",
+        )
+    return st

@@ -1,0 +1,156 @@
+"""`up`, step 1: validate every input locally into a Plan, before any host is touched.
+
+Owns `plan_run`: profile, config with the profile's world size and --set overrides, env, secrets,
+host targets (bound to workdirs and pythons) and the run name. Raises LaunchError (exit 2) naming the
+file/key/value and the fix. It must not open a connection, parse CLI arguments (launcher/cli/up.py
+does) or import torch.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets as pysecrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from launcher import envspec, registry
+from launcher.errors import LaunchError
+from launcher.profiles import PROJECT_ROOT, Profile, load_profile
+from launcher.ssh.hosts import HostSpec, default_target, parse_target
+
+INPUT_CONFIG = "launch_config.yaml"
+
+
+@dataclass
+class UpOptions:
+    profile: str | None = None
+    hosts: list[str] = field(default_factory=list)
+    ssh_config: str | None = None
+    config: str | None = None
+    sets: list[str] = field(default_factory=list)
+    env: list[str] = field(default_factory=list)
+    secrets: list[str] = field(default_factory=list)
+    name: str | None = None
+    resume: bool = False
+    python: str | None = None
+    workdir: str | None = None
+    accept_new_host_key: bool = False
+
+
+@dataclass
+class Plan:
+    """Everything `execute` needs, all validated."""
+
+    opts: UpOptions
+    profile: Profile
+    run: str
+    hosts: list[HostSpec]
+    config_path: Path
+    config_text: str
+    config_hash: str
+    total_steps: int
+    stall_seconds: float
+    overrides: list[str]
+    env: dict[str, str]
+    secret_values: dict[str, str]
+    workdirs: list[str]
+    pythons: list[str | None]
+    tmux_socket: str | None
+
+
+def plan_run(opts: UpOptions, environ: dict[str, str] | None = None) -> Plan:
+    """Validate every input locally. Raises LaunchError naming the file/key/value and the fix."""
+    environ = dict(os.environ) if environ is None else environ
+    profile = load_profile(opts.profile)
+    cfg_arg = opts.config or profile.config
+    config_path = Path(cfg_arg)
+    if not config_path.is_absolute() and not config_path.exists():
+        config_path = PROJECT_ROOT / cfg_arg
+    overrides = list(profile.overrides) + list(opts.sets)
+    try:
+        from nsa.train.config import ConfigError, load_config
+    except ImportError as e:  # pragma: no cover - the project always ships it
+        raise LaunchError(
+            f"cannot import the config schema nsa.train.config ({e})", "reinstall the project"
+        ) from e
+    try:
+        cfg = load_config(config_path, overrides=overrides, world_size=profile.world_size)
+    except ConfigError as e:
+        raise LaunchError(e.summary, e.fix) from None
+    env = envspec.validate_env(profile.env, f"profile {profile.source}: env")
+    env.update(envspec.parse_assignments(opts.env, "--env"))
+    wanted = list(dict.fromkeys(opts.secrets))
+    secret_values = envspec.resolve_secrets(wanted, environ)
+    for name in profile.secrets:  # the profile's secrets are passed when set locally
+        if name not in secret_values and environ.get(name):
+            secret_values[name] = environ[name]
+    hosts, workdirs, pythons = _bind_hosts(profile, opts)
+    if opts.name is not None:
+        run = registry.check_run_name(opts.name)
+    else:
+        stem = (
+            "".join(c if c.isalnum() or c in "-_" else "-" for c in config_path.stem)[:24].strip("-_")
+            or "run"
+        )
+        run = f"{stem}-{profile.name}-{time.strftime('%Y%m%d-%H%M%S')}-{pysecrets.token_hex(2)}"
+        run = registry.check_run_name(run[:64])
+    if registry.exists(run) and not opts.resume:
+        raise LaunchError(
+            f"a run named {run!r} was already launched from this machine",
+            "pick another --name, or `nsa-launch restart --run " + run + "` to continue it",
+        )
+    return Plan(
+        opts=opts,
+        profile=profile,
+        run=run,
+        hosts=hosts,
+        config_path=config_path,
+        config_text=config_path.read_text(),
+        config_hash=cfg.config_hash(),
+        total_steps=cfg.train.steps,
+        stall_seconds=cfg.telemetry.stall_seconds,
+        overrides=overrides,
+        env=env,
+        secret_values=secret_values,
+        workdirs=workdirs,
+        pythons=pythons,
+        tmux_socket=os.environ.get("NSA_LAUNCH_TMUX_SOCKET") or None,
+    )
+
+
+def _bind_hosts(profile: Profile, opts: UpOptions) -> tuple[list[HostSpec], list[str], list[str | None]]:
+    targets = list(opts.hosts) or [h.target for h in profile.hosts]
+    if not targets and default_target():
+        targets = [default_target()]  # type: ignore[list-item]
+    if not targets:
+        if profile.nodes > 1:
+            raise LaunchError(
+                f"profile {profile.name} has {profile.nodes} nodes but no hosts were given",
+                f"pass --host once per node ({profile.nodes} times), or list them under hosts:",
+            )
+        targets = ["local"]
+    if len(targets) != profile.nodes:
+        raise LaunchError(
+            f"profile {profile.name} needs {profile.nodes} host(s), got {len(targets)}: {targets}",
+            f"pass --host exactly {profile.nodes} time(s)",
+        )
+    hosts = [parse_target(t, opts.ssh_config) for t in targets]
+    if profile.nodes > 1 and any(h.is_local for h in hosts):
+        raise LaunchError("a multi-node run cannot use the local transport", "give every node an SSH host")
+    workdirs, pythons = [], []
+    for i, h in enumerate(hosts):
+        entry = profile.hosts[i] if i < len(profile.hosts) else None
+        if h.is_local:
+            workdirs.append(str(PROJECT_ROOT))
+        else:
+            workdirs.append(
+                opts.workdir or (entry.workdir if entry and entry.workdir else profile.host.workdir)
+            )
+        pythons.append(opts.python or (entry.python if entry and entry.python else None))
+    for p in pythons:
+        if p is not None and not p.startswith("/") and p != "venv":
+            raise LaunchError(
+                f"--python {p!r} must be an absolute path", "non-interactive SSH has a minimal PATH"
+            )
+    return hosts, workdirs, pythons

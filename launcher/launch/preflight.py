@@ -1,0 +1,109 @@
+"""`up`, step 2: preflight on each host before anything is synced or started (also `doctor`'s check).
+
+Owns the read-only probe of a host (one shell exec: workdir, tools, python version, free disk, an
+existing run dir, and the GPUs through launcher/host/gpu.py, whose source it runs with the host's
+python since the project is not synced there yet) and the LaunchError that names what is missing
+and the fix. It must not change the host and must not touch tmux (the agent's `start` refuses a
+session that already exists).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import LaunchError
+from launcher.launch.plan import Plan
+from launcher.ssh.transport import Transport
+
+GPU_PROBE = Path(__file__).resolve().parent.parent / "host" / "gpu.py"
+
+
+def _preflight_script(workdir: str, run: str, python: str) -> str:
+    q = shlex.quote
+    wd = f'"$HOME"/{q(workdir[2:])}' if workdir.startswith("~/") else q(workdir)
+    py = q(python)
+    probe = GPU_PROBE.read_text()
+    return "\n".join(
+        [
+            f"wd={wd}",
+            'printf "workdir=%s\\n" "$wd"',
+            'printf "tmux=%s\\n" "$(command -v tmux)"',
+            'printf "rsync=%s\\n" "$(command -v rsync)"',
+            f'printf "python=%s\\n" "$({py} -c \'import sys; print("%d.%d" % sys.version_info[:2])\' 2>/dev/null)"',
+            'd="$wd"; while [ ! -d "$d" ]; do d=$(dirname -- "$d"); done',
+            'printf "free_kb=%s\\n" "$(df -Pk -- "$d" | awk \'NR==2{print $4}\')"',
+            f'[ -e "$wd"/runs/{q(run)} ] && echo run_dir_exists=1',
+            # The GPU query is launcher/host/gpu.py itself, fed to the host's python on stdin.
+            f"{py} - 2>/dev/null <<'NSA_GPU_PROBE_EOF'",
+            probe,
+            "NSA_GPU_PROBE_EOF",
+            "true",
+        ]
+    )
+
+
+def preflight(t: Transport, plan: Plan, i: int) -> dict[str, Any]:
+    """Check the host can take the run; returns facts (absolute workdir, has rsync). LaunchError if not."""
+    prof = plan.profile
+    python = (
+        plan.pythons[i]
+        if plan.pythons[i] not in (None, "venv")
+        else (prof.host.python if prof.host.python != "venv" else None)
+    )
+    if t.spec.is_local and not plan.pythons[i]:
+        python = sys.executable
+    res = t.run(_preflight_script(plan.workdirs[i], plan.run, python or prof.host.base_python), timeout=60)
+    facts: dict[str, Any] = {"gpus": []}
+    for line in res.stdout.splitlines():
+        k, _, v = line.partition("=")
+        if k == "gpus":
+            try:
+                facts["gpus"] = [str(g.get("name")) for g in json.loads(v)]
+            except (ValueError, AttributeError):
+                facts["gpus"] = []
+        else:
+            facts[k] = v.strip()
+    where = t.label
+    if not facts.get("tmux"):
+        raise LaunchError(
+            f"{where}: tmux is not installed", "install it on the host: sudo apt-get install -y tmux"
+        )
+    if not facts.get("python"):
+        raise LaunchError(
+            f"{where}: python {python or prof.host.base_python} does not run",
+            "set --python (or host.python / host.base_python in the profile) to an existing interpreter",
+        )
+    major, minor = (int(x) for x in facts["python"].split("."))
+    if (major, minor) < (3, 10):
+        raise LaunchError(
+            f"{where}: python is {facts['python']}, need >= 3.10", "point host.base_python at a newer one"
+        )
+    want = prof.expected_gpus
+    got = facts["gpus"]
+    if want and len(got) < want:
+        raise LaunchError(
+            f"{where}: profile {prof.name} expects {want} GPUs, the host shows {len(got)} {got}",
+            "pick the profile that matches the host (nsa-launch profiles) or the right host",
+        )
+    if prof.expect.gpu_name and not all(prof.expect.gpu_name in g for g in got):
+        raise LaunchError(
+            f"{where}: profile {prof.name} expects {prof.expect.gpu_name} GPUs, the host has {got}",
+            "pick the matching profile",
+        )
+    free_gb = int(facts.get("free_kb") or 0) / 2**20
+    if free_gb < prof.expect.min_free_disk_gb:
+        raise LaunchError(
+            f"{where}: {free_gb:.1f} GB free at {facts.get('workdir')}, profile needs "
+            f"{prof.expect.min_free_disk_gb} GB",
+            "free disk space or change host.workdir",
+        )
+    if facts.get("run_dir_exists") and not plan.opts.resume:
+        raise LaunchError(
+            f"{where}: a run named {plan.run!r} already exists there (its run dir)",
+            f"pick another --name, or `nsa-launch restart --run {plan.run}`",
+        )
+    return facts
