@@ -189,6 +189,33 @@ def restart_run(rec: RunRecord, wait: bool = True) -> RunRecord:
     return rec
 
 
+def resume_report(rec: RunRecord, since: float, timeout: float = 600.0) -> tuple[bool, str]:
+    """After a restart: (ok, one line) saying where the run resumed, read from its own events.
+
+    Waits for the trainer's `boot` event newer than `since` (it follows the resume and any
+    `checkpoint_fallback`), or for the run to fail; never claims a checkpoint it did not load.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        st = fetch_status([rec])[0]
+        new = [e for e in st.get("events") or [] if float(e.get("time") or 0) >= since]
+        kinds = [e.get("kind") for e in new]
+        if "boot" in kinds or st["state"] in ("failed", "killed", "lost", "finished"):
+            break
+        if time.monotonic() > deadline:
+            return False, f"no boot event within {timeout:.0f} s of the restart (state {st['state']})"
+        time.sleep(0.5)
+    skipped = [e.get("detail") or {} for e in new if e.get("kind") == "checkpoint_fallback"]
+    note = "".join(f"; skipped {d.get('checkpoint')}: {d.get('reason')}" for d in skipped)
+    resumed = next((e for e in new if e.get("kind") == "resumed"), None)
+    if resumed is not None:
+        ck = (resumed.get("detail") or {}).get("checkpoint")
+        return True, f"resumed at step {resumed.get('step')} from {ck}{note}"
+    if "boot" in kinds:
+        return True, f"started again from step 0: no checkpoint to resume from{note}"
+    return False, f"{st['state']}: {st.get('error') or 'see nsa-launch logs'}"
+
+
 def stream_log(rec: RunRecord, follow: bool = True, last_n: int = 200) -> Iterator[str]:
     """train.log lines from node 0: the last `last_n`, then (follow) new ones until the run ends."""
     node = rec.nodes[0]

@@ -89,6 +89,12 @@ RUNTIME_ENV: dict[str, EnvVar] = {
             *_BOOL01,
         ),
         _v("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "path", "Path prefix for flight-recorder dumps."),
+        _v(
+            "TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
+            "int",
+            "Seconds torchrun waits for its workers after forwarding a SIGTERM before it SIGKILLs them "
+            "(torch's default 30; nsa-launch sets it to the profile's kill_grace_s).",
+        ),
         _v("TORCH_NCCL_ENABLE_MONITORING", "enum", "Heartbeat monitor thread for hung NCCL.", *_BOOL01),
         _v("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "int", "Seconds before the NCCL monitor declares a hang."),
         _v("TORCH_NCCL_AVOID_RECORD_STREAMS", "enum", "Avoid recordStream in collectives.", *_BOOL01),

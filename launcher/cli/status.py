@@ -48,13 +48,17 @@ def status(ctx: click.Context, run: str | None, all_runs_: bool, as_json: bool) 
 
 def _print_table(app: Application, snaps: list[dict]) -> None:
     from rich.table import Table
+    from rich.text import Text
+
+    def cell(v: object) -> Text:  # never markup: errors carry gloo/NCCL text like "[/path.cpp:553]"
+        return Text(str(v))
 
     table = Table(
         "run", "host", "state", "step", "loss", "tok/s", "eta s", "heartbeat age s", "exit", "error"
     )
     for s in snaps:
         ages = " ".join(f"r{r}:{a:.1f}" for r, a in s["heartbeat_age_s"].items()) or "-"
-        table.add_row(
+        row = [
             s["run"],
             s["host"],
             s["state"],
@@ -65,7 +69,8 @@ def _print_table(app: Application, snaps: list[dict]) -> None:
             ages,
             _fmt(s["exit_code"]),
             "(see below)" if s["state"] == "lost" else s["error"] or "",
-        )
+        ]
+        table.add_row(*(cell(v) for v in row))
     app.out.print(table)
     for s in snaps:
         for g in s["gpus"]:

@@ -26,7 +26,8 @@ def cmd_kill(req: dict[str, Any]) -> dict[str, Any]:
 
     before = sorted(now_pids())
     already_done = rd.exit_code() is not None or rd.killed_file.exists()
-    remaining = procs.term_then_kill(now_pids, float(req.get("grace_s", 10.0)))
+    # The trainer checkpoints at the next step boundary on SIGTERM; the grace must cover that.
+    remaining = procs.term_then_kill(now_pids, float(req.get("grace_s", 10.0)), spare=procs.is_wrapper)
     tmux.end_sessions(req, tmux.session_name(run, node))
     remaining |= now_pids()
     on_gpu = gpu.gpu_pids()

@@ -92,6 +92,34 @@ def check_log_level(text: str | None) -> str | None:
     return f"NSA_LOG_LEVEL={text!r} is not one of {', '.join(choices)}. Fix: use one of them, or unset it."
 
 
+MIN_FREE_MB = 4.0
+
+
+def check_disk(rd: RunDir) -> str | None:
+    """Room for the run's files and one more checkpoint (the size of the newest one), else the cause.
+
+    A run started on a full disk died in its first heartbeat write with a traceback; a restart on a
+    disk that is still full must say so instead.
+    """
+    from nsa.runfiles import disk_free
+
+    df = disk_free(rd.root)
+    if df is None:
+        return None
+    where, free, _total = df
+    ckpts = rd.checkpoints()
+    need = MIN_FREE_MB + (
+        sum(f.stat().st_size for f in ckpts[0].rglob("*") if f.is_file()) / 2**20 if ckpts else 0
+    )
+    if free >= need:
+        return None
+    return (
+        f"disk full: {rd.root} ({where} has {free:.1f} MB free; this run needs about {need:.1f} MB: "
+        "one checkpoint plus logs; No space left on device). Fix: free space there (old runs, "
+        "fewer checkpoints: train.keep_last), then start again."
+    )
+
+
 TERM_SAVE_DEFAULT_S = 120.0
 
 
@@ -162,6 +190,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"--run-dir {args.run_dir!r} already holds checkpoints ({rd.checkpoints()[0]}); starting over "
             "would interleave two runs. Fix: pass --resume to continue it, or use a new --run-dir."
         )
+    problem = check_disk(rd)
+    if problem:
+        return fail(problem)
     try:
         rd.root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
