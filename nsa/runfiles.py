@@ -416,8 +416,9 @@ _ROOT_CAUSE = re.compile(
 )
 _ENOSPC = re.compile(r"No space left on device|ENOSPC|\[Errno 28\]")
 _ENOSPC_PATH = re.compile(r"No space left on device: '([^']+)'")
-DISK_LOW_FRACTION = 0.01  # with no ENOSPC text: a failed run on a filesystem this full is "disk full"
-DISK_LOW_MB = 256
+# With no ENOSPC text (on a full disk the trainer's traceback and train.log writes fail too), a failed
+# run whose filesystem has less than this left is reported as disk full.
+DISK_LOW_MB = 64
 
 
 def read_tail(path: str | os.PathLike[str], max_bytes: int = 65536) -> str:
@@ -465,8 +466,7 @@ def disk_full_cause(rd: RunDir, text: str) -> str | None:
     if df is None:
         return None
     where, free, total = df
-    low = free < DISK_LOW_MB and free < DISK_LOW_FRACTION * total
-    if not (_ENOSPC.search(text) or low):
+    if not (_ENOSPC.search(text) or free < DISK_LOW_MB):
         return None
     return (
         f"disk full: {path} ({where} has {free:.1f} MB free of {total:.0f} MB; No space left on device). "
