@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,8 +64,20 @@ def test_kill_checkpoints_at_the_next_step_and_restart_resumes_there(tmux_server
         assert res.exit_code == 0, res.output
         rd = RunDir(resolve_run(run).run_dir)
         wait_for(lambda: status(run)["step"] >= 3, 90, "step 3")
-        res = invoke("kill", "--run", run)
-        assert res.exit_code == 0 and "verified none is left" in res.output, res.output
+        # A tunnel open while the run is killed ends by itself and says why (issue 13, item 10).
+        tunnel = subprocess.Popen(
+            [str(Path(sys.executable).parent / "nsa-launch"), "tunnel", "--run", run],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert tunnel.stdout.readline().startswith("http://127.0.0.1:")
+            res = invoke("kill", "--run", run)
+            assert res.exit_code == 0 and "verified none is left" in res.output, res.output
+            assert tunnel.wait(timeout=60) == 1
+            assert f"tunnel closed: run {run} was killed" in tunnel.stderr.read()
+        finally:
+            if tunnel.poll() is None:
+                tunnel.kill()
         assert run_processes(str(rd.root)) == set()
         reached = max(json.loads(line)["step"] for line in rd.metrics.read_text().splitlines())
         ck = rd.newest_intact_checkpoint()
