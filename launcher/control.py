@@ -153,7 +153,7 @@ def kill_run(rec: RunRecord) -> dict[str, Any]:
 
 
 def restart_run(rec: RunRecord, wait: bool = True) -> RunRecord:
-    """Kill (verified), then start again in the same run dir with --resume (latest checkpoint)."""
+    """Kill (verified; the trainer checkpoints first), then start again in the same run dir with --resume."""
     from launcher.envspec import resolve_secrets
     from launcher.launch.execute import wait_first_heartbeat
 
