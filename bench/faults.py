@@ -234,10 +234,15 @@ def fault_sigkill(trials: int) -> dict:
             st = _status(run)
             err = st.get("error") or ""
             causes.append(err)
-            table = [_invoke("status", "--run", run), _invoke("status", "--all")]
+            try:
+                one, every = _invoke("status", "--run", run), _invoke("status", "--all")
+                # --all exits 1 for the earlier trials' runs, whose run dirs are gone (`lost`)
+                rendered = one.exit_code == 0 and "SIGKILL" in one.output and "SIGKILL" in every.output
+            except Exception as e:  # a markup crash in the table
+                rendered, notes = False, [*notes, f"{i}: status raised {e!r}"]
             ok = (
                 st["state"] == "failed" and err.startswith("rank 1 on ") and "SIGKILL" in err
-                and "likely out of memory" in err and all(t.exit_code == 0 and "SIGKILL" in t.output for t in table)
+                and "likely out of memory" in err and rendered
             )  # fmt: skip
             survived += ok
             if not ok:
