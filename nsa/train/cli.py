@@ -40,7 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECTION.KEY=VALUE",
         help="Override one config value (repeatable), validated like the file, e.g. --set train.steps=20.",
     )
-    p.add_argument("--resume", action="store_true", help="Continue from the run dir's latest checkpoint.")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="Continue from the run dir's newest intact checkpoint (manifest verified; see docs/run-dir.md).",
+    )
     p.add_argument(
         "--check", action="store_true", help="Validate and print the resolved config, then exit (no torch)."
     )
