@@ -47,7 +47,7 @@ def test_stalled_rank_is_caught_within_the_threshold(tmp_path: Path) -> None:
     # The aborting rank exits 3 (EXIT_STALLED); torchrun itself exits 1 for any failed rank and names
     # the rank and its code in its root-cause block, which the launcher turns into the failure cause.
     assert p.returncode == 1, explain(p)
-    assert re.search(r"rank\s*: 1 \(local_rank: 1\)\s*\n\s*exitcode\s*: 3 ", p.stderr), explain(p)
+    assert re.search(r"Root Cause[^=]*exitcode\s*: 3 ", p.stderr), explain(p)
     stalled = [e for e in events(run) if e["kind"] == "stalled"]
     by_rank = {e["rank"]: e for e in stalled}
     assert 1 in by_rank, events(run)
