@@ -185,7 +185,7 @@ def restart_run(
     say: Callable[[str], None] | None = None,
     wait_fn: Callable[[RunRecord], Any] | None = None,
 ) -> RunRecord:
-    """Kill (verified), re-sync the code (unless `sync` is false), then start again in the same run
+    """Kill (verified; the trainer checkpoints first), re-sync the code (unless `sync` is false), then start again in the same run
     dir with --resume (latest checkpoint). A finished run is refused: there is nothing to resume.
     `say` reports each step; `wait_fn` replaces the plain first-heartbeat wait (the CLI's ticker)."""
     from launcher.envspec import resolve_secrets
@@ -247,6 +247,33 @@ def _resync(rec: RunRecord, say: Callable[[str], None]) -> None:
             has_rsync = t.run("command -v rsync", check=False, timeout=30).exit_code == 0
             res = sync(PROJECT_ROOT, t, node.workdir, host_has_rsync=has_rsync)
             say(f"synced the project to {t.label}:{node.workdir} ({res.method}, {res.seconds:.1f} s)")
+
+
+def resume_report(rec: RunRecord, since: float, timeout: float = 600.0) -> tuple[bool, str]:
+    """After a restart: (ok, one line) saying where the run resumed, read from its own events.
+
+    Waits for the trainer's `boot` event newer than `since` (it follows the resume and any
+    `checkpoint_fallback`), or for the run to fail; never claims a checkpoint it did not load.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        st = fetch_status([rec])[0]
+        new = [e for e in st.get("events") or [] if float(e.get("time") or 0) >= since]
+        kinds = [e.get("kind") for e in new]
+        if "boot" in kinds or st["state"] in ("failed", "killed", "lost", "finished"):
+            break
+        if time.monotonic() > deadline:
+            return False, f"no boot event within {timeout:.0f} s of the restart (state {st['state']})"
+        time.sleep(0.5)
+    skipped = [e.get("detail") or {} for e in new if e.get("kind") == "checkpoint_fallback"]
+    note = "".join(f"; skipped {d.get('checkpoint')}: {d.get('reason')}" for d in skipped)
+    resumed = next((e for e in new if e.get("kind") == "resumed"), None)
+    if resumed is not None:
+        ck = (resumed.get("detail") or {}).get("checkpoint")
+        return True, f"resumed at step {resumed.get('step')} from {ck}{note}"
+    if "boot" in kinds:
+        return True, f"started again from step 0: no checkpoint to resume from{note}"
+    return False, f"{st['state']}: {st.get('error') or 'see nsa-launch logs'}"
 
 
 def stream_log(rec: RunRecord, follow: bool = True, last_n: int = 200) -> Iterator[str]:

@@ -13,6 +13,7 @@ never imports torch. Documented for humans in docs/env.md.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Iterable, Mapping
 
@@ -89,6 +90,12 @@ RUNTIME_ENV: dict[str, EnvVar] = {
             *_BOOL01,
         ),
         _v("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "path", "Path prefix for flight-recorder dumps."),
+        _v(
+            "TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
+            "int",
+            "Seconds torchrun waits for its workers after forwarding a SIGTERM before it SIGKILLs them "
+            "(torch's default 30; nsa-launch sets it to the profile's kill_grace_s).",
+        ),
         _v("TORCH_NCCL_ENABLE_MONITORING", "enum", "Heartbeat monitor thread for hung NCCL.", *_BOOL01),
         _v("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "int", "Seconds before the NCCL monitor declares a hang."),
         _v("TORCH_NCCL_AVOID_RECORD_STREAMS", "enum", "Avoid recordStream in collectives.", *_BOOL01),
@@ -124,6 +131,11 @@ RUNTIME_ENV: dict[str, EnvVar] = {
         # Hugging Face
         _v("HF_HOME", "path", "Hugging Face cache root."),
         _v("HF_DATASETS_CACHE", "path", "datasets cache directory."),
+        _v(
+            "TIKTOKEN_CACHE_DIR",
+            "path",
+            "tiktoken's BPE cache (data.tokenizer gpt2); point it at a copied cache on an offline host.",
+        ),
         _v("HF_HUB_OFFLINE", "enum", "1 = never contact the Hub.", *_BOOL01),
         _v("HF_DATASETS_OFFLINE", "enum", "1 = datasets uses only its cache.", *_BOOL01),
         _v(
@@ -244,15 +256,30 @@ def check_value(var: EnvVar, value: str, source: str) -> None:
             bad = "must be an integer"
     elif var.kind == "float":
         try:
-            float(value)
+            if not math.isfinite(float(value)):
+                bad = "must be a finite number"
         except ValueError:
             bad = "must be a number"
     elif var.kind == "path" and (not value or "\0" in value):
         bad = "must be a non-empty path"
     elif var.kind == "alloc_conf":
         bad = _check_alloc_conf(value)
+    if var.name == "NSA_FAULT" and not bad:
+        from nsa.train.faults import parse_fault  # torch-free, the trainer's own parser
+
+        try:
+            parse_fault(value)
+        except ValueError as e:
+            bad = str(e)
+    if var.name == "NSA_TERM_SAVE_S" and not bad and not 0 < float(value) <= 86400:
+        bad = "must be seconds in (0, 86400]"
     if "\0" in value:
         bad = "must not contain a NUL byte"
+    # A value reaches the workers through a shell script; these would be (or end) shell syntax
+    # there. Refused rather than quoted so no reader of launch.sh has to wonder what ran.
+    for seq, what in (("\n", "a newline"), ("\r", "a carriage return"), ("`", "a backtick"), ("$(", "'$('")):
+        if seq in value:
+            bad = f"must not contain {what} (values reach the workers through a shell script)"
     if bad:
         raise LaunchError(f"{source}: {var.name}={shown} is not valid ({var.help})", f"{var.name} {bad}")
 

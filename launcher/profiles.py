@@ -110,6 +110,17 @@ class Expect(_Strict):
     min_free_disk_gb: float = Field(5.0, ge=0, description="Free disk needed in the workdir's filesystem.")
 
 
+KILL_GRACE_DEFAULT_S = 120.0
+
+
+def kill_env(grace_s: float) -> dict[str, str]:
+    """What a run's workers and torchrun are told of the kill grace: the trainer's save budget ends
+    before the SIGKILL (a quarter of the grace, at most 15 s, is left for exiting), and torchrun
+    waits as long as the launcher before it SIGKILLs its workers itself."""
+    save = grace_s - min(15.0, grace_s / 4)
+    return {"NSA_TERM_SAVE_S": f"{save:g}", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(max(1, round(grace_s)))}
+
+
 class Profile(_Strict):
     """One hardware profile."""
 
@@ -136,9 +147,14 @@ class Profile(_Strict):
     expect: Expect = Field(default_factory=Expect)
     first_heartbeat_timeout_s: float = Field(900.0, gt=0, description="`up` fails if no rank beats by then.")
     kill_grace_s: float = Field(
-        3.0,
-        ge=0,
-        description="Seconds between SIGTERM and SIGKILL on kill (the trainer exits on SIGTERM at once).",
+        KILL_GRACE_DEFAULT_S,
+        gt=0,
+        le=3600,
+        description=(
+            "Seconds between SIGTERM and SIGKILL on kill/restart. On SIGTERM the trainer checkpoints at the "
+            "next step boundary, then exits; the grace must cover one step plus a save (120 s: the M7C save, "
+            "docs/launcher.md). The run gets NSA_TERM_SAVE_S and TORCH_ELASTIC_SHUTDOWN_TIMEOUT from it."
+        ),
     )
 
     _source: str = ""

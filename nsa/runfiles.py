@@ -8,8 +8,12 @@ the standard library and PyYAML. Documented for humans in docs/run-dir.md; keep 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
+import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -28,6 +32,9 @@ HEARTBEAT_DIR = "heartbeat"  # heartbeat/rank<N>.json, overwritten atomically
 STACKS_DIR = "stacks"  # per-rank stack dumps (watchdog, SIGUSR1)
 CHECKPOINTS_DIR = "checkpoints"  # step-<N>/ and a `latest` pointer file
 LATEST = "latest"  # inside checkpoints/: text file holding the name of the newest complete step dir
+CHECKPOINT_MANIFEST = (
+    "manifest.json"  # inside checkpoints/step-<N>/, written last: every file's size + sha256
+)
 TB_DIR = "tb"  # TensorBoard event files
 EXIT_CODE = "exit_code"  # written by the wrapper when torchrun ends: an integer and a newline
 KILLED = "killed"  # written by the agent when nsa-launch killed the run (JSON: time, by)
@@ -42,6 +49,7 @@ EVENT_KINDS = (
     "finished",
     "resumed",
     "sigterm",
+    "checkpoint_fallback",
 )
 PHASES = ("boot", "data_wait", "forward_backward", "optimizer", "checkpoint", "eval", "done")
 RUN_STATES = ("starting", "running", "stalled", "finished", "failed", "killed", "lost")
@@ -60,6 +68,15 @@ def heartbeat_name(rank: int) -> str:
 
 def checkpoint_name(step: int) -> str:
     return f"step-{step:08d}"
+
+
+_STEP_DIR = re.compile(r"step-(\d+)")
+
+
+def checkpoint_step(name: str) -> int | None:
+    """The step of a `step-<N>` directory name, or None for anything else (`.tmp-*`, `latest`)."""
+    m = _STEP_DIR.fullmatch(name)
+    return int(m.group(1)) if m else None
 
 
 def stack_dump_name(rank: int, reason: str, unix_time: float) -> str:
@@ -186,6 +203,73 @@ def tail_jsonl(path: str | os.PathLike[str], max_bytes: int = 65536) -> list[dic
     return out
 
 
+# --- checkpoint manifests ----------------------------------------------------------------------
+def file_sha256(path: str | os.PathLike[str], chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_checkpoint_manifest(ckpt_dir: str | os.PathLike[str], step: int) -> dict[str, Any]:
+    """Hash every file of a checkpoint dir (recursively) and write manifest.json into it, last.
+
+    Called once every other file of the checkpoint is complete; a dir without a manifest, or whose
+    files disagree with it, is not a checkpoint anyone may resume from (`verify_checkpoint`).
+    """
+    root = Path(ckpt_dir)
+    files: dict[str, dict[str, Any]] = {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if p.is_file() and rel != CHECKPOINT_MANIFEST:
+            files[rel] = {"size": p.stat().st_size, "sha256": file_sha256(p)}
+    manifest = {"step": int(step), "time": time.time(), "files": files}
+    atomic_write_json(root / CHECKPOINT_MANIFEST, manifest)
+    return manifest
+
+
+def verify_checkpoint(path: str | os.PathLike[str], *, hashes: bool = True) -> str | None:
+    """None when the checkpoint dir is intact, else one line naming the bad file and what is wrong.
+
+    Intact: manifest.json parses, and every file it lists exists with the recorded size (and, with
+    `hashes`, the recorded sha256). Files the manifest does not list are ignored (a later copy may
+    add nothing it needs). `hashes=False` is the cheap check (sizes only) for frequent callers.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        return f"{root}: not a directory"
+    man = root / CHECKPOINT_MANIFEST
+    try:
+        data = json.loads(man.read_text())
+    except FileNotFoundError:
+        return f"{man}: missing (the save never finished, or the checkpoint predates manifests)"
+    except (OSError, ValueError) as e:
+        return f"{man}: unreadable ({e})"
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, dict) or not files:
+        return f"{man}: lists no files"
+    for rel, rec in sorted(files.items()):
+        f = root / rel
+        try:
+            size = f.stat().st_size
+        except FileNotFoundError:
+            return f"{f}: missing"
+        except OSError as e:
+            return f"{f}: unreadable ({e.strerror})"
+        want = rec.get("size") if isinstance(rec, dict) else None
+        if size != want:
+            return f"{f}: {size} bytes, the manifest says {want} (truncated or rewritten)"
+        if hashes:
+            try:
+                digest = file_sha256(f)
+            except OSError as e:
+                return f"{f}: unreadable ({e.strerror})"
+            if digest != rec.get("sha256"):
+                return f"{f}: sha256 differs from the manifest (corrupt)"
+    return None
+
+
 # --- the run dir as an object -------------------------------------------------------------------
 class RunDir:
     """Paths and typed readers/writers for one run dir. Creating the object touches no file."""
@@ -300,3 +384,144 @@ class RunDir:
             return None
         p = self.checkpoints_dir / name
         return p if name and p.is_dir() else None
+
+    def checkpoints(self) -> list[Path]:
+        """Every `step-<N>` dir under checkpoints/, newest step first, intact or not."""
+        try:
+            entries = list(self.checkpoints_dir.iterdir())
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        steps = [(checkpoint_step(p.name), p) for p in entries if p.is_dir()]
+        return [p for s, p in sorted(((s, p) for s, p in steps if s is not None), reverse=True)]
+
+    def intact_checkpoints(self, *, hashes: bool = True) -> list[Path]:
+        """The `step-<N>` dirs that pass `verify_checkpoint`, newest first."""
+        return [p for p in self.checkpoints() if verify_checkpoint(p, hashes=hashes) is None]
+
+    def newest_intact_checkpoint(self, *, hashes: bool = True) -> Path | None:
+        """The newest checkpoint that verifies (whatever `latest` says), or None."""
+        for p in self.checkpoints():
+            if verify_checkpoint(p, hashes=hashes) is None:
+                return p
+        return None
+
+
+# --- why a run failed ---------------------------------------------------------------------------
+# torchrun's summary of the first failing rank (its "Root Cause (first observed failure)" block).
+_ROOT_CAUSE = re.compile(
+    r"Root Cause \(first observed failure\):\s*\[\d+\]:\s*"
+    r"time\s*:\s*(?P<time>\S+)\s*host\s*:\s*(?P<host>\S+)\s*"
+    r"rank\s*:\s*(?P<rank>-?\d+)\s*\(local_rank:\s*(?P<local>-?\d+)\)\s*"
+    r"exitcode\s*:\s*(?P<code>-?\d+)"
+)
+_ENOSPC = re.compile(r"No space left on device|ENOSPC|\[Errno 28\]")
+_ENOSPC_PATH = re.compile(r"No space left on device: '([^']+)'")
+# With no ENOSPC text (on a full disk the trainer's traceback and train.log writes fail too), a failed
+# run whose filesystem has less than this left is reported as disk full.
+DISK_LOW_MB = 64
+
+
+def read_tail(path: str | os.PathLike[str], max_bytes: int = 65536) -> str:
+    """The last `max_bytes` of a text file ('' when absent), decoded leniently."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - max_bytes))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def torchrun_root_cause(text: str) -> dict[str, Any] | None:
+    """torchrun's first failing rank from its failure summary: {rank, host, exitcode}, or None."""
+    found = list(_ROOT_CAUSE.finditer(text))
+    if not found:
+        return None
+    m = found[-1]
+    return {"rank": int(m["rank"]), "host": m["host"], "exitcode": int(m["code"])}
+
+
+def _one_line(text: str, limit: int = 400) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def disk_free(path: str | os.PathLike[str]) -> tuple[Path, float, float] | None:
+    """(the nearest existing ancestor, MB free, MB total) of `path`'s filesystem, or None."""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        u = shutil.disk_usage(p)
+    except OSError:
+        return None
+    return p, u.free / 2**20, u.total / 2**20
+
+
+def disk_full_cause(rd: RunDir, text: str) -> str | None:
+    """`disk full: PATH: N MB free of M MB` when the text shows ENOSPC or the run dir's disk is full."""
+    m = _ENOSPC_PATH.search(text)
+    path = Path(m.group(1)) if m else rd.root
+    df = disk_free(path)
+    if df is None:
+        return None
+    where, free, total = df
+    if not (_ENOSPC.search(text) or free < DISK_LOW_MB):
+        return None
+    return (
+        f"disk full: {path} ({where} has {free:.1f} MB free of {total:.0f} MB; No space left on device). "
+        "Fix: free space there (old runs, fewer checkpoints: train.keep_last), then restart"
+    )
+
+
+def _event_text(ev: dict[str, Any]) -> str:
+    d = ev.get("detail") or {}
+    if ev.get("kind") == "stalled":
+        return f"stalled in phase {d.get('phase')!r} at step {ev.get('step')} (no progress for {d.get('idle_s')}s)"
+    what = ": ".join(str(d[k]) for k in ("error", "message") if d.get(k))
+    return f"{what or ev.get('kind')} at step {ev.get('step')}"
+
+
+def failure_cause(rd: RunDir, exit_code: int | None = None, log_text: str | None = None) -> str | None:
+    """One line saying why a failed run failed, from the run dir alone (torch-free, never raises on
+    run text): disk full (path, MB free); else torchrun's first failing rank with its exit code or
+    signal (SIGKILL: likely out of memory) and that rank's own `error`/`stalled` event; else the
+    first `error` event; else the exit code. None when there is nothing to say (exit 0)."""
+    text = read_tail(rd.train_log) if log_text is None else log_text
+    events = tail_jsonl(rd.events, 65536)
+    errors = [e for e in events if e.get("kind") in ("error", "stalled")]
+    text_all = text + "\n" + "\n".join(json.dumps(e.get("detail") or {}) for e in errors)
+    disk = disk_full_cause(rd, text_all)
+    if disk:
+        return _one_line(disk)
+    root = torchrun_root_cause(text)
+    if root is not None:
+        r, code = root["rank"], root["exitcode"]
+        own = next((e for e in errors if e.get("rank") == r), None)
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            line = f"rank {r} on {root['host']} was killed by {name} (exit code {code})"
+            if -code == signal.SIGKILL:
+                line += ": likely out of memory (the kernel's OOM killer; see `dmesg`), or a kill -9"
+        else:
+            meaning = {
+                EXIT_FAILED: "runtime failure",
+                EXIT_BAD_INPUT: "bad input",
+                EXIT_STALLED: "stalled and aborted (telemetry.stall_abort)",
+                EXIT_SIGTERM: "SIGTERM",
+            }.get(code, "")
+            line = f"rank {r} on {root['host']} exited with code {code}" + (
+                f" ({meaning})" if meaning else ""
+            )
+        if own is not None:
+            line += f"; {_event_text(own)}"
+        return _one_line(line)
+    if errors:
+        first = errors[0]
+        return _one_line(f"rank {first.get('rank')}: {_event_text(first)}")
+    if exit_code:
+        return f"torchrun exited with code {exit_code} and no rank said why; see train.log"
+    return None

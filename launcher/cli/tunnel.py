@@ -1,4 +1,9 @@
-"""`nsa-launch tunnel`: TensorBoard for a run on its host, reachable at a local 127.0.0.1 URL."""
+"""`nsa-launch tunnel`: TensorBoard for a run on its host, reachable at a local 127.0.0.1 URL.
+
+It stays open until Ctrl-C or SIGTERM, or until the run is killed (`nsa-launch kill` stops its
+TensorBoard too), which it notices by polling the run's status every POLL_S seconds and then ends,
+saying so (exit 1), instead of forwarding to a port nothing listens on any more.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,10 @@ import time
 import click
 
 from launcher.app import Application
-from launcher.control import open_tunnel, resolve_run
+from launcher.control import fetch_status, open_tunnel, resolve_run
+from launcher.errors import EXIT_RUNTIME
+
+POLL_S = 3.0
 
 
 @click.command()
@@ -33,13 +41,23 @@ def tunnel(app: Application, run: str | None, port: int) -> None:
     )
     # SIGTERM (kill, a supervisor) closes the tunnel as Ctrl-C does, instead of dying mid-forward.
     signal.signal(signal.SIGTERM, _interrupt)
+    why = None
     try:
-        while True:
-            time.sleep(3600)
+        while why is None:
+            time.sleep(POLL_S)
+            st = fetch_status([rec])[0]
+            if st["state"] == "killed":
+                why = f"run {rec.run} was killed, and its TensorBoard with it"
     except KeyboardInterrupt:
         pass
     finally:
         tun.close()
+    if why:
+        app.abort(
+            f"tunnel closed: {why}",
+            f"after `nsa-launch restart --run {rec.run}`, open a new tunnel",
+            code=EXIT_RUNTIME,
+        )
 
 
 def _interrupt(signum: int, frame: object) -> None:

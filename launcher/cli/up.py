@@ -35,7 +35,7 @@ TERMINAL = ("finished", "failed", "killed", "lost")
     "--secret", "secrets", multiple=True, metavar="NAME", help="Pass a secret by name from your env."
 )
 @click.option("--name", help="Run id (letters, digits, - and _). Default: <config>-<profile>-<time>-<hex>.")
-@click.option("--resume", is_flag=True, help="Continue the named run from its latest checkpoint.")
+@click.option("--resume", is_flag=True, help="Continue the named run from its newest intact checkpoint.")
 @click.option("--wait", is_flag=True, help="Block until the run ends; exit 0 only if it finished.")
 @click.option("--python", help="Absolute path of the host's python (overrides the profile's host.python).")
 @click.option("--workdir", help="Project dir on the host (overrides host.workdir).")

@@ -35,7 +35,7 @@ class Backend(Protocol):
         """`{"killed": bool, "remaining_pids": [...], "message": str}`."""
 
     def restart(self, run: str) -> str:
-        """Restart from the latest checkpoint; returns the run id now running."""
+        """Restart from the newest intact checkpoint (the run checkpoints on the kill); returns the run id now running."""
 
     def open_tunnel(self, run: str, port: int = 6006) -> Tunnel: ...
 

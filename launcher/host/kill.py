@@ -26,13 +26,16 @@ def cmd_kill(req: dict[str, Any]) -> dict[str, Any]:
 
     before = sorted(now_pids())
     already_done = rd.exit_code() is not None or rd.killed_file.exists()
-    remaining = procs.term_then_kill(now_pids, float(req.get("grace_s", 10.0)))
+    # Read before the kill: the wrapper now outlives the trainer's save and records its exit code.
+    was_running = rd.exit_code() is None
+    # The trainer checkpoints at the next step boundary on SIGTERM; the grace must cover that.
+    remaining = procs.term_then_kill(now_pids, float(req.get("grace_s", 10.0)), spare=procs.is_wrapper)
     tmux.end_sessions(req, tmux.session_name(run, node))
     remaining |= now_pids()
     on_gpu = gpu.gpu_pids()
     gpu_left = sorted(p for p in (on_gpu or {}) if p in set(before) | remaining)
     killed = not remaining and not gpu_left
-    if before and rd.root.exists() and rd.exit_code() is None:
+    if before and rd.root.exists() and was_running:
         atomic_write_json(
             rd.killed_file, {"time": time.time(), "by": "nsa-launch", "pids": before, "verified": killed}
         )

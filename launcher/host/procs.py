@@ -131,10 +131,45 @@ def signal_all(pids: set[int], sig: int) -> None:
             os.kill(pid, sig)
 
 
-def term_then_kill(pids_now: Any, grace_s: float, poll: float = 0.05) -> set[int]:
+# The run's wrapper shell and its log pipe: spared from the SIGTERM so that the trainer's last lines
+# (the checkpoint it writes on SIGTERM) still reach train.log, and the wrapper still records the exit
+# code. They end by themselves once torchrun has; SIGKILL after the grace spares nothing.
+WRAPPER_COMMS = frozenset({"bash", "sh", "tee", "env"})
+
+
+def comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def is_wrapper(pid: int) -> bool:
+    return comm(pid) in WRAPPER_COMMS
+
+
+def term_spared(pids: set[int], spare: Any) -> None:
+    """SIGTERM each process that `spare` does not spare, and the process groups holding no spared one."""
+    spared = {p for p in pids if spare(p)}
+    spared_groups = set()
+    for p in spared:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            spared_groups.add(os.getpgid(p))
+    for pid in pids - spared:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            pgid = os.getpgid(pid)
+            if pgid != os.getpgid(0) and pgid not in spared_groups:
+                os.killpg(pgid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+
+
+def term_then_kill(pids_now: Any, grace_s: float, poll: float = 0.05, spare: Any = None) -> set[int]:
     """TERM every process `pids_now()` returns, wait up to grace_s, KILL what is left, wait 5 s more.
 
-    `pids_now` is called again each poll, so processes started meanwhile are caught too. Returns the
+    `pids_now` is called again each poll, so processes started meanwhile are caught too. `spare(pid)`
+    true: no SIGTERM for that process (nor its group), only the SIGKILL after the grace. Returns the
     PIDs still alive at the end (empty on success).
     """
     import time
@@ -142,7 +177,10 @@ def term_then_kill(pids_now: Any, grace_s: float, poll: float = 0.05) -> set[int
     left = pids_now()
     if not left:
         return set()
-    signal_all(left, signal.SIGTERM)
+    if spare is None:
+        signal_all(left, signal.SIGTERM)
+    else:
+        term_spared(left, spare)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         left = pids_now()

@@ -1,7 +1,8 @@
 """A run's state on the host, derived from its run dir plus its tmux pane: `status` and `wait_started`.
 
 Owns the state rules (docs/ARCHITECTURE.md "Run states": starting, restarting, running, stalled,
-finished, failed, killed, lost), the error a failed or stalled run reports (the trainer's own event first),
+finished, failed, killed, lost), the error a failed or stalled run reports (failed: `runfiles.failure_cause`,
+disk full or torchrun's first failing rank; stalled: the trainer's own event),
 elapsed time and the ETA. It only reads: it must not write the run dir or signal processes.
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 
 from launcher.host import gpu, procs, tmux
 from launcher.host.logtail import error_lines, log_tail
-from nsa.runfiles import RunDir, read_json, tail_jsonl
+from nsa.runfiles import RunDir, failure_cause, read_json, tail_jsonl
 
 WAITING = ("starting", "restarting")  # no heartbeat of the current start yet
 
@@ -44,7 +45,11 @@ def run_status(req: dict[str, Any], now: float) -> dict[str, Any]:
     elif exit_code is not None:
         state = "finished" if exit_code == 0 else "failed"
     elif pane_pid is None and not pids:
-        state, error = "failed", "the run's tmux session ended without writing exit_code (wrapper killed?)"
+        state = "failed"
+        error = failure_cause(rd, None) or (
+            "the run's tmux session ended without writing exit_code (the wrapper was killed) and no rank "
+            "said why; see train.log"
+        )
     elif restarted_at is not None and all(hb.time < restarted_at for hb in hbs.values()):
         state = "restarting"  # the heartbeats are the previous start's: not running again yet
     elif not hbs:
@@ -55,6 +60,9 @@ def run_status(req: dict[str, Any], now: float) -> dict[str, Any]:
         state = "stalled"
     else:
         state = "running"
+    if error is None and state == "failed":
+        # Every failed state carries one line: disk full, the first failing rank (code or signal), ...
+        error = failure_cause(rd, exit_code)
     if error is None and state in ("failed", "stalled"):
         # The trainer's own account (an `error` or `stalled` event) says more than an exit code.
         ev = next((e for e in reversed(events) if e.get("kind") in ("error", "stalled")), None)

@@ -16,7 +16,7 @@ from launcher.errors import LaunchError, RuntimeFailure
 from launcher.launch.manifest import manifest, torchrun_argv
 from launcher.launch.plan import INPUT_CONFIG, Plan
 from launcher.launch.preflight import preflight
-from launcher.profiles import PROJECT_ROOT
+from launcher.profiles import PROJECT_ROOT, kill_env
 from launcher.registry import NodeRecord, RunRecord
 from launcher.remote import agent_call, transport_for
 from launcher.ssh.transport import SSHTransport
@@ -97,7 +97,8 @@ def execute(
                 "run_dir": node.run_dir,
                 "workdir": node.workdir,
                 "argv": argv,
-                "env": plan.env,
+                # The kill grace reaches the trainer and torchrun; a value the user set wins.
+                "env": {**kill_env(plan.profile.kill_grace_s), **plan.env},
                 "secrets": plan.secret_values,
                 "tmux_socket": plan.tmux_socket,
                 "resume": plan.opts.resume,
@@ -160,9 +161,13 @@ def wait_first_heartbeat(
             "host is just slow",
         )
     if st["state"] in ("failed", "killed", "lost"):
+        cause = envspec.scrub(st.get("error") or "", secrets)
         raise RuntimeFailure(
             f"run {rec.run} {st['state']} before its first step "
-            f"(exit code {st.get('exit_code')}). Log tail:\n{tail}",
-            "fix the error above and start again",
+            f"(exit code {st.get('exit_code')}"
+            + (f"; cause: {cause}" if cause else "")
+            + f"). Log tail:\n{tail}",
+            (f"fix the cause ({cause})" if cause else f"read `nsa-launch logs --run {rec.run}` for the cause")
+            + ", then start again",
         )
     return st

@@ -30,7 +30,16 @@ PY_PROBE = HOST_DIR / "probe.py"
 
 def _preflight_script(workdir: str, run: str, python: str) -> str:
     q = shlex.quote
-    wd = f'"$HOME"/{q(workdir[2:])}' if workdir.startswith("~/") else q(workdir)
+    # A relative workdir is relative to the host's home, as rsync reads it; resolving it here keeps
+    # the agent (which runs inside the workdir) from nesting it again (~/relwd/relwd/runs/...).
+    if workdir in ("~", "~/"):
+        wd = '"$HOME"'
+    elif workdir.startswith("~/"):
+        wd = f'"$HOME"/{q(workdir[2:])}'
+    elif not workdir.startswith("/"):
+        wd = f'"$HOME"/{q(workdir)}'
+    else:
+        wd = q(workdir)
     py = q(python)
     return "\n".join(
         [

@@ -65,9 +65,10 @@ class DataConfig(BaseModel):
     """For `fineweb_edu`: the split to stream. The hub dataset only has `train`; validation is held out
     from it by `val_fraction`."""
 
-    val_fraction: float = Field(default=0.05, gt=0.0, lt=0.5)
+    val_fraction: float = Field(default=0.05, ge=0.0, lt=0.5)
     """Fraction of documents held out for validation, chosen by a hash of each document's text, so the
-    train and val streams are disjoint whatever the sharding, order or epoch."""
+    train and val streams are disjoint whatever the sharding, order or epoch. 0 = no held-out split
+    (every document trains; only with `train.eval_every: 0`)."""
 
     seed: int = 0
     """Base seed for the per-epoch file order and the synthetic generator; combined with the `seed`

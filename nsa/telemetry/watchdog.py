@@ -4,9 +4,11 @@ Owns (1) a daemon thread per rank that, when the Recorder's progress clock has n
 `stall_seconds`, writes an all-thread stack dump into stacks/, appends a `stalled` event and, if
 asked, exits the rank so torchrun tears the job down; (2) SIGUSR1 -> all-thread dump at any time
 (faulthandler, so it works even while the main thread sits inside a C call such as a collective);
-(3) SIGTERM -> a `sigterm` event and an immediate exit. It must never make the process unkillable:
-SIGTERM is acted on from a helper thread fed by the C-level signal wakeup fd, so a main thread
-blocked in C (a hung all-reduce) does not delay the exit, and nothing tries to clean up after it.
+(3) SIGTERM -> a `sigterm` event, then either an immediate exit (boot, or no save armed) or, once
+the trainer has armed it, a request to save at the next step boundary (`stop_requested`) bounded by
+deadlines. It must never make the process unkillable: SIGTERM is acted on from a helper thread fed
+by the C-level signal wakeup fd, and a deadline thread exits 143 without a checkpoint when the step
+boundary is not reached within `boundary_wait_s` (a hung collective) or the save exceeds its total.
 """
 
 from __future__ import annotations
@@ -118,6 +120,10 @@ class SignalHandlers:
 
     def __init__(self, recorder: Recorder):
         self.recorder = recorder
+        self.stop_requested = threading.Event()  # SIGTERM arrived while a save was armed
+        self.saving = threading.Event()  # the trainer reached the step boundary and is saving
+        self.save_deadline_s: float | None = None  # None: SIGTERM exits at once
+        self.boundary_wait_s = 10.0  # the trainer raises it to a few step times as it learns them
         self._usr1_file: Any = None
         self._once = threading.Lock()
         self._wake_r: socket.socket | None = None
@@ -151,14 +157,48 @@ class SignalHandlers:
     def _on_python_sigterm(self, signum: int, frame: Any) -> None:
         self._terminate()
 
+    def arm_save(self, deadline_s: float) -> None:
+        """From now on SIGTERM asks for a checkpoint at the next step boundary, within `deadline_s`."""
+        self.save_deadline_s = deadline_s
+
+    def disarm(self) -> None:
+        self.save_deadline_s = None
+
     def _terminate(self) -> None:
+        # torchrun, the launcher's process-group kill and its per-PID kill may each deliver one.
         if not self._once.acquire(blocking=False):
             return
+        deadline = self.save_deadline_s
         with contextlib.suppress(Exception):
             r = self.recorder
-            r.event("sigterm", all_ranks=True, phase=r.phase)
-            print(f"[nsa] rank {r.rank}: SIGTERM at step {r.step}; exiting", file=sys.stderr, flush=True)
-        os._exit(EXIT_SIGTERM)
+            r.event("sigterm", all_ranks=True, phase=r.phase, save=deadline is not None, deadline_s=deadline)
+            then = f"saving at the next step boundary (within {deadline:.0f}s)" if deadline else "exiting"
+            print(f"[nsa] rank {r.rank}: SIGTERM at step {r.step}; {then}", file=sys.stderr, flush=True)
+        if deadline is None:
+            os._exit(EXIT_SIGTERM)
+        self.stop_requested.set()
+        threading.Thread(
+            target=self._deadline, args=(deadline,), name="nsa-sigterm-deadline", daemon=True
+        ).start()
+
+    def _deadline(self, total_s: float) -> None:
+        t0 = time.monotonic()
+        while True:
+            time.sleep(0.1)
+            waited = time.monotonic() - t0
+            stuck = (
+                not self.saving.is_set() and self.recorder.phase != "eval" and waited > self.boundary_wait_s
+            )
+            if stuck or waited > total_s:
+                why = (
+                    f"no step boundary within {self.boundary_wait_s:.0f}s (phase {self.recorder.phase!r})"
+                    if stuck
+                    else f"the save did not finish within NSA_TERM_SAVE_S={total_s:.0f}s"
+                )
+                with contextlib.suppress(Exception):
+                    print(f"[nsa] rank {self.recorder.rank}: {why}; exiting without a checkpoint",
+                          file=sys.stderr, flush=True)  # fmt: skip
+                os._exit(EXIT_SIGTERM)
 
     def uninstall(self) -> None:
         with contextlib.suppress(Exception):

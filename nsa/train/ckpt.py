@@ -2,10 +2,11 @@
 
 Layout of checkpoints/step-<N>/: model.pt and optim.pt (full, unsharded state dicts, written by
 rank 0), meta.json (step, tokens, config hash, world size), rank<R>.pt (each rank's data-loader
-position and RNG states). A checkpoint is built in checkpoints/.tmp-step-<N>/ and renamed into
-place only after every rank has written its part; `latest` is rewritten after the rename, so a
-crash at any moment leaves either the previous checkpoint or the new one, never a torn one. Only
-the last `keep_last` complete checkpoints are kept.
+position and RNG states), manifest.json (every file's size and sha256, written last). A checkpoint
+is built in checkpoints/.tmp-step-<N>/ and renamed into place only after every rank has written its
+part and the manifest is complete; `latest` is rewritten after the rename. Resume trusts the
+manifests, not `latest` (`choose_resume`): a truncated or half-copied dir is skipped with a reason,
+and pruning never removes the checkpoint just written. Only the last `keep_last` are kept.
 
 Gathering the full state is a collective under FSDP2, so every rank calls `save` and `load`; the
 earlier trainer saved on rank 0 alone and deadlocked. On load, rank 0 reads the files and
@@ -33,7 +34,15 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from nsa.runfiles import LATEST, RunDir, atomic_write_json, atomic_write_text, checkpoint_name
+from nsa.runfiles import (
+    LATEST,
+    RunDir,
+    atomic_write_json,
+    atomic_write_text,
+    checkpoint_name,
+    verify_checkpoint,
+    write_checkpoint_manifest,
+)
 from nsa.train.dist import DistInfo, barrier
 
 TMP_PREFIX = ".tmp-"
@@ -94,19 +103,52 @@ def save(
     progress()
     barrier(info)
     if leader:
+        write_checkpoint_manifest(tmp, step)  # last: a dir with a valid manifest is complete
+        progress()
         if final.exists():
             shutil.rmtree(final)  # same step saved again (e.g. end of a resumed run): replace it
         tmp.rename(final)
         atomic_write_text(root / LATEST, name + "\n")
-        _prune(root, keep_last)
+        _prune(root, keep_last, keep=final)
     barrier(info)
     return final
 
 
-def _prune(root: Path, keep_last: int) -> None:
-    done = sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-"))
-    for old in done[:-keep_last]:
-        shutil.rmtree(old, ignore_errors=True)
+def _prune(root: Path, keep_last: int, keep: Path) -> None:
+    """Keep the newest `keep_last` step dirs, and always `keep` (the one just written and hashed).
+
+    After a fallback resume, dirs of higher steps than the current one can be damaged leftovers of
+    the interrupted run; counting them alone would prune the only intact checkpoint.
+    """
+    done = RunDir(root.parent).checkpoints()  # newest first
+    for old in done[keep_last:]:
+        if old != keep:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+class NoIntactCheckpoint(ValueError):
+    """Checkpoints exist but none verifies: resuming would silently start over (bad input: exit 2)."""
+
+
+def choose_resume(run_dir: RunDir) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The newest checkpoint of this host's run dir that verifies, and the (dir, reason) it skipped.
+
+    No checkpoint dir at all is (None, []): a fresh start. Dirs that all fail raise
+    NoIntactCheckpoint naming each one and why.
+    """
+    skipped: list[tuple[Path, str]] = []
+    for p in run_dir.checkpoints():
+        reason = verify_checkpoint(p)
+        if reason is None:
+            return p, skipped
+        skipped.append((p, reason))
+    if skipped:
+        lines = "; ".join(f"{p.name}: {r}" for p, r in skipped)
+        raise NoIntactCheckpoint(
+            f"--resume: {len(skipped)} checkpoint(s) in {run_dir.checkpoints_dir} and none is intact ({lines}). "
+            "Fix: restore an intact step-* dir (a copy or the mirror), or start a new run dir without --resume"
+        )
+    return None, skipped
 
 
 def read_meta(ckpt: Path) -> dict[str, Any]:

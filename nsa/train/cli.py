@@ -12,6 +12,7 @@ bad input exits 2 with one clear paragraph and nothing started. It must not hold
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -39,7 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECTION.KEY=VALUE",
         help="Override one config value (repeatable), validated like the file, e.g. --set train.steps=20.",
     )
-    p.add_argument("--resume", action="store_true", help="Continue from the run dir's latest checkpoint.")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="Continue from the run dir's newest intact checkpoint (manifest verified; see docs/run-dir.md).",
+    )
     p.add_argument(
         "--check", action="store_true", help="Validate and print the resolved config, then exit (no torch)."
     )
@@ -81,6 +86,63 @@ def check_config_env(config_arg: str) -> str | None:
     )
 
 
+def check_log_level(text: str | None) -> str | None:
+    """NSA_LOG_LEVEL must be one of its choices: an unknown value used to hide the step lines."""
+    from nsa.envvars import NSA_ENV
+
+    choices = NSA_ENV["NSA_LOG_LEVEL"].choices
+    if text is None or text in choices:
+        return None
+    return f"NSA_LOG_LEVEL={text!r} is not one of {', '.join(choices)}. Fix: use one of them, or unset it."
+
+
+MIN_FREE_MB = 4.0
+
+
+def check_disk(rd: RunDir) -> str | None:
+    """Room for the run's files and one more checkpoint (the size of the newest one), else the cause.
+
+    A run started on a full disk died in its first heartbeat write with a traceback; a restart on a
+    disk that is still full must say so instead.
+    """
+    from nsa.runfiles import disk_free
+
+    df = disk_free(rd.root)
+    if df is None:
+        return None
+    where, free, _total = df
+    ckpts = rd.checkpoints()
+    need = MIN_FREE_MB + (
+        sum(f.stat().st_size for f in ckpts[0].rglob("*") if f.is_file()) / 2**20 if ckpts else 0
+    )
+    if free >= need:
+        return None
+    return (
+        f"disk full: {rd.root} ({where} has {free:.1f} MB free; this run needs about {need:.1f} MB: "
+        "one checkpoint plus logs; No space left on device). Fix: free space there (old runs, "
+        "fewer checkpoints: train.keep_last), then start again."
+    )
+
+
+TERM_SAVE_DEFAULT_S = 120.0
+
+
+def term_save_seconds(text: str | None) -> tuple[float, str | None]:
+    """NSA_TERM_SAVE_S: (seconds, None), or (default, one-paragraph problem) for a bad value."""
+    if not text:
+        return TERM_SAVE_DEFAULT_S, None
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and 0 < v <= 86400):
+        return TERM_SAVE_DEFAULT_S, (
+            f"NSA_TERM_SAVE_S={text!r} is not a number of seconds in (0, 86400]. Fix: set e.g. "
+            f"NSA_TERM_SAVE_S=120, or unset it (default {TERM_SAVE_DEFAULT_S:.0f})."
+        )
+    return v, None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     problem = check_config_env(args.config)
@@ -101,7 +163,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         fault_from_env()
     except ValueError as e:
         return fail(f"{e}. Fix: unset NSA_FAULT (it is for tests only).")
+    term_save_s, problem = term_save_seconds(os.environ.get("NSA_TERM_SAVE_S"))
+    if problem:
+        return fail(problem)
+    problem = check_log_level(os.environ.get("NSA_LOG_LEVEL"))
+    if problem:
+        return fail(problem)
     from nsa import malloc
+
+    if cfg.train.device == "cuda" and not malloc.gpu_present():
+        return fail(
+            "train.device is 'cuda' but this host has no NVIDIA GPU (no /dev/nvidiactl). "
+            "Fix: --set train.device=auto (or cpu), or run on a GPU host."
+        )
 
     try:
         alloc = malloc.plan(
@@ -115,11 +189,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     rd = RunDir(args.run_dir)
     if rd.root.exists() and not rd.root.is_dir():
         return fail(f"--run-dir {args.run_dir!r} exists and is not a directory. Fix: pass a directory path.")
-    if not args.resume and rd.latest_checkpoint() is not None:
+    if not args.resume and rd.checkpoints():
         return fail(
-            f"--run-dir {args.run_dir!r} already holds checkpoints ({rd.latest_checkpoint()}); starting over "
+            f"--run-dir {args.run_dir!r} already holds checkpoints ({rd.checkpoints()[0]}); starting over "
             "would interleave two runs. Fix: pass --resume to continue it, or use a new --run-dir."
         )
+    problem = check_disk(rd)
+    if problem:
+        return fail(problem)
     try:
         rd.root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -130,7 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from nsa.train.trainer import Run  # imports torch: only after the input is known to be good
 
-    code = Run(cfg, rd.root, args.config, args.resume, malloc_note=alloc.note).execute()
+    run = Run(cfg, rd.root, args.config, args.resume, malloc_note=alloc.note, term_save_s=term_save_s)
+    code = run.execute()
     if argv is None and world > 1:  # as a program only: a caller that passed argv gets the code
         from nsa.train.dist import exit_process
 

@@ -50,7 +50,8 @@ class ConfigError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: `train.lr=1e400` reads as inf and passed `gt=0`; no knob wants a non-finite value.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 # --- model --------------------------------------------------------------------------------------
@@ -134,7 +135,9 @@ class ModelConfig(_Strict):
 class TrainSection(_Strict):
     """The optimisation loop. `steps` counts optimizer steps (each = grad_accum micro-batches)."""
 
-    steps: int = Field(..., ge=1, description="Optimizer steps to train for (not micro-batches).")
+    steps: int = Field(
+        ..., ge=1, le=10**9, description="Optimizer steps to train for (not micro-batches; at most 1e9)."
+    )
     seq_len: int = Field(..., ge=2, description="Tokens per sequence.")
     batch_size: int = Field(..., ge=1, description="Sequences per micro-batch per rank.")
     grad_accum: int = Field(1, ge=1, description="Micro-batches accumulated per optimizer step.")
@@ -143,7 +146,7 @@ class TrainSection(_Strict):
         ge=1,
         description="Optional check: sequences per optimizer step = batch_size x world_size x grad_accum.",
     )
-    lr: float = Field(3e-4, gt=0, description="Peak learning rate (after warmup).")
+    lr: float = Field(3e-4, gt=0, le=10, description="Peak learning rate (after warmup; at most 10).")
     min_lr_ratio: float = Field(0.1, ge=0, le=1, description="Cosine floor as a fraction of lr.")
     warmup_steps: int = Field(0, ge=0, description="Linear warmup, in optimizer steps.")
     weight_decay: float = Field(0.1, ge=0, description="AdamW decoupled decay on matrices (not norms).")
@@ -350,6 +353,27 @@ def _apply_override(raw: dict[str, Any], path: list[str], value: Any, text: str)
     node[path[-1]] = value
 
 
+class DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: str, first: int, second: int):
+        super().__init__(f"duplicate key {key!r}")
+        self.key, self.first, self.second = key, first, second
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (plain YAML silently keeps the last:
+    a second `steps:` turned a 40-step config into 50000)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise DuplicateKey(str(key), seen[key], line)
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_config(
     path: str | Path | None,
     overrides: Sequence[str] = (),
@@ -375,7 +399,15 @@ def load_config(
                 file, "", None, f"cannot read ({e.strerror})", "check the path and permissions"
             ) from e
         try:
-            loaded = yaml.safe_load(text)
+            loaded = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+        except DuplicateKey as e:
+            raise ConfigError(
+                file,
+                e.key,
+                None,
+                f"is given twice (lines {e.first} and {e.second}); YAML would keep the last",
+                "delete one of them",
+            ) from None
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -430,6 +462,14 @@ def _cross_checks(cfg: TrainConfig, source: str, world_size: int | None) -> None
                 f"but batch_size x world_size x grad_accum = {t.batch_size} x {world_size} x {t.grad_accum} = {got}",
                 fix,
             )
+    if t.eval_every and cfg.data.val_fraction == 0:
+        raise ConfigError(
+            source,
+            "data.val_fraction",
+            0,
+            f"leaves nothing to evaluate, but train.eval_every={t.eval_every}",
+            "set train.eval_every=0 (no held-out eval) or data.val_fraction > 0, e.g. 0.05",
+        )
     try:
         vocab = vocab_size_for(cfg.data)
     except Exception as e:  # the data package names the source and the fix in its own error

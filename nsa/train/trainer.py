@@ -28,7 +28,15 @@ import torch
 from nsa.data import DataError, build_loader
 from nsa.malloc import loaded_allocator
 from nsa.model import Transformer
-from nsa.runfiles import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, RunDir, atomic_write_json, atomic_write_text
+from nsa.runfiles import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_SIGTERM,
+    RunDir,
+    atomic_write_json,
+    atomic_write_text,
+)
 from nsa.telemetry import Recorder, SignalHandlers, Watchdog
 from nsa.telemetry.manifest import build_manifest
 from nsa.train import ckpt
@@ -46,6 +54,10 @@ class Diverged(RuntimeError):
     pass
 
 
+class Terminated(Exception):
+    """SIGTERM was handled at a step boundary (checkpoint written): the rank exits 143."""
+
+
 class ResumeMismatch(ValueError):
     """The checkpoint cannot continue this run as configured (bad input: exit 2)."""
 
@@ -54,13 +66,21 @@ class Run:
     """One rank's run. `execute()` returns the process exit code."""
 
     def __init__(
-        self, cfg: TrainConfig, run_dir: Path, config_path: str, resume: bool, *, malloc_note: str = ""
+        self,
+        cfg: TrainConfig,
+        run_dir: Path,
+        config_path: str,
+        resume: bool,
+        *,
+        malloc_note: str = "",
+        term_save_s: float = 120.0,
     ):
         self.cfg = cfg
         self.malloc_note = malloc_note
         self.rd = RunDir(run_dir)
         self.config_path = config_path
         self.resume = resume
+        self.term_save_s = term_save_s
         self.fault: Fault | None = fault_from_env()
         self.verbose = os.environ.get("NSA_LOG_LEVEL", "info") in ("debug", "info")
 
@@ -76,7 +96,7 @@ class Run:
         # with SIGUSR1 and ends on SIGTERM; "hung at start with empty logs" cannot happen silently.
         rec = self.rec = Recorder(self.rd, rank, self.cfg.telemetry.tensorboard)
         rec.beat("boot", 0)
-        signals = SignalHandlers(rec)
+        signals = self.signals = SignalHandlers(rec)
         signals.install()
         watchdog = Watchdog(rec, self.cfg.telemetry.stall_seconds, self.cfg.telemetry.stall_abort)
         watchdog.start()
@@ -89,7 +109,9 @@ class Run:
             self._train(t0)
             ok = True
             return EXIT_OK
-        except (DataError, ResumeMismatch) as e:
+        except Terminated:
+            return EXIT_SIGTERM
+        except (DataError, ResumeMismatch, ckpt.NoIntactCheckpoint) as e:
             rec.event("error", all_ranks=True, error=type(e).__name__, message=str(e))
             print(f"[nsa] rank {rank}: {e}", file=sys.stderr, flush=True)
             return EXIT_BAD_INPUT
@@ -132,8 +154,7 @@ class Run:
             world_size=info.world_size, split="train", seed=t.seed,
         )  # fmt: skip
         step, tokens = 0, 0
-        ckpt_dir = self.rd.latest_checkpoint() if self.resume else None
-        self._agree_on_checkpoint(ckpt_dir)
+        ckpt_dir = self._resume_point() if self.resume else None
         if ckpt_dir is not None:
             rec.beat("checkpoint", 0)
             meta = ckpt.read_meta(ckpt_dir)
@@ -164,8 +185,12 @@ class Run:
         win_t, win_tokens, win_steps, first = time.time(), 0, 0, True
         nsa_stats: dict[str, float] = {}
         stats_every = cfg.telemetry.nsa_stats_every or t.log_every
+        saves = bool(t.save_every or t.save_final)
+        if saves:  # from here on SIGTERM means: checkpoint at the next step boundary, then exit 143
+            self.signals.arm_save(self.term_save_s)
         try:
             while step < t.steps:
+                step_t0 = time.monotonic()
                 lr = lr_at(
                     step,
                     lr=t.lr,
@@ -193,24 +218,77 @@ class Run:
                     win_t, win_tokens, win_steps, nsa_stats = now, 0, 0, {}
                 if t.eval_every and step % t.eval_every == 0:
                     self._eval(step)
-                if (t.save_every and step % t.save_every == 0) or (step == t.steps and t.save_final):
+                saved = (t.save_every and step % t.save_every == 0) or (step == t.steps and t.save_final)
+                if saved:
                     self._save(step, tokens, loader)
+                # A hung collective must not hold a SIGTERM for long; a slow but healthy step may.
+                self.signals.boundary_wait_s = max(10.0, 3 * (time.monotonic() - step_t0))
+                if saves and self._stop_agreed():
+                    self.signals.saving.set()
+                    if not saved:
+                        self._save(step, tokens, loader)
+                    self.print0(f"[nsa] stopped by SIGTERM at step {step}; checkpoint written")
+                    raise Terminated
         finally:
+            self.signals.disarm()
             loader.close()
         rec.beat("done", step)
         rec.event("finished", step=step, tokens=tokens, wall_s=round(time.time() - t0, 2))
         self.print0(f"[nsa] finished: {step} steps, {tokens} tokens, {time.time() - t0:.1f}s")
 
-    def _agree_on_checkpoint(self, ckpt_dir: Path | None) -> None:
-        """Every rank (every host's run dir) must resume from the same step, or none may start."""
-        mine = float(ckpt.read_meta(ckpt_dir)["step"]) if ckpt_dir is not None else -1.0
-        lo, hi = -all_reduce_max(-mine, self.info), all_reduce_max(mine, self.info)
+    def _stop_agreed(self) -> bool:
+        """Collective at every step boundary: did SIGTERM reach any rank? Then every rank saves now.
+
+        Ranks receive the signal at slightly different moments; without agreement one would enter
+        the save's collectives while another starts the next step's, and both would hang.
+        """
+        mine = 1.0 if self.signals.stop_requested.is_set() else 0.0
+        return all_reduce_max(mine, self.info) > 0 if self.info.distributed else mine > 0
+
+    def _resume_point(self) -> Path | None:
+        """The newest intact checkpoint, agreed by every host (each local rank 0 verifies its run dir).
+
+        Collective. Never trusts `latest`: a missing or damaged newer dir is skipped with a
+        `checkpoint_fallback` event; checkpoints that exist but all fail verification stop every rank
+        with exit 2 instead of a silent fresh start that would then overwrite and prune them.
+        """
+        info, rec = self.info, self.rec
+        leader = info.local_rank == 0
+        problem: Exception | None = None
+        step = -1.0
+        if leader:
+            rec.beat("checkpoint", 0)
+            try:
+                chosen, skipped = ckpt.choose_resume(self.rd)
+            except ckpt.NoIntactCheckpoint as e:
+                problem, step = e, -2.0
+            else:
+                step = float(ckpt.read_meta(chosen)["step"]) if chosen is not None else -1.0
+                for bad, reason in skipped:
+                    rec.event(
+                        "checkpoint_fallback", step=0, all_ranks=True, checkpoint=bad.name, reason=reason,
+                        using=chosen.name if chosen is not None else None,
+                    )  # fmt: skip
+                    print(
+                        f"[nsa] rank {info.rank}: skipping {bad.name}: {reason}; "
+                        f"resuming from {chosen.name if chosen else 'step 0'}",
+                        file=sys.stderr, flush=True,
+                    )  # fmt: skip
+        # Non-leaders do not vote: +-inf leaves the leaders' min and max unchanged.
+        hi = all_reduce_max(step if leader else -math.inf, info)
+        lo = -all_reduce_max(-step if leader else -math.inf, info)
+        if lo == -2.0:
+            raise problem or ckpt.NoIntactCheckpoint(
+                "--resume: another host's run dir holds checkpoints but none is intact (see that rank's "
+                "message); fix it there, or start a new run dir without --resume"
+            )
         if lo != hi:
             raise ResumeMismatch(
-                f"ranks disagree on the latest checkpoint (steps {int(lo)} .. {int(hi)}; -1 = none): "
-                "each host's run dir must hold the same checkpoints/latest; copy the missing one or "
-                "point `latest` at a step every host has"
+                f"hosts disagree on the newest intact checkpoint (steps {int(lo)} .. {int(hi)}; -1 = none): "
+                "each host's run dir must hold the same intact step-* dir; copy the missing one, or remove "
+                "the newer step-* dirs on the hosts that have them"
             )
+        return self.rd.checkpoints_dir / ckpt.checkpoint_name(int(hi)) if hi >= 0 else None
 
     # --- one optimizer step -------------------------------------------------------------------
     def _step(self, step: int, lr: float, loader: Any, want_stats: bool) -> tuple[float, float, dict]:

@@ -6,6 +6,7 @@ through tee); a rank that hangs shows as `stalled`, and kill still clears it."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -18,17 +19,26 @@ def test_failures_are_reported_truthfully(tmux_server, tmp_path, monkeypatch):
     isolate(monkeypatch, tmp_path, tmux_server)
     runs = [f"{k}-{os.getpid()}" for k in ("boot", "nan", "stall")]
     try:
+        # A malformed NSA_FAULT is refused before anything starts (it used to start a run that died).
         res = invoke("up", "--name", runs[0], "--env", "NSA_FAULT=bogus")
+        assert res.exit_code == 2 and "unknown kind 'bogus'" in res.output, res.output
+        assert not invoke("runs", "--json").output.count(runs[0])
+        # Input only the host can judge (no GPU for train.device=cuda) fails before the first step,
+        # naming the cause in the message and in the fix, never a bare "fix the error above".
+        assert not Path("/dev/nvidiactl").exists(), "this case needs a host without an NVIDIA GPU"
+        res = invoke("up", "--name", runs[0], "--set", "train.device=cuda")
         assert res.exit_code == 1, res.output
         assert "before its first step" in res.output, res.output
-        assert "NSA_FAULT='bogus': unknown kind" in res.output, res.output  # the cause, from the log
+        assert "train.device is 'cuda'" in res.output, res.output  # the cause, from the log
+        assert "fix the error above" not in res.output and "fix: fix the cause (" in res.output, res.output
         assert status(runs[0])["state"] == "failed" and status(runs[0])["exit_code"] not in (None, 0)
+        assert "exited with code 2 (bad input)" in status(runs[0])["error"]
 
         res = invoke("up", "--name", runs[1], "--env", "NSA_FAULT=nan:step=3", "--wait")
         assert res.exit_code == 1, res.output
         st = status(runs[1])
         assert st["state"] == "failed" and st["exit_code"] not in (None, 0)
-        assert st["error"].startswith("error at step") and "not finite" in st["error"]
+        assert st["error"].startswith("rank ") and "not finite" in st["error"], st["error"]
         assert f"failed (exit code {st['exit_code']}" in res.output
         assert "is not finite at step 3" in res.output  # the cause, from the log
 

@@ -14,7 +14,7 @@ from textual.widgets import Static
 KEYS = (
     ("↑ / ↓", "select a run (its log, GPUs, charts and events follow)"),
     ("k", "kill the selected run (asks first): TERM, then KILL, verified gone"),
-    ("r", "restart the selected run from its latest checkpoint (asks first)"),
+    ("r", "restart the selected run from its newest intact checkpoint (asks first)"),
     ("t", "open / close the TensorBoard tunnel; the URL shows in the top bar"),
     ("/", "search the log (Enter applies, empty clears); matches highlighted"),
     ("n / N", "next / previous search match"),

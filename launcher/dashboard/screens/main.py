@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -306,7 +307,7 @@ class MainScreen(Screen):
         if st is None:
             return
         run = self.selected
-        q = f"Kill run [b]{run}[/b] on [b]{st.get('host') or 'local'}[/b]?\n\nTERM to its process group, KILL after the grace period; the tmux session ends."
+        q = f"Kill run [b]{escape(str(run))}[/b] on [b]{escape(str(st.get('host') or 'local'))}[/b]?\n\nTERM to its process group, KILL after the grace period; the tmux session ends."
 
         def done(yes: bool | None) -> None:
             if yes and run is not None:
@@ -319,12 +320,15 @@ class MainScreen(Screen):
         if st is None:
             return
         run = self.selected
-        q = f"Restart run [b]{run}[/b] from its latest checkpoint?\n\nThe running process (if any) is killed first."
+        q = (
+            f"Restart run [b]{escape(str(run))}[/b] from its newest intact checkpoint?\n\n"
+            "The running process is stopped first (it checkpoints at its next step)."
+        )
 
         def done(yes: bool | None) -> None:
             if yes and run is not None:
                 # restart waits for the first heartbeat, which can take a while: say it started
-                self.notify(f"restarting {run}: kill, resume, wait for the first heartbeat…")
+                self.notify(f"restarting {run}: kill, resume, wait for the first heartbeat…", markup=False)
                 self.run_action("restart", run)
 
         self.app.push_screen(ConfirmScreen(q, "Restart"), done)
@@ -343,7 +347,7 @@ class MainScreen(Screen):
     def action_match(self, direction: int) -> None:
         log = self.query_one(LogView)
         if not log.search:
-            self.notify("no search: press / first", severity="warning")
+            self.notify("no search: press / first", severity="warning", markup=False)
         elif not log.find_match(direction):
             self.notify(
                 f"no {'later' if direction > 0 else 'earlier'} match for '{log.search}'", markup=False
@@ -355,7 +359,9 @@ class MainScreen(Screen):
 
     def action_rank_filter(self) -> None:
         rank = self.query_one(LogView).cycle_rank_filter()
-        self.notify("log: all ranks" if rank is None else f"log: rank {rank} (and untagged lines)")
+        self.notify(
+            "log: all ranks" if rank is None else f"log: rank {rank} (and untagged lines)", markup=False
+        )
 
     def action_gpu_processes(self) -> None:
         st = self._selected_status()
@@ -383,7 +389,7 @@ class MainScreen(Screen):
     def _selected_status(self) -> dict[str, Any] | None:
         st = self.statuses.get(self.selected or "")
         if st is None:
-            self.notify("no run selected", severity="warning")
+            self.notify("no run selected", severity="warning", markup=False)
         return st
 
     def _select(self, run: str | None) -> None:

@@ -45,7 +45,7 @@ def test_files_source_without_paths_names_the_fix():
 
 
 @pytest.mark.parametrize(
-    "bad", [{"source": "fineweb"}, {"val_fraction": 0.0}, {"val_fraction": 0.7}, {"prefetch": 0}]
+    "bad", [{"source": "fineweb"}, {"val_fraction": -0.1}, {"val_fraction": 0.7}, {"prefetch": 0}]
 )
 def test_bad_values_are_rejected(bad):
     with pytest.raises(ValidationError):

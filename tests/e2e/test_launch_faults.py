@@ -1,0 +1,162 @@
+"""Faults injected through the real launcher (local transport, real tmux and torchrun) must end
+named and recoverable (issue 13): the tmux server's environment never reaches the workers; `kill`
+checkpoints at the next step boundary and `restart` resumes exactly there; a rank killed by SIGKILL
+shows `failed` with rank, signal and "likely out of memory", and `status` prints the real gloo
+error text without crashing; a full disk is named with its path and MB free, with an exit code and
+no stray exit_code.tmp. Each runs once here; bench/faults.py repeats them for the fault matrix."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher.api import resolve_run
+from launcher.profiles import PROJECT_ROOT
+from nsa.runfiles import RunDir
+from tests.e2e.launch_support import cleanup_local_run, invoke, isolate, run_processes, status, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+QUICK = ["--set", "train.seq_len=64", "--set", "telemetry.tensorboard=false", "--set", "train.log_every=1"]
+
+
+def _up(run: str, *args: str):
+    return invoke("up", "--name", run, *QUICK, *args)
+
+
+def test_tmux_server_environment_never_reaches_the_workers(tmux_server, tmp_path, monkeypatch):
+    isolate(monkeypatch, tmp_path, tmux_server)
+    # A tmux server already running with a polluted global environment, and a polluted shell.
+    tmux_server.new_session(session_name="preexisting", attach=False)
+    for k, v in {
+        "CONFIG": "/nonexistent/x.yaml",
+        "NSA_DDP_COMPRESS": "1",
+        "CUDA_VISIBLE_DEVICES": "7",
+    }.items():
+        tmux_server.cmd("set-environment", "-g", k, v)
+        monkeypatch.setenv(k, v)
+    run = f"envleak-{os.getpid()}"
+    cleanup_local_run(run)
+    try:
+        res = _up(run, "--set", "train.steps=3", "--set", "train.save_every=0", "--wait")
+        assert res.exit_code == 0, res.output
+        rd = RunDir(resolve_run(run).run_dir)
+        env = json.loads(rd.train_manifest.read_text())["env"]
+        assert "NSA_DDP_COMPRESS" not in env and "CUDA_VISIBLE_DEVICES" not in env, env
+        assert env["NSA_RUN_ID"] == run and env["NSA_TERM_SAVE_S"] == "105"  # the validated env did arrive
+    finally:
+        invoke("kill", "--run", run)
+        cleanup_local_run(run)
+
+
+def test_kill_checkpoints_at_the_next_step_and_restart_resumes_there(tmux_server, tmp_path, monkeypatch):
+    isolate(monkeypatch, tmp_path, tmux_server)
+    run = f"killsave-{os.getpid()}"
+    cleanup_local_run(run)
+    try:
+        res = _up(run, "--set", "train.steps=100000", "--set", "train.save_every=0")
+        assert res.exit_code == 0, res.output
+        rd = RunDir(resolve_run(run).run_dir)
+        wait_for(lambda: status(run)["step"] >= 3, 90, "step 3")
+        # A tunnel open while the run is killed ends by itself and says why (issue 13, item 10).
+        tunnel = subprocess.Popen(
+            [str(Path(sys.executable).parent / "nsa-launch"), "tunnel", "--run", run],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert tunnel.stdout.readline().startswith("http://127.0.0.1:")
+            res = invoke("kill", "--run", run)
+            assert res.exit_code == 0 and "verified none is left" in res.output, res.output
+            assert tunnel.wait(timeout=60) == 1
+            assert f"tunnel closed: run {run} was killed" in tunnel.stderr.read()
+        finally:
+            if tunnel.poll() is None:
+                tunnel.kill()
+        assert run_processes(str(rd.root)) == set()
+        reached = max(json.loads(line)["step"] for line in rd.metrics.read_text().splitlines())
+        ck = rd.newest_intact_checkpoint()
+        assert ck is not None, rd.train_log.read_text()[-3000:]
+        saved = json.loads((ck / "meta.json").read_text())["step"]
+        assert saved == reached  # saved at the boundary after the last step it logged
+        assert "stopped by SIGTERM at step" in rd.train_log.read_text()  # the log pipe was spared
+        assert status(run)["state"] == "killed"
+
+        res = invoke("restart", "--run", run)
+        assert res.exit_code == 0, res.output
+        assert f"resumed at step {saved} from {ck.name}" in res.output, res.output
+    finally:
+        invoke("kill", "--run", run)
+        cleanup_local_run(run)
+
+
+def test_sigkilled_rank_is_named_and_status_prints_gloo_text(tmux_server, tmp_path, monkeypatch):
+    isolate(monkeypatch, tmp_path, tmux_server)
+    run = f"sigkill-{os.getpid()}"
+    cleanup_local_run(run)
+    try:
+        res = _up(run, "--set", "train.steps=50", "--env", "NSA_FAULT=kill:step=3:rank=1", "--wait")
+        assert res.exit_code == 1, res.output
+        st = status(run)
+        assert st["state"] == "failed" and st["exit_code"] == 1
+        assert st["error"].startswith("rank 1 on ") and "SIGKILL (exit code -9)" in st["error"], st["error"]
+        assert "likely out of memory" in st["error"]
+        events = RunDir(st["run_dir"]).events.read_text()
+        assert "[/" in events and "gloo" in events  # real gloo error text: "[/.../gloo/...cc:N] ..."
+        monkeypatch.setenv("COLUMNS", "1000")  # one table row per run, so the cause can be read whole
+        for args in (["status", "--run", run], ["status", "--all"]):
+            res = invoke(*args)
+            assert res.exit_code == 0, res.output
+            assert "SIGKILL (exit code -9): likely out of memory" in res.output, res.output
+    finally:
+        invoke("kill", "--run", run)
+        cleanup_local_run(run)
+
+
+def _mount_tmpfs(path: Path, size_mb: int) -> bool:
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return False
+    path.mkdir(parents=True, exist_ok=True)
+    return (
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)]).returncode == 0
+    )
+
+
+def test_disk_full_is_named_with_path_and_mb_free(tmux_server, tmp_path, monkeypatch):
+    """The run's workdir is this checkout, so runs/ itself is mounted as a small tmpfs."""
+    isolate(monkeypatch, tmp_path, tmux_server)
+    runs = PROJECT_ROOT / "runs"
+    if runs.is_mount():
+        pytest.fail(f"{runs} is already a mount point (a previous test left it?)")
+    existed = runs.exists()
+    if not _mount_tmpfs(runs, 20):
+        pytest.skip("needs root and mount -t tmpfs to build a small filesystem to fill")
+    run = f"diskfull-{os.getpid()}"
+    try:
+        res = _up(
+            run, "--set", "train.steps=100000", "--set", "train.save_every=1", "--set", "train.keep_last=1000"
+        )
+        assert res.exit_code in (0, 1), res.output
+        st = wait_for(
+            lambda: (s := status(run))["state"] == "failed" and s, 180, "the run to fail on a full disk"
+        )
+        rd = RunDir(st["run_dir"])
+        assert isinstance(rd.exit_code(), int) and rd.exit_code() != 0
+        assert not (rd.root / "exit_code.tmp").exists()
+        err = st["error"]
+        assert err.startswith(f"disk full: {rd.root}") or err.startswith(f"disk full: {runs}"), err
+        assert " MB free of " in err and "Fix:" in err
+        # Resuming while the disk is still full names the same cause, not a traceback.
+        res = invoke("restart", "--run", run)
+        assert res.exit_code == 1, res.output
+        assert "disk full" in res.output and "Traceback" not in res.output, res.output
+    finally:
+        invoke("kill", "--run", run)
+        subprocess.run(["umount", "-l", str(runs)])
+        if not existed:
+            shutil.rmtree(runs, ignore_errors=True)

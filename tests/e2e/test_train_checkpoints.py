@@ -1,0 +1,158 @@
+"""Resume never destroys a good checkpoint: the real trainer (in-process, one rank) resumes from the
+newest checkpoint whose manifest verifies, names what it skipped in a `checkpoint_fallback` event,
+refuses (exit 2) when checkpoints exist but none is intact, and pruning keeps the intact one.
+Each damage case is one the issue reproduced against a run dir of a finished tiny run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from nsa.runfiles import RunDir, verify_checkpoint
+from nsa.train.cli import main
+from tests.assets.trainrun import TINY, events
+
+pytestmark = pytest.mark.e2e
+
+SETS = [
+    "train.seq_len=64", "train.eval_every=0", "train.log_every=1", "telemetry.tensorboard=false",
+    "train.save_every=2", "train.keep_last=3",
+]  # fmt: skip
+
+
+def _train(run: Path, steps: int, resume: bool, extra: tuple[str, ...] = ()) -> int:
+    argv = ["--config", str(TINY), "--run-dir", str(run)]
+    for s in [*SETS, f"train.steps={steps}", *extra]:
+        argv += ["--set", s]
+    return main([*argv, "--resume"] if resume else argv)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    """A 6-step run: step-2, step-4, step-6 with manifests; `latest` names step-6."""
+    mp = pytest.MonkeyPatch()
+    for k in ("CONFIG", "WORLD_SIZE", "RANK", "NSA_FAULT"):
+        mp.delenv(k, raising=False)
+    run = tmp_path_factory.mktemp("ckpt") / "run"
+    assert _train(run, 6, False) == 0
+    mp.undo()
+    return run
+
+
+def _damage(run: Path, case: str) -> str:
+    """Damage step-6 (or the pointer) as the issue did; returns the file the reason must name."""
+    c = run / "checkpoints" / "step-00000006"
+    if case == "dir_removed":  # `latest` names a missing directory
+        shutil.rmtree(c)
+        return ""
+    if case == "latest_empty":  # and the newest dir has no manifest (a save cut off)
+        (run / "checkpoints" / "latest").write_text("")
+        (c / "manifest.json").unlink()
+        return "manifest.json"
+    if case == "model_truncated":
+        data = (c / "model.pt").read_bytes()
+        (c / "model.pt").write_bytes(data[: len(data) // 2])
+        return "model.pt"
+    if case == "optim_empty":
+        (c / "optim.pt").write_bytes(b"")
+        return "optim.pt"
+    if case == "rank_state_garbage":
+        size = (c / "rank0.pt").stat().st_size
+        (c / "rank0.pt").write_bytes(b"\x00garbage" * (size // 8) + b"x" * (size % 8))
+        return "rank0.pt"
+    if case == "meta_missing":
+        (c / "meta.json").unlink()
+        return "meta.json"
+    raise AssertionError(case)
+
+
+CASES = [
+    "dir_removed",
+    "latest_empty",
+    "model_truncated",
+    "optim_empty",
+    "rank_state_garbage",
+    "meta_missing",
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_resume_falls_back_to_the_newest_intact_checkpoint(
+    finished_run: Path, tmp_path: Path, capsys, monkeypatch, case: str
+) -> None:
+    for k in ("CONFIG", "WORLD_SIZE", "RANK", "NSA_FAULT"):
+        monkeypatch.delenv(k, raising=False)
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    bad_file = _damage(run, case)
+    before = {p.name: (p / "manifest.json").read_text() for p in RunDir(run).intact_checkpoints()}
+    assert "step-00000004" in before and "step-00000002" in before
+    capsys.readouterr()
+    rc = _train(run, 8, True, ("train.keep_last=1",))
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    evs = [e for e in events(run) if e["kind"] in ("resumed", "checkpoint_fallback")]
+    resumed = [e for e in evs if e["kind"] == "resumed"]
+    assert resumed[-1]["step"] == 4 and resumed[-1]["detail"]["checkpoint"] == "step-00000004"
+    falls = [e for e in evs if e["kind"] == "checkpoint_fallback"]
+    if bad_file:
+        assert len(falls) == 1, falls
+        d = falls[0]["detail"]
+        assert d["checkpoint"] == "step-00000006" and d["using"] == "step-00000004"
+        assert bad_file in d["reason"] and "\n" not in d["reason"]
+        assert bad_file in err and "skipping step-00000006" in err
+    # Resumed at 4, saved 6 (replacing the damaged one) and 8: the run went on from step 5.
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-4:] == [5, 6, 7, 8]
+    # keep_last=1 prunes down to step-8, which is intact; step-4 was only removed after 6 and 8 existed.
+    assert [p.name for p in RunDir(run).checkpoints()] == ["step-00000008"]
+    assert verify_checkpoint(run / "checkpoints" / "step-00000008") is None
+
+
+def test_no_intact_checkpoint_is_exit_2_and_nothing_is_overwritten(
+    finished_run: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    for k in ("CONFIG", "WORLD_SIZE", "RANK", "NSA_FAULT"):
+        monkeypatch.delenv(k, raising=False)
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    for c in RunDir(run).checkpoints():
+        (c / "optim.pt").write_bytes(b"")
+    snapshot = {p: p.read_bytes() for p in (run / "checkpoints").rglob("*") if p.is_file()}
+    capsys.readouterr()
+    rc = _train(run, 8, True)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "none is intact" in err and "optim.pt" in err and "step-00000002" in err
+    assert {p: p.read_bytes() for p in (run / "checkpoints").rglob("*") if p.is_file()} == snapshot
+    errs = [e for e in events(run) if e["kind"] == "error"]
+    assert errs[-1]["detail"]["error"] == "NoIntactCheckpoint"
+
+
+def test_fresh_start_refuses_a_run_dir_whose_latest_is_gone(
+    finished_run: Path, tmp_path: Path, capsys
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    (run / "checkpoints" / "latest").unlink()
+    capsys.readouterr()
+    rc = _train(run, 8, False)
+    assert rc == 2 and "--resume" in capsys.readouterr().err
+
+
+def test_prune_keeps_the_checkpoint_just_written_when_newer_damaged_dirs_exist(
+    finished_run: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """Resumed at 2 past damaged 4 and 6; a save at step 3 with keep_last=1 must not prune itself."""
+    for k in ("CONFIG", "WORLD_SIZE", "RANK", "NSA_FAULT"):
+        monkeypatch.delenv(k, raising=False)
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    for s in (4, 6):
+        (run / "checkpoints" / f"step-0000000{s}" / "model.pt").write_bytes(b"")
+    rc = _train(run, 3, True, ("train.keep_last=1", "train.save_every=0"))
+    assert rc == 0, capsys.readouterr().err
+    assert RunDir(run).newest_intact_checkpoint() == run / "checkpoints" / "step-00000003"

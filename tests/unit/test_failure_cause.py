@@ -1,0 +1,61 @@
+"""`runfiles.failure_cause`: one line naming why a run failed, from real torchrun/gloo output (a
+2-rank tiny run whose rank 1 SIGKILLed itself, recorded in tests/assets/faults/)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from nsa.runfiles import RunDir, failure_cause, torchrun_root_cause
+
+ASSETS = Path(__file__).resolve().parents[1] / "assets" / "faults"
+
+
+def _run_dir(
+    tmp_path: Path, log: str = "kill9_train.log", events: str | None = "kill9_events.jsonl"
+) -> RunDir:
+    rd = RunDir(tmp_path / "run")
+    rd.root.mkdir()
+    shutil.copy(ASSETS / log, rd.train_log)
+    if events:
+        shutil.copy(ASSETS / events, rd.events)
+    return rd
+
+
+def test_sigkill_names_rank_signal_and_likely_oom(tmp_path) -> None:
+    rd = _run_dir(tmp_path)
+    assert torchrun_root_cause(rd.train_log.read_text()) == {"rank": 1, "host": "localhost", "exitcode": -9}
+    cause = failure_cause(rd, exit_code=1)
+    assert cause.startswith("rank 1 on localhost was killed by SIGKILL (exit code -9)"), cause
+    assert "likely out of memory" in cause and "\n" not in cause
+    # rank 0's gloo error is a consequence, not the cause
+    assert "Connection closed by peer" not in cause
+
+
+def test_exit_codes_and_the_ranks_own_event(tmp_path) -> None:
+    rd = _run_dir(tmp_path, events=None)
+    text = rd.train_log.read_text().replace(
+        "exitcode  : -9 (pid: 21076)  (SIGKILL)", "exitcode  : 3 (pid: 21076)"
+    )
+    rd.append_event("stalled", step=2, rank=1, phase="forward_backward", idle_s=3.1)
+    cause = failure_cause(rd, exit_code=1, log_text=text)
+    assert "rank 1 on localhost exited with code 3 (stalled and aborted (telemetry.stall_abort))" in cause
+    assert "stalled in phase 'forward_backward' at step 2" in cause
+
+
+def test_without_torchrun_summary_the_first_error_event_speaks(tmp_path) -> None:
+    rd = _run_dir(tmp_path)
+    cause = failure_cause(rd, exit_code=1, log_text="")
+    assert cause.startswith("rank 0: RuntimeError: [/__w/pytorch") and "Connection closed by peer" in cause
+    assert failure_cause(RunDir(tmp_path / "empty"), exit_code=7, log_text="") == (
+        "torchrun exited with code 7 and no rank said why; see train.log"
+    )
+    assert failure_cause(RunDir(tmp_path / "empty"), exit_code=0, log_text="") is None
+
+
+def test_enospc_text_names_disk_full_path_and_mb_free(tmp_path) -> None:
+    rd = _run_dir(tmp_path)
+    bad = rd.root / "checkpoints" / ".tmp-step-00000004" / "optim.pt"
+    text = f"OSError: [Errno 28] No space left on device: '{bad}'\n" + rd.train_log.read_text()
+    cause = failure_cause(rd, exit_code=1, log_text=text)
+    assert cause.startswith(f"disk full: {bad} (") and "MB free of" in cause and "Fix:" in cause
