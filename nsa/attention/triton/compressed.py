@@ -1,0 +1,506 @@
+"""Triton kernels of NSA's compressed branch fused with block selection [Eq. 7-11]: one kernel
+forward, two backward.
+
+Owns `compressed_attention_and_selection`, a drop-in for `nsa.attention.compressed`'s function
+(same arguments, layouts, dtypes and results, selection tables identical to eager's including the
+tie-break), and `gpucheck_specs`. The forward kernel takes one (batch, KV head, query tile) with all
+G heads of each token as rows; pass 1 streams the visible compressed keys for the row statistics,
+pass 2 recomputes the probabilities, accumulates p @ V, sums them over the group [Eq. 10], maps them
+onto selection blocks [Eq. 9] and keeps a running top-n [Eq. 11] in registers, so no score tensor of
+T x (T/d) or T x (T/l') is ever written. Backward is flash-style from the saved row statistics. It
+must not sync with the device, loop on the host over T, or autotune (docs/attention.md).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from nsa.attention.triton import interpreting
+from nsa.attention.triton.spec import GpuShape, KernelSpec
+
+_LOG2E = math.log2(math.e)
+_TL = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+@triton.jit
+def _eq9_part(p3, H: tl.constexpr, A: tl.constexpr, R: tl.constexpr, RP: tl.constexpr):
+    """Score that keys r*j' + m (p3 [BT, BJ, RP] group-summed probabilities) give block j' + H [Eq. 9]:
+    weight = the stride pieces compressed block i shares with the selection block, w[u] for
+    u = m + a - 1 - r*H (selection.overlap_weights). Same reduction order for every block, so equal
+    probabilities give bit-equal scores (exact ties stay ties)."""
+    m = tl.arange(0, RP)
+    u = m + (A - 1 - R * H)
+    w = tl.minimum(tl.minimum(u + 1, A), tl.minimum(R, A + R - 1 - u))
+    w = tl.where((u >= 0) & (u < A + R - 1) & (m < R), w, 0).to(tl.float32)
+    return tl.sum(p3 * w[None, None, :], axis=2)
+
+
+@triton.jit
+def _shift(x, by: tl.constexpr, BJ: tl.constexpr):
+    """y[:, j] = x[:, j - by] (0 outside), exactly: a select, never a rounded product."""
+    src = tl.arange(0, BJ)[:, None]
+    dst = tl.arange(0, BJ)[None, :]
+    hit = src == dst - by
+    return tl.sum(tl.where(hit[None, :, :], x[:, :, None], 0.0), axis=1)
+
+
+@triton.jit
+def _merge_top(top, keys, BT: tl.constexpr, BJ: tl.constexpr):
+    """The BJ largest of `top` (sorted descending) and `keys`, sorted descending, by rank: a key's
+    slot is the number of keys above it (equal keys, only the -1 fillers, ordered by position). An
+    exact select, no xor-reduction network (which the interpreter runs element by element)."""
+    both = tl.reshape(tl.join(top, keys), [BT, 2 * BJ])
+    pos = tl.arange(0, 2 * BJ)
+    x = both[:, :, None]
+    y = both[:, None, :]
+    above = (y > x) | ((y == x) & (pos[None, None, :] < pos[None, :, None]))
+    rank = tl.sum(above.to(tl.int32), axis=2)
+    slot = tl.arange(0, BJ)
+    pick = rank[:, :, None] == slot[None, None, :]
+    return tl.sum(tl.where(pick, x, 0), axis=1)
+
+
+@triton.jit
+def _cmp_fwd(
+    Q,
+    K,
+    V,
+    O,
+    LSE,
+    IDX,
+    VALID,
+    T,
+    NC,
+    K_SEL,
+    qk_scale,
+    G: tl.constexpr,
+    GP: tl.constexpr,
+    D: tl.constexpr,
+    BT: tl.constexpr,
+    BJ: tl.constexpr,
+    RP: tl.constexpr,
+    L: tl.constexpr,
+    S: tl.constexpr,
+    LS: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    A: tl.constexpr = L // S
+    R: tl.constexpr = LS // S
+    HMAX: tl.constexpr = (A - 1 + R - 1) // R
+    BN: tl.constexpr = BJ * RP
+    BM: tl.constexpr = BT * GP
+    pid_t = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+
+    rows = tl.arange(0, BM)
+    tq = pid_t * BT + rows // GP
+    gq = rows % GP
+    row_ok = (gq < G) & (tq < T)
+    row_off = (bh * T + tq) * G + gq
+    dcol = tl.arange(0, D)
+    q = tl.load(Q + row_off[:, None] * D + dcol[None, :], mask=row_ok[:, None], other=0.0)
+    kbase = bh * NC * D
+
+    t_last = tl.minimum(pid_t * BT + BT - 1, T - 1)
+    n_vis = tl.where(t_last >= L - 1, tl.minimum(NC, (t_last - (L - 1)) // S + 1), 0)
+    n_key_tiles = tl.cdiv(n_vis, BJ * R)
+    n_blk_tiles = tl.cdiv(t_last // LS + 1, BJ)
+
+    cols = tl.arange(0, BN)
+    cj = cols // RP
+    cm = cols % RP
+
+    # Pass 1: row max and sum over the visible keys (log2 domain).
+    m_i = tl.full([BM], float("-inf"), tl.float32)
+    l_i = tl.zeros([BM], tl.float32)
+    for jb in range(0, n_key_tiles):
+        key = (jb * BJ + cj) * R + cm
+        key_ok = (cm < R) & (key < NC)
+        k = tl.load(K + kbase + key[:, None] * D + dcol[None, :], mask=key_ok[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+        vis = key_ok[None, :] & (key[None, :] * S + (L - 1) <= tq[:, None])
+        s = tl.where(vis, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        l_i = l_i * tl.exp2(m_i - m_safe) + tl.sum(tl.exp2(s - m_safe[:, None]), axis=1)
+        m_i = m_new
+    seen = l_i > 0.0
+    m_safe = tl.where(seen, m_i, 0.0)
+    inv_l = tl.where(seen, 1.0 / tl.where(seen, l_i, 1.0), 0.0)
+    tl.store(LSE + row_off, tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), 0.0), mask=row_ok)
+
+    # Pass 2: probabilities again; output, Eq. 9 block scores and the running top-n per token.
+    tb = pid_t * BT + tl.arange(0, BT)
+    jt = tb // LS
+    acc = tl.zeros([BM, D], tl.float32)
+    top = tl.full([BT, BJ], -1, tl.int64)
+    prev = tl.zeros([BT, BJ, RP], tl.float32)
+    for jb in range(0, n_blk_tiles):
+        key = (jb * BJ + cj) * R + cm
+        key_ok = (cm < R) & (key < NC)
+        koff = kbase + key[:, None] * D + dcol[None, :]
+        k = tl.load(K + koff, mask=key_ok[:, None], other=0.0)
+        v = tl.load(V + koff, mask=key_ok[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+        vis = row_ok[:, None] & key_ok[None, :] & (key[None, :] * S + (L - 1) <= tq[:, None])
+        p = tl.where(vis, tl.exp2(s - m_safe[:, None]) * inv_l[:, None], 0.0)
+        acc += tl.dot(p.to(v.dtype), v, input_precision=PREC)
+        p3 = tl.reshape(tl.sum(tl.reshape(p, [BT, GP, BN]), axis=1), [BT, BJ, RP])  # Eq. 10
+        score = _eq9_part(p3, 0, A, R, RP)
+        for h in tl.static_range(1, HMAX + 1):
+            score += _shift(_eq9_part(p3, h, A, R, RP), h, BJ)
+            score += _shift(_eq9_part(prev, h, A, R, RP), h - BJ, BJ)
+        prev = p3
+        # Eq. 11 key: (float bits << 32) | j, forced blocks at +inf, non-candidates -1.
+        j = jb * BJ + tl.arange(0, BJ)
+        bits = score.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        forced = (j[None, :] == 0) | (j[None, :] == jt[:, None]) | (j[None, :] == jt[:, None] - 1)
+        bits = tl.where(forced, 0x7F800000, bits).to(tl.int64)
+        cand = j[None, :] * LS <= tb[:, None]
+        keys = tl.where(cand, (bits << 32) | j[None, :].to(tl.int64), -1)
+        # Most tiles far from the query hold nothing better than the current n-th key of any token.
+        if tl.max(tl.max(keys, axis=1) - tl.min(top, axis=1)) > 0:
+            top = _merge_top(top, keys, BT, BJ)
+
+    tl.store(O + row_off[:, None] * D + dcol[None, :], acc.to(O.dtype.element_ty), mask=row_ok[:, None])
+    slot = tl.arange(0, BJ)
+    toff = (bh * T + tb)[:, None] * K_SEL + slot[None, :]
+    tmask = (tb[:, None] < T) & (slot[None, :] < K_SEL)
+    ok = top >= 0
+    tl.store(IDX + toff, tl.where(ok, top & 0xFFFFFFFF, 0), mask=tmask)
+    tl.store(VALID + toff, ok, mask=tmask)
+
+
+@triton.jit
+def _cmp_bwd_dq(
+    Q,
+    K,
+    V,
+    O,
+    DO,
+    LSE,
+    DELTA,
+    DQ,
+    T,
+    NC,
+    qk_scale,
+    scale,
+    G: tl.constexpr,
+    GP: tl.constexpr,
+    D: tl.constexpr,
+    BT: tl.constexpr,
+    BN: tl.constexpr,
+    L: tl.constexpr,
+    S: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """dQ per query tile; also writes delta = rowsum(dO * O) for the dK/dV kernel that runs next."""
+    BM: tl.constexpr = BT * GP
+    pid_t = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    rows = tl.arange(0, BM)
+    tq = pid_t * BT + rows // GP
+    gq = rows % GP
+    row_ok = (gq < G) & (tq < T)
+    row_off = (bh * T + tq) * G + gq
+    dcol = tl.arange(0, D)
+    qoff = row_off[:, None] * D + dcol[None, :]
+    q = tl.load(Q + qoff, mask=row_ok[:, None], other=0.0)
+    do = tl.load(DO + qoff, mask=row_ok[:, None], other=0.0)
+    o = tl.load(O + qoff, mask=row_ok[:, None], other=0.0)
+    delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), axis=1)
+    tl.store(DELTA + row_off, delta, mask=row_ok)
+    lse = tl.load(LSE + row_off, mask=row_ok, other=0.0)
+    kbase = bh * NC * D
+
+    t_last = tl.minimum(pid_t * BT + BT - 1, T - 1)
+    n_vis = tl.where(t_last >= L - 1, tl.minimum(NC, (t_last - (L - 1)) // S + 1), 0)
+    key0 = tl.arange(0, BN)
+    dq = tl.zeros([BM, D], tl.float32)
+    for kb in range(0, tl.cdiv(n_vis, BN)):
+        key = kb * BN + key0
+        key_ok = key < NC
+        koff = kbase + key[:, None] * D + dcol[None, :]
+        k = tl.load(K + koff, mask=key_ok[:, None], other=0.0)
+        v = tl.load(V + koff, mask=key_ok[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+        vis = row_ok[:, None] & key_ok[None, :] & (key[None, :] * S + (L - 1) <= tq[:, None])
+        p = tl.where(vis, tl.exp2(s - lse[:, None]), 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
+    tl.store(DQ + qoff, (dq * scale).to(DQ.dtype.element_ty), mask=row_ok[:, None])
+
+
+@triton.jit
+def _cmp_bwd_dkv(
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    DK,
+    DV,
+    T,
+    NC,
+    qk_scale,
+    scale,
+    G: tl.constexpr,
+    GP: tl.constexpr,
+    D: tl.constexpr,
+    BT: tl.constexpr,
+    BN: tl.constexpr,
+    L: tl.constexpr,
+    S: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """dK, dV per compressed-key tile over the query tiles that see it (no atomics)."""
+    BM: tl.constexpr = BT * GP
+    pid_n = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    key = pid_n * BN + tl.arange(0, BN)
+    key_ok = key < NC
+    dcol = tl.arange(0, D)
+    koff = bh * NC * D + key[:, None] * D + dcol[None, :]
+    k = tl.load(K + koff, mask=key_ok[:, None], other=0.0)
+    v = tl.load(V + koff, mask=key_ok[:, None], other=0.0)
+    kend = key * S + (L - 1)  # first query that sees each key
+
+    rows = tl.arange(0, BM)
+    dk = tl.zeros([BN, D], tl.float32)
+    dv = tl.zeros([BN, D], tl.float32)
+    first = (pid_n * BN * S + (L - 1)) // BT
+    for tb in range(first, tl.cdiv(T, BT)):
+        tq = tb * BT + rows // GP
+        gq = rows % GP
+        row_ok = (gq < G) & (tq < T)
+        row_off = (bh * T + tq) * G + gq
+        qoff = row_off[:, None] * D + dcol[None, :]
+        q = tl.load(Q + qoff, mask=row_ok[:, None], other=0.0)
+        do = tl.load(DO + qoff, mask=row_ok[:, None], other=0.0)
+        lse = tl.load(LSE + row_off, mask=row_ok, other=0.0)
+        delta = tl.load(DELTA + row_off, mask=row_ok, other=0.0)
+        st = tl.dot(k, tl.trans(q), input_precision=PREC) * qk_scale
+        vis = key_ok[:, None] & row_ok[None, :] & (kend[:, None] <= tq[None, :])
+        pt = tl.where(vis, tl.exp2(st - lse[None, :]), 0.0)
+        dv += tl.dot(pt.to(do.dtype), do, input_precision=PREC)
+        dpt = tl.dot(v, tl.trans(do), input_precision=PREC)
+        dst = pt * (dpt - delta[None, :])
+        dk += tl.dot(dst.to(q.dtype), q, input_precision=PREC)
+    tl.store(DK + koff, (dk * scale).to(DK.dtype.element_ty), mask=key_ok[:, None])
+    tl.store(DV + koff, dv.to(DV.dtype.element_ty), mask=key_ok[:, None])
+
+
+def _pow2(x: int) -> int:
+    return 1 << max(0, x - 1).bit_length()
+
+
+def _config(group: int, head_dim: int, n_sel: int, block_len: int, block_stride: int, sel_block: int):
+    """Tile sizes and launch settings from the static geometry only (never from T)."""
+    gp = _pow2(group)
+    a, r = block_len // block_stride, sel_block // block_stride
+    rp = _pow2(r)
+    hmax = -(-(a - 1) // r)
+    # BJ selection blocks per tile: at least the running top-n width, >= 16 keys for tl.dot, and
+    # wide enough that Eq. 9's reach back (hmax blocks) stays within the previous tile.
+    bj = max(_pow2(n_sel), _pow2(max(1, 16 // rp)), _pow2(hmax))
+    bt = max(1, min(32, 128 // gp))  # query tokens per tile: rows bt*G ~ 128
+    warps = 4 if head_dim <= 64 else 8
+    bn_bwd = 64 if head_dim <= 64 else 32
+    bt_dkv = max(1, 64 // gp)
+    return {
+        "GP": gp,
+        "RP": rp,
+        "BJ": bj,
+        "BT": bt,
+        "warps": warps,
+        "bn_bwd": bn_bwd,
+        "bt_dkv": bt_dkv,
+    }
+
+
+def _prec(dtype: torch.dtype) -> str:
+    return "tf32" if dtype == torch.float32 and not interpreting() else "ieee"
+
+
+def _check_device(x: Tensor) -> None:
+    if x.device.type != "cuda" and not interpreting():
+        raise ValueError(
+            f"nsa.attention.triton.compressed: tensors on {x.device.type} need TRITON_INTERPRET=1 "
+            "(the triton backend runs on CUDA; use backend='eager' on CPU)"
+        )
+
+
+@torch.library.custom_op("nsa_triton::compressed_fwd", mutates_args=())
+def _fwd(
+    q: Tensor,
+    kc: Tensor,
+    vc: Tensor,
+    block_len: int,
+    block_stride: int,
+    sel_block: int,
+    n_sel: int,
+    scale: float,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Output, selection table and the row log-sum-exp (log2 domain) saved for the backward."""
+    _check_device(q)
+    B, Hkv, T, G, D = q.shape
+    nc = kc.shape[2]
+    k = min(n_sel, -(-T // sel_block))
+    c = _config(G, D, n_sel, block_len, block_stride, sel_block)
+    out = torch.empty_like(q)
+    lse = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
+    idx = torch.empty(B, Hkv, T, k, dtype=torch.int64, device=q.device)
+    valid = torch.empty(B, Hkv, T, k, dtype=torch.bool, device=q.device)
+    grid = (triton.cdiv(T, c["BT"]), B * Hkv)
+    _cmp_fwd[grid](
+        q, kc, vc, out, lse, idx, valid, T, nc, k, scale * _LOG2E,
+        G=G, GP=c["GP"], D=D, BT=c["BT"], BJ=c["BJ"], RP=c["RP"],
+        L=block_len, S=block_stride, LS=sel_block, PREC=_prec(q.dtype),
+        num_warps=c["warps"], num_stages=2,
+    )  # fmt: skip
+    return out, idx, valid, lse
+
+
+@_fwd.register_fake
+def _(q, kc, vc, block_len, block_stride, sel_block, n_sel, scale):
+    B, Hkv, T, G, _ = q.shape
+    k = min(n_sel, -(-T // sel_block))
+    return (
+        torch.empty_like(q),
+        q.new_empty(B, Hkv, T, k, dtype=torch.int64),
+        q.new_empty(B, Hkv, T, k, dtype=torch.bool),
+        q.new_empty(B, Hkv, T, G, dtype=torch.float32),
+    )
+
+
+@torch.library.custom_op("nsa_triton::compressed_bwd", mutates_args=())
+def _bwd(
+    dout: Tensor,
+    q: Tensor,
+    kc: Tensor,
+    vc: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    block_len: int,
+    block_stride: int,
+    n_sel: int,
+    sel_block: int,
+    scale: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """dQ (and delta) per query tile, then dK/dV per compressed-key tile: two launches."""
+    B, Hkv, T, G, D = q.shape
+    nc = kc.shape[2]
+    c = _config(G, D, n_sel, block_len, block_stride, sel_block)
+    dq = torch.empty_like(q)
+    dk = torch.empty_like(kc)
+    dv = torch.empty_like(vc)
+    delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
+    prec = _prec(q.dtype)
+    geo = {"G": G, "GP": c["GP"], "D": D, "L": block_len, "S": block_stride, "PREC": prec}
+    _cmp_bwd_dq[(triton.cdiv(T, c["BT"]), B * Hkv)](
+        q, kc, vc, out, dout, lse, delta, dq, T, nc, scale * _LOG2E, scale,
+        BT=c["BT"], BN=c["bn_bwd"], **geo, num_warps=c["warps"], num_stages=2,
+    )  # fmt: skip
+    # One program even when there is no compressed key (T < l): the launch count never depends on T.
+    _cmp_bwd_dkv[(triton.cdiv(max(nc, 1), c["bn_bwd"]), B * Hkv)](
+        q, kc, vc, dout, lse, delta, dk, dv, T, nc, scale * _LOG2E, scale,
+        BT=c["bt_dkv"], BN=c["bn_bwd"], **geo, num_warps=c["warps"], num_stages=2,
+    )  # fmt: skip
+    return dq, dk, dv
+
+
+@_bwd.register_fake
+def _(dout, q, kc, vc, out, lse, block_len, block_stride, n_sel, sel_block, scale):
+    return torch.empty_like(q), torch.empty_like(kc), torch.empty_like(vc)
+
+
+def _setup(ctx, inputs, output) -> None:
+    q, kc, vc, block_len, block_stride, sel_block, n_sel, scale = inputs
+    out, _, _, lse = output
+    ctx.save_for_backward(q, kc, vc, out, lse)
+    ctx.args = (block_len, block_stride, n_sel, sel_block, scale)
+
+
+def _backward(ctx, dout, _didx, _dvalid, _dlse):
+    q, kc, vc, out, lse = ctx.saved_tensors
+    dq, dk, dv = torch.ops.nsa_triton.compressed_bwd(dout.contiguous(), q, kc, vc, out, lse, *ctx.args)
+    return dq, dk, dv, None, None, None, None, None
+
+
+torch.library.register_autograd("nsa_triton::compressed_fwd", _backward, setup_context=_setup)
+
+
+def compressed_attention_and_selection(
+    q: Tensor,
+    kc: Tensor,
+    vc: Tensor,
+    *,
+    block_len: int,
+    block_stride: int,
+    sel_block: int,
+    n_sel: int,
+    scale: float,
+    chunk: int | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Compressed branch output [B, Hkv, T, G, D] and the selection table (idx, valid) [B, Hkv, T, k].
+
+    Same contract as `nsa.attention.compressed.compressed_attention_and_selection`; `chunk` (the
+    eager CPU knob) is accepted and ignored.
+    """
+    del chunk
+    out, idx, valid, _ = torch.ops.nsa_triton.compressed_fwd(
+        q.contiguous(), kc.contiguous(), vc.contiguous(), block_len, block_stride, sel_block, n_sel, scale
+    )
+    return out, idx, valid
+
+
+def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
+    """The three kernels as launched for `shape` on sm_`arch` (same config on sm_80 and sm_90)."""
+    del arch
+    dt = shape.dtype
+    c = _config(shape.group, shape.head_dim, shape.n_sel, shape.block_len, shape.block_stride, shape.sel_block)
+    prec = "tf32" if dt == "fp32" else "ieee"
+    geo = {
+        "G": shape.group,
+        "GP": c["GP"],
+        "D": shape.head_dim,
+        "L": shape.block_len,
+        "S": shape.block_stride,
+        "PREC": prec,
+    }
+    fwd_sig = {
+        "Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "O": f"*{dt}", "LSE": "*fp32", "IDX": "*i64",
+        "VALID": "*i1", "T": "i32", "NC": "i32", "K_SEL": "i32", "qk_scale": "fp32",
+    }  # fmt: skip
+    fwd_const = {
+        **geo,
+        "BT": c["BT"],
+        "BJ": c["BJ"],
+        "RP": c["RP"],
+        "LS": shape.sel_block,
+    }
+    dq_sig = {
+        "Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "O": f"*{dt}", "DO": f"*{dt}", "LSE": "*fp32",
+        "DELTA": "*fp32", "DQ": f"*{dt}", "T": "i32", "NC": "i32", "qk_scale": "fp32", "scale": "fp32",
+    }  # fmt: skip
+    dkv_sig = {
+        "Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "DO": f"*{dt}", "LSE": "*fp32", "DELTA": "*fp32",
+        "DK": f"*{dt}", "DV": f"*{dt}", "T": "i32", "NC": "i32", "qk_scale": "fp32", "scale": "fp32",
+    }  # fmt: skip
+    specs = [
+        ("compressed_fwd", _cmp_fwd, fwd_sig, fwd_const),
+        ("compressed_bwd_dq", _cmp_bwd_dq, dq_sig, {**geo, "BT": c["BT"], "BN": c["bn_bwd"]}),
+        ("compressed_bwd_dkv", _cmp_bwd_dkv, dkv_sig, {**geo, "BT": c["bt_dkv"], "BN": c["bn_bwd"]}),
+    ]
+    out = []
+    for name, fn, sig, const in specs:
+        full = {**sig, **{k: "constexpr" for k in const}}
+        out.append(KernelSpec(name, fn, full, const, num_warps=c["warps"], num_stages=2))
+    return out

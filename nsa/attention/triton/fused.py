@@ -1,0 +1,325 @@
+"""Fused element-wise passes of NSAAttention on the GPU (Triton): RoPE into the kernels' layout, gate mix.
+
+Owns `rope_to_layout` (drop-in for `nsa.attention.rope.rope_to_layout`: rotate and permute in one
+read and one write, backward the rotation by -angle written back in the input layout) and
+`gate_mix` (drop-in for `nsa.attention.nsa._gate_mix`: Eq. 5's gated sum written into wo's
+[B, T, H*D] layout in one pass; backward one pass producing the three branch gradients and the
+gate gradient, whose row dots dy . o are summed in float32 in the kernel). Shapes or dtypes these
+kernels do not cover go to the eager functions. It must not know about the attention branches.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from nsa.attention.nsa import _gate_mix as _eager_gate_mix
+from nsa.attention.precision import autocast_off
+from nsa.attention.rope import rope_to_layout as _eager_rope_to_layout
+from nsa.attention.triton import interpreting
+from nsa.attention.triton.spec import GpuShape, KernelSpec
+
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_Q_PERM = (0, 2, 1, 3, 4)  # q [B, T, Hkv, G, D] -> [B, Hkv, T, G, D]
+_K_PERM = (0, 2, 1, 3)  # keys [B, N, Hkv, D] -> [B, Hkv, N, D]
+
+
+# --------------------------------------------------------------------------------------- kernels
+@triton.jit
+def _rope_kernel(
+    X, COS, SIN, Out, T, Hkv,
+    sxb, sxt, sxh, sxr, sob, sot, soh, sor,
+    R: tl.constexpr, HALF: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr, NEG: tl.constexpr,
+):  # fmt: skip
+    """out = x*cos + rotate_half(x)*(+-sin) over [BLOCK_T tokens, R heads x HALF pairs] of one (b, h).
+
+    Strides of both sides are arguments: forward reads [B, T, Hkv, R, D] (any strides) and writes
+    [B, Hkv, T, R, D]; backward (NEG: rotation by -angle) goes the other way.
+    """
+    bh = tl.program_id(1)
+    b = (bh // Hkv).to(tl.int64)
+    h = (bh % Hkv).to(tl.int64)
+    t = (tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)).to(tl.int64)
+    c = tl.arange(0, BLOCK_C)  # (head r, pair j) flattened: R need not be a power of two
+    r = c // HALF
+    j = c % HALF
+    mask = (t[:, None] < T) & (c[None, :] < R * HALF)
+    x_off = b * sxb + h * sxh + t[:, None] * sxt + r[None, :] * sxr + j[None, :]
+    o_off = b * sob + h * soh + t[:, None] * sot + r[None, :] * sor + j[None, :]
+    tab = t[:, None] * (2 * HALF) + j[None, :]
+    x1 = tl.load(X + x_off, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(X + x_off + HALF, mask=mask, other=0.0).to(tl.float32)
+    c1 = tl.load(COS + tab, mask=mask, other=0.0)
+    c2 = tl.load(COS + tab + HALF, mask=mask, other=0.0)
+    s1 = tl.load(SIN + tab, mask=mask, other=0.0)
+    s2 = tl.load(SIN + tab + HALF, mask=mask, other=0.0)
+    if NEG:
+        s1 = -s1
+        s2 = -s2
+    tl.store(Out + o_off, (x1 * c1 - x2 * s1).to(Out.dtype.element_ty), mask=mask)
+    tl.store(Out + o_off + HALF, (x2 * c2 + x1 * s2).to(Out.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _gate_rows(bh, T, Hkv, G: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Offsets of BLOCK_R rows (token t, head g) of one (b, h): in o [B, Hkv, T, G, D], in
+    y [B, T, Hkv, G, D] and in the gates [B, T, Hkv, G, 3]; and the mask."""
+    R = T * G
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    d = tl.arange(0, BLOCK_D)
+    b = (bh // Hkv).to(tl.int64)
+    h = bh % Hkv
+    n = (b * T + rows // G) * Hkv * G + h * G + rows % G  # row of y and of g, as [B*T*Hkv*G]
+    mask = (rows < R)[:, None] & (d < D)[None, :]
+    o_off = bh.to(tl.int64) * R * D + rows[:, None] * D + d[None, :]
+    return o_off, n[:, None] * D + d[None, :], n * 3, mask, rows < R
+
+
+@triton.jit
+def _gate_mix_fwd(
+    Gt, OC, OS, OW, Y, T, Hkv,
+    G: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    o_off, y_off, g_off, mask, row_ok = _gate_rows(tl.program_id(1), T, Hkv, G, D, BLOCK_R, BLOCK_D)
+    g0 = tl.load(Gt + g_off, mask=row_ok, other=0.0).to(tl.float32)
+    g1 = tl.load(Gt + g_off + 1, mask=row_ok, other=0.0).to(tl.float32)
+    g2 = tl.load(Gt + g_off + 2, mask=row_ok, other=0.0).to(tl.float32)
+    y = g0[:, None] * tl.load(OC + o_off, mask=mask, other=0.0).to(tl.float32)
+    y += g1[:, None] * tl.load(OS + o_off, mask=mask, other=0.0).to(tl.float32)
+    y += g2[:, None] * tl.load(OW + o_off, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + y_off, y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _gate_mix_bwd(
+    Gt, OC, OS, OW, DY, DG, DOC, DOS, DOW, T, Hkv,
+    G: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    o_off, y_off, g_off, mask, row_ok = _gate_rows(tl.program_id(1), T, Hkv, G, D, BLOCK_R, BLOCK_D)
+    dy = tl.load(DY + y_off, mask=mask, other=0.0).to(tl.float32)
+    g0 = tl.load(Gt + g_off, mask=row_ok, other=0.0).to(tl.float32)
+    g1 = tl.load(Gt + g_off + 1, mask=row_ok, other=0.0).to(tl.float32)
+    g2 = tl.load(Gt + g_off + 2, mask=row_ok, other=0.0).to(tl.float32)
+    tl.store(DOC + o_off, (dy * g0[:, None]).to(DOC.dtype.element_ty), mask=mask)
+    tl.store(DOS + o_off, (dy * g1[:, None]).to(DOS.dtype.element_ty), mask=mask)
+    tl.store(DOW + o_off, (dy * g2[:, None]).to(DOW.dtype.element_ty), mask=mask)
+    dg0 = tl.sum(dy * tl.load(OC + o_off, mask=mask, other=0.0).to(tl.float32), 1)
+    dg1 = tl.sum(dy * tl.load(OS + o_off, mask=mask, other=0.0).to(tl.float32), 1)
+    dg2 = tl.sum(dy * tl.load(OW + o_off, mask=mask, other=0.0).to(tl.float32), 1)
+    tl.store(DG + g_off, dg0.to(DG.dtype.element_ty), mask=row_ok)
+    tl.store(DG + g_off + 1, dg1.to(DG.dtype.element_ty), mask=row_ok)
+    tl.store(DG + g_off + 2, dg2.to(DG.dtype.element_ty), mask=row_ok)
+
+
+# -------------------------------------------------------------------------------------- launches
+def _rope_config(r: int, head_dim: int, interp: bool = False) -> dict[str, int]:
+    """~4k (token, pair) elements per program: each loads two halves of x and four table slices."""
+    block_c = triton.next_power_of_2(r * (head_dim // 2))
+    block_t = max(1, min(64, 4096 // block_c)) if not interp else max(1, min(16, 1024 // block_c))
+    return {"BLOCK_T": block_t, "BLOCK_C": block_c, "num_warps": 4, "num_stages": 1}
+
+
+def _gate_config(head_dim: int) -> dict[str, int]:
+    """Rows per program so one [rows, D] tile is ~2k elements (the backward holds dy and one o at once)."""
+    block_d = triton.next_power_of_2(head_dim)
+    block_r = max(1, 2048 // block_d)
+    return {"BLOCK_R": block_r, "BLOCK_D": block_d, "num_warps": 4, "num_stages": 1}
+
+
+def _check_device(x: Tensor, what: str) -> None:
+    if x.device.type not in ("cuda", "meta") and not interpreting():
+        raise ValueError(
+            f"nsa.attention.triton.fused.{what}: tensors on {x.device} need a CUDA device, or "
+            "TRITON_INTERPRET=1 to run the kernels on the CPU (tests only)"
+        )
+
+
+def _launch_rope(x5: Tensor, cos: Tensor, sin: Tensor, out: Tensor, out_strides, neg: bool) -> None:
+    """x5 / out as [B, T, Hkv, R, D] index spaces (strides given in that order)."""
+    B, T, Hkv, R, D = x5.shape
+    cfg = _rope_config(R, D, interpreting())
+    launch = {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages")}
+    xs = x5.stride()
+    grid = (triton.cdiv(T, cfg["BLOCK_T"]), B * Hkv)
+    _rope_kernel[grid](
+        x5, cos, sin, out, T, Hkv, xs[0], xs[1], xs[2], xs[3], *out_strides,
+        R=R, HALF=D // 2, NEG=neg, **cfg, **launch,
+    )  # fmt: skip
+
+
+@torch.library.custom_op("nsa::triton_rope_to_layout", mutates_args=())
+@autocast_off
+def _rope_fwd_op(x5: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x5 [B, T, Hkv, R, D] (any strides, last dim contiguous) -> rotated [B, Hkv, T, R, D], contiguous."""
+    B, T, Hkv, R, D = x5.shape
+    out = x5.new_empty(B, Hkv, T, R, D)
+    s = out.stride()
+    _launch_rope(x5, cos, sin, out, (s[0], s[2], s[1], s[3]), neg=False)
+    return out
+
+
+@_rope_fwd_op.register_fake
+def _(x5, cos, sin):
+    B, T, Hkv, R, D = x5.shape
+    return x5.new_empty(B, Hkv, T, R, D)
+
+
+@torch.library.custom_op("nsa::triton_rope_from_layout", mutates_args=())
+@autocast_off
+def _rope_bwd_op(dout: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """dout [B, Hkv, T, R, D] -> dx [B, T, Hkv, R, D] contiguous, rotated by -angle."""
+    B, Hkv, T, R, D = dout.shape
+    dx = dout.new_empty(B, T, Hkv, R, D)
+    _launch_rope(dout.transpose(1, 2), cos, sin, dx, dx.stride()[:4], neg=True)
+    return dx
+
+
+@_rope_bwd_op.register_fake
+def _(dout, cos, sin):
+    B, Hkv, T, R, D = dout.shape
+    return dout.new_empty(B, T, Hkv, R, D)
+
+
+def _rope_setup(ctx, inputs, output) -> None:
+    _, cos, sin = inputs
+    ctx.save_for_backward(cos, sin)
+
+
+def _rope_backward(ctx, dout):
+    cos, sin = ctx.saved_tensors
+    if dout.stride(-1) != 1:
+        dout = dout.contiguous()
+    return torch.ops.nsa.triton_rope_from_layout(dout, cos, sin), None, None
+
+
+torch.library.register_autograd("nsa::triton_rope_to_layout", _rope_backward, setup_context=_rope_setup)
+
+
+def rope_to_layout(x: Tensor, cos: Tensor, sin: Tensor, perm: tuple[int, ...]) -> Tensor:
+    """`apply_rope(x, cos, sin).permute(perm).contiguous()` in one kernel (drop-in for the eager one).
+
+    Covered: q [B, T, Hkv, G, D] with perm (0, 2, 1, 3, 4) and keys [B, N, Hkv, D] with (0, 2, 1, 3),
+    x in float32/float16/bfloat16, tables [T, D] float32 (NSAAttention's, rotation in float32 as the
+    eager path does). Anything else goes to the eager function.
+    """
+    perm = tuple(perm)
+    T, D = x.shape[1], x.shape[-1]
+    covered = (
+        ((x.dim() == 5 and perm == _Q_PERM) or (x.dim() == 4 and perm == _K_PERM))
+        and x.dtype in _DTYPES
+        and cos.dtype == sin.dtype == torch.float32
+        and tuple(cos.shape) == tuple(sin.shape) == (T, D)
+        and cos.is_contiguous()
+        and sin.is_contiguous()
+        and D % 2 == 0
+        and x.device == cos.device
+    )
+    if not covered:
+        return _eager_rope_to_layout(x, cos, sin, perm)
+    _check_device(x, "rope_to_layout")
+    x5 = x if x.dim() == 5 else x.unsqueeze(3)
+    if x5.stride(-1) != 1:
+        x5 = x5.contiguous()
+    out = torch.ops.nsa.triton_rope_to_layout(x5, cos, sin)
+    return out if x.dim() == 5 else out.squeeze(3)
+
+
+@torch.library.custom_op("nsa::triton_gate_mix", mutates_args=())
+@autocast_off
+def _gate_mix_op(g: Tensor, o_cmp: Tensor, o_sel: Tensor, o_win: Tensor) -> Tensor:
+    B, Hkv, T, G, D = o_cmp.shape
+    y = o_cmp.new_empty(B, T, Hkv * G * D)
+    cfg = _gate_config(D)
+    launch = {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages")}
+    grid = (triton.cdiv(T * G, cfg["BLOCK_R"]), B * Hkv)
+    _gate_mix_fwd[grid](g, o_cmp, o_sel, o_win, y, T, Hkv, G=G, D=D, **cfg, **launch)
+    return y
+
+
+@_gate_mix_op.register_fake
+def _(g, o_cmp, o_sel, o_win):
+    B, Hkv, T, G, D = o_cmp.shape
+    return o_cmp.new_empty(B, T, Hkv * G * D)
+
+
+@torch.library.custom_op("nsa::triton_gate_mix_bwd", mutates_args=())
+@autocast_off
+def _gate_mix_bwd_op(
+    dy: Tensor, g: Tensor, o_cmp: Tensor, o_sel: Tensor, o_win: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    B, Hkv, T, G, D = o_cmp.shape
+    dg = torch.empty_like(g)
+    d_o = [torch.empty_like(o_cmp) for _ in range(3)]
+    cfg = _gate_config(D)
+    launch = {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages")}
+    grid = (triton.cdiv(T * G, cfg["BLOCK_R"]), B * Hkv)
+    _gate_mix_bwd[grid](g, o_cmp, o_sel, o_win, dy, dg, *d_o, T, Hkv, G=G, D=D, **cfg, **launch)
+    return dg, d_o[0], d_o[1], d_o[2]
+
+
+@_gate_mix_bwd_op.register_fake
+def _(dy, g, o_cmp, o_sel, o_win):
+    return torch.empty_like(g), torch.empty_like(o_cmp), torch.empty_like(o_cmp), torch.empty_like(o_cmp)
+
+
+def _gate_setup(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _gate_backward(ctx, dy):
+    return torch.ops.nsa.triton_gate_mix_bwd(dy.contiguous(), *ctx.saved_tensors)
+
+
+torch.library.register_autograd("nsa::triton_gate_mix", _gate_backward, setup_context=_gate_setup)
+
+
+def gate_mix(g: Tensor, o_cmp: Tensor, o_sel: Tensor, o_win: Tensor) -> Tensor:
+    """sum_c g_c * o_c [Eq. 5] as [B, T, H*D]; g [B, T, Hkv, G, 3], o_* [B, Hkv, T, G, D] (drop-in for
+    `nsa.attention.nsa._gate_mix`). One pass forward, one backward; the sum runs in float32.
+
+    Mixed dtypes or dtypes other than float32/float16/bfloat16 go to the eager function.
+    """
+    if not (g.dtype == o_cmp.dtype == o_sel.dtype == o_win.dtype) or g.dtype not in _DTYPES:
+        return _eager_gate_mix(g, o_cmp, o_sel, o_win)
+    _check_device(o_cmp, "gate_mix")
+    return torch.ops.nsa.triton_gate_mix(
+        g.contiguous(), o_cmp.contiguous(), o_sel.contiguous(), o_win.contiguous()
+    )
+
+
+def _signature(
+    fn, ptr: str, constexprs: dict, ints: tuple[str, ...], fp32_ptrs: tuple[str, ...] = ()
+) -> dict:
+    names = inspect.signature(fn.fn).parameters
+    return {
+        n: "constexpr" if n in constexprs else "i32" if n in ints else "*fp32" if n in fp32_ptrs else ptr
+        for n in names
+    }
+
+
+def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
+    """Every kernel of this module as NSAAttention launches it for `shape` (the same on sm_80 and sm_90:
+    these passes are bandwidth-bound and need no arch-specific tiles)."""
+    del arch
+    ptr = "*" + shape.dtype
+    strides = ("T", "Hkv", "sxb", "sxt", "sxh", "sxr", "sob", "sot", "soh", "sor")
+    specs = []
+    for name, r in (("rope_q", shape.group), ("rope_k", 1)):
+        for direction, neg in (("fwd", False), ("bwd", True)):
+            cfg = _rope_config(r, shape.head_dim)
+            launch = {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages")}
+            constexprs = {"R": r, "HALF": shape.head_dim // 2, "NEG": neg, **cfg}
+            sig = _signature(_rope_kernel, ptr, constexprs, strides, ("COS", "SIN"))
+            specs.append(KernelSpec(f"{name}_{direction}", _rope_kernel, sig, constexprs, **launch))
+    for name, fn in (("gate_mix_fwd", _gate_mix_fwd), ("gate_mix_bwd", _gate_mix_bwd)):
+        cfg = _gate_config(shape.head_dim)
+        launch = {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages")}
+        constexprs = {"G": shape.group, "D": shape.head_dim, **cfg}
+        specs.append(
+            KernelSpec(name, fn, _signature(fn, ptr, constexprs, ("T", "Hkv")), constexprs, **launch)
+        )
+    return specs

@@ -1,0 +1,481 @@
+"""Triton kernels of NSA's selected branch: `selected_attention`, a drop-in for the eager one.
+
+Owns the forward kernel (query-major: one program per query token, its G heads as the rows of one
+tile, looping over the token's table), the backward's dQ kernel (the same shape; it also writes
+delta = rowsum(dO * O)), the backward's dK/dV kernel (key-major: one program per segment of the
+queries that chose one selection block, found through a reverse index built by a constant number of
+aten ops, no atomics) and the reduction of the segments' partial dK/dV. It must not sync with the
+device, loop in Python over anything that grows with T, or build a [T, T] tensor; the number of
+launches is the same at every T (1 kernel forward; 3 kernels + 14 small aten ops backward).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from nsa.attention.triton import interpreting
+from nsa.attention.triton.spec import GpuShape, KernelSpec
+
+# Row reductions spelled as tl.reduce with triton's own combine functions: the same code as tl.max /
+# tl.sum on the GPU, but the interpreter maps them straight to numpy instead of re-patching the
+# language for a nested jit call (measured: about a third of the interpreted forward's time).
+_max_combine = tl.standard._elementwise_max
+_sum_combine = tl.standard._sum_combine
+
+
+@triton.jit
+def _sel_fwd_kernel(
+    Q, K, V, IDX, VALID, OUT, LSE,
+    T, NK, sm_scale,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
+    GP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    # One program: query token t of one (batch, KV head); rows = its G heads (padded to GP).
+    t = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    # int64 only in the per-(batch, KV head) base pointers; offsets inside one head are int32 (small
+    # offset tensors keep the register count down).
+    g = tl.arange(0, GP)
+    d = tl.arange(0, DP)
+    gm, dm = g < G, d < D
+    qoff = (t * G + g)[:, None] * D + d[None, :]
+    qmask = gm[:, None] & dm[None, :]
+    q = tl.load(Q + bh * T * G * D + qoff, mask=qmask, other=0.0)
+    K += bh * T * D
+    V += bh * T * D
+    IDX += (bh * T + t) * NK
+    VALID += (bh * T + t) * NK
+    qk_scale = sm_scale * 1.4426950408889634  # base-2 softmax
+    m_i = tl.full([GP], float("-inf"), tl.float32)
+    l_i = tl.zeros([GP], tl.float32)
+    acc = tl.zeros([GP, DP], tl.float32)
+    kk = tl.arange(0, BK)
+    for i in range(0, NK):
+        j = tl.load(IDX + i)
+        ok = (tl.load(VALID + i) != 0) & (j >= 0)
+        # Keys after t are masked; a block starting after t (or an invalid entry) adds nothing.
+        hi = tl.where(ok, tl.minimum(LP, t - j * LP + 1), 0).to(tl.int32)
+        start = (j * LP).to(tl.int32)  # used only when hi > 0, i.e. start <= t
+        for c in range(0, hi, BK):
+            km = (c + kk) < hi
+            koff = (start + c + kk)[:, None] * D + d[None, :]
+            k = tl.load(K + koff, mask=km[:, None] & dm[None, :], other=0.0)
+            v = tl.load(V + koff, mask=km[:, None] & dm[None, :], other=0.0)
+            s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+            s = tl.where(km[None, :], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine))  # finite: each chunk has a key <= t
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.reduce(p, 1, _sum_combine)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+            m_i = m_new
+    # A query with no valid key: zeros out, lse -inf (it then takes no part in the backward).
+    has = l_i > 0
+    out = acc / tl.where(has, l_i, 1.0)[:, None]
+    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    tl.store(OUT + bh * T * G * D + qoff, out.to(OUT.dtype.element_ty), mask=qmask)
+    tl.store(LSE + (bh * T + t) * G + g, lse, mask=gm)
+
+
+@triton.jit
+def _sel_bwd_dq_kernel(
+    Q, K, V, IDX, VALID, OUT, DO, LSE, DELTA, DQ,
+    T, NK, sm_scale,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
+    GP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    # Query-major like the forward; also stores delta for the key-major dK/dV kernel that runs next.
+    t = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    g = tl.arange(0, GP)
+    d = tl.arange(0, DP)
+    gm, dm = g < G, d < D
+    qoff = (t * G + g)[:, None] * D + d[None, :]
+    qmask = gm[:, None] & dm[None, :]
+    qbase = bh * T * G * D
+    q = tl.load(Q + qbase + qoff, mask=qmask, other=0.0)
+    do = tl.load(DO + qbase + qoff, mask=qmask, other=0.0)
+    o = tl.load(OUT + qbase + qoff, mask=qmask, other=0.0)
+    delta = tl.reduce(do.to(tl.float32) * o.to(tl.float32), 1, _sum_combine)
+    srow = (bh * T + t) * G + g
+    tl.store(DELTA + srow, delta, mask=gm)
+    lse = tl.load(LSE + srow, mask=gm, other=0.0)
+    lse = tl.where(lse == float("-inf"), 0.0, lse)  # such a row has no key: the loop adds nothing
+    qk_scale = sm_scale * 1.4426950408889634
+    dq = tl.zeros([GP, DP], tl.float32)
+    K += bh * T * D
+    V += bh * T * D
+    IDX += (bh * T + t) * NK
+    VALID += (bh * T + t) * NK
+    kk = tl.arange(0, BK)
+    for i in range(0, NK):
+        j = tl.load(IDX + i)
+        ok = (tl.load(VALID + i) != 0) & (j >= 0)
+        hi = tl.where(ok, tl.minimum(LP, t - j * LP + 1), 0).to(tl.int32)
+        start = (j * LP).to(tl.int32)
+        for c in range(0, hi, BK):
+            km = (c + kk) < hi
+            koff = (start + c + kk)[:, None] * D + d[None, :]
+            k = tl.load(K + koff, mask=km[:, None] & dm[None, :], other=0.0)
+            v = tl.load(V + koff, mask=km[:, None] & dm[None, :], other=0.0)
+            s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+            p = tl.where(km[None, :], tl.exp2(s - lse[:, None]), 0.0)
+            dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+            ds = p * (dp - delta[:, None])
+            dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
+    tl.store(DQ + qbase + qoff, (dq * sm_scale).to(DQ.dtype.element_ty), mask=qmask)
+
+
+@triton.jit
+def _sel_bwd_dkdv_kernel(
+    Q, K, V, DO, LSE, DELTA, ORDER, START, SEG_END, PDK, PDV,
+    T, NS, NK, NBLK, NSEARCH, S, sm_scale,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
+    DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    # One program: BN keys of one selection block against one segment (<= S pairs) of the (query,
+    # block) pairs that listed it; rows of a step are BR (pair, head) couples, r -> (pair r // G, head
+    # r % G), so a group of any size fills the tile. Writes the segment's partial dK/dV (fp32).
+    # Pairs are sorted by global block bh*NS + j (ORDER: their flat table positions, START: where each
+    # block's pairs begin); block b owns segments [SEG_END[b] - ceil(count/S), SEG_END[b]). This
+    # program's block is the first b with SEG_END[b] > s_id (binary search, NSEARCH steps).
+    s_id = tl.program_id(0)
+    nb = tl.program_id(1)
+    lo_b = s_id * 0
+    hi_b = lo_b + NBLK
+    for _ in range(0, NSEARCH):
+        mid = (lo_b + hi_b) // 2
+        active = lo_b < hi_b
+        right = active & (tl.load(SEG_END + tl.minimum(mid, NBLK - 1)) <= s_id)
+        lo_b = tl.where(right, mid + 1, lo_b)
+        hi_b = tl.where(active & ~right, mid, hi_b)
+    used = lo_b < NBLK  # the static grid has spare segments past the last block's
+    blk = tl.minimum(lo_b, NBLK - 1)
+    b0 = tl.load(START + blk)
+    b1 = tl.load(START + blk + 1)
+    seg0 = tl.load(SEG_END + blk) - (b1 - b0 + S - 1) // S
+    lo = b0 + (s_id - seg0) * S
+    hi = tl.where(used, tl.minimum(lo + S, b1), lo)
+    bh = (blk // NS).to(tl.int64)
+    j = blk % NS
+    n = tl.arange(0, BN)
+    d = tl.arange(0, DP)
+    dm = d < D
+    Q += bh * T * G * D
+    DO += bh * T * G * D
+    LSE += bh * T * G
+    DELTA += bh * T * G
+    kpos = (j * LP + nb * BN + n).to(tl.int32)
+    kmask = ((nb * BN + n) < LP) & (kpos < T)
+    koff = kpos[:, None] * D + d[None, :]
+    k = tl.load(K + bh * T * D + koff, mask=kmask[:, None] & dm[None, :], other=0.0)
+    v = tl.load(V + bh * T * D + koff, mask=kmask[:, None] & dm[None, :], other=0.0)
+    qk_scale = sm_scale * 1.4426950408889634
+    dk = tl.zeros([BN, DP], tl.float32)
+    dv = tl.zeros([BN, DP], tl.float32)
+    r = tl.arange(0, BR)
+    nrows = (hi - lo) * G
+    for r0 in range(0, nrows, BR):
+        rr = r0 + r
+        rm = rr < nrows
+        pair = lo + rr // G
+        tq = ((tl.load(ORDER + pair, mask=rm, other=0) // NK) % T).to(tl.int32)
+        qrow = tq * G + rr % G
+        qoff = qrow[:, None] * D + d[None, :]
+        q = tl.load(Q + qoff, mask=rm[:, None] & dm[None, :], other=0.0)
+        do = tl.load(DO + qoff, mask=rm[:, None] & dm[None, :], other=0.0)
+        lse = tl.load(LSE + qrow, mask=rm, other=0.0)
+        delta = tl.load(DELTA + qrow, mask=rm, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+        ok = rm[:, None] & kmask[None, :] & (kpos[None, :] <= tq[:, None])
+        p = tl.where(ok, tl.exp2(s - lse[:, None]), 0.0)
+        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
+        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        ds = p * (dp - delta[:, None])
+        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
+    poff = (s_id.to(tl.int64) * LP + nb * BN + n)[:, None] * DP + d[None, :]
+    pm = ((nb * BN + n) < tl.where(used, LP, 0))[:, None]  # spare segments store nothing
+    tl.store(PDK + poff, dk * sm_scale, mask=pm)
+    tl.store(PDV + poff, dv, mask=pm)
+
+
+@triton.jit
+def _sel_bwd_reduce_kernel(
+    PDK, PDV, START, SEG_END, DK, DV,
+    T, NS, S,
+    D: tl.constexpr, LP: tl.constexpr, DP: tl.constexpr, BN: tl.constexpr,
+):  # fmt: skip
+    # One program: BN keys of one block; sums the partials of the block's segments (contiguous, in
+    # segment order, so the sum is deterministic) and writes dK/dV in the keys' dtype.
+    blk = tl.program_id(0)
+    nb = tl.program_id(1)
+    bh = (blk // NS).to(tl.int64)
+    j = blk % NS
+    ns = (tl.load(START + blk + 1) - tl.load(START + blk) + S - 1) // S
+    s0 = tl.load(SEG_END + blk) - ns
+    n = tl.arange(0, BN)
+    d = tl.arange(0, DP)
+    dk = tl.zeros([BN, DP], tl.float32)
+    dv = tl.zeros([BN, DP], tl.float32)
+    for s in range(0, ns):
+        poff = ((s0 + s).to(tl.int64) * LP + nb * BN + n)[:, None] * DP + d[None, :]
+        pm = ((nb * BN + n) < LP)[:, None]
+        dk += tl.load(PDK + poff, mask=pm, other=0.0)
+        dv += tl.load(PDV + poff, mask=pm, other=0.0)
+    kpos = j * LP + nb * BN + n
+    km = (((nb * BN + n) < LP) & (kpos < T))[:, None] & (d < D)[None, :]
+    off = (bh * T + kpos)[:, None] * D + d[None, :]
+    tl.store(DK + off, dk.to(DK.dtype.element_ty), mask=km)
+    tl.store(DV + off, dv.to(DV.dtype.element_ty), mask=km)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Launch configuration: a pure function of the static shape (no autotune), shared by the launchers and
+# gpucheck_specs so gpucheck compiles exactly what runs.
+
+
+def _p2(x: int, lo: int = 16) -> int:
+    return max(lo, triton.next_power_of_2(x))
+
+
+def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
+    """Tiles and warps (checked with ptxas for sm_80/sm_90 at head_dim 64 and 128: no spills).
+
+    GP: head rows padded to a tile (tl.dot needs >= 16); BK/BN: keys per step (a selection block in
+    steps of <= 64); BR: (pair, head) rows per step of the dK/dV kernel. The dK/dV kernel holds two
+    fp32 [BN, D] accumulators: 8 warps, and at head_dim 128 half the rows and no software pipelining
+    (with 64 rows or 2 stages ptxas spilled on sm_90).
+    """
+    DP = _p2(D)
+    return {
+        "GP": _p2(G),
+        "DP": DP,
+        "BK": min(key_tile, _p2(LP)),
+        "BN": min(key_tile, _p2(LP)),
+        "BR": 32 if DP > 64 else 64,
+        "warps_q": 4,
+        "warps_kv": 8,
+        "stages_kv": 1 if DP > 64 else 2,
+        "warps_red": 8,
+        "stages": 2,
+    }
+
+
+def _seg_pairs(T: int) -> int:
+    """(query, block) pairs per dK/dV program: bounds a program's work (block 0 is listed by every query)
+    while keeping the partial-dK/dV buffer small: T/4 pairs, clamped to [16, 2048]."""
+    return min(2048, max(16, triton.next_power_of_2(T) // 4))
+
+
+def _launch_config(G: int, D: int, LP: int) -> dict[str, int]:
+    """The GPU config; the interpreter steps through keys 16 at a time (same code path), so the tests'
+    small blocks also run the loops over several key steps and the dK/dV grid's split of a block."""
+    return _config(G, D, LP, key_tile=16 if interpreting() else 64)
+
+
+def _prec(dtype: torch.dtype) -> str:
+    # fp32 inputs: tf32 tensor cores on the GPU; the interpreter only knows exact ("ieee") products.
+    return "tf32" if dtype == torch.float32 and not interpreting() else "ieee"
+
+
+def _reverse_index(idx: Tensor, valid: Tensor, LP: int):
+    """(query, block) pairs sorted by block, in a constant number of aten ops and no host sync.
+
+    Returns order [P] (each sorted pair's flat position in the table [BH, T, k]; pairs without keys
+    sort last), start [BH*Ns + 1] (where block b's pairs begin), seg_end [BH*Ns] (cumulative count of
+    S-pair segments), S and NSEG = BH*Ns + ceil(BH*T*k / S), a static bound on the segments (a block
+    with c pairs uses ceil(c/S) < c/S + 1 of them): the dK/dV grid.
+    """
+    B, Hkv, T, NK = idx.shape
+    dev, BH = idx.device, B * Hkv
+    ns = -(-T // LP)
+    nblk = BH * ns
+    S = _seg_pairs(T)
+    t = torch.arange(T, device=dev).view(T, 1)
+    keep = valid & (idx >= 0) & (idx * LP <= t)  # the entries that add keys, as in the kernels
+    base = torch.arange(0, nblk, ns, device=dev).view(B, Hkv, 1, 1)
+    key = torch.where(keep, idx + base, nblk).view(-1)
+    skey, order = torch.sort(key, stable=True)
+    start = torch.searchsorted(skey, torch.arange(nblk + 1, device=dev))
+    nseg = torch.div(start[1:] - start[:-1] + (S - 1), S, rounding_mode="floor")
+    seg_end = torch.cumsum(nseg, 0)
+    return order, start, seg_end, S, nblk + -(-(BH * T * NK) // S)
+
+
+@torch.library.custom_op("nsa_triton::selected_fwd", mutates_args=())
+def _selected_fwd(
+    q: Tensor, k: Tensor, v: Tensor, idx: Tensor, valid: Tensor, sel_block: int, scale: float
+) -> tuple[Tensor, Tensor]:
+    B, Hkv, T, G, D = q.shape
+    NK = idx.shape[-1]
+    cfg = _launch_config(G, D, sel_block)
+    out = torch.empty_like(q)
+    lse = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
+    _sel_fwd_kernel[(T, B * Hkv)](
+        q, k, v, idx, valid.view(torch.int8), out, lse, T, NK, scale,
+        G=G, D=D, LP=sel_block, GP=cfg["GP"], DP=cfg["DP"], BK=cfg["BK"], PREC=_prec(q.dtype),
+        num_warps=cfg["warps_q"], num_stages=cfg["stages"],
+    )  # fmt: skip
+    return out, lse
+
+
+@_selected_fwd.register_fake
+def _(q, k, v, idx, valid, sel_block, scale):
+    return torch.empty_like(q), q.new_empty(q.shape[:4], dtype=torch.float32)
+
+
+@torch.library.custom_op("nsa_triton::selected_bwd", mutates_args=())
+def _selected_bwd(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    idx: Tensor,
+    valid: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    sel_block: int,
+    scale: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    B, Hkv, T, G, D = q.shape
+    BH, NK, LP = B * Hkv, idx.shape[-1], sel_block
+    cfg = _launch_config(G, D, LP)
+    prec = _prec(q.dtype)
+    dout = dout.contiguous()
+    dq = torch.empty_like(q)
+    delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
+    _sel_bwd_dq_kernel[(T, BH)](
+        q, k, v, idx, valid.view(torch.int8), out, dout, lse, delta, dq, T, NK, scale,
+        G=G, D=D, LP=LP, GP=cfg["GP"], DP=cfg["DP"], BK=cfg["BK"], PREC=prec,
+        num_warps=cfg["warps_q"], num_stages=cfg["stages"],
+    )  # fmt: skip
+    order, start, seg_end, S, nseg = _reverse_index(idx, valid, LP)
+    ns = -(-T // LP)
+    DP, BN = cfg["DP"], cfg["BN"]
+    pdk = torch.empty(nseg, LP, DP, dtype=torch.float32, device=q.device)
+    pdv = torch.empty_like(pdk)
+    nb = triton.cdiv(LP, BN)
+    nsearch = (BH * ns).bit_length() + 1
+    _sel_bwd_dkdv_kernel[(nseg, nb)](
+        q, k, v, dout, lse, delta, order, start, seg_end, pdk, pdv, T, ns, NK, BH * ns, nsearch, S, scale,
+        G=G, D=D, LP=LP, DP=DP, BN=BN, BR=cfg["BR"], PREC=prec,
+        num_warps=cfg["warps_kv"], num_stages=cfg["stages_kv"],
+    )  # fmt: skip
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    _sel_bwd_reduce_kernel[(BH * ns, nb)](
+        pdk, pdv, start, seg_end, dk, dv, T, ns, S, D=D, LP=LP, DP=DP, BN=BN,
+        num_warps=cfg["warps_red"], num_stages=1,
+    )  # fmt: skip
+    return dq, dk, dv
+
+
+@_selected_bwd.register_fake
+def _(dout, q, k, v, idx, valid, out, lse, sel_block, scale):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    q, k, v, idx, valid, sel_block, scale = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, idx, valid, out, lse)
+    ctx.sel_block, ctx.scale = sel_block, scale
+
+
+def _backward(ctx, dout, _dlse):
+    q, k, v, idx, valid, out, lse = ctx.saved_tensors
+    dq, dk, dv = torch.ops.nsa_triton.selected_bwd(
+        dout, q, k, v, idx, valid, out, lse, ctx.sel_block, ctx.scale
+    )
+    return dq, dk, dv, None, None, None, None
+
+
+torch.library.register_autograd("nsa_triton::selected_fwd", _backward, setup_context=_setup_context)
+
+
+def selected_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    idx: Tensor,
+    valid: Tensor,
+    *,
+    sel_block: int,
+    scale: float,
+    chunk: int | None = None,
+    forced_blocks: bool = False,
+) -> Tensor:
+    """Selected branch: q [B,Hkv,T,G,D], k/v [B,Hkv,T,D], idx/valid [B,Hkv,T,n] -> [B,Hkv,T,G,D].
+
+    Same semantics as `nsa.attention.selected.selected_attention` for any table: one softmax over the
+    keys of every valid entry (an entry listed twice counts twice, as in the eager op), keys after the
+    query masked, zeros for a query without any key. `chunk` (the eager op's CPU loop step) and
+    `forced_blocks` (the eager op's sizing hint) are accepted and ignored: the kernels need neither, and
+    a table without the forced blocks is still exact here (never NaN).
+    """
+    del chunk, forced_blocks
+    if q.device.type not in ("cuda", "meta") and not interpreting():
+        raise ValueError(
+            f"triton selected_attention: tensors on {q.device.type}; use CUDA (or meta) tensors, or set TRITON_INTERPRET=1"
+        )
+    dtype = q.dtype
+    k, v = k.to(dtype).contiguous(), v.to(dtype).contiguous()
+    idx, valid = idx.contiguous(), valid.contiguous()
+    return torch.ops.nsa_triton.selected_fwd(q.contiguous(), k, v, idx, valid, sel_block, float(scale))[0]
+
+
+# ---------------------------------------------------------------------------------------------------
+# gpucheck
+
+
+def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
+    """Every kernel this module launches for `shape` on sm_`arch`, with its launcher's exact settings."""
+    del arch  # the same configuration on sm_80 and sm_90
+    G, D, LP = shape.group, shape.head_dim, shape.sel_block
+    cfg = _config(G, D, LP)
+    dt = shape.dtype
+    prec = "tf32" if dt == "fp32" else "ieee"
+    ptr, f32 = f"*{dt}", "*fp32"
+    q_common = {"G": G, "D": D, "LP": LP, "GP": cfg["GP"], "DP": cfg["DP"], "BK": cfg["BK"], "PREC": prec}
+
+    def sig(names: dict[str, str], consts: dict) -> dict[str, str]:
+        return {**names, **{c: "constexpr" for c in consts}}
+
+    i32, i64, i8 = "i32", "*i64", "*i8"
+    fwd_args = dict(Q=ptr, K=ptr, V=ptr, IDX=i64, VALID=i8, OUT=ptr, LSE=f32, T=i32, NK=i32, sm_scale="fp32")
+    dq_args = dict(
+        Q=ptr, K=ptr, V=ptr, IDX=i64, VALID=i8, OUT=ptr, DO=ptr, LSE=f32, DELTA=f32, DQ=ptr,
+        T=i32, NK=i32, sm_scale="fp32",
+    )  # fmt: skip
+    kv_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR"], "PREC": prec}
+    kv_args = dict(
+        Q=ptr, K=ptr, V=ptr, DO=ptr, LSE=f32, DELTA=f32, ORDER=i64, START=i64, SEG_END=i64, PDK=f32, PDV=f32,
+        T=i32, NS=i32, NK=i32, NBLK=i32, NSEARCH=i32, S=i32, sm_scale="fp32",
+    )  # fmt: skip
+    red_consts = {"D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"]}
+    red_args = dict(PDK=f32, PDV=f32, START=i64, SEG_END=i64, DK=ptr, DV=ptr, T=i32, NS=i32, S=i32)
+    st = cfg["stages"]
+    return [
+        KernelSpec("selected_fwd", _sel_fwd_kernel, sig(fwd_args, q_common), q_common, cfg["warps_q"], st),
+        KernelSpec(
+            "selected_bwd_dq", _sel_bwd_dq_kernel, sig(dq_args, q_common), q_common, cfg["warps_q"], st
+        ),
+        KernelSpec(
+            "selected_bwd_dkdv",
+            _sel_bwd_dkdv_kernel,
+            sig(kv_args, kv_consts),
+            kv_consts,
+            cfg["warps_kv"],
+            cfg["stages_kv"],
+        ),
+        KernelSpec(
+            "selected_bwd_reduce",
+            _sel_bwd_reduce_kernel,
+            sig(red_args, red_consts),
+            red_consts,
+            cfg["warps_red"],
+            1,
+        ),
+    ]
