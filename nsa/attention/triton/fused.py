@@ -17,7 +17,6 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from nsa.attention.nsa import _gate_mix as _eager_gate_mix
 from nsa.attention.precision import autocast_off
 from nsa.attention.rope import rope_to_layout as _eager_rope_to_layout
 from nsa.attention.triton import interpreting
@@ -43,16 +42,20 @@ def _rope_kernel(
     bh = tl.program_id(1)
     b = (bh // Hkv).to(tl.int64)
     h = (bh % Hkv).to(tl.int64)
-    t = (tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)).to(tl.int64)
+    t0 = tl.program_id(0) * BLOCK_T
+    dt = tl.arange(0, BLOCK_T)
     c = tl.arange(0, BLOCK_C)  # (head r, pair j) flattened: R need not be a power of two
     r = c // HALF
     j = c % HALF
-    mask = (t[:, None] < T) & (c[None, :] < R * HALF)
-    x_off = b * sxb + h * sxh + t[:, None] * sxt + r[None, :] * sxr + j[None, :]
-    o_off = b * sob + h * soh + t[:, None] * sot + r[None, :] * sor + j[None, :]
-    tab = t[:, None] * (2 * HALF) + j[None, :]
-    x1 = tl.load(X + x_off, mask=mask, other=0.0).to(tl.float32)
-    x2 = tl.load(X + x_off + HALF, mask=mask, other=0.0).to(tl.float32)
+    mask = (t0 + dt < T)[:, None] & (c < R * HALF)[None, :]
+    # int64 only in the per-program base; offsets inside the tile stay int32 (fewer registers).
+    x_base = X + (b * sxb + h * sxh + t0.to(tl.int64) * sxt)
+    o_base = Out + (b * sob + h * soh + t0.to(tl.int64) * sot)
+    x_off = dt[:, None] * sxt + (r * sxr + j)[None, :]
+    o_off = dt[:, None] * sot + (r * sor + j)[None, :]
+    tab = (t0 + dt)[:, None] * (2 * HALF) + j[None, :]
+    x1 = tl.load(x_base + x_off, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(x_base + x_off + HALF, mask=mask, other=0.0).to(tl.float32)
     c1 = tl.load(COS + tab, mask=mask, other=0.0)
     c2 = tl.load(COS + tab + HALF, mask=mask, other=0.0)
     s1 = tl.load(SIN + tab, mask=mask, other=0.0)
@@ -60,8 +63,8 @@ def _rope_kernel(
     if NEG:
         s1 = -s1
         s2 = -s2
-    tl.store(Out + o_off, (x1 * c1 - x2 * s1).to(Out.dtype.element_ty), mask=mask)
-    tl.store(Out + o_off + HALF, (x2 * c2 + x1 * s2).to(Out.dtype.element_ty), mask=mask)
+    tl.store(o_base + o_off, (x1 * c1 - x2 * s1).to(Out.dtype.element_ty), mask=mask)
+    tl.store(o_base + o_off + HALF, (x2 * c2 + x1 * s2).to(Out.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -117,10 +120,12 @@ def _gate_mix_bwd(
 
 # -------------------------------------------------------------------------------------- launches
 def _rope_config(r: int, head_dim: int, interp: bool = False) -> dict[str, int]:
-    """~4k (token, pair) elements per program: each loads two halves of x and four table slices."""
+    """~2k (token, pair) elements per program, 8 per thread: each loads two halves of x and four
+    table slices, so larger tiles only cost registers (occupancy) in a bandwidth-bound pass."""
     block_c = triton.next_power_of_2(r * (head_dim // 2))
-    block_t = max(1, min(64, 4096 // block_c)) if not interp else max(1, min(16, 1024 // block_c))
-    return {"BLOCK_T": block_t, "BLOCK_C": block_c, "num_warps": 4, "num_stages": 1}
+    block_t = max(1, min(64, (1024 if interp else 2048) // block_c))
+    warps = max(1, min(8, block_t * block_c // 256))
+    return {"BLOCK_T": block_t, "BLOCK_C": block_c, "num_warps": warps, "num_stages": 1}
 
 
 def _gate_config(head_dim: int) -> dict[str, int]:
@@ -217,6 +222,7 @@ def rope_to_layout(x: Tensor, cos: Tensor, sin: Tensor, perm: tuple[int, ...]) -
         and sin.is_contiguous()
         and D % 2 == 0
         and x.device == cos.device
+        and not (cos.requires_grad or sin.requires_grad)  # the kernel gives no table gradients
     )
     if not covered:
         return _eager_rope_to_layout(x, cos, sin, perm)
@@ -284,7 +290,10 @@ def gate_mix(g: Tensor, o_cmp: Tensor, o_sel: Tensor, o_win: Tensor) -> Tensor:
     Mixed dtypes or dtypes other than float32/float16/bfloat16 go to the eager function.
     """
     if not (g.dtype == o_cmp.dtype == o_sel.dtype == o_win.dtype) or g.dtype not in _DTYPES:
-        return _eager_gate_mix(g, o_cmp, o_sel, o_win)
+        # Imported here: nsa.py may import this module, and must be free to do so at its top.
+        from nsa.attention.nsa import _gate_mix as eager_gate_mix
+
+        return eager_gate_mix(g, o_cmp, o_sel, o_win)
     _check_device(o_cmp, "gate_mix")
     return torch.ops.nsa.triton_gate_mix(
         g.contiguous(), o_cmp.contiguous(), o_sel.contiguous(), o_win.contiguous()

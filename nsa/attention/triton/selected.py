@@ -6,7 +6,7 @@ delta = rowsum(dO * O)), the backward's dK/dV kernel (key-major: one program per
 queries that chose one selection block, found through a reverse index built by a constant number of
 aten ops, no atomics) and the reduction of the segments' partial dK/dV. It must not sync with the
 device, loop in Python over anything that grows with T, or build a [T, T] tensor; the number of
-launches is the same at every T (1 kernel forward; 3 kernels + 14 small aten ops backward).
+launches is the same at every T (1 kernel forward; 3 kernels + 16 small aten ops backward).
 """
 
 from __future__ import annotations
@@ -246,8 +246,8 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
 
     GP: head rows padded to a tile (tl.dot needs >= 16); BK/BN: keys per step (a selection block in
     steps of <= 64); BR: (pair, head) rows per step of the dK/dV kernel. The dK/dV kernel holds two
-    fp32 [BN, D] accumulators: 8 warps, and at head_dim 128 half the rows and no software pipelining
-    (with 64 rows or 2 stages ptxas spilled on sm_90).
+    fp32 [BN, D] accumulators: 8 warps, no software pipelining, and at head_dim 128 half the rows
+    (with 2 stages, or 64 rows at head_dim 128, ptxas spilled on sm_90).
     """
     DP = _p2(D)
     return {
@@ -258,7 +258,7 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
         "BR": 32 if DP > 64 else 64,
         "warps_q": 4,
         "warps_kv": 8,
-        "stages_kv": 1 if DP > 64 else 2,
+        "stages_kv": 1,
         "warps_red": 8,
         "stages": 2,
     }

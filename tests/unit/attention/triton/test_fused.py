@@ -147,3 +147,24 @@ def test_gpucheck_specs_cover_every_kernel(head_dim):
     assert rope_q.constexprs["R"] == 6 and rope_q.constexprs["HALF"] == head_dim // 2
     assert rope_q.signature["X"] == "*bf16" and rope_q.signature["COS"] == "*fp32"
     assert rope_q.constexprs["BLOCK_C"] >= 6 * head_dim // 2
+
+
+def test_custom_ops_pass_opcheck():
+    """Schemas, fake (meta) kernels and autograd registrations agree with the real ops."""
+    torch.manual_seed(0)
+    cos, sin = rope_cos_sin(torch.arange(5), 64, 10000.0, torch.float32)
+    x = torch.randn(1, 5, 2, 3, 64, requires_grad=True)
+    torch.library.opcheck(torch.ops.nsa.triton_rope_to_layout.default, (x, cos, sin))
+    g = torch.rand(1, 5, 2, 3, 3, requires_grad=True)
+    outs = [torch.randn(1, 2, 5, 3, 64, requires_grad=True) for _ in range(3)]
+    torch.library.opcheck(torch.ops.nsa.triton_gate_mix.default, (g, *outs))
+    q = torch.randn(1, 2, 5, 3, 64, requires_grad=True)
+    k = torch.randn(1, 2, 5, 64, requires_grad=True)
+    torch.library.opcheck(torch.ops.nsa.triton_window_fwd.default, (q, k, k.detach().clone(), 3, 0.125))
+
+
+def test_gate_mix_float64_takes_the_eager_path():
+    torch.manual_seed(0)
+    g = torch.rand(1, 4, 1, 2, 3, dtype=torch.float64)
+    outs = [torch.randn(1, 1, 4, 2, 8, dtype=torch.float64) for _ in range(3)]
+    assert torch.equal(fused.gate_mix(g, *outs), eager_gate_mix(g, *outs))

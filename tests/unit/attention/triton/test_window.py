@@ -112,3 +112,15 @@ def test_gpucheck_specs_cover_every_kernel_with_full_signatures(arch, head_dim):
         assert s.constexprs["G"] == 6 and s.constexprs["D"] == head_dim
         assert s.signature["Q"] == "*bf16" and s.signature["LSE"] == "*fp32"
         assert s.num_warps in (4, 8) and s.num_stages >= 1
+
+
+@pytest.mark.parametrize(("D", "arch"), [(64, 80), (128, 90)])
+def test_window_with_the_gpu_tiles_matches_eager(monkeypatch, D, arch):
+    """The tiles the GPU launches (not the interpreter's small ones), on a T that crosses them."""
+    gpu = tw._configs(D, arch)
+    monkeypatch.setattr(tw, "_configs", lambda head_dim, a, interp=False: gpu)
+    q, k, v, do = _inputs(1, 1, 300, 2, D, torch.float32, seed=2)
+    want = _run(eager_window, q, k, v, do, 150)
+    got = _run(tw.window_attention, q, k, v, do, 150)
+    for name, a, b in zip(("out", "dq", "dk", "dv"), got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
