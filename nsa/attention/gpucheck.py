@@ -4,7 +4,8 @@ Owns the ahead-of-time check CI runs: for each config (default configs/m7c_125m.
 configs/long_context.yaml, read by the trainer's own config loader) it builds the layer's `GpuShape`,
 asks each kernel module (`nsa.attention.triton.{selected,compressed,window,fused}`) for the
 `KernelSpec`s it would launch on that arch (`gpucheck_specs(shape, arch)`), compiles them with
-`triton.compile(ASTSource(...), target=GPUTarget("cuda", arch, 32))`, reruns the wheel's ptxas with
+`triton.compile(ASTSource(...), target=GPUTarget("cuda", arch, 32))` (pointer arguments marked 16-byte
+aligned, as the JIT specialises them for torch allocations), reruns the wheel's ptxas with
 `-v` on the PTX for registers and spills, and prints one JSON line per kernel x arch x config. Exit 1
 when a kernel fails to compile, spills, or needs more shared memory than a block may opt into
 (A100: 166,912 bytes = 163 KB; H100: 232,448 bytes = 227 KB: cudaDevAttrMaxSharedMemoryPerBlockOptin
@@ -105,7 +106,16 @@ def check_spec(spec: KernelSpec, arch: int) -> dict:
         return rec
     t0 = time.perf_counter()
     try:
-        src = ASTSource(fn=spec.fn, signature=dict(spec.signature), constexprs=dict(spec.constexprs))
+        # The JIT specialises every 16-byte-aligned pointer argument (all torch allocations) as
+        # divisible by 16 at launch; compile that same specialisation.
+        aligned = {
+            (i,): [["tt.divisibility", 16]]
+            for i, name in enumerate(spec.fn.arg_names)
+            if str(spec.signature.get(name, "")).startswith("*")
+        }
+        src = ASTSource(
+            fn=spec.fn, signature=dict(spec.signature), constexprs=dict(spec.constexprs), attrs=aligned
+        )
         opts = {"num_warps": spec.num_warps, "num_stages": spec.num_stages}
         k = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=opts)
         rep = _ptxas_report(k.asm["ptx"], arch)
