@@ -61,6 +61,7 @@ def build_attention(cfg: ModelConfig) -> nn.Module:
         window=n.window,
         rope_theta=cfg.rope_theta,
         compression=n.compression,
+        backend=n.backend,
     )
 
 

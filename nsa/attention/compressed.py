@@ -16,9 +16,39 @@ from nsa.attention.precision import acc_dtype as _acc
 from nsa.attention.precision import autocast_off
 from nsa.attention.selection import top_blocks
 
-# Query rows per chunk on top of the caller's `chunk`: the float32 [Hkv, C*G, n_vis] probabilities of
-# a chunk stay cache-sized (measured on the 2-core dev VM, see docs/attention.md).
+# Query rows per chunk on top of the caller's `chunk`, CPU: the float32 [Hkv, C*G, n_vis] probabilities
+# of a chunk stay cache-sized (measured on the 2-core dev VM, see docs/attention.md).
 _MAX_ROWS = 128
+# CUDA: the cost of a chunk is its ~30 kernel launches, not cache misses, so a chunk is as many rows as
+# keep its float32 probabilities within this many bytes (the backward holds ~3 such tensors): one chunk
+# up to T ~ 16k at the M7C shape, ~25 at 64k (B=1). Not measured on a GPU.
+_CUDA_CHUNK_BYTES = 512 << 20
+
+
+def _max_rows(q: Tensor, nc: int) -> int:
+    """Row limit of one chunk on q's device (see _MAX_ROWS and _CUDA_CHUNK_BYTES)."""
+    if q.device.type != "cuda":
+        return _MAX_ROWS
+    B, Hkv, _, G, _ = q.shape
+    return max(_MAX_ROWS, _CUDA_CHUNK_BYTES // (4 * B * Hkv * G * max(nc, 1)))
+
+
+def _low_precision_gemms(q: Tensor) -> bool:
+    """GEMMs in q's half dtype with float32 accumulation and float32 results (CUDA), instead of float32
+    GEMMs on upcast copies (CPU, where half GEMMs are not faster and the CPU numbers were measured).
+    Softmax, statistics and gradient sums stay float32 either way."""
+    return q.device.type == "cuda" and q.dtype in (torch.bfloat16, torch.float16)
+
+
+def _bmm(a: Tensor, b: Tensor, out_dtype: torch.dtype) -> Tensor:
+    """bmm with the result in `out_dtype` (float32 from half operands: accumulated in float32, never
+    rounded to half in between). CUDA and meta have it as one op; the CPU fallback serves the tests
+    that force the low-precision path there."""
+    if a.dtype == out_dtype:
+        return torch.bmm(a, b)
+    if a.device.type == "cpu":
+        return torch.bmm(a.to(out_dtype), b.to(out_dtype))
+    return torch.bmm(a, b, out_dtype=out_dtype)
 
 
 def _chunks(T: int, nc: int, block_len: int, block_stride: int, chunk: int):
@@ -38,10 +68,10 @@ def _chunks(T: int, nc: int, block_len: int, block_stride: int, chunk: int):
 def _probs(
     qc: Tensor, kc: Tensor, r0: int, c1: int, n_full: int, block_len: int, block_stride: int
 ) -> Tensor:
-    """Softmax of the chunk's logits [BH, C*G, n_vis] in qc's dtype: qc [BH, C*G, D] (pre-scaled), kc [BH, n_vis, D]."""
+    """Softmax of the chunk's logits [BH, C*G, n_vis] in qc's accumulation dtype: qc [BH, C*G, D] (pre-scaled), kc [BH, n_vis, D]."""
     BH, CG, _ = qc.shape
     n_vis = kc.shape[1]
-    s = torch.bmm(qc, kc.transpose(1, 2))
+    s = _bmm(qc, kc.transpose(1, 2), torch.promote_types(qc.dtype, torch.float32))
     if n_full < n_vis:
         t = torch.arange(r0, c1, device=qc.device)
         ends = torch.arange(n_full, n_vis, device=qc.device) * block_stride + (block_len - 1)
@@ -91,7 +121,8 @@ def _forward(
     ns = -(-T // sel_block)
     k = min(n_sel, ns)
     acc = _acc(q.dtype)
-    qr, kr, vr = q.reshape(BH, T * G, D), kc.reshape(BH, nc, D).to(acc), vc.reshape(BH, nc, D).to(acc)
+    gemm = q.dtype if _low_precision_gemms(q) else acc
+    qr, kr, vr = q.reshape(BH, T * G, D), kc.reshape(BH, nc, D).to(gemm), vc.reshape(BH, nc, D).to(gemm)
     out = torch.empty(BH, T * G, D, dtype=q.dtype, device=q.device)
     idx = torch.empty(BH, T, k, dtype=torch.int64, device=q.device)
     valid = torch.empty(BH, T, k, dtype=torch.bool, device=q.device)
@@ -105,10 +136,10 @@ def _forward(
             scores = q.new_zeros(BH, c1 - c0, ns_c, dtype=torch.float32)
         else:
             rows = slice(r0 * G, c1 * G)
-            qs = qr[:, rows].to(acc) * scale  # scaling the [C*G, D] rows, not the [C*G, n_vis] logits
+            qs = qr[:, rows].to(gemm) * scale  # scaling the [C*G, D] rows, not the [C*G, n_vis] logits
             p = _probs(qs, kr[:, :n_vis], r0, c1, n_full, block_len, block_stride)
-            if acc == q.dtype:
-                torch.bmm(p, vr[:, :n_vis], out=out[:, rows])
+            if gemm == q.dtype:
+                torch.bmm(p.to(gemm), vr[:, :n_vis], out=out[:, rows])
             else:
                 out[:, rows].copy_(torch.bmm(p, vr[:, :n_vis]))
             p_grp = p.view(BH, C, G, n_vis).sum(2).float()  # Eq. 10, in float32 for every input dtype
@@ -168,7 +199,8 @@ def _compressed_bwd(
     B, Hkv, T, G, D = q.shape
     nc, BH = kc.shape[2], B * Hkv
     acc = _acc(q.dtype)
-    qr, kr, vr = q.reshape(BH, T * G, D), kc.reshape(BH, nc, D).to(acc), vc.reshape(BH, nc, D).to(acc)
+    gemm = q.dtype if _low_precision_gemms(q) else acc
+    qr, kr, vr = q.reshape(BH, T * G, D), kc.reshape(BH, nc, D).to(gemm), vc.reshape(BH, nc, D).to(gemm)
     dor, outr = dout.reshape(BH, T * G, D), out.reshape(BH, T * G, D)
     dq = torch.empty(BH, T * G, D, dtype=q.dtype, device=q.device)
     dk = torch.zeros(BH, nc, D, dtype=acc, device=q.device)
@@ -179,16 +211,21 @@ def _compressed_bwd(
         if c1 == r0 or n_vis == 0:
             continue
         rows = slice(r0 * G, c1 * G)
-        qs, do = qr[:, rows].to(acc) * scale, dor[:, rows].to(acc)
+        qs, do = qr[:, rows].to(gemm) * scale, dor[:, rows].to(gemm)
         p = _probs(qs, kr[:, :n_vis], r0, c1, n_full, block_len, block_stride)
-        dv[:, :n_vis].baddbmm_(p.transpose(1, 2), do)
-        delta = (do * outr[:, rows].to(acc)).sum(-1, keepdim=True)
-        ds = torch.bmm(do, vr[:, :n_vis].transpose(1, 2)).sub_(delta).mul_(p)
-        dk[:, :n_vis].baddbmm_(ds.transpose(1, 2), qs)
+        delta = (do.to(acc) * outr[:, rows].to(acc)).sum(-1, keepdim=True)
+        ds = _bmm(do, vr[:, :n_vis].transpose(1, 2), acc).sub_(delta).mul_(p)
+        if gemm == acc:
+            dv[:, :n_vis].baddbmm_(p.transpose(1, 2), do)
+            dk[:, :n_vis].baddbmm_(ds.transpose(1, 2), qs)
+        else:  # half operands, float32 sums: the products come out float32 and are added
+            pg, ds = p.to(gemm), ds.to(gemm)
+            dv[:, :n_vis] += _bmm(pg.transpose(1, 2), do, acc)
+            dk[:, :n_vis] += _bmm(ds.transpose(1, 2), qs, acc)
         if acc == q.dtype:
             torch.bmm(ds, kr[:, :n_vis], out=dq[:, rows]).mul_(scale)
         else:
-            dq[:, rows].copy_(torch.bmm(ds, kr[:, :n_vis]).mul_(scale))
+            dq[:, rows].copy_(_bmm(ds, kr[:, :n_vis], acc).mul_(scale))
     return dq.view_as(q), dk.view_as(kc).to(kc.dtype), dv.view_as(vc).to(vc.dtype)
 
 
@@ -223,13 +260,15 @@ def compressed_attention_and_selection(
     sel_block: int,
     n_sel: int,
     scale: float,
-    chunk: int,
+    chunk: int | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Compressed branch output [B, Hkv, T, G, D] and the selection table (idx, valid) [B, Hkv, T, k].
 
     Compressed key i is visible to query t iff i*d + l - 1 <= t; a query that sees none gets zeros.
+    `chunk` caps the query rows per loop step below the device's own limit (None: no cap).
     """
-    rows = max(1, min(chunk, _MAX_ROWS))
+    limit = _max_rows(q, kc.shape[2])
+    rows = max(1, min(chunk, limit) if chunk is not None else limit)
     return torch.ops.nsa.compressed_fwd(
         q.contiguous(),
         kc.contiguous(),

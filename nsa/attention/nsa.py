@@ -2,26 +2,96 @@
 
 Owns the parameters (query projection, per-branch key/value projections [3.3.3], the compression MLP
 with its intra-block position encoding [Eq. 7], the gate projection [Eq. 5], the output projection),
-RoPE, and the wiring of the three branches (compressed.py, selected.py, window.py). It must not loop over tokens, blocks or
-heads, must not build a [T, T] tensor, and must not sync with the device in the forward/backward
-(telemetry is computed only when `collect_stats` is set, and stays on-device as 0-dim tensors).
-The slow spelled-out version of the same math is reference.py; docs/attention.md explains the choices.
+RoPE, the wiring of the three branches, and the choice of backend per forward: `eager` (compressed.py,
+selected.py, window.py: plain PyTorch plus custom ops, the CPU path and the kernels' oracle) or
+`triton` (nsa/attention/triton/, imported lazily on first use: `@triton.jit` decides at import
+whether to interpret). It must not loop over tokens, blocks or heads, must not build a [T, T] tensor,
+and must not sync with the device in the forward/backward (telemetry is computed only when
+`collect_stats` is set, and stays on-device as 0-dim tensors). The slow spelled-out version of the
+same math is reference.py; docs/attention.md explains the choices.
 """
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
+from nsa.attention import triton as _triton_pkg
 from nsa.attention.compressed import compressed_attention_and_selection
 from nsa.attention.rope import rope_tables, rope_to_layout
 from nsa.attention.selected import selected_attention
 from nsa.attention.window import window_attention
 
 Compression = Literal["mlp", "mean"]
+Backend = Literal["auto", "eager", "triton"]
+BACKENDS: tuple[str, ...] = ("auto", "eager", "triton")
+
+
+def resolve_backend(backend: str, device: torch.device | str) -> str:
+    """The backend a forward on `device` runs: "eager" or "triton"; ValueError when `backend` cannot run there.
+
+    auto: triton on CUDA tensors when triton is importable, eager elsewhere (CPU, meta, MPS).
+    triton: CUDA tensors, or CPU tensors under TRITON_INTERPRET=1 (the kernels then run in
+    triton's interpreter: slow, fp32/fp16 only; the tests use it).
+    """
+    dev = torch.device(device).type
+    if backend == "eager":
+        return "eager"
+    if backend == "auto":
+        return "triton" if dev == "cuda" and _triton_pkg.available() else "eager"
+    if backend != "triton":
+        raise ValueError(f"NSAAttention: backend={backend!r} must be one of {', '.join(BACKENDS)}")
+    if not _triton_pkg.available():
+        raise ValueError(
+            "NSAAttention: backend='triton' needs the triton package, which is not installed. "
+            "Fix: install a CUDA build of torch (it brings triton) or `pip install triton`, or use "
+            "backend='auto'/'eager' (model.nsa.backend in the config)."
+        )
+    if dev == "cuda" or (dev == "cpu" and _triton_pkg.interpreting()):
+        return "triton"
+    if dev == "cpu":
+        raise ValueError(
+            "NSAAttention: backend='triton' got CPU tensors; its kernels run on CUDA, or on the CPU only "
+            "in triton's interpreter (TRITON_INTERPRET=1 set before the kernels are first imported; "
+            "slow, for tests). Fix: move the model and inputs to a CUDA device, set TRITON_INTERPRET=1 "
+            "in the environment, or use backend='auto'/'eager' (model.nsa.backend in the config)."
+        )
+    raise ValueError(
+        f"NSAAttention: backend='triton' cannot run on {dev} tensors (CUDA only). "
+        "Fix: use backend='auto' or 'eager' there."
+    )
+
+
+_EAGER = SimpleNamespace(
+    compressed=compressed_attention_and_selection,
+    selected=selected_attention,
+    window=window_attention,
+    rope=rope_to_layout,
+    gate_mix=None,  # the module's own _gate_mix
+)
+_TRITON: SimpleNamespace | None = None
+
+
+def _ops(backend: str) -> SimpleNamespace:
+    """The branch functions of a resolved backend; the triton modules are imported here, on first use."""
+    global _TRITON
+    if backend == "eager":
+        return _EAGER
+    if _TRITON is None:
+        from nsa.attention.triton import compressed, fused, selected, window
+
+        _TRITON = SimpleNamespace(
+            compressed=compressed.compressed_attention_and_selection,
+            selected=selected.selected_attention,
+            window=window.window_attention,
+            rope=fused.rope_to_layout,
+            gate_mix=fused.gate_mix,
+        )
+    return _TRITON
 
 
 class NSAAttention(nn.Module):
@@ -45,16 +115,26 @@ class NSAAttention(nn.Module):
         rope_theta: float = 10000.0,
         compression: Compression = "mlp",
         sel_chunk: int | None = None,
-        cmp_chunk: int = 1024,
+        cmp_chunk: int | None = None,
+        backend: Backend = "auto",
     ) -> None:
         super().__init__()
         _validate(
-            n_heads, n_kv_heads, head_dim, block_len, block_stride, sel_block, n_sel, window, compression
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            block_len,
+            block_stride,
+            sel_block,
+            n_sel,
+            window,
+            compression,
+            backend,
         )
         self.dim, self.n_heads, self.n_kv_heads, self.head_dim = dim, n_heads, n_kv_heads, head_dim
         self.block_len, self.block_stride, self.sel_block = block_len, block_stride, sel_block
         self.n_sel, self.window, self.rope_theta, self.compression = n_sel, window, rope_theta, compression
-        self.sel_chunk, self.cmp_chunk = sel_chunk, cmp_chunk
+        self.sel_chunk, self.cmp_chunk, self.backend = sel_chunk, cmp_chunk, backend
         self.wq = nn.Linear(dim, n_heads * head_dim, bias=False)
         # One matmul for all six key/value projections; layout [branch (cmp, sel, win)][k, v][Hkv][D].
         self.wkv = nn.Linear(dim, 6 * n_kv_heads * head_dim, bias=False)
@@ -73,8 +153,12 @@ class NSAAttention(nn.Module):
         return (
             f"dim={self.dim}, heads={self.n_heads}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim}, "
             f"l={self.block_len}, d={self.block_stride}, l'={self.sel_block}, n={self.n_sel}, "
-            f"w={self.window}, compression={self.compression}"
+            f"w={self.window}, compression={self.compression}, backend={self.backend}"
         )
+
+    def resolved_backend(self, device: torch.device | str) -> str:
+        """What a forward on `device` runs ("eager" or "triton"); ValueError when `backend` cannot run there."""
+        return resolve_backend(self.backend, device)
 
     def compress(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Eq. 7 on raw (un-rotated) keys/values [B, T, Hkv, D] -> [B, Nc, Hkv, D], Nc complete blocks."""
@@ -90,8 +174,9 @@ class NSAAttention(nn.Module):
         vc = self.cmp_v((vb + self.cmp_pos[1]).flatten(3))
         return kc, vc
 
-    def _branch_inputs(self, x: Tensor) -> dict[str, Tensor]:
+    def _branch_inputs(self, x: Tensor, ops: SimpleNamespace) -> dict[str, Tensor]:
         """Projections, compression and RoPE, in the kernels' layouts ([B, Hkv, T, G, D] queries)."""
+        rope_to_layout = ops.rope
         B, T, _ = x.shape
         H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
         rope_dtype = torch.promote_types(x.dtype, torch.float32)
@@ -124,8 +209,9 @@ class NSAAttention(nn.Module):
             "vw": kv_w[1].permute(to_heads).contiguous(),
         }
 
-    def _compressed(self, inp: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
-        return compressed_attention_and_selection(
+    def _compressed(self, inp: dict[str, Tensor], ops: SimpleNamespace) -> tuple[Tensor, Tensor, Tensor]:
+        # The triton kernels pick their own tiles (chunk=None); the eager op's chunk is a row limit.
+        return ops.compressed(
             inp["q"],
             inp["kc"],
             inp["vc"],
@@ -134,7 +220,7 @@ class NSAAttention(nn.Module):
             sel_block=self.sel_block,
             n_sel=self.n_sel,
             scale=1.0 / math.sqrt(self.head_dim),
-            chunk=self.cmp_chunk,
+            chunk=self.cmp_chunk if ops is _EAGER else None,
         )
 
     def _sel_chunk(self, x: Tensor) -> int:
@@ -153,18 +239,22 @@ class NSAAttention(nn.Module):
 
         idx[b, g, t] lists the selection blocks (block j = tokens [j*l', (j+1)*l')) shared by all heads
         of KV group g for query t (forced blocks first, then by importance); valid marks real entries (short prefixes have fewer).
+        Computed by the same backend as the forward on x's device (the tables of both are identical).
         """
-        _, idx, valid = self._compressed(self._branch_inputs(x))
+        ops = _ops(self.resolved_backend(x.device))
+        _, idx, valid = self._compressed(self._branch_inputs(x, ops), ops)
         return idx, valid
 
     def forward(self, x: Tensor) -> Tensor:
         B, T, _ = x.shape
         H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
         scale = 1.0 / math.sqrt(D)
-        inp = self._branch_inputs(x)
+        ops = _ops(self.resolved_backend(x.device))  # per forward: a model built on CPU may move to CUDA
+        eager = ops is _EAGER
+        inp = self._branch_inputs(x, ops)
         q = inp["q"]
-        o_cmp, idx, valid = self._compressed(inp)
-        o_sel = selected_attention(
+        o_cmp, idx, valid = self._compressed(inp, ops)
+        o_sel = ops.selected(
             q,
             inp["ks"],
             inp["vs"],
@@ -172,13 +262,14 @@ class NSAAttention(nn.Module):
             valid,
             sel_block=self.sel_block,
             scale=scale,
-            chunk=self._sel_chunk(x),
+            chunk=self._sel_chunk(x) if eager else None,
             forced_blocks=True,  # the table comes from top_blocks, which always lists the forced blocks
         )
-        o_win = window_attention(q, inp["kw"], inp["vw"], window=self.window, scale=scale)
+        o_win = ops.window(q, inp["kw"], inp["vw"], window=self.window, scale=scale)
         g = torch.sigmoid(self.gate(x)).view(B, T, Hkv, H // Hkv, 3)
         self.last_stats = _stats(g, idx, valid, self.sel_block) if self.collect_stats else None
-        return self.wo(_gate_mix(g.to(o_cmp.dtype), o_cmp, o_sel, o_win))
+        mix = _gate_mix if eager else ops.gate_mix
+        return self.wo(mix(g.to(o_cmp.dtype), o_cmp, o_sel, o_win))
 
 
 def _gate_mix(g: Tensor, o_cmp: Tensor, o_sel: Tensor, o_win: Tensor) -> Tensor:
@@ -259,6 +350,7 @@ def _validate(
     n_sel: int,
     window: int,
     compression: str,
+    backend: str = "auto",
 ) -> None:
     problems = []
     if n_kv_heads < 1 or n_heads % n_kv_heads:
@@ -275,5 +367,7 @@ def _validate(
         problems.append(f"window={window} must be >= 1")
     if compression not in ("mlp", "mean"):
         problems.append(f"compression={compression!r} must be 'mlp' or 'mean'")
+    if backend not in BACKENDS:
+        problems.append(f"backend={backend!r} must be one of {', '.join(map(repr, BACKENDS))}")
     if problems:
         raise ValueError("NSAAttention: " + "; ".join(problems))

@@ -22,8 +22,11 @@ def overlap_weights(block_len: int, block_stride: int, sel_block: int) -> list[i
     """Eq. 9 weights: w[u] = number of stride-sized sub-blocks that compressed block
     (r*j - (a-1) + u) shares with selection block j, where a = l/d and r = l'/d.
 
-    The printed paper indexes p_cmp[(l'/d) j - m - n]; the sum that actually counts overlap (and that
-    reduces to the identity when l = l' = d) is over p_cmp[(l'/d) j + m - n], m < l'/d, n < l/d.
+    The printed paper indexes p_cmp[(l'/d) j - m - n], m < l'/d, n < l/d. That also reduces to the
+    identity for l = l' = d, and has the same weights, but for r = l'/d > 1 it sums the compressed
+    blocks r*j - (r-1) - (a-1) .. r*j: it ends at the first compressed block starting in selection
+    block j, so it points r - 1 compressed blocks (l' - d tokens, 3/4 of a block at the defaults) too
+    early, mostly into block j - 1. The sum that counts overlap is over p_cmp[r*j + m - n].
     """
     a, r = block_len // block_stride, sel_block // block_stride
     k = a + r - 1

@@ -12,6 +12,7 @@ bad input exits 2 with one clear paragraph and nothing started. It must not hold
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import os
 import sys
@@ -143,6 +144,25 @@ def term_save_seconds(text: str | None) -> tuple[float, str | None]:
     return v, None
 
 
+def backend_problem(attention: str, backend: str, device: str, gpu: bool) -> str | None:
+    """model.nsa.backend=triton where it cannot run (no triton; CPU without the interpreter), torch-free."""
+    if attention != "nsa" or backend != "triton":
+        return None
+    if importlib.util.find_spec("triton") is None:
+        return (
+            "config model.nsa.backend = 'triton' but the triton package is not installed. Fix: install a "
+            "CUDA build of torch (it brings triton), or set model.nsa.backend=auto."
+        )
+    on_cpu = device == "cpu" or (device == "auto" and not gpu)
+    if on_cpu and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        return (
+            "config model.nsa.backend = 'triton' but this run is on the CPU, where the triton kernels run "
+            "only in triton's slow interpreter (TRITON_INTERPRET=1). Fix: set model.nsa.backend=auto "
+            "(eager on CPU, triton on CUDA), run on a GPU, or export TRITON_INTERPRET=1."
+        )
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     problem = check_config_env(args.config)
@@ -186,6 +206,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ValueError as e:
         return fail(str(e))
+    problem = backend_problem(
+        cfg.model.attention, cfg.model.nsa.backend, cfg.train.device, malloc.gpu_present()
+    )
+    if problem:
+        return fail(problem)
     rd = RunDir(args.run_dir)
     if rd.root.exists() and not rd.root.is_dir():
         return fail(f"--run-dir {args.run_dir!r} exists and is not a directory. Fix: pass a directory path.")

@@ -69,6 +69,11 @@ class NSAConfig(_Strict):
     compression: Literal["mlp", "mean"] = Field(
         "mlp", description="phi of the paper's Eq. 7: learned MLP over each block, or its mean (cheaper)."
     )
+    backend: Literal["auto", "eager", "triton"] = Field(
+        "auto",
+        description="auto = triton kernels on CUDA, eager (PyTorch) elsewhere; triton needs CUDA "
+        "(or TRITON_INTERPRET=1 on CPU, for tests).",
+    )
 
     @model_validator(mode="after")
     def _paper_divisibility(self) -> NSAConfig:

@@ -1,0 +1,246 @@
+"""`python -m nsa.attention.gpucheck`: compile every Triton kernel of the NSA backend for A100 and H100, no GPU.
+
+Owns the ahead-of-time check CI runs: for each config (default configs/m7c_125m.yaml and
+configs/long_context.yaml, read by the trainer's own config loader) it builds the layer's `GpuShape`,
+asks each kernel module (`nsa.attention.triton.{selected,compressed,window,fused}`) for the
+`KernelSpec`s it would launch on that arch (`gpucheck_specs(shape, arch)`), compiles them with
+`triton.compile(ASTSource(...), target=GPUTarget("cuda", arch, 32))` (pointer arguments marked 16-byte
+aligned, as the JIT specialises them for torch allocations), reruns the wheel's ptxas with
+`-v` on the PTX for registers and spills, and prints one JSON line per kernel x arch x config. Exit 1
+when a kernel fails to compile, spills, or needs more shared memory than a block may opt into
+(A100: 166,912 bytes = 163 KB; H100: 232,448 bytes = 227 KB: cudaDevAttrMaxSharedMemoryPerBlockOptin
+of those GPUs); exit 2 on bad input. It must not run the kernels, and must not see interpreted ones:
+under TRITON_INTERPRET=1 it re-executes itself without the variable. Nothing is cached in the repo
+(triton's own cache lives in a temporary directory unless TRITON_CACHE_DIR is set).
+
+    python -m nsa.attention.gpucheck                       # both configs, sm_80 and sm_90
+    python -m nsa.attention.gpucheck --arch 90 --config configs/m7c_125m.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from nsa.attention.triton.spec import GpuShape, KernelSpec
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_CONFIGS = ("configs/m7c_125m.yaml", "configs/long_context.yaml")
+MODULES = tuple(f"nsa.attention.triton.{m}" for m in ("selected", "compressed", "window", "fused"))
+# Largest dynamic shared memory one block may opt into (cudaDevAttrMaxSharedMemoryPerBlockOptin).
+SMEM_LIMIT = {80: 166_912, 90: 232_448}
+GPU_NAME = {80: "A100 (sm_80)", 90: "H100 (sm_90a)"}
+_DTYPE = {"bf16": "bf16", "auto": "bf16", "fp32": "fp32"}  # train.dtype -> activations on CUDA
+
+
+def shape_from_config(path: str | Path) -> GpuShape:
+    """The NSA layer geometry of a training config, through the trainer's loader (ConfigError if bad)."""
+    from nsa.train.config import load_config
+
+    cfg = load_config(path)
+    m, n = cfg.model, cfg.model.nsa
+    return GpuShape(
+        name=Path(path).stem,
+        head_dim=m.head_dim,
+        group=m.n_heads // m.n_kv_heads,
+        block_len=n.block_len,
+        block_stride=n.block_stride,
+        sel_block=n.sel_block,
+        n_sel=n.n_sel,
+        window=n.window,
+        compression=n.compression,
+        dtype=_DTYPE[cfg.train.dtype],
+    )
+
+
+def _ptxas_report(ptx: str, arch: int) -> dict[str, int]:
+    """Registers, spill bytes and static shared memory as `ptxas -v` reports them (the wheel's ptxas,
+    the flags triton's make_cubin uses)."""
+    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "k.ptx"
+        src.write_text(ptx)
+        cmd = [
+            get_ptxas(arch).path,
+            "-v",
+            "--regAllocOptLevel=2",
+            f"--gpu-name={sm_arch_from_capability(arch)}",
+        ]
+        proc = subprocess.run([*cmd, str(src), "-o", str(Path(d) / "k.o")], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ptxas failed: {proc.stderr.strip()[-2000:]}")
+    log = proc.stderr + proc.stdout
+
+    def num(pattern: str) -> int:
+        found = re.findall(pattern, log)
+        return max((int(x) for x in found), default=0)
+
+    return {
+        "registers": num(r"Used (\d+) registers"),
+        "spill_stores": num(r"(\d+) bytes spill stores"),
+        "spill_loads": num(r"(\d+) bytes spill loads"),
+        "static_smem": num(r"(\d+) bytes smem"),
+    }
+
+
+def check_spec(spec: KernelSpec, arch: int) -> dict:
+    """Compile one spec for `arch`; the JSON record (ok false with `error` when it fails or breaks a limit)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    rec: dict = {"kernel": spec.name, "arch": arch, "gpu": GPU_NAME.get(arch, f"sm_{arch}")}
+    rec.update(num_warps=spec.num_warps, num_stages=spec.num_stages)
+    rec["constexprs"] = {k: v for k, v in spec.constexprs.items() if isinstance(v, int | float | str | bool)}
+    if not isinstance(spec.fn, triton.runtime.jit.JITFunction):
+        rec.update(ok=False, error=f"{spec.name}.fn is {type(spec.fn).__name__}, not a @triton.jit function")
+        return rec
+    t0 = time.perf_counter()
+    try:
+        # The JIT specialises every 16-byte-aligned pointer argument (all torch allocations) as
+        # divisible by 16 at launch; compile that same specialisation.
+        aligned = {
+            (i,): [["tt.divisibility", 16]]
+            for i, name in enumerate(spec.fn.arg_names)
+            if str(spec.signature.get(name, "")).startswith("*")
+        }
+        src = ASTSource(
+            fn=spec.fn, signature=dict(spec.signature), constexprs=dict(spec.constexprs), attrs=aligned
+        )
+        opts = {"num_warps": spec.num_warps, "num_stages": spec.num_stages}
+        k = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=opts)
+        rep = _ptxas_report(k.asm["ptx"], arch)
+    except Exception as e:  # a compile failure is a result to report, not a crash of the check
+        rec.update(ok=False, error=f"{type(e).__name__}: {str(e).strip()[:1500]}")
+        return rec
+    smem = int(k.metadata.shared) + rep["static_smem"]
+    rec.update(smem_bytes=smem, smem_limit=SMEM_LIMIT.get(arch), **rep)
+    rec["compile_s"] = round(time.perf_counter() - t0, 2)
+    problems = []
+    if rep["spill_stores"] or rep["spill_loads"]:
+        problems.append(f"spills ({rep['spill_stores']} B stores, {rep['spill_loads']} B loads)")
+    if arch in SMEM_LIMIT and smem > SMEM_LIMIT[arch]:
+        problems.append(f"shared memory {smem} B > {SMEM_LIMIT[arch]} B per block on {GPU_NAME[arch]}")
+    rec["ok"] = not problems
+    if problems:
+        rec["error"] = "; ".join(problems)
+    return rec
+
+
+def _key(spec: KernelSpec, arch: int) -> tuple:
+    return (spec.fn, arch, tuple(sorted(spec.signature.items())), repr(sorted(spec.constexprs.items())),
+            spec.num_warps, spec.num_stages)  # fmt: skip
+
+
+_JOBS: list[tuple[KernelSpec, int]] = []  # read by forked workers (JITFunctions do not pickle)
+
+
+def _check_job(i: int) -> dict:
+    return check_spec(*_JOBS[i])
+
+
+def _compile_all(jobs: dict[tuple, tuple[KernelSpec, int]], n: int) -> dict[tuple, dict]:
+    """check_spec of every job, in `n` forked worker processes (compilation is CPU-bound, one core each)."""
+    keys = list(jobs)
+    _JOBS[:] = [jobs[k] for k in keys]
+    if n <= 1 or len(keys) <= 1:
+        return {k: _check_job(i) for i, k in enumerate(keys)}
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(min(n, len(keys))) as pool:
+        return dict(zip(keys, pool.map(_check_job, range(len(keys)), chunksize=1), strict=True))
+
+
+def run(configs: list[str], archs: list[int], modules: list[str], out=sys.stdout, jobs_n: int = 1) -> int:
+    """Print the records; 0 when every kernel compiled within limits, 1 otherwise, 2 on bad input."""
+    from nsa.attention import triton as pkg
+
+    if pkg.interpreting():
+        print(
+            "gpucheck: TRITON_INTERPRET is set, so the kernel modules would build interpreted functions "
+            "that cannot be compiled. Fix: run `python -m nsa.attention.gpucheck` without TRITON_INTERPRET "
+            "(as a program it re-executes itself without it).",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        shapes = [shape_from_config(c) for c in configs]
+    except ValueError as e:  # ConfigError names file, key and fix
+        print(f"gpucheck: {e}", file=sys.stderr)
+        return 2
+    try:
+        mods = [importlib.import_module(m) for m in modules]
+    except ImportError as e:
+        print(f"gpucheck: cannot import a kernel module: {e}", file=sys.stderr)
+        return 2
+    if not os.environ.get("TRITON_CACHE_DIR"):  # compile for real every time; keep nothing around
+        os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="nsa-gpucheck-")
+    rows: list[tuple[str, str, tuple | None, dict | None]] = []  # (config, module, job key, failure record)
+    jobs: dict[tuple, tuple[KernelSpec, int]] = {}
+    for shape in shapes:
+        for arch in archs:
+            for mod in mods:
+                name = mod.__name__.rsplit(".", 1)[-1]
+                try:
+                    specs = mod.gpucheck_specs(shape, arch)
+                except Exception as e:
+                    rows.append(
+                        (shape.name, name, None, {"arch": arch, "ok": False, "error": f"gpucheck_specs: {e}"})
+                    )
+                    continue
+                for spec in specs:
+                    key = _key(spec, arch)  # configs with the same layer geometry share their kernels
+                    jobs.setdefault(key, (spec, arch))
+                    rows.append((shape.name, name, key, None))
+    done = _compile_all(jobs, jobs_n)
+    failed = 0
+    for config, name, key, failure in rows:
+        rec = {"config": config, "module": name, **(failure if key is None else done[key])}
+        failed += not rec["ok"]
+        print(json.dumps(rec), file=out, flush=True)
+    print(
+        f"gpucheck: {len(done)} distinct compilations, {failed} failing record(s) of {len(rows)}",
+        file=sys.stderr,
+    )
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m nsa.attention.gpucheck", description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--config", action="append", help="training config(s) (default: the M7C and long_context configs)"
+    )
+    ap.add_argument("--arch", type=int, nargs="+", default=[80, 90], choices=sorted(SMEM_LIMIT))
+    ap.add_argument(
+        "--module",
+        action="append",
+        help="kernel module(s) exposing gpucheck_specs (default: the four of nsa.attention.triton)",
+    )
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=min(4, os.cpu_count() or 1),
+        help="parallel compilations (default: cores, max 4)",
+    )
+    args = ap.parse_args(argv)
+    configs = args.config or [str(REPO / c) for c in DEFAULT_CONFIGS]
+    return run(configs, args.arch, args.module or list(MODULES), jobs_n=args.jobs)
+
+
+if __name__ == "__main__":
+    from nsa.attention import triton as _pkg
+
+    if _pkg.interpreting():  # nothing imported a kernel module yet: start over without the variable
+        print("gpucheck: TRITON_INTERPRET is set; re-executing without it", file=sys.stderr, flush=True)
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        os.execve(sys.executable, [sys.executable, "-m", "nsa.attention.gpucheck", *sys.argv[1:]], env)
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""`python -m nsa.attention.gpucheck`: the real kernels compile for sm_80/sm_90 within limits, and a
+kernel that spills or needs too much shared memory makes it fail. Runs as a subprocess without
+TRITON_INTERPRET (this directory's conftest sets it for the interpreter tests)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from nsa.attention import gpucheck
+
+REPO = Path(__file__).resolve().parents[4]
+MODULES = {"selected", "compressed", "window", "fused"}
+
+
+def _run(*args: str, interpret: bool = False, pythonpath: Path | None = None, timeout: float = 600):
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_CACHE_DIR")}
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), env.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, "-m", "nsa.attention.gpucheck", *args]
+    out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    recs = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return out, recs
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_every_kernel_compiles_for_a100_and_h100_at_both_configs() -> None:
+    out, recs = _run()
+    bad = [
+        f"{r['config']} sm_{r['arch']} {r.get('kernel', r['module'])}: {r.get('error')}"
+        for r in recs
+        if not r["ok"]
+    ]
+    assert out.returncode == 0 and not bad, "\n".join(bad) or out.stderr[-3000:]
+    got = {(r["config"], r["arch"], r["module"]) for r in recs}
+    assert got == {(c, a, m) for c in ("m7c_125m", "long_context") for a in (80, 90) for m in MODULES}
+    for r in recs:
+        assert r["registers"] > 0 and r["spill_stores"] == r["spill_loads"] == 0
+        assert 0 <= r["smem_bytes"] <= gpucheck.SMEM_LIMIT[r["arch"]]
+    # M7C's geometry reaches the kernels: G=6, D=64 wherever a kernel takes them as constexprs.
+    assert all(r["constexprs"].get("G", 6) == 6 and r["constexprs"].get("D", 64) == 64 for r in recs)
+
+
+BAD_KERNELS = """
+import triton
+import triton.language as tl
+
+from nsa.attention.triton.spec import KernelSpec
+
+
+@triton.jit
+def spiller(a, b, c, K: tl.constexpr, N: tl.constexpr):
+    # A [N, N] float32 accumulator in one warp: N*N/32 registers per thread (512 at N=128).
+    r = tl.arange(0, N)
+    k = tl.arange(0, K)
+    x = tl.load(a + r[:, None] * K + k[None, :])
+    y = tl.load(b + k[:, None] * N + r[None, :])
+    acc = tl.dot(x, y)
+    acc = acc * tl.sum(acc, axis=1)[:, None]
+    tl.store(c + r[:, None] * N + r[None, :], acc)
+
+
+@triton.jit
+def smem_hog(a, b, c, n, BM: tl.constexpr, BK: tl.constexpr):
+    # Pipelined [BM, BK] x [BK, BM] bf16 tiles: 2 * BM * BK * 2 bytes per stage (256 KB at 256 x 256).
+    r = tl.arange(0, BM)
+    k = tl.arange(0, BK)
+    acc = tl.zeros([BM, BM], dtype=tl.float32)
+    for i in range(0, n, BK):
+        x = tl.load(a + r[:, None] * n + (i + k)[None, :])
+        y = tl.load(b + (i + k)[:, None] * BM + r[None, :])
+        acc += tl.dot(x, y)
+    tl.store(c + r[:, None] * BM + r[None, :], acc)
+
+
+def gpucheck_specs(shape, arch):
+    sig = {"a": "*bf16", "b": "*bf16", "c": "*fp32"}
+    return [
+        KernelSpec("spiller", spiller, {**sig, "K": "constexpr", "N": "constexpr"}, {"K": 64, "N": 128}, 1, 1),
+        KernelSpec(
+            "smem_hog", smem_hog, {**sig, "n": "i32", "BM": "constexpr", "BK": "constexpr"},
+            {"BM": 256, "BK": 256}, 8, 3,
+        ),
+    ]
+"""
+
+
+def _bad_module(tmp_path: Path) -> Path:
+    (tmp_path / "gpucheck_bad_kernels.py").write_text(textwrap.dedent(BAD_KERNELS))
+    return tmp_path
+
+
+@pytest.mark.slow
+def test_a_kernel_that_spills_or_needs_too_much_shared_memory_fails(tmp_path) -> None:
+    # Also run under TRITON_INTERPRET=1: gpucheck must start over without it, not compile interpreted fns.
+    out, recs = _run(
+        "--module", "gpucheck_bad_kernels", "--arch", "80", "--config", str(REPO / "configs/m7c_125m.yaml"),
+        interpret=True, pythonpath=_bad_module(tmp_path), timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "re-executing without it" in out.stderr
+    by = {r["kernel"]: r for r in recs}
+    assert set(by) == {"spiller", "smem_hog"}
+    assert (
+        not by["spiller"]["ok"] and "spills" in by["spiller"]["error"] and by["spiller"]["spill_stores"] > 0
+    )
+    assert not by["smem_hog"]["ok"] and "shared memory" in by["smem_hog"]["error"]
+    assert by["smem_hog"]["smem_bytes"] > gpucheck.SMEM_LIMIT[80]
+
+
+def test_refuses_interpreted_kernels_in_process(capsys) -> None:
+    # The conftest set TRITON_INTERPRET=1 in this process: a kernel module imported now would hold
+    # interpreted functions, so run() refuses before importing any.
+    assert gpucheck.run([str(REPO / "configs/m7c_125m.yaml")], [80], ["nsa.attention.triton.window"]) == 2
+    assert "TRITON_INTERPRET is set" in capsys.readouterr().err
+
+
+def test_bad_config_is_exit_2(tmp_path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: {nsa: {backend: cuda}}\ntrain: {steps: 1, seq_len: 64, batch_size: 1}\n")
+    out, recs = _run("--config", str(bad), timeout=120)
+    assert out.returncode == 2 and not recs
+    assert "model.nsa.backend" in out.stderr and "Fix:" in out.stderr
+
+
+def test_shape_comes_from_the_config_loader() -> None:
+    s = gpucheck.shape_from_config(REPO / "configs/long_context.yaml")
+    assert (s.name, s.head_dim, s.group, s.block_len, s.block_stride, s.sel_block, s.n_sel, s.window, s.dtype) == (
+        "long_context", 64, 6, 32, 16, 64, 16, 512, "bf16",
+    )  # fmt: skip

@@ -1,0 +1,50 @@
+"""Launch budget of one NSA layer with the triton backend (issue 12): forward + backward of one M7C
+layer launches the same number of kernels at every T, at most 150, and never syncs with the host.
+
+Counted on CPU tensors (no GPU here): triton launches are counted and skipped, aten ops are counted
+by a dispatch mode (bench/attention_launches.py, which also prints the dense and eager counts)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_path = Path(__file__).resolve().parents[4] / "bench" / "attention_launches.py"
+_spec = importlib.util.spec_from_file_location("attention_launches", _path)
+launches = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(launches)
+
+BUDGET = 150
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_triton_layer_launches_are_constant_in_T_within_budget_and_sync_free() -> None:
+    # Cold counts (first pass: the RoPE tables are built too), the stricter of the two.
+    rows = [launches.count_layer("triton", T, warm=False) for T in (2048, 8192, 32768, 65536)]
+    counts = {r["T"]: r["launches"] for r in rows}
+    assert len(set(counts.values())) == 1, counts
+    assert all(r["syncs"] == {} for r in rows), [r["syncs"] for r in rows]
+    assert rows[0]["launches"] <= BUDGET, rows[0]["aten_ops"]
+    # The kernels of all three branches and the fusions ran, each a constant number of times.
+    names = set(rows[0]["triton_kernels"])
+    for branch in ("cmp", "sel", "window", "gate_mix", "rope"):
+        assert any(branch in n for n in names), names
+    assert all(r["triton_kernels"] == rows[0]["triton_kernels"] for r in rows)
+
+
+def test_counter_sees_syncs_and_ops_inside_custom_ops() -> None:
+    import torch
+
+    counter = launches.LaunchCounter()
+    x = torch.randn(64, 8)
+    with counter:
+        y = torch.ops.nsa.select_blocks(  # an eager custom op: its aten ops must be counted
+            torch.randn(1, 1, 64, 2, 8), torch.randn(1, 1, 7, 8), 16, 8, 32, 3, 0.3, 128
+        )
+        (x > 0).nonzero()
+        float(x.sum())
+    assert counter.aten > 10 and y[0].shape == (1, 1, 64, 2)
+    assert "aten.nonzero.default" in counter.syncs and "aten._local_scalar_dense.default" in counter.syncs
