@@ -247,7 +247,7 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
     GP: head rows padded to a tile (tl.dot needs >= 16); BK/BN: keys per step (a selection block in
     steps of <= 64); BR: (pair, head) rows per step of the dK/dV kernel. The dK/dV kernel holds two
     fp32 [BN, D] accumulators: 8 warps, no software pipelining, and at head_dim 128 half the rows
-    (with 2 stages, or 64 rows at head_dim 128, ptxas spilled on sm_90).
+    (with 2 stages, or 64 rows at head_dim 128, ptxas spilled on sm_90). dQ runs unpipelined too.
     """
     DP = _p2(D)
     return {
@@ -261,6 +261,9 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
         "stages_kv": 1,
         "warps_red": 8,
         "stages": 2,
+        # dQ holds the fp32 dq accumulator beside the forward's state: with 2 stages ptxas spilled
+        # 4 bytes on sm_90 (gpucheck, --regAllocOptLevel=2).
+        "stages_dq": 1,
     }
 
 
@@ -350,7 +353,7 @@ def _selected_bwd(
     _sel_bwd_dq_kernel[(T, BH)](
         q, k, v, idx, valid.view(torch.int8), out, dout, lse, delta, dq, T, NK, scale,
         G=G, D=D, LP=LP, GP=cfg["GP"], DP=cfg["DP"], BK=cfg["BK"], PREC=prec,
-        num_warps=cfg["warps_q"], num_stages=cfg["stages"],
+        num_warps=cfg["warps_q"], num_stages=cfg["stages_dq"],
     )  # fmt: skip
     order, start, seg_end, S, nseg = _reverse_index(idx, valid, LP)
     ns = -(-T // LP)
@@ -460,7 +463,12 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     return [
         KernelSpec("selected_fwd", _sel_fwd_kernel, sig(fwd_args, q_common), q_common, cfg["warps_q"], st),
         KernelSpec(
-            "selected_bwd_dq", _sel_bwd_dq_kernel, sig(dq_args, q_common), q_common, cfg["warps_q"], st
+            "selected_bwd_dq",
+            _sel_bwd_dq_kernel,
+            sig(dq_args, q_common),
+            q_common,
+            cfg["warps_q"],
+            cfg["stages_dq"],
         ),
         KernelSpec(
             "selected_bwd_dkdv",
