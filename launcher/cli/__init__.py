@@ -24,6 +24,8 @@ COMMANDS = {
     "profiles": "launcher.cli.profiles:profiles",
     "runs": "launcher.cli.runs:runs",
     "dashboard": "launcher.cli.dashboard:dashboard",
+    "pods": "launcher.cli.pods:pods",
+    "pull": "launcher.cli.pull:pull",
 }
 
 

@@ -39,6 +39,20 @@ TERMINAL = ("finished", "failed", "killed", "lost")
 @click.option("--python", help="Absolute path of the host's python (overrides the profile's host.python).")
 @click.option("--workdir", help="Project dir on the host (overrides host.workdir).")
 @click.option("--accept-new-host-key", is_flag=True, help="Record an unknown host key (first contact only).")
+@click.option(
+    "--provision",
+    type=click.Choice(["prime"]),
+    help="Rent the host from Prime Intellect (PRIME_API_KEY) instead of --host; terminated if up fails.",
+)
+@click.option("--gpu-type", help="With --provision: Prime GPU type (default: the profile's expect.gpu_name).")
+@click.option(
+    "--ready-timeout", default=900.0, show_default=True, help="With --provision: seconds to wait for SSH."
+)
+@click.option(
+    "--down-when-done",
+    is_flag=True,
+    help="With --provision: wait for the run, pull its checkpoint, terminate the pod (implies --wait).",
+)
 @click.pass_obj
 def up(
     app: Application,
@@ -47,9 +61,24 @@ def up(
     envs: tuple[str, ...],
     secrets: tuple[str, ...],
     wait: bool,
+    provision: str | None,
+    gpu_type: str | None,
+    ready_timeout: float,
+    down_when_done: bool,
     **kw: object,
 ) -> None:
-    """Start a training run (default: the cpu profile on this machine)."""
+    """Start a training run (default: the cpu profile on this machine, or a rented pod with --provision)."""
+    if (gpu_type or down_when_done) and not provision:
+        app.abort("--gpu-type and --down-when-done need --provision prime", "add --provision prime")
+    if provision and hosts:
+        app.abort("--provision rents the host, so --host cannot be given too", "drop --host or --provision")
+    client = None
+    if provision:
+        from launcher.profiles import load_profile
+        from launcher.providers.prime import PrimeClient
+
+        client = PrimeClient()  # no PRIME_API_KEY: exit 2 here, before anything is validated remotely
+        hosts = ("pod.pending",) * load_profile(kw.get("profile")).nodes  # type: ignore[arg-type]
     opts = UpOptions(
         hosts=list(hosts),
         sets=list(sets),
@@ -62,6 +91,57 @@ def up(
         f"run {plan.run}: profile {plan.profile.name} ({plan.profile.world_size} workers), "
         f"config {plan.config_path.name} [{plan.config_hash}], {plan.total_steps} steps"
     )
+    pod = None
+    if client is not None:
+        # unknown GPU type, no stock, quota: provision fails before (or instead of) creating a pod
+        pod, plan.hosts = _rent(app, client, plan, gpu_type, ready_timeout)
+        plan.opts.accept_new_host_key = True  # a new pod's key cannot be known before (trust on first use)
+    try:
+        rec, st = _start(app, plan)
+    except BaseException:
+        if pod is not None:
+            from launcher.providers.pods import terminate
+
+            app.say(f"up failed; terminating pod {pod.id} so nothing is left billing")
+            terminate(client, pod, app.say)  # type: ignore[arg-type]
+        raise
+    if pod is not None:
+        rec.provider, rec.pod_id = provision, pod.id
+        from launcher import registry
+
+        registry.save(rec)
+    app.print(rec.run)
+    app.say(
+        f"next: nsa-launch status --run {rec.run} | logs -f --run {rec.run} | tunnel --run {rec.run} | "
+        f"kill --run {rec.run} | nsa-launch dashboard"
+    )
+    if not (wait or down_when_done):
+        return
+    st = _wait_end(app, rec)
+    if down_when_done and pod is not None:
+        from launcher.mirror import pull
+        from launcher.providers.pods import terminate
+
+        if st["state"] == "finished":
+            pull(rec, say=app.say)
+            terminate(client, pod, app.say)  # type: ignore[arg-type]
+        else:
+            app.say(
+                f"run {rec.run} {st['state']}: pod {pod.id} kept for inspection; `nsa-launch pods down {rec.run}`"
+            )
+    raise SystemExit(EXIT_OK if st["state"] == "finished" else EXIT_RUNTIME)
+
+
+def _rent(app: Application, client, plan, gpu_type, ready_timeout):
+    from launcher.providers.pods import provision as rent
+
+    return rent(
+        client, plan.profile, gpu_type, f"nsa-{plan.run}"[:64], plan.run, app.say, ready_timeout,
+        plan.opts.ssh_config,
+    )  # fmt: skip
+
+
+def _start(app: Application, plan):
     if app.err.is_terminal:
         with Progress(
             TextColumn("sync"),
@@ -81,13 +161,10 @@ def up(
     )
     st = wait_first_heartbeat(rec)
     app.say(f"run {rec.run} is {st['state']} (step {st['step']}/{rec.total_steps}) on {rec.host}")
-    app.print(rec.run)
-    app.say(
-        f"next: nsa-launch status --run {rec.run} | logs -f --run {rec.run} | tunnel --run {rec.run} | "
-        f"kill --run {rec.run} | nsa-launch dashboard"
-    )
-    if not wait:
-        return
+    return rec, st
+
+
+def _wait_end(app: Application, rec):
     last = -1.0
     while True:
         st = fetch_status([rec])[0]
@@ -115,7 +192,7 @@ def up(
             for line in error_lines(list(stream_log(rec, follow=False, last_n=300))):
                 app.say(f"  {line}")
             app.say(f"  full log: nsa-launch logs --run {rec.run} -n 500")
-    raise SystemExit(EXIT_OK if st["state"] == "finished" else EXIT_RUNTIME)
+    return st
 
 
 def _num(v: object, fmt: str = ".4g") -> str:
