@@ -73,6 +73,17 @@ def _print_table(app: Application, snaps: list[dict]) -> None:
         table.add_row(*(cell(v) for v in row))
     app.out.print(table)
     for s in snaps:
+        r = s.get("restarts")
+        if r and (r["count"] or r["stopped"]):
+            app.print(f"  {s['run']}: restarts {r['count']}/{_fmt(r['max'])}")
+            for c in r["causes"]:
+                app.print(f"    restart {c['attempt']} after step {c['step']}: {c['cause']}")
+            if r["stopped"]:
+                app.print(f"    not restarted: {r['stopped']}")
+        if s.get("pod_id"):
+            price = f"${s['price_hr']:.2f}/h" if s.get("price_hr") is not None else "$?/h"
+            cost = f"${s['cost_usd']:.2f}" if s.get("cost_usd") is not None else "?"
+            app.print(f"  {s['run']}: pod {s['pod_id']} {price}, cost so far {cost}")
         for g in s["gpus"]:
             app.print(
                 f"  gpu{g['index']} {g['name']}: {_fmt(g['util_pct'])}% {_fmt(g['mem_used_mb'])}/"

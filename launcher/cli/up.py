@@ -40,6 +40,11 @@ TERMINAL = ("finished", "failed", "killed", "lost")
 @click.option("--workdir", help="Project dir on the host (overrides host.workdir).")
 @click.option("--accept-new-host-key", is_flag=True, help="Record an unknown host key (first contact only).")
 @click.option(
+    "--max-restarts",
+    type=click.IntRange(0, 100),
+    help="Restarts from the newest intact checkpoint after a crash, on the host (default: the profile's, 3).",
+)
+@click.option(
     "--provision",
     type=click.Choice(["prime"]),
     help="Rent the host from Prime Intellect (PRIME_API_KEY) instead of --host; terminated if up fails.",
@@ -84,7 +89,7 @@ def up(
         sets=list(sets),
         env=list(envs),
         secrets=list(secrets),
-        **{k: v for k, v in kw.items() if v not in (None, False)},
+        **{k: v for k, v in kw.items() if v is not None and v is not False},
     )  # type: ignore[arg-type]
     plan = plan_run(opts)
     app.say(

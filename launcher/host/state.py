@@ -13,7 +13,7 @@ import socket
 import time
 from typing import Any
 
-from launcher.host import gpu, procs, tmux
+from launcher.host import gpu, procs, restarts, tmux
 from launcher.host.logtail import error_lines, log_tail
 from nsa.runfiles import RunDir, failure_cause, read_json, tail_jsonl
 
@@ -90,6 +90,7 @@ def run_status(req: dict[str, Any], now: float) -> dict[str, Any]:
         "exit_code": exit_code,
         "pids": pids,
         "events": events[-5:],
+        "restarts": restarts.summary(rd, manifest.get("max_restarts")),
         "time": now,
         "error": error,
         "run_dir": str(rd.root),

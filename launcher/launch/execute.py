@@ -91,6 +91,7 @@ def execute(
                 "secrets": plan.secret_values,
                 "tmux_socket": plan.tmux_socket,
                 "resume": plan.opts.resume,
+                "max_restarts": max_restarts(plan),
                 "manifest": manifest(plan, i, t.label, argv),
                 "files": {INPUT_CONFIG: plan.config_text},
             }
@@ -105,6 +106,12 @@ def execute(
         kill_nodes(rec, [nodes[i] for i in started])
         raise
     return rec, time.monotonic() - t0
+
+
+def max_restarts(plan: Plan) -> int:
+    """`up --max-restarts`, else the profile's."""
+    n = plan.opts.max_restarts
+    return plan.profile.max_restarts if n is None else n
 
 
 def wait_first_heartbeat(rec: RunRecord, timeout: float | None = None) -> dict[str, Any]:

@@ -36,6 +36,7 @@ class UpOptions:
     python: str | None = None
     workdir: str | None = None
     accept_new_host_key: bool = False
+    max_restarts: int | None = None  # None: the profile's max_restarts
 
 
 @dataclass
