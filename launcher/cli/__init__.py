@@ -26,6 +26,7 @@ COMMANDS = {
     "dashboard": "launcher.cli.dashboard:dashboard",
     "pods": "launcher.cli.pods:pods",
     "pull": "launcher.cli.pull:pull",
+    "watch": "launcher.cli.watch:watch",
 }
 
 

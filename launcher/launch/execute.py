@@ -23,9 +23,15 @@ from launcher.ssh.transport import SSHTransport
 
 
 def execute(
-    plan: Plan, say: Callable[[str], None] = print, on_sync_progress: Callable[[int], None] | None = None
+    plan: Plan,
+    say: Callable[[str], None] = print,
+    on_sync_progress: Callable[[int], None] | None = None,
+    before_start: Callable[[Any, NodeRecord], None] | None = None,
 ) -> tuple[RunRecord, float]:
-    """Do the run on its host(s). Returns the record and the seconds until torchrun was started."""
+    """Do the run on its host(s). Returns the record and the seconds until torchrun was started.
+
+    `before_start(transport, node)` runs once per node after sync and host env, before the start (a
+    restore on a replacement host puts the mirrored run dir there)."""
     from launcher.hostenv import ensure_python
     from launcher.ssh.sync import sync
 
@@ -75,7 +81,11 @@ def execute(
         stall_seconds=plan.stall_seconds,
         kill_grace_s=plan.profile.kill_grace_s,
         first_heartbeat_timeout_s=plan.profile.first_heartbeat_timeout_s,
+        workdir_arg=plan.opts.workdir,
     )
+    if before_start is not None:
+        for t, node in zip(transports, nodes):
+            before_start(t, node)
     started: list[int] = []
     try:
         for i, (t, node) in enumerate(zip(transports, nodes)):
