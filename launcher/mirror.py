@@ -44,7 +44,7 @@ def _newest_intact_on_host(t: Transport, python: str, run_dir: str, workdir: str
 
 
 def _copy(t: Transport, remote: list[str], dest: Path) -> None:
-    """rsync remote paths (absolute, on t) into dest/ (keeping the names), or cp for local runs."""
+    """rsync remote paths (absolute, on t; local paths for local runs) into dest/, keeping the names."""
     dest.mkdir(parents=True, exist_ok=True)
     if isinstance(t, SSHTransport):
         from launcher.ssh.openssh import shared_options
@@ -65,7 +65,7 @@ def _copy(t: Transport, remote: list[str], dest: Path) -> None:
 
 def pull(rec: RunRecord, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Copy node 0's newest intact checkpoint and the run's files to the mirror. Returns what it did."""
-    from nsa.runfiles import CHECKPOINTS_DIR, LATEST, RunDir, verify_checkpoint
+    from nsa.runfiles import CHECKPOINTS_DIR, LATEST, RunDir, atomic_write_text, verify_checkpoint
 
     t0 = time.monotonic()
     node = rec.nodes[0]
@@ -77,16 +77,21 @@ def pull(rec: RunRecord, say: Callable[[str], None] = print) -> dict[str, Any]:
     have = local.latest_checkpoint()
     pulled = None
     if ckpt and not (have is not None and have.name == ckpt and verify_checkpoint(have) is None):
-        _copy(t, [f"{node.run_dir}/{CHECKPOINTS_DIR}/{ckpt}"], dest / CHECKPOINTS_DIR)
-        why = verify_checkpoint(dest / CHECKPOINTS_DIR / ckpt)
+        # Into a .tmp- dir first, renamed into place once it verifies: the mirror never shows a
+        # half-copied checkpoint (a pull cut off by a lost host) as a step dir.
+        tmp = dest / CHECKPOINTS_DIR / f".tmp-{ckpt}"
+        _copy(t, [f"{node.run_dir}/{CHECKPOINTS_DIR}/{ckpt}/"], tmp)
+        why = verify_checkpoint(tmp)
         if why is not None:
-            shutil.rmtree(dest / CHECKPOINTS_DIR / ckpt, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)
             raise RuntimeFailure(
                 f"the pulled checkpoint {ckpt} of {rec.run} does not verify here: {why}",
                 "pull again (the host copy verified; the transfer was damaged)",
             )
-        (dest / CHECKPOINTS_DIR / LATEST).write_text(ckpt + "\n")
-        for old in local.checkpoints():
+        shutil.rmtree(dest / CHECKPOINTS_DIR / ckpt, ignore_errors=True)
+        tmp.rename(dest / CHECKPOINTS_DIR / ckpt)
+        atomic_write_text(dest / CHECKPOINTS_DIR / LATEST, ckpt + "\n")
+        for old in [*local.checkpoints(), *(dest / CHECKPOINTS_DIR).glob(".tmp-*")]:
             if old.name != ckpt:
                 shutil.rmtree(old, ignore_errors=True)
         pulled = ckpt
