@@ -45,6 +45,11 @@ TERMINAL = ("finished", "failed", "killed", "lost")
     help="Restarts from the newest intact checkpoint after a crash, on the host (default: the profile's, 3).",
 )
 @click.option(
+    "--allreduce-check/--no-allreduce-check",
+    default=None,
+    help="A short all-reduce across every rank before training (default: on with > 1 GPU or node).",
+)
+@click.option(
     "--provision",
     type=click.Choice(["prime"]),
     help="Rent the host from Prime Intellect (PRIME_API_KEY) instead of --host; terminated if up fails.",

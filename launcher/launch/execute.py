@@ -67,6 +67,14 @@ def execute(
                 transports[0], nodes[0].workdir, nodes[0].python, "free_port", {"start": 29400}
             )["port"]
         rdzv = f"{plan.profile.torchrun.rdzv_host or transports[0].hostname}:{port}"  # type: ignore[attr-defined]
+    from launcher.launch import netcheck
+
+    check = plan.opts.allreduce_check
+    if check or (check is None and netcheck.wanted(plan.profile)):
+        r = netcheck.run_check(
+            transports, [n.python for n in nodes], [n.workdir for n in nodes], plan.profile, plan.env, rdzv
+        )
+        say(netcheck.describe(r))
     rec = RunRecord(
         run=plan.run,
         profile=plan.profile.name,
