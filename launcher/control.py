@@ -65,6 +65,7 @@ def _lost(rec: RunRecord, error: str) -> dict[str, Any]:
         "exit_code": None,
         "pids": [],
         "events": [],
+        "restarts": None,
         "time": time.time(),
         "error": error,
         "run_dir": rec.run_dir,
@@ -97,8 +98,24 @@ def fetch_status(records: list[RunRecord]) -> list[dict[str, Any]]:
     out = []
     for ri, rec in enumerate(records):
         parts = [answers.get((ri, ni), "no answer") for ni in range(len(rec.nodes))]
-        out.append(_merge(rec, parts))
+        st = _merge(rec, parts)
+        st.update(pod_fields(rec))
+        out.append(st)
     return out
+
+
+def pod_fields(rec: RunRecord) -> dict[str, Any]:
+    """`pod_id`, `price_hr`, `cost_usd` (every pod the run used, so far) of a provisioned run; None else."""
+    cost = None
+    if rec.pod_id:
+        from launcher.providers.pods import run_cost
+
+        cost = run_cost(rec.run)
+    return {
+        "pod_id": (cost or {}).get("pod_id", rec.pod_id),
+        "price_hr": (cost or {}).get("price_hr"),
+        "cost_usd": (cost or {}).get("cost_usd"),
+    }
 
 
 def _merge(rec: RunRecord, parts: list[dict[str, Any] | str]) -> dict[str, Any]:

@@ -54,7 +54,12 @@ class TorchrunSpec(_Strict):
     rdzv_host: str | None = Field(
         None, description="Address the other nodes reach node 0 at; default: node 0's SSH host name."
     )
-    max_restarts: int = Field(0, ge=0, description="torchrun --max-restarts (0: a failure ends the run).")
+    max_restarts: int = Field(
+        0,
+        ge=0,
+        description="torchrun's own --max-restarts (elastic, same argv, no resume); keep 0 and use the "
+        "profile's max_restarts (the wrapper's loop, resumes from the newest intact checkpoint).",
+    )
     extra_args: list[str] = Field(
         default_factory=list, description="More torchrun arguments, passed verbatim."
     )
@@ -146,6 +151,13 @@ class Profile(_Strict):
     )
     expect: Expect = Field(default_factory=Expect)
     first_heartbeat_timeout_s: float = Field(900.0, gt=0, description="`up` fails if no rank beats by then.")
+    max_restarts: int = Field(
+        3,
+        ge=0,
+        le=100,
+        description="Restarts of a failed run on its host from the newest intact checkpoint (wrapper loop); "
+        "0: a failure ends the run. `up --max-restarts` overrides.",
+    )
     kill_grace_s: float = Field(
         KILL_GRACE_DEFAULT_S,
         gt=0,

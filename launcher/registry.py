@@ -79,6 +79,9 @@ class RunRecord:
     stall_seconds: float = 300.0
     kill_grace_s: float = 3.0
     first_heartbeat_timeout_s: float = 900.0
+    provider: str | None = None  # "prime" when `up --provision` rented the host
+    pod_id: str | None = None  # the pod the run is on now (launcher/providers/pods.py keeps its cost)
+    workdir_arg: str | None = None  # --workdir as given (a replacement host resolves it anew)
 
     @property
     def host(self) -> str:

@@ -25,6 +25,9 @@ COMMANDS = {
     "runs": "launcher.cli.runs:runs",
     "ssh-close": "launcher.cli.ssh_close:ssh_close",
     "dashboard": "launcher.cli.dashboard:dashboard",
+    "pods": "launcher.cli.pods:pods",
+    "pull": "launcher.cli.pull:pull",
+    "watch": "launcher.cli.watch:watch",
 }
 
 

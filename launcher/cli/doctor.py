@@ -26,6 +26,11 @@ from launcher.remote import agent_call, transport_for
 @click.option("--ssh-config", type=click.Path(), help="OpenSSH config file resolving --host aliases.")
 @click.option("--python", help="Absolute path of the host's python.")
 @click.option("--workdir", help="Project dir on the host.")
+@click.option(
+    "--allreduce/--no-allreduce",
+    default=None,
+    help="Run the all-reduce preflight across every rank (default: with > 1 GPU or node).",
+)
 @click.pass_obj
 def doctor(
     app: Application,
@@ -34,6 +39,7 @@ def doctor(
     ssh_config: str | None,
     python: str | None,
     workdir: str | None,
+    allreduce: bool | None,
 ) -> None:
     """Validate the profile and its config locally, then check each host (read-only)."""
     problems: list[tuple[str, str]] = []
@@ -75,6 +81,8 @@ def doctor(
             except LaunchError as e:
                 app.say(f"FAIL the agent: {e.message}")
                 problems.append((e.message, e.fix))
+    if not problems:
+        problems += [(p, "") for p in _allreduce(app, plan, allreduce)]
     if problems:
         for msg, fix in problems:
             app.say(f"problem: {msg}" + (f"\n  fix: {fix}" if fix else ""))
@@ -103,3 +111,34 @@ def _report(app: Application, plan, i: int, facts: dict, problems: list[tuple[st
         app.say(f"ok   host env: a venv at {facts.get('workdir')}/.venv ({env_plan.describe()})")
     if not facts.get("synced") and not plan.hosts[i].is_local:
         app.say(f"--   the project is not synced to {facts.get('workdir')} yet (`up` syncs it)")
+
+
+def _allreduce(app: Application, plan: object, allreduce: bool | None) -> list[str]:
+    """The all-reduce preflight of `up`, on every host at once; [] or the one problem."""
+    import sys
+
+    from launcher.launch import netcheck
+    from launcher.launch.preflight import preflight as pf
+
+    if not (allreduce or (allreduce is None and netcheck.wanted(plan.profile))):  # type: ignore[attr-defined]
+        return []
+    ts, pys, wds = [], [], []
+    for i, spec in enumerate(plan.hosts):  # type: ignore[attr-defined]
+        t = transport_for(spec)
+        py = plan.pythons[i] or (sys.executable if spec.is_local else None)  # type: ignore[attr-defined]
+        if not py or py == "venv":
+            return [f"{t.label}: the all-reduce check needs the host's python: pass --python (or `up` once)"]
+        ts.append(t)
+        pys.append(py)
+        wds.append(pf(t, plan, i)["workdir"])  # type: ignore[arg-type]
+    rdzv = None
+    if plan.profile.nodes > 1:  # type: ignore[attr-defined]
+        port = agent_call(ts[0], wds[0], pys[0], "free_port", {"start": 29400})["port"]
+        rdzv = f"{ts[0].hostname}:{port}"
+    try:
+        r = netcheck.run_check(ts, pys, wds, plan.profile, plan.env, rdzv)  # type: ignore[attr-defined]
+    except LaunchError as e:
+        app.say(f"FAIL {e.render()}")
+        return [e.message.splitlines()[0]]
+    app.say("ok  " + netcheck.describe(r))
+    return []

@@ -124,6 +124,17 @@ def print_status(console: Console, snaps: list[dict[str, Any]]) -> None:
             lines.append(Text(f"  on {s['host']}", style="dim"))
         if s.get("error") and s.get("state") != "lost":  # a lost run's error follows on stderr
             lines.append(Text(f"  {s['error']}", style="red"))
+        r = s.get("restarts")
+        if r and (r["count"] or r["stopped"]):
+            lines.append(Text(f"  restarts {r['count']}/{fmt.MISSING if r['max'] is None else r['max']}"))
+            for c in r["causes"]:
+                lines.append(Text(f"    restart {c['attempt']} after step {c['step']}: {c['cause']}"))
+            if r["stopped"]:
+                lines.append(Text(f"    not restarted: {r['stopped']}"))
+        if s.get("pod_id"):
+            price = f"${s['price_hr']:.2f}/h" if s.get("price_hr") is not None else "$?/h"
+            cost = f"${s['cost_usd']:.2f}" if s.get("cost_usd") is not None else "?"
+            lines.append(Text(f"  pod {s['pod_id']} {price}, cost so far {cost}"))
         for g in s.get("gpus") or []:
             name = str(g.get("name") or "").removeprefix("NVIDIA ")
             lines.append(

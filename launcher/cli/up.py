@@ -40,6 +40,30 @@ TERMINAL = ("finished", "failed", "killed", "lost")
 @click.option("--python", help="Absolute path of the host's python (overrides the profile's host.python).")
 @click.option("--workdir", help="Project dir on the host (overrides host.workdir).")
 @click.option("--accept-new-host-key", is_flag=True, help="Record an unknown host key (first contact only).")
+@click.option(
+    "--max-restarts",
+    type=click.IntRange(0, 100),
+    help="Restarts from the newest intact checkpoint after a crash, on the host (default: the profile's, 3).",
+)
+@click.option(
+    "--allreduce-check/--no-allreduce-check",
+    default=None,
+    help="A short all-reduce across every rank before training (default: on with > 1 GPU or node).",
+)
+@click.option(
+    "--provision",
+    type=click.Choice(["prime"]),
+    help="Rent the host from Prime Intellect (PRIME_API_KEY) instead of --host; terminated if up fails.",
+)
+@click.option("--gpu-type", help="With --provision: Prime GPU type (default: the profile's expect.gpu_name).")
+@click.option(
+    "--ready-timeout", default=900.0, show_default=True, help="With --provision: seconds to wait for SSH."
+)
+@click.option(
+    "--down-when-done",
+    is_flag=True,
+    help="With --provision: wait for the run, pull its checkpoint, terminate the pod (implies --wait).",
+)
 @click.pass_obj
 def up(
     app: Application,
@@ -48,21 +72,91 @@ def up(
     envs: tuple[str, ...],
     secrets: tuple[str, ...],
     wait: bool,
+    provision: str | None,
+    gpu_type: str | None,
+    ready_timeout: float,
+    down_when_done: bool,
     **kw: object,
 ) -> None:
-    """Start a training run (default: the cpu profile on this machine)."""
+    """Start a training run (default: the cpu profile on this machine, or a rented pod with --provision)."""
+    if (gpu_type or down_when_done) and not provision:
+        app.abort("--gpu-type and --down-when-done need --provision prime", "add --provision prime")
+    if provision and hosts:
+        app.abort("--provision rents the host, so --host cannot be given too", "drop --host or --provision")
+    client = None
+    if provision:
+        from launcher.profiles import load_profile
+        from launcher.providers.prime import PrimeClient
+
+        client = PrimeClient()  # no PRIME_API_KEY: exit 2 here, before anything is validated remotely
+        hosts = ("pod.pending",) * load_profile(kw.get("profile")).nodes  # type: ignore[arg-type]
     opts = UpOptions(
         hosts=list(hosts),
         sets=list(sets),
         env=list(envs),
         secrets=list(secrets),
-        **{k: v for k, v in kw.items() if v not in (None, False)},
+        **{k: v for k, v in kw.items() if v is not None and v is not False},
     )  # type: ignore[arg-type]
     plan = plan_run(opts)
     app.say(
         f"run {plan.run}: profile {plan.profile.name} ({plan.profile.world_size} workers), "
         f"config {plan.config_path.name} [{plan.config_hash}], {plan.total_steps} steps"
     )
+    pod = None
+    if client is not None:
+        # unknown GPU type, no stock, quota: provision fails before (or instead of) creating a pod
+        pod, plan.hosts = _rent(app, client, plan, gpu_type, ready_timeout)
+        plan.opts.accept_new_host_key = True  # a new pod's key cannot be known before (trust on first use)
+    rec = None
+    try:
+        rec = _start(app, plan)
+        if pod is not None:  # recorded before any wait: `pods down RUN` must find it after a Ctrl-C
+            rec.provider, rec.pod_id = provision, pod.id
+            from launcher import registry
+
+            registry.save(rec)
+        st = wait_for_first_heartbeat(app, rec)
+    except KeyboardInterrupt:
+        if rec is None:  # nothing started yet: nothing may keep billing
+            _terminate(app, client, pod, "up was interrupted")
+            raise
+        raise KeyboardInterrupt(keeps_going(rec.run, rec.host, "stopped waiting")) from None
+    except BaseException:
+        _terminate(app, client, pod, "up failed")
+        raise
+    app.say(f"run {rec.run} is {st['state']} (step {st['step']}/{rec.total_steps}) on {rec.host}")
+    app.print(rec.run)
+    app.say(next_steps(rec.run))
+    if not (wait or down_when_done):
+        return
+    try:
+        st = _wait_end(app, rec)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(keeps_going(rec.run, rec.host, "stopped waiting")) from None
+    if down_when_done and pod is not None:
+        from launcher.mirror import pull
+        from launcher.providers.pods import terminate
+
+        if st["state"] == "finished":
+            pull(rec, say=app.say)
+            terminate(client, pod, app.say)  # type: ignore[arg-type]
+        else:
+            app.say(
+                f"run {rec.run} {st['state']}: pod {pod.id} kept for inspection; `nsa-launch pods down {rec.run}`"
+            )
+    raise SystemExit(EXIT_OK if st["state"] == "finished" else EXIT_RUNTIME)
+
+
+def _rent(app: Application, client, plan, gpu_type, ready_timeout):
+    from launcher.providers.pods import provision as rent
+
+    return rent(
+        client, plan.profile, gpu_type, f"nsa-{plan.run}"[:64], plan.run, app.say, ready_timeout,
+        plan.opts.ssh_config,
+    )  # fmt: skip
+
+
+def _start(app: Application, plan):
     if app.err.is_terminal:
         with Progress(
             TextColumn("sync"),
@@ -80,28 +174,33 @@ def up(
     app.say(
         f"torchrun started on {len(rec.nodes)} node(s) in {started_s:.1f} s; waiting for the first heartbeat"
     )
-    try:
-        st = wait_for_first_heartbeat(app, rec)
-        app.say(f"run {rec.run} is {st['state']} (step {st['step']}/{rec.total_steps}) on {rec.host}")
-        app.print(rec.run)
-        app.say(next_steps(rec.run))
-        if not wait:
-            return
-        last = -1.0
-        while True:
-            st = fetch_status([rec])[0]
-            if st["state"] in TERMINAL:
-                break
-            if time.monotonic() - last > 5:
-                eta = f" eta {fmt.duration(st['eta_s'])}" if isinstance(st.get("eta_s"), (int, float)) else ""
-                app.say(
-                    f"  {st['state']}: step {fmt.step_total(st['step'], st['total_steps'])} loss {fmt.loss(st['loss'])} "
-                    f"tokens/s {fmt.rate(st['tokens_per_s'])}{eta}"
-                )
-                last = time.monotonic()
-            time.sleep(1.0)
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt(keeps_going(rec.run, rec.host, "stopped waiting")) from None
+    return rec
+
+
+def _terminate(app: Application, client, pod, why: str) -> None:
+    """A pod `up` rented is terminated when up fails before the run is going: nothing left billing."""
+    if pod is None:
+        return
+    from launcher.providers.pods import terminate
+
+    app.say(f"{why}; terminating pod {pod.id} so nothing is left billing")
+    terminate(client, pod, app.say)
+
+
+def _wait_end(app: Application, rec):
+    last = -1.0
+    while True:
+        st = fetch_status([rec])[0]
+        if st["state"] in TERMINAL:
+            break
+        if time.monotonic() - last > 5:
+            eta = f" eta {fmt.duration(st['eta_s'])}" if isinstance(st.get("eta_s"), (int, float)) else ""
+            app.say(
+                f"  {st['state']}: step {fmt.step_total(st['step'], st['total_steps'])} loss {fmt.loss(st['loss'])} "
+                f"tokens/s {fmt.rate(st['tokens_per_s'])}{eta}"
+            )
+            last = time.monotonic()
+        time.sleep(1.0)
     app.say(
         f"run {rec.run} {st['state']} (exit code {st['exit_code']}, step {st['step']}, loss {fmt.loss(st['loss'])})"
     )
@@ -117,7 +216,7 @@ def up(
             for line in error_lines(list(stream_log(rec, follow=False, last_n=300))):
                 app.say(f"  {line}")
             app.say(f"  full log: nsa-launch logs --run {rec.run} -n 500")
-    raise SystemExit(EXIT_OK if st["state"] == "finished" else EXIT_RUNTIME)
+    return st
 
 
 def next_steps(run: str) -> str:

@@ -49,6 +49,8 @@ def cmd_start(req: dict[str, Any]) -> dict[str, Any]:
             p.unlink(missing_ok=True)
     else:
         manifest = dict(req.get("manifest") or {})
+    if not resume or not (rd.root / WRAPPER).exists():
+        # A resume on a replacement host has the mirrored run dir but no wrapper of its own yet.
         atomic_write_text(rd.root / WRAPPER, wrapper_script(req))
     manifest["started_at"] = time.time()
     atomic_write_json(rd.manifest, manifest)

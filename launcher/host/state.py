@@ -13,7 +13,7 @@ import socket
 import time
 from typing import Any
 
-from launcher.host import gpu, procs, tmux
+from launcher.host import gpu, procs, restarts, tmux
 from launcher.host.logtail import error_lines, log_tail
 from nsa.runfiles import RunDir, failure_cause, read_json, tail_jsonl
 
@@ -35,8 +35,8 @@ def run_status(req: dict[str, Any], now: float) -> dict[str, Any]:
     killed = read_json(rd.killed_file) if rd.killed_file.exists() else None
     events = tail_jsonl(rd.events, 16384)
     stall_s = float(manifest.get("stall_seconds") or 300)
-    restarts = manifest.get("restarts") or []
-    restarted_at = float(restarts[-1].get("time") or 0) if restarts else None
+    restarted = manifest.get("restarts") or []  # `nsa-launch restart` times (launcher/host/start.py)
+    restarted_at = float(restarted[-1].get("time") or 0) if restarted else None
     error = None
     if not rd.root.exists():
         state, error = "lost", f"run dir {rd.root} does not exist on this host"
@@ -96,6 +96,7 @@ def run_status(req: dict[str, Any], now: float) -> dict[str, Any]:
         "exit_code": exit_code,
         "pids": pids,
         "events": events[-5:],
+        "restarts": restarts.summary(rd, manifest.get("max_restarts")),
         "time": now,
         "error": error,
         "run_dir": str(rd.root),

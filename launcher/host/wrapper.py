@@ -4,7 +4,9 @@ Owns the wrapper's text (`launch.sh` in the run dir) and the one-shot secrets fi
 deletes (`.launch.secrets`, mode 0600), so secrets never appear in a command line, the manifest or
 the wrapper. Every value is shlex-quoted. The wrapper re-executes itself once under `env -i` with
 BASE_ENV only, so the workers see exactly the validated env plus that base, never the environment of
-the tmux server (a user's shell, an earlier run). It keeps a small reserve file so that the exit
+the tmux server (a user's shell, an earlier run). With `max_restarts` > 0 it runs torchrun in a
+loop: after a failure launcher/host/restarts.py decides (and records) whether to run it again with
+--resume. It keeps a small reserve file so that the exit
 code can be written even on a full disk. It must not start anything (start.py does).
 """
 
@@ -43,6 +45,7 @@ def wrapper_script(req: dict[str, Any]) -> str:
     """The bash wrapper tmux runs: exports, torchrun tee'd with pipefail, the true exit code."""
     q = shlex.quote
     rd = req["run_dir"]
+    max_restarts = int(req.get("max_restarts") or 0)
     log, code = f"{rd}/train.log", f"{rd}/exit_code"
     reserve = q(f"{rd}/{RESERVE}")
     lines = [
@@ -69,10 +72,17 @@ def wrapper_script(req: dict[str, Any]) -> str:
     lines += [f"export {k}={q(v)}" for k, v in sorted(env.items())]
     lines += [
         f"if [ -f {q(rd + '/' + SECRETS)} ]; then . {q(rd + '/' + SECRETS)}; rm -f -- {q(rd + '/' + SECRETS)}; fi",
+        # The restart loop (restarts.py decides and records each restart; max_restarts 0: none).
+        "while :; do",
         f'printf \'%s\\n\' "[nsa-launch] $(date -u +%Y-%m-%dT%H:%M:%SZ) start: "{q(shlex.join(req["argv"]))}" $*"'
         f" >> {q(log)}",
         f'{shlex.join(req["argv"])} "$@" 2>&1 | tee -a -- {q(log)}',
         "ec=${PIPESTATUS[0]} tee_ec=${PIPESTATUS[1]}",
+        f'if [ "$ec" = 0 ] || [ {max_restarts} = 0 ]; then break; fi',
+        f'next=$({q(req["argv"][0])} -m launcher.host.restarts {q(rd)} {max_restarts} "$ec" 2>> {q(log)})',
+        'case "$next" in resume) set -- --resume ;; fresh) set -- ;; *) break ;; esac',
+        f"printf '%s\\n' \"[nsa-launch] torchrun exited with $ec; restarting ($next)\" >> {q(log)}",
+        "done",
         f"rm -f -- {reserve}",
         # Always an exit code, never a stray .tmp: on a failed rename the code is written in place.
         f"{{ printf '%s\\n' \"$ec\" > {q(code + '.tmp')} && mv -f -- {q(code + '.tmp')} {q(code)}; }} 2>/dev/null"

@@ -23,9 +23,15 @@ from launcher.ssh.transport import SSHTransport
 
 
 def execute(
-    plan: Plan, say: Callable[[str], None] = print, on_sync_progress: Callable[[int], None] | None = None
+    plan: Plan,
+    say: Callable[[str], None] = print,
+    on_sync_progress: Callable[[int], None] | None = None,
+    before_start: Callable[[Any, NodeRecord], None] | None = None,
 ) -> tuple[RunRecord, float]:
-    """Do the run on its host(s). Returns the record and the seconds until torchrun was started."""
+    """Do the run on its host(s). Returns the record and the seconds until torchrun was started.
+
+    `before_start(transport, node)` runs once per node after sync and host env, before the start (a
+    restore on a replacement host puts the mirrored run dir there)."""
     from launcher.hostenv import ensure_python
     from launcher.ssh.sync import sync
 
@@ -72,6 +78,14 @@ def execute(
                 transports[0], nodes[0].workdir, nodes[0].python, "free_port", {"start": 29400}
             )["port"]
         rdzv = f"{plan.profile.torchrun.rdzv_host or transports[0].hostname}:{port}"  # type: ignore[attr-defined]
+    from launcher.launch import netcheck
+
+    check = plan.opts.allreduce_check
+    if check or (check is None and netcheck.wanted(plan.profile)):
+        r = netcheck.run_check(
+            transports, [n.python for n in nodes], [n.workdir for n in nodes], plan.profile, plan.env, rdzv
+        )
+        say(netcheck.describe(r))
     rec = RunRecord(
         run=plan.run,
         profile=plan.profile.name,
@@ -86,7 +100,11 @@ def execute(
         stall_seconds=plan.stall_seconds,
         kill_grace_s=plan.profile.kill_grace_s,
         first_heartbeat_timeout_s=plan.profile.first_heartbeat_timeout_s,
+        workdir_arg=plan.opts.workdir,
     )
+    if before_start is not None:
+        for t, node in zip(transports, nodes):
+            before_start(t, node)
     started: list[int] = []
     try:
         for i, (t, node) in enumerate(zip(transports, nodes)):
@@ -102,6 +120,7 @@ def execute(
                 "secrets": plan.secret_values,
                 "tmux_socket": plan.tmux_socket,
                 "resume": plan.opts.resume,
+                "max_restarts": max_restarts(plan),
                 "manifest": manifest(plan, i, t.label, argv),
                 "files": {INPUT_CONFIG: plan.config_text},
             }
@@ -116,6 +135,12 @@ def execute(
         kill_nodes(rec, [nodes[i] for i in started])
         raise
     return rec, time.monotonic() - t0
+
+
+def max_restarts(plan: Plan) -> int:
+    """`up --max-restarts`, else the profile's."""
+    n = plan.opts.max_restarts
+    return plan.profile.max_restarts if n is None else n
 
 
 TICK_S = 2.0  # how often the first-heartbeat wait reports back (one agent call each)

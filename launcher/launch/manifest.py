@@ -90,6 +90,9 @@ def manifest(plan: Plan, node_rank: int, host: str, argv: list[str]) -> dict[str
         "overrides": plan.overrides,
         "total_steps": plan.total_steps,
         "stall_seconds": plan.stall_seconds,
+        "max_restarts": plan.profile.max_restarts
+        if plan.opts.max_restarts is None
+        else plan.opts.max_restarts,
         "env": env_shown,
         "command": argv,
     }

@@ -36,6 +36,8 @@ class UpOptions:
     python: str | None = None
     workdir: str | None = None
     accept_new_host_key: bool = False
+    max_restarts: int | None = None  # None: the profile's max_restarts
+    allreduce_check: bool | None = None  # None: when the profile has > 1 GPU or > 1 node
 
 
 @dataclass

@@ -3,6 +3,8 @@
 Kinds: `stall` (the rank stops making progress at step N, as a hung collective or data source
 would), `nan` (the loss of step N becomes NaN), `kill` (the rank SIGKILLs itself before step N, an
 honest interruption for resume tests). Without `rank`, every rank is hit; without `step`, step 1.
+`:once` fires only the first time in a run dir (a marker file `.fault-<kind>-step<N>-rank<R>`), so a
+run that resumes past the fault recovers instead of hitting it again (the launcher's restart tests).
 Owns parsing (a bad value is a clear error at boot, not a silently ignored variable) and firing.
 It must do nothing at all when NSA_FAULT is unset: the fast path is the default path.
 """
@@ -22,26 +24,42 @@ class Fault:
     kind: str
     step: int = 1
     rank: int | None = None
+    once: bool = False
 
     def hits(self, step: int, rank: int) -> bool:
         return step == self.step and (self.rank is None or self.rank == rank)
+
+    def arm(self, run_dir: str | os.PathLike[str], rank: int) -> bool:
+        """True when the fault may fire now; with `once`, only for the first caller per run dir."""
+        if not self.once:
+            return True
+        marker = os.path.join(run_dir, f".fault-{self.kind}-step{self.step}-rank{rank}")
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            return False
+        return True
 
 
 def parse_fault(text: str | None) -> Fault | None:
     """Parse NSA_FAULT; raises ValueError naming the variable, the value and the expected form."""
     if not text:
         return None
-    form = "expected NSA_FAULT=<stall|nan|kill>[:step=N][:rank=R], e.g. stall:step=3:rank=1"
+    form = "expected NSA_FAULT=<stall|nan|kill>[:step=N][:rank=R][:once], e.g. stall:step=3:rank=1"
     kind, *opts = text.split(":")
     if kind not in KINDS:
         raise ValueError(f"NSA_FAULT={text!r}: unknown kind {kind!r}; {form}")
     fields: dict[str, int] = {}
+    once = False
     for opt in opts:
+        if opt == "once":
+            once = True
+            continue
         key, sep, val = opt.partition("=")
         if not sep or key not in ("step", "rank") or not val.isdigit():
             raise ValueError(f"NSA_FAULT={text!r}: bad option {opt!r}; {form}")
         fields[key] = int(val)
-    return Fault(kind, step=fields.get("step", 1), rank=fields.get("rank"))
+    return Fault(kind, step=fields.get("step", 1), rank=fields.get("rank"), once=once)
 
 
 def fault_from_env() -> Fault | None:

@@ -297,7 +297,7 @@ class Run:
     def _step(self, step: int, lr: float, loader: Any, want_stats: bool) -> tuple[float, float, dict]:
         info, rec, t = self.info, self.rec, self.cfg.train
         fault = self.fault
-        if fault is not None and fault.hits(step + 1, info.rank):
+        if fault is not None and fault.hits(step + 1, info.rank) and fault.arm(self.rd.root, info.rank):
             if fault.kind == "kill":
                 kill_self()
             if fault.kind == "stall":

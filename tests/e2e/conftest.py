@@ -23,3 +23,18 @@ def _own_home_no_stray_ssh_masters(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     monkeypatch.setenv("NSA_LAUNCH_HOME", str(tmp_path / "nsa-launch-home"))
     yield
     stop_masters(Path(os.environ["NSA_LAUNCH_HOME"]))
+
+
+@pytest.fixture
+def fake_prime(monkeypatch: pytest.MonkeyPatch):
+    """The FAKE Prime Intellect API (tests/fixtures/fake_prime.py), named by PRIME_API_KEY/BASE_URL."""
+    from tests.fixtures.fake_prime import API_KEY, make_fake
+
+    api = make_fake(start_delay_s=0.5)
+    monkeypatch.setenv("PRIME_API_KEY", API_KEY)
+    monkeypatch.setenv("PRIME_API_BASE_URL", api.url)
+    monkeypatch.delenv("PRIME_TEAM_ID", raising=False)
+    try:
+        yield api
+    finally:
+        api.close()

@@ -1,0 +1,138 @@
+"""Recovery times of nsa-launch, measured end to end on this machine (CPU, 2 gloo workers, tiny config).
+
+Prints one JSON line per scenario:
+- `same_host`: NSA_FAULT SIGKILLs rank 1 once before step 10; the wrapper restarts torchrun with
+  --resume. crash = the last train record before the kill (log_every=1); training again = the first
+  train record written after the `restart` event. steps_lost = failed step - checkpoint step.
+- `lost_pod`: `up --provision prime` against the FAKE Prime API (tests/fixtures/fake_prime.py, pod
+  start delay `--start-delay`, stated in the output); once step 6 is checkpointed and mirrored the
+  pod is killed (sshd and every process); `watch --lost-after L` replaces it. lost = the kill;
+  training again = the first train record after it. steps_lost = steps done at the kill - checkpoint.
+
+Usage: .venv/bin/python bench/recovery.py [--start-delay 5] [--lost-after 5] [--only same_host|lost_pod]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.fixtures.fake_prime import API_KEY, make_fake  # noqa: E402
+
+SETS = ["train.steps=16", "train.save_every=6", "train.eval_every=100", "train.log_every=1"]
+
+
+def _cli(env: dict[str, str], *args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", "from launcher.cli import main; main()", *args],
+        env=env, capture_output=True, text=True, cwd=REPO, **kw,
+    )  # fmt: skip
+
+
+def _jsonl(p: Path) -> list[dict]:
+    return [json.loads(ln) for ln in p.read_text().splitlines() if ln.strip()]
+
+
+def _sets() -> list[str]:
+    return [a for s in SETS for a in ("--set", s)]
+
+
+def same_host(home: str) -> dict:
+    env = dict(os.environ, NSA_LAUNCH_HOME=home, NSA_LAUNCH_TMUX_SOCKET=f"bench-rec-{os.getpid()}")
+    run = f"bench-crash-{os.getpid()}"
+    p = _cli(env, "up", "--name", run, *_sets(), "--env", "NSA_FAULT=kill:step=10:rank=1:once", "--wait")
+    rd = REPO / "runs" / run
+    try:
+        assert p.returncode == 0, p.stderr[-2000:]
+        ev = _jsonl(rd / "events.jsonl")
+        rs = next(e for e in ev if e["kind"] == "restart")
+        train = [m for m in _jsonl(rd / "metrics.jsonl") if "loss" in m]
+        before = [m for m in train if m["time"] < rs["time"]][-1]
+        after = next(m for m in train if m["time"] > rs["time"])
+        ck = int(rs["detail"]["checkpoint"].split("-")[1])
+        return {
+            "scenario": "same_host", "crash_to_training_s": round(after["time"] - before["time"], 1),
+            "restart_decided_after_s": round(rs["time"] - before["time"], 1), "failed_step": rs["step"],
+            "resumed_from_step": ck, "steps_lost": rs["step"] - ck, "cause": rs["detail"]["cause"],
+        }  # fmt: skip
+    finally:
+        _cli(env, "kill", "--run", run)
+        shutil.rmtree(rd, ignore_errors=True)
+
+
+def lost_pod(home: str, start_delay: float, lost_after: float) -> dict:
+    fake = make_fake(start_delay)
+    env = dict(os.environ, NSA_LAUNCH_HOME=home, NSA_LAUNCH_TMUX_SOCKET=f"bench-rec-{os.getpid()}",
+               PRIME_API_KEY=API_KEY, PRIME_API_BASE_URL=fake.url)  # fmt: skip
+    run = f"bench-lost-{os.getpid()}"
+    watcher = None
+    try:
+        p = _cli(env, "up", "--provision", "prime", "--gpu-type", "CPU_NODE", "--ssh-config",
+                 str(fake.ssh_config), "--python", sys.executable, "--name", run, *_sets())  # fmt: skip
+        assert p.returncode == 0, p.stderr[-2000:]
+        (pod1,) = fake.pods
+        watcher = subprocess.Popen(
+            [sys.executable, "-c", "from launcher.cli import main; main()", "watch", "--run", run,
+             "--pull-every", "1", "--lost-after", str(lost_after), "--poll", "1"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        )  # fmt: skip
+        on_pod = Path(json.loads((Path(home) / "runs" / f"{run}.json").read_text())["nodes"][0]["run_dir"])
+        while not (on_pod / "checkpoints" / "step-00000006" / "manifest.json").exists():
+            time.sleep(0.05)
+        fake.freeze_run(pod1)
+        latest = Path(home) / "mirror" / run / "checkpoints" / "latest"
+        while not (latest.exists() and latest.read_text().strip() == "step-00000006"):
+            time.sleep(0.1)
+        done = max(json.loads(f.read_text())["step"] for f in (on_pod / "heartbeat").glob("*.json"))
+        t_lost = time.time()
+        fake.lose(pod1)
+        _out, err = watcher.communicate(timeout=1800)
+        assert watcher.returncode == 0, err[-3000:]
+        mirror = Path(home) / "mirror" / run
+        ev = _jsonl(mirror / "events.jsonl")
+        rep = next(e for e in ev if e["kind"] == "host_replaced")
+        after = next(m for m in _jsonl(mirror / "metrics.jsonl") if "loss" in m and m["time"] > t_lost)
+        _cli(env, "pods", "down", run, "--yes", "--no-pull")
+        return {
+            "scenario": "lost_pod", "fake_pod_start_delay_s": start_delay, "lost_after_s": lost_after,
+            "lost_to_training_s": round(after["time"] - t_lost, 1),
+            "lost_to_restore_started_s": round(rep["time"] - t_lost, 1), "steps_done_at_loss": done,
+            "resumed_from_step": 6, "steps_lost": done - 6,
+        }  # fmt: skip
+    finally:
+        if watcher and watcher.poll() is None:
+            watcher.kill()
+        fake.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--start-delay", type=float, default=5.0)
+    ap.add_argument("--lost-after", type=float, default=5.0)
+    ap.add_argument("--only", choices=["same_host", "lost_pod"])
+    a = ap.parse_args()
+    home = tempfile.mkdtemp(prefix="nsa-bench-recovery-")
+    try:
+        for name in ("same_host", "lost_pod"):
+            if a.only and a.only != name:
+                continue
+            load = os.getloadavg()[0]
+            res = same_host(home) if name == "same_host" else lost_pod(home, a.start_delay, a.lost_after)
+            res.update(load_avg_1m_start=round(load, 2), load_avg_1m_end=round(os.getloadavg()[0], 2))
+            print(json.dumps(res), flush=True)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

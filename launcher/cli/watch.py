@@ -1,0 +1,47 @@
+"""`nsa-launch watch`: stay with a run until it ends: mirror it, and replace its pod when it is lost."""
+
+from __future__ import annotations
+
+import click
+
+from launcher.app import Application
+from launcher.errors import EXIT_OK, EXIT_RUNTIME
+
+
+@click.command()
+@click.option("--run", "-r", help="Run id. Default: the most recent run.")
+@click.option("--pull-every", default=60.0, show_default=True, help="Seconds between pulls of the mirror.")
+@click.option(
+    "--lost-after", default=60.0, show_default=True, help="Seconds unreachable before a pod is replaced."
+)
+@click.option("--poll", default=5.0, show_default=True, help="Seconds between status checks.")
+@click.option("--max-replacements", default=3, show_default=True, help="Pods to rent at most.")
+@click.option("--ready-timeout", default=900.0, show_default=True, help="Seconds to wait for a new pod.")
+@click.option("--json", "as_json", is_flag=True, help="Print the final status as JSON.")
+@click.pass_obj
+def watch(
+    app: Application,
+    run: str | None,
+    pull_every: float,
+    lost_after: float,
+    poll: float,
+    max_replacements: int,
+    ready_timeout: float,
+    as_json: bool,
+) -> None:
+    """Pull the newest intact checkpoint on a schedule; replace a lost --provision pod and resume.
+
+    Exit 0 when the run finished, 1 otherwise.
+    """
+    from launcher.control import resolve_run
+    from launcher.recovery import watch as do_watch
+
+    rec = resolve_run(run)
+    st = do_watch(
+        rec.run, app.say, poll_s=poll, pull_every_s=pull_every, lost_after_s=lost_after,
+        max_replacements=max_replacements, ready_timeout=ready_timeout,
+    )  # fmt: skip
+    if as_json:
+        app.emit_json(st)
+    app.say(f"run {rec.run} {st['state']} at step {st['step']} (loss {st['loss']})")
+    raise SystemExit(EXIT_OK if st["state"] == "finished" else EXIT_RUNTIME)

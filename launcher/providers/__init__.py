@@ -1,0 +1,1 @@
+"""GPU clouds nsa-launch can rent hosts from (today: Prime Intellect, `prime.py`)."""

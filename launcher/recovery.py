@@ -1,0 +1,219 @@
+"""`watch`: keep a run alive from the launching machine: pull the mirror on a schedule, and replace a
+lost provisioned pod, restoring the newest mirrored checkpoint there and resuming.
+
+Owns the watch loop (status every `poll_s`, `mirror.pull` every `pull_every_s`, a host that is gone
+per the Prime API or unreachable for `lost_after_s` counts as lost) and `replace_host` (terminate the
+old pod, rent one like it, sync, push the mirror into the run dir, start with --resume, wait for the
+first heartbeat, record a `host_replaced` event). A run without --provision is only reported `lost`
+with what to do. It must not parse CLI arguments (launcher/cli/watch.py does) or import torch.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from launcher import registry
+from launcher.errors import LaunchError
+from launcher.registry import RunRecord
+
+TERMINAL = ("finished", "failed", "killed")
+
+
+def lost_advice(rec: RunRecord) -> str:
+    """What to do about a lost run that nsa-launch cannot replace by itself."""
+    from launcher.mirror import mirror_dir
+
+    m = mirror_dir(rec.run)
+    ck = None
+    latest = m / "checkpoints" / "latest"
+    if latest.is_file():
+        ck = latest.read_text().strip()
+    where = f"the mirror {m} holds {ck}" if ck else f"no checkpoint was pulled to {m}"
+    return (
+        f"the host of {rec.run} does not answer. If it comes back, the run goes on (its wrapper restarts "
+        f"crashes there). If it is gone: {where}; runs started with `nsa-launch up --provision prime` are "
+        "replaced by `nsa-launch watch`, others need a new host and a new `nsa-launch up`"
+    )
+
+
+@dataclass
+class Replacement:
+    old_pod: str | None
+    new_pod: str
+    checkpoint: str | None
+    seconds: float
+
+
+def replace_host(rec: RunRecord, say: Callable[[str], None], ready_timeout: float = 900.0) -> Replacement:
+    """Terminate the run's pod, rent a new one of the same GPU type, restore the mirror, resume."""
+    from launcher.launch.execute import execute, wait_first_heartbeat
+    from launcher.launch.plan import UpOptions, plan_run
+    from launcher.mirror import mirror_dir, push
+    from launcher.profiles import load_profile
+    from launcher.providers.pods import load_pod, provision, terminate
+    from launcher.providers.prime import PrimeClient
+    from nsa.runfiles import append_jsonl
+
+    t0 = time.monotonic()
+    client = PrimeClient()
+    old = load_pod(rec.pod_id) if rec.pod_id else None
+    if old is not None and old.terminated is None:
+        terminate(client, old, say)  # a lost pod may still bill
+    profile = load_profile(rec.profile)
+    node0 = rec.nodes[0]
+    ssh_config = node0.host.ssh_config
+    new, hosts = provision(
+        client, profile, old.gpu_type if old else None, f"nsa-{rec.run}"[:64], rec.run, say, ready_timeout,
+        ssh_config,
+    )  # fmt: skip
+    try:
+        sets = [o for o in rec.overrides if o not in profile.overrides]
+        opts = UpOptions(
+            profile=rec.profile,
+            hosts=[h.target for h in hosts],
+            ssh_config=ssh_config,
+            config=rec.config,
+            sets=sets,
+            env=[f"{k}={v}" for k, v in rec.env.items()],
+            secrets=list(rec.secrets),
+            name=rec.run,
+            resume=True,
+            python=node0.python if node0.python.startswith("/") else None,
+            workdir=rec.workdir_arg,
+            accept_new_host_key=True,
+        )
+        plan = plan_run(opts)
+        plan.hosts = hosts
+        man = json.loads((mirror_dir(rec.run) / "manifest.json").read_text())
+        plan.opts.max_restarts = man.get("max_restarts")
+        restored: dict[str, Any] = {}
+
+        def restore(t: Any, node: Any) -> None:
+            from launcher.mirror import FILES
+
+            src = mirror_dir(rec.run)
+            append_jsonl(
+                src / "events.jsonl",
+                {"kind": "host_replaced", "time": time.time(), "step": None, "rank": None,
+                 "detail": {"old_pod": rec.pod_id, "new_pod": new.id, "host": node.label}},
+            )  # fmt: skip
+            t.run(f"mkdir -p {_q(node.run_dir)}", timeout=30)
+            _push_files(t, [str(src / f) for f in FILES if (src / f).exists()], node.run_dir)
+            restored["checkpoint"] = push(rec.run, t, node.run_dir)
+            say(f"restored {restored['checkpoint'] or 'no checkpoint (starts from step 0)'} to {node.label}")
+
+        new_rec, _ = execute(plan, say=say, before_start=restore)
+        new_rec.provider, new_rec.pod_id, new_rec.created = rec.provider, new.id, rec.created
+        registry.save(new_rec)
+        wait_first_heartbeat(new_rec)
+    except BaseException:
+        say(f"replacing the host failed; terminating pod {new.id} so nothing is left billing")
+        terminate(client, new, say)
+        raise
+    return Replacement(rec.pod_id, new.id, restored.get("checkpoint"), time.monotonic() - t0)
+
+
+def _q(s: str) -> str:
+    import shlex
+
+    return shlex.quote(s)
+
+
+def _push_files(t: Any, files: list[str], dest: str) -> None:
+    import subprocess
+
+    from launcher.errors import RuntimeFailure
+    from launcher.ssh.openssh import shared_options
+    from launcher.ssh.transport import SSHTransport
+
+    if isinstance(t, SSHTransport):
+        argv = [
+            "rsync",
+            "-a",
+            "--protect-args",
+            "-e",
+            " ".join(map(_q, t.ssh_argv() + shared_options(t.spec))),
+        ]
+        argv += [*files, f"{t.hostname}:{dest}/"]
+    else:
+        argv = ["rsync", "-a", *files, f"{dest}/"]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        raise RuntimeFailure(f"pushing the mirror to {t.label} failed: {p.stderr.strip()[-500:]}", "retry")
+
+
+def pod_gone(rec: RunRecord) -> str | None:
+    """Why the API says the run's pod is gone (deleted, TERMINATED, ERROR), or None."""
+    if not rec.pod_id:
+        return None
+    from launcher.providers.prime import GONE_STATES, PrimeClient
+
+    try:
+        pod = PrimeClient().get_pod(rec.pod_id)
+    except LaunchError as e:
+        return f"the API no longer knows pod {rec.pod_id}" if "HTTP 404" in e.message else None
+    return f"pod {rec.pod_id} is {pod.status}" if pod.status in GONE_STATES else None
+
+
+def watch(
+    run: str,
+    say: Callable[[str], None],
+    *,
+    poll_s: float = 5.0,
+    pull_every_s: float = 60.0,
+    lost_after_s: float = 60.0,
+    max_replacements: int = 3,
+    ready_timeout: float = 900.0,
+) -> dict[str, Any]:
+    """Watch until the run ends. Returns its last status (with `replacements`)."""
+    from launcher.control import fetch_status
+    from launcher.mirror import pull
+
+    rec = registry.load(run)
+    if rec is None:
+        raise LaunchError(f"unknown run {run!r}", "list runs with `nsa-launch runs`")
+    last_pull = 0.0
+    lost_since: float | None = None
+    replacements: list[dict[str, Any]] = []
+    advised = False
+    while True:
+        st = fetch_status([rec])[0]
+        now = time.monotonic()
+        if st["state"] != "lost":
+            lost_since, advised = None, False
+            if now - last_pull >= pull_every_s or st["state"] in TERMINAL:
+                try:
+                    pull(rec, say=say)
+                except LaunchError as e:
+                    say(f"pull failed: {e.message}")
+                last_pull = now
+            if st["state"] in TERMINAL:
+                st["replacements"] = replacements
+                return st
+        else:
+            lost_since = lost_since or now
+            gone = pod_gone(rec) if rec.provider else None
+            waited = now - lost_since
+            if rec.provider and (gone or waited >= lost_after_s):
+                if len(replacements) >= max_replacements:
+                    raise LaunchError(
+                        f"run {run} lost its host {len(replacements) + 1} times; stopped replacing",
+                        "look at the pods' history (`nsa-launch pods ls`) before renting again",
+                        exit_code=1,
+                    )
+                why = gone or f"unreachable for {waited:.0f} s ({st['error']})"
+                say(f"run {run} lost its host: {why}; replacing it")
+                r = replace_host(rec, say, ready_timeout)
+                replacements.append(r.__dict__)
+                say(f"run {run} resumed on pod {r.new_pod} from {r.checkpoint} in {r.seconds:.0f} s")
+                rec = registry.load(run)  # type: ignore[assignment]
+                lost_since = None
+                continue
+            if not rec.provider and not advised:
+                say(f"run {run} is lost: {st['error']}\n  what to do: {lost_advice(rec)}")
+                advised = True
+        time.sleep(poll_s)

@@ -1,0 +1,55 @@
+"""The restart decision of the host wrapper (launcher/host/restarts.py) on real run dirs: restart
+with or without --resume, stop on bad input / SIGTERM / a spent budget / a crash loop, and the
+status summary built from the events it writes."""
+
+from __future__ import annotations
+
+import time
+
+from launcher.host.restarts import decide, summary
+from nsa.runfiles import Heartbeat, RunDir, atomic_write_json, checkpoint_name, write_checkpoint_manifest
+
+
+def _beat(rd: RunDir, step: int) -> None:
+    for r in (0, 1):
+        hb = Heartbeat(rank=r, step=step, time=time.time(), pid=1, phase="forward_backward", host="h")
+        atomic_write_json(rd.heartbeat_dir / f"rank{r}.json", hb.__dict__)
+
+
+def _ckpt(rd: RunDir, step: int) -> None:
+    d = rd.checkpoints_dir / checkpoint_name(step)
+    d.mkdir(parents=True)
+    (d / "model.pt").write_bytes(b"x" * 10)
+    write_checkpoint_manifest(d, step)
+
+
+def test_restart_fresh_then_resume_then_crash_loop(tmp_path):
+    rd = RunDir(tmp_path)
+    _beat(rd, 3)
+    assert decide(rd, 3, 1) == "fresh"  # no checkpoint yet: start over
+    _ckpt(rd, 5)
+    _beat(rd, 7)
+    assert decide(rd, 3, 137) == "resume"
+    _beat(rd, 7)  # failed at step 7 again: a crash loop, stopped with 1 restart left unused
+    assert decide(rd, 3, 137) == "stop"
+    s = summary(rd, 3)
+    assert s["count"] == 2 and s["max"] == 3 and "crash loop" in s["stopped"]
+    assert [c["step"] for c in s["causes"]] == [3, 7] and s["causes"][1]["cause"]
+
+
+def test_budget_bad_input_sigterm_killed(tmp_path):
+    rd = RunDir(tmp_path / "a")
+    rd.root.mkdir()
+    for step in (1, 2):
+        _beat(rd, step)
+        assert decide(rd, 2, 1) == "fresh"
+    _beat(rd, 3)
+    assert decide(rd, 2, 1) == "stop" and "budget spent (2/2)" in summary(rd, 2)["stopped"]
+    for code, why in ((2, "bad input"), (143, "SIGTERM")):
+        rd = RunDir(tmp_path / str(code))
+        rd.root.mkdir()
+        assert decide(rd, 3, code) == "stop" and why in summary(rd, 3)["stopped"]
+    rd = RunDir(tmp_path / "k")
+    rd.root.mkdir()
+    rd.killed_file.write_text("{}")
+    assert decide(rd, 3, 1) == "stop" and summary(rd, 3)["count"] == 0
