@@ -139,11 +139,27 @@ def unit(v: Any, spec: str, suffix: str) -> str:
 
 
 def state_label(st: dict[str, Any]) -> str:
-    """The state, with the exit code when it is not the expected one: "failed (exit 1)"."""
+    """The state, with the exit code when it is not the expected one and the restarts the host made
+    after crashes: "failed (exit 1)", "running (restarts 1/3)"."""
     state, code = str(st.get("state") or "?"), st.get("exit_code")
+    notes = []
     if code is not None and not (state == "finished" and code == 0):
-        return f"{state} (exit {code})"
-    return state
+        notes.append(f"exit {code}")
+    r = st.get("restarts")
+    if isinstance(r, dict) and r.get("count"):
+        notes.append(f"restarts {r['count']}/{MISSING if r.get('max') is None else r['max']}")
+    return f"{state} ({', '.join(notes)})" if notes else state
+
+
+def pod_cost(st: dict[str, Any]) -> str:
+    """A rented run's pod, its price and what it cost so far ("pod p-1 $1.20/h $3.40"); "" when none."""
+    if not st.get("pod_id"):
+        return ""
+    price, cost = _num(st.get("price_hr")), _num(st.get("cost_usd"))
+    return (
+        f"pod {st['pod_id']} {'$?' if price is None else f'${price:.2f}'}/h "
+        f"{'$?' if cost is None else f'${cost:.2f}'}"
+    )
 
 
 def newest_heartbeat(st: dict[str, Any]) -> str:

@@ -29,25 +29,29 @@ def runs(ctx: click.Context, as_json: bool, no_state: bool) -> None:
         return
     app: Application = ctx.obj
     records = all_runs()
-    states: list[str | None] = [None] * len(records)
+    snaps: list[dict] = [{} for _ in records]
     if records and not no_state:
         from launcher.control import fetch_status
 
-        states = [st["state"] for st in fetch_status(records)]
+        snaps = fetch_status(records)
+    states = [sn.get("state") for sn in snaps]
+    pods = [fmt.pod_cost(sn) for sn in snaps]
     if as_json:
-        app.emit_json([{**r.to_dict(), "state": s} for r, s in zip(records, states)])
+        keys = ("state", "pod_id", "price_hr", "cost_usd")
+        app.emit_json([{**r.to_dict(), **{k: sn.get(k) for k in keys}} for r, sn in zip(records, snaps)])
         return
     if not records:
         app.say(f"no runs yet (registry {home()}); start one with `nsa-launch up`")
         return
-    cols = ["run", "state", "profile", "host", "nodes", "created", "run dir"]
-    table = Table(*(c for c in cols if c != "state" or not no_state))
+    cols = ["run", "state", "profile", "host", "pod", "nodes", "created", "run dir"]
+    shown = [c for c in cols if (c != "state" or not no_state) and (c != "pod" or any(pods))]
+    table = Table(*shown)
     now = time.time()
-    for r, s in zip(records, states):
+    for r, s, pod in zip(records, states, pods):
         created = Text(f"{fmt.local_time(r.created)} ({fmt.ago(now - r.created)})", no_wrap=True)
-        row = [Text(r.run), Text(s or "-"), Text(r.profile), Text(r.host), str(len(r.nodes)), created]
-        row.append(Text(r.run_dir))
-        table.add_row(*(v for c, v in zip(cols, row) if c != "state" or not no_state))
+        row = [Text(r.run), Text(s or "-"), Text(r.profile), Text(r.host), Text(pod), str(len(r.nodes))]
+        row += [created, Text(r.run_dir)]
+        table.add_row(*(v for c, v in zip(cols, row) if c in shown))
     app.out.print(table)
 
 

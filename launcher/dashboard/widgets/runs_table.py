@@ -37,7 +37,7 @@ def _run_cell(st: dict[str, Any]) -> Text:
 
 def row_cells(st: dict[str, Any], per_rank_heartbeat: bool) -> list[Any]:
     return [
-        Text(str(st.get("host") or "local")),
+        Text(" ".join(x for x in (str(st.get("host") or "local"), fmt.pod_cost(st)) if x)),
         _run_cell(st),
         Text(str(st.get("profile") or fmt.MISSING)),
         fmt.state_text(str(st.get("state", "")), fmt.state_label(st)),
