@@ -38,6 +38,9 @@ CHECKPOINT_MANIFEST = (
 TB_DIR = "tb"  # TensorBoard event files
 EXIT_CODE = "exit_code"  # written by the wrapper when torchrun ends: an integer and a newline
 KILLED = "killed"  # written by the agent when nsa-launch killed the run (JSON: time, by)
+# Written by the agent before it signals a run: the wrapper's restart loop must not restart a run
+# that is being stopped (torchrun exits 1, not 143, when it is SIGTERMed itself).
+STOP_REQUESTED = "stop_requested"
 
 EVENT_KINDS = (
     "boot",
@@ -328,6 +331,10 @@ class RunDir:
     @property
     def killed_file(self) -> Path:
         return self.root / KILLED
+
+    @property
+    def stop_requested_file(self) -> Path:
+        return self.root / STOP_REQUESTED
 
     def heartbeat_path(self, rank: int) -> Path:
         return self.heartbeat_dir / heartbeat_name(rank)

@@ -28,6 +28,8 @@ def cmd_kill(req: dict[str, Any]) -> dict[str, Any]:
     already_done = rd.exit_code() is not None or rd.killed_file.exists()
     # Read before the kill: the wrapper now outlives the trainer's save and records its exit code.
     was_running = rd.exit_code() is None
+    if before and rd.root.exists() and was_running:  # before any signal: no restart of a stopping run
+        atomic_write_json(rd.stop_requested_file, {"time": time.time(), "by": "nsa-launch"})
     # The trainer checkpoints at the next step boundary on SIGTERM; the grace must cover that.
     remaining = procs.term_then_kill(now_pids, float(req.get("grace_s", 10.0)), spare=procs.is_wrapper)
     tmux.end_sessions(req, tmux.session_name(run, node))

@@ -68,7 +68,7 @@ def decide(rd: RunDir, max_restarts: int, exit_code: int, now: float | None = No
     cause = failure_cause(rd, exit_code) or f"exit code {exit_code}"
     prev = [e for e in restart_events(rd) if e["kind"] == RESTART]
     reason = None
-    if rd.killed_file.exists():
+    if rd.killed_file.exists() or rd.stop_requested_file.exists():
         reason = "killed by nsa-launch"
     elif exit_code in FINAL_CODES:
         reason = FINAL_CODES[exit_code]

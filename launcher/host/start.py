@@ -45,7 +45,7 @@ def cmd_start(req: dict[str, Any]) -> dict[str, Any]:
     if resume:
         manifest = read_json(rd.manifest) or {}
         manifest.setdefault("restarts", []).append({"time": time.time()})
-        for p in (rd.exit_code_file, rd.killed_file):
+        for p in (rd.exit_code_file, rd.killed_file, rd.stop_requested_file):
             p.unlink(missing_ok=True)
     else:
         manifest = dict(req.get("manifest") or {})

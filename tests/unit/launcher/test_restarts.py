@@ -53,3 +53,16 @@ def test_budget_bad_input_sigterm_killed(tmp_path):
     rd.root.mkdir()
     rd.killed_file.write_text("{}")
     assert decide(rd, 3, 1) == "stop" and summary(rd, 3)["count"] == 0
+
+
+def test_a_run_being_stopped_is_never_restarted_whatever_torchrun_exits_with(tmp_path):
+    """`kill` SIGTERMs torchrun too, which then exits 1 (not the trainer's 143): the agent's
+    stop_requested marker, written before any signal, is what keeps the wrapper from restarting."""
+    rd = RunDir(tmp_path)
+    _ckpt(rd, 5)
+    _beat(rd, 7)
+    atomic_write_json(rd.stop_requested_file, {"time": time.time(), "by": "nsa-launch"})
+    assert decide(rd, 3, 1) == "stop"
+    assert summary(rd, 3)["stopped"] == "killed by nsa-launch"
+    rd.stop_requested_file.unlink()  # a resume removes it (launcher/host/start.py)
+    assert decide(rd, 3, 1) == "resume"
