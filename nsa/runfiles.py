@@ -421,6 +421,11 @@ _ROOT_CAUSE = re.compile(
     r"rank\s*:\s*(?P<rank>-?\d+)\s*\(local_rank:\s*(?P<local>-?\d+)\)\s*"
     r"exitcode\s*:\s*(?P<code>-?\d+)"
 )
+# One entry of torchrun's failure summary (under "Failures:" or "Root Cause").
+_FAILURE = re.compile(
+    r"\[\d+\]:\s*time\s*:\s*\S+\s*host\s*:\s*(?P<host>\S+)\s*"
+    r"rank\s*:\s*(?P<rank>-?\d+)\s*\(local_rank:\s*-?\d+\)\s*exitcode\s*:\s*(?P<code>-?\d+)"
+)
 _ENOSPC = re.compile(r"No space left on device|ENOSPC|\[Errno 28\]")
 _ENOSPC_PATH = re.compile(r"No space left on device: '([^']+)'")
 # With no ENOSPC text (on a full disk the trainer's traceback and train.log writes fail too), a failed
@@ -440,12 +445,26 @@ def read_tail(path: str | os.PathLike[str], max_bytes: int = 65536) -> str:
 
 
 def torchrun_root_cause(text: str) -> dict[str, Any] | None:
-    """torchrun's first failing rank from its failure summary: {rank, host, exitcode}, or None."""
+    """The first failing rank from torchrun's last failure summary: {rank, host, exitcode}, or None.
+
+    torchrun's "Root Cause" is the failure it observed first, which is not always the first to
+    happen: a SIGKILLed rank writes no error file, so it is timestamped when the agent notices it,
+    after its peers have already raised gloo/NCCL "Connection reset" errors of their own. So a rank
+    killed by a signal (other than the SIGTERM torchrun sends the survivors) listed under "Failures:"
+    of the same summary is the cause.
+    """
     found = list(_ROOT_CAUSE.finditer(text))
     if not found:
         return None
     m = found[-1]
-    return {"rank": int(m["rank"]), "host": m["host"], "exitcode": int(m["code"])}
+    root = {"rank": int(m["rank"]), "host": m["host"], "exitcode": int(m["code"])}
+    start = text.rfind("Failures:", 0, m.start())
+    if root["exitcode"] > 0 and start >= 0:
+        for o in _FAILURE.finditer(text, start, m.start()):
+            # torchrun SIGTERMs the ranks still alive when one fails: those signals are its own.
+            if int(o["code"]) < 0 and -int(o["code"]) not in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                return {"rank": int(o["rank"]), "host": o["host"], "exitcode": int(o["code"])}
+    return root
 
 
 def _one_line(text: str, limit: int = 400) -> str:

@@ -59,3 +59,28 @@ def test_enospc_text_names_disk_full_path_and_mb_free(tmp_path) -> None:
     text = f"OSError: [Errno 28] No space left on device: '{bad}'\n" + rd.train_log.read_text()
     cause = failure_cause(rd, exit_code=1, log_text=text)
     assert cause.startswith(f"disk full: {bad} (") and "MB free of" in cause and "Fix:" in cause
+
+
+def test_a_signalled_rank_outranks_a_root_cause_that_is_its_peers_connection_error(tmp_path) -> None:
+    """torchrun timestamps a SIGKILLed rank (no error file) when it notices it, so a peer's later gloo
+    error can come out as the "Root Cause": the signalled rank under "Failures:" is the cause."""
+    rd = _run_dir(tmp_path, events=None)
+    text = rd.train_log.read_text()
+    head, summary = text[: text.index("Failures:")], text[text.index("Failures:") :]
+    swapped = (
+        summary.replace("rank      : 0 (local_rank: 0)", "RANK_A")
+        .replace("rank      : 1 (local_rank: 1)", "rank      : 0 (local_rank: 0)")
+        .replace("RANK_A", "rank      : 1 (local_rank: 1)")
+        .replace("exitcode  : -15 (pid: 21072)  (SIGTERM)", "EXIT_A")
+        .replace("exitcode  : -9 (pid: 21076)  (SIGKILL)", "exitcode  : 1 (pid: 21072)")
+        .replace("EXIT_A", "exitcode  : -9 (pid: 21076)  (SIGKILL)")
+    )
+    assert "Root Cause (first observed failure):\n[0]:" in swapped and "exitcode  : 1 (pid" in swapped
+    rd.train_log.write_text(head + swapped)
+    assert torchrun_root_cause(rd.train_log.read_text()) == {"rank": 1, "host": "localhost", "exitcode": -9}
+    assert failure_cause(rd, exit_code=1).startswith("rank 1 on localhost was killed by SIGKILL")
+    # A root cause that is itself a signal, or a plain exit with no signalled peer, stays as torchrun said.
+    rd.train_log.write_text(
+        head + swapped.replace("exitcode  : -9 (pid: 21076)", "exitcode  : 1 (pid: 21076)")
+    )
+    assert torchrun_root_cause(rd.train_log.read_text())["rank"] == 0
