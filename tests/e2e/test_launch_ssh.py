@@ -30,7 +30,12 @@ def test_up_status_logs_tunnel_kill_over_ssh(sshd, tmux_server, tmp_path, monkey
     canary = tmp_path / "canary"
     hostile = f'a\'b "q" $(touch {canary}) `touch {canary}` ; x'
     workdir = tmp_path / f"host {hostile.replace('/', '_')}"
-    env_value = hostile + "\nsecond line"
+    # Command substitution, backticks and newlines in env values are refused up front (exit 2,
+    # nothing created); every other byte arrives literally (checked below).
+    refused = invoke("up", "--name", "ssh-refused", "--env", f"NCCL_SOCKET_IFNAME={hostile}\nsecond line")
+    assert refused.exit_code == 2 and "$(" in refused.output, refused.output
+    assert not canary.exists() and not (workdir / "runs" / "ssh-refused").exists()
+    env_value = "a'b \"q\" ; $HOME | x && y"
     res = invoke(
         "up",
         "--host",
