@@ -23,6 +23,8 @@ from nsa.runfiles import (
     append_jsonl,
     failure_cause,
     iter_jsonl,
+    read_tail,
+    torchrun_root_cause,
 )
 
 RESTART, STOPPED = "restart", "restarts_stopped"
@@ -67,11 +69,15 @@ def decide(rd: RunDir, max_restarts: int, exit_code: int, now: float | None = No
     step = failed_step(rd)
     cause = failure_cause(rd, exit_code) or f"exit code {exit_code}"
     prev = [e for e in restart_events(rd) if e["kind"] == RESTART]
+    root = torchrun_root_cause(read_tail(rd.train_log))
+    rank_code = root["exitcode"] if root else None
     reason = None
     if rd.killed_file.exists() or rd.stop_requested_file.exists():
         reason = "killed by nsa-launch"
     elif exit_code in FINAL_CODES:
         reason = FINAL_CODES[exit_code]
+    elif rank_code in FINAL_CODES:  # torchrun exits 1 whatever its first failing rank exited with
+        reason = FINAL_CODES[rank_code].replace("(exit", f"(rank {root['rank']} exit")  # type: ignore[index]
     elif prev and prev[-1].get("step") == step:
         reason = (
             f"crash loop: attempt {len(prev) + 1} failed at step {step} again, as attempt {len(prev)} did "

@@ -13,6 +13,7 @@ import secrets as pysecrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from launcher import envspec, registry
 from launcher.errors import LaunchError
@@ -61,6 +62,19 @@ class Plan:
     tmux_socket: str | None
 
 
+def _check_backend(cfg: Any, profile: Any, env: dict[str, str]) -> None:
+    """model.nsa.backend=triton on a CPU profile: nsa-train would refuse it at boot (exit 2 on the
+    host, after the run was created); say so here, before the host is touched."""
+    nsa_triton = cfg.model.attention == "nsa" and cfg.model.nsa.backend == "triton"
+    interpreting = env.get("TRITON_INTERPRET", "0") not in ("", "0")
+    if nsa_triton and profile.device == "cpu" and not interpreting:
+        raise LaunchError(
+            f"config model.nsa.backend = 'triton' on the CPU profile {profile.name!r}: the triton kernels "
+            "run on CPU only in triton's slow interpreter",
+            "set model.nsa.backend=auto (eager on CPU, triton on CUDA), or use a GPU profile",
+        )
+
+
 def plan_run(opts: UpOptions, environ: dict[str, str] | None = None) -> Plan:
     """Validate every input locally. Raises LaunchError naming the file/key/value and the fix."""
     environ = dict(os.environ) if environ is None else environ
@@ -82,6 +96,7 @@ def plan_run(opts: UpOptions, environ: dict[str, str] | None = None) -> Plan:
         raise LaunchError(e.summary, e.fix) from None
     env = envspec.validate_env(profile.env, f"profile {profile.source}: env")
     env.update(envspec.parse_assignments(opts.env, "--env"))
+    _check_backend(cfg, profile, env)
     wanted = list(dict.fromkeys(opts.secrets))
     secret_values = envspec.resolve_secrets(wanted, environ)
     for name in profile.secrets:  # the profile's secrets are passed when set locally

@@ -35,7 +35,7 @@ def test_up_status_logs_tunnel_kill_over_ssh(sshd, tmux_server, tmp_path, monkey
     refused = invoke("up", "--name", "ssh-refused", "--env", f"NCCL_SOCKET_IFNAME={hostile}\nsecond line")
     assert refused.exit_code == 2 and "$(" in refused.output, refused.output
     assert not canary.exists() and not (workdir / "runs" / "ssh-refused").exists()
-    env_value = "a'b \"q\" ; $HOME | x && y"
+    env_value = 'a\'b "q" ; $HOME | x && y'
     res = invoke(
         "up",
         "--host",

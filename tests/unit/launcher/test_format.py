@@ -147,7 +147,9 @@ def test_restarts_and_pod_cost_for_status_runs_and_dashboard():
     """Issue 14: restarts the host made and a rented pod's price show wherever a run's state does."""
     restarted = {"state": "running", "restarts": {"count": 1, "max": 3, "causes": [], "stopped": None}}
     assert fmt.state_label(restarted) == "running (restarts 1/3)"
-    assert fmt.state_label({**restarted, "state": "failed", "exit_code": 1}) == "failed (exit 1, restarts 1/3)"
+    assert (
+        fmt.state_label({**restarted, "state": "failed", "exit_code": 1}) == "failed (exit 1, restarts 1/3)"
+    )
     assert fmt.state_label({"state": "running", "restarts": {"count": 0, "max": 3}}) == "running"
     assert fmt.pod_cost({"pod_id": "p-1", "price_hr": 1.2, "cost_usd": 3.404}) == "pod p-1 $1.20/h $3.40"
     assert fmt.pod_cost({"pod_id": "p-1", "price_hr": None, "cost_usd": None}) == "pod p-1 $?/h $?"

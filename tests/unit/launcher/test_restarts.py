@@ -66,3 +66,16 @@ def test_a_run_being_stopped_is_never_restarted_whatever_torchrun_exits_with(tmp
     assert summary(rd, 3)["stopped"] == "killed by nsa-launch"
     rd.stop_requested_file.unlink()  # a resume removes it (launcher/host/start.py)
     assert decide(rd, 3, 1) == "resume"
+
+
+def test_a_rank_that_exited_with_bad_input_is_not_restarted_though_torchrun_exits_1(tmp_path):
+    """torchrun's own exit code is 1 whatever its ranks exited with: the decision reads the first
+    failing rank's code from torchrun's summary in train.log (a real one, tests/assets/faults/)."""
+    from pathlib import Path
+
+    rd = RunDir(tmp_path)
+    log = (Path(__file__).resolve().parents[2] / "assets" / "faults" / "kill9_train.log").read_text()
+    rd.train_log.write_text(log.replace("exitcode  : -9 (pid: 21076)  (SIGKILL)", "exitcode  : 2 (pid: 21076)"))
+    _beat(rd, 0)
+    assert decide(rd, 3, 1) == "stop"
+    assert "bad input" in summary(rd, 3)["stopped"] and "rank 1" in summary(rd, 3)["stopped"]
