@@ -75,7 +75,9 @@ def test_a_rank_that_exited_with_bad_input_is_not_restarted_though_torchrun_exit
 
     rd = RunDir(tmp_path)
     log = (Path(__file__).resolve().parents[2] / "assets" / "faults" / "kill9_train.log").read_text()
-    rd.train_log.write_text(log.replace("exitcode  : -9 (pid: 21076)  (SIGKILL)", "exitcode  : 2 (pid: 21076)"))
+    rd.train_log.write_text(
+        log.replace("exitcode  : -9 (pid: 21076)  (SIGKILL)", "exitcode  : 2 (pid: 21076)")
+    )
     _beat(rd, 0)
     assert decide(rd, 3, 1) == "stop"
     assert "bad input" in summary(rd, 3)["stopped"] and "rank 1" in summary(rd, 3)["stopped"]
