@@ -124,12 +124,12 @@ def up(
     except BaseException:
         _terminate(app, client, pod, "up failed")
         raise
-    app.say(f"run {rec.run} is {st['state']} (step {st['step']}/{rec.total_steps}) on {rec.host}")
-    app.print(rec.run)
-    app.say(next_steps(rec.run))
-    if not (wait or down_when_done):
-        return
-    try:
+    try:  # from here on a Ctrl-C, even one landing while the next steps print, leaves the run going
+        app.say(f"run {rec.run} is {st['state']} (step {st['step']}/{rec.total_steps}) on {rec.host}")
+        app.print(rec.run)
+        app.say(next_steps(rec.run))
+        if not (wait or down_when_done):
+            return
         st = _wait_end(app, rec)
     except KeyboardInterrupt:
         raise KeyboardInterrupt(keeps_going(rec.run, rec.host, "stopped waiting")) from None

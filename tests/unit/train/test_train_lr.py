@@ -22,8 +22,10 @@ def test_known_points() -> None:
 
 
 @given(
-    lr=st.floats(1e-6, 1.0),
-    ratio=st.floats(0.0, 1.0),
+    # No subnormals: once a library built with -ffast-math is loaded in the same pytest process (the
+    # triton tests run first), the CPU flushes them to zero and hypothesis refuses to generate them.
+    lr=st.floats(1e-6, 1.0, allow_subnormal=False),
+    ratio=st.floats(0.0, 1.0, allow_subnormal=False),
     warmup=st.integers(0, 50),
     extra=st.integers(1, 500),
 )

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from nsa.attention import compressed as eager
-from nsa.attention.nsa import NSAAttention
+from nsa.attention.nsa import NSAAttention, _ops
 from nsa.attention.reference import reference_selection
 from nsa.attention.triton import compressed as tri
 from nsa.attention.triton.spec import GpuShape
@@ -119,10 +119,11 @@ def test_nsa_attention_branch_inputs_match_eager_and_reference(compression):
     )  # fmt: skip
     x = torch.randn(2, 75, 64)
     with torch.no_grad():
-        inp = attn._branch_inputs(x)
+        eager_ops = _ops("eager")
+        inp = attn._branch_inputs(x, eager_ops)
         kw = dict(block_len=16, block_stride=8, sel_block=32, n_sel=4, scale=64**-0.5)
         out, idx, valid = tri.compressed_attention_and_selection(inp["q"], inp["kc"], inp["vc"], **kw)
-        e_out, e_idx, e_valid = attn._compressed(inp)
+        e_out, e_idx, e_valid = attn._compressed(inp, eager_ops)
     torch.testing.assert_close(out, e_out, **TOL[torch.float32])
     assert torch.equal(idx, e_idx) and torch.equal(valid, e_valid)
     # The same blocks per query (reference.py ranks forced blocks by score, so compare as sets).
