@@ -544,6 +544,10 @@ def failure_cause(rd: RunDir, exit_code: int | None = None, log_text: str | None
             )
         if own is not None:
             line += f"; {_event_text(own)}"
+        elif errors and code >= 0:
+            # A rank that exited by itself but said nothing stopped because a peer said why (a NaN loss
+            # is all-reduced and reported by rank 0). A signalled rank's peers only report its death.
+            line += f"; rank {errors[0].get('rank')}: {_event_text(errors[0])}"
         return _one_line(line)
     if errors:
         first = errors[0]

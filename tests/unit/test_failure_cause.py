@@ -84,3 +84,16 @@ def test_a_signalled_rank_outranks_a_root_cause_that_is_its_peers_connection_err
         head + swapped.replace("exitcode  : -9 (pid: 21076)", "exitcode  : 1 (pid: 21076)")
     )
     assert torchrun_root_cause(rd.train_log.read_text())["rank"] == 0
+
+
+def test_a_rank_that_exited_silently_is_explained_by_the_peer_that_said_why(tmp_path) -> None:
+    """A NaN loss is all-reduced, every rank stops, only rank 0 writes the `error` event, and torchrun
+    may name rank 1 first: the cause must still say "not finite" (it once said only "exit 1")."""
+    rd = _run_dir(tmp_path, events=None)
+    text = rd.train_log.read_text().replace(
+        "exitcode  : -9 (pid: 21076)  (SIGKILL)", "exitcode  : 1 (pid: 21076)"
+    )
+    rd.append_event("error", step=3, rank=0, error="Diverged", message="loss nan is not finite at step 3")
+    cause = failure_cause(rd, exit_code=1, log_text=text)
+    assert cause.startswith("rank 1 on localhost exited with code 1 (runtime failure); rank 0: "), cause
+    assert "not finite at step 3" in cause
