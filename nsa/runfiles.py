@@ -511,8 +511,8 @@ def _event_text(ev: dict[str, Any]) -> str:
 def failure_cause(rd: RunDir, exit_code: int | None = None, log_text: str | None = None) -> str | None:
     """One line saying why a failed run failed, from the run dir alone (torch-free, never raises on
     run text): disk full (path, MB free); else torchrun's first failing rank with its exit code or
-    signal (SIGKILL: likely out of memory) and that rank's own `error`/`stalled` event; else the
-    first `error` event; else the exit code. None when there is nothing to say (exit 0)."""
+    signal (SIGKILL: likely out of memory) and that rank's own `error`/`stalled` event (a rank that
+    exited by itself without one: the first peer's); else the first `error` event; else the exit code. None when there is nothing to say (exit 0)."""
     text = read_tail(rd.train_log) if log_text is None else log_text
     events = tail_jsonl(rd.events, 65536)
     errors = [e for e in events if e.get("kind") in ("error", "stalled")]
