@@ -1,16 +1,19 @@
 """`watch`: keep a run alive from the launching machine: pull the mirror on a schedule, and replace a
 lost provisioned pod, restoring the newest mirrored checkpoint there and resuming.
 
-Owns the watch loop (status every `poll_s`, `mirror.pull` every `pull_every_s`, a host that is gone
-per the Prime API or unreachable for `lost_after_s` counts as lost) and `replace_host` (terminate the
-old pod, rent one like it, sync, push the mirror into the run dir, start with --resume, wait for the
-first heartbeat, record a `host_replaced` event). A run without --provision is only reported `lost`
+Owns `Watcher` (one status at a time: `mirror.pull` every `pull_every_s`, a host that is gone per
+the Prime API or unreachable for `lost_after_s` counts as lost), shared by the `watch` loop (status
+every `poll_s`) and the dashboard; `WatchLock`, so that one watcher acts on a run at a time; and
+`replace_host` (terminate the old pod, rent one like it, sync, push the mirror into the run dir,
+start with --resume, wait for the first heartbeat, record a `host_replaced` event). A run without --provision is only reported `lost`
 with what to do. It must not parse CLI arguments (launcher/cli/watch.py does) or import torch.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -159,6 +162,135 @@ def pod_gone(rec: RunRecord) -> str | None:
     return f"pod {rec.pod_id} is {pod.status}" if pod.status in GONE_STATES else None
 
 
+class WatchLock:
+    """One watcher per run: an flock on $NSA_LAUNCH_HOME/watch/<run>.lock, which the kernel releases
+    when its process dies (no stale lock after a crash or a closed laptop lid). The file says who
+    holds it. Two locks on one run exclude each other within one process too (flock is per open)."""
+
+    def __init__(self, run: str, who: str):
+        self.path = registry.home() / "watch" / f"{run}.lock"
+        self.who = who
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> bool:
+        if self._fd is not None:
+            return True
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} ({self.who})".encode())
+        self._fd = fd
+        return True
+
+    def holder(self) -> str:
+        """Who holds the lock, as its holder wrote it (`pid N (nsa-launch watch)`)."""
+        try:
+            return self.path.read_text().strip() or "another process"
+        except OSError:
+            return "another process"
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the only descriptor drops the flock
+            self._fd = None
+
+
+class Watcher:
+    """What `watch` does for one run, one status at a time, shared by `nsa-launch watch` and the
+    dashboard: pull the mirror every `pull_every_s` (and once more when the run ends), and replace a
+    provisioned host lost for `lost_after_s` (or gone per the API). It acts only while it holds the
+    run's WatchLock; otherwise it says once who does and waits to take over."""
+
+    def __init__(
+        self,
+        run: str,
+        say: Callable[[str], None],
+        *,
+        who: str,
+        pull_every_s: float = 60.0,
+        lost_after_s: float = 60.0,
+        max_replacements: int = 3,
+        ready_timeout: float = 900.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        rec = registry.load(run)
+        if rec is None:
+            raise LaunchError(f"unknown run {run!r}", "list runs with `nsa-launch runs`")
+        self.rec: RunRecord = rec
+        self.say = say
+        self.lock = WatchLock(run, who)
+        self.pull_every_s, self.lost_after_s = pull_every_s, lost_after_s
+        self.max_replacements, self.ready_timeout = max_replacements, ready_timeout
+        self.clock = clock
+        self.last_pull: float | None = None
+        self.lost_since: float | None = None
+        self.replacements: list[dict[str, Any]] = []
+        self.advised = False
+        self.waiting_on: str | None = None
+
+    @property
+    def run(self) -> str:
+        return self.rec.run
+
+    def tick(self, st: dict[str, Any]) -> None:
+        """Act on one fresh status of the run (fetch_status's dict). Raises LaunchError once the
+        replacement budget is spent."""
+        from launcher.mirror import pull
+
+        if not self.lock.acquire():
+            holder = self.lock.holder()
+            if holder != self.waiting_on:
+                self.say(f"run {self.run} is watched by {holder}; this one takes over when it stops")
+                self.waiting_on = holder
+            return
+        if self.waiting_on is not None:
+            self.say(f"run {self.run}: took over watching from {self.waiting_on}")
+            self.waiting_on = None
+        now = self.clock()
+        if st["state"] != "lost":
+            self.lost_since, self.advised = None, False
+            due = self.last_pull is None or now - self.last_pull >= self.pull_every_s
+            if due or st["state"] in TERMINAL:
+                try:
+                    pull(self.rec, say=self.say)
+                except LaunchError as e:
+                    self.say(f"pull of {self.run} failed: {e.message}")
+                self.last_pull = now
+            return
+        self.lost_since = self.lost_since or now
+        gone = pod_gone(self.rec) if self.rec.provider else None
+        waited = now - self.lost_since
+        if self.rec.provider and (gone or waited >= self.lost_after_s):
+            if len(self.replacements) >= self.max_replacements:
+                raise LaunchError(
+                    f"run {self.run} lost its host {len(self.replacements) + 1} times; stopped replacing",
+                    "look at the pods' history (`nsa-launch pods ls`) before renting again",
+                    exit_code=1,
+                )
+            why = gone or f"unreachable for {waited:.0f} s ({st['error']})"
+            self.say(f"run {self.run} lost its host: {why}; replacing it")
+            r = replace_host(self.rec, self.say, self.ready_timeout)
+            self.replacements.append(r.__dict__)
+            self.say(f"run {self.run} resumed on pod {r.new_pod} from {r.checkpoint} in {r.seconds:.0f} s")
+            self.rec = registry.load(self.run) or self.rec
+            self.lost_since = None
+        elif not self.rec.provider and not self.advised:
+            self.say(f"run {self.run} is lost: {st['error']}\n  what to do: {lost_advice(self.rec)}")
+            self.advised = True
+
+    def close(self) -> None:
+        self.lock.release()
+
+
 def watch(
     run: str,
     say: Callable[[str], None],
@@ -171,49 +303,18 @@ def watch(
 ) -> dict[str, Any]:
     """Watch until the run ends. Returns its last status (with `replacements`)."""
     from launcher.control import fetch_status
-    from launcher.mirror import pull
 
-    rec = registry.load(run)
-    if rec is None:
-        raise LaunchError(f"unknown run {run!r}", "list runs with `nsa-launch runs`")
-    last_pull = 0.0
-    lost_since: float | None = None
-    replacements: list[dict[str, Any]] = []
-    advised = False
-    while True:
-        st = fetch_status([rec])[0]
-        now = time.monotonic()
-        if st["state"] != "lost":
-            lost_since, advised = None, False
-            if now - last_pull >= pull_every_s or st["state"] in TERMINAL:
-                try:
-                    pull(rec, say=say)
-                except LaunchError as e:
-                    say(f"pull failed: {e.message}")
-                last_pull = now
+    w = Watcher(
+        run, say, who="nsa-launch watch", pull_every_s=pull_every_s, lost_after_s=lost_after_s,
+        max_replacements=max_replacements, ready_timeout=ready_timeout,
+    )  # fmt: skip
+    try:
+        while True:
+            st = fetch_status([w.rec])[0]
+            w.tick(st)
             if st["state"] in TERMINAL:
-                st["replacements"] = replacements
+                st["replacements"] = w.replacements
                 return st
-        else:
-            lost_since = lost_since or now
-            gone = pod_gone(rec) if rec.provider else None
-            waited = now - lost_since
-            if rec.provider and (gone or waited >= lost_after_s):
-                if len(replacements) >= max_replacements:
-                    raise LaunchError(
-                        f"run {run} lost its host {len(replacements) + 1} times; stopped replacing",
-                        "look at the pods' history (`nsa-launch pods ls`) before renting again",
-                        exit_code=1,
-                    )
-                why = gone or f"unreachable for {waited:.0f} s ({st['error']})"
-                say(f"run {run} lost its host: {why}; replacing it")
-                r = replace_host(rec, say, ready_timeout)
-                replacements.append(r.__dict__)
-                say(f"run {run} resumed on pod {r.new_pod} from {r.checkpoint} in {r.seconds:.0f} s")
-                rec = registry.load(run)  # type: ignore[assignment]
-                lost_since = None
-                continue
-            if not rec.provider and not advised:
-                say(f"run {run} is lost: {st['error']}\n  what to do: {lost_advice(rec)}")
-                advised = True
-        time.sleep(poll_s)
+            time.sleep(poll_s)
+    finally:
+        w.close()

@@ -35,8 +35,42 @@ def _fail(message: str, code: int = 2) -> None:
     help="Replay a recording (status.json + rundirs/ + nvidia-smi CSVs) instead of live runs: "
     "demos and benchmarks; kill/restart/tunnel then touch nothing.",
 )
-def dashboard(run: str | None, show_all: bool, refresh: float, replay: Path | None) -> None:
+@click.option(
+    "--pull-every",
+    type=float,
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Pull each live run's newest intact checkpoint, metrics, events and log to the local mirror "
+    "this often (as `nsa-launch watch` does).",
+)
+@click.option(
+    "--lost-after",
+    type=float,
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Replace a --provision pod unreachable this long (or gone per the API), and resume there.",
+)
+@click.option(
+    "--no-watch",
+    is_flag=True,
+    help="Only show runs: no mirror pulls, no pod replacement (leave it to `watch`).",
+)
+def dashboard(
+    run: str | None,
+    show_all: bool,
+    refresh: float,
+    replay: Path | None,
+    pull_every: float,
+    lost_after: float,
+    no_watch: bool,
+) -> None:
     """Watch runs live: table, log, GPUs, loss and tokens/s charts, events; kill/restart/tunnel.
+
+    While open it also does what `nsa-launch watch` does for each live run: pulls the mirror on a
+    schedule and replaces a lost --provision pod. One watcher acts on a run at a time (a `watch` or
+    another dashboard already on it keeps it; this one takes over when that one stops).
 
     Keys: k kill, r restart, t tunnel, g GPU processes (x kills one), / search, f follow,
     l rank filter, ? help, q quit; Ctrl+P palette (Screenshot saves to $NSA_LAUNCH_HOME/screenshots).
@@ -45,6 +79,9 @@ def dashboard(run: str | None, show_all: bool, refresh: float, replay: Path | No
         _fail("--run and --all exclude each other; fix: pass one of them (or neither for recent runs)")
     if not refresh > 0 or refresh > 3600:
         _fail(f"--refresh {refresh}: must be a number of seconds in (0, 3600]; fix: e.g. --refresh 1")
+    for name, value in (("--pull-every", pull_every), ("--lost-after", lost_after)):
+        if not 0 < value <= 86400:
+            _fail(f"{name} {value}: must be a number of seconds in (0, 86400]; fix: e.g. {name} 60")
 
     from launcher.dashboard import make_app
 
@@ -58,10 +95,11 @@ def dashboard(run: str | None, show_all: bool, refresh: float, replay: Path | No
         except ValueError as e:
             _fail(f"--replay {replay}: {e}")
     else:
-        from launcher.dashboard.backend import LauncherBackend, Scope
+        from launcher.dashboard.backend import LauncherBackend, Scope, WatchSettings
 
         try:
-            backend = LauncherBackend(Scope(run=run, all=show_all))
+            watch = WatchSettings(not no_watch, pull_every_s=pull_every, lost_after_s=lost_after)
+            backend = LauncherBackend(Scope(run=run, all=show_all), watch)
             if run is not None:
                 backend.check_run()  # an unknown run is bad input: say so before drawing anything
         except ImportError as e:

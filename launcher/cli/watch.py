@@ -31,7 +31,8 @@ def watch(
 ) -> None:
     """Pull the newest intact checkpoint on a schedule; replace a lost --provision pod and resume.
 
-    Exit 0 when the run finished, 1 otherwise.
+    One watcher acts on a run at a time: while another `watch` or a dashboard holds it, this one says
+    who and waits, taking over when that one stops. Exit 0 when the run finished, 1 otherwise.
     """
     from launcher.control import resolve_run
     from launcher.recovery import watch as do_watch

@@ -8,7 +8,8 @@ network, so the app only ever calls them from worker threads. Must not import to
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -46,6 +47,19 @@ class Backend(Protocol):
     def kill_gpu_process(self, run: str, pid: int, node: int = 0) -> dict[str, Any]:
         """Kill one pid listed by `gpu_processes` on the run's node `node`: `{"killed", "pid", "message"}`."""
 
+    def watch(self, statuses: list[dict[str, Any]], say: Callable[[str], None]) -> None:
+        """Do what `nsa-launch watch` does for each live run in `statuses` (pull the mirror on its
+        schedule, replace a lost provisioned pod); may block for minutes; `say` reports each step."""
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """The dashboard's watch: off, or `nsa-launch watch`'s thresholds."""
+
+    enabled: bool = True
+    pull_every_s: float = 60.0
+    lost_after_s: float = 60.0
+
 
 @dataclass(frozen=True)
 class Scope:
@@ -59,14 +73,17 @@ class Scope:
 class LauncherBackend:
     """The real backend: `launcher.api` (SSH or local transport, the host agent, the run registry)."""
 
-    def __init__(self, scope: Scope | None = None):
+    def __init__(self, scope: Scope | None = None, watch: WatchSettings | None = None):
         # Imported here so `--help` and the recorded tests never pay for (or depend on) the launcher.
         from launcher import api
 
         self._api = api
         self.scope = scope or Scope()
+        self.watch_settings = watch or WatchSettings()
         self._records: dict[str, Any] = {}
         self._metrics = MetricsTail()
+        self._watchers: dict[str, Any] = {}  # run -> launcher.recovery.Watcher of a live run
+        self._given_up: set[str] = set()
 
     def _select(self) -> list[Any]:
         if self.scope.run is not None:
@@ -90,7 +107,51 @@ class LauncherBackend:
 
     def snapshot(self) -> list[dict[str, Any]]:
         recs = self._select()
-        return list(self._api.fetch_status(recs)) if recs else []
+        statuses = list(self._api.fetch_status(recs)) if recs else []
+        for st in statuses:
+            st["mirror"] = self._mirror(str(st.get("run")))
+        return statuses
+
+    def _mirror(self, run: str) -> dict[str, Any]:
+        """What the local mirror holds (mirror.json of the last pull) and who keeps it current."""
+        from launcher.mirror import mirror_dir
+
+        try:
+            info = json.loads((mirror_dir(run) / "mirror.json").read_text())
+        except (OSError, ValueError):
+            info = {}
+        w = self._watchers.get(run)
+        watcher = None
+        if w is not None:
+            watcher = "this dashboard" if w.lock.held else w.waiting_on
+        return {"checkpoint": info.get("checkpoint"), "time": info.get("time"), "watcher": watcher}
+
+    def watch(self, statuses: list[dict[str, Any]], say: Callable[[str], None]) -> None:
+        if not self.watch_settings.enabled:
+            return
+        from launcher.recovery import TERMINAL, Watcher
+
+        for st in statuses:
+            run = str(st.get("run"))
+            w = self._watchers.get(run)
+            if w is None:
+                if st.get("state") in TERMINAL or run in self._given_up:
+                    continue  # over (and pulled by whoever watched it): `nsa-launch pull` if wanted
+                ws = self.watch_settings
+                w = Watcher(
+                    run, say, who="nsa-launch dashboard", pull_every_s=ws.pull_every_s,
+                    lost_after_s=ws.lost_after_s,
+                )  # fmt: skip
+                self._watchers[run] = w
+            w.say = say
+            try:
+                w.tick(st)
+            except self._api.LaunchError as e:  # the replacement budget is spent: stop, say it once
+                say(e.render())
+                self._given_up.add(run)
+            if run in self._given_up or (st.get("state") in TERMINAL and w.lock.held):
+                w.close()  # a held lock: its final pull is done
+                del self._watchers[run]
 
     def stream_log(self, run: str, last_n: int = 200) -> Iterator[str]:
         return iter(self._api.stream_log(self._record(run), follow=True, last_n=last_n))

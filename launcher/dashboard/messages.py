@@ -74,3 +74,11 @@ class ActionDone(Message):
     new_run: str | None = None
     url: str | None = None
     handle: Any = None  # the opened Tunnel, kept by the screen so `t` can close it
+
+
+@dataclass
+class WatchNote(Message):
+    """What the dashboard's watch did (a pull, a pull that failed, a lost host being replaced)."""
+
+    text: str
+    error: bool = False

@@ -165,6 +165,9 @@ class RecordedBackend:
             "message": f"pid {pid}: recorded kill (no process touched)",
         }
 
+    def watch(self, statuses: list[dict[str, Any]], say: Any) -> None:
+        """A recording has no host to pull from or replace: nothing to do."""
+
     def _tunnel_closed(self, t: RecordedTunnel) -> None:
         with self._lock:
             self.calls.append(("close_tunnel", t.url))

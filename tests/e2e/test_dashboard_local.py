@@ -1,7 +1,8 @@
 """The dashboard in a real terminal (tmux) over a real local run (cpu profile: torchrun, gloo).
 
 `nsa-launch up` starts the run; `nsa-launch dashboard` runs as a separate process in a tmux pane;
-the test reads the screen with capture-pane: the run appears, its step advances, `t` opens the real
+the test reads the screen with capture-pane: the run appears, its step advances, the dashboard pulls
+an intact checkpoint into the mirror (and a `watch` beside it defers to it), `t` opens the real
 TensorBoard tunnel (its URL serves TensorBoard) and closes it, `r` + `y` restarts it from its
 checkpoint, `k` + `y` kills it through the real launcher, and no process of the run is left.
 """
@@ -10,12 +11,14 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 import urllib.request
 
 import pytest
 
 from launcher.api import resolve_run
-from nsa.runfiles import RunDir
+from nsa.runfiles import RunDir, verify_checkpoint
 from tests.dashboard.terminal import DashboardTerminal, row, row_step
 from tests.e2e.launch_support import cleanup_local_run, invoke, isolate, run_processes, wait_for
 
@@ -32,7 +35,7 @@ def test_dashboard_shows_local_run_advancing_and_kills_it(tmux_server, tmp_path,
     term = DashboardTerminal(tmux_server.socket_name)
     try:
         env = {"NSA_LAUNCH_HOME": str(home), "NSA_LAUNCH_TMUX_SOCKET": tmux_server.socket_name}
-        term.start(["--run", run], env)
+        term.start(["--run", run, "--pull-every", "1"], env)
         first = term.wait(
             lambda s: "running" in (row(s, run) or "") and row_step(s, run), 90, "the run running"
         )
@@ -55,6 +58,27 @@ def test_dashboard_shows_local_run_advancing_and_kills_it(tmux_server, tmp_path,
         # r + y: the real restart resumes from the latest checkpoint
         rd = RunDir(rec.run_dir)
         wait_for(rd.latest_checkpoint, 60, "a first checkpoint")
+
+        # While open, the dashboard keeps the mirror (as `watch` does): a checkpoint that verifies
+        # arrives with no pull or watch run by anyone, and the summary line says so.
+        mirror = RunDir(home / "mirror" / run)
+        wait_for(
+            lambda: (c := mirror.latest_checkpoint()) and verify_checkpoint(c) is None, 60,
+            "an intact checkpoint in the mirror, pulled by the dashboard",
+        )  # fmt: skip
+        term.wait(lambda s: re.search(r"mirror step-\d{8} .*\(kept by this dashboard\)", s), 30, "mirror")
+        # ... and a `watch` started beside it waits instead of pulling into the same mirror
+        watcher = subprocess.Popen(
+            [sys.executable, "-c", "from launcher.cli import main; main()", "watch", "--run", run],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, **env},
+        )  # fmt: skip
+        try:
+            line = watcher.stdout.readline()
+            assert "is watched by pid" in line and "(nsa-launch dashboard)" in line, line
+        finally:
+            watcher.kill()
+            watcher.wait()
         term.keys("r")
         term.wait(lambda s: f"Restart run {run}" in s, 10, "the restart confirmation")
         term.keys("y")

@@ -32,6 +32,7 @@ from launcher.dashboard.messages import (
     MetricsUpdated,
     PollFailed,
     StatusUpdated,
+    WatchNote,
 )
 from launcher.dashboard.screens.confirm import ConfirmScreen
 from launcher.dashboard.screens.gpu_procs import GpuProcsScreen
@@ -118,6 +119,7 @@ class MainScreen(Screen):
         self.query_one(RunsTable).focus()
         self._refresh_summary()
         self.poll_status()
+        self.watch_runs()
         self.set_interval(1.0, self._refresh_summary)
 
     # --- workers ----------------------------------------------------------------------------
@@ -141,6 +143,23 @@ class MainScreen(Screen):
             self._poll_now.clear()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._poll_now.wait(), timeout=delay)
+
+    @work(group="watch", exclusive=True, exit_on_error=False)
+    async def watch_runs(self) -> None:
+        """`nsa-launch watch` for every live run shown, in its own group: a pull or a replacement
+        may take minutes and must not hold the status poll."""
+
+        def say(text: str) -> None:
+            self.post_message(WatchNote(text))
+
+        while True:
+            statuses = [self.statuses[r] for r in self.order]
+            if statuses:
+                try:
+                    await in_daemon_thread(self.backend.watch, statuses, say, name="dashboard-watch")
+                except Exception as e:
+                    self.post_message(WatchNote(f"watch failed: {e}", error=True))
+            await asyncio.sleep(max(self.refresh_s, 1.0))
 
     @work(group="log", exclusive=True, exit_on_error=False)
     async def follow_log(self, run: str) -> None:
@@ -242,6 +261,16 @@ class MainScreen(Screen):
     def on_poll_failed(self, msg: PollFailed) -> None:
         self.poll_error = f"{msg.error} (retry in {msg.next_poll_s:.0f}s)"
         self._refresh_summary()
+
+    def on_watch_note(self, msg: WatchNote) -> None:
+        error = msg.error or " failed" in msg.text or "lost its host" in msg.text
+        self.notify(
+            msg.text,
+            title="watch",
+            severity="error" if error else "information",
+            timeout=10 if error else 4,
+            markup=False,  # rsync and host errors are run text
+        )
 
     def on_log_arrived(self, msg: LogArrived) -> None:
         if self._inbox is None or self._inbox[0] != msg.run or msg.run != self.selected:
@@ -434,7 +463,8 @@ class MainScreen(Screen):
         age = None if self.last_status_at is None else max(0.0, self.clock() - self.last_status_at)
         url = self.tunnels[self.selected].url if self.selected in self.tunnels else None
         statuses = [self.statuses[r] for r in self.order]
-        self.query_one(SummaryBar).show(statuses, age, url, self.poll_error)
+        mirror = (self.statuses.get(self.selected or "") or {}).get("mirror")
+        self.query_one(SummaryBar).show(statuses, age, url, self.poll_error, mirror, self.clock())
 
 
 def _num(rec: dict[str, Any], key: str) -> bool:

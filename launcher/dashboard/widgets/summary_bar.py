@@ -1,4 +1,5 @@
-"""The one-line summary above the table: run count, state counts, data age, tunnel URL, poll errors."""
+"""The one-line summary above the table: run count, state counts, data age, the selected run's
+mirror (checkpoint, age, who keeps it current), tunnel URL, poll errors."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ class SummaryBar(Static):
         age_s: float | None,
         tunnel_url: str | None,
         error: str | None,
+        mirror: dict[str, Any] | None = None,
+        now: float | None = None,
     ) -> None:
         out = Text()
         out.append(f"{len(statuses)} run{'s' if len(statuses) != 1 else ''}", style="bold")
@@ -34,6 +37,12 @@ class SummaryBar(Static):
         if tunnel_url:
             out.append("  · TensorBoard ")
             out.append(tunnel_url, style="bold underline")
+        if mirror is not None:
+            out.append(f"  · mirror {mirror.get('checkpoint') or 'empty'}")
+            if mirror.get("time") and now is not None:
+                out.append(f" {fmt.ago(max(0.0, now - float(mirror['time'])))}")
+            if mirror.get("watcher"):
+                out.append(f" (kept by {mirror['watcher']})")
         if error:
             out.append(f"  · {error}"[:120], style="bold red")
         self.update(out)

@@ -1,0 +1,136 @@
+"""`recovery.Watcher` and `WatchLock`: one watcher acts on a run at a time (`watch` in a terminal, the
+dashboard, a second dashboard), the others say who does and take over when it stops; the pull
+schedule; the dashboard backend's watch. Real parts: a local run dir with a checkpoint verified by
+its manifest, the real `mirror.pull` (rsync, the host-side check in a real python), a real second
+process holding the lock."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from launcher import registry
+from launcher.dashboard.backend import LauncherBackend, Scope, WatchSettings
+from launcher.mirror import mirror_dir
+from launcher.profiles import PROJECT_ROOT
+from launcher.recovery import Watcher, WatchLock
+from launcher.ssh.hosts import local_host
+from nsa.runfiles import RunDir, atomic_write_text, verify_checkpoint, write_checkpoint_manifest
+
+RUN = "w1"
+
+
+@pytest.fixture
+def run_rec(tmp_path, monkeypatch):
+    monkeypatch.setenv("NSA_LAUNCH_HOME", str(tmp_path / "home"))
+    rd = tmp_path / "run"
+    ck = rd / "checkpoints" / "step-00000004"
+    ck.mkdir(parents=True)
+    (ck / "model.pt").write_bytes(b"weights" * 100)
+    write_checkpoint_manifest(ck, 4)
+    atomic_write_text(rd / "checkpoints" / "latest", "step-00000004\n")
+    (rd / "train.log").write_text("[nsa] step 4\n")
+    node = registry.NodeRecord(local_host(), str(PROJECT_ROOT), sys.executable, str(rd))
+    rec = registry.RunRecord(run=RUN, profile="cpu", created=1.0, nodes=[node])
+    registry.save(rec)
+    return rec
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+RUNNING = {"run": RUN, "state": "running", "error": None}
+
+
+def _hold_lock_in_another_process() -> subprocess.Popen:
+    code = (
+        "import time; from launcher.recovery import WatchLock\n"
+        f"assert WatchLock({RUN!r}, 'nsa-launch watch').acquire()\n"
+        "print('held', flush=True); time.sleep(120)"
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "held"
+    return p
+
+
+def test_a_second_watcher_waits_names_the_holder_and_takes_over(run_rec):
+    holder = _hold_lock_in_another_process()
+    said: list[str] = []
+    clock = Clock()
+    w = Watcher(RUN, said.append, who="nsa-launch dashboard", pull_every_s=60, clock=clock)
+    try:
+        w.tick(RUNNING)
+        w.tick(RUNNING)
+        assert said == [
+            f"run {RUN} is watched by pid {holder.pid} (nsa-launch watch); this one takes over when it stops"
+        ]
+        assert not mirror_dir(RUN).exists()  # it pulled nothing while another held the run
+        holder.kill()
+        holder.wait()
+        w.tick(RUNNING)
+        assert said[1] == f"run {RUN}: took over watching from pid {holder.pid} (nsa-launch watch)"
+        assert "checkpoint step-00000004 (new)" in said[2]
+        ck = RunDir(mirror_dir(RUN)).latest_checkpoint()
+        assert ck is not None and ck.name == "step-00000004" and verify_checkpoint(ck) is None
+        assert (mirror_dir(RUN) / "train.log").read_text() == "[nsa] step 4\n"
+        # the lock file now names this watcher, for the next one to say
+        assert WatchLock(RUN, "x").holder() == f"pid {os.getpid()} (nsa-launch dashboard)"
+        # the schedule: nothing before pull_every_s, a pull at it, and a last one when the run ends
+        clock.t += 59
+        w.tick(RUNNING)
+        assert len(said) == 3
+        clock.t += 1
+        w.tick(RUNNING)
+        assert len(said) == 4 and "(unchanged)" in said[3]
+        w.tick({**RUNNING, "state": "finished"})
+        assert len(said) == 5
+    finally:
+        w.close()
+        if holder.poll() is None:
+            holder.kill()
+
+
+def test_two_watchers_in_one_process_exclude_each_other_and_a_lost_run_is_advised_once(run_rec):
+    said: list[str] = []
+    a = Watcher(RUN, said.append, who="nsa-launch watch", clock=Clock())
+    b = Watcher(RUN, said.append, who="nsa-launch dashboard", clock=Clock())
+    try:
+        a.tick({**RUNNING, "state": "lost", "error": "ssh: connection refused"})
+        a.tick({**RUNNING, "state": "lost", "error": "ssh: connection refused"})
+        assert len(said) == 1 and said[0].startswith(f"run {RUN} is lost: ssh: connection refused")
+        assert "need a new host and a new `nsa-launch up`" in said[0]  # not provisioned: advice only
+        b.tick(RUNNING)
+        assert "is watched by pid" in said[1] and "(nsa-launch watch)" in said[1]
+        a.close()
+        b.tick(RUNNING)
+        assert "took over watching" in said[2]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_the_dashboard_backend_watches_live_runs_and_shows_the_mirror(run_rec):
+    backend = LauncherBackend(Scope(run=RUN), WatchSettings(pull_every_s=3600))
+    said: list[str] = []
+    assert backend._mirror(RUN) == {"checkpoint": None, "time": None, "watcher": None}
+    backend.watch([RUNNING], said.append)
+    assert len(said) == 1 and "step-00000004 (new)" in said[0]
+    m = backend._mirror(RUN)
+    assert m["checkpoint"] == "step-00000004" and m["watcher"] == "this dashboard" and m["time"] > 0
+    # a finished run gets its last pull, then the dashboard lets go of it
+    backend.watch([{**RUNNING, "state": "finished"}], said.append)
+    assert len(said) == 2 and backend._mirror(RUN)["watcher"] is None
+    assert WatchLock(RUN, "test").acquire()
+    backend.watch([{**RUNNING, "state": "finished"}], said.append)
+    assert len(said) == 2  # an ended run is not watched again
+    off = LauncherBackend(Scope(run=RUN), WatchSettings(enabled=False))
+    off.watch([RUNNING], said.append)
+    assert len(said) == 2
