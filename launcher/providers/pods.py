@@ -3,7 +3,7 @@
 Owns the choice of offer (the profile's GPU type and count, cheapest in stock), the wait for a
 created pod (ACTIVE with an SSH string, then an SSH banner on that port; progress with elapsed time,
 a timeout naming what it waited for), terminating a pod it created when a later step fails (nothing
-left billing), forgetting a terminated pod's host key, and the ledger of pods nsa-launch created
+left billing), recording a new pod's host key and forgetting a terminated pod's, and the ledger of pods nsa-launch created
 ($NSA_LAUNCH_HOME/pods/<id>.json: run, price, times) from which status shows the cost so far. It must
 not start runs (launcher/launch does) or import torch.
 """
@@ -219,7 +219,29 @@ def provision(
         raise
     rec.ssh = pod.ssh
     save_pod(rec)
+    for h in hosts:
+        record_host_key(h, say)
     return rec, hosts
+
+
+def record_host_key(spec: HostSpec, say: Callable[[str], None]) -> None:
+    """Record a pod's host key in the known_hosts the launcher's SSH reads (trust on first use: a pod
+    nsa-launch just rented cannot be known before), so a later `up --host` to it needs no
+    --accept-new-host-key. The key is exchanged before login, so it is recorded even when the login
+    then fails; that failure is said, not raised (the pod is up; the key may still be on its way)."""
+    from launcher.ssh.transport import SSHTransport
+
+    t = SSHTransport(spec, accept_new_host_key=True)
+    try:
+        t.connect()
+    except LaunchError as e:
+        if t.recorded_host_key is None:
+            say(f"  could not record the host key of {t.label}: {e.message}")
+            return
+        say(f"  note: {e.message}; fix: {e.fix}")
+    finally:
+        t.close()
+    say(f"  {t.recorded_host_key or f'the host key of {t.label} is already in {t.known_hosts[0]}'}")
 
 
 def terminate(client: PrimeClient, rec: PodRecord, say: Callable[[str], None]) -> None:

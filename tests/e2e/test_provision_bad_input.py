@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from launcher.ssh.hosts import parse_target
+from launcher.ssh.transport import open_transport
 from tests.e2e.launch_support import PYTHON, invoke, isolate
 from tests.e2e.prime_support import listening
 
@@ -64,9 +66,18 @@ def test_pods_create_ls_down(fake_prime, tmp_path, monkeypatch):
     (pod_id,) = fake_prime.pods
     port = fake_prime.pods[pod_id].server.port
     assert res.stdout.strip().endswith(f"-p {port}") and listening(port)
+    # Its host key is recorded, so a later `up --host` to it connects with strict checking and no
+    # --accept-new-host-key (it used to meet an unknown host).
+    assert "recorded the host key of" in res.output and f"]:{port} " in fake_prime.known_hosts.read_text()
+    t = open_transport(parse_target(res.stdout.strip().splitlines()[-1], str(fake_prime.ssh_config)))
+    try:
+        assert t.run("echo ok", timeout=30).stdout.strip() == "ok"
+    finally:
+        t.close()
     rows = json.loads(invoke("pods", "ls", "--json").stdout)
     assert [r["id"] for r in rows] == [pod_id] and rows[0]["status"] == "ACTIVE"
     assert rows[0]["price_hr"] == pytest.approx(0.2) and rows[0]["cost_usd"] is not None
     res = invoke("pods", "down", pod_id, "--yes")
     assert res.exit_code == 0 and f"terminated pod {pod_id}" in res.output
     assert json.loads(invoke("pods", "ls", "--json").stdout) == [] and not listening(port)
+    assert f"]:{port} " not in fake_prime.known_hosts.read_text()  # the next pod on that port has a new key
