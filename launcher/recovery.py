@@ -38,8 +38,8 @@ def lost_advice(rec: RunRecord) -> str:
     where = f"the mirror {m} holds {ck}" if ck else f"no checkpoint was pulled to {m}"
     return (
         f"the host of {rec.run} does not answer. If it comes back, the run goes on (its wrapper restarts "
-        f"crashes there). If it is gone: {where}; runs started with `nsa-launch up --provision prime` are "
-        "replaced by `nsa-launch watch`, others need a new host and a new `nsa-launch up`"
+        f"crashes there). If it is gone: {where}; single-node runs started with `nsa-launch up --provision "
+        "prime` are replaced by `nsa-launch watch`, others need a new host and a new `nsa-launch up`"
     )
 
 
@@ -269,7 +269,10 @@ class Watcher:
         self.lost_since = self.lost_since or now
         gone = pod_gone(self.rec) if self.rec.provider else None
         waited = now - self.lost_since
-        if self.rec.provider and (gone or waited >= self.lost_after_s):
+        # A multi-node checkpoint is split across the nodes and the mirror holds node 0's part only:
+        # a replacement could not resume, so such a run is only reported, as an unprovisioned one.
+        replaceable = bool(self.rec.provider) and len(self.rec.nodes) == 1
+        if replaceable and (gone or waited >= self.lost_after_s):
             if len(self.replacements) >= self.max_replacements:
                 raise LaunchError(
                     f"run {self.run} lost its host {len(self.replacements) + 1} times; stopped replacing",
@@ -283,7 +286,7 @@ class Watcher:
             self.say(f"run {self.run} resumed on pod {r.new_pod} from {r.checkpoint} in {r.seconds:.0f} s")
             self.rec = registry.load(self.run) or self.rec
             self.lost_since = None
-        elif not self.rec.provider and not self.advised:
+        elif not replaceable and not self.advised:
             self.say(f"run {self.run} is lost: {st['error']}\n  what to do: {lost_advice(self.rec)}")
             self.advised = True
 

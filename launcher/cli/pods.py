@@ -23,10 +23,13 @@ def pods() -> None:
 @pods.command("ls")
 @click.option("--available", is_flag=True, help="List offers in stock instead of your pods.")
 @click.option("--gpu-type", help="With --available: the GPU type (e.g. A100_80GB).")
-@click.option("--count", default=1, show_default=True, help="With --available: GPUs per pod.")
+@click.option("--count", default=1, show_default=True, help="With --available: GPUs per pod (all nodes').")
+@click.option("--multi-node", "multinode", is_flag=True, help="With --available: multi-node cluster offers.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
-def ls(app: Application, available: bool, gpu_type: str | None, count: int, as_json: bool) -> None:
+def ls(
+    app: Application, available: bool, gpu_type: str | None, count: int, multinode: bool, as_json: bool
+) -> None:
     """Your pods (id, GPUs, status, SSH, $/h, run and cost so far), or offers with --available."""
     from rich.table import Table
 
@@ -35,7 +38,7 @@ def ls(app: Application, available: bool, gpu_type: str | None, count: int, as_j
     client = _client()
     if available:
         types = [gpu_type] if gpu_type else client.gpu_types()
-        offers = [o for t in types for o in client.availability(t, count)]
+        offers = [o for t in types for o in client.availability(t, count, multinode)]
         if as_json:
             app.emit_json([o.__dict__ for o in offers])
             return

@@ -121,20 +121,23 @@ def gpu_type_for(client: PrimeClient, profile: Profile, gpu_type: str | None) ->
 
 
 def choose_offer(client: PrimeClient, profile: Profile, gpu_type: str | None) -> Offer:
-    """The cheapest offer in stock of the profile's GPUs per node. No stock: RuntimeFailure (exit 1)."""
+    """The cheapest offer in stock of the profile's GPUs: per node for one node; for N nodes a
+    multi-node offer (/availability/multi-node, whose gpuCount is the total, as `prime` lists them).
+    No stock: RuntimeFailure (exit 1)."""
     types = gpu_type_for(client, profile, gpu_type)
-    count = profile.nproc_per_node
-    if profile.nodes > 1:
-        raise LaunchError(
-            f"--provision rents single-node pods; profile {profile.name} has {profile.nodes} nodes",
-            "rent the cluster with `prime pods create` and pass its hosts with --host",
-        )
-    offers = [o for t in types for o in client.availability(t, count) if o.gpu_count == count]
+    multinode = profile.nodes > 1
+    count = profile.nproc_per_node * profile.nodes
+    offers = [o for t in types for o in client.availability(t, count, multinode) if o.gpu_count == count]
     offers = [o for o in offers if o.stock_status.lower() not in ("", "unavailable", "out of stock")]
     if not offers:
+        what = f"{count}x {' or '.join(types)}"
+        if multinode:
+            what = f"a multi-node cluster of {what} ({profile.nodes} nodes x {profile.nproc_per_node})"
         raise RuntimeFailure(
-            f"no Prime Intellect offer has {count}x {' or '.join(types)} in stock now",
-            "try another --gpu-type (`nsa-launch pods ls --available --gpu-type T`), or later",
+            f"no Prime Intellect offer has {what} in stock now",
+            "try another --gpu-type (`nsa-launch pods ls --available --gpu-type T"
+            + (f" --count {count} --multi-node" if multinode else "")
+            + "`), or later",
         )
     return min(offers, key=lambda o: o.price_hr if o.price_hr is not None else float("inf"))
 
@@ -145,8 +148,10 @@ def wait_ready(
     say: Callable[[str], None],
     timeout: float = READY_TIMEOUT_S,
     ssh_config: str | None = None,
+    nodes: int = 1,
 ) -> tuple[Pod, list[HostSpec]]:
-    """Poll until the pod is ACTIVE with an SSH string and sshd answers on every node's port."""
+    """Poll until the pod is ACTIVE with an SSH string per node and sshd answers on every one.
+    A pod that comes up with another number of nodes than the profile's is an error (exit 1)."""
     t0 = time.monotonic()
     last_say = 0.0
     waiting_for = f"pod {pod.id} to become ACTIVE"
@@ -165,7 +170,16 @@ def wait_ready(
             raise RuntimeFailure(
                 f"pod {pod.id} went {pod.status} while starting", "try again, or another --gpu-type"
             )
-        if pod.ready:
+        if len(pod.ssh) > nodes:
+            raise RuntimeFailure(
+                f"pod {pod.id} came up with {len(pod.ssh)} nodes ({', '.join(pod.ssh)}); the profile "
+                f"wants {nodes}",
+                "use a profile whose nodes x nproc_per_node matches the offer (`nsa-launch pods ls "
+                "--available`), or rent the cluster yourself and pass each node with --host",
+            )
+        if pod.ready and len(pod.ssh) < nodes:  # a multi-node pod lists its nodes as they come up
+            waiting_for = f"SSH strings for all {nodes} nodes of pod {pod.id} (has {len(pod.ssh)})"
+        elif pod.ready:
             hosts = [parse_target(s, ssh_config) for s in pod.ssh]
             pending = [h for h in hosts if not ssh_answers(h.host, h.port or 22)]
             if not pending:
@@ -198,7 +212,10 @@ def provision(
     """Rent a pod and wait for it; on any failure (Ctrl-C included) terminate it before raising."""
     offer = choose_offer(client, profile, gpu_type)
     price = f"${offer.price_hr:.2f}/h" if offer.price_hr is not None else "price unknown"
-    say(f"renting {offer.gpu_count}x {offer.gpu_type} from {offer.provider} ({offer.data_center}), {price}")
+    nodes = f" as {profile.nodes} nodes" if profile.nodes > 1 else ""
+    say(
+        f"renting {offer.gpu_count}x {offer.gpu_type}{nodes} from {offer.provider} ({offer.data_center}), {price}"
+    )
     pod = client.create_pod(offer, name)
     rec = PodRecord(
         id=pod.id,
@@ -213,7 +230,7 @@ def provision(
     save_pod(rec)
     say(f"created pod {pod.id}")
     try:
-        pod, hosts = wait_ready(client, pod, say, timeout, ssh_config)
+        pod, hosts = wait_ready(client, pod, say, timeout, ssh_config, profile.nodes)
     except BaseException:
         terminate(client, rec, say)
         raise

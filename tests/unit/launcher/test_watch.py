@@ -134,3 +134,24 @@ def test_the_dashboard_backend_watches_live_runs_and_shows_the_mirror(run_rec):
     off = LauncherBackend(Scope(run=RUN), WatchSettings(enabled=False))
     off.watch([RUNNING], said.append)
     assert len(said) == 2
+
+
+def test_a_lost_multi_node_pod_is_reported_not_replaced(run_rec, monkeypatch):
+    """Its checkpoint is split across the nodes and the mirror holds node 0's part: a replacement
+    could not resume, so watch advises (no PRIME_API_KEY here: an attempt to rent would raise)."""
+    monkeypatch.delenv("PRIME_API_KEY", raising=False)
+    registry.save(
+        registry.RunRecord(run=RUN, profile="cpu", created=1.0, nodes=[run_rec.nodes[0]] * 2, provider="prime",
+                           pod_id="p-1")
+    )  # fmt: skip
+    said: list[str] = []
+    clock = Clock()
+    w = Watcher(RUN, said.append, who="nsa-launch watch", lost_after_s=60, clock=clock)
+    try:
+        lost = {**RUNNING, "state": "lost", "error": "timed out"}
+        w.tick(lost)
+        clock.t += 120
+        w.tick(lost)
+        assert len(said) == 1 and said[0].startswith(f"run {RUN} is lost: timed out") and not w.replacements
+    finally:
+        w.close()
