@@ -451,7 +451,9 @@ def torchrun_root_cause(text: str) -> dict[str, Any] | None:
     happen: a SIGKILLed rank writes no error file, so it is timestamped when the agent notices it,
     after its peers have already raised gloo/NCCL "Connection reset" errors of their own. So a rank
     killed by a signal (other than the SIGTERM torchrun sends the survivors) listed under "Failures:"
-    of the same summary is the cause.
+    of the same summary is the cause. Likewise a rank that stopped on purpose (the watchdog's
+    EXIT_STALLED, EXIT_BAD_INPUT) outranks a Root Cause that exited 1: its peers, blocked in a
+    collective, fail with "Connection closed by peer" in the same instant and may be observed first.
     """
     found = list(_ROOT_CAUSE.finditer(text))
     if not found:
@@ -460,10 +462,19 @@ def torchrun_root_cause(text: str) -> dict[str, Any] | None:
     root = {"rank": int(m["rank"]), "host": m["host"], "exitcode": int(m["code"])}
     start = text.rfind("Failures:", 0, m.start())
     if root["exitcode"] > 0 and start >= 0:
-        for o in _FAILURE.finditer(text, start, m.start()):
-            # torchrun SIGTERMs the ranks still alive when one fails: those signals are its own.
-            if int(o["code"]) < 0 and -int(o["code"]) not in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                return {"rank": int(o["rank"]), "host": o["host"], "exitcode": int(o["code"])}
+        failures = [
+            {"rank": int(o["rank"]), "host": o["host"], "exitcode": int(o["code"])}
+            for o in _FAILURE.finditer(text, start, m.start())
+        ]
+        # torchrun SIGTERMs the ranks still alive when one fails: those signals are its own.
+        own = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        for f in failures:
+            if f["exitcode"] < 0 and -f["exitcode"] not in own:
+                return f
+        if root["exitcode"] == EXIT_FAILED:
+            for f in failures:
+                if f["exitcode"] in (EXIT_STALLED, EXIT_BAD_INPUT):
+                    return f
     return root
 
 

@@ -97,3 +97,21 @@ def test_a_rank_that_exited_silently_is_explained_by_the_peer_that_said_why(tmp_
     cause = failure_cause(rd, exit_code=1, log_text=text)
     assert cause.startswith("rank 1 on localhost exited with code 1 (runtime failure); rank 0: "), cause
     assert "not finite at step 3" in cause
+
+
+def test_a_stalled_rank_outranks_a_root_cause_that_is_its_peers_connection_error(tmp_path) -> None:
+    """The summary a CI run printed: the watchdog aborted rank 1 (exit 3), rank 0 blocked in the
+    all-reduce failed with "Connection closed by peer" (exit 1) in the same second, and torchrun named
+    rank 0 the root cause. The stalled rank is the cause (a bad-input exit 2 likewise)."""
+    rd = _run_dir(tmp_path, log="stall_summary.log", events=None)
+    text = rd.train_log.read_text()
+    assert torchrun_root_cause(text) == {"rank": 1, "host": "localhost", "exitcode": 3}
+    rd.append_event("stalled", step=2, rank=0, phase="forward_backward", idle_s=3.4)
+    rd.append_event("stalled", step=2, rank=1, phase="forward_backward", idle_s=3.1)
+    cause = failure_cause(rd, exit_code=1)
+    assert cause.startswith("rank 1 on localhost exited with code 3 (stalled and aborted"), cause
+    bad = text.replace("exitcode  : 3 (pid: 23468)", "exitcode  : 2 (pid: 23468)")
+    assert torchrun_root_cause(bad)["exitcode"] == 2
+    # Two plain runtime failures: torchrun's root cause stands.
+    plain = text.replace("exitcode  : 3 (pid: 23468)", "exitcode  : 1 (pid: 23468)")
+    assert torchrun_root_cause(plain) == {"rank": 0, "host": "localhost", "exitcode": 1}
