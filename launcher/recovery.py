@@ -274,8 +274,9 @@ class Watcher:
         replaceable = bool(self.rec.provider) and len(self.rec.nodes) == 1
         if replaceable and (gone or waited >= self.lost_after_s):
             if len(self.replacements) >= self.max_replacements:
+                n = len(self.replacements) + 1
                 raise LaunchError(
-                    f"run {self.run} lost its host {len(self.replacements) + 1} times; stopped replacing",
+                    f"run {self.run} lost its host {n} time{'s' if n != 1 else ''}; stopped replacing",
                     "look at the pods' history (`nsa-launch pods ls`) before renting again",
                     exit_code=1,
                 )

@@ -14,6 +14,7 @@ import pytest
 
 from launcher import registry
 from launcher.dashboard.backend import LauncherBackend, Scope, WatchSettings
+from launcher.errors import LaunchError
 from launcher.mirror import mirror_dir
 from launcher.profiles import PROJECT_ROOT
 from launcher.recovery import Watcher, WatchLock
@@ -153,5 +154,35 @@ def test_a_lost_multi_node_pod_is_reported_not_replaced(run_rec, monkeypatch):
         clock.t += 120
         w.tick(lost)
         assert len(said) == 1 and said[0].startswith(f"run {RUN} is lost: timed out") and not w.replacements
+    finally:
+        w.close()
+
+
+def test_a_provisioned_host_is_replaced_only_after_lost_after_and_within_the_budget(run_rec):
+    """The lost-after threshold counts from the first `lost` status, a status that is not lost resets
+    it, and with the replacement budget spent the watcher stops with the count (no pod is rented: the
+    record has no pod id, so no API is asked)."""
+    run_rec.provider = "prime"
+    registry.save(run_rec)
+    said: list[str] = []
+    clock = Clock()
+    lost = {"run": RUN, "state": "lost", "error": "ssh: connection refused"}
+    w = Watcher(
+        RUN, said.append, who="test", pull_every_s=1e9, lost_after_s=30, max_replacements=0, clock=clock
+    )
+    try:
+        w.tick(lost)
+        clock.t += 29
+        w.tick(lost)
+        clock.t += 2
+        w.tick(RUNNING)  # back before acting: the count starts over
+        clock.t += 29
+        w.tick(lost)
+        clock.t += 29
+        w.tick(lost)
+        with pytest.raises(LaunchError, match=rf"run {RUN} lost its host 1 time; stopped replacing"):
+            clock.t += 1
+            w.tick(lost)
+        assert not any("replacing it" in s for s in said), said
     finally:
         w.close()
