@@ -36,11 +36,27 @@ def restart_events(rd: RunDir) -> list[dict[str, Any]]:
     return [e for e in iter_jsonl(rd.root / EVENTS) if e.get("kind") in (RESTART, STOPPED)]
 
 
+def current_launch(rd: RunDir) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The `restart` events of the run's current launch, and the `restarts_stopped` event that ended it
+    (None while it goes on). Every launch the wrapper gave up on ends in `restarts_stopped`; a `boot`
+    after that belongs to a new launch (`nsa-launch restart`, `up --resume`), which has the whole
+    budget again and shows no stale reason. The decision scopes the same way: restart events written
+    after the last stop count against the budget (a launch still booting has no `boot` yet)."""
+    evs = [e for e in iter_jsonl(rd.root / EVENTS) if e.get("kind") in (RESTART, STOPPED, "boot")]
+    stops = [i for i, e in enumerate(evs) if e["kind"] == STOPPED]
+    if not stops:
+        return [e for e in evs if e["kind"] == RESTART], None
+    last = stops[-1]
+    if any(e["kind"] == "boot" for e in evs[last + 1 :]):
+        return [e for e in evs[last + 1 :] if e["kind"] == RESTART], None
+    first = stops[-2] + 1 if len(stops) > 1 else 0
+    return [e for e in evs[first:last] if e["kind"] == RESTART], evs[last]
+
+
 def summary(rd: RunDir, max_restarts: int | None) -> dict[str, Any]:
-    """The `restarts` key of status: count/max, each restart's cause, and why restarting stopped."""
-    evs = restart_events(rd)
-    done = [e for e in evs if e["kind"] == RESTART]
-    stop = next((e for e in reversed(evs) if e["kind"] == STOPPED), None)
+    """The `restarts` key of status: count/max, each restart's cause, and why restarting stopped (the
+    current launch's: see current_launch)."""
+    done, stop = current_launch(rd)
     return {
         "count": len(done),
         "max": max_restarts,
@@ -68,7 +84,9 @@ def decide(rd: RunDir, max_restarts: int, exit_code: int, now: float | None = No
     now = time.time() if now is None else now
     step = failed_step(rd)
     cause = failure_cause(rd, exit_code) or f"exit code {exit_code}"
-    prev = [e for e in restart_events(rd) if e["kind"] == RESTART]
+    evs = restart_events(rd)
+    stops = [i for i, e in enumerate(evs) if e["kind"] == STOPPED]
+    prev = [e for e in evs[stops[-1] + 1 if stops else 0 :] if e["kind"] == RESTART]  # this launch's
     root = torchrun_root_cause(read_tail(rd.train_log))
     rank_code = root["exitcode"] if root else None
     reason = None

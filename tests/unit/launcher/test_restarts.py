@@ -81,3 +81,25 @@ def test_a_rank_that_exited_with_bad_input_is_not_restarted_though_torchrun_exit
     _beat(rd, 0)
     assert decide(rd, 3, 1) == "stop"
     assert "bad input" in summary(rd, 3)["stopped"] and "rank 1" in summary(rd, 3)["stopped"]
+
+
+def test_a_new_launch_after_a_stop_has_the_whole_budget_and_no_stale_reason(tmp_path):
+    """`nsa-launch restart` after the wrapper gave up (budget spent) starts a new launch: its first crash
+    is restarted again, and status shows neither the old reason nor the old restarts once it booted."""
+    rd = RunDir(tmp_path)
+    _ckpt(rd, 5)
+    for step in (6, 7):
+        _beat(rd, step)
+        assert decide(rd, 1, 1) == ("resume" if step == 6 else "stop")
+    assert summary(rd, 1)["count"] == 1 and "budget spent (1/1)" in summary(rd, 1)["stopped"]
+    # The user restarts it: until it boots, status still tells why the last launch stopped.
+    rd.append_event("boot", step=5, rank=0, config_hash="x")
+    assert summary(rd, 1) == {"count": 0, "max": 1, "causes": [], "stopped": None}
+    _beat(rd, 9)
+    assert decide(rd, 1, 1) == "resume"  # the old launch's restart does not count against this one
+    _beat(rd, 10)
+    assert decide(rd, 1, 1) == "stop"
+    s = summary(rd, 1)
+    assert (
+        s["count"] == 1 and [c["step"] for c in s["causes"]] == [9] and "budget spent (1/1)" in s["stopped"]
+    )
