@@ -282,8 +282,8 @@ class Run:
         lo = -all_reduce_max(-step if leader else -math.inf, info)
         if lo == -2.0:
             raise problem or ckpt.NoIntactCheckpoint(
-                "--resume: another host's run dir holds checkpoints but none is intact (see that rank's "
-                "message); fix it there, or start a new run dir without --resume"
+                "--resume: a run dir holds checkpoints but none is intact (the local rank 0 of its host says "
+                "which and why); fix it there, or start a new run dir without --resume"
             )
         if lo != hi:
             raise ResumeMismatch(
