@@ -209,6 +209,13 @@ def available() -> dict[str, Path | None]:
     return found
 
 
+def profile_file(name_or_path: str | None) -> str | None:
+    """The absolute path of a profile given as a file (what load_profile reads), None for a name."""
+    if name_or_path and (name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path):
+        return str(Path(name_or_path).resolve())
+    return None
+
+
 def load_profile(name_or_path: str | None) -> Profile:
     """A validated profile by name (profiles/<name>.yaml) or by path to a YAML file."""
     name = name_or_path or DEFAULT_PROFILE

@@ -38,8 +38,8 @@ def lost_advice(rec: RunRecord) -> str:
     where = f"the mirror {m} holds {ck}" if ck else f"no checkpoint was pulled to {m}"
     return (
         f"the host of {rec.run} does not answer. If it comes back, the run goes on (its wrapper restarts "
-        f"crashes there). If it is gone: {where}; single-node runs started with `nsa-launch up --provision "
-        "prime` are replaced by `nsa-launch watch`, others need a new host and a new `nsa-launch up`"
+        f"crashes there). If it is gone: {where}; runs started with `nsa-launch up --provision prime` are "
+        "replaced by `nsa-launch watch`, others need a new host and a new `nsa-launch up`"
     )
 
 
@@ -55,18 +55,26 @@ def replace_host(rec: RunRecord, say: Callable[[str], None], ready_timeout: floa
     """Terminate the run's pod, rent a new one of the same GPU type, restore the mirror, resume."""
     from launcher.launch.execute import execute, wait_first_heartbeat
     from launcher.launch.plan import UpOptions, plan_run
-    from launcher.mirror import mirror_dir, push
+    from launcher.mirror import mirror_dir, missing_parts, push
     from launcher.profiles import load_profile
     from launcher.providers.pods import load_pod, provision, terminate
     from launcher.providers.prime import PrimeClient
     from nsa.runfiles import append_jsonl
 
     t0 = time.monotonic()
+    gap = missing_parts(rec)
+    if gap is not None:  # checked before anything is terminated or rented
+        raise LaunchError(
+            f"cannot replace the host of {rec.run}: {gap}",
+            f"restore that part by hand, or start over with `nsa-launch up` (the mirror is {mirror_dir(rec.run)})",
+            exit_code=1,
+        )
+    profile_arg = rec.profile_file or rec.profile  # a profile given as a .yaml is read from it again
+    profile = load_profile(profile_arg)  # before anything is terminated or rented
     client = PrimeClient()
     old = load_pod(rec.pod_id) if rec.pod_id else None
     if old is not None and old.terminated is None:
         terminate(client, old, say)  # a lost pod may still bill
-    profile = load_profile(rec.profile)
     node0 = rec.nodes[0]
     ssh_config = node0.host.ssh_config
     new, hosts = provision(
@@ -76,7 +84,7 @@ def replace_host(rec: RunRecord, say: Callable[[str], None], ready_timeout: floa
     try:
         sets = [o for o in rec.overrides if o not in profile.overrides]
         opts = UpOptions(
-            profile=rec.profile,
+            profile=profile_arg,
             hosts=[h.target for h in hosts],
             ssh_config=ssh_config,
             config=rec.config,
@@ -94,19 +102,22 @@ def replace_host(rec: RunRecord, say: Callable[[str], None], ready_timeout: floa
         man = json.loads((mirror_dir(rec.run) / "manifest.json").read_text())
         plan.opts.max_restarts = man.get("max_restarts")
         restored: dict[str, Any] = {}
+        index = iter(range(len(hosts)))  # execute restores node 0, 1, ... in order: node k gets part k
 
         def restore(t: Any, node: Any) -> None:
             from launcher.mirror import FILES
 
-            src = mirror_dir(rec.run)
-            append_jsonl(
-                src / "events.jsonl",
-                {"kind": "host_replaced", "time": time.time(), "step": None, "rank": None,
-                 "detail": {"old_pod": rec.pod_id, "new_pod": new.id, "host": node.label}},
-            )  # fmt: skip
+            src, k = mirror_dir(rec.run), next(index)
+            if k == 0:
+                append_jsonl(
+                    src / "events.jsonl",
+                    {"kind": "host_replaced", "time": time.time(), "step": None, "rank": None,
+                     "detail": {"old_pod": rec.pod_id, "new_pod": new.id, "host": node.label,
+                                "nodes": len(hosts)}},
+                )  # fmt: skip
             t.run(f"mkdir -p {_q(node.run_dir)}", timeout=30)
             _push_files(t, [str(src / f) for f in FILES if (src / f).exists()], node.run_dir)
-            restored["checkpoint"] = push(rec.run, t, node.run_dir)
+            restored["checkpoint"] = push(rec.run, t, node.run_dir, k)
             say(f"restored {restored['checkpoint'] or 'no checkpoint (starts from step 0)'} to {node.label}")
 
         new_rec, _ = execute(plan, say=say, before_start=restore)
@@ -269,9 +280,12 @@ class Watcher:
         self.lost_since = self.lost_since or now
         gone = pod_gone(self.rec) if self.rec.provider else None
         waited = now - self.lost_since
-        # A multi-node checkpoint is split across the nodes and the mirror holds node 0's part only:
-        # a replacement could not resume, so such a run is only reported, as an unprovisioned one.
-        replaceable = bool(self.rec.provider) and len(self.rec.nodes) == 1
+        # A multi-node checkpoint is split across the nodes: replaceable once the mirror holds every
+        # node's part of its newest checkpoint (mirror.pull), else reported as an unprovisioned run.
+        from launcher.mirror import missing_parts
+
+        gap = missing_parts(self.rec) if self.rec.provider else None
+        replaceable = bool(self.rec.provider) and gap is None
         if replaceable and (gone or waited >= self.lost_after_s):
             if len(self.replacements) >= self.max_replacements:
                 n = len(self.replacements) + 1
@@ -288,7 +302,8 @@ class Watcher:
             self.rec = registry.load(self.run) or self.rec
             self.lost_since = None
         elif not replaceable and not self.advised:
-            self.say(f"run {self.run} is lost: {st['error']}\n  what to do: {lost_advice(self.rec)}")
+            why = f"\n  not replaced: {gap}" if gap else ""
+            self.say(f"run {self.run} is lost: {st['error']}{why}\n  what to do: {lost_advice(self.rec)}")
             self.advised = True
 
     def close(self) -> None:

@@ -82,6 +82,7 @@ class RunRecord:
     provider: str | None = None  # "prime" when `up --provision` rented the host
     pod_id: str | None = None  # the pod the run is on now (launcher/providers/pods.py keeps its cost)
     workdir_arg: str | None = None  # --workdir as given (a replacement host resolves it anew)
+    profile_file: str | None = None  # absolute path when the profile was given as a .yaml (not a name)
 
     @property
     def host(self) -> str:

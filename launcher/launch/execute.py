@@ -16,7 +16,7 @@ from launcher.errors import LaunchError, RuntimeFailure
 from launcher.launch.manifest import manifest, torchrun_argv
 from launcher.launch.plan import INPUT_CONFIG, Plan
 from launcher.launch.preflight import preflight
-from launcher.profiles import PROJECT_ROOT, kill_env
+from launcher.profiles import PROJECT_ROOT, kill_env, profile_file
 from launcher.registry import NodeRecord, RunRecord
 from launcher.remote import agent_call, transport_for
 from launcher.ssh.transport import SSHTransport
@@ -101,6 +101,7 @@ def execute(
         kill_grace_s=plan.profile.kill_grace_s,
         first_heartbeat_timeout_s=plan.profile.first_heartbeat_timeout_s,
         workdir_arg=plan.opts.workdir,
+        profile_file=profile_file(plan.opts.profile),
     )
     if before_start is not None:
         for t, node in zip(transports, nodes):

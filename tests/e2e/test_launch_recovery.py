@@ -146,3 +146,78 @@ def test_lost_pod_is_replaced_and_resumes_from_the_mirror(
         if watcher.poll() is None:
             watcher.kill()
             watcher.wait()
+
+
+def test_lost_two_node_pod_is_replaced_with_every_nodes_part_of_the_checkpoint(
+    fake_prime, tmux_server, tmp_path, monkeypatch, reference_losses
+):
+    """A multi-node checkpoint is split (node 0: weights and optimizer; node 1: its rank's data state
+    and RNG): the mirror keeps both parts, and a replacement two-node pod gets each node its own, so
+    the run resumes in the same world of 2 and ends with the uninterrupted run's loss."""
+    import yaml
+
+    home = isolate(monkeypatch, tmp_path, tmux_server)
+    profile = tmp_path / "2x1pod.yaml"
+    profile.write_text(
+        yaml.safe_dump(
+            {"name": "2x1pod", "device": "cpu", "nodes": 2, "nproc_per_node": 1, "config": "configs/tiny.yaml",
+             "overrides": ["train.device=cpu"], "env": {"OMP_NUM_THREADS": "1"},
+             "expect": {"gpus": 0, "min_free_disk_gb": 0.1}}
+        )
+    )  # fmt: skip
+    run = f"prov2-{os.getpid()}"
+    res = invoke(
+        "up", "--profile", str(profile), "--provision", "prime", "--gpu-type", "CPU_NODE",
+        "--ssh-config", str(fake_prime.ssh_config), "--python", PYTHON, "--name", run, *_set_args(),
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    (pod1,) = fake_prime.pods
+    ports1 = [s.port for s in fake_prime.pods[pod1].servers]
+    assert len(ports1) == 2
+    watcher = subprocess.Popen(
+        [sys.executable, "-c", "from launcher.cli import main; main()", "watch", "--run", run,
+         "--pull-every", "1", "--lost-after", "2", "--poll", "1", "--json"],
+        env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        nodes = json.loads(Path(home, "runs", f"{run}.json").read_text())["nodes"]
+        on_pod = [Path(n["run_dir"]) for n in nodes]
+        assert on_pod[0] != on_pod[1]
+        wait_for(lambda: all((d / "checkpoints" / "step-00000006" / "manifest.json").exists() for d in on_pod),
+                 120, "step-00000006 on both nodes", interval=0.05)  # fmt: skip
+        assert fake_prime.freeze_run(pod1)
+        mirror = home / "mirror" / run
+        part1 = mirror / "nodes" / "1" / "checkpoints"
+        wait_for(lambda: (mirror / "checkpoints" / "latest").exists()
+                 and (mirror / "checkpoints" / "latest").read_text().strip() == "step-00000006", 60,
+                 "the mirror's latest to be step-00000006")  # fmt: skip
+        # node 1's part holds only its own rank's state, and it came before node 0's `latest` named it
+        assert sorted(p.name for p in (part1 / "step-00000006").iterdir()) == [
+            "manifest.json",
+            "meta.json",
+            "rank1.pt",
+        ]
+        assert not (mirror / "checkpoints" / "step-00000006" / "rank1.pt").exists()
+        fake_prime.lose(pod1)
+        out, err = watcher.communicate(timeout=300)
+        assert watcher.returncode == 0, err[-3000:]
+        assert "replacing it" in err and "from step-00000006" in err, err[-3000:]
+        final = json.loads(out)
+        assert final["state"] == "finished" and final["step"] == STEPS, final
+        (pod2,) = fake_prime.pods
+        assert pod2 != pod1 and final["pod_id"] == pod2 and not any(listening(p) for p in ports1)
+        step, loss = _final_loss(mirror)
+        assert step == STEPS and loss == reference_losses[STEPS]
+        assert (part1 / "latest").read_text().strip() == f"step-{STEPS:08d}"
+        ev = [json.loads(ln) for ln in (mirror / "events.jsonl").read_text().splitlines()]
+        resumed = [e for e in ev if e["kind"] == "resumed"]
+        assert resumed and resumed[-1]["detail"]["checkpoint"] == "step-00000006"
+        assert [e["detail"]["nodes"] for e in ev if e["kind"] == "host_replaced"] == [2]
+        ports2 = [s.port for s in fake_prime.pods[pod2].servers]
+        res = invoke("pods", "down", run, "--yes")
+        assert res.exit_code == 0, res.output
+        assert fake_prime.pods == {} and not any(listening(p) for p in ports2)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()

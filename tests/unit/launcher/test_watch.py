@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -137,14 +138,22 @@ def test_the_dashboard_backend_watches_live_runs_and_shows_the_mirror(run_rec):
     assert len(said) == 2
 
 
-def test_a_lost_multi_node_pod_is_reported_not_replaced(run_rec, monkeypatch):
-    """Its checkpoint is split across the nodes and the mirror holds node 0's part: a replacement
-    could not resume, so watch advises (no PRIME_API_KEY here: an attempt to rent would raise)."""
+def test_a_lost_multi_node_pod_without_every_nodes_part_in_the_mirror_is_reported_not_replaced(
+    run_rec, monkeypatch
+):
+    """A multi-node checkpoint is split across the nodes: with node 0's part mirrored but not node
+    1's, a replacement could not resume, so watch says what is missing and advises (no PRIME_API_KEY
+    here: an attempt to rent would raise)."""
+    import shutil
+
     monkeypatch.delenv("PRIME_API_KEY", raising=False)
     registry.save(
         registry.RunRecord(run=RUN, profile="cpu", created=1.0, nodes=[run_rec.nodes[0]] * 2, provider="prime",
                            pod_id="p-1")
     )  # fmt: skip
+    src = RunDir(run_rec.run_dir).checkpoints_dir
+    shutil.copytree(src / "step-00000004", mirror_dir(RUN) / "checkpoints" / "step-00000004")
+    atomic_write_text(mirror_dir(RUN) / "checkpoints" / "latest", "step-00000004\n")
     said: list[str] = []
     clock = Clock()
     w = Watcher(RUN, said.append, who="nsa-launch watch", lost_after_s=60, clock=clock)
@@ -154,6 +163,7 @@ def test_a_lost_multi_node_pod_is_reported_not_replaced(run_rec, monkeypatch):
         clock.t += 120
         w.tick(lost)
         assert len(said) == 1 and said[0].startswith(f"run {RUN} is lost: timed out") and not w.replacements
+        assert "not replaced: the mirror holds node 0's step-00000004 but not node 1's part of it" in said[0]
     finally:
         w.close()
 
@@ -186,3 +196,41 @@ def test_a_provisioned_host_is_replaced_only_after_lost_after_and_within_the_bud
         assert not any("replacing it" in s for s in said), said
     finally:
         w.close()
+
+
+def _ckpt(rd: Path, step: int, files: dict[str, bytes]) -> None:
+    ck = rd / "checkpoints" / f"step-{step:08d}"
+    ck.mkdir(parents=True)
+    for name, data in files.items():
+        (ck / name).write_bytes(data)
+    write_checkpoint_manifest(ck, step)
+    atomic_write_text(rd / "checkpoints" / "latest", ck.name + "\n")
+
+
+def test_pull_mirrors_every_nodes_part_only_when_the_nodes_agree(run_rec, tmp_path):
+    """Node 0 holds the weights, node 1 its rank's state: both parts are mirrored (node 1's under
+    nodes/1/), and a step that only node 0 has finished saving is not mirrored until node 1 has it."""
+    from launcher.mirror import missing_parts, node_mirror, pull
+
+    rd1 = tmp_path / "node1"
+    _ckpt(rd1, 4, {"rank1.pt": b"r1" * 50})
+    node1 = registry.NodeRecord(local_host(), str(PROJECT_ROOT), sys.executable, str(rd1))
+    rec = registry.RunRecord(run=RUN, profile="cpu", created=1.0, nodes=[run_rec.nodes[0], node1])
+    registry.save(rec)
+    said: list[str] = []
+    assert pull(rec, said.append)["pulled"] == "step-00000004"
+    part = node_mirror(RUN, 1) / "checkpoints"
+    assert sorted(p.name for p in (part / "step-00000004").iterdir()) == ["manifest.json", "rank1.pt"]
+    assert "model.pt" not in {p.name for p in (part / "step-00000004").iterdir()}
+    assert missing_parts(rec) is None and "of 2 nodes" in said[-1]
+    # node 0 finished step 8, node 1 not yet: the mirror keeps step 4 whole
+    _ckpt(Path(run_rec.run_dir), 8, {"model.pt": b"w8" * 50})
+    res = pull(rec, said.append)
+    assert res["pulled"] is None and res["checkpoint"] == "step-00000004"
+    assert "not step-00000008: node 1 has step-00000004" in said[-1]
+    _ckpt(rd1, 8, {"rank1.pt": b"r8" * 50})
+    assert pull(rec, said.append)["pulled"] == "step-00000008"
+    assert [p.name for p in RunDir(node_mirror(RUN, 1)).checkpoints()] == ["step-00000008"]
+    # a damaged part is named, and a restore would refuse it
+    (part / "step-00000008" / "rank1.pt").write_bytes(b"x")
+    assert "not node 1's part of it" in (missing_parts(rec) or "")
