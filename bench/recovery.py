@@ -8,8 +8,11 @@ Prints one JSON line per scenario:
   start delay `--start-delay`, stated in the output); once step 6 is checkpointed and mirrored the
   pod is killed (sshd and every process); `watch --lost-after L` replaces it. lost = the kill;
   training again = the first train record after it. steps_lost = steps done at the kill - checkpoint.
+  With `--nodes N` (N > 1) the pod is a multi-node one (N nodes x 1 worker, a world of N): the mirror
+  must hold every node's part of step 6 before the kill, and the replacement restores each node's.
 
 Usage: .venv/bin/python bench/recovery.py [--start-delay 5] [--lost-after 5] [--only same_host|lost_pod]
+       [--nodes 1]
 """
 
 from __future__ import annotations
@@ -70,14 +73,23 @@ def same_host(home: str) -> dict:
         shutil.rmtree(rd, ignore_errors=True)
 
 
-def lost_pod(home: str, start_delay: float, lost_after: float) -> dict:
+def lost_pod(home: str, start_delay: float, lost_after: float, nodes: int = 1) -> dict:
     fake = make_fake(start_delay)
     env = dict(os.environ, NSA_LAUNCH_HOME=home, NSA_LAUNCH_TMUX_SOCKET=f"bench-rec-{os.getpid()}",
                PRIME_API_KEY=API_KEY, PRIME_API_BASE_URL=fake.url)  # fmt: skip
     run = f"bench-lost-{os.getpid()}"
     watcher = None
+    profile: list[str] = []
+    if nodes > 1:
+        prof = Path(home) / f"{nodes}x1pod.yaml"
+        prof.write_text(json.dumps(
+            {"name": f"{nodes}x1pod", "device": "cpu", "nodes": nodes, "nproc_per_node": 1,
+             "config": "configs/tiny.yaml", "overrides": ["train.device=cpu"], "env": {"OMP_NUM_THREADS": "1"},
+             "expect": {"gpus": 0, "min_free_disk_gb": 0.1}}
+        ))  # fmt: skip
+        profile = ["--profile", str(prof)]
     try:
-        p = _cli(env, "up", "--provision", "prime", "--gpu-type", "CPU_NODE", "--ssh-config",
+        p = _cli(env, "up", *profile, "--provision", "prime", "--gpu-type", "CPU_NODE", "--ssh-config",
                  str(fake.ssh_config), "--python", sys.executable, "--name", run, *_sets())  # fmt: skip
         assert p.returncode == 0, p.stderr[-2000:]
         (pod1,) = fake.pods
@@ -86,25 +98,30 @@ def lost_pod(home: str, start_delay: float, lost_after: float) -> dict:
              "--pull-every", "1", "--lost-after", str(lost_after), "--poll", "1"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
         )  # fmt: skip
-        on_pod = Path(json.loads((Path(home) / "runs" / f"{run}.json").read_text())["nodes"][0]["run_dir"])
-        while not (on_pod / "checkpoints" / "step-00000006" / "manifest.json").exists():
+        recs = json.loads((Path(home) / "runs" / f"{run}.json").read_text())["nodes"]
+        on_pods = [Path(n["run_dir"]) for n in recs]
+        while not all((d / "checkpoints" / "step-00000006" / "manifest.json").exists() for d in on_pods):
             time.sleep(0.05)
         fake.freeze_run(pod1)
-        latest = Path(home) / "mirror" / run / "checkpoints" / "latest"
-        while not (latest.exists() and latest.read_text().strip() == "step-00000006"):
+        mirror = Path(home) / "mirror" / run
+        lasts = [mirror / "checkpoints" / "latest"] + [
+            mirror / "nodes" / str(k) / "checkpoints" / "latest" for k in range(1, nodes)
+        ]
+        while not all(f.exists() and f.read_text().strip() == "step-00000006" for f in lasts):
             time.sleep(0.1)
-        done = max(json.loads(f.read_text())["step"] for f in (on_pod / "heartbeat").glob("*.json"))
+        done = max(
+            json.loads(f.read_text())["step"] for d in on_pods for f in (d / "heartbeat").glob("*.json")
+        )
         t_lost = time.time()
         fake.lose(pod1)
         _out, err = watcher.communicate(timeout=1800)
         assert watcher.returncode == 0, err[-3000:]
-        mirror = Path(home) / "mirror" / run
         ev = _jsonl(mirror / "events.jsonl")
         rep = next(e for e in ev if e["kind"] == "host_replaced")
         after = next(m for m in _jsonl(mirror / "metrics.jsonl") if "loss" in m and m["time"] > t_lost)
         _cli(env, "pods", "down", run, "--yes", "--no-pull")
         return {
-            "scenario": "lost_pod", "fake_pod_start_delay_s": start_delay, "lost_after_s": lost_after,
+            "scenario": "lost_pod", "nodes": nodes, "fake_pod_start_delay_s": start_delay, "lost_after_s": lost_after,
             "lost_to_training_s": round(after["time"] - t_lost, 1),
             "lost_to_restore_started_s": round(rep["time"] - t_lost, 1), "steps_done_at_loss": done,
             "resumed_from_step": 6, "steps_lost": done - 6,
@@ -120,6 +137,7 @@ def main() -> None:
     ap.add_argument("--start-delay", type=float, default=5.0)
     ap.add_argument("--lost-after", type=float, default=5.0)
     ap.add_argument("--only", choices=["same_host", "lost_pod"])
+    ap.add_argument("--nodes", type=int, default=1, help="lost_pod: nodes of the rented pod (1 worker each)")
     a = ap.parse_args()
     home = tempfile.mkdtemp(prefix="nsa-bench-recovery-")
     try:
@@ -127,7 +145,11 @@ def main() -> None:
             if a.only and a.only != name:
                 continue
             load = os.getloadavg()[0]
-            res = same_host(home) if name == "same_host" else lost_pod(home, a.start_delay, a.lost_after)
+            res = (
+                same_host(home)
+                if name == "same_host"
+                else lost_pod(home, a.start_delay, a.lost_after, a.nodes)
+            )
             res.update(load_avg_1m_start=round(load, 2), load_avg_1m_end=round(os.getloadavg()[0], 2))
             print(json.dumps(res), flush=True)
     finally:
