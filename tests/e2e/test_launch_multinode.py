@@ -13,7 +13,7 @@ import yaml
 
 from launcher.api import resolve_run
 from nsa.runfiles import RunDir
-from tests.e2e.launch_support import PYTHON, invoke, isolate, status
+from tests.e2e.launch_support import PYTHON, invoke, isolate, pod_profile, status
 from tests.e2e.prime_support import listening
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -75,14 +75,7 @@ def test_two_nodes_one_worker_each_finish(sshd, tmux_server, tmp_path, monkeypat
 
 def test_two_node_pod_is_rented_trained_on_and_terminated(fake_prime, tmux_server, tmp_path, monkeypatch):
     home = isolate(monkeypatch, tmp_path, tmux_server)
-    profile = tmp_path / "2x1pod.yaml"
-    profile.write_text(
-        yaml.safe_dump(
-            {"name": "2x1pod", "device": "cpu", "nodes": 2, "nproc_per_node": 1, "config": "configs/tiny.yaml",
-             "overrides": ["train.device=cpu"], "env": {"OMP_NUM_THREADS": "1"},
-             "expect": {"gpus": 0, "min_free_disk_gb": 0.1}}
-        )
-    )  # fmt: skip
+    profile = pod_profile(tmp_path)
     up = ("up", "--profile", str(profile), "--provision", "prime", "--gpu-type", "CPU_NODE", "--python", PYTHON,
           "--ssh-config", str(fake_prime.ssh_config), "--set", "train.steps=4", "--set", "train.save_every=4")  # fmt: skip
     fake_prime.no_multinode = True  # single-node offers in stock, but no cluster

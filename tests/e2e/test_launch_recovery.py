@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.assets.trainrun import run_train, train_losses
-from tests.e2e.launch_support import PYTHON, cleanup_local_run, invoke, isolate, status, wait_for
+from tests.e2e.launch_support import PYTHON, cleanup_local_run, invoke, isolate, pod_profile, status, wait_for
 from tests.e2e.prime_support import listening
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -40,6 +40,15 @@ def reference_losses(tmp_path_factory: pytest.TempPathFactory) -> dict[int, floa
     p = run_train(rd, [*SETS, "train.device=cpu"], nproc=2, timeout=300)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     return train_losses(rd)
+
+
+def _watch(run: str) -> subprocess.Popen:
+    """`nsa-launch watch` in its own process, pulling every second, a host lost after 2 s."""
+    return subprocess.Popen(
+        [sys.executable, "-c", "from launcher.cli import main; main()", "watch", "--run", run,
+         "--pull-every", "1", "--lost-after", "2", "--poll", "1", "--json"],
+        env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
 
 
 def _final_loss(run_dir: str | Path) -> tuple[int, float]:
@@ -101,11 +110,7 @@ def test_lost_pod_is_replaced_and_resumes_from_the_mirror(
     assert res.exit_code == 0, res.output
     (pod1,) = fake_prime.pods
     port1 = fake_prime.pods[pod1].server.port
-    watcher = subprocess.Popen(
-        [sys.executable, "-c", "from launcher.cli import main; main()", "watch", "--run", run,
-         "--pull-every", "1", "--lost-after", "2", "--poll", "1", "--json"],
-        env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    watcher = _watch(run)
     try:
         # Lose the pod right after its first checkpoint: freeze its training once step 6 is saved there
         # (sshd keeps serving, so watch still pulls it), then kill the pod.
@@ -154,17 +159,8 @@ def test_lost_two_node_pod_is_replaced_with_every_nodes_part_of_the_checkpoint(
     """A multi-node checkpoint is split (node 0: weights and optimizer; node 1: its rank's data state
     and RNG): the mirror keeps both parts, and a replacement two-node pod gets each node its own, so
     the run resumes in the same world of 2 and ends with the uninterrupted run's loss."""
-    import yaml
-
     home = isolate(monkeypatch, tmp_path, tmux_server)
-    profile = tmp_path / "2x1pod.yaml"
-    profile.write_text(
-        yaml.safe_dump(
-            {"name": "2x1pod", "device": "cpu", "nodes": 2, "nproc_per_node": 1, "config": "configs/tiny.yaml",
-             "overrides": ["train.device=cpu"], "env": {"OMP_NUM_THREADS": "1"},
-             "expect": {"gpus": 0, "min_free_disk_gb": 0.1}}
-        )
-    )  # fmt: skip
+    profile = pod_profile(tmp_path)
     run = f"prov2-{os.getpid()}"
     res = invoke(
         "up", "--profile", str(profile), "--provision", "prime", "--gpu-type", "CPU_NODE",
@@ -174,11 +170,7 @@ def test_lost_two_node_pod_is_replaced_with_every_nodes_part_of_the_checkpoint(
     (pod1,) = fake_prime.pods
     ports1 = [s.port for s in fake_prime.pods[pod1].servers]
     assert len(ports1) == 2
-    watcher = subprocess.Popen(
-        [sys.executable, "-c", "from launcher.cli import main; main()", "watch", "--run", run,
-         "--pull-every", "1", "--lost-after", "2", "--poll", "1", "--json"],
-        env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    watcher = _watch(run)
     try:
         nodes = json.loads(Path(home, "runs", f"{run}.json").read_text())["nodes"]
         on_pod = [Path(n["run_dir"]) for n in nodes]
