@@ -275,11 +275,7 @@ def check_value(var: EnvVar, value: str, source: str) -> None:
         bad = "must be seconds in (0, 86400]"
     if "\0" in value:
         bad = "must not contain a NUL byte"
-    # A value reaches the workers through a shell script; these would be (or end) shell syntax
-    # there. Refused rather than quoted so no reader of launch.sh has to wonder what ran.
-    for seq, what in (("\n", "a newline"), ("\r", "a carriage return"), ("`", "a backtick"), ("$(", "'$('")):
-        if seq in value:
-            bad = f"must not contain {what} (values reach the workers through a shell script)"
+    bad = shell_syntax(value) or bad
     if bad:
         raise LaunchError(f"{source}: {var.name}={shown} is not valid ({var.help})", f"{var.name} {bad}")
 
@@ -375,6 +371,16 @@ def is_user_variable(name: str) -> bool:
     )
 
 
+def shell_syntax(value: str) -> str | None:
+    """Why a value must be refused whatever its name, or None. A value reaches the workers through a
+    shell script; these would be (or end) shell syntax there. Refused rather than quoted so no reader
+    of launch.sh has to wonder what ran."""
+    for seq, what in (("\n", "a newline"), ("\r", "a carriage return"), ("`", "a backtick"), ("$(", "'$('")):
+        if seq in value:
+            return f"must not contain {what} (values reach the workers through a shell script)"
+    return None
+
+
 def check_user_value(name: str, value: str, source: str) -> None:
     """A user variable's value: printable text (tab allowed), at most USER_VALUE_MAX characters; and
     no secret-looking name, whose value would land in the manifest and the registry."""
@@ -391,6 +397,9 @@ def check_user_value(name: str, value: str, source: str) -> None:
             f"{source}: the value of {name} is not safe to pass ({why})",
             f"user variables take printable text up to {USER_VALUE_MAX} characters",
         )
+    syntax = shell_syntax(value)
+    if syntax:
+        raise LaunchError(f"{source}: the value of {name} is not safe to pass", f"{name} {syntax}")
 
 
 def validate_env(env: Mapping[str, str], source: str) -> dict[str, str]:

@@ -21,6 +21,9 @@ from launcher.errors import LaunchError
         ("NCCL_DEBUG_FILE=/tmp/`id`", "backtick"),
         ("NCCL_DEBUG_FILE=/tmp/a\nexport CONFIG=x", "newline"),
         ("HF_HOME=/a\rb", "carriage return"),
+        # your own variables too, whatever their name (docs/env.md)
+        ("MY_VAR=$(id)", "'$('"),
+        ("WANDB_NOTES=`id`", "backtick"),
     ],
 )
 def test_bad_values_are_refused_with_the_reason(item: str, needle: str) -> None:
