@@ -25,7 +25,7 @@ from launcher.remote import agent_call, transport_for
 @click.option("--host", "hosts", multiple=True, help="Host target(s) as for `up`. Default: this machine.")
 @click.option("--ssh-config", type=click.Path(), help="OpenSSH config file resolving --host aliases.")
 @click.option("--python", help="Absolute path of the host's python.")
-@click.option("--workdir", help="Project dir on the host.")
+@click.option("--workdir", help="Project dir on an SSH host (relative: to its home).")
 @click.option(
     "--allreduce/--no-allreduce",
     default=None,

@@ -38,7 +38,7 @@ TERMINAL = ("finished", "failed", "killed", "lost")
 @click.option("--resume", is_flag=True, help="Continue the named run from its newest intact checkpoint.")
 @click.option("--wait", is_flag=True, help="Block until the run ends; exit 0 only if it finished.")
 @click.option("--python", help="Absolute path of the host's python (overrides the profile's host.python).")
-@click.option("--workdir", help="Project dir on the host (overrides host.workdir).")
+@click.option("--workdir", help="Project dir on an SSH host (overrides host.workdir; relative: to its home).")
 @click.option("--accept-new-host-key", is_flag=True, help="Record an unknown host key (first contact only).")
 @click.option(
     "--max-restarts",

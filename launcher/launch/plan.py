@@ -155,6 +155,12 @@ def _bind_hosts(profile: Profile, opts: UpOptions) -> tuple[list[HostSpec], list
     hosts = [parse_target(t, opts.ssh_config) for t in targets]
     if profile.nodes > 1 and any(h.is_local for h in hosts):
         raise LaunchError("a multi-node run cannot use the local transport", "give every node an SSH host")
+    if opts.workdir and all(h.is_local for h in hosts):
+        raise LaunchError(
+            f"--workdir {opts.workdir} is for SSH hosts: a run on this machine runs in this checkout, "
+            f"{PROJECT_ROOT}",
+            "drop --workdir, or pass --host user@host to run in a directory of another machine",
+        )
     workdirs, pythons = [], []
     for i, h in enumerate(hosts):
         entry = profile.hosts[i] if i < len(profile.hosts) else None

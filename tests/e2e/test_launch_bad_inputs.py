@@ -227,6 +227,14 @@ LOCAL_CASES = [
     ),
     ("host-count-mismatch", None, ["--host", "a", "--host", "b"], {}, 2, ["needs 1 host(s), got 2"]),
     ("python-relative", None, ["--host", "a", "--python", "python3"], {}, 2, ["must be an absolute path"]),
+    (
+        "workdir-local",
+        None,
+        ["--workdir", "relwd"],
+        {},
+        2,
+        ["--workdir relwd is for SSH hosts", "drop --workdir"],
+    ),
     ("logs-bad-n", None, None, {}, 2, ["Invalid value"]),
 ]
 
