@@ -189,7 +189,7 @@ def push(run: str, t: Transport, run_dir: str, node: int = 0) -> str | None:
     if why is not None:
         raise RuntimeFailure(
             f"the mirror of {run} holds {ck.name} but not node {node}'s part of it ({why})",
-            f"`nsa-launch pull {run}` while every node answers, or restore {ck.name} to node {node} by hand",
+            f"`nsa-launch pull --run {run}` while every node answers, or restore {ck.name} to node {node} by hand",
         )
     dest = f"{run_dir}/{CHECKPOINTS_DIR}"
     t.run(f"mkdir -p {shlex.quote(dest)}", timeout=30)
