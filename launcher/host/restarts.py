@@ -32,25 +32,31 @@ RESTART, STOPPED = "restart", "restarts_stopped"
 FINAL_CODES = {EXIT_BAD_INPUT: "bad input (exit 2): a restart would fail the same way", EXIT_SIGTERM: "SIGTERM (exit 143): the run was asked to stop"}  # fmt: skip
 
 
-def restart_events(rd: RunDir) -> list[dict[str, Any]]:
-    return [e for e in iter_jsonl(rd.root / EVENTS) if e.get("kind") in (RESTART, STOPPED)]
+def launches(rd: RunDir) -> list[list[dict[str, Any]]]:
+    """The run's `restart`, `restarts_stopped` and `boot` events split into launches: every launch the
+    wrapper gave up on ends with its `restarts_stopped`; the last list is what came after the last
+    stop (empty until a new launch, `nsa-launch restart` or `up --resume`, fails or boots)."""
+    out: list[list[dict[str, Any]]] = [[]]
+    for e in iter_jsonl(rd.root / EVENTS):
+        if e.get("kind") in (RESTART, STOPPED, "boot"):
+            out[-1].append(e)
+            if e["kind"] == STOPPED:
+                out.append([])
+    return out
+
+
+def _restarts(evs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in evs if e["kind"] == RESTART]
 
 
 def current_launch(rd: RunDir) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """The `restart` events of the run's current launch, and the `restarts_stopped` event that ended it
-    (None while it goes on). Every launch the wrapper gave up on ends in `restarts_stopped`; a `boot`
-    after that belongs to a new launch (`nsa-launch restart`, `up --resume`), which has the whole
-    budget again and shows no stale reason. The decision scopes the same way: restart events written
-    after the last stop count against the budget (a launch still booting has no `boot` yet)."""
-    evs = [e for e in iter_jsonl(rd.root / EVENTS) if e.get("kind") in (RESTART, STOPPED, "boot")]
-    stops = [i for i, e in enumerate(evs) if e["kind"] == STOPPED]
-    if not stops:
-        return [e for e in evs if e["kind"] == RESTART], None
-    last = stops[-1]
-    if any(e["kind"] == "boot" for e in evs[last + 1 :]):
-        return [e for e in evs[last + 1 :] if e["kind"] == RESTART], None
-    first = stops[-2] + 1 if len(stops) > 1 else 0
-    return [e for e in evs[first:last] if e["kind"] == RESTART], evs[last]
+    (None while it goes on). A `boot` after the last stop belongs to a new launch, which has the whole
+    budget again and shows no stale reason; until then status shows the stopped launch."""
+    *ended, now = launches(rd)
+    if ended and not any(e["kind"] == "boot" for e in now):
+        return _restarts(ended[-1]), ended[-1][-1]
+    return _restarts(now), None
 
 
 def summary(rd: RunDir, max_restarts: int | None) -> dict[str, Any]:
@@ -84,9 +90,7 @@ def decide(rd: RunDir, max_restarts: int, exit_code: int, now: float | None = No
     now = time.time() if now is None else now
     step = failed_step(rd)
     cause = failure_cause(rd, exit_code) or f"exit code {exit_code}"
-    evs = restart_events(rd)
-    stops = [i for i, e in enumerate(evs) if e["kind"] == STOPPED]
-    prev = [e for e in evs[stops[-1] + 1 if stops else 0 :] if e["kind"] == RESTART]  # this launch's
+    prev = _restarts(launches(rd)[-1])  # this launch's: a launch after a stop has the whole budget
     root = torchrun_root_cause(read_tail(rd.train_log))
     rank_code = root["exitcode"] if root else None
     reason = None
