@@ -42,19 +42,25 @@ def node_mirror(run: str, node: int) -> Path:
     return mirror_dir(run) if node == 0 else mirror_dir(run) / "nodes" / str(node)
 
 
+def _part_problem(run: str, node: int, ckpt: str) -> str | None:
+    """Why node `node`'s part of the mirrored checkpoint `ckpt` cannot be restored, or None."""
+    from nsa.runfiles import CHECKPOINTS_DIR, verify_checkpoint
+
+    why = verify_checkpoint(node_mirror(run, node) / CHECKPOINTS_DIR / ckpt)
+    return (
+        None if why is None else f"the mirror holds node 0's {ckpt} but not node {node}'s part of it ({why})"
+    )
+
+
 def missing_parts(rec: RunRecord) -> str | None:
     """Why the mirror cannot restore every node of the run (a node's part of its checkpoint is missing
     or damaged), or None: it can (or it holds no checkpoint at all, and a restore starts at step 0)."""
-    from nsa.runfiles import CHECKPOINTS_DIR, RunDir, verify_checkpoint
+    from nsa.runfiles import RunDir
 
     ck = RunDir(mirror_dir(rec.run)).latest_checkpoint()
     if ck is None:
         return None
-    for k in range(1, len(rec.nodes)):
-        why = verify_checkpoint(node_mirror(rec.run, k) / CHECKPOINTS_DIR / ck.name)
-        if why is not None:
-            return f"the mirror holds node 0's {ck.name} but not node {k}'s part of it ({why})"
-    return None
+    return next((p for k in range(1, len(rec.nodes)) if (p := _part_problem(rec.run, k, ck.name))), None)
 
 
 def _newest_intact_on_host(t: Transport, python: str, run_dir: str, workdir: str) -> str | None:
@@ -179,16 +185,16 @@ def pull(rec: RunRecord, say: Callable[[str], None] = print) -> dict[str, Any]:
 def push(run: str, t: Transport, run_dir: str, node: int = 0) -> str | None:
     """Put the mirror's checkpoint (node `node`'s part of it) into run_dir/checkpoints/ on t (a
     restore). Returns its name, or None when the mirror holds no checkpoint."""
-    from nsa.runfiles import CHECKPOINTS_DIR, LATEST, RunDir, verify_checkpoint
+    from nsa.runfiles import CHECKPOINTS_DIR, LATEST, RunDir
 
     ck = RunDir(mirror_dir(run)).latest_checkpoint()
     if ck is None:
         return None
     src = node_mirror(run, node) / CHECKPOINTS_DIR / ck.name
-    why = verify_checkpoint(src) if node else None
+    why = _part_problem(run, node, ck.name) if node else None
     if why is not None:
         raise RuntimeFailure(
-            f"the mirror of {run} holds {ck.name} but not node {node}'s part of it ({why})",
+            f"{run}: {why}",
             f"`nsa-launch pull --run {run}` while every node answers, or restore {ck.name} to node {node} by hand",
         )
     dest = f"{run_dir}/{CHECKPOINTS_DIR}"
