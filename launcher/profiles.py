@@ -209,17 +209,20 @@ def available() -> dict[str, Path | None]:
     return found
 
 
+def _is_file_arg(name: str) -> bool:
+    """A --profile value naming a YAML file rather than a profile."""
+    return name.endswith((".yaml", ".yml")) or "/" in name
+
+
 def profile_file(name_or_path: str | None) -> str | None:
     """The absolute path of a profile given as a file (what load_profile reads), None for a name."""
-    if name_or_path and (name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path):
-        return str(Path(name_or_path).resolve())
-    return None
+    return str(Path(name_or_path).resolve()) if name_or_path and _is_file_arg(name_or_path) else None
 
 
 def load_profile(name_or_path: str | None) -> Profile:
     """A validated profile by name (profiles/<name>.yaml) or by path to a YAML file."""
     name = name_or_path or DEFAULT_PROFILE
-    if name.endswith((".yaml", ".yml")) or "/" in name:
+    if _is_file_arg(name):
         path = Path(name)
         if not path.is_file():
             raise LaunchError(
