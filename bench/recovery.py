@@ -30,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.fixtures.fake_prime import API_KEY, make_fake  # noqa: E402
+from tests.fixtures.fake_prime import API_KEY, make_fake, pod_profile  # noqa: E402
 
 SETS = ["train.steps=16", "train.save_every=6", "train.eval_every=100", "train.log_every=1"]
 
@@ -79,15 +79,7 @@ def lost_pod(home: str, start_delay: float, lost_after: float, nodes: int = 1) -
                PRIME_API_KEY=API_KEY, PRIME_API_BASE_URL=fake.url)  # fmt: skip
     run = f"bench-lost-{os.getpid()}"
     watcher = None
-    profile: list[str] = []
-    if nodes > 1:
-        prof = Path(home) / f"{nodes}x1pod.yaml"
-        prof.write_text(json.dumps(
-            {"name": f"{nodes}x1pod", "device": "cpu", "nodes": nodes, "nproc_per_node": 1,
-             "config": "configs/tiny.yaml", "overrides": ["train.device=cpu"], "env": {"OMP_NUM_THREADS": "1"},
-             "expect": {"gpus": 0, "min_free_disk_gb": 0.1}}
-        ))  # fmt: skip
-        profile = ["--profile", str(prof)]
+    profile = ["--profile", str(pod_profile(Path(home), nodes))] if nodes > 1 else []
     try:
         p = _cli(env, "up", *profile, "--provision", "prime", "--gpu-type", "CPU_NODE", "--ssh-config",
                  str(fake.ssh_config), "--python", sys.executable, "--name", run, *_sets())  # fmt: skip

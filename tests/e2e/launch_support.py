@@ -61,18 +61,3 @@ def run_processes(run_dir: str) -> set[int]:
 
 def cleanup_local_run(run: str) -> None:
     shutil.rmtree(PROJECT_ROOT / "runs" / run, ignore_errors=True)
-
-
-def pod_profile(tmp_path: Path, nodes: int = 2) -> Path:
-    """A CPU profile of `nodes` nodes x 1 worker, for multi-node pods rented from the FAKE Prime API."""
-    import yaml
-
-    path = tmp_path / f"{nodes}x1pod.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {"name": f"{nodes}x1pod", "device": "cpu", "nodes": nodes, "nproc_per_node": 1,
-             "config": "configs/tiny.yaml", "overrides": ["train.device=cpu"], "env": {"OMP_NUM_THREADS": "1"},
-             "expect": {"gpus": 0, "min_free_disk_gb": 0.1}}
-        )
-    )  # fmt: skip
-    return path

@@ -13,8 +13,9 @@ import yaml
 
 from launcher.api import resolve_run
 from nsa.runfiles import RunDir
-from tests.e2e.launch_support import PYTHON, invoke, isolate, pod_profile, status
+from tests.e2e.launch_support import PYTHON, invoke, isolate, status
 from tests.e2e.prime_support import listening
+from tests.fixtures.fake_prime import pod_profile
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

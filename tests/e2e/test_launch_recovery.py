@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from tests.assets.trainrun import run_train, train_losses
-from tests.e2e.launch_support import PYTHON, cleanup_local_run, invoke, isolate, pod_profile, status, wait_for
+from tests.e2e.launch_support import PYTHON, cleanup_local_run, invoke, isolate, status, wait_for
 from tests.e2e.prime_support import listening
+from tests.fixtures.fake_prime import pod_profile
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
