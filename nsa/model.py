@@ -2,7 +2,7 @@
 
 This module owns the network only: token embedding, `n_layers` pre-norm blocks (RMSNorm ->
 attention -> residual, RMSNorm -> SwiGLU MLP -> residual), a final RMSNorm and the output head
-(optionally tied to the embedding), plus the parameter-count helper. Attention (and RoPE, applied
+(optionally tied to the embedding), plus the parameter-count helper (FLOPs per token: nsa.train.flops). Attention (and RoPE, applied
 inside it) comes from `nsa.attention`, so the NSA model and its dense baseline differ in that one
 module. It must not know about ranks, devices, precision or checkpointing: `nsa.train.parallelize`
 wraps the blocks from outside.
@@ -121,14 +121,3 @@ class Transformer(nn.Module):
         if exclude_embedding and not self.cfg.tie_embeddings:
             n -= self.tok_emb.weight.numel()
         return n
-
-    def flops_per_token(self, seq_len: int) -> float:
-        """Training FLOPs per token (forward + backward): 6 x matmul params + dense attention scores.
-
-        The attention term is the dense one (12 * layers * heads * head_dim * seq); NSA does less, so
-        for NSA this is an upper bound and MFU computed from it flatters NSA slightly.
-        """
-        c = self.cfg
-        matmul = self.num_params() - self.tok_emb.weight.numel() * (0 if c.tie_embeddings else 1)
-        attn = 12 * c.n_layers * c.n_heads * c.head_dim * seq_len
-        return 6.0 * matmul + attn

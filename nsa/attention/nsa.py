@@ -4,8 +4,11 @@ Owns the parameters (query projection, per-branch key/value projections [3.3.3],
 with its intra-block position encoding [Eq. 7], the gate projection [Eq. 5], the output projection),
 RoPE, the wiring of the three branches, and the choice of backend per forward: `eager` (compressed.py,
 selected.py, window.py: plain PyTorch plus custom ops, the CPU path and the kernels' oracle) or
-`triton` (nsa/attention/triton/, imported lazily on first use: `@triton.jit` decides at import
-whether to interpret). It must not loop over tokens, blocks or heads, must not build a [T, T] tensor,
+`triton` (nsa/attention/triton/). The branch functions are bound when the module is constructed, one
+table per device type, never looked up or imported inside `forward`: a lazy import or a namespace
+built in `forward` is untraceable, and torch.compile of a checkpointed block then compiled nothing,
+silently. The kernel modules are imported at construction only where they can run (a CUDA device is
+present, or TRITON_INTERPRET=1: `@triton.jit` decides at import whether to interpret). It must not loop over tokens, blocks or heads, must not build a [T, T] tensor,
 and must not sync with the device in the forward/backward (telemetry is computed only when
 `collect_stats` is set, and stays on-device as 0-dim tensors). The slow spelled-out version of the
 same math is reference.py; docs/attention.md explains the choices.
@@ -14,8 +17,8 @@ same math is reference.py; docs/attention.md explains the choices.
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -66,25 +69,38 @@ def resolve_backend(backend: str, device: torch.device | str) -> str:
     )
 
 
-_EAGER = SimpleNamespace(
+class BranchOps(NamedTuple):
+    """The functions one backend runs: the three branches, RoPE into the kernels' layout, the gate mix."""
+
+    compressed: Callable[..., Any]
+    selected: Callable[..., Any]
+    window: Callable[..., Any]
+    rope: Callable[..., Any]
+    gate_mix: Callable[..., Any] | None  # None: the module's own _gate_mix
+
+
+_EAGER = BranchOps(
     compressed=compressed_attention_and_selection,
     selected=selected_attention,
     window=window_attention,
     rope=rope_to_layout,
-    gate_mix=None,  # the module's own _gate_mix
+    gate_mix=None,
 )
-_TRITON: SimpleNamespace | None = None
+_TRITON: BranchOps | None = None
 
 
-def _ops(backend: str) -> SimpleNamespace:
-    """The branch functions of a resolved backend; the triton modules are imported here, on first use."""
+def _ops(backend: str) -> BranchOps:
+    """The branch functions of a resolved backend; imports the triton kernel modules on the first call.
+
+    Called at construction (and by tests), never in `forward`.
+    """
     global _TRITON
     if backend == "eager":
         return _EAGER
     if _TRITON is None:
         from nsa.attention.triton import compressed, fused, selected, window
 
-        _TRITON = SimpleNamespace(
+        _TRITON = BranchOps(
             compressed=compressed.compressed_attention_and_selection,
             selected=selected.selected_attention,
             window=window.window_attention,
@@ -92,6 +108,24 @@ def _ops(backend: str) -> SimpleNamespace:
             gate_mix=fused.gate_mix,
         )
     return _TRITON
+
+
+def dispatch_table(backend: str) -> dict[str, BranchOps]:
+    """Device type -> the ops a forward there runs, for the device types this process can hold.
+
+    CUDA enters only when a CUDA device is present (binding triton imports its kernels); a device
+    type missing here (or whose backend cannot run there) is resolved at the forward, which raises
+    the ValueError of `resolve_backend` for an impossible combination.
+    """
+    table: dict[str, BranchOps] = {}
+    for dev in ("cpu", "meta", "cuda"):
+        if dev == "cuda" and not torch.cuda.is_available():
+            continue
+        try:
+            table[dev] = _ops(resolve_backend(backend, dev))
+        except ValueError:
+            continue
+    return table
 
 
 class NSAAttention(nn.Module):
@@ -148,6 +182,7 @@ class NSAAttention(nn.Module):
         self.wo = nn.Linear(n_heads * head_dim, dim, bias=False)
         self.collect_stats = False
         self.last_stats: dict[str, Tensor] | None = None
+        self._dispatch = dispatch_table(backend)
 
     def extra_repr(self) -> str:
         return (
@@ -159,6 +194,14 @@ class NSAAttention(nn.Module):
     def resolved_backend(self, device: torch.device | str) -> str:
         """What a forward on `device` runs ("eager" or "triton"); ValueError when `backend` cannot run there."""
         return resolve_backend(self.backend, device)
+
+    def ops_for(self, device: torch.device) -> BranchOps:
+        """The ops bound at construction for `device`'s type (a dict lookup that dynamo traces)."""
+        ops = self._dispatch.get(device.type)
+        if ops is None:  # a device type this process had no table entry for; raises when impossible
+            ops = _ops(self.resolved_backend(device))
+            self._dispatch[device.type] = ops
+        return ops
 
     def compress(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Eq. 7 on raw (un-rotated) keys/values [B, T, Hkv, D] -> [B, Nc, Hkv, D], Nc complete blocks."""
@@ -174,7 +217,7 @@ class NSAAttention(nn.Module):
         vc = self.cmp_v((vb + self.cmp_pos[1]).flatten(3))
         return kc, vc
 
-    def _branch_inputs(self, x: Tensor, ops: SimpleNamespace) -> dict[str, Tensor]:
+    def _branch_inputs(self, x: Tensor, ops: BranchOps) -> dict[str, Tensor]:
         """Projections, compression and RoPE, in the kernels' layouts ([B, Hkv, T, G, D] queries)."""
         rope_to_layout = ops.rope
         B, T, _ = x.shape
@@ -209,7 +252,7 @@ class NSAAttention(nn.Module):
             "vw": kv_w[1].permute(to_heads).contiguous(),
         }
 
-    def _compressed(self, inp: dict[str, Tensor], ops: SimpleNamespace) -> tuple[Tensor, Tensor, Tensor]:
+    def _compressed(self, inp: dict[str, Tensor], ops: BranchOps) -> tuple[Tensor, Tensor, Tensor]:
         # The triton kernels pick their own tiles (chunk=None); the eager op's chunk is a row limit.
         return ops.compressed(
             inp["q"],
@@ -241,7 +284,7 @@ class NSAAttention(nn.Module):
         of KV group g for query t (forced blocks first, then by importance); valid marks real entries (short prefixes have fewer).
         Computed by the same backend as the forward on x's device (the tables of both are identical).
         """
-        ops = _ops(self.resolved_backend(x.device))
+        ops = self.ops_for(x.device)
         _, idx, valid = self._compressed(self._branch_inputs(x, ops), ops)
         return idx, valid
 
@@ -249,7 +292,7 @@ class NSAAttention(nn.Module):
         B, T, _ = x.shape
         H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
         scale = 1.0 / math.sqrt(D)
-        ops = _ops(self.resolved_backend(x.device))  # per forward: a model built on CPU may move to CUDA
+        ops = self.ops_for(x.device)  # per forward: a model built on CPU may move to CUDA
         eager = ops is _EAGER
         inp = self._branch_inputs(x, ops)
         q = inp["q"]

@@ -299,7 +299,8 @@ def _selected_bwd(
         dvf.index_add_(0, blk, torch.bmm(p.transpose(1, 2), dob).to(acc))
     dq = dq[:R].view(BH, Tp, G, D + 1)[:, :T, :, :D]
     dkv = torch.cat([dk[..., :D] * scale, dv[..., :D]], -1).view(B, Hkv, Tp, 2 * D)
-    return dq.reshape_as(q).to(q.dtype), dkv.to(kv.dtype)
+    # Contiguous, as the fake kernel promises (inductor checks the strides of what the op returns).
+    return dq.reshape_as(q).to(q.dtype).contiguous(), dkv.to(kv.dtype)
 
 
 @_selected_bwd.register_fake

@@ -160,11 +160,17 @@ def load(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Collective. Restores model + optimizer in place and this rank's RNG; returns (meta, rank_state)."""
     rank_file = ckpt / f"rank{info.rank}.pt"
-    if not rank_file.exists():
-        raise FileNotFoundError(
-            f"{rank_file} is missing: this checkpoint was written by a different world size or host layout; "
-            "resume with the same number of ranks per host as the run that wrote it"
-        )
+    own = rank_file.exists()
+    if not own:
+        # Resharding (another world size): any rank file of this host carries every data stream's
+        # position (the trainer gathers them at save); this rank's RNG starts fresh.
+        others = sorted(ckpt.glob("rank*.pt"))
+        if not others:
+            raise FileNotFoundError(
+                f"{ckpt} holds no rank*.pt file on this host: copy the checkpoint dir from the host that "
+                "wrote it (any rank's file carries the data position), or resume there"
+            )
+        rank_file = others[0]
     meta = read_meta(ckpt)
     if info.is_main:
         model_sd = torch.load(ckpt / "model.pt", map_location="cpu", weights_only=True)
@@ -175,5 +181,7 @@ def load(
     set_model_state_dict(model, model_sd, options=_full_options(broadcast_from_rank0=bcast))
     set_optimizer_state_dict(model, optimizer, optim_sd, options=_full_options(broadcast_from_rank0=bcast))
     rank_state = torch.load(rank_file, map_location="cpu", weights_only=False)
-    set_rng_state(rank_state.pop("rng"))
+    rng = rank_state.pop("rng")
+    if own:
+        set_rng_state(rng)
     return meta, rank_state

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from nsa.data.config import DataConfig, vocab_size_for
 
@@ -190,10 +190,28 @@ class ParallelConfig(_Strict):
         "ddp",
         description="ddp = replicate + all-reduce; fsdp = FSDP2 fully_shard per block. Unused at world 1.",
     )
-    activation_checkpointing: bool = Field(
-        False, description="Recompute each block in backward (non-reentrant)."
+    activation_checkpointing: Literal["none", "selective", "full"] = Field(
+        "none",
+        description="Recompute in backward: none; selective = every ac_every-th block; full = every block. "
+        "(The old booleans still load: true = full, false = none.)",
     )
-    compile: bool = Field(False, description="torch.compile each block (CUDA only).")
+    ac_every: int = Field(2, ge=1, description="selective checkpointing: checkpoint every k-th block.")
+    compile: bool = Field(
+        False, description="torch.compile each block (inductor; CPU too); 0 graphs compiled is an error."
+    )
+    compile_backend: Literal["inductor", "aot_eager", "eager"] = Field(
+        "inductor", description="torch.compile backend: inductor (fast code), aot_eager/eager (debugging)."
+    )
+    stop_check_every: int = Field(
+        10, ge=1, description="Steps between the all-rank agreement on a SIGTERM stop (a collective)."
+    )
+
+    @field_validator("activation_checkpointing", mode="before")
+    @classmethod
+    def _ac_bool(cls, v: Any) -> Any:
+        # Configs written before the choice existed said true/false: keep them loading, same meaning.
+        return {True: "full", False: "none"}.get(v, v) if isinstance(v, bool) else v
+
     timeout_s: float = Field(
         600.0, gt=0, description="Process-group timeout: rendezvous/init and every collective."
     )
@@ -212,6 +230,22 @@ class TelemetryConfig(_Strict):
     )
 
 
+class EvalConfig(_Strict):
+    """Long-context evaluation during training (the same as `nsa-eval`; see docs/training.md)."""
+
+    long_context_every: int = Field(
+        0, ge=0, description="Optimizer steps between passkey + loss-by-position evals; 0 = never."
+    )
+    passkey_lengths: list[int] = Field(
+        default_factory=lambda: [1024], description="Context lengths (tokens) of the passkey eval."
+    )
+    passkey_depths: list[float] = Field(
+        default_factory=lambda: [0.1, 0.5, 0.9],
+        description="Where the key sits, as a fraction of the context.",
+    )
+    passkey_trials: int = Field(4, ge=1, le=1000, description="Passkey prompts per (length, depth).")
+
+
 class TrainConfig(_Strict):
     """A whole training run."""
 
@@ -220,6 +254,7 @@ class TrainConfig(_Strict):
     train: TrainSection
     parallel: ParallelConfig = Field(default_factory=ParallelConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
 
     def resolved_vocab_size(self) -> int:
         return self.model.vocab_size if self.model.vocab_size is not None else vocab_size_for(self.data)

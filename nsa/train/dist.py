@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -167,3 +167,12 @@ class Printer:
     def err(self, *args: object) -> None:
         if self.enabled:
             print(*args, file=sys.stderr, flush=True)
+
+
+def all_gather_objects(obj: Any, info: DistInfo) -> list[Any]:
+    """Every rank's `obj` (small, picklable), in rank order; [obj] without a process group."""
+    if not info.distributed:
+        return [obj]
+    out: list[Any] = [None] * info.world_size
+    dist.all_gather_object(out, obj)
+    return out

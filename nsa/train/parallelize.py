@@ -1,7 +1,8 @@
 """Apply parallelism to a built model, in one documented order.
 
-Order (as in torchtitan's parallelize_llama): activation checkpointing per block -> torch.compile
-per block -> data parallel (DDP, or FSDP2 `fully_shard` per block then the root). Owns also the
+Order (as in torchtitan's parallelize_llama): activation checkpointing per block (none, every k-th
+block = selective, or every block = full) -> torch.compile per block (any device: inductor also
+compiles for the CPU, so CI runs the same path) -> data parallel (DDP, or FSDP2 `fully_shard` per block then the root). Owns also the
 gradient-sync switch used during accumulation. It takes only the sub-configs it uses and must not
 change the model's parameter names (checkpoints are portable between AC on and off, DDP and FSDP).
 
@@ -36,9 +37,37 @@ class CheckpointedForward:
         return checkpoint(self.forward, *args, use_reentrant=False, **kwargs)
 
 
-def apply_activation_checkpointing(model: Transformer) -> None:
-    for block in model.blocks:
+def checkpointed_blocks(n_layers: int, mode: str, every: int) -> list[int]:
+    """Indices of the blocks recomputed in backward: none, every `every`-th (selective), or all (full)."""
+    if mode == "full":
+        return list(range(n_layers))
+    if mode == "selective":
+        return [i for i in range(n_layers) if i % every == every - 1]
+    return []
+
+
+def apply_activation_checkpointing(model: Transformer, mode: str = "full", every: int = 2) -> list[int]:
+    chosen = checkpointed_blocks(len(model.blocks), mode, every)
+    for i in chosen:
+        block = model.blocks[i]
         block.forward = CheckpointedForward(block.forward)
+    return chosen
+
+
+def compile_counts() -> dict[str, int]:
+    """Graphs dynamo has compiled and graph breaks it took in this process so far (dynamo's counters)."""
+    from torch._dynamo.utils import counters
+
+    return {
+        "graphs": int(counters["stats"]["unique_graphs"]),
+        "breaks": int(sum(counters["graph_break"].values())),
+    }
+
+
+def compile_break_reasons(limit: int = 3) -> list[str]:
+    from torch._dynamo.utils import counters
+
+    return [r.splitlines()[0][:200] for r, _ in counters["graph_break"].most_common(limit)]
 
 
 def parallelize(
@@ -49,13 +78,12 @@ def parallelize(
     `param_dtype`: bf16 for FSDP2 mixed precision on GPU (params stay fp32 masters, compute in bf16,
     gradients reduced in fp32); None for full fp32.
     """
-    if cfg.activation_checkpointing:
-        apply_activation_checkpointing(model)
+    apply_activation_checkpointing(model, cfg.activation_checkpointing, cfg.ac_every)
     if cfg.compile:
-        if info.device.type != "cuda":
-            raise RuntimeError("parallel.compile is CUDA-only here; set parallel.compile=false on CPU")
+        # Per block, not the whole model: one graph per block shape, compiled once and reused by
+        # every layer; the DDP/FSDP hooks stay outside the compiled regions.
         for block in model.blocks:
-            block.compile()
+            block.compile(backend=cfg.compile_backend)
     if not info.distributed:
         return model
     if cfg.strategy == "fsdp":

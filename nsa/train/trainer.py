@@ -26,32 +26,33 @@ from typing import Any
 import torch
 
 from nsa.data import DataError, build_loader
-from nsa.malloc import loaded_allocator
 from nsa.model import Transformer
-from nsa.runfiles import (
-    EXIT_BAD_INPUT,
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_SIGTERM,
-    RunDir,
-    atomic_write_json,
-    atomic_write_text,
-)
+from nsa.runfiles import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_SIGTERM, RunDir
 from nsa.telemetry import Recorder, SignalHandlers, Watchdog
-from nsa.telemetry.manifest import build_manifest
-from nsa.train import ckpt
+from nsa.train import boot, ckpt, datastreams
 from nsa.train.config import TrainConfig
-from nsa.train.dist import DistInfo, Printer, all_reduce_max, all_reduce_mean, init_distributed, teardown
+from nsa.train.dist import (
+    DistInfo,
+    Printer,
+    all_gather_objects,
+    all_reduce_max,
+    all_reduce_mean,
+    init_distributed,
+    teardown,
+)
 from nsa.train.faults import Fault, fault_from_env, kill_self, stall_forever
+from nsa.train.flops import flops_account, peak_for
 from nsa.train.lr import lr_at
-from nsa.train.parallelize import grad_sync, parallelize
-
-# bf16 dense peak FLOP/s per GPU, by a substring of torch.cuda.get_device_name(); MFU only where known.
-PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12}
+from nsa.train.parallelize import compile_break_reasons, compile_counts, grad_sync, parallelize
+from nsa.train.stepstats import StepStats, Window
 
 
 class Diverged(RuntimeError):
     pass
+
+
+class CompiledNothing(RuntimeError):
+    """parallel.compile is on but dynamo compiled no graph: the run would be silently eager."""
 
 
 class Terminated(Exception):
@@ -83,6 +84,7 @@ class Run:
         self.term_save_s = term_save_s
         self.fault: Fault | None = fault_from_env()
         self.verbose = os.environ.get("NSA_LOG_LEVEL", "info") in ("debug", "info")
+        self.bad_step: int | None = None
 
     # --- life cycle ---------------------------------------------------------------------------
     def execute(self) -> int:
@@ -116,7 +118,11 @@ class Run:
             print(f"[nsa] rank {rank}: {e}", file=sys.stderr, flush=True)
             return EXIT_BAD_INPUT
         except Diverged as e:
-            rec.event("error", error="diverged", message=str(e))
+            rec.event("error", step=self.bad_step, error="diverged", message=str(e))
+            self.print0.err(f"[nsa] {e}")
+            return EXIT_FAILED
+        except CompiledNothing as e:
+            rec.event("error", error="compile", message=str(e))
             self.print0.err(f"[nsa] {e}")
             return EXIT_FAILED
         except Exception as e:
@@ -142,7 +148,7 @@ class Run:
             torch.set_float32_matmul_precision("high")
         model = Transformer(cfg.model, vocab).to(info.device)
         n_params = model.num_params()
-        flops_per_token = model.flops_per_token(t.seq_len)
+        self.flops = flops_account(cfg, vocab)
         self.model = model
         self.wrapped = parallelize(model, info, cfg.parallel, torch.bfloat16 if (use_bf16 and fsdp) else None)
         # FSDP2 casts parameters itself; elsewhere bf16 is autocast over fp32 master weights.
@@ -152,39 +158,56 @@ class Run:
             else contextlib.nullcontext
         )
         self.optimizer = self._optimizer()
-        loader = build_loader(
-            cfg.data, seq_len=t.seq_len, batch_size=t.batch_size, rank=info.rank,
-            world_size=info.world_size, split="train", seed=t.seed,
-        )  # fmt: skip
+        self.stats = StepStats(info.device)
+        # The fused AdamW kernel skips the update (and its step count) where found_inf is 1: a
+        # non-finite step is dropped on the device, with no host sync (GradScaler's mechanism).
+        self.optimizer.found_inf = self.stats.found_inf
+        data_kw = dict(
+            seq_len=t.seq_len, batch_size=t.batch_size, rank=info.rank, world=info.world_size, seed=t.seed
+        )
         step, tokens = 0, 0
         ckpt_dir = self._resume_point() if self.resume else None
+        loader: Any = None
         if ckpt_dir is not None:
             rec.beat("checkpoint", 0)
             meta = ckpt.read_meta(ckpt_dir)
-            if int(meta["world_size"]) != info.world_size:
-                raise ResumeMismatch(
-                    f"{ckpt_dir} was written by {meta['world_size']} ranks but this run has {info.world_size}: "
-                    "the data position is per rank, so resume with the same world size"
-                )
             if meta.get("config_hash") != cfg.config_hash():
                 self.print0.err(
                     f"[nsa] warning: resuming {ckpt_dir.name} (config {meta.get('config_hash')}) with a changed "
                     f"config ({cfg.config_hash()}); the result will differ from an uninterrupted run"
                 )
             meta, rank_state = ckpt.load(ckpt_dir, info, self.wrapped, self.optimizer)
-            loader.load_state_dict(rank_state["loader"])
+            saved = rank_state.get("data_streams") or [
+                {"loader": rank_state["loader"], "key": (info.rank, info.world_size)}
+            ]
+            loader = datastreams.restore(cfg.data, saved, **data_kw)
             step, tokens = int(meta["step"]), int(meta["tokens"])
+            if int(meta["world_size"]) != info.world_size:
+                rec.event(
+                    "resharded",
+                    step=step,
+                    saved_world_size=int(meta["world_size"]),
+                    world_size=info.world_size,
+                )
+                self.print0(
+                    f"[nsa] resuming {ckpt_dir.name} written by {meta['world_size']} ranks on {info.world_size}: "
+                    "weights and optimizer resharded; data streams dealt again (none repeated or skipped)"
+                )
+        if loader is None:
+            loader = datastreams.fresh(cfg.data, **data_kw)
+        self.loader = loader
         tokens_per_step = cfg.tokens_per_step(info.world_size)
+        self.peak = peak_for(torch.cuda.get_device_name(info.device)) if info.device.type == "cuda" else None
         self._boot_files(n_params, vocab, use_bf16, loader, ckpt_dir)
         rec.event(
-            "boot", step=step, config_hash=cfg.config_hash(), params=n_params, world_size=info.world_size
-        )
+            "boot", step=step, config_hash=cfg.config_hash(), params=n_params, world_size=info.world_size,
+            flops_per_token=self.flops["flops_per_token"], keys_per_query=self.flops["keys_per_query"]["total"],
+        )  # fmt: skip
         if ckpt_dir is not None:
             rec.event("resumed", step=step, checkpoint=ckpt_dir.name, tokens=tokens)
         elif self.resume:
             self.print0(f"[nsa] --resume: no checkpoint in {self.rd.checkpoints_dir}; starting from step 0")
 
-        peak = self._peak_flops()
         win_t, win_tokens, win_steps, first = time.time(), 0, 0, True
         nsa_stats: dict[str, float] = {}
         stats_every = cfg.telemetry.nsa_stats_every or t.log_every
@@ -202,31 +225,33 @@ class Run:
                     total_steps=t.steps,
                 )
                 want_stats = cfg.model.attention == "nsa" and info.is_main and (step + 1) % stats_every == 0
-                loss, grad_norm, stats = self._step(step, lr, loader, want_stats)
+                stats = self._step(step, lr, loader, want_stats)
                 nsa_stats = stats or nsa_stats  # kept until the next log step writes it
                 step += 1
                 tokens += tokens_per_step
                 win_tokens += tokens_per_step
                 win_steps += 1
                 if first:
-                    rec.event(
-                        "first_step", step=step, seconds_since_start=round(time.time() - t0, 2), loss=loss
-                    )
+                    self._after_first_step(step, t0)
                     first = False
                 if step % t.log_every == 0 or step == t.steps:
+                    window = self.stats.read(info)  # the one host sync of a log step
+                    self._check_finite(window)
                     now = time.time()
                     dt = max(now - win_t, 1e-9)
-                    self._log(step, loss, lr, grad_norm, tokens, win_tokens / dt, dt / win_steps,
-                              flops_per_token, peak, loader, nsa_stats)  # fmt: skip
+                    self._log(step, window, lr, tokens, win_tokens / dt, dt / win_steps, loader, nsa_stats)
                     win_t, win_tokens, win_steps, nsa_stats = now, 0, 0, {}
                 if t.eval_every and step % t.eval_every == 0:
                     self._eval(step)
                 saved = (t.save_every and step % t.save_every == 0) or (step == t.steps and t.save_final)
                 if saved:
                     self._save(step, tokens, loader)
-                # A hung collective must not hold a SIGTERM for long; a slow but healthy step may.
-                self.signals.boundary_wait_s = max(10.0, 3 * (time.monotonic() - step_t0))
-                if saves and self._stop_agreed():
+                # The stop agreement is a collective: every k steps (and at saves), not every step.
+                # A hung collective must not hold a SIGTERM for long; k slow but healthy steps may.
+                every = cfg.parallel.stop_check_every if info.distributed else 1
+                self.signals.boundary_wait_s = max(10.0, 3 * every * (time.monotonic() - step_t0))
+                check = saved or step % every == 0 or step == t.steps
+                if saves and check and self._stop_agreed():
                     self.signals.saving.set()
                     if not saved:
                         self._save(step, tokens, loader)
@@ -294,7 +319,9 @@ class Run:
         return self.rd.checkpoints_dir / ckpt.checkpoint_name(int(hi)) if hi >= 0 else None
 
     # --- one optimizer step -------------------------------------------------------------------
-    def _step(self, step: int, lr: float, loader: Any, want_stats: bool) -> tuple[float, float, dict]:
+    def _step(self, step: int, lr: float, loader: Any, want_stats: bool) -> dict[str, float]:
+        """One optimizer step with no host sync (unless NSA stats are collected): loss, grad norm and
+        the non-finite flag stay on the device until the next log step reads them."""
         info, rec, t = self.info, self.rec, self.cfg.train
         fault = self.fault
         if fault is not None and fault.hits(step + 1, info.rank) and fault.arm(self.rd.root, info.rank):
@@ -307,14 +334,20 @@ class Run:
             g["lr"] = lr
         loss_sum = torch.zeros((), device=info.device)
         stats: dict[str, float] = {}
+        pin = info.device.type == "cuda"
         for micro in range(t.grad_accum):
             rec.beat("data_wait", step)
             x, y = loader.next_batch()
+            if pin:  # page-locked: the copy below runs asynchronously, beside the previous kernels
+                x, y = x.pin_memory(), y.pin_memory()
             x = x.to(info.device, non_blocking=True)
             y = y.to(info.device, non_blocking=True)
             rec.beat("forward_backward", step)
             collect = want_stats and micro == 0
-            if collect:
+            # Compiled blocks cannot write module attributes from inside a checkpointed region (dynamo
+            # refuses the side effect and compiles nothing): their stats come from an eager pass.
+            side_pass = collect and self.cfg.parallel.compile
+            if collect and not side_pass:
                 self._set_collect_stats(True)
             with grad_sync(self.wrapped, micro == t.grad_accum - 1):
                 with self.autocast():
@@ -323,7 +356,9 @@ class Run:
                     loss = loss * float("nan")
                 # Backward outside autocast (PyTorch's rule): its ops take the forward's dtypes.
                 (loss / t.grad_accum).backward()
-            if collect:
+            if side_pass:
+                stats = self._stats_pass(x)
+            elif collect:
                 stats = self._read_stats()
                 self._set_collect_stats(False)
             loss_sum += loss.detach().float()
@@ -332,17 +367,46 @@ class Run:
         gn = torch.nn.utils.clip_grad_norm_(self.wrapped.parameters(), max_norm)
         if hasattr(gn, "full_tensor"):  # FSDP2: a DTensor holding the global norm
             gn = gn.full_tensor()
-        loss_mean = float(all_reduce_mean(loss_sum / t.grad_accum, info).item())
-        grad_norm = float(gn.item())
-        # Both values are identical on every rank (all-reduced), so every rank takes the same branch.
-        if not (math.isfinite(loss_mean) and math.isfinite(grad_norm)):
-            raise Diverged(
-                f"loss {loss_mean} / grad norm {grad_norm} is not finite at step {step + 1}; "
-                "stopping all ranks (lower train.lr, check the data, or resume from an earlier checkpoint)"
-            )
+        # The norm of all-reduced gradients is the same on every rank: all skip the same steps.
+        self.stats.add(step + 1, loss_sum / t.grad_accum, gn)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return loss_mean, grad_norm, stats
+        return stats
+
+    def _check_finite(self, w: Window) -> None:
+        """A non-finite step was skipped on the device; at the log step it stops every rank (exit 1)."""
+        if not w.nonfinite:
+            return
+        self.bad_step = w.first_nonfinite - 1  # the last step before it, as the error event's step
+        raise Diverged(
+            f"loss {w.loss} / grad norm {w.grad_norm} is not finite at step {w.first_nonfinite} "
+            f"({w.nonfinite} of the last {w.steps} steps; their updates were skipped); stopping all ranks "
+            "(lower train.lr, check the data, or resume from an earlier checkpoint)"
+        )
+
+    def _after_first_step(self, step: int, t0: float) -> None:
+        """The first step's loss (one sync, once) and, with parallel.compile, what dynamo compiled."""
+        w_loss = float(self.stats.buf[0].item())
+        detail: dict[str, Any] = {"seconds_since_start": round(time.time() - t0, 2), "loss": w_loss}
+        if self.cfg.parallel.compile:
+            counts = compile_counts()
+            detail.update(compile_graphs=counts["graphs"], compile_breaks=counts["breaks"])
+            reasons = compile_break_reasons()
+            self.rec.event(
+                "compiled", step=step, backend=self.cfg.parallel.compile_backend, reasons=reasons, **counts
+            )
+            self.print0(
+                f"[nsa]  compile: {counts['graphs']} graphs, {counts['breaks']} graph breaks "
+                f"({self.cfg.parallel.compile_backend}, {len(self.model.blocks)} blocks)"
+                + (f"; breaks: {'; '.join(reasons)}" if reasons else "")
+            )
+            if counts["graphs"] == 0:
+                raise CompiledNothing(
+                    "parallel.compile is true but torch.compile compiled 0 graphs in the first step "
+                    f"(graph breaks: {counts['breaks']}; {'; '.join(reasons) or 'no reason recorded'}): the run "
+                    "would train uncompiled. Fix: report the break above, or set parallel.compile=false"
+                )
+        self.rec.event("first_step", step=step, **detail)
 
     def _optimizer(self) -> torch.optim.Optimizer:
         t = self.cfg.train
@@ -353,8 +417,8 @@ class Run:
             {"params": decay, "weight_decay": t.weight_decay},
             {"params": no_decay, "weight_decay": 0.0},
         ]
-        fused = self.info.device.type == "cuda"
-        return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), eps=t.eps, fused=fused)
+        # Fused on every device (CPU too): one kernel per step, and it honours `found_inf` (see _train).
+        return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), eps=t.eps, fused=True)
 
     # --- NSA stats ----------------------------------------------------------------------------
     def _attn_modules(self) -> list[Any]:
@@ -363,6 +427,20 @@ class Run:
     def _set_collect_stats(self, on: bool) -> None:
         for a in self._attn_modules():
             a.collect_stats = on
+
+    @torch.no_grad()
+    def _stats_pass(self, x: torch.Tensor) -> dict[str, float]:
+        """NSA stats from an uncompiled forward of one micro-batch (block.forward skips the compiled __call__)."""
+        m = self.model
+        self._set_collect_stats(True)
+        try:
+            with self.autocast():
+                h = m.tok_emb(x)
+                for block in m.blocks:
+                    h = block.forward(h)
+            return self._read_stats()
+        finally:
+            self._set_collect_stats(False)
 
     def _read_stats(self) -> dict[str, float]:
         """Per-layer stats folded over layers: `*max*` keys by max, `*min*` by min, the rest by mean."""
@@ -405,15 +483,19 @@ class Run:
         self.print0(f"[nsa] step {step} eval loss {val:.4f}")
         return val
 
-    def _log(self, step, loss, lr, grad_norm, tokens, tps, step_time, fpt, peak, loader, nsa_stats) -> None:
+    def _log(self, step: int, w: Window, lr: float, tokens: int, tps: float, step_time: float, loader: Any,
+             nsa_stats: dict[str, float]) -> None:  # fmt: skip
+        world = self.info.world_size
         rec: dict[str, Any] = {
-            "loss": loss, "lr": lr, "grad_norm": grad_norm, "tokens_per_s": tps, "step_time": step_time,
-            "tokens": tokens, "loss/train": loss, "optim/lr": lr, "optim/grad_norm": grad_norm,
-            "throughput/tokens_per_s": tps, "throughput/step_time_s": step_time,
-            "throughput/tokens_seen": tokens,
+            "loss": w.loss, "lr": lr, "grad_norm": w.grad_norm, "tokens_per_s": tps, "step_time": step_time,
+            "tokens": tokens, "loss/train": w.loss, "loss/train_window_mean": w.loss_mean, "optim/lr": lr,
+            "optim/grad_norm": w.grad_norm, "optim/grad_norm_window_mean": w.grad_norm_mean,
+            "throughput/tokens_per_s": tps, "throughput/tokens_per_s_per_gpu": tps / world,
+            "throughput/step_time_s": step_time, "throughput/tokens_seen": tokens,
+            "throughput/flops_per_token": self.flops["flops_per_token"],
         }  # fmt: skip
-        if peak:
-            rec["throughput/mfu"] = tps * fpt / (peak * self.info.world_size)
+        if self.peak:
+            rec["throughput/mfu"] = tps * self.flops["flops_per_token"] / (self.peak[1] * world)
         if self.info.device.type == "cuda":
             rec["memory/max_allocated_gb"] = torch.cuda.max_memory_allocated() / 2**30
             rec["memory/max_reserved_gb"] = torch.cuda.max_memory_reserved() / 2**30
@@ -426,16 +508,21 @@ class Run:
         self.rec.metrics(step, rec)
         if self.verbose:
             self.print0(
-                f"[nsa] step {step}/{self.cfg.train.steps} loss {loss:.4f} lr {lr:.3e} gnorm {grad_norm:.3f} "
-                f"tok/s {tps:,.0f} step {step_time * 1000:.0f}ms"
+                f"[nsa] step {step}/{self.cfg.train.steps} loss {w.loss:.4f} lr {lr:.3e} gnorm {w.grad_norm:.3f} "
+                f"tok/s {tps:,.0f} ({tps / world:,.0f}/gpu) step {step_time * 1000:.0f}ms"
+                + (f" mfu {rec['throughput/mfu']:.1%}" if self.peak else "")
             )
 
     def _save(self, step: int, tokens: int, loader: Any) -> None:
         self.rec.beat("checkpoint", step)
         t0 = time.time()
         meta = {"tokens": tokens, "world_size": self.info.world_size, "config_hash": self.cfg.config_hash()}
+        # Every rank's file carries every stream's position: a resume on another world size deals
+        # them out again from any one file (datastreams.py).
+        streams = [s for part in all_gather_objects(loader.local_states(), self.info) for s in part]
+        mine = loader.local_states()[0]["loader"]
         path = ckpt.save(self.rd, self.info, step, self.wrapped, self.optimizer, meta,
-                         {"loader": loader.state_dict()}, self.cfg.train.keep_last,
+                         {"loader": mine, "data_streams": streams}, self.cfg.train.keep_last,
                          progress=lambda: self.rec.beat("checkpoint", step))  # fmt: skip
         self.rec.event(
             "checkpoint",
@@ -444,65 +531,23 @@ class Run:
             seconds=round(time.time() - t0, 2),
         )
 
-    def _peak_flops(self) -> float | None:
-        if self.info.device.type != "cuda":
-            return None
-        name = torch.cuda.get_device_name(self.info.device)
-        return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
-
     # --- boot ---------------------------------------------------------------------------------
     def _boot_files(self, n_params: int, vocab: int, bf16: bool, loader: Any, ckpt_dir: Path | None) -> None:
-        cfg, info, t = self.cfg, self.info, self.cfg.train
-        devices = (
-            torch.cuda.get_device_name(info.device)
-            if info.device.type == "cuda"
-            else f"cpu x{torch.get_num_threads()} threads"
-        )
-        strategy = (cfg.parallel.strategy if info.distributed else "single") + (
-            "+ac" if cfg.parallel.activation_checkpointing else ""
-        )
+        cfg, info = self.cfg, self.info
         try:
             data_desc = loader.describe()
         except Exception:
             data_desc = cfg.data.source
-        banner = {
-            "config": f"{self.config_path} (hash {cfg.config_hash()})",
-            "params": f"{n_params:,} ({n_params / 1e6:.1f}M; vocab {vocab})",
-            "world": f"{info.world_size} ({info.backend or 'no process group'}, {strategy})",
-            "attention": _attention_desc(cfg, info.device),
-            "batch": (
-                f"global {cfg.global_batch(info.world_size)} seqs = {t.batch_size} x {info.world_size} ranks x "
-                f"{t.grad_accum} accum; {cfg.tokens_per_step(info.world_size):,} tokens/step; {t.steps} steps"
-            ),
-            "dtype": (
-                ("bf16 FSDP2 mixed precision" if self.fsdp else "bf16 autocast") + ", fp32 master weights"
-                if bf16
-                else "fp32"
-            )
-            + ("; fp32 matmuls in TF32" if info.device.type == "cuda" else ""),
-            "device": devices,
-            "malloc": loaded_allocator() + (f" ({self.malloc_note})" if self.malloc_note else ""),
-            "data": data_desc,
-            "run_dir": str(self.rd.root),
-            "resume": ckpt_dir.name if ckpt_dir else "no",
+        lines = boot.banner(
+            cfg, info, config_path=self.config_path, n_params=n_params, vocab=vocab, bf16=bf16, fsdp=self.fsdp,
+            flops=self.flops, peak=self.peak, data_desc=data_desc, malloc_note=self.malloc_note,
+            run_dir=self.rd.root, resume=ckpt_dir.name if ckpt_dir else "no",
+        )  # fmt: skip
+        self.print0(boot.format_banner(lines))
+        extra = {
+            "config_path": self.config_path,
+            "params": n_params,
+            "vocab_size": vocab,
+            "flops": self.flops,
         }
-        self.print0("[nsa] " + "\n[nsa] ".join(f"{k:>8}: {v}" for k, v in banner.items()))
-        if info.local_rank == 0:
-            atomic_write_text(self.rd.config, cfg.to_yaml())
-            extra = {
-                "config_path": self.config_path, "config_hash": cfg.config_hash(), "params": n_params,
-                "vocab_size": vocab, "world_size": info.world_size, "run_id": os.environ.get("NSA_RUN_ID"),
-                "banner": banner,
-            }  # fmt: skip
-            atomic_write_json(self.rd.train_manifest, build_manifest(extra))
-
-
-def _attention_desc(cfg: TrainConfig, device: torch.device) -> str:
-    """The banner's attention line, with the NSA backend this device resolves to: e.g. "nsa (triton)"."""
-    if cfg.model.attention != "nsa":
-        return f"{cfg.model.attention} (sdpa)"
-    from nsa.attention.nsa import resolve_backend
-
-    chosen = resolve_backend(cfg.model.nsa.backend, device)
-    asked = cfg.model.nsa.backend
-    return f"nsa ({chosen})" + (f"; model.nsa.backend={asked}" if asked != chosen else "")
+        boot.write_boot_files(self.rd, cfg, info, lines, extra)
