@@ -43,7 +43,7 @@ def execute(
     facts = []
     for i, t in enumerate(transports):
         facts.append(preflight(t, plan, i))
-        say(f"preflight ok on {t.label}: python {facts[i]['python']}, {len(facts[i]['gpus'])} GPU(s)")
+        say(f"preflight ok on {t.label}: python {facts[i]['python']}, {facts[i]['gpu_found']}")
     nodes: list[NodeRecord] = []
     for i, t in enumerate(transports):
         workdir = facts[i]["workdir"]

@@ -65,6 +65,17 @@ def _preflight_script(workdir: str, run: str, python: str) -> str:
     )
 
 
+def gpu_found(names: list[str]) -> str:
+    """What the host has, e.g. "1 x NVIDIA H100 80GB HBM3 (H100 SXM)": the SKU from the trainer's peak table."""
+    from nsa.train.flops import peak_for  # torch-free
+
+    if not names:
+        return "no GPU"
+    kinds = sorted(set(names))
+    skus = {peak_for(n)[0] for n in kinds if peak_for(n)}
+    return ", ".join(f"{names.count(k)} x {k}" for k in kinds) + (f" ({', '.join(sorted(skus))})" if skus else "")
+
+
 def preflight(t: Transport, plan: Plan, i: int) -> dict[str, Any]:
     """Check the host can take the run; returns facts (absolute workdir, has rsync). LaunchError if not."""
     prof = plan.profile
@@ -120,10 +131,13 @@ def preflight(t: Transport, plan: Plan, i: int) -> dict[str, Any]:
             f"{where}: profile {prof.name} expects {want} GPUs, the host shows {len(got)} {got}",
             "pick the profile that matches the host (nsa-launch profiles) or the right host",
         )
-    if prof.expect.gpu_name and not all(prof.expect.gpu_name in g for g in got):
+    facts["gpu_found"] = gpu_found(got)
+    family = prof.expect.gpu_name
+    if family and not all(family.lower() in g.lower() for g in got):
         raise LaunchError(
-            f"{where}: profile {prof.name} expects {prof.expect.gpu_name} GPUs, the host has {got}",
-            "pick the matching profile",
+            f"{where}: profile {prof.name} expects {family} GPUs; found {facts['gpu_found']}",
+            "pick the profile for the GPUs found (nsa-launch profiles: 1xa100/2xa100 for A100, "
+            "1xh100/2xh100/8xh100 for H100 and H200)",
         )
     free_gb = int(facts.get("free_kb") or 0) / 2**20
     if free_gb < prof.expect.min_free_disk_gb:

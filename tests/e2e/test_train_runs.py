@@ -205,16 +205,40 @@ def test_tiny_under_two_gloo_workers_is_quick(family) -> None:
     assert boot["detail"]["world_size"] == 2
 
 
-def test_resume_with_another_world_size_is_refused(family, tmp_path: Path) -> None:
+def _streams(ckpt: Path, rank: int = 0) -> dict[tuple[int, int], int]:
+    """(original rank, world size) of each data stream -> batches it has produced, from a rank file."""
+    state = torch.load(ckpt / f"rank{rank}.pt", weights_only=False)
+    return {tuple(s["key"]): s["loader"]["batches"] for s in state["data_streams"]}
+
+
+def test_resume_on_fewer_ranks_continues_both_data_streams(family, tmp_path: Path) -> None:
+    """2 ranks -> 1: weights and optimizer reshard, rank 0 reads both old streams on from where they were."""
     import shutil
 
     run = tmp_path / "copy"
     shutil.copytree(family["ddp"], run)
-    p = run_train(run, FAMILY, nproc=1, resume=True)
-    assert p.returncode == 2, explain(p)
-    assert "written by 2 ranks but this run has 1" in p.stderr
-    err = [e for e in events(run) if e["kind"] == "error"][-1]
-    assert err["detail"]["error"] == "ResumeMismatch"
+    sets = [*FAMILY, f"train.steps={STEPS + 2}", f"train.grad_accum={2 * ACCUM}"]  # same global batch
+    p = run_train(run, sets, nproc=1, resume=True)
+    assert p.returncode == 0, explain(p)
+    ev = [e for e in events(run) if e["kind"] == "resharded"]
+    assert ev and ev[-1]["detail"] == {"saved_world_size": 2, "world_size": 1}, ev
+    before = _streams(run / "checkpoints" / f"step-{STEPS:08d}")
+    after = _streams(run / "checkpoints" / f"step-{STEPS + 2:08d}")
+    assert before == {(0, 2): STEPS * ACCUM, (1, 2): STEPS * ACCUM}
+    assert after == {k: v + 2 * ACCUM for k, v in before.items()}  # each advanced by its share, no gap
+
+
+def test_resume_on_more_ranks_shares_the_stream(tmp_path: Path) -> None:
+    """1 rank -> 2: the one stream is shared batch by batch; both rank files agree on its position."""
+    run = tmp_path / "run"
+    quick = ["train.log_every=1", "train.eval_every=0", "train.seq_len=32", "telemetry.tensorboard=false"]
+    p = run_train(run, [*quick, "train.steps=2", "train.grad_accum=2", "train.warmup_steps=0"])
+    assert p.returncode == 0, explain(p)
+    p = run_train(run, [*quick, "train.steps=4", "train.warmup_steps=0"], nproc=2, resume=True)
+    assert p.returncode == 0, explain(p)
+    final = run / "checkpoints" / "step-00000004"
+    assert _streams(final, 0) == _streams(final, 1) == {(0, 1): 8}  # 2 steps x 2 + 2 steps x 2 ranks
+    assert sorted(train_losses(run)) == [1, 2, 3, 4]
 
 
 @pytest.mark.parametrize(

@@ -52,7 +52,12 @@ def test_m7c_configs_match_the_issue() -> None:
         2e-4,
     )
     assert one.data.source == "fineweb_edu" and one.data.tokenizer == "byte"
-    assert one.train.dtype == "bf16" and one.parallel.activation_checkpointing
+    assert one.train.dtype == "bf16"
+    # >= 40 GB GPUs: no recomputation, per-block compile (issue 23); the old boolean still loads.
+    assert (one.parallel.activation_checkpointing, one.parallel.compile) == ("none", True)
+    assert two.parallel == one.parallel.model_copy(update={"timeout_s": two.parallel.timeout_s})
+    old = load_config(CONFIGS / "m7c_125m.yaml", ["parallel.activation_checkpointing=true"])
+    assert old.parallel.activation_checkpointing == "full"
     # Same model and same tokens per optimizer step on 1 and on 2 GPUs: curves compare step for step.
     assert two.model == one.model
     assert two.tokens_per_step(2) == one.tokens_per_step(1)
