@@ -73,7 +73,9 @@ def gpu_found(names: list[str]) -> str:
         return "no GPU"
     kinds = sorted(set(names))
     skus = {peak_for(n)[0] for n in kinds if peak_for(n)}
-    return ", ".join(f"{names.count(k)} x {k}" for k in kinds) + (f" ({', '.join(sorted(skus))})" if skus else "")
+    return ", ".join(f"{names.count(k)} x {k}" for k in kinds) + (
+        f" ({', '.join(sorted(skus))})" if skus else ""
+    )
 
 
 def preflight(t: Transport, plan: Plan, i: int) -> dict[str, Any]:
