@@ -5,6 +5,7 @@ overrides and the run-dir sanity checks, all BEFORE torch is imported or a proce
 bad input exits 2 with one clear paragraph and nothing started. It must not hold training logic.
 
     nsa-train --config configs/tiny.yaml --run-dir runs/tiny [--set train.steps=20 ...] [--resume]
+    nsa-train --flops --config configs/m7c_125m.yaml [--set train.seq_len=8192]
     python -m nsa.train --config configs/tiny.yaml --run-dir runs/tiny
     torchrun --nproc_per_node 2 -m nsa.train --config configs/tiny.yaml --run-dir runs/tiny2
 """
@@ -31,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", required=True, help="Training config YAML, e.g. configs/tiny.yaml.")
     p.add_argument(
-        "--run-dir", required=True, help="Run directory (created if missing); see docs/run-dir.md."
+        "--run-dir", help="Run directory (created if missing; required to train); see docs/run-dir.md."
     )
     p.add_argument(
         "--set",
@@ -48,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--check", action="store_true", help="Validate and print the resolved config, then exit (no torch)."
+    )
+    p.add_argument(
+        "--flops",
+        action="store_true",
+        help="Print the FLOP account as JSON (params, flops_per_token, attention_flops_per_token, "
+        "keys_per_query averaged over train.seq_len), then exit. MFU in metrics.jsonl uses it.",
     )
     return p
 
@@ -177,6 +184,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"# config {args.config} hash {cfg.config_hash()} world_size {world}")
         print(cfg.to_yaml(), end="")
         return 0
+    if args.flops:
+        import json
+
+        from nsa.train.flops import flops_account
+
+        print(json.dumps(flops_account(cfg), indent=1))
+        return 0
+    if not args.run_dir:
+        return fail("--run-dir is required to train. Fix: pass --run-dir runs/NAME (or --check / --flops).")
     try:
         from nsa.train.faults import fault_from_env
 
