@@ -43,8 +43,8 @@ fi
 # Reinstall the project only when its dependency spec changed since the last successful install.
 stamp=".venv/.nsa-setup-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ ! -e "$stamp" ]; then
-    echo "setup: installing the project (editable) with extras train,dev"
-    .venv/bin/python -m pip install -q -e '.[train,dev]'
+    echo "setup: installing the project (editable) with extras train,dev,wandb"
+    .venv/bin/python -m pip install -q -e '.[train,dev,wandb]'
     rm -f .venv/.nsa-setup-*
     touch "$stamp"
 fi

@@ -37,6 +37,7 @@ class Recorder:
         self._lock = threading.Lock()
         self._tb_enabled = tensorboard and self.is_main
         self._tb: Any = None
+        self.sink: Any = None  # rank 0: an extra destination (W&B, nsa.telemetry.wandb_sink)
 
     # --- liveness -------------------------------------------------------------------------------
     def beat(self, phase: str, step: int | None = None) -> None:
@@ -59,7 +60,10 @@ class Recorder:
         """Append to events.jsonl: rank 0 only, unless `all_ranks` (a rank-local fact like a stall)."""
         if not (self.is_main or all_ranks):
             return
-        self.run_dir.append_event(kind, step=self.step if step is None else step, rank=self.rank, **detail)
+        at = self.step if step is None else step
+        self.run_dir.append_event(kind, step=at, rank=self.rank, **detail)
+        if self.sink is not None and self.is_main:
+            self.sink.event(kind, at, detail)
 
     # --- metrics --------------------------------------------------------------------------------
     def metrics(self, step: int, values: dict[str, float]) -> None:
@@ -70,6 +74,8 @@ class Recorder:
         for k, v in values.items():
             rec[k] = _jsonable(v)
         self.run_dir.append_metrics(rec)
+        if self.sink is not None:
+            self.sink.metrics(step, values)
         if self._tb_enabled:
             tb = self._writer()
             for k, v in values.items():
@@ -84,7 +90,10 @@ class Recorder:
             self._tb = SummaryWriter(log_dir=str(self.run_dir.tb_dir), flush_secs=30)
         return self._tb
 
-    def close(self) -> None:
+    def close(self, exit_code: int = 0) -> None:
+        if self.sink is not None:
+            self.sink.close(exit_code)
+            self.sink = None
         if self._tb is not None:
             self._tb.close()
             self._tb = None

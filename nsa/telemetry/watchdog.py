@@ -172,8 +172,17 @@ class SignalHandlers:
         with contextlib.suppress(Exception):
             r = self.recorder
             r.event("sigterm", all_ranks=True, phase=r.phase, save=deadline is not None, deadline_s=deadline)
-            then = f"saving at the next step boundary (within {deadline:.0f}s)" if deadline else "exiting"
-            print(f"[nsa] rank {r.rank}: SIGTERM at step {r.step}; {then}", file=sys.stderr, flush=True)
+            # A deliberate stop, told calmly (no traceback): what happens next and within how long.
+            then = (
+                f"saving at the next step boundary (within {deadline:.0f}s)"
+                if deadline
+                else "nothing to save yet; exiting"
+            )
+            print(
+                f"[nsa] rank {r.rank}: stopping on SIGTERM at step {r.step}, {then}",
+                file=sys.stderr,
+                flush=True,
+            )
         if deadline is None:
             os._exit(EXIT_SIGTERM)
         self.stop_requested.set()

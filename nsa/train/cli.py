@@ -205,6 +205,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     problem = check_log_level(os.environ.get("NSA_LOG_LEVEL"))
     if problem:
         return fail(problem)
+    from nsa.telemetry.wandb_sink import problem as wandb_problem
+
+    problem = wandb_problem()
+    if problem:
+        return fail(problem)
     from nsa import malloc
 
     if cfg.train.device == "cuda" and not malloc.gpu_present():

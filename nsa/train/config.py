@@ -202,9 +202,6 @@ class ParallelConfig(_Strict):
     compile_backend: Literal["inductor", "aot_eager", "eager"] = Field(
         "inductor", description="torch.compile backend: inductor (fast code), aot_eager/eager (debugging)."
     )
-    stop_check_every: int = Field(
-        10, ge=1, description="Steps between the all-rank agreement on a SIGTERM stop (a collective)."
-    )
 
     @field_validator("activation_checkpointing", mode="before")
     @classmethod

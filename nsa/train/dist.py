@@ -176,3 +176,36 @@ def all_gather_objects(obj: Any, info: DistInfo) -> list[Any]:
     out: list[Any] = [None] * info.world_size
     dist.all_gather_object(out, obj)
     return out
+
+
+class StopVote:
+    """Did SIGTERM reach any rank? An all-rank OR that never waits for the device or a whole step.
+
+    Each step boundary starts an asynchronous all-reduce of this rank's flag on a CPU (gloo)
+    group and reads the one started at the previous boundary, long finished by then: every rank
+    learns the same answer at the same step, one step late, with no host-device sync and no
+    blocking collective per step (a synchronous all-reduce of the flag cost one of each).
+    """
+
+    def __init__(self, info: DistInfo):
+        self.info = info
+        self.group = dist.new_group(backend="gloo") if info.backend == "nccl" else None
+        self.buf = torch.zeros(1, dtype=torch.float64)
+        self.work: Any = None
+
+    def poll(self, mine: bool) -> bool:
+        if not self.info.distributed:
+            return mine
+        agreed = False
+        if self.work is not None:
+            self.work.wait()
+            agreed = bool(self.buf.item() > 0)  # a CPU tensor: no device sync
+        self.buf.fill_(1.0 if mine else 0.0)
+        self.work = dist.all_reduce(self.buf, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
+        return agreed
+
+    def drain(self) -> None:
+        """Finish the vote in flight (before teardown, or a synchronous decision)."""
+        if self.work is not None:
+            self.work.wait()
+            self.work = None

@@ -34,6 +34,7 @@ from nsa.train.config import TrainConfig
 from nsa.train.dist import (
     DistInfo,
     Printer,
+    StopVote,
     all_gather_objects,
     all_reduce_max,
     all_reduce_mean,
@@ -132,7 +133,7 @@ class Run:
             return EXIT_FAILED
         finally:
             watchdog.stop()
-            rec.close()
+            rec.close(0 if ok else 1)
             signals.uninstall()
             if info is not None:
                 teardown(info, sync=ok)
@@ -159,6 +160,7 @@ class Run:
         )
         self.optimizer = self._optimizer()
         self.stats = StepStats(info.device)
+        self.stop_vote = StopVote(info)
         # The fused AdamW kernel skips the update (and its step count) where found_inf is 1: a
         # non-finite step is dropped on the device, with no host sync (GradScaler's mechanism).
         self.optimizer.found_inf = self.stats.found_inf
@@ -199,6 +201,12 @@ class Run:
         tokens_per_step = cfg.tokens_per_step(info.world_size)
         self.peak = peak_for(torch.cuda.get_device_name(info.device)) if info.device.type == "cuda" else None
         self._boot_files(n_params, vocab, use_bf16, loader, ckpt_dir)
+        if info.is_main:  # after config.yaml exists: W&B gets the same resolved config
+            from nsa.telemetry.wandb_sink import WandbSink
+
+            rec.sink = WandbSink.start(
+                self.rd.root, {**cfg.to_dict(), "flops": self.flops, "params": n_params}
+            )
         rec.event(
             "boot", step=step, config_hash=cfg.config_hash(), params=n_params, world_size=info.world_size,
             flops_per_token=self.flops["flops_per_token"], keys_per_query=self.flops["keys_per_query"]["total"],
@@ -246,32 +254,31 @@ class Run:
                 saved = (t.save_every and step % t.save_every == 0) or (step == t.steps and t.save_final)
                 if saved:
                     self._save(step, tokens, loader)
-                # The stop agreement is a collective: every k steps (and at saves), not every step.
-                # A hung collective must not hold a SIGTERM for long; k slow but healthy steps may.
-                every = cfg.parallel.stop_check_every if info.distributed else 1
-                self.signals.boundary_wait_s = max(10.0, 3 * every * (time.monotonic() - step_t0))
-                check = saved or step % every == 0 or step == t.steps
-                if saves and check and self._stop_agreed():
+                # The stop vote answers one step late (asynchronous, dist.StopVote): a SIGTERM saves
+                # within two steps. A hung collective must not hold it for long; slow healthy steps may.
+                self.signals.boundary_wait_s = max(10.0, 6 * (time.monotonic() - step_t0))
+                if saves and self._stop_agreed():
                     self.signals.saving.set()
                     if not saved:
                         self._save(step, tokens, loader)
+                    self.stop_vote.drain()  # every rank posted this boundary's vote: it completes
                     self.print0(f"[nsa] stopped by SIGTERM at step {step}; checkpoint written")
                     raise Terminated
         finally:
             self.signals.disarm()
             loader.close()
+        self.stop_vote.drain()
         rec.beat("done", step)
         rec.event("finished", step=step, tokens=tokens, wall_s=round(time.time() - t0, 2))
         self.print0(f"[nsa] finished: {step} steps, {tokens} tokens, {time.time() - t0:.1f}s")
 
     def _stop_agreed(self) -> bool:
-        """Collective at every step boundary: did SIGTERM reach any rank? Then every rank saves now.
+        """Did SIGTERM reach any rank? Then every rank saves at this same step boundary.
 
         Ranks receive the signal at slightly different moments; without agreement one would enter
         the save's collectives while another starts the next step's, and both would hang.
         """
-        mine = 1.0 if self.signals.stop_requested.is_set() else 0.0
-        return all_reduce_max(mine, self.info) > 0 if self.info.distributed else mine > 0
+        return self.stop_vote.poll(self.signals.stop_requested.is_set())
 
     def _resume_point(self) -> Path | None:
         """The newest intact checkpoint, agreed by every host (each local rank 0 verifies its run dir).
