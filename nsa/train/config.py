@@ -19,7 +19,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -233,10 +233,12 @@ class EvalConfig(_Strict):
     long_context_every: int = Field(
         0, ge=0, description="Optimizer steps between passkey + loss-by-position evals; 0 = never."
     )
-    passkey_lengths: list[int] = Field(
-        default_factory=lambda: [1024], description="Context lengths (tokens) of the passkey eval."
+    passkey_lengths: list[Annotated[int, Field(ge=128)]] = Field(
+        default_factory=lambda: [1024],
+        min_length=1,
+        description="Context lengths (>= 128 tokens) of the passkey eval.",
     )
-    passkey_depths: list[float] = Field(
+    passkey_depths: list[Annotated[float, Field(ge=0, le=1)]] = Field(
         default_factory=lambda: [0.1, 0.5, 0.9],
         description="Where the key sits, as a fraction of the context.",
     )

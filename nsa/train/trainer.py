@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from nsa.data import DataError, build_loader
+from nsa.data.tokenizers import build_tokenizer
 from nsa.model import Transformer
 from nsa.runfiles import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_SIGTERM, RunDir
 from nsa.telemetry import Recorder, SignalHandlers, Watchdog
@@ -251,6 +252,8 @@ class Run:
                     win_t, win_tokens, win_steps, nsa_stats = now, 0, 0, {}
                 if t.eval_every and step % t.eval_every == 0:
                     self._eval(step)
+                if cfg.eval.long_context_every and step % cfg.eval.long_context_every == 0:
+                    self._long_context_eval(step)
                 saved = (t.save_every and step % t.save_every == 0) or (step == t.steps and t.save_final)
                 if saved:
                     self._save(step, tokens, loader)
@@ -489,6 +492,34 @@ class Run:
         self.rec.event("eval", step=step, loss=val)
         self.print0(f"[nsa] step {step} eval loss {val:.4f}")
         return val
+
+    @torch.no_grad()
+    def _long_context_eval(self, step: int) -> None:
+        """Passkey + loss by position (nsa.eval.longctx) on every rank (FSDP needs them all); rank 0 writes."""
+        from nsa.eval import longctx
+        from nsa.runfiles import atomic_write_json
+
+        cfg, info, e = self.cfg, self.info, self.cfg.eval
+        self.rec.beat("eval", step)
+        t0 = time.time()
+        tok = build_tokenizer(cfg.data)
+        try:
+            pk = longctx.passkey(self.model, tok, e.passkey_lengths, e.passkey_depths, e.passkey_trials,
+                                 cfg.train.seed, info.device, self.autocast)  # fmt: skip
+            with build_loader(cfg.data, seq_len=cfg.train.seq_len, batch_size=1, rank=0, world_size=1,
+                              split="val", seed=cfg.train.seed) as ld:  # fmt: skip
+                batches = [ld.next_batch() for _ in range(cfg.train.eval_batches)]
+            lbp = longctx.loss_by_position(self.model, batches, 16, info.device, self.autocast)
+        finally:
+            self.model.train()
+        if info.is_main:
+            out = self.rd.root / "eval"
+            out.mkdir(exist_ok=True)
+            atomic_write_json(out / "passkey.json", {**pk, "step": step})
+            atomic_write_json(out / "loss_by_position.json", {**lbp, "step": step})
+        self.rec.metrics(step, {**longctx.metrics(pk, lbp), "eval/long_context_seconds": time.time() - t0})
+        self.rec.event("eval", step=step, kind_of="long_context", passkey_accuracy=pk["accuracy"])
+        self.print0(f"[nsa] step {step} passkey accuracy {pk['accuracy']:.2f} (eval/passkey.json)")
 
     def _log(self, step: int, w: Window, lr: float, tokens: int, tps: float, step_time: float, loader: Any,
              nsa_stats: dict[str, float]) -> None:  # fmt: skip

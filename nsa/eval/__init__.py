@@ -1,0 +1,1 @@
+"""Evaluation of trained checkpoints: long-context passkey retrieval and loss by position (`nsa-eval`)."""

@@ -1,0 +1,5 @@
+import sys
+
+from nsa.eval.cli import main
+
+sys.exit(main())
