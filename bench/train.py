@@ -12,6 +12,14 @@ Prints one JSON row per variant and one ratio row; never asserts.
     .venv/bin/python bench/train.py --config configs/bench_20m_seq4096.yaml --steps 2 --warmup 1
     .venv/bin/python bench/train.py --config configs/m7c_125m.yaml --set train.batch_size=4   # GPU
     .venv/bin/python bench/train.py --heartbeat      # cost of one heartbeat rewrite
+    .venv/bin/python bench/train.py --account --config configs/m7c_125m.yaml   # meta device, no GPU
+
+`--account` needs no GPU and no time: one forward + backward of a micro-batch runs on the meta
+device under a dispatch mode that adds up, per configuration (attention x activation
+checkpointing), the GEMM FLOPs, the bytes read + written by every other (memory-bound) op, the
+activations saved for backward and the ops launched. NSA's custom ops are opaque there (their fake
+kernels run): each counts as one launch with its inputs and outputs as bytes. The compute dtype is
+bf16 throughout (autocast's fp32 islands not modelled); the optimizer step is not included.
 """
 
 from __future__ import annotations
@@ -95,6 +103,91 @@ def one(config: str, sets: list[str], steps: int, warmup: int) -> dict:
     return row
 
 
+# Ops that move no data (views, allocation, metadata): no launch, no bytes.
+_FREE = {
+    "view", "_unsafe_view", "reshape", "expand", "permute", "transpose", "t", "unsqueeze", "squeeze",
+    "select", "slice", "split", "split_with_sizes", "unbind", "detach", "alias", "as_strided", "empty",
+    "empty_like", "empty_strided", "new_empty", "new_empty_strided", "lift_fresh", "_reshape_alias",
+    "unfold", "diagonal", "chunk", "narrow", "view_as", "_to_copy_noop", "set_", "resize_",
+}  # fmt: skip
+_GEMM = {"mm", "addmm", "bmm", "baddbmm"}
+
+
+def account(config: str, sets: list[str]) -> dict:
+    """GEMM FLOPs, memory-bound bytes, saved activations and launches of one micro-batch, on meta."""
+    import collections
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    from nsa.model import Transformer
+    from nsa.train.config import load_config
+    from nsa.train.dist import DistInfo
+    from nsa.train.parallelize import parallelize
+
+    cfg = load_config(config, [*sets, "model.nsa.backend=eager"])
+    t = cfg.train
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.flops = 0
+            self.bytes = 0
+            self.launches = 0
+            self.ops: collections.Counter[str] = collections.Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            name = func._opname
+            if func.namespace == "aten" and name in _FREE:
+                return out
+            ins = [a for a in tree_flatten((args, kwargs or {}))[0] if isinstance(a, torch.Tensor)]
+            outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+            if func.namespace == "aten" and name in _GEMM:
+                a, b = (ins[-2], ins[-1])
+                m, k = a.shape[-2], a.shape[-1]
+                batch = a.numel() // (m * k)
+                self.flops += 2 * batch * m * k * b.shape[-1]
+            else:
+                self.bytes += sum(x.numel() * x.element_size() for x in ins + outs)
+            self.launches += 1
+            self.ops[f"{func.namespace}::{name}"] += 1
+            return out
+
+    with torch.device("meta"):
+        model = Transformer(cfg.model, cfg.resolved_vocab_size()).to(torch.bfloat16)
+    wrapped = parallelize(model, DistInfo(0, 0, 1, torch.device("meta"), None), cfg.parallel, None)
+    x = torch.zeros(t.batch_size, t.seq_len + 1, dtype=torch.long, device="meta")
+    params = {id(p) for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(z: torch.Tensor) -> torch.Tensor:
+        base = z._base if z._base is not None else z
+        if id(base) not in params:
+            saved[id(base)] = base.numel() * base.element_size()
+        return z
+
+    fwd, bwd = Count(), Count()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda z: z), fwd:
+        loss = wrapped(x[:, :-1], x[:, 1:])
+    with bwd:
+        loss.backward()
+    return {
+        "bench": "train/account", "config": config, "sets": sets, "attention": cfg.model.attention,
+        "activation_checkpointing": cfg.parallel.activation_checkpointing, "seq_len": t.seq_len,
+        "batch": t.batch_size, "dtype": "bf16",
+        "gemm_gflop": round((fwd.flops + bwd.flops) / 1e9, 2),
+        "memory_bound_gb": round((fwd.bytes + bwd.bytes) / 1e9, 3),
+        # Checkpointed blocks save through torch's own hooks (inside ours): their block inputs are
+        # not in this figure, which counts what the un-checkpointed parts keep.
+        "saved_activations_mb": round(sum(saved.values()) / 1e6, 1),
+        "launches": fwd.launches + bwd.launches,
+        "launches_forward": fwd.launches,
+        "top_ops": dict((fwd.ops + bwd.ops).most_common(6)),
+    }  # fmt: skip
+
+
 def heartbeat_cost(n: int = 2000) -> dict:
     """What a heartbeat costs: the trainer rewrites it 2-3 times per micro-batch."""
     import tempfile
@@ -120,9 +213,18 @@ def main() -> None:
     ap.add_argument("--attention", default="nsa,dense", help="variants, comma separated")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # internal: run in this process
     ap.add_argument("--heartbeat", action="store_true", help="only time the heartbeat write")
+    ap.add_argument(
+        "--account", action="store_true", help="meta-device account per (attention, checkpointing); no GPU"
+    )
     args = ap.parse_args()
     if args.heartbeat:
         print(json.dumps(heartbeat_cost()))
+        return
+    if args.account:
+        for attention in args.attention.split(","):
+            for ac in ("none", "selective", "full"):
+                sets = [*args.sets, f"model.attention={attention}", f"parallel.activation_checkpointing={ac}"]
+                print(json.dumps(account(args.config, sets)), flush=True)
         return
     if args.one:
         print(json.dumps(one(args.config, args.sets, args.steps, args.warmup)), flush=True)

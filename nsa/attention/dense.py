@@ -14,6 +14,11 @@ from torch import Tensor, nn
 from nsa.attention.rope import apply_rope, rope_tables
 
 
+def native_gqa(device: torch.device) -> bool:
+    """SDPA's enable_gqa where it is the fast path (CUDA); expanded K/V elsewhere."""
+    return device.type == "cuda"
+
+
 class DenseAttention(nn.Module):
     """Causal GQA attention: x [B, T, dim] -> [B, T, dim], token positions 0..T-1."""
 
@@ -50,9 +55,13 @@ class DenseAttention(nn.Module):
         cos, sin = rope_tables(T, D, self.rope_theta, rope_dtype, x.device)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        if Hkv != H:
-            # Expanding K/V measured faster than enable_gqa on the CPU flash kernel (bench/attention.py).
-            k = k.repeat_interleave(H // Hkv, dim=1)
-            v = v.repeat_interleave(H // Hkv, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if Hkv != H and native_gqa(x.device):
+            # CUDA: the flash / cuDNN kernels read each K/V head once for its whole query group.
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        else:
+            if Hkv != H:
+                # Expanding K/V measured faster than enable_gqa on the CPU flash kernel (bench/attention.py).
+                k = k.repeat_interleave(H // Hkv, dim=1)
+                v = v.repeat_interleave(H // Hkv, dim=1)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.wo(y.transpose(1, 2).reshape(B, T, H * D))

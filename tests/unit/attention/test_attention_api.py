@@ -218,3 +218,26 @@ def test_bf16_autocast_over_fp32_weights_gives_fp32_grads(backward_inside):
     assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in attn.parameters())
     rel = (y.float() - y32).norm() / y32.norm()
     assert rel < 0.05, f"autocast output drifts {rel:.3f} from fp32"
+
+
+def test_dense_enable_gqa_path_matches_expanded_kv(monkeypatch):
+    """CUDA takes SDPA's enable_gqa (no K/V copies); forced on CPU here, it must equal the expanded path."""
+    from nsa.attention import dense
+
+    torch.manual_seed(0)
+    attn = DenseAttention(32, 4, 2, 8)
+    x = torch.randn(2, 24, 32, requires_grad=True)
+    y_expand = attn(x)
+    (g_expand,) = torch.autograd.grad(y_expand.sum(), [x])
+    assert dense.native_gqa(torch.device("cuda")) and not dense.native_gqa(torch.device("cpu"))
+    calls = []
+    real = F.scaled_dot_product_attention
+    monkeypatch.setattr(dense, "native_gqa", lambda device: True)
+    monkeypatch.setattr(
+        dense.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(k) or real(*a, **k)
+    )
+    y_gqa = attn(x)
+    (g_gqa,) = torch.autograd.grad(y_gqa.sum(), [x])
+    assert calls and calls[0].get("enable_gqa") is True
+    torch.testing.assert_close(y_gqa, y_expand)
+    torch.testing.assert_close(g_gqa, g_expand)
