@@ -59,3 +59,17 @@ def test_peak_per_sku() -> None:
     assert peak_for("NVIDIA A100-SXM4-40GB") == ("A100 40GB SXM", 312e12)
     assert peak_for("NVIDIA A100 80GB PCIe")[0] == "A100 80GB PCIe"
     assert peak_for("Tesla T4") is None
+
+
+def test_meta_account_shows_no_checkpointing_moves_fewer_bytes() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_train", REPO / "bench" / "train.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cfg = str(REPO / "configs" / "tiny.yaml")
+    none = bench.account(cfg, ["parallel.activation_checkpointing=none"])
+    full = bench.account(cfg, ["parallel.activation_checkpointing=full"])
+    assert none["memory_bound_gb"] < full["memory_bound_gb"] and none["launches"] < full["launches"]
+    assert none["gemm_gflop"] < full["gemm_gflop"]  # full recomputes every block's forward
+    assert none["saved_activations_mb"] > full["saved_activations_mb"]  # what it buys: memory
