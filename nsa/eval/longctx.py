@@ -102,3 +102,33 @@ def metrics(pk: dict[str, Any] | None, lbp: dict[str, Any] | None) -> dict[str, 
         for b in lbp["buckets"]:
             out[f"eval/loss_by_position/{b['start']:06d}-{b['end']:06d}"] = b["loss"]
     return out
+
+
+def during_training(
+    model: Any, cfg: Any, info: Any, run_dir: Any, rec: Any, step: int, autocast: Any
+) -> float:
+    """eval.long_context_every: both measurements on this rank; rank 0 writes eval/*.json and metrics."""
+    import time
+
+    from nsa.data import build_loader
+    from nsa.data.tokenizers import build_tokenizer
+    from nsa.runfiles import atomic_write_json
+
+    e, t0 = cfg.eval, time.time()
+    try:
+        pk = passkey(model, build_tokenizer(cfg.data), e.passkey_lengths, e.passkey_depths, e.passkey_trials,
+                     cfg.train.seed, info.device, autocast)  # fmt: skip
+        with build_loader(cfg.data, seq_len=cfg.train.seq_len, batch_size=1, rank=0, world_size=1, split="val",
+                          seed=cfg.train.seed) as ld:  # fmt: skip
+            batches = [ld.next_batch() for _ in range(cfg.train.eval_batches)]
+        lbp = loss_by_position(model, batches, 16, info.device, autocast)
+    finally:
+        model.train()
+    if info.is_main:
+        out = run_dir / "eval"
+        out.mkdir(exist_ok=True)
+        atomic_write_json(out / "passkey.json", {**pk, "step": step})
+        atomic_write_json(out / "loss_by_position.json", {**lbp, "step": step})
+    rec.metrics(step, {**metrics(pk, lbp), "eval/long_context_seconds": time.time() - t0})
+    rec.event("eval", step=step, kind_of="long_context", passkey_accuracy=pk["accuracy"])
+    return pk["accuracy"]

@@ -14,7 +14,6 @@ failure, 2 bad input, 3 stalled and aborted).
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import resource
 import sys
@@ -26,18 +25,16 @@ from typing import Any
 import torch
 
 from nsa.data import DataError, build_loader
-from nsa.data.tokenizers import build_tokenizer
 from nsa.model import Transformer
 from nsa.runfiles import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_SIGTERM, RunDir
 from nsa.telemetry import Recorder, SignalHandlers, Watchdog
-from nsa.train import boot, ckpt, datastreams
+from nsa.train import boot, ckpt, datastreams, nsastats
 from nsa.train.config import TrainConfig
 from nsa.train.dist import (
     DistInfo,
     Printer,
     StopVote,
     all_gather_objects,
-    all_reduce_max,
     all_reduce_mean,
     init_distributed,
     teardown,
@@ -46,6 +43,7 @@ from nsa.train.faults import Fault, fault_from_env, kill_self, stall_forever
 from nsa.train.flops import flops_account, peak_for
 from nsa.train.lr import lr_at
 from nsa.train.parallelize import compile_break_reasons, compile_counts, grad_sync, parallelize
+from nsa.train.resume import ResumeMismatch, agreed_resume_point
 from nsa.train.stepstats import StepStats, Window
 
 
@@ -59,10 +57,6 @@ class CompiledNothing(RuntimeError):
 
 class Terminated(Exception):
     """SIGTERM was handled at a step boundary (checkpoint written): the rank exits 143."""
-
-
-class ResumeMismatch(ValueError):
-    """The checkpoint cannot continue this run as configured (bad input: exit 2)."""
 
 
 class Run:
@@ -284,49 +278,7 @@ class Run:
         return self.stop_vote.poll(self.signals.stop_requested.is_set())
 
     def _resume_point(self) -> Path | None:
-        """The newest intact checkpoint, agreed by every host (each local rank 0 verifies its run dir).
-
-        Collective. Never trusts `latest`: a missing or damaged newer dir is skipped with a
-        `checkpoint_fallback` event; checkpoints that exist but all fail verification stop every rank
-        with exit 2 instead of a silent fresh start that would then overwrite and prune them.
-        """
-        info, rec = self.info, self.rec
-        leader = info.local_rank == 0
-        problem: Exception | None = None
-        step = -1.0
-        if leader:
-            rec.beat("checkpoint", 0)
-            try:
-                chosen, skipped = ckpt.choose_resume(self.rd)
-            except ckpt.NoIntactCheckpoint as e:
-                problem, step = e, -2.0
-            else:
-                step = float(ckpt.read_meta(chosen)["step"]) if chosen is not None else -1.0
-                for bad, reason in skipped:
-                    rec.event(
-                        "checkpoint_fallback", step=0, all_ranks=True, checkpoint=bad.name, reason=reason,
-                        using=chosen.name if chosen is not None else None,
-                    )  # fmt: skip
-                    print(
-                        f"[nsa] rank {info.rank}: skipping {bad.name}: {reason}; "
-                        f"resuming from {chosen.name if chosen else 'step 0'}",
-                        file=sys.stderr, flush=True,
-                    )  # fmt: skip
-        # Non-leaders do not vote: +-inf leaves the leaders' min and max unchanged.
-        hi = all_reduce_max(step if leader else -math.inf, info)
-        lo = -all_reduce_max(-step if leader else -math.inf, info)
-        if lo == -2.0:
-            raise problem or ckpt.NoIntactCheckpoint(
-                "--resume: a run dir holds checkpoints but none is intact (the local rank 0 of its host says "
-                "which and why); fix it there, or start a new run dir without --resume"
-            )
-        if lo != hi:
-            raise ResumeMismatch(
-                f"hosts disagree on the newest intact checkpoint (steps {int(lo)} .. {int(hi)}; -1 = none): "
-                "each host's run dir must hold the same intact step-* dir; copy the missing one, or remove "
-                "the newer step-* dirs on the hosts that have them"
-            )
-        return self.rd.checkpoints_dir / ckpt.checkpoint_name(int(hi)) if hi >= 0 else None
+        return agreed_resume_point(self.rd, self.info, self.rec)
 
     # --- one optimizer step -------------------------------------------------------------------
     def _step(self, step: int, lr: float, loader: Any, want_stats: bool) -> dict[str, float]:
@@ -430,40 +382,15 @@ class Run:
         # Fused on every device (CPU too): one kernel per step, and it honours `found_inf` (see _train).
         return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), eps=t.eps, fused=True)
 
-    # --- NSA stats ----------------------------------------------------------------------------
-    def _attn_modules(self) -> list[Any]:
-        return [b.attn for b in self.model.blocks if hasattr(b.attn, "collect_stats")]
-
+    # --- NSA stats (nsa.train.nsastats) ------------------------------------------------------
     def _set_collect_stats(self, on: bool) -> None:
-        for a in self._attn_modules():
-            a.collect_stats = on
-
-    @torch.no_grad()
-    def _stats_pass(self, x: torch.Tensor) -> dict[str, float]:
-        """NSA stats from an uncompiled forward of one micro-batch (block.forward skips the compiled __call__)."""
-        m = self.model
-        self._set_collect_stats(True)
-        try:
-            with self.autocast():
-                h = m.tok_emb(x)
-                for block in m.blocks:
-                    h = block.forward(h)
-            return self._read_stats()
-        finally:
-            self._set_collect_stats(False)
+        nsastats.set_collect(self.model, on)
 
     def _read_stats(self) -> dict[str, float]:
-        """Per-layer stats folded over layers: `*max*` keys by max, `*min*` by min, the rest by mean."""
-        per_key: dict[str, list[float]] = {}
-        for a in self._attn_modules():
-            for k, v in (getattr(a, "last_stats", None) or {}).items():
-                per_key.setdefault(k, []).append(float(v))
-        fold = {"max": max, "min": min}
-        out = {}
-        for k, vs in per_key.items():
-            how = next((f for name, f in fold.items() if name in k.rsplit("/", 1)[-1]), None)
-            out[f"nsa/{k}"] = how(vs) if how else sum(vs) / len(vs)
-        return out
+        return nsastats.read(self.model)
+
+    def _stats_pass(self, x: torch.Tensor) -> dict[str, float]:
+        return nsastats.side_pass(self.model, x, self.autocast)
 
     # --- eval, logging, checkpoints -----------------------------------------------------------
     @torch.no_grad()
@@ -493,33 +420,13 @@ class Run:
         self.print0(f"[nsa] step {step} eval loss {val:.4f}")
         return val
 
-    @torch.no_grad()
     def _long_context_eval(self, step: int) -> None:
-        """Passkey + loss by position (nsa.eval.longctx) on every rank (FSDP needs them all); rank 0 writes."""
-        from nsa.eval import longctx
-        from nsa.runfiles import atomic_write_json
+        """Passkey + loss by position on every rank (FSDP needs them all); rank 0 writes eval/*.json."""
+        from nsa.eval.longctx import during_training
 
-        cfg, info, e = self.cfg, self.info, self.cfg.eval
         self.rec.beat("eval", step)
-        t0 = time.time()
-        tok = build_tokenizer(cfg.data)
-        try:
-            pk = longctx.passkey(self.model, tok, e.passkey_lengths, e.passkey_depths, e.passkey_trials,
-                                 cfg.train.seed, info.device, self.autocast)  # fmt: skip
-            with build_loader(cfg.data, seq_len=cfg.train.seq_len, batch_size=1, rank=0, world_size=1,
-                              split="val", seed=cfg.train.seed) as ld:  # fmt: skip
-                batches = [ld.next_batch() for _ in range(cfg.train.eval_batches)]
-            lbp = longctx.loss_by_position(self.model, batches, 16, info.device, self.autocast)
-        finally:
-            self.model.train()
-        if info.is_main:
-            out = self.rd.root / "eval"
-            out.mkdir(exist_ok=True)
-            atomic_write_json(out / "passkey.json", {**pk, "step": step})
-            atomic_write_json(out / "loss_by_position.json", {**lbp, "step": step})
-        self.rec.metrics(step, {**longctx.metrics(pk, lbp), "eval/long_context_seconds": time.time() - t0})
-        self.rec.event("eval", step=step, kind_of="long_context", passkey_accuracy=pk["accuracy"])
-        self.print0(f"[nsa] step {step} passkey accuracy {pk['accuracy']:.2f} (eval/passkey.json)")
+        acc = during_training(self.model, self.cfg, self.info, self.rd.root, self.rec, step, self.autocast)
+        self.print0(f"[nsa] step {step} passkey accuracy {acc:.2f} (eval/passkey.json)")
 
     def _log(self, step: int, w: Window, lr: float, tokens: int, tps: float, step_time: float, loader: Any,
              nsa_stats: dict[str, float]) -> None:  # fmt: skip
