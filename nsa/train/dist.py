@@ -189,7 +189,8 @@ class StopVote:
 
     def __init__(self, info: DistInfo):
         self.info = info
-        self.group = dist.new_group(backend="gloo") if info.backend == "nccl" else None
+        # Its own group: the vote in flight never queues behind (or ahead of) DDP's collectives.
+        self.group = dist.new_group(backend="gloo") if info.distributed else None
         self.buf = torch.zeros(1, dtype=torch.float64)
         self.work: Any = None
 
