@@ -13,6 +13,8 @@ Prints one JSON row per variant and one ratio row; never asserts.
     .venv/bin/python bench/train.py --config configs/m7c_125m.yaml --set train.batch_size=4   # GPU
     .venv/bin/python bench/train.py --heartbeat      # cost of one heartbeat rewrite
     .venv/bin/python bench/train.py --account --config configs/m7c_125m.yaml   # meta device, no GPU
+    .venv/bin/python bench/train.py --matrix --config configs/m7c_125m.yaml    # GPU suite: dense/nsa x
+                                                   # checkpointing none/full x eager/compiled, timed
 
 `--account` needs no GPU and no time: one forward + backward of a micro-batch runs on the meta
 device under a dispatch mode that adds up, per configuration (attention x activation
@@ -216,6 +218,11 @@ def main() -> None:
     ap.add_argument(
         "--account", action="store_true", help="meta-device account per (attention, checkpointing); no GPU"
     )
+    ap.add_argument(
+        "--matrix",
+        action="store_true",
+        help="time attention x {none, full} checkpointing x {eager, compiled}",
+    )
     args = ap.parse_args()
     if args.heartbeat:
         print(json.dumps(heartbeat_cost()))
@@ -228,6 +235,25 @@ def main() -> None:
         return
     if args.one:
         print(json.dumps(one(args.config, args.sets, args.steps, args.warmup)), flush=True)
+        return
+    if args.matrix:
+        for attention in args.attention.split(","):
+            for ac in ("none", "full"):
+                for compiled in ("false", "true"):
+                    sets = [*args.sets, f"model.attention={attention}", f"parallel.activation_checkpointing={ac}",
+                            f"parallel.compile={compiled}"]  # fmt: skip
+                    cmd = [sys.executable, __file__, "--one", "--config", args.config, "--steps", str(args.steps),
+                           "--warmup", str(args.warmup)]  # fmt: skip
+                    for x in sets:
+                        cmd += ["--set", x]
+                    out = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
+                    row = (
+                        json.loads(out.stdout.strip().splitlines()[-1])
+                        if out.returncode == 0
+                        else {"bench": "train/step", "sets": sets, "error": out.stderr[-2000:]}
+                    )
+                    row["compile"] = compiled == "true"
+                    print(json.dumps(row), flush=True)
         return
     rows = {}
     for attention in args.attention.split(","):
