@@ -129,11 +129,19 @@ def down(app: Application, target: str, yes: bool, no_pull: bool) -> None:
     if rec is None:  # a pod nsa-launch did not create: still terminable by id
         pod = client.get_pod(target)
         rec = PodRecord(pod.id, None, pod.gpu_type, pod.gpu_count, pod.price_hr, time.time(), pod.ssh)
-    if rec.run and not no_pull and registry.load(rec.run):
-        from launcher.mirror import pull
+    from contextlib import nullcontext
 
-        res = pull(registry.load(rec.run), say=app.say)  # type: ignore[arg-type]
-        app.say(f"pulled {rec.run} to {res['mirror']}")
-    if not yes:
-        click.confirm(f"terminate pod {rec.id}" + (f" (run {rec.run})" if rec.run else "") + "?", abort=True)
-    terminate(client, rec, app.say)
+    from launcher.locks import run_lock
+
+    # one writer per run: not while a watch pulls into the mirror or replaces this pod
+    with run_lock(rec.run, "nsa-launch pods down") if rec.run else nullcontext():
+        if rec.run and not no_pull and registry.load(rec.run):
+            from launcher.mirror import pull
+
+            res = pull(registry.load(rec.run), say=app.say)  # type: ignore[arg-type]
+            app.say(f"pulled {rec.run} to {res['mirror']}")
+        if not yes:
+            click.confirm(
+                f"terminate pod {rec.id}" + (f" (run {rec.run})" if rec.run else "") + "?", abort=True
+            )
+        terminate(client, rec, app.say)

@@ -171,8 +171,10 @@ def test_a_lost_multi_node_pod_without_every_nodes_part_in_the_mirror_is_reporte
 def test_a_provisioned_host_is_replaced_only_after_lost_after_and_within_the_budget(run_rec):
     """The lost-after threshold counts from the first `lost` status, a status that is not lost resets
     it, and with the replacement budget spent the watcher stops with the count (no pod is rented: the
-    record has no pod id, so no API is asked)."""
+    record has no pod id, so no API is asked). The run dir is gone, so the status the watcher fetches
+    again before it would rent says `lost` too."""
     run_rec.provider = "prime"
+    run_rec.nodes[0].run_dir += "-gone"
     registry.save(run_rec)
     said: list[str] = []
     clock = Clock()
@@ -227,7 +229,7 @@ def test_pull_mirrors_every_nodes_part_only_when_the_nodes_agree(run_rec, tmp_pa
     _ckpt(Path(run_rec.run_dir), 8, {"model.pt": b"w8" * 50})
     res = pull(rec, said.append)
     assert res["pulled"] is None and res["checkpoint"] == "step-00000004"
-    assert "not step-00000008: node 1 has step-00000004" in said[-1]
+    assert "not step-00000008: node 1 has no intact checkpoint newer than step-00000004" in said[-1]
     _ckpt(rd1, 8, {"rank1.pt": b"r8" * 50})
     assert pull(rec, said.append)["pulled"] == "step-00000008"
     assert [p.name for p in RunDir(node_mirror(RUN, 1)).checkpoints()] == ["step-00000008"]
