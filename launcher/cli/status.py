@@ -44,6 +44,8 @@ def status(ctx: click.Context, run: str | None, all_runs_: bool, as_json: bool) 
     lost = [s for s in snaps if s["state"] == "lost"]
     for s in lost:
         click.secho(f"error: run {s['run']} is lost: {s['error']}", fg="red", err=True)
+        if s.get("recovery"):
+            click.secho(f"  {s['recovery']['text']}", fg="yellow", err=True)
     if lost:
         ctx.exit(EXIT_RUNTIME)
 
@@ -124,6 +126,8 @@ def print_status(console: Console, snaps: list[dict[str, Any]]) -> None:
             lines.append(Text(f"  on {s['host']}", style="dim"))
         if s.get("error") and s.get("state") != "lost":  # a lost run's error follows on stderr
             lines.append(Text(f"  {s['error']}", style="red"))
+        if s.get("recovery") and s.get("state") != "lost":
+            lines.append(Text(f"  {s['recovery']['text']}", style="yellow"))
         r = s.get("restarts")
         if r and (r["count"] or r["stopped"]):
             lines.append(Text(f"  restarts {r['count']}/{fmt.MISSING if r['max'] is None else r['max']}"))
