@@ -18,6 +18,7 @@ import pytest
 
 from launcher import registry
 from launcher.control import fetch_status
+from launcher.errors import LaunchError
 from launcher.profiles import PROJECT_ROOT, load_profile
 from launcher.ssh.hosts import local_host, parse_target
 from nsa.runfiles import atomic_write_text, write_checkpoint_manifest
@@ -193,3 +194,26 @@ def test_status_says_which_pod_replaces_which_while_it_happens(tmp_path, monkeyp
     assert recovery_text(recovery_status(RUN), now=1030.0).endswith("-> pod p-2 at root@10.0.0.2:22 resuming")
     pr.clear()
     assert recovery_status(RUN) is None
+
+
+def test_a_replacement_verifies_the_mirror_before_it_terminates_or_rents(fake, tmp_path):
+    """The mirror's copy rotted (same size, so a cheap check passes): the replacement hashes every
+    node's mirrored checkpoint first, refuses, and the old pod, which may hold intact copies, is
+    neither terminated nor replaced."""
+    from launcher.mirror import mirror_dir, pull
+    from launcher.replace import replace_host
+
+    pod1, host1 = _rent(fake, RUN)
+    rd = _finished_run_dir(tmp_path / "run")
+    rec = registry.RunRecord(run=RUN, profile="cpu", created=1.0, provider="prime", pod_id=pod1.id,
+                             nodes=[registry.NodeRecord(host1, str(PROJECT_ROOT), sys.executable, str(rd))])  # fmt: skip
+    registry.save(rec)
+    pull(rec, lambda _: None)
+    f = mirror_dir(RUN) / "checkpoints" / "step-00000004" / "model.pt"
+    f.write_bytes(bytes([f.read_bytes()[0] ^ 0xFF]) + f.read_bytes()[1:])
+    said: list[str] = []
+    with pytest.raises(
+        LaunchError, match="cannot replace the host of wf1: the mirror's step-00000004 does not verify"
+    ):
+        replace_host(rec, said.append, ready_timeout=30)
+    assert list(fake.pods) == [pod1.id] and not any("terminated pod" in s for s in said)
