@@ -151,6 +151,7 @@ class Watcher:
         self.confirm = confirm
         self.last_pull: float | None = None
         self.mirrored: str | None = None  # the mirror's checkpoint after the last pull
+        self.seen_step = -1  # the newest host step a pull took or found corrupt (not asked again)
         self.final: dict[str, Any] | None = None  # the pull after the run ended: what watch exits with
         self.lost_since: float | None = None
         self.lost_at: float | None = None  # wall time, for the recovery status
@@ -201,7 +202,10 @@ class Watcher:
             self.lost_since = None
             st = fetch_status([rec])[0]
         if not self.swept:
-            self.sweep()
+            try:
+                self.sweep()
+            except LaunchError as e:  # the API is not reachable now: the run comes first
+                self.say(f"could not check the pods recorded for {self.run}: {e.message}")
         now = self.clock()
         if st["state"] != "lost":
             self.lost_since, self.lost_at, self.advised = None, None, False
@@ -256,8 +260,7 @@ class Watcher:
         # automatic: a checkpoint the status shows that the mirror does not have yet
         saved = [e.get("step") for e in st.get("events") or [] if e.get("kind") == "checkpoint"]
         newest = max((s for s in saved if isinstance(s, int)), default=None)
-        have = _step_of(self.mirrored)
-        return newest is not None and (have is None or newest > have)
+        return newest is not None and newest > self.seen_step
 
     def _pull(self, final: bool = False) -> dict[str, Any]:
         """Pull now; returns {checkpoint, host_newest, behind_steps, error} (never raises: a failed
@@ -267,6 +270,8 @@ class Watcher:
         try:
             res = pull(self.rec, say=self.say, who=f"{self.who}: pulling")
             out = {"checkpoint": res["checkpoint"], "host_newest": res["host_newest"], "error": None}
+            seen = [_step_of(n) for n in [res["checkpoint"], *res["corrupt"]]]
+            self.seen_step = max([self.seen_step, *(s for s in seen if s is not None)])
         except PullFailed as e:
             out = {"checkpoint": e.mirror_checkpoint, "host_newest": e.host_newest, "error": e.message}
         except (LaunchError, subprocess.SubprocessError, OSError) as e:
@@ -347,7 +352,8 @@ def watch(
     try:
         while True:
             st = w.tick(fetch_status([w.refresh()])[0])
-            if st["state"] in TERMINAL:
+            # a run that ended is left once its final pull ran here (or another watcher holds it)
+            if st["state"] in TERMINAL and (w.final is not None or not w.lock.held):
                 st["replacements"] = w.replacements
                 st["mirror"] = {**(w.final or {}), "problem": mirror_problem(w.final)}
                 return st
