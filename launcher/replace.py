@@ -4,9 +4,9 @@ recovery status other commands show meanwhile.
 Owns `replace_host`: verify the mirrored checkpoint of every node (hashes) before anything is rented
 or terminated; rent a pod like the old one; sync; restore the mirror's checkpoint and run files (the
 metrics only up to the restored step, so metrics.jsonl never holds a step twice); start with
---resume; wait for the first heartbeat; and only then terminate the old pod, unless the API already
-says it is gone (then it is terminated first: nothing of it bills or can be saved). A failed
-replacement terminates the new pod and puts the run record back. Owns the progress file
+--resume; wait for its `boot` event (it follows the resume); and only then terminate the old pod,
+unless the API already says it is gone (then it is terminated first: nothing of it bills or can be
+saved). A failed replacement terminates the new pod and puts the run record back. Owns the progress file
 $NSA_LAUNCH_HOME/watch/<run>.recovery.json that `status` reads ("replacing pod X (lost 12 s ago) ->
 pod Y provisioning"), valid while the process that writes it lives. The caller holds the run's write
 lock (launcher/locks.py). It must not parse CLI arguments or import torch.
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher import registry
-from launcher.errors import LaunchError
+from launcher.errors import LaunchError, RuntimeFailure
 from launcher.registry import RunRecord
 
 
@@ -114,6 +114,7 @@ def replace_host(
     rec: RunRecord, say: Callable[[str], None], ready_timeout: float = 900.0, lost_at: float | None = None
 ) -> Replacement:
     """Rent a pod like the run's, restore the mirror there and resume; then terminate the old pod."""
+    from launcher.control import resume_report
     from launcher.launch.execute import execute, wait_first_heartbeat
     from launcher.launch.plan import UpOptions, plan_run
     from launcher.mirror import FILES, mirror_dir, missing_parts, push
@@ -196,11 +197,17 @@ def replace_host(
             restored["checkpoint"] = push(rec.run, t, node.run_dir, k)
             say(f"restored {restored['checkpoint'] or 'no checkpoint (starts from step 0)'} to {node.label}")
 
+        since = time.time() - 2.0  # the new run's own events are newer (small clock skew allowed)
         new_rec, _ = execute(plan, say=say, before_start=restore)
         new_rec.provider, new_rec.pod_id, new_rec.created = rec.provider, new.id, rec.created
         registry.save(new_rec)
         progress.set("resuming")
         wait_first_heartbeat(new_rec)
+        # resumed = its `boot` event, written after the checkpoint loaded (the first heartbeat is older)
+        ok, line = resume_report(new_rec, since, timeout=ready_timeout)
+        if not ok:
+            raise RuntimeFailure(f"the run did not resume on pod {new.id}: {line}", "see `nsa-launch logs`")
+        say(f"run {rec.run} {line} on pod {new.id}")
     except BaseException:
         say(f"replacing the host failed; terminating pod {new.id} so nothing is left billing")
         try:
