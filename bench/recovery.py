@@ -13,7 +13,9 @@ Prints one JSON line per scenario:
 
   `lost_pod` also samples the fake's pod list every 0.1 s: `max_pods_listed` is the most pods the
   API listed at once (a lost pod stays listed ACTIVE in the fake, as a preempted host may: it is
-  terminated only after the new pod resumed, so it is counted while the replacement runs).
+  terminated only after the new pod resumed, so it is counted while the replacement runs);
+  `seconds_two_pods_listed` is how long two were listed (samples x 0.1 s). With `--gone` the fake
+  reports the lost pod TERMINATED at once: it is terminated before the new one is rented.
 
 Fault scenarios (issue 22), `--trials N` each, on loopback (local run dirs, real rsync; the fake API
 where pods are involved), counting what went right:
@@ -29,7 +31,7 @@ where pods are involved), counting what went right:
   are issue 24's part (launcher/providers), not in this branch.
 
 Usage: .venv/bin/python bench/recovery.py [--start-delay 5] [--lost-after 5]
-       [--only same_host|lost_pod|rot|handover|full_disk|concurrent] [--nodes 1] [--trials 3]
+       [--only same_host|lost_pod|rot|handover|full_disk|concurrent] [--nodes 1] [--gone] [--trials 3]
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ def same_host(home: str) -> dict:
         shutil.rmtree(rd, ignore_errors=True)
 
 
-def lost_pod(home: str, start_delay: float, lost_after: float, nodes: int = 1) -> dict:
+def lost_pod(home: str, start_delay: float, lost_after: float, nodes: int = 1, gone: bool = False) -> dict:
     fake = make_fake(start_delay)
     env = dict(os.environ, NSA_LAUNCH_HOME=home, NSA_LAUNCH_TMUX_SOCKET=f"bench-rec-{os.getpid()}",
                PRIME_API_KEY=API_KEY, PRIME_API_BASE_URL=fake.url)  # fmt: skip
@@ -135,6 +137,8 @@ def lost_pod(home: str, start_delay: float, lost_after: float, nodes: int = 1) -
         sampler.start()
         t_lost = time.time()
         fake.lose(pod1)
+        if gone:  # the API says so at once (a reclaimed host): terminated before the new pod is rented
+            fake.pods[pod1].status = "TERMINATED"
         _out, err = watcher.communicate(timeout=1800)
         sampling.set()
         sampler.join()
@@ -144,10 +148,11 @@ def lost_pod(home: str, start_delay: float, lost_after: float, nodes: int = 1) -
         after = next(m for m in _jsonl(mirror / "metrics.jsonl") if "loss" in m and m["time"] > t_lost)
         _cli(env, "pods", "down", run, "--yes", "--no-pull")
         return {
-            "scenario": "lost_pod", "nodes": nodes, "fake_pod_start_delay_s": start_delay, "lost_after_s": lost_after,
+            "scenario": "lost_pod", "nodes": nodes, "api_says_gone": gone, "fake_pod_start_delay_s": start_delay, "lost_after_s": lost_after,
             "lost_to_training_s": round(after["time"] - t_lost, 1),
             "lost_to_restore_started_s": round(rep["time"] - t_lost, 1), "steps_done_at_loss": done,
             "resumed_from_step": 6, "steps_lost": done - 6, "max_pods_listed": max(listed),
+            "seconds_two_pods_listed": round(0.1 * sum(n >= 2 for n in listed), 1),
         }  # fmt: skip
     finally:
         if watcher and watcher.poll() is None:
@@ -162,6 +167,7 @@ def main() -> None:
     ap.add_argument("--only", choices=["same_host", "lost_pod", *SCENARIOS])
     ap.add_argument("--nodes", type=int, default=1, help="lost_pod: nodes of the rented pod (1 worker each)")
     ap.add_argument("--trials", type=int, default=3, help="fault scenarios: trials each")
+    ap.add_argument("--gone", action="store_true", help="lost_pod: the API reports the lost pod TERMINATED")
     a = ap.parse_args()
     home = tempfile.mkdtemp(prefix="nsa-bench-recovery-")
     try:
@@ -172,7 +178,7 @@ def main() -> None:
             if name == "same_host":
                 res = same_host(home)
             elif name == "lost_pod":
-                res = lost_pod(home, a.start_delay, a.lost_after, a.nodes)
+                res = lost_pod(home, a.start_delay, a.lost_after, a.nodes, a.gone)
             else:
                 res = SCENARIOS[name](a.trials)
             res.update(load_avg_1m_start=round(load, 2), load_avg_1m_end=round(os.getloadavg()[0], 2))
