@@ -217,3 +217,39 @@ def test_a_replacement_verifies_the_mirror_before_it_terminates_or_rents(fake, t
     ):
         replace_host(rec, said.append, ready_timeout=30)
     assert list(fake.pods) == [pod1.id] and not any("terminated pod" in s for s in said)
+
+
+def test_sigterm_during_a_replacement_leaves_no_pod_billing(fake, tmp_path):
+    """`watch` is renting a replacement (the fake's pod stays PENDING) when it gets SIGTERM: it
+    terminates the pod it rented before it exits, as on Ctrl-C."""
+    from launcher.providers.pods import PodRecord, save_pod
+    from tests.fixtures.sshd import free_port
+
+    fake.start_delay_s = 60.0
+    dead = parse_target(f"root@127.0.0.1:{free_port()}", str(fake.ssh_config))
+    node = registry.NodeRecord(dead, str(PROJECT_ROOT), sys.executable, str(tmp_path / "run"))
+    registry.save(registry.RunRecord(run=RUN, profile="cpu", created=1.0, nodes=[node], provider="prime",
+                                     pod_id="p-old"))  # fmt: skip
+    save_pod(PodRecord("p-old", RUN, "CPU_NODE", 1, 0.1, time.time() - 60, [dead.target]))
+    p = subprocess.Popen(
+        [sys.executable, "-c", "from launcher.cli import main; main()", "watch", "--run", RUN,
+         "--lost-after", "0", "--poll", "0.2"],
+        stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not fake.pods and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.05)
+        assert fake.pods, "no pod was rented"
+        (new,) = fake.pods
+        p.send_signal(15)
+        err = p.communicate(timeout=60)[1]
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, err[-3000:]
+    assert f"terminating pod {new}" in err or f"terminated pod {new}" in err, err[-3000:]
+    assert fake.pods == {}
+    from launcher.replace import recovery_status
+
+    assert recovery_status(RUN) is None
