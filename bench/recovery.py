@@ -27,11 +27,12 @@ where pods are involved), counting what went right:
   must exit 1 and say how many steps the mirror is behind; no .tmp- dir left.
 - `concurrent`: a `pull` process and this process pull while the host saves checkpoints; a reader
   checks `latest` continuously: every look must name a directory that verifies.
-- SIGTERM during a replacement is not measured here: renting-then-recording and the signal handling
-  are issue 24's part (launcher/providers), not in this branch.
+- `sigterm`: `watch` gets SIGTERM while the replacement pod it rented is still PENDING (the fake's
+  start delay 60 s): it must exit 130 and leave no pod listed. (Renting-then-recording inside
+  launcher/providers is issue 24's part; this measures watch's side.)
 
 Usage: .venv/bin/python bench/recovery.py [--start-delay 5] [--lost-after 5]
-       [--only same_host|lost_pod|rot|handover|full_disk|concurrent] [--nodes 1] [--gone] [--trials 3]
+       [--only same_host|lost_pod|rot|handover|full_disk|concurrent|sigterm] [--nodes 1] [--gone] [--trials 3]
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The fault scenarios of bench/recovery.py (issue 22): rot, handover, full_disk, concurrent.
+"""The fault scenarios of bench/recovery.py (issue 22): rot, handover, full_disk, concurrent, sigterm.
 
 Each returns one JSON-able dict with counts over `trials`. Every trial gets its own NSA_LAUNCH_HOME
 and run dirs under a temp dir; the fake Prime API (tests/fixtures/fake_prime.py) where pods are
@@ -215,4 +215,43 @@ def concurrent(trials: int) -> dict:
             "latest_not_verifying": bad, "pull_processes_failed": failed_pulls}  # fmt: skip
 
 
-SCENARIOS = {"rot": rot, "handover": handover, "full_disk": full_disk, "concurrent": concurrent}
+def sigterm(trials: int) -> dict:
+    """`watch` gets SIGTERM while its replacement pod is still PENDING: count pods left listed."""
+    from launcher.providers.pods import PodRecord, save_pod
+    from launcher.ssh.hosts import parse_target
+    from tests.fixtures.fake_prime import API_KEY, make_fake
+    from tests.fixtures.sshd import free_port
+
+    orphans = exit_130 = rented = 0
+    for _ in range(trials):
+        with tempfile.TemporaryDirectory() as d:
+            _home(Path(d))
+            fake = make_fake(60.0)
+            os.environ.update(PRIME_API_KEY=API_KEY, PRIME_API_BASE_URL=fake.url)
+            try:
+                dead = parse_target(f"root@127.0.0.1:{free_port()}", str(fake.ssh_config))
+                _record(Path(d) / "run", dead, provider="prime", pod_id="p-old")
+                save_pod(PodRecord("p-old", RUN, "CPU_NODE", 1, 0.1, time.time() - 60, [dead.target]))
+                p = subprocess.Popen([sys.executable, "-c", "from launcher.cli import main; main()", "watch",
+                                      "--run", RUN, "--lost-after", "0", "--poll", "0.2"],
+                                     cwd=REPO, stderr=subprocess.DEVNULL)  # fmt: skip
+                deadline = time.monotonic() + 60
+                while not fake.pods and time.monotonic() < deadline and p.poll() is None:
+                    time.sleep(0.05)
+                rented += bool(fake.pods)
+                p.terminate()
+                exit_130 += p.wait(timeout=60) == 130
+                orphans += len(fake.pods)
+            finally:
+                fake.close()
+    return {"scenario": "sigterm", "trials": trials, "replacement_rented": rented, "watch_exit_130": exit_130,
+            "pods_left_listed": orphans}  # fmt: skip
+
+
+SCENARIOS = {
+    "rot": rot,
+    "handover": handover,
+    "full_disk": full_disk,
+    "concurrent": concurrent,
+    "sigterm": sigterm,
+}

@@ -44,6 +44,7 @@ def watch(
     One watcher acts on a run at a time: while another `watch` or a dashboard holds it, this one says
     who and waits, taking over when that one stops. On taking the run it offers to terminate pods
     rented for it that it is not on (left by a replacement that was killed; --yes: unasked).
+    SIGTERM and SIGHUP are handled like Ctrl-C: a replacement under way terminates the pod it rented.
     Exit 0 when the run finished and its final pull brought the mirror to the host's newest verified
     checkpoint; 1 otherwise (the final pull failed, or the mirror is N steps behind: said).
     """
