@@ -30,9 +30,11 @@ where pods are involved), counting what went right:
 - `sigterm`: `watch` gets SIGTERM while the replacement pod it rented is still PENDING (the fake's
   start delay 60 s): it must exit 130 and leave no pod listed. (Renting-then-recording inside
   launcher/providers is issue 24's part; this measures watch's side.)
+- `unchanged_pull`: seconds of the first pull of a 256 MB checkpoint, then of `--trials` pulls with
+  nothing new (nothing is hashed again on either side).
 
 Usage: .venv/bin/python bench/recovery.py [--start-delay 5] [--lost-after 5]
-       [--only same_host|lost_pod|rot|handover|full_disk|concurrent|sigterm] [--nodes 1] [--gone] [--trials 3]
+       [--only same_host|lost_pod|rot|handover|full_disk|concurrent|sigterm|unchanged_pull] [--nodes 1] [--gone] [--trials 3]
 """
 
 from __future__ import annotations

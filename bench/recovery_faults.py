@@ -1,4 +1,5 @@
-"""The fault scenarios of bench/recovery.py (issue 22): rot, handover, full_disk, concurrent, sigterm.
+"""The fault scenarios of bench/recovery.py (issue 22): rot, handover, full_disk, concurrent, sigterm,
+unchanged_pull.
 
 Each returns one JSON-able dict with counts over `trials`. Every trial gets its own NSA_LAUNCH_HOME
 and run dirs under a temp dir; the fake Prime API (tests/fixtures/fake_prime.py) where pods are
@@ -248,10 +249,33 @@ def sigterm(trials: int) -> dict:
             "pods_left_listed": orphans}  # fmt: skip
 
 
+def unchanged_pull(trials: int, mb: int = 256) -> dict:
+    """Seconds of a first pull of a `mb` MB checkpoint, and of the pulls after it with nothing new (the
+    host hashes nothing newer than the mirror's; the mirror does not hash its unchanged copy)."""
+    from launcher.mirror import pull
+
+    with tempfile.TemporaryDirectory() as d:
+        _home(Path(d))
+        rd = Path(d) / "run"
+        _ckpt(rd, 4, os.urandom(mb << 20))
+        rec = _record(rd)
+        t0 = time.monotonic()
+        pull(rec, lambda _: None)
+        first = time.monotonic() - t0
+        again = []
+        for _ in range(trials):
+            t0 = time.monotonic()
+            pull(rec, lambda _: None)
+            again.append(round(time.monotonic() - t0, 2))
+    return {"scenario": "unchanged_pull", "checkpoint_mb": mb, "first_pull_s": round(first, 2),
+            "unchanged_pull_s": again}  # fmt: skip
+
+
 SCENARIOS = {
     "rot": rot,
     "handover": handover,
     "full_disk": full_disk,
     "concurrent": concurrent,
     "sigterm": sigterm,
+    "unchanged_pull": unchanged_pull,
 }
