@@ -101,6 +101,8 @@ def fetch_status(records: list[RunRecord]) -> list[dict[str, Any]]:
         st = _merge(rec, parts)
         st.update(pod_fields(rec))
         st["recovery"] = _recovery(rec)
+        if st["recovery"] and st["state"] == "lost":  # what is being done about it, wherever it shows
+            st["error"] = f"{st['error']}; {st['recovery']['text']}"
         out.append(st)
     return out
 

@@ -44,8 +44,6 @@ def status(ctx: click.Context, run: str | None, all_runs_: bool, as_json: bool) 
     lost = [s for s in snaps if s["state"] == "lost"]
     for s in lost:
         click.secho(f"error: run {s['run']} is lost: {s['error']}", fg="red", err=True)
-        if s.get("recovery"):
-            click.secho(f"  {s['recovery']['text']}", fg="yellow", err=True)
     if lost:
         ctx.exit(EXIT_RUNTIME)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -192,8 +193,26 @@ def test_status_says_which_pod_replaces_which_while_it_happens(tmp_path, monkeyp
     )
     pr.set("resuming", new_host="root@10.0.0.2:22")
     assert recovery_text(recovery_status(RUN), now=1030.0).endswith("-> pod p-2 at root@10.0.0.2:22 resuming")
+    # `status` of the lost run (its old address does not answer) says what is being done
+    from click.testing import CliRunner
+
+    from launcher.cli import cli
+    from tests.fixtures.sshd import free_port
+
+    rec.nodes[0].host = parse_target(f"root@127.0.0.1:{free_port()}")
+    registry.save(rec)
+    pr = Progress(rec, lost_at=time.time() - 12)
+    pr.set("provisioning", new_pod="p-2")
+    res = CliRunner().invoke(cli, ["status", "--run", RUN])
+    assert res.exit_code == 1
+    m = re.search(
+        rf"replacing pod p-1 at {re.escape(rec.host)} \(lost (\d+) s ago\) -> pod p-2 provisioning",
+        res.output,
+    )
+    assert m and 12 <= int(m[1]) < 60, res.output
     pr.clear()
     assert recovery_status(RUN) is None
+    assert fetch_status([rec])[0]["recovery"] is None
 
 
 def test_a_replacement_verifies_the_mirror_before_it_terminates_or_rents(fake, tmp_path):
