@@ -272,3 +272,38 @@ def test_sigterm_during_a_replacement_leaves_no_pod_billing(fake, tmp_path):
     from launcher.replace import recovery_status
 
     assert recovery_status(RUN) is None
+
+
+def test_pods_down_waits_for_the_writer_that_holds_the_run(fake, tmp_path):
+    """`pods down RUN` while a watcher holds the run's write lock (a pull or a replacement under way)
+    waits for it instead of terminating the pod under it; then it terminates."""
+    pod, host = _rent(fake, RUN)
+    rd = _finished_run_dir(tmp_path / "run")
+    registry.save(registry.RunRecord(run=RUN, profile="cpu", created=1.0, provider="prime", pod_id=pod.id,
+                  nodes=[registry.NodeRecord(host, str(PROJECT_ROOT), sys.executable, str(rd))]))  # fmt: skip
+    code = (
+        "import sys, time; from launcher.locks import run_lock\n"
+        f"with run_lock({RUN!r}, 'nsa-launch watch: replacing pod'):\n"
+        "    print('held', flush=True); sys.stdin.readline()"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    down = None
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        down = subprocess.Popen(
+            [sys.executable, "-c", "from launcher.cli import main; main()", "pods", "down", RUN, "--yes", "--no-pull"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+        )  # fmt: skip
+        time.sleep(2.0)
+        assert down.poll() is None and pod.id in fake.pods  # waiting, the pod untouched
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        out, err = down.communicate(timeout=60)
+        assert down.returncode == 0, err[-2000:]
+        assert f"terminated pod {pod.id}" in err + out and fake.pods == {}
+    finally:
+        for p in (holder, down):
+            if p is not None and p.poll() is None:
+                p.kill()
