@@ -241,7 +241,7 @@ def pull(
 
 
 def _pull(rec: RunRecord, say: Callable[[str], None]) -> dict[str, Any]:
-    from nsa.runfiles import atomic_write_json
+    from nsa.runfiles import CHECKPOINTS_DIR, LATEST, RunDir, atomic_write_json
 
     t0 = time.monotonic()
     node = rec.nodes[0]
@@ -281,6 +281,9 @@ def _pull(rec: RunRecord, say: Callable[[str], None]) -> dict[str, Any]:
     except LaunchError as e:
         raise PullFailed(e, have.name if have else None, state["host_newest"]) from None
     now = newest_verified(rec.run)
+    named = RunDir(dest).latest_checkpoint()
+    if now is not None and (named is None or named.name != now.name):  # a pull killed before `latest`
+        durable_write_text(dest / CHECKPOINTS_DIR / LATEST, now.name + "\n")
     res = {
         "run": rec.run,
         "mirror": str(dest),
