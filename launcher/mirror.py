@@ -278,7 +278,9 @@ def _pull(rec: RunRecord, say: Callable[[str], None]) -> dict[str, Any]:
             pulled = ckpt
         elif have is not None and others and missing_parts(rec):
             _bring(rec, t, have.name, others, parts_only=True)  # node 0's is here; a part was lost
-    except LaunchError as e:
+    except (LaunchError, OSError) as e:
+        if isinstance(e, OSError):  # this machine's side: a full disk, a permission
+            e = RuntimeFailure(f"writing the mirror {dest} failed: {e}", "free space there, then pull again")
         raise PullFailed(e, have.name if have else None, state["host_newest"]) from None
     now = newest_verified(rec.run)
     named = RunDir(dest).latest_checkpoint()
