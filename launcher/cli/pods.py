@@ -150,11 +150,13 @@ def ls(
         })  # fmt: skip
     if as_json:
         app.emit_json(rows)
-        return
-    if not rows:
-        app.say(
-            "no pods" + (f" of nsa-launch ({hidden} other pod(s) of the account: --all)" if hidden else "")
-        )
+    elif not rows:
+        app.say("no pods of nsa-launch")
+    if as_json or not rows:
+        if hidden:
+            app.say(
+                f"{hidden} other pod(s) of the account not made by nsa-launch: `nsa-launch pods ls --all`"
+            )
         return
     table = Table("id", "name", "gpus", "status", "ssh", "$/h", "run", "cost so far")
     for r in rows:

@@ -138,11 +138,12 @@ def wait_ready(
     timeout: float = READY_TIMEOUT_S,
     ssh_config: str | None = None,
     nodes: int = 1,
-    unknown_grace: float = UNKNOWN_GRACE_S,
+    unknown_grace: float | None = None,
 ) -> tuple[Pod, list[HostSpec]]:
     """Poll until the pod is ACTIVE with an SSH string per node and sshd answers on every one.
     A pod that will not come up (Pod.failed) or stays UNKNOWN past `unknown_grace` raises at once with
     the API's words; one with another number of nodes than the profile's is an error too (exit 1)."""
+    unknown_grace = UNKNOWN_GRACE_S if unknown_grace is None else unknown_grace
     t0 = time.monotonic()
     last_say = 0.0
     unknown_since: float | None = None

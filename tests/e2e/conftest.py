@@ -36,7 +36,9 @@ def fake_prime(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.setenv("PRIME_API_BASE_URL", api.url)
     for name in ("PRIME_TEAM_ID", "PRIME_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr("launcher.providers.prime.config_file", lambda: tmp_path / "dot-prime" / "config.json")
+    monkeypatch.setattr(
+        "launcher.providers.prime.config_file", lambda: tmp_path / "dot-prime" / "config.json"
+    )
     try:
         yield api
     finally:
