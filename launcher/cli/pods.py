@@ -74,14 +74,13 @@ def print_offers(
     if as_json:
         app.emit_json([{**o.__dict__, "choice": why} for o, why in rows])
         return
-    table = Table(
-        "", "gpu", "$/h", "provider", "region/dc", "security", "spot", "stock", "why not", "cloud id"
-    )
+    # provider, place, security and spot side by side: the four things the options choose by
+    table = Table("", "gpus", "$/h", "provider", "region/dc", "kind", "stock", "why not")
     for o, why in rows:
         price = f"{o.price_hr:.2f}" if o.price_hr is not None else "-"
-        table.add_row("->" if why == "rent" else "", f"{o.gpu_count}x {o.gpu_type}", price, o.provider or "-", o.where,
-                      "community" if o.community else "secure", "spot" if o.is_spot else "-", o.stock_status,
-                      "" if why in ("rent", "ok") else why, o.cloud_id)  # fmt: skip
+        kind = f"{'community' if o.community else 'secure'} {'spot' if o.is_spot else 'on-demand'}"
+        table.add_row("->" if why == "rent" else "", f"{o.gpu_count}x {o.gpu_type}", price, o.provider or "-",
+                      o.where, kind, o.stock_status, "" if why in ("rent", "ok") else why)  # fmt: skip
     app.out.print(table)
     if s.taken:
         o = s.taken[0]
