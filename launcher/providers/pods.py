@@ -249,7 +249,8 @@ def previous_choice(run: str | None) -> OfferChoice | None:
     """The options the run's last pod was rented with (a replacement pod is rented alike)."""
     recs = pods_of_run(run) if run else []
     if recs and recs[-1].choice is not None:
-        return OfferChoice(**recs[-1].choice)
+        known = set(OfferChoice.__dataclass_fields__)  # a ledger from another version may hold more
+        return OfferChoice(**{k: v for k, v in recs[-1].choice.items() if k in known})
     return None
 
 
