@@ -202,6 +202,15 @@ def test_a_pod_that_will_not_come_up_ends_the_wait_with_the_apis_words(
     assert rec["terminated"] is not None and "terminated pod" in res.output and "(cost $" in res.output
 
 
+def test_a_passing_api_error_while_waiting_is_retried(fake_prime, home):
+    fake_prime.next_fate = Fate("ERROR", failure="no GPU left on the host")
+    for _ in range(2):
+        fake_prime.inject("GET", "/pods/*", 503, "Service Unavailable")
+    res = create(fake_prime)
+    assert res.exit_code == 1 and "is ERROR: no GPU left on the host" in res.output, res.output
+    assert not fake_prime.injected and not fake_prime.pods
+
+
 def test_http_status_hints_name_the_real_fix(fake_prime, home):
     cfg = load_config()
     hints = {
