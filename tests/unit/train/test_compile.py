@@ -80,3 +80,23 @@ def test_nsa_train_compiles_checkpointed_blocks_on_cpu_and_records_it(tmp_path: 
     # NSA stats still arrive (from an eager side pass: compiled blocks cannot write them).
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert any("nsa/gate/cmp" in m for m in metrics)
+
+
+def test_compile_that_compiles_nothing_is_an_error(tmp_path: Path) -> None:
+    """compile: true with 0 graphs stops the run (here dynamo is switched off from outside)."""
+    run = tmp_path / "run"
+    sets = [
+        "train.device=cpu", "train.steps=2", "train.seq_len=32", "train.batch_size=2", "train.eval_every=0",
+        "train.save_final=false", "telemetry.tensorboard=false", "parallel.compile=true", "model.n_layers=1",
+    ]  # fmt: skip
+    cmd = [sys.executable, "-m", "nsa.train", "--config", "configs/tiny.yaml", "--run-dir", str(run)]
+    for s in sets:
+        cmd += ["--set", s]
+    out = subprocess.run(
+        cmd, cwd=REPO, env=_env(TORCHDYNAMO_DISABLE="1"), capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "compiled 0 graphs in the first step" in out.stderr and "Fix:" in out.stderr
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    assert [e["detail"]["error"] for e in events if e["kind"] == "error"] == ["compile"]
+    assert "first_step" not in [e["kind"] for e in events]
