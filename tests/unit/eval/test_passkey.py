@@ -6,10 +6,9 @@ Run: .venv/bin/pytest tests/unit/eval/test_passkey.py
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+import pytest
 
 from nsa.data.tokenizers import ByteTokenizer
 from nsa.eval.cli import main
@@ -29,20 +28,25 @@ def test_prompt_has_the_length_and_the_key_at_its_depth() -> None:
         assert abs(at - depth) < 0.3  # the needle sits where asked, within the fixed text
 
 
-def test_trainer_and_nsa_eval_write_passkey_and_loss_by_position(tmp_path: Path, capsys) -> None:
+def test_trainer_and_nsa_eval_write_passkey_and_loss_by_position(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nsa.train.cli import main as train
+
     run = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "CONFIG", "WANDB_PROJECT")}
-    env.update(NSA_MALLOC="system", OMP_NUM_THREADS="1")
+    for k in ("RANK", "WORLD_SIZE", "CONFIG", "WANDB_PROJECT"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("NSA_MALLOC", "system")
     sets = [
         "train.steps=2", "train.seq_len=64", "model.n_layers=1", "train.eval_every=0", "train.eval_batches=1",
         "telemetry.tensorboard=false", "train.device=cpu", "eval.long_context_every=2",
         "eval.passkey_lengths=[128]", "eval.passkey_depths=[0.5]", "eval.passkey_trials=1",
     ]  # fmt: skip
-    cmd = [sys.executable, "-m", "nsa.train", "--config", "configs/tiny.yaml", "--run-dir", str(run)]
+    argv = ["--config", str(REPO / "configs" / "tiny.yaml"), "--run-dir", str(run)]
     for s in sets:
-        cmd += ["--set", s]
-    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
+        argv += ["--set", s]
+    assert train(argv) == 0  # in process: one torch import for the whole test
+    capsys.readouterr()
     during = json.loads((run / "eval" / "passkey.json").read_text())
     assert during["step"] == 2 and [r["length"] for r in during["results"]] == [128]
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
