@@ -20,7 +20,7 @@ def cmd_start(req: dict[str, Any]) -> dict[str, Any]:
     """Create the run dir (or reuse it with resume), write manifest + wrapper, start tmux."""
     run, rd = req["run"], RunDir(req["run_dir"])
     sname = tmux.session_name(run, int(req.get("node", 0)))
-    if tmux.session(tmux.server(req), sname) is not None:
+    if tmux.has_session(req, sname):
         return {
             "ok": False,
             "error": f"tmux session {sname} already exists on this host",
@@ -57,5 +57,12 @@ def cmd_start(req: dict[str, Any]) -> dict[str, Any]:
     if req.get("secrets"):
         write_secrets(rd.root, req["secrets"])
     argv = ["bash", str(rd.root / WRAPPER)] + (["--resume"] if resume else [])
-    pid = tmux.start_session(req, sname, "exec " + shlex.join(argv), req["workdir"])
+    try:
+        pid = tmux.start_session(req, sname, "exec " + shlex.join(argv), req["workdir"])
+    except tmux.TmuxError as e:  # e.g. a concurrent start created the session first
+        return {
+            "ok": False,
+            "error": f"cannot start tmux session {sname}: {e}",
+            "fix": f"nsa-launch status --run {run}",
+        }
     return {"ok": True, "session": sname, "pane_pid": pid, "time": time.time()}
