@@ -142,8 +142,13 @@ def _merge(rec: RunRecord, parts: list[dict[str, Any] | str]) -> dict[str, Any]:
 
 
 def kill_nodes(rec: RunRecord, nodes: list[NodeRecord]) -> dict[str, Any]:
-    """Kill the run on the given nodes; merged verified result."""
+    """Kill the run on the given nodes; merged verified result, with the final save's outcome:
+    `final_save_failed`, the newest saved step (`saved_step`, the lowest over the nodes), the last
+    trained step (`last_step`) and `final_save_cause` (launcher/host/kill.py)."""
     killed, remaining, msgs = True, [], []
+    failed: list[tuple[str, dict[str, Any]]] = []
+    saved: list[int | None] = []
+    last = 0
     for node in nodes:
         t = transport_for(node.host)
         reply = agent_call(
@@ -163,12 +168,42 @@ def kill_nodes(rec: RunRecord, nodes: list[NodeRecord]) -> dict[str, Any]:
         killed = killed and bool(reply["killed"])
         remaining += [f"{node.label}:{p}" if len(nodes) > 1 else p for p in reply["remaining_pids"]]
         msgs.append(f"{node.label}: {reply['message']}")
-    return {"killed": killed, "remaining_pids": remaining, "message": "; ".join(msgs)}
+        if reply.get("final_save_failed"):
+            failed.append((node.label, reply))
+        if reply.get("last_step") is not None:
+            saved.append(reply.get("saved_step"))
+            last = max(last, int(reply["last_step"]))
+    out: dict[str, Any] = {"killed": killed, "remaining_pids": remaining, "message": "; ".join(msgs)}
+    out["final_save_failed"] = bool(failed)
+    if failed:
+        steps = [s for s in saved if s is not None]
+        out["saved_step"] = min(steps) if len(steps) == len(saved) else None
+        out["last_step"] = last
+        out["final_save_cause"] = "; ".join(
+            (f"{label}: " if len(nodes) > 1 else "") + str(r.get("final_save_cause")) for label, r in failed
+        )
+    return out
+
+
+def final_save_line(res: dict[str, Any]) -> str:
+    """'the final save failed: CAUSE; the newest saved step is N, steps N+1..M are lost' for a kill
+    result whose final save failed."""
+    n, m = res.get("saved_step"), res.get("last_step")
+    lost = (
+        f"the newest saved step is {n}: steps {n + 1}..{m} are lost"
+        if n is not None
+        else (f"no checkpoint was saved: steps 1..{m} are lost")
+    )
+    return f"the final save failed: {res.get('final_save_cause')}; {lost}"
 
 
 def kill_run(rec: RunRecord) -> dict[str, Any]:
-    """TERM, grace, KILL on every node; verified. Idempotent."""
-    return kill_nodes(rec, rec.nodes)
+    """CONT, TERM, grace, KILL on every node; verified. Idempotent. Holds the run's lock: a kill
+    during a restart of the same run stops with the holder's name (launcher/runlock.py)."""
+    from launcher.runlock import run_lock
+
+    with run_lock(rec.run, "killed"):
+        return kill_nodes(rec, rec.nodes)
 
 
 def gpu_processes(rec: RunRecord) -> list[dict[str, Any]] | None:
@@ -204,25 +239,44 @@ def restart_run(
 ) -> RunRecord:
     """Kill (verified; the trainer checkpoints first), re-sync the code (unless `sync` is false), then start again in the same run
     dir with --resume (latest checkpoint). A finished run is refused: there is nothing to resume.
-    `say` reports each step; `wait_fn` replaces the plain first-heartbeat wait (the CLI's ticker)."""
+    `say` reports each step; `wait_fn` replaces the plain first-heartbeat wait (the CLI's ticker).
+    Holds the run's lock (launcher/runlock.py): a second restart or a kill of the run meanwhile stops
+    at once, naming this one's PID."""
+    from launcher.runlock import run_lock
+
+    say = say or (lambda _msg: None)
+    with run_lock(rec.run, "restarted"):
+        return _restart_locked(rec, wait, sync, say, wait_fn)
+
+
+def _restart_locked(
+    rec: RunRecord,
+    wait: bool,
+    sync: bool,
+    say: Callable[[str], None],
+    wait_fn: Callable[[RunRecord], Any] | None,
+) -> RunRecord:
     from launcher.envspec import resolve_secrets
     from launcher.launch.execute import wait_first_heartbeat
 
-    say = say or (lambda _msg: None)
     [st] = fetch_status([rec])
     if st["state"] == "finished":
         raise LaunchError(
             f"run {rec.run} finished (step {st.get('step')}/{st.get('total_steps')}): nothing to resume",
             "start a new run: nsa-launch up --name NEW (raise train.steps with --set to train longer)",
         )
+    if st["state"] == "killed" and st.get("error"):
+        say(f"{rec.run} was killed and then: {st['error']}")
     say(f"stopping {rec.run} on {rec.host} (state {st['state']})")
-    res = kill_run(rec)
+    res = kill_nodes(rec, rec.nodes)
     if not res["killed"]:
         raise RuntimeFailure(
             f"cannot restart {rec.run}: the old processes survive: {res['message']}",
             "stop them by hand on the host, then retry",
         )
     say(f"stopped: {res['message']}")
+    if res.get("final_save_failed"):
+        say(f"{final_save_line(res)}; resuming from the newest intact checkpoint")
     secrets = resolve_secrets(rec.secrets, os.environ) if rec.secrets else {}
     if sync:
         _resync(rec, say)
@@ -274,8 +328,8 @@ def resume_report(rec: RunRecord, since: float, timeout: float = 600.0) -> tuple
     """
     deadline = time.monotonic() + timeout
     while True:
-        st = fetch_status([rec])[0]
-        new = [e for e in st.get("events") or [] if float(e.get("time") or 0) >= since]
+        st = _status_since(rec, since)
+        new = st.get("events_since") or []
         kinds = [e.get("kind") for e in new]
         if "boot" in kinds or st["state"] in ("failed", "killed", "lost", "finished"):
             break
@@ -287,10 +341,28 @@ def resume_report(rec: RunRecord, since: float, timeout: float = 600.0) -> tuple
     resumed = next((e for e in new if e.get("kind") == "resumed"), None)
     if resumed is not None:
         ck = (resumed.get("detail") or {}).get("checkpoint")
-        return True, f"resumed at step {resumed.get('step')} from {ck}{note}"
+        why = "its newest intact checkpoint" + (", the newer ones failed verification" if skipped else "")
+        return True, f"resumed at step {resumed.get('step')} from {ck} ({why}){note}"
     if "boot" in kinds:
         return True, f"started again from step 0: no checkpoint to resume from{note}"
     return False, f"{st['state']}: {st.get('error') or 'see nsa-launch logs'}"
+
+
+def _status_since(rec: RunRecord, since: float) -> dict[str, Any]:
+    """Node 0's status, with its resume-related events since `since` read from the whole events file
+    (`events_since`): a training run writes many events after its boot, the last five miss it."""
+    node = rec.nodes[0]
+    req = {
+        "tmux_socket": rec.tmux_socket,
+        "runs": [{"run": rec.run, "run_dir": node.run_dir, "node": 0, "events_since": since}],
+    }
+    try:
+        reply = agent_call(
+            reader_for(node.host), node.workdir, node.python, "status", req, timeout=STATUS_TIMEOUT_S
+        )
+    except LaunchError as e:
+        return _lost(rec, f"{node.label}: {e.message}")
+    return reply["runs"][0]
 
 
 def stream_log(rec: RunRecord, follow: bool = True, last_n: int = 200) -> Iterator[str]:
