@@ -104,7 +104,10 @@ def cmd_kill(req: dict[str, Any]) -> dict[str, Any]:
 
 
 def _last_step(rd: RunDir) -> int:
-    return max((hb.step for hb in rd.heartbeats().values()), default=0)
+    """The last step a rank of the current start recorded (heartbeats older than the start are the
+    previous one's: a kill before the new trainer beats must not count them)."""
+    started = float((read_json(rd.manifest) or {}).get("started_at") or 0)
+    return max((hb.step for hb in rd.heartbeats().values() if hb.time >= started - 1), default=0)
 
 
 def final_save(
