@@ -11,7 +11,10 @@ step M and why the save failed (`final_save_failed`): the CLI exits non-zero on 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 from launcher.host import gpu, procs, tmux
@@ -45,7 +48,7 @@ def cmd_kill(req: dict[str, Any]) -> dict[str, Any]:
     t_stop = time.time()
     log_at = rd.train_log.stat().st_size if rd.train_log.exists() else 0
     if before and rd.root.exists() and was_running:  # before any signal: no restart of a stopping run
-        atomic_write_json(rd.stop_requested_file, {"time": t_stop, "by": "nsa-launch"})
+        _record(rd.stop_requested_file, {"time": t_stop, "by": "nsa-launch"})
     # The trainer checkpoints at the next step boundary on SIGTERM; the grace must cover that.
     report: dict[str, Any] = {}
     remaining = procs.term_then_kill(now_pids, grace, spare=procs.is_wrapper, report=report)
@@ -60,7 +63,7 @@ def cmd_kill(req: dict[str, Any]) -> dict[str, Any]:
         else {"ok": True}
     )
     if before and rd.root.exists() and was_running:
-        atomic_write_json(
+        _record(
             rd.killed_file,
             {
                 "time": time.time(),
@@ -101,6 +104,17 @@ def cmd_kill(req: dict[str, Any]) -> dict[str, Any]:
         "last_step": final.get("last_step"),
         "final_save_cause": final.get("cause"),
     }
+
+
+def _record(path: Path, obj: dict[str, Any]) -> None:
+    """Write a marker file even on a full disk, where the kill matters most: the JSON when it fits,
+    else the file empty (an inode, no data block: its existence is what the wrapper and status read).
+    A kill must never stop before its signals because a marker could not be written."""
+    try:
+        atomic_write_json(path, obj)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
 
 
 def _last_step(rd: RunDir) -> int:

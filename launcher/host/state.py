@@ -33,7 +33,8 @@ def run_status(req: dict[str, Any], now: float) -> dict[str, Any]:
     metrics = next((r for r in reversed(recs) if "loss" in r), {})
     val = next((r for r in reversed(recs) if "loss/val" in r), {})
     exit_code = rd.exit_code()
-    killed = read_json(rd.killed_file) if rd.killed_file.exists() else None
+    # An empty `killed` (written on a full disk, launcher/host/kill.py) still means killed.
+    killed = (read_json(rd.killed_file) or {}) if rd.killed_file.exists() else None
     events = tail_jsonl(rd.events, 16384)
     stall_s = float(manifest.get("stall_seconds") or 300)
     restarted = manifest.get("restarts") or []  # `nsa-launch restart` times (launcher/host/start.py)

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -162,3 +163,44 @@ def test_a_second_restart_or_kill_of_the_same_run_stops_naming_the_holder(tmp_pa
         holder.wait()
     with run_lock(run, "killed"), run_lock(run, "killed"):  # free again, and re-entrant in one process
         pass
+
+
+def test_kill_on_a_full_disk_still_signals_and_reports_the_lost_steps(tmp_path):
+    """The agent's own marker files cannot be written on a full disk: the kill still stops the run and
+    reports the final save as failed (root only: a 2 MB tmpfs is the full disk)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if (
+        os.geteuid() != 0
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)]).returncode
+    ):
+        pytest.skip("needs root and mount -t tmpfs")
+    p = None
+    try:
+        rd = RunDir(mnt / "run")
+        rd.root.mkdir()
+        atomic_write_json(rd.manifest, {"run": "r"})
+        _ckpt(rd, 4)
+        env = {**os.environ, procs.TAG: str(rd.root)}
+        p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env=env)
+        _beat(rd, 0, 7, p.pid)
+        with open(mnt / "filler", "wb") as f, contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        req = {
+            "run": "full",
+            "run_dir": str(rd.root),
+            "tmux_socket": f"nsa-none-{uuid.uuid4().hex}",
+            "grace_s": 30,
+        }
+        reply = kill.cmd_kill(req)
+        assert reply["killed"] and p.wait(timeout=10) == -signal.SIGTERM
+        assert reply["final_save_failed"] and reply["saved_step"] == 4 and reply["last_step"] == 7
+        assert reply["final_save_cause"].startswith("disk full: ")
+        assert rd.killed_file.exists() and state.run_status(req, time.time())["state"] == "killed"
+    finally:
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait()
+        subprocess.run(["umount", "-l", str(mnt)])
