@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -156,7 +157,8 @@ def final_save(
         cause = f"{err.get('error', 'error')}: {' '.join(texts[0].split())}"
     if cause is None:
         line = next((ln for ln in reversed(log.splitlines()) if "exiting without a checkpoint" in ln), None)
-        cause = line.split("]: ", 1)[-1].strip() if line else None
+        # "[rank1]:[nsa] rank 1: no step boundary within 10s ...; exiting without a checkpoint"
+        cause = re.sub(r"^(\[[^\]]*\]:?\s*)+", "", line).strip() if line else None
     if cause is None and report.get("sigkilled"):
         cause = f"the save did not finish within the kill grace of {grace:.0f} s (SIGKILL)"
     if cause is None:
