@@ -77,14 +77,18 @@ def test_save_fsyncs_files_and_manifest_before_the_rename_and_latest(tmp_path, m
     at = {ev: i for i, ev in enumerate(log)}
     moved = at[("rename", str(final))]
     for name in ("model.pt", "optim.pt", "rank0.pt", "meta.json", CHECKPOINT_MANIFEST):
-        synced = [i for i, (k, p) in enumerate(log) if k == "fsync" and p.endswith(f"/.tmp-{final.name}/{name}")]
+        synced = [
+            i for i, (k, p) in enumerate(log) if k == "fsync" and p.endswith(f"/.tmp-{final.name}/{name}")
+        ]
         synced += [i for i, (k, p) in enumerate(log) if k == "fsync" and "/.tmp-" in p and f"/.{name}." in p]
         assert synced and min(synced) < moved, f"{name} not fsynced before the rename: {log}"
     assert any(k == "fsync" and p == root and i > moved for i, (k, p) in enumerate(log)), log
     latest = at[("replace", str(rd.checkpoints_dir / LATEST))]
     assert latest > moved
     assert any(k == "fsync" and f"/.{LATEST}." in p and i < latest for i, (k, p) in enumerate(log)), log
-    assert log[-1] == ("fsync", root) or any(k == "fsync" and p == root and i > latest for i, (k, p) in enumerate(log))
+    assert log[-1] == ("fsync", root) or any(
+        k == "fsync" and p == root and i > latest for i, (k, p) in enumerate(log)
+    )
 
 
 Usage = namedtuple("Usage", "total used free")
