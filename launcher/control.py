@@ -213,12 +213,39 @@ def final_save_line(res: dict[str, Any]) -> str:
 
 
 def kill_run(rec: RunRecord) -> dict[str, Any]:
-    """CONT, TERM, grace, KILL on every node; verified. Idempotent. Holds the run's lock: a kill
-    during a restart of the same run stops with the holder's name (launcher/runlock.py)."""
-    from launcher.runlock import run_lock
-
-    with run_lock(rec.run, "killed"):
+    """CONT, TERM, grace, KILL on every node; verified. Idempotent. Holds the run's write lock
+    (launcher/locks.py): a kill during a restart of the same run stops with the holder's name."""
+    with changing(rec.run, "kill"):
         return kill_nodes(rec, rec.nodes)
+
+
+# How long a kill or restart waits for another writer of the run (a pull takes seconds); a restart
+# or a pod replacement holds it for minutes, and then the second command says who, instead.
+CHANGE_WAIT_S = 10.0
+_DOING = {"restart": "restarted", "kill": "killed"}
+
+
+@contextlib.contextmanager
+def changing(run: str, verb: str) -> Iterator[None]:
+    """The run's write lock for `nsa-launch VERB`; when another process holds it past CHANGE_WAIT_S,
+    RuntimeFailure "run R is being restarted by PID P" (killed, or what the holder says it does)."""
+    import re
+
+    from launcher.locks import RunLocked, run_lock, run_lock_holder
+
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(run_lock(run, f"nsa-launch {verb}", timeout=CHANGE_WAIT_S))
+        except RunLocked:
+            holder = run_lock_holder(run)  # "pid N (nsa-launch restart)", "pid N (watch: pulling)"
+            m = re.fullmatch(r"pid (\d+) \((.*)\)", holder)
+            pid, who = (m.group(1), m.group(2)) if m else ("?", holder)
+            what = next((v for k, v in _DOING.items() if who == f"nsa-launch {k}"), f"changed ({who})")
+            raise RuntimeFailure(
+                f"run {run} is being {what} by PID {pid} (waited {CHANGE_WAIT_S:.0f} s)",
+                f"wait for that command to end (`nsa-launch status --run {run}` shows the run), then retry",
+            ) from None
+        yield
 
 
 def gpu_processes(rec: RunRecord) -> list[dict[str, Any]] | None:
@@ -255,12 +282,10 @@ def restart_run(
     """Kill (verified; the trainer checkpoints first), re-sync the code (unless `sync` is false), then start again in the same run
     dir with --resume (latest checkpoint). A finished run is refused: there is nothing to resume.
     `say` reports each step; `wait_fn` replaces the plain first-heartbeat wait (the CLI's ticker).
-    Holds the run's lock (launcher/runlock.py): a second restart or a kill of the run meanwhile stops
-    at once, naming this one's PID."""
-    from launcher.runlock import run_lock
-
+    Holds the run's write lock (launcher/locks.py): a second restart or a kill of the run meanwhile
+    stops after CHANGE_WAIT_S, naming this one's PID."""
     say = say or (lambda _msg: None)
-    with run_lock(rec.run, "restarted"):
+    with changing(rec.run, "restart"):
         return _restart_locked(rec, wait, sync, say, wait_fn)
 
 

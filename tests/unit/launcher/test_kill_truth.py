@@ -25,7 +25,6 @@ from launcher import registry
 from launcher.errors import RuntimeFailure
 from launcher.host import kill, procs, state
 from launcher.profiles import PROJECT_ROOT
-from launcher.runlock import run_lock
 from launcher.ssh.hosts import local_host
 from nsa.runfiles import Heartbeat, RunDir, atomic_write_json, checkpoint_name, write_checkpoint_manifest
 
@@ -131,15 +130,17 @@ def test_boot_detection_reads_every_event_since_the_restart(tmp_path):
     assert [e["kind"] for e in st["events_since"]] == ["boot", "resumed"]
 
 
-HOLD = "import sys, time; from launcher.runlock import run_lock\nwith run_lock(sys.argv[1], 'restarted'):\n    print('held', flush=True); time.sleep(60)"
+HOLD = "import sys, time; from launcher.locks import run_lock\nwith run_lock(sys.argv[1], 'nsa-launch restart'):\n    print('held', flush=True); time.sleep(60)"
 
 
 def test_a_second_restart_or_kill_of_the_same_run_stops_naming_the_holder(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
+    from launcher import control
     from launcher.cli import cli
 
     monkeypatch.setenv("NSA_LAUNCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(control, "CHANGE_WAIT_S", 0.3)
     run = "locked-run"
     node = registry.NodeRecord(local_host(), str(PROJECT_ROOT), sys.executable, str(tmp_path / "run"))
     registry.save(registry.RunRecord(run=run, profile="cpu", created=1.0, nodes=[node]))
@@ -156,12 +157,12 @@ def test_a_second_restart_or_kill_of_the_same_run_stops_naming_the_holder(tmp_pa
             assert res.exit_code == 1, res.output
             assert f"run {run} is being restarted by PID {holder.pid}" in res.output, res.output
             assert "Traceback" not in res.output
-        with pytest.raises(RuntimeFailure), run_lock(run, "killed"):
+        with pytest.raises(RuntimeFailure), control.changing(run, "kill"):
             pass
     finally:
         holder.kill()
         holder.wait()
-    with run_lock(run, "killed"), run_lock(run, "killed"):  # free again, and re-entrant in one process
+    with control.changing(run, "kill"), control.changing(run, "restart"):  # free again; re-entrant
         pass
 
 
