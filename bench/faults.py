@@ -2,6 +2,7 @@
 launcher (local transport) on this machine, repeated, each counted as survived or not (CPU).
 
     .venv/bin/python bench/faults.py [--kill 20] [--kill9-save 20] [--corrupt 1] [--disk-full 2] [--sigkill 4]
+        [--full-disk-kill 2] [--missing-required 2] [--stopped-rank 2] [--concurrent-restart 2]
 
 Prints one JSON object: for each fault, `trials`, `survived` and what was measured.
 - kill: `up`, wait for step >= 2, `kill`: survived when no process of the run is left, the trainer
@@ -17,6 +18,16 @@ Prints one JSON object: for each fault, `trials`, `survived` and what was measur
   restart on the still-full disk names the same cause.
 - sigkill: NSA_FAULT=kill:step=3:rank=1; survived when status is `failed` with rank, SIGKILL and
   "likely out of memory", and `status` / `status --all` render the real gloo text (exit 0).
+- full_disk_kill (issue 21): a 64 MB tmpfs over runs/ (root only), a checkpoint at step 30, then the
+  disk filled and `kill`; survived when kill exits 1 naming the newest saved step N = 30 and the
+  lost steps N+1..M exactly (M: the last step a heartbeat recorded), status says "killed" with
+  "final save failed: disk full", and `restart`, once space is freed, says it resumed at step N.
+- missing_required: a real 1-rank checkpoint pair (steps 2, 4); step 4's optim.pt removed and its
+  manifest rewritten without it; survived when --resume skips step 4 naming optim.pt and resumes at 2.
+- stopped_rank: rank 1 SIGSTOPped; survived when status names it stopped (not out of memory) and
+  `kill` (grace 120 s) ends within 30 s with the save at the step reached (nothing lost).
+- concurrent_restart: two `nsa-launch restart` processes at once; survived when one resumes (exit
+  0), the other exits 1 with "is being restarted by PID", no traceback, and one resume happened.
 """
 
 from __future__ import annotations
@@ -252,6 +263,175 @@ def fault_sigkill(trials: int) -> dict:
     return {"trials": trials, "survived": survived, "causes": causes[:1], "notes": notes}
 
 
+def _cli(*args: str, **kw) -> subprocess.Popen:
+    """`nsa-launch ARGS` as its own process (the lock is per process; CliRunner shares ours)."""
+    exe = Path(sys.executable).parent / "nsa-launch"
+    return subprocess.Popen([str(exe), *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, **kw)  # fmt: skip
+
+
+def _last_hb_step(rd: RunDir) -> int:
+    return max((h.step for h in rd.heartbeats().values()), default=0)
+
+
+def fault_full_disk_kill(trials: int) -> dict:
+    runs = ROOT / "runs"
+    if os.geteuid() != 0:
+        return {"trials": 0, "survived": 0, "notes": ["needs root to mount a tmpfs"]}
+    survived, notes, lost, lines = 0, [], [], []
+    existed = runs.exists()
+    for i in range(trials):
+        runs.mkdir(exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(runs)], check=True)
+        run = f"bench-fdk-{os.getpid()}-{i}"
+        filler = runs / "filler"
+        try:
+            _invoke(
+                "up", "--name", run, *QUICK, "--set", "train.steps=100000", "--set", "train.save_every=30"
+            )
+            rd = RunDir(runs / run)
+            if not _wait(
+                lambda rd=rd: (rd.checkpoints_dir / "step-00000030" / "manifest.json").exists(), 240
+            ):
+                notes.append(f"{i}: no checkpoint at step 30")
+                continue
+            with open(filler, "wb") as f:  # fill the disk: the final save cannot fit
+                try:
+                    while True:
+                        f.write(b"\0" * 2**20)
+                        f.flush()
+                except OSError:
+                    pass
+            res = _invoke("kill", "--run", run)
+            m = _last_hb_step(rd)
+            st = _status(run)
+            want = f"the newest saved step is 30: steps 31..{m} are lost"
+            ok = res.exit_code == 1 and want in " ".join(res.output.split()) and "disk full" in res.output
+            ok = (
+                ok
+                and st["state"] == "killed"
+                and (st.get("error") or "").startswith("final save failed: disk full")
+            )
+            lines.append(" ".join(res.output.split())[:300])
+            filler.unlink()
+            res2 = _invoke("restart", "--run", run)
+            ok = ok and res2.exit_code == 0 and "resumed at step 30" in res2.output
+            survived += ok
+            lost.append(m - 30)
+            if not ok:
+                notes.append(f"{i}: kill {res.exit_code} {res.output[-300:]!r} status {st.get('error')!r} "
+                             f"restart {res2.exit_code} {res2.output[-200:]!r}")  # fmt: skip
+        finally:
+            _invoke("kill", "--run", run)
+            filler.unlink(missing_ok=True)
+            subprocess.run(["umount", "-l", str(runs)])
+    if not existed:
+        shutil.rmtree(runs, ignore_errors=True)
+    return {"trials": trials, "survived": survived, "steps_lost_reported": lost, "kill_output": lines[:1],
+            "notes": notes}  # fmt: skip
+
+
+def fault_missing_required(trials: int) -> dict:
+    survived, notes = 0, []
+    for i in range(trials):
+        with tempfile.TemporaryDirectory() as d:
+            run = Path(d) / "run"
+            base = [
+                *train_cmd(1),
+                "--config",
+                str(TINY),
+                "--run-dir",
+                str(run),
+                *QUICK,
+                "--set",
+                "train.save_every=2",
+            ]
+            subprocess.run(
+                [*base, "--set", "train.steps=4"], env=clean_env(), capture_output=True, timeout=300
+            )
+            ck = run / "checkpoints" / "step-00000004"
+            man = json.loads((ck / "manifest.json").read_text())
+            del man["files"]["optim.pt"]
+            (ck / "manifest.json").write_text(json.dumps(man))
+            (ck / "optim.pt").unlink()
+            r = subprocess.run([*base, "--set", "train.steps=6", "--resume"], env=clean_env(), capture_output=True,
+                               text=True, timeout=300)  # fmt: skip
+            evs = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+            fb = [e for e in evs if e["kind"] == "checkpoint_fallback"]
+            resumed = [e["step"] for e in evs if e["kind"] == "resumed"]
+            ok = (
+                r.returncode == 0
+                and resumed == [2]
+                and any(
+                    e["detail"]["checkpoint"] == ck.name and "optim.pt" in e["detail"]["reason"] for e in fb
+                )
+            )
+            survived += ok
+            if not ok:
+                notes.append(f"{i}: rc {r.returncode} resumed {resumed} fallback {fb} {r.stderr[-300:]!r}")
+    return {"trials": trials, "survived": survived, "notes": notes}
+
+
+def fault_stopped_rank(trials: int) -> dict:
+    survived, notes, kill_s, lost = 0, [], [], []
+    for i in range(trials):
+        run = f"bench-stop-{os.getpid()}-{i}"
+        try:
+            _invoke("up", "--name", run, *QUICK, "--set", "train.steps=100000", "--set", "train.save_every=0")
+            rd = RunDir(ROOT / "runs" / run)
+            hb = _wait(lambda rd=rd: (h := rd.heartbeats().get(1)) and h.step >= 2 and h, 120)
+            if not hb:
+                notes.append(f"{i}: no step 2")
+                continue
+            os.kill(hb.pid, signal.SIGSTOP)
+            time.sleep(1.0)
+            err = _status(run).get("error") or ""
+            t0 = time.monotonic()
+            res = _invoke("kill", "--run", run)
+            took = time.monotonic() - t0
+            kill_s.append(round(took, 1))
+            reached = _last_hb_step(rd)
+            ck = rd.newest_intact_checkpoint()
+            saved = read_json(ck / "meta.json")["step"] if ck else None
+            lost.append(reached - (saved or 0))
+            ok = f"rank 1 (pid {hb.pid}) is stopped" in err and "memory" not in err
+            ok = ok and res.exit_code == 0 and took < 30 and saved == reached
+            survived += ok
+            if not ok:
+                notes.append(
+                    f"{i}: status {err!r} kill {res.exit_code} in {took:.0f}s saved {saved} reached {reached}"
+                )
+        finally:
+            _cleanup(run)
+    return {"trials": trials, "survived": survived, "kill_s": kill_s, "steps_lost": lost, "notes": notes}
+
+
+def fault_concurrent_restart(trials: int) -> dict:
+    survived, notes, second = 0, [], []
+    for i in range(trials):
+        run = f"bench-conc-{os.getpid()}-{i}"
+        try:
+            _invoke("up", "--name", run, *QUICK, "--set", "train.steps=100000", "--set", "train.save_every=5")
+            rd = RunDir(ROOT / "runs" / run)
+            _wait(lambda rd=rd: rd.latest_checkpoint(), 120)
+            a = _cli("restart", "--run", run)
+            b = _cli("restart", "--run", run)
+            outs = [(p.wait(timeout=600), p.stdout.read()) for p in (a, b)]
+            codes = sorted(c for c, _ in outs)
+            busy = next((o for c, o in outs if c == 1), "")
+            second.append(" ".join(busy.split())[:160])
+            resumes = sum('"resumed"' in x for x in rd.events.read_text().splitlines())
+            ok = codes == [0, 1] and f"run {run} is being restarted by PID" in busy
+            ok = ok and not any("Traceback" in o for _, o in outs) and resumes == 1
+            ok = ok and _status(run)["state"] in ("running", "restarting")
+            survived += ok
+            if not ok:
+                notes.append(f"{i}: codes {codes} resumes {resumes} outputs {[o[-300:] for _, o in outs]!r}")
+        finally:
+            _cleanup(run)
+    return {"trials": trials, "survived": survived, "second_says": second[:1], "notes": notes}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kill", type=int, default=20)
@@ -259,6 +439,10 @@ def main() -> None:
     ap.add_argument("--corrupt", type=int, default=1, help="rounds of the six damage cases")
     ap.add_argument("--disk-full", type=int, default=2)
     ap.add_argument("--sigkill", type=int, default=4)
+    ap.add_argument("--full-disk-kill", type=int, default=2)
+    ap.add_argument("--missing-required", type=int, default=2)
+    ap.add_argument("--stopped-rank", type=int, default=2)
+    ap.add_argument("--concurrent-restart", type=int, default=2)
     args = ap.parse_args()
     home = tempfile.mkdtemp(prefix="nsa-bench-faults-")
     os.environ["NSA_LAUNCH_HOME"] = home
@@ -268,7 +452,10 @@ def main() -> None:
     with private_tmux_server() as server:
         os.environ["NSA_LAUNCH_TMUX_SOCKET"] = server.socket_name
         for name, n in (("corrupt", args.corrupt), ("sigkill", args.sigkill), ("disk_full", args.disk_full),
-                        ("kill9_save", args.kill9_save), ("kill", args.kill)):  # fmt: skip
+                        ("kill9_save", args.kill9_save), ("kill", args.kill),
+                        ("full_disk_kill", args.full_disk_kill), ("missing_required", args.missing_required),
+                        ("stopped_rank", args.stopped_rank),
+                        ("concurrent_restart", args.concurrent_restart)):  # fmt: skip
             if n:
                 t = time.time()
                 out[name] = globals()[f"fault_{name}"](n)

@@ -157,8 +157,13 @@ def _merge(rec: RunRecord, parts: list[dict[str, Any] | str]) -> dict[str, Any]:
 
 
 def kill_nodes(rec: RunRecord, nodes: list[NodeRecord]) -> dict[str, Any]:
-    """Kill the run on the given nodes; merged verified result."""
+    """Kill the run on the given nodes; merged verified result, with the final save's outcome:
+    `final_save_failed`, the newest saved step (`saved_step`, the lowest over the nodes), the last
+    trained step (`last_step`) and `final_save_cause` (launcher/host/kill.py)."""
     killed, remaining, msgs = True, [], []
+    failed: list[tuple[str, dict[str, Any]]] = []
+    saved: list[int | None] = []
+    last = 0
     for node in nodes:
         t = transport_for(node.host)
         reply = agent_call(
@@ -178,12 +183,69 @@ def kill_nodes(rec: RunRecord, nodes: list[NodeRecord]) -> dict[str, Any]:
         killed = killed and bool(reply["killed"])
         remaining += [f"{node.label}:{p}" if len(nodes) > 1 else p for p in reply["remaining_pids"]]
         msgs.append(f"{node.label}: {reply['message']}")
-    return {"killed": killed, "remaining_pids": remaining, "message": "; ".join(msgs)}
+        if reply.get("final_save_failed"):
+            failed.append((node.label, reply))
+        if reply.get("last_step") is not None:
+            saved.append(reply.get("saved_step"))
+            last = max(last, int(reply["last_step"]))
+    out: dict[str, Any] = {"killed": killed, "remaining_pids": remaining, "message": "; ".join(msgs)}
+    out["final_save_failed"] = bool(failed)
+    if failed:
+        steps = [s for s in saved if s is not None]
+        out["saved_step"] = min(steps) if len(steps) == len(saved) else None
+        out["last_step"] = last
+        out["final_save_cause"] = "; ".join(
+            (f"{label}: " if len(nodes) > 1 else "") + str(r.get("final_save_cause")) for label, r in failed
+        )
+    return out
+
+
+def final_save_line(res: dict[str, Any]) -> str:
+    """'the final save failed: CAUSE; the newest saved step is N, steps N+1..M are lost' for a kill
+    result whose final save failed."""
+    n, m = res.get("saved_step"), res.get("last_step")
+    lost = (
+        f"the newest saved step is {n}: steps {n + 1}..{m} are lost"
+        if n is not None
+        else (f"no checkpoint was saved: steps 1..{m} are lost")
+    )
+    return f"the final save failed: {res.get('final_save_cause')}; {lost}"
 
 
 def kill_run(rec: RunRecord) -> dict[str, Any]:
-    """TERM, grace, KILL on every node; verified. Idempotent."""
-    return kill_nodes(rec, rec.nodes)
+    """CONT, TERM, grace, KILL on every node; verified. Idempotent. Holds the run's write lock
+    (launcher/locks.py): a kill during a restart of the same run stops with the holder's name."""
+    with changing(rec.run, "kill"):
+        return kill_nodes(rec, rec.nodes)
+
+
+# How long a kill or restart waits for another writer of the run (a pull takes seconds); a restart
+# or a pod replacement holds it for minutes, and then the second command says who, instead.
+CHANGE_WAIT_S = 10.0
+_DOING = {"restart": "restarted", "kill": "killed"}
+
+
+@contextlib.contextmanager
+def changing(run: str, verb: str) -> Iterator[None]:
+    """The run's write lock for `nsa-launch VERB`; when another process holds it past CHANGE_WAIT_S,
+    RuntimeFailure "run R is being restarted by PID P" (killed, or what the holder says it does)."""
+    import re
+
+    from launcher.locks import RunLocked, run_lock, run_lock_holder
+
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(run_lock(run, f"nsa-launch {verb}", timeout=CHANGE_WAIT_S))
+        except RunLocked:
+            holder = run_lock_holder(run)  # "pid N (nsa-launch restart)", "pid N (watch: pulling)"
+            m = re.fullmatch(r"pid (\d+) \((.*)\)", holder)
+            pid, who = (m.group(1), m.group(2)) if m else ("?", holder)
+            what = next((v for k, v in _DOING.items() if who == f"nsa-launch {k}"), f"changed ({who})")
+            raise RuntimeFailure(
+                f"run {run} is being {what} by PID {pid} (waited {CHANGE_WAIT_S:.0f} s)",
+                f"wait for that command to end (`nsa-launch status --run {run}` shows the run), then retry",
+            ) from None
+        yield
 
 
 def gpu_processes(rec: RunRecord) -> list[dict[str, Any]] | None:
@@ -219,25 +281,42 @@ def restart_run(
 ) -> RunRecord:
     """Kill (verified; the trainer checkpoints first), re-sync the code (unless `sync` is false), then start again in the same run
     dir with --resume (latest checkpoint). A finished run is refused: there is nothing to resume.
-    `say` reports each step; `wait_fn` replaces the plain first-heartbeat wait (the CLI's ticker)."""
+    `say` reports each step; `wait_fn` replaces the plain first-heartbeat wait (the CLI's ticker).
+    Holds the run's write lock (launcher/locks.py): a second restart or a kill of the run meanwhile
+    stops after CHANGE_WAIT_S, naming this one's PID."""
+    say = say or (lambda _msg: None)
+    with changing(rec.run, "restart"):
+        return _restart_locked(rec, wait, sync, say, wait_fn)
+
+
+def _restart_locked(
+    rec: RunRecord,
+    wait: bool,
+    sync: bool,
+    say: Callable[[str], None],
+    wait_fn: Callable[[RunRecord], Any] | None,
+) -> RunRecord:
     from launcher.envspec import resolve_secrets
     from launcher.launch.execute import wait_first_heartbeat
 
-    say = say or (lambda _msg: None)
     [st] = fetch_status([rec])
     if st["state"] == "finished":
         raise LaunchError(
             f"run {rec.run} finished (step {st.get('step')}/{st.get('total_steps')}): nothing to resume",
             "start a new run: nsa-launch up --name NEW (raise train.steps with --set to train longer)",
         )
+    if st["state"] == "killed" and st.get("error"):
+        say(f"{rec.run} was killed and then: {st['error']}")
     say(f"stopping {rec.run} on {rec.host} (state {st['state']})")
-    res = kill_run(rec)
+    res = kill_nodes(rec, rec.nodes)
     if not res["killed"]:
         raise RuntimeFailure(
             f"cannot restart {rec.run}: the old processes survive: {res['message']}",
             "stop them by hand on the host, then retry",
         )
     say(f"stopped: {res['message']}")
+    if res.get("final_save_failed"):
+        say(f"{final_save_line(res)}; resuming from the newest intact checkpoint")
     secrets = resolve_secrets(rec.secrets, os.environ) if rec.secrets else {}
     if sync:
         _resync(rec, say)
@@ -289,8 +368,8 @@ def resume_report(rec: RunRecord, since: float, timeout: float = 600.0) -> tuple
     """
     deadline = time.monotonic() + timeout
     while True:
-        st = fetch_status([rec])[0]
-        new = [e for e in st.get("events") or [] if float(e.get("time") or 0) >= since]
+        st = _status_since(rec, since)
+        new = st.get("events_since") or []
         kinds = [e.get("kind") for e in new]
         if "boot" in kinds or st["state"] in ("failed", "killed", "lost", "finished"):
             break
@@ -302,10 +381,28 @@ def resume_report(rec: RunRecord, since: float, timeout: float = 600.0) -> tuple
     resumed = next((e for e in new if e.get("kind") == "resumed"), None)
     if resumed is not None:
         ck = (resumed.get("detail") or {}).get("checkpoint")
-        return True, f"resumed at step {resumed.get('step')} from {ck}{note}"
+        why = "its newest intact checkpoint" + (", the newer ones failed verification" if skipped else "")
+        return True, f"resumed at step {resumed.get('step')} from {ck} ({why}){note}"
     if "boot" in kinds:
         return True, f"started again from step 0: no checkpoint to resume from{note}"
     return False, f"{st['state']}: {st.get('error') or 'see nsa-launch logs'}"
+
+
+def _status_since(rec: RunRecord, since: float) -> dict[str, Any]:
+    """Node 0's status, with its resume-related events since `since` read from the whole events file
+    (`events_since`): a training run writes many events after its boot, the last five miss it."""
+    node = rec.nodes[0]
+    req = {
+        "tmux_socket": rec.tmux_socket,
+        "runs": [{"run": rec.run, "run_dir": node.run_dir, "node": 0, "events_since": since}],
+    }
+    try:
+        reply = agent_call(
+            reader_for(node.host), node.workdir, node.python, "status", req, timeout=STATUS_TIMEOUT_S
+        )
+    except LaunchError as e:
+        return _lost(rec, f"{node.label}: {e.message}")
+    return reply["runs"][0]
 
 
 def stream_log(rec: RunRecord, follow: bool = True, last_n: int = 200) -> Iterator[str]:

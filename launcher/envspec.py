@@ -203,6 +203,17 @@ LEGACY: dict[str, str] = {
 REGISTRY: dict[str, EnvVar] = {**NSA_ENV, **RUNTIME_ENV}
 SECRET_NAMES = frozenset(n for n, v in REGISTRY.items() if v.secret)
 
+# Upper bounds of integer variables: a thread count past 1024 is a typo (OMP_NUM_THREADS=1e20 once
+# passed as digits), and every other int is read into a C int by NCCL / torch.
+THREAD_COUNTS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NCCL_SOCKET_NTHREADS")
+INT_LIMIT = 2**31 - 1
+INT_MAX: dict[str, int] = {
+    **{n: 1024 for n in THREAD_COUNTS},
+    "NCCL_NSOCKS_PERTHREAD": 64,
+    "NCCL_MIN_NCHANNELS": 1024,
+    "NCCL_MAX_NCHANNELS": 1024,
+}
+
 _ALLOC_KEYS = (
     "backend",
     "expandable_segments",
@@ -213,19 +224,25 @@ _ALLOC_KEYS = (
     "pinned_use_cuda_host_register",
     "pinned_num_register_threads",
 )
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Whole-string matches only (fullmatch): `$` also matches before a trailing newline, and
+# `--env $'X\n=cmd'` once wrote a line of its own into launch.sh.
+_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# What an env value may not hold: any C0 control character (tab included), DEL and the C1 controls.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def _did_you_mean(name: str) -> str:
+    if len(name) > SHOWN_MAX:
+        return ""  # difflib is quadratic: a megabyte-long name must not take minutes
     near = difflib.get_close_matches(name, list(REGISTRY), n=1, cutoff=0.7)
     return f"did you mean {near[0]}? " if near else ""
 
 
 def check_name(name: str, source: str) -> EnvVar:
     """The registry entry for `name`, or a LaunchError naming the source and what to do instead."""
-    if not _NAME_RE.match(name):
+    if not _NAME_RE.fullmatch(name):
         raise LaunchError(
-            f"{source}: {name!r} is not a valid environment variable name",
+            f"{source}: {clip(name)!r} is not a valid environment variable name",
             "use letters, digits and underscores, e.g. --env NCCL_DEBUG=INFO",
         )
     if name in LEGACY:
@@ -235,7 +252,7 @@ def check_name(name: str, source: str) -> EnvVar:
     var = REGISTRY.get(name)
     if var is None:
         raise LaunchError(
-            f"{source}: unknown environment variable {name}",
+            f"{source}: unknown environment variable {clip(name)}",
             f"{_did_you_mean(name)}Known variables are listed by `nsa-launch profiles --env` and in docs/env.md; "
             "a training knob belongs in the config (--set section.key=value)",
         )
@@ -244,16 +261,15 @@ def check_name(name: str, source: str) -> EnvVar:
 
 def check_value(var: EnvVar, value: str, source: str) -> None:
     """Raise a LaunchError when `value` does not fit `var`'s type or allowed values."""
-    shown = MASK if var.secret else repr(value)
     bad = None
     if var.kind == "enum" and value not in var.choices:
         bad = f"allowed values: {', '.join(var.choices)}"
     elif var.kind == "int":
-        try:
-            if int(value) < 0:
-                bad = "must be a non-negative integer"
-        except ValueError:
-            bad = "must be an integer"
+        top = INT_MAX.get(var.name, INT_LIMIT)
+        if not re.fullmatch(r"[0-9]{1,19}", value):
+            bad = "must be an integer (digits only, no sign)"
+        elif int(value) > top:
+            bad = f"must be at most {top}" + (" (a thread count)" if var.name in THREAD_COUNTS else "")
     elif var.kind == "float":
         try:
             if not math.isfinite(float(value)):
@@ -273,10 +289,9 @@ def check_value(var: EnvVar, value: str, source: str) -> None:
             bad = str(e)
     if var.name == "NSA_TERM_SAVE_S" and not bad and not 0 < float(value) <= 86400:
         bad = "must be seconds in (0, 86400]"
-    if "\0" in value:
-        bad = "must not contain a NUL byte"
     bad = shell_syntax(value) or bad
     if bad:
+        shown = MASK if var.secret else repr(clip(value))
         raise LaunchError(f"{source}: {var.name}={shown} is not valid ({var.help})", f"{var.name} {bad}")
 
 
@@ -284,11 +299,11 @@ def _check_alloc_conf(value: str) -> str | None:
     for part in value.split(","):
         key, sep, val = part.partition(":")
         if not sep or not val:
-            return f"entries look like key:value, got {part!r}"
+            return f"entries look like key:value, got {clip(part)!r}"
         if key.strip() not in _ALLOC_KEYS:
-            near = difflib.get_close_matches(key.strip(), _ALLOC_KEYS, n=1)
+            near = difflib.get_close_matches(key.strip()[:SHOWN_MAX], _ALLOC_KEYS, n=1)
             hint = f" (did you mean {near[0]}?)" if near else ""
-            return f"keys are {', '.join(_ALLOC_KEYS)}; got {key!r}{hint}"
+            return f"keys are {', '.join(_ALLOC_KEYS)}; got {clip(key)!r}{hint}"
     return None
 
 
@@ -299,7 +314,7 @@ def parse_assignments(items: Iterable[str], source: str = "--env") -> dict[str, 
         name, sep, value = item.partition("=")
         if not sep:
             raise LaunchError(
-                f"{source}: {item!r} is not NAME=VALUE",
+                f"{source}: {clip(item)!r} is not NAME=VALUE",
                 "write it as --env NAME=VALUE, e.g. --env NCCL_DEBUG=INFO",
             )
         if is_user_variable(name):
@@ -351,7 +366,7 @@ UNSAFE_NAMES = frozenset(
     ]
 )
 _SECRET_LOOKING = re.compile(
-    r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE_KEY|CREDENTIALS?)$", re.IGNORECASE
+    r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE_KEY|CREDENTIALS?)\Z", re.IGNORECASE
 )
 USER_VALUE_MAX = 4096
 
@@ -361,7 +376,7 @@ def is_user_variable(name: str) -> bool:
     legacy or internal name, not in a family this registry owns, not something the shell, the loader
     or python reads. Such a variable is passed as given, validated only for a safe value."""
     return (
-        bool(_NAME_RE.match(name))
+        bool(_NAME_RE.fullmatch(name))
         and name not in REGISTRY
         and name not in LEGACY
         and name not in INTERNAL
@@ -375,10 +390,25 @@ def shell_syntax(value: str) -> str | None:
     """Why a value must be refused whatever its name, or None. A value reaches the workers through a
     shell script; these would be (or end) shell syntax there. Refused rather than quoted so no reader
     of launch.sh has to wonder what ran."""
-    for seq, what in (("\n", "a newline"), ("\r", "a carriage return"), ("`", "a backtick"), ("$(", "'$('")):
+    ctl = _CONTROL.search(value)
+    if ctl is not None:
+        what = {"\n": "a newline", "\r": "a carriage return", "\0": "a NUL byte", "\t": "a tab"}.get(
+            ctl.group(), f"the control character {ctl.group()!r}"
+        )
+        return f"must not contain {what} (values reach the workers through a shell script)"
+    for seq, what in (("`", "a backtick"), ("$(", "'$('")):
         if seq in value:
             return f"must not contain {what} (values reach the workers through a shell script)"
     return None
+
+
+SHOWN_MAX = 200
+
+
+def clip(value: str, limit: int = SHOWN_MAX) -> str:
+    """At most `limit` characters of a bad value for an error message: a 200 MB value must not
+    become a 200 MB error."""
+    return value if len(value) <= limit else f"{value[:limit]}... ({len(value)} characters)"
 
 
 def check_user_value(name: str, value: str, source: str) -> None:
@@ -390,12 +420,12 @@ def check_user_value(name: str, value: str, source: str) -> None:
             "nsa-launch passes only declared secrets, by name (--secret NAME; `nsa-launch profiles --env` "
             "lists them); set this one in the host's environment instead",
         )
-    bad = next((c for c in value if (ord(c) < 32 and c != "\t") or ord(c) == 127), None)
-    if bad is not None or len(value) > USER_VALUE_MAX:
-        why = f"control character {bad!r}" if bad is not None else f"{len(value)} characters"
+    ctl = _CONTROL.search(value)
+    if ctl is not None or len(value) > USER_VALUE_MAX:
+        why = f"control character {ctl.group()!r}" if ctl is not None else f"{len(value)} characters"
         raise LaunchError(
             f"{source}: the value of {name} is not safe to pass ({why})",
-            f"user variables take printable text up to {USER_VALUE_MAX} characters",
+            f"user variables take printable text up to {USER_VALUE_MAX} characters, no control characters",
         )
     syntax = shell_syntax(value)
     if syntax:
@@ -422,6 +452,12 @@ def resolve_secrets(
         if not environ.get(name):
             raise LaunchError(
                 f"{source}: {name} is not set in your local environment", f"export {name}=... first"
+            )
+        if _CONTROL.search(environ[name]):
+            raise LaunchError(
+                f"{source}: the value of {name} in your local environment holds a control character "
+                "(a newline pasted with the token?)",
+                f"export {name} again without it",
             )
         out[name] = environ[name]
     return out

@@ -17,8 +17,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from launcher.envspec import SECRET_NAMES, check_name, validate_env
+from launcher.envspec import SECRET_NAMES, check_name, clip, validate_env
 from launcher.errors import LaunchError
+from nsa import yamlsafe
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PROFILES_DIR = PROJECT_ROOT / "profiles"
@@ -57,6 +58,7 @@ class TorchrunSpec(_Strict):
     max_restarts: int = Field(
         0,
         ge=0,
+        le=100,
         description="torchrun's own --max-restarts (elastic, same argv, no resume); keep 0 and use the "
         "profile's max_restarts (the wrapper's loop, resumes from the newest intact checkpoint).",
     )
@@ -109,10 +111,12 @@ class Expect(_Strict):
     """Checked at preflight, before any sync or start."""
 
     gpus: int | None = Field(
-        None, ge=0, description="GPUs the host must show; default nproc_per_node on cuda."
+        None, ge=0, le=64, description="GPUs the host must show; default nproc_per_node on cuda."
     )
     gpu_name: str | None = Field(None, description="Substring every GPU name must contain (e.g. A100).")
-    min_free_disk_gb: float = Field(5.0, ge=0, description="Free disk needed in the workdir's filesystem.")
+    min_free_disk_gb: float = Field(
+        5.0, ge=0, le=1e6, description="Free disk needed in the workdir's filesystem."
+    )
 
 
 KILL_GRACE_DEFAULT_S = 120.0
@@ -150,7 +154,9 @@ class Profile(_Strict):
         default_factory=list, description="Hosts by node; empty = --host or local."
     )
     expect: Expect = Field(default_factory=Expect)
-    first_heartbeat_timeout_s: float = Field(900.0, gt=0, description="`up` fails if no rank beats by then.")
+    first_heartbeat_timeout_s: float = Field(
+        900.0, gt=0, le=86400, description="`up` fails if no rank beats by then."
+    )
     max_restarts: int = Field(
         3,
         ge=0,
@@ -246,7 +252,9 @@ def load_profile(name_or_path: str | None) -> Profile:
 
 def _load_file(path: Path) -> Profile:
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yamlsafe.load(yamlsafe.read_text(path))  # text only, alias budget (nsa/yamlsafe.py)
+    except yamlsafe.BadYaml as e:
+        raise LaunchError(f"profile {path}: {e.problem}", e.fix) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -293,10 +301,10 @@ def _explain(err: ValidationError, source: str) -> LaunchError:
             if isinstance(ann, type) and issubclass(ann, BaseModel):
                 model = ann
         known = sorted(model.model_fields)
-        near = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        near = difflib.get_close_matches(str(loc[-1])[:200], known, n=1)
         hint = f"did you mean {near[0]!r}? " if near else "remove it. "
         return LaunchError(
-            f"profile {source}: unknown key {key}", f"{hint}Known keys there: {', '.join(known)}"
+            f"profile {source}: unknown key {clip(key)}", f"{hint}Known keys there: {', '.join(known)}"
         )
     if e["type"] == "missing":
         return LaunchError(
@@ -304,5 +312,6 @@ def _explain(err: ValidationError, source: str) -> LaunchError:
         )
     msg = e["msg"].removeprefix("Value error, ")
     return LaunchError(
-        f"profile {source}: {key} = {value!r}: {msg}", f"set {key} to a valid value (docs/profiles.md)"
+        f"profile {source}: {clip(key)} = {clip(repr(value))}: {clip(msg, 400)}",
+        f"set {clip(key)} to a valid value (docs/profiles.md)",
     )

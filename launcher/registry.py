@@ -18,7 +18,8 @@ from typing import Any
 from launcher.errors import LaunchError
 from launcher.ssh.hosts import HostSpec
 
-RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+# fullmatch, never `$`: `$` matches before a trailing newline and --name $'x\n' made a run dir.
+RUN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
 def home() -> Path:
@@ -31,9 +32,9 @@ def runs_dir() -> Path:
 
 
 def check_run_name(name: str) -> str:
-    if not RUN_NAME_RE.match(name):
+    if not isinstance(name, str) or not RUN_NAME_RE.fullmatch(name):
         raise LaunchError(
-            f"--name {name!r} is not a valid run name: it becomes a directory and the tmux session nsa-<name>",
+            f"--name {name[:100]!r} is not a valid run name: it becomes a directory and the tmux session nsa-<name>",
             "use 1-64 letters, digits, '-' or '_', starting with a letter or digit (e.g. --name m7c-lr3e4)",
         )
     return name

@@ -215,11 +215,56 @@ def file_sha256(path: str | os.PathLike[str], chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
-def write_checkpoint_manifest(ckpt_dir: str | os.PathLike[str], step: int) -> dict[str, Any]:
+def fsync_path(path: str | os.PathLike[str], *, directory: bool = False) -> None:
+    """Flush a file's data (or a directory's entries) to the disk. Durable means fsynced: a manifest
+    that verifies bytes the disk never got is worse than none after a power loss."""
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def durable_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """atomic_write_text, fsynced: the file's bytes, then the directory entry of the rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_path(path.parent, directory=True)
+
+
+# The files a checkpoint of an older manifest (one without `required`) must list all the same: the
+# step's metadata and at least one rank's data-loader state; the host of rank 0 also holds the weights
+# and the optimizer. A manifest that omits one of them is not intact, whatever it verifies.
+def _floor_problem(files: dict[str, Any]) -> str | None:
+    if "meta.json" not in files:
+        return "meta.json"
+    if not any(re.fullmatch(r"rank\d+\.pt", f) for f in files):
+        return "rank<N>.pt (the data-loader state)"
+    if "rank0.pt" in files:
+        return next((f for f in ("model.pt", "optim.pt") if f not in files), None)
+    return None
+
+
+def write_checkpoint_manifest(
+    ckpt_dir: str | os.PathLike[str], step: int, required: list[str] | None = None, *, durable: bool = False
+) -> dict[str, Any]:
     """Hash every file of a checkpoint dir (recursively) and write manifest.json into it, last.
 
     Called once every other file of the checkpoint is complete; a dir without a manifest, or whose
     files disagree with it, is not a checkpoint anyone may resume from (`verify_checkpoint`).
+    `required` names the files this checkpoint must hold (default: every file present); one that is
+    absent raises FileNotFoundError here, and verification refuses a manifest that does not list it.
+    `durable`: the manifest is fsynced (its data files must have been fsynced by their writers).
     """
     root = Path(ckpt_dir)
     files: dict[str, dict[str, Any]] = {}
@@ -227,17 +272,24 @@ def write_checkpoint_manifest(ckpt_dir: str | os.PathLike[str], step: int) -> di
         rel = p.relative_to(root).as_posix()
         if p.is_file() and rel != CHECKPOINT_MANIFEST:
             files[rel] = {"size": p.stat().st_size, "sha256": file_sha256(p)}
-    manifest = {"step": int(step), "time": time.time(), "files": files}
-    atomic_write_json(root / CHECKPOINT_MANIFEST, manifest)
+    need = sorted(files) if required is None else sorted(required)
+    absent = [f for f in need if f not in files]
+    if absent:
+        raise FileNotFoundError(f"{root}: required checkpoint file(s) {', '.join(absent)} were not written")
+    manifest = {"step": int(step), "time": time.time(), "required": need, "files": files}
+    write = durable_write_text if durable else atomic_write_text
+    write(root / CHECKPOINT_MANIFEST, json.dumps(manifest, sort_keys=True) + "\n")
     return manifest
 
 
 def verify_checkpoint(path: str | os.PathLike[str], *, hashes: bool = True) -> str | None:
     """None when the checkpoint dir is intact, else one line naming the bad file and what is wrong.
 
-    Intact: manifest.json parses, and every file it lists exists with the recorded size (and, with
-    `hashes`, the recorded sha256). Files the manifest does not list are ignored (a later copy may
-    add nothing it needs). `hashes=False` is the cheap check (sizes only) for frequent callers.
+    Intact: manifest.json parses, it lists every file of its `required` set (a manifest without one:
+    meta.json, a rank<N>.pt and, beside rank0.pt, model.pt and optim.pt), and every file it lists
+    exists with the recorded size (and, with `hashes`, the recorded sha256). Files the manifest does
+    not list are ignored (a later copy may add nothing it needs). `hashes=False` is the cheap check
+    (sizes only) for frequent callers.
     """
     root = Path(path)
     if not root.is_dir():
@@ -252,6 +304,15 @@ def verify_checkpoint(path: str | os.PathLike[str], *, hashes: bool = True) -> s
     files = data.get("files") if isinstance(data, dict) else None
     if not isinstance(files, dict) or not files:
         return f"{man}: lists no files"
+    required = data.get("required")
+    if required is None:
+        lacking = _floor_problem(files)
+    elif not isinstance(required, list) or not all(isinstance(f, str) for f in required):
+        return f"{man}: `required` is not a list of file names"
+    else:
+        lacking = next((f for f in required if f not in files), None)
+    if lacking is not None:
+        return f"{man}: does not list the required file {lacking} (an incomplete save)"
     for rel, rec in sorted(files.items()):
         f = root / rel
         try:
@@ -271,6 +332,18 @@ def verify_checkpoint(path: str | os.PathLike[str], *, hashes: bool = True) -> s
             if digest != rec.get("sha256"):
                 return f"{f}: sha256 differs from the manifest (corrupt)"
     return None
+
+
+def checkpoint_bytes(path: str | os.PathLike[str]) -> int:
+    """Bytes of every file under a checkpoint dir (0 when it is gone)."""
+    total = 0
+    for p in Path(path).rglob("*"):
+        try:
+            if p.is_file():
+                total += p.stat().st_size
+        except OSError:
+            continue
+    return total
 
 
 # --- the run dir as an object -------------------------------------------------------------------
@@ -429,8 +502,15 @@ _FAILURE = re.compile(
 _ENOSPC = re.compile(r"No space left on device|ENOSPC|\[Errno 28\]")
 _ENOSPC_PATH = re.compile(r"No space left on device: '([^']+)'")
 # With no ENOSPC text (on a full disk the trainer's traceback and train.log writes fail too), a failed
-# run whose filesystem has less than this left is reported as disk full.
-DISK_LOW_MB = 64
+# run whose filesystem has no room for one more checkpoint (the newest one's size plus 5% and this
+# margin, the trainer's own check before a save) is reported as disk full.
+DISK_MARGIN_MB = 16
+
+
+def disk_need_mb(rd: RunDir) -> float:
+    """MB the run needs free to save once more: its newest checkpoint's size plus 5% and a margin."""
+    done = rd.checkpoints()
+    return (checkpoint_bytes(done[0]) if done else 0) * 1.05 / 2**20 + DISK_MARGIN_MB
 
 
 def read_tail(path: str | os.PathLike[str], max_bytes: int = 65536) -> str:
@@ -503,7 +583,7 @@ def disk_full_cause(rd: RunDir, text: str) -> str | None:
     if df is None:
         return None
     where, free, total = df
-    if not (_ENOSPC.search(text) or free < DISK_LOW_MB):
+    if not (_ENOSPC.search(text) or free < disk_need_mb(rd)):
         return None
     return (
         f"disk full: {path} ({where} has {free:.1f} MB free of {total:.0f} MB; No space left on device). "

@@ -1,4 +1,5 @@
-"""`nsa-launch kill`: stop a run on every node and verify that none of its processes is left."""
+"""`nsa-launch kill`: stop a run on every node and verify that none of its processes is left; exit 1 when
+the trainer's final save failed, naming the newest saved step and the steps lost."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 import click
 
 from launcher.app import Application
-from launcher.control import kill_run, resolve_run
+from launcher.control import final_save_line, kill_run, resolve_run
 from launcher.errors import EXIT_RUNTIME
 
 
@@ -19,7 +20,9 @@ from launcher.errors import EXIT_RUNTIME
 @click.option("--json", "as_json", is_flag=True, help="Print the verified result as JSON.")
 @click.pass_obj
 def kill(app: Application, run: str | None, yes: bool, as_json: bool) -> None:
-    """SIGTERM the run's processes, SIGKILL after the grace period, verify none is left. Idempotent.
+    """SIGTERM the run's processes (SIGCONT first to stopped ones), SIGKILL after the grace period,
+    verify none is left. Idempotent. Exits 1 when the final save failed (it names the newest saved
+    step N and the lost steps N+1..M) or a process survives.
 
     On a terminal it first shows which run it will stop and asks; --yes skips the question."""
     rec = resolve_run(run)
@@ -39,5 +42,11 @@ def kill(app: Application, run: str | None, yes: bool, as_json: bool) -> None:
         app.abort(
             f"{rec.run}: processes survive: {res['remaining_pids']}",
             "stop them by hand on the host",
+            code=EXIT_RUNTIME,
+        )
+    if res.get("final_save_failed"):
+        app.abort(
+            f"{rec.run}: stopped, but {final_save_line(res)}",
+            f"fix the cause, then `nsa-launch restart --run {rec.run}` resumes from the newest saved step",
             code=EXIT_RUNTIME,
         )

@@ -38,6 +38,12 @@ TERMINAL = ("finished", "failed", "killed", "lost")
 )
 @click.option("--name", help="Run id (letters, digits, - and _). Default: <config>-<profile>-<time>-<hex>.")
 @click.option("--resume", is_flag=True, help="Continue the named run from its newest intact checkpoint.")
+@click.option(
+    "--from-scratch",
+    is_flag=True,
+    help="With --resume: start the named run over from step 0 in its run dir (its checkpoints are moved "
+    "aside to checkpoints/aside-*, not deleted).",
+)
 @click.option("--wait", is_flag=True, help="Block until the run ends; exit 0 only if it finished.")
 @click.option("--python", help="Absolute path of the host's python (overrides the profile's host.python).")
 @click.option("--workdir", help="Project dir on an SSH host (overrides host.workdir; relative: to its home).")

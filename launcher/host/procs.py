@@ -63,13 +63,23 @@ def tagged(run_dir: str, pids: list[int] | None = None) -> set[int]:
     return out
 
 
-def alive(pid: int) -> bool:
+def proc_state(pid: int) -> str:
+    """The one-letter state of /proc/PID/stat (R, S, D, T, t, Z, ...), or '' when it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        return state != "Z"  # a zombie holds no resources; its parent just has not reaped it
+            return f.read().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return False
+        return ""
+
+
+def stopped(pids: Any) -> set[int]:
+    """The processes among `pids` in state T (stopped by SIGSTOP/SIGTSTP) or t (stopped by a tracer)."""
+    return {p for p in pids if proc_state(p) in ("T", "t")}
+
+
+def alive(pid: int) -> bool:
+    state = proc_state(pid)
+    return bool(state) and state != "Z"  # a zombie holds no resources; its parent just has not reaped it
 
 
 def listens_on(pid: int, port: int) -> bool | None:
@@ -165,18 +175,37 @@ def term_spared(pids: set[int], spare: Any) -> None:
             os.kill(pid, signal.SIGTERM)
 
 
-def term_then_kill(pids_now: Any, grace_s: float, poll: float = 0.05, spare: Any = None) -> set[int]:
+def cont_stopped(pids: Any) -> set[int]:
+    """SIGCONT every stopped process among `pids`; the ones that were stopped. A stopped process holds
+    a SIGTERM pending: without this a kill waited its whole grace and then SIGKILLed a rank that could
+    have saved."""
+    held = stopped(pids)
+    for pid in held:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGCONT)
+    return held
+
+
+def term_then_kill(
+    pids_now: Any, grace_s: float, poll: float = 0.05, spare: Any = None, report: dict[str, Any] | None = None
+) -> set[int]:
     """TERM every process `pids_now()` returns, wait up to grace_s, KILL what is left, wait 5 s more.
 
     `pids_now` is called again each poll, so processes started meanwhile are caught too. `spare(pid)`
-    true: no SIGTERM for that process (nor its group), only the SIGKILL after the grace. Returns the
-    PIDs still alive at the end (empty on success).
+    true: no SIGTERM for that process (nor its group), only the SIGKILL after the grace. Stopped
+    processes get a SIGCONT first. Returns the PIDs still alive at the end (empty on success);
+    `report`, when given, receives `continued` (the PIDs that were stopped) and `sigkilled` (the PIDs
+    still alive when the grace ran out).
     """
     import time
 
+    report = report if report is not None else {}
+    report.setdefault("continued", [])
+    report.setdefault("sigkilled", [])
     left = pids_now()
     if not left:
         return set()
+    report["continued"] = sorted(cont_stopped(left))
     if spare is None:
         signal_all(left, signal.SIGTERM)
     else:
@@ -186,7 +215,9 @@ def term_then_kill(pids_now: Any, grace_s: float, poll: float = 0.05, spare: Any
         left = pids_now()
         if not left:
             return set()
+        cont_stopped(left)  # stopped again meanwhile (a job-control SIGTSTP): resume it once more
         time.sleep(poll)
+    report["sigkilled"] = sorted(left)
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline:
         left = pids_now()

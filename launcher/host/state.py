@@ -2,7 +2,8 @@
 
 Owns the state rules (docs/ARCHITECTURE.md "Run states": starting, restarting, running, stalled,
 finished, failed, killed, lost), the error a failed or stalled run reports (failed: `runfiles.failure_cause`,
-disk full or torchrun's first failing rank; stalled: the trainer's own event),
+disk full or torchrun's first failing rank; stalled: the trainer's own event; a stopped (T state)
+rank by name and pid; killed: a final save that failed, with the steps it lost),
 elapsed time and the ETA. It only reads: it must not write the run dir or signal processes.
 """
 
@@ -15,7 +16,7 @@ from typing import Any
 
 from launcher.host import gpu, procs, restarts, tmux
 from launcher.host.logtail import error_lines, log_tail
-from nsa.runfiles import RunDir, failure_cause, read_json, tail_jsonl
+from nsa.runfiles import RunDir, failure_cause, iter_jsonl, read_json, tail_jsonl
 
 WAITING = ("starting", "restarting")  # no heartbeat of the current start yet
 
@@ -32,7 +33,8 @@ def run_status(req: dict[str, Any], now: float) -> dict[str, Any]:
     metrics = next((r for r in reversed(recs) if "loss" in r), {})
     val = next((r for r in reversed(recs) if "loss/val" in r), {})
     exit_code = rd.exit_code()
-    killed = read_json(rd.killed_file) if rd.killed_file.exists() else None
+    # An empty `killed` (written on a full disk, launcher/host/kill.py) still means killed.
+    killed = (read_json(rd.killed_file) or {}) if rd.killed_file.exists() else None
     events = tail_jsonl(rd.events, 16384)
     stall_s = float(manifest.get("stall_seconds") or 300)
     restarted = manifest.get("restarts") or []  # `nsa-launch restart` times (launcher/host/start.py)
@@ -42,6 +44,9 @@ def run_status(req: dict[str, Any], now: float) -> dict[str, Any]:
         state, error = "lost", f"run dir {rd.root} does not exist on this host"
     elif killed is not None:
         state = "killed"
+        final = killed.get("final_save") or {}
+        if final.get("ok") is False:
+            error = final.get("line") or f"final save failed: {final.get('cause')}"
     elif exit_code is not None:
         state = "finished" if exit_code == 0 else "failed"
     elif pane_pid is None and not pids:
@@ -72,6 +77,16 @@ def run_status(req: dict[str, Any], now: float) -> dict[str, Any]:
                 d, sort_keys=True
             )
             error = f"{ev['kind']} at step {ev.get('step')}: {what}"
+    if state not in ("killed", "finished", "lost"):
+        # A stopped rank (SIGSTOP, Ctrl-Z, a debugger) is not dead: name it, whatever else is said.
+        held = _stopped_ranks(hbs, pids)
+        if held:
+            state = "stalled" if state == "running" else state
+            error = (
+                "; ".join(f"rank {r} (pid {p}) is stopped (T state)" for r, p in held)
+                + f": `kill -CONT {' '.join(str(p) for _, p in held)}` on the host resumes it; "
+                "nsa-launch kill continues it and stops the run"
+            )
     step = max([hb.step for hb in hbs.values()] + [int(metrics.get("step", 0) or 0)] or [0])
     total = manifest.get("total_steps")
     started = manifest.get("started_at")
@@ -96,11 +111,32 @@ def run_status(req: dict[str, Any], now: float) -> dict[str, Any]:
         "exit_code": exit_code,
         "pids": pids,
         "events": events[-5:],
+        **({"events_since": _events_since(rd, float(req["events_since"]))} if "events_since" in req else {}),
         "restarts": restarts.summary(rd, manifest.get("max_restarts")),
         "time": now,
         "error": error,
         "run_dir": str(rd.root),
     }
+
+
+# What `restart` needs to say where a run resumed: read from the whole file, since a training run
+# writes many events after its boot (the last five never held it).
+RESUME_KINDS = ("boot", "resumed", "checkpoint_fallback", "error", "restart", "restarts_stopped")
+
+
+def _events_since(rd: RunDir, since: float) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in iter_jsonl(rd.events)
+        if e.get("kind") in RESUME_KINDS and float(e.get("time") or 0) >= since
+    ][:50]
+
+
+def _stopped_ranks(hbs: dict[int, Any], pids: list[int]) -> list[tuple[int, int]]:
+    """(rank, pid) of each rank whose process is in T state; any other stopped process of the run as
+    rank -1 would be noise (the wrapper's shell under job control), so only heartbeat pids count."""
+    mine = set(pids)
+    return sorted((r, hb.pid) for r, hb in hbs.items() if hb.pid in mine and procs.stopped([hb.pid]))
 
 
 def _eta(events: list[dict[str, Any]], hbs: dict[int, Any], step: int, total: Any) -> float | None:

@@ -3,7 +3,8 @@
 Owns choosing the port (the first free one from the request's start, again on the next when another
 server took it first), proving the listener is ours (procs.listens_on, not just "something answers")
 and `tensorboard.json` in the run dir, which lets the next call reuse a live server. TensorBoard runs
-in the run's tmux session (window `tb`) through tmux.py. It must not stop the run.
+in the run's tmux session (window `tb`) through tmux.py, with an explicit environment (the allowlist
+and the run's tag; no secret). It must not stop the run.
 """
 
 from __future__ import annotations
@@ -74,8 +75,11 @@ def _tensorboard_window(req: dict[str, Any], rd: RunDir, port: int, log: Path) -
         "--reload_interval",
         "5",
     ]
-    cmd = f"exec env {procs.TAG}={shlex.quote(str(rd.root))} {shlex.join(argv)} >{shlex.quote(str(log))} 2>&1"
-    return tmux.open_tb_window(req, tmux.session_name(req["run"], int(req.get("node", 0))), cmd)
+    # A clean environment (tmux.clean_command): the allowlist and the run's tag, never the agent's
+    # environment, which on a local run is the user's shell with its secrets.
+    cmd = f"exec {shlex.join(argv)} >{shlex.quote(str(log))} 2>&1"
+    name = tmux.session_name(req["run"], int(req.get("node", 0)))
+    return tmux.open_tb_window(req, name, cmd, {procs.TAG: str(rd.root)})
 
 
 def _serves(pid: int, port: int) -> bool:

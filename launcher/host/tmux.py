@@ -1,17 +1,31 @@
 """The run's tmux sessions on the host: the only code of the project that talks to tmux.
 
 Owns the session names (`nsa-<run>`, window `train`; `-node<i>` on node i > 0), finding the live
-`train` pane, creating the run's session and TensorBoard window, and ending sessions. libtmux for
-changes; the plain `tmux` binary for the hot read (`train_pane_pid`, every status poll). The server
-is the user's default one unless the request names a socket (`tmux_socket`: a name, or a path when
-it contains '/'). It must not decide run states or signal processes (state.py, kill.py do).
+`train` pane, creating the run's session and TensorBoard window, and ending sessions, all through the
+plain `tmux` binary. Every tmux client runs with a built environment (`client_env`: the allowlist
+below, never the agent's own environment, which holds the user's shell and its secrets), so a tmux
+server this code starts has nothing else in its global environment, and every command a pane runs is
+`exec env -i ALLOWLIST... command`, so a pane inherits nothing from a server someone else started.
+The run's own env and its secrets are added by the wrapper (wrapper.py), by name. The server is the
+user's default one unless the request names a socket (`tmux_socket`: a name, or a path when it
+contains '/'). It must not decide run states or signal processes (state.py, kill.py do).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import shlex
 import subprocess
 from typing import Any
+
+# What a pane (and the tmux client) gets from the agent's environment. LD_LIBRARY_PATH: GPU images
+# put the driver's libraries (libcuda) there; TMPDIR / TMUX_TMPDIR: where tmux keeps its socket.
+ALLOWLIST = ("PATH", "HOME", "LANG", "TERM", "USER", "LD_LIBRARY_PATH", "TMPDIR", "TMUX_TMPDIR")
+
+
+class TmuxError(RuntimeError):
+    """A tmux command failed: the command and what tmux said."""
 
 
 def session_name(run: str, node: int = 0) -> str:
@@ -20,22 +34,16 @@ def session_name(run: str, node: int = 0) -> str:
     return f"nsa-{run}" if not node else f"nsa-{run}-node{int(node)}"
 
 
-def server(req: dict[str, Any]) -> Any:
-    import libtmux
-
-    sock = req.get("tmux_socket")
-    if sock and "/" in sock:
-        return libtmux.Server(socket_path=sock)
-    return libtmux.Server(socket_name=sock) if sock else libtmux.Server()
+def client_env() -> dict[str, str]:
+    """The allowlisted part of this process's environment: all a tmux client or pane is given."""
+    return {k: os.environ[k] for k in ALLOWLIST if k in os.environ}
 
 
-def session(srv: Any, name: str) -> Any | None:
-    try:
-        if not srv.has_session(name):
-            return None
-        return srv.sessions.get(session_name=name, default=None)
-    except Exception:  # no server running yet: libtmux raises on an absent socket
-        return None
+def clean_command(command: str, extra: dict[str, str] | None = None) -> str:
+    """`exec env -i ALLOWLIST... [extra...] sh -c COMMAND`: the pane starts from nothing inherited."""
+    env = {**client_env(), **(extra or {})}
+    assigns = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items()))
+    return f"exec /usr/bin/env -i {assigns} /bin/sh -c {shlex.quote(command)}"
 
 
 def _argv(req: dict[str, Any]) -> list[str]:
@@ -45,18 +53,40 @@ def _argv(req: dict[str, Any]) -> list[str]:
     return ["tmux", "-S", sock] if "/" in sock else ["tmux", "-L", sock]
 
 
-def train_pane_pid(req: dict[str, Any], run: str, node: int = 0) -> int | None:
-    """PID of the live `train` pane of the run's session, or None. One tmux exec and no libtmux import:
-    status runs every second or two from the dashboard, so its cost matters."""
-    fmt = "#{window_name}\t#{pane_pid}\t#{pane_dead}"
+def _tmux(req: dict[str, Any], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     try:
-        out = subprocess.run(
-            [*_argv(req), "list-panes", "-s", "-t", "=" + session_name(run, node), "-F", fmt],
+        res = subprocess.run(
+            [*_argv(req), *args],
             capture_output=True,
             text=True,
-            timeout=10,
+            timeout=30,
+            env=client_env(),
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise TmuxError(f"tmux {args[0]}: {e}") from None
+    if check and res.returncode != 0:
+        raise TmuxError(f"tmux {args[0]} exited {res.returncode}: {res.stderr.strip()[:300]}")
+    return res
+
+
+def has_session(req: dict[str, Any], name: str) -> bool:
+    """Whether session `name` exists (exactly that name: `=` stops tmux's prefix matching)."""
+    try:
+        return _tmux(req, "has-session", "-t", "=" + name, check=False).returncode == 0
+    except TmuxError:
+        return False
+
+
+def train_pane_pid(req: dict[str, Any], run: str, node: int = 0) -> int | None:
+    """PID of the live `train` pane of the run's session, or None. One tmux exec: status runs every
+    second or two from the dashboard, so its cost matters."""
+    fmt = "#{window_name}\t#{pane_pid}\t#{pane_dead}"
+    try:
+        out = _tmux(
+            req, "list-panes", "-s", "-t", "=" + session_name(run, node), "-F", fmt, check=False
         ).stdout
-    except (OSError, subprocess.TimeoutExpired):
+    except TmuxError:
         return None
     for line in out.splitlines():
         parts = line.split("\t")
@@ -65,44 +95,36 @@ def train_pane_pid(req: dict[str, Any], run: str, node: int = 0) -> int | None:
     return None
 
 
+def _pid(res: subprocess.CompletedProcess[str]) -> int:
+    return int(res.stdout.strip().splitlines()[-1])
+
+
 def start_session(req: dict[str, Any], name: str, command: str, start_directory: str) -> int:
-    """A detached session `name` whose `train` window runs `command`; the pane's pid."""
-    sess = server(req).new_session(
-        session_name=name,
-        window_name="train",
-        window_command=command,
-        start_directory=start_directory,
-        attach=False,
-    )
-    return int(sess.windows[0].active_pane.pane_pid)
+    """A detached session `name` whose `train` window runs `command` in a clean environment; the
+    pane's pid. TmuxError when tmux refuses (e.g. the session exists)."""
+    res = _tmux(
+        req, "new-session", "-d", "-s", name, "-n", "train", "-c", start_directory,
+        "-P", "-F", "#{pane_pid}", clean_command(command),
+    )  # fmt: skip
+    return _pid(res)
 
 
-def open_tb_window(req: dict[str, Any], name: str, command: str) -> int:
-    """(Re)open the `tb` window running `command` in session `name`, or in a session `name`-tb when
-    the run's session has ended (a finished run's TensorBoard); the pane's pid."""
-    srv = server(req)
-    sess = session(srv, name)
-    if sess is not None:
-        with contextlib.suppress(Exception):
-            for w in sess.windows:
-                if w.window_name == "tb":
-                    w.kill()
-        win = sess.new_window(window_name="tb", window_shell=command, attach=False)
+def open_tb_window(req: dict[str, Any], name: str, command: str, extra: dict[str, str] | None = None) -> int:
+    """(Re)open the `tb` window running `command` (clean environment plus `extra`) in session `name`,
+    or in a session `name`-tb when the run's session has ended (a finished run's TensorBoard); the
+    pane's pid."""
+    cmd = clean_command(command, extra)
+    if has_session(req, name):
+        _tmux(req, "kill-window", "-t", f"={name}:tb", check=False)
+        res = _tmux(req, "new-window", "-d", "-t", f"={name}:", "-n", "tb", "-P", "-F", "#{pane_pid}", cmd)
     else:
-        tb = session(srv, name + "-tb")
-        if tb is not None:
-            tb.kill()
-        win = srv.new_session(
-            session_name=name + "-tb", window_name="tb", window_command=command, attach=False
-        ).windows[0]
-    return int(win.active_pane.pane_pid)
+        _tmux(req, "kill-session", "-t", f"={name}-tb", check=False)
+        res = _tmux(req, "new-session", "-d", "-s", name + "-tb", "-n", "tb", "-P", "-F", "#{pane_pid}", cmd)
+    return _pid(res)
 
 
 def end_sessions(req: dict[str, Any], name: str) -> None:
     """End the run's session and its TensorBoard session, if they exist."""
-    srv = server(req)
     for n in (name, name + "-tb"):
-        sess = session(srv, n)
-        if sess is not None:
-            with contextlib.suppress(Exception):
-                sess.kill()
+        with contextlib.suppress(TmuxError):
+            _tmux(req, "kill-session", "-t", "=" + n, check=False)

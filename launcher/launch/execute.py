@@ -121,6 +121,7 @@ def execute(
                 "secrets": plan.secret_values,
                 "tmux_socket": plan.tmux_socket,
                 "resume": plan.opts.resume,
+                "from_scratch": plan.opts.from_scratch,
                 "max_restarts": max_restarts(plan),
                 "manifest": manifest(plan, i, t.label, argv),
                 "files": {INPUT_CONFIG: plan.config_text},

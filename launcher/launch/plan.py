@@ -34,6 +34,7 @@ class UpOptions:
     secrets: list[str] = field(default_factory=list)
     name: str | None = None
     resume: bool = False
+    from_scratch: bool = False  # with resume: same run dir, no --resume (damaged checkpoints moved aside)
     python: str | None = None
     workdir: str | None = None
     accept_new_host_key: bool = False
@@ -112,6 +113,8 @@ def plan_run(opts: UpOptions, environ: dict[str, str] | None = None) -> Plan:
         )
         run = f"{stem}-{profile.name}-{time.strftime('%Y%m%d-%H%M%S')}-{pysecrets.token_hex(2)}"
         run = registry.check_run_name(run[:64])
+    if opts.from_scratch and not opts.resume:
+        raise LaunchError("--from-scratch restarts an existing run", "add --resume (and --name RUN)")
     if registry.exists(run) and not opts.resume:
         raise LaunchError(
             f"a run named {run!r} was already launched from this machine",

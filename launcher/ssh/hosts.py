@@ -18,8 +18,8 @@ from typing import Any
 from launcher.errors import LaunchError
 
 LOCAL = "local"
-_HOST_RE = re.compile(r"^[A-Za-z0-9_.\-]+$|^\[[0-9A-Fa-f:.]+\]$")
-_USER_RE = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.\-]*$")
+_HOST_RE = re.compile(r"[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\]")  # fullmatch: `$` passes a trailing \n
+_USER_RE = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.\-]*")
 
 
 @dataclass(frozen=True)
@@ -112,14 +112,14 @@ def parse_target(target: str, ssh_config: str | None = None) -> HostSpec:
     user: str | None = None
     if "@" in dest:
         user, _, dest = dest.rpartition("@")
-        if not _USER_RE.match(user):
+        if not _USER_RE.fullmatch(user):
             raise _bad(target, f"user {user!r} is not a valid user name")
     if dest.count(":") == 1:
         dest, _, p = dest.partition(":")
         if port is not None:
             raise _bad(target, "port given twice (host:port and -p)")
         port = _port(target, p)
-    if not _HOST_RE.match(dest):
+    if not _HOST_RE.fullmatch(dest):
         raise _bad(target, f"{dest!r} is not a host name, address or alias")
     if key is not None and not Path(key).is_file():
         raise LaunchError(

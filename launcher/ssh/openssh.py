@@ -39,7 +39,7 @@ PERSIST_S = 300  # an idle master exits after this; `status` in a loop keeps it 
 # sun_path holds 108 bytes on Linux, 104 on macOS, and ssh binds the master to "<path>.<16 random
 # chars>" before renaming it: keep the path itself to 86 bytes.
 _SOCK_MAX = 104 - 1 - 17
-_SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+-]+$")  # no %-tokens, quotes or spaces for ssh to reinterpret
+_SAFE_PATH = re.compile(r"[A-Za-z0-9_./+-]+")  # no %-tokens, quotes or spaces for ssh to reinterpret
 # ssh's messages for a host it could not reach at all: the same verdict as paramiko's "cannot reach".
 _UNREACHABLE = (
     "Connection refused",
@@ -115,7 +115,7 @@ def control_path(spec: HostSpec) -> str | None:
     ]
     for d in control_dirs(root):
         path = str(d / name)
-        if len(path.encode()) <= _SOCK_MAX and _SAFE_PATH.match(path) and _private_dir(d):
+        if len(path.encode()) <= _SOCK_MAX and _SAFE_PATH.fullmatch(path) and _private_dir(d):
             return path
     return None
 

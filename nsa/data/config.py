@@ -80,18 +80,18 @@ class DataConfig(BaseModel):
     prefetch: int = Field(default=4, ge=1, le=256)
     """Batches prepared ahead by the background thread (the bounded queue's depth)."""
 
-    first_batch_timeout_s: float = Field(default=120.0, gt=0.0)
+    first_batch_timeout_s: float = Field(default=120.0, gt=0.0, le=86400.0)
     """How long the first batch may take (opening the source included) before a DataError that names
     the source. A hub that cannot be reached fails here instead of hanging."""
 
-    batch_timeout_s: float = Field(default=600.0, gt=0.0)
+    batch_timeout_s: float = Field(default=600.0, gt=0.0, le=86400.0)
     """How long any later batch may take before a DataError."""
 
     retries: int = Field(default=3, ge=0, le=20)
     """Re-open attempts after a transient read error (OSError, connection errors), resuming at the
     document where reading stopped."""
 
-    retry_backoff_s: float = Field(default=1.0, ge=0.0)
+    retry_backoff_s: float = Field(default=1.0, ge=0.0, le=3600.0)
     """First retry delay; doubled after every failed attempt."""
 
     @model_validator(mode="after")

@@ -16,7 +16,9 @@ two hosts sharing one run dir over a network filesystem are not supported.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import random
 import shutil
 import time
@@ -37,13 +39,14 @@ from torch.distributed.checkpoint.state_dict import (
 from nsa.runfiles import (
     LATEST,
     RunDir,
-    atomic_write_json,
-    atomic_write_text,
+    checkpoint_bytes,
     checkpoint_name,
+    durable_write_text,
+    fsync_path,
     verify_checkpoint,
     write_checkpoint_manifest,
 )
-from nsa.train.dist import DistInfo, barrier
+from nsa.train.dist import DistInfo, all_reduce_max, barrier
 
 TMP_PREFIX = ".tmp-"
 
@@ -94,24 +97,94 @@ def save(
     model_sd = get_model_state_dict(model, options=_full_options())
     optim_sd = get_optimizer_state_dict(model, optimizer, options=_full_options())
     progress()
-    if info.is_main:
-        torch.save(model_sd, tmp / "model.pt")
-        torch.save(optim_sd, tmp / "optim.pt")
-    if leader:  # every host's copy says which step it is; only rank 0's host holds the weights
-        atomic_write_json(tmp / "meta.json", {"step": step, "time": time.time(), **meta})
-    torch.save({**rank_state, "rng": rng_state()}, tmp / f"rank{info.rank}.pt")
-    progress()
-    barrier(info)
-    if leader:
-        write_checkpoint_manifest(tmp, step)  # last: a dir with a valid manifest is complete
+    # Room first, on every host, agreed by all ranks: a save that runs out of space half-way leaves a
+    # torn dir and a full disk; one refused here names the need and writes nothing.
+    problem = _space_problem(root, _state_bytes(model_sd) + _state_bytes(optim_sd) if info.is_main else 0)
+    if all_reduce_max(1.0 if problem else 0.0, info) > 0:
+        if leader:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise OSError(
+            errno.ENOSPC, problem or "No space left on device on another host of this run (see its log)"
+        )
+    try:
+        # Durable: each writer fsyncs its own files before the barrier; the leader then writes the
+        # manifest (fsynced) and only after that renames the dir and moves `latest`.
+        if info.is_main:
+            _save_durable(model_sd, tmp / "model.pt")
+            _save_durable(optim_sd, tmp / "optim.pt")
+        if leader:  # every host's copy says which step it is; only rank 0's host holds the weights
+            durable_write_text(
+                tmp / "meta.json", json.dumps({"step": step, "time": time.time(), **meta}) + "\n"
+            )
+        _save_durable({**rank_state, "rng": rng_state()}, tmp / f"rank{info.rank}.pt")
         progress()
-        if final.exists():
-            shutil.rmtree(final)  # same step saved again (e.g. end of a resumed run): replace it
-        tmp.rename(final)
-        atomic_write_text(root / LATEST, name + "\n")
-        _prune(root, keep_last, keep=final)
+        barrier(info)
+        if leader:
+            # last: a dir with a valid manifest is complete; it names what it must hold (required)
+            write_checkpoint_manifest(tmp, step, _required(info), durable=True)
+            progress()
+            if final.exists():
+                shutil.rmtree(final)  # same step saved again (e.g. end of a resumed run): replace it
+            tmp.rename(final)
+            fsync_path(root, directory=True)  # the rename itself reaches the disk before `latest` names it
+            durable_write_text(root / LATEST, name + "\n")
+            _prune(root, keep_last, keep=final)
+    except OSError:
+        if leader:  # a torn save must not hold the space the run's logs and exit code need
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
     barrier(info)
     return final
+
+
+# Kept free beyond the checkpoint itself: the logs, heartbeats and exit code written after it.
+SPACE_MARGIN_BYTES = 16 * 2**20
+
+
+def _state_bytes(sd: Any) -> int:
+    """Bytes of the tensors in a (nested) state dict: what torch.save is about to write, near enough."""
+    if isinstance(sd, torch.Tensor):
+        return sd.numel() * sd.element_size()
+    if isinstance(sd, dict):
+        return sum(_state_bytes(v) for v in sd.values())
+    if isinstance(sd, (list, tuple)):
+        return sum(_state_bytes(v) for v in sd)
+    return 0
+
+
+def _space_problem(root: Path, state_bytes: int) -> str | None:
+    """None when the checkpoints' filesystem has room for one more checkpoint: the size of the last
+    one on this host (or of the state about to be written, if larger) plus 5% and a margin."""
+    try:
+        free = shutil.disk_usage(root).free
+    except OSError:
+        return None
+    done = RunDir(root.parent).checkpoints()
+    last = checkpoint_bytes(done[0]) if done else 0
+    need = int(max(last, state_bytes) * 1.05) + SPACE_MARGIN_BYTES
+    if free >= need:
+        return None
+    return (
+        f"No space left on device for a checkpoint: {root} has {free / 2**20:.1f} MB free, a checkpoint "
+        f"needs about {need / 2**20:.1f} MB (the last one {last / 2**20:.1f} MB, plus "
+        f"{SPACE_MARGIN_BYTES // 2**20} MB and 5%)"
+    )
+
+
+def _save_durable(obj: Any, path: Path) -> None:
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _required(info: DistInfo) -> list[str]:
+    """The files this host's checkpoint dir must hold: the step's metadata, the data-loader state of
+    each of its ranks and, on rank 0's host, the model and the optimizer."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if info.distributed else 1
+    first = info.rank - info.local_rank
+    files = ["meta.json", *(f"rank{r}.pt" for r in range(first, first + local))]
+    return files + (["model.pt", "optim.pt"] if first == 0 else [])
 
 
 def _prune(root: Path, keep_last: int, keep: Path) -> None:

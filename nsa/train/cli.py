@@ -113,16 +113,15 @@ def check_disk(rd: RunDir) -> str | None:
     A run started on a full disk died in its first heartbeat write with a traceback; a restart on a
     disk that is still full must say so instead.
     """
-    from nsa.runfiles import disk_free
+    from nsa.runfiles import disk_free, disk_need_mb
 
     df = disk_free(rd.root)
     if df is None:
         return None
     where, free, _total = df
-    ckpts = rd.checkpoints()
-    need = MIN_FREE_MB + (
-        sum(f.stat().st_size for f in ckpts[0].rglob("*") if f.is_file()) / 2**20 if ckpts else 0
-    )
+    # The same need as the trainer's check before each save (nsa.train.ckpt): a start that passed here
+    # with less would fail at its first save.
+    need = max(MIN_FREE_MB, disk_need_mb(rd))
     if free >= need:
         return None
     return (

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from nsa import yamlsafe
 from nsa.data.config import DataConfig, vocab_size_for
 
 
@@ -41,12 +42,20 @@ class ConfigError(ValueError):
     @property
     def summary(self) -> str:
         """Where and what, without the fix (for callers that print the fix on a line of its own)."""
-        where = f"{self.file}: {self.key}" if self.key else self.file
-        shown = f" = {self.value!r}" if self.value is not None else ""
-        return f"config error in {where}{shown}: {self.problem}"
+        where = f"{_clip(self.file, 400)}: {_clip(str(self.key))}" if self.key else _clip(self.file, 400)
+        shown = f" = {_clip(repr(self.value))}" if self.value is not None else ""
+        return f"config error in {where}{shown}: {_clip(self.problem, 600)}"
 
     def __str__(self) -> str:
-        return f"{self.summary}. Fix: {self.fix}"
+        return f"{self.summary}. Fix: {_clip(self.fix, 600)}"
+
+
+SHOWN_MAX = 200
+
+
+def _clip(text: str, limit: int = SHOWN_MAX) -> str:
+    """At most `limit` characters of a bad value in a message (an expanded alias once made 226 MB)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 class _Strict(BaseModel):
@@ -55,6 +64,15 @@ class _Strict(BaseModel):
 
 
 # --- model --------------------------------------------------------------------------------------
+# Bounds of the model's shape: what fits 8 x 80 GB when training with AdamW in fp32 (16 bytes a
+# parameter: weights, gradients, two moments) is about 40e9 parameters; no single dimension of such a
+# model comes near these. A typo (dim 1e12) is refused here instead of in an allocation on the pod.
+MAX_DIM = 65536
+MAX_VOCAB = 1 << 24
+TRAIN_BYTES_PER_PARAM = 16
+MAX_TRAIN_BYTES = 8 * 80 * 10**9
+
+
 class NSAConfig(_Strict):
     """Native Sparse Attention geometry (paper notation: l = block_len, d = block_stride,
     l' = sel_block, n = n_sel, w = window)."""
@@ -96,18 +114,21 @@ class ModelConfig(_Strict):
     """Llama-style decoder: RMSNorm, RoPE, SwiGLU, grouped-query attention (NSA or dense)."""
 
     vocab_size: int | None = Field(
-        None, ge=2, description="Embedding rows; null = the tokenizer's vocabulary size (from `data`)."
+        None,
+        ge=2,
+        le=MAX_VOCAB,
+        description="Embedding rows; null = the tokenizer's vocabulary size (from `data`).",
     )
-    dim: int = Field(768, ge=8, description="Residual stream width.")
-    n_layers: int = Field(12, ge=1, description="Transformer blocks.")
-    n_heads: int = Field(12, ge=1, description="Query heads.")
-    n_kv_heads: int = Field(2, ge=1, description="Key/value heads (GQA); must divide n_heads.")
-    head_dim: int = Field(64, ge=2, description="Per-head width; even (RoPE rotates pairs).")
+    dim: int = Field(768, ge=8, le=MAX_DIM, description="Residual stream width.")
+    n_layers: int = Field(12, ge=1, le=1024, description="Transformer blocks.")
+    n_heads: int = Field(12, ge=1, le=1024, description="Query heads.")
+    n_kv_heads: int = Field(2, ge=1, le=1024, description="Key/value heads (GQA); must divide n_heads.")
+    head_dim: int = Field(64, ge=2, le=1024, description="Per-head width; even (RoPE rotates pairs).")
     ffn_multiple_of: int = Field(
         64, ge=1, description="SwiGLU hidden width is 8/3*dim rounded up to a multiple of this."
     )
     ffn_hidden: int | None = Field(
-        None, ge=1, description="Explicit SwiGLU hidden width; overrides the rule."
+        None, ge=1, le=4 * MAX_DIM, description="Explicit SwiGLU hidden width; overrides the rule."
     )
     attention: Literal["nsa", "dense"] = Field(
         "nsa", description="nsa = Native Sparse Attention; dense = baseline."
@@ -129,6 +150,13 @@ class ModelConfig(_Strict):
             raise ValueError(f"model.head_dim={self.head_dim} must be even (RoPE rotates pairs of channels)")
         return self
 
+    def approx_params(self, vocab: int) -> int:
+        """Parameters of the linear and embedding weights (norms and NSA gates are small beside them)."""
+        attn = self.dim * self.head_dim * (2 * self.n_heads + 2 * self.n_kv_heads)
+        ffn = 3 * self.dim * self.ffn_width()
+        emb = vocab * self.dim * (1 if self.tie_embeddings else 2)
+        return self.n_layers * (attn + ffn) + emb
+
     def ffn_width(self) -> int:
         if self.ffn_hidden is not None:
             return self.ffn_hidden
@@ -143,9 +171,11 @@ class TrainSection(_Strict):
     steps: int = Field(
         ..., ge=1, le=10**9, description="Optimizer steps to train for (not micro-batches; at most 1e9)."
     )
-    seq_len: int = Field(..., ge=2, description="Tokens per sequence.")
-    batch_size: int = Field(..., ge=1, description="Sequences per micro-batch per rank.")
-    grad_accum: int = Field(1, ge=1, description="Micro-batches accumulated per optimizer step.")
+    seq_len: int = Field(..., ge=2, le=1 << 22, description="Tokens per sequence (at most 4M).")
+    batch_size: int = Field(..., ge=1, le=1 << 16, description="Sequences per micro-batch per rank.")
+    grad_accum: int = Field(
+        1, ge=1, le=4096, description="Micro-batches accumulated per optimizer step (at most 4096)."
+    )
     global_batch: int | None = Field(
         None,
         ge=1,
@@ -327,7 +357,7 @@ def _from_validation_error(file: str, err: ValidationError, raw: dict[str, Any])
     value = e.get("input")
     if e["type"] == "extra_forbidden":
         known = _known_keys(loc[:-1])
-        near = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+        near = difflib.get_close_matches(str(loc[-1])[:SHOWN_MAX], known, n=1, cutoff=0.6)
         section = _dotted(loc[:-1]) or "the top level"
         hint = f"did you mean {_dotted((*loc[:-1], near[0]))!r}?" if near else "remove it"
         return ConfigError(
@@ -351,6 +381,11 @@ def _describe(loc: Sequence[Any]) -> str:
 
 
 _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+_KEY_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+# Any C0/C1 control character, tab included: a --set value is one line of text (a newline in one
+# reached launch.sh's command line).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+SET_VALUE_MAX = 4096
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -360,15 +395,25 @@ def parse_override(text: str) -> tuple[list[str], Any]:
             "--set", text, text, "an override must look like section.key=value", "e.g. --set train.steps=100"
         )
     key, _, raw = text.partition("=")
-    key = key.strip()
-    if not key or any(not p for p in key.split(".")):
-        raise ConfigError("--set", key, raw, "empty key path", "e.g. --set train.steps=100")
+    if _CONTROL.search(key) or not _KEY_PATH.fullmatch(key.strip(" ")):
+        raise ConfigError(
+            "--set", key, None, "is not a key path", "keys are letters, digits and '_' joined by '.'"
+        )
+    key = key.strip(" ")
+    ctl = _CONTROL.search(raw)
+    if ctl is not None or len(raw) > SET_VALUE_MAX:
+        why = f"holds the control character {ctl.group()!r}" if ctl else f"is {len(raw)} characters long"
+        raise ConfigError(
+            "--set", key, raw, f"the value {why}", f"give one line of at most {SET_VALUE_MAX} characters"
+        )
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = yamlsafe.load(raw) if raw.strip() else ""
+    except yamlsafe.BadYaml as e:
+        raise ConfigError("--set", key, raw, e.problem, e.fix) from None
     except yaml.YAMLError as e:
         raise ConfigError(
             "--set", key, raw, f"value is not valid YAML ({e.__class__.__name__})", "quote it"
-        ) from e
+        ) from None
     if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
         value = float(value)  # YAML 1.1 reads 1e-4 (no dot) as a string; on a command line it is a number
     return key.split("."), value
@@ -428,7 +473,9 @@ def load_config(
     if path is not None:
         p = Path(path)
         try:
-            text = p.read_text()
+            text = yamlsafe.read_text(p)
+        except yamlsafe.BadYaml as e:
+            raise ConfigError(file, "", None, e.problem, e.fix) from None
         except FileNotFoundError:
             raise ConfigError(
                 file, "", None, "file not found", "pass an existing YAML file, e.g. configs/tiny.yaml"
@@ -438,7 +485,9 @@ def load_config(
                 file, "", None, f"cannot read ({e.strerror})", "check the path and permissions"
             ) from e
         try:
-            loaded = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+            loaded = yamlsafe.load(text, _UniqueKeyLoader)  # a SafeLoader subclass, alias budget
+        except yamlsafe.BadYaml as e:
+            raise ConfigError(file, "", None, e.problem, e.fix) from None
         except DuplicateKey as e:
             raise ConfigError(
                 file,
@@ -450,7 +499,7 @@ def load_config(
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise ConfigError(file, "", None, f"not valid YAML{where}", "fix the YAML syntax there") from e
+            raise ConfigError(file, "", None, f"not valid YAML{where}", "fix the YAML syntax there") from None
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
@@ -522,6 +571,17 @@ def _cross_checks(cfg: TrainConfig, source: str, world_size: int | None) -> None
             m.vocab_size,
             f"is smaller than the tokenizer's vocabulary ({vocab}); token ids would overflow the embedding",
             f"set model.vocab_size >= {vocab} or null (auto)",
+        )
+    params = m.approx_params(m.vocab_size or vocab)
+    if params * TRAIN_BYTES_PER_PARAM > MAX_TRAIN_BYTES:
+        raise ConfigError(
+            source,
+            "model",
+            None,
+            f"has about {params / 1e9:.0f}e9 parameters: training it needs {TRAIN_BYTES_PER_PARAM} bytes a "
+            f"parameter (AdamW, fp32), more than the bound of 8 x 80 GB "
+            f"(at most {MAX_TRAIN_BYTES // TRAIN_BYTES_PER_PARAM / 1e9:.0f}e9 parameters)",
+            "lower model.dim, model.n_layers or the vocabulary",
         )
     if m.attention == "nsa":
         n = m.nsa

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import urllib.request
 from pathlib import Path
 
@@ -28,6 +29,11 @@ def test_local_up_restart_tunnel_kill(tmux_server, tmp_path, monkeypatch):
     cleanup_local_run(run)
     secret = "hf_e2e_secret_value_4711"
     monkeypatch.setenv("HF_TOKEN", secret)
+    # Secrets in the launching shell that the run is NOT given (issue 21: they reached the tmux
+    # server's global environment and TensorBoard).
+    unpassed = {"PRIME_API_KEY": "pk_unpassed_e2e_4711", "WANDB_API_KEY": "wb_unpassed_e2e_4711"}
+    for k, v in unpassed.items():
+        monkeypatch.setenv(k, v)
     res = invoke(
         "up",
         "--name",
@@ -97,6 +103,7 @@ def test_local_up_restart_tunnel_kill(tmux_server, tmp_path, monkeypatch):
         tun = open_tunnel(rec)
         try:
             assert "tensorboard" in urllib.request.urlopen(tun.url, timeout=30).read().decode().lower()
+            _no_unpassed_secret(tmux_server, rd, unpassed, secret)
         finally:
             tun.close()
 
@@ -108,3 +115,25 @@ def test_local_up_restart_tunnel_kill(tmux_server, tmp_path, monkeypatch):
         invoke("kill", "--run", run)
         cleanup_local_run(run)
     assert not Path(rec.run_dir).exists()
+
+
+def _no_unpassed_secret(tmux_server, rd: RunDir, unpassed: dict[str, str], passed: str) -> None:
+    """Every process the local run started (tmux server, panes, wrapper, torchrun, workers, TensorBoard)
+    holds no secret it was not given; HF_TOKEN, passed by name, is in the workers only."""
+    sock = ["tmux", "-L", tmux_server.socket_name]
+    server = int(
+        subprocess.run([*sock, "display-message", "-p", "#{pid}"], capture_output=True, text=True).stdout
+    )
+    tb = json.loads((rd.root / "tensorboard.json").read_text())["pid"]
+    pids = run_processes(str(rd.root)) | {server, tb}
+    assert tb in run_processes(str(rd.root))  # TensorBoard carries the run's tag, nothing else of ours
+    for pid in pids:
+        env = Path(f"/proc/{pid}/environ").read_bytes()
+        for name, value in unpassed.items():
+            assert value.encode() not in env, (
+                f"{name} leaked into pid {pid} ({Path(f'/proc/{pid}/comm').read_text()})"
+            )
+    for pid in (server, tb):
+        assert passed.encode() not in Path(f"/proc/{pid}/environ").read_bytes(), pid
+    glob = subprocess.run([*sock, "show-environment", "-g"], capture_output=True, text=True).stdout
+    assert not any(v in glob for v in [passed, *unpassed.values()]), glob
