@@ -15,6 +15,8 @@ under TRITON_INTERPRET=1 it re-executes itself without the variable. Nothing is 
 
     python -m nsa.attention.gpucheck                       # both configs, sm_80 and sm_90
     python -m nsa.attention.gpucheck --arch 90 --config configs/m7c_125m.yaml
+    python -m nsa.attention.gpucheck --grid                # + every (G, D) of GRID at M7C's geometry
+    python -m nsa.attention.gpucheck --shape 16x128 --shape 1x96   # + chosen (G, D) points only
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from nsa.attention.triton.spec import GpuShape, KernelSpec
@@ -39,6 +42,9 @@ MODULES = tuple(f"nsa.attention.triton.{m}" for m in ("selected", "compressed", 
 SMEM_LIMIT = {80: 166_912, 90: 232_448}
 GPU_NAME = {80: "A100 (sm_80)", 90: "H100 (sm_90a)"}
 _DTYPE = {"bf16": "bf16", "auto": "bf16", "fp32": "fp32"}  # train.dtype -> activations on CUDA
+# (heads per KV head, head_dim) every release must compile cleanly: the configs' and the GPU suite's
+# shapes and what docs/attention.md promises (any head_dim the config accepts is padded to these).
+GRID: tuple[tuple[int, int], ...] = tuple((g, d) for g in (1, 2, 6, 16) for d in (64, 96, 128))
 
 
 def shape_from_config(path: str | Path) -> GpuShape:
@@ -59,6 +65,25 @@ def shape_from_config(path: str | Path) -> GpuShape:
         compression=n.compression,
         dtype=_DTYPE[cfg.train.dtype],
     )
+
+
+def grid_shapes(
+    points: list[tuple[int, int]], base: str | Path = REPO / DEFAULT_CONFIGS[0]
+) -> list[GpuShape]:
+    """`base`'s layer geometry with (group, head_dim) replaced by each point, named "G{g}xD{d}"."""
+    b = shape_from_config(base)
+    return [replace(b, name=f"G{g}xD{d}", group=g, head_dim=d) for g, d in points]
+
+
+def parse_point(text: str) -> tuple[int, int]:
+    """(G, D) from "GxD", e.g. "16x128" (the argparse type of --shape)."""
+    try:
+        g, d = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shape {text!r}: expected GxD, e.g. 16x128") from None
+    if g < 1 or d < 16 or d % 2:
+        raise argparse.ArgumentTypeError(f"--shape {text!r}: G >= 1 and an even D >= 16")
+    return g, d
 
 
 def _ptxas_report(ptx: str, arch: int) -> dict[str, int]:
@@ -160,8 +185,17 @@ def _compile_all(jobs: dict[tuple, tuple[KernelSpec, int]], n: int) -> dict[tupl
         return dict(zip(keys, pool.map(_check_job, range(len(keys)), chunksize=1), strict=True))
 
 
-def run(configs: list[str], archs: list[int], modules: list[str], out=sys.stdout, jobs_n: int = 1) -> int:
-    """Print the records; 0 when every kernel compiled within limits, 1 otherwise, 2 on bad input."""
+def run(
+    configs: list[str],
+    archs: list[int],
+    modules: list[str],
+    out=sys.stdout,
+    jobs_n: int = 1,
+    points: list[tuple[int, int]] = (),
+) -> int:
+    """Print the records; 0 when every kernel compiled within limits, 1 otherwise, 2 on bad input.
+
+    `points` adds one shape per (G, D) at the first config's geometry (`grid_shapes`)."""
     from nsa.attention import triton as pkg
 
     if pkg.interpreting():
@@ -174,6 +208,8 @@ def run(configs: list[str], archs: list[int], modules: list[str], out=sys.stdout
         return 2
     try:
         shapes = [shape_from_config(c) for c in configs]
+        if points:
+            shapes += grid_shapes(list(points), configs[0] if configs else REPO / DEFAULT_CONFIGS[0])
     except ValueError as e:  # ConfigError names file, key and fix
         print(f"gpucheck: {e}", file=sys.stderr)
         return 2
@@ -231,9 +267,15 @@ def main(argv: list[str] | None = None) -> int:
         default=min(4, os.cpu_count() or 1),
         help="parallel compilations (default: cores, max 4)",
     )
+    ap.add_argument("--grid", action="store_true", help="also every (G, D) of GRID: G 1/2/6/16 x D 64/96/128")
+    ap.add_argument(
+        "--shape", action="append", type=parse_point, default=[], metavar="GxD",
+        help="also this (G, D) at the first config's geometry (repeatable), e.g. 16x128",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     configs = args.config or [str(REPO / c) for c in DEFAULT_CONFIGS]
-    return run(configs, args.arch, args.module or list(MODULES), jobs_n=args.jobs)
+    points = list(dict.fromkeys([*(GRID if args.grid else ()), *args.shape]))
+    return run(configs, args.arch, args.module or list(MODULES), jobs_n=args.jobs, points=points)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ u|x|, so (|.| elementwise, float32 arithmetic adds `slack`, far below u):
     |ddQ|   <= u s |dS||K| + s |ddelta| P|K| + u|dQ|
     |ddK|   <= u s |dS|^T|Q| + s (P * |ddelta|)^T |Q| + u|dK|
     |ddV|   <= u P^T|dO| + u|dV|
-(s = softmax scale). A kernel that rounds somewhere else, or computes a wrong value, breaks them.
+(s = softmax scale; every bound also gets UNDERFLOW of the type, for results below its normal
+range). A kernel that rounds somewhere else, or computes a wrong value, breaks them.
 It must not be loosened to make a kernel pass: a bound that fails is a finding.
 """
 
@@ -25,6 +26,9 @@ import torch
 from torch import Tensor
 
 UNIT_ROUNDOFF = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**-24}
+# Half the spacing of the subnormals: the absolute error of rounding a result below the normal range
+# (fp16 products such as gate * dy reach it; bf16 has float32's range).
+UNDERFLOW = {torch.bfloat16: 2.0**-134, torch.float16: 2.0**-25, torch.float32: 2.0**-150}
 
 
 def _rows(x: Tensor) -> Tensor:
@@ -34,47 +38,70 @@ def _rows(x: Tensor) -> Tensor:
 
 
 def attention_bounds(
-    q: Tensor, k: Tensor, v: Tensor, dout: Tensor, visible: Tensor, scale: float, dtype: torch.dtype
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    dout: Tensor,
+    visible,
+    scale: float,
+    dtype: torch.dtype,
+    max_elems: int = 1 << 25,
 ) -> dict[str, tuple[Tensor, Tensor]]:
     """{"out"|"dq"|"dk"|"dv": (exact float64 value, elementwise bound)} for q [B,Hkv,T,G,D],
-    k/v [B,Hkv,Tk,D], dout like q, visible [B,Hkv,T,Tk] bool (key j visible to token t; rows with no
-    visible key give 0). Inputs are taken as the 16-bit kernel inputs (already rounded)."""
+    k/v [B,Hkv,Tk,D], dout like q. `visible(t0, t1)` gives the [B|1, Hkv|1, t1-t0, Tk] bool mask of
+    tokens t0..t1-1 (key j visible to token t; rows with no visible key give 0); a tensor is sliced.
+    Inputs are taken as the 16-bit kernel inputs (already rounded). Tokens go in chunks so that a
+    [chunk*G, Tk] float64 matrix has at most `max_elems` elements (T = 8k at G = 16 fits a GPU)."""
+    if isinstance(visible, Tensor):
+        mask = visible
+        visible = lambda t0, t1: mask[:, :, t0:t1]  # noqa: E731
     u = UNIT_ROUNDOFF[dtype]
     B, H, T, G, D = q.shape
-    q64, do64 = _rows(q.double()), _rows(dout.double())
+    Tk = k.shape[2]
     k64, v64 = k.double(), v.double()
-    vis = visible.repeat_interleave(G, dim=2)  # [B, H, T*G, Tk]
-    s = torch.einsum("bhrd,bhjd->bhrj", q64, k64) * scale
-    s = s.masked_fill(~vis, float("-inf"))
-    any_vis = vis.any(-1, keepdim=True)
-    p = torch.where(any_vis, torch.softmax(torch.where(any_vis, s, 0.0), -1), 0.0)
-    p = p.masked_fill(~vis, 0.0)
-    o = p @ v64
-    dp = do64 @ v64.transpose(-1, -2)
-    delta = (do64 * o).sum(-1, keepdim=True)
-    ds = p * (dp - delta)
-    dq = ds @ k64 * scale
-    dk = ds.transpose(-1, -2) @ q64 * scale
-    dv = p.transpose(-1, -2) @ do64
-
-    # float32 arithmetic (logits, exp2, sums over <= Tk terms) on top of the 16-bit roundings.
-    f32 = 2.0**-24 * (k.shape[2] + D + 16)
-    b_o = (u + f32) * (p @ v64.abs() + o.abs())
-    b_delta = (do64.abs() * b_o).sum(-1, keepdim=True)
-    pk = p @ k64.abs()
-    b_dq = (u + f32) * (ds.abs() @ k64.abs() * scale + dq.abs()) + scale * b_delta * pk
-    b_dk = (u + f32) * (ds.abs().transpose(-1, -2) @ q64.abs() * scale + dk.abs())
-    b_dk = b_dk + scale * (p * b_delta).transpose(-1, -2) @ q64.abs()
-    b_dv = (u + f32) * (p.transpose(-1, -2) @ do64.abs() + dv.abs())
-    # The float32 terms also meet cancellation in dP - delta: bound it by the magnitudes involved.
-    mag = (do64.abs() @ v64.abs().transpose(-1, -2)) + (do64.abs() * o.abs()).sum(-1, keepdim=True)
-    b_dq = b_dq + f32 * scale * ((p * mag) @ k64.abs())
-    b_dk = b_dk + f32 * scale * ((p * mag).transpose(-1, -2) @ q64.abs())
-
-    shape_q = (B, H, T, G, D)
+    ka, va = k64.abs(), v64.abs()
+    f32 = 2.0**-24 * (Tk + D + 16)  # float32 arithmetic (logits, exp2, sums over <= Tk terms)
+    ue = u + f32
+    tiny = UNDERFLOW[dtype]
+    parts: dict[str, list[Tensor]] = {n: [] for n in ("out", "b_out", "dq", "b_dq")}
+    dk = torch.zeros_like(k64)
+    b_dk = torch.zeros_like(k64)
+    dv = torch.zeros_like(v64)
+    b_dv = torch.zeros_like(v64)
+    step = max(1, max_elems // max(1, G * Tk))
+    for t0 in range(0, T, step):
+        t1 = min(T, t0 + step)
+        q64 = _rows(q[:, :, t0:t1].double())
+        do64 = _rows(dout[:, :, t0:t1].double())
+        vis = visible(t0, t1).expand(B, H, t1 - t0, Tk).repeat_interleave(G, dim=2)
+        s = (q64 @ k64.transpose(-1, -2) * scale).masked_fill(~vis, float("-inf"))
+        any_vis = vis.any(-1, keepdim=True)
+        p = torch.where(any_vis, torch.softmax(torch.where(any_vis, s, 0.0), -1), 0.0).masked_fill(~vis, 0.0)
+        del s
+        o = p @ v64
+        delta = (do64 * o).sum(-1, keepdim=True)
+        ds = p * (do64 @ v64.transpose(-1, -2) - delta)
+        dq = ds @ k64 * scale
+        dk += ds.transpose(-1, -2) @ q64 * scale
+        dv += p.transpose(-1, -2) @ do64
+        b_o = ue * (p @ va + o.abs()) + tiny
+        b_delta = (do64.abs() * b_o).sum(-1, keepdim=True)
+        # float32 cancellation in dP - delta, bounded by the magnitudes involved.
+        mag = do64.abs() @ va.transpose(-1, -2) + (do64.abs() * o.abs()).sum(-1, keepdim=True)
+        pe = scale * (p * (b_delta + f32 * mag))  # error of dS not from its own rounding
+        dsa = ds.abs() * scale
+        b_dq = ue * (dsa @ ka + dq.abs()) + pe @ ka + tiny
+        qa = q64.abs()
+        b_dk += ue * (dsa.transpose(-1, -2) @ qa) + pe.transpose(-1, -2) @ qa
+        b_dv += ue * (p.transpose(-1, -2) @ do64.abs())
+        for name, val in (("out", o), ("b_out", b_o), ("dq", dq), ("b_dq", b_dq)):
+            parts[name].append(val.reshape(B, H, t1 - t0, G, D))
+    b_dk += ue * dk.abs() + tiny
+    b_dv += ue * dv.abs() + tiny
+    cat = {n: torch.cat(v, dim=2) for n, v in parts.items()}
     return {
-        "out": (o.reshape(shape_q), b_o.reshape(shape_q)),
-        "dq": (dq.reshape(shape_q), b_dq.reshape(shape_q)),
+        "out": (cat["out"], cat["b_out"]),
+        "dq": (cat["dq"], cat["b_dq"]),
         "dk": (dk, b_dk),
         "dv": (dv, b_dv),
     }

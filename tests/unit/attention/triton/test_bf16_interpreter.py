@@ -100,7 +100,7 @@ def test_window_bf16_within_rounding_bounds(bf16_interpreter, case) -> None:
     k, v = (torch.randn(1, 2, T, D, generator=g).bfloat16() for _ in range(2))
     scale = D**-0.5
     got = _grads(tw.window_attention, q, k, v, dout, window=w, scale=scale)
-    vis = bounds.window_visible(T, w).expand(1, 2, T, T)
+    vis = bounds.window_visible(T, w)[None, None]
     _assert_within(got, bounds.attention_bounds(q, k, v, dout, vis, scale, torch.bfloat16))
 
 
@@ -115,5 +115,5 @@ def test_compressed_bf16_within_rounding_bounds(bf16_interpreter) -> None:
     scale = D**-0.5
     kw = dict(block_len=bl, block_stride=d, sel_block=lp, n_sel=n, scale=scale)
     got = _grads(tc.compressed_attention_and_selection, q, kc, vc, dout, **kw)
-    vis = bounds.compressed_visible(T, nc, bl, d).expand(1, 1, T, nc)
+    vis = bounds.compressed_visible(T, nc, bl, d)[None, None]
     _assert_within(got, bounds.attention_bounds(q, kc, vc, dout, vis, scale, torch.bfloat16))
