@@ -5,8 +5,9 @@ configs/long_context.yaml, read by the trainer's own config loader) it builds th
 asks each kernel module (`nsa.attention.triton.{selected,compressed,window,fused}`) for the
 `KernelSpec`s it would launch on that arch (`gpucheck_specs(shape, arch)`), compiles them with
 `triton.compile(ASTSource(...), target=GPUTarget("cuda", arch, 32))` (pointer arguments marked 16-byte
-aligned, as the JIT specialises them for torch allocations), reruns the wheel's ptxas with
-`-v` on the PTX for registers and spills, and prints one JSON line per kernel x arch x config. Exit 1
+aligned, as the JIT specialises them for torch allocations), reads registers and spills from the
+`ptxas -v` log of triton's own cubin step (TRITON_DUMP_PTXAS_LOG: the flags that installed triton
+really uses), and prints one JSON line per kernel x arch x config. Exit 1
 when a kernel fails to compile, spills, or needs more shared memory than a block may opt into
 (A100: 166,912 bytes = 163 KB; H100: 232,448 bytes = 227 KB: cudaDevAttrMaxSharedMemoryPerBlockOptin
 of those GPUs); exit 2 on bad input. It must not run the kernels, and must not see interpreted ones:
@@ -22,7 +23,9 @@ under TRITON_INTERPRET=1 it re-executes itself without the variable. Nothing is 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
 import json
 import os
 import re
@@ -87,8 +90,8 @@ def parse_point(text: str) -> tuple[int, int]:
 
 
 def _ptxas_report(ptx: str, arch: int) -> dict[str, int]:
-    """Registers, spill bytes and static shared memory as `ptxas -v` reports them (the wheel's ptxas,
-    the flags triton's make_cubin uses)."""
+    """Registers, spill bytes and static shared memory from running the wheel's `ptxas -v` on the PTX
+    (the fallback when triton printed no ptxas log)."""
     from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
 
     with tempfile.TemporaryDirectory() as d:
@@ -103,7 +106,11 @@ def _ptxas_report(ptx: str, arch: int) -> dict[str, int]:
         proc = subprocess.run([*cmd, str(src), "-o", str(Path(d) / "k.o")], capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"ptxas failed: {proc.stderr.strip()[-2000:]}")
-    log = proc.stderr + proc.stdout
+    return _parse_ptxas(proc.stderr + proc.stdout)
+
+
+def _parse_ptxas(log: str) -> dict[str, int]:
+    """Registers, spill bytes and static shared memory from a `ptxas -v` log."""
 
     def num(pattern: str) -> int:
         found = re.findall(pattern, log)
@@ -142,8 +149,14 @@ def check_spec(spec: KernelSpec, arch: int) -> dict:
             fn=spec.fn, signature=dict(spec.signature), constexprs=dict(spec.constexprs), attrs=aligned
         )
         opts = {"num_warps": spec.num_warps, "num_stages": spec.num_stages}
-        k = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=opts)
-        rep = _ptxas_report(k.asm["ptx"], arch)
+        # Triton runs ptxas -v itself to build the cubin; with TRITON_DUMP_PTXAS_LOG (set by run())
+        # it prints that log: the registers of the exact ptxas flags this triton uses (3.9 adds
+        # --regAllocOptLevel=2, 3.6 does not), and no second ptxas run.
+        log = io.StringIO()
+        with contextlib.redirect_stdout(log):
+            k = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=opts)
+        rep = _parse_ptxas(log.getvalue()) if "Used " in log.getvalue() else None
+        rep = rep or _ptxas_report(k.asm["ptx"], arch)
     except Exception as e:  # a compile failure is a result to report, not a crash of the check
         rec.update(ok=False, error=f"{type(e).__name__}: {str(e).strip()[:1500]}")
         return rec
@@ -220,6 +233,7 @@ def run(
         return 2
     if not os.environ.get("TRITON_CACHE_DIR"):  # compile for real every time; keep nothing around
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="nsa-gpucheck-")
+    os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"  # read by triton at each compile (check_spec)
     rows: list[tuple[str, str, tuple | None, dict | None]] = []  # (config, module, job key, failure record)
     jobs: dict[tuple, tuple[KernelSpec, int]] = {}
     for shape in shapes:

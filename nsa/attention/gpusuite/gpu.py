@@ -323,7 +323,7 @@ def train(plan: Plan, suite) -> dict:
                 "model.attention": attention, "data.source": "synthetic", "train.seq_len": seq,
                 "train.batch_size": bs, "train.grad_accum": 1, "train.global_batch": bs,
                 "train.steps": plan.train_steps, "train.warmup_steps": 0, "train.log_every": 1,
-                "train.eval_every": 0, "train.save_every": 0, "train.device": "cuda",
+                "train.eval_every": 0, "train.save_every": 0, "train.device": "cuda", "telemetry.tensorboard": "false",
             }  # fmt: skip
             cmd = [sys.executable, "-m", "nsa.train", "--config", str(config), "--run-dir", str(run_dir)]
             for k, v in sets.items():

@@ -373,11 +373,16 @@ def _config(group: int, head_dim: int, n_sel: int, block_len: int, block_stride:
     # (ptxas -v, docs/attention.md).
     rows = 128 if head_dim <= 64 else 32
     bt = max(1, min(32, rows // gp))
-    warps = 8
+    # 8 warps for 128-row tiles; 4 for 32 rows (D > 64), where 8 warps left ptxas at 128 registers and
+    # spilling (G 16, D 96 on sm_80).
+    warps = 8 if bt * gp >= 64 else 4
     bn_bwd = 64 if head_dim <= 64 else 32
-    bt_dkv = max(1, 64 // gp)
+    # dK/dV: [32, D] accumulators over 64-row query tiles (32 rows past head_dim 64: with 64, ptxas
+    # spilled 8-12 B at G 16 x D 128 and G 2 x D 96 on sm_90).
+    bt_dkv = max(1, (64 if head_dim <= 64 else 32) // gp)
     bn_dkv = 32
     return {
+        "warps_dkv": 8,
         "GP": gp,
         # head_dim padded to a power of two >= 16 (tl.arange and tl.dot need it); masked columns.
         "DP": max(16, _pow2(head_dim)),
@@ -390,7 +395,9 @@ def _config(group: int, head_dim: int, n_sel: int, block_len: int, block_stride:
         "bn_dkv": bn_dkv,
         "bt_top": 16,
         "bj_top": max(16, _pow2(n_sel)),  # running top-n width: >= n
-        "warps_top": 4,
+        # The running top-n merge holds [bt_top, BJ, BJ] int64 tiles: 4 warps sat at 254 registers
+        # and spilled under triton 3.6 (8-16 B); 8 warps halve the tile per thread.
+        "warps_top": 8,
     }
 
 
@@ -485,7 +492,7 @@ def _bwd(
     # One program even when there is no compressed key (T < l): the launch count never depends on T.
     _cmp_bwd_dkv[(triton.cdiv(max(nc, 1), c["bn_dkv"]), B * Hkv)](
         q, kc, vc, dout, lse, delta, dk, dv, T, nc, scale * _LOG2E, scale,
-        BT=c["bt_dkv"], BN=c["bn_dkv"], **geo, num_warps=c["warps"], num_stages=2,
+        BT=c["bt_dkv"], BN=c["bn_dkv"], **geo, num_warps=c["warps_dkv"], num_stages=2,
     )  # fmt: skip
     return dq, dk, dv
 
@@ -582,7 +589,9 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     out = []
     for name, fn, sig, const in specs:
         full = {**sig, **{k: "constexpr" for k in const}}
-        top = name == "compressed_topn"
-        warps, stages = (c["warps_top"], 1) if top else (c["warps"], 2)
+        warps, stages = {
+            "compressed_topn": (c["warps_top"], 1),
+            "compressed_bwd_dkv": (c["warps_dkv"], 2),
+        }.get(name, (c["warps"], 2))
         out.append(KernelSpec(name, fn, full, const, num_warps=warps, num_stages=stages))
     return out

@@ -90,7 +90,7 @@ def _assert_within(got: dict, want: dict) -> None:
 
 
 # (T, G, D, window)
-@pytest.mark.parametrize("case", [(40, 3, 64, 13), (24, 16, 128, 24)], ids=["G3D64", "G16D128"])
+@pytest.mark.parametrize("case", [(40, 3, 64, 13), (16, 16, 128, 16)], ids=["G3D64", "G16D128"])
 def test_window_bf16_within_rounding_bounds(bf16_interpreter, case) -> None:
     from nsa.attention.triton import window as tw
 

@@ -66,3 +66,20 @@ def test_head_dim_96_trains_like_eager() -> None:
         losses.append(seq)
     assert losses[0] == pytest.approx(losses[1], rel=1e-4)
     assert losses[0][-1] < losses[0][0]
+
+
+def test_head_dim_past_128_is_refused_at_config_load(tmp_path) -> None:
+    """What the kernels cannot serve stops at config load with exit 2 (eager stays allowed)."""
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "wide.yaml"
+    cfg.write_text("model: {head_dim: 160}\ntrain: {steps: 1, seq_len: 64, batch_size: 1}\n")
+    run_dir = str(tmp_path / "r")
+    cmd = [sys.executable, "-m", "nsa.train", "--config", str(cfg), "--run-dir", run_dir, "--check"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "model.head_dim=160" in out.stderr and "model.nsa.backend: eager" in out.stderr
+    eager = [*cmd, "--set", "model.nsa.backend=eager"]
+    ok = subprocess.run(eager, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
