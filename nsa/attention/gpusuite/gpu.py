@@ -312,7 +312,7 @@ def train(plan: Plan, suite) -> dict:
     for seq in plan.train_seqs:
         for attention in ("dense", "nsa"):
             left = suite.left() - 10
-            if left < 45:
+            if left < 30:
                 skipped.append(f"{attention} seq {seq}")
                 continue
             run_dir = suite.out_dir / "train" / f"{attention}-{seq}"
