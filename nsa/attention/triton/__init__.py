@@ -41,13 +41,20 @@ def interpreting() -> bool:
 
 @functools.cache
 def installed_version() -> str | None:
-    """triton.__version__ (None where triton is missing). Imports triton: call it only where the
-    triton backend is about to be used."""
+    """The installed triton's version (None where triton is missing), from its distribution's
+    metadata (torch-free and cheap: nsa-train asks before importing torch), else triton.__version__."""
     if not available():
         return None
+    from importlib import metadata
+
+    for dist in ("triton", "pytorch-triton"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
     import triton
 
-    return str(triton.__version__)
+    return str(getattr(triton, "__version__", "0"))
 
 
 def _release(version: str) -> tuple[int, ...]:

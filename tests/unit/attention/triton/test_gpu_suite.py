@@ -60,6 +60,9 @@ def test_an_unsupported_triton_is_refused_with_the_way_out(tmp_path) -> None:
     fake = tmp_path / "triton"
     fake.mkdir()
     (fake / "__init__.py").write_text('__version__ = "3.2.0"  # stand-in: an old triton\n')
+    meta = tmp_path / "triton-3.2.0.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: triton\nVersion: 3.2.0\n")
     code = (
         "from nsa.attention.nsa import resolve_backend\n"
         "for b, d in (('triton', 'cuda'), ('auto', 'cuda'), ('triton', 'cpu')):\n"
@@ -75,3 +78,11 @@ def test_an_unsupported_triton_is_refused_with_the_way_out(tmp_path) -> None:
         assert "triton 3.2.0 is installed" in line and ">= 3.6" in line
         assert "model.nsa.backend: eager" in line
     assert "eager: eager" in out.stdout
+    # nsa-train refuses before it starts anything (torch-free check): exit 2, the run dir untouched.
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "nsa.train", "--config", str(REPO / "configs/tiny.yaml"), "--run-dir",
+           str(run_dir), "--set", "model.nsa.backend=triton"]  # fmt: skip
+    train = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert train.returncode == 2, train.stderr[-2000:]
+    assert "triton 3.2.0 is installed" in train.stderr and "model.nsa.backend: eager" in train.stderr
+    assert not run_dir.exists()
