@@ -373,9 +373,9 @@ def _config(group: int, head_dim: int, n_sel: int, block_len: int, block_stride:
     # (ptxas -v, docs/attention.md).
     rows = 128 if head_dim <= 64 else 32
     bt = max(1, min(32, rows // gp))
-    # 8 warps for 128-row tiles; 4 for 32 rows (D > 64), where 8 warps left ptxas at 128 registers and
-    # spilling (G 16, D 96 on sm_80).
-    warps = 8 if bt * gp >= 64 else 4
+    # 8 warps, except for tiles of 2 tokens (G 16 past head_dim 64), where 8 warps left ptxas at 128
+    # registers and spilling (D 96, sm_80); with 4 warps, 1-2 heads at D > 64 (32 tokens) sat at 255.
+    warps = 8 if bt >= 4 else 4
     bn_bwd = 64 if head_dim <= 64 else 32
     # dK/dV: [32, D] accumulators over 64-row query tiles (32 rows past head_dim 64: with 64, ptxas
     # spilled 8-12 B at G 16 x D 128 and G 2 x D 96 on sm_90).
