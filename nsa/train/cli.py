@@ -151,7 +151,14 @@ def term_save_seconds(text: str | None) -> tuple[float, str | None]:
 
 
 def backend_problem(attention: str, backend: str, device: str, gpu: bool) -> str | None:
-    """model.nsa.backend=triton where it cannot run (no triton; CPU without the interpreter), torch-free."""
+    """model.nsa.backend=triton where it cannot run (no triton; CPU without the interpreter; a triton
+    older than the kernels support, also for auto on a GPU), torch-free."""
+    if attention == "nsa" and (backend == "triton" or (backend == "auto" and gpu and device != "cpu")):
+        from nsa.attention.triton import unsupported_reason
+
+        reason = unsupported_reason()
+        if reason:
+            return f"config model.nsa.backend = '{backend}': {reason}"
     if attention != "nsa" or backend != "triton":
         return None
     if importlib.util.find_spec("triton") is None:

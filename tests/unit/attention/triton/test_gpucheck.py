@@ -137,3 +137,19 @@ def test_shape_comes_from_the_config_loader() -> None:
     assert (s.name, s.head_dim, s.group, s.block_len, s.block_stride, s.sel_block, s.n_sel, s.window, s.dtype) == (
         "long_context", 64, 6, 32, 16, 64, 16, 512, "bf16",
     )  # fmt: skip
+
+
+def test_grid_points_keep_the_config_geometry_and_bad_points_are_refused() -> None:
+    import argparse
+
+    assert gpucheck.parse_point("16x128") == (16, 128)
+    for bad in ("16", "0x64", "2x95", "ax64"):
+        with pytest.raises(argparse.ArgumentTypeError, match="--shape"):
+            gpucheck.parse_point(bad)
+    assert {(g, d) for g in (1, 2, 6, 16) for d in (64, 96, 128)} <= set(gpucheck.GRID)
+    (s,) = gpucheck.grid_shapes([(2, 96)], REPO / "configs/m7c_125m.yaml")
+    m7c = gpucheck.shape_from_config(REPO / "configs/m7c_125m.yaml")
+    assert (s.name, s.group, s.head_dim) == ("G2xD96", 2, 96)
+    assert (s.block_len, s.block_stride, s.sel_block, s.n_sel, s.window, s.dtype) == (
+        m7c.block_len, m7c.block_stride, m7c.sel_block, m7c.n_sel, m7c.window, m7c.dtype,
+    )  # fmt: skip
