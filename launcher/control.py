@@ -318,15 +318,40 @@ class Tunnel:
     local_port: int
     remote_port: int
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
+    closed: bool = False
 
     def close(self) -> None:
+        self.closed = True
         self._stack.close()
+
+    def alive(self, timeout: float = 3.0) -> bool:
+        """Whether the URL answers as TensorBoard would, now: an HTTP reply through the forward.
+
+        A kill or a restart stops the run's TensorBoard; the forward still accepts, but the host
+        refuses the channel and the connection closes without a reply. Showing that URL would be a
+        lie, so callers ask this before they show it."""
+        if self.closed:
+            return False
+        return http_answers(self.local_port, timeout)
 
     def __enter__(self) -> Tunnel:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def http_answers(port: int, timeout: float = 3.0) -> bool:
+    """True when 127.0.0.1:`port` answers an HTTP request with an HTTP status line."""
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.settimeout(timeout)
+            s.sendall(b"HEAD / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            return s.recv(5) == b"HTTP/"
+    except OSError:
+        return False
 
 
 def open_tunnel(rec: RunRecord, port: int = 6006, timeout: float = 90.0) -> Tunnel:

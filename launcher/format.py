@@ -23,10 +23,12 @@ STATE_STYLE = {
     "stalled": "bold yellow",
     "finished": "bold blue",
     "failed": "bold red",
-    "killed": "bold magenta",
+    "killed": "bold grey70",  # a deliberate stop: neutral, not an error colour
     "lost": "bold white on red",
 }
 ALERT_STATES = ("stalled", "failed", "lost")
+# A run in one of these states has processes on its host (and may have a TensorBoard).
+LIVE_STATES = ("starting", "restarting", "running", "stalled")
 # A run in one of these states has no live heartbeat: the age of its last one tells nothing.
 ENDED_STATES = ("finished", "failed", "killed", "lost")
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
@@ -64,6 +66,43 @@ def number(v: Any) -> str:
 
 
 rate = number
+
+
+def ticks(values: list[float], si: bool = True) -> list[str]:
+    """Labels for one chart axis, all in the same unit with the same decimals, so they line up and
+    do not change form from one draw to the next: 5.0k 7.5k 10.0k; 2.5 3.0 3.5; 0 50 100.
+    Zero is written 0."""
+    if not values:
+        return []
+    div, suffix = 1.0, ""
+    if si:
+        big = max(abs(v) for v in values)
+        for i, u in enumerate(_UNITS):
+            if big < 1000 ** (i + 1) or i == len(_UNITS) - 1:
+                div, suffix = float(1000**i), u
+                break
+    scaled = [v / div for v in values]
+    decimals = next(
+        (d for d in range(7) if all(abs(round(s, d) - s) < 1e-9 * max(1.0, abs(s)) for s in scaled)), 6
+    )
+    return ["0" if s == 0 else f"{s:.{decimals}f}{suffix}" for s in scaled]
+
+
+def size(n_bytes: Any) -> str:
+    """A size in bytes for a person, in powers of 1000 like the network and disk tools: 512 B, 1.2 GB."""
+    f = _num(n_bytes)
+    if f is None or f < 0:
+        return MISSING
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if f < 999.95 or unit == "TB":
+            return f"{f:.0f} {unit}" if unit == "B" else f"{f:.1f} {unit}"
+        f /= 1000
+    return MISSING  # pragma: no cover (the loop always returns)
+
+
+def tok_rate(v: Any) -> str:
+    """A tokens/s figure with its unit, as the CLI prints it: 1.8k tok/s."""
+    return f"{number(v)} tok/s"
 
 
 def duration(seconds: Any) -> str:

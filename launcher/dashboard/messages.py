@@ -21,6 +21,7 @@ class StatusUpdated(Message):
     statuses: list[dict[str, Any]]
     error: str | None = None
     next_poll_s: float = 1.0
+    tunnels_alive: dict[str, bool] = field(default_factory=dict)  # run -> its open tunnel answers
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, StatusUpdated)

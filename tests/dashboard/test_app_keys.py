@@ -128,7 +128,7 @@ async def test_search_highlights_and_n_N_move_between_matches(app):
         assert prev is not None and prev < last and "eval loss" in log.view[prev].text
         await pilot.press("n")
         assert log.match_index == last
-        strip = log.render_line(last - log.scroll_offset.y)
+        strip = log.render_line(log.row_of(last) - log.scroll_offset.y)
         highlighted = [s.text for s in strip if s.style and s.style.bgcolor is not None and s.text.strip()]
         assert "eval loss" in highlighted
         await pilot.press("escape")

@@ -45,6 +45,12 @@ from launcher.dashboard.widgets.summary_bar import SummaryBar
 from launcher.dashboard.workers import Backoff, LogInbox, in_daemon_thread, pump_log
 
 CHART_POINTS = 500
+# Below this many columns the log gets the full width and the side panes (GPUs, loss, tokens/s,
+# events) share one slot under it, `v` choosing which: beside a 40-column log neither is readable.
+COMPACT_BELOW_COLS = 100
+# Below this many rows the runs table shows fewer rows before it scrolls, leaving room for the log.
+SHORT_BELOW_ROWS = 30
+SIDE_PANES = ("loss", "tps", "gpus", "events")
 FINAL_STATES = (
     "finished",
     "failed",
@@ -61,6 +67,9 @@ class MainScreen(Screen):
         Binding("n", "match(1)", "next match", show=False),
         Binding("N", "match(-1)", "prev match", show=False),
         Binding("f", "follow", "follow"),
+        Binding("w", "wrap", "wrap"),
+        Binding("z", "maximise", "max pane"),
+        Binding("v", "side_pane", "next pane", show=False),
         Binding("l", "rank_filter", "rank filter"),
         Binding("h", "heartbeats", "heartbeats", show=False),
         Binding("g", "gpu_processes", "GPU procs"),
@@ -97,6 +106,9 @@ class MainScreen(Screen):
         self.polls = 0
         self._inbox: tuple[str, LogInbox] | None = None
         self._poll_now = asyncio.Event()
+        self.side_pane = SIDE_PANES[0]
+        self.restarting: set[str] = set()  # runs the dashboard is restarting: shown as such
+        self.tunnel_state: dict[str, str] = {}  # open tunnels: run -> "live", "reopening" or "down"
 
     def compose(self) -> ComposeResult:
         yield SummaryBar(id="summary")
@@ -108,13 +120,26 @@ class MainScreen(Screen):
                     placeholder="search the log (Enter applies, empty clears, Esc cancels)", id="search"
                 )
             with Vertical(id="right"):
-                yield GpuPanel(id="gpus")
-                yield MetricChart("loss", color="orange", label=fmt.loss, id="loss")
-                yield MetricChart("tokens/s", color="cyan", id="tps")
-                yield EventsList(id="events")
+                yield GpuPanel(id="gpus", classes="side")
+                yield MetricChart("loss", color="orange", label=fmt.loss, si=False, id="loss", classes="side")
+                yield MetricChart("tokens/s", color="cyan", id="tps", classes="side")
+                yield EventsList(id="events", classes="side")
         yield Footer()
 
+    def on_resize(self, event) -> None:
+        self.set_class(event.size.width < COMPACT_BELOW_COLS, "-compact")
+        self.set_class(event.size.height < SHORT_BELOW_ROWS, "-short")
+        self._show_side_pane()
+
+    def _show_side_pane(self) -> None:
+        compact = self.has_class("-compact")
+        for i, pane in enumerate(SIDE_PANES):
+            widget = self.query_one(f"#{pane}")
+            widget.set_class(pane == self.side_pane, "-shown")
+            widget.border_subtitle = f"{i + 1}/{len(SIDE_PANES)} · v: next pane" if compact else ""
+
     def on_mount(self) -> None:
+        self._show_side_pane()
         self.query_one("#search", Input).display = False
         self.query_one(RunsTable).focus()
         self._refresh_summary()
@@ -126,9 +151,17 @@ class MainScreen(Screen):
     @work(group="status", exclusive=True, exit_on_error=False)
     async def poll_status(self) -> None:
         backoff = Backoff(self.refresh_s, self.max_backoff_s)
+
+        def poll() -> tuple[list[dict[str, Any]], dict[str, bool]]:
+            tunnels = dict(self.tunnels)
+            statuses = self.backend.snapshot()
+            # Each open tunnel is asked too: a kill or restart stops TensorBoard on the host, and a
+            # URL shown after that would be a dead one.
+            return statuses, {run: bool(t.alive()) for run, t in tunnels.items()}
+
         while True:
             try:
-                statuses = await in_daemon_thread(self.backend.snapshot, name="dashboard-status")
+                statuses, alive = await in_daemon_thread(poll, name="dashboard-status")
             except Exception as e:  # the whole call failed (not one host): show it, retry slower
                 delay = backoff.next_delay(False)
                 self.post_message(PollFailed(f"status failed: {e}", delay))
@@ -139,7 +172,7 @@ class MainScreen(Screen):
                     # Nothing can change but a new run appearing: each poll costs an agent exec
                     # on every host, so ask less often.
                     delay = max(delay, min(5 * self.refresh_s, 10.0))
-                self.post_message(StatusUpdated(statuses, next_poll_s=delay))
+                self.post_message(StatusUpdated(statuses, next_poll_s=delay, tunnels_alive=alive))
             self._poll_now.clear()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._poll_now.wait(), timeout=delay)
@@ -229,6 +262,18 @@ class MainScreen(Screen):
                 self.post_message(
                     ActionDone("tunnel_open", run, True, f"TensorBoard: {t.url}", url=t.url, handle=t)
                 )
+            elif action == "tunnel_reopen":
+                # The run's TensorBoard stopped (a restart): start it again, on the same local port.
+                old = self.tunnels.get(run)
+                port = getattr(old, "local_port", 6006)
+                if old is not None:
+                    await in_daemon_thread(old.close, name="dashboard-tunnel-close")
+                t = await in_daemon_thread(self.backend.open_tunnel, run, port, name="dashboard-tunnel")
+                self.post_message(
+                    ActionDone(
+                        "tunnel_open", run, True, f"TensorBoard reopened: {t.url}", url=t.url, handle=t
+                    )
+                )
             elif action == "tunnel_close":
                 t = self.tunnels.get(run)
                 if t is not None:
@@ -240,15 +285,17 @@ class MainScreen(Screen):
     # --- message handlers (UI thread) -------------------------------------------------------
     def on_status_updated(self, msg: StatusUpdated) -> None:
         prev = self.statuses
-        self.statuses = {str(s.get("run")): s for s in msg.statuses}
-        self.order = [str(s.get("run")) for s in msg.statuses]
+        statuses = [self._as_shown(s) for s in msg.statuses]
+        self.statuses = {str(s.get("run")): s for s in statuses}
+        self.order = [str(s.get("run")) for s in statuses]
         self.last_status_at = self.clock()
         self.poll_error = None
         self.polls += 1
         self._alert(prev)
-        self.query_one(GpuPanel).record(msg.statuses)
+        self._check_tunnels(msg.tunnels_alive)
+        self.query_one(GpuPanel).record(statuses)
         table = self.query_one(RunsTable)
-        table.show(msg.statuses, self.per_rank_heartbeat)
+        table.show(statuses, self.per_rank_heartbeat)
         if self.want_selected in self.statuses:
             table.move_cursor(row=table.get_row_index(self.want_selected))
             self.want_selected = None
@@ -257,6 +304,40 @@ class MainScreen(Screen):
             self._select(run)
         self._show_selected()
         self._refresh_summary()
+
+    def _as_shown(self, st: dict[str, Any]) -> dict[str, Any]:
+        """A run this dashboard is restarting reads `restarting` until the restart is done: between
+        the kill and the new start its files say `killed` or `failed`, and neither is news."""
+        if st.get("run") in self.restarting and st.get("state") != "running":
+            return {**st, "state": "restarting", "exit_code": None}
+        return st
+
+    def _check_tunnels(self, alive: dict[str, bool]) -> None:
+        """Follow each open tunnel's TensorBoard: reopen it when the run lives on (it was restarted),
+        close it and say so when the run has ended; never keep showing a URL that does not answer."""
+        for run, ok in alive.items():
+            if run not in self.tunnels or self.tunnel_state.get(run) == "reopening":
+                continue
+            if ok:
+                self.tunnel_state[run] = "live"
+                continue
+            state = str(self.statuses.get(run, {}).get("state"))
+            if run in self.restarting:
+                self.tunnel_state[run] = "down"  # reopened once the restart is through
+            elif state in fmt.LIVE_STATES:
+                self.tunnel_state[run] = "reopening"
+                self.notify(f"TensorBoard of {run} stopped (restarted?): reopening the tunnel", markup=False)
+                self.run_action("tunnel_reopen", run)
+            else:
+                self.tunnel_state.pop(run, None)
+                self.run_action("tunnel_close", run)
+                self.notify(
+                    f"tunnel closed: {run} is {state} and its TensorBoard stopped; t (or `nsa-launch "
+                    f"tunnel --run {run}`) opens a new one",
+                    title="tunnel",
+                    severity="warning",
+                    markup=False,
+                )
 
     def on_poll_failed(self, msg: PollFailed) -> None:
         self.poll_error = f"{msg.error} (retry in {msg.next_poll_s:.0f}s)"
@@ -300,10 +381,14 @@ class MainScreen(Screen):
     def on_action_done(self, msg: ActionDone) -> None:
         if msg.action == "tunnel_open" and msg.ok:
             self.tunnels[msg.run] = msg.handle
-        elif msg.action == "tunnel_close":
+            self.tunnel_state[msg.run] = "live"
+        elif msg.action == "tunnel_close" or (msg.action in ("tunnel_open", "tunnel_reopen") and not msg.ok):
             self.tunnels.pop(msg.run, None)
-        elif msg.action == "restart" and msg.new_run:
-            self.want_selected = msg.new_run
+            self.tunnel_state.pop(msg.run, None)
+        elif msg.action == "restart":
+            self.restarting.discard(msg.run)
+            if msg.new_run:
+                self.want_selected = msg.new_run
         self.notify(
             msg.message,
             title=f"{msg.action} {msg.run}",
@@ -358,6 +443,7 @@ class MainScreen(Screen):
             if yes and run is not None:
                 # restart waits for the first heartbeat, which can take a while: say it started
                 self.notify(f"restarting {run}: kill, resume, wait for the first heartbeat…", markup=False)
+                self.restarting.add(run)
                 self.run_action("restart", run)
 
         self.app.push_screen(ConfirmScreen(q, "Restart"), done)
@@ -385,6 +471,29 @@ class MainScreen(Screen):
     def action_follow(self) -> None:
         log = self.query_one(LogView)
         log.set_follow(not log.follow)
+
+    def action_wrap(self) -> None:
+        on = self.query_one(LogView).toggle_wrap()
+        self.notify("log: long lines wrap" if on else "log: no wrap (← → scroll)", markup=False)
+
+    def action_maximise(self) -> None:
+        """Give the focused pane the whole screen (Tab moves the focus), or restore the layout."""
+        if self.maximized is not None:
+            self.minimize()
+            return
+        pane = self.focused
+        if pane is None or not self.maximize(pane, container=False):
+            self.notify("focus a pane first (Tab), then z", severity="warning", markup=False)
+
+    def action_side_pane(self) -> None:
+        """In the compact layout, show the next side pane (loss, tokens/s, GPUs, events)."""
+        was_focused = self.focused is not None and self.focused.id == self.side_pane
+        self.side_pane = SIDE_PANES[(SIDE_PANES.index(self.side_pane) + 1) % len(SIDE_PANES)]
+        self._show_side_pane()
+        if was_focused:
+            self.query_one(f"#{self.side_pane}").focus()
+        if not self.has_class("-compact"):
+            self.notify(f"every pane is on screen; v picks one below {COMPACT_BELOW_COLS} columns")
 
     def action_rank_filter(self) -> None:
         rank = self.query_one(LogView).cycle_rank_filter()
@@ -461,7 +570,11 @@ class MainScreen(Screen):
 
     def _refresh_summary(self) -> None:
         age = None if self.last_status_at is None else max(0.0, self.clock() - self.last_status_at)
-        url = self.tunnels[self.selected].url if self.selected in self.tunnels else None
+        url = None
+        if self.selected in self.tunnels:
+            state = self.tunnel_state.get(self.selected, "live")
+            # only a tunnel that answered at the last poll shows its URL
+            url = self.tunnels[self.selected].url if state == "live" else f"({state})"
         statuses = [self.statuses[r] for r in self.order]
         mirror = (self.statuses.get(self.selected or "") or {}).get("mirror")
         self.query_one(SummaryBar).show(statuses, age, url, self.poll_error, mirror, self.clock())
