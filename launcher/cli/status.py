@@ -16,7 +16,7 @@ import click
 from launcher.app import Application
 from launcher.control import fetch_status, resolve_run
 from launcher.errors import EXIT_RUNTIME
-from launcher.registry import all_runs
+from launcher.registry import all_runs, home
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -32,9 +32,18 @@ def status(ctx: click.Context, run: str | None, all_runs_: bool, as_json: bool) 
 
     The table fits the terminal's width (narrow terminals drop the host, elapsed, heartbeat and ETA columns
     first); --json has every field with raw numbers. Exit 1 if a run is lost (its host did not
-    answer, or its run dir is gone).
+    answer, or its run dir is gone). With no runs yet: exit 0 (--json prints []).
     """
     app: Application = ctx.obj
+    if run is None and not all_runs():
+        # Nothing launched yet is not an error: a script's loop over `status --json` reads [].
+        if as_json:
+            app.emit_json([])
+        else:
+            app.say(
+                f"no runs yet (registry {home()}): nsa-launch up --profile cpu starts one on this machine"
+            )
+        return
     records = all_runs() if all_runs_ else [resolve_run(run)]
     snaps = fetch_status(records)
     if as_json:
@@ -60,7 +69,7 @@ COLUMNS = (
     ("elapsed", "elapsed", 3),
     ("host", "host", 2),
 )
-RUN_MIN = 16
+RUN_MIN = 24  # default run ids are at most 24 characters (launch/plan.py): whole at 80 columns
 _PAD = 3  # per column: one space of padding each side and a one-space divider (none at the edges)
 
 

@@ -34,7 +34,7 @@ TERMINAL = ("finished", "failed", "killed", "lost")
 @click.option(
     "--secret", "secrets", multiple=True, metavar="NAME", help="Pass a secret by name from your env."
 )
-@click.option("--name", help="Run id (letters, digits, - and _). Default: <config>-<profile>-<time>-<hex>.")
+@click.option("--name", help="Run id (letters, digits, - and _). Default: <config>-<MMDD>-<4 hex>, at most 24 characters.")
 @click.option("--resume", is_flag=True, help="Continue the named run from its newest intact checkpoint.")
 @click.option("--wait", is_flag=True, help="Block until the run ends; exit 0 only if it finished.")
 @click.option("--python", help="Absolute path of the host's python (overrides the profile's host.python).")
