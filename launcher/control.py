@@ -354,6 +354,46 @@ def http_answers(port: int, timeout: float = 3.0) -> bool:
         return False
 
 
+def _tunnel_file(run: str) -> Any:
+    return registry.home() / "tunnels" / f"{run}.json"
+
+
+def record_tunnel(run: str, tun: Tunnel) -> None:
+    """Say, for `status`, that this process holds a tunnel to the run's TensorBoard at `tun.url`."""
+    import json
+
+    path = _tunnel_file(run)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), "url": tun.url, "local_port": tun.local_port}))
+    tmp.replace(path)
+
+
+def forget_tunnel(run: str) -> None:
+    with contextlib.suppress(OSError):
+        _tunnel_file(run).unlink()
+
+
+def live_tunnel(run: str) -> str | None:
+    """The URL of an `nsa-launch tunnel` to the run that answers now; None (and the stale record
+    removed) when its process is gone or TensorBoard no longer answers through it."""
+    import json
+
+    try:
+        rec = json.loads(_tunnel_file(run).read_text())
+        pid, url, port = int(rec["pid"]), str(rec["url"]), int(rec["local_port"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        forget_tunnel(run)
+        return None
+    except PermissionError:
+        pass
+    return url if http_answers(port, timeout=1.0) else None
+
+
 def open_tunnel(rec: RunRecord, port: int = 6006, timeout: float = 90.0) -> Tunnel:
     """Start TensorBoard for the run on its host (127.0.0.1 only) and forward a local port to it."""
     node = rec.nodes[0]

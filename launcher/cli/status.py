@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from launcher.app import Application
-from launcher.control import fetch_status, resolve_run
+from launcher.control import fetch_status, live_tunnel, resolve_run
 from launcher.errors import EXIT_RUNTIME
 from launcher.registry import all_runs, home
 
@@ -46,6 +46,8 @@ def status(ctx: click.Context, run: str | None, all_runs_: bool, as_json: bool) 
         return
     records = all_runs() if all_runs_ else [resolve_run(run)]
     snaps = fetch_status(records)
+    for s in snaps:  # an `nsa-launch tunnel` that answers now; a dead one is never shown
+        s["tunnel"] = live_tunnel(str(s["run"]))
     if as_json:
         app.emit_json(snaps)
     else:
@@ -140,6 +142,8 @@ def print_status(console: Console, snaps: list[dict[str, Any]]) -> None:
                 lines.append(Text(f"    restart {c['attempt']} after step {c['step']}: {c['cause']}"))
             if r["stopped"]:
                 lines.append(Text(f"    not restarted: {r['stopped']}"))
+        if s.get("tunnel"):
+            lines.append(Text(f"  TensorBoard {s['tunnel']} (nsa-launch tunnel, answering)"))
         if s.get("pod_id"):
             price = f"${s['price_hr']:.2f}/h" if s.get("price_hr") is not None else "$?/h"
             cost = f"${s['cost_usd']:.2f}" if s.get("cost_usd") is not None else "?"
