@@ -241,3 +241,24 @@ def test_rsync_refused_key_points_at_keys_not_the_workdir(tmp_path, monkeypatch)
     finally:
         t.close()
         own.stop()
+
+
+def test_doctor_first_contact_hint_names_its_own_option_and_each_problem_shows_once(
+    sshd, tmp_path, monkeypatch, tmux_server
+):
+    isolate(monkeypatch, tmp_path, tmux_server)
+    kh = tmp_path / "known_hosts"
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(
+        f"Host fresh\n  HostName {sshd.host}\n  Port {sshd.port}\n  User {sshd.user}\n"
+        f"  IdentityFile {sshd.key_path}\n  UserKnownHostsFile {kh}\n"
+    )
+    args = ["doctor", "--host", "fresh", "--ssh-config", str(cfg), "--python", PYTHON]
+    args += ["--workdir", str(PROJECT_ROOT)]
+    refused = invoke(*args)
+    assert refused.exit_code == 1, refused.output
+    assert refused.output.count("--accept-new-host-key") == 1, refused.output  # printed once
+    assert "doctor found 1 problem(s)" in refused.output
+    accepted = invoke(*args, "--accept-new-host-key")  # the option the hint names exists here
+    assert accepted.exit_code == 0 and "all checks passed" in accepted.output, accepted.output
+    assert f"[{sshd.host}]:{sshd.port}" in kh.read_text()
