@@ -18,7 +18,7 @@ from typing import Any
 from launcher import envspec, registry
 from launcher.errors import LaunchError
 from launcher.profiles import PROJECT_ROOT, Profile, load_profile
-from launcher.ssh.hosts import HostSpec, default_target, parse_target
+from launcher.ssh.hosts import HostSpec, check_known_name, default_target, parse_target
 
 INPUT_CONFIG = "launch_config.yaml"
 
@@ -163,6 +163,8 @@ def _bind_hosts(profile: Profile, opts: UpOptions) -> tuple[list[HostSpec], list
             f"pass --host exactly {profile.nodes} time(s)",
         )
     hosts = [parse_target(t, opts.ssh_config) for t in targets]
+    for h in hosts:
+        check_known_name(h)
     if profile.nodes > 1 and any(h.is_local for h in hosts):
         raise LaunchError("a multi-node run cannot use the local transport", "give every node an SSH host")
     if opts.workdir and all(h.is_local for h in hosts):

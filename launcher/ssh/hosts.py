@@ -130,6 +130,42 @@ def parse_target(target: str, ssh_config: str | None = None) -> HostSpec:
     )
 
 
+_ADDRESS_RE = re.compile(r"^[0-9.]+$|^\[[0-9A-Fa-f:.]+\]$|:")
+
+
+def check_known_name(spec: HostSpec) -> None:
+    """A bare name must be a Host of the ssh config or a name DNS resolves; else LaunchError (exit 2)
+    naming the config it looked in, before any run is announced or host touched. A typo'd alias
+    would otherwise fail only at connect time, with a "check the host is up" that misleads."""
+    if spec.is_local or _ADDRESS_RE.search(spec.host):
+        return
+    cfg = Path(spec.ssh_config) if spec.ssh_config else Path("~/.ssh/config").expanduser()
+    if cfg.is_file():
+        import fnmatch
+
+        import paramiko
+
+        try:
+            patterns = paramiko.SSHConfig.from_path(str(cfg)).get_hostnames()
+        except Exception:  # an unreadable config: OpenSSH will say what is wrong with it
+            return
+        if any(fnmatch.fnmatch(spec.host, p) for p in patterns if p != "*" and not p.startswith("!")):
+            return
+    import socket
+
+    try:
+        socket.getaddrinfo(spec.host, None)
+        return
+    except (OSError, UnicodeError):
+        pass
+    raise LaunchError(
+        f"--host {spec.target!r}: {spec.host!r} is not a Host in the ssh config ({cfg}"
+        f"{'' if cfg.is_file() else ': no such file'}) and not a name DNS resolves",
+        f"add `Host {spec.host}` with its HostName, User and Port to {cfg} (or pass --ssh-config FILE), "
+        "or give user@host[:port]",
+    )
+
+
 def _port(target: str, text: str) -> int:
     try:
         port = int(text)
