@@ -49,6 +49,7 @@ def test_tmux_server_environment_never_reaches_the_workers(tmux_server, tmp_path
     try:
         res = _up(run, "--set", "train.steps=3", "--set", "train.save_every=0", "--wait")
         assert res.exit_code == 0, res.output
+        assert f"run {run} finished: step 3/3" in res.output and "wall time" in res.output, res.output
         rd = RunDir(resolve_run(run).run_dir)
         env = json.loads(rd.train_manifest.read_text())["env"]
         assert "NSA_DDP_COMPRESS" not in env and "CUDA_VISIBLE_DEVICES" not in env, env

@@ -71,3 +71,25 @@ def test_runs_table_drops_columns_not_ids():
     assert fit(cols, [row], 200) == cols
     narrow = fit(cols, [row], 80)
     assert narrow[:2] == ["run", "state"] and "run dir" not in narrow
+
+
+def test_up_wait_summary_names_step_loss_rate_wall_time_checkpoint_and_next_commands():
+    import json
+    from pathlib import Path
+
+    from launcher.cli.up import run_summary
+
+    recorded = Path(__file__).resolve().parents[2] / "dashboard" / "recorded" / "status.json"
+    st = next(s for s in json.loads(recorded.read_text())["snapshots"][0] if s["run"] == "tiny-cpu-120")
+    text = run_summary(st, "tiny-cpu-120", "local")
+    first = text.splitlines()[0]
+    # the finished event: 122880 tokens over 24.04 s
+    assert first == (
+        "run tiny-cpu-120 finished: step 120/120, loss 3.163, 5.1k tok/s (average over 123k tokens), "
+        "wall time 24s"
+    )
+    assert f"checkpoint: {st['run_dir']}/checkpoints/step-00000120" in text
+    assert "nsa-launch tunnel --run tiny-cpu-120" in text and "next:" in text
+    failed = run_summary({**st, "state": "failed", "exit_code": 1, "events": []}, "x", "u@h")
+    assert "run x failed (exit code 1)" in failed and "checkpoint: none saved" in failed
+    assert "nsa-launch restart --run x" in failed
