@@ -48,8 +48,51 @@ def resolve_run(run: str | None) -> RunRecord:
     return rec
 
 
+SEEN_EVERY_S = 30.0  # a live run's last-contact record is rewritten at most this often (or on a new step)
+
+
+def _seen_file(run: str) -> Any:
+    return registry.home() / "seen" / f"{run}.json"
+
+
+def _remember_contact(st: dict[str, Any]) -> None:
+    """Keep the last answer from a run's host (time, step, loss, state), so a `lost` status can say
+    when the host last answered and where the run was then."""
+    import json
+
+    path = _seen_file(str(st["run"]))
+    now = float(st.get("time") or time.time())
+    try:
+        old = json.loads(path.read_text())
+        if old.get("step") == st.get("step") and now - float(old.get("time", 0)) < SEEN_EVERY_S:
+            return
+    except (OSError, ValueError, TypeError):
+        pass
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({k: st.get(k) for k in ("time", "step", "loss", "state")} | {"time": now}))
+        tmp.replace(path)
+    except OSError:  # a read-only home must not break status
+        pass
+
+
+def last_contact(run: str) -> dict[str, Any]:
+    """What `_remember_contact` kept for the run ({} when its host never answered from here)."""
+    import json
+
+    try:
+        return dict(json.loads(_seen_file(run).read_text()))
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
 def _lost(rec: RunRecord, error: str) -> dict[str, Any]:
+    seen = last_contact(rec.run)
     return {
+        "last_contact": seen.get("time"),  # when its host last answered (epoch s), and then:
+        "last_step": seen.get("step"),
+        "last_state": seen.get("state"),
         "run": rec.run,
         "host": rec.host,
         "profile": rec.profile,
@@ -100,6 +143,8 @@ def fetch_status(records: list[RunRecord]) -> list[dict[str, Any]]:
         parts = [answers.get((ri, ni), "no answer") for ni in range(len(rec.nodes))]
         st = _merge(rec, parts)
         st.update(pod_fields(rec))
+        if st["state"] != "lost":
+            _remember_contact(st)
         out.append(st)
     return out
 

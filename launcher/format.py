@@ -190,6 +190,17 @@ def state_label(st: dict[str, Any]) -> str:
     return f"{state} ({', '.join(notes)})" if notes else state
 
 
+def lost_detail(st: dict[str, Any], now: float | None = None) -> str:
+    """Where a lost run was when its host last answered: "last contact 2m ago at step 1200 (running)";
+    "" when its host never answered from here."""
+    t = _num(st.get("last_contact"))
+    if t is None:
+        return "no contact with its host from here yet"
+    age = ago((time.time() if now is None else now) - t)
+    step, state = st.get("last_step"), st.get("last_state")
+    return f"last contact {age} at step {integer(step)}" + (f" ({state})" if state else "")
+
+
 def pod_cost(st: dict[str, Any]) -> str:
     """A rented run's pod, its price and what it cost so far ("pod p-1 $1.20/h $3.40"); "" when none."""
     if not st.get("pod_id"):

@@ -54,7 +54,15 @@ def status(ctx: click.Context, run: str | None, all_runs_: bool, as_json: bool) 
         print_status(app.out, snaps)
     lost = [s for s in snaps if s["state"] == "lost"]
     for s in lost:
+        from launcher import format as fmt
+
         click.secho(f"error: run {s['run']} is lost: {s['error']}", fg="red", err=True)
+        click.echo(
+            f"  {fmt.lost_detail(s)}; the run may go on on its host. Nothing here retries: "
+            f"`nsa-launch watch --run {s['run']}` (or the dashboard) keeps the mirror and, for a rented pod, "
+            "replaces it once lost for --lost-after seconds",
+            err=True,
+        )
     if lost:
         ctx.exit(EXIT_RUNTIME)
 

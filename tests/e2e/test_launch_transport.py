@@ -190,6 +190,10 @@ def test_unreachable_host_is_lost_not_an_exception_and_recovers(sshd, tmp_path, 
     try:
         [st] = fetch_status([rec])
         assert st["state"] == "lost" and "cannot reach" in st["error"] and st["run"] == "done"
+        # explained: when the host last answered, and where the run was then
+        assert st["last_state"] == "finished" and time.time() - st["last_contact"] < 120
+        res = invoke("status", "--run", "done")
+        assert res.exit_code == 1 and "last contact" in res.output and "(finished)" in res.output
     finally:
         sshd.start()
     [st] = fetch_status([rec])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 from rich.markup import escape
@@ -107,6 +107,7 @@ class MainScreen(Screen):
         self._inbox: tuple[str, LogInbox] | None = None
         self._poll_now = asyncio.Event()
         self.side_pane = SIDE_PANES[0]
+        self._last_watch_note: str | None = None
         self.restarting: set[str] = set()  # runs the dashboard is restarting: shown as such
         self.tunnel_state: dict[str, str] = {}  # open tunnels: run -> "live", "reopening" or "down"
 
@@ -205,13 +206,20 @@ class MainScreen(Screen):
             if inbox.put(text):
                 self.post_message(LogArrived(run))
 
+        outage: str | None = None  # said once per outage, not once per retry
+        reconnecting = False
         while True:
             stop = threading.Event()
 
-            def stream(n: int = last_n, stop: threading.Event = stop) -> None:
-                pump_log(
-                    self.backend.stream_log(run, n), inbox, stop, lambda: self.post_message(LogArrived(run))
-                )
+            def lines(n: int, again: bool) -> Iterator[str]:
+                for i, line in enumerate(self.backend.stream_log(run, n)):
+                    if i == 0 and again:
+                        # Lines written while we were away would be missing: a short, marked tail.
+                        yield f"── log stream reconnected: the last {n} lines again ──"
+                    yield line
+
+            def stream(n: int = last_n, again: bool = reconnecting, stop: threading.Event = stop) -> None:
+                pump_log(lines(n, again), inbox, stop, lambda: self.post_message(LogArrived(run)))
 
             try:
                 await in_daemon_thread(stream, name=f"dashboard-log-{run}")
@@ -224,15 +232,17 @@ class MainScreen(Screen):
             # A stream also ends cleanly when its SSH channel is cut, so an end is only final once
             # a fresh status says the run is over; otherwise it is retried like an error.
             delay = backoff.next_delay(False)
-            if error is not None:
-                note(f"── log stream lost ({error}); retrying in {delay:.0f}s ──")
+            if error is not None and outage is None:
+                note(f"── log stream lost ({error}); retrying every {delay:.0f}s or more, quietly ──")
+            outage = error if error is not None else outage
             await asyncio.sleep(delay)
             if error is None and self.statuses.get(run, {}).get("state") in FINAL_STATES:
                 self.post_message(LogEnded(run))
                 return
-            # Lines written while we were away would be missing: replay a short, marked tail.
             last_n = min(50, self.log_last_n)
-            note(f"── log stream reconnected: the last {last_n} lines again ──")
+            reconnecting = True
+            if error is None:
+                outage = None
 
     @work(group="metrics", exclusive=True, exit_on_error=False)
     async def poll_metrics(self, run: str) -> None:
@@ -344,6 +354,11 @@ class MainScreen(Screen):
         self._refresh_summary()
 
     def on_watch_note(self, msg: WatchNote) -> None:
+        # On change only: a scheduled pull that found nothing new is not news (the top bar shows
+        # the mirror's age), nor is the same note twice in a row.
+        if "(unchanged)" in msg.text or msg.text == self._last_watch_note:
+            return
+        self._last_watch_note = msg.text
         error = msg.error or " failed" in msg.text or "lost its host" in msg.text
         self.notify(
             msg.text,
@@ -557,6 +572,8 @@ class MainScreen(Screen):
                 continue
             if new_state in fmt.ALERT_STATES:
                 why = st.get("error") or ""
+                if new_state == "lost":
+                    why += f"\n{self._lost_explained(st)}"
                 self.notify(
                     f"{run} on {st.get('host') or 'local'} is {new_state.upper()}"
                     + (f": {why}" if why else ""),
@@ -568,6 +585,20 @@ class MainScreen(Screen):
             elif old_state == "lost":
                 self.notify(f"{run}: host reachable again ({new_state})", title="recovered", markup=False)
 
+    def _lost_explained(self, st: dict[str, Any]) -> str:
+        """A lost run in words: where it was, what the mirror holds, what happens next."""
+        parts = [fmt.lost_detail(st, self.clock())]
+        mirror = st.get("mirror") or {}
+        if mirror.get("checkpoint"):
+            parts.append(f"mirror {mirror['checkpoint']}")
+        else:
+            parts.append("no checkpoint mirrored here yet" if "mirror" in st else "no mirror kept here")
+        nxt = f"asking again every {fmt.duration(self.max_backoff_s)} at most"
+        if st.get("pod_id") and mirror.get("watcher") == "this dashboard":
+            nxt += "; the pod is replaced and the run resumed from the mirror once lost long enough (--lost-after)"
+        parts.append(nxt)
+        return "; ".join(parts)
+
     def _refresh_summary(self) -> None:
         age = None if self.last_status_at is None else max(0.0, self.clock() - self.last_status_at)
         url = None
@@ -576,8 +607,12 @@ class MainScreen(Screen):
             # only a tunnel that answered at the last poll shows its URL
             url = self.tunnels[self.selected].url if state == "live" else f"({state})"
         statuses = [self.statuses[r] for r in self.order]
-        mirror = (self.statuses.get(self.selected or "") or {}).get("mirror")
-        self.query_one(SummaryBar).show(statuses, age, url, self.poll_error, mirror, self.clock())
+        selected = self.statuses.get(self.selected or "") or {}
+        mirror = selected.get("mirror")
+        error = self.poll_error
+        if error is None and selected.get("state") == "lost":
+            error = f"{self.selected} lost: {self._lost_explained(selected)}"
+        self.query_one(SummaryBar).show(statuses, age, url, error, mirror, self.clock())
 
 
 def _num(rec: dict[str, Any], key: str) -> bool:
