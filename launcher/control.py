@@ -1,4 +1,5 @@
-"""Watching and steering runs that are already started: status, logs, kill, restart, tunnel.
+"""Watching and steering runs that are already started: status, logs, kill, restart, tunnel, and the
+wait for a started run's first heartbeat (`up` and `restart`).
 
 Owns the launcher side of those operations for runs in the local registry: it fans each out over
 the run's node hosts (one agent exec per host for status), merges the per-node answers into one
@@ -251,7 +252,6 @@ def restart_run(
     dir with --resume (latest checkpoint). A finished run is refused: there is nothing to resume.
     `say` reports each step; `wait_fn` replaces the plain first-heartbeat wait (the CLI's ticker)."""
     from launcher.envspec import resolve_secrets
-    from launcher.launch.execute import wait_first_heartbeat
 
     say = say or (lambda _msg: None)
     [st] = fetch_status([rec])
@@ -295,6 +295,61 @@ def restart_run(
     if wait:
         (wait_fn or wait_first_heartbeat)(rec)
     return rec
+
+
+TICK_S = 2.0  # how often the first-heartbeat wait reports back (one agent call each)
+
+
+def wait_first_heartbeat(
+    rec: RunRecord,
+    timeout: float | None = None,
+    on_tick: Callable[[float, float, str], None] | None = None,
+) -> dict[str, Any]:
+    """Block until a rank beats (or the run ends, or the timeout); fail fast with the log tail.
+
+    Waits in slices of TICK_S, calling `on_tick(elapsed_s, timeout_s, last_log_line)` after each one
+    that ended with the run still starting, so the wait is never silent."""
+    from launcher.envspec import scrub
+
+    node = rec.nodes[0]
+    t = transport_for(node.host)
+    timeout = rec.first_heartbeat_timeout_s if timeout is None else timeout
+    secrets = local_secret_values(rec)
+    t0 = time.monotonic()
+    while True:
+        left = max(timeout - (time.monotonic() - t0), 0.0)
+        part = min(TICK_S, left)
+        req = {"run": rec.run, "run_dir": node.run_dir, "tmux_socket": rec.tmux_socket, "timeout_s": part}
+        reply = agent_call(t, node.workdir, node.python, "wait_started", req, timeout=part + 60)
+        st = reply["status"]
+        if not reply.get("timed_out") or part >= left:
+            break
+        if on_tick is not None:
+            last = next((ln for ln in reversed(st.get("log_tail") or []) if ln.strip()), "")
+            on_tick(time.monotonic() - t0, timeout, scrub(last, secrets))
+    causes = st.get("error_lines") or []
+    shown = (["first error lines:", *causes, "log tail:"] if causes else []) + st.get("log_tail", [])
+    tail = "\n".join(f"    {ln}" for ln in scrub("\n".join(shown), secrets).splitlines())
+    if reply.get("timed_out"):
+        kill_run(rec)
+        raise RuntimeFailure(
+            f"run {rec.run}: no rank wrote a heartbeat within {timeout:.0f} s; stopped it. Log tail:\n{tail}",
+            "read the full log with `nsa-launch logs --run "
+            + rec.run
+            + "`; raise first_heartbeat_timeout_s if the "
+            "host is just slow",
+        )
+    if st["state"] in ("failed", "killed", "lost"):
+        cause = scrub(st.get("error") or "", secrets)
+        raise RuntimeFailure(
+            f"run {rec.run} {st['state']} before its first step "
+            f"(exit code {st.get('exit_code')}"
+            + (f"; cause: {cause}" if cause else "")
+            + f"). Log tail:\n{tail}",
+            (f"fix the cause ({cause})" if cause else f"read `nsa-launch logs --run {rec.run}` for the cause")
+            + ", then start again",
+        )
+    return st
 
 
 def _resync(rec: RunRecord, say: Callable[[str], None]) -> None:
