@@ -354,6 +354,7 @@ def wait_first_heartbeat(
 
 def _resync(rec: RunRecord, say: Callable[[str], None]) -> None:
     """The code the run resumes with is this checkout's, as for `up` (local runs use it in place)."""
+    from launcher import format as fmt
     from launcher.profiles import PROJECT_ROOT
     from launcher.ssh.sync import sync
     from launcher.ssh.transport import SSHTransport
@@ -363,7 +364,7 @@ def _resync(rec: RunRecord, say: Callable[[str], None]) -> None:
         if isinstance(t, SSHTransport):
             has_rsync = t.run("command -v rsync", check=False, timeout=30).exit_code == 0
             res = sync(PROJECT_ROOT, t, node.workdir, host_has_rsync=has_rsync)
-            say(f"synced the project to {t.label}:{node.workdir} ({res.method}, {res.seconds:.1f} s)")
+            say(f"synced the project to {t.label}:{node.workdir} ({res.method}, {fmt.duration(res.seconds)})")
 
 
 def resume_report(rec: RunRecord, since: float, timeout: float = 600.0) -> tuple[bool, str]:

@@ -194,6 +194,8 @@ def ensure_python(
     chosen = python or env.python
     if chosen != "venv":
         return chosen  # preflight checked it (missing packages are listed there with the fix)
+    from launcher import format as fmt
+
     plan = plan_env(device, probe)
     digest = spec_hash(env, plan)
     q = shlex.quote
@@ -208,8 +210,8 @@ def ensure_python(
         t0 = time.monotonic()
         with ticker(t, f"host env [{i}] {name}", log):
             _run_phase(t, workdir, script, name)
-        log(f"host env [{i}] {name}: done in {time.monotonic() - t0:.0f} s")
-    log(f"host env ready in {time.monotonic() - t_all:.0f} s")
+        log(f"host env [{i}] {name}: done in {fmt.duration(time.monotonic() - t0)}")
+    log(f"host env ready in {fmt.duration(time.monotonic() - t_all)}")
     return venv_py
 
 

@@ -12,6 +12,7 @@ import shutil
 
 import click
 
+from launcher import format as fmt
 from launcher.app import Application
 from launcher.errors import EXIT_RUNTIME, LaunchError
 from launcher.hostenv import plan_env
@@ -115,8 +116,7 @@ def _report(app: Application, plan, i: int, facts: dict, problems: list[tuple[st
         app.say("--   torch: not installed in this python")
     gpus = facts.get("gpus") or []
     app.say(f"ok   {len(gpus)} GPU(s)" + (f": {', '.join(gpus)}" if gpus else ""))
-    free_gb = int(facts.get("free_kb") or 0) / 2**20
-    app.say(f"ok   {free_gb:.1f} GB free at {facts.get('workdir')}")
+    app.say(f"ok   {fmt.size(int(facts.get('free_kb') or 0) * 1024)} free at {facts.get('workdir')}")
     app.say(f"ok   tmux, rsync {'yes' if facts.get('rsync') else 'no (sync uses sftp)'}")
     named = plan.pythons[i] not in (None, "venv") or plan.hosts[i].is_local
     if not named:

@@ -175,7 +175,7 @@ def _start(app: Application, plan):
     else:
         rec, started_s = execute(plan, say=app.say)
     app.say(
-        f"torchrun started on {len(rec.nodes)} node(s) in {started_s:.1f} s; waiting for the first heartbeat"
+        f"torchrun started on {len(rec.nodes)} node(s) in {fmt.duration(started_s)}; waiting for the first heartbeat"
     )
     return rec
 
@@ -200,7 +200,7 @@ def _wait_end(app: Application, rec):
             eta = f" eta {fmt.duration(st['eta_s'])}" if isinstance(st.get("eta_s"), (int, float)) else ""
             app.say(
                 f"  {st['state']}: step {fmt.step_total(st['step'], st['total_steps'])} loss {fmt.loss(st['loss'])} "
-                f"tokens/s {fmt.rate(st['tokens_per_s'])}{eta}"
+                f"{fmt.tok_rate(st['tokens_per_s'])}{eta}"
             )
             last = time.monotonic()
         time.sleep(1.0)
@@ -283,7 +283,7 @@ def wait_for_first_heartbeat(app: Application, rec: object, timeout: float | Non
 
     def line(elapsed: float, limit: float, last: str) -> str:
         return (
-            f"waiting for the first heartbeat of {run}: {elapsed:.0f} s (gives up at {limit:.0f} s); "
+            f"waiting for the first heartbeat of {run}: {fmt.duration(elapsed)} (gives up at {fmt.duration(limit)}); "
             f"log: {last[:120] if last else '(nothing yet)'}"
         )
 
