@@ -65,7 +65,7 @@ async def test_80x24_whole_ids_compact_layout_and_keys(app):
         long_line = max(range(len(log.view)), key=lambda i: len(log.view[i].text))
         assert len(log.view[long_line].text) > width
         assert log.row_of(long_line + 1) - log.row_of(long_line) >= 2
-        assert log.virtual_size.width == width
+        assert log.virtual_size.width <= width  # never a sideways scrollbar while wrapping
         await pilot.press("w")
         assert not log.wrap and log.virtual_size.width >= len(log.view[long_line].text)
         await pilot.press("w")

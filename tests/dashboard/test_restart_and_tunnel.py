@@ -47,7 +47,9 @@ async def test_restart_shows_restarting_not_failed_and_reopens_the_tunnel(app, b
         assert _state(app, "tiny-failed") == "restarting"
         assert not any("FAILED" in m for m in notifications(app))
         backend.hold_restart.set()
-        await wait_for(pilot, lambda: ("restart", "tiny-failed") in backend.calls, what="restart done")
+        await wait_for(pilot, lambda: any("restarted as" in m for m in notifications(app)), what="restarted")
+        # the restarted run is selected again at the next poll: let that happen before moving on
+        await wait_for(pilot, lambda: app.main.want_selected is None, what="reselected")
         # now the run with the tunnel: its TensorBoard stops with the restart, then comes back
         table.move_cursor(row=table.get_row_index("m7c-2xa100"))
         await wait_for(pilot, lambda: app.main.selected == "m7c-2xa100", what="select m7c")

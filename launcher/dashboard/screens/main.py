@@ -153,12 +153,13 @@ class MainScreen(Screen):
     async def poll_status(self) -> None:
         backoff = Backoff(self.refresh_s, self.max_backoff_s)
 
-        def poll() -> tuple[list[dict[str, Any]], dict[str, bool]]:
+        def poll() -> tuple[list[dict[str, Any]], dict[str, tuple[Any, bool]]]:
             tunnels = dict(self.tunnels)
             statuses = self.backend.snapshot()
             # Each open tunnel is asked too: a kill or restart stops TensorBoard on the host, and a
-            # URL shown after that would be a dead one.
-            return statuses, {run: bool(t.alive()) for run, t in tunnels.items()}
+            # URL shown after that would be a dead one. The answer names the tunnel it is about: by
+            # the time it is read, a reopen may have replaced that one.
+            return statuses, {run: (t, bool(t.alive())) for run, t in tunnels.items()}
 
         while True:
             try:
@@ -322,12 +323,12 @@ class MainScreen(Screen):
             return {**st, "state": "restarting", "exit_code": None}
         return st
 
-    def _check_tunnels(self, alive: dict[str, bool]) -> None:
+    def _check_tunnels(self, alive: dict[str, tuple[Any, bool]]) -> None:
         """Follow each open tunnel's TensorBoard: reopen it when the run lives on (it was restarted),
         close it and say so when the run has ended; never keep showing a URL that does not answer."""
-        for run, ok in alive.items():
-            if run not in self.tunnels or self.tunnel_state.get(run) == "reopening":
-                continue
+        for run, (tunnel, ok) in alive.items():
+            if self.tunnels.get(run) is not tunnel or self.tunnel_state.get(run) == "reopening":
+                continue  # closed or replaced since that poll asked
             if ok:
                 self.tunnel_state[run] = "live"
                 continue

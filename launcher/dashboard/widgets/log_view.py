@@ -181,6 +181,9 @@ class LogView(ScrollView, can_focus=True):
             else:
                 self._starts = list(range(len(lens) + 1))
             self._layout_key = key
+            if self.virtual_size.height != self._starts[-1]:
+                # The width changed without a resize (a scrollbar came or went): the rows did too.
+                self.call_later(self._resize)
         return self._starts
 
     def row_of(self, line: int) -> int:
@@ -195,8 +198,10 @@ class LogView(ScrollView, can_focus=True):
 
     def _resize(self) -> None:
         starts = self._layout()
-        width = max(1, self.scrollable_content_region.width)
-        self.virtual_size = Size(width if self.wrap else max(width, self._max_len), starts[-1])
+        # Wrapped, nothing is wider than the pane: never a sideways scrollbar, whatever the width.
+        self.virtual_size = Size(1 if self.wrap else max(1, self._max_len), starts[-1])
+        if self.follow:
+            self.scroll_end(animate=False, x_axis=False)
 
     def on_resize(self) -> None:
         self._resize()

@@ -63,7 +63,7 @@ def _options(cmd: click.Command) -> set[str]:
     return names | {"--help", "-h"}
 
 
-def _hints() -> list[tuple[str, str, list[str]]]:
+def _hints() -> list[tuple[str, str, str, list[str]]]:
     """Every `nsa-launch CMD ...` in a string (click help texts included); prose such as "nsa-launch
     sets it" is told apart by its first word not being a command name."""
     ctx = click.Context(cli)
@@ -75,7 +75,7 @@ def _hints() -> list[tuple[str, str, list[str]]]:
                 if m.group(1).split()[0] not in commands:
                     continue
                 opts = OPTION.findall(m.group(2))
-                found.append((f"{path.relative_to(ROOT.parent)}:{line}", m.group(0), opts))
+                found.append((f"{path.relative_to(ROOT.parent)}:{line}", m.group(1), m.group(0), opts))
     return found
 
 
@@ -84,15 +84,15 @@ HINTS = _hints()
 
 def test_the_collector_finds_the_hints():
     # The collector itself must work: these hints exist today.
-    texts = " | ".join(h for _, h, _ in HINTS)
+    texts = " | ".join(h for _, _, h, _ in HINTS)
     assert "nsa-launch pull --run" in texts
     assert len(HINTS) > 30
 
 
-@pytest.mark.parametrize(("where", "hint", "opts"), HINTS, ids=[w for w, _, _ in HINTS])
-def test_hint_names_a_real_command_and_real_options(where: str, hint: str, opts: list[str]):
-    words = hint.removeprefix("nsa-launch ").split()
-    cmd, _ = _command(words[:2])
+@pytest.mark.parametrize(("where", "command", "hint", "opts"), HINTS, ids=[w for w, _, _, _ in HINTS])
+def test_hint_names_a_real_command_and_real_options(where: str, command: str, hint: str, opts: list[str]):
+    words = command.split()
+    cmd, _ = _command(words)
     assert cmd is not None, f"{where}: {hint!r} names no nsa-launch command"
     missing = [o for o in opts if o not in _options(cmd)]
     assert not missing, f"{where}: {hint!r}: `nsa-launch {words[0]}` has no {missing}"
