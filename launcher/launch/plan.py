@@ -118,10 +118,12 @@ def plan_run(opts: UpOptions, environ: dict[str, str] | None = None) -> Plan:
     if opts.name is not None:
         run = registry.check_run_name(opts.name)
     else:
+        run = default_run_id(config_path.stem)
         for _ in range(8):  # 65536 suffixes a day per config: a clash is rare, and drawn again
-            run = registry.check_run_name(default_run_id(config_path.stem))
             if not registry.exists(run):
                 break
+            run = default_run_id(config_path.stem)
+        run = registry.check_run_name(run[:64])
     if registry.exists(run) and not opts.resume:
         raise LaunchError(
             f"a run named {run!r} was already launched from this machine",
