@@ -143,9 +143,9 @@ def fetch_status(records: list[RunRecord]) -> list[dict[str, Any]]:
     for ri, rec in enumerate(records):
         parts = [answers.get((ri, ni), "no answer") for ni in range(len(rec.nodes))]
         st = _merge(rec, parts)
-        st.update(pod_fields(rec))
         if st["state"] != "lost":
             _remember_contact(st)
+        st.update(pod_fields(rec))
         out.append(st)
     return out
 
