@@ -78,3 +78,23 @@ async def test_kill_closes_the_tunnel_and_says_how_to_reopen(app, backend):
             "tunnel closed" in m and "nsa-launch tunnel --run m7c-2xa100" in m for m in notifications(app)
         )
         assert url not in plain(app.main.query_one(SummaryBar))
+
+
+async def test_watch_notes_notify_on_change_only(app):
+    from launcher.dashboard.messages import WatchNote
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.main.polls >= 1, what="first poll")
+        pulled = "mirror of r: checkpoint step-00000040 (new), files in /m (0.1 s)"
+        for text in (
+            pulled,
+            "mirror of r: checkpoint step-00000040 (unchanged), files in /m (0.1 s)",  # every 60 s
+            pulled,  # the same note again
+            "mirror of r: checkpoint step-00000080 (new), files in /m (0.1 s)",
+        ):
+            app.main.post_message(WatchNote(text))
+        await pilot.pause(0.2)
+        assert [m for m in notifications(app) if m.startswith("mirror of r")] == [
+            pulled,
+            "mirror of r: checkpoint step-00000080 (new), files in /m (0.1 s)",
+        ]
