@@ -179,10 +179,21 @@ def unit(v: Any, spec: str, suffix: str) -> str:
 
 def state_label(st: dict[str, Any]) -> str:
     """The state, with the exit code when it is not the expected one and the restarts the host made
-    after crashes: "failed (exit 1)", "running (restarts 1/3)"."""
+    after crashes: "failed (exit 1)", "running (restarts 1/3)"; a killed run shows the step of its
+    last checkpoint instead of an exit code: "killed (saved step 1200)"."""
     state, code = str(st.get("state") or "?"), st.get("exit_code")
     notes = []
-    if code is not None and not (state == "finished" and code == 0):
+    if state == "killed":
+        # A deliberate stop: torchrun's exit code (1, or 143) says nothing; the checkpoint it saved
+        # on the way out does.
+        saved = [
+            e.get("step")
+            for e in st.get("events") or []
+            if isinstance(e, dict) and e.get("kind") == "checkpoint"
+        ]
+        if saved:
+            notes.append(f"saved step {saved[-1]}")
+    elif code is not None and not (state == "finished" and code == 0):
         notes.append(f"exit {code}")
     r = st.get("restarts")
     if isinstance(r, dict) and r.get("count"):

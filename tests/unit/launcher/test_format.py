@@ -166,3 +166,16 @@ def test_sizes_rates_and_durations_read_the_same_everywhere():
         "last contact 2m ago at step 1200 (running)"
     )
     assert fmt.lost_detail({}) == "no contact with its host from here yet"
+
+
+def test_a_killed_run_reads_as_a_deliberate_stop_not_an_exit_code():
+    events = [
+        {"kind": "checkpoint", "step": 80},
+        {"kind": "sigterm", "step": 83},
+        {"kind": "checkpoint", "step": 83},
+    ]
+    assert fmt.state_label({"state": "killed", "exit_code": 1, "events": events}) == "killed (saved step 83)"
+    assert fmt.state_label({"state": "killed", "exit_code": 143, "events": []}) == "killed"
+    assert fmt.state_label({"state": "failed", "exit_code": 1}) == "failed (exit 1)"
+    assert fmt.STATE_STYLE["killed"] not in (fmt.STATE_STYLE["failed"], fmt.STATE_STYLE["lost"])
+    assert "red" not in fmt.STATE_STYLE["killed"] and "magenta" not in fmt.STATE_STYLE["killed"]
