@@ -165,8 +165,6 @@ def _bind_hosts(profile: Profile, opts: UpOptions) -> tuple[list[HostSpec], list
             f"pass --host exactly {profile.nodes} time(s)",
         )
     hosts = [parse_target(t, opts.ssh_config) for t in targets]
-    for h in hosts:
-        check_known_name(h)
     if profile.nodes > 1 and any(h.is_local for h in hosts):
         raise LaunchError("a multi-node run cannot use the local transport", "give every node an SSH host")
     if opts.workdir and all(h.is_local for h in hosts):
@@ -190,4 +188,6 @@ def _bind_hosts(profile: Profile, opts: UpOptions) -> tuple[list[HostSpec], list
             raise LaunchError(
                 f"--python {p!r} must be an absolute path", "non-interactive SSH has a minimal PATH"
             )
+    for h in hosts:  # last: the checks above need no name lookup
+        check_known_name(h)
     return hosts, workdirs, pythons
