@@ -130,6 +130,8 @@ def parse_target(target: str, ssh_config: str | None = None) -> HostSpec:
     )
 
 
+# What `up --provision` binds as the host until the pod is rented (launcher/cli/up.py): no name to check.
+PENDING_POD_HOST = "pod.pending"
 _ADDRESS_RE = re.compile(r"^[0-9.]+$|^\[[0-9A-Fa-f:.]+\]$|:")
 
 
@@ -139,7 +141,7 @@ def check_known_name(spec: HostSpec) -> None:
     touched. A typo'd alias would otherwise fail only at connect time, with a misleading "check the
     host is up". The config is read as OpenSSH reads it (`ssh -G`, so Include and Match count);
     paramiko's parser stands in where there is no ssh binary."""
-    if spec.is_local or _ADDRESS_RE.search(spec.host):
+    if spec.is_local or spec.host == PENDING_POD_HOST or _ADDRESS_RE.search(spec.host):
         return
     cfg = Path(spec.ssh_config) if spec.ssh_config else Path("~/.ssh/config").expanduser()
     if _config_hostname(spec.host, spec.ssh_config) not in (None, spec.host):
