@@ -146,6 +146,9 @@ def fetch_status(records: list[RunRecord]) -> list[dict[str, Any]]:
         if st["state"] != "lost":
             _remember_contact(st)
         st.update(pod_fields(rec))
+        st["recovery"] = _recovery(rec)
+        if st["recovery"] and st["state"] == "lost":  # what is being done about it, wherever it shows
+            st["error"] = f"{st['error']}; {st['recovery']['text']}"
         out.append(st)
     return out
 
@@ -157,11 +160,23 @@ def pod_fields(rec: RunRecord) -> dict[str, Any]:
         from launcher.providers.pods import run_cost
 
         cost = run_cost(rec.run)
-    return {
-        "pod_id": (cost or {}).get("pod_id", rec.pod_id),
-        "price_hr": (cost or {}).get("price_hr"),
-        "cost_usd": (cost or {}).get("cost_usd"),
-    }
+    # the pod the record's host is on (during a replacement the ledger's newest pod is the new one)
+    pod = rec.pod_id or (cost or {}).get("pod_id")
+    price = (cost or {}).get("price_hr")
+    if rec.pod_id:
+        from launcher.providers.pods import load_pod
+
+        own = load_pod(rec.pod_id)
+        price = own.price_hr if own is not None else price
+    return {"pod_id": pod, "price_hr": price, "cost_usd": (cost or {}).get("cost_usd")}
+
+
+def _recovery(rec: RunRecord) -> dict[str, Any] | None:
+    """A replacement of the run's pod in progress (launcher/replace.py), with its text, or None."""
+    from launcher.replace import recovery_status, recovery_text
+
+    d = recovery_status(rec.run)
+    return None if d is None else {**d, "text": recovery_text(d)}
 
 
 def _merge(rec: RunRecord, parts: list[dict[str, Any] | str]) -> dict[str, Any]:

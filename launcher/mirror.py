@@ -2,35 +2,54 @@
 launching machine ($NSA_LAUNCH_HOME/mirror/<run>/), and pushed to a replacement host on restore.
 
 Owns `pull` (node 0's run dir -> mirror, with rsync over the verified SSH, or a copy for local runs)
-and `push` (mirror -> a new run dir). Only a checkpoint that passes nsa.runfiles.verify_checkpoint on
-the host is pulled, and it is verified again locally before the mirror's `checkpoints/latest` names
-it; older mirrored checkpoints are removed only after that. A multi-node run's checkpoint is split:
-node 0 holds the weights and optimizer, every other node k its ranks' data state and RNG (a few kB)
-in its own run dir; those parts go to `nodes/<k>/checkpoints/` and are pulled only when every node's
-newest intact checkpoint is the same step, before node 0's `latest` names it (the commit point).
-It must not start or stop runs.
+and `push` (mirror -> a new run dir). The mirror only moves forward: it keeps its newest verified
+checkpoint until a NEWER one has been copied, verified here, fsynced and renamed into place, and only
+then does `checkpoints/latest` name it and are the older ones pruned. A host checkpoint that fails
+verification is reported ("host's step-N is corrupt ...; the mirror keeps step-M"), never taken in
+place of a newer good copy. Copies land in `.tmp-step-N.<pid>` first and are removed when a pull
+fails. Hashing is paid once per checkpoint: the host verifies only checkpoints newer than the
+mirror's, and a mirrored checkpoint whose files are unchanged since it verified here (sizes, mtimes)
+is not hashed again (`verified.json`); a restore (`push`) always verifies with hashes.
+
+A multi-node run's checkpoint is split: node 0 holds the weights and optimizer, every other node k its
+ranks' data state and RNG (a few kB) in its own run dir; those parts go to `nodes/<k>/checkpoints/`
+and are pulled only when every node's newest intact checkpoint is the same step, before node 0's
+`latest` names it (the commit point). Every pull holds the run's write lock (launcher/locks.py) and
+re-reads the run record under it. It must not start or stop runs.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shlex
 import shutil
-import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from launcher import registry
-from launcher.errors import RuntimeFailure
+from launcher.errors import LaunchError, RuntimeFailure
+from launcher.locks import run_lock
 from launcher.registry import RunRecord
 from launcher.remote import transport_for
-from launcher.ssh.transport import SSHTransport, Transport
+from launcher.ssh.transport import Transport
+from launcher.transfer import durable_write_text, fsync_dir, fsync_tree, rsync_pull, rsync_push
 
 # The run-dir files worth keeping off the pod besides the checkpoint (small, append-only or whole).
 FILES = ("manifest.json", "launch_config.yaml", "config.yaml", "metrics.jsonl", "events.jsonl", "train.log")
-PULL_TIMEOUT_S = 1800.0
+VERIFIED = "verified.json"  # mirror-relative checkpoint path -> signature of its files when it verified
+
+
+class PullFailed(RuntimeFailure):
+    """A pull that did not complete, with what the mirror and the host hold (for watch's exit)."""
+
+    def __init__(self, err: LaunchError, mirror: str | None, host_newest: str | None):
+        self.mirror_checkpoint, self.host_newest = mirror, host_newest
+        super().__init__(err.message, err.fix)
 
 
 def mirror_dir(run: str) -> Path:
@@ -42,84 +61,156 @@ def node_mirror(run: str, node: int) -> Path:
     return mirror_dir(run) if node == 0 else mirror_dir(run) / "nodes" / str(node)
 
 
-def _part_problem(run: str, node: int, ckpt: str) -> str | None:
+def _step(name: str | None) -> int:
+    from nsa.runfiles import checkpoint_step
+
+    s = checkpoint_step(name) if name else None
+    return -1 if s is None else s
+
+
+# --- verification, hashed once ------------------------------------------------------------------
+def _signature(ckpt: Path) -> str:
+    """What changes when any file of a checkpoint dir is rewritten: every file's name, size, mtime."""
+    rows = []
+    for p in sorted(ckpt.rglob("*")):
+        if p.is_file():
+            st = p.stat()
+            rows.append(f"{p.relative_to(ckpt).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}")
+    return hashlib.sha256("\n".join(rows).encode()).hexdigest()
+
+
+def _cache(run: str) -> dict[str, str]:
+    try:
+        d = json.loads((mirror_dir(run) / VERIFIED).read_text())
+        return d if isinstance(d, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def verify_mirrored(run: str, ckpt: Path, *, hashes: bool = False) -> str | None:
+    """verify_checkpoint of a mirrored checkpoint; without `hashes`, one whose files are unchanged since
+    it last verified here is trusted without hashing it again."""
+    from nsa.runfiles import verify_checkpoint
+
+    key = ckpt.relative_to(mirror_dir(run)).as_posix()
+    if not hashes and ckpt.is_dir() and _cache(run).get(key) == _signature(ckpt):
+        return None
+    why = verify_checkpoint(ckpt)
+    if why is None:
+        _remember(run, ckpt)
+    return why
+
+
+def _remember(run: str, ckpt: Path) -> None:
+    from nsa.runfiles import atomic_write_json
+
+    cache = {k: v for k, v in _cache(run).items() if (mirror_dir(run) / k).is_dir()}
+    cache[ckpt.relative_to(mirror_dir(run)).as_posix()] = _signature(ckpt)
+    atomic_write_json(mirror_dir(run) / VERIFIED, cache)
+
+
+def newest_verified(run: str, node: int = 0) -> Path | None:
+    """The mirror's newest checkpoint that verifies: the one `latest` names, else (a `latest` naming a
+    missing or damaged dir) the newest step dir that does."""
+    from nsa.runfiles import RunDir
+
+    rd = RunDir(node_mirror(run, node))
+    named = rd.latest_checkpoint()
+    if named is not None and verify_mirrored(run, named) is None:
+        return named
+    return next((p for p in rd.checkpoints() if verify_mirrored(run, p) is None), None)
+
+
+def _part_problem(run: str, node: int, ckpt: str, *, hashes: bool = False) -> str | None:
     """Why node `node`'s part of the mirrored checkpoint `ckpt` cannot be restored, or None."""
-    from nsa.runfiles import CHECKPOINTS_DIR, verify_checkpoint
+    from nsa.runfiles import CHECKPOINTS_DIR
 
-    why = verify_checkpoint(node_mirror(run, node) / CHECKPOINTS_DIR / ckpt)
-    return (
-        None if why is None else f"the mirror holds node 0's {ckpt} but not node {node}'s part of it ({why})"
-    )
+    why = verify_mirrored(run, node_mirror(run, node) / CHECKPOINTS_DIR / ckpt, hashes=hashes)
+    if why is None:
+        return None
+    if node == 0:
+        return f"the mirror's {ckpt} does not verify ({why})"
+    return f"the mirror holds node 0's {ckpt} but not node {node}'s part of it ({why})"
 
 
-def missing_parts(rec: RunRecord) -> str | None:
+def missing_parts(rec: RunRecord, *, hashes: bool = False) -> str | None:
     """Why the mirror cannot restore every node of the run (a node's part of its checkpoint is missing
-    or damaged), or None: it can (or it holds no checkpoint at all, and a restore starts at step 0)."""
+    or damaged), or None: it can (or it holds no checkpoint at all, and a restore starts at step 0).
+    With `hashes` node 0's checkpoint and every part are hashed again (before a restore)."""
     from nsa.runfiles import RunDir
 
     ck = RunDir(mirror_dir(rec.run)).latest_checkpoint()
     if ck is None:
         return None
-    return next((p for k in range(1, len(rec.nodes)) if (p := _part_problem(rec.run, k, ck.name))), None)
+    nodes = range(0 if hashes else 1, len(rec.nodes))
+    return next((p for k in nodes if (p := _part_problem(rec.run, k, ck.name, hashes=hashes))), None)
 
 
-def _newest_intact_on_host(t: Transport, python: str, run_dir: str, workdir: str) -> str | None:
-    code = (
-        "import sys; from nsa.runfiles import RunDir; "
-        "p = RunDir(sys.argv[1]).newest_intact_checkpoint(); print(p.name if p else '')"
+# --- the host side ------------------------------------------------------------------------------
+_SCAN = """\
+import json, sys
+from nsa.runfiles import RunDir, checkpoint_step, verify_checkpoint
+above, out = int(sys.argv[2]), []
+for p in RunDir(sys.argv[1]).checkpoints():
+    if checkpoint_step(p.name) <= above:
+        break
+    why = verify_checkpoint(p)
+    out.append([p.name, why])
+    if why is None:
+        break
+print(json.dumps(out))
+"""
+
+
+def _scan_host(t: Transport, node: registry.NodeRecord, above: int) -> list[tuple[str, str | None]]:
+    """The host's checkpoints newer than step `above`, newest first, each with why it does not verify
+    (None: intact), down to the first intact one. Older ones are not hashed: the mirror has newer."""
+    cmd = (
+        f"cd {shlex.quote(node.workdir)} && {shlex.quote(node.python)} -c {shlex.quote(_SCAN)} "
+        f"{shlex.quote(node.run_dir)} {above}"
     )
-    cmd = f"cd {shlex.quote(workdir)} && {shlex.quote(python)} -c {shlex.quote(code)} {shlex.quote(run_dir)}"
-    out = t.run(cmd, timeout=300).stdout.strip().splitlines()
-    return out[-1] if out and out[-1] else None
+    out = t.run(cmd, timeout=600).stdout.strip().splitlines()
+    return [(n, w) for n, w in json.loads(out[-1])] if out else []
 
 
-def _copy(t: Transport, remote: list[str], dest: Path) -> None:
-    """rsync remote paths (absolute, on t; local paths for local runs) into dest/, keeping the names."""
-    dest.mkdir(parents=True, exist_ok=True)
-    if isinstance(t, SSHTransport):
-        from launcher.ssh.openssh import shared_options
-
-        argv = ["rsync", "-a", "--protect-args", "--ignore-missing-args"]
-        argv += ["-e", shlex.join(t.ssh_argv() + shared_options(t.spec))]
-        argv += [f"{t.hostname}:{p}" for p in remote] + [f"{dest}/"]
-    else:
-        argv = ["rsync", "-a", "--ignore-missing-args", *remote, f"{dest}/"]
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=PULL_TIMEOUT_S)
-    if p.returncode != 0:
-        raise RuntimeFailure(
-            f"pulling {', '.join(Path(r).name for r in remote)} from {t.label} failed (rsync exit "
-            f"{p.returncode}): {p.stderr.strip()[-500:]}",
-            "check the host is reachable (`nsa-launch status`), then `nsa-launch pull` again",
-        )
-
-
-def _fetch_checkpoint(t: Transport, run_dir: str, ckpt: str, dest: Path) -> Path:
-    """Copy run_dir/checkpoints/<ckpt> from t into dest/checkpoints/.tmp-<ckpt> and verify it there.
-    A half-copied checkpoint (a pull cut off by a lost host) never shows as a step dir."""
+# --- writing the mirror -------------------------------------------------------------------------
+def _fetch(t: Transport, run: str, run_dir: str, ckpt: str, dest: Path) -> Path:
+    """Copy run_dir/checkpoints/<ckpt> from t into dest/checkpoints/.tmp-<ckpt>.<pid> and verify it
+    there (hashing it once). The temporary dir is removed when anything fails."""
     from nsa.runfiles import CHECKPOINTS_DIR, verify_checkpoint
 
-    tmp = dest / CHECKPOINTS_DIR / f".tmp-{ckpt}"
-    _copy(t, [f"{run_dir}/{CHECKPOINTS_DIR}/{ckpt}/"], tmp)
-    why = verify_checkpoint(tmp)
-    if why is not None:
+    tmp = dest / CHECKPOINTS_DIR / f".tmp-{ckpt}.{os.getpid()}"
+    try:
+        rsync_pull(t, [f"{run_dir}/{CHECKPOINTS_DIR}/{ckpt}/"], tmp)
+        shutil.rmtree(tmp / ".rsync-partial", ignore_errors=True)
+        why = verify_checkpoint(tmp)
+        if why is not None:
+            raise RuntimeFailure(
+                f"the pulled checkpoint {ckpt} from {t.label} does not verify here: {why}",
+                "pull again (the host copy verified; the transfer was damaged)",
+            )
+        fsync_tree(tmp)
+    except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise RuntimeFailure(
-            f"the pulled checkpoint {ckpt} from {t.label} does not verify here: {why}",
-            "pull again (the host copy verified; the transfer was damaged)",
-        )
+        raise
     return tmp
 
 
-def _commit(dest: Path, tmp: Path, ckpt: str) -> None:
-    """Rename a verified .tmp- copy into place and name it in `latest`."""
-    from nsa.runfiles import CHECKPOINTS_DIR, LATEST, atomic_write_text
+def _commit(run: str, dest: Path, tmp: Path, ckpt: str) -> None:
+    """Rename a verified, fsynced .tmp- copy into place, then (only then) name it in `latest`."""
+    from nsa.runfiles import CHECKPOINTS_DIR, LATEST
 
-    shutil.rmtree(dest / CHECKPOINTS_DIR / ckpt, ignore_errors=True)
-    tmp.rename(dest / CHECKPOINTS_DIR / ckpt)
-    atomic_write_text(dest / CHECKPOINTS_DIR / LATEST, ckpt + "\n")
+    final = dest / CHECKPOINTS_DIR / ckpt
+    if final.exists():  # an older damaged copy of the same step: never the newest verified one
+        shutil.rmtree(final)
+    tmp.rename(final)
+    fsync_dir(final.parent)
+    _remember(run, final)
+    durable_write_text(dest / CHECKPOINTS_DIR / LATEST, ckpt + "\n")
 
 
 def _prune(dest: Path, keep: str) -> None:
+    """Remove every checkpoint but `keep` (the newest verified, just committed) and stray .tmp- dirs."""
     from nsa.runfiles import CHECKPOINTS_DIR, RunDir
 
     for old in [*RunDir(dest).checkpoints(), *(dest / CHECKPOINTS_DIR).glob(".tmp-*")]:
@@ -127,51 +218,89 @@ def _prune(dest: Path, keep: str) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def pull(rec: RunRecord, say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Copy the newest intact checkpoint (every node's part) and node 0's run files to the mirror.
-    Returns what it did."""
-    from nsa.runfiles import RunDir, verify_checkpoint
+def _clean_tmp(dests: list[Path]) -> None:
+    """Leftovers of a pull that was killed (the write lock is held: no pull is running)."""
+    from nsa.runfiles import CHECKPOINTS_DIR
+
+    for d in dests:
+        for tmp in (d / CHECKPOINTS_DIR).glob(".tmp-*"):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def pull(
+    rec: RunRecord, say: Callable[[str], None] = print, *, who: str = "nsa-launch pull"
+) -> dict[str, Any]:
+    """Bring the mirror up to the newest checkpoint that verifies on every node and here, and copy
+    node 0's run files. Holds the run's write lock; re-reads the run record under it. Returns what it
+    did: `checkpoint` (the mirror's now), `pulled` (None: unchanged), `host_newest` (node 0's newest
+    intact checkpoint, as far as the host was asked), `corrupt` (the host's newer damaged ones).
+    Raises PullFailed when the pull could not complete."""
+    with run_lock(rec.run, f"{who}: pulling"):
+        rec = registry.load(rec.run) or rec
+        return _pull(rec, say)
+
+
+def _pull(rec: RunRecord, say: Callable[[str], None]) -> dict[str, Any]:
+    from nsa.runfiles import CHECKPOINTS_DIR, LATEST, RunDir, atomic_write_json
 
     t0 = time.monotonic()
     node = rec.nodes[0]
-    t = transport_for(node.host)
     dest = mirror_dir(rec.run)
-    _copy(t, [f"{node.run_dir}/{f}" for f in FILES], dest)
-    ckpt = _newest_intact_on_host(t, node.python, node.run_dir, node.workdir)
-    others = [(k, n, transport_for(n.host)) for k, n in enumerate(rec.nodes) if k]
-    note = ""
-    if ckpt and others:
-        names = {k: _newest_intact_on_host(tk, n.python, n.run_dir, n.workdir) for k, n, tk in others}
-        differ = {k: v for k, v in names.items() if v != ckpt}
-        if differ:  # a save between its per-node renames, or a node that lost its copy
-            note = f"; not {ckpt}: " + ", ".join(
-                f"node {k} has {v or 'none intact'}" for k, v in differ.items()
-            )
-            ckpt = None
-    have = RunDir(dest).latest_checkpoint()
-    have_ok = ckpt is not None and have is not None and have.name == ckpt and verify_checkpoint(have) is None
-    pulled = None
-    if ckpt and not (have_ok and missing_parts(rec) is None):
-        main = None if have_ok else _fetch_checkpoint(t, node.run_dir, ckpt, dest)
-        parts = [(node_mirror(rec.run, k), _fetch_checkpoint(tk, n.run_dir, ckpt, node_mirror(rec.run, k)))
-                 for k, n, tk in others]  # fmt: skip
-        for d, tmp in parts:  # the other nodes' parts first: node 0's `latest` is the commit point
-            _commit(d, tmp, ckpt)
-        if main is not None:
-            _commit(dest, main, ckpt)
-        for d in [dest, *(d for d, _ in parts)]:
-            _prune(d, ckpt)
-        pulled = ckpt
-    newest = RunDir(dest).latest_checkpoint()
+    others = [(k, n) for k, n in enumerate(rec.nodes) if k]
+    _clean_tmp([dest, *(node_mirror(rec.run, k) for k, _ in others)])
+    have = newest_verified(rec.run)
+    state: dict[str, Any] = {"host_newest": have.name if have else None}
+    try:
+        t = transport_for(node.host)
+        rsync_pull(t, [f"{node.run_dir}/{f}" for f in FILES], dest)
+        scan = _scan_host(t, node, _step(have.name if have else None))
+        corrupt = [(n, why) for n, why in scan if why is not None]
+        ckpt = next((n for n, why in scan if why is None), None)
+        if ckpt:
+            state["host_newest"] = ckpt
+        note = ""
+        if ckpt and others:
+            names = {
+                k: next((x for x, w in _scan_host(transport_for(n.host), n, _step(have.name if have else None))
+                         if w is None), None)
+                for k, n in others
+            }  # fmt: skip
+            differ = {k: v for k, v in names.items() if v != ckpt}
+            if differ:  # a save between its per-node renames, or a node that lost its copy
+                note = f"; not {ckpt}: " + ", ".join(
+                    f"node {k} has {v or 'no intact checkpoint newer than ' + (have.name if have else 'none')}"
+                    for k, v in differ.items()
+                )
+                ckpt = None
+        pulled = None
+        if ckpt:
+            _bring(rec, t, ckpt, others)
+            pulled = ckpt
+        elif have is not None and others and missing_parts(rec):
+            _bring(rec, t, have.name, others, parts_only=True)  # node 0's is here; a part was lost
+    except (LaunchError, OSError) as e:
+        if isinstance(e, OSError):  # this machine's side: a full disk, a permission
+            e = RuntimeFailure(f"writing the mirror {dest} failed: {e}", "free space there, then pull again")
+        raise PullFailed(e, have.name if have else None, state["host_newest"]) from None
+    now = newest_verified(rec.run)
+    named = RunDir(dest).latest_checkpoint()
+    if now is not None and (named is None or named.name != now.name):  # a pull killed before `latest`
+        durable_write_text(dest / CHECKPOINTS_DIR / LATEST, now.name + "\n")
     res = {
         "run": rec.run,
         "mirror": str(dest),
-        "checkpoint": newest.name if newest else None,
+        "checkpoint": now.name if now else None,
         "pulled": pulled,
+        "host_newest": state["host_newest"],
+        "corrupt": [n for n, _ in corrupt],
+        "host_checked": [n for n, _ in scan],
         "seconds": round(time.monotonic() - t0, 2),
         "time": time.time(),
     }
-    (dest / "mirror.json").write_text(json.dumps(res))
+    atomic_write_json(dest / "mirror.json", res)
+    keeps = f"the mirror keeps {res['checkpoint'] or 'no checkpoint'}"
+    for n, why in corrupt:
+        say(f"host's {n} of {rec.run} is corrupt ({why}); {keeps}")
     say(
         f"mirror of {rec.run}: checkpoint {res['checkpoint'] or 'none yet'}"
         + (" (new)" if pulled else " (unchanged)")
@@ -182,34 +311,53 @@ def pull(rec: RunRecord, say: Callable[[str], None] = print) -> dict[str, Any]:
     return res
 
 
+def _bring(
+    rec: RunRecord,
+    t: Transport,
+    ckpt: str,
+    others: list[tuple[int, registry.NodeRecord]],
+    parts_only: bool = False,
+) -> None:
+    """Fetch `ckpt` (every node's part) into temporary dirs, then commit: the other nodes' parts first,
+    node 0's last (its `latest` is the commit point), then prune. A failure leaves the mirror as it was."""
+    tmps: list[tuple[Path, Path]] = []
+    try:
+        for k, n in others:
+            d = node_mirror(rec.run, k)
+            tmps.append((d, _fetch(transport_for(n.host), rec.run, n.run_dir, ckpt, d)))
+        if not parts_only:
+            dest = mirror_dir(rec.run)
+            tmps.append((dest, _fetch(t, rec.run, rec.nodes[0].run_dir, ckpt, dest)))
+        for d, tmp in tmps:
+            _commit(rec.run, d, tmp, ckpt)
+    finally:
+        for _, tmp in tmps:
+            shutil.rmtree(tmp, ignore_errors=True)  # committed ones were renamed away
+    for d, _ in tmps:
+        _prune(d, ckpt)
+
+
+# --- restoring ----------------------------------------------------------------------------------
 def push(run: str, t: Transport, run_dir: str, node: int = 0) -> str | None:
-    """Put the mirror's checkpoint (node `node`'s part of it) into run_dir/checkpoints/ on t (a
-    restore). Returns its name, or None when the mirror holds no checkpoint."""
+    """Put the mirror's checkpoint (node `node`'s part of it, verified with hashes first) into
+    run_dir/checkpoints/ on t, with a `latest` naming it (a restore). Returns its name, or None when
+    the mirror holds no checkpoint."""
     from nsa.runfiles import CHECKPOINTS_DIR, LATEST, RunDir
 
     ck = RunDir(mirror_dir(run)).latest_checkpoint()
     if ck is None:
         return None
-    src = node_mirror(run, node) / CHECKPOINTS_DIR / ck.name
-    why = _part_problem(run, node, ck.name) if node else None
+    why = _part_problem(run, node, ck.name, hashes=True)
     if why is not None:
         raise RuntimeFailure(
             f"{run}: {why}",
             f"`nsa-launch pull --run {run}` while every node answers, or restore {ck.name} to node {node} by hand",
         )
+    src = node_mirror(run, node) / CHECKPOINTS_DIR / ck.name
     dest = f"{run_dir}/{CHECKPOINTS_DIR}"
     t.run(f"mkdir -p {shlex.quote(dest)}", timeout=30)
-    if isinstance(t, SSHTransport):
-        from launcher.ssh.openssh import shared_options
-
-        argv = ["rsync", "-a", "--protect-args", "-e", shlex.join(t.ssh_argv() + shared_options(t.spec))]
-        argv += [str(src), str(src.parent / LATEST), f"{t.hostname}:{dest}/"]
-    else:
-        argv = ["rsync", "-a", str(src), str(src.parent / LATEST), f"{dest}/"]
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=PULL_TIMEOUT_S)
-    if p.returncode != 0:
-        raise RuntimeFailure(
-            f"pushing checkpoint {src.name} to {t.label} failed: {p.stderr.strip()[-500:]}",
-            "check the new host, then retry",
-        )
-    return src.name
+    with tempfile.TemporaryDirectory(prefix="nsa-push-") as d:
+        latest = Path(d) / LATEST  # names what is pushed (the part's own `latest` may be ahead)
+        latest.write_text(ck.name + "\n")
+        rsync_push(t, [str(src), str(latest)], dest)
+    return ck.name

@@ -1,29 +1,48 @@
 """`watch`: keep a run alive from the launching machine: pull the mirror on a schedule, and replace a
 lost provisioned pod, restoring the newest mirrored checkpoint there and resuming.
 
-Owns `Watcher` (one status at a time: `mirror.pull` every `pull_every_s`, a host that is gone per
-the Prime API or unreachable for `lost_after_s` counts as lost), shared by the `watch` loop (status
-every `poll_s`) and the dashboard; `WatchLock`, so that one watcher acts on a run at a time; and
-`replace_host` (terminate the old pod, rent one like it, sync, push the mirror into the run dir,
-start with --resume, wait for the first heartbeat, record a `host_replaced` event). A run without --provision is only reported `lost`
-with what to do. It must not parse CLI arguments (launcher/cli/watch.py does) or import torch.
+Owns `Watcher` (one status at a time), shared by the `watch` loop (status every `poll_s`) and the
+dashboard. A watcher acts only while it holds the run's WatchLock (launcher/locks.py), and every
+decision (pull, pod check, replacement) is taken under the run's write lock with the run record read
+again: another watcher or the dashboard may have replaced the pod meanwhile, and a status fetched
+for the host the run has left is fetched again for its new host. Pulls come when the status shows a
+checkpoint newer than the mirror's, else every `pull_every_s` (default: half the time between two
+checkpoints, from `train.save_every` and the measured step time), and once more when the run ends;
+that last pull's outcome (failed, or the mirror behind the host's newest verified checkpoint) is
+what `watch` exits with. On taking a run it sweeps pods recorded for the run but not in use (left by
+a replacement that was killed) and offers to terminate them. Replacement itself is
+launcher/replace.py. A run without --provision is only reported `lost` with what to do. It must not
+parse CLI arguments (launcher/cli/watch.py does) or import torch.
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
-import os
+import itertools
+import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from launcher import registry
 from launcher.errors import LaunchError
+from launcher.locks import RunLocked, WatchLock, run_lock
 from launcher.registry import RunRecord
+from launcher.replace import Replacement, replace_host
+
+__all__ = [
+    "TERMINAL",
+    "Replacement",
+    "WatchLock",
+    "Watcher",
+    "lost_advice",
+    "pod_gone",
+    "replace_host",
+    "watch",
+]
 
 TERMINAL = ("finished", "failed", "killed")
+AUTO_PULL_S = (5.0, 60.0)  # the automatic pull interval's bounds (seconds)
+LOCK_WAIT_S = 30.0  # a tick waits this long for another writer (a `pull`) before skipping its turn
 
 
 def lost_advice(rec: RunRecord) -> str:
@@ -43,123 +62,6 @@ def lost_advice(rec: RunRecord) -> str:
     )
 
 
-@dataclass
-class Replacement:
-    old_pod: str | None
-    new_pod: str
-    checkpoint: str | None
-    seconds: float
-
-
-def replace_host(rec: RunRecord, say: Callable[[str], None], ready_timeout: float = 900.0) -> Replacement:
-    """Terminate the run's pod, rent a new one of the same GPU type, restore the mirror, resume."""
-    from launcher.launch.execute import execute, wait_first_heartbeat
-    from launcher.launch.plan import UpOptions, plan_run
-    from launcher.mirror import mirror_dir, missing_parts, push
-    from launcher.profiles import load_profile
-    from launcher.providers.pods import load_pod, provision, terminate
-    from launcher.providers.prime import PrimeClient
-    from nsa.runfiles import append_jsonl
-
-    t0 = time.monotonic()
-    gap = missing_parts(rec)
-    if gap is not None:  # checked before anything is terminated or rented
-        raise LaunchError(
-            f"cannot replace the host of {rec.run}: {gap}",
-            f"restore that part by hand, or start over with `nsa-launch up` (the mirror is {mirror_dir(rec.run)})",
-            exit_code=1,
-        )
-    profile_arg = rec.profile_file or rec.profile  # a profile given as a .yaml is read from it again
-    profile = load_profile(profile_arg)  # before anything is terminated or rented
-    client = PrimeClient()
-    old = load_pod(rec.pod_id) if rec.pod_id else None
-    if old is not None and old.terminated is None:
-        terminate(client, old, say)  # a lost pod may still bill
-    node0 = rec.nodes[0]
-    ssh_config = node0.host.ssh_config
-    new, hosts = provision(
-        client, profile, old.gpu_type if old else None, f"nsa-{rec.run}"[:64], rec.run, say, ready_timeout,
-        ssh_config,
-    )  # fmt: skip
-    try:
-        sets = [o for o in rec.overrides if o not in profile.overrides]
-        opts = UpOptions(
-            profile=profile_arg,
-            hosts=[h.target for h in hosts],
-            ssh_config=ssh_config,
-            config=rec.config,
-            sets=sets,
-            env=[f"{k}={v}" for k, v in rec.env.items()],
-            secrets=list(rec.secrets),
-            name=rec.run,
-            resume=True,
-            python=node0.python if node0.python.startswith("/") else None,
-            workdir=rec.workdir_arg,
-            accept_new_host_key=True,
-        )
-        plan = plan_run(opts)
-        plan.hosts = hosts
-        man = json.loads((mirror_dir(rec.run) / "manifest.json").read_text())
-        plan.opts.max_restarts = man.get("max_restarts")
-        restored: dict[str, Any] = {}
-        index = iter(range(len(hosts)))  # execute restores node 0, 1, ... in order: node k gets part k
-
-        def restore(t: Any, node: Any) -> None:
-            from launcher.mirror import FILES
-
-            src, k = mirror_dir(rec.run), next(index)
-            if k == 0:
-                append_jsonl(
-                    src / "events.jsonl",
-                    {"kind": "host_replaced", "time": time.time(), "step": None, "rank": None,
-                     "detail": {"old_pod": rec.pod_id, "new_pod": new.id, "host": node.label,
-                                "nodes": len(hosts)}},
-                )  # fmt: skip
-            t.run(f"mkdir -p {_q(node.run_dir)}", timeout=30)
-            _push_files(t, [str(src / f) for f in FILES if (src / f).exists()], node.run_dir)
-            restored["checkpoint"] = push(rec.run, t, node.run_dir, k)
-            say(f"restored {restored['checkpoint'] or 'no checkpoint (starts from step 0)'} to {node.label}")
-
-        new_rec, _ = execute(plan, say=say, before_start=restore)
-        new_rec.provider, new_rec.pod_id, new_rec.created = rec.provider, new.id, rec.created
-        registry.save(new_rec)
-        wait_first_heartbeat(new_rec)
-    except BaseException:
-        say(f"replacing the host failed; terminating pod {new.id} so nothing is left billing")
-        terminate(client, new, say)
-        raise
-    return Replacement(rec.pod_id, new.id, restored.get("checkpoint"), time.monotonic() - t0)
-
-
-def _q(s: str) -> str:
-    import shlex
-
-    return shlex.quote(s)
-
-
-def _push_files(t: Any, files: list[str], dest: str) -> None:
-    import subprocess
-
-    from launcher.errors import RuntimeFailure
-    from launcher.ssh.openssh import shared_options
-    from launcher.ssh.transport import SSHTransport
-
-    if isinstance(t, SSHTransport):
-        argv = [
-            "rsync",
-            "-a",
-            "--protect-args",
-            "-e",
-            " ".join(map(_q, t.ssh_argv() + shared_options(t.spec))),
-        ]
-        argv += [*files, f"{t.hostname}:{dest}/"]
-    else:
-        argv = ["rsync", "-a", *files, f"{dest}/"]
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-    if p.returncode != 0:
-        raise RuntimeFailure(f"pushing the mirror to {t.label} failed: {p.stderr.strip()[-500:]}", "retry")
-
-
 def pod_gone(rec: RunRecord) -> str | None:
     """Why the API says the run's pod is gone (deleted, TERMINATED, ERROR), or None."""
     if not rec.pod_id:
@@ -173,53 +75,55 @@ def pod_gone(rec: RunRecord) -> str | None:
     return f"pod {rec.pod_id} is {pod.status}" if pod.status in GONE_STATES else None
 
 
-class WatchLock:
-    """One watcher per run: an flock on $NSA_LAUNCH_HOME/watch/<run>.lock, which the kernel releases
-    when its process dies (no stale lock after a crash or a closed laptop lid). The file says who
-    holds it. Two locks on one run exclude each other within one process too (flock is per open)."""
+def _config_save_every(mirror: Any) -> int | None:
+    import yaml
 
-    def __init__(self, run: str, who: str):
-        self.path = registry.home() / "watch" / f"{run}.lock"
-        self.who = who
-        self._fd: int | None = None
+    try:
+        cfg = yaml.safe_load((mirror / "config.yaml").read_text()) or {}
+        n = int((cfg.get("train") or {}).get("save_every") or 0)
+    except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError):
+        return None
+    return n or None
 
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
 
-    def acquire(self) -> bool:
-        if self._fd is not None:
-            return True
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            return False
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} ({self.who})".encode())
-        self._fd = fd
-        return True
+def _seconds_per_step(mirror: Any) -> float | None:
+    """The median wall time of one step over the mirror's newest train records."""
+    from nsa.runfiles import tail_jsonl
 
-    def holder(self) -> str:
-        """Who holds the lock, as its holder wrote it (`pid N (nsa-launch watch)`)."""
-        try:
-            return self.path.read_text().strip() or "another process"
-        except OSError:
-            return "another process"
+    recs = [r for r in tail_jsonl(mirror / "metrics.jsonl", 16384) if "loss" in r and "time" in r]
+    per = sorted(
+        (b["time"] - a["time"]) / (b["step"] - a["step"])
+        for a, b in itertools.pairwise(recs)
+        if isinstance(a.get("step"), int) and isinstance(b.get("step"), int) and b["step"] > a["step"]
+    )
+    return per[len(per) // 2] if per else None
 
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the only descriptor drops the flock
-            self._fd = None
+
+def auto_pull_every(run: str) -> float:
+    """Half the time between two checkpoints (train.save_every x the measured step time), within
+    AUTO_PULL_S: the mirror then trails the host by at most one checkpoint. The low bound before the
+    run has a measured step or a save_every."""
+    from launcher.mirror import mirror_dir
+
+    m = mirror_dir(run)
+    every, step_s = _config_save_every(m), _seconds_per_step(m)
+    if not every or not step_s:
+        return AUTO_PULL_S[0]
+    return min(AUTO_PULL_S[1], max(AUTO_PULL_S[0], every * step_s / 2))
+
+
+def _step_of(name: str | None) -> int | None:
+    from nsa.runfiles import checkpoint_step
+
+    return checkpoint_step(name) if name else None
 
 
 class Watcher:
     """What `watch` does for one run, one status at a time, shared by `nsa-launch watch` and the
-    dashboard: pull the mirror every `pull_every_s` (and once more when the run ends), and replace a
-    provisioned host lost for `lost_after_s` (or gone per the API). It acts only while it holds the
-    run's WatchLock; otherwise it says once who does and waits to take over."""
+    dashboard: pull the mirror (on a new checkpoint, every `pull_every_s` or the automatic interval,
+    and once more when the run ends), and replace a provisioned host lost for `lost_after_s` (or gone
+    per the API). It acts only while it holds the run's WatchLock; otherwise it says once who does
+    and waits to take over. `confirm(question)` answers the startup sweep's offers (None: only say)."""
 
     def __init__(
         self,
@@ -227,66 +131,104 @@ class Watcher:
         say: Callable[[str], None],
         *,
         who: str,
-        pull_every_s: float = 60.0,
+        pull_every_s: float | None = None,
         lost_after_s: float = 60.0,
         max_replacements: int = 3,
         ready_timeout: float = 900.0,
         clock: Callable[[], float] = time.monotonic,
+        confirm: Callable[[str], bool] | None = None,
     ):
         rec = registry.load(run)
         if rec is None:
             raise LaunchError(f"unknown run {run!r}", "list runs with `nsa-launch runs`")
         self.rec: RunRecord = rec
         self.say = say
+        self.who = who
         self.lock = WatchLock(run, who)
         self.pull_every_s, self.lost_after_s = pull_every_s, lost_after_s
         self.max_replacements, self.ready_timeout = max_replacements, ready_timeout
         self.clock = clock
+        self.confirm = confirm
         self.last_pull: float | None = None
+        self.mirrored: str | None = None  # the mirror's checkpoint after the last pull
+        self.seen_step = -1  # the newest host step a pull took or found corrupt (not asked again)
+        self.final: dict[str, Any] | None = None  # the pull after the run ended: what watch exits with
         self.lost_since: float | None = None
+        self.lost_at: float | None = None  # wall time, for the recovery status
         self.replacements: list[dict[str, Any]] = []
         self.advised = False
+        self.swept = False
         self.waiting_on: str | None = None
+        self.lock_busy: str | None = None
 
     @property
     def run(self) -> str:
         return self.rec.run
 
-    def tick(self, st: dict[str, Any]) -> None:
-        """Act on one fresh status of the run (fetch_status's dict). Raises LaunchError once the
-        replacement budget is spent."""
-        from launcher.mirror import pull
+    def refresh(self) -> RunRecord:
+        """The run record as the registry has it now (another watcher may have moved the run)."""
+        self.rec = registry.load(self.run) or self.rec
+        return self.rec
 
+    def tick(self, st: dict[str, Any]) -> dict[str, Any]:
+        """Act on one status of the run (fetch_status's dict); returns the status it acted on (fetched
+        again when `st` was of a host the run has left). Raises LaunchError once the replacement
+        budget is spent."""
         if not self.lock.acquire():
             holder = self.lock.holder()
             if holder != self.waiting_on:
                 self.say(f"run {self.run} is watched by {holder}; this one takes over when it stops")
                 self.waiting_on = holder
-            return
+            return st
         if self.waiting_on is not None:
             self.say(f"run {self.run}: took over watching from {self.waiting_on}")
             self.waiting_on = None
+        try:
+            with run_lock(self.run, self.who, timeout=LOCK_WAIT_S):
+                self.lock_busy = None
+                return self._decide(st)
+        except RunLocked as e:
+            if e.message != self.lock_busy:
+                self.say(f"{e.message}; this watcher waits")
+                self.lock_busy = e.message
+            return st
+
+    def _decide(self, st: dict[str, Any]) -> dict[str, Any]:
+        from launcher.control import fetch_status
+        from launcher.mirror import missing_parts
+
+        rec = self.refresh()
+        if st.get("host") is not None and st["host"] != rec.host:  # fetched for the pod the run left
+            self.lost_since = None
+            st = fetch_status([rec])[0]
+        if not self.swept:
+            try:
+                self.sweep()
+            except LaunchError as e:  # the API is not reachable now: the run comes first
+                self.say(f"could not check the pods recorded for {self.run}: {e.message}")
         now = self.clock()
         if st["state"] != "lost":
-            self.lost_since, self.advised = None, False
-            due = self.last_pull is None or now - self.last_pull >= self.pull_every_s
-            if due or st["state"] in TERMINAL:
-                try:
-                    pull(self.rec, say=self.say)
-                except LaunchError as e:
-                    self.say(f"pull of {self.run} failed: {e.message}")
+            self.lost_since, self.lost_at, self.advised = None, None, False
+            if st["state"] in TERMINAL:
+                self.final = self._pull(final=True)
+            elif self._pull_due(st, now):
+                self._pull()
                 self.last_pull = now
-            return
+            return st
         self.lost_since = self.lost_since or now
-        gone = pod_gone(self.rec) if self.rec.provider else None
+        self.lost_at = self.lost_at or time.time()
+        gone = pod_gone(rec) if rec.provider else None
         waited = now - self.lost_since
         # A multi-node checkpoint is split across the nodes: replaceable once the mirror holds every
         # node's part of its newest checkpoint (mirror.pull), else reported as an unprovisioned run.
-        from launcher.mirror import missing_parts
-
-        gap = missing_parts(self.rec) if self.rec.provider else None
-        replaceable = bool(self.rec.provider) and gap is None
+        gap = missing_parts(rec) if rec.provider else None
+        replaceable = bool(rec.provider) and gap is None
         if replaceable and (gone or waited >= self.lost_after_s):
+            if not gone:  # a replacement costs a pod: ask once more, for the record as it is now
+                again = fetch_status([rec])[0]
+                if again["state"] != "lost":
+                    self.lost_since = None
+                    return again
             if len(self.replacements) >= self.max_replacements:
                 n = len(self.replacements) + 1
                 raise LaunchError(
@@ -296,18 +238,96 @@ class Watcher:
                 )
             why = gone or f"unreachable for {waited:.0f} s ({st['error']})"
             self.say(f"run {self.run} lost its host: {why}; replacing it")
-            r = replace_host(self.rec, self.say, self.ready_timeout)
+            r = replace_host(rec, self.say, self.ready_timeout, lost_at=self.lost_at)
             self.replacements.append(r.__dict__)
             self.say(f"run {self.run} resumed on pod {r.new_pod} from {r.checkpoint} in {r.seconds:.0f} s")
-            self.rec = registry.load(self.run) or self.rec
-            self.lost_since = None
+            self.refresh()
+            self.lost_since = self.lost_at = None
         elif not replaceable and not self.advised:
             why = f"\n  not replaced: {gap}" if gap else ""
-            self.say(f"run {self.run} is lost: {st['error']}{why}\n  what to do: {lost_advice(self.rec)}")
+            self.say(f"run {self.run} is lost: {st['error']}{why}\n  what to do: {lost_advice(rec)}")
             self.advised = True
+        return st
+
+    def _pull_due(self, st: dict[str, Any], now: float) -> bool:
+        if self.last_pull is None:
+            return True
+        every = self.pull_every_s if self.pull_every_s is not None else auto_pull_every(self.run)
+        if now - self.last_pull >= every:
+            return True
+        if self.pull_every_s is not None:
+            return False
+        # automatic: a checkpoint the status shows that the mirror does not have yet
+        saved = [e.get("step") for e in st.get("events") or [] if e.get("kind") == "checkpoint"]
+        newest = max((s for s in saved if isinstance(s, int)), default=None)
+        return newest is not None and newest > self.seen_step
+
+    def _pull(self, final: bool = False) -> dict[str, Any]:
+        """Pull now; returns {checkpoint, host_newest, behind_steps, error} (never raises: a failed
+        pull leaves the run to the next one, and a failed final pull is watch's exit code)."""
+        from launcher.mirror import PullFailed, pull
+
+        try:
+            res = pull(self.rec, say=self.say, who=f"{self.who}: pulling")
+            out = {"checkpoint": res["checkpoint"], "host_newest": res["host_newest"], "error": None}
+            seen = [_step_of(n) for n in [res["checkpoint"], *res["corrupt"]]]
+            self.seen_step = max([self.seen_step, *(s for s in seen if s is not None)])
+        except PullFailed as e:
+            out = {"checkpoint": e.mirror_checkpoint, "host_newest": e.host_newest, "error": e.message}
+        except (LaunchError, subprocess.SubprocessError, OSError) as e:
+            # never a traceback that leaves the run unwatched
+            msg = e.message if isinstance(e, LaunchError) else f"{type(e).__name__}: {e}"
+            out = {"checkpoint": self.mirrored, "host_newest": None, "error": msg}
+        self.mirrored = out["checkpoint"]
+        have, host = _step_of(out["checkpoint"]), _step_of(out["host_newest"])
+        out["behind_steps"] = host - (have or 0) if host is not None and (have is None or host > have) else 0
+        if out["error"] is not None:
+            self.say(f"{'final ' if final else ''}pull of {self.run} failed: {out['error']}")
+        return out
+
+    def sweep(self) -> list[str]:
+        """Pods recorded for the run, not terminated and not the one it is on (a replacement killed
+        between renting and recording them): terminated when the API says they are gone, else
+        offered (`confirm`), else named with what to do. Returns the ids terminated."""
+        from launcher.providers.pods import pods_of_run, terminate
+        from launcher.providers.prime import GONE_STATES, PrimeClient
+
+        self.swept = True
+        stray = [p for p in pods_of_run(self.run) if p.terminated is None and p.id != self.rec.pod_id]
+        if not stray:
+            return []
+        client, done = PrimeClient(), []
+        for p in stray:
+            try:
+                status = client.get_pod(p.id).status
+            except LaunchError as e:
+                status = "TERMINATED" if "HTTP 404" in e.message else f"unknown ({e.message})"
+            ask = f"pod {p.id} was rented for run {self.run} but the run is not on it (status {status}); terminate it?"
+            if status in GONE_STATES or (self.confirm is not None and self.confirm(ask)):
+                terminate(client, p, self.say)
+                done.append(p.id)
+            else:
+                self.say(
+                    f"pod {p.id} was rented for run {self.run} but the run is not on it (status {status}); "
+                    f"it may be billing: `nsa-launch pods down {p.id}` (or `nsa-launch watch --yes`)"
+                )
+        return done
 
     def close(self) -> None:
         self.lock.release()
+
+
+def mirror_problem(final: dict[str, Any] | None) -> str | None:
+    """Why the mirror is not the run's newest verified checkpoint after the final pull, or None."""
+    if final is None:
+        return None
+    behind = final.get("behind_steps") or 0
+    where = f"the mirror holds {final.get('checkpoint') or 'no checkpoint'}" + (
+        f", {behind} steps behind the host's newest verified {final['host_newest']}" if behind else ""
+    )
+    if final.get("error"):
+        return f"the final pull failed ({final['error']}); {where}"
+    return where if behind else None
 
 
 def watch(
@@ -315,25 +335,53 @@ def watch(
     say: Callable[[str], None],
     *,
     poll_s: float = 5.0,
-    pull_every_s: float = 60.0,
+    pull_every_s: float | None = None,
     lost_after_s: float = 60.0,
     max_replacements: int = 3,
     ready_timeout: float = 900.0,
+    confirm: Callable[[str], bool] | None = None,
 ) -> dict[str, Any]:
-    """Watch until the run ends. Returns its last status (with `replacements`)."""
+    """Watch until the run ends. Returns its last status, with `replacements` and `mirror` (the final
+    pull: checkpoint, host_newest, behind_steps, error, problem)."""
     from launcher.control import fetch_status
 
     w = Watcher(
         run, say, who="nsa-launch watch", pull_every_s=pull_every_s, lost_after_s=lost_after_s,
-        max_replacements=max_replacements, ready_timeout=ready_timeout,
+        max_replacements=max_replacements, ready_timeout=ready_timeout, confirm=confirm,
     )  # fmt: skip
+    restore = _signals_as_interrupt()
     try:
         while True:
-            st = fetch_status([w.rec])[0]
-            w.tick(st)
-            if st["state"] in TERMINAL:
+            st = w.tick(fetch_status([w.refresh()])[0])
+            # a run that ended is left once its final pull ran here (or another watcher holds it)
+            if st["state"] in TERMINAL and (w.final is not None or not w.lock.held):
                 st["replacements"] = w.replacements
+                st["mirror"] = {**(w.final or {}), "problem": mirror_problem(w.final)}
                 return st
             time.sleep(poll_s)
     finally:
+        restore()
         w.close()
+
+
+def _signals_as_interrupt() -> Callable[[], None]:
+    """SIGTERM and SIGHUP (a closed terminal, `kill`, a container stop) raise KeyboardInterrupt, as
+    Ctrl-C does, so a replacement under way terminates the pod it rented and not yet moved the run
+    to (replace_host's and provision's cleanup) instead of dying with it billing. Returns the undo;
+    a no-op off the main thread (the dashboard's workers), where Python cannot take signals."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+    old = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+
+    def undo() -> None:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+    return undo

@@ -38,11 +38,10 @@ def _fail(message: str, code: int = 2) -> None:
 @click.option(
     "--pull-every",
     type=float,
-    default=60.0,
-    show_default=True,
+    default=None,
     metavar="SECONDS",
     help="Pull each live run's newest intact checkpoint, metrics, events and log to the local mirror "
-    "this often (as `nsa-launch watch` does).",
+    "this often. Default: on each new checkpoint, as `nsa-launch watch` does.",
 )
 @click.option(
     "--lost-after",
@@ -62,7 +61,7 @@ def dashboard(
     show_all: bool,
     refresh: float,
     replay: Path | None,
-    pull_every: float,
+    pull_every: float | None,
     lost_after: float,
     no_watch: bool,
 ) -> None:
@@ -80,7 +79,7 @@ def dashboard(
     if not refresh > 0 or refresh > 3600:
         _fail(f"--refresh {refresh}: must be a number of seconds in (0, 3600]; fix: e.g. --refresh 1")
     for name, value in (("--pull-every", pull_every), ("--lost-after", lost_after)):
-        if not 0 < value <= 86400:
+        if value is not None and not 0 < value <= 86400:
             _fail(f"{name} {value}: must be a number of seconds in (0, 86400]; fix: e.g. {name} 60")
 
     from launcher.dashboard import make_app

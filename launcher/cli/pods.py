@@ -1,8 +1,13 @@
-"""`nsa-launch pods ls | create | down`: Prime Intellect pods, and what they cost so far."""
+"""`nsa-launch pods ls | offers | create | down`: Prime Intellect pods, the offers, and what they cost so far.
+
+Also owns the renting options shared with `up --provision prime` (offer_options / choice_from).
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -15,12 +20,82 @@ def _client():
     return PrimeClient()
 
 
+def offer_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The renting options: which offers may be taken and what the pod gets (launcher/providers/offers.py)."""
+    opts = [
+        click.option("--spot", is_flag=True, help="Also take spot offers (cheaper; the provider may take the pod back)."),
+        click.option("--community", is_flag=True, help="Also take community-cloud offers (someone's own machines)."),
+        click.option("--max-price", type=click.FloatRange(min=0, min_open=True), help="Cap in $/h for the whole pod."),
+        click.option("--region", help="Only offers in this region (e.g. eu_north) or data centre (e.g. FIN-01)."),
+        click.option("--provider", "provider_name", help="Only offers of this provider (e.g. datacrunch)."),
+        click.option("--image", help="Pod image, one the offer lists (default: the offer's first)."),
+        click.option("--disk", type=click.IntRange(min=1), help="Disk in GB, within the offer's range (default: its default)."),
+        click.option("--team", help="Team id to bill (default: PRIME_TEAM_ID, else team_id in ~/.prime/config.json)."),
+        click.option("--ssh-key-id", help="Account SSH key id for the pod (default: your primary key)."),
+    ]  # fmt: skip
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+OFFER_KEYS = (
+    "spot",
+    "community",
+    "max_price",
+    "region",
+    "provider_name",
+    "image",
+    "disk",
+    "team",
+    "ssh_key_id",
+)
+
+
+def choice_from(kw: dict[str, Any]) -> Any:
+    """Pop the renting options out of a command's keyword arguments into an OfferChoice."""
+    from launcher.providers.offers import OfferChoice
+
+    v = {k: kw.pop(k, None) for k in OFFER_KEYS}
+    v["provider"] = v.pop("provider_name")
+    v["spot"], v["community"] = bool(v["spot"]), bool(v["community"])
+    return OfferChoice(**v)
+
+
+def print_offers(
+    app: Application, client: Any, profile: Any, gpu_type: str | None, choice: Any, as_json: bool
+) -> None:
+    """The candidate offers, the one that would be rented first, and why the others are left out."""
+    from rich.table import Table
+
+    from launcher.providers.offers import describe, shelf
+
+    s = shelf(client, profile, gpu_type, choice)
+    rows = [(o, "rent" if i == 0 else "ok") for i, o in enumerate(s.taken)] + list(s.left)
+    if as_json:
+        app.emit_json([{**o.__dict__, "choice": why} for o, why in rows])
+        return
+    # provider, place, security and spot side by side: the four things the options choose by
+    table = Table("", "gpus", "$/h", "provider", "region/dc", "kind", "stock", "why not")
+    for o, why in rows:
+        price = f"{o.price_hr:.2f}" if o.price_hr is not None else "-"
+        kind = f"{'community' if o.community else 'secure'} {'spot' if o.is_spot else 'on-demand'}"
+        table.add_row("->" if why == "rent" else "", f"{o.gpu_count}x {o.gpu_type}", price, o.provider or "-",
+                      o.where, kind, o.stock_status, "" if why in ("rent", "ok") else why)  # fmt: skip
+    app.out.print(table)
+    if s.taken:
+        o = s.taken[0]
+        app.say(f"would rent {o.gpu_count}x {o.gpu_type} from {describe(o)} at ${o.price_hr or 0:.2f}/h")
+    else:
+        app.say("no offer passes the options; the `why not` column names the option that would take each")
+
+
 @click.group()
 def pods() -> None:
-    """Rent and terminate Prime Intellect pods (PRIME_API_KEY; PRIME_API_BASE_URL for another API)."""
+    """Rent and terminate Prime Intellect pods (PRIME_API_KEY or ~/.prime/config.json)."""
 
 
 @pods.command("ls")
+@click.option("--all", "show_all", is_flag=True, help="Every pod of the account, not only nsa-launch's.")
 @click.option("--available", is_flag=True, help="List offers in stock instead of your pods.")
 @click.option("--gpu-type", help="With --available: the GPU type (e.g. A100_80GB).")
 @click.option("--count", default=1, show_default=True, help="With --available: GPUs per pod (all nodes').")
@@ -28,12 +103,19 @@ def pods() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def ls(
-    app: Application, available: bool, gpu_type: str | None, count: int, multinode: bool, as_json: bool
+    app: Application,
+    show_all: bool,
+    available: bool,
+    gpu_type: str | None,
+    count: int,
+    multinode: bool,
+    as_json: bool,
 ) -> None:
-    """Your pods (id, GPUs, status, SSH, $/h, run and cost so far), or offers with --available."""
+    """nsa-launch's pods (id, name, GPUs, status, SSH, $/h, run, cost so far); --all: the account's."""
     from rich.table import Table
 
     from launcher.providers.pods import load_pod
+    from launcher.providers.prime import POD_NAME_PREFIX
 
     client = _client()
     if available:
@@ -42,48 +124,82 @@ def ls(
         if as_json:
             app.emit_json([o.__dict__ for o in offers])
             return
-        table = Table("gpu", "count", "$/h", "stock", "provider", "data center", "cloud id")
+        table = Table("gpu", "count", "$/h", "stock", "provider", "region/dc", "security", "spot", "cloud id")
         for o in sorted(offers, key=lambda o: (o.gpu_type, o.price_hr or 0)):
             price = f"{o.price_hr:.2f}" if o.price_hr is not None else "-"
-            table.add_row(o.gpu_type, str(o.gpu_count), price, o.stock_status, o.provider or "-",
-                          o.data_center or "-", o.cloud_id)  # fmt: skip
+            table.add_row(o.gpu_type, str(o.gpu_count), price, o.stock_status, o.provider or "-", o.where,
+                          "community" if o.community else "secure", "spot" if o.is_spot else "-", o.cloud_id)  # fmt: skip
         app.out.print(table)
         return
     rows = []
+    hidden = 0
     for p in client.list_pods():
         rec = load_pod(p.id)
+        # ours: in this machine's ledger; named with the prefix: made by nsa-launch (maybe elsewhere)
+        ours = rec is not None or (p.name or "").startswith(POD_NAME_PREFIX)
+        if not (ours or show_all):
+            hidden += 1
+            continue
         cost = rec.cost() if rec else None
         rows.append({
             "id": p.id, "name": p.name, "gpu_type": p.gpu_type, "gpu_count": p.gpu_count,
             "status": p.status, "ssh": p.ssh, "price_hr": p.price_hr, "run": rec.run if rec else None,
             "cost_usd": round(cost, 4) if cost is not None else None, "created_at": p.created_at,
+            "nsa_launch": ours, "in_ledger": rec is not None,
         })  # fmt: skip
     if as_json:
         app.emit_json(rows)
+    elif not rows:
+        app.say("no pods of nsa-launch")
+    if as_json or not rows:
+        if hidden:
+            app.say(
+                f"{hidden} other pod(s) of the account not made by nsa-launch: `nsa-launch pods ls --all`"
+            )
         return
-    if not rows:
-        app.say("no pods")
-        return
-    table = Table("id", "gpus", "status", "ssh", "$/h", "run", "cost so far")
+    table = Table("id", "name", "gpus", "status", "ssh", "$/h", "run", "cost so far")
     for r in rows:
         table.add_row(
             r["id"],
+            r["name"] or "-",
             f"{r['gpu_count']}x {r['gpu_type']}",
             r["status"],
             " | ".join(r["ssh"]) or "-",
             f"{r['price_hr']:.2f}" if r["price_hr"] is not None else "-",
             r["run"] or "-",
-            f"${r['cost_usd']:.2f}" if r["cost_usd"] is not None else "- (not created by nsa-launch)",
+            f"${r['cost_usd']:.2f}" if r["cost_usd"] is not None else "- (not in this machine's ledger)",
         )
     app.out.print(table)
+    if hidden:
+        app.say(f"{hidden} other pod(s) of the account not made by nsa-launch: `nsa-launch pods ls --all`")
+
+
+@pods.command()
+@click.option("--profile", "-P", help="Profile whose GPUs to rent (nodes x nproc_per_node). Default: cpu.")
+@click.option("--gpu-type", help="Prime GPU type (e.g. A100_80GB). Default: the profile's expect.gpu_name.")
+@offer_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def offers(app: Application, profile: str | None, gpu_type: str | None, as_json: bool, **kw: Any) -> None:
+    """The offers `up --provision prime` would choose from with these options, cheapest first."""
+    from launcher.profiles import load_profile
+
+    choice = choice_from(kw)
+    client = _client()
+    if choice.ssh_key_id:
+        from launcher.providers.offers import check_ssh_key
+
+        check_ssh_key(client, choice.ssh_key_id)
+    print_offers(app, client, load_profile(profile), gpu_type, choice, as_json)
 
 
 @pods.command()
 @click.option("--profile", "-P", help="Profile whose GPUs per node to rent. Default: cpu.")
 @click.option("--gpu-type", help="Prime GPU type (e.g. A100_80GB). Default: the profile's expect.gpu_name.")
-@click.option("--name", help="Pod name. Default: nsa-<time>.")
+@click.option("--name", help="Pod name after the nsa- prefix (letters, digits, dashes). Default: <time>.")
 @click.option("--ssh-config", type=click.Path(), help="OpenSSH config (key, known_hosts) for the pod.")
 @click.option("--ready-timeout", default=900.0, show_default=True, help="Seconds to wait for SSH.")
+@offer_options
 @click.pass_obj
 def create(
     app: Application,
@@ -92,15 +208,17 @@ def create(
     name: str | None,
     ssh_config: str | None,
     ready_timeout: float,
+    **kw: Any,
 ) -> None:
     """Rent a pod, wait until SSH answers, print its SSH target (for `up --host`)."""
     from launcher.profiles import load_profile
     from launcher.providers.pods import provision
 
+    choice = choice_from(kw)
     prof = load_profile(profile)
     rec, _hosts = provision(
-        _client(), prof, gpu_type, name or f"nsa-{time.strftime('%Y%m%d-%H%M%S')}", None, app.say,
-        ready_timeout, ssh_config,
+        _client(), prof, gpu_type, name or time.strftime("%Y%m%d-%H%M%S"), None, app.say, ready_timeout,
+        ssh_config, choice=choice,
     )  # fmt: skip
     for s in rec.ssh:
         app.print(s)
@@ -111,29 +229,55 @@ def create(
 @click.argument("target")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--no-pull", is_flag=True, help="Do not pull the run's newest checkpoint first.")
+@click.option(
+    "--force", is_flag=True, help="Also terminate a pod nsa-launch did not create (no cost is recorded)."
+)
 @click.pass_obj
-def down(app: Application, target: str, yes: bool, no_pull: bool) -> None:
-    """Terminate a pod (TARGET: pod id or run name): pulls the run's newest checkpoint first."""
+def down(app: Application, target: str, yes: bool, no_pull: bool, force: bool) -> None:
+    """Terminate a pod (TARGET: pod id), or every live pod of a run (TARGET: run name); pulls the
+    run's newest checkpoint first. A pod already terminated is left alone (its cost is not counted again)."""
     from launcher import registry
     from launcher.errors import LaunchError
-    from launcher.providers.pods import PodRecord, load_pod, pods_of_run, terminate
+    from launcher.providers.pods import load_pod, pods_dir, pods_of_run, terminate
 
     client = _client()
     rec = load_pod(target)
-    run = registry.load(target)
-    if rec is None and run is not None:
-        live = [p for p in pods_of_run(run.run) if p.terminated is None]
-        if not live:
-            raise LaunchError(f"run {target} has no live pod rented by nsa-launch", "`nsa-launch pods ls`")
-        rec = live[-1]
-    if rec is None:  # a pod nsa-launch did not create: still terminable by id
-        pod = client.get_pod(target)
-        rec = PodRecord(pod.id, None, pod.gpu_type, pod.gpu_count, pod.price_hr, time.time(), pod.ssh)
-    if rec.run and not no_pull and registry.load(rec.run):
-        from launcher.mirror import pull
+    recs = [rec] if rec is not None else pods_of_run(target)  # the ledger knows the run even if `up` died
+    if not recs:
+        pod = client.get_pod(target)  # not ours: 404 says so; a foreign pod needs --force
+        if not force:
+            raise LaunchError(
+                f"pod {pod.id} ({pod.name or 'no name'}, {pod.status}) was not created by nsa-launch on this "
+                f"machine (not in {pods_dir()}) and is no run's",
+                "terminate it where it was made (`prime pods terminate`, the web app), or add --force",
+            )
+        if not yes:
+            click.confirm(
+                f"terminate pod {pod.id} ({pod.name}), which nsa-launch did not create?", abort=True
+            )
+        client.delete_pod(pod.id)
+        app.say(f"terminated pod {pod.id} (not nsa-launch's: no cost recorded)")
+        return
+    live = [r for r in recs if r.terminated is None]
+    for r in recs:
+        if r.terminated is not None and (rec is not None or not live):
+            terminate(client, r, app.say)  # says "already terminated" with its cost; changes nothing
+    if not live:
+        return
+    run = live[0].run
+    from contextlib import nullcontext
 
-        res = pull(registry.load(rec.run), say=app.say)  # type: ignore[arg-type]
-        app.say(f"pulled {rec.run} to {res['mirror']}")
-    if not yes:
-        click.confirm(f"terminate pod {rec.id}" + (f" (run {rec.run})" if rec.run else "") + "?", abort=True)
-    terminate(client, rec, app.say)
+    from launcher.locks import run_lock
+
+    # one writer per run: not while a watch pulls into the mirror or replaces this pod
+    with run_lock(run, "nsa-launch pods down") if run else nullcontext():
+        if run and not no_pull and registry.load(run):
+            from launcher.mirror import pull
+
+            res = pull(registry.load(run), say=app.say)  # type: ignore[arg-type]
+            app.say(f"pulled {run} to {res['mirror']}")
+        if not yes:
+            ids = ", ".join(r.id for r in live)
+            click.confirm(f"terminate pod {ids}" + (f" (run {run})" if run else "") + "?", abort=True)
+        for r in live:
+            terminate(client, r, app.say)

@@ -9,14 +9,30 @@ from launcher.app import Application
 
 @click.command()
 @click.option("--run", "-r", help="Run id. Default: the most recent run.")
+@click.option(
+    "--wait",
+    "wait_s",
+    default=120.0,
+    show_default=True,
+    type=click.FloatRange(min=0.0),
+    help="Seconds to wait while another writer (a `watch` pulling or replacing the pod) changes the run.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print what was pulled as JSON.")
 @click.pass_obj
-def pull(app: Application, run: str | None, as_json: bool) -> None:
-    """Mirror the run to $NSA_LAUNCH_HOME/mirror/<run>/ (only a checkpoint that verifies is kept)."""
+def pull(app: Application, run: str | None, wait_s: float, as_json: bool) -> None:
+    """Mirror the run to $NSA_LAUNCH_HOME/mirror/<run>/ (only a checkpoint that verifies is kept).
+
+    The mirror never goes back: a host checkpoint that does not verify is reported and the mirror keeps
+    its newer good copy. One writer at a time: this waits for a `watch`, dashboard or `pods down`
+    that is changing the run. Exit 1 when the pull failed (the mirror is then as it was).
+    """
     from launcher.control import resolve_run
+    from launcher.locks import run_lock
     from launcher.mirror import pull as do_pull
 
-    res = do_pull(resolve_run(run), say=app.say)
+    rec = resolve_run(run)
+    with run_lock(rec.run, "nsa-launch pull", timeout=wait_s):
+        res = do_pull(rec, say=app.say)
     if as_json:
         app.emit_json(res)
     else:

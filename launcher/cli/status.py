@@ -143,6 +143,8 @@ def print_status(console: Console, snaps: list[dict[str, Any]]) -> None:
             lines.append(Text(f"  on {s['host']}", style="dim"))
         if s.get("error") and s.get("state") != "lost":  # a lost run's error follows on stderr
             lines.append(Text(f"  {s['error']}", style="red"))
+        if s.get("recovery") and s.get("state") != "lost":
+            lines.append(Text(f"  {s['recovery']['text']}", style="yellow"))
         r = s.get("restarts")
         if r and (r["count"] or r["stopped"]):
             lines.append(Text(f"  restarts {r['count']}/{fmt.MISSING if r['max'] is None else r['max']}"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import click
@@ -9,6 +10,7 @@ from rich.progress import BarColumn, Progress, TextColumn
 
 from launcher import format as fmt
 from launcher.app import Application
+from launcher.cli.pods import OFFER_KEYS, choice_from, offer_options
 from launcher.control import fetch_status, stream_log
 from launcher.errors import EXIT_OK, EXIT_RUNTIME
 from launcher.host.logtail import error_lines
@@ -56,7 +58,8 @@ TERMINAL = ("finished", "failed", "killed", "lost")
 @click.option(
     "--provision",
     type=click.Choice(["prime"]),
-    help="Rent the host from Prime Intellect (PRIME_API_KEY) instead of --host; terminated if up fails.",
+    help="Rent the host from Prime Intellect (docs/launcher.md 'Renting pods') instead of --host; "
+    "terminated if up fails.",
 )
 @click.option("--gpu-type", help="With --provision: Prime GPU type (default: the profile's expect.gpu_name).")
 @click.option(
@@ -66,6 +69,12 @@ TERMINAL = ("finished", "failed", "killed", "lost")
     "--down-when-done",
     is_flag=True,
     help="With --provision: wait for the run, pull its checkpoint, terminate the pod (implies --wait).",
+)
+@offer_options
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="With --provision: validate, list the offers and the one it would rent; rent nothing.",
 )
 @click.pass_obj
 def up(
@@ -79,11 +88,18 @@ def up(
     gpu_type: str | None,
     ready_timeout: float,
     down_when_done: bool,
+    dry_run: bool,
     **kw: object,
 ) -> None:
     """Start a training run (default: the cpu profile on this machine, or a rented pod with --provision)."""
-    if (gpu_type or down_when_done) and not provision:
-        app.abort("--gpu-type and --down-when-done need --provision prime", "add --provision prime")
+    renting = [k for k in OFFER_KEYS if kw.get(k) not in (None, False)]
+    choice = choice_from(kw)  # type: ignore[arg-type]
+    if (gpu_type or down_when_done or dry_run or renting) and not provision:
+        given = ["--" + k.replace("_name", "").replace("_", "-") for k in renting]
+        given += (
+            ["--gpu-type"] * bool(gpu_type) + ["--down-when-done"] * down_when_done + ["--dry-run"] * dry_run
+        )
+        app.abort(f"{' '.join(given)} need --provision prime", "add --provision prime")
     if provision and hosts:
         app.abort("--provision rents the host, so --host cannot be given too", "drop --host or --provision")
     client = None
@@ -105,28 +121,44 @@ def up(
         f"run {plan.run}: profile {plan.profile.name} ({plan.profile.world_size} workers), "
         f"config {plan.config_path.name} [{plan.config_hash}], {plan.total_steps} steps"
     )
-    pod = None
-    if client is not None:
-        # unknown GPU type, no stock, quota: provision fails before (or instead of) creating a pod
-        pod, plan.hosts = _rent(app, client, plan, gpu_type, ready_timeout)
-        plan.opts.accept_new_host_key = True  # a new pod's key cannot be known before (trust on first use)
-    rec = None
-    try:
-        rec = _start(app, plan)
-        if pod is not None:  # recorded before any wait: `pods down RUN` must find it after a Ctrl-C
-            rec.provider, rec.pod_id = provision, pod.id
-            from launcher import registry
+    if dry_run:
+        from launcher.cli.pods import print_offers
 
-            registry.save(rec)
-        st = wait_for_first_heartbeat(app, rec)
-    except KeyboardInterrupt:
-        if rec is None:  # nothing started yet: nothing may keep billing
-            _terminate(app, client, pod, "up was interrupted")
+        if choice.ssh_key_id:
+            from launcher.providers.offers import check_ssh_key
+
+            check_ssh_key(client, choice.ssh_key_id)
+        print_offers(app, client, plan.profile, gpu_type, choice, as_json=False)
+        app.say("dry run: nothing rented")
+        return
+    pod = None
+    rec = None
+    from launcher.providers.pods import signals_as_interrupt
+
+    # SIGTERM / SIGHUP (a closed terminal) while renting or starting are a Ctrl-C: the pod is terminated
+    with signals_as_interrupt() if client is not None else contextlib.nullcontext():
+        if client is not None:
+            # bad options, unknown GPU type, no stock, quota: provision fails before creating a pod
+            pod, plan.hosts = _rent(app, client, plan, gpu_type, ready_timeout, choice)
+            plan.opts.accept_new_host_key = (
+                True  # a new pod's key cannot be known before (trust on first use)
+            )
+        try:
+            rec = _start(app, plan)
+            if pod is not None:  # recorded before any wait: `pods down RUN` must find it after a Ctrl-C
+                rec.provider, rec.pod_id = provision, pod.id
+                from launcher import registry
+
+                registry.save(rec)
+            st = wait_for_first_heartbeat(app, rec)
+        except KeyboardInterrupt:
+            if rec is None:  # nothing started yet: nothing may keep billing
+                _terminate(app, client, pod, "up was interrupted")
+                raise
+            raise KeyboardInterrupt(keeps_going(rec.run, rec.host, "stopped waiting")) from None
+        except BaseException:
+            _terminate(app, client, pod, "up failed")
             raise
-        raise KeyboardInterrupt(keeps_going(rec.run, rec.host, "stopped waiting")) from None
-    except BaseException:
-        _terminate(app, client, pod, "up failed")
-        raise
     try:  # from here on a Ctrl-C, even one landing while the next steps print, leaves the run going
         app.say(f"run {rec.run} is {st['state']} (step {st['step']}/{rec.total_steps}) on {rec.host}")
         app.print(rec.run)
@@ -150,12 +182,12 @@ def up(
     raise SystemExit(EXIT_OK if st["state"] == "finished" else EXIT_RUNTIME)
 
 
-def _rent(app: Application, client, plan, gpu_type, ready_timeout):
+def _rent(app: Application, client, plan, gpu_type, ready_timeout, choice):
     from launcher.providers.pods import provision as rent
 
     return rent(
-        client, plan.profile, gpu_type, f"nsa-{plan.run}"[:64], plan.run, app.say, ready_timeout,
-        plan.opts.ssh_config,
+        client, plan.profile, gpu_type, plan.run, plan.run, app.say, ready_timeout, plan.opts.ssh_config,
+        choice=choice,
     )  # fmt: skip
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from launcher.app import Application
@@ -10,39 +12,59 @@ from launcher.errors import EXIT_OK, EXIT_RUNTIME
 
 @click.command()
 @click.option("--run", "-r", help="Run id. Default: the most recent run.")
-@click.option("--pull-every", default=60.0, show_default=True, help="Seconds between pulls of the mirror.")
+@click.option(
+    "--pull-every",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=None,
+    help="Seconds between pulls of the mirror. Default: on every new checkpoint the status shows, and "
+    "every half checkpoint interval (train.save_every x the measured step time, 5-60 s).",
+)
 @click.option(
     "--lost-after", default=60.0, show_default=True, help="Seconds unreachable before a pod is replaced."
 )
 @click.option("--poll", default=5.0, show_default=True, help="Seconds between status checks.")
 @click.option("--max-replacements", default=3, show_default=True, help="Pods to rent at most.")
 @click.option("--ready-timeout", default=900.0, show_default=True, help="Seconds to wait for a new pod.")
+@click.option("--yes", "-y", is_flag=True, help="Terminate pods rented for the run but not in use, unasked.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final status as JSON.")
 @click.pass_obj
 def watch(
     app: Application,
     run: str | None,
-    pull_every: float,
+    pull_every: float | None,
     lost_after: float,
     poll: float,
     max_replacements: int,
     ready_timeout: float,
+    yes: bool,
     as_json: bool,
 ) -> None:
     """Pull the newest intact checkpoint on a schedule; replace a lost --provision pod and resume.
 
     One watcher acts on a run at a time: while another `watch` or a dashboard holds it, this one says
-    who and waits, taking over when that one stops. Exit 0 when the run finished, 1 otherwise.
+    who and waits, taking over when that one stops. On taking the run it offers to terminate pods
+    rented for it that it is not on (left by a replacement that was killed; --yes: unasked).
+    SIGTERM and SIGHUP are handled like Ctrl-C: a replacement under way terminates the pod it rented.
+    Exit 0 when the run finished and its final pull brought the mirror to the host's newest verified
+    checkpoint; 1 otherwise (the final pull failed, or the mirror is N steps behind: said).
     """
     from launcher.control import resolve_run
     from launcher.recovery import watch as do_watch
 
+    def confirm(question: str) -> bool:
+        if yes:
+            return True
+        return sys.stdin.isatty() and click.confirm(question, default=False, err=True)
+
     rec = resolve_run(run)
     st = do_watch(
         rec.run, app.say, poll_s=poll, pull_every_s=pull_every, lost_after_s=lost_after,
-        max_replacements=max_replacements, ready_timeout=ready_timeout,
+        max_replacements=max_replacements, ready_timeout=ready_timeout, confirm=confirm,
     )  # fmt: skip
     if as_json:
         app.emit_json(st)
     app.say(f"run {rec.run} {st['state']} at step {st['step']} (loss {st['loss']})")
-    raise SystemExit(EXIT_OK if st["state"] == "finished" else EXIT_RUNTIME)
+    problem = (st.get("mirror") or {}).get("problem")
+    if problem:
+        app.say(f"mirror of {rec.run}: {problem}; `nsa-launch pull --run {rec.run}` to try again")
+    raise SystemExit(EXIT_OK if st["state"] == "finished" and not problem else EXIT_RUNTIME)

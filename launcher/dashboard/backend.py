@@ -61,7 +61,7 @@ class WatchSettings:
     """The dashboard's watch: off, or `nsa-launch watch`'s thresholds."""
 
     enabled: bool = True
-    pull_every_s: float = 60.0
+    pull_every_s: float | None = None  # None: on each new checkpoint (launcher.recovery.auto_pull_every)
     lost_after_s: float = 60.0
 
 

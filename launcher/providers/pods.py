@@ -1,19 +1,26 @@
-"""Renting a pod for a run: pick an offer, create, wait until SSH answers, terminate; the local pod ledger.
+"""Renting a pod for a run: create, wait until SSH answers, terminate; the local pod ledger.
 
-Owns the choice of offer (the profile's GPU type and count, cheapest in stock), the wait for a
-created pod (ACTIVE with an SSH string, then an SSH banner on that port; progress with elapsed time,
-a timeout naming what it waited for), terminating a pod it created when a later step fails (nothing
-left billing), recording a new pod's host key and forgetting a terminated pod's, and the ledger of pods nsa-launch created
-($NSA_LAUNCH_HOME/pods/<id>.json: run, price, times) from which status shows the cost so far. It must
-not start runs (launcher/launch does) or import torch.
+Owns renting a pod from the offer launcher/providers/offers.py chose and recording it in the ledger
+($NSA_LAUNCH_HOME/pods/<id>.json: run, name, price, times, the options it was rented with) the moment
+the API returns its id, before any wait; the wait for it (ACTIVE with an SSH string and a finished
+installation, then an SSH banner on that port; progress with elapsed time; a pod that goes ERROR,
+STOPPED, DELETING, TERMINATED or fails its installation ends the wait at the next poll with the API's
+own failure text; UNKNOWN is borne for a bounded time; a timeout names what it waited for);
+terminating a pod it created when a later step fails, Ctrl-C, SIGTERM and SIGHUP included (nothing
+left billing), once (the cost is counted once); recording a new pod's host key and forgetting a
+terminated pod's; and the cost so far that status shows. It must not start runs (launcher/launch
+does) or import torch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import socket
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -21,11 +28,15 @@ from typing import Any
 from launcher import registry
 from launcher.errors import LaunchError, RuntimeFailure
 from launcher.profiles import Profile
-from launcher.providers.prime import GONE_STATES, Offer, Pod, PrimeClient
+from launcher.providers.offers import OfferChoice, check_ssh_key, choose_offer, describe, gpu_type_for
+from launcher.providers.prime import UNKNOWN, Pod, PrimeAPIError, PrimeClient, pod_name
 from launcher.ssh.hosts import HostSpec, parse_target
 
 READY_TIMEOUT_S = 900.0
 POLL_S = 2.0
+UNKNOWN_GRACE_S = 120.0  # an UNKNOWN status (the API lost track for a while) is borne this long
+TRANSIENT_S = 60.0  # 5xx / 429 / no network while polling are retried this long
+__all__ = ["OfferChoice", "choose_offer", "gpu_type_for"]  # re-exported: callers import them from here
 
 
 @dataclass
@@ -41,6 +52,9 @@ class PodRecord:
     ssh: list[str]
     terminated: float | None = None
     ssh_config: str | None = None  # the --ssh-config the pod was reached with (its known_hosts)
+    name: str | None = None  # as the API knows it (POD_NAME_PREFIX + the run or --name)
+    choice: dict[str, Any] | None = None  # the OfferChoice it was rented with (a replacement reuses it)
+    offer: str | None = None  # provider, region, security, spot of the offer
 
     def cost(self, now: float | None = None) -> float | None:
         if self.price_hr is None:
@@ -95,51 +109,26 @@ def run_cost(run: str) -> dict[str, Any] | None:
     }
 
 
-def gpu_type_for(client: PrimeClient, profile: Profile, gpu_type: str | None) -> list[str]:
-    """The GPU types to consider: --gpu-type (checked against the API), else the profile's gpu_name."""
-    known = client.gpu_types()
-    if gpu_type:
-        if gpu_type not in known:
-            raise LaunchError(
-                f"--gpu-type {gpu_type!r} is not a Prime Intellect GPU type",
-                f"use one of: {', '.join(known)}",
-            )
-        return [gpu_type]
-    want = profile.expect.gpu_name
-    if not want:
-        raise LaunchError(
-            f"profile {profile.name} names no GPU (expect.gpu_name), so there is nothing to rent by default",
-            f"pass --gpu-type (one of: {', '.join(known)})",
+def _poll(client: PrimeClient, pod: Pod, since: list[float | None]) -> Pod:
+    """GET the pod; a 5xx, a 429 or a network error is retried for TRANSIENT_S (`since` holds when the
+    current run of failures began), anything else raised."""
+    try:
+        new = client.get_pod(pod.id)
+    except LaunchError as e:
+        # an HTTP error is PrimeAPIError (5xx and 429 pass); no network at all is a bare RuntimeFailure
+        passing = (
+            e.status == 429 or e.status >= 500
+            if isinstance(e, PrimeAPIError)
+            else isinstance(e, RuntimeFailure)
         )
-    matches = [t for t in known if want.lower() in t.lower()]
-    if not matches:
-        raise LaunchError(
-            f"no Prime Intellect GPU type matches the profile's expect.gpu_name {want!r}",
-            f"pass --gpu-type (one of: {', '.join(known)})",
-        )
-    return matches
-
-
-def choose_offer(client: PrimeClient, profile: Profile, gpu_type: str | None) -> Offer:
-    """The cheapest offer in stock of the profile's GPUs: per node for one node; for N nodes a
-    multi-node offer (/availability/multi-node, whose gpuCount is the total, as `prime` lists them).
-    No stock: RuntimeFailure (exit 1)."""
-    types = gpu_type_for(client, profile, gpu_type)
-    multinode = profile.nodes > 1
-    count = profile.nproc_per_node * profile.nodes
-    offers = [o for t in types for o in client.availability(t, count, multinode) if o.gpu_count == count]
-    offers = [o for o in offers if o.stock_status.lower() not in ("", "unavailable", "out of stock")]
-    if not offers:
-        what = f"{count}x {' or '.join(types)}"
-        if multinode:
-            what = f"a multi-node cluster of {what} ({profile.nodes} nodes x {profile.nproc_per_node})"
-        raise RuntimeFailure(
-            f"no Prime Intellect offer has {what} in stock now",
-            "try another --gpu-type (`nsa-launch pods ls --available --gpu-type T"
-            + (f" --count {count} --multi-node" if multinode else "")
-            + "`), or later",
-        )
-    return min(offers, key=lambda o: o.price_hr if o.price_hr is not None else float("inf"))
+        if not passing:
+            raise
+        since[0] = since[0] if since[0] is not None else time.monotonic()
+        if time.monotonic() - since[0] > TRANSIENT_S:
+            raise
+        return pod
+    since[0] = None
+    return new
 
 
 def wait_ready(
@@ -149,11 +138,16 @@ def wait_ready(
     timeout: float = READY_TIMEOUT_S,
     ssh_config: str | None = None,
     nodes: int = 1,
+    unknown_grace: float | None = None,
 ) -> tuple[Pod, list[HostSpec]]:
     """Poll until the pod is ACTIVE with an SSH string per node and sshd answers on every one.
-    A pod that comes up with another number of nodes than the profile's is an error (exit 1)."""
+    A pod that will not come up (Pod.failed) or stays UNKNOWN past `unknown_grace` raises at once with
+    the API's words; one with another number of nodes than the profile's is an error too (exit 1)."""
+    unknown_grace = UNKNOWN_GRACE_S if unknown_grace is None else unknown_grace
     t0 = time.monotonic()
     last_say = 0.0
+    unknown_since: float | None = None
+    failing: list[float | None] = [None]
     waiting_for = f"pod {pod.id} to become ACTIVE"
     while True:
         elapsed = time.monotonic() - t0
@@ -163,13 +157,26 @@ def wait_ready(
                 "the pod was terminated; try again, another --gpu-type, or a longer --ready-timeout",
             )
         if elapsed - last_say >= 5.0:
-            say(f"  waiting for {waiting_for} ({elapsed:.0f} s, status {pod.status})")
+            inst = f", installation {pod.installation_status}" if pod.installation_status else ""
+            say(f"  waiting for {waiting_for} ({elapsed:.0f} s, status {pod.status}{inst})")
             last_say = elapsed
-        pod = client.get_pod(pod.id)
-        if pod.status in GONE_STATES:
+        pod = _poll(client, pod, failing)
+        why = pod.failed
+        if why:
             raise RuntimeFailure(
-                f"pod {pod.id} went {pod.status} while starting", "try again, or another --gpu-type"
+                f"pod {pod.id} {why} (after {elapsed:.0f} s of starting)",
+                "the pod was terminated; try again, or another offer: --provider / --region / --image "
+                "(`nsa-launch pods offers`)",
             )
+        if pod.status == UNKNOWN:
+            unknown_since = unknown_since if unknown_since is not None else time.monotonic()
+            if time.monotonic() - unknown_since > unknown_grace:
+                raise RuntimeFailure(
+                    f"pod {pod.id} has been UNKNOWN to the API for {unknown_grace:.0f} s",
+                    "the pod was terminated; try again, or another --provider (`nsa-launch pods offers`)",
+                )
+        else:
+            unknown_since = None
         if len(pod.ssh) > nodes:
             raise RuntimeFailure(
                 f"pod {pod.id} came up with {len(pod.ssh)} nodes ({', '.join(pod.ssh)}); the profile "
@@ -199,6 +206,54 @@ def ssh_answers(host: str, port: int, timeout: float = 3.0) -> bool:
         return False
 
 
+class Hangup(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (a closed terminal, a `kill`) while a pod is being rented: handled as Ctrl-C."""
+
+
+@contextlib.contextmanager
+def signals_as_interrupt() -> Iterator[None]:
+    """While renting, SIGTERM and SIGHUP raise Hangup (a KeyboardInterrupt) instead of killing the
+    process outright, so the code that terminates the pod on Ctrl-C runs for them too. Only the main
+    thread can take signals; elsewhere (a watcher thread) this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        raise Hangup(f"got {signal.Signals(signum).name}")
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def _deferred_signals() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP for the few lines between the API returning a pod id and the
+    ledger holding it: an interrupt there would lose the only record of a billing pod."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a held signal is delivered here
+
+
+def previous_choice(run: str | None) -> OfferChoice | None:
+    """The options the run's last pod was rented with (a replacement pod is rented alike)."""
+    recs = pods_of_run(run) if run else []
+    if recs and recs[-1].choice is not None:
+        known = set(OfferChoice.__dataclass_fields__)  # a ledger from another version may hold more
+        return OfferChoice(**{k: v for k, v in recs[-1].choice.items() if k in known})
+    return None
+
+
 def provision(
     client: PrimeClient,
     profile: Profile,
@@ -208,32 +263,48 @@ def provision(
     say: Callable[[str], None],
     timeout: float = READY_TIMEOUT_S,
     ssh_config: str | None = None,
+    *,
+    choice: OfferChoice | None = None,
 ) -> tuple[PodRecord, list[HostSpec]]:
-    """Rent a pod and wait for it; on any failure (Ctrl-C included) terminate it before raising."""
-    offer = choose_offer(client, profile, gpu_type)
+    """Rent a pod and wait for it; on any failure (Ctrl-C, SIGTERM, SIGHUP included) terminate it
+    before raising. `choice` defaults to the run's previous pod's options, else on-demand secure."""
+    choice = choice or previous_choice(run) or OfferChoice()
+    if choice.team:
+        client.team = choice.team
+    if choice.ssh_key_id:
+        check_ssh_key(client, choice.ssh_key_id)
+    offer = choose_offer(client, profile, gpu_type, choice)
     price = f"${offer.price_hr:.2f}/h" if offer.price_hr is not None else "price unknown"
     nodes = f" as {profile.nodes} nodes" if profile.nodes > 1 else ""
-    say(
-        f"renting {offer.gpu_count}x {offer.gpu_type}{nodes} from {offer.provider} ({offer.data_center}), {price}"
-    )
-    pod = client.create_pod(offer, name)
-    rec = PodRecord(
-        id=pod.id,
-        run=run,
-        gpu_type=offer.gpu_type,
-        gpu_count=offer.gpu_count,
-        price_hr=pod.price_hr if pod.price_hr is not None else offer.price_hr,
-        created=time.time(),
-        ssh=[],
-        ssh_config=ssh_config,
-    )
-    save_pod(rec)
-    say(f"created pod {pod.id}")
-    try:
-        pod, hosts = wait_ready(client, pod, say, timeout, ssh_config, profile.nodes)
-    except BaseException:
-        terminate(client, rec, say)
-        raise
+    say(f"renting {offer.gpu_count}x {offer.gpu_type}{nodes} from {describe(offer)}, {price}")
+    with signals_as_interrupt():
+        with _deferred_signals():  # rent, then record: nothing may come between
+            pod = client.create_pod(
+                offer, pod_name(name), choice.image, disk=choice.disk, ssh_key_id=choice.ssh_key_id,
+                max_price=choice.max_price,
+            )  # fmt: skip
+            rec = PodRecord(
+                id=pod.id,
+                run=run,
+                gpu_type=offer.gpu_type,
+                gpu_count=offer.gpu_count,
+                price_hr=pod.price_hr if pod.price_hr is not None else offer.price_hr,
+                created=time.time(),
+                ssh=[],
+                ssh_config=ssh_config,
+                name=pod.name,
+                choice=asdict(choice),
+                offer=describe(offer),
+            )
+            save_pod(rec)
+        say(f"created pod {pod.id} ({pod.name})")
+        try:
+            pod, hosts = wait_ready(client, pod, say, timeout, ssh_config, profile.nodes)
+        except BaseException as e:
+            if isinstance(e, KeyboardInterrupt):
+                say(f"{e or 'interrupted'}; terminating pod {rec.id} so nothing is left billing")
+            terminate(client, rec, say)
+            raise
     rec.ssh = pod.ssh
     save_pod(rec)
     for h in hosts:
@@ -262,11 +333,16 @@ def record_host_key(spec: HostSpec, say: Callable[[str], None]) -> None:
 
 
 def terminate(client: PrimeClient, rec: PodRecord, say: Callable[[str], None]) -> None:
-    """Delete the pod (a pod already gone counts as terminated), record the time, forget its host keys."""
+    """Delete the pod (a pod already gone counts as terminated), record the time once, forget its host
+    keys. A record already terminated is left as it is: its cost is counted once."""
+    if rec.terminated is not None:
+        cost = rec.cost()
+        say(f"pod {rec.id} was already terminated" + (f" (cost ${cost:.2f})" if cost is not None else ""))
+        return
     try:
         client.delete_pod(rec.id)
-    except LaunchError as e:
-        if "HTTP 404" not in e.message:
+    except PrimeAPIError as e:
+        if e.status != 404:
             raise
     rec.terminated = time.time()
     save_pod(rec)

@@ -26,14 +26,19 @@ def _own_home_no_stray_ssh_masters(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
 
 
 @pytest.fixture
-def fake_prime(monkeypatch: pytest.MonkeyPatch):
-    """The FAKE Prime Intellect API (tests/fixtures/fake_prime.py), named by PRIME_API_KEY/BASE_URL."""
+def fake_prime(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """The FAKE Prime Intellect API (tests/fixtures/fake_prime.py), named by PRIME_API_KEY/BASE_URL; the
+    `prime` CLI's ~/.prime/config.json is a file of the test's own (absent until a test writes it)."""
     from tests.fixtures.fake_prime import API_KEY, make_fake
 
     api = make_fake(start_delay_s=0.5)
     monkeypatch.setenv("PRIME_API_KEY", API_KEY)
     monkeypatch.setenv("PRIME_API_BASE_URL", api.url)
-    monkeypatch.delenv("PRIME_TEAM_ID", raising=False)
+    for name in ("PRIME_TEAM_ID", "PRIME_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(
+        "launcher.providers.prime.config_file", lambda: tmp_path / "dot-prime" / "config.json"
+    )
     try:
         yield api
     finally:

@@ -140,6 +140,18 @@ def test_lost_pod_is_replaced_and_resumes_from_the_mirror(
         replaced = [e for e in ev if e["kind"] == "host_replaced"]
         assert len(replaced) == 1 and replaced[0]["detail"]["old_pod"] == pod1
         assert replaced[0]["time"] > t_lost
+        # the old pod (unreachable, still ACTIVE per the API) was terminated only once the run had
+        # resumed on the new one; the metrics hold no step twice
+        resumed = [e for e in ev if e["kind"] == "resumed"]
+        assert (
+            resumed
+            and json.loads((home / "pods" / f"{pod1}.json").read_text())["terminated"] > resumed[-1]["time"]
+        )
+        metrics = [
+            json.loads(ln) for ln in (home / "mirror" / run / "metrics.jsonl").read_text().splitlines()
+        ]
+        steps = [r["step"] for r in metrics if "loss" in r]
+        assert steps == sorted(set(steps)), steps
         port2 = fake_prime.pods[pod2].server.port
         res = invoke("pods", "down", run, "--yes")
         assert res.exit_code == 0, res.output

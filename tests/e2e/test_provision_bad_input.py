@@ -57,6 +57,13 @@ def test_pod_refusing_our_key_is_terminated(fake_prime, tmux_server, tmp_path, m
     assert res.exit_code == 2, res.output
     assert "authentication" in res.output and "terminating pod" in res.output
     assert not fake_prime.pods and ("DELETE" in {m for m, _ in fake_prime.requests})
+    # the default offer is on-demand secure cloud, though the fake sells cheaper spot and community ones
+    assert "from datacrunch eu_north/FIN-01, secure cloud, on-demand, $0.20/h" in res.output
+    assert fake_prime.bodies[-1]["provider"] == {"type": "datacrunch"}
+    assert (
+        fake_prime.bodies[-1]["pod"]["name"].startswith("nsa-")
+        and "_" not in fake_prime.bodies[-1]["pod"]["name"]
+    )
 
 
 def test_pods_create_ls_down(fake_prime, tmp_path, monkeypatch):

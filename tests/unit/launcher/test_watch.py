@@ -171,8 +171,10 @@ def test_a_lost_multi_node_pod_without_every_nodes_part_in_the_mirror_is_reporte
 def test_a_provisioned_host_is_replaced_only_after_lost_after_and_within_the_budget(run_rec):
     """The lost-after threshold counts from the first `lost` status, a status that is not lost resets
     it, and with the replacement budget spent the watcher stops with the count (no pod is rented: the
-    record has no pod id, so no API is asked)."""
+    record has no pod id, so no API is asked). The run dir is gone, so the status the watcher fetches
+    again before it would rent says `lost` too."""
     run_rec.provider = "prime"
+    run_rec.nodes[0].run_dir += "-gone"
     registry.save(run_rec)
     said: list[str] = []
     clock = Clock()
@@ -227,10 +229,43 @@ def test_pull_mirrors_every_nodes_part_only_when_the_nodes_agree(run_rec, tmp_pa
     _ckpt(Path(run_rec.run_dir), 8, {"model.pt": b"w8" * 50})
     res = pull(rec, said.append)
     assert res["pulled"] is None and res["checkpoint"] == "step-00000004"
-    assert "not step-00000008: node 1 has step-00000004" in said[-1]
+    assert "not step-00000008: node 1 has no intact checkpoint newer than step-00000004" in said[-1]
     _ckpt(rd1, 8, {"rank1.pt": b"r8" * 50})
     assert pull(rec, said.append)["pulled"] == "step-00000008"
     assert [p.name for p in RunDir(node_mirror(RUN, 1)).checkpoints()] == ["step-00000008"]
     # a damaged part is named, and a restore would refuse it
     (part / "step-00000008" / "rank1.pt").write_bytes(b"x")
     assert "not node 1's part of it" in (missing_parts(rec) or "")
+
+
+def test_by_default_a_new_checkpoint_in_the_status_is_pulled_at_once(run_rec):
+    """No --pull-every: the first status pulls, a `checkpoint` event newer than the mirror pulls at the
+    next status (the mirror trails by at most one checkpoint), the same event again does not, and the
+    fallback interval is half a checkpoint interval (train.save_every x the measured step time)."""
+    import json
+
+    from launcher.recovery import AUTO_PULL_S, auto_pull_every
+
+    said: list[str] = []
+    clock = Clock()
+    w = Watcher(RUN, said.append, who="test", clock=clock)
+    try:
+        w.tick(RUNNING)
+        assert len(said) == 1 and "step-00000004 (new)" in said[0]
+        _ckpt(Path(run_rec.run_dir), 8, {"model.pt": b"w8" * 50})
+        saved = {**RUNNING, "events": [{"kind": "checkpoint", "step": 8, "time": 1.0}]}
+        clock.t += 1
+        w.tick(saved)
+        assert len(said) == 2 and "step-00000008 (new)" in said[1]
+        clock.t += 1
+        w.tick(saved)
+        assert len(said) == 2  # nothing newer: no pull before the interval
+    finally:
+        w.close()
+    rd = mirror_dir(RUN)
+    assert auto_pull_every(RUN) == AUTO_PULL_S[0]  # nothing measured yet
+    (rd / "config.yaml").write_text("train:\n  save_every: 100\n")
+    (rd / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "loss": 1.0, "time": 1000.0 + 0.4 * s}) + "\n" for s in range(1, 20))
+    )
+    assert auto_pull_every(RUN) == pytest.approx(20.0)  # 100 steps x 0.4 s / 2

@@ -1,0 +1,231 @@
+"""Replacing a lost provisioned pod, in the order that never loses the newest checkpoint, and the
+recovery status other commands show meanwhile.
+
+Owns `replace_host`: verify the mirrored checkpoint of every node (hashes) before anything is rented
+or terminated; rent a pod like the old one; sync; restore the mirror's checkpoint and run files (the
+metrics only up to the restored step, so metrics.jsonl never holds a step twice); start with
+--resume; wait for its `boot` event (it follows the resume); and only then terminate the old pod,
+unless the API already says it is gone (then it is terminated first: nothing of it bills or can be
+saved). A failed replacement terminates the new pod and puts the run record back. Owns the progress file
+$NSA_LAUNCH_HOME/watch/<run>.recovery.json that `status` reads ("replacing pod X (lost 12 s ago) ->
+pod Y provisioning"), valid while the process that writes it lives. The caller holds the run's write
+lock (launcher/locks.py). It must not parse CLI arguments or import torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher import registry
+from launcher.errors import LaunchError, RuntimeFailure
+from launcher.registry import RunRecord
+
+
+@dataclass
+class Replacement:
+    old_pod: str | None
+    new_pod: str
+    checkpoint: str | None
+    seconds: float
+
+
+# --- the recovery status ------------------------------------------------------------------------
+def _progress_path(run: str) -> Path:
+    return registry.home() / "watch" / f"{run}.recovery.json"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Progress:
+    """What a replacement in progress is doing, for `status` and the dashboard to say."""
+
+    def __init__(self, rec: RunRecord, lost_at: float):
+        self.path = _progress_path(rec.run)
+        self.d: dict[str, Any] = {
+            "pid": os.getpid(), "old_pod": rec.pod_id, "old_host": rec.host, "lost_at": lost_at,
+            "new_pod": None, "new_host": None, "phase": "verifying the mirror",
+        }  # fmt: skip
+
+    def set(self, phase: str, **kw: Any) -> None:
+        from nsa.runfiles import atomic_write_json
+
+        self.d.update(phase=phase, time=time.time(), **kw)
+        atomic_write_json(self.path, self.d)
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def recovery_status(run: str) -> dict[str, Any] | None:
+    """The replacement in progress for `run` (old/new pod and host, when it was lost, the phase), or
+    None (none, or its writer died)."""
+    try:
+        d = json.loads(_progress_path(run).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(d, dict) or not _alive(int(d.get("pid") or 0)):
+        return None
+    return d
+
+
+def recovery_text(d: dict[str, Any], now: float | None = None) -> str:
+    """ "replacing pod p-1 at root@1.2.3.4:22 (lost 12 s ago) -> pod p-2 at ... resuming" """
+    now = time.time() if now is None else now
+    old = f"pod {d.get('old_pod') or '?'}" + (f" at {d['old_host']}" if d.get("old_host") else "")
+    lost = f"lost {max(0.0, now - float(d.get('lost_at') or now)):.0f} s ago"
+    new = (
+        (f"pod {d['new_pod']}" + (f" at {d['new_host']}" if d.get("new_host") else ""))
+        if d.get("new_pod")
+        else "a new pod"
+    )
+    return f"replacing {old} ({lost}) -> {new} {d.get('phase') or ''}".rstrip()
+
+
+# --- the replacement ----------------------------------------------------------------------------
+def _metrics_upto(src: Path, step: int, out: Path) -> None:
+    """metrics.jsonl without the records past `step`: the resumed run writes those steps again."""
+    keep = []
+    for line in src.read_text().splitlines():
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(r, dict) or not isinstance(r.get("step"), int) or r["step"] <= step:
+            keep.append(line + "\n")
+    out.write_text("".join(keep))
+
+
+def replace_host(
+    rec: RunRecord, say: Callable[[str], None], ready_timeout: float = 900.0, lost_at: float | None = None
+) -> Replacement:
+    """Rent a pod like the run's, restore the mirror there and resume; then terminate the old pod."""
+    from launcher.control import resume_report
+    from launcher.launch.execute import execute, wait_first_heartbeat
+    from launcher.launch.plan import UpOptions, plan_run
+    from launcher.mirror import FILES, mirror_dir, missing_parts, push
+    from launcher.profiles import load_profile
+    from launcher.providers.pods import load_pod, provision, terminate
+    from launcher.providers.prime import PrimeClient
+    from launcher.recovery import pod_gone
+    from launcher.transfer import rsync_push
+    from nsa.runfiles import RunDir, append_jsonl, checkpoint_step
+
+    t0 = time.monotonic()
+    progress = Progress(rec, lost_at or time.time())
+    progress.set("verifying the mirror")
+    try:
+        gap = missing_parts(rec, hashes=True)  # every node's part, hashed, before anything is rented
+        if gap is not None:
+            raise LaunchError(
+                f"cannot replace the host of {rec.run}: {gap}",
+                f"restore that part by hand, or start over with `nsa-launch up` (the mirror is {mirror_dir(rec.run)})",
+                exit_code=1,
+            )
+        ck = RunDir(mirror_dir(rec.run)).latest_checkpoint()
+        upto = (checkpoint_step(ck.name) or 0) if ck else 0
+        profile_arg = rec.profile_file or rec.profile  # a profile given as a .yaml is read from it again
+        profile = load_profile(profile_arg)  # before anything is terminated or rented
+        client = PrimeClient()
+        old = load_pod(rec.pod_id) if rec.pod_id else None
+        if old is not None and old.terminated is None and pod_gone(rec):
+            terminate(client, old, say)  # gone for sure: nothing on it to save; stop any billing now
+        progress.set("provisioning")
+        node0 = rec.nodes[0]
+        ssh_config = node0.host.ssh_config
+        new, hosts = provision(
+            client, profile, old.gpu_type if old else None, f"nsa-{rec.run}"[:64], rec.run, say, ready_timeout,
+            ssh_config,
+        )  # fmt: skip
+    except BaseException:
+        progress.clear()
+        raise
+    progress.set("restoring", new_pod=new.id, new_host=hosts[0].label)
+    try:
+        sets = [o for o in rec.overrides if o not in profile.overrides]
+        opts = UpOptions(
+            profile=profile_arg,
+            hosts=[h.target for h in hosts],
+            ssh_config=ssh_config,
+            config=rec.config,
+            sets=sets,
+            env=[f"{k}={v}" for k, v in rec.env.items()],
+            secrets=list(rec.secrets),
+            name=rec.run,
+            resume=True,
+            python=node0.python if node0.python.startswith("/") else None,
+            workdir=rec.workdir_arg,
+            accept_new_host_key=True,
+        )
+        plan = plan_run(opts)
+        plan.hosts = hosts
+        man = json.loads((mirror_dir(rec.run) / "manifest.json").read_text())
+        plan.opts.max_restarts = man.get("max_restarts")
+        restored: dict[str, Any] = {}
+        index = iter(range(len(hosts)))  # execute restores node 0, 1, ... in order: node k gets part k
+
+        def restore(t: Any, node: Any) -> None:
+            src, k = mirror_dir(rec.run), next(index)
+            if k == 0:
+                append_jsonl(
+                    src / "events.jsonl",
+                    {"kind": "host_replaced", "time": time.time(), "step": None, "rank": None,
+                     "detail": {"old_pod": rec.pod_id, "new_pod": new.id, "host": node.label,
+                                "nodes": len(hosts)}},
+                )  # fmt: skip
+            t.run(f"mkdir -p {_q(node.run_dir)}", timeout=30)
+            with tempfile.TemporaryDirectory(prefix="nsa-restore-") as d:
+                files = [str(src / f) for f in FILES if (src / f).exists() and f != "metrics.jsonl"]
+                if (src / "metrics.jsonl").exists():
+                    _metrics_upto(src / "metrics.jsonl", upto, Path(d) / "metrics.jsonl")
+                    files.append(str(Path(d) / "metrics.jsonl"))
+                rsync_push(t, files, node.run_dir)
+            restored["checkpoint"] = push(rec.run, t, node.run_dir, k)
+            say(f"restored {restored['checkpoint'] or 'no checkpoint (starts from step 0)'} to {node.label}")
+
+        since = time.time() - 2.0  # the new run's own events are newer (small clock skew allowed)
+        new_rec, _ = execute(plan, say=say, before_start=restore)
+        new_rec.provider, new_rec.pod_id, new_rec.created = rec.provider, new.id, rec.created
+        registry.save(new_rec)
+        progress.set("resuming")
+        wait_first_heartbeat(new_rec)
+        # resumed = its `boot` event, written after the checkpoint loaded (the first heartbeat is older)
+        ok, line = resume_report(new_rec, since, timeout=ready_timeout)
+        if not ok:
+            raise RuntimeFailure(f"the run did not resume on pod {new.id}: {line}", "see `nsa-launch logs`")
+        say(f"run {rec.run} {line} on pod {new.id}")
+    except BaseException:
+        say(f"replacing the host failed; terminating pod {new.id} so nothing is left billing")
+        try:
+            terminate(client, new, say)
+        finally:
+            registry.save(rec)  # the run is where it was: the old pod (kept: it may come back)
+            progress.clear()
+        raise
+    old = load_pod(rec.pod_id) if rec.pod_id else None
+    try:
+        if old is not None and old.terminated is None:
+            terminate(client, old, say)  # the new pod runs from the mirror: the old one may go now
+    finally:
+        progress.clear()
+    return Replacement(rec.pod_id, new.id, restored.get("checkpoint"), time.monotonic() - t0)
+
+
+def _q(s: str) -> str:
+    import shlex
+
+    return shlex.quote(s)
