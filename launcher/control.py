@@ -1,4 +1,5 @@
-"""Watching and steering runs that are already started: status, logs, kill, restart, tunnel.
+"""Watching and steering runs that are already started: status, logs, kill, restart, tunnel, and the
+wait for a started run's first heartbeat (`up` and `restart`).
 
 Owns the launcher side of those operations for runs in the local registry: it fans each out over
 the run's node hosts (one agent exec per host for status), merges the per-node answers into one
@@ -48,8 +49,51 @@ def resolve_run(run: str | None) -> RunRecord:
     return rec
 
 
+SEEN_EVERY_S = 30.0  # a live run's last-contact record is rewritten at most this often (or on a new step)
+
+
+def _seen_file(run: str) -> Any:
+    return registry.home() / "seen" / f"{run}.json"
+
+
+def _remember_contact(st: dict[str, Any]) -> None:
+    """Keep the last answer from a run's host (time, step, loss, state), so a `lost` status can say
+    when the host last answered and where the run was then."""
+    import json
+
+    path = _seen_file(str(st["run"]))
+    now = float(st.get("time") or time.time())
+    try:
+        old = json.loads(path.read_text())
+        if old.get("step") == st.get("step") and now - float(old.get("time", 0)) < SEEN_EVERY_S:
+            return
+    except (OSError, ValueError, TypeError):
+        pass
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({k: st.get(k) for k in ("time", "step", "loss", "state")} | {"time": now}))
+        tmp.replace(path)
+    except OSError:  # a read-only home must not break status
+        pass
+
+
+def last_contact(run: str) -> dict[str, Any]:
+    """What `_remember_contact` kept for the run ({} when its host never answered from here)."""
+    import json
+
+    try:
+        return dict(json.loads(_seen_file(run).read_text()))
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
 def _lost(rec: RunRecord, error: str) -> dict[str, Any]:
+    seen = last_contact(rec.run)
     return {
+        "last_contact": seen.get("time"),  # when its host last answered (epoch s), and then:
+        "last_step": seen.get("step"),
+        "last_state": seen.get("state"),
         "run": rec.run,
         "host": rec.host,
         "profile": rec.profile,
@@ -99,6 +143,8 @@ def fetch_status(records: list[RunRecord]) -> list[dict[str, Any]]:
     for ri, rec in enumerate(records):
         parts = [answers.get((ri, ni), "no answer") for ni in range(len(rec.nodes))]
         st = _merge(rec, parts)
+        if st["state"] != "lost":
+            _remember_contact(st)
         st.update(pod_fields(rec))
         st["recovery"] = _recovery(rec)
         if st["recovery"] and st["state"] == "lost":  # what is being done about it, wherever it shows
@@ -297,7 +343,6 @@ def _restart_locked(
     wait_fn: Callable[[RunRecord], Any] | None,
 ) -> RunRecord:
     from launcher.envspec import resolve_secrets
-    from launcher.launch.execute import wait_first_heartbeat
 
     [st] = fetch_status([rec])
     if st["state"] == "finished":
@@ -346,8 +391,64 @@ def _restart_locked(
     return rec
 
 
+TICK_S = 2.0  # how often the first-heartbeat wait reports back (one agent call each)
+
+
+def wait_first_heartbeat(
+    rec: RunRecord,
+    timeout: float | None = None,
+    on_tick: Callable[[float, float, str], None] | None = None,
+) -> dict[str, Any]:
+    """Block until a rank beats (or the run ends, or the timeout); fail fast with the log tail.
+
+    Waits in slices of TICK_S, calling `on_tick(elapsed_s, timeout_s, last_log_line)` after each one
+    that ended with the run still starting, so the wait is never silent."""
+    from launcher.envspec import scrub
+
+    node = rec.nodes[0]
+    t = transport_for(node.host)
+    timeout = rec.first_heartbeat_timeout_s if timeout is None else timeout
+    secrets = local_secret_values(rec)
+    t0 = time.monotonic()
+    while True:
+        left = max(timeout - (time.monotonic() - t0), 0.0)
+        part = min(TICK_S, left)
+        req = {"run": rec.run, "run_dir": node.run_dir, "tmux_socket": rec.tmux_socket, "timeout_s": part}
+        reply = agent_call(t, node.workdir, node.python, "wait_started", req, timeout=part + 60)
+        st = reply["status"]
+        if not reply.get("timed_out") or part >= left:
+            break
+        if on_tick is not None:
+            last = next((ln for ln in reversed(st.get("log_tail") or []) if ln.strip()), "")
+            on_tick(time.monotonic() - t0, timeout, scrub(last, secrets))
+    causes = st.get("error_lines") or []
+    shown = (["first error lines:", *causes, "log tail:"] if causes else []) + st.get("log_tail", [])
+    tail = "\n".join(f"    {ln}" for ln in scrub("\n".join(shown), secrets).splitlines())
+    if reply.get("timed_out"):
+        kill_run(rec)
+        raise RuntimeFailure(
+            f"run {rec.run}: no rank wrote a heartbeat within {timeout:.0f} s; stopped it. Log tail:\n{tail}",
+            "read the full log with `nsa-launch logs --run "
+            + rec.run
+            + "`; raise first_heartbeat_timeout_s if the "
+            "host is just slow",
+        )
+    if st["state"] in ("failed", "killed", "lost"):
+        cause = scrub(st.get("error") or "", secrets)
+        raise RuntimeFailure(
+            f"run {rec.run} {st['state']} before its first step "
+            f"(exit code {st.get('exit_code')}"
+            + (f"; cause: {cause}" if cause else "")
+            + f"). Log tail:\n{tail}",
+            (f"fix the cause ({cause})" if cause else f"read `nsa-launch logs --run {rec.run}` for the cause")
+            + ", then start again",
+        )
+    return st
+
+
 def _resync(rec: RunRecord, say: Callable[[str], None]) -> None:
     """The code the run resumes with is this checkout's, as for `up` (local runs use it in place)."""
+    from launcher import format as fmt
     from launcher.profiles import PROJECT_ROOT
     from launcher.ssh.sync import sync
     from launcher.ssh.transport import SSHTransport
@@ -357,7 +458,7 @@ def _resync(rec: RunRecord, say: Callable[[str], None]) -> None:
         if isinstance(t, SSHTransport):
             has_rsync = t.run("command -v rsync", check=False, timeout=30).exit_code == 0
             res = sync(PROJECT_ROOT, t, node.workdir, host_has_rsync=has_rsync)
-            say(f"synced the project to {t.label}:{node.workdir} ({res.method}, {res.seconds:.1f} s)")
+            say(f"synced the project to {t.label}:{node.workdir} ({res.method}, {fmt.duration(res.seconds)})")
 
 
 def resume_report(rec: RunRecord, since: float, timeout: float = 600.0) -> tuple[bool, str]:
@@ -430,15 +531,80 @@ class Tunnel:
     local_port: int
     remote_port: int
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
+    closed: bool = False
 
     def close(self) -> None:
+        self.closed = True
         self._stack.close()
+
+    def alive(self, timeout: float = 3.0) -> bool:
+        """Whether the URL answers as TensorBoard would, now: an HTTP reply through the forward.
+
+        A kill or a restart stops the run's TensorBoard; the forward still accepts, but the host
+        refuses the channel and the connection closes without a reply. Showing that URL would be a
+        lie, so callers ask this before they show it."""
+        if self.closed:
+            return False
+        return http_answers(self.local_port, timeout)
 
     def __enter__(self) -> Tunnel:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def http_answers(port: int, timeout: float = 3.0) -> bool:
+    """True when 127.0.0.1:`port` answers an HTTP request with an HTTP status line."""
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.settimeout(timeout)
+            s.sendall(b"HEAD / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            return s.recv(5) == b"HTTP/"
+    except OSError:
+        return False
+
+
+def _tunnel_file(run: str) -> Any:
+    return registry.home() / "tunnels" / f"{run}.json"
+
+
+def record_tunnel(run: str, tun: Tunnel) -> None:
+    """Say, for `status`, that this process holds a tunnel to the run's TensorBoard at `tun.url`."""
+    import json
+
+    path = _tunnel_file(run)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), "url": tun.url, "local_port": tun.local_port}))
+    tmp.replace(path)
+
+
+def forget_tunnel(run: str) -> None:
+    with contextlib.suppress(OSError):
+        _tunnel_file(run).unlink()
+
+
+def live_tunnel(run: str) -> str | None:
+    """The URL of an `nsa-launch tunnel` to the run that answers now; None (and the stale record
+    removed) when its process is gone or TensorBoard no longer answers through it."""
+    import json
+
+    try:
+        rec = json.loads(_tunnel_file(run).read_text())
+        pid, url, port = int(rec["pid"]), str(rec["url"]), int(rec["local_port"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        forget_tunnel(run)
+        return None
+    except PermissionError:
+        pass
+    return url if http_answers(port, timeout=1.0) else None
 
 
 def open_tunnel(rec: RunRecord, port: int = 6006, timeout: float = 90.0) -> Tunnel:

@@ -23,10 +23,12 @@ STATE_STYLE = {
     "stalled": "bold yellow",
     "finished": "bold blue",
     "failed": "bold red",
-    "killed": "bold magenta",
+    "killed": "bold grey70",  # a deliberate stop: neutral, not an error colour
     "lost": "bold white on red",
 }
 ALERT_STATES = ("stalled", "failed", "lost")
+# A run in one of these states has processes on its host (and may have a TensorBoard).
+LIVE_STATES = ("starting", "restarting", "running", "stalled")
 # A run in one of these states has no live heartbeat: the age of its last one tells nothing.
 ENDED_STATES = ("finished", "failed", "killed", "lost")
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
@@ -64,6 +66,43 @@ def number(v: Any) -> str:
 
 
 rate = number
+
+
+def ticks(values: list[float], si: bool = True) -> list[str]:
+    """Labels for one chart axis, all in the same unit with the same decimals, so they line up and
+    do not change form from one draw to the next: 5.0k 7.5k 10.0k; 2.5 3.0 3.5; 0 50 100.
+    Zero is written 0."""
+    if not values:
+        return []
+    div, suffix = 1.0, ""
+    if si:
+        big = max(abs(v) for v in values)
+        for i, u in enumerate(_UNITS):
+            if big < 1000 ** (i + 1) or i == len(_UNITS) - 1:
+                div, suffix = float(1000**i), u
+                break
+    scaled = [v / div for v in values]
+    decimals = next(
+        (d for d in range(7) if all(abs(round(s, d) - s) < 1e-9 * max(1.0, abs(s)) for s in scaled)), 6
+    )
+    return ["0" if s == 0 else f"{s:.{decimals}f}{suffix}" for s in scaled]
+
+
+def size(n_bytes: Any) -> str:
+    """A size in bytes for a person, in powers of 1000 like the network and disk tools: 512 B, 1.2 GB."""
+    f = _num(n_bytes)
+    if f is None or f < 0:
+        return MISSING
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if f < 999.95 or unit == "TB":
+            return f"{f:.0f} {unit}" if unit == "B" else f"{f:.1f} {unit}"
+        f /= 1000
+    return MISSING  # pragma: no cover (the loop always returns)
+
+
+def tok_rate(v: Any) -> str:
+    """A tokens/s figure with its unit, as the CLI prints it: 1.8k tok/s."""
+    return f"{number(v)} tok/s"
 
 
 def duration(seconds: Any) -> str:
@@ -140,15 +179,37 @@ def unit(v: Any, spec: str, suffix: str) -> str:
 
 def state_label(st: dict[str, Any]) -> str:
     """The state, with the exit code when it is not the expected one and the restarts the host made
-    after crashes: "failed (exit 1)", "running (restarts 1/3)"."""
+    after crashes: "failed (exit 1)", "running (restarts 1/3)"; a killed run shows the step of its
+    last checkpoint instead of an exit code: "killed (saved step 1200)"."""
     state, code = str(st.get("state") or "?"), st.get("exit_code")
     notes = []
-    if code is not None and not (state == "finished" and code == 0):
+    if state == "killed":
+        # A deliberate stop: torchrun's exit code (1, or 143) says nothing; the checkpoint it saved
+        # on the way out does.
+        saved = [
+            e.get("step")
+            for e in st.get("events") or []
+            if isinstance(e, dict) and e.get("kind") == "checkpoint"
+        ]
+        if saved:
+            notes.append(f"saved step {saved[-1]}")
+    elif code is not None and not (state == "finished" and code == 0):
         notes.append(f"exit {code}")
     r = st.get("restarts")
     if isinstance(r, dict) and r.get("count"):
         notes.append(f"restarts {r['count']}/{MISSING if r.get('max') is None else r['max']}")
     return f"{state} ({', '.join(notes)})" if notes else state
+
+
+def lost_detail(st: dict[str, Any], now: float | None = None) -> str:
+    """Where a lost run was when its host last answered: "last contact 2m ago at step 1200 (running)";
+    "" when its host never answered from here."""
+    t = _num(st.get("last_contact"))
+    if t is None:
+        return "no contact with its host from here yet"
+    age = ago((time.time() if now is None else now) - t)
+    step, state = st.get("last_step"), st.get("last_state")
+    return f"last contact {age} at step {integer(step)}" + (f" ({state})" if state else "")
 
 
 def pod_cost(st: dict[str, Any]) -> str:

@@ -10,7 +10,10 @@ from the base's probe (launcher/host/probe.py) and the profile's device:
   is itself a venv) and pip installs only what is missing;
 - cpu: the CPU torch wheel from the PyTorch CPU index first, so pip does not pull CUDA wheels;
 - cuda: torch from PyPI as pyproject.toml asks (the CUDA build on Linux).
-Each phase is reported with its elapsed time. A build is skipped when the marker for the current
+Each phase is reported with its elapsed time, and while it runs a ticker line every TICK_S says the
+phase, its elapsed time and how many bytes the host has received since it began (its network
+interfaces' counters, /proc/net/dev: pip's downloads, so a torch wheel's minutes are not silent). A
+build is skipped when the marker for the current
 spec hash (pyproject.toml + extras + pip args + plan) is there. Ctrl-C (or any failure) stops the
 host's install process group and removes the half-built venv. Local runs use the interpreter running
 nsa-launch. It must not start runs.
@@ -18,13 +21,15 @@ nsa-launch. It must not start runs.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
 import shlex
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +42,7 @@ MARKER_PREFIX = ".nsa-spec-"
 BASE_PTH = "_nsa_host_base.pth"
 BUILD_PID = ".nsa-venv-build.pid"
 PHASE_TIMEOUT_S = 3600.0
+TICK_S = 10.0  # a ticker line per this many seconds while a phase runs
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 # Modules a host python needs to run the agent (libtmux) and the trainer (the rest); `import` names.
 RUN_MODULES = ["libtmux", "yaml", "pydantic", "torch"]
@@ -188,6 +194,8 @@ def ensure_python(
     chosen = python or env.python
     if chosen != "venv":
         return chosen  # preflight checked it (missing packages are listed there with the fix)
+    from launcher import format as fmt
+
     plan = plan_env(device, probe)
     digest = spec_hash(env, plan)
     q = shlex.quote
@@ -200,10 +208,54 @@ def ensure_python(
     for i, (name, script) in enumerate(venv_phases(workdir, env, plan, digest), 1):
         log(f"host env [{i}] {name} ...")
         t0 = time.monotonic()
-        _run_phase(t, workdir, script, name)
-        log(f"host env [{i}] {name}: done in {time.monotonic() - t0:.0f} s")
-    log(f"host env ready in {time.monotonic() - t_all:.0f} s")
+        with ticker(t, f"host env [{i}] {name}", log):
+            _run_phase(t, workdir, script, name)
+        log(f"host env [{i}] {name}: done in {fmt.duration(time.monotonic() - t0)}")
+    log(f"host env ready in {fmt.duration(time.monotonic() - t_all)}")
     return venv_py
+
+
+def received_bytes(t: Transport) -> int | None:
+    """Bytes the host's network interfaces (loopback excluded) have received since boot; None where
+    there is no /proc/net/dev (not Linux) or the read fails."""
+    try:
+        res = t.run("cat /proc/net/dev", check=False, timeout=10)
+    except Exception:  # a ticker must never break the build it reports on
+        return None
+    if res.exit_code != 0:
+        return None
+    total = 0
+    for line in res.stdout.splitlines()[2:]:
+        name, _, fields = line.partition(":")
+        if name.strip() != "lo" and fields.split():
+            total += int(fields.split()[0])
+    return total
+
+
+@contextlib.contextmanager
+def ticker(t: Transport, what: str, log: Callable[[str], None], every_s: float = TICK_S) -> Iterator[None]:
+    """While the body runs, log `what`, the elapsed time and the bytes the host received since the
+    start, every `every_s` seconds (from a thread: the body blocks on the host)."""
+    from launcher import format as fmt
+
+    stop = threading.Event()
+    t0 = time.monotonic()
+    start = received_bytes(t)
+
+    def tick() -> None:
+        while not stop.wait(every_s):
+            now = received_bytes(t)
+            got = f", host received {fmt.size(now - start)}" if now is not None and start is not None else ""
+            if not stop.is_set():
+                log(f"{what}: {fmt.duration(time.monotonic() - t0)}{got}")
+
+    th = threading.Thread(target=tick, name="hostenv-ticker", daemon=True)
+    th.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        th.join(timeout=2.0)
 
 
 def _run_phase(t: Transport, workdir: str, script: str, name: str) -> None:

@@ -12,6 +12,7 @@ import shutil
 
 import click
 
+from launcher import format as fmt
 from launcher.app import Application
 from launcher.errors import EXIT_RUNTIME, LaunchError
 from launcher.hostenv import plan_env
@@ -27,6 +28,11 @@ from launcher.remote import agent_call, transport_for
 @click.option("--python", help="Absolute path of the host's python.")
 @click.option("--workdir", help="Project dir on an SSH host (relative: to its home).")
 @click.option(
+    "--accept-new-host-key",
+    is_flag=True,
+    help="Record an unknown host key (first contact only), as `up` does; compare its fingerprint first.",
+)
+@click.option(
     "--allreduce/--no-allreduce",
     default=None,
     help="Run the all-reduce preflight across every rank (default: with > 1 GPU or node).",
@@ -39,16 +45,27 @@ def doctor(
     ssh_config: str | None,
     python: str | None,
     workdir: str | None,
+    accept_new_host_key: bool,
     allreduce: bool | None,
 ) -> None:
-    """Validate the profile and its config locally, then check each host (read-only)."""
+    """Validate the profile and its config locally, then check each host (read-only, except that
+    --accept-new-host-key records a new host's key)."""
     problems: list[tuple[str, str]] = []
+
+    def problem(message: str, fix: str, label: str = "FAIL") -> None:
+        # Each problem is printed once, where it is found, with its fix; the end only counts them.
+        app.say(f"{label} {message}" + (f"\n  fix: {fix}" if fix else ""))
+        problems.append((message, fix))
+
     for tool in ("ssh", "rsync", "tmux"):
         ok = shutil.which(tool) is not None
-        app.say(f"{'ok  ' if ok else 'MISSING'} local {tool}")
-        if not ok and tool != "tmux":
-            problems.append(
-                (f"local {tool} is missing", "install it (sync falls back to sftp without rsync)")
+        if ok:
+            app.say(f"ok   local {tool}")
+        elif tool == "tmux":
+            app.say("--   local tmux: missing (needed only for runs on this machine)")
+        else:
+            problem(
+                f"local {tool} is missing", "install it (sync falls back to sftp without rsync)", "MISSING"
             )
     plan = plan_run(
         UpOptions(
@@ -66,11 +83,10 @@ def doctor(
         where = "this machine (no --host given)" if spec.is_local else spec.label
         app.say(f"host {i}: {where}")
         try:
-            t = transport_for(spec)
+            t = transport_for(spec, accept_new_host_key=accept_new_host_key)
             facts = preflight(t, plan, i)
         except LaunchError as e:
-            app.say(f"FAIL {e.message}")
-            problems.append((e.message, e.fix))
+            problem(e.message, e.fix)
             continue
         _report(app, plan, i, facts, problems)
         py = plan.pythons[i]
@@ -79,13 +95,11 @@ def doctor(
                 reply = agent_call(t, facts["workdir"], py, "status", {"runs": []}, timeout=30)
                 app.say(f"ok   the agent answers ({len(reply['gpus'])} GPU(s))")
             except LaunchError as e:
-                app.say(f"FAIL the agent: {e.message}")
-                problems.append((e.message, e.fix))
+                problem(f"the agent: {e.message}", e.fix)
     if not problems:
-        problems += [(p, "") for p in _allreduce(app, plan, allreduce)]
+        for p in _allreduce(app, plan, allreduce):
+            problems.append((p, ""))  # _allreduce printed it
     if problems:
-        for msg, fix in problems:
-            app.say(f"problem: {msg}" + (f"\n  fix: {fix}" if fix else ""))
         app.abort(f"doctor found {len(problems)} problem(s) (listed above)", code=EXIT_RUNTIME)
     app.say("all checks passed")
 
@@ -102,8 +116,7 @@ def _report(app: Application, plan, i: int, facts: dict, problems: list[tuple[st
         app.say("--   torch: not installed in this python")
     gpus = facts.get("gpus") or []
     app.say(f"ok   {len(gpus)} GPU(s)" + (f": {', '.join(gpus)}" if gpus else ""))
-    free_gb = int(facts.get("free_kb") or 0) / 2**20
-    app.say(f"ok   {free_gb:.1f} GB free at {facts.get('workdir')}")
+    app.say(f"ok   {fmt.size(int(facts.get('free_kb') or 0) * 1024)} free at {facts.get('workdir')}")
     app.say(f"ok   tmux, rsync {'yes' if facts.get('rsync') else 'no (sync uses sftp)'}")
     named = plan.pythons[i] not in (None, "venv") or plan.hosts[i].is_local
     if not named:

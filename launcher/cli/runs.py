@@ -1,5 +1,7 @@
 """`nsa-launch runs`: the runs launched from this machine (the local registry), newest first, with each
-run's state; `runs forget RUN` drops a record (the run's files on its host stay)."""
+run's state; `runs forget RUN` drops a record (the run's files on its host stay). The table fits the
+terminal: run ids stay whole, and the run dir, nodes, pod, created, host and profile columns give way
+in that order."""
 
 from __future__ import annotations
 
@@ -45,14 +47,42 @@ def runs(ctx: click.Context, as_json: bool, no_state: bool) -> None:
         return
     cols = ["run", "state", "profile", "host", "pod", "nodes", "created", "run dir"]
     shown = [c for c in cols if (c != "state" or not no_state) and (c != "pod" or any(pods))]
-    table = Table(*shown)
     now = time.time()
+    rows = []
     for r, s, pod in zip(records, states, pods):
-        created = Text(f"{fmt.local_time(r.created)} ({fmt.ago(now - r.created)})", no_wrap=True)
-        row = [Text(r.run), Text(s or "-"), Text(r.profile), Text(r.host), Text(pod), str(len(r.nodes))]
-        row += [created, Text(r.run_dir)]
-        table.add_row(*(v for c, v in zip(cols, row) if c in shown))
+        created = Text(f"{fmt.local_time(r.created)} ({fmt.ago(now - r.created)})")
+        row = [Text(r.run), Text(s or "-"), Text(r.profile), Text(r.host), Text(pod), Text(str(len(r.nodes)))]
+        rows.append(dict(zip(cols, [*row, created, Text(r.run_dir)])))
+    shown = fit(shown, rows, app.out.width)
+    table = Table(*shown)
+    for c in shown:
+        table.columns[shown.index(c)].no_wrap = c != "run dir"
+    for row in rows:
+        table.add_row(*(row[c] for c in shown))
     app.out.print(table)
+
+
+# What gives way first on a narrow terminal; run and state always stay, whole.
+DROP_ORDER = ("run dir", "nodes", "pod", "created", "host", "profile")
+
+
+def fit(shown: list[str], rows: list[dict[str, Text]], width: int) -> list[str]:
+    """The columns of `shown` whose natural widths fit `width` (a box table: 3 cells a column + 1),
+    dropping them in DROP_ORDER; the run dir may wrap, so it counts at most 30 cells."""
+
+    def need(cols: list[str]) -> int:
+        w = {c: max([len(c)] + [r[c].cell_len for r in rows]) for c in cols}
+        if "run dir" in w:
+            w["run dir"] = min(w["run dir"], 30)
+        return sum(v + 3 for v in w.values()) + 1
+
+    cols = list(shown)
+    for drop in DROP_ORDER:
+        if need(cols) <= width:
+            break
+        if drop in cols:
+            cols.remove(drop)
+    return cols
 
 
 @runs.command()

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from launcher.app import Application
-from launcher.control import fetch_status, resolve_run
+from launcher.control import fetch_status, live_tunnel, resolve_run
 from launcher.errors import EXIT_RUNTIME
-from launcher.registry import all_runs
+from launcher.registry import all_runs, home
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -32,18 +32,37 @@ def status(ctx: click.Context, run: str | None, all_runs_: bool, as_json: bool) 
 
     The table fits the terminal's width (narrow terminals drop the host, elapsed, heartbeat and ETA columns
     first); --json has every field with raw numbers. Exit 1 if a run is lost (its host did not
-    answer, or its run dir is gone).
+    answer, or its run dir is gone). With no runs yet: exit 0 (--json prints []).
     """
     app: Application = ctx.obj
+    if run is None and not all_runs():
+        # Nothing launched yet is not an error: a script's loop over `status --json` reads [].
+        if as_json:
+            app.emit_json([])
+        else:
+            app.say(
+                f"no runs yet (registry {home()}): nsa-launch up --profile cpu starts one on this machine"
+            )
+        return
     records = all_runs() if all_runs_ else [resolve_run(run)]
     snaps = fetch_status(records)
+    for s in snaps:  # an `nsa-launch tunnel` that answers now; a dead one is never shown
+        s["tunnel"] = live_tunnel(str(s["run"]))
     if as_json:
         app.emit_json(snaps)
     else:
         print_status(app.out, snaps)
     lost = [s for s in snaps if s["state"] == "lost"]
     for s in lost:
+        from launcher import format as fmt
+
         click.secho(f"error: run {s['run']} is lost: {s['error']}", fg="red", err=True)
+        click.echo(
+            f"  {fmt.lost_detail(s)}; the run may go on on its host. Nothing here retries: "
+            f"`nsa-launch watch --run {s['run']}` (or the dashboard) keeps the mirror and, for a rented pod, "
+            "replaces it once lost for --lost-after seconds",
+            err=True,
+        )
     if lost:
         ctx.exit(EXIT_RUNTIME)
 
@@ -60,7 +79,7 @@ COLUMNS = (
     ("elapsed", "elapsed", 3),
     ("host", "host", 2),
 )
-RUN_MIN = 16
+RUN_MIN = 24  # default run ids are at most 24 characters (launch/plan.py): whole at 80 columns
 _PAD = 3  # per column: one space of padding each side and a one-space divider (none at the edges)
 
 
@@ -133,6 +152,8 @@ def print_status(console: Console, snaps: list[dict[str, Any]]) -> None:
                 lines.append(Text(f"    restart {c['attempt']} after step {c['step']}: {c['cause']}"))
             if r["stopped"]:
                 lines.append(Text(f"    not restarted: {r['stopped']}"))
+        if s.get("tunnel"):
+            lines.append(Text(f"  TensorBoard {s['tunnel']} (nsa-launch tunnel, answering)"))
         if s.get("pod_id"):
             price = f"${s['price_hr']:.2f}/h" if s.get("price_hr") is not None else "$?/h"
             cost = f"${s['cost_usd']:.2f}" if s.get("cost_usd") is not None else "?"

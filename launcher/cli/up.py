@@ -36,7 +36,10 @@ TERMINAL = ("finished", "failed", "killed", "lost")
 @click.option(
     "--secret", "secrets", multiple=True, metavar="NAME", help="Pass a secret by name from your env."
 )
-@click.option("--name", help="Run id (letters, digits, - and _). Default: <config>-<profile>-<time>-<hex>.")
+@click.option(
+    "--name",
+    help="Run id (letters, digits, - and _). Default: <config>-<MMDD>-<4 hex>, at most 24 characters.",
+)
 @click.option("--resume", is_flag=True, help="Continue the named run from its newest intact checkpoint.")
 @click.option(
     "--from-scratch",
@@ -210,7 +213,7 @@ def _start(app: Application, plan):
     else:
         rec, started_s = execute(plan, say=app.say)
     app.say(
-        f"torchrun started on {len(rec.nodes)} node(s) in {started_s:.1f} s; waiting for the first heartbeat"
+        f"torchrun started on {len(rec.nodes)} node(s) in {fmt.duration(started_s)}; waiting for the first heartbeat"
     )
     return rec
 
@@ -235,13 +238,11 @@ def _wait_end(app: Application, rec):
             eta = f" eta {fmt.duration(st['eta_s'])}" if isinstance(st.get("eta_s"), (int, float)) else ""
             app.say(
                 f"  {st['state']}: step {fmt.step_total(st['step'], st['total_steps'])} loss {fmt.loss(st['loss'])} "
-                f"tokens/s {fmt.rate(st['tokens_per_s'])}{eta}"
+                f"{fmt.tok_rate(st['tokens_per_s'])}{eta}"
             )
             last = time.monotonic()
         time.sleep(1.0)
-    app.say(
-        f"run {rec.run} {st['state']} (exit code {st['exit_code']}, step {st['step']}, loss {fmt.loss(st['loss'])})"
-    )
+    app.say(run_summary(st, rec.run, rec.host))
     if st["state"] != "finished":
         if st.get("error"):
             app.say(f"  error: {st['error']}")
@@ -255,6 +256,38 @@ def _wait_end(app: Application, rec):
                 app.say(f"  {line}")
             app.say(f"  full log: nsa-launch logs --run {rec.run} -n 500")
     return st
+
+
+def run_summary(st: dict, run: str, host: str) -> str:
+    """How `up --wait` ends: the run, its final step, loss, tokens/s, wall time, the newest checkpoint
+    and the commands that come next, every number through launcher/format.py."""
+    events = [e for e in st.get("events") or [] if isinstance(e, dict)]
+    done = next((e.get("detail") or {} for e in reversed(events) if e.get("kind") == "finished"), {})
+    tokens, wall = done.get("tokens"), done.get("wall_s")
+    if isinstance(tokens, (int, float)) and isinstance(wall, (int, float)) and wall > 0:
+        rate = f"{fmt.tok_rate(tokens / wall)} (average over {fmt.number(tokens)} tokens)"
+    else:
+        rate = f"{fmt.tok_rate(st.get('tokens_per_s'))} (last logged)"
+        wall = st.get("elapsed_s")
+    ckpt = next(
+        ((e.get("detail") or {}).get("path") for e in reversed(events) if e.get("kind") == "checkpoint"), None
+    )
+    where = "" if host in (None, "local") else f"{host}:"
+    code = st.get("exit_code")
+    lines = [
+        f"run {run} {st.get('state')}"
+        + (f" (exit code {code})" if code not in (None, 0) else "")
+        + f": step {fmt.step_total(st.get('step'), st.get('total_steps'))}, loss {fmt.loss(st.get('loss'))}, "
+        f"{rate}, wall time {fmt.duration(wall)}",
+        f"  checkpoint: {where}{st.get('run_dir')}/{ckpt}"
+        if ckpt and st.get("run_dir")
+        else "  checkpoint: none saved",
+    ]
+    if st.get("state") == "finished":
+        cmds = [f"tunnel --run {run}", f"logs --run {run} -n 50", "runs"]
+    else:
+        cmds = [f"logs --run {run} -n 500", f"restart --run {run}", f"status --run {run}"]
+    return "\n".join(lines) + "\nnext:\n" + "\n".join(f"  nsa-launch {c}" for c in cmds)
 
 
 def next_steps(run: str) -> str:
@@ -288,7 +321,7 @@ def wait_for_first_heartbeat(app: Application, rec: object, timeout: float | Non
 
     def line(elapsed: float, limit: float, last: str) -> str:
         return (
-            f"waiting for the first heartbeat of {run}: {elapsed:.0f} s (gives up at {limit:.0f} s); "
+            f"waiting for the first heartbeat of {run}: {fmt.duration(elapsed)} (gives up at {fmt.duration(limit)}); "
             f"log: {last[:120] if last else '(nothing yet)'}"
         )
 

@@ -18,8 +18,12 @@ from launcher.dashboard.metrics_tail import MetricsTail
 
 class Tunnel(Protocol):
     url: str
+    local_port: int
 
     def close(self) -> None: ...
+
+    def alive(self) -> bool:
+        """Whether the URL reaches a TensorBoard now (a kill or restart stops it on the host)."""
 
 
 class Backend(Protocol):

@@ -21,6 +21,8 @@ class StatusUpdated(Message):
     statuses: list[dict[str, Any]]
     error: str | None = None
     next_poll_s: float = 1.0
+    # run -> (its open tunnel when the poll asked, whether that one answered)
+    tunnels_alive: dict[str, tuple[Any, bool]] = field(default_factory=dict)
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, StatusUpdated)

@@ -38,8 +38,14 @@ class RecordedTunnel:
     """What `open_tunnel` returns on a recording: the URL a real tunnel would print; no socket."""
 
     url: str
+    local_port: int = 6006
+    run: str = ""
     closed: bool = False
+    stopped: bool = False  # its TensorBoard was stopped on the "host" (the run killed or restarted)
     _on_close: Any = field(default=None, repr=False)
+
+    def alive(self) -> bool:
+        return not (self.closed or self.stopped)
 
     def close(self) -> None:
         self.closed = True
@@ -69,6 +75,9 @@ class RecordedBackend:
         self.calls: list[tuple[Any, ...]] = []
         self._gone_pids: set[int] = set()
         self.tunnels: list[RecordedTunnel] = []
+        # A test sets this to hold `restart` mid-way (a real one takes a while: kill, resume, first
+        # heartbeat) and look at the screen meanwhile.
+        self.hold_restart: threading.Event | None = None
 
     # --- replay control (tests and benchmarks) ----------------------------------------------
     def advance(self) -> int:
@@ -121,6 +130,7 @@ class RecordedBackend:
         with self._lock:
             self.calls.append(("kill", run))
             self._killed.add(run)
+        self._stop_tensorboard(run)
         return {
             "killed": True,
             "remaining_pids": [],
@@ -128,15 +138,25 @@ class RecordedBackend:
         }
 
     def restart(self, run: str) -> str:
+        if self.hold_restart is not None:
+            self.hold_restart.wait(30)
         with self._lock:
             self.calls.append(("restart", run))
             self._killed.discard(run)
+        self._stop_tensorboard(run)  # a restart kills first, and TensorBoard with the run
         return run
+
+    def _stop_tensorboard(self, run: str) -> None:
+        for t in self.tunnels:
+            if t.run == run:
+                t.stopped = True
 
     def open_tunnel(self, run: str, port: int = 6006) -> RecordedTunnel:
         with self._lock:
             self.calls.append(("open_tunnel", run))
-        t = RecordedTunnel(url=f"http://127.0.0.1:{port}/", _on_close=self._tunnel_closed)
+        t = RecordedTunnel(
+            url=f"http://127.0.0.1:{port}/", local_port=port, run=run, _on_close=self._tunnel_closed
+        )
         self.tunnels.append(t)
         return t
 

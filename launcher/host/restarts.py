@@ -108,12 +108,18 @@ def decide(rd: RunDir, max_restarts: int, exit_code: int, now: float | None = No
     elif len(prev) >= max_restarts:
         reason = f"restart budget spent ({len(prev)}/{max_restarts})"
     if reason is not None:
-        append_jsonl(
-            rd.events,
-            {"kind": STOPPED, "time": now, "step": step, "rank": None,
-             "detail": {"reason": reason, "cause": cause, "exit_code": exit_code, "restarts": len(prev),
-                        "max": max_restarts}},
-        )  # fmt: skip
+        detail = {
+            "reason": reason,
+            "cause": cause,
+            "exit_code": exit_code,
+            "restarts": len(prev),
+            "max": max_restarts,
+        }
+        if reason == "killed by nsa-launch":
+            # A kill makes torchrun exit 1 with no rank to blame: "no rank said why" would read as a
+            # crash. The kill is the whole story.
+            detail["cause"] = reason
+        append_jsonl(rd.events, {"kind": STOPPED, "time": now, "step": step, "rank": None, "detail": detail})
         return "stop"
     ckpt = rd.newest_intact_checkpoint()
     append_jsonl(

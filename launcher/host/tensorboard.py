@@ -9,6 +9,7 @@ and the run's tag; no secret). It must not stop the run.
 
 from __future__ import annotations
 
+import os
 import shlex
 import socket
 import time
@@ -22,6 +23,7 @@ from nsa.runfiles import RunDir, atomic_write_json, read_json
 
 TB_STATE = "tensorboard.json"
 TB_LOG = "tensorboard.log"
+TB_VIEW = ".tensorboard"  # the --logdir: one link named after the run, to tb/
 TB_PORT_TRIES = 3  # TensorBoard starts again on the next free port if another took its port first
 
 
@@ -67,7 +69,7 @@ def _tensorboard_window(req: dict[str, Any], rd: RunDir, port: int, log: Path) -
         "-m",
         "tensorboard.main",
         "--logdir",
-        str(rd.tb_dir),
+        str(_named_view(rd, req["run"])),
         "--host",
         "127.0.0.1",
         "--port",
@@ -80,6 +82,20 @@ def _tensorboard_window(req: dict[str, Any], rd: RunDir, port: int, log: Path) -
     cmd = f"exec {shlex.join(argv)} >{shlex.quote(str(log))} 2>&1"
     name = tmux.session_name(req["run"], int(req.get("node", 0)))
     return tmux.open_tb_window(req, name, cmd, {procs.TAG: str(rd.root)})
+
+
+def _named_view(rd: RunDir, run: str) -> Path:
+    """A directory holding one link, <run> -> the run's tb/, for TensorBoard's --logdir: runs are
+    named by their path below the logdir, so tb/ itself would show as run "." (and --logdir_spec
+    as "<run>/.")."""
+    view = rd.root / TB_VIEW
+    view.mkdir(exist_ok=True)
+    link = view / run
+    if not (link.is_symlink() and os.readlink(link) == str(rd.tb_dir)):
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(rd.tb_dir, target_is_directory=True)
+    return view
 
 
 def _serves(pid: int, port: int) -> bool:

@@ -1,8 +1,11 @@
-"""`up`, steps 3-8: carry out a Plan on its host(s), and wait for the first heartbeat.
+"""`up`, steps 3-7: carry out a Plan on its host(s).
 
 Owns the order (preflight every host, sync, host env, rendezvous port, start through the agent,
 record) and the rollback: when a later step fails, what was started is killed, so nothing is left
-half-started. It must not parse CLI arguments, talk to tmux (the agent does) or import torch.
+half-started. Step 8, the first-heartbeat wait, lives in launcher/control.py with the other calls on
+a started run (restart waits the same way) and is re-exported here; this module imports control,
+never the other way round. It must not parse CLI arguments, talk to tmux (the agent does) or import
+torch.
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from launcher import envspec, registry
-from launcher.errors import LaunchError, RuntimeFailure
+from launcher import registry
+from launcher.control import kill_nodes, wait_first_heartbeat  # noqa: F401 (re-exported: up, recovery)
+from launcher.errors import LaunchError
 from launcher.launch.manifest import manifest, torchrun_argv
 from launcher.launch.plan import INPUT_CONFIG, Plan
 from launcher.launch.preflight import preflight
@@ -132,8 +136,6 @@ def execute(
             started.append(i)
         registry.save(rec)
     except BaseException:
-        from launcher.control import kill_nodes
-
         kill_nodes(rec, [nodes[i] for i in started])
         raise
     return rec, time.monotonic() - t0
@@ -143,58 +145,3 @@ def max_restarts(plan: Plan) -> int:
     """`up --max-restarts`, else the profile's."""
     n = plan.opts.max_restarts
     return plan.profile.max_restarts if n is None else n
-
-
-TICK_S = 2.0  # how often the first-heartbeat wait reports back (one agent call each)
-
-
-def wait_first_heartbeat(
-    rec: RunRecord,
-    timeout: float | None = None,
-    on_tick: Callable[[float, float, str], None] | None = None,
-) -> dict[str, Any]:
-    """Block until a rank beats (or the run ends, or the timeout); fail fast with the log tail.
-
-    Waits in slices of TICK_S, calling `on_tick(elapsed_s, timeout_s, last_log_line)` after each one
-    that ended with the run still starting, so the wait is never silent."""
-    from launcher.control import kill_run, local_secret_values
-
-    node = rec.nodes[0]
-    t = transport_for(node.host)
-    timeout = rec.first_heartbeat_timeout_s if timeout is None else timeout
-    secrets = local_secret_values(rec)
-    t0 = time.monotonic()
-    while True:
-        left = max(timeout - (time.monotonic() - t0), 0.0)
-        part = min(TICK_S, left)
-        req = {"run": rec.run, "run_dir": node.run_dir, "tmux_socket": rec.tmux_socket, "timeout_s": part}
-        reply = agent_call(t, node.workdir, node.python, "wait_started", req, timeout=part + 60)
-        st = reply["status"]
-        if not reply.get("timed_out") or part >= left:
-            break
-        if on_tick is not None:
-            last = next((ln for ln in reversed(st.get("log_tail") or []) if ln.strip()), "")
-            on_tick(time.monotonic() - t0, timeout, envspec.scrub(last, secrets))
-    causes = st.get("error_lines") or []
-    shown = (["first error lines:", *causes, "log tail:"] if causes else []) + st.get("log_tail", [])
-    tail = "\n".join(f"    {ln}" for ln in envspec.scrub("\n".join(shown), secrets).splitlines())
-    if reply.get("timed_out"):
-        kill_run(rec)
-        raise RuntimeFailure(
-            f"run {rec.run}: no rank wrote a heartbeat within {timeout:.0f} s; stopped it. Log tail:\n{tail}",
-            "read the full log with `nsa-launch logs --run "
-            + rec.run
-            + "`; raise first_heartbeat_timeout_s if the "
-            "host is just slow",
-        )
-    if st["state"] in ("failed", "killed", "lost"):
-        cause = envspec.scrub(st.get("error") or "", secrets)
-        raise RuntimeFailure(
-            f"run {rec.run} {st['state']} before its first step "
-            f"(exit code {st.get('exit_code')}"
-            + (f"; cause: {cause}" if cause else "")
-            + f"). Log tail:\n{tail}",
-            (f"fix the cause ({cause})" if cause else f"read `nsa-launch logs --run {rec.run}` for the cause")
-            + ", then start again",
-        )
-    return st

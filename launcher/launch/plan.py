@@ -18,7 +18,7 @@ from typing import Any
 from launcher import envspec, registry
 from launcher.errors import LaunchError
 from launcher.profiles import PROJECT_ROOT, Profile, load_profile
-from launcher.ssh.hosts import HostSpec, default_target, parse_target
+from launcher.ssh.hosts import HostSpec, check_known_name, default_target, parse_target
 
 INPUT_CONFIG = "launch_config.yaml"
 
@@ -76,6 +76,18 @@ def _check_backend(cfg: Any, profile: Any, env: dict[str, str]) -> None:
         )
 
 
+RUN_ID_MAX = 24  # a table at 80 columns shows it whole beside state, step and loss
+
+
+def default_run_id(config_stem: str, now: float | None = None, suffix: str | None = None) -> str:
+    """`<config>-<MMDD>-<4 hex>`, at most RUN_ID_MAX characters: tiny-1125-a3f2. The config name is
+    cut to fit; the profile, host and exact time are in the run's record and manifest."""
+    stem = "".join(c if c.isalnum() or c in "-_" else "-" for c in config_stem)
+    stem = stem[: RUN_ID_MAX - len("-MMDD-xxxx")].strip("-_") or "run"
+    day = time.strftime("%m%d", time.localtime(now))
+    return f"{stem}-{day}-{suffix or pysecrets.token_hex(2)}"
+
+
 def plan_run(opts: UpOptions, environ: dict[str, str] | None = None) -> Plan:
     """Validate every input locally. Raises LaunchError naming the file/key/value and the fix."""
     environ = dict(os.environ) if environ is None else environ
@@ -107,11 +119,11 @@ def plan_run(opts: UpOptions, environ: dict[str, str] | None = None) -> Plan:
     if opts.name is not None:
         run = registry.check_run_name(opts.name)
     else:
-        stem = (
-            "".join(c if c.isalnum() or c in "-_" else "-" for c in config_path.stem)[:24].strip("-_")
-            or "run"
-        )
-        run = f"{stem}-{profile.name}-{time.strftime('%Y%m%d-%H%M%S')}-{pysecrets.token_hex(2)}"
+        run = default_run_id(config_path.stem)
+        for _ in range(8):  # 65536 suffixes a day per config: a clash is rare, and drawn again
+            if not registry.exists(run):
+                break
+            run = default_run_id(config_path.stem)
         run = registry.check_run_name(run[:64])
     if opts.from_scratch and not opts.resume:
         raise LaunchError("--from-scratch restarts an existing run", "add --resume (and --name RUN)")
@@ -179,4 +191,6 @@ def _bind_hosts(profile: Profile, opts: UpOptions) -> tuple[list[HostSpec], list
             raise LaunchError(
                 f"--python {p!r} must be an absolute path", "non-interactive SSH has a minimal PATH"
             )
+    for h in hosts:  # last: the checks above need no name lookup
+        check_known_name(h)
     return hosts, workdirs, pythons

@@ -130,6 +130,61 @@ def parse_target(target: str, ssh_config: str | None = None) -> HostSpec:
     )
 
 
+# What `up --provision` binds as the host until the pod is rented (launcher/cli/up.py): no name to check.
+PENDING_POD_HOST = "pod.pending"
+_ADDRESS_RE = re.compile(r"^[0-9.]+$|^\[[0-9A-Fa-f:.]+\]$|:")
+
+
+def check_known_name(spec: HostSpec) -> None:
+    """A bare name must be an alias the ssh config maps to a host, or a name DNS resolves; else
+    LaunchError (exit 2) naming the config it looked in, before any run is announced or host
+    touched. A typo'd alias would otherwise fail only at connect time, with a misleading "check the
+    host is up". The config is read as OpenSSH reads it (`ssh -G`, so Include and Match count);
+    paramiko's parser stands in where there is no ssh binary."""
+    if spec.is_local or spec.host == PENDING_POD_HOST or _ADDRESS_RE.search(spec.host):
+        return
+    cfg = Path(spec.ssh_config) if spec.ssh_config else Path("~/.ssh/config").expanduser()
+    if _config_hostname(spec.host, spec.ssh_config) not in (None, spec.host):
+        return
+    import socket
+
+    try:
+        socket.getaddrinfo(spec.host, None)
+        return
+    except (OSError, UnicodeError):
+        pass
+    raise LaunchError(
+        f"--host {spec.target!r}: {spec.host!r} is not a Host in the ssh config ({cfg}"
+        f"{'' if cfg.is_file() else ': no such file'}) and not a name DNS resolves",
+        f"add `Host {spec.host}` with its HostName, User and Port to {cfg} (or pass --ssh-config FILE), "
+        "or give user@host[:port]",
+    )
+
+
+def _config_hostname(host: str, ssh_config: str | None) -> str | None:
+    """The HostName the ssh config gives `host` (`host` itself when it has none); None if unknown."""
+    import shutil
+    import subprocess
+
+    ssh = shutil.which("ssh")
+    if ssh is not None:
+        argv = [ssh, *(["-F", ssh_config] if ssh_config else []), "-G", host]
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return next((ln.split(None, 1)[1] for ln in out.splitlines() if ln.startswith("hostname ")), None)
+    cfg = Path(ssh_config) if ssh_config else Path("~/.ssh/config").expanduser()
+    if not cfg.is_file():
+        return host
+    try:
+        import paramiko
+
+        return str(paramiko.SSHConfig.from_path(str(cfg)).lookup(host).get("hostname", host))
+    except Exception:  # a config paramiko cannot read: OpenSSH will say what is wrong with it
+        return None
+
+
 def _port(target: str, text: str) -> int:
     try:
         port = int(text)

@@ -128,7 +128,7 @@ async def test_search_highlights_and_n_N_move_between_matches(app):
         assert prev is not None and prev < last and "eval loss" in log.view[prev].text
         await pilot.press("n")
         assert log.match_index == last
-        strip = log.render_line(last - log.scroll_offset.y)
+        strip = log.render_line(log.row_of(last) - log.scroll_offset.y)
         highlighted = [s.text for s in strip if s.style and s.style.bgcolor is not None and s.text.strip()]
         assert "eval loss" in highlighted
         await pilot.press("escape")
@@ -247,6 +247,11 @@ async def test_lost_host_alerts_then_recovers(app, backend):
         await wait_for(
             pilot, lambda: any("is LOST" in m and "Connection refused" in m for m in notifications(app))
         )
+        # explained: where it was at the last contact, the mirror, what happens next; once
+        [alert] = [m for m in notifications(app) if "is LOST" in m]
+        assert "last contact 2m ago at step 1200 (running)" in alert and "mirror" in alert
+        assert "asking again every" in alert
+        assert "last contact 2m ago" in plain(app.main.query_one(SummaryBar))
         assert "unreachable" in plain(gpus)
         backend.advance()  # poll 2: the host answers again
         await wait_for(pilot, lambda: _cell(app, "m7c-2xa100", "state") == "running", what="recovery")
@@ -261,6 +266,15 @@ async def test_log_stream_end_of_a_finished_run_is_final(app, backend):
         backend.feed_log("tiny-cpu-120", None)
         await wait_for(pilot, lambda: "stream ended" in str(log.border_title), what="end marked")
         assert not any("reconnected" in ln.text for ln in log.view)
+
+
+async def test_an_outage_is_one_marker_not_one_per_retry(app, backend):
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _ready(pilot, app, "m7c-2xa100")
+        log = app.main.query_one(LogView)
+        backend.feed_log("m7c-2xa100", ["before the cut", None, None, None, None, "after the cuts"])
+        await wait_for(pilot, lambda: log.view and log.view[-1].text == "after the cuts", what="back")
+        assert sum("reconnected" in ln.text for ln in log.view) == 1
 
 
 async def test_log_stream_cut_while_running_is_retried_with_a_marked_replay(app, backend):

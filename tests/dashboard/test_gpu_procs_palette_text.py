@@ -115,8 +115,8 @@ async def test_events_are_human_and_chart_steps_are_integers(app):
         assert "tokens=123k wall_s=24s" in events
         chart = app.main.query_one("#loss", MetricChart)
         await wait_for(pilot, lambda: len(chart.points[0]) == 60, what="60 loss points")
+        await wait_for(pilot, lambda: bool(chart.drawn_ticks[0]), what="the chart drawn")
         drawn = re.sub(r"\x1b\[[0-9;]*m", "", chart.plt.build()).splitlines()
-        at = next(i for i, line in enumerate(drawn) if line.strip() == "step")
-        labels = drawn[at - 1].split()  # the x tick labels sit right above the axis title
-        assert labels == ["25", "50", "75", "100"], drawn
+        assert drawn[-1].split() == ["25", "50", "75", "100"], drawn  # under the axis, whole steps
+        assert chart.drawn_ticks[0] == ["25", "50", "75", "100"]
         assert "last 3.163 @ step 120" in str(chart.border_title)  # metrics.jsonl: 3.1629159...

@@ -13,7 +13,9 @@ from launcher.dashboard.widgets.metric_chart import MetricChart
 from launcher.dashboard.widgets.runs_table import RunsTable
 from tests.dashboard.helpers import RECORDED_NOW, RECORDING, wait_for
 
-SIZE = (160, 48)
+# The sizes people open terminals at (80x24, 120x40) and a wide one (160x50): at each, whole run ids,
+# state, step and loss in the table, wrapped log lines and charts with ascending axes.
+SMALL, MEDIUM, LARGE = (80, 24), (120, 40), (160, 50)
 
 
 def _app():
@@ -33,26 +35,41 @@ async def _loaded(pilot, run: str) -> None:
     await pilot.pause(0.1)
 
 
-def test_main_screen_cpu_run(snap_compare):
+def test_main_screen_cpu_run_80x24(snap_compare):
     async def before(pilot):
         await _loaded(pilot, "tiny-cpu-120")
 
-    assert snap_compare(_app(), terminal_size=SIZE, run_before=before)
+    assert snap_compare(_app(), terminal_size=SMALL, run_before=before)
 
 
-def test_main_screen_gpu_run(snap_compare):
+def test_main_screen_cpu_run_120x40(snap_compare):
+    async def before(pilot):
+        await _loaded(pilot, "tiny-cpu-120")
+
+    assert snap_compare(_app(), terminal_size=MEDIUM, run_before=before)
+
+
+def test_main_screen_cpu_run_160x50(snap_compare):
+    async def before(pilot):
+        await _loaded(pilot, "tiny-cpu-120")
+
+    assert snap_compare(_app(), terminal_size=LARGE, run_before=before)
+
+
+def test_main_screen_gpu_run_waiting_for_metrics_160x50(snap_compare):
     async def before(pilot):
         await _loaded(pilot, "m7c-2xa100")
 
-    assert snap_compare(_app(), terminal_size=SIZE, run_before=before)
+    assert snap_compare(_app(), terminal_size=LARGE, run_before=before)
 
 
-def test_main_screen_failed_run_filtered_to_rank1(snap_compare):
+def test_main_screen_failed_run_filtered_to_rank1_80x24(snap_compare):
     async def before(pilot):
         await _loaded(pilot, "tiny-failed")
         await wait_for(pilot, lambda: len(pilot.app.main.query_one(LogView).view) == 75, what="log")
         await pilot.press("l", "l")
         # rank 1's own line sits above torchrun's (untagged) report: a search brings it on screen
         await pilot.press("slash", *"SIGTERM", "enter")
+        await pilot.press("v", "v", "v")  # the compact layout's side slot: the events
 
-    assert snap_compare(_app(), terminal_size=SIZE, run_before=before)
+    assert snap_compare(_app(), terminal_size=SMALL, run_before=before)

@@ -4,6 +4,7 @@ TensorBoard binds it (two tunnels opened at once); and procs.listens_on tells wh
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -56,6 +57,9 @@ def test_listens_on_tells_a_process_tree_listener_from_another():
 def test_tensorboard_moves_on_when_another_listener_took_its_port(tmux_server, tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    EventFileWriter(str(run_dir / "tb")).close()  # what the trainer's writer leaves: one event file
     thief = bind_first_free(first_free_port(35000, 2000), 100)  # "another run's TensorBoard"
     thief.listen(1)
     taken = thief.getsockname()[1]
@@ -83,6 +87,9 @@ def test_tensorboard_moves_on_when_another_listener_took_its_port(tmux_server, t
         assert procs.listens_on(int(state["pid"]), reply["port"]) is True
         page = urllib.request.urlopen(f"http://127.0.0.1:{reply['port']}/", timeout=30).read().decode()
         assert "tensorboard" in page.lower()
+        # the run is named after the run, not "." (the logdir itself)
+        runs = urllib.request.urlopen(f"http://127.0.0.1:{reply['port']}/data/runs", timeout=30).read()
+        assert json.loads(runs) == ["tbrace"], runs
         # asked again, the running one is reused (its own port, not the thief's)
         again = tensorboard.cmd_tensorboard(req)
         assert again == {"ok": True, "port": reply["port"], "reused": True}

@@ -169,6 +169,7 @@ def test_doctor_lists_each_problem_with_its_own_fix(sshd, tmux_server, tmp_path,
     venv.create(bare, with_pip=False)
     res = invoke("doctor", *_host_args(sshd, tmp_path / "wd"), "--python", str(bare / "bin" / "python"))
     assert res.exit_code == 1, res.output
-    assert "problem: " in res.output and "lacks libtmux, pyyaml, pydantic, torch" in res.output
+    assert "FAIL " in res.output and "lacks libtmux, pyyaml, pydantic, torch" in res.output
+    assert res.output.count("lacks libtmux, pyyaml, pydantic, torch") == 1  # once, with its fix
     assert "-m pip install libtmux pyyaml pydantic torch" in res.output
     assert "run doctor again" not in res.output

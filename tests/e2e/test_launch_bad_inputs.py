@@ -306,6 +306,7 @@ def test_bad_hosts_exit_with_fix_and_touch_nothing(sshd, tmp_path, monkeypatch, 
         ),
         ("wrong-host-key", ["--host", "wrongkey"], 2, ["MISMATCH", "ssh-keygen -R"]),
         ("unreachable", ["--host", "closed"], 1, ["cannot reach", "check the host is up"]),
+        ("alias-not-in-config", ["--host", "nosuchalias"], 2, ["not a Host in the ssh config", str(cfg)]),
         (
             "bad-user",
             ["--host", f"nosuchuser@{sshd.alias}"],

@@ -10,8 +10,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -46,6 +49,7 @@ def test_tmux_server_environment_never_reaches_the_workers(tmux_server, tmp_path
     try:
         res = _up(run, "--set", "train.steps=3", "--set", "train.save_every=0", "--wait")
         assert res.exit_code == 0, res.output
+        assert f"run {run} finished: step 3/3" in res.output and "wall time" in res.output, res.output
         rd = RunDir(resolve_run(run).run_dir)
         env = json.loads(rd.train_manifest.read_text())["env"]
         assert "NSA_DDP_COMPRESS" not in env and "CUDA_VISIBLE_DEVICES" not in env, env
@@ -74,7 +78,8 @@ def test_kill_checkpoints_at_the_next_step_and_restart_resumes_there(tmux_server
             res = invoke("kill", "--run", run)
             assert res.exit_code == 0 and "verified none is left" in res.output, res.output
             assert tunnel.wait(timeout=60) == 1
-            assert f"tunnel closed: run {run} was killed" in tunnel.stderr.read()
+            said = " ".join(tunnel.stderr.read().split())  # the terminal width may wrap it
+            assert f"tunnel closed: run {run} is killed" in said and f"nsa-launch tunnel --run {run}" in said
         finally:
             if tunnel.poll() is None:
                 tunnel.kill()
@@ -87,9 +92,31 @@ def test_kill_checkpoints_at_the_next_step_and_restart_resumes_there(tmux_server
         assert "stopped by SIGTERM at step" in rd.train_log.read_text()  # the log pipe was spared
         assert status(run)["state"] == "killed"
 
-        res = invoke("restart", "--run", run)
-        assert res.exit_code == 0, res.output
-        assert f"resumed at step {saved} from {ck.name}" in res.output, res.output
+        # A tunnel open across a restart follows the run: TensorBoard is started again, same URL.
+        tunnel = subprocess.Popen(
+            [str(Path(sys.executable).parent / "nsa-launch"), "tunnel", "--run", run],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )  # fmt: skip
+        said: list[str] = []
+        threading.Thread(target=lambda: said.extend(tunnel.stderr), daemon=True).start()
+        try:
+            url = tunnel.stdout.readline().strip()
+            assert url.startswith("http://127.0.0.1:")
+            res = invoke("restart", "--run", run)
+            assert res.exit_code == 0, res.output
+            assert f"resumed at step {saved} from {ck.name}" in res.output, res.output
+            wait_for(lambda: any("starting it again" in ln for ln in said), 60, "the tunnel to notice")
+            at = next(i for i, ln in enumerate(said) if "starting it again" in ln)
+            wait_for(lambda: any(f"TensorBoard for {run}: {url}" in ln for ln in said[at:]), 90, "reopened")
+            assert "tensorboard" in urllib.request.urlopen(url, timeout=30).read().decode().lower()
+            assert status(run)["tunnel"] == url  # status shows the live tunnel
+            tunnel.send_signal(signal.SIGINT)
+            assert tunnel.wait(timeout=30) == 130  # Ctrl-C: interrupted, as every command
+            assert status(run)["tunnel"] is None  # and never a dead URL
+        finally:
+            if tunnel.poll() is None:
+                tunnel.kill()
     finally:
         invoke("kill", "--run", run)
         cleanup_local_run(run)

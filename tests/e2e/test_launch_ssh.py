@@ -126,7 +126,8 @@ def test_up_status_logs_tunnel_kill_over_ssh(sshd, tmux_server, tmp_path, monkey
 
 
 def _cli_tunnel_until(sig: signal.Signals, api_tunnel) -> None:
-    """`nsa-launch tunnel` beside the API tunnel: serves the page on another port, exits 0 on `sig`."""
+    """`nsa-launch tunnel` beside the API tunnel: serves the page on another port, exits 130 (an
+    interrupted command) on `sig`."""
     exe = Path(sys.executable).parent / "nsa-launch"
     cli = subprocess.Popen(
         [str(exe), "tunnel", "--run", "ssh-e2e", "--port", str(api_tunnel.local_port)],
@@ -146,7 +147,7 @@ def _cli_tunnel_until(sig: signal.Signals, api_tunnel) -> None:
     finally:
         cli.send_signal(sig)
         try:
-            assert cli.wait(timeout=20) == 0, cli.stderr.read()
+            assert cli.wait(timeout=20) == 130, cli.stderr.read()
         finally:
             if cli.poll() is None:
                 cli.kill()

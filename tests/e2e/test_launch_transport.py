@@ -157,8 +157,10 @@ def test_profiles_and_runs_listings(tmp_path, monkeypatch, tmux_server):
     assert "NCCL_P2P_DISABLE" in env and "NSA_DDP_BUCKET_MB" in env and "HF_TOKEN" in env
     res = invoke("runs")
     assert res.exit_code == 0 and "no runs yet" in res.output
-    res = invoke("status")
-    assert res.exit_code == 2 and "nsa-launch up" in res.output
+    res = invoke("status")  # nothing launched yet is not an error
+    assert res.exit_code == 0 and "no runs yet" in res.output and "nsa-launch up" in res.output
+    res = invoke("status", "--json")
+    assert res.exit_code == 0 and res.stdout.strip() == "[]"
 
 
 def test_unreachable_host_is_lost_not_an_exception_and_recovers(sshd, tmp_path, monkeypatch, tmux_server):
@@ -188,6 +190,10 @@ def test_unreachable_host_is_lost_not_an_exception_and_recovers(sshd, tmp_path, 
     try:
         [st] = fetch_status([rec])
         assert st["state"] == "lost" and "cannot reach" in st["error"] and st["run"] == "done"
+        # explained: when the host last answered, and where the run was then
+        assert st["last_state"] == "finished" and time.time() - st["last_contact"] < 120
+        res = invoke("status", "--run", "done")
+        assert res.exit_code == 1 and "last contact" in res.output and "(finished)" in res.output
     finally:
         sshd.start()
     [st] = fetch_status([rec])
@@ -239,3 +245,24 @@ def test_rsync_refused_key_points_at_keys_not_the_workdir(tmp_path, monkeypatch)
     finally:
         t.close()
         own.stop()
+
+
+def test_doctor_first_contact_hint_names_its_own_option_and_each_problem_shows_once(
+    sshd, tmp_path, monkeypatch, tmux_server
+):
+    isolate(monkeypatch, tmp_path, tmux_server)
+    kh = tmp_path / "known_hosts"
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(
+        f"Host fresh\n  HostName {sshd.host}\n  Port {sshd.port}\n  User {sshd.user}\n"
+        f"  IdentityFile {sshd.key_path}\n  UserKnownHostsFile {kh}\n"
+    )
+    args = ["doctor", "--host", "fresh", "--ssh-config", str(cfg), "--python", PYTHON]
+    args += ["--workdir", str(PROJECT_ROOT)]
+    refused = invoke(*args)
+    assert refused.exit_code == 1, refused.output
+    assert refused.output.count("--accept-new-host-key") == 1, refused.output  # printed once
+    assert "doctor found 1 problem(s)" in refused.output
+    accepted = invoke(*args, "--accept-new-host-key")  # the option the hint names exists here
+    assert accepted.exit_code == 0 and "all checks passed" in accepted.output, accepted.output
+    assert f"[{sshd.host}]:{sshd.port}" in kh.read_text()

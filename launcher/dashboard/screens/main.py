@@ -1,22 +1,20 @@
 """The main screen: runs table on top; the selected run's log, GPUs, charts and events below.
 
-Owns the dashboard's live state (latest snapshot, selection, open tunnels) and its workers: one
-exclusive named group each for status polling, log following, metric polling and control actions
-(kill / restart / tunnel). Workers await the backend in daemon threads (workers.py) and report
-back only through messages (messages.py); every widget update happens in a handler here, on the UI
-thread. Must not call the backend from a handler.
+Owns the dashboard's live state (latest snapshot, selection, open tunnels), its layout (compact
+below 100 columns), its message handlers and its key actions. Its workers (status polling, log
+following, metric polling, control actions) live in main_workers.py; they await the backend in
+daemon threads and report back only through messages (messages.py); every widget update happens in
+a handler here, on the UI thread. Must not call the backend from a handler.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 from rich.markup import escape
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
@@ -36,23 +34,24 @@ from launcher.dashboard.messages import (
 )
 from launcher.dashboard.screens.confirm import ConfirmScreen
 from launcher.dashboard.screens.gpu_procs import GpuProcsScreen
+from launcher.dashboard.screens.main_workers import MainWorkers
 from launcher.dashboard.widgets.events_list import EventsList
 from launcher.dashboard.widgets.gpu_panel import GpuPanel
 from launcher.dashboard.widgets.log_view import LogView
 from launcher.dashboard.widgets.metric_chart import MetricChart
 from launcher.dashboard.widgets.runs_table import RunsTable
 from launcher.dashboard.widgets.summary_bar import SummaryBar
-from launcher.dashboard.workers import Backoff, LogInbox, in_daemon_thread, pump_log
+from launcher.dashboard.workers import LogInbox
 
-CHART_POINTS = 500
-FINAL_STATES = (
-    "finished",
-    "failed",
-    "killed",
-)  # plotting more points than a terminal has columns only costs CPU
+# Below this many columns the log gets the full width and the side panes (GPUs, loss, tokens/s,
+# events) share one slot under it, `v` choosing which: beside a 40-column log neither is readable.
+COMPACT_BELOW_COLS = 100
+# Below this many rows the runs table shows fewer rows before it scrolls, leaving room for the log.
+SHORT_BELOW_ROWS = 30
+SIDE_PANES = ("loss", "tps", "gpus", "events")
 
 
-class MainScreen(Screen):
+class MainScreen(MainWorkers, Screen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("k", "kill", "kill"),
         Binding("r", "restart", "restart"),
@@ -61,6 +60,9 @@ class MainScreen(Screen):
         Binding("n", "match(1)", "next match", show=False),
         Binding("N", "match(-1)", "prev match", show=False),
         Binding("f", "follow", "follow"),
+        Binding("w", "wrap", "wrap"),
+        Binding("z", "maximise", "max pane"),
+        Binding("v", "side_pane", "next pane", show=False),
         Binding("l", "rank_filter", "rank filter"),
         Binding("h", "heartbeats", "heartbeats", show=False),
         Binding("g", "gpu_processes", "GPU procs"),
@@ -97,6 +99,10 @@ class MainScreen(Screen):
         self.polls = 0
         self._inbox: tuple[str, LogInbox] | None = None
         self._poll_now = asyncio.Event()
+        self.side_pane = SIDE_PANES[0]
+        self._last_watch_note: str | None = None
+        self.restarting: set[str] = set()  # runs the dashboard is restarting: shown as such
+        self.tunnel_state: dict[str, str] = {}  # open tunnels: run -> "live", "reopening" or "down"
 
     def compose(self) -> ComposeResult:
         yield SummaryBar(id="summary")
@@ -108,13 +114,26 @@ class MainScreen(Screen):
                     placeholder="search the log (Enter applies, empty clears, Esc cancels)", id="search"
                 )
             with Vertical(id="right"):
-                yield GpuPanel(id="gpus")
-                yield MetricChart("loss", color="orange", label=fmt.loss, id="loss")
-                yield MetricChart("tokens/s", color="cyan", id="tps")
-                yield EventsList(id="events")
+                yield GpuPanel(id="gpus", classes="side")
+                yield MetricChart("loss", color="orange", label=fmt.loss, si=False, id="loss", classes="side")
+                yield MetricChart("tokens/s", color="cyan", id="tps", classes="side")
+                yield EventsList(id="events", classes="side")
         yield Footer()
 
+    def on_resize(self, event) -> None:
+        self.set_class(event.size.width < COMPACT_BELOW_COLS, "-compact")
+        self.set_class(event.size.height < SHORT_BELOW_ROWS, "-short")
+        self._show_side_pane()
+
+    def _show_side_pane(self) -> None:
+        compact = self.has_class("-compact")
+        for i, pane in enumerate(SIDE_PANES):
+            widget = self.query_one(f"#{pane}")
+            widget.set_class(pane == self.side_pane, "-shown")
+            widget.border_subtitle = f"{i + 1}/{len(SIDE_PANES)} · v: next pane" if compact else ""
+
     def on_mount(self) -> None:
+        self._show_side_pane()
         self.query_one("#search", Input).display = False
         self.query_one(RunsTable).focus()
         self._refresh_summary()
@@ -122,133 +141,20 @@ class MainScreen(Screen):
         self.watch_runs()
         self.set_interval(1.0, self._refresh_summary)
 
-    # --- workers ----------------------------------------------------------------------------
-    @work(group="status", exclusive=True, exit_on_error=False)
-    async def poll_status(self) -> None:
-        backoff = Backoff(self.refresh_s, self.max_backoff_s)
-        while True:
-            try:
-                statuses = await in_daemon_thread(self.backend.snapshot, name="dashboard-status")
-            except Exception as e:  # the whole call failed (not one host): show it, retry slower
-                delay = backoff.next_delay(False)
-                self.post_message(PollFailed(f"status failed: {e}", delay))
-            else:
-                healthy = not any(s.get("state") == "lost" for s in statuses)
-                delay = backoff.next_delay(healthy)
-                if statuses and all(s.get("state") in FINAL_STATES for s in statuses):
-                    # Nothing can change but a new run appearing: each poll costs an agent exec
-                    # on every host, so ask less often.
-                    delay = max(delay, min(5 * self.refresh_s, 10.0))
-                self.post_message(StatusUpdated(statuses, next_poll_s=delay))
-            self._poll_now.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._poll_now.wait(), timeout=delay)
-
-    @work(group="watch", exclusive=True, exit_on_error=False)
-    async def watch_runs(self) -> None:
-        """`nsa-launch watch` for every live run shown, in its own group: a pull or a replacement
-        may take minutes and must not hold the status poll."""
-
-        def say(text: str) -> None:
-            self.post_message(WatchNote(text))
-
-        while True:
-            statuses = [self.statuses[r] for r in self.order]
-            if statuses:
-                try:
-                    await in_daemon_thread(self.backend.watch, statuses, say, name="dashboard-watch")
-                except Exception as e:
-                    self.post_message(WatchNote(f"watch failed: {e}", error=True))
-            await asyncio.sleep(max(self.refresh_s, 1.0))
-
-    @work(group="log", exclusive=True, exit_on_error=False)
-    async def follow_log(self, run: str) -> None:
-        inbox = LogInbox(self.log_capacity)
-        self._inbox = (run, inbox)
-        backoff = Backoff(self.refresh_s, self.max_backoff_s)
-        last_n = self.log_last_n
-
-        def note(text: str) -> None:
-            if inbox.put(text):
-                self.post_message(LogArrived(run))
-
-        while True:
-            stop = threading.Event()
-
-            def stream(n: int = last_n, stop: threading.Event = stop) -> None:
-                pump_log(
-                    self.backend.stream_log(run, n), inbox, stop, lambda: self.post_message(LogArrived(run))
-                )
-
-            try:
-                await in_daemon_thread(stream, name=f"dashboard-log-{run}")
-                error = None
-            except asyncio.CancelledError:
-                stop.set()
-                raise
-            except Exception as e:
-                error = str(e) or type(e).__name__
-            # A stream also ends cleanly when its SSH channel is cut, so an end is only final once
-            # a fresh status says the run is over; otherwise it is retried like an error.
-            delay = backoff.next_delay(False)
-            if error is not None:
-                note(f"── log stream lost ({error}); retrying in {delay:.0f}s ──")
-            await asyncio.sleep(delay)
-            if error is None and self.statuses.get(run, {}).get("state") in FINAL_STATES:
-                self.post_message(LogEnded(run))
-                return
-            # Lines written while we were away would be missing: replay a short, marked tail.
-            last_n = min(50, self.log_last_n)
-            note(f"── log stream reconnected: the last {last_n} lines again ──")
-
-    @work(group="metrics", exclusive=True, exit_on_error=False)
-    async def poll_metrics(self, run: str) -> None:
-        while True:
-            try:
-                records = await in_daemon_thread(self.backend.metrics, run, name="dashboard-metrics")
-            except Exception:
-                records = None  # the status poll already reports an unreachable host
-            if records is not None:
-                self.post_message(MetricsUpdated(run, records[-CHART_POINTS:]))
-            await asyncio.sleep(max(self.refresh_s, 0.5))
-
-    @work(group="control", exclusive=False, exit_on_error=False)
-    async def run_action(self, action: str, run: str) -> None:
-        try:
-            if action == "kill":
-                res = await in_daemon_thread(self.backend.kill, run, name="dashboard-kill")
-                left = res.get("remaining_pids") or []
-                ok = bool(res.get("killed")) and not left
-                msg = str(res.get("message") or ("killed" if ok else f"processes left: {left}"))
-                self.post_message(ActionDone("kill", run, ok, msg))
-            elif action == "restart":
-                new = await in_daemon_thread(self.backend.restart, run, name="dashboard-restart")
-                self.post_message(ActionDone("restart", run, True, f"restarted as {new}", new_run=new))
-            elif action == "tunnel_open":
-                t = await in_daemon_thread(self.backend.open_tunnel, run, name="dashboard-tunnel")
-                self.post_message(
-                    ActionDone("tunnel_open", run, True, f"TensorBoard: {t.url}", url=t.url, handle=t)
-                )
-            elif action == "tunnel_close":
-                t = self.tunnels.get(run)
-                if t is not None:
-                    await in_daemon_thread(t.close, name="dashboard-tunnel-close")
-                self.post_message(ActionDone("tunnel_close", run, True, "tunnel closed"))
-        except Exception as e:
-            self.post_message(ActionDone(action, run, False, f"{action} failed: {e}"))
-
     # --- message handlers (UI thread) -------------------------------------------------------
     def on_status_updated(self, msg: StatusUpdated) -> None:
         prev = self.statuses
-        self.statuses = {str(s.get("run")): s for s in msg.statuses}
-        self.order = [str(s.get("run")) for s in msg.statuses]
+        statuses = [self._as_shown(s) for s in msg.statuses]
+        self.statuses = {str(s.get("run")): s for s in statuses}
+        self.order = [str(s.get("run")) for s in statuses]
         self.last_status_at = self.clock()
         self.poll_error = None
         self.polls += 1
         self._alert(prev)
-        self.query_one(GpuPanel).record(msg.statuses)
+        self._check_tunnels(msg.tunnels_alive)
+        self.query_one(GpuPanel).record(statuses)
         table = self.query_one(RunsTable)
-        table.show(msg.statuses, self.per_rank_heartbeat)
+        table.show(statuses, self.per_rank_heartbeat)
         if self.want_selected in self.statuses:
             table.move_cursor(row=table.get_row_index(self.want_selected))
             self.want_selected = None
@@ -258,11 +164,50 @@ class MainScreen(Screen):
         self._show_selected()
         self._refresh_summary()
 
+    def _as_shown(self, st: dict[str, Any]) -> dict[str, Any]:
+        """A run this dashboard is restarting reads `restarting` until the restart is done: between
+        the kill and the new start its files say `killed` or `failed`, and neither is news."""
+        if st.get("run") in self.restarting and st.get("state") != "running":
+            return {**st, "state": "restarting", "exit_code": None}
+        return st
+
+    def _check_tunnels(self, alive: dict[str, tuple[Any, bool]]) -> None:
+        """Follow each open tunnel's TensorBoard: reopen it when the run lives on (it was restarted),
+        close it and say so when the run has ended; never keep showing a URL that does not answer."""
+        for run, (tunnel, ok) in alive.items():
+            if self.tunnels.get(run) is not tunnel or self.tunnel_state.get(run) == "reopening":
+                continue  # closed or replaced since that poll asked
+            if ok:
+                self.tunnel_state[run] = "live"
+                continue
+            state = str(self.statuses.get(run, {}).get("state"))
+            if run in self.restarting:
+                self.tunnel_state[run] = "down"  # reopened once the restart is through
+            elif state in fmt.LIVE_STATES:
+                self.tunnel_state[run] = "reopening"
+                self.notify(f"TensorBoard of {run} stopped (restarted?): reopening the tunnel", markup=False)
+                self.run_action("tunnel_reopen", run)
+            else:
+                self.tunnel_state.pop(run, None)
+                self.run_action("tunnel_close", run)
+                self.notify(
+                    f"tunnel closed: {run} is {state} and its TensorBoard stopped; t (or `nsa-launch "
+                    f"tunnel --run {run}`) opens a new one",
+                    title="tunnel",
+                    severity="warning",
+                    markup=False,
+                )
+
     def on_poll_failed(self, msg: PollFailed) -> None:
         self.poll_error = f"{msg.error} (retry in {msg.next_poll_s:.0f}s)"
         self._refresh_summary()
 
     def on_watch_note(self, msg: WatchNote) -> None:
+        # On change only: a scheduled pull that found nothing new is not news (the top bar shows
+        # the mirror's age), nor is the same note twice in a row.
+        if "(unchanged)" in msg.text or msg.text == self._last_watch_note:
+            return
+        self._last_watch_note = msg.text
         error = msg.error or " failed" in msg.text or "lost its host" in msg.text
         self.notify(
             msg.text,
@@ -300,10 +245,14 @@ class MainScreen(Screen):
     def on_action_done(self, msg: ActionDone) -> None:
         if msg.action == "tunnel_open" and msg.ok:
             self.tunnels[msg.run] = msg.handle
-        elif msg.action == "tunnel_close":
+            self.tunnel_state[msg.run] = "live"
+        elif msg.action == "tunnel_close" or (msg.action in ("tunnel_open", "tunnel_reopen") and not msg.ok):
             self.tunnels.pop(msg.run, None)
-        elif msg.action == "restart" and msg.new_run:
-            self.want_selected = msg.new_run
+            self.tunnel_state.pop(msg.run, None)
+        elif msg.action == "restart":
+            self.restarting.discard(msg.run)
+            if msg.new_run:
+                self.want_selected = msg.new_run
         self.notify(
             msg.message,
             title=f"{msg.action} {msg.run}",
@@ -358,6 +307,7 @@ class MainScreen(Screen):
             if yes and run is not None:
                 # restart waits for the first heartbeat, which can take a while: say it started
                 self.notify(f"restarting {run}: kill, resume, wait for the first heartbeat…", markup=False)
+                self.restarting.add(run)
                 self.run_action("restart", run)
 
         self.app.push_screen(ConfirmScreen(q, "Restart"), done)
@@ -385,6 +335,29 @@ class MainScreen(Screen):
     def action_follow(self) -> None:
         log = self.query_one(LogView)
         log.set_follow(not log.follow)
+
+    def action_wrap(self) -> None:
+        on = self.query_one(LogView).toggle_wrap()
+        self.notify("log: long lines wrap" if on else "log: no wrap (← → scroll)", markup=False)
+
+    def action_maximise(self) -> None:
+        """Give the focused pane the whole screen (Tab moves the focus), or restore the layout."""
+        if self.maximized is not None:
+            self.minimize()
+            return
+        pane = self.focused
+        if pane is None or not self.maximize(pane, container=False):
+            self.notify("focus a pane first (Tab), then z", severity="warning", markup=False)
+
+    def action_side_pane(self) -> None:
+        """In the compact layout, show the next side pane (loss, tokens/s, GPUs, events)."""
+        was_focused = self.focused is not None and self.focused.id == self.side_pane
+        self.side_pane = SIDE_PANES[(SIDE_PANES.index(self.side_pane) + 1) % len(SIDE_PANES)]
+        self._show_side_pane()
+        if was_focused:
+            self.query_one(f"#{self.side_pane}").focus()
+        if not self.has_class("-compact"):
+            self.notify(f"every pane is on screen; v picks one below {COMPACT_BELOW_COLS} columns")
 
     def action_rank_filter(self) -> None:
         rank = self.query_one(LogView).cycle_rank_filter()
@@ -448,6 +421,8 @@ class MainScreen(Screen):
                 continue
             if new_state in fmt.ALERT_STATES:
                 why = st.get("error") or ""
+                if new_state == "lost":
+                    why += f"\n{self._lost_explained(st)}"
                 self.notify(
                     f"{run} on {st.get('host') or 'local'} is {new_state.upper()}"
                     + (f": {why}" if why else ""),
@@ -459,12 +434,34 @@ class MainScreen(Screen):
             elif old_state == "lost":
                 self.notify(f"{run}: host reachable again ({new_state})", title="recovered", markup=False)
 
+    def _lost_explained(self, st: dict[str, Any]) -> str:
+        """A lost run in words: where it was, what the mirror holds, what happens next."""
+        parts = [fmt.lost_detail(st, self.clock())]
+        mirror = st.get("mirror") or {}
+        if mirror.get("checkpoint"):
+            parts.append(f"mirror {mirror['checkpoint']}")
+        else:
+            parts.append("no checkpoint mirrored here yet" if "mirror" in st else "no mirror kept here")
+        nxt = f"asking again every {fmt.duration(self.max_backoff_s)} at most"
+        if st.get("pod_id") and mirror.get("watcher") == "this dashboard":
+            nxt += "; the pod is replaced and the run resumed from the mirror once lost long enough (--lost-after)"
+        parts.append(nxt)
+        return "; ".join(parts)
+
     def _refresh_summary(self) -> None:
         age = None if self.last_status_at is None else max(0.0, self.clock() - self.last_status_at)
-        url = self.tunnels[self.selected].url if self.selected in self.tunnels else None
+        url = None
+        if self.selected in self.tunnels:
+            state = self.tunnel_state.get(self.selected, "live")
+            # only a tunnel that answered at the last poll shows its URL
+            url = self.tunnels[self.selected].url if state == "live" else f"({state})"
         statuses = [self.statuses[r] for r in self.order]
-        mirror = (self.statuses.get(self.selected or "") or {}).get("mirror")
-        self.query_one(SummaryBar).show(statuses, age, url, self.poll_error, mirror, self.clock())
+        selected = self.statuses.get(self.selected or "") or {}
+        mirror = selected.get("mirror")
+        error = self.poll_error
+        if error is None and selected.get("state") == "lost":
+            error = f"{self.selected} lost: {self._lost_explained(selected)}"
+        self.query_one(SummaryBar).show(statuses, age, url, error, mirror, self.clock())
 
 
 def _num(rec: dict[str, Any], key: str) -> bool:

@@ -26,9 +26,11 @@ def _f(v: Any) -> float | None:
         return None
 
 
-class GpuPanel(Static):
+class GpuPanel(Static, can_focus=True):
+    ALLOW_MAXIMIZE = True
     DEFAULT_CSS = """
     GpuPanel { height: auto; min-height: 3; border: round $primary-darken-2; padding: 0 1; }
+    GpuPanel:focus { border: round $accent; }
     """
 
     def __init__(self, **kwargs) -> None:

@@ -1,13 +1,17 @@
 """The log pane: a virtual, bounded view of one run's train.log with follow, rank filter and search.
 
-Owns what is on screen of the log: only the visible lines are rendered (line API), storage is a
+Owns what is on screen of the log: only the visible rows are rendered (line API), storage is a
 fixed-capacity `LogRing` (memory does not grow with the log), and search highlights matches without
-filtering. It receives lines from the screen; it never reads a file or a socket.
+filtering. Long lines wrap (the default) or stay whole and scroll sideways (`w` toggles): in wrap
+mode a log line takes several screen rows, mapped through a prefix sum that is rebuilt only when the
+lines or the width change. It receives lines from the screen; it never reads a file or a socket.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable
+from itertools import accumulate
 
 from rich.text import Text
 from textual.geometry import Size
@@ -36,12 +40,18 @@ class LogView(ScrollView, can_focus=True):
         self.follow = True
         self.run_id: str | None = None
         self.ended: str | None = None
+        self.wrap = True
+        self._layout_key: tuple = ()
+        self._generation = 0  # bumped whenever the view's lines are replaced, not only extended
+        self._starts: list[int] = [0]  # screen row where each line of `view` starts (+ the total)
+        self._max_len = 0
         self._update_title()
 
     # --- content ----------------------------------------------------------------------------
     def reset(self, run_id: str | None) -> None:
         self.run_id = run_id
         self.ring.clear()
+        self._generation += 1
         self.view = self.ring
         self.rank_filter = None  # ranks differ between runs; a kept filter could hide everything
         self.ranks_seen.clear()
@@ -60,6 +70,7 @@ class LogView(ScrollView, can_focus=True):
             if ln.rank is not None:
                 self.ranks_seen.add(ln.rank)
         before = self.view.dropped
+        top = self.line_at(int(self.scroll_y))
         self.ring.extend(lines)
         if self.view is not self.ring:
             self.view.extend(ln for ln in lines if rank_visible(ln, self.rank_filter))
@@ -71,7 +82,7 @@ class LogView(ScrollView, can_focus=True):
             self.scroll_end(animate=False, x_axis=False)
         elif dropped:
             # Keep the same lines under the reader's eyes while the ring's front moves on.
-            self.scroll_to(y=max(0, self.scroll_y - dropped), animate=False)
+            self.scroll_to(y=self.row_of(max(0, top - dropped)), animate=False)
         self.refresh()
 
     def mark_ended(self, why: str) -> None:
@@ -84,6 +95,19 @@ class LogView(ScrollView, can_focus=True):
         if on:
             self.scroll_end(animate=False)
         self._update_title()
+
+    def toggle_wrap(self) -> bool:
+        """Wrap long lines / keep them whole and scroll sideways; the reader's line stays in view."""
+        line = self.line_at(int(self.scroll_y))
+        self.wrap = not self.wrap
+        self._resize()
+        if self.follow:
+            self.scroll_end(animate=False)
+        else:
+            self.scroll_to(x=0, y=self.row_of(line), animate=False)
+        self._update_title()
+        self.refresh()
+        return self.wrap
 
     def cycle_rank_filter(self) -> int | None:
         """all -> rank0 -> rank1 ... -> all, over the ranks seen so far."""
@@ -100,6 +124,7 @@ class LogView(ScrollView, can_focus=True):
 
     def set_rank_filter(self, rank: int | None) -> None:
         self.rank_filter = rank
+        self._generation += 1
         if rank is None:
             self.view = self.ring
         else:
@@ -134,7 +159,8 @@ class LogView(ScrollView, can_focus=True):
             if needle in self.view[i].text.lower():
                 self.match_index = i
                 self.follow = False
-                self.scroll_to(y=max(0, i - self.scrollable_content_region.height // 2), animate=False)
+                half = self.scrollable_content_region.height // 2
+                self.scroll_to(y=max(0, self.row_of(i) - half), animate=False)
                 self._update_title()
                 self.refresh()
                 return True
@@ -142,16 +168,51 @@ class LogView(ScrollView, can_focus=True):
         return False
 
     # --- rendering --------------------------------------------------------------------------
+    def _layout(self) -> list[int]:
+        """Start row of every line of `view` (and the total rows last), for the current width."""
+        width = max(1, self.scrollable_content_region.width)
+        key = (width, self.wrap, self._generation, id(self.view), len(self.view), self.view.dropped)
+        if key != self._layout_key:
+            lens = [len(ln.text) for ln in self.view]
+            self._max_len = max(lens, default=0)
+            if self.wrap:
+                rows = (max(1, -(-n // width)) for n in lens)
+                self._starts = [0, *accumulate(rows)]
+            else:
+                self._starts = list(range(len(lens) + 1))
+            self._layout_key = key
+            if self.virtual_size.height != self._starts[-1]:
+                # The width changed without a resize (a scrollbar came or went): the rows did too.
+                self.call_later(self._resize)
+        return self._starts
+
+    def row_of(self, line: int) -> int:
+        """The screen row (in the scrollable content) where line `line` of the view starts."""
+        starts = self._layout()
+        return starts[max(0, min(line, len(starts) - 1))]
+
+    def line_at(self, row: int) -> int:
+        """The index into the view of the line shown on content row `row`."""
+        starts = self._layout()
+        return max(0, min(bisect_right(starts, row) - 1, len(self.view) - 1))
+
     def _resize(self) -> None:
-        self.virtual_size = Size(max(1, self.scrollable_content_region.width), len(self.view))
+        starts = self._layout()
+        # Wrapped, nothing is wider than the pane: never a sideways scrollbar, whatever the width.
+        self.virtual_size = Size(1 if self.wrap else max(1, self._max_len), starts[-1])
+        if self.follow:
+            self.scroll_end(animate=False, x_axis=False)
 
     def on_resize(self) -> None:
         self._resize()
+        if self.follow:  # a new width re-wraps the lines: stay on the tail
+            self.scroll_end(animate=False)
 
     def _update_title(self) -> None:
         parts = [f"log {self.run_id}" if self.run_id else "log"]
         parts.append("follow" if self.follow else "paused")
         parts.append("all ranks" if self.rank_filter is None else f"rank {self.rank_filter}")
+        parts.append("wrap" if self.wrap else "no wrap")
         if self.search:
             parts.append(f"/{self.search}")
         if self.ended:
@@ -160,9 +221,11 @@ class LogView(ScrollView, can_focus=True):
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
-        idx = self.scroll_offset.y + y
-        if idx >= len(self.view):
+        row = self.scroll_offset.y + y
+        starts = self._layout()
+        if row >= starts[-1] or not len(self.view):
             return Strip.blank(width, self.rich_style)
+        idx = self.line_at(row)
         line = self.view[idx]
         text = Text(line.text, no_wrap=True, end="")
         if line.rank is not None:
@@ -173,5 +236,11 @@ class LogView(ScrollView, can_focus=True):
             current = idx == self.match_index
             for a, b in find_spans(line.text, self.search):
                 text.stylize("bold black on orange1" if current else "black on yellow", a, b)
+        if self.wrap:
+            part = row - starts[idx]
+            text = text[part * width : (part + 1) * width]
+            x = 0
+        else:
+            x = self.scroll_offset.x
         segments = list(text.render(self.app.console))
-        return Strip(segments).crop_extend(0, width, self.rich_style)
+        return Strip(segments).crop_extend(x, x + width, self.rich_style)

@@ -154,3 +154,28 @@ def test_restarts_and_pod_cost_for_status_runs_and_dashboard():
     assert fmt.pod_cost({"pod_id": "p-1", "price_hr": 1.2, "cost_usd": 3.404}) == "pod p-1 $1.20/h $3.40"
     assert fmt.pod_cost({"pod_id": "p-1", "price_hr": None, "cost_usd": None}) == "pod p-1 $?/h $?"
     assert fmt.pod_cost({"state": "running"}) == ""
+
+
+def test_sizes_rates_and_durations_read_the_same_everywhere():
+    """The forms the CLI and the dashboard share (issue 25): 1.8k tok/s, 2m05s, 1.2 GB."""
+    assert fmt.tok_rate(1834.2) == "1.8k tok/s"
+    assert fmt.duration(125) == "2m05s"
+    assert fmt.size(1.2e9) == "1.2 GB" and fmt.size(512) == "512 B" and fmt.size(999_999) == "1.0 MB"
+    assert fmt.size(None) == fmt.MISSING and fmt.size(-1) == fmt.MISSING
+    assert fmt.lost_detail({"last_contact": 100.0, "last_step": 1200, "last_state": "running"}, 220.0) == (
+        "last contact 2m ago at step 1200 (running)"
+    )
+    assert fmt.lost_detail({}) == "no contact with its host from here yet"
+
+
+def test_a_killed_run_reads_as_a_deliberate_stop_not_an_exit_code():
+    events = [
+        {"kind": "checkpoint", "step": 80},
+        {"kind": "sigterm", "step": 83},
+        {"kind": "checkpoint", "step": 83},
+    ]
+    assert fmt.state_label({"state": "killed", "exit_code": 1, "events": events}) == "killed (saved step 83)"
+    assert fmt.state_label({"state": "killed", "exit_code": 143, "events": []}) == "killed"
+    assert fmt.state_label({"state": "failed", "exit_code": 1}) == "failed (exit 1)"
+    assert fmt.STATE_STYLE["killed"] not in (fmt.STATE_STYLE["failed"], fmt.STATE_STYLE["lost"])
+    assert "red" not in fmt.STATE_STYLE["killed"] and "magenta" not in fmt.STATE_STYLE["killed"]

@@ -77,3 +77,24 @@ def test_probe_finds_torch_without_importing_it_and_lists_missing(tmp_path):
     venv.create(bare, with_pip=False)
     got = _run_probe(str(bare / "bin" / "python"), ["libtmux", "yaml", "torch"])
     assert got["missing"] == ["libtmux", "yaml", "torch"] and got["torch"] is None
+
+
+def test_ticker_reports_phase_elapsed_time_and_bytes_received(tmp_path):
+    """The ticker over a real (local) transport: lines while the body runs, none after it ends."""
+    import time
+
+    from launcher.hostenv import received_bytes, ticker
+    from launcher.ssh.hosts import local_host
+    from launcher.ssh.transport import LocalTransport
+
+    t = LocalTransport(local_host())
+    assert isinstance(received_bytes(t), int)  # /proc/net/dev on Linux
+    lines: list[str] = []
+    with ticker(t, "host env [2] installing the CPU torch wheel", lines.append, every_s=0.2):
+        time.sleep(0.9)
+    n = len(lines)
+    assert n >= 2, lines
+    assert all(ln.startswith("host env [2] installing the CPU torch wheel: ") for ln in lines)
+    assert all("host received " in ln and ln.rstrip().endswith("B") for ln in lines), lines
+    time.sleep(0.4)
+    assert len(lines) == n  # stopped with the body

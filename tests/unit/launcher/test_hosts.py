@@ -51,3 +51,23 @@ def test_rejects(bad):
 def test_key_must_exist():
     with pytest.raises(LaunchError, match="key file"):
         parse_target("u@h -i /nonexistent/key")
+
+
+def test_an_alias_missing_from_the_ssh_config_is_bad_input_before_any_run_is_announced(tmp_path):
+    from click.testing import CliRunner
+
+    from launcher.cli import cli
+    from launcher.ssh.hosts import check_known_name
+
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host gpu-pod\n  HostName 203.0.113.7\n  User ubuntu\nHost *\n  ServerAliveInterval 30\n")
+    check_known_name(parse_target("gpu-pod", str(cfg)))  # in the config
+    check_known_name(parse_target("ubuntu@203.0.113.9", str(cfg)))  # an address needs no entry
+    check_known_name(parse_target("localhost", str(cfg)))  # DNS (hosts file) knows it
+    with pytest.raises(LaunchError, match=r"'nosuchalias' is not a Host in the ssh config") as e:
+        check_known_name(parse_target("nosuchalias", str(cfg)))
+    assert e.value.exit_code == 2 and str(cfg) in e.value.message and "Host nosuchalias" in e.value.fix
+    res = CliRunner().invoke(cli, ["up", "--host", "nosuchalias", "--ssh-config", str(cfg)])
+    assert res.exit_code == 2, res.output
+    assert "not a Host in the ssh config" in res.output
+    assert "run " not in res.output.split("error:")[0]  # no run announced before the error

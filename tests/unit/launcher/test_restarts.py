@@ -4,10 +4,18 @@ status summary built from the events it writes."""
 
 from __future__ import annotations
 
+import json
 import time
 
 from launcher.host.restarts import decide, summary
-from nsa.runfiles import Heartbeat, RunDir, atomic_write_json, checkpoint_name, write_checkpoint_manifest
+from nsa.runfiles import (
+    Heartbeat,
+    RunDir,
+    atomic_write_json,
+    checkpoint_name,
+    iter_jsonl,
+    write_checkpoint_manifest,
+)
 
 
 def _beat(rd: RunDir, step: int) -> None:
@@ -64,6 +72,9 @@ def test_a_run_being_stopped_is_never_restarted_whatever_torchrun_exits_with(tmp
     atomic_write_json(rd.stop_requested_file, {"time": time.time(), "by": "nsa-launch"})
     assert decide(rd, 3, 1) == "stop"
     assert summary(rd, 3)["stopped"] == "killed by nsa-launch"
+    [stop] = [e for e in iter_jsonl(rd.events) if e["kind"] == "restarts_stopped"]
+    assert stop["detail"]["cause"] == "killed by nsa-launch"  # not "exited with code 1 and no rank said why"
+    assert "no rank said why" not in json.dumps(stop)
     rd.stop_requested_file.unlink()  # a resume removes it (launcher/host/start.py)
     assert decide(rd, 3, 1) == "resume"
 

@@ -1,0 +1,85 @@
+"""Import cycles in the launcher, counting imports inside functions too (a lazy import hides a cycle
+from Python, not from a reader; `if TYPE_CHECKING:` imports do not count): control.py and
+launch/execute.py no longer import each other, and no cycle exists beyond the known one below."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _graph(package: str) -> dict[str, set[str]]:
+    mods = {}
+    for p in (ROOT / package).rglob("*.py"):
+        name = ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        mods[name] = p
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for m, p in mods.items():
+        tree = ast.parse(p.read_text(), str(p))
+        typing_only = {
+            id(n)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+            for n in ast.walk(block)
+        }
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in mods:
+                graph[m].add(node.module)
+                graph[m] |= {f"{node.module}.{a.name}" for a in node.names} & mods.keys()
+            elif isinstance(node, ast.Import):
+                graph[m] |= {a.name for a in node.names} & mods.keys()
+    for m in graph:
+        graph[m].discard(package)  # `from launcher import x` names x, not the package's __init__
+        graph[m].discard(m)
+    return graph
+
+
+# Known and left alone here (issue 25 did not own these modules): control._recovery imports
+# launcher.replace for the recovery status, while replace.replace_host imports control.resume_report
+# and launch.execute (which imports control). Breaking it: the recovery status in a module of its own.
+KNOWN_CYCLES = [{"launcher.control", "launcher.replace", "launcher.recovery", "launcher.launch.execute"}]
+
+
+def _components(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components with more than one module: every module in one reaches
+    every other through imports."""
+    reach = {m: _reachable(graph, m) for m in graph}
+    comps: list[set[str]] = []
+    for m in sorted(graph):
+        comp = {n for n in reach[m] if m in reach[n]} | {m}
+        if len(comp) > 1 and comp not in comps:
+            comps.append(comp)
+    return comps
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for n in graph[todo.pop()]:
+            if n not in seen:
+                seen.add(n)
+                todo.append(n)
+    return seen
+
+
+def test_the_checker_finds_a_cycle():
+    assert _components({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [{"a", "b", "c"}]
+    assert _components({"a": {"b"}, "b": set()}) == []
+    assert _components({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [{"a", "b"}]
+
+
+def test_control_and_execute_do_not_import_each_other():
+    graph = _graph("launcher")
+    assert "launcher.launch.execute" in graph["launcher.cli.up"]  # the graph sees real imports
+    assert "launcher.control" in graph["launcher.launch.execute"]  # one way only:
+    assert "launcher.launch.execute" not in graph["launcher.control"]
+
+
+def test_launcher_has_no_import_cycle_beyond_the_known_one():
+    new = [c for c in _components(_graph("launcher")) if not any(c <= k for k in KNOWN_CYCLES)]
+    assert not new, [sorted(c) for c in new]
