@@ -84,6 +84,7 @@ def _cmp_fwd(
     G: tl.constexpr,
     GP: tl.constexpr,
     D: tl.constexpr,
+    DP: tl.constexpr,
     BT: tl.constexpr,
     BJ: tl.constexpr,
     RP: tl.constexpr,
@@ -112,8 +113,9 @@ def _cmp_fwd(
     gq = rows % GP
     row_ok = (gq < G) & (tq < T)
     row_off = tq * G + gq
-    dcol = tl.arange(0, D)
-    q = tl.load(Q + row_off[:, None] * D + dcol[None, :], mask=row_ok[:, None], other=0.0)
+    dcol = tl.arange(0, DP)
+    dmask = dcol < D
+    q = tl.load(Q + row_off[:, None] * D + dcol[None, :], mask=row_ok[:, None] & dmask[None, :], other=0.0)
 
     t_last = tl.minimum(pid_t * BT + BT - 1, T - 1)
     n_vis = tl.where(t_last >= L - 1, tl.minimum(NC, (t_last - (L - 1)) // S + 1), 0)
@@ -130,7 +132,7 @@ def _cmp_fwd(
     for jb in range(0, n_key_tiles):
         key = (jb * BJ + cj) * R + cm
         key_ok = (cm < R) & (key < NC)
-        k = tl.load(K + key[:, None] * D + dcol[None, :], mask=key_ok[:, None], other=0.0)
+        k = tl.load(K + key[:, None] * D + dcol[None, :], mask=key_ok[:, None] & dmask[None, :], other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
         vis = key_ok[None, :] & (key[None, :] * S + (L - 1) <= tq[:, None])
         s = tl.where(vis, s, float("-inf"))
@@ -145,14 +147,14 @@ def _cmp_fwd(
 
     # Pass 2: probabilities again; output and the Eq. 9 block scores of the tile's tokens.
     tb = pid_t * BT + tl.arange(0, BT)
-    acc = tl.zeros([BM, D], tl.float32)
+    acc = tl.zeros([BM, DP], tl.float32)
     prev = tl.zeros([BT, BJ, RP], tl.float32)
     for jb in range(0, n_blk_tiles):
         key = (jb * BJ + cj) * R + cm
         key_ok = (cm < R) & (key < NC)
         koff = key[:, None] * D + dcol[None, :]
-        k = tl.load(K + koff, mask=key_ok[:, None], other=0.0)
-        v = tl.load(V + koff, mask=key_ok[:, None], other=0.0)
+        k = tl.load(K + koff, mask=key_ok[:, None] & dmask[None, :], other=0.0)
+        v = tl.load(V + koff, mask=key_ok[:, None] & dmask[None, :], other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
         vis = row_ok[:, None] & key_ok[None, :] & (key[None, :] * S + (L - 1) <= tq[:, None])
         p = tl.where(vis, tl.exp2(s - m_safe[:, None]) * inv_l[:, None], 0.0)
@@ -167,7 +169,8 @@ def _cmp_fwd(
         smask = (tb[:, None] < T) & (j[None, :] < NS)
         tl.store(SCORE + tb[:, None] * NS + j[None, :], score, mask=smask)
 
-    tl.store(Out + row_off[:, None] * D + dcol[None, :], acc.to(Out.dtype.element_ty), mask=row_ok[:, None])
+    omask = row_ok[:, None] & dmask[None, :]
+    tl.store(Out + row_off[:, None] * D + dcol[None, :], acc.to(Out.dtype.element_ty), mask=omask)
 
 
 @triton.jit
@@ -230,6 +233,7 @@ def _cmp_bwd_dq(
     G: tl.constexpr,
     GP: tl.constexpr,
     D: tl.constexpr,
+    DP: tl.constexpr,
     BT: tl.constexpr,
     BN: tl.constexpr,
     L: tl.constexpr,
@@ -253,11 +257,12 @@ def _cmp_bwd_dq(
     gq = rows % GP
     row_ok = (gq < G) & (tq < T)
     row_off = tq * G + gq
-    dcol = tl.arange(0, D)
+    dcol = tl.arange(0, DP)
+    dmask = dcol < D
     qoff = row_off[:, None] * D + dcol[None, :]
-    q = tl.load(Q + qoff, mask=row_ok[:, None], other=0.0)
-    do = tl.load(DO + qoff, mask=row_ok[:, None], other=0.0)
-    o = tl.load(Out + qoff, mask=row_ok[:, None], other=0.0)
+    q = tl.load(Q + qoff, mask=row_ok[:, None] & dmask[None, :], other=0.0)
+    do = tl.load(DO + qoff, mask=row_ok[:, None] & dmask[None, :], other=0.0)
+    o = tl.load(Out + qoff, mask=row_ok[:, None] & dmask[None, :], other=0.0)
     delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), axis=1)
     tl.store(DELTA + row_off, delta, mask=row_ok)
     lse = tl.load(LSE + row_off, mask=row_ok, other=0.0)
@@ -265,20 +270,20 @@ def _cmp_bwd_dq(
     t_last = tl.minimum(pid_t * BT + BT - 1, T - 1)
     n_vis = tl.where(t_last >= L - 1, tl.minimum(NC, (t_last - (L - 1)) // S + 1), 0)
     key0 = tl.arange(0, BN)
-    dq = tl.zeros([BM, D], tl.float32)
+    dq = tl.zeros([BM, DP], tl.float32)
     for kb in range(0, tl.cdiv(n_vis, BN)):
         key = kb * BN + key0
         key_ok = key < NC
         koff = key[:, None] * D + dcol[None, :]
-        k = tl.load(K + koff, mask=key_ok[:, None], other=0.0)
-        v = tl.load(V + koff, mask=key_ok[:, None], other=0.0)
+        k = tl.load(K + koff, mask=key_ok[:, None] & dmask[None, :], other=0.0)
+        v = tl.load(V + koff, mask=key_ok[:, None] & dmask[None, :], other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
         vis = row_ok[:, None] & key_ok[None, :] & (key[None, :] * S + (L - 1) <= tq[:, None])
         p = tl.where(vis, tl.exp2(s - lse[:, None]), 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PREC)
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
-    tl.store(DQ + qoff, (dq * scale).to(DQ.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(DQ + qoff, (dq * scale).to(DQ.dtype.element_ty), mask=row_ok[:, None] & dmask[None, :])
 
 
 @triton.jit
@@ -298,6 +303,7 @@ def _cmp_bwd_dkv(
     G: tl.constexpr,
     GP: tl.constexpr,
     D: tl.constexpr,
+    DP: tl.constexpr,
     BT: tl.constexpr,
     BN: tl.constexpr,
     L: tl.constexpr,
@@ -318,15 +324,16 @@ def _cmp_bwd_dkv(
     DV += bh * NC * D
     key = pid_n * BN + tl.arange(0, BN)
     key_ok = key < NC
-    dcol = tl.arange(0, D)
+    dcol = tl.arange(0, DP)
+    dmask = dcol < D
     koff = key[:, None] * D + dcol[None, :]
-    k = tl.load(K + koff, mask=key_ok[:, None], other=0.0)
-    v = tl.load(V + koff, mask=key_ok[:, None], other=0.0)
+    k = tl.load(K + koff, mask=key_ok[:, None] & dmask[None, :], other=0.0)
+    v = tl.load(V + koff, mask=key_ok[:, None] & dmask[None, :], other=0.0)
     kend = key * S + (L - 1)  # first query that sees each key
 
     rows = tl.arange(0, BM)
-    dk = tl.zeros([BN, D], tl.float32)
-    dv = tl.zeros([BN, D], tl.float32)
+    dk = tl.zeros([BN, DP], tl.float32)
+    dv = tl.zeros([BN, DP], tl.float32)
     first = (pid_n * BN * S + (L - 1)) // BT
     for tb in range(first, tl.cdiv(T, BT)):
         tq = tb * BT + rows // GP
@@ -334,8 +341,8 @@ def _cmp_bwd_dkv(
         row_ok = (gq < G) & (tq < T)
         row_off = tq * G + gq
         qoff = row_off[:, None] * D + dcol[None, :]
-        q = tl.load(Q + qoff, mask=row_ok[:, None], other=0.0)
-        do = tl.load(DO + qoff, mask=row_ok[:, None], other=0.0)
+        q = tl.load(Q + qoff, mask=row_ok[:, None] & dmask[None, :], other=0.0)
+        do = tl.load(DO + qoff, mask=row_ok[:, None] & dmask[None, :], other=0.0)
         lse = tl.load(LSE + row_off, mask=row_ok, other=0.0)
         delta = tl.load(DELTA + row_off, mask=row_ok, other=0.0)
         st = tl.dot(k, tl.trans(q), input_precision=PREC) * qk_scale
@@ -345,8 +352,8 @@ def _cmp_bwd_dkv(
         dpt = tl.dot(v, tl.trans(do), input_precision=PREC)
         dst = pt * (dpt - delta[None, :])
         dk += tl.dot(dst.to(q.dtype), q, input_precision=PREC)
-    tl.store(DK + koff, (dk * scale).to(DK.dtype.element_ty), mask=key_ok[:, None])
-    tl.store(DV + koff, dv.to(DV.dtype.element_ty), mask=key_ok[:, None])
+    tl.store(DK + koff, (dk * scale).to(DK.dtype.element_ty), mask=key_ok[:, None] & dmask[None, :])
+    tl.store(DV + koff, dv.to(DV.dtype.element_ty), mask=key_ok[:, None] & dmask[None, :])
 
 
 def _pow2(x: int) -> int:
@@ -372,6 +379,8 @@ def _config(group: int, head_dim: int, n_sel: int, block_len: int, block_stride:
     bn_dkv = 32
     return {
         "GP": gp,
+        # head_dim padded to a power of two >= 16 (tl.arange and tl.dot need it); masked columns.
+        "DP": max(16, _pow2(head_dim)),
         "RP": rp,
         "BJ": bj,
         "BT": bt,
@@ -422,7 +431,7 @@ def _fwd(
     score = torch.empty(B, Hkv, T, ns, dtype=torch.float32, device=q.device)
     _cmp_fwd[(triton.cdiv(T, c["BT"]), B * Hkv)](
         q, kc, vc, out, lse, score, T, nc, ns, scale * _LOG2E,
-        G=G, GP=c["GP"], D=D, BT=c["BT"], BJ=c["BJ"], RP=c["RP"],
+        G=G, GP=c["GP"], D=D, DP=c["DP"], BT=c["BT"], BJ=c["BJ"], RP=c["RP"],
         L=block_len, S=block_stride, LS=sel_block, PREC=_prec(q.dtype),
         num_warps=c["warps"], num_stages=2,
     )  # fmt: skip
@@ -468,7 +477,7 @@ def _bwd(
     dv = torch.empty_like(vc)
     delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
     prec = _prec(q.dtype)
-    geo = {"G": G, "GP": c["GP"], "D": D, "L": block_len, "S": block_stride, "PREC": prec}
+    geo = {"G": G, "GP": c["GP"], "D": D, "DP": c["DP"], "L": block_len, "S": block_stride, "PREC": prec}
     _cmp_bwd_dq[(triton.cdiv(T, c["BT"]), B * Hkv)](
         q, kc, vc, out, dout, lse, delta, dq, T, nc, scale * _LOG2E, scale,
         BT=c["BT"], BN=c["bn_bwd"], **geo, num_warps=c["warps"], num_stages=2,
@@ -538,6 +547,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         "G": shape.group,
         "GP": c["GP"],
         "D": shape.head_dim,
+        "DP": c["DP"],
         "L": shape.block_len,
         "S": shape.block_stride,
         "PREC": prec,

@@ -64,6 +64,7 @@ CASES = [
     (1, 1, 53, 8, 64, 8, 8, 8, 5, torch.float16),  # l' = l = d, G = 8
     (1, 1, 90, 1, 128, 64, 16, 16, 4, torch.float16),  # Eq. 9 reaches 3 blocks back, G = 1, D = 128
     (1, 2, 260, 6, 64, 32, 16, 64, 16, torch.float32),  # paper geometry, M7C group, 5 selection blocks
+    (1, 1, 40, 3, 96, 16, 4, 8, 6, torch.float32),  # D = 96: padded to 128 columns, masked
 ]
 
 

@@ -45,6 +45,7 @@ FP32_CASES = [
     (2, 1, 45, 6, 64, 21),  # B = 2, G = 6 (not a power of two), window not a multiple of the tile
     (1, 1, 20, 16, 64, 1),  # window = 1: only the token itself
     (1, 1, 37, 4, 128, 13),  # head_dim 128
+    (1, 1, 30, 3, 96, 11),  # head_dim 96: padded to 128 columns, masked
     (1, 2, 33, 8, 64, 33),  # window == T
     (1, 2, 100, 1, 64, 40),  # G = 1, long enough for unmasked middle tiles in every kernel
 ]
