@@ -1,15 +1,16 @@
-"""Triton kernels of NSA's compressed branch fused with block selection [Eq. 7-11]: two kernels
+"""Triton kernels of NSA's compressed branch fused with block selection [Eq. 7-11]: one kernel
 forward, two backward, at every T.
 
 Owns `compressed_attention_and_selection`, a drop-in for `nsa.attention.compressed`'s function
 (same arguments, layouts, dtypes and results, selection tables identical to eager's including the
 tie-break), and `gpucheck_specs`. The forward kernel takes one (batch, KV head, query tile) with all
 G heads of each token as rows; pass 1 streams the visible compressed keys for the row statistics,
-pass 2 recomputes the probabilities, accumulates p @ V, sums them over the group [Eq. 10] and maps
-them onto float32 selection-block scores [Eq. 9]; a second kernel keeps a running top-n per token
-[Eq. 11]. No [T, T/d] tensor exists. Backward is flash-style from the saved row statistics. It must
-not sync with the device, loop on the host over T, or autotune (docs/attention.md).
-"""
+pass 2 recomputes the probabilities and accumulates p @ V, pass 3 (after the output is stored, so
+its registers are free) recomputes them once more, sums them over the group [Eq. 10], maps them
+onto float32 selection-block scores [Eq. 9] and keeps a running top-n per token [Eq. 11]. No
+[T, T/d] or [T, T/l'] tensor exists: selection needs the tile's registers only. Backward is
+flash-style from the saved row statistics. It must not sync with the device, loop on the host over
+T, or autotune (docs/attention.md)."""
 
 from __future__ import annotations
 
@@ -50,23 +51,38 @@ def _shift(x, by: tl.constexpr, BJ: tl.constexpr):
 
 
 @triton.jit
-def _merge_top(top, keys, BJ: tl.constexpr):
-    """The BJ largest of `top` (sorted descending) and `keys`, sorted descending, placed by rank.
+def _merge_top(top, keys, W: tl.constexpr, BJ: tl.constexpr):
+    """The W largest of `top` ([BT, W], sorted descending) and `keys` ([BT, BJ]), sorted descending,
+    placed by rank.
 
     Keys are distinct except the -1 fillers; among equal values `top` comes first, then `keys` by
-    position, so the ranks are a permutation. Exact selects on [BT, BJ, BJ] tiles (no xor network,
+    position, so the ranks are a permutation. Exact selects on [BT, W, BJ] tiles (no xor network,
     which the interpreter runs element by element and which costs registers on the GPU).
     """
-    pos = tl.arange(0, BJ)
-    x = top[:, :, None]  # [BT, BJ(i), 1]
+    pos_w = tl.arange(0, W)
+    pos_j = tl.arange(0, BJ)
+    x = top[:, :, None]  # [BT, W(i), 1]
     y = keys[:, None, :]  # [BT, 1, BJ(j)]
-    rank_top = pos[None, :] + tl.sum((y > x).to(tl.int32), axis=2)  # [BT, BJ(i)]
+    rank_top = pos_w[None, :] + tl.sum((y > x).to(tl.int32), axis=2)  # [BT, W]
     yj = keys[:, :, None]  # [BT, BJ(j), 1]
-    ahead = (y > yj) | ((y == yj) & (pos[None, None, :] < pos[None, :, None]))
+    ahead = (y > yj) | ((y == yj) & (pos_j[None, None, :] < pos_j[None, :, None]))
     rank_key = tl.sum(ahead.to(tl.int32), axis=2) + tl.sum((top[:, None, :] >= yj).to(tl.int32), axis=2)
-    slot = pos[None, None, :]
+    slot = pos_w[None, None, :]
     out = tl.sum(tl.where(rank_top[:, :, None] == slot, x, 0), axis=1)
     return out + tl.sum(tl.where(rank_key[:, :, None] == slot, yj, 0), axis=1)
+
+
+@triton.jit
+def _block_scores(p, prev, BT: tl.constexpr, GP: tl.constexpr, BN: tl.constexpr, BJ: tl.constexpr,
+                  RP: tl.constexpr, A: tl.constexpr, R: tl.constexpr, HMAX: tl.constexpr):  # fmt: skip
+    """Eq. 10 (sum over the group) and Eq. 9 (overlap weights) for one key tile: the [BT, BJ] float32
+    block scores and the tile's group-summed probabilities, carried to the next tile."""
+    p3 = tl.reshape(tl.sum(tl.reshape(p, [BT, GP, BN]), axis=1), [BT, BJ, RP])  # Eq. 10
+    score = _eq9_part(p3, 0, A, R, RP)
+    for h in tl.static_range(1, HMAX + 1):
+        score += _shift(_eq9_part(p3, h, A, R, RP), h, BJ)
+        score += _shift(_eq9_part(prev, h, A, R, RP), h - BJ, BJ)
+    return score, p3
 
 
 @triton.jit
@@ -76,10 +92,12 @@ def _cmp_fwd(
     V,
     Out,
     LSE,
-    SCORE,
+    IDX,
+    VALID,
     T,
     NC,
     NS,
+    K_SEL,
     qk_scale,
     G: tl.constexpr,
     GP: tl.constexpr,
@@ -88,6 +106,7 @@ def _cmp_fwd(
     BT: tl.constexpr,
     BJ: tl.constexpr,
     RP: tl.constexpr,
+    W: tl.constexpr,
     L: tl.constexpr,
     S: tl.constexpr,
     LS: tl.constexpr,
@@ -106,7 +125,8 @@ def _cmp_fwd(
     LSE += bh * T * G
     K += bh * NC * D
     V += bh * NC * D
-    SCORE += bh * T * NS
+    IDX += bh * T * K_SEL
+    VALID += bh * T * K_SEL
 
     rows = tl.arange(0, BM)
     tq = pid_t * BT + rows // GP
@@ -145,10 +165,8 @@ def _cmp_fwd(
     inv_l = tl.where(seen, 1.0 / tl.where(seen, l_i, 1.0), 0.0)
     tl.store(LSE + row_off, tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), 0.0), mask=row_ok)
 
-    # Pass 2: probabilities again; output and the Eq. 9 block scores of the tile's tokens.
-    tb = pid_t * BT + tl.arange(0, BT)
+    # Pass 2: probabilities again; the output.
     acc = tl.zeros([BM, DP], tl.float32)
-    prev = tl.zeros([BT, BJ, RP], tl.float32)
     for jb in range(0, n_blk_tiles):
         key = (jb * BJ + cj) * R + cm
         key_ok = (cm < R) & (key < NC)
@@ -159,56 +177,49 @@ def _cmp_fwd(
         vis = row_ok[:, None] & key_ok[None, :] & (key[None, :] * S + (L - 1) <= tq[:, None])
         p = tl.where(vis, tl.exp2(s - m_safe[:, None]) * inv_l[:, None], 0.0)
         acc += tl.dot(p.to(v.dtype), v, input_precision=PREC)
-        p3 = tl.reshape(tl.sum(tl.reshape(p, [BT, GP, BN]), axis=1), [BT, BJ, RP])  # Eq. 10
-        score = _eq9_part(p3, 0, A, R, RP)
-        for h in tl.static_range(1, HMAX + 1):
-            score += _shift(_eq9_part(p3, h, A, R, RP), h, BJ)
-            score += _shift(_eq9_part(prev, h, A, R, RP), h - BJ, BJ)
-        prev = p3
-        j = jb * BJ + tl.arange(0, BJ)
-        smask = (tb[:, None] < T) & (j[None, :] < NS)
-        tl.store(SCORE + tb[:, None] * NS + j[None, :], score, mask=smask)
-
     omask = row_ok[:, None] & dmask[None, :]
     tl.store(Out + row_off[:, None] * D + dcol[None, :], acc.to(Out.dtype.element_ty), mask=omask)
 
-
-@triton.jit
-def _cmp_topn(
-    SCORE,
-    IDX,
-    VALID,
-    T,
-    NS,
-    K_SEL,
-    BT: tl.constexpr,
-    BJ: tl.constexpr,
-    LS: tl.constexpr,
-):
-    """Eq. 11 per query: a running top-BJ of the int64 keys (float bits << 32) | j, streamed over
-    the candidate blocks j*l' <= t in tiles of BJ; forced blocks (0, t//l', t//l' - 1) rank at
-    +inf, non-candidates are -1 (invalid slots: idx 0, valid False)."""
-    pid_t = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
-    SCORE += bh * T * NS
-    IDX += bh * T * K_SEL
-    VALID += bh * T * K_SEL
+    # Pass 3, with the accumulator gone: the same probabilities once more (the same operations as
+    # pass 2, so the same bits), their Eq. 9 block scores per tile of BJ blocks, and Eq. 11 on the
+    # eager key (float bits << 32) | j as a running top-W per token (forced blocks 0, t//l', t//l'-1
+    # at +inf bits, non-candidates -1). No score tensor: the selection's memory is the tile's.
     tb = pid_t * BT + tl.arange(0, BT)
     jt = tb // LS
-    t_last = tl.minimum(pid_t * BT + BT - 1, T - 1)
-    top = tl.full([BT, BJ], -1, tl.int64)
-    for jb in range(0, tl.cdiv(t_last // LS + 1, BJ)):
+    prev = tl.zeros([BT, BJ, RP], tl.float32)
+    # Above 8 tokens (G <= 2 at head_dim 64) the rank merge is done for even and odd tokens apart:
+    # one [16, W, BJ] merge spilled on sm_80; two of 8 do not (gpucheck).
+    HALF: tl.constexpr = BT > 8
+    TH: tl.constexpr = BT // 2 if HALF else BT
+    top = tl.full([TH, W], -1, tl.int64)
+    top_o = tl.full([TH, W], -1, tl.int64)
+    for jb in range(0, n_blk_tiles):
+        key = (jb * BJ + cj) * R + cm
+        key_ok = (cm < R) & (key < NC)
+        k = tl.load(K + key[:, None] * D + dcol[None, :], mask=key_ok[:, None] & dmask[None, :], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+        vis = row_ok[:, None] & key_ok[None, :] & (key[None, :] * S + (L - 1) <= tq[:, None])
+        p = tl.where(vis, tl.exp2(s - m_safe[:, None]) * inv_l[:, None], 0.0)
+        score, prev = _block_scores(p, prev, BT, GP, BN, BJ, RP, A, R, HMAX)
         j = jb * BJ + tl.arange(0, BJ)
-        cand = (j[None, :] * LS <= tb[:, None]) & (tb[:, None] < T)
-        score = tl.load(SCORE + tb[:, None] * NS + j[None, :], mask=cand, other=0.0)
+        cand = (j[None, :] * LS <= tb[:, None]) & (tb[:, None] < T) & (j[None, :] < NS)
         bits = score.to(tl.int32, bitcast=True) & 0x7FFFFFFF  # drops the sign of -0.0, as eager does
         forced = (j[None, :] == 0) | (j[None, :] == jt[:, None]) | (j[None, :] == jt[:, None] - 1)
         bits = tl.where(forced, 0x7F800000, bits).to(tl.int64)
         keys = tl.where(cand, (bits << 32) | j[None, :].to(tl.int64), -1)
         # Most tiles far from the query hold nothing above the current n-th key of any token.
-        if tl.max(tl.max(keys, axis=1) - tl.min(top, axis=1)) > 0:
-            top = _merge_top(top, keys, BJ)
-    slot = tl.arange(0, BJ)
+        if HALF:
+            k_e, k_o = tl.split(tl.permute(tl.reshape(keys, [TH, 2, BJ]), (0, 2, 1)))
+            if tl.max(tl.max(k_e, axis=1) - tl.min(top, axis=1)) > 0:
+                top = _merge_top(top, k_e, W, BJ)
+            if tl.max(tl.max(k_o, axis=1) - tl.min(top_o, axis=1)) > 0:
+                top_o = _merge_top(top_o, k_o, W, BJ)
+        else:
+            if tl.max(tl.max(keys, axis=1) - tl.min(top, axis=1)) > 0:
+                top = _merge_top(top, keys, W, BJ)
+    if HALF:
+        top = tl.reshape(tl.permute(tl.join(top, top_o), (0, 2, 1)), [BT, W])
+    slot = tl.arange(0, W)
     toff = tb[:, None] * K_SEL + slot[None, :]
     tmask = (tb[:, None] < T) & (slot[None, :] < K_SEL)
     ok = top >= 0
@@ -371,8 +382,9 @@ def _config(group: int, head_dim: int, n_sel: int, block_len: int, block_stride:
     bj = max(_pow2(max(1, 64 // rp)), _pow2(hmax))
     # Query rows (tokens x padded G) per forward tile; chosen so that nothing spills on sm_80/sm_90
     # (ptxas -v, docs/attention.md).
-    rows = 128 if head_dim <= 64 else 32
-    bt = max(1, min(32, rows // gp))
+    # 128 rows at head_dim 64 spilled on sm_80 once the top-n merge joined the kernel (pass 3).
+    rows = 64 if head_dim <= 64 else 32
+    bt = max(1, min(16, rows // gp))
     warps = 8
     bn_bwd = 64 if head_dim <= 64 else 32
     bt_dkv = max(1, 64 // gp)
@@ -388,9 +400,7 @@ def _config(group: int, head_dim: int, n_sel: int, block_len: int, block_stride:
         "bn_bwd": bn_bwd,
         "bt_dkv": bt_dkv,
         "bn_dkv": bn_dkv,
-        "bt_top": 16,
-        "bj_top": max(16, _pow2(n_sel)),  # running top-n width: >= n
-        "warps_top": 4,
+        "W": max(16, _pow2(n_sel)),  # running top-n width (pass 3 of the forward): >= n
     }
 
 
@@ -428,16 +438,11 @@ def _fwd(
     idx = torch.empty(B, Hkv, T, k, dtype=torch.int64, device=q.device)
     valid = torch.empty(B, Hkv, T, k, dtype=torch.bool, device=q.device)
     ns = -(-T // sel_block)
-    score = torch.empty(B, Hkv, T, ns, dtype=torch.float32, device=q.device)
     _cmp_fwd[(triton.cdiv(T, c["BT"]), B * Hkv)](
-        q, kc, vc, out, lse, score, T, nc, ns, scale * _LOG2E,
-        G=G, GP=c["GP"], D=D, DP=c["DP"], BT=c["BT"], BJ=c["BJ"], RP=c["RP"],
+        q, kc, vc, out, lse, idx, valid, T, nc, ns, k, scale * _LOG2E,
+        G=G, GP=c["GP"], D=D, DP=c["DP"], BT=c["BT"], BJ=c["BJ"], RP=c["RP"], W=c["W"],
         L=block_len, S=block_stride, LS=sel_block, PREC=_prec(q.dtype),
         num_warps=c["warps"], num_stages=2,
-    )  # fmt: skip
-    _cmp_topn[(triton.cdiv(T, c["bt_top"]), B * Hkv)](
-        score, idx, valid, T, ns, k, BT=c["bt_top"], BJ=c["bj_top"], LS=sel_block,
-        num_warps=c["warps_top"], num_stages=1,
     )  # fmt: skip
     return out, idx, valid, lse
 
@@ -553,16 +558,15 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         "PREC": prec,
     }
     fwd_sig = {
-        "Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "Out": f"*{dt}", "LSE": "*fp32", "SCORE": "*fp32",
-        "T": "i32", "NC": "i32", "NS": "i32", "qk_scale": "fp32",
+        "Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "Out": f"*{dt}", "LSE": "*fp32", "IDX": "*i64",
+        "VALID": "*i1", "T": "i32", "NC": "i32", "NS": "i32", "K_SEL": "i32", "qk_scale": "fp32",
     }  # fmt: skip
-    top_sig = {"SCORE": "*fp32", "IDX": "*i64", "VALID": "*i1", "T": "i32", "NS": "i32", "K_SEL": "i32"}
-    top_const = {"BT": c["bt_top"], "BJ": c["bj_top"], "LS": shape.sel_block}
     fwd_const = {
         **geo,
         "BT": c["BT"],
         "BJ": c["BJ"],
         "RP": c["RP"],
+        "W": c["W"],
         "LS": shape.sel_block,
     }
     dq_sig = {
@@ -575,14 +579,11 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     }  # fmt: skip
     specs = [
         ("compressed_fwd", _cmp_fwd, fwd_sig, fwd_const),
-        ("compressed_topn", _cmp_topn, top_sig, top_const),
         ("compressed_bwd_dq", _cmp_bwd_dq, dq_sig, {**geo, "BT": c["BT"], "BN": c["bn_bwd"]}),
         ("compressed_bwd_dkv", _cmp_bwd_dkv, dkv_sig, {**geo, "BT": c["bt_dkv"], "BN": c["bn_dkv"]}),
     ]
     out = []
     for name, fn, sig, const in specs:
         full = {**sig, **{k: "constexpr" for k in const}}
-        top = name == "compressed_topn"
-        warps, stages = (c["warps_top"], 1) if top else (c["warps"], 2)
-        out.append(KernelSpec(name, fn, full, const, num_warps=warps, num_stages=stages))
+        out.append(KernelSpec(name, fn, full, const, num_warps=c["warps"], num_stages=2))
     return out
