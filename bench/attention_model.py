@@ -169,8 +169,10 @@ def flash2(T: int, s: Shape, kind: str = "fa2") -> list[Kernel]:
     ]
 
 
-def ours(T: int, s: Shape) -> list[Kernel]:
-    """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer."""
+def ours(T: int, s: Shape, balanced_dkv: bool = True, keymajor_sel: bool = False) -> list[Kernel]:
+    """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
+    keymajor_sel models a restructure that is not built (what-if rows); balanced_dkv=False the
+    compressed dK/dV kernel as it was before it was split (for comparison)."""
     B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
     bf = 2
     act = B * T * s.H * D * bf
@@ -202,51 +204,71 @@ def ours(T: int, s: Shape) -> list[Kernel]:
             launches=10,
         )
     )
-    # Compressed attention + Eq. 9 scores: rows = BT tokens x G padded to GP; pass 1 (QK for the
-    # statistics), pass 2 (QK again, PV); every query tile re-reads its visible compressed K/V from L2.
+    # Compressed attention + selection, one kernel: rows = BT tokens x G padded to GP; pass 1 (QK for
+    # the statistics), pass 2 (QK again, PV), pass 3 (QK again, Eq. 9 scores, running top-n): every
+    # pass re-reads the tile's visible compressed keys from L2. Passes 1-2 are the branch, pass 3 the
+    # selection's own cost (one launch; the row below carries no launch of its own).
     GP = _p2(G)
-    rows = 128 if D <= 64 else 32
-    BT = max(1, min(32, rows // GP))
+    GPF = max(2, GP)
+    BT = max(1, min(8, 32 // GPF))  # the forward's tile: 32 rows, <= 8 tokens (docs/attention.md)
     ck = _cmp_keys(T, s)
-    cunit = 2 * BH * T * GP * ck * D
+    cunit = 2 * BH * T * GPF * ck * D
     cuse = 2 * BH * T * G * (nc / 2) * D
     ctiles = BH * math.ceil(T / BT)
-    score = 4 * BH * T * ns
-    ks.append(Kernel("cmp_fwd", "compressed", "fwd", "dense_fwd", 3 * cunit, 2 * cuse,
-                     2 * act + 2 * BH * nc * D * bf + score + 4 * BH * T * G,
-                     l2=ctiles * ck * D * bf * 2, programs=ctiles, per_sm=1,
-                     crit=3 * 2 * BT * GP * nc * D))  # fmt: skip
-    # Top-n: a running top-BJ per token over the float32 scores, rank merges on [BT, BJ, BJ] tiles
-    # (about 4 integer ops per compared pair and BJ pairs per candidate block).
-    bj = max(16, _p2(s.n))
-    ks.append(Kernel("cmp_topn", "selection", "fwd", "scalar", dram=score + BH * T * k * 9,
-                     alu=BH * T * ns * bj * 4, programs=BH * math.ceil(T / 16), per_sm=4))  # fmt: skip
+    ckl2 = ctiles * ck * D * bf
+    ks.append(Kernel("cmp_fwd", "compressed", "fwd", "dense_fwd", 2 * cunit, 2 * cuse,
+                     2 * act + 2 * BH * nc * D * bf + 4 * BH * T * G, l2=2 * ckl2, programs=ctiles, per_sm=2,
+                     crit=2 * 2 * BT * GPF * nc * D))  # fmt: skip
+    # Top-n (pass 3): a running top-W per token, rank merges on [BT, W, BJ] tiles (about 4 integer
+    # ops per compared pair, W pairs per candidate block), plus Eq. 9's shifts (~4 x l'/d per block).
+    W = max(16, _p2(s.n))
+    ks.append(Kernel("cmp_fwd_topn", "selection", "fwd", "dense_fwd", cunit, 0, BH * T * k * 9,
+                     l2=ckl2, alu=BH * T * ns * (W * 4 + 4 * s.lp // s.d), programs=ctiles, per_sm=2,
+                     launches=0))  # fmt: skip
     dq_rows = 128 if D <= 64 else 32
-    ks.append(Kernel("cmp_bwd_dq", "compressed", "bwd", "dense_bwd", 3 * cunit, 3 * cuse,
+    bunit = 2 * BH * T * GP * ck * D
+    ks.append(Kernel("cmp_bwd_dq", "compressed", "bwd", "dense_bwd", 3 * bunit, 3 * cuse,
                      4 * act + 2 * BH * nc * D * bf, l2=BH * math.ceil(T * GP / dq_rows) * ck * D * bf * 2,
                      programs=BH * math.ceil(T * GP / dq_rows), per_sm=1))  # fmt: skip
     # dK/dV per tile of 32 compressed keys: tile i is seen by the queries after it, so tile 0 carries
-    # T query rows while the last carries almost none (the longest program bounds the kernel).
-    dkv_progs = BH * max(1, math.ceil(nc / 32))
-    ks.append(Kernel("cmp_bwd_dkv", "compressed", "bwd", "dense_bwd", 4 * cunit, 4 * cuse,
-                     2 * BH * nc * D * bf * 2, l2=dkv_progs * (T / 2) * GP * D * bf * 2 + 8 * BH * T * G * dkv_progs / 2,
-                     programs=dkv_progs, per_sm=2, crit=4 * 2 * T * GP * 32 * D))  # fmt: skip
-    # Selected, forward: one program per (token, batch x KV head); rows = G heads padded to 16; each
-    # token reads its own k blocks of l' keys (K and V) through L2.
-    SR = _p2(G, 16)
+    # T query rows while the last carries almost none. Each tile's query tiles are cut into SPLIT = 8
+    # parts (one program each, fp32 partials summed in order by a second kernel), so the longest
+    # program has 1/8 of tile 0's work; split=1 models the kernel before 2026-11-25.
+    split = 8 if balanced_dkv else 1
+    dkv_tiles = BH * max(1, math.ceil(nc / 32))
+    part = dkv_tiles * split * 32 * D * 4 * 2 if split > 1 else 0
+    ks.append(Kernel("cmp_bwd_dkv", "compressed", "bwd", "dense_bwd", 4 * bunit, 4 * cuse,
+                     2 * BH * nc * D * bf * 2 + 2 * part, l2=dkv_tiles * (T / 2) * GP * D * bf * 2,
+                     programs=dkv_tiles * split, per_sm=2, crit=4 * 2 * T * GP * 32 * D / split,
+                     launches=1 + (split > 1)))  # fmt: skip
+    # Selected, forward and dQ: one program per (token, batch x KV head); rows = G heads padded to 16;
+    # each token reads its own k blocks of l' keys (K and V) through L2. dQ has the forward's loop
+    # structure (query-major, no atomics) and takes the forward's efficiency.
+    # keymajor (not built): FSA's order for both, rows = (pair, head) in full tiles of 64, a
+    # statistics pass (QK) before the output pass (QK, PV), fp32 partial rows per pair reduced after.
+    SR = 64 if keymajor_sel else _p2(G, 16)
     keys = _sel_keys(T, s)
-    sunit = 2 * BH * T * SR * keys * D
+    npairs = BH * T * k
     suse = 2 * BH * T * G * keys * D
-    sl2 = BH * T * keys * D * bf * 2
-    ks.append(Kernel("sel_fwd", "selected", "fwd", "gather_fwd", 2 * sunit, 2 * suse,
-                     2 * act + 2 * kvb + BH * T * k * 9 + 4 * BH * T * G, l2=sl2,
-                     programs=BH * T, per_sm=_per_sm(158, 128)))  # fmt: skip
-    ks.append(Kernel("sel_bwd_dq", "selected", "bwd", "gather_bwd", 3 * sunit, 3 * suse,
-                     4 * act + 2 * kvb + BH * T * k * 9, l2=sl2,
-                     programs=BH * T, per_sm=_per_sm(154, 128)))  # fmt: skip
+    if keymajor_sel:
+        sunit = suse * (math.ceil(npairs * G / SR) * SR) / (npairs * G)
+        partial = npairs * G * (D + 2) * 4 * 2
+        sl2 = npairs * G * D * bf * 2
+        fwd_units, dq_units, launches = 3, 3, 3
+    else:
+        sunit = 2 * BH * T * SR * keys * D
+        partial = 0
+        sl2 = BH * T * keys * D * bf * 2
+        fwd_units, dq_units, launches = 2, 3, 1
+    progs = math.ceil(npairs * G / 64) if keymajor_sel else BH * T
+    ks.append(Kernel("sel_fwd", "selected", "fwd", "gather_fwd", fwd_units * sunit, 2 * suse,
+                     2 * act + 2 * kvb + BH * T * k * 9 + 4 * BH * T * G + partial, l2=sl2,
+                     programs=progs, per_sm=_per_sm(158, 128), launches=launches))  # fmt: skip
+    ks.append(Kernel("sel_bwd_dq", "selected", "bwd", "gather_fwd", dq_units * sunit, 3 * suse,
+                     4 * act + 2 * kvb + BH * T * k * 9 + partial, l2=sl2,
+                     programs=progs, per_sm=_per_sm(154, 128), launches=launches - 1))  # fmt: skip
     # Reverse index: one stable torch.sort of BH*T*k int64 keys (radix: ~8 passes over key + index),
     # searchsorted, cumsum and ~12 small ops.
-    npairs = BH * T * k
     ks.append(Kernel("sel_reverse_index", "selected", "bwd", "memory", dram=npairs * 16 * 2 * 8, launches=16))
     # dK/dV key-major: rows = (pair, head), BR = 64 per step, full tiles for any G; each row's q and dO
     # come from L2; partial dK/dV per segment in fp32, summed by the reduction kernel.
@@ -420,14 +442,33 @@ def branch_budget(T: int, shape: Shape, gpu: Gpu) -> dict[str, float]:
 
 def transient_bytes(T: int, s: Shape) -> int:
     """The largest scratch one NSA op holds beyond its inputs, outputs and saved tensors (triton
-    backend): forward, the float32 block scores [B, Hkv, T, ceil(T/l')] between the compressed kernel
-    and top-n; backward, the selected branch's reverse index (sort keys, order, sorted keys: 3 x 8
-    bytes per pair; cub's scratch not counted) plus fp32 partial dK/dV per segment and the deltas."""
+    backend): the forward has none since selection runs inside the compressed kernel (until
+    2026-11-25 it kept float32 block scores [B, Hkv, T, ceil(T/l')], 512 MiB at 64k for M7C); the
+    backward, the selected branch's reverse index (sort keys, order, sorted keys: 3 x 8 bytes per
+    pair; cub's scratch not counted) plus fp32 partial dK/dV per segment and the deltas."""
     BH = s.B * s.Hkv
     ns = -(-T // s.lp)
     npairs = BH * T * min(s.n, ns)
     seg = min(2048, max(16, _p2(T) // 4))
     nseg = BH * ns + math.ceil(npairs / seg)
-    fwd = 4 * BH * T * ns
-    bwd = 3 * 8 * npairs + 2 * nseg * s.lp * _p2(s.D, 16) * 4 + 4 * BH * T * s.G
-    return int(max(fwd, bwd))
+    return int(3 * 8 * npairs + 2 * nseg * s.lp * _p2(s.D, 16) * 4 + 4 * BH * T * s.G)
+
+
+WHAT_IF = {
+    "unbalanced_cmp_dkv_before": {"balanced_dkv": False},  # the compressed dK/dV before its split
+    "keymajor_selected": {"keymajor_sel": True},  # FSA's loop order for the selected fwd and dQ
+}
+
+
+def what_if_rows(Ts: list[int]) -> list[dict]:
+    """NSA/FA2 fwd+bwd if the kernels were restructured as named (modelled, not built)."""
+    rows = []
+    for name, flags in WHAT_IF.items():
+        for gname in ("A100", "H100"):
+            for sname, shape in SHAPES.items():
+                for T in Ts:
+                    ratio = total(ours(T, shape, **flags), GPUS[gname]) / total(flash2(T, shape), GPUS[gname])
+                    rows.append(
+                        {"what_if": name, "gpu": gname, "shape": sname, "T": T, "fwd_bwd": round(ratio, 3)}
+                    )
+    return rows

@@ -187,12 +187,7 @@ def _cmp_fwd(
     tb = pid_t * BT + tl.arange(0, BT)
     jt = tb // LS
     prev = tl.zeros([BT, BJ, RP], tl.float32)
-    # Above 8 tokens (G <= 2 at head_dim 64) the rank merge is done for even and odd tokens apart:
-    # one [16, W, BJ] merge spilled on sm_80; two of 8 do not (gpucheck).
-    HALF: tl.constexpr = BT > 8
-    TH: tl.constexpr = BT // 2 if HALF else BT
-    top = tl.full([TH, W], -1, tl.int64)
-    top_o = tl.full([TH, W], -1, tl.int64)
+    top = tl.full([BT, W], -1, tl.int64)
     for jb in range(0, n_blk_tiles):
         key = (jb * BJ + cj) * R + cm
         key_ok = (cm < R) & (key < NC)
@@ -208,17 +203,8 @@ def _cmp_fwd(
         bits = tl.where(forced, 0x7F800000, bits).to(tl.int64)
         keys = tl.where(cand, (bits << 32) | j[None, :].to(tl.int64), -1)
         # Most tiles far from the query hold nothing above the current n-th key of any token.
-        if HALF:
-            k_e, k_o = tl.split(tl.permute(tl.reshape(keys, [TH, 2, BJ]), (0, 2, 1)))
-            if tl.max(tl.max(k_e, axis=1) - tl.min(top, axis=1)) > 0:
-                top = _merge_top(top, k_e, W, BJ)
-            if tl.max(tl.max(k_o, axis=1) - tl.min(top_o, axis=1)) > 0:
-                top_o = _merge_top(top_o, k_o, W, BJ)
-        else:
-            if tl.max(tl.max(keys, axis=1) - tl.min(top, axis=1)) > 0:
-                top = _merge_top(top, keys, W, BJ)
-    if HALF:
-        top = tl.reshape(tl.permute(tl.join(top, top_o), (0, 2, 1)), [BT, W])
+        if tl.max(tl.max(keys, axis=1) - tl.min(top, axis=1)) > 0:
+            top = _merge_top(top, keys, W, BJ)
     slot = tl.arange(0, W)
     toff = tb[:, None] * K_SEL + slot[None, :]
     tmask = (tb[:, None] < T) & (slot[None, :] < K_SEL)
@@ -305,8 +291,8 @@ def _cmp_bwd_dkv(
     DO,
     LSE,
     DELTA,
-    DK,
-    DV,
+    PDK,
+    PDV,
     T,
     NC,
     qk_scale,
@@ -319,11 +305,15 @@ def _cmp_bwd_dkv(
     BN: tl.constexpr,
     L: tl.constexpr,
     S: tl.constexpr,
+    SPLIT: tl.constexpr,
     PREC: tl.constexpr,
 ):
-    """dK, dV per compressed-key tile over the query tiles that see it (no atomics)."""
+    """Partial dK, dV of one compressed-key tile over one SPLIT-th of the query tiles that see it
+    (fp32, [B*Hkv, key tiles, SPLIT, BN, DP]; no atomics). Key tile 0 is seen by every query and the
+    last by almost none: split, no program carries more than 1/SPLIT of the longest tile's work."""
     BM: tl.constexpr = BT * GP
-    pid_n = tl.program_id(0)
+    pid_n = tl.program_id(0) // SPLIT
+    part = tl.program_id(0) % SPLIT
     bh = tl.program_id(1).to(tl.int64)
     Q += bh * T * G * D
     DO += bh * T * G * D
@@ -331,8 +321,6 @@ def _cmp_bwd_dkv(
     DELTA += bh * T * G
     K += bh * NC * D
     V += bh * NC * D
-    DK += bh * NC * D
-    DV += bh * NC * D
     key = pid_n * BN + tl.arange(0, BN)
     key_ok = key < NC
     dcol = tl.arange(0, DP)
@@ -346,7 +334,10 @@ def _cmp_bwd_dkv(
     dk = tl.zeros([BN, DP], tl.float32)
     dv = tl.zeros([BN, DP], tl.float32)
     first = (pid_n * BN * S + (L - 1)) // BT
-    for tb in range(first, tl.cdiv(T, BT)):
+    n_tiles = tl.maximum(tl.cdiv(T, BT) - first, 0)
+    lo = first + (part * n_tiles) // SPLIT
+    hi = first + ((part + 1) * n_tiles) // SPLIT
+    for tb in range(lo, hi):
         tq = tb * BT + rows // GP
         gq = rows % GP
         row_ok = (gq < G) & (tq < T)
@@ -363,8 +354,41 @@ def _cmp_bwd_dkv(
         dpt = tl.dot(v, tl.trans(do), input_precision=PREC)
         dst = pt * (dpt - delta[None, :])
         dk += tl.dot(dst.to(q.dtype), q, input_precision=PREC)
-    tl.store(DK + koff, (dk * scale).to(DK.dtype.element_ty), mask=key_ok[:, None] & dmask[None, :])
-    tl.store(DV + koff, dv.to(DV.dtype.element_ty), mask=key_ok[:, None] & dmask[None, :])
+    n = tl.arange(0, BN)
+    poff = ((bh * tl.num_programs(0) + pid_n * SPLIT + part) * BN + n)[:, None] * DP + dcol[None, :]
+    tl.store(PDK + poff, dk * scale)
+    tl.store(PDV + poff, dv)
+
+
+@triton.jit
+def _cmp_bwd_dkv_sum(
+    PDK,
+    PDV,
+    DK,
+    DV,
+    NC,
+    D: tl.constexpr,
+    DP: tl.constexpr,
+    BN: tl.constexpr,
+    SPLIT: tl.constexpr,
+):
+    """dK, dV of one key tile: its SPLIT partials summed in order (deterministic), in the keys' dtype."""
+    pid_n = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    n = tl.arange(0, BN)
+    dcol = tl.arange(0, DP)
+    dk = tl.zeros([BN, DP], tl.float32)
+    dv = tl.zeros([BN, DP], tl.float32)
+    for part in range(0, SPLIT):
+        poff = ((bh * tl.num_programs(0) + pid_n) * SPLIT + part) * BN
+        off = (poff + n)[:, None] * DP + dcol[None, :]
+        dk += tl.load(PDK + off)
+        dv += tl.load(PDV + off)
+    key = pid_n * BN + n
+    m = (key < NC)[:, None] & (dcol < D)[None, :]
+    koff = (bh * NC + key)[:, None] * D + dcol[None, :]
+    tl.store(DK + koff, dk.to(DK.dtype.element_ty), mask=m)
+    tl.store(DV + koff, dv.to(DV.dtype.element_ty), mask=m)
 
 
 def _pow2(x: int) -> int:
@@ -382,15 +406,21 @@ def _config(group: int, head_dim: int, n_sel: int, block_len: int, block_stride:
     bj = max(_pow2(max(1, 64 // rp)), _pow2(hmax))
     # Query rows (tokens x padded G) per forward tile; chosen so that nothing spills on sm_80/sm_90
     # (ptxas -v, docs/attention.md).
-    # 128 rows at head_dim 64 spilled on sm_80 once the top-n merge joined the kernel (pass 3).
-    rows = 64 if head_dim <= 64 else 32
-    bt = max(1, min(16, rows // gp))
+    rows = 128 if head_dim <= 64 else 32
+    bt = max(1, min(32, rows // gp))
+    # The forward holds the top-n merge of its tokens too (pass 3): 32 rows and at most 8 tokens per
+    # tile (G = 1 pads to 2 rows a token for tl.dot's 16). ptxas on sm_80 spilled with 64 rows
+    # (G = 6: 8 tokens, 472 B) and with 16 tokens (G = 1), and with the old 128 rows (gpucheck).
+    gpf = max(2, gp)
+    btf = max(1, min(8, 32 // gpf))
     warps = 8
     bn_bwd = 64 if head_dim <= 64 else 32
     bt_dkv = max(1, 64 // gp)
     bn_dkv = 32
     return {
         "GP": gp,
+        "GPF": gpf,
+        "BTF": btf,
         # head_dim padded to a power of two >= 16 (tl.arange and tl.dot need it); masked columns.
         "DP": max(16, _pow2(head_dim)),
         "RP": rp,
@@ -400,6 +430,9 @@ def _config(group: int, head_dim: int, n_sel: int, block_len: int, block_stride:
         "bn_bwd": bn_bwd,
         "bt_dkv": bt_dkv,
         "bn_dkv": bn_dkv,
+        # dK/dV: each key tile's queries in SPLIT parts (partials summed in order by a second kernel):
+        # without it tile 0 carried all T queries alone (the longest program bounded the kernel).
+        "split_dkv": 8,
         "W": max(16, _pow2(n_sel)),  # running top-n width (pass 3 of the forward): >= n
     }
 
@@ -438,9 +471,9 @@ def _fwd(
     idx = torch.empty(B, Hkv, T, k, dtype=torch.int64, device=q.device)
     valid = torch.empty(B, Hkv, T, k, dtype=torch.bool, device=q.device)
     ns = -(-T // sel_block)
-    _cmp_fwd[(triton.cdiv(T, c["BT"]), B * Hkv)](
+    _cmp_fwd[(triton.cdiv(T, c["BTF"]), B * Hkv)](
         q, kc, vc, out, lse, idx, valid, T, nc, ns, k, scale * _LOG2E,
-        G=G, GP=c["GP"], D=D, DP=c["DP"], BT=c["BT"], BJ=c["BJ"], RP=c["RP"], W=c["W"],
+        G=G, GP=c["GPF"], D=D, DP=c["DP"], BT=c["BTF"], BJ=c["BJ"], RP=c["RP"], W=c["W"],
         L=block_len, S=block_stride, LS=sel_block, PREC=_prec(q.dtype),
         num_warps=c["warps"], num_stages=2,
     )  # fmt: skip
@@ -488,9 +521,15 @@ def _bwd(
         BT=c["BT"], BN=c["bn_bwd"], **geo, num_warps=c["warps"], num_stages=2,
     )  # fmt: skip
     # One program even when there is no compressed key (T < l): the launch count never depends on T.
-    _cmp_bwd_dkv[(triton.cdiv(max(nc, 1), c["bn_dkv"]), B * Hkv)](
-        q, kc, vc, dout, lse, delta, dk, dv, T, nc, scale * _LOG2E, scale,
-        BT=c["bt_dkv"], BN=c["bn_dkv"], **geo, num_warps=c["warps"], num_stages=2,
+    ntile, split, bn = triton.cdiv(max(nc, 1), c["bn_dkv"]), c["split_dkv"], c["bn_dkv"]
+    pdk = torch.empty(B * Hkv, ntile, split, bn, c["DP"], dtype=torch.float32, device=q.device)
+    pdv = torch.empty_like(pdk)
+    _cmp_bwd_dkv[(ntile * split, B * Hkv)](
+        q, kc, vc, dout, lse, delta, pdk, pdv, T, nc, scale * _LOG2E, scale,
+        BT=c["bt_dkv"], BN=bn, SPLIT=split, **geo, num_warps=c["warps"], num_stages=2,
+    )  # fmt: skip
+    _cmp_bwd_dkv_sum[(ntile, B * Hkv)](
+        pdk, pdv, dk, dv, nc, D=D, DP=c["DP"], BN=bn, SPLIT=split, num_warps=4, num_stages=1
     )  # fmt: skip
     return dq, dk, dv
 
@@ -563,7 +602,8 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     }  # fmt: skip
     fwd_const = {
         **geo,
-        "BT": c["BT"],
+        "GP": c["GPF"],
+        "BT": c["BTF"],
         "BJ": c["BJ"],
         "RP": c["RP"],
         "W": c["W"],
@@ -575,15 +615,22 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     }  # fmt: skip
     dkv_sig = {
         "Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "DO": f"*{dt}", "LSE": "*fp32", "DELTA": "*fp32",
-        "DK": f"*{dt}", "DV": f"*{dt}", "T": "i32", "NC": "i32", "qk_scale": "fp32", "scale": "fp32",
+        "PDK": "*fp32", "PDV": "*fp32", "T": "i32", "NC": "i32", "qk_scale": "fp32", "scale": "fp32",
     }  # fmt: skip
+    sum_sig = {"PDK": "*fp32", "PDV": "*fp32", "DK": f"*{dt}", "DV": f"*{dt}", "NC": "i32"}
+    split = {"SPLIT": c["split_dkv"]}
+    sum_const = {"D": shape.head_dim, "DP": c["DP"], "BN": c["bn_dkv"], **split}
     specs = [
-        ("compressed_fwd", _cmp_fwd, fwd_sig, fwd_const),
-        ("compressed_bwd_dq", _cmp_bwd_dq, dq_sig, {**geo, "BT": c["BT"], "BN": c["bn_bwd"]}),
-        ("compressed_bwd_dkv", _cmp_bwd_dkv, dkv_sig, {**geo, "BT": c["bt_dkv"], "BN": c["bn_dkv"]}),
-    ]
+        ("compressed_fwd", _cmp_fwd, fwd_sig, fwd_const, c["warps"], 2),
+        ("compressed_bwd_dq", _cmp_bwd_dq, dq_sig, {**geo, "BT": c["BT"], "BN": c["bn_bwd"]}, c["warps"], 2),
+        (
+            "compressed_bwd_dkv", _cmp_bwd_dkv, dkv_sig, {**geo, "BT": c["bt_dkv"], "BN": c["bn_dkv"], **split},
+            c["warps"], 2,
+        ),
+        ("compressed_bwd_dkv_sum", _cmp_bwd_dkv_sum, sum_sig, sum_const, 4, 1),
+    ]  # fmt: skip
     out = []
-    for name, fn, sig, const in specs:
+    for name, fn, sig, const, warps, stages in specs:
         full = {**sig, **{k: "constexpr" for k in const}}
-        out.append(KernelSpec(name, fn, full, const, num_warps=c["warps"], num_stages=2))
+        out.append(KernelSpec(name, fn, full, const, num_warps=warps, num_stages=stages))
     return out
