@@ -246,7 +246,12 @@ def main() -> None:
         "--dtype", help="float32 | bfloat16 | float16 (default: float32 on CPU, bfloat16 on CUDA)"
     )
     ap.add_argument("--nsa-backend", default="auto", choices=["auto", "eager", "triton"])
-    ap.add_argument("--model", action="store_true", help="print roofline estimates (no GPU needed) and exit")
+    ap.add_argument(
+        "--model",
+        action="store_true",
+        help="print the calibrated cost model (A100/H100, shapes m7c and paper; no GPU needed) and exit; "
+        "--T picks its lengths, the other shape options do not apply",
+    )
     ap.add_argument("--B", type=int, default=1)
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--kv-heads", type=int, default=2)
