@@ -1,6 +1,40 @@
 #!/usr/bin/env bash
-# Set up what is missing (scripts/setup.sh), then run the whole test suite. Extra arguments go to pytest.
+# Set up what is missing (scripts/setup.sh), then run the whole test suite. Extra arguments go to pytest
+# (and then only pytest runs).
+#
+# Without arguments the main run is followed by the triton version leg (docs/attention.md "Triton
+# versions"): the kernel tests under the interpreter and gpucheck (sm_80/sm_90: compile, no spills,
+# shared memory) on triton 3.6, the oldest triton the package accepts and what current CUDA images
+# ship. It is installed once into .venv/triton-legs/3.6.0 with numpy<2.4 (triton 3.6's interpreter
+# calls int() on one-element arrays, an error since numpy 2.4) and put first on PYTHONPATH for that
+# leg only. The main run covers the newest triton (the venv's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-exec .venv/bin/python -m pytest "$@"
+if [ $# -gt 0 ]; then
+    exec .venv/bin/python -m pytest "$@"
+fi
+rc=0
+.venv/bin/python -m pytest || rc=$?
+
+LEG_TRITON=3.6.0
+leg=".venv/triton-legs/$LEG_TRITON"
+if [ ! -e "$leg/.complete" ]; then
+    echo "test: installing triton==$LEG_TRITON and numpy<2.4 into $leg (once)"
+    rm -rf "$leg"
+    .venv/bin/python -m pip install -q --target "$leg" "triton==$LEG_TRITON" "numpy<2.4"
+    touch "$leg/.complete"
+fi
+echo "test: triton $LEG_TRITON leg: interpreter tests (representative subset) and gpucheck"
+# The subset (docs/attention.md "Triton versions"): bf16 through the honest-bf16 fixture, the whole
+# module with its parameters' gradients and head_dim 96 training, and the fp16 / head_dim 96 / G 16
+# cases of the window and compressed kernels. gpucheck: the configs' shapes and the paper's 16x128.
+t="tests/unit/attention/triton"
+PYTHONPATH="$leg" .venv/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning \
+    "$t/test_bf16_interpreter.py" "$t/test_module_triton.py" \
+    "$t/test_window.py" "$t/test_triton_compressed.py" -k "bf16 or module or trains or fp16 or 96 or G16" || rc=$?
+if ! PYTHONPATH="$leg" .venv/bin/python -m nsa.attention.gpucheck --shape 16x128 >/dev/null; then
+    rc=1
+    echo "test: gpucheck failed on triton $LEG_TRITON; rerun: PYTHONPATH=$leg .venv/bin/python -m nsa.attention.gpucheck --shape 16x128" >&2
+fi
+exit "$rc"

@@ -5,8 +5,9 @@ configs/long_context.yaml, read by the trainer's own config loader) it builds th
 asks each kernel module (`nsa.attention.triton.{selected,compressed,window,fused}`) for the
 `KernelSpec`s it would launch on that arch (`gpucheck_specs(shape, arch)`), compiles them with
 `triton.compile(ASTSource(...), target=GPUTarget("cuda", arch, 32))` (pointer arguments marked 16-byte
-aligned, as the JIT specialises them for torch allocations), reruns the wheel's ptxas with
-`-v` on the PTX for registers and spills, and prints one JSON line per kernel x arch x config. Exit 1
+aligned, as the JIT specialises them for torch allocations), reads registers and spills from the
+`ptxas -v` log of triton's own cubin step (TRITON_DUMP_PTXAS_LOG: the flags that installed triton
+really uses), and prints one JSON line per kernel x arch x config. Exit 1
 when a kernel fails to compile, spills, or needs more shared memory than a block may opt into
 (A100: 166,912 bytes = 163 KB; H100: 232,448 bytes = 227 KB: cudaDevAttrMaxSharedMemoryPerBlockOptin
 of those GPUs); exit 2 on bad input. It must not run the kernels, and must not see interpreted ones:
@@ -15,12 +16,16 @@ under TRITON_INTERPRET=1 it re-executes itself without the variable. Nothing is 
 
     python -m nsa.attention.gpucheck                       # both configs, sm_80 and sm_90
     python -m nsa.attention.gpucheck --arch 90 --config configs/m7c_125m.yaml
+    python -m nsa.attention.gpucheck --grid                # + every (G, D) of GRID at M7C's geometry
+    python -m nsa.attention.gpucheck --shape 16x128 --shape 1x96   # + chosen (G, D) points only
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
 import json
 import os
 import re
@@ -28,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from nsa.attention.triton.spec import GpuShape, KernelSpec
@@ -39,6 +45,9 @@ MODULES = tuple(f"nsa.attention.triton.{m}" for m in ("selected", "compressed", 
 SMEM_LIMIT = {80: 166_912, 90: 232_448}
 GPU_NAME = {80: "A100 (sm_80)", 90: "H100 (sm_90a)"}
 _DTYPE = {"bf16": "bf16", "auto": "bf16", "fp32": "fp32"}  # train.dtype -> activations on CUDA
+# (heads per KV head, head_dim) every release must compile cleanly: the configs' and the GPU suite's
+# shapes and what docs/attention.md promises (any head_dim the config accepts is padded to these).
+GRID: tuple[tuple[int, int], ...] = tuple((g, d) for g in (1, 2, 6, 16) for d in (64, 96, 128))
 
 
 def shape_from_config(path: str | Path) -> GpuShape:
@@ -61,9 +70,28 @@ def shape_from_config(path: str | Path) -> GpuShape:
     )
 
 
+def grid_shapes(
+    points: list[tuple[int, int]], base: str | Path = REPO / DEFAULT_CONFIGS[0]
+) -> list[GpuShape]:
+    """`base`'s layer geometry with (group, head_dim) replaced by each point, named "G{g}xD{d}"."""
+    b = shape_from_config(base)
+    return [replace(b, name=f"G{g}xD{d}", group=g, head_dim=d) for g, d in points]
+
+
+def parse_point(text: str) -> tuple[int, int]:
+    """(G, D) from "GxD", e.g. "16x128" (the argparse type of --shape)."""
+    try:
+        g, d = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shape {text!r}: expected GxD, e.g. 16x128") from None
+    if g < 1 or d < 16 or d % 2:
+        raise argparse.ArgumentTypeError(f"--shape {text!r}: G >= 1 and an even D >= 16")
+    return g, d
+
+
 def _ptxas_report(ptx: str, arch: int) -> dict[str, int]:
-    """Registers, spill bytes and static shared memory as `ptxas -v` reports them (the wheel's ptxas,
-    the flags triton's make_cubin uses)."""
+    """Registers, spill bytes and static shared memory from running the wheel's `ptxas -v` on the PTX
+    (the fallback when triton printed no ptxas log)."""
     from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
 
     with tempfile.TemporaryDirectory() as d:
@@ -78,7 +106,11 @@ def _ptxas_report(ptx: str, arch: int) -> dict[str, int]:
         proc = subprocess.run([*cmd, str(src), "-o", str(Path(d) / "k.o")], capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"ptxas failed: {proc.stderr.strip()[-2000:]}")
-    log = proc.stderr + proc.stdout
+    return _parse_ptxas(proc.stderr + proc.stdout)
+
+
+def _parse_ptxas(log: str) -> dict[str, int]:
+    """Registers, spill bytes and static shared memory from a `ptxas -v` log."""
 
     def num(pattern: str) -> int:
         found = re.findall(pattern, log)
@@ -117,8 +149,14 @@ def check_spec(spec: KernelSpec, arch: int) -> dict:
             fn=spec.fn, signature=dict(spec.signature), constexprs=dict(spec.constexprs), attrs=aligned
         )
         opts = {"num_warps": spec.num_warps, "num_stages": spec.num_stages}
-        k = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=opts)
-        rep = _ptxas_report(k.asm["ptx"], arch)
+        # Triton runs ptxas -v itself to build the cubin; with TRITON_DUMP_PTXAS_LOG (set by run())
+        # it prints that log: the registers of the exact ptxas flags this triton uses (3.9 adds
+        # --regAllocOptLevel=2, 3.6 does not), and no second ptxas run.
+        log = io.StringIO()
+        with contextlib.redirect_stdout(log):
+            k = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=opts)
+        rep = _parse_ptxas(log.getvalue()) if "Used " in log.getvalue() else None
+        rep = rep or _ptxas_report(k.asm["ptx"], arch)
     except Exception as e:  # a compile failure is a result to report, not a crash of the check
         rec.update(ok=False, error=f"{type(e).__name__}: {str(e).strip()[:1500]}")
         return rec
@@ -160,8 +198,17 @@ def _compile_all(jobs: dict[tuple, tuple[KernelSpec, int]], n: int) -> dict[tupl
         return dict(zip(keys, pool.map(_check_job, range(len(keys)), chunksize=1), strict=True))
 
 
-def run(configs: list[str], archs: list[int], modules: list[str], out=sys.stdout, jobs_n: int = 1) -> int:
-    """Print the records; 0 when every kernel compiled within limits, 1 otherwise, 2 on bad input."""
+def run(
+    configs: list[str],
+    archs: list[int],
+    modules: list[str],
+    out=sys.stdout,
+    jobs_n: int = 1,
+    points: list[tuple[int, int]] = (),
+) -> int:
+    """Print the records; 0 when every kernel compiled within limits, 1 otherwise, 2 on bad input.
+
+    `points` adds one shape per (G, D) at the first config's geometry (`grid_shapes`)."""
     from nsa.attention import triton as pkg
 
     if pkg.interpreting():
@@ -174,6 +221,8 @@ def run(configs: list[str], archs: list[int], modules: list[str], out=sys.stdout
         return 2
     try:
         shapes = [shape_from_config(c) for c in configs]
+        if points:
+            shapes += grid_shapes(list(points), configs[0] if configs else REPO / DEFAULT_CONFIGS[0])
     except ValueError as e:  # ConfigError names file, key and fix
         print(f"gpucheck: {e}", file=sys.stderr)
         return 2
@@ -184,6 +233,7 @@ def run(configs: list[str], archs: list[int], modules: list[str], out=sys.stdout
         return 2
     if not os.environ.get("TRITON_CACHE_DIR"):  # compile for real every time; keep nothing around
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="nsa-gpucheck-")
+    os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"  # read by triton at each compile (check_spec)
     rows: list[tuple[str, str, tuple | None, dict | None]] = []  # (config, module, job key, failure record)
     jobs: dict[tuple, tuple[KernelSpec, int]] = {}
     for shape in shapes:
@@ -231,9 +281,15 @@ def main(argv: list[str] | None = None) -> int:
         default=min(4, os.cpu_count() or 1),
         help="parallel compilations (default: cores, max 4)",
     )
+    ap.add_argument("--grid", action="store_true", help="also every (G, D) of GRID: G 1/2/6/16 x D 64/96/128")
+    ap.add_argument(
+        "--shape", action="append", type=parse_point, default=[], metavar="GxD",
+        help="also this (G, D) at the first config's geometry (repeatable), e.g. 16x128",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     configs = args.config or [str(REPO / c) for c in DEFAULT_CONFIGS]
-    return run(configs, args.arch, args.module or list(MODULES), jobs_n=args.jobs)
+    points = list(dict.fromkeys([*(GRID if args.grid else ()), *args.shape]))
+    return run(configs, args.arch, args.module or list(MODULES), jobs_n=args.jobs, points=points)
 
 
 if __name__ == "__main__":

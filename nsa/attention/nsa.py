@@ -42,7 +42,10 @@ def resolve_backend(backend: str, device: torch.device | str) -> str:
     if backend == "eager":
         return "eager"
     if backend == "auto":
-        return "triton" if dev == "cuda" and _triton_pkg.available() else "eager"
+        if dev == "cuda" and _triton_pkg.available():
+            _triton_pkg.require_supported()  # an old triton is refused, never silently slow
+            return "triton"
+        return "eager"
     if backend != "triton":
         raise ValueError(f"NSAAttention: backend={backend!r} must be one of {', '.join(BACKENDS)}")
     if not _triton_pkg.available():
@@ -51,6 +54,7 @@ def resolve_backend(backend: str, device: torch.device | str) -> str:
             "Fix: install a CUDA build of torch (it brings triton) or `pip install triton`, or use "
             "backend='auto'/'eager' (model.nsa.backend in the config)."
         )
+    _triton_pkg.require_supported()
     if dev == "cuda" or (dev == "cpu" and _triton_pkg.interpreting()):
         return "triton"
     if dev == "cpu":

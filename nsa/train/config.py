@@ -92,6 +92,9 @@ class NSAConfig(_Strict):
         return self
 
 
+TRITON_MAX_HEAD_DIM = 128  # largest head_dim nsa/attention/triton is compiled and checked for
+
+
 class ModelConfig(_Strict):
     """Llama-style decoder: RMSNorm, RoPE, SwiGLU, grouped-query attention (NSA or dense)."""
 
@@ -127,6 +130,14 @@ class ModelConfig(_Strict):
             )
         if self.head_dim % 2:
             raise ValueError(f"model.head_dim={self.head_dim} must be even (RoPE rotates pairs of channels)")
+        if self.attention == "nsa" and self.nsa.backend != "eager" and self.head_dim > TRITON_MAX_HEAD_DIM:
+            # The triton kernels pad head_dim to a power of two; past 128 their tiles were never
+            # compiled and checked (gpucheck), and auto picks them on CUDA.
+            raise ValueError(
+                f"model.head_dim={self.head_dim} is more than the triton NSA kernels serve "
+                f"({TRITON_MAX_HEAD_DIM}; any even head_dim up to it is padded to a power of two). "
+                f"Fix: head_dim <= {TRITON_MAX_HEAD_DIM}, or `model.nsa.backend: eager`"
+            )
         return self
 
     def ffn_width(self) -> int:

@@ -13,12 +13,20 @@ Rules every kernel module follows:
   layer is the same at every sequence length.
 - CPU tensors are accepted only under TRITON_INTERPRET=1 (the tests); see `interpreting()`.
 - Importing this package must not fail where triton is missing; importing a kernel module may.
+
+Supported triton: >= MIN_TRITON (3.6, what current CUDA images ship with torch 2.11). CI runs the
+interpreter tests and gpucheck (sm_80/sm_90, no spills) on 3.6 and on the newest (3.9); older
+releases were never checked, so `require_supported()` refuses them where the backend is chosen
+(docs/attention.md "Triton versions").
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
+
+MIN_TRITON = (3, 6)
 
 
 def available() -> bool:
@@ -29,3 +37,45 @@ def available() -> bool:
 def interpreting() -> bool:
     """True under TRITON_INTERPRET=1, where kernels run on CPU tensors (fp32/fp16 only: bf16 tl.dot is wrong)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@functools.cache
+def installed_version() -> str | None:
+    """triton.__version__ (None where triton is missing). Imports triton: call it only where the
+    triton backend is about to be used."""
+    if not available():
+        return None
+    import triton
+
+    return str(triton.__version__)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    out = []
+    for part in version.split("+")[0].split(".")[:3]:
+        digits = "".join(c for c in part if c.isdigit()) or "0"
+        out.append(int(digits))
+    return tuple(out)
+
+
+def unsupported_reason() -> str | None:
+    """Why the installed triton cannot serve the backend (None when it can)."""
+    v = installed_version()
+    if v is None:
+        return None  # the callers' own "triton is not installed" message covers it
+    if _release(v) < MIN_TRITON:
+        need = ".".join(map(str, MIN_TRITON))
+        return (
+            f"triton {v} is installed, and the NSA triton kernels need triton >= {need} (the oldest "
+            f"release they are compiled and checked on: no register spills on sm_80/sm_90, numerics "
+            f"under the interpreter). Fix: install a CUDA build of torch whose bundled triton is >= {need} "
+            f"(or `pip install 'triton>={need}'`), or set `model.nsa.backend: eager` in the config (backend='eager')."
+        )
+    return None
+
+
+def require_supported() -> None:
+    """ValueError naming the installed and the needed triton, and the eager way out."""
+    reason = unsupported_reason()
+    if reason:
+        raise ValueError(f"NSAAttention: backend 'triton': {reason}")

@@ -395,8 +395,11 @@ def _pow2(x: int) -> int:
     return 1 << max(0, x - 1).bit_length()
 
 
-def _config(group: int, head_dim: int, n_sel: int, block_len: int, block_stride: int, sel_block: int):
-    """Tile sizes and launch settings from the static geometry only (never from T)."""
+def _config(
+    group: int, head_dim: int, n_sel: int, block_len: int, block_stride: int, sel_block: int, arch: int = 80
+):
+    """Tile sizes and launch settings from the static geometry and the arch (80 = A100, 90 = H100),
+    never from T."""
     gp = _pow2(group)
     a, r = block_len // block_stride, sel_block // block_stride
     rp = _pow2(r)
@@ -413,11 +416,16 @@ def _config(group: int, head_dim: int, n_sel: int, block_len: int, block_stride:
     # (G = 6: 8 tokens, 472 B) and with 16 tokens (G = 1), and with the old 128 rows (gpucheck).
     gpf = max(2, gp)
     btf = max(1, min(8, 32 // gpf))
-    warps = 8
+    # dQ: 8 warps for 128-row tiles; 4 for 32 rows (D > 64), where 8 warps left ptxas at 128 registers
+    # and spilling (G 16, D 96 on sm_80).
+    warps = 8 if bt * gp >= 64 else 4
     bn_bwd = 64 if head_dim <= 64 else 32
-    bt_dkv = max(1, 64 // gp)
+    # dK/dV: [32, D] accumulators over 64-row query tiles (32 rows past head_dim 64: with 64, ptxas
+    # spilled 8-12 B at G 16 x D 128 and G 2 x D 96 on sm_90).
+    bt_dkv = max(1, (64 if head_dim <= 64 else 32) // gp)
     bn_dkv = 32
     return {
+        "warps_dkv": 8,
         "GP": gp,
         "GPF": gpf,
         "BTF": btf,
@@ -434,11 +442,21 @@ def _config(group: int, head_dim: int, n_sel: int, block_len: int, block_stride:
         # without it tile 0 carried all T queries alone (the longest program bounded the kernel).
         "split_dkv": 8,
         "W": max(16, _pow2(n_sel)),  # running top-n width (pass 3 of the forward): >= n
+        # 8 warps, but 4 on sm_80 for 16 heads a token: there 8 warps left ptxas at 128 registers and
+        # spilling 16 B at G 16 x D 64 (sm_90 spills with 4 instead, 32 B).
+        "warps_fwd": 4 if gpf >= 16 and arch < 90 else 8,
     }
 
 
 def _prec(dtype: torch.dtype) -> str:
     return "tf32" if dtype == torch.float32 and not interpreting() else "ieee"
+
+
+def _arch(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 80  # the interpreter and the meta device: any config runs there
+    major, minor = torch.cuda.get_device_capability(device)
+    return major * 10 + minor
 
 
 def _check_device(x: Tensor) -> None:
@@ -465,7 +483,7 @@ def _fwd(
     B, Hkv, T, G, D = q.shape
     nc = kc.shape[2]
     k = min(n_sel, -(-T // sel_block))
-    c = _config(G, D, n_sel, block_len, block_stride, sel_block)
+    c = _config(G, D, n_sel, block_len, block_stride, sel_block, _arch(q.device))
     out = torch.empty_like(q)
     lse = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
     idx = torch.empty(B, Hkv, T, k, dtype=torch.int64, device=q.device)
@@ -475,7 +493,7 @@ def _fwd(
         q, kc, vc, out, lse, idx, valid, T, nc, ns, k, scale * _LOG2E,
         G=G, GP=c["GPF"], D=D, DP=c["DP"], BT=c["BTF"], BJ=c["BJ"], RP=c["RP"], W=c["W"],
         L=block_len, S=block_stride, LS=sel_block, PREC=_prec(q.dtype),
-        num_warps=c["warps"], num_stages=2,
+        num_warps=c["warps_fwd"], num_stages=2,
     )  # fmt: skip
     return out, idx, valid, lse
 
@@ -526,7 +544,7 @@ def _bwd(
     pdv = torch.empty_like(pdk)
     _cmp_bwd_dkv[(ntile * split, B * Hkv)](
         q, kc, vc, dout, lse, delta, pdk, pdv, T, nc, scale * _LOG2E, scale,
-        BT=c["bt_dkv"], BN=bn, SPLIT=split, **geo, num_warps=c["warps"], num_stages=2,
+        BT=c["bt_dkv"], BN=bn, SPLIT=split, **geo, num_warps=c["warps_dkv"], num_stages=2,
     )  # fmt: skip
     _cmp_bwd_dkv_sum[(ntile, B * Hkv)](
         pdk, pdv, dk, dv, nc, D=D, DP=c["DP"], BN=bn, SPLIT=split, num_warps=4, num_stages=1
@@ -580,11 +598,10 @@ def compressed_attention_and_selection(
 
 
 def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
-    """The three kernels as launched for `shape` on sm_`arch` (same config on sm_80 and sm_90)."""
-    del arch
+    """The four kernels as launched for `shape` on sm_`arch` (the forward's warps depend on the arch)."""
     dt = shape.dtype
     c = _config(
-        shape.group, shape.head_dim, shape.n_sel, shape.block_len, shape.block_stride, shape.sel_block
+        shape.group, shape.head_dim, shape.n_sel, shape.block_len, shape.block_stride, shape.sel_block, arch
     )
     prec = "tf32" if dt == "fp32" else "ieee"
     geo = {
@@ -621,11 +638,11 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     split = {"SPLIT": c["split_dkv"]}
     sum_const = {"D": shape.head_dim, "DP": c["DP"], "BN": c["bn_dkv"], **split}
     specs = [
-        ("compressed_fwd", _cmp_fwd, fwd_sig, fwd_const, c["warps"], 2),
+        ("compressed_fwd", _cmp_fwd, fwd_sig, fwd_const, c["warps_fwd"], 2),
         ("compressed_bwd_dq", _cmp_bwd_dq, dq_sig, {**geo, "BT": c["BT"], "BN": c["bn_bwd"]}, c["warps"], 2),
         (
             "compressed_bwd_dkv", _cmp_bwd_dkv, dkv_sig, {**geo, "BT": c["bt_dkv"], "BN": c["bn_dkv"], **split},
-            c["warps"], 2,
+            c["warps_dkv"], 2,
         ),
         ("compressed_bwd_dkv_sum", _cmp_bwd_dkv_sum, sum_sig, sum_const, 4, 1),
     ]  # fmt: skip

@@ -250,11 +250,24 @@ def _configs(head_dim: int, arch: int, interp: bool = False) -> dict[str, dict[s
         }
     big = head_dim > 64
     stages = 3 if arch >= 90 else 2
+    # dK/dV: at 64 rows x 128 keys (D 64) and 64 x 64 (D 128) ptxas used all 255 registers and
+    # spilled 8-32 B on sm_80 (triton 3.6 and 3.9; also at head_dim 96 on sm_90). 32 x 64 (D 64,
+    # ~180 registers) and 64 x 32 (D > 64, ~180) leave headroom on both archs (gpucheck --grid).
     return {
         "fwd": {"BLOCK_M": 128, "BLOCK_N": 32 if big else 64, "num_warps": 8, "num_stages": stages},
         "dq": {"BLOCK_M": 64 if big else 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": stages},
-        "dkdv": {"BLOCK_M": 64, "BLOCK_N": 64 if big else 128, "num_warps": 8, "num_stages": stages},
+        "dkdv": {
+            "BLOCK_M": 64 if big else 32,
+            "BLOCK_N": 32 if big else 64,
+            "num_warps": 8,
+            "num_stages": stages,
+        },
     }
+
+
+def _block_d(head_dim: int) -> int:
+    """head_dim padded to a power of two >= 16 (tl.dot's smallest K); the columns past it are masked."""
+    return max(16, triton.next_power_of_2(head_dim))
 
 
 def _arch(device: torch.device) -> int:
@@ -297,7 +310,7 @@ def _window_fwd_op(q: Tensor, k: Tensor, v: Tensor, window: int, scale: float) -
     grid = (triton.cdiv(T * G, tiles["BLOCK_M"]), B * Hkv)
     _window_fwd[grid](
         q, k, v, o, lse, scale * _LOG2E, T, window,
-        G=G, D=D, BLOCK_D=triton.next_power_of_2(D), PREC=_precision(q.dtype), **tiles, **launch,
+        G=G, D=D, BLOCK_D=_block_d(D), PREC=_precision(q.dtype), **tiles, **launch,
     )  # fmt: skip
     return o, lse
 
@@ -318,7 +331,7 @@ def _window_bwd_op(
     meta = _launch_meta(D, q.device)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     delta = torch.empty_like(lse)
-    bd, prec = triton.next_power_of_2(D), _precision(q.dtype)
+    bd, prec = _block_d(D), _precision(q.dtype)
     tiles, launch = _split(meta["dq"])
     _window_bwd_dq[(triton.cdiv(T * G, tiles["BLOCK_M"]), B * Hkv)](
         q, k, v, o, do, lse, delta, dq, scale * _LOG2E, scale, T, window,
@@ -384,7 +397,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     common = {
         "G": shape.group,
         "D": shape.head_dim,
-        "BLOCK_D": triton.next_power_of_2(shape.head_dim),
+        "BLOCK_D": _block_d(shape.head_dim),
         "PREC": "tf32" if shape.dtype == "fp32" else "ieee",
     }
     specs = []

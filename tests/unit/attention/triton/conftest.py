@@ -10,3 +10,15 @@ without it (gpucheck, the ValueError of the triton backend on CPU) start a subpr
 import os
 
 os.environ["TRITON_INTERPRET"] = "1"
+
+import pytest
+
+
+@pytest.fixture
+def bf16_interpreter():
+    """Triton's interpreter with bf16 done as the GPU does it (nsa.attention.gpusuite.interp_bf16):
+    tl.dot on bf16 operands in float32, casts to bf16 rounded to nearest even. Restored afterwards."""
+    from nsa.attention.gpusuite.interp_bf16 import honest_bf16
+
+    with honest_bf16():
+        yield

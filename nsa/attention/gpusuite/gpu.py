@@ -1,0 +1,363 @@
+"""Sections d-f of the GPU suite: compute-sanitizer, speed against SDPA, training throughput (CUDA only).
+
+Owns the three sections that need a real GPU. Each takes (plan, suite), keeps within `suite.left()`
+and returns a JSON-able dict with `ok` (None with `skipped` when it could not run) and `summary`.
+- sanitizer: memcheck and racecheck over `smoke.py` (one small shape per kernel), when the tool exists;
+- speed: NSA's attention core (triton branches + gate mix) against F.scaled_dot_product_attention
+  (flash, and cuDNN where torch offers it), forward and forward+backward, bf16, B*T = 64k tokens,
+  with a per-kernel breakdown from torch.profiler and model FLOPs/bytes per kernel (docs/gpu-suite.md);
+- train: `python -m nsa.train` on configs/m7c_125m.yaml, dense vs NSA, synthetic data, tokens/s and
+  peak memory after warm-up.
+It must not change kernel configs or install anything; logs go under the suite's OUT_DIR.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from nsa.attention.gpusuite.checks import Plan
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+# ------------------------------------------------------------------------------------ d) sanitizer
+def _sanitizer_tool() -> str | None:
+    found = shutil.which("compute-sanitizer")
+    for cand in (found, "/usr/local/cuda/bin/compute-sanitizer",
+                 "/usr/local/cuda/compute-sanitizer/compute-sanitizer"):  # fmt: skip
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def sanitizer(plan: Plan, suite) -> dict:
+    tool = _sanitizer_tool()
+    if tool is None:
+        return {"ok": None, "skipped": "not installed (no compute-sanitizer on PATH or in /usr/local/cuda)"}
+    rows, ok = {}, True
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    for name in ("memcheck", "racecheck"):
+        left = suite.left() - 15
+        if left < 30:
+            rows[name] = {"ok": None, "skipped": "time budget"}
+            continue
+        log = suite.out_dir / f"sanitizer-{name}.log"
+        cmd = [
+            tool,
+            "--tool",
+            name,
+            "--error-exitcode",
+            "3",
+            sys.executable,
+            "-m",
+            "nsa.attention.gpusuite.smoke",
+        ]
+        t = time.monotonic()
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=min(240, left), env=env)
+            text = p.stdout + p.stderr
+            rc = p.returncode
+        except subprocess.TimeoutExpired as e:
+            text, rc = f"{e.stdout or ''}{e.stderr or ''}\ntimed out after {e.timeout:.0f} s", None
+        log.write_text(text if isinstance(text, str) else text.decode(errors="replace"))
+        summary = re.findall(
+            r"(ERROR SUMMARY: .*|RACECHECK SUMMARY: .*)", text if isinstance(text, str) else ""
+        )
+        smoke_ok = "SMOKE OK" in (text if isinstance(text, str) else "")
+        clean = rc == 0 and smoke_ok
+        rows[name] = {"ok": clean, "exit_code": rc, "summary": summary[-1:] or ["(no summary line)"],
+                      "log": str(log), "seconds": round(time.monotonic() - t, 1)}  # fmt: skip
+        ok &= clean
+    ran = [n for n, r in rows.items() if r.get("ok") is not None]
+    text = "; ".join(f"{n}: {'clean' if r['ok'] else 'ERRORS' if r.get('ok') is False else r['skipped']}"
+                     f" {r.get('summary', [''])[0]}" for n, r in rows.items())  # fmt: skip
+    return {"ok": ok if ran else None, "tool": tool, "summary": text, "tools": rows,
+            **({} if ran else {"skipped": "time budget"})}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------- e) speed
+def _time_cuda(fn, iters: int, warmup: int = 2) -> float:
+    """Median milliseconds of fn() over `iters` runs (CUDA events)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b))
+    return sorted(times)[len(times) // 2]
+
+
+def _nsa_core_inputs(B, T, Hkv, G, D, geo, dev, dtype):
+    g = torch.Generator(device="cpu").manual_seed(0)
+    nc = (T - geo["block_len"]) // geo["block_stride"] + 1
+
+    def mk(*s):
+        return torch.randn(*s, generator=g).to(dev, dtype).requires_grad_()
+
+    return {
+        "q": mk(B, Hkv, T, G, D), "kc": mk(B, Hkv, nc, D), "vc": mk(B, Hkv, nc, D),
+        "ks": mk(B, Hkv, T, D), "vs": mk(B, Hkv, T, D), "kw": mk(B, Hkv, T, D), "vw": mk(B, Hkv, T, D),
+        "g": torch.rand(B, T, Hkv, G, 3, generator=g).to(dev, dtype).requires_grad_(),
+    }  # fmt: skip
+
+
+def _nsa_core(inp, geo, scale):
+    """The attention part of an NSA layer on the triton backend: compressed + selection, selected,
+    window, gate mix (the projections and the compression MLP are ordinary GEMMs, as for dense)."""
+    from nsa.attention.triton import compressed, fused, selected, window
+
+    o_cmp, idx, valid = compressed.compressed_attention_and_selection(
+        inp["q"], inp["kc"], inp["vc"], block_len=geo["block_len"], block_stride=geo["block_stride"],
+        sel_block=geo["sel_block"], n_sel=geo["n_sel"], scale=scale,
+    )  # fmt: skip
+    o_sel = selected.selected_attention(inp["q"], inp["ks"], inp["vs"], idx, valid, sel_block=geo["sel_block"],
+                                        scale=scale, forced_blocks=True)  # fmt: skip
+    o_win = window.window_attention(inp["q"], inp["kw"], inp["vw"], window=geo["window"], scale=scale)
+    return fused.gate_mix(inp["g"], o_cmp, o_sel, o_win)
+
+
+def _flops_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
+    """Useful FLOPs per kernel family (matmul FLOPs over the visible (query, key) pairs, causal)."""
+    H = Hkv * G
+    w, bl, d, lp, n = (geo[k] for k in ("window", "block_len", "block_stride", "sel_block", "n_sel"))
+    win_pairs = T * w - w * (w - 1) / 2 if w <= T else T * (T + 1) / 2
+    cmp_pairs = sum(max(0, (t - bl) // d + 1) for t in range(0, T, 16)) * 16
+    sel_pairs = sum(min(n, t // lp + 1) * lp for t in range(0, T, 16)) * 16
+    per = B * H * D
+    return {
+        "_window_fwd": 4 * per * win_pairs, "_window_bwd_dq": 6 * per * win_pairs,
+        "_window_bwd_dkdv": 8 * per * win_pairs,
+        # _cmp_fwd: QK (statistics), QK + PV (output), QK (Eq. 9 scores and top-n, pass 3)
+        "_cmp_fwd": 8 * per * cmp_pairs, "_cmp_bwd_dq": 6 * per * cmp_pairs, "_cmp_bwd_dkv": 8 * per * cmp_pairs,
+        "_sel_fwd": 4 * per * sel_pairs, "_sel_bwd_dq": 6 * per * sel_pairs, "_sel_bwd_dkdv": 8 * per * sel_pairs,
+    }  # fmt: skip
+
+
+def _bytes_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
+    """Minimal bytes each kernel must move (its inputs read once, outputs written once; bf16 values,
+    float32 statistics): a lower bound of its traffic, so GB/s from it is a lower bound too."""
+    Q = B * T * Hkv * G * D * 2
+    K = B * T * Hkv * D * 2
+    Kc = K / geo["block_stride"]
+    table = B * Hkv * T * geo["n_sel"] * 9
+    lse = B * T * Hkv * G * 4
+    return {
+        "_window_fwd": 2 * Q + 2 * K + lse, "_window_bwd_dq": 4 * Q + 2 * K + 2 * lse,
+        "_window_bwd_dkdv": 2 * Q + 4 * K + 2 * lse,
+        "_cmp_fwd": 2 * Q + 2 * Kc + lse + table,
+        "_cmp_bwd_dq": 4 * Q + 2 * Kc + 2 * lse, "_cmp_bwd_dkv": 2 * Q + 2 * Kc + 2 * lse + 32 * Kc,
+        "_cmp_bwd_dkv_sum": 32 * Kc + 2 * Kc,  # 8 fp32 partials of dK and dV per key in, dK/dV out
+        "_sel_fwd": 2 * Q + 2 * K + table + lse, "_sel_bwd_dq": 4 * Q + 2 * K + table + 2 * lse,
+        "_sel_bwd_dkdv": 2 * Q + 4 * K + table + 2 * lse,
+        "_gate_mix_fwd": 4 * Q, "_gate_mix_bwd": 8 * Q, "_rope_kernel": 2 * Q,
+    }  # fmt: skip
+
+
+def _kernel_table(fn, flops: dict[str, float], nbytes: dict[str, float]) -> list[dict]:
+    """Per-kernel device time of one call of fn (torch.profiler), with achieved TFLOP/s (model FLOPs,
+    `_flops_model`) and GB/s (minimal bytes, `_bytes_model`) where the kernel is one of ours."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    families = sorted(set(flops) | set(nbytes), key=len, reverse=True)
+    rows = []
+    for ev in prof.key_averages():
+        t_us = getattr(ev, "device_time_total", 0) or getattr(ev, "cuda_time_total", 0)
+        if t_us <= 0:
+            continue
+        fam = next((k for k in families if ev.key.startswith(k)), None)
+        row = {"kernel": ev.key[:80], "calls": ev.count, "ms": round(t_us / 1000, 3)}
+        if fam in flops:
+            row["tflops"] = round(flops[fam] / (t_us * 1e-6) / 1e12, 1)
+        if fam in nbytes:
+            row["gbps_min"] = round(nbytes[fam] / (t_us * 1e-6) / 1e9, 0)
+        rows.append(row)
+    rows.sort(key=lambda r: -r["ms"])
+    total = sum(r["ms"] for r in rows)
+    for r in rows:
+        r["share"] = round(r["ms"] / total, 3) if total else 0.0
+    return rows[:24]
+
+
+def _measure_nsa(rec: dict, B, T, Hkv, G, D, geo, iters: int) -> None:
+    inp = _nsa_core_inputs(B, T, Hkv, G, D, geo, "cuda", torch.bfloat16)
+    dout = torch.randn(B, T, Hkv * G * D, device="cuda", dtype=torch.bfloat16)
+    scale = D**-0.5
+
+    def fwd():
+        with torch.no_grad():
+            _nsa_core(inp, geo, scale)
+
+    leaves = list(inp.values())
+
+    def fwd_bwd():  # autograd.grad: no .grad accumulation kernels in the timing
+        torch.autograd.grad(_nsa_core(inp, geo, scale), leaves, dout)
+
+    rec["nsa_fwd_ms"] = round(_time_cuda(fwd, iters), 3)
+    rec["nsa_fwd_bwd_ms"] = round(_time_cuda(fwd_bwd, iters), 3)
+    geo_args = (B, T, Hkv, G, D, geo)
+    rec["nsa_kernels"] = _kernel_table(fwd_bwd, _flops_model(*geo_args), _bytes_model(*geo_args))
+
+
+def _measure_sdpa(rec: dict, B, T, H, Hkv, D, iters: int) -> None:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backends = [("sdpa_flash", SDPBackend.FLASH_ATTENTION)]
+    if hasattr(SDPBackend, "CUDNN_ATTENTION"):
+        backends.append(("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION))
+    q = torch.randn(B, H, T, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(B, Hkv, T, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(B, Hkv, T, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    do = torch.randn(B, H, T, D, device="cuda", dtype=torch.bfloat16)
+    dense_flops = 4 * B * H * D * T * (T + 1) / 2  # causal QK^T and PV
+    rec["dense_fwd_model_tflop"] = round(dense_flops / 1e12, 3)
+
+    gqa = {"enable_gqa": True}
+
+    def attend():
+        if gqa:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)
+        rep = H // Hkv  # a torch without enable_gqa for this backend: K/V expanded to every head
+        return F.scaled_dot_product_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1),
+                                              is_causal=True)  # fmt: skip
+
+    def fwd():
+        with torch.no_grad():
+            attend()
+
+    def fwd_bwd():
+        torch.autograd.grad(attend(), (q, k, v), do)
+
+    for name, backend in backends:
+        try:
+            with sdpa_kernel([backend]):
+                gqa["enable_gqa"] = True
+                try:
+                    fwd()
+                except (RuntimeError, TypeError):
+                    gqa.clear()
+                f_ms, fb_ms = _time_cuda(fwd, iters), _time_cuda(fwd_bwd, iters)
+            rec[f"{name}_gqa"] = "enable_gqa" if gqa else "kv expanded"
+            rec[f"{name}_fwd_ms"], rec[f"{name}_fwd_bwd_ms"] = round(f_ms, 3), round(fb_ms, 3)
+            rec[f"{name}_fwd_tflops"] = round(dense_flops / (f_ms * 1e-3) / 1e12, 1)
+        except Exception as e:  # a backend torch cannot run for this shape: say so, go on
+            rec[f"{name}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+
+
+def speed(plan: Plan, suite) -> dict:
+    iters = 3 if plan.mode == "quick" else 5
+    records, skipped = [], []
+    for name, H, Hkv, D in plan.speed_shapes:
+        for T in plan.speed_T:
+            if suite.left() < 40:
+                skipped.append(f"{name} T{T}")
+                continue
+            B = max(1, 65536 // T)
+            rec = {"shape": name, "H": H, "Hkv": Hkv, "D": D, "T": T, "B": B}
+            try:
+                _measure_nsa(rec, B, T, Hkv, H // Hkv, D, plan.geometry, iters)
+                torch.cuda.empty_cache()
+                _measure_sdpa(rec, B, T, H, Hkv, D, iters)
+            except torch.cuda.OutOfMemoryError as e:
+                rec["error"] = f"OOM: {str(e)[:200]}"
+            torch.cuda.empty_cache()
+            if "sdpa_flash_fwd_ms" in rec and "nsa_fwd_ms" in rec:
+                rec["speedup_fwd_vs_flash"] = round(rec["sdpa_flash_fwd_ms"] / rec["nsa_fwd_ms"], 2)
+                rec["speedup_fwd_bwd_vs_flash"] = round(
+                    rec["sdpa_flash_fwd_bwd_ms"] / rec["nsa_fwd_bwd_ms"], 2
+                )
+            records.append(rec)
+    ok = bool(records) and all("error" not in r and "nsa_fwd_ms" in r for r in records)
+    parts = [
+        f"{r['shape']} T{r['T']}: fwd x{r.get('speedup_fwd_vs_flash', '?')} fwd+bwd "
+        f"x{r.get('speedup_fwd_bwd_vs_flash', '?')} vs flash"
+        for r in records
+    ]
+    summary = "; ".join(parts[:4]) + (f" (+{len(parts) - 4} more)" if len(parts) > 4 else "")
+    return {"ok": ok, "summary": summary, "records": records, "skipped_for_time": skipped}
+
+
+# ---------------------------------------------------------------------------------------- f) train
+def train(plan: Plan, suite) -> dict:
+    config = REPO / "configs" / "m7c_125m.yaml"
+    tokens_per_step = 16384
+    records, skipped = [], []
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    env.pop("TRITON_INTERPRET", None)
+    for seq in plan.train_seqs:
+        for attention in ("dense", "nsa"):
+            left = suite.left() - 10
+            if left < 45:
+                skipped.append(f"{attention} seq {seq}")
+                continue
+            run_dir = suite.out_dir / "train" / f"{attention}-{seq}"
+            if run_dir.exists():
+                shutil.rmtree(run_dir)
+            bs = max(1, tokens_per_step // seq)
+            sets = {
+                "model.attention": attention, "data.source": "synthetic", "train.seq_len": seq,
+                "train.batch_size": bs, "train.grad_accum": 1, "train.global_batch": bs,
+                "train.steps": plan.train_steps, "train.warmup_steps": 0, "train.log_every": 1,
+                "train.eval_every": 0, "train.save_every": 0, "train.device": "cuda", "telemetry.tensorboard": "false",
+            }  # fmt: skip
+            cmd = [sys.executable, "-m", "nsa.train", "--config", str(config), "--run-dir", str(run_dir)]
+            for k, v in sets.items():
+                cmd += ["--set", f"{k}={v}"]
+            t = time.monotonic()
+            rec = {"attention": attention, "seq_len": seq, "batch_size": bs, "steps": plan.train_steps}
+            try:
+                p = subprocess.run(
+                    cmd, capture_output=True, text=True, timeout=min(300, left), env=env, cwd=REPO
+                )
+                rec["exit_code"] = p.returncode
+                (suite.out_dir / f"train-{attention}-{seq}.log").write_text(p.stdout + p.stderr)
+            except subprocess.TimeoutExpired:
+                rec["exit_code"] = None
+                rec["error"] = "timed out"
+            rec["seconds"] = round(time.monotonic() - t, 1)
+            metrics = run_dir / "metrics.jsonl"
+            rows = (
+                [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
+                if metrics.exists()
+                else []
+            )
+            rows = [r for r in rows if "tokens_per_s" in r]
+            warm = rows[2:] or rows[-1:]  # the first steps compile kernels and warm the allocator
+            if warm:
+                tps = sorted(r["tokens_per_s"] for r in warm)
+                rec["tokens_per_s_median"] = round(tps[len(tps) // 2], 0)
+                rec["steps_measured"] = len(warm)
+                rec["peak_allocated_gib"] = max(r.get("memory/max_allocated_gb", 0) for r in rows)
+                rec["final_loss"] = rows[-1].get("loss")
+            rec["ok"] = rec.get("exit_code") == 0 and bool(warm)
+            records.append(rec)
+    ok = bool(records) and all(r["ok"] for r in records)
+    parts = [f"{r['attention']}@{r['seq_len']}: {r.get('tokens_per_s_median', '?')} tok/s, "
+             f"{r.get('peak_allocated_gib', '?')} GiB" for r in records]  # fmt: skip
+    return {"ok": ok, "summary": "; ".join(parts), "config": str(config.relative_to(REPO)),
+            "records": records, "skipped_for_time": skipped}  # fmt: skip

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The GPU suite: scripts/gpu-suite.sh OUT_DIR [--quick|--interpret] [--only SECTION ...] [--wheels DIR]
+#
+# Run it first on any GPU that becomes available (docs/gpu-suite.md). It uses the python, torch and
+# triton already installed there and installs nothing from the network: what `nsa` needs beyond
+# torch/triton/numpy (pydantic, pyyaml) comes from a wheel folder, --wheels DIR (default .whl/ in the
+# checkout, prepared with `pip download`, see the docs), installed with --no-index into
+# OUT_DIR/pydeps only when the import is missing. Writes OUT_DIR/suite.json section by section, and a
+# short summary on stdout.
+#   --quick      fewer shapes, at most 3 minutes on one H100 (the full run: at most 8)
+#   --interpret  CPU rehearsal of sections a-c under TRITON_INTERPRET=1 (CI runs it)
+set -euo pipefail
+if [ $# -lt 1 ] || [ "${1:0:1}" = "-" ]; then
+  echo "usage: scripts/gpu-suite.sh OUT_DIR [--quick|--interpret] [--only SECTION ...] [--wheels DIR]" >&2
+  exit 2
+fi
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+OUT="$1"; shift
+WHEELS="$REPO/.whl"
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --wheels) WHEELS="${2:?--wheels needs a folder}"; shift 2 ;;
+    --wheels=*) WHEELS="${1#--wheels=}"; shift ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+set -- ${args[@]+"${args[@]}"}
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+# The checkout's own venv when there is one (CI, a dev box), else the machine's python (a pod image).
+PY="${PYTHON:-}"
+if [ -z "$PY" ]; then
+  if [ -x "$REPO/.venv/bin/python" ]; then PY="$REPO/.venv/bin/python"; else PY="$(command -v python3 || command -v python)"; fi
+fi
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+if ! "$PY" -c "import pydantic, yaml" 2>/dev/null; then
+  if [ ! -d "$WHEELS" ]; then
+    echo "gpu-suite: $PY cannot import pydantic/yaml and there is no wheel folder at $WHEELS." >&2
+    echo "Fix: prepare it with pip download (docs/gpu-suite.md), or pass --wheels DIR." >&2
+    exit 2
+  fi
+  "$PY" -m pip install -q --no-index --find-links "$WHEELS" --target "$OUT/pydeps" pydantic pyyaml
+  export PYTHONPATH="$PYTHONPATH:$OUT/pydeps"
+fi
+for a in "$@"; do
+  if [ "$a" = "--interpret" ]; then export TRITON_INTERPRET=1; fi
+done
+exec "$PY" -m nsa.attention.gpusuite "$OUT" "$@"
