@@ -12,13 +12,19 @@ L2 bw, scalar ops / (CUDA-core rate x 0.3)), stretched by wave quantisation and 
 program when one program's work exceeds the even share (the compressed dK/dV kernel), plus 4 us per
 launch. `eff[kind]` is the fraction of the bf16 tensor-core peak a kind of kernel reaches when it
 is compute-bound:
-- `dense_fwd` / `dense_bwd`: FlashAttention-2-style tiles (full rows, streaming keys). A100: 0.50 /
-  0.40 (FlashAttention-2 paper, Dao 2023, arXiv 2307.08691, Fig. 4-6: 50-73 % forward, 40-63 %
-  backward of 312 TFLOPS on A100; we take the causal low end, Triton kernels being no faster).
-  H100: 0.39 / 0.34, FlashAttention-2 on H800 as measured by Scalable-Flash-NSA's README (64k,
-  64 heads, head_dim 128: 182.9 ms forward = 385 TFLOP/s, 523.7 ms backward = 336 TFLOP/s).
-- `gather_fwd` / `gather_bwd`: query-major sparse tiles (per token, keys of chosen blocks); the only
-  free parameters, fitted so the calibration rows below come within +-30 % (printed beside them).
+- `fa2_fwd` / `fa2_bwd`: FlashAttention-2's CUDA kernels (the baseline: PyTorch SDPA, flash-attn).
+  A100: 0.55 / 0.45 (FlashAttention-2 paper, Dao 2023, arXiv 2307.08691, Fig. 4-6: 50-73 % forward,
+  40-63 % backward of 312 TFLOPS; the causal low end). H100: 0.39 / 0.34, FlashAttention-2 on H800 as
+  measured by Scalable-Flash-NSA's README (64k, 64 heads, head_dim 128: 182.9 ms forward = 385
+  TFLOP/s, 523.7 ms backward = 336 TFLOP/s).
+- `dense_fwd` / `dense_bwd`: Triton flash-style tiles (full rows, streaming keys: our window and
+  compressed kernels, the Triton FlashAttention-2 the NSA paper compares against). A100 0.40 / 0.32
+  (assumed below CUDA FA2; only the ratio to the sparse kinds enters the paper's calibration), H100
+  as FA2 (assumed; Triton uses Hopper's wgmma, FA2 does not).
+- `gather_fwd` / `gather_bwd`: query-major sparse tiles (per token, keys of chosen blocks): fitted
+  so the calibration rows come within +-30 % (printed beside the predictions). Our selected dQ
+  takes `gather_fwd` (the forward's loop, no atomics), our key-major dK/dV `gather_bwd` (fitted on
+  published backwards that include their dK/dV): the model's largest uncertainty.
 - scalar work (top-n) at 0.3 of the CUDA-core rate; DRAM at 0.8 of its peak; L2 at the rate below.
 """
 
