@@ -145,7 +145,8 @@ def _flops_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
     return {
         "_window_fwd": 4 * per * win_pairs, "_window_bwd_dq": 6 * per * win_pairs,
         "_window_bwd_dkdv": 8 * per * win_pairs,
-        "_cmp_fwd": 6 * per * cmp_pairs, "_cmp_bwd_dq": 6 * per * cmp_pairs, "_cmp_bwd_dkv": 8 * per * cmp_pairs,
+        # _cmp_fwd: QK (statistics), QK + PV (output), QK (Eq. 9 scores and top-n, pass 3)
+        "_cmp_fwd": 8 * per * cmp_pairs, "_cmp_bwd_dq": 6 * per * cmp_pairs, "_cmp_bwd_dkv": 8 * per * cmp_pairs,
         "_sel_fwd": 4 * per * sel_pairs, "_sel_bwd_dq": 6 * per * sel_pairs, "_sel_bwd_dkdv": 8 * per * sel_pairs,
     }  # fmt: skip
 
@@ -156,15 +157,14 @@ def _bytes_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
     Q = B * T * Hkv * G * D * 2
     K = B * T * Hkv * D * 2
     Kc = K / geo["block_stride"]
-    ns = -(-T // geo["sel_block"])
-    score = B * Hkv * T * ns * 4
     table = B * Hkv * T * geo["n_sel"] * 9
     lse = B * T * Hkv * G * 4
     return {
         "_window_fwd": 2 * Q + 2 * K + lse, "_window_bwd_dq": 4 * Q + 2 * K + 2 * lse,
         "_window_bwd_dkdv": 2 * Q + 4 * K + 2 * lse,
-        "_cmp_fwd": 2 * Q + 2 * Kc + lse + score, "_cmp_topn": score + table,
-        "_cmp_bwd_dq": 4 * Q + 2 * Kc + 2 * lse, "_cmp_bwd_dkv": 2 * Q + 4 * Kc + 2 * lse,
+        "_cmp_fwd": 2 * Q + 2 * Kc + lse + table,
+        "_cmp_bwd_dq": 4 * Q + 2 * Kc + 2 * lse, "_cmp_bwd_dkv": 2 * Q + 2 * Kc + 2 * lse + 32 * Kc,
+        "_cmp_bwd_dkv_sum": 32 * Kc + 2 * Kc,  # 8 fp32 partials of dK and dV per key in, dK/dV out
         "_sel_fwd": 2 * Q + 2 * K + table + lse, "_sel_bwd_dq": 4 * Q + 2 * K + table + 2 * lse,
         "_sel_bwd_dkdv": 2 * Q + 4 * K + table + 2 * lse,
         "_gate_mix_fwd": 4 * Q, "_gate_mix_bwd": 8 * Q, "_rope_kernel": 2 * Q,

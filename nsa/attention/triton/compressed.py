@@ -1,15 +1,16 @@
-"""Triton kernels of NSA's compressed branch fused with block selection [Eq. 7-11]: two kernels
+"""Triton kernels of NSA's compressed branch fused with block selection [Eq. 7-11]: one kernel
 forward, two backward, at every T.
 
 Owns `compressed_attention_and_selection`, a drop-in for `nsa.attention.compressed`'s function
 (same arguments, layouts, dtypes and results, selection tables identical to eager's including the
 tie-break), and `gpucheck_specs`. The forward kernel takes one (batch, KV head, query tile) with all
 G heads of each token as rows; pass 1 streams the visible compressed keys for the row statistics,
-pass 2 recomputes the probabilities, accumulates p @ V, sums them over the group [Eq. 10] and maps
-them onto float32 selection-block scores [Eq. 9]; a second kernel keeps a running top-n per token
-[Eq. 11]. No [T, T/d] tensor exists. Backward is flash-style from the saved row statistics. It must
-not sync with the device, loop on the host over T, or autotune (docs/attention.md).
-"""
+pass 2 recomputes the probabilities and accumulates p @ V, pass 3 (after the output is stored, so
+its registers are free) recomputes them once more, sums them over the group [Eq. 10], maps them
+onto float32 selection-block scores [Eq. 9] and keeps a running top-n per token [Eq. 11]. No
+[T, T/d] or [T, T/l'] tensor exists: selection needs the tile's registers only. Backward is
+flash-style from the saved row statistics. It must not sync with the device, loop on the host over
+T, or autotune (docs/attention.md)."""
 
 from __future__ import annotations
 
@@ -50,23 +51,38 @@ def _shift(x, by: tl.constexpr, BJ: tl.constexpr):
 
 
 @triton.jit
-def _merge_top(top, keys, BJ: tl.constexpr):
-    """The BJ largest of `top` (sorted descending) and `keys`, sorted descending, placed by rank.
+def _merge_top(top, keys, W: tl.constexpr, BJ: tl.constexpr):
+    """The W largest of `top` ([BT, W], sorted descending) and `keys` ([BT, BJ]), sorted descending,
+    placed by rank.
 
     Keys are distinct except the -1 fillers; among equal values `top` comes first, then `keys` by
-    position, so the ranks are a permutation. Exact selects on [BT, BJ, BJ] tiles (no xor network,
+    position, so the ranks are a permutation. Exact selects on [BT, W, BJ] tiles (no xor network,
     which the interpreter runs element by element and which costs registers on the GPU).
     """
-    pos = tl.arange(0, BJ)
-    x = top[:, :, None]  # [BT, BJ(i), 1]
+    pos_w = tl.arange(0, W)
+    pos_j = tl.arange(0, BJ)
+    x = top[:, :, None]  # [BT, W(i), 1]
     y = keys[:, None, :]  # [BT, 1, BJ(j)]
-    rank_top = pos[None, :] + tl.sum((y > x).to(tl.int32), axis=2)  # [BT, BJ(i)]
+    rank_top = pos_w[None, :] + tl.sum((y > x).to(tl.int32), axis=2)  # [BT, W]
     yj = keys[:, :, None]  # [BT, BJ(j), 1]
-    ahead = (y > yj) | ((y == yj) & (pos[None, None, :] < pos[None, :, None]))
+    ahead = (y > yj) | ((y == yj) & (pos_j[None, None, :] < pos_j[None, :, None]))
     rank_key = tl.sum(ahead.to(tl.int32), axis=2) + tl.sum((top[:, None, :] >= yj).to(tl.int32), axis=2)
-    slot = pos[None, None, :]
+    slot = pos_w[None, None, :]
     out = tl.sum(tl.where(rank_top[:, :, None] == slot, x, 0), axis=1)
     return out + tl.sum(tl.where(rank_key[:, :, None] == slot, yj, 0), axis=1)
+
+
+@triton.jit
+def _block_scores(p, prev, BT: tl.constexpr, GP: tl.constexpr, BN: tl.constexpr, BJ: tl.constexpr,
+                  RP: tl.constexpr, A: tl.constexpr, R: tl.constexpr, HMAX: tl.constexpr):  # fmt: skip
+    """Eq. 10 (sum over the group) and Eq. 9 (overlap weights) for one key tile: the [BT, BJ] float32
+    block scores and the tile's group-summed probabilities, carried to the next tile."""
+    p3 = tl.reshape(tl.sum(tl.reshape(p, [BT, GP, BN]), axis=1), [BT, BJ, RP])  # Eq. 10
+    score = _eq9_part(p3, 0, A, R, RP)
+    for h in tl.static_range(1, HMAX + 1):
+        score += _shift(_eq9_part(p3, h, A, R, RP), h, BJ)
+        score += _shift(_eq9_part(prev, h, A, R, RP), h - BJ, BJ)
+    return score, p3
 
 
 @triton.jit
@@ -76,10 +92,12 @@ def _cmp_fwd(
     V,
     Out,
     LSE,
-    SCORE,
+    IDX,
+    VALID,
     T,
     NC,
     NS,
+    K_SEL,
     qk_scale,
     G: tl.constexpr,
     GP: tl.constexpr,
@@ -88,6 +106,7 @@ def _cmp_fwd(
     BT: tl.constexpr,
     BJ: tl.constexpr,
     RP: tl.constexpr,
+    W: tl.constexpr,
     L: tl.constexpr,
     S: tl.constexpr,
     LS: tl.constexpr,
@@ -106,7 +125,8 @@ def _cmp_fwd(
     LSE += bh * T * G
     K += bh * NC * D
     V += bh * NC * D
-    SCORE += bh * T * NS
+    IDX += bh * T * K_SEL
+    VALID += bh * T * K_SEL
 
     rows = tl.arange(0, BM)
     tq = pid_t * BT + rows // GP
@@ -145,10 +165,8 @@ def _cmp_fwd(
     inv_l = tl.where(seen, 1.0 / tl.where(seen, l_i, 1.0), 0.0)
     tl.store(LSE + row_off, tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), 0.0), mask=row_ok)
 
-    # Pass 2: probabilities again; output and the Eq. 9 block scores of the tile's tokens.
-    tb = pid_t * BT + tl.arange(0, BT)
+    # Pass 2: probabilities again; the output.
     acc = tl.zeros([BM, DP], tl.float32)
-    prev = tl.zeros([BT, BJ, RP], tl.float32)
     for jb in range(0, n_blk_tiles):
         key = (jb * BJ + cj) * R + cm
         key_ok = (cm < R) & (key < NC)
@@ -159,56 +177,35 @@ def _cmp_fwd(
         vis = row_ok[:, None] & key_ok[None, :] & (key[None, :] * S + (L - 1) <= tq[:, None])
         p = tl.where(vis, tl.exp2(s - m_safe[:, None]) * inv_l[:, None], 0.0)
         acc += tl.dot(p.to(v.dtype), v, input_precision=PREC)
-        p3 = tl.reshape(tl.sum(tl.reshape(p, [BT, GP, BN]), axis=1), [BT, BJ, RP])  # Eq. 10
-        score = _eq9_part(p3, 0, A, R, RP)
-        for h in tl.static_range(1, HMAX + 1):
-            score += _shift(_eq9_part(p3, h, A, R, RP), h, BJ)
-            score += _shift(_eq9_part(prev, h, A, R, RP), h - BJ, BJ)
-        prev = p3
-        j = jb * BJ + tl.arange(0, BJ)
-        smask = (tb[:, None] < T) & (j[None, :] < NS)
-        tl.store(SCORE + tb[:, None] * NS + j[None, :], score, mask=smask)
-
     omask = row_ok[:, None] & dmask[None, :]
     tl.store(Out + row_off[:, None] * D + dcol[None, :], acc.to(Out.dtype.element_ty), mask=omask)
 
-
-@triton.jit
-def _cmp_topn(
-    SCORE,
-    IDX,
-    VALID,
-    T,
-    NS,
-    K_SEL,
-    BT: tl.constexpr,
-    BJ: tl.constexpr,
-    LS: tl.constexpr,
-):
-    """Eq. 11 per query: a running top-BJ of the int64 keys (float bits << 32) | j, streamed over
-    the candidate blocks j*l' <= t in tiles of BJ; forced blocks (0, t//l', t//l' - 1) rank at
-    +inf, non-candidates are -1 (invalid slots: idx 0, valid False)."""
-    pid_t = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
-    SCORE += bh * T * NS
-    IDX += bh * T * K_SEL
-    VALID += bh * T * K_SEL
+    # Pass 3, with the accumulator gone: the same probabilities once more (the same operations as
+    # pass 2, so the same bits), their Eq. 9 block scores per tile of BJ blocks, and Eq. 11 on the
+    # eager key (float bits << 32) | j as a running top-W per token (forced blocks 0, t//l', t//l'-1
+    # at +inf bits, non-candidates -1). No score tensor: the selection's memory is the tile's.
     tb = pid_t * BT + tl.arange(0, BT)
     jt = tb // LS
-    t_last = tl.minimum(pid_t * BT + BT - 1, T - 1)
-    top = tl.full([BT, BJ], -1, tl.int64)
-    for jb in range(0, tl.cdiv(t_last // LS + 1, BJ)):
+    prev = tl.zeros([BT, BJ, RP], tl.float32)
+    top = tl.full([BT, W], -1, tl.int64)
+    for jb in range(0, n_blk_tiles):
+        key = (jb * BJ + cj) * R + cm
+        key_ok = (cm < R) & (key < NC)
+        k = tl.load(K + key[:, None] * D + dcol[None, :], mask=key_ok[:, None] & dmask[None, :], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+        vis = row_ok[:, None] & key_ok[None, :] & (key[None, :] * S + (L - 1) <= tq[:, None])
+        p = tl.where(vis, tl.exp2(s - m_safe[:, None]) * inv_l[:, None], 0.0)
+        score, prev = _block_scores(p, prev, BT, GP, BN, BJ, RP, A, R, HMAX)
         j = jb * BJ + tl.arange(0, BJ)
-        cand = (j[None, :] * LS <= tb[:, None]) & (tb[:, None] < T)
-        score = tl.load(SCORE + tb[:, None] * NS + j[None, :], mask=cand, other=0.0)
+        cand = (j[None, :] * LS <= tb[:, None]) & (tb[:, None] < T) & (j[None, :] < NS)
         bits = score.to(tl.int32, bitcast=True) & 0x7FFFFFFF  # drops the sign of -0.0, as eager does
         forced = (j[None, :] == 0) | (j[None, :] == jt[:, None]) | (j[None, :] == jt[:, None] - 1)
         bits = tl.where(forced, 0x7F800000, bits).to(tl.int64)
         keys = tl.where(cand, (bits << 32) | j[None, :].to(tl.int64), -1)
         # Most tiles far from the query hold nothing above the current n-th key of any token.
         if tl.max(tl.max(keys, axis=1) - tl.min(top, axis=1)) > 0:
-            top = _merge_top(top, keys, BJ)
-    slot = tl.arange(0, BJ)
+            top = _merge_top(top, keys, W, BJ)
+    slot = tl.arange(0, W)
     toff = tb[:, None] * K_SEL + slot[None, :]
     tmask = (tb[:, None] < T) & (slot[None, :] < K_SEL)
     ok = top >= 0
@@ -294,8 +291,8 @@ def _cmp_bwd_dkv(
     DO,
     LSE,
     DELTA,
-    DK,
-    DV,
+    PDK,
+    PDV,
     T,
     NC,
     qk_scale,
@@ -308,11 +305,15 @@ def _cmp_bwd_dkv(
     BN: tl.constexpr,
     L: tl.constexpr,
     S: tl.constexpr,
+    SPLIT: tl.constexpr,
     PREC: tl.constexpr,
 ):
-    """dK, dV per compressed-key tile over the query tiles that see it (no atomics)."""
+    """Partial dK, dV of one compressed-key tile over one SPLIT-th of the query tiles that see it
+    (fp32, [B*Hkv, key tiles, SPLIT, BN, DP]; no atomics). Key tile 0 is seen by every query and the
+    last by almost none: split, no program carries more than 1/SPLIT of the longest tile's work."""
     BM: tl.constexpr = BT * GP
-    pid_n = tl.program_id(0)
+    pid_n = tl.program_id(0) // SPLIT
+    part = tl.program_id(0) % SPLIT
     bh = tl.program_id(1).to(tl.int64)
     Q += bh * T * G * D
     DO += bh * T * G * D
@@ -320,8 +321,6 @@ def _cmp_bwd_dkv(
     DELTA += bh * T * G
     K += bh * NC * D
     V += bh * NC * D
-    DK += bh * NC * D
-    DV += bh * NC * D
     key = pid_n * BN + tl.arange(0, BN)
     key_ok = key < NC
     dcol = tl.arange(0, DP)
@@ -335,7 +334,10 @@ def _cmp_bwd_dkv(
     dk = tl.zeros([BN, DP], tl.float32)
     dv = tl.zeros([BN, DP], tl.float32)
     first = (pid_n * BN * S + (L - 1)) // BT
-    for tb in range(first, tl.cdiv(T, BT)):
+    n_tiles = tl.maximum(tl.cdiv(T, BT) - first, 0)
+    lo = first + (part * n_tiles) // SPLIT
+    hi = first + ((part + 1) * n_tiles) // SPLIT
+    for tb in range(lo, hi):
         tq = tb * BT + rows // GP
         gq = rows % GP
         row_ok = (gq < G) & (tq < T)
@@ -352,16 +354,52 @@ def _cmp_bwd_dkv(
         dpt = tl.dot(v, tl.trans(do), input_precision=PREC)
         dst = pt * (dpt - delta[None, :])
         dk += tl.dot(dst.to(q.dtype), q, input_precision=PREC)
-    tl.store(DK + koff, (dk * scale).to(DK.dtype.element_ty), mask=key_ok[:, None] & dmask[None, :])
-    tl.store(DV + koff, dv.to(DV.dtype.element_ty), mask=key_ok[:, None] & dmask[None, :])
+    n = tl.arange(0, BN)
+    poff = ((bh * tl.num_programs(0) + pid_n * SPLIT + part) * BN + n)[:, None] * DP + dcol[None, :]
+    tl.store(PDK + poff, dk * scale)
+    tl.store(PDV + poff, dv)
+
+
+@triton.jit
+def _cmp_bwd_dkv_sum(
+    PDK,
+    PDV,
+    DK,
+    DV,
+    NC,
+    D: tl.constexpr,
+    DP: tl.constexpr,
+    BN: tl.constexpr,
+    SPLIT: tl.constexpr,
+):
+    """dK, dV of one key tile: its SPLIT partials summed in order (deterministic), in the keys' dtype."""
+    pid_n = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    n = tl.arange(0, BN)
+    dcol = tl.arange(0, DP)
+    dk = tl.zeros([BN, DP], tl.float32)
+    dv = tl.zeros([BN, DP], tl.float32)
+    for part in range(0, SPLIT):
+        poff = ((bh * tl.num_programs(0) + pid_n) * SPLIT + part) * BN
+        off = (poff + n)[:, None] * DP + dcol[None, :]
+        dk += tl.load(PDK + off)
+        dv += tl.load(PDV + off)
+    key = pid_n * BN + n
+    m = (key < NC)[:, None] & (dcol < D)[None, :]
+    koff = (bh * NC + key)[:, None] * D + dcol[None, :]
+    tl.store(DK + koff, dk.to(DK.dtype.element_ty), mask=m)
+    tl.store(DV + koff, dv.to(DV.dtype.element_ty), mask=m)
 
 
 def _pow2(x: int) -> int:
     return 1 << max(0, x - 1).bit_length()
 
 
-def _config(group: int, head_dim: int, n_sel: int, block_len: int, block_stride: int, sel_block: int):
-    """Tile sizes and launch settings from the static geometry only (never from T)."""
+def _config(
+    group: int, head_dim: int, n_sel: int, block_len: int, block_stride: int, sel_block: int, arch: int = 80
+):
+    """Tile sizes and launch settings from the static geometry and the arch (80 = A100, 90 = H100),
+    never from T."""
     gp = _pow2(group)
     a, r = block_len // block_stride, sel_block // block_stride
     rp = _pow2(r)
@@ -373,9 +411,14 @@ def _config(group: int, head_dim: int, n_sel: int, block_len: int, block_stride:
     # (ptxas -v, docs/attention.md).
     rows = 128 if head_dim <= 64 else 32
     bt = max(1, min(32, rows // gp))
-    # 8 warps, except for tiles of 2 tokens (G 16 past head_dim 64), where 8 warps left ptxas at 128
-    # registers and spilling (D 96, sm_80); with 4 warps, 1-2 heads at D > 64 (32 tokens) sat at 255.
-    warps = 8 if bt >= 4 else 4
+    # The forward holds the top-n merge of its tokens too (pass 3): 32 rows and at most 8 tokens per
+    # tile (G = 1 pads to 2 rows a token for tl.dot's 16). ptxas on sm_80 spilled with 64 rows
+    # (G = 6: 8 tokens, 472 B) and with 16 tokens (G = 1), and with the old 128 rows (gpucheck).
+    gpf = max(2, gp)
+    btf = max(1, min(8, 32 // gpf))
+    # dQ: 8 warps for 128-row tiles; 4 for 32 rows (D > 64), where 8 warps left ptxas at 128 registers
+    # and spilling (G 16, D 96 on sm_80).
+    warps = 8 if bt * gp >= 64 else 4
     bn_bwd = 64 if head_dim <= 64 else 32
     # dK/dV: [32, D] accumulators over 64-row query tiles (32 rows past head_dim 64: with 64, ptxas
     # spilled 8-12 B at G 16 x D 128 and G 2 x D 96 on sm_90).
@@ -384,6 +427,8 @@ def _config(group: int, head_dim: int, n_sel: int, block_len: int, block_stride:
     return {
         "warps_dkv": 8,
         "GP": gp,
+        "GPF": gpf,
+        "BTF": btf,
         # head_dim padded to a power of two >= 16 (tl.arange and tl.dot need it); masked columns.
         "DP": max(16, _pow2(head_dim)),
         "RP": rp,
@@ -393,16 +438,25 @@ def _config(group: int, head_dim: int, n_sel: int, block_len: int, block_stride:
         "bn_bwd": bn_bwd,
         "bt_dkv": bt_dkv,
         "bn_dkv": bn_dkv,
-        "bt_top": 16,
-        "bj_top": max(16, _pow2(n_sel)),  # running top-n width: >= n
-        # The running top-n merge holds [bt_top, BJ, BJ] int64 tiles: 4 warps sat at 254 registers
-        # and spilled under triton 3.6 (8-16 B); 8 warps halve the tile per thread.
-        "warps_top": 8,
+        # dK/dV: each key tile's queries in SPLIT parts (partials summed in order by a second kernel):
+        # without it tile 0 carried all T queries alone (the longest program bounded the kernel).
+        "split_dkv": 8,
+        "W": max(16, _pow2(n_sel)),  # running top-n width (pass 3 of the forward): >= n
+        # 8 warps, but 4 on sm_80 for 16 heads a token: there 8 warps left ptxas at 128 registers and
+        # spilling 16 B at G 16 x D 64 (sm_90 spills with 4 instead, 32 B).
+        "warps_fwd": 4 if gpf >= 16 and arch < 90 else 8,
     }
 
 
 def _prec(dtype: torch.dtype) -> str:
     return "tf32" if dtype == torch.float32 and not interpreting() else "ieee"
+
+
+def _arch(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 80  # the interpreter and the meta device: any config runs there
+    major, minor = torch.cuda.get_device_capability(device)
+    return major * 10 + minor
 
 
 def _check_device(x: Tensor) -> None:
@@ -429,22 +483,17 @@ def _fwd(
     B, Hkv, T, G, D = q.shape
     nc = kc.shape[2]
     k = min(n_sel, -(-T // sel_block))
-    c = _config(G, D, n_sel, block_len, block_stride, sel_block)
+    c = _config(G, D, n_sel, block_len, block_stride, sel_block, _arch(q.device))
     out = torch.empty_like(q)
     lse = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
     idx = torch.empty(B, Hkv, T, k, dtype=torch.int64, device=q.device)
     valid = torch.empty(B, Hkv, T, k, dtype=torch.bool, device=q.device)
     ns = -(-T // sel_block)
-    score = torch.empty(B, Hkv, T, ns, dtype=torch.float32, device=q.device)
-    _cmp_fwd[(triton.cdiv(T, c["BT"]), B * Hkv)](
-        q, kc, vc, out, lse, score, T, nc, ns, scale * _LOG2E,
-        G=G, GP=c["GP"], D=D, DP=c["DP"], BT=c["BT"], BJ=c["BJ"], RP=c["RP"],
+    _cmp_fwd[(triton.cdiv(T, c["BTF"]), B * Hkv)](
+        q, kc, vc, out, lse, idx, valid, T, nc, ns, k, scale * _LOG2E,
+        G=G, GP=c["GPF"], D=D, DP=c["DP"], BT=c["BTF"], BJ=c["BJ"], RP=c["RP"], W=c["W"],
         L=block_len, S=block_stride, LS=sel_block, PREC=_prec(q.dtype),
-        num_warps=c["warps"], num_stages=2,
-    )  # fmt: skip
-    _cmp_topn[(triton.cdiv(T, c["bt_top"]), B * Hkv)](
-        score, idx, valid, T, ns, k, BT=c["bt_top"], BJ=c["bj_top"], LS=sel_block,
-        num_warps=c["warps_top"], num_stages=1,
+        num_warps=c["warps_fwd"], num_stages=2,
     )  # fmt: skip
     return out, idx, valid, lse
 
@@ -490,9 +539,15 @@ def _bwd(
         BT=c["BT"], BN=c["bn_bwd"], **geo, num_warps=c["warps"], num_stages=2,
     )  # fmt: skip
     # One program even when there is no compressed key (T < l): the launch count never depends on T.
-    _cmp_bwd_dkv[(triton.cdiv(max(nc, 1), c["bn_dkv"]), B * Hkv)](
-        q, kc, vc, dout, lse, delta, dk, dv, T, nc, scale * _LOG2E, scale,
-        BT=c["bt_dkv"], BN=c["bn_dkv"], **geo, num_warps=c["warps_dkv"], num_stages=2,
+    ntile, split, bn = triton.cdiv(max(nc, 1), c["bn_dkv"]), c["split_dkv"], c["bn_dkv"]
+    pdk = torch.empty(B * Hkv, ntile, split, bn, c["DP"], dtype=torch.float32, device=q.device)
+    pdv = torch.empty_like(pdk)
+    _cmp_bwd_dkv[(ntile * split, B * Hkv)](
+        q, kc, vc, dout, lse, delta, pdk, pdv, T, nc, scale * _LOG2E, scale,
+        BT=c["bt_dkv"], BN=bn, SPLIT=split, **geo, num_warps=c["warps_dkv"], num_stages=2,
+    )  # fmt: skip
+    _cmp_bwd_dkv_sum[(ntile, B * Hkv)](
+        pdk, pdv, dk, dv, nc, D=D, DP=c["DP"], BN=bn, SPLIT=split, num_warps=4, num_stages=1
     )  # fmt: skip
     return dq, dk, dv
 
@@ -543,11 +598,10 @@ def compressed_attention_and_selection(
 
 
 def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
-    """The three kernels as launched for `shape` on sm_`arch` (same config on sm_80 and sm_90)."""
-    del arch
+    """The four kernels as launched for `shape` on sm_`arch` (the forward's warps depend on the arch)."""
     dt = shape.dtype
     c = _config(
-        shape.group, shape.head_dim, shape.n_sel, shape.block_len, shape.block_stride, shape.sel_block
+        shape.group, shape.head_dim, shape.n_sel, shape.block_len, shape.block_stride, shape.sel_block, arch
     )
     prec = "tf32" if dt == "fp32" else "ieee"
     geo = {
@@ -560,16 +614,16 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         "PREC": prec,
     }
     fwd_sig = {
-        "Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "Out": f"*{dt}", "LSE": "*fp32", "SCORE": "*fp32",
-        "T": "i32", "NC": "i32", "NS": "i32", "qk_scale": "fp32",
+        "Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "Out": f"*{dt}", "LSE": "*fp32", "IDX": "*i64",
+        "VALID": "*i1", "T": "i32", "NC": "i32", "NS": "i32", "K_SEL": "i32", "qk_scale": "fp32",
     }  # fmt: skip
-    top_sig = {"SCORE": "*fp32", "IDX": "*i64", "VALID": "*i1", "T": "i32", "NS": "i32", "K_SEL": "i32"}
-    top_const = {"BT": c["bt_top"], "BJ": c["bj_top"], "LS": shape.sel_block}
     fwd_const = {
         **geo,
-        "BT": c["BT"],
+        "GP": c["GPF"],
+        "BT": c["BTF"],
         "BJ": c["BJ"],
         "RP": c["RP"],
+        "W": c["W"],
         "LS": shape.sel_block,
     }
     dq_sig = {
@@ -578,20 +632,22 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     }  # fmt: skip
     dkv_sig = {
         "Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "DO": f"*{dt}", "LSE": "*fp32", "DELTA": "*fp32",
-        "DK": f"*{dt}", "DV": f"*{dt}", "T": "i32", "NC": "i32", "qk_scale": "fp32", "scale": "fp32",
+        "PDK": "*fp32", "PDV": "*fp32", "T": "i32", "NC": "i32", "qk_scale": "fp32", "scale": "fp32",
     }  # fmt: skip
+    sum_sig = {"PDK": "*fp32", "PDV": "*fp32", "DK": f"*{dt}", "DV": f"*{dt}", "NC": "i32"}
+    split = {"SPLIT": c["split_dkv"]}
+    sum_const = {"D": shape.head_dim, "DP": c["DP"], "BN": c["bn_dkv"], **split}
     specs = [
-        ("compressed_fwd", _cmp_fwd, fwd_sig, fwd_const),
-        ("compressed_topn", _cmp_topn, top_sig, top_const),
-        ("compressed_bwd_dq", _cmp_bwd_dq, dq_sig, {**geo, "BT": c["BT"], "BN": c["bn_bwd"]}),
-        ("compressed_bwd_dkv", _cmp_bwd_dkv, dkv_sig, {**geo, "BT": c["bt_dkv"], "BN": c["bn_dkv"]}),
-    ]
+        ("compressed_fwd", _cmp_fwd, fwd_sig, fwd_const, c["warps_fwd"], 2),
+        ("compressed_bwd_dq", _cmp_bwd_dq, dq_sig, {**geo, "BT": c["BT"], "BN": c["bn_bwd"]}, c["warps"], 2),
+        (
+            "compressed_bwd_dkv", _cmp_bwd_dkv, dkv_sig, {**geo, "BT": c["bt_dkv"], "BN": c["bn_dkv"], **split},
+            c["warps_dkv"], 2,
+        ),
+        ("compressed_bwd_dkv_sum", _cmp_bwd_dkv_sum, sum_sig, sum_const, 4, 1),
+    ]  # fmt: skip
     out = []
-    for name, fn, sig, const in specs:
+    for name, fn, sig, const, warps, stages in specs:
         full = {**sig, **{k: "constexpr" for k in const}}
-        warps, stages = {
-            "compressed_topn": (c["warps_top"], 1),
-            "compressed_bwd_dkv": (c["warps_dkv"], 2),
-        }.get(name, (c["warps"], 2))
         out.append(KernelSpec(name, fn, full, const, num_warps=warps, num_stages=stages))
     return out

@@ -1,0 +1,480 @@
+"""A per-kernel cost model of NSA attention on A100/H100, calibrated on published GPU figures.
+
+Owns the `--model` output of bench/attention.py: calibration rows (the model reproducing published
+NSA and FlashAttention-2 measurements at their shapes), prediction rows (our triton backend over
+FlashAttention-2, fwd / bwd / fwd+bwd, A100 and H100, M7C and the NSA paper's shape) and per-kernel
+rows (FLOPs issued incl. padded rows, DRAM and L2 bytes incl. re-reads, programs, waves). It imports
+nothing from nsa (no torch): the kernel structure is written out here from nsa/attention/triton/*.py,
+so a change of structure there must be mirrored here (docs/attention.md, "Time budget").
+
+The model, per kernel: time = max(FLOPs / (peak x eff[kind]), DRAM bytes / (bw x 0.8), L2 bytes /
+L2 bw, scalar ops / (CUDA-core rate x 0.3)), stretched by wave quantisation and by the longest
+program when one program's work exceeds the even share (the compressed dK/dV kernel), plus 4 us per
+launch. `eff[kind]` is the fraction of the bf16 tensor-core peak a kind of kernel reaches when it
+is compute-bound:
+- `fa2_fwd` / `fa2_bwd`: FlashAttention-2's CUDA kernels (the baseline: PyTorch SDPA, flash-attn).
+  A100: 0.55 / 0.45 (FlashAttention-2 paper, Dao 2023, arXiv 2307.08691, Fig. 4-6: 50-73 % forward,
+  40-63 % backward of 312 TFLOPS; the causal low end). H100: 0.39 / 0.34, FlashAttention-2 on H800 as
+  measured by Scalable-Flash-NSA's README (64k, 64 heads, head_dim 128: 182.9 ms forward = 385
+  TFLOP/s, 523.7 ms backward = 336 TFLOP/s).
+- `dense_fwd` / `dense_bwd`: Triton flash-style tiles (full rows, streaming keys: our window and
+  compressed kernels, the Triton FlashAttention-2 the NSA paper compares against). A100 0.40 / 0.32
+  (assumed below CUDA FA2; only the ratio to the sparse kinds enters the paper's calibration), H100
+  as FA2 (assumed; Triton uses Hopper's wgmma, FA2 does not).
+- `gather_fwd` / `gather_bwd`: query-major sparse tiles (per token, keys of chosen blocks): fitted
+  so the calibration rows come within +-30 % (printed beside the predictions). Our selected dQ
+  takes `gather_fwd` (the forward's loop, no atomics), our key-major dK/dV `gather_bwd` (fitted on
+  published backwards that include their dK/dV): the model's largest uncertainty.
+- scalar work (top-n) at 0.3 of the CUDA-core rate; DRAM at 0.8 of its peak; L2 at the rate below.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """Datasheet figures: dense bf16 tensor FLOP/s, DRAM B/s, SM count, fp32/int32 CUDA-core op/s."""
+
+    name: str
+    arch: str  # "ampere" | "hopper": selects the efficiency table
+    peak: float
+    dram: float
+    l2: float  # achievable L2 read bandwidth (see L2_NOTE)
+    sms: int
+    alu: float
+    regs_per_sm: int = 65536
+
+
+# L2: A100's whitepaper gives 5120 B/clk of L2 read bandwidth (7.2 TB/s at 1.41 GHz); H100 SXM
+# scaled by SM count and clock (132 SMs x 1.83 GHz vs 108 x 1.41: 1.6x). Both are peaks; the model
+# takes 75 % of them (Chips and Cheese's H100 PCIe microbenchmark reached about that share).
+GPUS: dict[str, Gpu] = {
+    "A100": Gpu("A100-SXM4-80GB", "ampere", 312e12, 2.039e12, 0.75 * 7.2e12, 108, 19.5e12),
+    "H100": Gpu("H100-SXM5", "hopper", 989e12, 3.35e12, 0.75 * 11.5e12, 132, 67e12),
+    # H800: an H100 SXM with cut interconnect; same SMs, clocks, HBM3 (Scalable-Flash-NSA's GPU).
+    "H800": Gpu("H800-SXM5", "hopper", 989e12, 3.35e12, 0.75 * 11.5e12, 132, 67e12),
+}
+
+EFF: dict[str, dict[str, float]] = {
+    "ampere": {"fa2_fwd": 0.55, "fa2_bwd": 0.45, "dense_fwd": 0.40, "dense_bwd": 0.32,
+               "gather_fwd": 0.40, "gather_bwd": 0.11},
+    "hopper": {"fa2_fwd": 0.39, "fa2_bwd": 0.34, "dense_fwd": 0.39, "dense_bwd": 0.34,
+               "gather_fwd": 0.20, "gather_bwd": 0.17},
+}  # fmt: skip
+DRAM_EFF, ALU_EFF, LAUNCH_S = 0.8, 0.3, 4e-6
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One attention layer: batch, query heads, KV heads, head_dim and NSA's l, d, l', n, w."""
+
+    name: str
+    B: int
+    H: int
+    Hkv: int
+    D: int
+    bl: int = 32  # l, compression block length
+    d: int = 16
+    lp: int = 64
+    n: int = 16
+    w: int = 512
+
+    @property
+    def G(self) -> int:
+        return self.H // self.Hkv
+
+
+SHAPES = {"m7c": Shape("m7c", 1, 12, 2, 64), "paper": Shape("paper", 1, 64, 4, 128)}
+
+
+@dataclass
+class Kernel:
+    """One launch: FLOPs issued (padded rows included) and useful, DRAM and L2 bytes, grid, occupancy."""
+
+    name: str
+    branch: str  # compressed | selection | selected | window | fused | dense
+    direction: str  # fwd | bwd
+    kind: str  # dense_fwd | dense_bwd | gather_fwd | gather_bwd | memory | scalar
+    flops: float = 0.0
+    useful: float = 0.0
+    dram: float = 0.0
+    l2: float = 0.0
+    alu: float = 0.0
+    programs: int = 0  # 0: a bandwidth-bound grid the model does not size (waves not counted)
+    per_sm: int = 1  # resident programs per SM (registers / shared memory)
+    crit: float = 0.0  # FLOPs of the longest program (load imbalance)
+    launches: int = 1
+    extra: dict = field(default_factory=dict)
+
+    def time(self, gpu: Gpu) -> float:
+        eff = EFF[gpu.arch].get(self.kind, 1.0)
+        t = max(
+            self.flops / (gpu.peak * eff),
+            self.dram / (gpu.dram * DRAM_EFF),
+            self.l2 / gpu.l2,
+            self.alu / (gpu.alu * ALU_EFF),
+        )
+        slots = gpu.sms * self.per_sm
+        waves = math.ceil(self.programs / slots)
+        if self.flops and self.programs and waves < 8:  # a short grid idles part of the GPU in its last wave
+            t *= waves * slots / self.programs
+        if self.crit:  # the longest program runs alone on its SM at the end
+            t = max(t, self.crit / (gpu.peak * eff / gpu.sms))
+        return t + LAUNCH_S * self.launches
+
+    def row(self, gpu: Gpu) -> dict:
+        slots = gpu.sms * self.per_sm
+        return {
+            "kernel": self.name, "branch": self.branch, "dir": self.direction, "kind": self.kind,
+            "gflop": round(self.flops / 1e9, 2), "gflop_useful": round(self.useful / 1e9, 2),
+            "dram_mb": round(self.dram / 1e6, 1), "l2_mb": round(self.l2 / 1e6, 1),
+            "programs": self.programs or None, "waves": round(self.programs / slots, 2) if self.programs else None,
+            "ms": round(self.time(gpu) * 1e3, 4),
+        }  # fmt: skip
+
+
+def _p2(x: int, lo: int = 1) -> int:
+    return max(lo, 1 << max(0, x - 1).bit_length())
+
+
+def _per_sm(regs: int, threads: int, gpu_regs: int = 65536, cap: int = 16) -> int:
+    return max(1, min(cap, gpu_regs // (regs * threads)))
+
+
+def _sel_keys(T: int, s: Shape) -> float:
+    """Keys each query's selected blocks give on average, in whole l'-blocks (the kernels step over
+    the own block's keys up to the query only, but in tiles of l')."""
+    nl = s.n * s.lp
+    short = min(T, nl)
+    return (short * (short / 2 + s.lp / 2) + max(0, T - nl) * nl) / T
+
+
+def _cmp_keys(T: int, s: Shape, tile: int = 64) -> float:
+    """Compressed keys a query tile visits on average (visible prefix, rounded up to a key tile)."""
+    nc = max(0, (T - s.bl) // s.d + 1)
+    return min(nc, nc / 2 + tile / 2)
+
+
+def flash2(T: int, s: Shape, kind: str = "fa2") -> list[Kernel]:
+    """FlashAttention-2, causal GQA: 2 GEMMs forward, 5 backward, over T/2 keys per query on average.
+    kind "fa2": the CUDA kernels (flash-attn, PyTorch SDPA); "dense": a Triton port (the NSA paper's)."""
+    unit = 2 * s.B * s.H * T * (T / 2 + 64) * s.D  # one GEMM over the causal triangle (+ diagonal tiles)
+    act = s.B * T * s.H * s.D * 2
+    kv = s.B * T * s.Hkv * s.D * 2
+    progs = s.B * s.H * math.ceil(T / 128)
+    return [
+        Kernel(
+            "flash2_fwd", "dense", "fwd", f"{kind}_fwd", 2 * unit, 2 * unit, 2 * act + 2 * kv, programs=progs
+        ),
+        Kernel(
+            "flash2_bwd", "dense", "bwd", f"{kind}_bwd", 5 * unit, 5 * unit, 4 * act + 4 * kv, programs=progs
+        ),
+    ]
+
+
+def ours(T: int, s: Shape, balanced_dkv: bool = True, keymajor_sel: bool = False) -> list[Kernel]:
+    """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
+    keymajor_sel models a restructure that is not built (what-if rows); balanced_dkv=False the
+    compressed dK/dV kernel as it was before it was split (for comparison)."""
+    B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
+    bf = 2
+    act = B * T * s.H * D * bf
+    kvb = BH * T * D * bf
+    nc = max(0, (T - s.bl) // s.d + 1)
+    ns = -(-T // s.lp)
+    k = min(s.n, ns)
+    ks: list[Kernel] = []
+    # Fused RoPE into the kernels' layouts (q and 3 branches' keys), then the gated sum.
+    ks.append(Kernel("rope_fwd", "fused", "fwd", "memory", dram=2 * (act + 3 * kvb), launches=2))
+    ks.append(Kernel("gate_mix_fwd", "fused", "fwd", "memory", dram=4 * act + B * T * s.H * 3 * bf))
+    ks.append(Kernel("rope_bwd", "fused", "bwd", "memory", dram=2 * (act + 3 * kvb), launches=2))
+    ks.append(Kernel("gate_mix_bwd", "fused", "bwd", "memory", dram=5 * act + 2 * B * T * s.H * 3 * bf))
+    # Compression MLP (cuBLAS GEMMs l*D -> 2D -> D for keys and values): small.
+    mlp = 2 * 2 * BH * nc * (s.bl * D * 2 * D + 2 * D * D)
+    ks.append(
+        Kernel("cmp_mlp_fwd", "compressed", "fwd", "dense_fwd", mlp, mlp, 4 * kvb, programs=10**4, launches=6)
+    )
+    ks.append(
+        Kernel(
+            "cmp_mlp_bwd",
+            "compressed",
+            "bwd",
+            "dense_bwd",
+            2 * mlp,
+            2 * mlp,
+            8 * kvb,
+            programs=10**4,
+            launches=10,
+        )
+    )
+    # Compressed attention + selection, one kernel: rows = BT tokens x G padded to GP; pass 1 (QK for
+    # the statistics), pass 2 (QK again, PV), pass 3 (QK again, Eq. 9 scores, running top-n): every
+    # pass re-reads the tile's visible compressed keys from L2. Passes 1-2 are the branch, pass 3 the
+    # selection's own cost (one launch; the row below carries no launch of its own).
+    GP = _p2(G)
+    GPF = max(2, GP)
+    BT = max(1, min(8, 32 // GPF))  # the forward's tile: 32 rows, <= 8 tokens (docs/attention.md)
+    ck = _cmp_keys(T, s)
+    cunit = 2 * BH * T * GPF * ck * D
+    cuse = 2 * BH * T * G * (nc / 2) * D
+    ctiles = BH * math.ceil(T / BT)
+    ckl2 = ctiles * ck * D * bf
+    ks.append(Kernel("cmp_fwd", "compressed", "fwd", "dense_fwd", 2 * cunit, 2 * cuse,
+                     2 * act + 2 * BH * nc * D * bf + 4 * BH * T * G, l2=2 * ckl2, programs=ctiles, per_sm=2,
+                     crit=2 * 2 * BT * GPF * nc * D))  # fmt: skip
+    # Top-n (pass 3): a running top-W per token, rank merges on [BT, W, BJ] tiles (about 4 integer
+    # ops per compared pair, W pairs per candidate block), plus Eq. 9's shifts (~4 x l'/d per block).
+    W = max(16, _p2(s.n))
+    ks.append(Kernel("cmp_fwd_topn", "selection", "fwd", "dense_fwd", cunit, 0, BH * T * k * 9,
+                     l2=ckl2, alu=BH * T * ns * (W * 4 + 4 * s.lp // s.d), programs=ctiles, per_sm=2,
+                     launches=0))  # fmt: skip
+    dq_rows = 128 if D <= 64 else 32
+    bunit = 2 * BH * T * GP * ck * D
+    ks.append(Kernel("cmp_bwd_dq", "compressed", "bwd", "dense_bwd", 3 * bunit, 3 * cuse,
+                     4 * act + 2 * BH * nc * D * bf, l2=BH * math.ceil(T * GP / dq_rows) * ck * D * bf * 2,
+                     programs=BH * math.ceil(T * GP / dq_rows), per_sm=1))  # fmt: skip
+    # dK/dV per tile of 32 compressed keys: tile i is seen by the queries after it, so tile 0 carries
+    # T query rows while the last carries almost none. Each tile's query tiles are cut into SPLIT = 8
+    # parts (one program each, fp32 partials summed in order by a second kernel), so the longest
+    # program has 1/8 of tile 0's work; split=1 models the kernel before 2026-11-25.
+    split = 8 if balanced_dkv else 1
+    dkv_tiles = BH * max(1, math.ceil(nc / 32))
+    part = dkv_tiles * split * 32 * D * 4 * 2 if split > 1 else 0
+    ks.append(Kernel("cmp_bwd_dkv", "compressed", "bwd", "dense_bwd", 4 * bunit, 4 * cuse,
+                     2 * BH * nc * D * bf * 2 + 2 * part, l2=dkv_tiles * (T / 2) * GP * D * bf * 2,
+                     programs=dkv_tiles * split, per_sm=2, crit=4 * 2 * T * GP * 32 * D / split,
+                     launches=1 + (split > 1)))  # fmt: skip
+    # Selected, forward and dQ: one program per (token, batch x KV head); rows = G heads padded to 16;
+    # each token reads its own k blocks of l' keys (K and V) through L2. dQ has the forward's loop
+    # structure (query-major, no atomics) and takes the forward's efficiency.
+    # keymajor (not built): FSA's order for both, rows = (pair, head) in full tiles of 64, a
+    # statistics pass (QK) before the output pass (QK, PV), fp32 partial rows per pair reduced after.
+    SR = 64 if keymajor_sel else _p2(G, 16)
+    keys = _sel_keys(T, s)
+    npairs = BH * T * k
+    suse = 2 * BH * T * G * keys * D
+    if keymajor_sel:
+        sunit = suse * (math.ceil(npairs * G / SR) * SR) / (npairs * G)
+        partial = npairs * G * (D + 2) * 4 * 2
+        sl2 = npairs * G * D * bf * 2
+        fwd_units, dq_units, launches = 3, 3, 3
+    else:
+        sunit = 2 * BH * T * SR * keys * D
+        partial = 0
+        sl2 = BH * T * keys * D * bf * 2
+        fwd_units, dq_units, launches = 2, 3, 1
+    progs = math.ceil(npairs * G / 64) if keymajor_sel else BH * T
+    ks.append(Kernel("sel_fwd", "selected", "fwd", "gather_fwd", fwd_units * sunit, 2 * suse,
+                     2 * act + 2 * kvb + BH * T * k * 9 + 4 * BH * T * G + partial, l2=sl2,
+                     programs=progs, per_sm=_per_sm(158, 128), launches=launches))  # fmt: skip
+    ks.append(Kernel("sel_bwd_dq", "selected", "bwd", "gather_fwd", dq_units * sunit, 3 * suse,
+                     4 * act + 2 * kvb + BH * T * k * 9 + partial, l2=sl2,
+                     programs=progs, per_sm=_per_sm(154, 128), launches=launches - 1))  # fmt: skip
+    # Reverse index: one stable torch.sort of BH*T*k int64 keys (radix: ~8 passes over key + index),
+    # searchsorted, cumsum and ~12 small ops.
+    ks.append(Kernel("sel_reverse_index", "selected", "bwd", "memory", dram=npairs * 16 * 2 * 8, launches=16))
+    # dK/dV key-major: rows = (pair, head), BR = 64 per step, full tiles for any G; each row's q and dO
+    # come from L2; partial dK/dV per segment in fp32, summed by the reduction kernel.
+    BR = 32 if D > 64 else 64
+    seg = min(2048, max(16, _p2(T) // 4))
+    nseg = BH * ns + math.ceil(npairs / seg)
+    prow = npairs * G
+    kunit = 2 * math.ceil(prow / BR) * BR * s.lp * D
+    part = nseg * s.lp * _p2(D, 16) * 4 * 2
+    ks.append(Kernel("sel_bwd_dkdv", "selected", "bwd", "gather_bwd", 4 * kunit, 4 * 2 * prow * s.lp * D,
+                     2 * kvb + part, l2=prow * D * bf * 2 + prow * 8, programs=nseg, per_sm=1))  # fmt: skip
+    ks.append(Kernel("sel_bwd_reduce", "selected", "bwd", "memory", dram=part + 2 * kvb, programs=BH * ns))
+    # Window: rows = tokens x G (no padding), keys = the band plus the tile overhang.
+    wk = min(T, s.w + 128 / G + 64)
+    wunit = 2 * BH * T * G * wk * D
+    wuse = 2 * BH * T * G * min(T, s.w) * D
+    wprog = BH * math.ceil(T * G / 128)
+    ks.append(Kernel("win_fwd", "window", "fwd", "dense_fwd", 2 * wunit, 2 * wuse, 2 * act + 2 * kvb,
+                     l2=wprog * wk * D * bf * 2, programs=wprog, per_sm=1))  # fmt: skip
+    ks.append(Kernel("win_bwd_dq", "window", "bwd", "dense_bwd", 3 * wunit, 3 * wuse, 4 * act + 2 * kvb,
+                     l2=wprog * wk * D * bf * 2, programs=wprog, per_sm=1))  # fmt: skip
+    wdk = min(T, s.w + 64)
+    ks.append(Kernel("win_bwd_dkdv", "window", "bwd", "dense_bwd", 4 * 2 * BH * T * G * wdk * D, 2 * wuse,
+                     2 * act + 4 * kvb, l2=BH * math.ceil(T / 64) * wdk * G * D * bf * 2,
+                     programs=BH * math.ceil(T / 64), per_sm=1))  # fmt: skip
+    return ks
+
+
+def published_nsa(T: int, s: Shape, score_pass: bool) -> list[Kernel]:
+    """The structure the NSA paper and Scalable-Flash-NSA describe, at G >= 16 (full tiles): compressed
+    attention plus a score pass and a top-n kernel, group-centric query-major selected attention, a
+    flash-style window; backward = 2.5x each forward's GEMMs. Used only for calibration."""
+    B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
+    nc = max(0, (T - s.bl) // s.d + 1)
+    ns = -(-T // s.lp)
+    act = B * T * s.H * D * 2
+    kvb = BH * T * D * 2
+    cunit = 2 * BH * T * G * (nc / 2) * D
+    sunit = 2 * BH * T * G * _sel_keys(T, s) * D
+    wunit = 2 * BH * T * G * min(T, s.w) * D
+    score = 4 * BH * T * ns
+    rows = BH * math.ceil(T * G / 128)
+    return [
+        Kernel("cmp_fwd", "compressed", "fwd", "dense_fwd", (2 + score_pass) * cunit, 2 * cunit, 2 * act, programs=rows),
+        Kernel("topn", "selection", "fwd", "scalar", dram=2 * score, alu=BH * T * ns * 16 * 4, programs=rows),
+        Kernel("sel_fwd", "selected", "fwd", "gather_fwd", 2 * sunit, 2 * sunit, 2 * act + 2 * kvb,
+               l2=BH * T * _sel_keys(T, s) * D * 4, programs=BH * T, per_sm=4),
+        Kernel("win_fwd", "window", "fwd", "dense_fwd", 2 * wunit, 2 * wunit, 2 * act + 2 * kvb, programs=rows),
+        Kernel("cmp_bwd", "compressed", "bwd", "dense_bwd", 5 * cunit, 5 * cunit, 4 * act, programs=rows, launches=2),
+        Kernel("sel_bwd", "selected", "bwd", "gather_bwd", 5 * sunit, 5 * sunit, 4 * act + 4 * kvb,
+               l2=2 * BH * T * _sel_keys(T, s) * D * 4, programs=BH * T, per_sm=4, launches=2),
+        Kernel("win_bwd", "window", "bwd", "dense_bwd", 5 * wunit, 5 * wunit, 4 * act + 4 * kvb, programs=rows, launches=2),
+    ]  # fmt: skip
+
+
+def total(ks: list[Kernel], gpu: Gpu, direction: str | None = None) -> float:
+    return sum(k.time(gpu) for k in ks if direction in (None, k.direction))
+
+
+# Published figures (what the calibration reproduces), with where they come from.
+# NSA paper (Yuan et al. 2025, arXiv 2502.11089, Sec. 5.1, Fig. 6): Triton NSA kernel vs Triton
+# FlashAttention-2 on A100, GQA group 16 (64 heads, 4 KV heads; head_dim taken as 128), speedups.
+NSA_PAPER = {
+    "gpu": "A100",
+    "shape": Shape("nsa_paper_a100", 1, 64, 4, 128),
+    "fwd": {8192: 2.1, 16384: 3.8, 32768: 6.3, 65536: 9.0},
+    "bwd": {8192: 1.1, 16384: 2.0, 32768: 3.4, 65536: 6.0},
+}
+# Scalable-Flash-NSA README (github.com/mdy666/Scalable-Flash-Native-Sparse-Attention, benchmark
+# tables): H800, 64 heads, 4 KV heads, head_dim 128, l=32, d=16, l'=64, n=16; milliseconds.
+SCALABLE = {
+    "gpu": "H800",
+    "shape": Shape("scalable_h800", 1, 64, 4, 128),
+    "nsa_fwd": {4096: 1.370, 8192: 2.630, 16384: 5.660, 32768: 13.237, 65536: 34.162, 131072: 101.123},
+    "nsa_bwd": {4096: 2.772, 8192: 5.571, 16384: 12.322, 32768: 28.960, 65536: 73.689, 131072: 213.904},
+    "fa2_fwd": {4096: 0.826, 8192: 3.055, 16384: 11.677, 32768: 46.912, 65536: 182.879, 131072: 774.342},
+    "fa2_bwd": {4096: 2.503, 8192: 9.009, 16384: 33.972, 32768: 131.634, 65536: 523.686, 131072: 2068.492},
+}
+
+
+def calibration_rows() -> list[dict]:
+    rows = []
+
+    def add(source: str, gpu: str, shape: Shape, T: int, what: str, published: float, predicted: float):
+        rows.append({
+            "calibration": f"{source}/{what}", "gpu": gpu, "shape": f"H{shape.H}/Hkv{shape.Hkv}/D{shape.D}",
+            "T": T, "published": published, "predicted": round(predicted, 3),
+            "error": round(predicted / published - 1, 3),
+        })  # fmt: skip
+
+    p = NSA_PAPER
+    gpu, shape = GPUS[p["gpu"]], p["shape"]
+    for T in p["fwd"]:
+        fa, ns = flash2(T, shape, "dense"), published_nsa(T, shape, score_pass=False)
+        for d in ("fwd", "bwd"):
+            add(
+                "nsa_paper_fig6",
+                p["gpu"],
+                shape,
+                T,
+                f"speedup_{d}",
+                p[d][T],
+                total(fa, gpu, d) / total(ns, gpu, d),
+            )
+    c = SCALABLE
+    gpu, shape = GPUS[c["gpu"]], c["shape"]
+    for T in c["nsa_fwd"]:
+        fa, ns = flash2(T, shape), published_nsa(T, shape, score_pass=True)
+        for d in ("fwd", "bwd"):
+            add(
+                "scalable_flash_nsa",
+                c["gpu"],
+                shape,
+                T,
+                f"nsa_ms_{d}",
+                c[f"nsa_{d}"][T],
+                total(ns, gpu, d) * 1e3,
+            )
+            add(
+                "scalable_flash_nsa",
+                c["gpu"],
+                shape,
+                T,
+                f"fa2_ms_{d}",
+                c[f"fa2_{d}"][T],
+                total(fa, gpu, d) * 1e3,
+            )
+    return rows
+
+
+def prediction_rows(Ts: list[int]) -> list[dict]:
+    rows = []
+    for gname in ("A100", "H100"):
+        gpu = GPUS[gname]
+        for sname, shape in SHAPES.items():
+            for T in Ts:
+                fa, ns = flash2(T, shape), ours(T, shape)
+                r = {"prediction": "nsa_over_fa2", "gpu": gname, "shape": sname, "T": T}
+                for d in ("fwd", "bwd", None):
+                    r[d or "fwd_bwd"] = round(total(ns, gpu, d) / total(fa, gpu, d), 3)
+                rows.append(r)
+    return rows
+
+
+def kernel_rows(Ts: list[int], shape_names=("m7c",), gpus=("A100", "H100")) -> list[dict]:
+    rows = []
+    for gname in gpus:
+        gpu = GPUS[gname]
+        for sname in shape_names:
+            shape = SHAPES[sname]
+            for T in Ts:
+                ks = ours(T, shape)
+                t_all = total(ks, gpu)
+                for k in ks:
+                    r = {"kernel_model": k.name, "gpu": gname, "shape": sname, "T": T, **k.row(gpu)}
+                    r["share"] = round(k.time(gpu) / t_all, 3)
+                    del r["kernel"]
+                    rows.append(r)
+    return rows
+
+
+def branch_budget(T: int, shape: Shape, gpu: Gpu) -> dict[str, float]:
+    """Milliseconds per branch (fwd + bwd) of our kernels, their total and FlashAttention-2's."""
+    out: dict[str, float] = {}
+    for k in ours(T, shape):
+        out[k.branch] = out.get(k.branch, 0.0) + k.time(gpu) * 1e3
+    out["nsa_total"] = sum(out.values())
+    out["fa2_total"] = total(flash2(T, shape), gpu) * 1e3
+    return {b: round(v, 3) for b, v in out.items()}
+
+
+def transient_bytes(T: int, s: Shape) -> int:
+    """The largest scratch one NSA op holds beyond its inputs, outputs and saved tensors (triton
+    backend): the forward has none since selection runs inside the compressed kernel (until
+    2026-11-25 it kept float32 block scores [B, Hkv, T, ceil(T/l')], 512 MiB at 64k for M7C); the
+    backward, the selected branch's reverse index (sort keys, order, sorted keys: 3 x 8 bytes per
+    pair; cub's scratch not counted) plus fp32 partial dK/dV per segment and the deltas."""
+    BH = s.B * s.Hkv
+    ns = -(-T // s.lp)
+    npairs = BH * T * min(s.n, ns)
+    seg = min(2048, max(16, _p2(T) // 4))
+    nseg = BH * ns + math.ceil(npairs / seg)
+    return int(3 * 8 * npairs + 2 * nseg * s.lp * _p2(s.D, 16) * 4 + 4 * BH * T * s.G)
+
+
+WHAT_IF = {
+    "unbalanced_cmp_dkv_before": {"balanced_dkv": False},  # the compressed dK/dV before its split
+    "keymajor_selected": {"keymajor_sel": True},  # FSA's loop order for the selected fwd and dQ
+}
+
+
+def what_if_rows(Ts: list[int]) -> list[dict]:
+    """NSA/FA2 fwd+bwd if the kernels were restructured as named (modelled, not built)."""
+    rows = []
+    for name, flags in WHAT_IF.items():
+        for gname in ("A100", "H100"):
+            for sname, shape in SHAPES.items():
+                for T in Ts:
+                    ratio = total(ours(T, shape, **flags), GPUS[gname]) / total(flash2(T, shape), GPUS[gname])
+                    rows.append(
+                        {"what_if": name, "gpu": gname, "shape": sname, "T": T, "fwd_bwd": round(ratio, 3)}
+                    )
+    return rows

@@ -1,0 +1,73 @@
+"""bench/attention_model.py (the `--model` of bench/attention.py): row schemas, calibration within
++-30 %, and sanity properties of the cost model (cheap: pure arithmetic, no torch work)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+_BENCH = Path(__file__).resolve().parents[3] / "bench"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, _BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+m = _load("attention_model")
+
+
+def test_calibration_rows_have_the_issue_schema_and_stay_within_30_percent() -> None:
+    rows = m.calibration_rows()
+    sources = {r["calibration"].split("/")[0] for r in rows}
+    assert sources == {"nsa_paper_fig6", "scalable_flash_nsa"}  # two published figure sets
+    for r in rows:
+        assert list(r) == ["calibration", "gpu", "shape", "T", "published", "predicted", "error"]
+        assert r["error"] == pytest.approx(r["predicted"] / r["published"] - 1, abs=2e-3)
+        assert abs(r["error"]) <= 0.30, r
+
+
+def test_prediction_rows_cover_both_gpus_and_shapes_with_the_issue_keys() -> None:
+    rows = m.prediction_rows([8192, 32768, 65536])
+    assert {(r["gpu"], r["shape"]) for r in rows} == {
+        (g, s) for g in ("A100", "H100") for s in ("m7c", "paper")
+    }
+    for r in rows:
+        assert list(r) == ["prediction", "gpu", "shape", "T", "fwd", "bwd", "fwd_bwd"]
+        assert r["prediction"] == "nsa_over_fa2"
+        assert min(r["fwd"], r["bwd"]) <= r["fwd_bwd"] <= max(r["fwd"], r["bwd"])
+
+
+def test_padding_costs_flops_and_long_t_favours_nsa() -> None:
+    """G = 6 pads the selected kernels' rows to 16: issued FLOPs exceed useful ones by 16/6; and the
+    NSA/FA2 ratio falls as T grows (FA2 is quadratic, NSA's selected and window branches linear)."""
+    shape = m.SHAPES["m7c"]
+    sel = next(k for k in m.ours(65536, shape) if k.name == "sel_fwd")
+    assert sel.flops / sel.useful == pytest.approx(16 / 6)
+    paper = next(k for k in m.ours(65536, m.SHAPES["paper"]) if k.name == "sel_fwd")
+    assert paper.flops == pytest.approx(paper.useful)  # G = 16 fills the tile
+    ratios = [r["fwd_bwd"] for r in m.prediction_rows([8192, 16384, 32768, 65536]) if r["gpu"] == "A100"][:4]
+    assert ratios == sorted(ratios, reverse=True)
+
+
+def test_transient_bytes_grow_linearly() -> None:
+    # No [T, T/l'] score tensor any more: the largest scratch (the selected backward's index and
+    # partials) is linear in T.
+    a, b = (m.transient_bytes(T, m.SHAPES["m7c"]) for T in (32768, 65536))
+    assert b == pytest.approx(2 * a, rel=0.01) and b < 4 * 2 * 65536 * 1024
+
+
+def test_saved_bytes_per_layer_grow_linearly_in_t() -> None:
+    """Memory rows: what one M7C layer (triton path, bf16) saves for backward, traced on the meta
+    device; no saved tensor grows faster than T (doubling T doubles the bytes, within the compressed
+    tokens' rounding)."""
+    bench = _load("attention")
+    a, b = bench.saved_bytes(4096), bench.saved_bytes(8192)
+    assert a["saved_bytes"] > 0 and a["rope_tables_bytes"] == 2 * 4 * 4096 * 64
+    assert b["saved_bytes"] / a["saved_bytes"] == pytest.approx(2.0, rel=0.01)
