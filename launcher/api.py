@@ -21,7 +21,7 @@ from launcher.control import (
     restart_run,
     stream_log,
 )
-from launcher.errors import LaunchError, RuntimeFailure
+from launcher.core.errors import LaunchError, RuntimeFailure
 from launcher.registry import NodeRecord, RunRecord
 from launcher.registry import all_runs as list_runs
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher import registry
-from launcher.errors import LaunchError, RuntimeFailure
+from launcher.core.errors import LaunchError, RuntimeFailure
 from launcher.registry import NodeRecord, RunRecord
 from launcher.remote import agent_call, agent_stream, reader_for, transport_for
 
@@ -448,7 +448,7 @@ def wait_first_heartbeat(
 
 def _resync(rec: RunRecord, say: Callable[[str], None]) -> None:
     """The code the run resumes with is this checkout's, as for `up` (local runs use it in place)."""
-    from launcher import format as fmt
+    from launcher.core import format as fmt
     from launcher.profiles import PROJECT_ROOT
     from launcher.ssh.sync import sync
     from launcher.ssh.transport import SSHTransport

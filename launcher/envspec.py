@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 
-from launcher.errors import LaunchError
+from launcher.core.errors import LaunchError
 from nsa.envvars import NSA_ENV, EnvVar
 
 MASK = "****"

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import RuntimeFailure
+from launcher.core.errors import RuntimeFailure
 from launcher.profiles import PROJECT_ROOT, HostEnv
 from launcher.ssh.transport import Transport
 
@@ -194,7 +194,7 @@ def ensure_python(
     chosen = python or env.python
     if chosen != "venv":
         return chosen  # preflight checked it (missing packages are listed there with the fix)
-    from launcher import format as fmt
+    from launcher.core import format as fmt
 
     plan = plan_env(device, probe)
     digest = spec_hash(env, plan)
@@ -236,7 +236,7 @@ def received_bytes(t: Transport) -> int | None:
 def ticker(t: Transport, what: str, log: Callable[[str], None], every_s: float = TICK_S) -> Iterator[None]:
     """While the body runs, log `what`, the elapsed time and the bytes the host received since the
     start, every `every_s` seconds (from a thread: the body blocks on the host)."""
-    from launcher import format as fmt
+    from launcher.core import format as fmt
 
     stop = threading.Event()
     t0 = time.monotonic()

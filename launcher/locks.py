@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from launcher import registry
-from launcher.errors import RuntimeFailure
+from launcher.core.errors import RuntimeFailure
 
 RUN_LOCK_TIMEOUT_S = 120.0  # a pull waits this long for another writer (a replacement holds it longer)
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher import registry
-from launcher.errors import LaunchError, RuntimeFailure
+from launcher.core.errors import LaunchError, RuntimeFailure
 from launcher.locks import run_lock
 from launcher.registry import RunRecord
 from launcher.remote import transport_for

@@ -17,8 +17,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from launcher.core.errors import LaunchError
 from launcher.envspec import SECRET_NAMES, check_name, clip, validate_env
-from launcher.errors import LaunchError
 from nsa import yamlsafe
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

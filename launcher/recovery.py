@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from launcher import registry
-from launcher.errors import LaunchError
+from launcher.core.errors import LaunchError
 from launcher.locks import RunLocked, WatchLock, run_lock
 from launcher.registry import RunRecord
 from launcher.replace import Replacement, replace_host

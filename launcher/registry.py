@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import LaunchError
+from launcher.core.errors import LaunchError
 from launcher.ssh.hosts import HostSpec
 
 # fullmatch, never `$`: `$` matches before a trailing newline and --name $'x\n' made a run dir.

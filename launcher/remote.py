@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from launcher.errors import RemoteCommandError, RuntimeFailure
+from launcher.core.errors import RemoteCommandError, RuntimeFailure
 from launcher.ssh import openssh
 from launcher.ssh.hosts import HostSpec
 from launcher.ssh.transport import Transport, open_transport

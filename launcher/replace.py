@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher import registry
-from launcher.errors import LaunchError, RuntimeFailure
+from launcher.core.errors import LaunchError, RuntimeFailure
 from launcher.registry import RunRecord
 
 

@@ -18,7 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from launcher.errors import RuntimeFailure
+from launcher.core.errors import RuntimeFailure
 from launcher.ssh.transport import SSHTransport, Transport
 
 STALL_S = 120.0  # no byte moved for this long: the transfer is stuck (a dead link, a hung host)

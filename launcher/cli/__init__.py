@@ -8,8 +8,8 @@ from typing import Any
 import click
 
 from launcher import __version__
-from launcher.app import Application
-from launcher.errors import EXIT_INTERRUPTED, LaunchError
+from launcher.cli.app import Application
+from launcher.core.errors import EXIT_INTERRUPTED, LaunchError
 
 # name -> "module:attribute". Commands are imported when invoked, so `nsa-launch status` does not pay
 # for pydantic, the config schema or Textual (a cold `status` is a command people run in loops).

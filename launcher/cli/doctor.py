@@ -12,9 +12,9 @@ import shutil
 
 import click
 
-from launcher import format as fmt
-from launcher.app import Application
-from launcher.errors import EXIT_RUNTIME, LaunchError
+from launcher.cli.app import Application
+from launcher.core import format as fmt
+from launcher.core.errors import EXIT_RUNTIME, LaunchError
 from launcher.hostenv import plan_env
 from launcher.launch.plan import UpOptions, plan_run
 from launcher.launch.preflight import preflight

@@ -7,9 +7,9 @@ import sys
 
 import click
 
-from launcher.app import Application
+from launcher.cli.app import Application
 from launcher.control import final_save_line, kill_run, resolve_run
-from launcher.errors import EXIT_RUNTIME
+from launcher.core.errors import EXIT_RUNTIME
 
 
 @click.command()

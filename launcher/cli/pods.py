@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from launcher.app import Application
+from launcher.cli.app import Application
 
 
 def _client():
@@ -237,7 +237,7 @@ def down(app: Application, target: str, yes: bool, no_pull: bool, force: bool) -
     """Terminate a pod (TARGET: pod id), or every live pod of a run (TARGET: run name); pulls the
     run's newest checkpoint first. A pod already terminated is left alone (its cost is not counted again)."""
     from launcher import registry
-    from launcher.errors import LaunchError
+    from launcher.core.errors import LaunchError
     from launcher.providers.pods import load_pod, pods_dir, pods_of_run, terminate
 
     client = _client()

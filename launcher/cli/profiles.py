@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from launcher.app import Application
+from launcher.cli.app import Application
 from launcher.envspec import LEGACY, REGISTRY
 from launcher.profiles import available, load_profile
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from launcher.app import Application
+from launcher.cli.app import Application
 
 
 @click.command()

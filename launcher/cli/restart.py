@@ -7,10 +7,10 @@ import time
 
 import click
 
-from launcher.app import Application
+from launcher.cli.app import Application
 from launcher.cli.up import keeps_going, wait_for_first_heartbeat
 from launcher.control import resolve_run, restart_run, resume_report
-from launcher.errors import EXIT_RUNTIME
+from launcher.core.errors import EXIT_RUNTIME
 
 
 @click.command()

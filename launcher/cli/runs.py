@@ -11,9 +11,9 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from launcher import format as fmt
-from launcher.app import Application
-from launcher.errors import LaunchError
+from launcher.cli.app import Application
+from launcher.core import format as fmt
+from launcher.core.errors import LaunchError
 from launcher.registry import all_runs, home, remove
 
 LIVE = ("starting", "restarting", "running", "stalled")

@@ -4,7 +4,7 @@ A cold `status` is a command people run in loops, so this module imports only wh
 needs: rich only for the table (not for --json), and over SSH the shared connection of
 launcher/ssh/openssh.py instead of paramiko. Exit 1 when a run is `lost` (its host did not answer),
 after printing every snapshot. The table fits the terminal: columns a narrow terminal cannot hold
-are dropped, least useful first (`status_columns`), and numbers are written by launcher/format.py.
+are dropped, least useful first (`status_columns`), and numbers are written by launcher/core/format.py.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from launcher.app import Application
+from launcher.cli.app import Application
 from launcher.control import fetch_status, live_tunnel, resolve_run
-from launcher.errors import EXIT_RUNTIME
+from launcher.core.errors import EXIT_RUNTIME
 from launcher.registry import all_runs, home
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ def status(ctx: click.Context, run: str | None, all_runs_: bool, as_json: bool) 
         print_status(app.out, snaps)
     lost = [s for s in snaps if s["state"] == "lost"]
     for s in lost:
-        from launcher import format as fmt
+        from launcher.core import format as fmt
 
         click.secho(f"error: run {s['run']} is lost: {s['error']}", fg="red", err=True)
         click.echo(
@@ -86,7 +86,7 @@ _PAD = 3  # per column: one space of padding each side and a one-space divider (
 def status_cells(s: dict[str, Any]) -> dict[str, Any]:
     from rich.text import Text
 
-    from launcher import format as fmt
+    from launcher.core import format as fmt
 
     state = str(s.get("state") or "?")
     return {
@@ -125,7 +125,7 @@ def print_status(console: Console, snaps: list[dict[str, Any]]) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from launcher import format as fmt
+    from launcher.core import format as fmt
 
     rows = [status_cells(s) for s in snaps]
     cols = status_columns(rows, console.width)

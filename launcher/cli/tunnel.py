@@ -16,7 +16,7 @@ import time
 
 import click
 
-from launcher.app import Application
+from launcher.cli.app import Application
 from launcher.control import (
     Tunnel,
     fetch_status,
@@ -25,8 +25,8 @@ from launcher.control import (
     record_tunnel,
     resolve_run,
 )
-from launcher.errors import EXIT_RUNTIME, LaunchError
-from launcher.format import LIVE_STATES
+from launcher.core.errors import EXIT_RUNTIME, LaunchError
+from launcher.core.format import LIVE_STATES
 from launcher.registry import RunRecord
 
 POLL_S = 3.0

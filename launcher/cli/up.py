@@ -8,11 +8,11 @@ import time
 import click
 from rich.progress import BarColumn, Progress, TextColumn
 
-from launcher import format as fmt
-from launcher.app import Application
+from launcher.cli.app import Application
 from launcher.cli.pods import OFFER_KEYS, choice_from, offer_options
 from launcher.control import fetch_status, stream_log
-from launcher.errors import EXIT_OK, EXIT_RUNTIME
+from launcher.core import format as fmt
+from launcher.core.errors import EXIT_OK, EXIT_RUNTIME
 from launcher.host.logtail import error_lines
 from launcher.launch.execute import execute, wait_first_heartbeat
 from launcher.launch.plan import UpOptions, plan_run
@@ -260,7 +260,7 @@ def _wait_end(app: Application, rec):
 
 def run_summary(st: dict, run: str, host: str) -> str:
     """How `up --wait` ends: the run, its final step, loss, tokens/s, wall time, the newest checkpoint
-    and the commands that come next, every number through launcher/format.py."""
+    and the commands that come next, every number through launcher/core/format.py."""
     events = [e for e in st.get("events") or [] if isinstance(e, dict)]
     done = next((e.get("detail") or {} for e in reversed(events) if e.get("kind") == "finished"), {})
     tokens, wall = done.get("tokens"), done.get("wall_s")

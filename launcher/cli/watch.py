@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from launcher.app import Application
-from launcher.errors import EXIT_OK, EXIT_RUNTIME
+from launcher.cli.app import Application
+from launcher.core.errors import EXIT_OK, EXIT_RUNTIME
 
 
 @click.command()

@@ -17,7 +17,7 @@ from typing import Any
 
 
 def cmd_free_port(req: dict[str, Any]) -> dict[str, Any]:
-    from launcher.ports import free_port
+    from launcher.core.ports import free_port
 
     return {"ok": True, "port": free_port(int(req.get("start", 29400)))}
 

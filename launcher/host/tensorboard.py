@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from launcher.core.ports import free_port
 from launcher.host import procs, tmux
 from launcher.host.logtail import log_tail
-from launcher.ports import free_port
 from nsa.runfiles import RunDir, atomic_write_json, read_json
 
 TB_STATE = "tensorboard.json"

@@ -16,7 +16,7 @@ from typing import Any
 
 from launcher import registry
 from launcher.control import kill_nodes, wait_first_heartbeat  # noqa: F401 (re-exported: up, recovery)
-from launcher.errors import LaunchError
+from launcher.core.errors import LaunchError
 from launcher.launch.manifest import manifest, torchrun_argv
 from launcher.launch.plan import INPUT_CONFIG, Plan
 from launcher.launch.preflight import preflight

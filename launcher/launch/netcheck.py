@@ -13,7 +13,7 @@ import shlex
 import threading
 from typing import Any
 
-from launcher.errors import RuntimeFailure
+from launcher.core.errors import RuntimeFailure
 from launcher.profiles import Profile
 
 TIMEOUT_S = 120.0

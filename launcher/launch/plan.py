@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher import envspec, registry
-from launcher.errors import LaunchError
+from launcher.core.errors import LaunchError
 from launcher.profiles import PROJECT_ROOT, Profile, load_profile
 from launcher.ssh.hosts import HostSpec, check_known_name, default_target, parse_target
 

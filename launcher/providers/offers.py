@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from launcher.errors import LaunchError, RuntimeFailure
+from launcher.core.errors import LaunchError, RuntimeFailure
 from launcher.profiles import Profile
 from launcher.providers.prime import Offer, PrimeClient
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import LaunchError, RuntimeFailure
+from launcher.core.errors import LaunchError, RuntimeFailure
 from launcher.providers.prime_errors import (  # noqa: F401 (PrimeAPIError, http_error: re-exported)
     DEFAULT_BASE_URL,
     KEYS_URL,

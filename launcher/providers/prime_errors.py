@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from launcher.errors import EXIT_BAD_INPUT, EXIT_RUNTIME, LaunchError
+from launcher.core.errors import EXIT_BAD_INPUT, EXIT_RUNTIME, LaunchError
 
 if TYPE_CHECKING:
     from launcher.providers.prime import PrimeConfig

@@ -19,8 +19,8 @@ import socket
 import threading
 from typing import Any
 
-from launcher.errors import RuntimeFailure
-from launcher.ports import bind_first_free
+from launcher.core.errors import RuntimeFailure
+from launcher.core.ports import bind_first_free
 
 CLOSE_WAIT_S = 2.0  # close(): how long to wait for the forwarding threads once their sockets are shut
 _CHUNK = 1 << 16

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import LaunchError
+from launcher.core.errors import LaunchError
 
 LOCAL = "local"
 _HOST_RE = re.compile(r"[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\]")  # fullmatch: `$` passes a trailing \n

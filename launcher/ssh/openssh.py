@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.errors import RuntimeFailure
+from launcher.core.errors import RuntimeFailure
 from launcher.registry import home
 from launcher.ssh.hosts import HostSpec
 from launcher.ssh.transport import Result, Transport, _short, openssh_argv

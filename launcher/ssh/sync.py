@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.errors import RuntimeFailure
+from launcher.core.errors import RuntimeFailure
 from launcher.ssh.openssh import shared_options
 from launcher.ssh.transport import SSHTransport
 

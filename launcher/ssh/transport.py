@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.errors import LaunchError, RemoteCommandError, RuntimeFailure
+from launcher.core.errors import LaunchError, RemoteCommandError, RuntimeFailure
 from launcher.ssh.hosts import HostSpec
 
 if TYPE_CHECKING:

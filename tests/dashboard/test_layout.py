@@ -4,7 +4,7 @@ run, state, step and loss kept; documented drop order), the compact layout with 
 
 from __future__ import annotations
 
-from launcher import format as fmt
+from launcher.core import format as fmt
 from launcher.dashboard.recorded import RecordedBackend
 from launcher.dashboard.widgets.log_view import LogView
 from launcher.dashboard.widgets.metric_chart import MetricChart, axis_ticks, nice_ticks

@@ -1,5 +1,5 @@
 """nvidia-smi CSV parsing, the recorded backend's replay rules, and sparklines (the rest of
-launcher/format.py: tests/unit/launcher/test_format.py)."""
+launcher/core/format.py: tests/unit/launcher/test_format.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from launcher import format as fmt
+from launcher.core import format as fmt
 from launcher.dashboard.recorded import RecordedBackend
 from launcher.host.gpu import parse_csv
 from tests.dashboard.helpers import RECORDING

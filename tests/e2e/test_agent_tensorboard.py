@@ -13,8 +13,8 @@ import urllib.request
 
 import pytest
 
+from launcher.core.ports import bind_first_free, first_free_port
 from launcher.host import procs, tensorboard
-from launcher.ports import bind_first_free, first_free_port
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from launcher.ports import bind_first_free, first_free_port
+from launcher.core.ports import bind_first_free, first_free_port
 from launcher.ssh.hosts import parse_target
 from launcher.ssh.transport import open_transport
 

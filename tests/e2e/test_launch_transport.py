@@ -97,7 +97,7 @@ def test_first_contact_needs_accept_new_host_key(sshd, tmp_path):
         f"  IdentityFile {sshd.key_path}\n  UserKnownHostsFile {kh}\n"
     )
     spec = parse_target("fresh", str(cfg))
-    from launcher.errors import LaunchError
+    from launcher.core.errors import LaunchError
 
     # the fingerprint as OpenSSH's own tool prints it for the fixture's host key
     fp = subprocess.run(
@@ -204,7 +204,7 @@ def test_host_venv_is_built_once_per_spec_hash(sshd, tmp_path):
     """host.python: venv. A venv whose marker matches the dependency-spec hash is used without pip;
     without the marker the venv is (re)built, and a failing build names its fix. (The tests never
     install torch: the base python is a path that does not exist, so a build attempt must fail.)"""
-    from launcher.errors import RuntimeFailure
+    from launcher.core.errors import RuntimeFailure
     from launcher.hostenv import MARKER_PREFIX, ensure_python, plan_env, spec_hash
     from launcher.profiles import HostEnv
 
@@ -228,7 +228,7 @@ def test_host_venv_is_built_once_per_spec_hash(sshd, tmp_path):
 def test_rsync_refused_key_points_at_keys_not_the_workdir(tmp_path, monkeypatch):
     """A key the host stops accepting (revoked while the paramiko session stays authenticated): rsync's
     own SSH connection gets "Permission denied (publickey)", and the fix names the key, not the disk."""
-    from launcher.errors import RuntimeFailure
+    from launcher.core.errors import RuntimeFailure
     from tests.fixtures.sshd import SSHServer, free_port
 
     monkeypatch.setenv("NSA_LAUNCH_SSH_MUX", "0")  # rsync must authenticate itself, not ride a master

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from launcher.errors import RuntimeFailure
+from launcher.core.errors import RuntimeFailure
 from launcher.launch import netcheck
 from launcher.profiles import PROJECT_ROOT, load_profile
 from launcher.ssh.hosts import HostSpec

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from launcher.errors import LaunchError
+from launcher.core.errors import LaunchError
 from launcher.providers.prime import PrimeAPIError, PrimeClient, http_error, load_config, pod_name
 from tests.e2e.launch_support import invoke
 from tests.e2e.prime_support import ledger, posts, write_prime_config

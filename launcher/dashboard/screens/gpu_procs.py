@@ -21,7 +21,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
-from launcher import format as fmt
+from launcher.core import format as fmt
 from launcher.dashboard.backend import Backend
 from launcher.dashboard.screens.confirm import ConfirmScreen
 from launcher.dashboard.workers import in_daemon_thread

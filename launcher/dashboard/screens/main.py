@@ -21,7 +21,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input
 
-from launcher import format as fmt
+from launcher.core import format as fmt
 from launcher.dashboard.backend import Backend
 from launcher.dashboard.messages import (
     ActionDone,

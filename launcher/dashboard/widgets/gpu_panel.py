@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from launcher import format as fmt
+from launcher.core import format as fmt
 
 HISTORY = 24
 

@@ -1,7 +1,7 @@
 """One metric against step (loss, tokens/s) drawn with plotext; redrawn only when points or size change.
 
 Axis labels are ours, not plotext's: steps are integers (plotext would write "5.0 68.8"), values go
-through launcher/format.py with one precision for the whole axis (5.0k 7.5k 10.0k, never 5.0k 10k),
+through launcher/core/format.py with one precision for the whole axis (5.0k 7.5k 10.0k, never 5.0k 10k),
 the axes run from round tick values below the data to round values above it, and the number of
 ticks follows the space the chart has, so a short chart never stacks labels out of order. With no
 points yet, or too little room to draw, it says so in words instead of drawing an empty frame.
@@ -16,7 +16,7 @@ from rich.console import RenderableType
 from rich.text import Text
 from textual_plotext import PlotextPlot
 
-from launcher import format as fmt
+from launcher.core import format as fmt
 
 TICKS = 5
 # Rows plotext takes besides the plot itself: the frame's top line, the x axis, its tick labels.

@@ -14,7 +14,7 @@ from rich.text import Text
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
-from launcher import format as fmt
+from launcher.core import format as fmt
 
 COLUMNS = (
     ("host", "host"),

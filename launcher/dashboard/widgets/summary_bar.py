@@ -9,7 +9,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
-from launcher import format as fmt
+from launcher.core import format as fmt
 
 
 class SummaryBar(Static):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from launcher import envspec
-from launcher.errors import LaunchError
+from launcher.core.errors import LaunchError
 from nsa.envvars import NSA_ENV
 
 

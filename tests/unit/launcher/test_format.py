@@ -1,4 +1,4 @@
-"""The one formatter (launcher/format.py) and the `status` table it fills, rendered by real rich
+"""The one formatter (launcher/core/format.py) and the `status` table it fills, rendered by real rich
 consoles at 80 and 160 columns from the committed recording's snapshots."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import io
 import pytest
 from rich.console import Console
 
-from launcher import format as fmt
 from launcher.cli.status import print_status
+from launcher.core import format as fmt
 from launcher.dashboard.recorded import RecordedBackend
 from tests.dashboard.helpers import RECORDING
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.errors import LaunchError
+from launcher.core.errors import LaunchError
 from launcher.ssh.hosts import parse_target
 
 

@@ -22,7 +22,7 @@ import uuid
 import pytest
 
 from launcher import registry
-from launcher.errors import RuntimeFailure
+from launcher.core.errors import RuntimeFailure
 from launcher.host import kill, procs, state
 from launcher.profiles import PROJECT_ROOT
 from launcher.ssh.hosts import local_host

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from launcher import envspec, registry
-from launcher.errors import LaunchError
+from launcher.core.errors import LaunchError
 from launcher.host.wrapper import wrapper_script
 from nsa.train.config import ConfigError, parse_override
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.errors import LaunchError
+from launcher.core.errors import LaunchError
 from launcher.launch.plan import UpOptions, plan_run
 
 

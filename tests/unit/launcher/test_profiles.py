@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from launcher.errors import LaunchError
+from launcher.core.errors import LaunchError
 from launcher.profiles import EMBEDDED_CPU, PROFILES_DIR, available, load_profile
 from nsa.train.config import load_config
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from launcher import registry
+from launcher.core.errors import LaunchError
 from launcher.dashboard.backend import LauncherBackend, Scope, WatchSettings
-from launcher.errors import LaunchError
 from launcher.mirror import mirror_dir
 from launcher.profiles import PROJECT_ROOT
 from launcher.recovery import Watcher, WatchLock

@@ -19,7 +19,7 @@ import pytest
 
 from launcher import registry
 from launcher.control import fetch_status
-from launcher.errors import LaunchError
+from launcher.core.errors import LaunchError
 from launcher.profiles import PROJECT_ROOT, load_profile
 from launcher.ssh.hosts import local_host, parse_target
 from nsa.runfiles import atomic_write_text, write_checkpoint_manifest

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from launcher.errors import EXIT_BAD_INPUT, LaunchError
+from launcher.core.errors import EXIT_BAD_INPUT, LaunchError
 
 if TYPE_CHECKING:
     from rich.console import Console
