@@ -29,9 +29,9 @@ sys.path.insert(0, str(ROOT))
 from launcher import control, registry  # noqa: E402
 from launcher.launch.execute import execute, wait_first_heartbeat  # noqa: E402
 from launcher.launch.plan import UpOptions, plan_run  # noqa: E402
-from launcher.remote import agent_call, close_all, transport_for  # noqa: E402
 from launcher.ssh import openssh  # noqa: E402
 from launcher.ssh.hosts import parse_target  # noqa: E402
+from launcher.ssh.remote import agent_call, close_all, transport_for  # noqa: E402
 from launcher.ssh.sync import project_files, sync  # noqa: E402
 from tests.fixtures.sshd import SSHServer, free_port  # noqa: E402
 from tests.fixtures.tmux import private_tmux_server  # noqa: E402

@@ -45,7 +45,7 @@ def _rot(ck: Path) -> None:
 
 def _record(rd: Path, host=None, **kw):
     from launcher import registry
-    from launcher.profiles import PROJECT_ROOT
+    from launcher.config.profiles import PROJECT_ROOT
     from launcher.ssh.hosts import local_host
 
     node = registry.NodeRecord(host or local_host(), str(PROJECT_ROOT), sys.executable, str(rd))
@@ -93,8 +93,8 @@ def rot(trials: int) -> dict:
 
 
 def handover(trials: int) -> dict:
+    from launcher.config.profiles import load_profile
     from launcher.control import fetch_status
-    from launcher.profiles import load_profile
     from launcher.providers.pods import PodRecord, provision, save_pod
     from launcher.providers.prime import PrimeClient
     from launcher.recovery import Watcher

@@ -20,7 +20,7 @@ from typing import Any
 from launcher import registry
 from launcher.core.errors import LaunchError, RuntimeFailure
 from launcher.registry import NodeRecord, RunRecord
-from launcher.remote import agent_call, agent_stream, reader_for, transport_for
+from launcher.ssh.remote import agent_call, agent_stream, reader_for, transport_for
 
 STATUS_TIMEOUT_S = 30.0
 
@@ -342,7 +342,7 @@ def _restart_locked(
     say: Callable[[str], None],
     wait_fn: Callable[[RunRecord], Any] | None,
 ) -> RunRecord:
-    from launcher.envspec import resolve_secrets
+    from launcher.config.envspec import resolve_secrets
 
     [st] = fetch_status([rec])
     if st["state"] == "finished":
@@ -403,7 +403,7 @@ def wait_first_heartbeat(
 
     Waits in slices of TICK_S, calling `on_tick(elapsed_s, timeout_s, last_log_line)` after each one
     that ended with the run still starting, so the wait is never silent."""
-    from launcher.envspec import scrub
+    from launcher.config.envspec import scrub
 
     node = rec.nodes[0]
     t = transport_for(node.host)
@@ -448,8 +448,8 @@ def wait_first_heartbeat(
 
 def _resync(rec: RunRecord, say: Callable[[str], None]) -> None:
     """The code the run resumes with is this checkout's, as for `up` (local runs use it in place)."""
+    from launcher.config.profiles import PROJECT_ROOT
     from launcher.core import format as fmt
-    from launcher.profiles import PROJECT_ROOT
     from launcher.ssh.sync import sync
     from launcher.ssh.transport import SSHTransport
 
@@ -512,7 +512,7 @@ def stream_log(rec: RunRecord, follow: bool = True, last_n: int = 200) -> Iterat
     t = reader_for(node.host)
     secrets = local_secret_values(rec)
     if secrets:
-        from launcher.envspec import scrub
+        from launcher.config.envspec import scrub
     req = {"run_dir": node.run_dir, "last_n": last_n, "follow": follow}
     for line in agent_stream(t, node.workdir, node.python, "logs", req):
         yield scrub(line, secrets) if secrets else line

@@ -35,7 +35,7 @@ from launcher import registry
 from launcher.core.errors import LaunchError, RuntimeFailure
 from launcher.locks import run_lock
 from launcher.registry import RunRecord
-from launcher.remote import transport_for
+from launcher.ssh.remote import transport_for
 from launcher.ssh.transport import Transport
 from launcher.transfer import durable_write_text, fsync_dir, fsync_tree, rsync_pull, rsync_push
 

@@ -114,11 +114,11 @@ def replace_host(
     rec: RunRecord, say: Callable[[str], None], ready_timeout: float = 900.0, lost_at: float | None = None
 ) -> Replacement:
     """Rent a pod like the run's, restore the mirror there and resume; then terminate the old pod."""
+    from launcher.config.profiles import load_profile
     from launcher.control import resume_report
     from launcher.launch.execute import execute, wait_first_heartbeat
     from launcher.launch.plan import UpOptions, plan_run
     from launcher.mirror import FILES, mirror_dir, missing_parts, push
-    from launcher.profiles import load_profile
     from launcher.providers.pods import load_pod, provision, terminate
     from launcher.providers.prime import PrimeClient
     from launcher.recovery import pod_gone

@@ -1,7 +1,7 @@
 """The NSA_* environment variables that `nsa` really reads, declared once.
 
 Training knobs live in the config YAML; the few NSA_* variables here are runtime switches. The
-launcher validates a run's environment against this registry (launcher/envspec.py adds NCCL_*,
+launcher validates a run's environment against this registry (launcher/config/envspec.py adds NCCL_*,
 TORCH_*, HF_*, ... on top), so a variable that is not declared here cannot be exported by mistake and
 silently ignored. Torch-free: read by the launcher on machines without torch.
 """

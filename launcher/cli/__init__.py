@@ -61,7 +61,7 @@ class LauncherGroup(click.Group):
             click.echo(str(e) or "interrupted", err=True)
             ctx.exit(EXIT_INTERRUPTED)
         finally:
-            from launcher.remote import close_all
+            from launcher.ssh.remote import close_all
 
             close_all()
 

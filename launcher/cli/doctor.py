@@ -15,10 +15,10 @@ import click
 from launcher.cli.app import Application
 from launcher.core import format as fmt
 from launcher.core.errors import EXIT_RUNTIME, LaunchError
-from launcher.hostenv import plan_env
+from launcher.launch.hostenv import plan_env
 from launcher.launch.plan import UpOptions, plan_run
 from launcher.launch.preflight import preflight
-from launcher.remote import agent_call, transport_for
+from launcher.ssh.remote import agent_call, transport_for
 
 
 @click.command()

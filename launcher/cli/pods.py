@@ -182,7 +182,7 @@ def ls(
 @click.pass_obj
 def offers(app: Application, profile: str | None, gpu_type: str | None, as_json: bool, **kw: Any) -> None:
     """The offers `up --provision prime` would choose from with these options, cheapest first."""
-    from launcher.profiles import load_profile
+    from launcher.config.profiles import load_profile
 
     choice = choice_from(kw)
     client = _client()
@@ -211,7 +211,7 @@ def create(
     **kw: Any,
 ) -> None:
     """Rent a pod, wait until SSH answers, print its SSH target (for `up --host`)."""
-    from launcher.profiles import load_profile
+    from launcher.config.profiles import load_profile
     from launcher.providers.pods import provision
 
     choice = choice_from(kw)

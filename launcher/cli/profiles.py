@@ -6,8 +6,8 @@ import click
 from rich.table import Table
 
 from launcher.cli.app import Application
-from launcher.envspec import LEGACY, REGISTRY
-from launcher.profiles import available, load_profile
+from launcher.config.envspec import LEGACY, REGISTRY
+from launcher.config.profiles import available, load_profile
 
 
 @click.command()

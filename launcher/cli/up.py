@@ -110,7 +110,7 @@ def up(
         app.abort("--provision rents the host, so --host cannot be given too", "drop --host or --provision")
     client = None
     if provision:
-        from launcher.profiles import load_profile
+        from launcher.config.profiles import load_profile
         from launcher.providers.prime import PrimeClient
 
         client = PrimeClient()  # no PRIME_API_KEY: exit 2 here, before anything is validated remotely

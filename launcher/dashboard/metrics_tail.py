@@ -87,7 +87,7 @@ def _read_local(path: str, offset: int) -> tuple[int, int, bytes]:
 
 
 def _read_remote(node: Any, path: str, offset: int) -> tuple[int, int, bytes]:
-    from launcher.remote import agent_call, transport_for
+    from launcher.ssh.remote import agent_call, transport_for
 
     req = {"run_dir": node.run_dir, "offset": int(offset), "first_read_bytes": FIRST_READ_BYTES}
     reply = agent_call(transport_for(node.host), node.workdir, node.python, "metrics", req, timeout=20.0)

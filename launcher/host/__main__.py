@@ -4,7 +4,7 @@
 
 Reads one JSON request on stdin, prints one JSON reply on stdout (`logs` prints log lines instead).
 Nothing here reads arguments from the command line beyond the command, so no value ever passes
-through a shell unquoted. launcher/remote.py is the one place that builds this command line.
+through a shell unquoted. launcher/ssh/remote.py is the one place that builds this command line.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The host's python, probed before the project is there: its version, the packages a run needs, its torch.
 
-Owns the facts `up`'s preflight, `doctor` and the host-env plan (launcher/hostenv.py) decide on:
+Owns the facts `up`'s preflight, `doctor` and the host-env plan (launcher/launch/hostenv.py) decide on:
 python version and executable, which of the requested modules are missing (found without importing
 them: find_spec, so a probe never pays for `import torch`), the installed torch version and its
 build (`cpu`, `cu121`, ... from the wheel's local version; a Linux wheel without one is a CUDA

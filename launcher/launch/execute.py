@@ -15,14 +15,14 @@ from collections.abc import Callable
 from typing import Any
 
 from launcher import registry
+from launcher.config.profiles import PROJECT_ROOT, kill_env, profile_file
 from launcher.control import kill_nodes, wait_first_heartbeat  # noqa: F401 (re-exported: up, recovery)
 from launcher.core.errors import LaunchError
 from launcher.launch.manifest import manifest, torchrun_argv
 from launcher.launch.plan import INPUT_CONFIG, Plan
 from launcher.launch.preflight import preflight
-from launcher.profiles import PROJECT_ROOT, kill_env, profile_file
 from launcher.registry import NodeRecord, RunRecord
-from launcher.remote import agent_call, transport_for
+from launcher.ssh.remote import agent_call, transport_for
 from launcher.ssh.transport import SSHTransport
 
 
@@ -36,7 +36,7 @@ def execute(
 
     `before_start(transport, node)` runs once per node after sync and host env, before the start (a
     restore on a replacement host puts the mirrored run dir there)."""
-    from launcher.hostenv import ensure_python
+    from launcher.launch.hostenv import ensure_python
     from launcher.ssh.sync import sync
 
     t0 = time.monotonic()

@@ -9,9 +9,10 @@ import subprocess
 import time
 from typing import Any
 
-from launcher import __version__, envspec
+from launcher import __version__
+from launcher.config import envspec
+from launcher.config.profiles import PROJECT_ROOT
 from launcher.launch.plan import INPUT_CONFIG, Plan
-from launcher.profiles import PROJECT_ROOT
 
 TORCHRUN_LOGS = "torchrun"  # in the run dir: torchrun's per-rank stdout/stderr and error.json files
 

@@ -13,8 +13,8 @@ import shlex
 import threading
 from typing import Any
 
+from launcher.config.profiles import Profile
 from launcher.core.errors import RuntimeFailure
-from launcher.profiles import Profile
 
 TIMEOUT_S = 120.0
 NCCL_FIX = (

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.core.errors import LaunchError
-from launcher.hostenv import PIP_NAMES, RUN_MODULES, missing_packages_fix
+from launcher.launch.hostenv import PIP_NAMES, RUN_MODULES, missing_packages_fix
 from launcher.launch.plan import Plan
 from launcher.ssh.transport import Transport
 

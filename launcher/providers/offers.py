@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from launcher.config.profiles import Profile
 from launcher.core.errors import LaunchError, RuntimeFailure
-from launcher.profiles import Profile
 from launcher.providers.prime import Offer, PrimeClient
 
 OUT_OF_STOCK = ("", "unavailable", "out of stock")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from launcher.config.profiles import PROJECT_ROOT
 from launcher.dashboard import metrics_tail
 from launcher.dashboard.metrics_tail import MetricsTail
-from launcher.profiles import PROJECT_ROOT
 from launcher.registry import NodeRecord, RunRecord
 from launcher.ssh.hosts import local_host, parse_target
 

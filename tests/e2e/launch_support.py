@@ -20,8 +20,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from launcher.cli import cli
+from launcher.config.profiles import PROJECT_ROOT
 from launcher.host import procs
-from launcher.profiles import PROJECT_ROOT
 
 PYTHON = sys.executable
 

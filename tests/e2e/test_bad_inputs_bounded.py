@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.profiles import PROJECT_ROOT
+from launcher.config.profiles import PROJECT_ROOT
 from tests.e2e.launch_support import invoke, isolate
 
 pytestmark = pytest.mark.e2e

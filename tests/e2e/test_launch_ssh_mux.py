@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.profiles import PROJECT_ROOT
+from launcher.config.profiles import PROJECT_ROOT
 from launcher.registry import NodeRecord, RunRecord, save
 from launcher.ssh import openssh
 from launcher.ssh.hosts import parse_target

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.profiles import PROJECT_ROOT
+from launcher.config.profiles import PROJECT_ROOT
 from launcher.ssh.hosts import parse_target
 from launcher.ssh.sync import sync
 from launcher.ssh.transport import open_transport
@@ -204,9 +204,9 @@ def test_host_venv_is_built_once_per_spec_hash(sshd, tmp_path):
     """host.python: venv. A venv whose marker matches the dependency-spec hash is used without pip;
     without the marker the venv is (re)built, and a failing build names its fix. (The tests never
     install torch: the base python is a path that does not exist, so a build attempt must fail.)"""
+    from launcher.config.profiles import HostEnv
     from launcher.core.errors import RuntimeFailure
-    from launcher.hostenv import MARKER_PREFIX, ensure_python, plan_env, spec_hash
-    from launcher.profiles import HostEnv
+    from launcher.launch.hostenv import MARKER_PREFIX, ensure_python, plan_env, spec_hash
 
     env = HostEnv(python="venv", base_python="/nonexistent/python3")
     t = open_transport(parse_target(sshd.alias, str(sshd.ssh_config)))

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
+from launcher.config.profiles import PROJECT_ROOT, load_profile
 from launcher.core.errors import RuntimeFailure
 from launcher.launch import netcheck
-from launcher.profiles import PROJECT_ROOT, load_profile
 from launcher.ssh.hosts import HostSpec
 from launcher.ssh.transport import LocalTransport
 

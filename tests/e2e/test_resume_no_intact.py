@@ -10,8 +10,8 @@ import os
 
 import pytest
 
+from launcher.config.profiles import PROJECT_ROOT
 from launcher.host.start import _move_aside, no_intact_checkpoint
-from launcher.profiles import PROJECT_ROOT
 from nsa.runfiles import RunDir, checkpoint_name, write_checkpoint_manifest
 from tests.e2e.launch_support import cleanup_local_run, invoke, isolate
 

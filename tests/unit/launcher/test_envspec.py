@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher import envspec
+from launcher.config import envspec
 from launcher.core.errors import LaunchError
 from nsa.envvars import NSA_ENV
 
@@ -83,11 +83,11 @@ def test_secrets_by_name_and_masked():
 
 
 def test_docs_list_every_variable():
-    from launcher.profiles import PROJECT_ROOT
+    from launcher.config.profiles import PROJECT_ROOT
 
     doc = (PROJECT_ROOT / "docs" / "env.md").read_text()
     missing = [n for n in [*envspec.REGISTRY, *envspec.LEGACY, *envspec.INTERNAL] if f"`{n}`" not in doc]
-    assert not missing, f"docs/env.md lacks {missing}; regenerate its tables from launcher/envspec.py"
+    assert not missing, f"docs/env.md lacks {missing}; regenerate its tables from launcher/config/envspec.py"
 
 
 def test_user_variables_pass_with_safe_names_and_values():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher import envspec
+from launcher.config import envspec
 from launcher.core.errors import LaunchError
 
 

@@ -1,4 +1,4 @@
-"""The host-env plan (launcher/hostenv.py) and the host's python probe (launcher/host/probe.py).
+"""The host-env plan (launcher/launch/hostenv.py) and the host's python probe (launcher/host/probe.py).
 
 The plan is a pure function of the profile's device and the base python's probe: which torch the
 venv gets. The probe runs here on real interpreters (this one, which has torch, and a bare venv)."""
@@ -11,9 +11,9 @@ import sys
 import venv
 from pathlib import Path
 
+from launcher.config.profiles import HostEnv
 from launcher.host import probe
-from launcher.hostenv import CPU_TORCH_INDEX, EnvPlan, plan_env, spec_hash, venv_phases
-from launcher.profiles import HostEnv
+from launcher.launch.hostenv import CPU_TORCH_INDEX, EnvPlan, plan_env, spec_hash, venv_phases
 
 
 def _probe(torch: str | None) -> dict:
@@ -83,7 +83,7 @@ def test_ticker_reports_phase_elapsed_time_and_bytes_received(tmp_path):
     """The ticker over a real (local) transport: lines while the body runs, none after it ends."""
     import time
 
-    from launcher.hostenv import received_bytes, ticker
+    from launcher.launch.hostenv import received_bytes, ticker
     from launcher.ssh.hosts import local_host
     from launcher.ssh.transport import LocalTransport
 

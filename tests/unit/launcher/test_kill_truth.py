@@ -22,9 +22,9 @@ import uuid
 import pytest
 
 from launcher import registry
+from launcher.config.profiles import PROJECT_ROOT
 from launcher.core.errors import RuntimeFailure
 from launcher.host import kill, procs, state
-from launcher.profiles import PROJECT_ROOT
 from launcher.ssh.hosts import local_host
 from nsa.runfiles import Heartbeat, RunDir, atomic_write_json, checkpoint_name, write_checkpoint_manifest
 

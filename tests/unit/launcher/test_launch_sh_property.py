@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher import envspec, registry
+from launcher import registry
+from launcher.config import envspec
 from launcher.core.errors import LaunchError
 from launcher.host.wrapper import wrapper_script
 from nsa.train.config import ConfigError, parse_override

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from launcher import registry
+from launcher.config.profiles import PROJECT_ROOT
 from launcher.locks import RunLocked, run_lock
 from launcher.mirror import PullFailed, mirror_dir, pull
-from launcher.profiles import PROJECT_ROOT
 from launcher.ssh.hosts import local_host, parse_target
 from nsa.runfiles import RunDir, atomic_write_text, verify_checkpoint, write_checkpoint_manifest
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.remote import reader_for
 from launcher.ssh import openssh
 from launcher.ssh.hosts import local_host, parse_target
+from launcher.ssh.remote import reader_for
 from launcher.ssh.transport import openssh_argv
 
 

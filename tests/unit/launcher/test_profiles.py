@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from launcher.config.profiles import EMBEDDED_CPU, PROFILES_DIR, available, load_profile
 from launcher.core.errors import LaunchError
-from launcher.profiles import EMBEDDED_CPU, PROFILES_DIR, available, load_profile
 from nsa.train.config import load_config
 
 SHIPPED = {"cpu", "1xa100", "2xa100", "1xh100", "2xh100", "8xh100", "2x8xh100"}
@@ -59,7 +59,7 @@ def test_embedded_default_equals_cpu_yaml():
 
 
 def test_embedded_default_without_profiles_dir(monkeypatch, tmp_path):
-    monkeypatch.setattr("launcher.profiles.PROFILES_DIR", tmp_path / "absent")
+    monkeypatch.setattr("launcher.config.profiles.PROFILES_DIR", tmp_path / "absent")
     assert available() == {"cpu": None}
     assert load_profile(None).source == "<embedded cpu profile>"
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from launcher import registry
-from launcher.hostenv import EnvPlan, requirements, spec_hash, venv_phases
-from launcher.profiles import PROJECT_ROOT, HostEnv
+from launcher.config.profiles import PROJECT_ROOT, HostEnv
+from launcher.launch.hostenv import EnvPlan, requirements, spec_hash, venv_phases
 from launcher.ssh.hosts import local_host, parse_target
 from launcher.ssh.sync import _excluded, project_files
 

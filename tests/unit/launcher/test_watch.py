@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from launcher import registry
+from launcher.config.profiles import PROJECT_ROOT
 from launcher.core.errors import LaunchError
 from launcher.dashboard.backend import LauncherBackend, Scope, WatchSettings
 from launcher.mirror import mirror_dir
-from launcher.profiles import PROJECT_ROOT
 from launcher.recovery import Watcher, WatchLock
 from launcher.ssh.hosts import local_host
 from nsa.runfiles import RunDir, atomic_write_text, verify_checkpoint, write_checkpoint_manifest

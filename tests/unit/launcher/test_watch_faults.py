@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from launcher import registry
+from launcher.config.profiles import PROJECT_ROOT, load_profile
 from launcher.control import fetch_status
 from launcher.core.errors import LaunchError
-from launcher.profiles import PROJECT_ROOT, load_profile
 from launcher.ssh.hosts import local_host, parse_target
 from nsa.runfiles import atomic_write_text, write_checkpoint_manifest
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from launcher.config.profiles import PROJECT_ROOT, HostEnv
 from launcher.core.errors import RuntimeFailure
-from launcher.profiles import PROJECT_ROOT, HostEnv
 from launcher.ssh.transport import Transport
 
 MARKER_PREFIX = ".nsa-spec-"

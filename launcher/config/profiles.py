@@ -17,11 +17,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from launcher.config.envspec import SECRET_NAMES, check_name, clip, validate_env
 from launcher.core.errors import LaunchError
-from launcher.envspec import SECRET_NAMES, check_name, clip, validate_env
 from nsa import yamlsafe
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # launcher/config/profiles.py -> the checkout
 PROFILES_DIR = PROJECT_ROOT / "profiles"
 DEFAULT_PROFILE = "cpu"
 
