@@ -44,8 +44,8 @@ def _rot(ck: Path) -> None:
 
 
 def _record(rd: Path, host=None, **kw):
-    from launcher import registry
     from launcher.config.profiles import PROJECT_ROOT
+    from launcher.runs import registry
     from launcher.ssh.hosts import local_host
 
     node = registry.NodeRecord(host or local_host(), str(PROJECT_ROOT), sys.executable, str(rd))
@@ -94,10 +94,10 @@ def rot(trials: int) -> dict:
 
 def handover(trials: int) -> dict:
     from launcher.config.profiles import load_profile
-    from launcher.control import fetch_status
     from launcher.providers.pods import PodRecord, provision, save_pod
     from launcher.providers.prime import PrimeClient
     from launcher.recovery import Watcher
+    from launcher.runs.control import fetch_status
     from launcher.ssh.hosts import parse_target
     from tests.fixtures.fake_prime import API_KEY, make_fake
     from tests.fixtures.sshd import free_port

@@ -2,7 +2,7 @@
 lost provisioned pod, restoring the newest mirrored checkpoint there and resuming.
 
 Owns `Watcher` (one status at a time), shared by the `watch` loop (status every `poll_s`) and the
-dashboard. A watcher acts only while it holds the run's WatchLock (launcher/locks.py), and every
+dashboard. A watcher acts only while it holds the run's WatchLock (launcher/runs/locks.py), and every
 decision (pull, pod check, replacement) is taken under the run's write lock with the run record read
 again: another watcher or the dashboard may have replaced the pod meanwhile, and a status fetched
 for the host the run has left is fetched again for its new host. Pulls come when the status shows a
@@ -23,11 +23,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from launcher import registry
 from launcher.core.errors import LaunchError
-from launcher.locks import RunLocked, WatchLock, run_lock
-from launcher.registry import RunRecord
 from launcher.replace import Replacement, replace_host
+from launcher.runs import registry
+from launcher.runs.locks import RunLocked, WatchLock, run_lock
+from launcher.runs.registry import RunRecord
 
 __all__ = [
     "TERMINAL",
@@ -194,8 +194,8 @@ class Watcher:
             return st
 
     def _decide(self, st: dict[str, Any]) -> dict[str, Any]:
-        from launcher.control import fetch_status
         from launcher.mirror import missing_parts
+        from launcher.runs.control import fetch_status
 
         rec = self.refresh()
         if st.get("host") is not None and st["host"] != rec.host:  # fetched for the pod the run left
@@ -343,7 +343,7 @@ def watch(
 ) -> dict[str, Any]:
     """Watch until the run ends. Returns its last status, with `replacements` and `mirror` (the final
     pull: checkpoint, host_newest, behind_steps, error, problem)."""
-    from launcher.control import fetch_status
+    from launcher.runs.control import fetch_status
 
     w = Watcher(
         run, say, who="nsa-launch watch", pull_every_s=pull_every_s, lost_after_s=lost_after_s,

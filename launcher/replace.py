@@ -9,7 +9,7 @@ unless the API already says it is gone (then it is terminated first: nothing of 
 saved). A failed replacement terminates the new pod and puts the run record back. Owns the progress file
 $NSA_LAUNCH_HOME/watch/<run>.recovery.json that `status` reads ("replacing pod X (lost 12 s ago) ->
 pod Y provisioning"), valid while the process that writes it lives. The caller holds the run's write
-lock (launcher/locks.py). It must not parse CLI arguments or import torch.
+lock (launcher/runs/locks.py). It must not parse CLI arguments or import torch.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher import registry
 from launcher.core.errors import LaunchError, RuntimeFailure
-from launcher.registry import RunRecord
+from launcher.runs import registry
+from launcher.runs.registry import RunRecord
 
 
 @dataclass
@@ -115,13 +115,13 @@ def replace_host(
 ) -> Replacement:
     """Rent a pod like the run's, restore the mirror there and resume; then terminate the old pod."""
     from launcher.config.profiles import load_profile
-    from launcher.control import resume_report
     from launcher.launch.execute import execute, wait_first_heartbeat
     from launcher.launch.plan import UpOptions, plan_run
     from launcher.mirror import FILES, mirror_dir, missing_parts, push
     from launcher.providers.pods import load_pod, provision, terminate
     from launcher.providers.prime import PrimeClient
     from launcher.recovery import pod_gone
+    from launcher.runs.control import resume_report
     from launcher.transfer import rsync_push
     from nsa.runfiles import RunDir, append_jsonl, checkpoint_step
 

@@ -8,8 +8,8 @@ import sys
 import click
 
 from launcher.cli.app import Application
-from launcher.control import final_save_line, kill_run, resolve_run
 from launcher.core.errors import EXIT_RUNTIME
+from launcher.runs.control import final_save_line, kill_run, resolve_run
 
 
 @click.command()

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from launcher.cli.app import Application
-from launcher.control import fetch_status, live_tunnel, resolve_run
 from launcher.core.errors import EXIT_RUNTIME
-from launcher.registry import all_runs, home
+from launcher.runs.control import fetch_status, live_tunnel, resolve_run
+from launcher.runs.registry import all_runs, home
 
 if TYPE_CHECKING:
     from rich.console import Console

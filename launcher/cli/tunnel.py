@@ -17,7 +17,9 @@ import time
 import click
 
 from launcher.cli.app import Application
-from launcher.control import (
+from launcher.core.errors import EXIT_RUNTIME, LaunchError
+from launcher.core.format import LIVE_STATES
+from launcher.runs.control import (
     Tunnel,
     fetch_status,
     forget_tunnel,
@@ -25,9 +27,7 @@ from launcher.control import (
     record_tunnel,
     resolve_run,
 )
-from launcher.core.errors import EXIT_RUNTIME, LaunchError
-from launcher.core.format import LIVE_STATES
-from launcher.registry import RunRecord
+from launcher.runs.registry import RunRecord
 
 POLL_S = 3.0
 

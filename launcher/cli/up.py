@@ -10,12 +10,12 @@ from rich.progress import BarColumn, Progress, TextColumn
 
 from launcher.cli.app import Application
 from launcher.cli.pods import OFFER_KEYS, choice_from, offer_options
-from launcher.control import fetch_status, stream_log
 from launcher.core import format as fmt
 from launcher.core.errors import EXIT_OK, EXIT_RUNTIME
 from launcher.host.logtail import error_lines
 from launcher.launch.execute import execute, wait_first_heartbeat
 from launcher.launch.plan import UpOptions, plan_run
+from launcher.runs.control import fetch_status, stream_log
 
 TERMINAL = ("finished", "failed", "killed", "lost")
 
@@ -153,7 +153,7 @@ def up(
             rec = _start(app, plan)
             if pod is not None:  # recorded before any wait: `pods down RUN` must find it after a Ctrl-C
                 rec.provider, rec.pod_id = provision, pod.id
-                from launcher import registry
+                from launcher.runs import registry
 
                 registry.save(rec)
             st = wait_for_first_heartbeat(app, rec)

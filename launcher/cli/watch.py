@@ -48,8 +48,8 @@ def watch(
     Exit 0 when the run finished and its final pull brought the mirror to the host's newest verified
     checkpoint; 1 otherwise (the final pull failed, or the mirror is N steps behind: said).
     """
-    from launcher.control import resolve_run
     from launcher.recovery import watch as do_watch
+    from launcher.runs.control import resolve_run
 
     def confirm(question: str) -> bool:
         if yes:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from launcher import registry
 from launcher.config.profiles import PROJECT_ROOT, HostEnv
 from launcher.launch.hostenv import EnvPlan, requirements, spec_hash, venv_phases
+from launcher.runs import registry
 from launcher.ssh.hosts import local_host, parse_target
 from launcher.ssh.sync import _excluded, project_files
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from launcher import registry
 from launcher.config.profiles import PROJECT_ROOT
 from launcher.core.errors import LaunchError
 from launcher.dashboard.backend import LauncherBackend, Scope, WatchSettings
 from launcher.mirror import mirror_dir
 from launcher.recovery import Watcher, WatchLock
+from launcher.runs import registry
 from launcher.ssh.hosts import local_host
 from nsa.runfiles import RunDir, atomic_write_text, verify_checkpoint, write_checkpoint_manifest
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher import registry
 from launcher.config.profiles import PROJECT_ROOT, load_profile
-from launcher.control import fetch_status
 from launcher.core.errors import LaunchError
+from launcher.runs import registry
+from launcher.runs.control import fetch_status
 from launcher.ssh.hosts import local_host, parse_target
 from nsa.runfiles import atomic_write_text, write_checkpoint_manifest
 
@@ -282,7 +282,7 @@ def test_pods_down_waits_for_the_writer_that_holds_the_run(fake, tmp_path):
     registry.save(registry.RunRecord(run=RUN, profile="cpu", created=1.0, provider="prime", pod_id=pod.id,
                   nodes=[registry.NodeRecord(host, str(PROJECT_ROOT), sys.executable, str(rd))]))  # fmt: skip
     code = (
-        "import sys, time; from launcher.locks import run_lock\n"
+        "import sys, time; from launcher.runs.locks import run_lock\n"
         f"with run_lock({RUN!r}, 'nsa-launch watch: replacing pod'):\n"
         "    print('held', flush=True); sys.stdin.readline()"
     )
