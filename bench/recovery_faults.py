@@ -55,7 +55,7 @@ def _record(rd: Path, host=None, **kw):
 
 
 def _latest_ok() -> tuple[str | None, bool]:
-    from launcher.mirror import mirror_dir
+    from launcher.recover.mirror import mirror_dir
     from nsa.runfiles import RunDir, verify_checkpoint
 
     ck = RunDir(mirror_dir(RUN)).latest_checkpoint()
@@ -63,7 +63,7 @@ def _latest_ok() -> tuple[str | None, bool]:
 
 
 def rot(trials: int) -> dict:
-    from launcher.mirror import pull
+    from launcher.recover.mirror import pull
 
     kept = reported = 0
     for _ in range(trials):
@@ -96,7 +96,7 @@ def handover(trials: int) -> dict:
     from launcher.config.profiles import load_profile
     from launcher.providers.pods import PodRecord, provision, save_pod
     from launcher.providers.prime import PrimeClient
-    from launcher.recovery import Watcher
+    from launcher.recover.watcher import Watcher
     from launcher.runs.control import fetch_status
     from launcher.ssh.hosts import parse_target
     from tests.fixtures.fake_prime import API_KEY, make_fake
@@ -138,7 +138,7 @@ def handover(trials: int) -> dict:
 def full_disk(trials: int) -> dict:
     import json
 
-    from launcher.mirror import mirror_dir, pull
+    from launcher.recover.mirror import mirror_dir, pull
 
     nonzero = said_behind = tmp_left = 0
     for _ in range(trials):
@@ -168,7 +168,7 @@ def full_disk(trials: int) -> dict:
 def _look(stop: threading.Event, counts: dict[str, int]) -> None:
     """Read `latest` until stopped; count the looks whose directory does not verify (a `latest` read
     just before a newer commit pruned its dir is the reader's race, not the writer's: re-read)."""
-    from launcher.mirror import mirror_dir
+    from launcher.recover.mirror import mirror_dir
     from nsa.runfiles import verify_checkpoint
 
     ckdir = mirror_dir(RUN) / "checkpoints"
@@ -183,7 +183,7 @@ def _look(stop: threading.Event, counts: dict[str, int]) -> None:
 
 
 def concurrent(trials: int) -> dict:
-    from launcher.mirror import pull
+    from launcher.recover.mirror import pull
 
     looks = bad = failed_pulls = 0
     for _ in range(trials):
@@ -193,7 +193,7 @@ def concurrent(trials: int) -> dict:
             _ckpt(rd, 1, os.urandom(32768))
             rec = _record(rd)
             code = (
-                "from launcher import registry; from launcher.mirror import pull\n"
+                "from launcher import registry; from launcher.recover.mirror import pull\n"
                 f"for _ in range(8): pull(registry.load({RUN!r}), lambda _: None)"
             )
             other = subprocess.Popen(
@@ -252,7 +252,7 @@ def sigterm(trials: int) -> dict:
 def unchanged_pull(trials: int, mb: int = 256) -> dict:
     """Seconds of a first pull of a `mb` MB checkpoint, and of the pulls after it with nothing new (the
     host hashes nothing newer than the mirror's; the mirror does not hash its unchanged copy)."""
-    from launcher.mirror import pull
+    from launcher.recover.mirror import pull
 
     with tempfile.TemporaryDirectory() as d:
         _home(Path(d))

@@ -272,7 +272,7 @@ def down(app: Application, target: str, yes: bool, no_pull: bool, force: bool) -
     # one writer per run: not while a watch pulls into the mirror or replaces this pod
     with run_lock(run, "nsa-launch pods down") if run else nullcontext():
         if run and not no_pull and registry.load(run):
-            from launcher.mirror import pull
+            from launcher.recover.mirror import pull
 
             res = pull(registry.load(run), say=app.say)  # type: ignore[arg-type]
             app.say(f"pulled {run} to {res['mirror']}")

@@ -26,7 +26,7 @@ def pull(app: Application, run: str | None, wait_s: float, as_json: bool) -> Non
     its newer good copy. One writer at a time: this waits for a `watch`, dashboard or `pods down`
     that is changing the run. Exit 1 when the pull failed (the mirror is then as it was).
     """
-    from launcher.mirror import pull as do_pull
+    from launcher.recover.mirror import pull as do_pull
     from launcher.runs.control import resolve_run
     from launcher.runs.locks import run_lock
 

@@ -175,8 +175,8 @@ def up(
     except KeyboardInterrupt:
         raise KeyboardInterrupt(keeps_going(rec.run, rec.host, "stopped waiting")) from None
     if down_when_done and pod is not None:
-        from launcher.mirror import pull
         from launcher.providers.pods import terminate
+        from launcher.recover.mirror import pull
 
         if st["state"] == "finished":
             pull(rec, say=app.say)

@@ -48,7 +48,7 @@ def watch(
     Exit 0 when the run finished and its final pull brought the mirror to the host's newest verified
     checkpoint; 1 otherwise (the final pull failed, or the mirror is N steps behind: said).
     """
-    from launcher.recovery import watch as do_watch
+    from launcher.recover.watcher import watch as do_watch
     from launcher.runs.control import resolve_run
 
     def confirm(question: str) -> bool:

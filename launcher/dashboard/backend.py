@@ -61,7 +61,7 @@ class WatchSettings:
     """The dashboard's watch: off, or `nsa-launch watch`'s thresholds."""
 
     enabled: bool = True
-    pull_every_s: float | None = None  # None: on each new checkpoint (launcher.recovery.auto_pull_every)
+    pull_every_s: float | None = None  # None: on each new checkpoint (watcher.auto_pull_every)
     lost_after_s: float = 60.0
 
 
@@ -86,7 +86,7 @@ class LauncherBackend:
         self.watch_settings = watch or WatchSettings()
         self._records: dict[str, Any] = {}
         self._metrics = MetricsTail()
-        self._watchers: dict[str, Any] = {}  # run -> launcher.recovery.Watcher of a live run
+        self._watchers: dict[str, Any] = {}  # run -> launcher.recover.watcher.Watcher of a live run
         self._given_up: set[str] = set()
 
     def _select(self) -> list[Any]:
@@ -118,7 +118,7 @@ class LauncherBackend:
 
     def _mirror(self, run: str) -> dict[str, Any]:
         """What the local mirror holds (mirror.json of the last pull) and who keeps it current."""
-        from launcher.mirror import mirror_dir
+        from launcher.recover.mirror import mirror_dir
 
         try:
             info = json.loads((mirror_dir(run) / "mirror.json").read_text())
@@ -133,7 +133,7 @@ class LauncherBackend:
     def watch(self, statuses: list[dict[str, Any]], say: Callable[[str], None]) -> None:
         if not self.watch_settings.enabled:
             return
-        from launcher.recovery import TERMINAL, Watcher
+        from launcher.recover.watcher import TERMINAL, Watcher
 
         for st in statuses:
             run = str(st.get("run"))

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from launcher.config.profiles import PROJECT_ROOT
-from launcher.mirror import PullFailed, mirror_dir, pull
+from launcher.recover.mirror import PullFailed, mirror_dir, pull
 from launcher.runs import registry
 from launcher.runs.locks import RunLocked, run_lock
 from launcher.ssh.hosts import local_host, parse_target
@@ -191,7 +191,7 @@ def test_concurrent_pulls_leave_latest_always_naming_a_verified_dir(home, tmp_pa
     _ckpt(rd, 1, b"w1" * 4000)
     rec = _record(rd)
     code = (
-        "import sys; from launcher.runs import registry; from launcher.mirror import pull\n"
+        "import sys; from launcher.runs import registry; from launcher.recover.mirror import pull\n"
         f"for _ in range(4): pull(registry.load({RUN!r}), lambda _: None)"
     )
     other = subprocess.Popen(

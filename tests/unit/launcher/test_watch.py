@@ -16,8 +16,8 @@ import pytest
 from launcher.config.profiles import PROJECT_ROOT
 from launcher.core.errors import LaunchError
 from launcher.dashboard.backend import LauncherBackend, Scope, WatchSettings
-from launcher.mirror import mirror_dir
-from launcher.recovery import Watcher, WatchLock
+from launcher.recover.mirror import mirror_dir
+from launcher.recover.watcher import Watcher, WatchLock
 from launcher.runs import registry
 from launcher.ssh.hosts import local_host
 from nsa.runfiles import RunDir, atomic_write_text, verify_checkpoint, write_checkpoint_manifest
@@ -54,7 +54,7 @@ RUNNING = {"run": RUN, "state": "running", "error": None}
 
 def _hold_lock_in_another_process() -> subprocess.Popen:
     code = (
-        "import time; from launcher.recovery import WatchLock\n"
+        "import time; from launcher.recover.watcher import WatchLock\n"
         f"assert WatchLock({RUN!r}, 'nsa-launch watch').acquire()\n"
         "print('held', flush=True); time.sleep(120)"
     )
@@ -212,7 +212,7 @@ def _ckpt(rd: Path, step: int, files: dict[str, bytes]) -> None:
 def test_pull_mirrors_every_nodes_part_only_when_the_nodes_agree(run_rec, tmp_path):
     """Node 0 holds the weights, node 1 its rank's state: both parts are mirrored (node 1's under
     nodes/1/), and a step that only node 0 has finished saving is not mirrored until node 1 has it."""
-    from launcher.mirror import missing_parts, node_mirror, pull
+    from launcher.recover.mirror import missing_parts, node_mirror, pull
 
     rd1 = tmp_path / "node1"
     _ckpt(rd1, 4, {"rank1.pt": b"r1" * 50})
@@ -244,7 +244,7 @@ def test_by_default_a_new_checkpoint_in_the_status_is_pulled_at_once(run_rec):
     fallback interval is half a checkpoint interval (train.save_every x the measured step time)."""
     import json
 
-    from launcher.recovery import AUTO_PULL_S, auto_pull_every
+    from launcher.recover.watcher import AUTO_PULL_S, auto_pull_every
 
     said: list[str] = []
     clock = Clock()

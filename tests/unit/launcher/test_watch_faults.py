@@ -79,7 +79,7 @@ def test_a_watcher_taking_over_after_a_replacement_acts_on_the_new_pod(fake, tmp
     B's next status is still of pod 1's address (lost): B reads the record again, asks pod 2, pulls
     the finished run and rents nothing. Exactly one pod bills."""
     from launcher.providers.pods import PodRecord, save_pod
-    from launcher.recovery import Watcher
+    from launcher.recover.watcher import Watcher
     from tests.fixtures.sshd import free_port
 
     dead = parse_target(f"root@127.0.0.1:{free_port()}", str(fake.ssh_config))  # pod 1: gone
@@ -110,7 +110,7 @@ def test_a_watcher_taking_over_after_a_replacement_acts_on_the_new_pod(fake, tmp
 
 
 def test_the_startup_sweep_offers_pods_rented_for_the_run_but_not_in_use(fake, tmp_path):
-    from launcher.recovery import Watcher
+    from launcher.recover.watcher import Watcher
 
     rd = _finished_run_dir(tmp_path / "run")
     registry.save(registry.RunRecord(run=RUN, profile="cpu", created=1.0, provider="prime", pod_id="p-in-use",
@@ -131,7 +131,7 @@ def test_watch_exits_1_when_its_final_pull_failed_and_says_how_far_behind(tmp_pa
     """The run finished with step-8 on the host, the mirror holds step-4, and step-8 cannot land here
     (a file size limit: writes fail as on a full disk): `watch` says the final pull failed and the
     mirror is 4 steps behind, and exits 1, with no .tmp- dir left."""
-    from launcher.mirror import mirror_dir, pull
+    from launcher.recover.mirror import mirror_dir, pull
 
     monkeypatch.setenv("NSA_LAUNCH_HOME", str(tmp_path / "home"))
     rd = _finished_run_dir(tmp_path / "run")
@@ -161,7 +161,7 @@ def test_watch_exits_1_when_its_final_pull_failed_and_says_how_far_behind(tmp_pa
 
 
 def test_a_transfer_that_moves_no_byte_is_stopped(tmp_path):
-    from launcher.transfer import _run_watched
+    from launcher.recover.transfer import _run_watched
 
     t0 = time.monotonic()
     code, err = _run_watched(["sleep", "30"], tmp_path, stall_s=1.0)
@@ -169,7 +169,7 @@ def test_a_transfer_that_moves_no_byte_is_stopped(tmp_path):
 
 
 def test_a_restore_pushes_metrics_only_up_to_the_restored_step(tmp_path):
-    from launcher.replace import _metrics_upto
+    from launcher.recover.replace import _metrics_upto
 
     src = tmp_path / "metrics.jsonl"
     src.write_text("".join(json.dumps({"step": s, "loss": 1.0 / s}) + "\n" for s in range(1, 10)) + "{torn\n")
@@ -179,7 +179,7 @@ def test_a_restore_pushes_metrics_only_up_to_the_restored_step(tmp_path):
 
 
 def test_status_says_which_pod_replaces_which_while_it_happens(tmp_path, monkeypatch):
-    from launcher.replace import Progress, recovery_status, recovery_text
+    from launcher.recover.replace import Progress, recovery_status, recovery_text
 
     monkeypatch.setenv("NSA_LAUNCH_HOME", str(tmp_path / "home"))
     rec = registry.RunRecord(run=RUN, profile="cpu", created=1.0, pod_id="p-1",
@@ -219,8 +219,8 @@ def test_a_replacement_verifies_the_mirror_before_it_terminates_or_rents(fake, t
     """The mirror's copy rotted (same size, so a cheap check passes): the replacement hashes every
     node's mirrored checkpoint first, refuses, and the old pod, which may hold intact copies, is
     neither terminated nor replaced."""
-    from launcher.mirror import mirror_dir, pull
-    from launcher.replace import replace_host
+    from launcher.recover.mirror import mirror_dir, pull
+    from launcher.recover.replace import replace_host
 
     pod1, host1 = _rent(fake, RUN)
     rd = _finished_run_dir(tmp_path / "run")
@@ -269,7 +269,7 @@ def test_sigterm_during_a_replacement_leaves_no_pod_billing(fake, tmp_path):
     assert p.returncode == 130, err[-3000:]
     assert f"terminating pod {new}" in err or f"terminated pod {new}" in err, err[-3000:]
     assert fake.pods == {}
-    from launcher.replace import recovery_status
+    from launcher.recover.replace import recovery_status
 
     assert recovery_status(RUN) is None
 

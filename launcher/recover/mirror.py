@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from launcher.core.errors import LaunchError, RuntimeFailure
+from launcher.recover.transfer import durable_write_text, fsync_dir, fsync_tree, rsync_pull, rsync_push
 from launcher.runs import registry
 from launcher.runs.locks import run_lock
 from launcher.runs.registry import RunRecord
 from launcher.ssh.remote import transport_for
 from launcher.ssh.transport import Transport
-from launcher.transfer import durable_write_text, fsync_dir, fsync_tree, rsync_pull, rsync_push
 
 # The run-dir files worth keeping off the pod besides the checkpoint (small, append-only or whole).
 FILES = ("manifest.json", "launch_config.yaml", "config.yaml", "metrics.jsonl", "events.jsonl", "train.log")

@@ -117,12 +117,12 @@ def replace_host(
     from launcher.config.profiles import load_profile
     from launcher.launch.execute import execute, wait_first_heartbeat
     from launcher.launch.plan import UpOptions, plan_run
-    from launcher.mirror import FILES, mirror_dir, missing_parts, push
     from launcher.providers.pods import load_pod, provision, terminate
     from launcher.providers.prime import PrimeClient
-    from launcher.recovery import pod_gone
+    from launcher.recover.mirror import FILES, mirror_dir, missing_parts, push
+    from launcher.recover.transfer import rsync_push
+    from launcher.recover.watcher import pod_gone
     from launcher.runs.control import resume_report
-    from launcher.transfer import rsync_push
     from nsa.runfiles import RunDir, append_jsonl, checkpoint_step
 
     t0 = time.monotonic()

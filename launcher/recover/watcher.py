@@ -11,7 +11,7 @@ checkpoints, from `train.save_every` and the measured step time), and once more 
 that last pull's outcome (failed, or the mirror behind the host's newest verified checkpoint) is
 what `watch` exits with. On taking a run it sweeps pods recorded for the run but not in use (left by
 a replacement that was killed) and offers to terminate them. Replacement itself is
-launcher/replace.py. A run without --provision is only reported `lost` with what to do. It must not
+launcher/recover/replace.py. A run without --provision is only reported `lost` with what to do. It must not
 parse CLI arguments (launcher/cli/watch.py does) or import torch.
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from launcher.core.errors import LaunchError
-from launcher.replace import Replacement, replace_host
+from launcher.recover.replace import Replacement, replace_host
 from launcher.runs import registry
 from launcher.runs.locks import RunLocked, WatchLock, run_lock
 from launcher.runs.registry import RunRecord
@@ -47,7 +47,7 @@ LOCK_WAIT_S = 30.0  # a tick waits this long for another writer (a `pull`) befor
 
 def lost_advice(rec: RunRecord) -> str:
     """What to do about a lost run that nsa-launch cannot replace by itself."""
-    from launcher.mirror import mirror_dir
+    from launcher.recover.mirror import mirror_dir
 
     m = mirror_dir(rec.run)
     ck = None
@@ -103,7 +103,7 @@ def auto_pull_every(run: str) -> float:
     """Half the time between two checkpoints (train.save_every x the measured step time), within
     AUTO_PULL_S: the mirror then trails the host by at most one checkpoint. The low bound before the
     run has a measured step or a save_every."""
-    from launcher.mirror import mirror_dir
+    from launcher.recover.mirror import mirror_dir
 
     m = mirror_dir(run)
     every, step_s = _config_save_every(m), _seconds_per_step(m)
@@ -194,7 +194,7 @@ class Watcher:
             return st
 
     def _decide(self, st: dict[str, Any]) -> dict[str, Any]:
-        from launcher.mirror import missing_parts
+        from launcher.recover.mirror import missing_parts
         from launcher.runs.control import fetch_status
 
         rec = self.refresh()
@@ -265,7 +265,7 @@ class Watcher:
     def _pull(self, final: bool = False) -> dict[str, Any]:
         """Pull now; returns {checkpoint, host_newest, behind_steps, error} (never raises: a failed
         pull leaves the run to the next one, and a failed final pull is watch's exit code)."""
-        from launcher.mirror import PullFailed, pull
+        from launcher.recover.mirror import PullFailed, pull
 
         try:
             res = pull(self.rec, say=self.say, who=f"{self.who}: pulling")

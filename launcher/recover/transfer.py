@@ -5,7 +5,7 @@ Owns `rsync_pull` / `rsync_push` (over the run's verified SSH, or a local copy f
 `fsync_tree`. A transfer is not bounded by a fixed wall-clock limit (a big checkpoint over a slow link
 may take long) but by bytes moved: rsync that moves nothing for `STALL_S` is stopped. A transfer cut
 off mid-way keeps what it moved in rsync's --partial-dir and is retried while each try makes
-progress; after the last try the caller removes its temporary directory. Used by launcher/mirror.py;
+progress; after the last try the caller removes its temporary directory. Used by launcher/recover/mirror.py;
 it must not decide what to copy.
 """
 
