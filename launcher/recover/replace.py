@@ -1,21 +1,19 @@
-"""Replacing a lost provisioned pod, in the order that never loses the newest checkpoint, and the
-recovery status other commands show meanwhile.
+"""Replacing a lost provisioned pod, in the order that never loses the newest checkpoint.
 
 Owns `replace_host`: verify the mirrored checkpoint of every node (hashes) before anything is rented
 or terminated; rent a pod like the old one; sync; restore the mirror's checkpoint and run files (the
 metrics only up to the restored step, so metrics.jsonl never holds a step twice); start with
 --resume; wait for its `boot` event (it follows the resume); and only then terminate the old pod,
 unless the API already says it is gone (then it is terminated first: nothing of it bills or can be
-saved). A failed replacement terminates the new pod and puts the run record back. Owns the progress file
-$NSA_LAUNCH_HOME/watch/<run>.recovery.json that `status` reads ("replacing pod X (lost 12 s ago) ->
-pod Y provisioning"), valid while the process that writes it lives. The caller holds the run's write
-lock (launcher/runs/locks.py). It must not parse CLI arguments or import torch.
+saved). A failed replacement terminates the new pod and puts the run record back. Each phase is written
+to the run's recovery status (launcher/runs/recovery_status.py), which `status` shows meanwhile. Also
+owns `pod_gone` (the API's word on the old pod), which the watcher asks too. The caller holds the run's
+write lock (launcher/runs/locks.py). It must not parse CLI arguments or import torch.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -25,6 +23,7 @@ from typing import Any
 
 from launcher.core.errors import LaunchError, RuntimeFailure
 from launcher.runs import registry
+from launcher.runs.recovery_status import Progress
 from launcher.runs.registry import RunRecord
 
 
@@ -36,64 +35,17 @@ class Replacement:
     seconds: float
 
 
-# --- the recovery status ------------------------------------------------------------------------
-def _progress_path(run: str) -> Path:
-    return registry.home() / "watch" / f"{run}.recovery.json"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-class Progress:
-    """What a replacement in progress is doing, for `status` and the dashboard to say."""
-
-    def __init__(self, rec: RunRecord, lost_at: float):
-        self.path = _progress_path(rec.run)
-        self.d: dict[str, Any] = {
-            "pid": os.getpid(), "old_pod": rec.pod_id, "old_host": rec.host, "lost_at": lost_at,
-            "new_pod": None, "new_host": None, "phase": "verifying the mirror",
-        }  # fmt: skip
-
-    def set(self, phase: str, **kw: Any) -> None:
-        from nsa.runfiles import atomic_write_json
-
-        self.d.update(phase=phase, time=time.time(), **kw)
-        atomic_write_json(self.path, self.d)
-
-    def clear(self) -> None:
-        self.path.unlink(missing_ok=True)
-
-
-def recovery_status(run: str) -> dict[str, Any] | None:
-    """The replacement in progress for `run` (old/new pod and host, when it was lost, the phase), or
-    None (none, or its writer died)."""
-    try:
-        d = json.loads(_progress_path(run).read_text())
-    except (OSError, ValueError):
+def pod_gone(rec: RunRecord) -> str | None:
+    """Why the API says the run's pod is gone (deleted, TERMINATED, ERROR), or None."""
+    if not rec.pod_id:
         return None
-    if not isinstance(d, dict) or not _alive(int(d.get("pid") or 0)):
-        return None
-    return d
+    from launcher.providers.prime import GONE_STATES, PrimeClient
 
-
-def recovery_text(d: dict[str, Any], now: float | None = None) -> str:
-    """ "replacing pod p-1 at root@1.2.3.4:22 (lost 12 s ago) -> pod p-2 at ... resuming" """
-    now = time.time() if now is None else now
-    old = f"pod {d.get('old_pod') or '?'}" + (f" at {d['old_host']}" if d.get("old_host") else "")
-    lost = f"lost {max(0.0, now - float(d.get('lost_at') or now)):.0f} s ago"
-    new = (
-        (f"pod {d['new_pod']}" + (f" at {d['new_host']}" if d.get("new_host") else ""))
-        if d.get("new_pod")
-        else "a new pod"
-    )
-    return f"replacing {old} ({lost}) -> {new} {d.get('phase') or ''}".rstrip()
+    try:
+        pod = PrimeClient().get_pod(rec.pod_id)
+    except LaunchError as e:
+        return f"the API no longer knows pod {rec.pod_id}" if "HTTP 404" in e.message else None
+    return f"pod {rec.pod_id} is {pod.status}" if pod.status in GONE_STATES else None
 
 
 # --- the replacement ----------------------------------------------------------------------------
@@ -121,7 +73,6 @@ def replace_host(
     from launcher.providers.prime import PrimeClient
     from launcher.recover.mirror import FILES, mirror_dir, missing_parts, push
     from launcher.recover.transfer import rsync_push
-    from launcher.recover.watcher import pod_gone
     from launcher.runs.control import resume_report
     from nsa.runfiles import RunDir, append_jsonl, checkpoint_step
 

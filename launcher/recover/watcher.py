@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from launcher.core.errors import LaunchError
-from launcher.recover.replace import Replacement, replace_host
+from launcher.recover.replace import Replacement, pod_gone, replace_host
 from launcher.runs import registry
 from launcher.runs.locks import RunLocked, WatchLock, run_lock
 from launcher.runs.registry import RunRecord
@@ -60,19 +60,6 @@ def lost_advice(rec: RunRecord) -> str:
         f"crashes there). If it is gone: {where}; runs started with `nsa-launch up --provision prime` are "
         "replaced by `nsa-launch watch`, others need a new host and a new `nsa-launch up`"
     )
-
-
-def pod_gone(rec: RunRecord) -> str | None:
-    """Why the API says the run's pod is gone (deleted, TERMINATED, ERROR), or None."""
-    if not rec.pod_id:
-        return None
-    from launcher.providers.prime import GONE_STATES, PrimeClient
-
-    try:
-        pod = PrimeClient().get_pod(rec.pod_id)
-    except LaunchError as e:
-        return f"the API no longer knows pod {rec.pod_id}" if "HTTP 404" in e.message else None
-    return f"pod {rec.pod_id} is {pod.status}" if pod.status in GONE_STATES else None
 
 
 def _config_save_every(mirror: Any) -> int | None:

@@ -172,8 +172,8 @@ def pod_fields(rec: RunRecord) -> dict[str, Any]:
 
 
 def _recovery(rec: RunRecord) -> dict[str, Any] | None:
-    """A replacement of the run's pod in progress (launcher/recover/replace.py), with its text, or None."""
-    from launcher.recover.replace import recovery_status, recovery_text
+    """A replacement of the run's pod in progress (launcher/runs/recovery_status.py), with its text, or None."""
+    from launcher.runs.recovery_status import recovery_status, recovery_text
 
     d = recovery_status(rec.run)
     return None if d is None else {**d, "text": recovery_text(d)}

@@ -179,7 +179,7 @@ def test_a_restore_pushes_metrics_only_up_to_the_restored_step(tmp_path):
 
 
 def test_status_says_which_pod_replaces_which_while_it_happens(tmp_path, monkeypatch):
-    from launcher.recover.replace import Progress, recovery_status, recovery_text
+    from launcher.runs.recovery_status import Progress, recovery_status, recovery_text
 
     monkeypatch.setenv("NSA_LAUNCH_HOME", str(tmp_path / "home"))
     rec = registry.RunRecord(run=RUN, profile="cpu", created=1.0, pod_id="p-1",
@@ -269,7 +269,7 @@ def test_sigterm_during_a_replacement_leaves_no_pod_billing(fake, tmp_path):
     assert p.returncode == 130, err[-3000:]
     assert f"terminating pod {new}" in err or f"terminated pod {new}" in err, err[-3000:]
     assert fake.pods == {}
-    from launcher.recover.replace import recovery_status
+    from launcher.runs.recovery_status import recovery_status
 
     assert recovery_status(RUN) is None
 
