@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from launcher.launch.execute import execute, wait_first_heartbeat  # noqa: E402
 from launcher.launch.plan import UpOptions, plan_run  # noqa: E402
-from launcher.runs import control, registry  # noqa: E402
+from launcher.run import control, registry  # noqa: E402
 from launcher.ssh import openssh  # noqa: E402
 from launcher.ssh.hosts import parse_target  # noqa: E402
 from launcher.ssh.remote import agent_call, close_all, transport_for  # noqa: E402

@@ -45,7 +45,7 @@ def _rot(ck: Path) -> None:
 
 def _record(rd: Path, host=None, **kw):
     from launcher.config.profiles import PROJECT_ROOT
-    from launcher.runs import registry
+    from launcher.run import registry
     from launcher.ssh.hosts import local_host
 
     node = registry.NodeRecord(host or local_host(), str(PROJECT_ROOT), sys.executable, str(rd))
@@ -97,7 +97,7 @@ def handover(trials: int) -> dict:
     from launcher.providers.pods import PodRecord, provision, save_pod
     from launcher.providers.prime import PrimeClient
     from launcher.recover.watcher import Watcher
-    from launcher.runs.control import fetch_status
+    from launcher.run.control import fetch_status
     from launcher.ssh.hosts import parse_target
     from tests.fixtures.fake_prime import API_KEY, make_fake
     from tests.fixtures.sshd import free_port

@@ -106,7 +106,7 @@ def dashboard(
         except Exception as e:
             code = getattr(e, "exit_code", 1)
             _fail(str(e), code if code in (1, 2) else 1)
-    from launcher.runs.registry import home
+    from launcher.run.registry import home
 
     make_app(
         backend, refresh_s=refresh, max_backoff_s=max(8.0, refresh), screenshot_dir=home() / "screenshots"

@@ -9,7 +9,7 @@ import click
 
 from launcher.cli.app import Application
 from launcher.core.errors import EXIT_RUNTIME
-from launcher.runs.control import final_save_line, kill_run, resolve_run
+from launcher.run.control import final_save_line, kill_run, resolve_run
 
 
 @click.command()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from launcher.cli.app import Application
-from launcher.runs.control import resolve_run, stream_log
+from launcher.run.control import resolve_run, stream_log
 
 
 @click.command()

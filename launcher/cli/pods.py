@@ -238,7 +238,7 @@ def down(app: Application, target: str, yes: bool, no_pull: bool, force: bool) -
     run's newest checkpoint first. A pod already terminated is left alone (its cost is not counted again)."""
     from launcher.core.errors import LaunchError
     from launcher.providers.pods import load_pod, pods_dir, pods_of_run, terminate
-    from launcher.runs import registry
+    from launcher.run import registry
 
     client = _client()
     rec = load_pod(target)
@@ -267,7 +267,7 @@ def down(app: Application, target: str, yes: bool, no_pull: bool, force: bool) -
     run = live[0].run
     from contextlib import nullcontext
 
-    from launcher.runs.locks import run_lock
+    from launcher.run.locks import run_lock
 
     # one writer per run: not while a watch pulls into the mirror or replaces this pod
     with run_lock(run, "nsa-launch pods down") if run else nullcontext():

@@ -27,8 +27,8 @@ def pull(app: Application, run: str | None, wait_s: float, as_json: bool) -> Non
     that is changing the run. Exit 1 when the pull failed (the mirror is then as it was).
     """
     from launcher.recover.mirror import pull as do_pull
-    from launcher.runs.control import resolve_run
-    from launcher.runs.locks import run_lock
+    from launcher.run.control import resolve_run
+    from launcher.run.locks import run_lock
 
     rec = resolve_run(run)
     with run_lock(rec.run, "nsa-launch pull", timeout=wait_s):

@@ -10,7 +10,7 @@ import click
 from launcher.cli.app import Application
 from launcher.cli.up import keeps_going, wait_for_first_heartbeat
 from launcher.core.errors import EXIT_RUNTIME
-from launcher.runs.control import resolve_run, restart_run, resume_report
+from launcher.run.control import resolve_run, restart_run, resume_report
 
 
 @click.command()

@@ -14,7 +14,7 @@ from rich.text import Text
 from launcher.cli.app import Application
 from launcher.core import format as fmt
 from launcher.core.errors import LaunchError
-from launcher.runs.registry import all_runs, home, remove
+from launcher.run.registry import all_runs, home, remove
 
 LIVE = ("starting", "restarting", "running", "stalled")
 
@@ -33,7 +33,7 @@ def runs(ctx: click.Context, as_json: bool, no_state: bool) -> None:
     records = all_runs()
     snaps: list[dict] = [{} for _ in records]
     if records and not no_state:
-        from launcher.runs.control import fetch_status
+        from launcher.run.control import fetch_status
 
         snaps = fetch_status(records)
     states = [sn.get("state") for sn in snaps]
@@ -91,7 +91,7 @@ def fit(shown: list[str], rows: list[dict[str, Text]], width: int) -> list[str]:
 @click.pass_obj
 def forget(app: Application, run: str, force: bool) -> None:
     """Remove RUN from the local registry. Its run dir and checkpoints on the host are not touched."""
-    from launcher.runs.control import fetch_status, resolve_run
+    from launcher.run.control import fetch_status, resolve_run
 
     rec = resolve_run(run)
     if not force:

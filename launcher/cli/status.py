@@ -15,8 +15,8 @@ import click
 
 from launcher.cli.app import Application
 from launcher.core.errors import EXIT_RUNTIME
-from launcher.runs.control import fetch_status, live_tunnel, resolve_run
-from launcher.runs.registry import all_runs, home
+from launcher.run.control import fetch_status, live_tunnel, resolve_run
+from launcher.run.registry import all_runs, home
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -19,7 +19,7 @@ import click
 from launcher.cli.app import Application
 from launcher.core.errors import EXIT_RUNTIME, LaunchError
 from launcher.core.format import LIVE_STATES
-from launcher.runs.control import (
+from launcher.run.control import (
     Tunnel,
     fetch_status,
     forget_tunnel,
@@ -27,7 +27,7 @@ from launcher.runs.control import (
     record_tunnel,
     resolve_run,
 )
-from launcher.runs.registry import RunRecord
+from launcher.run.registry import RunRecord
 
 POLL_S = 3.0
 

@@ -15,7 +15,7 @@ from launcher.core.errors import EXIT_OK, EXIT_RUNTIME
 from launcher.host.logtail import error_lines
 from launcher.launch.execute import execute, wait_first_heartbeat
 from launcher.launch.plan import UpOptions, plan_run
-from launcher.runs.control import fetch_status, stream_log
+from launcher.run.control import fetch_status, stream_log
 
 TERMINAL = ("finished", "failed", "killed", "lost")
 
@@ -153,7 +153,7 @@ def up(
             rec = _start(app, plan)
             if pod is not None:  # recorded before any wait: `pods down RUN` must find it after a Ctrl-C
                 rec.provider, rec.pod_id = provision, pod.id
-                from launcher.runs import registry
+                from launcher.run import registry
 
                 registry.save(rec)
             st = wait_for_first_heartbeat(app, rec)

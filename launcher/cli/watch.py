@@ -49,7 +49,7 @@ def watch(
     checkpoint; 1 otherwise (the final pull failed, or the mirror is N steps behind: said).
     """
     from launcher.recover.watcher import watch as do_watch
-    from launcher.runs.control import resolve_run
+    from launcher.run.control import resolve_run
 
     def confirm(question: str) -> bool:
         if yes:

@@ -1,8 +1,8 @@
-"""The dashboard's one door to runs: the `Backend` protocol and the real backend over launcher.runs.api.
+"""The dashboard's one door to runs: the `Backend` protocol and the real backend over launcher.run.api.
 
 This module owns the small set of calls the dashboard makes (snapshot, log stream, metric history,
 kill, restart, tunnel, GPU processes), keyed by run id so widgets never hold launcher objects. `LauncherBackend`
-adapts `launcher.runs.api` to it; tests use `recorded.RecordedBackend`. Every call here may block on the
+adapts `launcher.run.api` to it; tests use `recorded.RecordedBackend`. Every call here may block on the
 network, so the app only ever calls them from worker threads. Must not import torch.
 """
 
@@ -28,7 +28,7 @@ class Tunnel(Protocol):
 
 class Backend(Protocol):
     def snapshot(self) -> list[dict[str, Any]]:
-        """One status dict per run shown (shape of `launcher.runs.api.fetch_status`)."""
+        """One status dict per run shown (shape of `launcher.run.api.fetch_status`)."""
 
     def stream_log(self, run: str, last_n: int = 200) -> Iterator[str]:
         """The last `last_n` lines of the run's train.log, then new lines as they are written."""
@@ -75,11 +75,11 @@ class Scope:
 
 
 class LauncherBackend:
-    """The real backend: `launcher.runs.api` (SSH or local transport, the host agent, the run registry)."""
+    """The real backend: `launcher.run.api` (SSH or local transport, the host agent, the run registry)."""
 
     def __init__(self, scope: Scope | None = None, watch: WatchSettings | None = None):
         # Imported here so `--help` and the recorded tests never pay for (or depend on) the launcher.
-        from launcher.runs import api
+        from launcher.run import api
 
         self._api = api
         self.scope = scope or Scope()

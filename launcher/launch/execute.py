@@ -2,7 +2,7 @@
 
 Owns the order (preflight every host, sync, host env, rendezvous port, start through the agent,
 record) and the rollback: when a later step fails, what was started is killed, so nothing is left
-half-started. Step 8, the first-heartbeat wait, lives in launcher/runs/control.py with the other calls on
+half-started. Step 8, the first-heartbeat wait, lives in launcher/run/control.py with the other calls on
 a started run (restart waits the same way) and is re-exported here; this module imports control,
 never the other way round. It must not parse CLI arguments, talk to tmux (the agent does) or import
 torch.
@@ -19,9 +19,9 @@ from launcher.core.errors import LaunchError
 from launcher.launch.manifest import manifest, torchrun_argv
 from launcher.launch.plan import INPUT_CONFIG, Plan
 from launcher.launch.preflight import preflight
-from launcher.runs import registry
-from launcher.runs.control import kill_nodes, wait_first_heartbeat  # noqa: F401 (re-exported: up, recovery)
-from launcher.runs.registry import NodeRecord, RunRecord
+from launcher.run import registry
+from launcher.run.control import kill_nodes, wait_first_heartbeat  # noqa: F401 (re-exported: up, recovery)
+from launcher.run.registry import NodeRecord, RunRecord
 from launcher.ssh.remote import agent_call, transport_for
 from launcher.ssh.transport import SSHTransport
 

@@ -18,7 +18,7 @@ from typing import Any
 from launcher.config import envspec
 from launcher.config.profiles import PROJECT_ROOT, Profile, load_profile
 from launcher.core.errors import LaunchError
-from launcher.runs import registry
+from launcher.run import registry
 from launcher.ssh.hosts import HostSpec, check_known_name, default_target, parse_target
 
 INPUT_CONFIG = "launch_config.yaml"

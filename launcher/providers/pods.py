@@ -29,7 +29,7 @@ from launcher.config.profiles import Profile
 from launcher.core.errors import LaunchError, RuntimeFailure
 from launcher.providers.offers import OfferChoice, check_ssh_key, choose_offer, describe, gpu_type_for
 from launcher.providers.prime import UNKNOWN, Pod, PrimeAPIError, PrimeClient, pod_name
-from launcher.runs import registry
+from launcher.run import registry
 from launcher.ssh.hosts import HostSpec, parse_target
 
 READY_TIMEOUT_S = 900.0

@@ -14,7 +14,7 @@ is not hashed again (`verified.json`); a restore (`push`) always verifies with h
 A multi-node run's checkpoint is split: node 0 holds the weights and optimizer, every other node k its
 ranks' data state and RNG (a few kB) in its own run dir; those parts go to `nodes/<k>/checkpoints/`
 and are pulled only when every node's newest intact checkpoint is the same step, before node 0's
-`latest` names it (the commit point). Every pull holds the run's write lock (launcher/runs/locks.py) and
+`latest` names it (the commit point). Every pull holds the run's write lock (launcher/run/locks.py) and
 re-reads the run record under it. It must not start or stop runs.
 """
 
@@ -33,9 +33,9 @@ from typing import Any
 
 from launcher.core.errors import LaunchError, RuntimeFailure
 from launcher.recover.transfer import durable_write_text, fsync_dir, fsync_tree, rsync_pull, rsync_push
-from launcher.runs import registry
-from launcher.runs.locks import run_lock
-from launcher.runs.registry import RunRecord
+from launcher.run import registry
+from launcher.run.locks import run_lock
+from launcher.run.registry import RunRecord
 from launcher.ssh.remote import transport_for
 from launcher.ssh.transport import Transport
 

@@ -6,9 +6,9 @@ metrics only up to the restored step, so metrics.jsonl never holds a step twice)
 --resume; wait for its `boot` event (it follows the resume); and only then terminate the old pod,
 unless the API already says it is gone (then it is terminated first: nothing of it bills or can be
 saved). A failed replacement terminates the new pod and puts the run record back. Each phase is written
-to the run's recovery status (launcher/runs/recovery_status.py), which `status` shows meanwhile. Also
+to the run's recovery status (launcher/run/recovery_status.py), which `status` shows meanwhile. Also
 owns `pod_gone` (the API's word on the old pod), which the watcher asks too. The caller holds the run's
-write lock (launcher/runs/locks.py). It must not parse CLI arguments or import torch.
+write lock (launcher/run/locks.py). It must not parse CLI arguments or import torch.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from launcher.core.errors import LaunchError, RuntimeFailure
-from launcher.runs import registry
-from launcher.runs.recovery_status import Progress
-from launcher.runs.registry import RunRecord
+from launcher.run import registry
+from launcher.run.recovery_status import Progress
+from launcher.run.registry import RunRecord
 
 
 @dataclass
@@ -73,7 +73,7 @@ def replace_host(
     from launcher.providers.prime import PrimeClient
     from launcher.recover.mirror import FILES, mirror_dir, missing_parts, push
     from launcher.recover.transfer import rsync_push
-    from launcher.runs.control import resume_report
+    from launcher.run.control import resume_report
     from nsa.runfiles import RunDir, append_jsonl, checkpoint_step
 
     t0 = time.monotonic()

@@ -2,7 +2,7 @@
 lost provisioned pod, restoring the newest mirrored checkpoint there and resuming.
 
 Owns `Watcher` (one status at a time), shared by the `watch` loop (status every `poll_s`) and the
-dashboard. A watcher acts only while it holds the run's WatchLock (launcher/runs/locks.py), and every
+dashboard. A watcher acts only while it holds the run's WatchLock (launcher/run/locks.py), and every
 decision (pull, pod check, replacement) is taken under the run's write lock with the run record read
 again: another watcher or the dashboard may have replaced the pod meanwhile, and a status fetched
 for the host the run has left is fetched again for its new host. Pulls come when the status shows a
@@ -25,9 +25,9 @@ from typing import Any
 
 from launcher.core.errors import LaunchError
 from launcher.recover.replace import Replacement, pod_gone, replace_host
-from launcher.runs import registry
-from launcher.runs.locks import RunLocked, WatchLock, run_lock
-from launcher.runs.registry import RunRecord
+from launcher.run import registry
+from launcher.run.locks import RunLocked, WatchLock, run_lock
+from launcher.run.registry import RunRecord
 
 __all__ = [
     "TERMINAL",
@@ -182,7 +182,7 @@ class Watcher:
 
     def _decide(self, st: dict[str, Any]) -> dict[str, Any]:
         from launcher.recover.mirror import missing_parts
-        from launcher.runs.control import fetch_status
+        from launcher.run.control import fetch_status
 
         rec = self.refresh()
         if st.get("host") is not None and st["host"] != rec.host:  # fetched for the pod the run left
@@ -330,7 +330,7 @@ def watch(
 ) -> dict[str, Any]:
     """Watch until the run ends. Returns its last status, with `replacements` and `mirror` (the final
     pull: checkpoint, host_newest, behind_steps, error, problem)."""
-    from launcher.runs.control import fetch_status
+    from launcher.run.control import fetch_status
 
     w = Watcher(
         run, say, who="nsa-launch watch", pull_every_s=pull_every_s, lost_after_s=lost_after_s,

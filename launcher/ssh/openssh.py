@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher.core.errors import RuntimeFailure
-from launcher.runs.registry import home
+from launcher.run.registry import home
 from launcher.ssh.hosts import HostSpec
 from launcher.ssh.transport import Result, Transport, _short, openssh_argv
 

@@ -16,7 +16,7 @@ import pytest
 from launcher.config.profiles import PROJECT_ROOT
 from launcher.dashboard import metrics_tail
 from launcher.dashboard.metrics_tail import MetricsTail
-from launcher.runs.registry import NodeRecord, RunRecord
+from launcher.run.registry import NodeRecord, RunRecord
 from launcher.ssh.hosts import local_host, parse_target
 
 

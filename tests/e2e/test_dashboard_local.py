@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from launcher.runs.api import resolve_run
+from launcher.run.api import resolve_run
 from nsa.runfiles import RunDir, verify_checkpoint
 from tests.dashboard.terminal import DashboardTerminal, row, row_step
 from tests.e2e.launch_support import cleanup_local_run, invoke, isolate, run_processes, wait_for

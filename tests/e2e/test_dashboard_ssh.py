@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from launcher.runs.api import resolve_run
+from launcher.run.api import resolve_run
 from nsa.runfiles import RunDir
 from tests.dashboard.terminal import DashboardTerminal, row, row_step
 from tests.e2e.launch_support import PYTHON, invoke, isolate, run_processes, wait_for

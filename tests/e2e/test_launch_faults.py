@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from launcher.config.profiles import PROJECT_ROOT
-from launcher.runs.api import resolve_run
+from launcher.run.api import resolve_run
 from nsa.runfiles import RunDir
 from tests.e2e.launch_support import cleanup_local_run, invoke, isolate, run_processes, status, wait_for
 

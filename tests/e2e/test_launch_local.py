@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from launcher.cli import cli
-from launcher.runs.api import gpu_processes, kill_gpu_process, open_tunnel, resolve_run
+from launcher.run.api import gpu_processes, kill_gpu_process, open_tunnel, resolve_run
 from nsa.runfiles import RunDir
 from tests.e2e.launch_support import cleanup_local_run, invoke, isolate, run_processes, status, wait_for
 

@@ -11,7 +11,7 @@ import json
 import pytest
 import yaml
 
-from launcher.runs.api import resolve_run
+from launcher.run.api import resolve_run
 from nsa.runfiles import RunDir
 from tests.e2e.launch_support import PYTHON, invoke, isolate, status
 from tests.e2e.prime_support import listening

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.runs.api import open_tunnel, resolve_run, stream_log
+from launcher.run.api import open_tunnel, resolve_run, stream_log
 from tests.e2e.launch_support import PYTHON, invoke, isolate, run_processes, status, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

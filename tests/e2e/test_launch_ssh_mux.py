@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from launcher.config.profiles import PROJECT_ROOT
-from launcher.runs.registry import NodeRecord, RunRecord, save
+from launcher.run.registry import NodeRecord, RunRecord, save
 from launcher.ssh import openssh
 from launcher.ssh.hosts import parse_target
 from tests.e2e.launch_support import PYTHON, invoke, isolate

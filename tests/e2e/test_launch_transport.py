@@ -168,8 +168,8 @@ def test_unreachable_host_is_lost_not_an_exception_and_recovers(sshd, tmp_path, 
     import json
     import time
 
-    from launcher.runs.api import RunRecord, fetch_status, list_runs
-    from launcher.runs.registry import NodeRecord, save
+    from launcher.run.api import RunRecord, fetch_status, list_runs
+    from launcher.run.registry import NodeRecord, save
 
     isolate(monkeypatch, tmp_path, tmux_server)
     rd = tmp_path / "runs" / "done"

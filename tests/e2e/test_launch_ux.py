@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from launcher.config.profiles import PROJECT_ROOT
-from launcher.runs.api import resolve_run, restart_run
+from launcher.run.api import resolve_run, restart_run
 from tests.e2e.launch_support import PYTHON, invoke, isolate, run_processes, status, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -72,15 +72,15 @@ def test_the_checker_finds_a_cycle():
 def test_control_and_execute_do_not_import_each_other():
     graph = _graph("launcher")
     assert "launcher.launch.execute" in graph["launcher.cli.up"]  # the graph sees real imports
-    assert "launcher.runs.control" in graph["launcher.launch.execute"]  # one way only:
-    assert "launcher.launch.execute" not in graph["launcher.runs.control"]
+    assert "launcher.run.control" in graph["launcher.launch.execute"]  # one way only:
+    assert "launcher.launch.execute" not in graph["launcher.run.control"]
 
 
 def test_recovery_status_is_below_control_and_replace():
     graph = _graph("launcher")
-    assert "launcher.runs.recovery_status" in graph["launcher.runs.control"]
-    assert "launcher.runs.recovery_status" in graph["launcher.recover.replace"]
-    assert "launcher.recover.replace" not in graph["launcher.runs.control"]  # the cycle issue 25 removed
+    assert "launcher.run.recovery_status" in graph["launcher.run.control"]
+    assert "launcher.run.recovery_status" in graph["launcher.recover.replace"]
+    assert "launcher.recover.replace" not in graph["launcher.run.control"]  # the cycle issue 25 removed
     assert "launcher.recover.watcher" not in graph["launcher.recover.replace"]
 
 

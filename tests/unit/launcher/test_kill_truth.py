@@ -24,7 +24,7 @@ import pytest
 from launcher.config.profiles import PROJECT_ROOT
 from launcher.core.errors import RuntimeFailure
 from launcher.host import kill, procs, state
-from launcher.runs import registry
+from launcher.run import registry
 from launcher.ssh.hosts import local_host
 from nsa.runfiles import Heartbeat, RunDir, atomic_write_json, checkpoint_name, write_checkpoint_manifest
 
@@ -130,14 +130,14 @@ def test_boot_detection_reads_every_event_since_the_restart(tmp_path):
     assert [e["kind"] for e in st["events_since"]] == ["boot", "resumed"]
 
 
-HOLD = "import sys, time; from launcher.runs.locks import run_lock\nwith run_lock(sys.argv[1], 'nsa-launch restart'):\n    print('held', flush=True); time.sleep(60)"
+HOLD = "import sys, time; from launcher.run.locks import run_lock\nwith run_lock(sys.argv[1], 'nsa-launch restart'):\n    print('held', flush=True); time.sleep(60)"
 
 
 def test_a_second_restart_or_kill_of_the_same_run_stops_naming_the_holder(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     from launcher.cli import cli
-    from launcher.runs import control
+    from launcher.run import control
 
     monkeypatch.setenv("NSA_LAUNCH_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(control, "CHANGE_WAIT_S", 0.3)

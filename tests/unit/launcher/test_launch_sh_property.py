@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from launcher.config import envspec
 from launcher.core.errors import LaunchError
 from launcher.host.wrapper import wrapper_script
-from launcher.runs import registry
+from launcher.run import registry
 from nsa.train.config import ConfigError, parse_override
 
 # Text that favours the characters that matter to a shell and to `$`-anchored regexes.

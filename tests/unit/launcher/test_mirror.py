@@ -19,8 +19,8 @@ import pytest
 
 from launcher.config.profiles import PROJECT_ROOT
 from launcher.recover.mirror import PullFailed, mirror_dir, pull
-from launcher.runs import registry
-from launcher.runs.locks import RunLocked, run_lock
+from launcher.run import registry
+from launcher.run.locks import RunLocked, run_lock
 from launcher.ssh.hosts import local_host, parse_target
 from nsa.runfiles import RunDir, atomic_write_text, verify_checkpoint, write_checkpoint_manifest
 
@@ -148,7 +148,7 @@ def test_a_failed_pull_keeps_the_mirror_and_leaves_no_temporary_dir(home, tmp_pa
 
 def _hold_run_lock() -> subprocess.Popen:
     code = (
-        "import time; from launcher.runs.locks import run_lock\n"
+        "import time; from launcher.run.locks import run_lock\n"
         f"with run_lock({RUN!r}, 'nsa-launch watch: replacing pod p-1'):\n"
         "    print('held', flush=True); time.sleep(120)"
     )
@@ -191,7 +191,7 @@ def test_concurrent_pulls_leave_latest_always_naming_a_verified_dir(home, tmp_pa
     _ckpt(rd, 1, b"w1" * 4000)
     rec = _record(rd)
     code = (
-        "import sys; from launcher.runs import registry; from launcher.recover.mirror import pull\n"
+        "import sys; from launcher.run import registry; from launcher.recover.mirror import pull\n"
         f"for _ in range(4): pull(registry.load({RUN!r}), lambda _: None)"
     )
     other = subprocess.Popen(

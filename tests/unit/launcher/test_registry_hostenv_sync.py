@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from launcher.config.profiles import PROJECT_ROOT, HostEnv
 from launcher.launch.hostenv import EnvPlan, requirements, spec_hash, venv_phases
-from launcher.runs import registry
+from launcher.run import registry
 from launcher.ssh.hosts import local_host, parse_target
 from launcher.ssh.sync import _excluded, project_files
 

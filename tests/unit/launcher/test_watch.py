@@ -18,7 +18,7 @@ from launcher.core.errors import LaunchError
 from launcher.dashboard.backend import LauncherBackend, Scope, WatchSettings
 from launcher.recover.mirror import mirror_dir
 from launcher.recover.watcher import Watcher, WatchLock
-from launcher.runs import registry
+from launcher.run import registry
 from launcher.ssh.hosts import local_host
 from nsa.runfiles import RunDir, atomic_write_text, verify_checkpoint, write_checkpoint_manifest
 

@@ -19,8 +19,8 @@ import pytest
 
 from launcher.config.profiles import PROJECT_ROOT, load_profile
 from launcher.core.errors import LaunchError
-from launcher.runs import registry
-from launcher.runs.control import fetch_status
+from launcher.run import registry
+from launcher.run.control import fetch_status
 from launcher.ssh.hosts import local_host, parse_target
 from nsa.runfiles import atomic_write_text, write_checkpoint_manifest
 
@@ -179,7 +179,7 @@ def test_a_restore_pushes_metrics_only_up_to_the_restored_step(tmp_path):
 
 
 def test_status_says_which_pod_replaces_which_while_it_happens(tmp_path, monkeypatch):
-    from launcher.runs.recovery_status import Progress, recovery_status, recovery_text
+    from launcher.run.recovery_status import Progress, recovery_status, recovery_text
 
     monkeypatch.setenv("NSA_LAUNCH_HOME", str(tmp_path / "home"))
     rec = registry.RunRecord(run=RUN, profile="cpu", created=1.0, pod_id="p-1",
@@ -269,7 +269,7 @@ def test_sigterm_during_a_replacement_leaves_no_pod_billing(fake, tmp_path):
     assert p.returncode == 130, err[-3000:]
     assert f"terminating pod {new}" in err or f"terminated pod {new}" in err, err[-3000:]
     assert fake.pods == {}
-    from launcher.runs.recovery_status import recovery_status
+    from launcher.run.recovery_status import recovery_status
 
     assert recovery_status(RUN) is None
 
@@ -282,7 +282,7 @@ def test_pods_down_waits_for_the_writer_that_holds_the_run(fake, tmp_path):
     registry.save(registry.RunRecord(run=RUN, profile="cpu", created=1.0, provider="prime", pod_id=pod.id,
                   nodes=[registry.NodeRecord(host, str(PROJECT_ROOT), sys.executable, str(rd))]))  # fmt: skip
     code = (
-        "import sys, time; from launcher.runs.locks import run_lock\n"
+        "import sys, time; from launcher.run.locks import run_lock\n"
         f"with run_lock({RUN!r}, 'nsa-launch watch: replacing pod'):\n"
         "    print('held', flush=True); sys.stdin.readline()"
     )

@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from launcher.runs import registry
 from launcher.core.errors import RuntimeFailure
+from launcher.run import registry
 
 RUN_LOCK_TIMEOUT_S = 120.0  # a pull waits this long for another writer (a replacement holds it longer)
 

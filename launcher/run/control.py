@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.runs import registry
 from launcher.core.errors import LaunchError, RuntimeFailure
-from launcher.runs.registry import NodeRecord, RunRecord
+from launcher.run import registry
+from launcher.run.registry import NodeRecord, RunRecord
 from launcher.ssh.remote import agent_call, agent_stream, reader_for, transport_for
 
 STATUS_TIMEOUT_S = 30.0
@@ -172,8 +172,8 @@ def pod_fields(rec: RunRecord) -> dict[str, Any]:
 
 
 def _recovery(rec: RunRecord) -> dict[str, Any] | None:
-    """A replacement of the run's pod in progress (launcher/runs/recovery_status.py), with its text, or None."""
-    from launcher.runs.recovery_status import recovery_status, recovery_text
+    """A replacement of the run's pod in progress (launcher/run/recovery_status.py), with its text, or None."""
+    from launcher.run.recovery_status import recovery_status, recovery_text
 
     d = recovery_status(rec.run)
     return None if d is None else {**d, "text": recovery_text(d)}
@@ -260,7 +260,7 @@ def final_save_line(res: dict[str, Any]) -> str:
 
 def kill_run(rec: RunRecord) -> dict[str, Any]:
     """CONT, TERM, grace, KILL on every node; verified. Idempotent. Holds the run's write lock
-    (launcher/runs/locks.py): a kill during a restart of the same run stops with the holder's name."""
+    (launcher/run/locks.py): a kill during a restart of the same run stops with the holder's name."""
     with changing(rec.run, "kill"):
         return kill_nodes(rec, rec.nodes)
 
@@ -277,7 +277,7 @@ def changing(run: str, verb: str) -> Iterator[None]:
     RuntimeFailure "run R is being restarted by PID P" (killed, or what the holder says it does)."""
     import re
 
-    from launcher.runs.locks import RunLocked, run_lock, run_lock_holder
+    from launcher.run.locks import RunLocked, run_lock, run_lock_holder
 
     with contextlib.ExitStack() as stack:
         try:
@@ -328,7 +328,7 @@ def restart_run(
     """Kill (verified; the trainer checkpoints first), re-sync the code (unless `sync` is false), then start again in the same run
     dir with --resume (latest checkpoint). A finished run is refused: there is nothing to resume.
     `say` reports each step; `wait_fn` replaces the plain first-heartbeat wait (the CLI's ticker).
-    Holds the run's write lock (launcher/runs/locks.py): a second restart or a kill of the run meanwhile
+    Holds the run's write lock (launcher/run/locks.py): a second restart or a kill of the run meanwhile
     stops after CHANGE_WAIT_S, naming this one's PID."""
     say = say or (lambda _msg: None)
     with changing(rec.run, "restart"):

@@ -1,7 +1,7 @@
 """The launcher's Python API for the dashboard and scripts: runs, status, logs, kill, restart, tunnel,
 GPU processes.
 
-The stable surface other areas import; the work lives in launcher/runs/control.py (and launcher/launch/
+The stable surface other areas import; the work lives in launcher/run/control.py (and launcher/launch/
 for starting runs). Status dicts have the keys documented in docs/launcher.md: run, host, profile,
 state, step, total_steps, loss, tokens_per_s, eta_s, elapsed_s, heartbeat_age_s ({rank: seconds}),
 gpus, exit_code, pids, events, time, error. The registry location is $NSA_LAUNCH_HOME (default
@@ -10,7 +10,8 @@ gpus, exit_code, pids, events, time, error. The registry location is $NSA_LAUNCH
 
 from __future__ import annotations
 
-from launcher.runs.control import (
+from launcher.core.errors import LaunchError, RuntimeFailure
+from launcher.run.control import (
     Tunnel,
     fetch_status,
     gpu_processes,
@@ -21,9 +22,8 @@ from launcher.runs.control import (
     restart_run,
     stream_log,
 )
-from launcher.core.errors import LaunchError, RuntimeFailure
-from launcher.runs.registry import NodeRecord, RunRecord
-from launcher.runs.registry import all_runs as list_runs
+from launcher.run.registry import NodeRecord, RunRecord
+from launcher.run.registry import all_runs as list_runs
 
 __all__ = [
     "LaunchError",
