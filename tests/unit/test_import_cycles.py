@@ -86,3 +86,39 @@ def test_recovery_status_is_below_control_and_replace():
 
 def test_launcher_has_no_import_cycle():
     assert _components(_graph("launcher")) == []
+
+
+# docs/ARCHITECTURE.md, "The launcher's layers": a package imports only packages of its rank or below
+RANK = {"core": 0, "host": 1, "config": 1, "ssh": 1, "run": 2, "providers": 2, "launch": 3, "recover": 4,
+        "cli": 5, "dashboard": 5}  # fmt: skip
+UPWARD_OK = {("launcher.ssh.openssh", "launcher.run.registry")}  # the ControlMaster sockets live in home()
+
+
+def _layer_breaches(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    def layer(m: str) -> str:
+        return m.split(".")[1]
+
+    return sorted(
+        (m, d)
+        for m, deps in graph.items()
+        if m.count(".")
+        for d in deps
+        if d.count(".") and RANK[layer(d)] > RANK[layer(m)] and (m, d) not in UPWARD_OK
+    )
+
+
+def test_launcher_packages_import_only_downward():
+    graph = _graph("launcher")
+    # no module flat at the launcher root, no package without a rank
+    assert {m.split(".")[1] for m in graph if m.count(".")} == set(RANK)
+    assert _layer_breaches(graph) == []
+    assert _layer_breaches({"launcher.run.control": {"launcher.recover.replace"}}) == [
+        ("launcher.run.control", "launcher.recover.replace")
+    ]
+
+
+def test_the_host_agent_imports_only_core_ports():
+    """The agent runs on the host from the synced checkout: it must stay light (no rich, no fabric)."""
+    graph = _graph("launcher")
+    outside = {d for m, deps in graph.items() if m.startswith("launcher.host") for d in deps}
+    assert {d for d in outside if not d.startswith("launcher.host")} == {"launcher.core.ports"}
