@@ -5,13 +5,16 @@ Each damage case is one the issue reproduced against a run dir of a finished tin
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from nsa.runfiles import RunDir, verify_checkpoint
+from nsa.train import ckpt
 from nsa.train.cli import main
 from tests.assets.trainrun import TINY, events
 
@@ -156,3 +159,66 @@ def test_prune_keeps_the_checkpoint_just_written_when_newer_damaged_dirs_exist(
     rc = _train(run, 3, True, ("train.keep_last=1", "train.save_every=0"))
     assert rc == 0, capsys.readouterr().err
     assert RunDir(run).newest_intact_checkpoint() == run / "checkpoints" / "step-00000003"
+
+
+# --- ckpt.async (issue 23): the same checkpoints, written in the background -------------------------
+
+
+def test_async_run_writes_the_sync_runs_checkpoints_and_exit_waits_for_the_last(
+    finished_run: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    for k in ("CONFIG", "WORLD_SIZE", "RANK", "NSA_FAULT"):
+        monkeypatch.delenv(k, raising=False)
+    run = tmp_path / "run"
+    rc = _train(run, 6, False, ("ckpt.async=true",))
+    assert rc == 0, capsys.readouterr().err
+    # The final save (step 6) is still in flight when the loop ends: exit waited for it.
+    assert (run / "checkpoints" / "latest").read_text() == "step-00000006\n"
+    names = [p.name for p in RunDir(run).checkpoints()]
+    assert names == [p.name for p in RunDir(finished_run).checkpoints()] == [
+        "step-00000006", "step-00000004", "step-00000002",
+    ]  # fmt: skip
+    for name in names:
+        got, want = run / "checkpoints" / name, finished_run / "checkpoints" / name
+        assert verify_checkpoint(got) is None
+        for f in ("model.pt", "optim.pt", "rank0.pt"):  # bit-identical: a resume from either is the same
+            a, b = torch.load(got / f, weights_only=False), torch.load(want / f, weights_only=False)
+            assert _same(a, b), f"{name}/{f}"
+    saved = [e["step"] for e in events(run) if e["kind"] == "checkpoint"]
+    assert saved == [2, 4, 6]
+
+
+def test_async_save_failure_is_reported_at_the_next_step_and_latest_stays(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    for k in ("CONFIG", "WORLD_SIZE", "RANK", "NSA_FAULT"):
+        monkeypatch.delenv(k, raising=False)
+    real = ckpt._save_durable
+    cause = OSError(errno.ENOSPC, "No space left on device (injected by the test)")
+
+    def full_at_step_4(obj, path: Path) -> None:
+        if path.parent.name == ".tmp-step-00000004" and path.name == "optim.pt":
+            raise cause
+        real(obj, path)
+
+    monkeypatch.setattr(ckpt, "_save_durable", full_at_step_4)
+    run = tmp_path / "run"
+    rc = _train(run, 6, False, ("ckpt.async=true",))
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    errs = [e for e in events(run) if e["kind"] == "error"]
+    assert errs[-1]["detail"]["message"] == str(cause) and str(cause) in err  # a sync save's cause text
+    assert (run / "checkpoints" / "latest").read_text() == "step-00000002\n"
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["latest", "step-00000002"]
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert max(steps) in (4, 5)  # reported at the boundary after the write failed, not at the end
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
