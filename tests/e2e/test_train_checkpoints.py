@@ -222,3 +222,14 @@ def _same(a, b) -> bool:
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     return a == b
+
+
+def test_gpu_suite_reads_the_metrics_the_trainer_writes(finished_run: Path) -> None:
+    """The GPU suite's training section parses metrics.jsonl by name (issue 23): a rename in the
+    trainer must fail here, on CPU, not on a rented GPU. (`memory/max_allocated_gb` is CUDA-only.)"""
+    from nsa.attention.gpusuite.gpu import read_train_metrics
+
+    rows = [json.loads(x) for x in (finished_run / "metrics.jsonl").read_text().splitlines()]
+    got = read_train_metrics(finished_run / "metrics.jsonl")
+    assert got["steps_measured"] == 4 and got["tokens_per_s_median"] > 0  # 6 log steps, 2 warm-up
+    assert got["final_loss"] == rows[-1]["loss"] and isinstance(got["final_loss"], float)
