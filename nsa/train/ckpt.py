@@ -84,6 +84,7 @@ class Snapshot:
     rank_state: dict[str, Any]
     keep_last: int
     required: list[str]
+    fault: str | None = None  # NSA_FAULT=ckpt: this rank's write fails with this message (tests)
 
 
 def snapshot(
@@ -159,6 +160,8 @@ def write_part(snap: Snapshot, info: DistInfo) -> None:
     if info.is_main:
         _save_durable(snap.model_sd, snap.tmp / "model.pt")
         _save_durable(snap.optim_sd, snap.tmp / "optim.pt")
+    if snap.fault:  # after a first file: a half-written part, as a disk failing mid-save leaves
+        raise OSError(errno.EIO, snap.fault)
     if info.local_rank == 0:  # every host's copy says which step it is; only rank 0's host holds the weights
         body = json.dumps({"step": snap.step, "time": time.time(), **snap.meta}) + "\n"
         durable_write_text(snap.tmp / "meta.json", body)
@@ -189,12 +192,14 @@ def save(
     rank_state: dict[str, Any],
     keep_last: int,
     progress: Callable[[], None] = lambda: None,
+    fault: str | None = None,
 ) -> Path:
     """Collective: every rank calls it. Returns the final checkpoint dir (synchronous save).
 
     `progress` is called between the stages (gather, write, rename) so a long save keeps beating.
     """
     snap = snapshot(run_dir, info, step, model, optimizer, meta, rank_state, keep_last, progress)
+    snap.fault = fault
     leader = info.local_rank == 0
     try:
         write_part(snap, info)

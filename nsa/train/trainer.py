@@ -479,11 +479,19 @@ class Run:
                 {"loader": mine, "data_streams": streams}, self.cfg.train.keep_last)  # fmt: skip
         beat = lambda: self.rec.beat("checkpoint", step)  # noqa: E731
         if self.saver is None:
-            path = ckpt.save(*args, progress=beat)
+            path = ckpt.save(*args, progress=beat, fault=self._ckpt_fault(step))
             self._saved(step, path, time.time() - t0)
             return
         self.saver.poll(block=True)  # at most one save in flight: the previous one first
-        self.saver.start(ckpt.snapshot(*args, progress=beat, private=True), t0)
+        snap = ckpt.snapshot(*args, progress=beat, private=True)
+        snap.fault = self._ckpt_fault(step)
+        self.saver.start(snap, t0)
+
+    def _ckpt_fault(self, step: int) -> str | None:
+        f, rank = self.fault, self.info.rank
+        if f is None or f.kind != "ckpt" or not f.hits(step, rank) or not f.arm(self.rd.root, rank):
+            return None
+        return f"checkpoint write failed (injected by NSA_FAULT=ckpt:step={step}) on rank {rank}"
 
     def _saved(self, step: int, path: Path, seconds: float) -> None:
         self.rec.event(
