@@ -7,6 +7,9 @@ is built in checkpoints/.tmp-step-<N>/ and renamed into place only after every r
 part and the manifest is complete; `latest` is rewritten after the rename. Resume trusts the
 manifests, not `latest` (`choose_resume`): a truncated or half-copied dir is skipped with a reason,
 and pruning never removes the checkpoint just written. Only the last `keep_last` are kept.
+A save is three stages: `snapshot` (collective: gather, room check), `write_part` (each rank's files)
+and `publish` (manifest, rename, `latest`); `save` runs them in turn, ckpt_async.py (`ckpt.async`)
+runs the last two in a background thread.
 
 Gathering the full state is a collective under FSDP2, so every rank calls `save` and `load`; the
 earlier trainer saved on rank 0 alone and deadlocked. On load, rank 0 reads the files and
