@@ -53,7 +53,7 @@ NSA_ENV: dict[str, EnvVar] = {
         EnvVar(
             "NSA_FAULT",
             "str",
-            "Test-only fault injection read by nsa-train: <stall|nan|kill>[:step=N][:rank=R][:once] "
+            "Test-only fault injection read by nsa-train: <stall|nan|kill|ckpt>[:step=N][:rank=R][:once] "
             "(once: only the first time in a run dir; e.g. stall:step=3:rank=1 makes rank 1 hang at step 3 to exercise the watchdog). Never set it "
             "for a real run.",
         ),

@@ -4,18 +4,22 @@ Owns reading the W&B environment: WANDB_PROJECT turns it on (nothing else does),
 (online / offline / disabled), WANDB_ENTITY and WANDB_DIR are W&B's own and passed through. The
 run's W&B name and id are the launcher's run id (NSA_RUN_ID; the run dir's name without it), with
 resume="allow": a restart of the same run continues the same W&B run. It must never break
-training: a W&B failure after start is printed once and the sink turns itself off. Without the
-`wandb` package, WANDB_PROJECT is refused at validation (nsa.train.cli), not silently ignored.
+training: a W&B failure, at start or after, is printed once and the sink turns itself off. Refused
+at validation (nsa.train.cli, exit 2), not silently ignored: WANDB_PROJECT without the `wandb`
+package, and WANDB_PROJECT in online mode with no credentials (no WANDB_API_KEY, no netrc entry for
+the W&B host), which wandb.init would turn into a crash at step 0.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import netrc
 import os
 import re
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 
 def problem() -> str | None:
@@ -28,7 +32,28 @@ def problem() -> str | None:
             "so nothing would be logged to Weights & Biases. Fix: install the `wandb` extra "
             "(pip install 'nsa-launch[wandb]'), or unset WANDB_PROJECT."
         )
-    return None
+    return _credentials_problem()
+
+
+def _credentials_problem() -> str | None:
+    """Online mode needs a key: from WANDB_API_KEY, or the netrc entry `wandb login` writes."""
+    mode = os.environ.get("WANDB_MODE", "online").strip().lower()
+    if mode in ("offline", "disabled", "dryrun") or os.environ.get("WANDB_DISABLED", "").lower() == "true":
+        return None
+    if os.environ.get("WANDB_API_KEY"):
+        return None
+    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
+    path = Path(os.environ.get("NETRC") or Path.home() / ".netrc")
+    try:
+        if netrc.netrc(str(path)).authenticators(host):
+            return None
+    except (OSError, netrc.NetrcParseError):
+        pass
+    return (
+        f"WANDB_PROJECT={os.environ['WANDB_PROJECT']!r} is set, but W&B has no API key here (no WANDB_API_KEY, "
+        f"no entry for {host} in {path}), so wandb.init would stop the run at step 0. Fix: pass the key "
+        "(nsa-launch up ... --secret WANDB_API_KEY), run `wandb login` on the host, or set WANDB_MODE=offline."
+    )
 
 
 def run_id(run_dir: Path) -> str:
@@ -51,14 +76,21 @@ class WandbSink:
         import wandb
 
         rid = run_id(run_dir)
-        run = wandb.init(
-            project=project,
-            name=rid,
-            id=rid,
-            resume="allow",
-            config=config,
-            dir=os.environ.get("WANDB_DIR") or str(run_dir),
-        )
+        try:
+            run = wandb.init(
+                project=project,
+                name=rid,
+                id=rid,
+                resume="allow",
+                config=config,
+                dir=os.environ.get("WANDB_DIR") or str(run_dir),
+            )
+        except Exception as e:  # e.g. the W&B host unreachable: train without it, and say so once
+            print(
+                f"[nsa] W&B could not start, training goes on without it: {type(e).__name__}: {e}",
+                file=sys.stderr,
+            )
+            return None
         return cls(run)
 
     def metrics(self, step: int, values: dict[str, Any]) -> None:

@@ -7,6 +7,9 @@ is built in checkpoints/.tmp-step-<N>/ and renamed into place only after every r
 part and the manifest is complete; `latest` is rewritten after the rename. Resume trusts the
 manifests, not `latest` (`choose_resume`): a truncated or half-copied dir is skipped with a reason,
 and pruning never removes the checkpoint just written. Only the last `keep_last` are kept.
+A save is three stages: `snapshot` (collective: gather, room check), `write_part` (each rank's files)
+and `publish` (manifest, rename, `latest`); `save` runs them in turn, ckpt_async.py (`ckpt.async`)
+runs the last two in a background thread.
 
 Gathering the full state is a collective under FSDP2, so every rank calls `save` and `load`; the
 earlier trainer saved on rank 0 alone and deadlocked. On load, rank 0 reads the files and
@@ -23,6 +26,7 @@ import random
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +73,24 @@ def _full_options(**kw: bool) -> StateDictOptions:
     return StateDictOptions(full_state_dict=True, cpu_offload=True, **kw)
 
 
-def save(
+@dataclass
+class Snapshot:
+    """One checkpoint's state, gathered at a step boundary, not yet on disk (`write_part`, `publish`)."""
+
+    step: int
+    root: Path
+    tmp: Path
+    final: Path
+    model_sd: dict[str, Any]
+    optim_sd: dict[str, Any]
+    meta: dict[str, Any]
+    rank_state: dict[str, Any]
+    keep_last: int
+    required: list[str]
+    fault: str | None = None  # NSA_FAULT=ckpt: this rank's write fails with this message (tests)
+
+
+def snapshot(
     run_dir: RunDir,
     info: DistInfo,
     step: int,
@@ -79,15 +100,17 @@ def save(
     rank_state: dict[str, Any],
     keep_last: int,
     progress: Callable[[], None] = lambda: None,
-) -> Path:
-    """Collective: every rank calls it. Returns the final checkpoint dir.
+    *,
+    private: bool = False,
+) -> Snapshot:
+    """Collective: gather the full state into CPU memory and check the room for it on every host.
 
-    `progress` is called between the stages (gather, write, rename) so a long save keeps beating.
+    `private`: copy every tensor that still shares storage with the live model or optimizer (on CPU
+    the offloaded state dict does), so training may go on while another thread writes it (async).
     """
     name = checkpoint_name(step)
     root = run_dir.checkpoints_dir
     tmp = root / f"{TMP_PREFIX}{name}"
-    final = root / name
     leader = info.local_rank == 0
     if leader:
         if tmp.exists():
@@ -96,6 +119,15 @@ def save(
     barrier(info)
     model_sd = get_model_state_dict(model, options=_full_options())
     optim_sd = get_optimizer_state_dict(model, optimizer, options=_full_options())
+    if private:
+        live = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        live |= {
+            v.untyped_storage().data_ptr()
+            for st in optimizer.state.values()
+            for v in st.values()
+            if isinstance(v, torch.Tensor)
+        }
+        model_sd, optim_sd = _private_copy(model_sd, live), _private_copy(optim_sd, live)
     progress()
     # Room first, on every host, agreed by all ranks: a save that runs out of space half-way leaves a
     # torn dir and a full disk; one refused here names the need and writes nothing.
@@ -106,35 +138,84 @@ def save(
         raise OSError(
             errno.ENOSPC, problem or "No space left on device on another host of this run (see its log)"
         )
+    rank_state = {**rank_state, "rng": rng_state()}
+    return Snapshot(
+        step, root, tmp, root / name, model_sd, optim_sd, meta, rank_state, keep_last, _required(info)
+    )
+
+
+def _private_copy(sd: Any, live: set[int]) -> Any:
+    if isinstance(sd, torch.Tensor):
+        return sd.detach().clone() if sd.untyped_storage().data_ptr() in live else sd
+    if isinstance(sd, dict):
+        return {k: _private_copy(v, live) for k, v in sd.items()}
+    if isinstance(sd, list):
+        return [_private_copy(v, live) for v in sd]
+    if isinstance(sd, tuple):
+        return tuple(_private_copy(v, live) for v in sd)
+    return sd
+
+
+def write_part(snap: Snapshot, info: DistInfo) -> None:
+    """This rank's files of the checkpoint, each fsynced by its writer; no collective (async-safe)."""
+    # Durable: each writer fsyncs its own files before the ranks agree; the leader then writes the
+    # manifest (fsynced) and only after that renames the dir and moves `latest` (`publish`).
+    if info.is_main:
+        _save_durable(snap.model_sd, snap.tmp / "model.pt")
+        _save_durable(snap.optim_sd, snap.tmp / "optim.pt")
+    if snap.fault:  # after a first file: a half-written part, as a disk failing mid-save leaves
+        raise OSError(errno.EIO, snap.fault)
+    if info.local_rank == 0:  # every host's copy says which step it is; only rank 0's host holds the weights
+        body = json.dumps({"step": snap.step, "time": time.time(), **snap.meta}) + "\n"
+        durable_write_text(snap.tmp / "meta.json", body)
+    _save_durable(snap.rank_state, snap.tmp / f"rank{info.rank}.pt")
+
+
+def publish(snap: Snapshot, progress: Callable[[], None] = lambda: None) -> Path:
+    """Host leader, once every rank wrote its part: manifest, rename, `latest`, prune; no collective."""
+    # last: a dir with a valid manifest is complete; it names what it must hold (required)
+    write_checkpoint_manifest(snap.tmp, snap.step, snap.required, durable=True)
+    progress()
+    if snap.final.exists():
+        shutil.rmtree(snap.final)  # same step saved again (e.g. end of a resumed run): replace it
+    snap.tmp.rename(snap.final)
+    fsync_path(snap.root, directory=True)  # the rename itself reaches the disk before `latest` names it
+    durable_write_text(snap.root / LATEST, snap.final.name + "\n")
+    _prune(snap.root, snap.keep_last, keep=snap.final)
+    return snap.final
+
+
+def save(
+    run_dir: RunDir,
+    info: DistInfo,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    meta: dict[str, Any],
+    rank_state: dict[str, Any],
+    keep_last: int,
+    progress: Callable[[], None] = lambda: None,
+    fault: str | None = None,
+) -> Path:
+    """Collective: every rank calls it. Returns the final checkpoint dir (synchronous save).
+
+    `progress` is called between the stages (gather, write, rename) so a long save keeps beating.
+    """
+    snap = snapshot(run_dir, info, step, model, optimizer, meta, rank_state, keep_last, progress)
+    snap.fault = fault
+    leader = info.local_rank == 0
     try:
-        # Durable: each writer fsyncs its own files before the barrier; the leader then writes the
-        # manifest (fsynced) and only after that renames the dir and moves `latest`.
-        if info.is_main:
-            _save_durable(model_sd, tmp / "model.pt")
-            _save_durable(optim_sd, tmp / "optim.pt")
-        if leader:  # every host's copy says which step it is; only rank 0's host holds the weights
-            durable_write_text(
-                tmp / "meta.json", json.dumps({"step": step, "time": time.time(), **meta}) + "\n"
-            )
-        _save_durable({**rank_state, "rng": rng_state()}, tmp / f"rank{info.rank}.pt")
+        write_part(snap, info)
         progress()
         barrier(info)
         if leader:
-            # last: a dir with a valid manifest is complete; it names what it must hold (required)
-            write_checkpoint_manifest(tmp, step, _required(info), durable=True)
-            progress()
-            if final.exists():
-                shutil.rmtree(final)  # same step saved again (e.g. end of a resumed run): replace it
-            tmp.rename(final)
-            fsync_path(root, directory=True)  # the rename itself reaches the disk before `latest` names it
-            durable_write_text(root / LATEST, name + "\n")
-            _prune(root, keep_last, keep=final)
+            publish(snap, progress)
     except OSError:
         if leader:  # a torn save must not hold the space the run's logs and exit code need
-            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(snap.tmp, ignore_errors=True)
         raise
     barrier(info)
-    return final
+    return snap.final
 
 
 # Kept free beyond the checkpoint itself: the logs, heartbeats and exit code written after it.

@@ -1,6 +1,6 @@
 """The training config schema: typed, validated, torch-free.
 
-This module owns the YAML schema of a training run (sections `model`, `data`, `train`, `parallel`,
+This module owns the YAML schema of a training run (sections `model`, `data`, `train`, `parallel`, `eval`, `ckpt`,
 `telemetry`), its cross-checks, `--set section.key=value` overrides, the resolved-config hash and
 YAML dump. It must never import torch (nor anything that does): the launcher validates configs and
 overrides here, on a laptop without torch, before it touches a host. Every failure is a
@@ -286,6 +286,17 @@ class EvalConfig(_Strict):
     passkey_trials: int = Field(4, ge=1, le=1000, description="Passkey prompts per (length, depth).")
 
 
+class CkptConfig(_Strict):
+    """How checkpoints are written (where and when: `train.save_every`, `train.keep_last`)."""
+
+    # `async` is a Python keyword: the field is `async_`, the YAML key `async`.
+    async_: bool = Field(
+        False,
+        alias="async",
+        description="Write checkpoints in a background thread; training goes on (docs/training.md).",
+    )
+
+
 class TrainConfig(_Strict):
     """A whole training run."""
 
@@ -295,6 +306,7 @@ class TrainConfig(_Strict):
     parallel: ParallelConfig = Field(default_factory=ParallelConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    ckpt: CkptConfig = Field(default_factory=CkptConfig)
 
     def resolved_vocab_size(self) -> int:
         return self.model.vocab_size if self.model.vocab_size is not None else vocab_size_for(self.data)
@@ -306,7 +318,7 @@ class TrainConfig(_Strict):
         return self.global_batch(world_size) * self.train.seq_len
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        return self.model_dump(mode="json", by_alias=True)
 
     def to_yaml(self) -> str:
         """The resolved config (every default filled in); loading it back gives the same config."""
@@ -353,7 +365,7 @@ def _model_classes(ann: Any) -> list[type[BaseModel]]:
 def _known_keys(loc: Sequence[Any]) -> list[str]:
     keys: list[str] = []
     for m in _model_at(TrainConfig, loc):
-        keys.extend(k for k in m.model_fields if not k.startswith("_"))
+        keys.extend(f.alias or k for k, f in m.model_fields.items() if not k.startswith("_"))
     return sorted(set(keys))
 
 

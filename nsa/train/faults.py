@@ -2,7 +2,8 @@
 
 Kinds: `stall` (the rank stops making progress at step N, as a hung collective or data source
 would), `nan` (the loss of step N becomes NaN), `kill` (the rank SIGKILLs itself before step N, an
-honest interruption for resume tests). Without `rank`, every rank is hit; without `step`, step 1.
+honest interruption for resume tests), `ckpt` (the rank's write of the checkpoint of step N fails
+with an OSError after its first file, as a full or failing disk would). Without `rank`, every rank is hit; without `step`, step 1.
 `:once` fires only the first time in a run dir (a marker file `.fault-<kind>-step<N>-rank<R>`), so a
 run that resumes past the fault recovers instead of hitting it again (the launcher's restart tests).
 Owns parsing (a bad value is a clear error at boot, not a silently ignored variable) and firing.
@@ -16,7 +17,7 @@ import signal
 import time
 from dataclasses import dataclass
 
-KINDS = ("stall", "nan", "kill")
+KINDS = ("stall", "nan", "kill", "ckpt")
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ def parse_fault(text: str | None) -> Fault | None:
     """Parse NSA_FAULT; raises ValueError naming the variable, the value and the expected form."""
     if not text:
         return None
-    form = "expected NSA_FAULT=<stall|nan|kill>[:step=N][:rank=R][:once], e.g. stall:step=3:rank=1"
+    form = "expected NSA_FAULT=<stall|nan|kill|ckpt>[:step=N][:rank=R][:once], e.g. stall:step=3:rank=1"
     kind, *opts = text.split(":")
     if kind not in KINDS:
         raise ValueError(f"NSA_FAULT={text!r}: unknown kind {kind!r}; {form}")

@@ -29,6 +29,7 @@ from nsa.model import Transformer
 from nsa.runfiles import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_SIGTERM, RunDir
 from nsa.telemetry import Recorder, SignalHandlers, Watchdog
 from nsa.train import boot, ckpt, datastreams, nsastats
+from nsa.train.ckpt_async import AsyncSaver
 from nsa.train.config import TrainConfig
 from nsa.train.dist import (
     DistInfo,
@@ -81,6 +82,7 @@ class Run:
         self.fault: Fault | None = fault_from_env()
         self.verbose = os.environ.get("NSA_LOG_LEVEL", "info") in ("debug", "info")
         self.bad_step: int | None = None
+        self.saver: AsyncSaver | None = None  # set by _train when ckpt.async
 
     # --- life cycle ---------------------------------------------------------------------------
     def execute(self) -> int:
@@ -217,6 +219,7 @@ class Run:
         saves = bool(t.save_every or t.save_final)
         if saves:  # from here on SIGTERM means: checkpoint at the next step boundary, then exit 143
             self.signals.arm_save(self.term_save_s)
+        self.saver = AsyncSaver(info, self._saved) if cfg.ckpt.async_ else None
         try:
             while step < t.steps:
                 step_t0 = time.monotonic()
@@ -248,6 +251,8 @@ class Run:
                     self._eval(step)
                 if cfg.eval.long_context_every and step % cfg.eval.long_context_every == 0:
                     self._long_context_eval(step)
+                if self.saver is not None:  # a background save's agreement, publish or failure (all ranks)
+                    self.saver.poll()
                 saved = (t.save_every and step % t.save_every == 0) or (step == t.steps and t.save_final)
                 if saved:
                     self._save(step, tokens, loader)
@@ -258,10 +263,14 @@ class Run:
                     self.signals.saving.set()
                     if not saved:
                         self._save(step, tokens, loader)
+                    self._finish_save()
                     self.stop_vote.drain()  # every rank posted this boundary's vote: it completes
                     self.print0(f"[nsa] stopped by SIGTERM at step {step}; checkpoint written")
                     raise Terminated
+            self._finish_save()  # the end of training waits for the last save in flight
         finally:
+            if self.saver is not None:
+                self.saver.abandon()  # an error's way out: no collective, but no writer left behind
             self.signals.disarm()
             loader.close()
         self.stop_vote.drain()
@@ -466,15 +475,34 @@ class Run:
         # them out again from any one file (datastreams.py).
         streams = [s for part in all_gather_objects(loader.local_states(), self.info) for s in part]
         mine = loader.local_states()[0]["loader"]
-        path = ckpt.save(self.rd, self.info, step, self.wrapped, self.optimizer, meta,
-                         {"loader": mine, "data_streams": streams}, self.cfg.train.keep_last,
-                         progress=lambda: self.rec.beat("checkpoint", step))  # fmt: skip
+        args = (self.rd, self.info, step, self.wrapped, self.optimizer, meta,
+                {"loader": mine, "data_streams": streams}, self.cfg.train.keep_last)  # fmt: skip
+        beat = lambda: self.rec.beat("checkpoint", step)  # noqa: E731
+        if self.saver is None:
+            path = ckpt.save(*args, progress=beat, fault=self._ckpt_fault(step))
+            self._saved(step, path, time.time() - t0)
+            return
+        self.saver.poll(block=True)  # at most one save in flight: the previous one first
+        snap = ckpt.snapshot(*args, progress=beat, private=True)
+        snap.fault = self._ckpt_fault(step)
+        self.saver.start(snap, t0)
+
+    def _ckpt_fault(self, step: int) -> str | None:
+        f, rank = self.fault, self.info.rank
+        if f is None or f.kind != "ckpt" or not f.hits(step, rank) or not f.arm(self.rd.root, rank):
+            return None
+        return f"checkpoint write failed (injected by NSA_FAULT=ckpt:step={step}) on rank {rank}"
+
+    def _saved(self, step: int, path: Path, seconds: float) -> None:
         self.rec.event(
-            "checkpoint",
-            step=step,
-            path=str(path.relative_to(self.rd.root)),
-            seconds=round(time.time() - t0, 2),
+            "checkpoint", step=step, path=str(path.relative_to(self.rd.root)), seconds=round(seconds, 2)
         )
+
+    def _finish_save(self) -> None:
+        """Wait for the save in flight (SIGTERM, end of training): published, or its failure raised."""
+        if self.saver is not None and self.saver.flight is not None:
+            self.rec.beat("checkpoint", self.saver.flight.snap.step)
+            self.saver.poll(block=True)
 
     # --- boot ---------------------------------------------------------------------------------
     def _boot_files(self, n_params: int, vocab: int, bf16: bool, loader: Any, ckpt_dir: Path | None) -> None:

@@ -68,7 +68,7 @@ def test_waits_ctrl_c_restart_kill_and_runs(sshd, tmux_server, tmp_path, monkeyp
     host = ["--host", sshd.alias, "--ssh-config", str(sshd.ssh_config), "--workdir", str(wd)]
     up = _cli(
         "up", *host, "--python", str(_slow_python(tmp_path)), "--name", "ux", "--wait",
-        "--set", "train.steps=3000", "--set", "train.save_every=10", "--env", "WANDB_PROJECT=nsa-demo",
+        "--set", "train.steps=3000", "--set", "train.save_every=10", "--env", "MY_TAG=nsa-demo",
     )  # fmt: skip
     try:
         seen = _read_until(up.stderr, "nsa-launch dashboard", 180)
@@ -89,7 +89,7 @@ def test_waits_ctrl_c_restart_kill_and_runs(sshd, tmux_server, tmp_path, monkeyp
     try:
         wait_for(lambda: status("ux")["state"] == "running", 120, "ux running after Ctrl-C on up")
         envs = [Path(f"/proc/{p}/environ").read_bytes() for p in run_processes(rec.run_dir)]
-        assert any(b"WANDB_PROJECT=nsa-demo" in e for e in envs)  # the user's own variable arrived
+        assert any(b"MY_TAG=nsa-demo" in e for e in envs)  # the user's own variable arrived
         listing = invoke("runs")
         assert listing.exit_code == 0 and "ux" in listing.output and "running" in listing.output
 

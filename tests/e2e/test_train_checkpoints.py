@@ -10,10 +10,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from nsa.runfiles import RunDir, verify_checkpoint
 from nsa.train.cli import main
-from tests.assets.trainrun import TINY, events
+from tests.assets.trainrun import TINY, clean_env, events, explain, run_train
 
 pytestmark = pytest.mark.e2e
 
@@ -156,3 +157,66 @@ def test_prune_keeps_the_checkpoint_just_written_when_newer_damaged_dirs_exist(
     rc = _train(run, 3, True, ("train.keep_last=1", "train.save_every=0"))
     assert rc == 0, capsys.readouterr().err
     assert RunDir(run).newest_intact_checkpoint() == run / "checkpoints" / "step-00000003"
+
+
+# --- ckpt.async (issue 23): the same checkpoints, written in the background -------------------------
+
+
+def test_async_run_writes_the_sync_runs_checkpoints_and_exit_waits_for_the_last(
+    finished_run: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    for k in ("CONFIG", "WORLD_SIZE", "RANK", "NSA_FAULT"):
+        monkeypatch.delenv(k, raising=False)
+    run = tmp_path / "run"
+    rc = _train(run, 6, False, ("ckpt.async=true",))
+    assert rc == 0, capsys.readouterr().err
+    # The final save (step 6) is still in flight when the loop ends: exit waited for it.
+    assert (run / "checkpoints" / "latest").read_text() == "step-00000006\n"
+    names = [p.name for p in RunDir(run).checkpoints()]
+    assert names == [p.name for p in RunDir(finished_run).checkpoints()] == [
+        "step-00000006", "step-00000004", "step-00000002",
+    ]  # fmt: skip
+    for name in names:
+        got, want = run / "checkpoints" / name, finished_run / "checkpoints" / name
+        assert verify_checkpoint(got) is None
+        for f in ("model.pt", "optim.pt", "rank0.pt"):  # bit-identical: a resume from either is the same
+            a, b = torch.load(got / f, weights_only=False), torch.load(want / f, weights_only=False)
+            assert _same(a, b), f"{name}/{f}"
+    saved = [e["step"] for e in events(run) if e["kind"] == "checkpoint"]
+    assert saved == [2, 4, 6]
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def test_gpu_suite_reads_the_metrics_the_trainer_writes(finished_run: Path) -> None:
+    """The GPU suite's training section parses metrics.jsonl by name (issue 23): a rename in the
+    trainer must fail here, on CPU, not on a rented GPU. (`memory/max_allocated_gb` is CUDA-only.)"""
+    from nsa.attention.gpusuite.gpu import read_train_metrics
+
+    rows = [json.loads(x) for x in (finished_run / "metrics.jsonl").read_text().splitlines()]
+    got = read_train_metrics(finished_run / "metrics.jsonl")
+    assert got["steps_measured"] == 4 and got["tokens_per_s_median"] > 0  # 6 log steps, 2 warm-up
+    assert got["final_loss"] == rows[-1]["loss"] and isinstance(got["final_loss"], float)
+
+
+def test_async_save_failing_on_one_of_two_ranks_stops_both_and_latest_stays(tmp_path: Path) -> None:
+    """2 gloo ranks under the real torchrun: rank 1's background write of step 4 fails; both ranks
+    learn it at a later boundary (rank 1 with its own cause), `latest` stays at step 2, no debris."""
+    run = tmp_path / "run"
+    sets = [*SETS, "train.steps=6", "ckpt.async=true", "train.device=cpu"]
+    p = run_train(run, sets, nproc=2, env=clean_env(NSA_FAULT="ckpt:step=4:rank=1"), timeout=120)
+    assert p.returncode != 0, explain(p)
+    errs = {e["rank"]: e["detail"]["message"] for e in events(run) if e["kind"] == "error"}
+    assert "injected by NSA_FAULT=ckpt:step=4" in errs[1], errs
+    assert "step-00000004 failed on another rank" in errs[0], errs
+    assert (run / "checkpoints" / "latest").read_text() == "step-00000002\n"
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["latest", "step-00000002"]
+    assert verify_checkpoint(run / "checkpoints" / "step-00000002") is None

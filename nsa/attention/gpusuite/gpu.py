@@ -6,8 +6,8 @@ and returns a JSON-able dict with `ok` (None with `skipped` when it could not ru
 - speed: NSA's attention core (triton branches + gate mix) against F.scaled_dot_product_attention
   (flash, and cuDNN where torch offers it), forward and forward+backward, bf16, B*T = 64k tokens,
   with a per-kernel breakdown from torch.profiler and model FLOPs/bytes per kernel (docs/gpu-suite.md);
-- train: `python -m nsa.train` on configs/m7c_125m.yaml, dense vs NSA, synthetic data, tokens/s and
-  peak memory after warm-up.
+- train: `python -m nsa.train` on configs/m7c_125m.yaml, dense and NSA x activation checkpointing
+  {none, full} x {eager, compiled} (`train_runs`), synthetic data, tokens/s and peak memory after warm-up.
 It must not change kernel configs or install anything; logs go under the suite's OUT_DIR.
 """
 
@@ -300,64 +300,90 @@ def speed(plan: Plan, suite) -> dict:
 
 
 # ---------------------------------------------------------------------------------------- f) train
+TRAIN_CONFIG = REPO / "configs" / "m7c_125m.yaml"
+TRAIN_TOKENS_PER_STEP = 16384
+# (activation checkpointing, compiled) in the order they run, most telling first (time may cut the
+# tail): what the configs ship (none, compiled), what they shipped before issue 23 (full, eager),
+# then the other two. --quick keeps the first two, at seq 2048 only.
+TRAIN_SETTINGS = (("none", True), ("full", False), ("none", False), ("full", True))
+
+
+def train_runs(plan: Plan) -> list[dict]:
+    """Every training run of the section: dense and NSA x checkpointing {none, full} x {eager,
+    compiled} at each of `plan.train_seqs` (--quick: the first two settings), each with its --set list."""
+    settings = TRAIN_SETTINGS[:2] if plan.mode == "quick" else TRAIN_SETTINGS
+    runs = []
+    for seq in plan.train_seqs:
+        bs = max(1, TRAIN_TOKENS_PER_STEP // seq)
+        for ac, compiled in settings:
+            for attention in ("dense", "nsa"):
+                sets = {
+                    "model.attention": attention, "data.source": "synthetic", "train.seq_len": seq,
+                    "train.batch_size": bs, "train.grad_accum": 1, "train.global_batch": bs,
+                    "train.steps": plan.train_steps, "train.warmup_steps": 0, "train.log_every": 1,
+                    "train.eval_every": 0, "train.save_every": 0, "train.save_final": "false",
+                    "train.device": "cuda", "telemetry.tensorboard": "false",
+                    "parallel.activation_checkpointing": ac, "parallel.compile": str(compiled).lower(),
+                }  # fmt: skip
+                name = f"{attention}-{seq}-ac_{ac}-{'compiled' if compiled else 'eager'}"
+                runs.append({
+                    "name": name, "attention": attention, "seq_len": seq, "batch_size": bs,
+                    "activation_checkpointing": ac, "compile": compiled, "steps": plan.train_steps,
+                    "sets": [f"{k}={v}" for k, v in sets.items()],
+                })  # fmt: skip
+    return runs
+
+
 def train(plan: Plan, suite) -> dict:
-    config = REPO / "configs" / "m7c_125m.yaml"
-    tokens_per_step = 16384
     records, skipped = [], []
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
     }
     env.pop("TRITON_INTERPRET", None)
-    for seq in plan.train_seqs:
-        for attention in ("dense", "nsa"):
-            left = suite.left() - 10
-            if left < 30:
-                skipped.append(f"{attention} seq {seq}")
-                continue
-            run_dir = suite.out_dir / "train" / f"{attention}-{seq}"
-            if run_dir.exists():
-                shutil.rmtree(run_dir)
-            bs = max(1, tokens_per_step // seq)
-            sets = {
-                "model.attention": attention, "data.source": "synthetic", "train.seq_len": seq,
-                "train.batch_size": bs, "train.grad_accum": 1, "train.global_batch": bs,
-                "train.steps": plan.train_steps, "train.warmup_steps": 0, "train.log_every": 1,
-                "train.eval_every": 0, "train.save_every": 0, "train.device": "cuda", "telemetry.tensorboard": "false",
-            }  # fmt: skip
-            cmd = [sys.executable, "-m", "nsa.train", "--config", str(config), "--run-dir", str(run_dir)]
-            for k, v in sets.items():
-                cmd += ["--set", f"{k}={v}"]
-            t = time.monotonic()
-            rec = {"attention": attention, "seq_len": seq, "batch_size": bs, "steps": plan.train_steps}
-            try:
-                p = subprocess.run(
-                    cmd, capture_output=True, text=True, timeout=min(300, left), env=env, cwd=REPO
-                )
-                rec["exit_code"] = p.returncode
-                (suite.out_dir / f"train-{attention}-{seq}.log").write_text(p.stdout + p.stderr)
-            except subprocess.TimeoutExpired:
-                rec["exit_code"] = None
-                rec["error"] = "timed out"
-            rec["seconds"] = round(time.monotonic() - t, 1)
-            metrics = run_dir / "metrics.jsonl"
-            rows = (
-                [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
-                if metrics.exists()
-                else []
-            )
-            rows = [r for r in rows if "tokens_per_s" in r]
-            warm = rows[2:] or rows[-1:]  # the first steps compile kernels and warm the allocator
-            if warm:
-                tps = sorted(r["tokens_per_s"] for r in warm)
-                rec["tokens_per_s_median"] = round(tps[len(tps) // 2], 0)
-                rec["steps_measured"] = len(warm)
-                rec["peak_allocated_gib"] = max(r.get("memory/max_allocated_gb", 0) for r in rows)
-                rec["final_loss"] = rows[-1].get("loss")
-            rec["ok"] = rec.get("exit_code") == 0 and bool(warm)
-            records.append(rec)
+    for run in train_runs(plan):
+        left = suite.left() - 10
+        if left < 30:
+            skipped.append(run["name"])
+            continue
+        run_dir = suite.out_dir / "train" / run["name"]
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        cmd = [sys.executable, "-m", "nsa.train", "--config", str(TRAIN_CONFIG), "--run-dir", str(run_dir)]
+        for x in run["sets"]:
+            cmd += ["--set", x]
+        t = time.monotonic()
+        rec = {k: v for k, v in run.items() if k != "sets"}
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=min(300, left), env=env, cwd=REPO)
+            rec["exit_code"] = p.returncode
+            (suite.out_dir / f"train-{run['name']}.log").write_text(p.stdout + p.stderr)
+        except subprocess.TimeoutExpired:
+            rec["exit_code"] = None
+            rec["error"] = "timed out"
+        rec["seconds"] = round(time.monotonic() - t, 1)
+        rec.update(read_train_metrics(run_dir / "metrics.jsonl"))
+        rec["ok"] = rec.get("exit_code") == 0 and "tokens_per_s_median" in rec
+        records.append(rec)
     ok = bool(records) and all(r["ok"] for r in records)
-    parts = [f"{r['attention']}@{r['seq_len']}: {r.get('tokens_per_s_median', '?')} tok/s, "
+    parts = [f"{r['name']}: {r.get('tokens_per_s_median', '?')} tok/s, "
              f"{r.get('peak_allocated_gib', '?')} GiB" for r in records]  # fmt: skip
-    return {"ok": ok, "summary": "; ".join(parts), "config": str(config.relative_to(REPO)),
+    return {"ok": ok, "summary": "; ".join(parts), "config": str(TRAIN_CONFIG.relative_to(REPO)),
             "records": records, "skipped_for_time": skipped}  # fmt: skip
+
+
+def read_train_metrics(metrics: Path) -> dict:
+    """Median tokens/s after warm-up, peak allocated GiB and the last loss, from the trainer's
+    metrics.jsonl (the keys nsa.train.trainer writes on each log step)."""
+    rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()] if metrics.exists() else []
+    rows = [r for r in rows if "tokens_per_s" in r]
+    warm = rows[2:] or rows[-1:]  # the first steps compile kernels and warm the allocator
+    if not warm:
+        return {}
+    tps = sorted(r["tokens_per_s"] for r in warm)
+    return {
+        "tokens_per_s_median": round(tps[len(tps) // 2], 0),
+        "steps_measured": len(warm),
+        "peak_allocated_gib": max(r.get("memory/max_allocated_gb", 0) for r in rows),
+        "final_loss": rows[-1].get("loss"),
+    }

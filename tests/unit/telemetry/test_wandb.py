@@ -62,3 +62,24 @@ def test_run_id_is_the_launchers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     assert wandb_sink.run_id(tmp_path) == "my-run-1"
     monkeypatch.delenv("NSA_RUN_ID")
     assert wandb_sink.run_id(tmp_path / "r2") == "r2"
+
+
+def test_online_without_credentials_is_bad_input(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """wandb.init in online mode with no key raises at step 0: refuse at validation instead, with the fix."""
+    pytest.importorskip("wandb")
+    for var in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DISABLED", "WANDB_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    netrc_file = tmp_path / "netrc"
+    monkeypatch.setenv("NETRC", str(netrc_file))
+    monkeypatch.setenv("WANDB_PROJECT", "nsa")
+    msg = wandb_sink.problem()
+    assert msg and "no API key" in msg and "--secret WANDB_API_KEY" in msg and "WANDB_MODE=offline" in msg
+    netrc_file.write_text("machine api.wandb.ai\n  login user\n  password k123\n")
+    netrc_file.chmod(0o600)
+    assert wandb_sink.problem() is None  # `wandb login` wrote the key
+    netrc_file.unlink()
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert wandb_sink.problem() is None
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_API_KEY", "k123")
+    assert wandb_sink.problem() is None
