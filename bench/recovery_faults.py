@@ -193,7 +193,7 @@ def concurrent(trials: int) -> dict:
             _ckpt(rd, 1, os.urandom(32768))
             rec = _record(rd)
             code = (
-                "from launcher import registry; from launcher.recover.mirror import pull\n"
+                "from launcher.run import registry; from launcher.recover.mirror import pull\n"
                 f"for _ in range(8): pull(registry.load({RUN!r}), lambda _: None)"
             )
             other = subprocess.Popen(
