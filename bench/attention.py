@@ -101,10 +101,13 @@ def saved_bytes(T: int, B: int = 1, dim: int = 768, H: int = 12, Hkv: int = 2, D
 
     from nsa.attention import NSAAttention
 
+    from nsa.attention import nsa as nsa_module
+
     attn = NSAAttention(dim, H, Hkv, D).to("meta", torch.bfloat16)
     # The triton ops have meta (fake) kernels; resolve_backend refuses triton off CUDA, so the
-    # instance is told which backend to trace (a measurement of the triton path's saved tensors).
-    attn.resolved_backend = lambda device: "triton"
+    # instance's op table for the meta device is the triton one (ops are bound at construction:
+    # overriding resolved_backend afterwards would trace the eager path instead).
+    attn._dispatch["meta"] = nsa_module._ops("triton")
     x = torch.randn(B, T, dim, device="meta", dtype=torch.bfloat16, requires_grad=True)
     skip = {id(p) for p in attn.parameters()} | {id(x)}
     seen: dict[int, int] = {}
