@@ -100,7 +100,6 @@ def saved_bytes(T: int, B: int = 1, dim: int = 768, H: int = 12, Hkv: int = 2, D
     import torch
 
     from nsa.attention import NSAAttention
-
     from nsa.attention import nsa as nsa_module
 
     attn = NSAAttention(dim, H, Hkv, D).to("meta", torch.bfloat16)
