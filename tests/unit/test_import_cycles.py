@@ -1,7 +1,7 @@
 """Import cycles in the launcher, counting imports inside functions too (a lazy import hides a cycle
-from Python, not from a reader; `if TYPE_CHECKING:` imports do not count): runs/control.py and
+from Python, not from a reader; `if TYPE_CHECKING:` imports do not count): run/control.py and
 launch/execute.py do not import each other, and no cycle exists at all. The recovery status that
-`status` shows lives in runs/recovery_status.py, below both runs/control.py and recover/replace.py,
+`status` shows lives in run/recovery_status.py, below both run/control.py and recover/replace.py,
 so the replacement may call the run commands while they never import it."""
 
 from __future__ import annotations
