@@ -13,9 +13,11 @@ bad input exits 2 with one clear paragraph and nothing started. It must not hold
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -176,6 +178,28 @@ def backend_problem(attention: str, backend: str, device: str, gpu: bool) -> str
     return None
 
 
+def fsdp_cpu_problem(strategy: str, device: str, gpu: bool, torch_version: str | None = None) -> str | None:
+    """FSDP2 on the CPU (gloo) needs a newer torch than FSDP2 on CUDA: torch 2.6 fails inside
+    fully_shard's unshard ("'Stream' object has no attribute 'record_event'", bench/RESULTS.md),
+    torch 2.13 works (CI). Torch-free: the version comes from the distribution's metadata."""
+    on_cpu = device == "cpu" or (device == "auto" and not gpu)
+    if strategy != "fsdp" or not on_cpu:
+        return None
+    if torch_version is None:
+        try:
+            torch_version = importlib.metadata.version("torch")
+        except importlib.metadata.PackageNotFoundError:
+            return None
+    parts = re.match(r"(\d+)\.(\d+)", torch_version)
+    if parts and (int(parts[1]), int(parts[2])) < (2, 7):
+        return (
+            f"config parallel.strategy = 'fsdp' on the CPU needs torch >= 2.7 (found {torch_version}, whose "
+            "FSDP2 fails on CPU tensors: 'Stream' object has no attribute 'record_event'). Fix: "
+            "--set parallel.strategy=ddp, upgrade torch, or run on a GPU."
+        )
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     problem = check_config_env(args.config)
@@ -235,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(str(e))
     problem = backend_problem(
         cfg.model.attention, cfg.model.nsa.backend, cfg.train.device, malloc.gpu_present()
-    )
+    ) or fsdp_cpu_problem(cfg.parallel.strategy, cfg.train.device, malloc.gpu_present())
     if problem:
         return fail(problem)
     rd = RunDir(args.run_dir)

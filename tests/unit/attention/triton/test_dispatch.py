@@ -167,3 +167,15 @@ def test_banner_names_the_resolved_backend(tmp_path) -> None:
     lines = [ln for ln in out.stdout.splitlines() if "attention:" in ln]
     assert lines == ["[nsa] attention: nsa (eager); model.nsa.backend=auto"], out.stdout[:2000]
     assert "TF32" not in out.stdout  # CPU: no TF32 claim
+
+
+def test_fsdp_on_cpu_with_a_torch_whose_fsdp2_fails_there_is_refused() -> None:
+    from nsa.train.cli import fsdp_cpu_problem
+
+    msg = fsdp_cpu_problem("fsdp", "auto", gpu=False, torch_version="2.6.0+cu124")
+    assert msg and "found 2.6.0+cu124" in msg and "parallel.strategy=ddp" in msg
+    assert fsdp_cpu_problem("fsdp", "cpu", gpu=True, torch_version="2.6.0") is not None
+    assert fsdp_cpu_problem("fsdp", "cuda", gpu=True, torch_version="2.6.0") is None  # CUDA FSDP2 is fine
+    assert fsdp_cpu_problem("ddp", "cpu", gpu=False, torch_version="2.6.0") is None
+    assert fsdp_cpu_problem("fsdp", "cpu", gpu=False, torch_version="2.13.0+cpu") is None
+    assert fsdp_cpu_problem("fsdp", "cpu", gpu=False) is None  # this venv's torch (CI: 2.13)
