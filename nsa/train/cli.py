@@ -17,7 +17,6 @@ import importlib.metadata
 import importlib.util
 import math
 import os
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from nsa.runfiles import EXIT_BAD_INPUT, RunDir
 from nsa.train.config import ConfigError, load_config
+from nsa.versions import release
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -152,6 +152,11 @@ def term_save_seconds(text: str | None) -> tuple[float, str | None]:
     return v, None
 
 
+def _on_cpu(device: str, gpu: bool) -> bool:
+    """train.device resolves to the CPU: 'cpu', or 'auto' on a host without an NVIDIA GPU."""
+    return device == "cpu" or (device == "auto" and not gpu)
+
+
 def backend_problem(attention: str, backend: str, device: str, gpu: bool) -> str | None:
     """model.nsa.backend=triton where it cannot run (no triton; CPU without the interpreter; a triton
     older than the kernels support, also for auto on a GPU), torch-free."""
@@ -168,8 +173,7 @@ def backend_problem(attention: str, backend: str, device: str, gpu: bool) -> str
             "config model.nsa.backend = 'triton' but the triton package is not installed. Fix: install a "
             "CUDA build of torch (it brings triton), or set model.nsa.backend=auto."
         )
-    on_cpu = device == "cpu" or (device == "auto" and not gpu)
-    if on_cpu and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+    if _on_cpu(device, gpu) and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
         return (
             "config model.nsa.backend = 'triton' but this run is on the CPU, where the triton kernels run "
             "only in triton's slow interpreter (TRITON_INTERPRET=1). Fix: set model.nsa.backend=auto "
@@ -182,16 +186,14 @@ def fsdp_cpu_problem(strategy: str, device: str, gpu: bool, torch_version: str |
     """FSDP2 on the CPU (gloo) needs a newer torch than FSDP2 on CUDA: torch 2.6 fails inside
     fully_shard's unshard ("'Stream' object has no attribute 'record_event'", bench/RESULTS.md),
     torch 2.13 works (CI). Torch-free: the version comes from the distribution's metadata."""
-    on_cpu = device == "cpu" or (device == "auto" and not gpu)
-    if strategy != "fsdp" or not on_cpu:
+    if strategy != "fsdp" or not _on_cpu(device, gpu):
         return None
     if torch_version is None:
         try:
             torch_version = importlib.metadata.version("torch")
         except importlib.metadata.PackageNotFoundError:
             return None
-    parts = re.match(r"(\d+)\.(\d+)", torch_version)
-    if parts and (int(parts[1]), int(parts[2])) < (2, 7):
+    if release(torch_version)[:2] < (2, 7):
         return (
             f"config parallel.strategy = 'fsdp' on the CPU needs torch >= 2.7 (found {torch_version}, whose "
             "FSDP2 fails on CPU tensors: 'Stream' object has no attribute 'record_event'). Fix: "

@@ -26,6 +26,8 @@ import functools
 import importlib.util
 import os
 
+from nsa.versions import release
+
 MIN_TRITON = (3, 6)
 
 
@@ -57,20 +59,12 @@ def installed_version() -> str | None:
     return str(getattr(triton, "__version__", "0"))
 
 
-def _release(version: str) -> tuple[int, ...]:
-    out = []
-    for part in version.split("+")[0].split(".")[:3]:
-        digits = "".join(c for c in part if c.isdigit()) or "0"
-        out.append(int(digits))
-    return tuple(out)
-
-
 def unsupported_reason() -> str | None:
     """Why the installed triton cannot serve the backend (None when it can)."""
     v = installed_version()
     if v is None:
         return None  # the callers' own "triton is not installed" message covers it
-    if _release(v) < MIN_TRITON:
+    if release(v) < MIN_TRITON:
         need = ".".join(map(str, MIN_TRITON))
         return (
             f"triton {v} is installed, and the NSA triton kernels need triton >= {need} (the oldest "
