@@ -16,6 +16,9 @@ import threading
 import time
 from pathlib import Path
 
+from tests.fixtures.checkpoints import rot as _rot
+from tests.fixtures.checkpoints import write_checkpoint as _ckpt
+
 REPO = Path(__file__).resolve().parents[1]
 RUN = "bench-fault"
 
@@ -23,24 +26,6 @@ RUN = "bench-fault"
 def _home(d: Path) -> Path:
     os.environ["NSA_LAUNCH_HOME"] = str(d / "home")
     return d / "home"
-
-
-def _ckpt(rd: Path, step: int, data: bytes) -> Path:
-    from nsa.runfiles import atomic_write_text, write_checkpoint_manifest
-
-    ck = rd / "checkpoints" / f"step-{step:08d}"
-    ck.mkdir(parents=True)
-    (ck / "model.pt").write_bytes(data)
-    write_checkpoint_manifest(ck, step)
-    atomic_write_text(rd / "checkpoints" / "latest", ck.name + "\n")
-    return ck
-
-
-def _rot(ck: Path) -> None:
-    f = ck / "model.pt"
-    b = bytearray(f.read_bytes())
-    b[0] ^= 0xFF
-    f.write_bytes(bytes(b))
 
 
 def _record(rd: Path, host=None, **kw):

@@ -22,26 +22,11 @@ from launcher.recover.mirror import PullFailed, mirror_dir, pull
 from launcher.run import registry
 from launcher.run.locks import RunLocked, run_lock
 from launcher.ssh.hosts import local_host, parse_target
-from nsa.runfiles import RunDir, atomic_write_text, verify_checkpoint, write_checkpoint_manifest
+from nsa.runfiles import RunDir, verify_checkpoint
+from tests.fixtures.checkpoints import rot as _rot
+from tests.fixtures.checkpoints import write_checkpoint as _ckpt
 
 RUN = "m1"
-
-
-def _ckpt(rd: Path, step: int, data: bytes) -> Path:
-    ck = rd / "checkpoints" / f"step-{step:08d}"
-    ck.mkdir(parents=True)
-    (ck / "model.pt").write_bytes(data)
-    write_checkpoint_manifest(ck, step)
-    atomic_write_text(rd / "checkpoints" / "latest", ck.name + "\n")
-    return ck
-
-
-def _rot(ck: Path) -> None:
-    """Bit rot: same size, other bytes (the manifest's sha256 no longer matches)."""
-    f = ck / "model.pt"
-    b = bytearray(f.read_bytes())
-    b[0] ^= 0xFF
-    f.write_bytes(bytes(b))
 
 
 def _record(rd: Path, host=None) -> registry.RunRecord:

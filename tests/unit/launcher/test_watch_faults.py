@@ -22,17 +22,9 @@ from launcher.core.errors import LaunchError
 from launcher.run import registry
 from launcher.run.control import fetch_status
 from launcher.ssh.hosts import local_host, parse_target
-from nsa.runfiles import atomic_write_text, write_checkpoint_manifest
+from tests.fixtures.checkpoints import write_checkpoint as _ckpt
 
 RUN = "wf1"
-
-
-def _ckpt(rd: Path, step: int, data: bytes) -> None:
-    ck = rd / "checkpoints" / f"step-{step:08d}"
-    ck.mkdir(parents=True)
-    (ck / "model.pt").write_bytes(data)
-    write_checkpoint_manifest(ck, step)
-    atomic_write_text(rd / "checkpoints" / "latest", ck.name + "\n")
 
 
 def _finished_run_dir(rd: Path) -> Path:
