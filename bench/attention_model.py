@@ -478,3 +478,61 @@ def what_if_rows(Ts: list[int]) -> list[dict]:
                         {"what_if": name, "gpu": gname, "shape": sname, "T": T, "fwd_bwd": round(ratio, 3)}
                     )
     return rows
+
+
+TARGETS = {8192: 1.0, 32768: 0.35, 65536: 0.2}  # issue 20: NSA / FA2, fwd + bwd
+
+
+def _useful_units(T: int, s: Shape) -> dict[str, float]:
+    """FLOPs of one causal-masked GEMM over each branch's keys, useful rows and keys only."""
+    BH, G, D = s.B * s.Hkv, s.G, s.D
+    nc = max(0, (T - s.bl) // s.d + 1)
+    return {
+        "selected": 2 * BH * T * G * _sel_keys(T, s) * D,
+        "compressed": 2 * BH * T * G * (nc / 2) * D,
+        "window": 2 * BH * T * G * min(T, s.w) * D,
+    }
+
+
+def ideal_time(T: int, s: Shape, gpu: Gpu, selected: str = "gather") -> float:
+    """A lower bound on any NSA built from the model's kernel kinds: each branch's useful FLOPs only
+    (no padded rows, no L2 or DRAM time, no selection cost, no launches, no memory-bound ops),
+    2 GEMM units forward and 5 backward (FlashAttention-2's count: no recompute beyond its own), the
+    selected branch at the `gather` efficiencies (the published sparse kernels') or, if a structure
+    ran it as full dense tiles, at the `dense` ones; compressed and window at `dense`."""
+    e, u = EFF[gpu.arch], _useful_units(T, s)
+    dense = u["compressed"] + u["window"]
+    t = 2 * dense / e["dense_fwd"] + 5 * dense / e["dense_bwd"]
+    t += 2 * u["selected"] / e[f"{selected}_fwd"] + 5 * u["selected"] / e[f"{selected}_bwd"]
+    return t / gpu.peak
+
+
+def needed_gather_bwd(T: int, s: Shape, gpu: Gpu) -> float | None:
+    """The sparse backward efficiency (fraction of peak) the ideal NSA needs to meet the target at T
+    with everything else as in `ideal_time` (gather forward); None if no efficiency suffices."""
+    e, u = EFF[gpu.arch], _useful_units(T, s)
+    dense = u["compressed"] + u["window"]
+    rest = (2 * dense / e["dense_fwd"] + 5 * dense / e["dense_bwd"] + 2 * u["selected"] / e["gather_fwd"]) / gpu.peak
+    room = TARGETS[T] * total(flash2(T, s), gpu) - rest
+    return round(5 * u["selected"] / (gpu.peak * room), 3) if room > 0 else None
+
+
+def bound_rows(Ts: list[int]) -> list[dict]:
+    """How close any structure of these kernel kinds can get: the ideal NSA over FlashAttention-2,
+    with the selected branch at the sparse (`gather`) or at the dense efficiencies, and the sparse
+    backward efficiency the target needs (the calibrated one beside it)."""
+    rows = []
+    for gname in ("A100", "H100"):
+        gpu = GPUS[gname]
+        for sname, shape in SHAPES.items():
+            for T in Ts:
+                fa = total(flash2(T, shape), gpu)
+                rows.append({
+                    "bound": "ideal_nsa_over_fa2", "gpu": gname, "shape": sname, "T": T,
+                    "selected_gather": round(ideal_time(T, shape, gpu, "gather") / fa, 3),
+                    "selected_dense": round(ideal_time(T, shape, gpu, "dense") / fa, 3),
+                    "target": TARGETS.get(T),
+                    "gather_bwd_needed": needed_gather_bwd(T, shape, gpu) if T in TARGETS else None,
+                    "gather_bwd_calibrated": EFF[gpu.arch]["gather_bwd"],
+                })  # fmt: skip
+    return rows
