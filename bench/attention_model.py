@@ -512,7 +512,9 @@ def needed_gather_bwd(T: int, s: Shape, gpu: Gpu) -> float | None:
     with everything else as in `ideal_time` (gather forward); None if no efficiency suffices."""
     e, u = EFF[gpu.arch], _useful_units(T, s)
     dense = u["compressed"] + u["window"]
-    rest = (2 * dense / e["dense_fwd"] + 5 * dense / e["dense_bwd"] + 2 * u["selected"] / e["gather_fwd"]) / gpu.peak
+    rest = (
+        2 * dense / e["dense_fwd"] + 5 * dense / e["dense_bwd"] + 2 * u["selected"] / e["gather_fwd"]
+    ) / gpu.peak
     room = TARGETS[T] * total(flash2(T, s), gpu) - rest
     return round(5 * u["selected"] / (gpu.peak * room), 3) if room > 0 else None
 
