@@ -175,10 +175,20 @@ def flash2(T: int, s: Shape, kind: str = "fa2") -> list[Kernel]:
     ]
 
 
-def ours(T: int, s: Shape, balanced_dkv: bool = True, keymajor_sel: bool = False) -> list[Kernel]:
+def ours(
+    T: int,
+    s: Shape,
+    balanced_dkv: bool = True,
+    keymajor_sel: bool = False,
+    forced_tiles: bool = False,
+    fold_selection: bool = False,
+) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     keymajor_sel models a restructure that is not built (what-if rows); balanced_dkv=False the
-    compressed dK/dV kernel as it was before it was split (for comparison)."""
+    compressed dK/dV kernel as it was before it was split (for comparison); forced_tiles the selected
+    branch's forced blocks (block 0, the own and the previous block) as dense tiles of 64 rows, the
+    query-major kernels skipping them; fold_selection the top-n inside the compressed forward's
+    second pass (no third QK product)."""
     B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
     bf = 2
     act = B * T * s.H * D * bf
@@ -228,8 +238,10 @@ def ours(T: int, s: Shape, balanced_dkv: bool = True, keymajor_sel: bool = False
     # Top-n (pass 3): a running top-W per token, rank merges on [BT, W, BJ] tiles (about 4 integer
     # ops per compared pair, W pairs per candidate block), plus Eq. 9's shifts (~4 x l'/d per block).
     W = max(16, _p2(s.n))
-    ks.append(Kernel("cmp_fwd_topn", "selection", "fwd", "dense_fwd", cunit, 0, BH * T * k * 9,
-                     l2=ckl2, alu=BH * T * ns * (W * 4 + 4 * s.lp // s.d), programs=ctiles, per_sm=2,
+    # Folded (fold_selection): the same merges on pass 2's probabilities, no QK product, no L2 pass.
+    ks.append(Kernel("cmp_fwd_topn", "selection", "fwd", "dense_fwd", 0 if fold_selection else cunit, 0,
+                     BH * T * k * 9, l2=0 if fold_selection else ckl2,
+                     alu=BH * T * ns * (W * 4 + 4 * s.lp // s.d), programs=ctiles, per_sm=2,
                      launches=0))  # fmt: skip
     dq_rows = 128 if D <= 64 else 32
     bunit = 2 * BH * T * GP * ck * D
@@ -255,6 +267,23 @@ def ours(T: int, s: Shape, balanced_dkv: bool = True, keymajor_sel: bool = False
     SR = 64 if keymajor_sel else _p2(G, 16)
     keys = _sel_keys(T, s)
     npairs = BH * T * k
+    if forced_tiles:
+        # Forced blocks (3 per token once T >= 3 l'; all of them below) leave the query-major kernels:
+        # those read only the k - f other blocks, all whole; a dense kernel per 64 rows (tokens x G,
+        # contiguous) runs block 0, the previous and the own block (causal) for the tile's tokens,
+        # and hands its fp32 state (o, lse) to the gather kernel (DRAM write + read).
+        f = min(3, ns)
+        keys = (k - f) * s.lp
+        fk = min(T, f * s.lp)
+        fuse = 2 * BH * T * G * (fk - s.lp / 2) * D
+        fissue = 2 * BH * math.ceil(T * G / 64) * 64 * fk * D
+        fprog = BH * math.ceil(T * G / 64)
+        fl2 = fprog * fk * D * bf * 2
+        state = BH * T * G * (D + 1) * 4
+        ks.append(Kernel("sel_forced_fwd", "selected", "fwd", "dense_fwd", 2 * fissue, 2 * fuse,
+                         2 * act + state, l2=fl2, programs=fprog, per_sm=2))  # fmt: skip
+        ks.append(Kernel("sel_forced_dq", "selected", "bwd", "dense_bwd", 3 * fissue, 3 * fuse,
+                         3 * act + 2 * state, l2=fl2, programs=fprog, per_sm=1))  # fmt: skip
     suse = 2 * BH * T * G * keys * D
     if keymajor_sel:
         sunit = suse * (math.ceil(npairs * G / SR) * SR) / (npairs * G)
@@ -463,6 +492,9 @@ def transient_bytes(T: int, s: Shape) -> int:
 WHAT_IF = {
     "unbalanced_cmp_dkv_before": {"balanced_dkv": False},  # the compressed dK/dV before its split
     "keymajor_selected": {"keymajor_sel": True},  # FSA's loop order for the selected fwd and dQ
+    "forced_tiles": {"forced_tiles": True},  # forced blocks as dense tiles, the rest query-major
+    "fold_selection": {"fold_selection": True},  # top-n in the compressed forward's pass 2
+    "forced_tiles_and_fold": {"forced_tiles": True, "fold_selection": True},
 }
 
 
