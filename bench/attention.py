@@ -132,7 +132,8 @@ def model_output(Ts: list[int]) -> list[dict]:
     """Every row `--model` prints: calibration, predictions, per-kernel costs, branch budgets, memory."""
     import attention_model as m  # beside this script (its directory is on sys.path when run)
 
-    rows: list[dict] = [*m.calibration_rows(), *m.prediction_rows(Ts), *m.what_if_rows(Ts), *m.bound_rows(Ts)]
+    rows: list[dict] = [*m.calibration_rows(), *m.prediction_rows(Ts), *m.miss_rows(Ts), *m.what_if_rows(Ts)]
+    rows += m.bound_rows(Ts)
     for gpu in ("A100", "H100"):
         for shape in ("m7c", "paper"):
             for T in Ts:

@@ -56,6 +56,8 @@ GPUS: dict[str, Gpu] = {
     "H100": Gpu("H100-SXM5", "hopper", 989e12, 3.35e12, 0.75 * 11.5e12, 132, 67e12),
     # H800: an H100 SXM with cut interconnect; same SMs, clocks, HBM3 (Scalable-Flash-NSA's GPU).
     "H800": Gpu("H800-SXM5", "hopper", 989e12, 3.35e12, 0.75 * 11.5e12, 132, 67e12),
+    # H200 SXM: H100's SMs and clocks with 4.8 TB/s HBM3e (one of the GPUs the project is lent).
+    "H200": Gpu("H200-SXM", "hopper", 989e12, 4.8e12, 0.75 * 11.5e12, 132, 67e12),
 }
 
 EFF: dict[str, dict[str, float]] = {
@@ -569,4 +571,26 @@ def bound_rows(Ts: list[int]) -> list[dict]:
                     "gather_bwd_needed": needed_gather_bwd(T, shape, gpu) if T in TARGETS else None,
                     "gather_bwd_calibrated": EFF[gpu.arch]["gather_bwd"],
                 })  # fmt: skip
+    return rows
+
+
+def miss_rows(Ts: list[int]) -> list[dict]:
+    """Each prediction that misses its target, with the kernel and the branch that cost the most."""
+    rows = []
+    for r in prediction_rows([T for T in Ts if T in TARGETS]):
+        if r["fwd_bwd"] <= TARGETS[r["T"]]:
+            continue
+        gpu, shape = GPUS[r["gpu"]], SHAPES[r["shape"]]
+        ks = ours(r["T"], shape)
+        t_all = total(ks, gpu)
+        worst = max(ks, key=lambda k: k.time(gpu))
+        branches = branch_budget(r["T"], shape, gpu)
+        del branches["nsa_total"], branches["fa2_total"]
+        branch = max(branches, key=branches.get)
+        rows.append({
+            "miss": "nsa_over_fa2", "gpu": r["gpu"], "shape": r["shape"], "T": r["T"],
+            "fwd_bwd": r["fwd_bwd"], "target": TARGETS[r["T"]],
+            "largest_kernel": worst.name, "kernel_share": round(worst.time(gpu) / t_all, 3),
+            "largest_branch": branch, "branch_share": round(branches[branch] / 1e3 / t_all, 3),
+        })  # fmt: skip
     return rows
