@@ -170,8 +170,12 @@ def test_gpucheck_specs_name_every_argument():
     )
     specs = tsel.gpucheck_specs(shape, 80)
     assert [s.name for s in specs] == [
+        "selected_forced_fwd",
         "selected_fwd",
+        "selected_fwd_any",
+        "selected_forced_dq",
         "selected_bwd_dq",
+        "selected_bwd_dq_any",
         "selected_bwd_dkdv",
         "selected_bwd_reduce",
     ]
