@@ -2,8 +2,10 @@
 
 Forward and dq/dk/dv against the eager op (nsa.attention.selected) on tables from `top_blocks` and on
 hand-made tables (invalid entries, duplicates, blocks after the query, a query without any entry), in
-fp32 and fp16, plus one NSAAttention-level check against the loop reference. Shapes are tiny because
-the interpreter runs every program instance in Python.
+fp32 and fp16, plus one NSAAttention-level check against the loop reference. The forced-block split
+(`forced_blocks=True`, selected_forced.py): its dense kernel's state against a float64 softmax, the
+split exact on tables that break top_blocks' promise, and bf16 (honest-bf16 fixture) within rounding
+bounds. Shapes are tiny because the interpreter runs every program instance in Python.
 
 Run: .venv/bin/pytest tests/unit/attention/triton/test_triton_selected.py
 (Not test_selected.py: tests/unit has no __init__.py, so two test_selected modules would collide.)
@@ -290,6 +292,16 @@ def test_meta_device_forward_and_backward_shapes():
     idx, valid = (x.to("meta") for x in _table(2, 2, 50, 16, 3))
     out = tsel.selected_attention(q, k, v, idx, valid, sel_block=16, scale=0.125, chunk=64)
     assert out.shape == q.shape and out.dtype == torch.float16 and out.device.type == "meta"
+    dq, dk, dv = torch.autograd.grad(out.sum(), (q, k, v))
+    assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
+
+
+def test_meta_device_with_forced_blocks():
+    """The forced split's ops on the meta device (what NSAAttention runs): shapes, no kernel."""
+    q, k, v = (x.detach().to("meta").requires_grad_() for x in _inputs(1, 2, 40, 6, 64, torch.bfloat16))
+    idx, valid = (x.to("meta") for x in _table(1, 2, 40, 16, 4))
+    out = tsel.selected_attention(q, k, v, idx, valid, sel_block=16, scale=0.125, forced_blocks=True)
+    assert out.shape == q.shape and out.dtype == torch.bfloat16 and out.device.type == "meta"
     dq, dk, dv = torch.autograd.grad(out.sum(), (q, k, v))
     assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
 
