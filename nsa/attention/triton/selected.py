@@ -20,7 +20,11 @@ import triton.language as tl
 from torch import Tensor
 
 from nsa.attention.triton import interpreting
-from nsa.attention.triton.selected_forced import _forced_dq_kernel, _forced_fwd_kernel, forced_rows_per_tile
+from nsa.attention.triton.selected_forced import (
+    _sel_forced_dq_kernel,
+    _sel_forced_fwd_kernel,
+    forced_rows_per_tile,
+)
 from nsa.attention.triton.spec import GpuShape, KernelSpec
 
 # Row reductions spelled as tl.reduce with triton's own combine functions: the same code as tl.max /
@@ -352,7 +356,7 @@ def _selected_fwd(
     if forced:
         of = torch.empty(q.shape, dtype=torch.float32, device=q.device)
         lsef = torch.empty_like(lse)
-        _forced_fwd_kernel[(triton.cdiv(T * G, cfg["BM"]), B * Hkv)](
+        _sel_forced_fwd_kernel[(triton.cdiv(T * G, cfg["BM"]), B * Hkv)](
             q, k, v, idx, valid8, of, lsef, T, NK, scale,
             G=G, D=D, LP=sel_block, DP=cfg["DP"], BM=cfg["BM"], BK=cfg["BK"], PREC=prec,
             num_warps=cfg["warps_f"], num_stages=cfg["stages_f"],
@@ -396,7 +400,7 @@ def _selected_bwd(
     if forced:
         # Writes delta and the forced entries' dQ (fp32); the query-major dQ adds the rest and stores.
         dqf = torch.empty(q.shape, dtype=torch.float32, device=q.device)
-        _forced_dq_kernel[(triton.cdiv(T * G, cfg["BM"]), BH)](
+        _sel_forced_dq_kernel[(triton.cdiv(T * G, cfg["BM"]), BH)](
             q, k, v, idx, valid8, out, dout, lse, delta, dqf, T, NK, scale,
             G=G, D=D, LP=LP, DP=cfg["DP"], BM=cfg["BM"], BK=cfg["BK"], PREC=prec,
             num_warps=cfg["warps_f"], num_stages=cfg["stages_fdq"],
@@ -526,10 +530,10 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     q_forced = {**q_common, "FORCED": True}
     q_any = {**q_common, "FORCED": False}
     rows = [
-        ("selected_forced_fwd", _forced_fwd_kernel, ffwd_args, f_consts, cfg["warps_f"], cfg["stages_f"]),
+        ("selected_forced_fwd", _sel_forced_fwd_kernel, ffwd_args, f_consts, cfg["warps_f"], cfg["stages_f"]),
         ("selected_fwd", _sel_fwd_kernel, fwd_args, q_forced, cfg["warps_q"], st),
         ("selected_fwd_any", _sel_fwd_kernel, fwd_args, q_any, cfg["warps_q"], st),
-        ("selected_forced_dq", _forced_dq_kernel, fdq_args, f_consts, cfg["warps_f"], cfg["stages_fdq"]),
+        ("selected_forced_dq", _sel_forced_dq_kernel, fdq_args, f_consts, cfg["warps_f"], cfg["stages_fdq"]),
         ("selected_bwd_dq", _sel_bwd_dq_kernel, dq_args, q_forced, cfg["warps_q"], cfg["stages_dq"]),
         ("selected_bwd_dq_any", _sel_bwd_dq_kernel, dq_args, q_any, cfg["warps_q"], cfg["stages_dq"]),
         ("selected_bwd_dkdv", _sel_bwd_dkdv_kernel, kv_args, kv_consts, cfg["warps_kv"], cfg["stages_kv"]),

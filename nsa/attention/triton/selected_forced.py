@@ -1,16 +1,17 @@
 """Dense kernels over the selected branch's forced blocks (used by selected.py when `forced_blocks=True`).
 
-Owns the forced-part forward (`_forced_fwd_kernel`) and dQ (`_forced_dq_kernel`). The forced blocks of
-query t are block 0, its own block jt = t // l' and the one before: the same for all l' tokens of a
-query block, so they run as dense causal row tiles with no table gather. Q of one (batch, KV head) is
-[T*G, D] with row r = t*G + g; a program takes BM consecutive rows (tokens r // G, possibly from several
-query blocks) against block 0 and the keys from block (first token's block - 1) up to its last token,
-with per-row masks. Each row weights a key block by how many valid table entries list it in that row's
-forced role (own, previous, or block 0 when jt >= 2; log2(count) added to the logits, -inf when
-absent), so any table stays exact; the query-major kernels of selected.py skip exactly those entries
-(table value 0, jt or jt - 1). The forward writes the forced part's lse and normalized output in fp32,
-from which the query-major forward resumes its online softmax; the dQ kernel writes delta =
-rowsum(dO * O) and the forced part of dQ in fp32, which the query-major dQ adds to and stores.
+Owns the forced-part forward (`_sel_forced_fwd_kernel`) and dQ (`_sel_forced_dq_kernel`). The forced
+blocks of query t are block 0, its own block jt = t // l' and the one before: the same for all l'
+tokens of a query block, so they run as dense causal row tiles with no table gather. Q of one (batch,
+KV head) is [T*G, D] with row r = t*G + g; a program takes BM consecutive rows (tokens r // G,
+possibly from several query blocks) against block 0 and the keys from block (first token's block - 1)
+up to its last token, with per-row masks. Each row weights a key block by how many valid table entries
+list it in that row's forced role (own, previous, or block 0 when jt >= 2; log2(count) added to the
+logits, -inf when absent), so any table stays exact; the query-major kernels of selected.py skip
+exactly those entries (table value 0, jt or jt - 1). The forward writes the forced part's lse and
+normalized output in fp32, from which the query-major forward resumes its online softmax; the dQ
+kernel writes delta = rowsum(dO * O) and the forced part of dQ in fp32, which the query-major dQ adds
+to and stores.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ _sum_combine = tl.standard._sum_combine
 
 
 @triton.jit
-def _forced_fwd_kernel(
+def _sel_forced_fwd_kernel(
     Q, K, V, IDX, VALID, OF, LSEF,
     T, NK, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
@@ -106,7 +107,7 @@ def _forced_fwd_kernel(
 
 
 @triton.jit
-def _forced_dq_kernel(
+def _sel_forced_dq_kernel(
     Q, K, V, IDX, VALID, OUT, DO, LSE, DELTA, DQF,
     T, NK, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,

@@ -138,7 +138,7 @@ def test_forced_kernel_state_is_the_softmax_over_the_forced_entries(G, lp):
     of = torch.empty(q.shape)
     lsef = torch.empty(q.shape[:4])
     scale = 0.3
-    tf._forced_fwd_kernel[(triton_cdiv(T * G, cfg["BM"]), B * Hkv)](
+    tf._sel_forced_fwd_kernel[(triton_cdiv(T * G, cfg["BM"]), B * Hkv)](
         q, k, v, idx, valid.view(torch.int8), of, lsef, T, idx.shape[-1], scale,
         G=G, D=D, LP=lp, DP=cfg["DP"], BM=cfg["BM"], BK=cfg["BK"], PREC="ieee",
     )  # fmt: skip
