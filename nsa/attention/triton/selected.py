@@ -1,15 +1,15 @@
 """Triton kernels of NSA's selected branch: `selected_attention`, a drop-in for the eager one.
 
-Owns the forward kernel (query-major: one program per query token, its G heads as the rows of one
-tile, looping over the token's table), the backward's dQ kernel (the same shape; it also writes
-delta = rowsum(dO * O) unless the forced-block dQ did), the backward's dK/dV kernel (key-major: one
-program per segment of the queries that chose one selection block, found through a reverse index
-built by a constant number of aten ops, no atomics), the reduction of the segments' partial dK/dV, and
-the launchers. With `forced_blocks=True` the forced entries (block 0, the query's own block and the one
-before) run first as dense row tiles (selected_forced.py) and the query-major kernels skip them. It
-must not sync with the device, loop in Python over anything that grows with T, or build a [T, T]
-tensor; the number of launches is the same at every T (forward: 1 kernel, 2 with forced blocks;
-backward: 3 kernels, 4 with forced blocks, + 16 small aten ops).
+Owns the backward's dK/dV kernel (key-major: one program per segment of the queries that chose one
+selection block, found through a reverse index built by a constant number of aten ops, no atomics),
+the reduction of the segments' partial dK/dV, the launch configuration and the launchers. The
+query-major forward and dQ kernels live in selected_query.py: without `forced_blocks` one program per
+query token over its whole table; with `forced_blocks=True` the forced entries (block 0, the query's
+own block and the one before) run first as dense row tiles (selected_forced.py) and the query-major
+token tiles (TP tokens a program) add the union of the other entries. It must not sync with the
+device, loop in Python over anything that grows with T, or build a [T, T] tensor; the number of
+launches is the same at every T (forward: 1 kernel, 2 with forced blocks; backward: 3 kernels, 4 with
+forced blocks, + 16 small aten ops).
 """
 
 from __future__ import annotations
@@ -25,6 +25,14 @@ from nsa.attention.triton.selected_forced import (
     _sel_forced_fwd_kernel,
     forced_rows_per_tile,
 )
+from nsa.attention.triton.selected_query import (
+    TILE_ROWS,
+    _sel_bwd_dq_kernel,
+    _sel_fwd_kernel,
+    _sel_tok_dq_kernel,
+    _sel_tok_fwd_kernel,
+    tokens_per_program,
+)
 from nsa.attention.triton.spec import GpuShape, KernelSpec
 
 # Row reductions spelled as tl.reduce with triton's own combine functions: the same code as tl.max /
@@ -32,129 +40,6 @@ from nsa.attention.triton.spec import GpuShape, KernelSpec
 # language for a nested jit call (measured: about a third of the interpreted forward's time).
 _max_combine = tl.standard._elementwise_max
 _sum_combine = tl.standard._sum_combine
-
-
-@triton.jit
-def _sel_fwd_kernel(
-    Q, K, V, IDX, VALID, OUT, LSE, OF, LSEF,
-    T, NK, sm_scale,
-    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
-    GP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, FORCED: tl.constexpr,
-):  # fmt: skip
-    # One program: query token t of one (batch, KV head); rows = its G heads (padded to GP). FORCED:
-    # the forced-block kernel already ran over this token's forced entries (block 0, t // LP and the
-    # one before): skip them and resume its softmax state (OF: normalized output, LSEF: base-2 lse).
-    t = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
-    # int64 only in the per-(batch, KV head) base pointers; offsets inside one head are int32 (small
-    # offset tensors keep the register count down).
-    g = tl.arange(0, GP)
-    d = tl.arange(0, DP)
-    gm, dm = g < G, d < D
-    qoff = (t * G + g)[:, None] * D + d[None, :]
-    qmask = gm[:, None] & dm[None, :]
-    q = tl.load(Q + bh * T * G * D + qoff, mask=qmask, other=0.0)
-    K += bh * T * D
-    V += bh * T * D
-    IDX += (bh * T + t) * NK
-    VALID += (bh * T + t) * NK
-    qk_scale = sm_scale * 1.4426950408889634  # base-2 softmax
-    if FORCED:
-        # (m, l, acc) = (lse, 1, o) is the forced part's exact state; l = 0 where it had no key.
-        m_i = tl.load(LSEF + (bh * T + t) * G + g, mask=gm, other=float("-inf"))
-        l_i = tl.where(m_i > float("-inf"), 1.0, 0.0)
-        acc = tl.load(OF + bh * T * G * D + qoff, mask=qmask, other=0.0)
-    else:
-        m_i = tl.full([GP], float("-inf"), tl.float32)
-        l_i = tl.zeros([GP], tl.float32)
-        acc = tl.zeros([GP, DP], tl.float32)
-    jt = t // LP
-    kk = tl.arange(0, BK)
-    for i in range(0, NK):
-        j = tl.load(IDX + i)
-        ok = (tl.load(VALID + i) != 0) & (j >= 0)
-        if FORCED:
-            ok = ok & (j != 0) & (j != jt) & (j != jt - 1)
-        # Keys after t are masked; a block starting after t (or an invalid entry) adds nothing.
-        hi = tl.where(ok, tl.minimum(LP, t - j * LP + 1), 0).to(tl.int32)
-        start = (j * LP).to(tl.int32)  # used only when hi > 0, i.e. start <= t
-        for c in range(0, hi, BK):
-            km = (c + kk) < hi
-            koff = (start + c + kk)[:, None] * D + d[None, :]
-            k = tl.load(K + koff, mask=km[:, None] & dm[None, :], other=0.0)
-            v = tl.load(V + koff, mask=km[:, None] & dm[None, :], other=0.0)
-            s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-            s = tl.where(km[None, :], s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine))  # finite: each chunk has a key <= t
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(s - m_new[:, None])
-            l_i = l_i * alpha + tl.reduce(p, 1, _sum_combine)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
-            m_i = m_new
-    # A query with no valid key: zeros out, lse -inf (it then takes no part in the backward).
-    has = l_i > 0
-    out = acc / tl.where(has, l_i, 1.0)[:, None]
-    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
-    tl.store(OUT + bh * T * G * D + qoff, out.to(OUT.dtype.element_ty), mask=qmask)
-    tl.store(LSE + (bh * T + t) * G + g, lse, mask=gm)
-
-
-@triton.jit
-def _sel_bwd_dq_kernel(
-    Q, K, V, IDX, VALID, OUT, DO, LSE, DELTA, DQ, DQF,
-    T, NK, sm_scale,
-    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
-    GP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, FORCED: tl.constexpr,
-):  # fmt: skip
-    # Query-major like the forward; also stores delta for the key-major dK/dV kernel that runs next.
-    # FORCED: the forced-block dQ kernel ran first (it stored delta and DQF, the forced entries' part of
-    # dQ in fp32, unscaled): load both, skip the forced entries, add the rest.
-    t = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
-    g = tl.arange(0, GP)
-    d = tl.arange(0, DP)
-    gm, dm = g < G, d < D
-    qoff = (t * G + g)[:, None] * D + d[None, :]
-    qmask = gm[:, None] & dm[None, :]
-    qbase = bh * T * G * D
-    q = tl.load(Q + qbase + qoff, mask=qmask, other=0.0)
-    do = tl.load(DO + qbase + qoff, mask=qmask, other=0.0)
-    srow = (bh * T + t) * G + g
-    if FORCED:
-        delta = tl.load(DELTA + srow, mask=gm, other=0.0)
-        dq = tl.load(DQF + qbase + qoff, mask=qmask, other=0.0)
-    else:
-        o = tl.load(OUT + qbase + qoff, mask=qmask, other=0.0)
-        delta = tl.reduce(do.to(tl.float32) * o.to(tl.float32), 1, _sum_combine)
-        tl.store(DELTA + srow, delta, mask=gm)
-        dq = tl.zeros([GP, DP], tl.float32)
-    lse = tl.load(LSE + srow, mask=gm, other=0.0)
-    lse = tl.where(lse == float("-inf"), 0.0, lse)  # such a row has no key: the loop adds nothing
-    qk_scale = sm_scale * 1.4426950408889634
-    K += bh * T * D
-    V += bh * T * D
-    IDX += (bh * T + t) * NK
-    VALID += (bh * T + t) * NK
-    jt = t // LP
-    kk = tl.arange(0, BK)
-    for i in range(0, NK):
-        j = tl.load(IDX + i)
-        ok = (tl.load(VALID + i) != 0) & (j >= 0)
-        if FORCED:
-            ok = ok & (j != 0) & (j != jt) & (j != jt - 1)
-        hi = tl.where(ok, tl.minimum(LP, t - j * LP + 1), 0).to(tl.int32)
-        start = (j * LP).to(tl.int32)
-        for c in range(0, hi, BK):
-            km = (c + kk) < hi
-            koff = (start + c + kk)[:, None] * D + d[None, :]
-            k = tl.load(K + koff, mask=km[:, None] & dm[None, :], other=0.0)
-            v = tl.load(V + koff, mask=km[:, None] & dm[None, :], other=0.0)
-            s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-            p = tl.where(km[None, :], tl.exp2(s - lse[:, None]), 0.0)
-            dp = tl.dot(do, tl.trans(v), input_precision=PREC)
-            ds = p * (dp - delta[:, None])
-            dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
-    tl.store(DQ + qbase + qoff, (dq * sm_scale).to(DQ.dtype.element_ty), mask=qmask)
 
 
 @triton.jit
@@ -272,15 +157,20 @@ def _p2(x: int, lo: int = 16) -> int:
 def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
     """Tiles and warps (checked with ptxas for sm_80/sm_90 at head_dim 64 and 128: no spills).
 
-    GP: head rows padded to a tile (tl.dot needs >= 16); BK/BN: keys per step (a selection block in
+    GP: head rows padded to a tile (tl.dot needs >= 16); TP/RP: tokens and rows of a token tile
+    (selected_query.py); BK/BN: keys per step (a selection block in
     steps of <= 64); BR: (pair, head) rows per step of the dK/dV kernel. The dK/dV kernel holds two
     fp32 [BN, D] accumulators: 8 warps, no software pipelining, and at head_dim 128 half the rows
     (with 2 stages, or 64 rows at head_dim 128, ptxas spilled on sm_90). dQ runs unpipelined too.
     """
     DP = _p2(D)
+    TP = tokens_per_program(G)
     return {
         "GP": _p2(G),
         "DP": DP,
+        # The forced split's query-major token tiles: TP tokens, RP = TP*G rows padded to 16.
+        "TP": TP,
+        "RP": _p2(TP * G, TILE_ROWS),
         "BK": min(key_tile, _p2(LP)),
         "BN": min(key_tile, _p2(LP)),
         "BR": 32 if DP > 64 else 64,
@@ -298,6 +188,11 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
         "stages_f": 2,
         "stages_fdq": 1,
     }
+
+
+def _slots(NK: int) -> int:
+    """NKP: a token's table entries padded to a power of two (the token tiles hold their table)."""
+    return _p2(NK, 4)
 
 
 def _seg_pairs(T: int) -> int:
@@ -352,7 +247,6 @@ def _selected_fwd(
     valid8 = valid.view(torch.int8)
     out = torch.empty_like(q)
     lse = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
-    of, lsef = lse, lse  # unused without `forced` (a constexpr branch), any fp32 pointer will do
     if forced:
         of = torch.empty(q.shape, dtype=torch.float32, device=q.device)
         lsef = torch.empty_like(lse)
@@ -361,9 +255,15 @@ def _selected_fwd(
             G=G, D=D, LP=sel_block, DP=cfg["DP"], BM=cfg["BM"], BK=cfg["BK"], PREC=prec,
             num_warps=cfg["warps_f"], num_stages=cfg["stages_f"],
         )  # fmt: skip
+        _sel_tok_fwd_kernel[(triton.cdiv(T, cfg["TP"]), B * Hkv)](
+            q, k, v, idx, valid8, out, lse, of, lsef, T, NK, scale,
+            G=G, D=D, LP=sel_block, TP=cfg["TP"], RP=cfg["RP"], NKP=_slots(NK), DP=cfg["DP"], BK=cfg["BK"],
+            PREC=prec, num_warps=cfg["warps_q"], num_stages=cfg["stages"],
+        )  # fmt: skip
+        return out, lse
     _sel_fwd_kernel[(T, B * Hkv)](
-        q, k, v, idx, valid8, out, lse, of, lsef, T, NK, scale,
-        G=G, D=D, LP=sel_block, GP=cfg["GP"], DP=cfg["DP"], BK=cfg["BK"], PREC=prec, FORCED=forced,
+        q, k, v, idx, valid8, out, lse, T, NK, scale,
+        G=G, D=D, LP=sel_block, GP=cfg["GP"], DP=cfg["DP"], BK=cfg["BK"], PREC=prec,
         num_warps=cfg["warps_q"], num_stages=cfg["stages"],
     )  # fmt: skip
     return out, lse
@@ -396,7 +296,6 @@ def _selected_bwd(
     dout = dout.contiguous()
     dq = torch.empty_like(q)
     delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
-    dqf = delta  # unused without `forced`
     if forced:
         # Writes delta and the forced entries' dQ (fp32); the query-major dQ adds the rest and stores.
         dqf = torch.empty(q.shape, dtype=torch.float32, device=q.device)
@@ -405,11 +304,17 @@ def _selected_bwd(
             G=G, D=D, LP=LP, DP=cfg["DP"], BM=cfg["BM"], BK=cfg["BK"], PREC=prec,
             num_warps=cfg["warps_f"], num_stages=cfg["stages_fdq"],
         )  # fmt: skip
-    _sel_bwd_dq_kernel[(T, BH)](
-        q, k, v, idx, valid8, out, dout, lse, delta, dq, dqf, T, NK, scale,
-        G=G, D=D, LP=LP, GP=cfg["GP"], DP=cfg["DP"], BK=cfg["BK"], PREC=prec, FORCED=forced,
-        num_warps=cfg["warps_q"], num_stages=cfg["stages_dq"],
-    )  # fmt: skip
+        _sel_tok_dq_kernel[(triton.cdiv(T, cfg["TP"]), BH)](
+            q, k, v, idx, valid8, dout, lse, delta, dq, dqf, T, NK, scale,
+            G=G, D=D, LP=LP, TP=cfg["TP"], RP=cfg["RP"], NKP=_slots(NK), DP=cfg["DP"], BK=cfg["BK"],
+            PREC=prec, num_warps=cfg["warps_q"], num_stages=cfg["stages_dq"],
+        )  # fmt: skip
+    else:
+        _sel_bwd_dq_kernel[(T, BH)](
+            q, k, v, idx, valid8, out, dout, lse, delta, dq, T, NK, scale,
+            G=G, D=D, LP=LP, GP=cfg["GP"], DP=cfg["DP"], BK=cfg["BK"], PREC=prec,
+            num_warps=cfg["warps_q"], num_stages=cfg["stages_dq"],
+        )  # fmt: skip
     order, start, seg_end, S, nseg = _reverse_index(idx, valid, LP)
     ns = -(-T // LP)
     DP, BN = cfg["DP"], cfg["BN"]
@@ -499,6 +404,10 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     prec = "tf32" if dt == "fp32" else "ieee"
     ptr, f32 = f"*{dt}", "*fp32"
     q_common = {"G": G, "D": D, "LP": LP, "GP": cfg["GP"], "DP": cfg["DP"], "BK": cfg["BK"], "PREC": prec}
+    t_consts = {
+        "G": G, "D": D, "LP": LP, "TP": cfg["TP"], "RP": cfg["RP"], "NKP": _slots(shape.n_sel), "DP": cfg["DP"],
+        "BK": cfg["BK"], "PREC": prec,
+    }  # fmt: skip
     f_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BM": cfg["BM"], "BK": cfg["BK"], "PREC": prec}
 
     def sig(names: dict[str, str], consts: dict) -> dict[str, str]:
@@ -506,10 +415,17 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
 
     i32, i64, i8 = "i32", "*i64", "*i8"
     fwd_args = dict(
+        Q=ptr, K=ptr, V=ptr, IDX=i64, VALID=i8, OUT=ptr, LSE=f32, T=i32, NK=i32, sm_scale="fp32"
+    )  # fmt: skip
+    tfwd_args = dict(
         Q=ptr, K=ptr, V=ptr, IDX=i64, VALID=i8, OUT=ptr, LSE=f32, OF=f32, LSEF=f32, T=i32, NK=i32, sm_scale="fp32"
     )  # fmt: skip
     dq_args = dict(
-        Q=ptr, K=ptr, V=ptr, IDX=i64, VALID=i8, OUT=ptr, DO=ptr, LSE=f32, DELTA=f32, DQ=ptr, DQF=f32,
+        Q=ptr, K=ptr, V=ptr, IDX=i64, VALID=i8, OUT=ptr, DO=ptr, LSE=f32, DELTA=f32, DQ=ptr,
+        T=i32, NK=i32, sm_scale="fp32",
+    )  # fmt: skip
+    tdq_args = dict(
+        Q=ptr, K=ptr, V=ptr, IDX=i64, VALID=i8, DO=ptr, LSE=f32, DELTA=f32, DQ=ptr, DQF=f32,
         T=i32, NK=i32, sm_scale="fp32",
     )  # fmt: skip
     ffwd_args = dict(Q=ptr, K=ptr, V=ptr, IDX=i64, VALID=i8, OF=f32, LSEF=f32, T=i32, NK=i32, sm_scale="fp32")
@@ -525,17 +441,15 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     red_consts = {"D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"]}
     red_args = dict(PDK=f32, PDV=f32, START=i64, SEG_END=i64, DK=ptr, DV=ptr, T=i32, NS=i32, S=i32)
     st = cfg["stages"]
-    # NSAAttention passes forced_blocks=True: the forced kernels run, the query-major ones skip the
-    # forced entries (FORCED=True). The FORCED=False variants serve any other table.
-    q_forced = {**q_common, "FORCED": True}
-    q_any = {**q_common, "FORCED": False}
+    # NSAAttention passes forced_blocks=True: the forced kernels run, then the query-major token tiles
+    # (selected_fwd / selected_bwd_dq). The one-token kernels (_any) serve any other table.
     rows = [
         ("selected_forced_fwd", _sel_forced_fwd_kernel, ffwd_args, f_consts, cfg["warps_f"], cfg["stages_f"]),
-        ("selected_fwd", _sel_fwd_kernel, fwd_args, q_forced, cfg["warps_q"], st),
-        ("selected_fwd_any", _sel_fwd_kernel, fwd_args, q_any, cfg["warps_q"], st),
+        ("selected_fwd", _sel_tok_fwd_kernel, tfwd_args, t_consts, cfg["warps_q"], st),
+        ("selected_fwd_any", _sel_fwd_kernel, fwd_args, q_common, cfg["warps_q"], st),
         ("selected_forced_dq", _sel_forced_dq_kernel, fdq_args, f_consts, cfg["warps_f"], cfg["stages_fdq"]),
-        ("selected_bwd_dq", _sel_bwd_dq_kernel, dq_args, q_forced, cfg["warps_q"], cfg["stages_dq"]),
-        ("selected_bwd_dq_any", _sel_bwd_dq_kernel, dq_args, q_any, cfg["warps_q"], cfg["stages_dq"]),
+        ("selected_bwd_dq", _sel_tok_dq_kernel, tdq_args, t_consts, cfg["warps_q"], cfg["stages_dq"]),
+        ("selected_bwd_dq_any", _sel_bwd_dq_kernel, dq_args, q_common, cfg["warps_q"], cfg["stages_dq"]),
         ("selected_bwd_dkdv", _sel_bwd_dkdv_kernel, kv_args, kv_consts, cfg["warps_kv"], cfg["stages_kv"]),
         ("selected_bwd_reduce", _sel_bwd_reduce_kernel, red_args, red_consts, cfg["warps_red"], 1),
     ]

@@ -1,0 +1,312 @@
+"""Query-major kernels of NSA's selected branch (the forward and dQ that selected.py launches).
+
+Owns two pairs of kernels and the count that sizes them:
+- any table (`forced_blocks=False`): `_sel_fwd_kernel` / `_sel_bwd_dq_kernel`, one program per query
+  token, its G heads as the rows of one tile, looping over the token's table (every entry);
+- forced split (`forced_blocks=True`, after the dense kernels of selected_forced.py):
+  `_sel_tok_fwd_kernel` / `_sel_tok_dq_kernel`, one program per TP consecutive tokens of one (batch,
+  KV head), rows = TP*G (Q's rows t*G + g are contiguous), padded to 16. A program walks the union of
+  its tokens' non-forced entries: each distinct block's K/V is loaded once for all TP tokens, and a
+  row weights it by how many of its token's entries list it (log2 of the count added to the logits,
+  -inf when none), so duplicates count twice and any table stays exact;
+- `tokens_per_program` (TP) and `key_steps`, the count in torch of the key steps both layouts take
+  for a table (what the cost model and the tests use to show the tiles never take more).
+None of them syncs with the device or loops in Python over anything that grows with T.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+# As in selected.py: tl.reduce with triton's own combine functions (cheaper under the interpreter).
+_max_combine = tl.standard._elementwise_max
+_sum_combine = tl.standard._sum_combine
+_min_combine = tl.standard._elementwise_min
+
+TILE_ROWS = 16  # tl.dot's minimum tile: the rows of every query-major program
+
+
+@triton.jit
+def _sel_fwd_kernel(
+    Q, K, V, IDX, VALID, OUT, LSE,
+    T, NK, sm_scale,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
+    GP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    # One program: query token t of one (batch, KV head); rows = its G heads (padded to GP).
+    t = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    # int64 only in the per-(batch, KV head) base pointers; offsets inside one head are int32 (small
+    # offset tensors keep the register count down).
+    g = tl.arange(0, GP)
+    d = tl.arange(0, DP)
+    gm, dm = g < G, d < D
+    qoff = (t * G + g)[:, None] * D + d[None, :]
+    qmask = gm[:, None] & dm[None, :]
+    q = tl.load(Q + bh * T * G * D + qoff, mask=qmask, other=0.0)
+    K += bh * T * D
+    V += bh * T * D
+    IDX += (bh * T + t) * NK
+    VALID += (bh * T + t) * NK
+    qk_scale = sm_scale * 1.4426950408889634  # base-2 softmax
+    m_i = tl.full([GP], float("-inf"), tl.float32)
+    l_i = tl.zeros([GP], tl.float32)
+    acc = tl.zeros([GP, DP], tl.float32)
+    kk = tl.arange(0, BK)
+    for i in range(0, NK):
+        j = tl.load(IDX + i)
+        ok = (tl.load(VALID + i) != 0) & (j >= 0)
+        # Keys after t are masked; a block starting after t (or an invalid entry) adds nothing.
+        hi = tl.where(ok, tl.minimum(LP, t - j * LP + 1), 0).to(tl.int32)
+        start = (j * LP).to(tl.int32)  # used only when hi > 0, i.e. start <= t
+        for c in range(0, hi, BK):
+            km = (c + kk) < hi
+            koff = (start + c + kk)[:, None] * D + d[None, :]
+            k = tl.load(K + koff, mask=km[:, None] & dm[None, :], other=0.0)
+            v = tl.load(V + koff, mask=km[:, None] & dm[None, :], other=0.0)
+            s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+            s = tl.where(km[None, :], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine))  # finite: each chunk has a key <= t
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.reduce(p, 1, _sum_combine)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+            m_i = m_new
+    # A query with no valid key: zeros out, lse -inf (it then takes no part in the backward).
+    has = l_i > 0
+    out = acc / tl.where(has, l_i, 1.0)[:, None]
+    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    tl.store(OUT + bh * T * G * D + qoff, out.to(OUT.dtype.element_ty), mask=qmask)
+    tl.store(LSE + (bh * T + t) * G + g, lse, mask=gm)
+
+
+@triton.jit
+def _sel_bwd_dq_kernel(
+    Q, K, V, IDX, VALID, OUT, DO, LSE, DELTA, DQ,
+    T, NK, sm_scale,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
+    GP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    # Query-major like the forward; also stores delta for the key-major dK/dV kernel that runs next.
+    t = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    g = tl.arange(0, GP)
+    d = tl.arange(0, DP)
+    gm, dm = g < G, d < D
+    qoff = (t * G + g)[:, None] * D + d[None, :]
+    qmask = gm[:, None] & dm[None, :]
+    qbase = bh * T * G * D
+    q = tl.load(Q + qbase + qoff, mask=qmask, other=0.0)
+    do = tl.load(DO + qbase + qoff, mask=qmask, other=0.0)
+    srow = (bh * T + t) * G + g
+    o = tl.load(OUT + qbase + qoff, mask=qmask, other=0.0)
+    delta = tl.reduce(do.to(tl.float32) * o.to(tl.float32), 1, _sum_combine)
+    tl.store(DELTA + srow, delta, mask=gm)
+    dq = tl.zeros([GP, DP], tl.float32)
+    lse = tl.load(LSE + srow, mask=gm, other=0.0)
+    lse = tl.where(lse == float("-inf"), 0.0, lse)  # such a row has no key: the loop adds nothing
+    qk_scale = sm_scale * 1.4426950408889634
+    K += bh * T * D
+    V += bh * T * D
+    IDX += (bh * T + t) * NK
+    VALID += (bh * T + t) * NK
+    kk = tl.arange(0, BK)
+    for i in range(0, NK):
+        j = tl.load(IDX + i)
+        ok = (tl.load(VALID + i) != 0) & (j >= 0)
+        hi = tl.where(ok, tl.minimum(LP, t - j * LP + 1), 0).to(tl.int32)
+        start = (j * LP).to(tl.int32)
+        for c in range(0, hi, BK):
+            km = (c + kk) < hi
+            koff = (start + c + kk)[:, None] * D + d[None, :]
+            k = tl.load(K + koff, mask=km[:, None] & dm[None, :], other=0.0)
+            v = tl.load(V + koff, mask=km[:, None] & dm[None, :], other=0.0)
+            s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+            p = tl.where(km[None, :], tl.exp2(s - lse[:, None]), 0.0)
+            dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+            ds = p * (dp - delta[:, None])
+            dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
+    tl.store(DQ + qbase + qoff, (dq * sm_scale).to(DQ.dtype.element_ty), mask=qmask)
+
+
+# The token tiles. Rows r of a program are tokens t0 + r // G (heads r % G); a row is real when
+# r < TP*G and its token < T. A non-forced entry of token t lists a block j with 1 <= j <= t//LP - 2
+# (block 0, t//LP and t//LP - 1 are the forced kernel's; later blocks hold no key <= t): such a block
+# lies wholly before t, so a processed block needs no causal mask, and each row's weight (0 when its
+# token does not list the block) decides which rows see it. The table of the program's tokens is
+# held once per row ([RP, NKP]: -1 where an entry adds nothing to that row), and the loop over the
+# TP*NK entries processes entry e only at the block's first listing in the tile: the union.
+
+
+@triton.jit
+def _tile_table(IDX, VALID, ebase, u_r, rm, t_r, NK, LP: tl.constexpr, NKP: tl.constexpr):
+    # [RP, NKP]: the block each row's token lists in each slot where that entry is a non-forced,
+    # valid one with keys; -1 elsewhere (padding rows and slots, tokens past T included).
+    i = tl.arange(0, NKP)
+    emask = rm[:, None] & (i < NK)[None, :]
+    eoff = u_r[:, None] * NK + i[None, :]
+    jm = tl.load(IDX + ebase + eoff, mask=emask, other=-1)
+    vm = tl.load(VALID + ebase + eoff, mask=emask, other=0)
+    ok = (vm != 0) & (jm >= 1) & (jm <= (t_r // LP)[:, None] - 2)
+    return tl.where(ok, jm, -1).to(tl.int32)
+
+
+@triton.jit
+def _sel_tok_fwd_kernel(
+    Q, K, V, IDX, VALID, OUT, LSE, OF, LSEF,
+    T, NK, sm_scale,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr,
+    NKP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    # One program: tokens [t0, t0 + TP) of one (batch, KV head). Starts from the forced kernel's
+    # softmax state (OF: normalized output, LSEF: base-2 lse) and adds the union of the non-forced
+    # blocks its tokens list.
+    t0 = tl.program_id(0) * TP
+    bh = tl.program_id(1).to(tl.int64)
+    r = tl.arange(0, RP)
+    d = tl.arange(0, DP)
+    dm = d < D
+    u_r = r // G
+    t_r = t0 + u_r
+    rm = (r < TP * G) & (t_r < T)
+    qoff = (t0 * G + r)[:, None] * D + d[None, :]
+    qmask = rm[:, None] & dm[None, :]
+    q = tl.load(Q + bh * T * G * D + qoff, mask=qmask, other=0.0)
+    K += bh * T * D
+    V += bh * T * D
+    ebase = (bh * T + t0) * NK  # the TP tokens' entries are contiguous in the [BH, T, NK] table
+    jm = _tile_table(IDX, VALID, ebase, u_r, rm, t_r, NK, LP, NKP)
+    qk_scale = sm_scale * 1.4426950408889634  # base-2 softmax
+    # (m, l, acc) = (lse, 1, o) is the forced part's exact state; l = 0 where it had no key.
+    m_i = tl.load(LSEF + bh * T * G + t0 * G + r, mask=rm, other=float("-inf"))
+    l_i = tl.where(m_i > float("-inf"), 1.0, 0.0)
+    acc = tl.load(OF + bh * T * G * D + qoff, mask=qmask, other=0.0)
+    kk = tl.arange(0, BK)
+    pos = u_r[:, None] * NK + tl.arange(0, NKP)[None, :]  # each cell's entry position in the tile
+    for e in range(0, tl.minimum(TP, T - t0) * NK):
+        # Entry e is processed at its block's first listing in the tile (first = the smallest entry
+        # position holding it in `jm`, where an entry that adds nothing holds -1, hence j >= 1).
+        j = tl.load(IDX + ebase + e)
+        hit = jm == j
+        take = (tl.reduce(tl.where(hit, pos, 1 << 30), None, _min_combine) == e) & (j >= 1)
+        if take:
+            cnt = tl.reduce(hit.to(tl.float32), 1, _sum_combine)  # the row's token lists j cnt times
+            bias = tl.where(cnt > 0, tl.log2(tl.maximum(cnt, 1.0)), float("-inf"))
+            start = (j * LP).to(tl.int32)  # int32 offsets inside one head, as everywhere
+            for c in range(0, LP, BK):
+                kmc = (c + kk) < LP  # BK > LP only for the tests' tiny blocks
+                koff = (start + c + kk)[:, None] * D + d[None, :]
+                k = tl.load(K + koff, mask=kmc[:, None] & dm[None, :], other=0.0)
+                v = tl.load(V + koff, mask=kmc[:, None] & dm[None, :], other=0.0)
+                s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale + bias[:, None]
+                s = tl.where(kmc[None, :], s, float("-inf"))
+                m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine))
+                m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that sees no key yet
+                alpha = tl.exp2(m_i - m_safe)
+                p = tl.exp2(s - m_safe[:, None])
+                l_i = l_i * alpha + tl.reduce(p, 1, _sum_combine)
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+                m_i = m_new
+    has = l_i > 0
+    out = acc / tl.where(has, l_i, 1.0)[:, None]
+    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    tl.store(OUT + bh * T * G * D + qoff, out.to(OUT.dtype.element_ty), mask=qmask)
+    tl.store(LSE + bh * T * G + t0 * G + r, lse, mask=rm)
+
+
+@triton.jit
+def _sel_tok_dq_kernel(
+    Q, K, V, IDX, VALID, DO, LSE, DELTA, DQ, DQF,
+    T, NK, sm_scale,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr,
+    NKP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    # The forward's tiling. The forced dQ kernel ran first: it stored delta and DQF (the forced
+    # entries' part of dQ in fp32, unscaled); this adds the union's part and stores dQ.
+    t0 = tl.program_id(0) * TP
+    bh = tl.program_id(1).to(tl.int64)
+    r = tl.arange(0, RP)
+    d = tl.arange(0, DP)
+    dm = d < D
+    u_r = r // G
+    t_r = t0 + u_r
+    rm = (r < TP * G) & (t_r < T)
+    qoff = (t0 * G + r)[:, None] * D + d[None, :]
+    qmask = rm[:, None] & dm[None, :]
+    qbase = bh * T * G * D
+    q = tl.load(Q + qbase + qoff, mask=qmask, other=0.0)
+    do = tl.load(DO + qbase + qoff, mask=qmask, other=0.0)
+    srow = bh * T * G + t0 * G + r
+    delta = tl.load(DELTA + srow, mask=rm, other=0.0)
+    dq = tl.load(DQF + qbase + qoff, mask=qmask, other=0.0)
+    lse = tl.load(LSE + srow, mask=rm, other=0.0)
+    lse = tl.where(lse == float("-inf"), 0.0, lse)  # such a row has no key: every weight is -inf
+    K += bh * T * D
+    V += bh * T * D
+    ebase = (bh * T + t0) * NK
+    jm = _tile_table(IDX, VALID, ebase, u_r, rm, t_r, NK, LP, NKP)
+    qk_scale = sm_scale * 1.4426950408889634
+    kk = tl.arange(0, BK)
+    pos = u_r[:, None] * NK + tl.arange(0, NKP)[None, :]  # each cell's entry position in the tile
+    for e in range(0, tl.minimum(TP, T - t0) * NK):
+        # Entry e is processed at its block's first listing in the tile (first = the smallest entry
+        # position holding it in `jm`, where an entry that adds nothing holds -1, hence j >= 1).
+        j = tl.load(IDX + ebase + e)
+        hit = jm == j
+        take = (tl.reduce(tl.where(hit, pos, 1 << 30), None, _min_combine) == e) & (j >= 1)
+        if take:
+            cnt = tl.reduce(hit.to(tl.float32), 1, _sum_combine)  # the row's token lists j cnt times
+            bias = tl.where(cnt > 0, tl.log2(tl.maximum(cnt, 1.0)), float("-inf"))
+            start = (j * LP).to(tl.int32)  # int32 offsets inside one head, as everywhere
+            for c in range(0, LP, BK):
+                kmc = (c + kk) < LP  # BK > LP only for the tests' tiny blocks
+                koff = (start + c + kk)[:, None] * D + d[None, :]
+                k = tl.load(K + koff, mask=kmc[:, None] & dm[None, :], other=0.0)
+                v = tl.load(V + koff, mask=kmc[:, None] & dm[None, :], other=0.0)
+                s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+                p = tl.where(kmc[None, :], tl.exp2(s + bias[:, None] - lse[:, None]), 0.0)
+                dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+                ds = p * (dp - delta[:, None])
+                dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
+    tl.store(DQ + qbase + qoff, (dq * sm_scale).to(DQ.dtype.element_ty), mask=qmask)
+
+
+def tokens_per_program(G: int) -> int:
+    """TP: the largest power of two with TP*G <= 16 (16 -> 1 token at G >= 9, 2 at G = 5..8, 4 at
+    G = 3..4, 8 at G = 2, 16 at G = 1). Every row of a tile's first 16 is then real at G = 1, 2, 4, 8, 16."""
+    tp = 1
+    while 2 * tp * G <= TILE_ROWS:
+        tp *= 2
+    return tp
+
+
+def key_steps(idx: Tensor, valid: Tensor, sel_block: int, group: int, key_tile: int = 64) -> dict[str, int | float]:
+    """Key steps the forced split's query-major kernels take on a table, tiles vs one token a program.
+
+    One key step = one chunk of BK = min(key_tile, l') keys of one block loaded (K and V) and
+    multiplied against one program's 16-row tile (forward: QK and PV; dQ: QK, dO V and dS K). One token
+    a program takes ceil(l'/BK) steps per non-forced entry with keys (duplicates each); the token tiles
+    take ceil(l'/BK) per distinct block in the union of their TP tokens' such entries. `idx`/`valid`:
+    [B, Hkv, T, n]. Pure torch, the kernels' own rule: valid, 1 <= block <= t // l' - 2.
+    """
+    B, Hkv, T, NK = idx.shape
+    tp = tokens_per_program(group)
+    per_block = -(-sel_block // min(key_tile, max(16, triton.next_power_of_2(sel_block))))
+    jt = (torch.arange(T, device=idx.device) // sel_block).view(T, 1)
+    ok = valid & (idx >= 1) & (idx <= jt - 2)
+    j = torch.where(ok, idx, -1)
+    j = torch.nn.functional.pad(j, (0, 0, 0, (-T) % tp), value=-1).reshape(B * Hkv, -1, tp * NK)
+    s = j.sort(-1).values
+    first = (s >= 1) & torch.cat([torch.ones_like(s[..., :1], dtype=torch.bool), s[..., 1:] != s[..., :-1]], -1)
+    one, tiles = int(ok.sum()) * per_block, int(first.sum()) * per_block
+    return {
+        "tokens_per_program": tp,
+        "programs_one_token": B * Hkv * T,
+        "programs_tiles": B * Hkv * -(-T // tp),
+        "steps_one_token": one,
+        "steps_tiles": tiles,
+        "ratio": tiles / one if one else 1.0,
+    }
