@@ -283,7 +283,9 @@ def tokens_per_program(G: int) -> int:
     return tp
 
 
-def key_steps(idx: Tensor, valid: Tensor, sel_block: int, group: int, key_tile: int = 64) -> dict[str, int | float]:
+def key_steps(
+    idx: Tensor, valid: Tensor, sel_block: int, group: int, key_tile: int = 64
+) -> dict[str, int | float]:
     """Key steps the forced split's query-major kernels take on a table, tiles vs one token a program.
 
     One key step = one chunk of BK = min(key_tile, l') keys of one block loaded (K and V) and
@@ -300,7 +302,9 @@ def key_steps(idx: Tensor, valid: Tensor, sel_block: int, group: int, key_tile: 
     j = torch.where(ok, idx, -1)
     j = torch.nn.functional.pad(j, (0, 0, 0, (-T) % tp), value=-1).reshape(B * Hkv, -1, tp * NK)
     s = j.sort(-1).values
-    first = (s >= 1) & torch.cat([torch.ones_like(s[..., :1], dtype=torch.bool), s[..., 1:] != s[..., :-1]], -1)
+    first = (s >= 1) & torch.cat(
+        [torch.ones_like(s[..., :1], dtype=torch.bool), s[..., 1:] != s[..., :-1]], -1
+    )
     one, tiles = int(ok.sum()) * per_block, int(first.sum()) * per_block
     return {
         "tokens_per_program": tp,

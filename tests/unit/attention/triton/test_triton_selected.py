@@ -5,7 +5,9 @@ hand-made tables (invalid entries, duplicates, blocks after the query, a query w
 fp32 and fp16, plus one NSAAttention-level check against the loop reference. The forced-block split
 (`forced_blocks=True`, selected_forced.py): its dense kernel's state against a float64 softmax, the
 split exact on tables that break top_blocks' promise, and bf16 (honest-bf16 fixture) within rounding
-bounds. Shapes are tiny because the interpreter runs every program instance in Python.
+bounds. The query-major token tiles (selected_query.py: TP tokens a program over the union of their
+blocks) on tables where adjacent tokens share their blocks or none, and their key-step count
+(`key_steps`). Shapes are tiny because the interpreter runs every program instance in Python.
 
 Run: .venv/bin/pytest tests/unit/attention/triton/test_triton_selected.py
 (Not test_selected.py: tests/unit has no __init__.py, so two test_selected modules would collide.)
@@ -26,6 +28,7 @@ pytest.importorskip("triton")
 from nsa.attention import selected as eager
 from nsa.attention.selection import top_blocks
 from nsa.attention.triton import selected as tsel
+from nsa.attention.triton import selected_query as tsel_query
 
 
 def triton_cdiv(a: int, b: int) -> int:
@@ -200,6 +203,142 @@ def test_forced_path_bf16_within_rounding_bounds(bf16_interpreter, G):
     for name, want in bounds.attention_bounds(q, k, v, dout, vis, scale, torch.bfloat16).items():
         res = bounds.check(got[name], want)
         assert got[name].dtype == torch.bfloat16 and res["within_bound"], f"{name}: {res}"
+
+
+def _compare_any_table(q, k, v, idx, valid, lp):
+    """forced_blocks=True against the eager op without the promise (exact for any table), forward and
+    gradients."""
+    scale = 1.0 / q.shape[-1] ** 0.5
+    out = tsel.selected_attention(q, k, v, idx, valid, sel_block=lp, scale=scale, forced_blocks=True)
+    qf, kf, vf = (x.detach().float().requires_grad_() for x in (q, k, v))
+    want = eager.selected_attention(qf, kf, vf, idx, valid, sel_block=lp, scale=scale, chunk=7)
+    tol = TOL[q.dtype]
+    torch.testing.assert_close(out.float(), want, rtol=tol, atol=tol)
+    w = torch.randn(out.shape, generator=torch.Generator().manual_seed(6))
+    got = torch.autograd.grad((out.float() * w).sum(), (q, k, v))
+    ref = torch.autograd.grad((want * w).sum(), (qf, kf, vf))
+    for name, a, b in zip("qkv", got, ref):
+        torch.testing.assert_close(
+            a.float(), b, rtol=tol * 5, atol=tol * 5, msg=lambda m, n=name: f"d{n}: {m}"
+        )
+
+
+def _adjacent_table(T, lp, n, shared, seed, odd=True):
+    """[1, 1, T, n] table: the forced blocks (0, jt, jt - 1, jt - 1 invalid at jt = 0), then n - 3
+    non-forced blocks (1 <= j <= jt - 2). shared: every token of a query block lists the same ones, so
+    adjacent tokens share them all; else token t picks among blocks of its own parity, so tokens t and
+    t + 1 share none. odd: then broken a little (block 0 twice at jt = 1, a slot listed twice,
+    invalid entries, a future block); without it every listed block is listed once."""
+    g = torch.Generator().manual_seed(seed)
+    ns = -(-T // lp)
+    per_block = torch.rand(ns, ns, generator=g)
+    idx = torch.zeros(T, n, dtype=torch.int64)
+    valid = torch.zeros(T, n, dtype=torch.bool)
+    for t in range(T):
+        jt = t // lp
+        cand = torch.arange(1, max(1, jt - 1))
+        if not shared:
+            cand = cand[cand % 2 == t % 2]
+        score = per_block[jt] if shared else torch.rand(ns, generator=g)
+        pick = cand[score[cand].argsort(descending=True)][: n - 3]
+        row = torch.tensor([0, jt, jt - 1, *pick.tolist()])
+        idx[t, : len(row)] = row.clamp(min=0)
+        valid[t, : len(row)] = True
+        valid[t, 2] = jt >= (1 if odd else 2)
+    if not odd:
+        return idx[None, None], valid[None, None]
+    idx[5::7, -1] = idx[5::7, -2]  # duplicates: counted twice
+    valid[::11, 3] = False
+    idx[9::13, 4] = idx[9::13, 1] + 1  # the future: no keys
+    return idx[None, None], valid[None, None]
+
+
+# (G, dtype, shared): TP = 16, 8, 2 with adjacent tokens sharing their blocks and not. G = 16 (TP = 1)
+# runs the same kernels in CASES (forced_blocks=True on every top_blocks case).
+TILE_CASES = [
+    (1, torch.float32, True),
+    (1, torch.float16, False),
+    (2, torch.float16, True),
+    (2, torch.float32, False),
+    (6, torch.float32, True),
+    (6, torch.float16, False),
+]
+
+
+@pytest.mark.parametrize("G,dtype,shared", TILE_CASES)
+def test_token_tiles_match_eager(G, dtype, shared):
+    """forced_blocks=True runs the query-major token tiles (TP = 16, 8, 2 tokens a program at G = 1, 2,
+    6) over the union of their tokens' non-forced blocks: adjacent tokens listing the same blocks
+    (each block loaded once for the tile) or disjoint ones (rows masked per token), duplicates, invalid
+    and future entries; T = 37 is a multiple of neither l' nor TP. Forward and gradients against eager."""
+    T, D, lp, n = 37, 32, 4, 6  # l' = 4: up to 7 non-forced candidates per token at T = 37
+    q, k, v = _inputs(1, 1, T, G, D, dtype, seed=30 + G)
+    idx, valid = _adjacent_table(T, lp, n, shared, seed=G)
+    steps = tsel_query.key_steps(idx, valid, lp, G)
+    assert steps["steps_tiles"] <= steps["steps_one_token"]
+    assert steps["ratio"] < 0.6 or not shared
+    _compare_any_table(q, k, v, idx, valid, lp)
+
+
+def test_token_tiles_bf16_within_rounding_bounds(bf16_interpreter):
+    """bf16 as the GPU does it (honest-bf16 fixture) through tiles of 8 tokens (G = 2) on a
+    shared-blocks table (G = 1 and 6 run the tiles in test_forced_path_bf16_within_rounding_bounds)."""
+    from nsa.attention.gpusuite import bounds
+
+    G, T, D, lp, n = 2, 45, 64, 8, 6
+    g = torch.Generator().manual_seed(40 + G)
+    q, dout = (torch.randn(1, 1, T, G, D, generator=g).bfloat16() for _ in range(2))
+    k, v = (torch.randn(1, 1, T, D, generator=g).bfloat16() for _ in range(2))
+    idx, valid = _adjacent_table(T, lp, n, True, seed=G, odd=False)  # the bounds see a block once
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    out = tsel.selected_attention(*leaves, idx, valid, sel_block=lp, scale=D**-0.5, forced_blocks=True)
+    got = {"out": out, **dict(zip(("dq", "dk", "dv"), torch.autograd.grad(out, leaves, dout)))}
+    vis = bounds.selected_visible(idx, valid, T, lp)
+    for name, want in bounds.attention_bounds(q, k, v, dout, vis, D**-0.5, torch.bfloat16).items():
+        res = bounds.check(got[name], want)
+        assert got[name].dtype == torch.bfloat16 and res["within_bound"], f"{name}: {res}"
+
+
+def test_key_steps_count_the_union_of_each_tile():
+    """key_steps' torch count equals a plain set count: per tile of TP tokens, the distinct blocks
+    among entries that are valid, non-forced and hold keys (1 <= j <= t // l' - 2)."""
+    T, lp, n, G = 150, 8, 7, 6
+    g = torch.Generator().manual_seed(12)
+    idx = torch.randint(-1, 20, (1, 2, T, n), generator=g)
+    valid = torch.rand(1, 2, T, n, generator=g) < 0.8
+    got = tsel_query.key_steps(idx, valid, lp, G, key_tile=4)  # 2 steps of 4 keys per block of 8
+    tp = tsel_query.tokens_per_program(G)
+    ok = [
+        [
+            (t, int(j))
+            for t in range(T)
+            for j, val in zip(idx[0, h, t], valid[0, h, t])
+            if val and 1 <= j <= t // lp - 2
+        ]
+        for h in range(2)
+    ]
+    assert got["steps_one_token"] == 2 * sum(len(o) for o in ok)
+    assert got["steps_tiles"] == 2 * sum(
+        len({j for t, j in o if t // tp == p}) for o in ok for p in range(-(-T // tp))
+    )
+    assert (tp, got["programs_tiles"], got["programs_one_token"]) == (2, 2 * 75, 2 * T)
+
+
+def test_token_tiles_never_take_more_key_steps_and_share_adjacent_blocks():
+    """On top_blocks tables over random scores the tiles take at most the one-token steps (each block
+    of the union is some entry's); when every token of a query block selects the same blocks (scores
+    constant over a query block), a tile of TP tokens takes exactly 1/TP of them."""
+    T, lp, n = 4096, 64, 16  # 64 blocks: a token chooses 13 of up to 61 non-forced ones
+    g = torch.Generator().manual_seed(4)
+    rand = top_blocks(torch.rand(1, 2, T, T // lp, generator=g), torch.arange(T), lp, n)
+    per_query_block = torch.rand(1, 2, T // lp, 1, T // lp, generator=g)
+    same = top_blocks(per_query_block.expand(-1, -1, -1, lp, -1).reshape(1, 2, T, -1), torch.arange(T), lp, n)
+    for G, tp in ((1, 16), (2, 8), (6, 2), (16, 1)):
+        assert tsel_query.tokens_per_program(G) == tp
+        r, s = (tsel_query.key_steps(*tab, lp, G) for tab in (rand, same))
+        assert r["steps_tiles"] <= r["steps_one_token"] and s["steps_one_token"] > 0, G
+        assert s["steps_tiles"] * tp == s["steps_one_token"], G
+        assert r["ratio"] > s["ratio"] or tp == 1, G
 
 
 def test_reverse_index_covers_every_pair_once():
