@@ -191,8 +191,10 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
 
 
 def _slots(NK: int) -> int:
-    """NKP: a token's table entries padded to a power of two (the token tiles hold their table)."""
-    return _p2(NK, 4)
+    """NKP: a token's table entries padded to a power of two >= 16 (the token tiles hold their table).
+    The floor keeps one compiled variant for every T: top_blocks lists min(n, blocks) entries, fewer
+    than n at short T, and gpucheck compiles the model's n."""
+    return _p2(NK, 16)
 
 
 def _seg_pairs(T: int) -> int:

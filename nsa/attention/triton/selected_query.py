@@ -189,7 +189,7 @@ def _sel_tok_fwd_kernel(
     for e in range(0, tl.minimum(TP, T - t0) * NK):
         # Entry e is processed at its block's first listing in the tile (first = the smallest entry
         # position holding it in `jm`, where an entry that adds nothing holds -1, hence j >= 1).
-        j = tl.load(IDX + ebase + e)
+        j = tl.load(IDX + ebase + e).to(tl.int32)  # an id that wraps never takes: its cell holds -1
         hit = jm == j
         take = (tl.reduce(tl.where(hit, pos, 1 << 30), None, _min_combine) == e) & (j >= 1)
         if take:
@@ -254,7 +254,7 @@ def _sel_tok_dq_kernel(
     for e in range(0, tl.minimum(TP, T - t0) * NK):
         # Entry e is processed at its block's first listing in the tile (first = the smallest entry
         # position holding it in `jm`, where an entry that adds nothing holds -1, hence j >= 1).
-        j = tl.load(IDX + ebase + e)
+        j = tl.load(IDX + ebase + e).to(tl.int32)  # an id that wraps never takes: its cell holds -1
         hit = jm == j
         take = (tl.reduce(tl.where(hit, pos, 1 << 30), None, _min_combine) == e) & (j >= 1)
         if take:
