@@ -324,6 +324,45 @@ def test_key_steps_count_the_union_of_each_tile():
     assert (tp, got["programs_tiles"], got["programs_one_token"]) == (2, 2 * 75, 2 * T)
 
 
+def test_token_tiles_take_the_key_steps_key_steps_counts(monkeypatch):
+    """key_steps counts what the kernels do: the token-tile forward runs 2 dot products per key step
+    and the dQ 3, counted in the interpreter on a random table (duplicates, invalid and negative
+    entries; l' = 32 is 2 steps of the interpreter's 16 keys)."""
+    from triton.runtime import interpreter
+
+    dots = []
+    create_dot = interpreter.InterpreterBuilder.create_dot
+
+    def counting_dot(self, *args):
+        dots.append(1)
+        return create_dot(self, *args)
+
+    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_dot", counting_dot)
+    G, T, D, lp, n = 2, 203, 16, 32, 6
+    g = torch.Generator().manual_seed(13)
+    q, k, v = (x.detach() for x in _inputs(1, 1, T, G, D, torch.float32, seed=13))
+    idx = torch.randint(-1, T // lp + 1, (1, 1, T, n), generator=g)
+    valid = (torch.rand(1, 1, T, n, generator=g) < 0.8).view(torch.int8)
+    cfg = tsel._launch_config(G, D, lp)
+    want = tsel_query.key_steps(idx, valid.bool(), lp, G, key_tile=cfg["BK"])["steps_tiles"]
+    rows = torch.zeros(1, 1, T, G)
+    grid = (triton_cdiv(T, cfg["TP"]), 1)
+    consts = dict(
+        G=G, D=D, LP=lp, TP=cfg["TP"], RP=cfg["RP"], NKP=16, DP=cfg["DP"], BK=cfg["BK"], PREC="ieee"
+    )
+    tsel_query._sel_tok_fwd_kernel[grid](
+        q, k, v, idx, valid, torch.empty_like(q), rows.clone(), torch.zeros_like(q), rows.clone(), T, n, 0.25,
+        **consts,
+    )  # fmt: skip
+    assert want > 0 and len(dots) == 2 * want
+    dots.clear()
+    tsel_query._sel_tok_dq_kernel[grid](
+        q, k, v, idx, valid, q, rows.clone(), rows.clone(), torch.empty_like(q), torch.zeros_like(q), T, n, 0.25,
+        **consts,
+    )  # fmt: skip
+    assert len(dots) == 3 * want
+
+
 def test_token_tiles_never_take_more_key_steps_and_share_adjacent_blocks():
     """On top_blocks tables over random scores the tiles take at most the one-token steps (each block
     of the union is some entry's); when every token of a query block selects the same blocks (scores
