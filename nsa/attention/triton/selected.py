@@ -28,9 +28,9 @@ from nsa.attention.triton.selected_forced import (
 from nsa.attention.triton.selected_query import (
     TILE_ROWS,
     _sel_bwd_dq_kernel,
+    _sel_bwd_dq_tok_kernel,
     _sel_fwd_kernel,
-    _sel_tok_dq_kernel,
-    _sel_tok_fwd_kernel,
+    _sel_fwd_tok_kernel,
     tokens_per_program,
 )
 from nsa.attention.triton.spec import GpuShape, KernelSpec
@@ -257,7 +257,7 @@ def _selected_fwd(
             G=G, D=D, LP=sel_block, DP=cfg["DP"], BM=cfg["BM"], BK=cfg["BK"], PREC=prec,
             num_warps=cfg["warps_f"], num_stages=cfg["stages_f"],
         )  # fmt: skip
-        _sel_tok_fwd_kernel[(triton.cdiv(T, cfg["TP"]), B * Hkv)](
+        _sel_fwd_tok_kernel[(triton.cdiv(T, cfg["TP"]), B * Hkv)](
             q, k, v, idx, valid8, out, lse, of, lsef, T, NK, scale,
             G=G, D=D, LP=sel_block, TP=cfg["TP"], RP=cfg["RP"], NKP=_slots(NK), DP=cfg["DP"], BK=cfg["BK"],
             PREC=prec, num_warps=cfg["warps_q"], num_stages=cfg["stages"],
@@ -306,7 +306,7 @@ def _selected_bwd(
             G=G, D=D, LP=LP, DP=cfg["DP"], BM=cfg["BM"], BK=cfg["BK"], PREC=prec,
             num_warps=cfg["warps_f"], num_stages=cfg["stages_fdq"],
         )  # fmt: skip
-        _sel_tok_dq_kernel[(triton.cdiv(T, cfg["TP"]), BH)](
+        _sel_bwd_dq_tok_kernel[(triton.cdiv(T, cfg["TP"]), BH)](
             q, k, v, idx, valid8, dout, lse, delta, dq, dqf, T, NK, scale,
             G=G, D=D, LP=LP, TP=cfg["TP"], RP=cfg["RP"], NKP=_slots(NK), DP=cfg["DP"], BK=cfg["BK"],
             PREC=prec, num_warps=cfg["warps_q"], num_stages=cfg["stages_dq"],
@@ -447,10 +447,10 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     # (selected_fwd / selected_bwd_dq). The one-token kernels (_any) serve any other table.
     rows = [
         ("selected_forced_fwd", _sel_forced_fwd_kernel, ffwd_args, f_consts, cfg["warps_f"], cfg["stages_f"]),
-        ("selected_fwd", _sel_tok_fwd_kernel, tfwd_args, t_consts, cfg["warps_q"], st),
+        ("selected_fwd", _sel_fwd_tok_kernel, tfwd_args, t_consts, cfg["warps_q"], st),
         ("selected_fwd_any", _sel_fwd_kernel, fwd_args, q_common, cfg["warps_q"], st),
         ("selected_forced_dq", _sel_forced_dq_kernel, fdq_args, f_consts, cfg["warps_f"], cfg["stages_fdq"]),
-        ("selected_bwd_dq", _sel_tok_dq_kernel, tdq_args, t_consts, cfg["warps_q"], cfg["stages_dq"]),
+        ("selected_bwd_dq", _sel_bwd_dq_tok_kernel, tdq_args, t_consts, cfg["warps_q"], cfg["stages_dq"]),
         ("selected_bwd_dq_any", _sel_bwd_dq_kernel, dq_args, q_common, cfg["warps_q"], cfg["stages_dq"]),
         ("selected_bwd_dkdv", _sel_bwd_dkdv_kernel, kv_args, kv_consts, cfg["warps_kv"], cfg["stages_kv"]),
         ("selected_bwd_reduce", _sel_bwd_reduce_kernel, red_args, red_consts, cfg["warps_red"], 1),

@@ -4,7 +4,7 @@ Owns two pairs of kernels and the count that sizes them:
 - any table (`forced_blocks=False`): `_sel_fwd_kernel` / `_sel_bwd_dq_kernel`, one program per query
   token, its G heads as the rows of one tile, looping over the token's table (every entry);
 - forced split (`forced_blocks=True`, after the dense kernels of selected_forced.py):
-  `_sel_tok_fwd_kernel` / `_sel_tok_dq_kernel`, one program per TP consecutive tokens of one (batch,
+  `_sel_fwd_tok_kernel` / `_sel_bwd_dq_tok_kernel`, one program per TP consecutive tokens of one (batch,
   KV head), rows = TP*G (Q's rows t*G + g are contiguous), padded to 16. A program walks the union of
   its tokens' non-forced entries: each distinct block's K/V is loaded once for all TP tokens, and a
   row weights it by how many of its token's entries list it (log2 of the count added to the logits,
@@ -138,7 +138,9 @@ def _sel_bwd_dq_kernel(
 # lies wholly before t, so a processed block needs no causal mask, and each row's weight (0 when its
 # token does not list the block) decides which rows see it. The table of the program's tokens is
 # held once per row ([RP, NKP]: -1 where an entry adds nothing to that row), and the loop over the
-# TP*NK entries processes entry e only at the block's first listing in the tile: the union.
+# TP*NK entries processes entry e only at the block's first listing in the tile: the union. Their
+# names start with _sel_fwd / _sel_bwd_dq, so profiles (and the GPU suite's kernel families, matched by
+# prefix) count them where the one-token kernels were.
 
 
 @triton.jit
@@ -155,7 +157,7 @@ def _tile_table(IDX, VALID, ebase, u_r, rm, t_r, NK, LP: tl.constexpr, NKP: tl.c
 
 
 @triton.jit
-def _sel_tok_fwd_kernel(
+def _sel_fwd_tok_kernel(
     Q, K, V, IDX, VALID, OUT, LSE, OF, LSEF,
     T, NK, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr,
@@ -218,7 +220,7 @@ def _sel_tok_fwd_kernel(
 
 
 @triton.jit
-def _sel_tok_dq_kernel(
+def _sel_bwd_dq_tok_kernel(
     Q, K, V, IDX, VALID, DO, LSE, DELTA, DQ, DQF,
     T, NK, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr,

@@ -350,13 +350,13 @@ def test_token_tiles_take_the_key_steps_key_steps_counts(monkeypatch):
     consts = dict(
         G=G, D=D, LP=lp, TP=cfg["TP"], RP=cfg["RP"], NKP=16, DP=cfg["DP"], BK=cfg["BK"], PREC="ieee"
     )
-    tsel_query._sel_tok_fwd_kernel[grid](
+    tsel_query._sel_fwd_tok_kernel[grid](
         q, k, v, idx, valid, torch.empty_like(q), rows.clone(), torch.zeros_like(q), rows.clone(), T, n, 0.25,
         **consts,
     )  # fmt: skip
     assert want > 0 and len(dots) == 2 * want
     dots.clear()
-    tsel_query._sel_tok_dq_kernel[grid](
+    tsel_query._sel_bwd_dq_tok_kernel[grid](
         q, k, v, idx, valid, q, rows.clone(), rows.clone(), torch.empty_like(q), torch.zeros_like(q), T, n, 0.25,
         **consts,
     )  # fmt: skip
