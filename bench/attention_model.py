@@ -182,15 +182,15 @@ def ours(
     s: Shape,
     balanced_dkv: bool = True,
     keymajor_sel: bool = False,
-    forced_tiles: bool = False,
+    forced_tiles: bool = True,
     fold_selection: bool = False,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     keymajor_sel models a restructure that is not built (what-if rows); balanced_dkv=False the
-    compressed dK/dV kernel as it was before it was split (for comparison); forced_tiles the selected
-    branch's forced blocks (block 0, the own and the previous block) as dense tiles of 64 rows, the
-    query-major kernels skipping them; fold_selection the top-n inside the compressed forward's
-    second pass (no third QK product)."""
+    compressed dK/dV kernel as it was before it was split (for comparison); forced_tiles (built,
+    2026-11-25) the selected branch's forced blocks (block 0, the own and the previous block) as dense
+    tiles of 64 rows, the query-major kernels skipping them (False: the kernels before); fold_selection
+    the top-n inside the compressed forward's second pass (no third QK product)."""
     B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
     bf = 2
     act = B * T * s.H * D * bf
@@ -274,6 +274,8 @@ def ours(
         # those read only the k - f other blocks, all whole; a dense kernel per 64 rows (tokens x G,
         # contiguous) runs block 0, the previous and the own block (causal) for the tile's tokens,
         # and hands its fp32 state (o, lse) to the gather kernel (DRAM write + read).
+        # nsa/attention/triton/selected_forced.py: grid (ceil(T*G/64), BH), 4 warps; registers
+        # (gpucheck, triton 3.9, G6 D64): forward 168 on sm_80 / 124 on sm_90, dQ 254 / 125.
         f = min(3, ns)
         keys = (k - f) * s.lp
         fk = min(T, f * s.lp)
@@ -281,11 +283,12 @@ def ours(
         fissue = 2 * BH * math.ceil(T * G / 64) * 64 * fk * D
         fprog = BH * math.ceil(T * G / 64)
         fl2 = fprog * fk * D * bf * 2
-        state = BH * T * G * (D + 1) * 4
+        state = BH * T * G * (D + 1) * 4  # fp32 o + lse (forward), fp32 dQ part + delta (backward)
         ks.append(Kernel("sel_forced_fwd", "selected", "fwd", "dense_fwd", 2 * fissue, 2 * fuse,
-                         2 * act + state, l2=fl2, programs=fprog, per_sm=2))  # fmt: skip
+                         act + state + BH * T * k * 9, l2=fl2, programs=fprog, per_sm=_per_sm(168, 128)))  # fmt: skip
         ks.append(Kernel("sel_forced_dq", "selected", "bwd", "dense_bwd", 3 * fissue, 3 * fuse,
-                         3 * act + 2 * state, l2=fl2, programs=fprog, per_sm=1))  # fmt: skip
+                         3 * act + state + BH * T * k * 9, l2=fl2, programs=fprog, per_sm=_per_sm(254, 128)))  # fmt: skip
+    state_in = BH * T * G * (D + 1) * 4 if forced_tiles else 0  # the gather kernels resume from it
     suse = 2 * BH * T * G * keys * D
     if keymajor_sel:
         sunit = suse * (math.ceil(npairs * G / SR) * SR) / (npairs * G)
@@ -299,10 +302,10 @@ def ours(
         fwd_units, dq_units, launches = 2, 3, 1
     progs = math.ceil(npairs * G / 64) if keymajor_sel else BH * T
     ks.append(Kernel("sel_fwd", "selected", "fwd", "gather_fwd", fwd_units * sunit, 2 * suse,
-                     2 * act + 2 * kvb + BH * T * k * 9 + 4 * BH * T * G + partial, l2=sl2,
+                     2 * act + 2 * kvb + BH * T * k * 9 + 4 * BH * T * G + partial + state_in, l2=sl2,
                      programs=progs, per_sm=_per_sm(158, 128), launches=launches))  # fmt: skip
     ks.append(Kernel("sel_bwd_dq", "selected", "bwd", "gather_fwd", dq_units * sunit, 3 * suse,
-                     4 * act + 2 * kvb + BH * T * k * 9 + partial, l2=sl2,
+                     4 * act + 2 * kvb + BH * T * k * 9 + partial + state_in, l2=sl2,
                      programs=progs, per_sm=_per_sm(154, 128), launches=launches - 1))  # fmt: skip
     # Reverse index: one stable torch.sort of BH*T*k int64 keys (radix: ~8 passes over key + index),
     # searchsorted, cumsum and ~12 small ops.
@@ -479,24 +482,27 @@ def branch_budget(T: int, shape: Shape, gpu: Gpu) -> dict[str, float]:
 
 def transient_bytes(T: int, s: Shape) -> int:
     """The largest scratch one NSA op holds beyond its inputs, outputs and saved tensors (triton
-    backend): the forward has none since selection runs inside the compressed kernel (until
-    2026-11-25 it kept float32 block scores [B, Hkv, T, ceil(T/l')], 512 MiB at 64k for M7C); the
-    backward, the selected branch's reverse index (sort keys, order, sorted keys: 3 x 8 bytes per
-    pair; cub's scratch not counted) plus fp32 partial dK/dV per segment and the deltas."""
+    backend). Forward: the selected branch's forced-block state (fp32 output + lse per row, handed to
+    the query-major kernel); selection itself keeps nothing (until 2026-11-25 the forward kept float32
+    block scores [B, Hkv, T, ceil(T/l')], 512 MiB at 64k for M7C). Backward: first the forced dQ part
+    (fp32) + delta, freed before the reverse index (sort keys, order, sorted keys: 3 x 8 bytes per
+    pair; cub's scratch not counted) and the fp32 partial dK/dV per segment, held with delta."""
     BH = s.B * s.Hkv
     ns = -(-T // s.lp)
     npairs = BH * T * min(s.n, ns)
     seg = min(2048, max(16, _p2(T) // 4))
     nseg = BH * ns + math.ceil(npairs / seg)
-    return int(3 * 8 * npairs + 2 * nseg * s.lp * _p2(s.D, 16) * 4 + 4 * BH * T * s.G)
+    rows = BH * T * s.G
+    state = rows * (s.D + 1) * 4
+    index = 3 * 8 * npairs + 2 * nseg * s.lp * _p2(s.D, 16) * 4 + 4 * rows
+    return int(max(state, state + 4 * rows, index))
 
 
 WHAT_IF = {
     "unbalanced_cmp_dkv_before": {"balanced_dkv": False},  # the compressed dK/dV before its split
     "keymajor_selected": {"keymajor_sel": True},  # FSA's loop order for the selected fwd and dQ
-    "forced_tiles": {"forced_tiles": True},  # forced blocks as dense tiles, the rest query-major
+    "before_forced_tiles": {"forced_tiles": False},  # every entry query-major (before 2026-11-25)
     "fold_selection": {"fold_selection": True},  # top-n in the compressed forward's pass 2
-    "forced_tiles_and_fold": {"forced_tiles": True, "fold_selection": True},
 }
 
 

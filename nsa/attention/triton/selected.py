@@ -410,6 +410,7 @@ def _selected_bwd(
         G=G, D=D, LP=LP, GP=cfg["GP"], DP=cfg["DP"], BK=cfg["BK"], PREC=prec, FORCED=forced,
         num_warps=cfg["warps_q"], num_stages=cfg["stages_dq"],
     )  # fmt: skip
+    del dqf  # consumed: its memory goes back to the allocator before the reverse index and partials
     order, start, seg_end, S, nseg = _reverse_index(idx, valid, LP)
     ns = -(-T // LP)
     DP, BN = cfg["DP"], cfg["BN"]
