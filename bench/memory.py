@@ -69,6 +69,7 @@ class LiveBytes(TorchDispatchMode):
         self.tags: dict[int, str] = {}  # serial -> tag, for the breakdown at the peak
         self.sizes: dict[int, int] = {}
         self.phase = ""
+        self.where: list[str] = []  # the module running now (see `label_modules`)
         self._serial = 0
 
     def track(self, t: torch.Tensor, tag: str) -> None:
@@ -96,7 +97,7 @@ class LiveBytes(TorchDispatchMode):
         return entry[0] if entry else None
 
     def at_peak(self, top: int) -> list[tuple[str, int]]:
-        """The largest contributors to the peak, grouped by phase and the op that made them."""
+        """The largest contributors to the peak, grouped by phase, module and the op that made them."""
         by: collections.Counter[str] = collections.Counter()
         for s in self.peak_serials:
             by[self.tags[s]] += self.sizes[s]
@@ -104,7 +105,8 @@ class LiveBytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        tag = f"{self.phase}:{func.namespace}::{func._opname}"
+        where = self.where[-1] if self.where else "-"
+        tag = f"{self.phase}:{where}:{func.namespace}::{func._opname}"
         for o in tree_flatten(out)[0]:
             if isinstance(o, torch.Tensor):
                 self.track(o, tag)
@@ -165,6 +167,28 @@ def _meta_triton(model: torch.nn.Module) -> None:
             m._dispatch["meta"] = nsa_module._ops("triton")
 
 
+def label_modules(model: torch.nn.Module, live: LiveBytes) -> None:
+    """Name each tracked storage after the module whose forward made it, the block index dropped
+    ("attn.wq", "mlp_norm"; "block" for the residual adds, "-" for gradients outside any forward):
+    recomputation in backward runs the submodules' forwards, so it is named too."""
+    import re
+
+    for name, mod in model.named_modules():
+        short = re.sub(r"^blocks\.\d+\.?", "", name) or (
+            "block" if name.startswith("blocks.") else name or "model"
+        )
+
+        def push(_m: Any, _args: Any, short: str = short) -> None:
+            live.where.append(short)
+
+        def pop(_m: Any, _args: Any, _out: Any) -> None:
+            live.where.pop()
+
+        mod.register_forward_pre_hook(push)
+        # always_call: checkpointing stops a recomputation by raising once it has what it needs.
+        mod.register_forward_hook(pop, always_call=True)
+
+
 def _unique_bytes(ts: Iterator[torch.Tensor]) -> int:
     seen = {id(t.untyped_storage()): t.untyped_storage().nbytes() for t in ts}
     return sum(seen.values())
@@ -188,12 +212,17 @@ def transient(T: int, batch: int, cfg: Any) -> int:
 
 def train_step(config: str, sets: list[str], top: int = 0) -> dict[str, Any]:
     """One nsa-train step (batch x train.seq_len tokens) on meta; the row described in the docstring."""
+    from nsa.attention import rope
     from nsa.model import Transformer
     from nsa.train.config import load_config
     from nsa.train.dist import DistInfo
     from nsa.train.parallelize import parallelize
 
     cfg = load_config(config, [*sets, "parallel.compile=false"])
+    # RoPE's cos/sin tables are cached per process: made during the first forward, they stay (32 MiB
+    # at 64k). Dropping meta entries made by an earlier row counts them in every row alike.
+    for key in [k for k, (cos, _) in rope._TABLES.items() if cos.device.type == "meta"]:
+        del rope._TABLES[key]
     t = cfg.train
     vocab = cfg.resolved_vocab_size()
     with torch.device("meta"):
@@ -211,6 +240,7 @@ def train_step(config: str, sets: list[str], top: int = 0) -> dict[str, Any]:
     inp, tgt = x[:, :-1], x[:, 1:]
 
     live = LiveBytes(persistent=(*params, *state, x))
+    label_modules(model, live)
     # The trainer autocasts to bf16 on CUDA for dtype bf16 or auto (nsa.train.trainer).
     cast = MetaAutocast(model) if cfg.train.dtype in ("bf16", "auto") else None
     with live:
@@ -260,7 +290,9 @@ def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> N
         default=["none", "selective", "full"],
         choices=["none", "selective", "full"],
     )
-    ap.add_argument("--top", type=int, default=6, help="largest contributors at the peak, by phase:op (GiB)")
+    ap.add_argument(
+        "--top", type=int, default=6, help="largest contributors at the peak, by phase:module:op (GiB)"
+    )
     args = ap.parse_args(argv)
     for T in args.T or [None]:
         for ac in args.checkpointing:
