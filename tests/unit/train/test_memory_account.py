@@ -105,6 +105,9 @@ def test_train_step_rows_add_up_and_checkpointing_lowers_the_peak(tiny_rows: dic
     with torch.device("meta"):
         n_params = Transformer(cfg.model, cfg.resolved_vocab_size()).num_params()
     none, full = tiny_rows["none"], tiny_rows["full"]
+    keys = ["memory", "config", "T", "batch", "checkpointing", "peak_live_bytes", "params_bytes", "grads_bytes",
+            "optim_bytes", "transient_bytes", "total_gib", "fits_80gb"]  # fmt: skip
+    assert none["memory"] == "train_step" and set(keys) <= set(none)
     for row in (none, full):
         assert row["params_bytes"] == row["grads_bytes"] == 4 * n_params  # fp32 masters and grads
         assert 8 * n_params <= row["optim_bytes"] <= 8 * n_params + 4 * 64  # AdamW moments (+ steps)
