@@ -24,9 +24,13 @@ cuBLAS/triton workspaces; hence `fits_80gb` asks for 10 GiB of margin (total <= 
 
 Differences from a GPU run, by construction: autocast is emulated (each nn.Linear casts its fp32
 inputs to bf16, as CUDA autocast's lower-precision list does, with the per-forward weight-cast
-cache); torch.compile is off (a compiled block fuses elementwise ops and
-keeps fewer temporaries, so the eager peak is the higher one); AdamW runs its single-tensor loop
-on meta (fused AdamW refuses meta tensors): its state, 8 bytes per parameter, is the same.
+cache); torch.compile is off (a compiled block fuses elementwise ops and keeps fewer temporaries,
+so the eager peak is the higher one); AdamW runs its single-tensor loop on meta (fused AdamW
+refuses meta tensors): its state, 8 bytes per parameter, is the same. One process, one GPU: no
+DDP gradient buckets (about one more gradient's size with several GPUs), no FSDP sharding.
+Dense attention takes SDPA's math path on meta (the [T, T] weights a flash kernel never holds), and
+SDPA is not cast: its rows are far above a GPU's. `at_peak` (`--top N`) lists the largest parts of
+the peak as phase:module:op, module without its block index ("-": a gradient outside any forward).
 """
 
 from __future__ import annotations
