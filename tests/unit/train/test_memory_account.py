@@ -1,17 +1,21 @@
 """bench/memory.py, the meta-device account of one training step: its live-bytes tracker against hand
-counts, its autocast emulation against torch's own CPU autocast, and its rows on the tiny config
-(checkpointing lowers the peak, the parts add up). All on the meta device except the autocast
-reference; a few seconds."""
+counts and against glibc's bytes in use for the same step on real CPU tensors, its autocast
+emulation against torch's own CPU autocast, its rows on the tiny config (checkpointing lowers the
+peak, the parts add up), and the boot banner's estimate against it. A few seconds."""
 
 from __future__ import annotations
 
 import collections
+import ctypes
 import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from nsa.malloc import loaded_allocator
 
 REPO = Path(__file__).resolve().parents[3]
 _spec = importlib.util.spec_from_file_location("bench_memory", REPO / "bench" / "memory.py")
@@ -54,6 +58,56 @@ def test_peak_through_a_backward_equals_a_hand_count() -> None:
     assert live.peak == 16 * n + 8
     # After it: the graph freed y; z and s are ours; x.grad (4n) stays.
     assert live.now == 8 * n + 4 and live.serial_of(x.grad) is not None
+
+
+class _Heap(TorchDispatchMode):
+    """glibc's bytes in use (mallinfo2: heap + mmapped blocks) after every op, and their peak."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        libc = ctypes.CDLL("libc.so.6")
+        fields = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                  "keepcost")  # fmt: skip
+        info = type("MallInfo2", (ctypes.Structure,), {"_fields_": [(f, ctypes.c_size_t) for f in fields]})
+        libc.mallinfo2.restype = info
+        self.mallinfo2 = libc.mallinfo2
+        self.base = self.in_use()
+        self.peak = 0
+
+    def in_use(self) -> int:
+        m = self.mallinfo2()
+        return m.uordblks + m.hblkhd
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.peak = max(self.peak, self.in_use() - self.base)
+        return out
+
+
+@pytest.mark.skipif(loaded_allocator() != "glibc", reason="reads glibc's malloc counters")
+def test_meta_peak_equals_the_real_heap_peak_of_the_same_step_on_cpu() -> None:
+    """Independent of the tracker: the same forward + backward on real CPU tensors, glibc's bytes in
+    use sampled after every op. The meta count must match them up to malloc's per-block overhead."""
+    from nsa.model import RMSNorm, SwiGLU
+
+    def build(device: str) -> tuple[torch.nn.Module, torch.Tensor]:
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(
+            RMSNorm(256, 1e-5), SwiGLU(256, 1024), RMSNorm(256, 1e-5), SwiGLU(256, 1024)
+        )
+        return net.to(device), torch.ones(4, 256, 256, device=device, requires_grad=True)
+
+    net, x = build("meta")
+    with M.LiveBytes(persistent=(*net.parameters(), x)) as live:
+        net(x).pow(2).mean().backward()
+    net, x = build("cpu")
+    net(x).pow(2).mean().backward()  # first use: BLAS and OpenMP allocate their own buffers once
+    x.grad = None
+    net.zero_grad(set_to_none=True)
+    with _Heap() as heap:
+        net(x).pow(2).mean().backward()
+    assert live.peak > 40 * 2**20  # ~46 MiB: large blocks, so malloc's overhead is small beside them
+    assert heap.peak == pytest.approx(live.peak, rel=0.01)
 
 
 def _saved(fn, x: torch.Tensor) -> collections.Counter:
