@@ -27,7 +27,8 @@ causal on [B, H, T, D], K/V expanded / enable_gqa=True; on CUDA pinned to the fl
 (bench/attention_model.py: estimates, not measurements) prints JSON lines: "calibration" rows (the model
 against published NSA / FlashAttention-2 figures, relative error), "prediction" rows (our triton
 backend / FlashAttention-2, fwd, bwd, fwd+bwd; A100 and H100; shapes m7c and paper), "what_if" rows
-(the same ratio for restructures that are not built), "budget_ms" rows
+(the same ratio for restructures that are not built), "bound" rows (the ideal NSA any structure of
+the model's kernel kinds could reach, and the sparse backward efficiency the targets need), "budget_ms" rows
 (per branch), "kernel_model" rows (FLOPs issued incl. padding, DRAM and L2 bytes, programs, waves),
 and "memory" rows (bytes one M7C layer saves for backward, traced on the meta device, and the
 largest scratch an op holds) at T = 8k, 32k, 64k, 128k.
@@ -131,7 +132,8 @@ def model_output(Ts: list[int]) -> list[dict]:
     """Every row `--model` prints: calibration, predictions, per-kernel costs, branch budgets, memory."""
     import attention_model as m  # beside this script (its directory is on sys.path when run)
 
-    rows: list[dict] = [*m.calibration_rows(), *m.prediction_rows(Ts), *m.what_if_rows(Ts)]
+    rows: list[dict] = [*m.calibration_rows(), *m.prediction_rows(Ts), *m.miss_rows(Ts), *m.what_if_rows(Ts)]
+    rows += m.bound_rows(Ts)
     for gpu in ("A100", "H100"):
         for shape in ("m7c", "paper"):
             for T in Ts:

@@ -56,6 +56,8 @@ GPUS: dict[str, Gpu] = {
     "H100": Gpu("H100-SXM5", "hopper", 989e12, 3.35e12, 0.75 * 11.5e12, 132, 67e12),
     # H800: an H100 SXM with cut interconnect; same SMs, clocks, HBM3 (Scalable-Flash-NSA's GPU).
     "H800": Gpu("H800-SXM5", "hopper", 989e12, 3.35e12, 0.75 * 11.5e12, 132, 67e12),
+    # H200 SXM: H100's SMs and clocks with 4.8 TB/s HBM3e (one of the GPUs the project is lent).
+    "H200": Gpu("H200-SXM", "hopper", 989e12, 4.8e12, 0.75 * 11.5e12, 132, 67e12),
 }
 
 EFF: dict[str, dict[str, float]] = {
@@ -175,10 +177,20 @@ def flash2(T: int, s: Shape, kind: str = "fa2") -> list[Kernel]:
     ]
 
 
-def ours(T: int, s: Shape, balanced_dkv: bool = True, keymajor_sel: bool = False) -> list[Kernel]:
+def ours(
+    T: int,
+    s: Shape,
+    balanced_dkv: bool = True,
+    keymajor_sel: bool = False,
+    forced_tiles: bool = False,
+    fold_selection: bool = False,
+) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     keymajor_sel models a restructure that is not built (what-if rows); balanced_dkv=False the
-    compressed dK/dV kernel as it was before it was split (for comparison)."""
+    compressed dK/dV kernel as it was before it was split (for comparison); forced_tiles the selected
+    branch's forced blocks (block 0, the own and the previous block) as dense tiles of 64 rows, the
+    query-major kernels skipping them; fold_selection the top-n inside the compressed forward's
+    second pass (no third QK product)."""
     B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
     bf = 2
     act = B * T * s.H * D * bf
@@ -228,8 +240,10 @@ def ours(T: int, s: Shape, balanced_dkv: bool = True, keymajor_sel: bool = False
     # Top-n (pass 3): a running top-W per token, rank merges on [BT, W, BJ] tiles (about 4 integer
     # ops per compared pair, W pairs per candidate block), plus Eq. 9's shifts (~4 x l'/d per block).
     W = max(16, _p2(s.n))
-    ks.append(Kernel("cmp_fwd_topn", "selection", "fwd", "dense_fwd", cunit, 0, BH * T * k * 9,
-                     l2=ckl2, alu=BH * T * ns * (W * 4 + 4 * s.lp // s.d), programs=ctiles, per_sm=2,
+    # Folded (fold_selection): the same merges on pass 2's probabilities, no QK product, no L2 pass.
+    ks.append(Kernel("cmp_fwd_topn", "selection", "fwd", "dense_fwd", 0 if fold_selection else cunit, 0,
+                     BH * T * k * 9, l2=0 if fold_selection else ckl2,
+                     alu=BH * T * ns * (W * 4 + 4 * s.lp // s.d), programs=ctiles, per_sm=2,
                      launches=0))  # fmt: skip
     dq_rows = 128 if D <= 64 else 32
     bunit = 2 * BH * T * GP * ck * D
@@ -255,6 +269,23 @@ def ours(T: int, s: Shape, balanced_dkv: bool = True, keymajor_sel: bool = False
     SR = 64 if keymajor_sel else _p2(G, 16)
     keys = _sel_keys(T, s)
     npairs = BH * T * k
+    if forced_tiles:
+        # Forced blocks (3 per token once T >= 3 l'; all of them below) leave the query-major kernels:
+        # those read only the k - f other blocks, all whole; a dense kernel per 64 rows (tokens x G,
+        # contiguous) runs block 0, the previous and the own block (causal) for the tile's tokens,
+        # and hands its fp32 state (o, lse) to the gather kernel (DRAM write + read).
+        f = min(3, ns)
+        keys = (k - f) * s.lp
+        fk = min(T, f * s.lp)
+        fuse = 2 * BH * T * G * (fk - s.lp / 2) * D
+        fissue = 2 * BH * math.ceil(T * G / 64) * 64 * fk * D
+        fprog = BH * math.ceil(T * G / 64)
+        fl2 = fprog * fk * D * bf * 2
+        state = BH * T * G * (D + 1) * 4
+        ks.append(Kernel("sel_forced_fwd", "selected", "fwd", "dense_fwd", 2 * fissue, 2 * fuse,
+                         2 * act + state, l2=fl2, programs=fprog, per_sm=2))  # fmt: skip
+        ks.append(Kernel("sel_forced_dq", "selected", "bwd", "dense_bwd", 3 * fissue, 3 * fuse,
+                         3 * act + 2 * state, l2=fl2, programs=fprog, per_sm=1))  # fmt: skip
     suse = 2 * BH * T * G * keys * D
     if keymajor_sel:
         sunit = suse * (math.ceil(npairs * G / SR) * SR) / (npairs * G)
@@ -463,6 +494,9 @@ def transient_bytes(T: int, s: Shape) -> int:
 WHAT_IF = {
     "unbalanced_cmp_dkv_before": {"balanced_dkv": False},  # the compressed dK/dV before its split
     "keymajor_selected": {"keymajor_sel": True},  # FSA's loop order for the selected fwd and dQ
+    "forced_tiles": {"forced_tiles": True},  # forced blocks as dense tiles, the rest query-major
+    "fold_selection": {"fold_selection": True},  # top-n in the compressed forward's pass 2
+    "forced_tiles_and_fold": {"forced_tiles": True, "fold_selection": True},
 }
 
 
@@ -477,4 +511,86 @@ def what_if_rows(Ts: list[int]) -> list[dict]:
                     rows.append(
                         {"what_if": name, "gpu": gname, "shape": sname, "T": T, "fwd_bwd": round(ratio, 3)}
                     )
+    return rows
+
+
+TARGETS = {8192: 1.0, 32768: 0.35, 65536: 0.2}  # issue 20: NSA / FA2, fwd + bwd
+
+
+def _useful_units(T: int, s: Shape) -> dict[str, float]:
+    """FLOPs of one causal-masked GEMM over each branch's keys, useful rows and keys only."""
+    BH, G, D = s.B * s.Hkv, s.G, s.D
+    nc = max(0, (T - s.bl) // s.d + 1)
+    return {
+        "selected": 2 * BH * T * G * _sel_keys(T, s) * D,
+        "compressed": 2 * BH * T * G * (nc / 2) * D,
+        "window": 2 * BH * T * G * min(T, s.w) * D,
+    }
+
+
+def ideal_time(T: int, s: Shape, gpu: Gpu, selected: str = "gather") -> float:
+    """A lower bound on any NSA built from the model's kernel kinds: each branch's useful FLOPs only
+    (no padded rows, no L2 or DRAM time, no selection cost, no launches, no memory-bound ops),
+    2 GEMM units forward and 5 backward (FlashAttention-2's count: no recompute beyond its own), the
+    selected branch at the `gather` efficiencies (the published sparse kernels') or, if a structure
+    ran it as full dense tiles, at the `dense` ones; compressed and window at `dense`."""
+    e, u = EFF[gpu.arch], _useful_units(T, s)
+    dense = u["compressed"] + u["window"]
+    t = 2 * dense / e["dense_fwd"] + 5 * dense / e["dense_bwd"]
+    t += 2 * u["selected"] / e[f"{selected}_fwd"] + 5 * u["selected"] / e[f"{selected}_bwd"]
+    return t / gpu.peak
+
+
+def needed_gather_bwd(T: int, s: Shape, gpu: Gpu) -> float | None:
+    """The sparse backward efficiency (fraction of peak) the ideal NSA needs to meet the target at T
+    with everything else as in `ideal_time` (gather forward); None if no efficiency suffices."""
+    e, u = EFF[gpu.arch], _useful_units(T, s)
+    dense = u["compressed"] + u["window"]
+    rest = (
+        2 * dense / e["dense_fwd"] + 5 * dense / e["dense_bwd"] + 2 * u["selected"] / e["gather_fwd"]
+    ) / gpu.peak
+    room = TARGETS[T] * total(flash2(T, s), gpu) - rest
+    return round(5 * u["selected"] / (gpu.peak * room), 3) if room > 0 else None
+
+
+def bound_rows(Ts: list[int]) -> list[dict]:
+    """How close any structure of these kernel kinds can get: the ideal NSA over FlashAttention-2,
+    with the selected branch at the sparse (`gather`) or at the dense efficiencies, and the sparse
+    backward efficiency the target needs (the calibrated one beside it)."""
+    rows = []
+    for gname in ("A100", "H100"):
+        gpu = GPUS[gname]
+        for sname, shape in SHAPES.items():
+            for T in Ts:
+                fa = total(flash2(T, shape), gpu)
+                rows.append({
+                    "bound": "ideal_nsa_over_fa2", "gpu": gname, "shape": sname, "T": T,
+                    "selected_gather": round(ideal_time(T, shape, gpu, "gather") / fa, 3),
+                    "selected_dense": round(ideal_time(T, shape, gpu, "dense") / fa, 3),
+                    "target": TARGETS.get(T),
+                    "gather_bwd_needed": needed_gather_bwd(T, shape, gpu) if T in TARGETS else None,
+                    "gather_bwd_calibrated": EFF[gpu.arch]["gather_bwd"],
+                })  # fmt: skip
+    return rows
+
+
+def miss_rows(Ts: list[int]) -> list[dict]:
+    """Each prediction that misses its target, with the kernel and the branch that cost the most."""
+    rows = []
+    for r in prediction_rows([T for T in Ts if T in TARGETS]):
+        if r["fwd_bwd"] <= TARGETS[r["T"]]:
+            continue
+        gpu, shape = GPUS[r["gpu"]], SHAPES[r["shape"]]
+        ks = ours(r["T"], shape)
+        t_all = total(ks, gpu)
+        worst = max(ks, key=lambda k: k.time(gpu))
+        branches = branch_budget(r["T"], shape, gpu)
+        del branches["nsa_total"], branches["fa2_total"]
+        branch = max(branches, key=branches.get)
+        rows.append({
+            "miss": "nsa_over_fa2", "gpu": r["gpu"], "shape": r["shape"], "T": r["T"],
+            "fwd_bwd": r["fwd_bwd"], "target": TARGETS[r["T"]],
+            "largest_kernel": worst.name, "kernel_share": round(worst.time(gpu) / t_all, 3),
+            "largest_branch": branch, "branch_share": round(branches[branch] / 1e3 / t_all, 3),
+        })  # fmt: skip
     return rows

@@ -126,18 +126,25 @@ class Event:
 
 
 # --- atomic file helpers ------------------------------------------------------------------------
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write `text` to `path` so that readers see either the old or the new file, never a torn one."""
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, durable: bool = False) -> None:
+    """Write `text` to `path` so that readers see either the old or the new file, never a torn one.
+    durable=True also fsyncs the file's bytes before the rename and the directory entry after it, so
+    the new file survives a power loss (`durable_write_text`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    if durable:
+        fsync_path(path.parent, directory=True)
 
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
@@ -227,19 +234,7 @@ def fsync_path(path: str | os.PathLike[str], *, directory: bool = False) -> None
 
 def durable_write_text(path: str | os.PathLike[str], text: str) -> None:
     """atomic_write_text, fsynced: the file's bytes, then the directory entry of the rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_path(path.parent, directory=True)
+    atomic_write_text(path, text, durable=True)
 
 
 # The files a checkpoint of an older manifest (one without `required`) must list all the same: the

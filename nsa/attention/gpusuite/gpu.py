@@ -5,7 +5,8 @@ and returns a JSON-able dict with `ok` (None with `skipped` when it could not ru
 - sanitizer: memcheck and racecheck over `smoke.py` (one small shape per kernel), when the tool exists;
 - speed: NSA's attention core (triton branches + gate mix) against F.scaled_dot_product_attention
   (flash, and cuDNN where torch offers it), forward and forward+backward, bf16, B*T = 64k tokens,
-  with a per-kernel breakdown from torch.profiler and model FLOPs/bytes per kernel (docs/gpu-suite.md);
+  with a per-kernel breakdown from torch.profiler and model FLOPs/bytes per kernel (docs/gpu-suite.md),
+  and the cost model's predicted times beside the measured ones (`modelcheck`);
 - train: `python -m nsa.train` on configs/m7c_125m.yaml, dense and NSA x activation checkpointing
   {none, full} x {eager, compiled} (`train_runs`), synthetic data, tokens/s and peak memory after warm-up.
 It must not change kernel configs or install anything; logs go under the suite's OUT_DIR.
@@ -25,6 +26,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from nsa.attention.gpusuite import modelcheck
 from nsa.attention.gpusuite.checks import Plan
 
 REPO = Path(__file__).resolve().parents[3]
@@ -288,6 +290,10 @@ def speed(plan: Plan, suite) -> dict:
                 rec["speedup_fwd_bwd_vs_flash"] = round(
                     rec["sdpa_flash_fwd_bwd_ms"] / rec["nsa_fwd_bwd_ms"], 2
                 )
+            try:  # the model's prediction beside the measurement; never fails the section
+                rec["model"] = modelcheck.compare(rec, torch.cuda.get_device_name(0), plan.geometry)
+            except Exception as e:
+                rec["model"] = {"skipped": f"{type(e).__name__}: {str(e)[:200]}"}
             records.append(rec)
     ok = bool(records) and all("error" not in r and "nsa_fwd_ms" in r for r in records)
     parts = [
@@ -296,6 +302,7 @@ def speed(plan: Plan, suite) -> dict:
         for r in records
     ]
     summary = "; ".join(parts[:4]) + (f" (+{len(parts) - 4} more)" if len(parts) > 4 else "")
+    summary += f"; {modelcheck.summary(records)}"
     return {"ok": ok, "summary": summary, "records": records, "skipped_for_time": skipped}
 
 

@@ -2,11 +2,14 @@
 
 Owns the forward kernel (query-major: one program per query token, its G heads as the rows of one
 tile, looping over the token's table), the backward's dQ kernel (the same shape; it also writes
-delta = rowsum(dO * O)), the backward's dK/dV kernel (key-major: one program per segment of the
-queries that chose one selection block, found through a reverse index built by a constant number of
-aten ops, no atomics) and the reduction of the segments' partial dK/dV. It must not sync with the
-device, loop in Python over anything that grows with T, or build a [T, T] tensor; the number of
-launches is the same at every T (1 kernel forward; 3 kernels + 16 small aten ops backward).
+delta = rowsum(dO * O) unless the forced-block dQ did), the backward's dK/dV kernel (key-major: one
+program per segment of the queries that chose one selection block, found through a reverse index
+built by a constant number of aten ops, no atomics), the reduction of the segments' partial dK/dV, and
+the launchers. With `forced_blocks=True` the forced entries (block 0, the query's own block and the one
+before) run first as dense row tiles (selected_forced.py) and the query-major kernels skip them. It
+must not sync with the device, loop in Python over anything that grows with T, or build a [T, T]
+tensor; the number of launches is the same at every T (forward: 1 kernel, 2 with forced blocks;
+backward: 3 kernels, 4 with forced blocks, + 16 small aten ops).
 """
 
 from __future__ import annotations
@@ -17,6 +20,11 @@ import triton.language as tl
 from torch import Tensor
 
 from nsa.attention.triton import interpreting
+from nsa.attention.triton.selected_forced import (
+    _sel_forced_dq_kernel,
+    _sel_forced_fwd_kernel,
+    forced_rows_per_tile,
+)
 from nsa.attention.triton.spec import GpuShape, KernelSpec
 
 # Row reductions spelled as tl.reduce with triton's own combine functions: the same code as tl.max /
@@ -28,12 +36,14 @@ _sum_combine = tl.standard._sum_combine
 
 @triton.jit
 def _sel_fwd_kernel(
-    Q, K, V, IDX, VALID, OUT, LSE,
+    Q, K, V, IDX, VALID, OUT, LSE, OF, LSEF,
     T, NK, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
-    GP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+    GP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, FORCED: tl.constexpr,
 ):  # fmt: skip
-    # One program: query token t of one (batch, KV head); rows = its G heads (padded to GP).
+    # One program: query token t of one (batch, KV head); rows = its G heads (padded to GP). FORCED:
+    # the forced-block kernel already ran over this token's forced entries (block 0, t // LP and the
+    # one before): skip them and resume its softmax state (OF: normalized output, LSEF: base-2 lse).
     t = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     # int64 only in the per-(batch, KV head) base pointers; offsets inside one head are int32 (small
@@ -49,13 +59,22 @@ def _sel_fwd_kernel(
     IDX += (bh * T + t) * NK
     VALID += (bh * T + t) * NK
     qk_scale = sm_scale * 1.4426950408889634  # base-2 softmax
-    m_i = tl.full([GP], float("-inf"), tl.float32)
-    l_i = tl.zeros([GP], tl.float32)
-    acc = tl.zeros([GP, DP], tl.float32)
+    if FORCED:
+        # (m, l, acc) = (lse, 1, o) is the forced part's exact state; l = 0 where it had no key.
+        m_i = tl.load(LSEF + (bh * T + t) * G + g, mask=gm, other=float("-inf"))
+        l_i = tl.where(m_i > float("-inf"), 1.0, 0.0)
+        acc = tl.load(OF + bh * T * G * D + qoff, mask=qmask, other=0.0)
+    else:
+        m_i = tl.full([GP], float("-inf"), tl.float32)
+        l_i = tl.zeros([GP], tl.float32)
+        acc = tl.zeros([GP, DP], tl.float32)
+    jt = t // LP
     kk = tl.arange(0, BK)
     for i in range(0, NK):
         j = tl.load(IDX + i)
         ok = (tl.load(VALID + i) != 0) & (j >= 0)
+        if FORCED:
+            ok = ok & (j != 0) & (j != jt) & (j != jt - 1)
         # Keys after t are masked; a block starting after t (or an invalid entry) adds nothing.
         hi = tl.where(ok, tl.minimum(LP, t - j * LP + 1), 0).to(tl.int32)
         start = (j * LP).to(tl.int32)  # used only when hi > 0, i.e. start <= t
@@ -82,12 +101,14 @@ def _sel_fwd_kernel(
 
 @triton.jit
 def _sel_bwd_dq_kernel(
-    Q, K, V, IDX, VALID, OUT, DO, LSE, DELTA, DQ,
+    Q, K, V, IDX, VALID, OUT, DO, LSE, DELTA, DQ, DQF,
     T, NK, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
-    GP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+    GP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, FORCED: tl.constexpr,
 ):  # fmt: skip
     # Query-major like the forward; also stores delta for the key-major dK/dV kernel that runs next.
+    # FORCED: the forced-block dQ kernel ran first (it stored delta and DQF, the forced entries' part of
+    # dQ in fp32, unscaled): load both, skip the forced entries, add the rest.
     t = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     g = tl.arange(0, GP)
@@ -98,22 +119,29 @@ def _sel_bwd_dq_kernel(
     qbase = bh * T * G * D
     q = tl.load(Q + qbase + qoff, mask=qmask, other=0.0)
     do = tl.load(DO + qbase + qoff, mask=qmask, other=0.0)
-    o = tl.load(OUT + qbase + qoff, mask=qmask, other=0.0)
-    delta = tl.reduce(do.to(tl.float32) * o.to(tl.float32), 1, _sum_combine)
     srow = (bh * T + t) * G + g
-    tl.store(DELTA + srow, delta, mask=gm)
+    if FORCED:
+        delta = tl.load(DELTA + srow, mask=gm, other=0.0)
+        dq = tl.load(DQF + qbase + qoff, mask=qmask, other=0.0)
+    else:
+        o = tl.load(OUT + qbase + qoff, mask=qmask, other=0.0)
+        delta = tl.reduce(do.to(tl.float32) * o.to(tl.float32), 1, _sum_combine)
+        tl.store(DELTA + srow, delta, mask=gm)
+        dq = tl.zeros([GP, DP], tl.float32)
     lse = tl.load(LSE + srow, mask=gm, other=0.0)
     lse = tl.where(lse == float("-inf"), 0.0, lse)  # such a row has no key: the loop adds nothing
     qk_scale = sm_scale * 1.4426950408889634
-    dq = tl.zeros([GP, DP], tl.float32)
     K += bh * T * D
     V += bh * T * D
     IDX += (bh * T + t) * NK
     VALID += (bh * T + t) * NK
+    jt = t // LP
     kk = tl.arange(0, BK)
     for i in range(0, NK):
         j = tl.load(IDX + i)
         ok = (tl.load(VALID + i) != 0) & (j >= 0)
+        if FORCED:
+            ok = ok & (j != 0) & (j != jt) & (j != jt - 1)
         hi = tl.where(ok, tl.minimum(LP, t - j * LP + 1), 0).to(tl.int32)
         start = (j * LP).to(tl.int32)
         for c in range(0, hi, BK):
@@ -264,6 +292,11 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
         # dQ holds the fp32 dq accumulator beside the forward's state: with 2 stages ptxas spilled
         # 4 bytes on sm_90 (gpucheck, --regAllocOptLevel=2).
         "stages_dq": 1,
+        # The forced-block kernels (selected_forced.py): BM query rows per program, keys BK at a time.
+        "BM": forced_rows_per_tile(key_tile < 64),
+        "warps_f": 4,
+        "stages_f": 2,
+        "stages_fdq": 1,
     }
 
 
@@ -310,23 +343,34 @@ def _reverse_index(idx: Tensor, valid: Tensor, LP: int):
 
 @torch.library.custom_op("nsa_triton::selected_fwd", mutates_args=())
 def _selected_fwd(
-    q: Tensor, k: Tensor, v: Tensor, idx: Tensor, valid: Tensor, sel_block: int, scale: float
+    q: Tensor, k: Tensor, v: Tensor, idx: Tensor, valid: Tensor, sel_block: int, scale: float, forced: bool
 ) -> tuple[Tensor, Tensor]:
     B, Hkv, T, G, D = q.shape
     NK = idx.shape[-1]
     cfg = _launch_config(G, D, sel_block)
+    prec = _prec(q.dtype)
+    valid8 = valid.view(torch.int8)
     out = torch.empty_like(q)
     lse = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
+    of, lsef = lse, lse  # unused without `forced` (a constexpr branch), any fp32 pointer will do
+    if forced:
+        of = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+        lsef = torch.empty_like(lse)
+        _sel_forced_fwd_kernel[(triton.cdiv(T * G, cfg["BM"]), B * Hkv)](
+            q, k, v, idx, valid8, of, lsef, T, NK, scale,
+            G=G, D=D, LP=sel_block, DP=cfg["DP"], BM=cfg["BM"], BK=cfg["BK"], PREC=prec,
+            num_warps=cfg["warps_f"], num_stages=cfg["stages_f"],
+        )  # fmt: skip
     _sel_fwd_kernel[(T, B * Hkv)](
-        q, k, v, idx, valid.view(torch.int8), out, lse, T, NK, scale,
-        G=G, D=D, LP=sel_block, GP=cfg["GP"], DP=cfg["DP"], BK=cfg["BK"], PREC=_prec(q.dtype),
+        q, k, v, idx, valid8, out, lse, of, lsef, T, NK, scale,
+        G=G, D=D, LP=sel_block, GP=cfg["GP"], DP=cfg["DP"], BK=cfg["BK"], PREC=prec, FORCED=forced,
         num_warps=cfg["warps_q"], num_stages=cfg["stages"],
     )  # fmt: skip
     return out, lse
 
 
 @_selected_fwd.register_fake
-def _(q, k, v, idx, valid, sel_block, scale):
+def _(q, k, v, idx, valid, sel_block, scale, forced):
     return torch.empty_like(q), q.new_empty(q.shape[:4], dtype=torch.float32)
 
 
@@ -342,17 +386,28 @@ def _selected_bwd(
     lse: Tensor,
     sel_block: int,
     scale: float,
+    forced: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:
     B, Hkv, T, G, D = q.shape
     BH, NK, LP = B * Hkv, idx.shape[-1], sel_block
     cfg = _launch_config(G, D, LP)
     prec = _prec(q.dtype)
+    valid8 = valid.view(torch.int8)
     dout = dout.contiguous()
     dq = torch.empty_like(q)
     delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
+    dqf = delta  # unused without `forced`
+    if forced:
+        # Writes delta and the forced entries' dQ (fp32); the query-major dQ adds the rest and stores.
+        dqf = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+        _sel_forced_dq_kernel[(triton.cdiv(T * G, cfg["BM"]), BH)](
+            q, k, v, idx, valid8, out, dout, lse, delta, dqf, T, NK, scale,
+            G=G, D=D, LP=LP, DP=cfg["DP"], BM=cfg["BM"], BK=cfg["BK"], PREC=prec,
+            num_warps=cfg["warps_f"], num_stages=cfg["stages_fdq"],
+        )  # fmt: skip
     _sel_bwd_dq_kernel[(T, BH)](
-        q, k, v, idx, valid.view(torch.int8), out, dout, lse, delta, dq, T, NK, scale,
-        G=G, D=D, LP=LP, GP=cfg["GP"], DP=cfg["DP"], BK=cfg["BK"], PREC=prec,
+        q, k, v, idx, valid8, out, dout, lse, delta, dq, dqf, T, NK, scale,
+        G=G, D=D, LP=LP, GP=cfg["GP"], DP=cfg["DP"], BK=cfg["BK"], PREC=prec, FORCED=forced,
         num_warps=cfg["warps_q"], num_stages=cfg["stages_dq"],
     )  # fmt: skip
     order, start, seg_end, S, nseg = _reverse_index(idx, valid, LP)
@@ -376,23 +431,23 @@ def _selected_bwd(
 
 
 @_selected_bwd.register_fake
-def _(dout, q, k, v, idx, valid, out, lse, sel_block, scale):
+def _(dout, q, k, v, idx, valid, out, lse, sel_block, scale, forced):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    q, k, v, idx, valid, sel_block, scale = inputs
+    q, k, v, idx, valid, sel_block, scale, forced = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, idx, valid, out, lse)
-    ctx.sel_block, ctx.scale = sel_block, scale
+    ctx.sel_block, ctx.scale, ctx.forced = sel_block, scale, forced
 
 
 def _backward(ctx, dout, _dlse):
     q, k, v, idx, valid, out, lse = ctx.saved_tensors
     dq, dk, dv = torch.ops.nsa_triton.selected_bwd(
-        dout, q, k, v, idx, valid, out, lse, ctx.sel_block, ctx.scale
+        dout, q, k, v, idx, valid, out, lse, ctx.sel_block, ctx.scale, ctx.forced
     )
-    return dq, dk, dv, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None
 
 
 torch.library.register_autograd("nsa_triton::selected_fwd", _backward, setup_context=_setup_context)
@@ -418,7 +473,7 @@ def selected_attention(
     `forced_blocks` (the eager op's sizing hint) are accepted and ignored: the kernels need neither, and
     a table without the forced blocks is still exact here (never NaN).
     """
-    del chunk, forced_blocks
+    del chunk
     if q.device.type not in ("cuda", "meta") and not interpreting():
         raise ValueError(
             f"triton selected_attention: tensors on {q.device.type}; use CUDA (or meta) tensors, or set TRITON_INTERPRET=1"
@@ -426,7 +481,9 @@ def selected_attention(
     dtype = q.dtype
     k, v = k.to(dtype).contiguous(), v.to(dtype).contiguous()
     idx, valid = idx.contiguous(), valid.contiguous()
-    return torch.ops.nsa_triton.selected_fwd(q.contiguous(), k, v, idx, valid, sel_block, float(scale))[0]
+    return torch.ops.nsa_triton.selected_fwd(
+        q.contiguous(), k, v, idx, valid, sel_block, float(scale), bool(forced_blocks)
+    )[0]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -442,14 +499,22 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     prec = "tf32" if dt == "fp32" else "ieee"
     ptr, f32 = f"*{dt}", "*fp32"
     q_common = {"G": G, "D": D, "LP": LP, "GP": cfg["GP"], "DP": cfg["DP"], "BK": cfg["BK"], "PREC": prec}
+    f_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BM": cfg["BM"], "BK": cfg["BK"], "PREC": prec}
 
     def sig(names: dict[str, str], consts: dict) -> dict[str, str]:
         return {**names, **{c: "constexpr" for c in consts}}
 
     i32, i64, i8 = "i32", "*i64", "*i8"
-    fwd_args = dict(Q=ptr, K=ptr, V=ptr, IDX=i64, VALID=i8, OUT=ptr, LSE=f32, T=i32, NK=i32, sm_scale="fp32")
+    fwd_args = dict(
+        Q=ptr, K=ptr, V=ptr, IDX=i64, VALID=i8, OUT=ptr, LSE=f32, OF=f32, LSEF=f32, T=i32, NK=i32, sm_scale="fp32"
+    )  # fmt: skip
     dq_args = dict(
-        Q=ptr, K=ptr, V=ptr, IDX=i64, VALID=i8, OUT=ptr, DO=ptr, LSE=f32, DELTA=f32, DQ=ptr,
+        Q=ptr, K=ptr, V=ptr, IDX=i64, VALID=i8, OUT=ptr, DO=ptr, LSE=f32, DELTA=f32, DQ=ptr, DQF=f32,
+        T=i32, NK=i32, sm_scale="fp32",
+    )  # fmt: skip
+    ffwd_args = dict(Q=ptr, K=ptr, V=ptr, IDX=i64, VALID=i8, OF=f32, LSEF=f32, T=i32, NK=i32, sm_scale="fp32")
+    fdq_args = dict(
+        Q=ptr, K=ptr, V=ptr, IDX=i64, VALID=i8, OUT=ptr, DO=ptr, LSE=f32, DELTA=f32, DQF=f32,
         T=i32, NK=i32, sm_scale="fp32",
     )  # fmt: skip
     kv_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR"], "PREC": prec}
@@ -460,30 +525,18 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     red_consts = {"D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"]}
     red_args = dict(PDK=f32, PDV=f32, START=i64, SEG_END=i64, DK=ptr, DV=ptr, T=i32, NS=i32, S=i32)
     st = cfg["stages"]
-    return [
-        KernelSpec("selected_fwd", _sel_fwd_kernel, sig(fwd_args, q_common), q_common, cfg["warps_q"], st),
-        KernelSpec(
-            "selected_bwd_dq",
-            _sel_bwd_dq_kernel,
-            sig(dq_args, q_common),
-            q_common,
-            cfg["warps_q"],
-            cfg["stages_dq"],
-        ),
-        KernelSpec(
-            "selected_bwd_dkdv",
-            _sel_bwd_dkdv_kernel,
-            sig(kv_args, kv_consts),
-            kv_consts,
-            cfg["warps_kv"],
-            cfg["stages_kv"],
-        ),
-        KernelSpec(
-            "selected_bwd_reduce",
-            _sel_bwd_reduce_kernel,
-            sig(red_args, red_consts),
-            red_consts,
-            cfg["warps_red"],
-            1,
-        ),
+    # NSAAttention passes forced_blocks=True: the forced kernels run, the query-major ones skip the
+    # forced entries (FORCED=True). The FORCED=False variants serve any other table.
+    q_forced = {**q_common, "FORCED": True}
+    q_any = {**q_common, "FORCED": False}
+    rows = [
+        ("selected_forced_fwd", _sel_forced_fwd_kernel, ffwd_args, f_consts, cfg["warps_f"], cfg["stages_f"]),
+        ("selected_fwd", _sel_fwd_kernel, fwd_args, q_forced, cfg["warps_q"], st),
+        ("selected_fwd_any", _sel_fwd_kernel, fwd_args, q_any, cfg["warps_q"], st),
+        ("selected_forced_dq", _sel_forced_dq_kernel, fdq_args, f_consts, cfg["warps_f"], cfg["stages_fdq"]),
+        ("selected_bwd_dq", _sel_bwd_dq_kernel, dq_args, q_forced, cfg["warps_q"], cfg["stages_dq"]),
+        ("selected_bwd_dq_any", _sel_bwd_dq_kernel, dq_args, q_any, cfg["warps_q"], cfg["stages_dq"]),
+        ("selected_bwd_dkdv", _sel_bwd_dkdv_kernel, kv_args, kv_consts, cfg["warps_kv"], cfg["stages_kv"]),
+        ("selected_bwd_reduce", _sel_bwd_reduce_kernel, red_args, red_consts, cfg["warps_red"], 1),
     ]
+    return [KernelSpec(n, fn, sig(args, c), c, w, stg) for n, fn, args, c, w, stg in rows]

@@ -71,3 +71,23 @@ def test_saved_bytes_per_layer_grow_linearly_in_t() -> None:
     a, b = bench.saved_bytes(4096), bench.saved_bytes(8192)
     assert a["saved_bytes"] > 0 and a["rope_tables_bytes"] == 2 * 4 * 4096 * 64
     assert b["saved_bytes"] / a["saved_bytes"] == pytest.approx(2.0, rel=0.01)
+
+
+def test_bound_rows_lie_below_every_prediction_and_name_the_efficiency_the_target_needs() -> None:
+    """The ideal NSA (useful FLOPs only, FA2's 5 backward units) can never cost more than the modelled
+    kernels; a dense-tile selected branch is cheaper than a gather one; the efficiency the target
+    needs is the one that puts the ideal exactly on the target."""
+    Ts = [8192, 32768, 65536]
+    preds = {(r["gpu"], r["shape"], r["T"]): r["fwd_bwd"] for r in m.prediction_rows(Ts)}
+    for r in m.bound_rows(Ts):
+        assert r["selected_dense"] < r["selected_gather"] <= preds[(r["gpu"], r["shape"], r["T"])]
+        need = r["gather_bwd_needed"]
+        if need is not None:
+            gpu, shape = m.GPUS[r["gpu"]], m.SHAPES[r["shape"]]
+            saved = dict(m.EFF[gpu.arch])
+            try:
+                m.EFF[gpu.arch]["gather_bwd"] = need
+                ratio = m.ideal_time(r["T"], shape, gpu) / m.total(m.flash2(r["T"], shape), gpu)
+            finally:
+                m.EFF[gpu.arch].update(saved)
+            assert ratio == pytest.approx(r["target"], rel=0.01)

@@ -2,8 +2,10 @@
 
 Forward and dq/dk/dv against the eager op (nsa.attention.selected) on tables from `top_blocks` and on
 hand-made tables (invalid entries, duplicates, blocks after the query, a query without any entry), in
-fp32 and fp16, plus one NSAAttention-level check against the loop reference. Shapes are tiny because
-the interpreter runs every program instance in Python.
+fp32 and fp16, plus one NSAAttention-level check against the loop reference. The forced-block split
+(`forced_blocks=True`, selected_forced.py): its dense kernel's state against a float64 softmax, the
+split exact on tables that break top_blocks' promise, and bf16 (honest-bf16 fixture) within rounding
+bounds. Shapes are tiny because the interpreter runs every program instance in Python.
 
 Run: .venv/bin/pytest tests/unit/attention/triton/test_triton_selected.py
 (Not test_selected.py: tests/unit has no __init__.py, so two test_selected modules would collide.)
@@ -11,6 +13,7 @@ Run: .venv/bin/pytest tests/unit/attention/triton/test_triton_selected.py
 
 from __future__ import annotations
 
+import math
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernel module is imported (see KERNELS)
@@ -23,6 +26,11 @@ pytest.importorskip("triton")
 from nsa.attention import selected as eager
 from nsa.attention.selection import top_blocks
 from nsa.attention.triton import selected as tsel
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
 
 TOL = {torch.float32: 2e-5, torch.float16: 2e-3}
 
@@ -101,6 +109,99 @@ def test_hand_made_table_matches_eager():
     assert out[0, 0, 9].abs().max() == 0 and out[0, 0, 33].abs().max() == 0
 
 
+def _odd_table(B, Hkv, T, lp, n, seed):
+    """top_blocks' table, then broken on purpose: forced blocks listed twice, dropped, made invalid,
+    blocks after the query, negative entries; every kind of row the forced split must keep exact."""
+    idx, valid = _table(B, Hkv, T, lp, n, seed)
+    g = torch.Generator().manual_seed(seed + 2)
+    idx = torch.where(torch.rand(idx.shape, generator=g) < 0.2, idx.roll(1, -1), idx)  # duplicates
+    idx = torch.where(
+        torch.rand(idx.shape, generator=g) < 0.1, idx + 2, idx
+    )  # the future, or a non-forced block
+    idx = torch.where(torch.rand(idx.shape, generator=g) < 0.05, -1, idx)
+    valid = valid & (torch.rand(valid.shape, generator=g) < 0.85)
+    valid[..., 3, :] = False  # a token without any entry
+    return idx, valid
+
+
+@pytest.mark.parametrize("G,lp", [(1, 8), (6, 8), (16, 16)])
+def test_forced_kernel_state_is_the_softmax_over_the_forced_entries(G, lp):
+    """The dense kernel alone: its lse and normalized output over the row's forced entries (each
+    weighted by its count: block 0, t // l', t // l' - 1) equal a float64 softmax with those weights.
+    Row tiles of 32 rows straddle query blocks at every G here; l' = 8 < 16 keys per step mixes blocks."""
+    from nsa.attention.triton import selected_forced as tf
+
+    B, Hkv, T, D, n = 1, 2, 45, 32, 4
+    q, k, v = (x.detach() for x in _inputs(B, Hkv, T, G, D, torch.float32, seed=G))
+    idx, valid = _odd_table(B, Hkv, T, lp, n, seed=G)
+    cfg = tsel._launch_config(G, D, lp)
+    of = torch.empty(q.shape)
+    lsef = torch.empty(q.shape[:4])
+    scale = 0.3
+    tf._sel_forced_fwd_kernel[(triton_cdiv(T * G, cfg["BM"]), B * Hkv)](
+        q, k, v, idx, valid.view(torch.int8), of, lsef, T, idx.shape[-1], scale,
+        G=G, D=D, LP=lp, DP=cfg["DP"], BM=cfg["BM"], BK=cfg["BK"], PREC="ieee",
+    )  # fmt: skip
+    t = torch.arange(T)
+    jt, kb = (t // lp)[:, None], (t // lp)[None, :]  # query block [T, 1], key block [1, T]
+    forced = (kb == jt) | (kb == jt - 1) | (kb == 0)
+    hit = (idx[..., None] == kb) & valid[..., None] & (idx[..., None] >= 0)  # [B, Hkv, T, n, T]
+    w = (hit.sum(-2) * (forced & (t[None, :] <= t[:, None]))).double()  # [B, Hkv, T, Tk]
+    s = torch.einsum("bhtgd,bhkd->bhtgk", q.double(), k.double()) * scale + w.log()[:, :, :, None]
+    lse = torch.logsumexp(s, -1)
+    want = torch.einsum("bhtgk,bhkd->bhtgd", torch.softmax(s, -1).nan_to_num(), v.double())
+    has = w.sum(-1) > 0
+    assert has.any() and (~has).any()  # rows without a forced key are covered too
+    torch.testing.assert_close(lsef.double() * math.log(2), lse, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        of.double(), torch.where(has[..., None, None], want, 0.0), rtol=1e-5, atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("G,dtype", [(2, torch.float32), (6, torch.float16)])
+def test_forced_split_is_exact_for_any_table(G, dtype):
+    """forced_blocks=True splits every row into its forced entries (dense kernels) and the rest
+    (query-major gather); on a table that breaks top_blocks' promise (duplicated, missing, invalid
+    forced entries) it still equals the eager op without the promise, forward and gradients."""
+    B, Hkv, T, D, lp, n = 1, 1, 41, 32, 8, 5
+    q, k, v = _inputs(B, Hkv, T, G, D, dtype, seed=10 + G)
+    idx, valid = _odd_table(B, Hkv, T, lp, n, seed=G)
+    scale = 1.0 / D**0.5
+    out = tsel.selected_attention(q, k, v, idx, valid, sel_block=lp, scale=scale, forced_blocks=True)
+    qf, kf, vf = (x.detach().float().requires_grad_() for x in (q, k, v))
+    want = eager.selected_attention(qf, kf, vf, idx, valid, sel_block=lp, scale=scale, chunk=7)
+    tol = TOL[dtype]
+    torch.testing.assert_close(out.float(), want, rtol=tol, atol=tol)
+    w = torch.randn(out.shape, generator=torch.Generator().manual_seed(6))
+    got = torch.autograd.grad((out.float() * w).sum(), (q, k, v))
+    ref = torch.autograd.grad((want * w).sum(), (qf, kf, vf))
+    for name, a, b in zip("qkv", got, ref):
+        torch.testing.assert_close(
+            a.float(), b, rtol=tol * 5, atol=tol * 5, msg=lambda m, n=name: f"d{n}: {m}"
+        )
+
+
+@pytest.mark.parametrize("G", [1, 6])
+def test_forced_path_bf16_within_rounding_bounds(bf16_interpreter, G):
+    """bf16 as the GPU does it (conftest fixture), forced_blocks=True on a top_blocks table: output and
+    gradients within the rounding bounds of nsa.attention.gpusuite.bounds around the exact result."""
+    from nsa.attention.gpusuite import bounds
+
+    B, Hkv, T, D, lp, n = 1, 1, 45, 64, 16, 4
+    g = torch.Generator().manual_seed(20 + G)
+    q, dout = (torch.randn(B, Hkv, T, G, D, generator=g).bfloat16() for _ in range(2))
+    k, v = (torch.randn(B, Hkv, T, D, generator=g).bfloat16() for _ in range(2))
+    idx, valid = _table(B, Hkv, T, lp, n, seed=G)
+    scale = D**-0.5
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    out = tsel.selected_attention(*leaves, idx, valid, sel_block=lp, scale=scale, forced_blocks=True)
+    got = {"out": out, **dict(zip(("dq", "dk", "dv"), torch.autograd.grad(out, leaves, dout)))}
+    vis = bounds.selected_visible(idx, valid, T, lp)
+    for name, want in bounds.attention_bounds(q, k, v, dout, vis, scale, torch.bfloat16).items():
+        res = bounds.check(got[name], want)
+        assert got[name].dtype == torch.bfloat16 and res["within_bound"], f"{name}: {res}"
+
+
 def test_reverse_index_covers_every_pair_once():
     """The dK/dV index lists every table entry that adds keys exactly once, under its own block, and
     the static segment bound holds (blocks with more than S pairs are split)."""
@@ -170,8 +271,12 @@ def test_gpucheck_specs_name_every_argument():
     )
     specs = tsel.gpucheck_specs(shape, 80)
     assert [s.name for s in specs] == [
+        "selected_forced_fwd",
         "selected_fwd",
+        "selected_fwd_any",
+        "selected_forced_dq",
         "selected_bwd_dq",
+        "selected_bwd_dq_any",
         "selected_bwd_dkdv",
         "selected_bwd_reduce",
     ]
@@ -187,6 +292,16 @@ def test_meta_device_forward_and_backward_shapes():
     idx, valid = (x.to("meta") for x in _table(2, 2, 50, 16, 3))
     out = tsel.selected_attention(q, k, v, idx, valid, sel_block=16, scale=0.125, chunk=64)
     assert out.shape == q.shape and out.dtype == torch.float16 and out.device.type == "meta"
+    dq, dk, dv = torch.autograd.grad(out.sum(), (q, k, v))
+    assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
+
+
+def test_meta_device_with_forced_blocks():
+    """The forced split's ops on the meta device (what NSAAttention runs): shapes, no kernel."""
+    q, k, v = (x.detach().to("meta").requires_grad_() for x in _inputs(1, 2, 40, 6, 64, torch.bfloat16))
+    idx, valid = (x.to("meta") for x in _table(1, 2, 40, 16, 4))
+    out = tsel.selected_attention(q, k, v, idx, valid, sel_block=16, scale=0.125, forced_blocks=True)
+    assert out.shape == q.shape and out.dtype == torch.bfloat16 and out.device.type == "meta"
     dq, dk, dv = torch.autograd.grad(out.sum(), (q, k, v))
     assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
 

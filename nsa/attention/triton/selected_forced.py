@@ -1,0 +1,191 @@
+"""Dense kernels over the selected branch's forced blocks (used by selected.py when `forced_blocks=True`).
+
+Owns the forced-part forward (`_sel_forced_fwd_kernel`) and dQ (`_sel_forced_dq_kernel`). The forced
+blocks of query t are block 0, its own block jt = t // l' and the one before: the same for all l'
+tokens of a query block, so they run as dense causal row tiles with no table gather. Q of one (batch,
+KV head) is [T*G, D] with row r = t*G + g; a program takes BM consecutive rows (tokens r // G,
+possibly from several query blocks) against block 0 and the keys from block (first token's block - 1)
+up to its last token, with per-row masks. Each row weights a key block by how many valid table entries
+list it in that row's forced role (own, previous, or block 0 when jt >= 2; log2(count) added to the
+logits, -inf when absent), so any table stays exact; the query-major kernels of selected.py skip
+exactly those entries (table value 0, jt or jt - 1). The forward writes the forced part's lse and
+normalized output in fp32, from which the query-major forward resumes its online softmax; the dQ
+kernel writes delta = rowsum(dO * O) and the forced part of dQ in fp32, which the query-major dQ adds
+to and stores.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+# As in selected.py: tl.reduce with triton's own combine functions (cheaper under the interpreter).
+_max_combine = tl.standard._elementwise_max
+_sum_combine = tl.standard._sum_combine
+
+
+@triton.jit
+def _sel_forced_fwd_kernel(
+    Q, K, V, IDX, VALID, OF, LSEF,
+    T, NK, sm_scale,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
+    DP: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    # One program: rows [r0, r0 + BM) of one (batch, KV head)'s [T*G, D] queries.
+    r0 = tl.program_id(0) * BM
+    bh = tl.program_id(1).to(tl.int64)
+    r = r0 + tl.arange(0, BM)
+    d = tl.arange(0, DP)
+    dm = d < D
+    rm = r < T * G
+    t = tl.where(rm, r // G, 0)
+    jt = t // LP
+    qoff = r[:, None] * D + d[None, :]
+    qmask = rm[:, None] & dm[None, :]
+    q = tl.load(Q + bh * T * G * D + qoff, mask=qmask, other=0.0)
+    K += bh * T * D
+    V += bh * T * D
+    # log2 of each forced role's count per row (-inf: the row does not list that block in that role).
+    c_own = tl.zeros([BM], tl.float32)
+    c_prev = tl.zeros([BM], tl.float32)
+    c_first = tl.zeros([BM], tl.float32)
+    toff = (bh * T + t) * NK
+    for i in range(0, NK):
+        j = tl.load(IDX + toff + i, mask=rm, other=-1)
+        ok = (tl.load(VALID + toff + i, mask=rm, other=0) != 0) & (j >= 0)
+        c_own += (ok & (j == jt)).to(tl.float32)
+        c_prev += (ok & (j == jt - 1)).to(tl.float32)
+        c_first += (ok & (j == 0) & (jt >= 2)).to(tl.float32)
+    b_own = tl.where(c_own > 0, tl.log2(tl.maximum(c_own, 1.0)), float("-inf"))
+    b_prev = tl.where(c_prev > 0, tl.log2(tl.maximum(c_prev, 1.0)), float("-inf"))
+    b_first = tl.where(c_first > 0, tl.log2(tl.maximum(c_first, 1.0)), float("-inf"))
+    # Key ranges: [0, N1) is block 0 when it lies before the local range (all rows then have jt >= 2),
+    # padded to N1P (a multiple of BK) so no step mixes the two; then [k0, k1), the tile's local keys.
+    t_hi = (tl.minimum(r0 + BM, T * G) - 1) // G
+    b_lo = (r0 // G) // LP
+    k0 = tl.maximum(b_lo - 1, 0) * LP
+    k1 = t_hi + 1
+    n1 = tl.where(k0 > 0, LP, 0)
+    n1p = (n1 + BK - 1) // BK * BK
+    qk_scale = sm_scale * 1.4426950408889634  # base-2 softmax
+    m_i = tl.full([BM], float("-inf"), tl.float32)
+    l_i = tl.zeros([BM], tl.float32)
+    acc = tl.zeros([BM, DP], tl.float32)
+    kk = tl.arange(0, BK)
+    for c in range(0, n1p + k1 - k0, BK):
+        first = c < n1p
+        pos = tl.where(first, c, k0 + c - n1p) + kk
+        km = pos < tl.where(first, n1, k1)
+        koff = pos[:, None] * D + d[None, :]
+        k = tl.load(K + koff, mask=km[:, None] & dm[None, :], other=0.0)
+        v = tl.load(V + koff, mask=km[:, None] & dm[None, :], other=0.0)
+        kb = (pos // LP)[None, :]
+        bias = tl.where(
+            kb == jt[:, None],
+            b_own[:, None],
+            tl.where(
+                kb == jt[:, None] - 1,
+                b_prev[:, None],
+                tl.where((kb == 0) & (jt[:, None] >= 2), b_first[:, None], float("-inf")),
+            ),
+        )
+        ok = km[None, :] & (pos[None, :] <= t[:, None])
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+        s = tl.where(ok, s + bias, float("-inf"))
+        m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key in this step yet
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.reduce(p, 1, _sum_combine)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+        m_i = m_new
+    has = l_i > 0
+    o = acc / tl.where(has, l_i, 1.0)[:, None]
+    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    tl.store(OF + bh * T * G * D + qoff, o, mask=qmask)
+    tl.store(LSEF + bh * T * G + r, lse, mask=rm)
+
+
+@triton.jit
+def _sel_forced_dq_kernel(
+    Q, K, V, IDX, VALID, OUT, DO, LSE, DELTA, DQF,
+    T, NK, sm_scale,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
+    DP: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    # The forward's tiling; p from the final lse. Also stores delta for the two kernels that follow.
+    r0 = tl.program_id(0) * BM
+    bh = tl.program_id(1).to(tl.int64)
+    r = r0 + tl.arange(0, BM)
+    d = tl.arange(0, DP)
+    dm = d < D
+    rm = r < T * G
+    t = tl.where(rm, r // G, 0)
+    jt = t // LP
+    qoff = r[:, None] * D + d[None, :]
+    qmask = rm[:, None] & dm[None, :]
+    qbase = bh * T * G * D
+    q = tl.load(Q + qbase + qoff, mask=qmask, other=0.0)
+    do = tl.load(DO + qbase + qoff, mask=qmask, other=0.0)
+    o = tl.load(OUT + qbase + qoff, mask=qmask, other=0.0)
+    delta = tl.reduce(do.to(tl.float32) * o.to(tl.float32), 1, _sum_combine)
+    tl.store(DELTA + bh * T * G + r, delta, mask=rm)
+    lse = tl.load(LSE + bh * T * G + r, mask=rm, other=0.0)
+    lse = tl.where(lse == float("-inf"), 0.0, lse)  # such a row has no key: every p below is 0
+    K += bh * T * D
+    V += bh * T * D
+    c_own = tl.zeros([BM], tl.float32)
+    c_prev = tl.zeros([BM], tl.float32)
+    c_first = tl.zeros([BM], tl.float32)
+    toff = (bh * T + t) * NK
+    for i in range(0, NK):
+        j = tl.load(IDX + toff + i, mask=rm, other=-1)
+        ok = (tl.load(VALID + toff + i, mask=rm, other=0) != 0) & (j >= 0)
+        c_own += (ok & (j == jt)).to(tl.float32)
+        c_prev += (ok & (j == jt - 1)).to(tl.float32)
+        c_first += (ok & (j == 0) & (jt >= 2)).to(tl.float32)
+    b_own = tl.where(c_own > 0, tl.log2(tl.maximum(c_own, 1.0)), float("-inf"))
+    b_prev = tl.where(c_prev > 0, tl.log2(tl.maximum(c_prev, 1.0)), float("-inf"))
+    b_first = tl.where(c_first > 0, tl.log2(tl.maximum(c_first, 1.0)), float("-inf"))
+    t_hi = (tl.minimum(r0 + BM, T * G) - 1) // G
+    b_lo = (r0 // G) // LP
+    k0 = tl.maximum(b_lo - 1, 0) * LP
+    k1 = t_hi + 1
+    n1 = tl.where(k0 > 0, LP, 0)
+    n1p = (n1 + BK - 1) // BK * BK
+    qk_scale = sm_scale * 1.4426950408889634
+    dq = tl.zeros([BM, DP], tl.float32)
+    kk = tl.arange(0, BK)
+    for c in range(0, n1p + k1 - k0, BK):
+        first = c < n1p
+        pos = tl.where(first, c, k0 + c - n1p) + kk
+        km = pos < tl.where(first, n1, k1)
+        koff = pos[:, None] * D + d[None, :]
+        k = tl.load(K + koff, mask=km[:, None] & dm[None, :], other=0.0)
+        v = tl.load(V + koff, mask=km[:, None] & dm[None, :], other=0.0)
+        kb = (pos // LP)[None, :]
+        bias = tl.where(
+            kb == jt[:, None],
+            b_own[:, None],
+            tl.where(
+                kb == jt[:, None] - 1,
+                b_prev[:, None],
+                tl.where((kb == 0) & (jt[:, None] >= 2), b_first[:, None], float("-inf")),
+            ),
+        )
+        ok = km[None, :] & (pos[None, :] <= t[:, None])
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+        p = tl.where(ok, tl.exp2(s + bias - lse[:, None]), 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
+    tl.store(DQF + qbase + qoff, dq, mask=qmask)  # unscaled: the query-major dQ adds its part, scales
+
+
+def forced_rows_per_tile(interpret: bool) -> int:
+    """BM: query rows (token, head) per program; a power of two >= 16 (tl.dot's minimum).
+
+    64 on the GPU (a full MMA tile: 64/G tokens, e.g. 10.7 at G = 6, 4 at G = 16); 32 under the
+    interpreter, so the tests' small blocks see tiles straddling query blocks and several tiles per block.
+    """
+    return 32 if interpret else 64
