@@ -255,7 +255,11 @@ def _cmp_bwd_dq(
     S: tl.constexpr,
     PREC: tl.constexpr,
 ):
-    """dQ per query tile; also writes delta = rowsum(dO * out) for the dK/dV kernel that runs next."""
+    """dQ per query tile; also writes delta = rowsum(dO * out) for the dK/dV kernel that runs next.
+
+    A tile is BM = BT * GP consecutive (token, head) rows of the [T * G] rows, not BT tokens padded to
+    GP heads: no group sum here, so nothing needs a token's heads in one tile, and at G = 6 a quarter
+    of the rows (and of the three products) was padding."""
     BM: tl.constexpr = BT * GP
     pid_t = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
@@ -267,11 +271,9 @@ def _cmp_bwd_dq(
     DELTA += bh * T * G
     K += bh * NC * D
     V += bh * NC * D
-    rows = tl.arange(0, BM)
-    tq = pid_t * BT + rows // GP
-    gq = rows % GP
-    row_ok = (gq < G) & (tq < T)
-    row_off = tq * G + gq
+    row_off = pid_t * BM + tl.arange(0, BM)
+    tq = row_off // G
+    row_ok = row_off < T * G
     dcol = tl.arange(0, DP)
     dmask = dcol < D
     qoff = row_off[:, None] * D + dcol[None, :]
@@ -282,7 +284,7 @@ def _cmp_bwd_dq(
     tl.store(DELTA + row_off, delta, mask=row_ok)
     lse = tl.load(LSE + row_off, mask=row_ok, other=0.0)
 
-    t_last = tl.minimum(pid_t * BT + BT - 1, T - 1)
+    t_last = tl.minimum((pid_t * BM + BM - 1) // G, T - 1)
     n_vis = tl.where(t_last >= L - 1, tl.minimum(NC, (t_last - (L - 1)) // S + 1), 0)
     key0 = tl.arange(0, BN)
     dq = tl.zeros([BM, DP], tl.float32)
@@ -328,7 +330,8 @@ def _cmp_bwd_dkv(
 ):
     """Partial dK, dV of one compressed-key tile over one SPLIT-th of the query tiles that see it
     (fp32, [B*Hkv, key tiles, SPLIT, BN, DP]; no atomics). Key tile 0 is seen by every query and the
-    last by almost none: split, no program carries more than 1/SPLIT of the longest tile's work."""
+    last by almost none: split, no program carries more than 1/SPLIT of the longest tile's work.
+    Query tiles are BM = BT * GP consecutive (token, head) rows, unpadded, as in `_cmp_bwd_dq`."""
     BM: tl.constexpr = BT * GP
     pid_n = tl.program_id(0) // SPLIT
     part = tl.program_id(0) % SPLIT
@@ -351,15 +354,14 @@ def _cmp_bwd_dkv(
     rows = tl.arange(0, BM)
     dk = tl.zeros([BN, DP], tl.float32)
     dv = tl.zeros([BN, DP], tl.float32)
-    first = (pid_n * BN * S + (L - 1)) // BT
-    n_tiles = tl.maximum(tl.cdiv(T, BT) - first, 0)
+    first = (pid_n * BN * S + (L - 1)) * G // BM  # the tile of the first row that sees the key tile
+    n_tiles = tl.maximum(tl.cdiv(T * G, BM) - first, 0)
     lo = first + (part * n_tiles) // SPLIT
     hi = first + ((part + 1) * n_tiles) // SPLIT
     for tb in range(lo, hi):
-        tq = tb * BT + rows // GP
-        gq = rows % GP
-        row_ok = (gq < G) & (tq < T)
-        row_off = tq * G + gq
+        row_off = tb * BM + rows
+        tq = row_off // G
+        row_ok = row_off < T * G
         qoff = row_off[:, None] * D + dcol[None, :]
         q = tl.load(Q + qoff, mask=row_ok[:, None] & dmask[None, :], other=0.0)
         do = tl.load(DO + qoff, mask=row_ok[:, None] & dmask[None, :], other=0.0)
@@ -553,7 +555,7 @@ def _bwd(
     delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
     prec = _prec(q.dtype)
     geo = {"G": G, "GP": c["GP"], "D": D, "DP": c["DP"], "L": block_len, "S": block_stride, "PREC": prec}
-    _cmp_bwd_dq[(triton.cdiv(T, c["BT"]), B * Hkv)](
+    _cmp_bwd_dq[(triton.cdiv(T * G, c["BT"] * c["GP"]), B * Hkv)](
         q, kc, vc, out, dout, lse, delta, dq, T, nc, scale * _LOG2E, scale,
         BT=c["BT"], BN=c["bn_bwd"], **geo, num_warps=c["warps"], num_stages=2,
     )  # fmt: skip

@@ -170,6 +170,32 @@ def test_forward_issues_two_qk_products_and_one_pv_per_key_tile():
     assert src.count("tl.dot(q, tl.trans(k)") == 2 and src.count("tl.dot(") == 3
 
 
+def test_backward_query_tiles_hold_no_padding_rows(monkeypatch):
+    """The backward has no group sum, so its query tiles are consecutive (token, head) rows: at G = 6
+    the dQ kernel runs ceil(T * 6 / 128) programs, not ceil(T / 16) tiles of 16 tokens padded to
+    8 heads (a quarter of their rows and products padding). Grids recorded from the interpreter's
+    own launches, which still run; the results stay eager's."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    grids: dict[str, tuple] = {}
+    real = InterpretedFunction.run
+
+    def run(self, *args, grid, warmup, **kwargs):
+        grids[self.fn.__name__] = tuple(grid)
+        return real(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    monkeypatch.setattr(InterpretedFunction, "run", run)
+    T, G = 100, 6
+    (out, idx, _, grads), (e_out, e_idx, _, e_grads) = _both(
+        *_inputs(1, 1, T, G, 64, 32, 16, torch.float32, seed=5), 32, 16, 64, 16
+    )
+    assert grids["_cmp_bwd_dq"] == (-(-T * G // 128), 1)  # 5 programs; 7 with padded tiles
+    torch.testing.assert_close(out, e_out, **TOL[torch.float32])
+    assert torch.equal(idx, e_idx)
+    for got, want in zip(grads, e_grads):
+        torch.testing.assert_close(got, want, **TOL[torch.float32])
+
+
 def test_gpucheck_specs_list_every_kernel_without_T():
     shape = GpuShape(
         "m7c_125m", head_dim=64, group=6, block_len=32, block_stride=16, sel_block=64, n_sel=16, window=512
