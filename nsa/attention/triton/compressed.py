@@ -9,8 +9,8 @@ pass 2 recomputes the probabilities once, accumulates p @ V with them and, from 
 sums them over the group [Eq. 10], maps them onto float32 selection-block scores [Eq. 9] and keeps
 a running top-n per token [Eq. 11] (2 QK products and 1 PV per key tile). No [T, T/d] or
 [T, T/l'] tensor exists: selection needs the tile's registers only. Backward is flash-style from
-the saved row statistics. It must not sync with the device, loop on the host over
-T, or autotune (docs/attention.md)."""
+the saved row statistics, its query tiles (token, head) rows without padding. It must not sync with
+the device, loop on the host over T, or autotune (docs/attention.md)."""
 
 from __future__ import annotations
 
