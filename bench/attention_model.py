@@ -183,14 +183,17 @@ def ours(
     balanced_dkv: bool = True,
     keymajor_sel: bool = False,
     forced_tiles: bool = True,
-    fold_selection: bool = False,
+    fold_selection: bool = True,
+    unpadded_cmp_bwd: bool = True,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     keymajor_sel models a restructure that is not built (what-if rows); balanced_dkv=False the
     compressed dK/dV kernel as it was before it was split (for comparison); forced_tiles (built,
     2026-11-25) the selected branch's forced blocks (block 0, the own and the previous block) as dense
     tiles of 64 rows, the query-major kernels skipping them (False: the kernels before); fold_selection
-    the top-n inside the compressed forward's second pass (no third QK product)."""
+    (built, 2026-11-25) the top-n inside the compressed forward's second pass (False: a third pass
+    with its own QK product); unpadded_cmp_bwd (built, 2026-11-25) the compressed backward's query
+    tiles without padded heads."""
     B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
     bf = 2
     act = B * T * s.H * D * bf
@@ -222,10 +225,12 @@ def ours(
             launches=10,
         )
     )
-    # Compressed attention + selection, one kernel: rows = BT tokens x G padded to GP; pass 1 (QK for
-    # the statistics), pass 2 (QK again, PV), pass 3 (QK again, Eq. 9 scores, running top-n): every
-    # pass re-reads the tile's visible compressed keys from L2. Passes 1-2 are the branch, pass 3 the
-    # selection's own cost (one launch; the row below carries no launch of its own).
+    # Compressed attention + selection, one kernel: rows = BT tokens x G padded to GPF; pass 1 (QK for
+    # the statistics), pass 2 (QK again, PV, and on the same float32 probabilities the selection: Eq.
+    # 10 group sum, Eq. 9 shifts, a running top-n merged in two halves of the tile's tokens). Per
+    # visible key tile: 3 GEMM units, 3 tile reads (K, K, V) from L2. One 8-warp block per SM (218-240
+    # registers at G = 6). fold_selection=False: the kernel before 2026-11-25, whose pass 3 issued a
+    # fourth QK product and a fourth read (its passes 1-2 were 3 units too; the model said 2 until then).
     GP = _p2(G)
     GPF = max(2, GP)
     BT = max(1, min(8, 32 // GPF))  # the forward's tile: 32 rows, <= 8 tokens (docs/attention.md)
@@ -234,22 +239,25 @@ def ours(
     cuse = 2 * BH * T * G * (nc / 2) * D
     ctiles = BH * math.ceil(T / BT)
     ckl2 = ctiles * ck * D * bf
-    ks.append(Kernel("cmp_fwd", "compressed", "fwd", "dense_fwd", 2 * cunit, 2 * cuse,
-                     2 * act + 2 * BH * nc * D * bf + 4 * BH * T * G, l2=2 * ckl2, programs=ctiles, per_sm=2,
-                     crit=2 * 2 * BT * GPF * nc * D))  # fmt: skip
-    # Top-n (pass 3): a running top-W per token, rank merges on [BT, W, BJ] tiles (about 4 integer
-    # ops per compared pair, W pairs per candidate block), plus Eq. 9's shifts (~4 x l'/d per block).
+    ks.append(Kernel("cmp_fwd", "compressed", "fwd", "dense_fwd", 3 * cunit, 3 * cuse,
+                     2 * act + 2 * BH * nc * D * bf + 4 * BH * T * G, l2=3 * ckl2, programs=ctiles, per_sm=1,
+                     crit=3 * 2 * BT * GPF * nc * D))  # fmt: skip
+    # Top-n: a running top-W per token, rank merges on [BT, W, BJ] tiles (about 4 integer ops per
+    # compared pair, W pairs per candidate block), plus Eq. 9's shifts (~4 x l'/d per block); inside
+    # pass 2 it adds CUDA-core work only (no launch, no GEMM, no read of its own).
     W = max(16, _p2(s.n))
-    # Folded (fold_selection): the same merges on pass 2's probabilities, no QK product, no L2 pass.
     ks.append(Kernel("cmp_fwd_topn", "selection", "fwd", "dense_fwd", 0 if fold_selection else cunit, 0,
                      BH * T * k * 9, l2=0 if fold_selection else ckl2,
-                     alu=BH * T * ns * (W * 4 + 4 * s.lp // s.d), programs=ctiles, per_sm=2,
+                     alu=BH * T * ns * (W * 4 + 4 * s.lp // s.d), programs=ctiles, per_sm=1,
                      launches=0))  # fmt: skip
+    # Backward: dQ (3 units) and dK/dV (4 units) over query tiles of consecutive (token, head) rows, no
+    # padded heads (unpadded_cmp_bwd=False: G padded to GP, the kernels before 2026-11-25).
+    RB = G if unpadded_cmp_bwd else GP
     dq_rows = 128 if D <= 64 else 32
-    bunit = 2 * BH * T * GP * ck * D
+    bunit = 2 * BH * T * RB * ck * D
     ks.append(Kernel("cmp_bwd_dq", "compressed", "bwd", "dense_bwd", 3 * bunit, 3 * cuse,
-                     4 * act + 2 * BH * nc * D * bf, l2=BH * math.ceil(T * GP / dq_rows) * ck * D * bf * 2,
-                     programs=BH * math.ceil(T * GP / dq_rows), per_sm=1))  # fmt: skip
+                     4 * act + 2 * BH * nc * D * bf, l2=BH * math.ceil(T * RB / dq_rows) * ck * D * bf * 2,
+                     programs=BH * math.ceil(T * RB / dq_rows), per_sm=1))  # fmt: skip
     # dK/dV per tile of 32 compressed keys: tile i is seen by the queries after it, so tile 0 carries
     # T query rows while the last carries almost none. Each tile's query tiles are cut into SPLIT = 8
     # parts (one program each, fp32 partials summed in order by a second kernel), so the longest
@@ -258,8 +266,8 @@ def ours(
     dkv_tiles = BH * max(1, math.ceil(nc / 32))
     part = dkv_tiles * split * 32 * D * 4 * 2 if split > 1 else 0
     ks.append(Kernel("cmp_bwd_dkv", "compressed", "bwd", "dense_bwd", 4 * bunit, 4 * cuse,
-                     2 * BH * nc * D * bf * 2 + 2 * part, l2=dkv_tiles * (T / 2) * GP * D * bf * 2,
-                     programs=dkv_tiles * split, per_sm=2, crit=4 * 2 * T * GP * 32 * D / split,
+                     2 * BH * nc * D * bf * 2 + 2 * part, l2=dkv_tiles * (T / 2) * RB * D * bf * 2,
+                     programs=dkv_tiles * split, per_sm=2, crit=4 * 2 * T * RB * 32 * D / split,
                      launches=1 + (split > 1)))  # fmt: skip
     # Selected, forward and dQ: one program per (token, batch x KV head); rows = G heads padded to 16;
     # each token reads its own k blocks of l' keys (K and V) through L2. dQ has the forward's loop
@@ -502,7 +510,9 @@ WHAT_IF = {
     "unbalanced_cmp_dkv_before": {"balanced_dkv": False},  # the compressed dK/dV before its split
     "keymajor_selected": {"keymajor_sel": True},  # FSA's loop order for the selected fwd and dQ
     "before_forced_tiles": {"forced_tiles": False},  # every entry query-major (before 2026-11-25)
-    "fold_selection": {"fold_selection": True},  # top-n in the compressed forward's pass 2
+    "before_fold_selection": {"fold_selection": False},  # the compressed forward's third pass
+    "before_unpadded_cmp_bwd": {"unpadded_cmp_bwd": False},  # G padded to 8 in the compressed bwd
+    "before_this_session": {"forced_tiles": False, "fold_selection": False, "unpadded_cmp_bwd": False},
 }
 
 

@@ -151,8 +151,8 @@ def _flops_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
     return {
         "_window_fwd": 4 * per * win_pairs, "_window_bwd_dq": 6 * per * win_pairs,
         "_window_bwd_dkdv": 8 * per * win_pairs,
-        # _cmp_fwd: QK (statistics), QK + PV (output), QK (Eq. 9 scores and top-n, pass 3)
-        "_cmp_fwd": 8 * per * cmp_pairs, "_cmp_bwd_dq": 6 * per * cmp_pairs, "_cmp_bwd_dkv": 8 * per * cmp_pairs,
+        # _cmp_fwd: QK (statistics), then QK + PV (output; Eq. 9 scores and top-n on the same p)
+        "_cmp_fwd": 6 * per * cmp_pairs, "_cmp_bwd_dq": 6 * per * cmp_pairs, "_cmp_bwd_dkv": 8 * per * cmp_pairs,
         "_sel_fwd": 4 * per * other_pairs, "_sel_bwd_dq": 6 * per * other_pairs,
         "_sel_forced_fwd": 4 * per * forced_pairs, "_sel_forced_dq": 6 * per * forced_pairs,
         "_sel_bwd_dkdv": 8 * per * sel_pairs,
