@@ -182,15 +182,18 @@ def ours(
     s: Shape,
     balanced_dkv: bool = True,
     keymajor_sel: bool = False,
-    forced_tiles: bool = False,
-    fold_selection: bool = False,
+    forced_tiles: bool = True,
+    fold_selection: bool = True,
+    unpadded_cmp_bwd: bool = True,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     keymajor_sel models a restructure that is not built (what-if rows); balanced_dkv=False the
-    compressed dK/dV kernel as it was before it was split (for comparison); forced_tiles the selected
-    branch's forced blocks (block 0, the own and the previous block) as dense tiles of 64 rows, the
-    query-major kernels skipping them; fold_selection the top-n inside the compressed forward's
-    second pass (no third QK product)."""
+    compressed dK/dV kernel as it was before it was split (for comparison); forced_tiles (built,
+    2026-11-25) the selected branch's forced blocks (block 0, the own and the previous block) as dense
+    tiles of 64 rows, the query-major kernels skipping them (False: the kernels before); fold_selection
+    (built, 2026-11-25) the top-n inside the compressed forward's second pass (False: a third pass
+    with its own QK product); unpadded_cmp_bwd (built, 2026-11-25) the compressed backward's query
+    tiles without padded heads."""
     B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
     bf = 2
     act = B * T * s.H * D * bf
@@ -222,10 +225,12 @@ def ours(
             launches=10,
         )
     )
-    # Compressed attention + selection, one kernel: rows = BT tokens x G padded to GP; pass 1 (QK for
-    # the statistics), pass 2 (QK again, PV), pass 3 (QK again, Eq. 9 scores, running top-n): every
-    # pass re-reads the tile's visible compressed keys from L2. Passes 1-2 are the branch, pass 3 the
-    # selection's own cost (one launch; the row below carries no launch of its own).
+    # Compressed attention + selection, one kernel: rows = BT tokens x G padded to GPF; pass 1 (QK for
+    # the statistics), pass 2 (QK again, PV, and on the same float32 probabilities the selection: Eq.
+    # 10 group sum, Eq. 9 shifts, a running top-n merged in two halves of the tile's tokens). Per
+    # visible key tile: 3 GEMM units, 3 tile reads (K, K, V) from L2. One 8-warp block per SM (218-240
+    # registers at G = 6). fold_selection=False: the kernel before 2026-11-25, whose pass 3 issued a
+    # fourth QK product and a fourth read (its passes 1-2 were 3 units too; the model said 2 until then).
     GP = _p2(G)
     GPF = max(2, GP)
     BT = max(1, min(8, 32 // GPF))  # the forward's tile: 32 rows, <= 8 tokens (docs/attention.md)
@@ -234,22 +239,25 @@ def ours(
     cuse = 2 * BH * T * G * (nc / 2) * D
     ctiles = BH * math.ceil(T / BT)
     ckl2 = ctiles * ck * D * bf
-    ks.append(Kernel("cmp_fwd", "compressed", "fwd", "dense_fwd", 2 * cunit, 2 * cuse,
-                     2 * act + 2 * BH * nc * D * bf + 4 * BH * T * G, l2=2 * ckl2, programs=ctiles, per_sm=2,
-                     crit=2 * 2 * BT * GPF * nc * D))  # fmt: skip
-    # Top-n (pass 3): a running top-W per token, rank merges on [BT, W, BJ] tiles (about 4 integer
-    # ops per compared pair, W pairs per candidate block), plus Eq. 9's shifts (~4 x l'/d per block).
+    ks.append(Kernel("cmp_fwd", "compressed", "fwd", "dense_fwd", 3 * cunit, 3 * cuse,
+                     2 * act + 2 * BH * nc * D * bf + 4 * BH * T * G, l2=3 * ckl2, programs=ctiles, per_sm=1,
+                     crit=3 * 2 * BT * GPF * nc * D))  # fmt: skip
+    # Top-n: a running top-W per token, rank merges on [BT, W, BJ] tiles (about 4 integer ops per
+    # compared pair, W pairs per candidate block), plus Eq. 9's shifts (~4 x l'/d per block); inside
+    # pass 2 it adds CUDA-core work only (no launch, no GEMM, no read of its own).
     W = max(16, _p2(s.n))
-    # Folded (fold_selection): the same merges on pass 2's probabilities, no QK product, no L2 pass.
     ks.append(Kernel("cmp_fwd_topn", "selection", "fwd", "dense_fwd", 0 if fold_selection else cunit, 0,
                      BH * T * k * 9, l2=0 if fold_selection else ckl2,
-                     alu=BH * T * ns * (W * 4 + 4 * s.lp // s.d), programs=ctiles, per_sm=2,
+                     alu=BH * T * ns * (W * 4 + 4 * s.lp // s.d), programs=ctiles, per_sm=1,
                      launches=0))  # fmt: skip
+    # Backward: dQ (3 units) and dK/dV (4 units) over query tiles of consecutive (token, head) rows, no
+    # padded heads (unpadded_cmp_bwd=False: G padded to GP, the kernels before 2026-11-25).
+    RB = G if unpadded_cmp_bwd else GP
     dq_rows = 128 if D <= 64 else 32
-    bunit = 2 * BH * T * GP * ck * D
+    bunit = 2 * BH * T * RB * ck * D
     ks.append(Kernel("cmp_bwd_dq", "compressed", "bwd", "dense_bwd", 3 * bunit, 3 * cuse,
-                     4 * act + 2 * BH * nc * D * bf, l2=BH * math.ceil(T * GP / dq_rows) * ck * D * bf * 2,
-                     programs=BH * math.ceil(T * GP / dq_rows), per_sm=1))  # fmt: skip
+                     4 * act + 2 * BH * nc * D * bf, l2=BH * math.ceil(T * RB / dq_rows) * ck * D * bf * 2,
+                     programs=BH * math.ceil(T * RB / dq_rows), per_sm=1))  # fmt: skip
     # dK/dV per tile of 32 compressed keys: tile i is seen by the queries after it, so tile 0 carries
     # T query rows while the last carries almost none. Each tile's query tiles are cut into SPLIT = 8
     # parts (one program each, fp32 partials summed in order by a second kernel), so the longest
@@ -258,8 +266,8 @@ def ours(
     dkv_tiles = BH * max(1, math.ceil(nc / 32))
     part = dkv_tiles * split * 32 * D * 4 * 2 if split > 1 else 0
     ks.append(Kernel("cmp_bwd_dkv", "compressed", "bwd", "dense_bwd", 4 * bunit, 4 * cuse,
-                     2 * BH * nc * D * bf * 2 + 2 * part, l2=dkv_tiles * (T / 2) * GP * D * bf * 2,
-                     programs=dkv_tiles * split, per_sm=2, crit=4 * 2 * T * GP * 32 * D / split,
+                     2 * BH * nc * D * bf * 2 + 2 * part, l2=dkv_tiles * (T / 2) * RB * D * bf * 2,
+                     programs=dkv_tiles * split, per_sm=2, crit=4 * 2 * T * RB * 32 * D / split,
                      launches=1 + (split > 1)))  # fmt: skip
     # Selected, forward and dQ: one program per (token, batch x KV head); rows = G heads padded to 16;
     # each token reads its own k blocks of l' keys (K and V) through L2. dQ has the forward's loop
@@ -274,6 +282,8 @@ def ours(
         # those read only the k - f other blocks, all whole; a dense kernel per 64 rows (tokens x G,
         # contiguous) runs block 0, the previous and the own block (causal) for the tile's tokens,
         # and hands its fp32 state (o, lse) to the gather kernel (DRAM write + read).
+        # nsa/attention/triton/selected_forced.py: grid (ceil(T*G/64), BH), 4 warps; registers
+        # (gpucheck, triton 3.9, G6 D64): forward 168 on sm_80 / 124 on sm_90, dQ 254 / 125.
         f = min(3, ns)
         keys = (k - f) * s.lp
         fk = min(T, f * s.lp)
@@ -281,11 +291,12 @@ def ours(
         fissue = 2 * BH * math.ceil(T * G / 64) * 64 * fk * D
         fprog = BH * math.ceil(T * G / 64)
         fl2 = fprog * fk * D * bf * 2
-        state = BH * T * G * (D + 1) * 4
+        state = BH * T * G * (D + 1) * 4  # fp32 o + lse (forward), fp32 dQ part + delta (backward)
         ks.append(Kernel("sel_forced_fwd", "selected", "fwd", "dense_fwd", 2 * fissue, 2 * fuse,
-                         2 * act + state, l2=fl2, programs=fprog, per_sm=2))  # fmt: skip
+                         act + state + BH * T * k * 9, l2=fl2, programs=fprog, per_sm=_per_sm(168, 128)))  # fmt: skip
         ks.append(Kernel("sel_forced_dq", "selected", "bwd", "dense_bwd", 3 * fissue, 3 * fuse,
-                         3 * act + 2 * state, l2=fl2, programs=fprog, per_sm=1))  # fmt: skip
+                         3 * act + state + BH * T * k * 9, l2=fl2, programs=fprog, per_sm=_per_sm(254, 128)))  # fmt: skip
+    state_in = BH * T * G * (D + 1) * 4 if forced_tiles else 0  # the gather kernels resume from it
     suse = 2 * BH * T * G * keys * D
     if keymajor_sel:
         sunit = suse * (math.ceil(npairs * G / SR) * SR) / (npairs * G)
@@ -299,10 +310,10 @@ def ours(
         fwd_units, dq_units, launches = 2, 3, 1
     progs = math.ceil(npairs * G / 64) if keymajor_sel else BH * T
     ks.append(Kernel("sel_fwd", "selected", "fwd", "gather_fwd", fwd_units * sunit, 2 * suse,
-                     2 * act + 2 * kvb + BH * T * k * 9 + 4 * BH * T * G + partial, l2=sl2,
+                     2 * act + 2 * kvb + BH * T * k * 9 + 4 * BH * T * G + partial + state_in, l2=sl2,
                      programs=progs, per_sm=_per_sm(158, 128), launches=launches))  # fmt: skip
     ks.append(Kernel("sel_bwd_dq", "selected", "bwd", "gather_fwd", dq_units * sunit, 3 * suse,
-                     4 * act + 2 * kvb + BH * T * k * 9 + partial, l2=sl2,
+                     4 * act + 2 * kvb + BH * T * k * 9 + partial + state_in, l2=sl2,
                      programs=progs, per_sm=_per_sm(154, 128), launches=launches - 1))  # fmt: skip
     # Reverse index: one stable torch.sort of BH*T*k int64 keys (radix: ~8 passes over key + index),
     # searchsorted, cumsum and ~12 small ops.
@@ -479,24 +490,29 @@ def branch_budget(T: int, shape: Shape, gpu: Gpu) -> dict[str, float]:
 
 def transient_bytes(T: int, s: Shape) -> int:
     """The largest scratch one NSA op holds beyond its inputs, outputs and saved tensors (triton
-    backend): the forward has none since selection runs inside the compressed kernel (until
-    2026-11-25 it kept float32 block scores [B, Hkv, T, ceil(T/l')], 512 MiB at 64k for M7C); the
-    backward, the selected branch's reverse index (sort keys, order, sorted keys: 3 x 8 bytes per
-    pair; cub's scratch not counted) plus fp32 partial dK/dV per segment and the deltas."""
+    backend). Forward: the selected branch's forced-block state (fp32 output + lse per row, handed to
+    the query-major kernel); selection itself keeps nothing (until 2026-11-25 the forward kept float32
+    block scores [B, Hkv, T, ceil(T/l')], 512 MiB at 64k for M7C). Backward: first the forced dQ part
+    (fp32) + delta, freed before the reverse index (sort keys, order, sorted keys: 3 x 8 bytes per
+    pair; cub's scratch not counted) and the fp32 partial dK/dV per segment, held with delta."""
     BH = s.B * s.Hkv
     ns = -(-T // s.lp)
     npairs = BH * T * min(s.n, ns)
     seg = min(2048, max(16, _p2(T) // 4))
     nseg = BH * ns + math.ceil(npairs / seg)
-    return int(3 * 8 * npairs + 2 * nseg * s.lp * _p2(s.D, 16) * 4 + 4 * BH * T * s.G)
+    rows = BH * T * s.G
+    state = rows * (s.D + 1) * 4
+    index = 3 * 8 * npairs + 2 * nseg * s.lp * _p2(s.D, 16) * 4 + 4 * rows
+    return int(max(state, state + 4 * rows, index))
 
 
 WHAT_IF = {
     "unbalanced_cmp_dkv_before": {"balanced_dkv": False},  # the compressed dK/dV before its split
     "keymajor_selected": {"keymajor_sel": True},  # FSA's loop order for the selected fwd and dQ
-    "forced_tiles": {"forced_tiles": True},  # forced blocks as dense tiles, the rest query-major
-    "fold_selection": {"fold_selection": True},  # top-n in the compressed forward's pass 2
-    "forced_tiles_and_fold": {"forced_tiles": True, "fold_selection": True},
+    "before_forced_tiles": {"forced_tiles": False},  # every entry query-major (before 2026-11-25)
+    "before_fold_selection": {"fold_selection": False},  # the compressed forward's third pass
+    "before_unpadded_cmp_bwd": {"unpadded_cmp_bwd": False},  # G padded to 8 in the compressed bwd
+    "before_this_session": {"forced_tiles": False, "fold_selection": False, "unpadded_cmp_bwd": False},
 }
 
 

@@ -22,6 +22,7 @@ checkpointing), the GEMM FLOPs, the bytes read + written by every other (memory-
 activations saved for backward and the ops launched. NSA's custom ops are opaque there (their fake
 kernels run): each counts as one launch with its inputs and outputs as bytes. The compute dtype is
 bf16 throughout (autocast's fp32 islands not modelled); the optimizer step is not included.
+The peak memory of a whole step (autocast over fp32 masters, triton ops, AdamW) is bench/memory.py's.
 """
 
 from __future__ import annotations

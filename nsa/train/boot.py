@@ -58,7 +58,7 @@ def banner(
     flop_line += (
         f"; MFU against {peak[0]} {peak[1] / 1e12:.0f} TFLOP/s bf16" if peak else "; no MFU (peak unknown)"
     )
-    est = memory.estimate(cfg, vocab, info.world_size, bf16, fsdp)
+    est = memory.estimate(cfg, vocab, info.world_size, bf16, fsdp, info.device)
     total_gb = torch.cuda.get_device_properties(info.device).total_memory / 2**30 if cuda else None
     return {
         "config": f"{config_path} (hash {cfg.config_hash()})",

@@ -142,14 +142,20 @@ def _flops_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
     w, bl, d, lp, n = (geo[k] for k in ("window", "block_len", "block_stride", "sel_block", "n_sel"))
     win_pairs = T * w - w * (w - 1) / 2 if w <= T else T * (T + 1) / 2
     cmp_pairs = sum(max(0, (t - bl) // d + 1) for t in range(0, T, 16)) * 16
-    sel_pairs = sum(min(n, t // lp + 1) * lp for t in range(0, T, 16)) * 16
+    # Selected: the forced blocks (block 0, own up to t, previous) run in _sel_forced_*, the other
+    # entries (whole blocks) in the query-major _sel_fwd / _sel_bwd_dq; dK/dV takes every pair.
+    forced_pairs = sum(t % lp + 1 + lp * (min(3, t // lp + 1) - 1) for t in range(0, T, 16)) * 16
+    other_pairs = sum((min(n, t // lp + 1) - min(3, t // lp + 1)) * lp for t in range(0, T, 16)) * 16
+    sel_pairs = forced_pairs + other_pairs
     per = B * H * D
     return {
         "_window_fwd": 4 * per * win_pairs, "_window_bwd_dq": 6 * per * win_pairs,
         "_window_bwd_dkdv": 8 * per * win_pairs,
-        # _cmp_fwd: QK (statistics), QK + PV (output), QK (Eq. 9 scores and top-n, pass 3)
-        "_cmp_fwd": 8 * per * cmp_pairs, "_cmp_bwd_dq": 6 * per * cmp_pairs, "_cmp_bwd_dkv": 8 * per * cmp_pairs,
-        "_sel_fwd": 4 * per * sel_pairs, "_sel_bwd_dq": 6 * per * sel_pairs, "_sel_bwd_dkdv": 8 * per * sel_pairs,
+        # _cmp_fwd: QK (statistics), then QK + PV (output; Eq. 9 scores and top-n on the same p)
+        "_cmp_fwd": 6 * per * cmp_pairs, "_cmp_bwd_dq": 6 * per * cmp_pairs, "_cmp_bwd_dkv": 8 * per * cmp_pairs,
+        "_sel_fwd": 4 * per * other_pairs, "_sel_bwd_dq": 6 * per * other_pairs,
+        "_sel_forced_fwd": 4 * per * forced_pairs, "_sel_forced_dq": 6 * per * forced_pairs,
+        "_sel_bwd_dkdv": 8 * per * sel_pairs,
     }  # fmt: skip
 
 
@@ -167,7 +173,9 @@ def _bytes_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
         "_cmp_fwd": 2 * Q + 2 * Kc + lse + table,
         "_cmp_bwd_dq": 4 * Q + 2 * Kc + 2 * lse, "_cmp_bwd_dkv": 2 * Q + 2 * Kc + 2 * lse + 32 * Kc,
         "_cmp_bwd_dkv_sum": 32 * Kc + 2 * Kc,  # 8 fp32 partials of dK and dV per key in, dK/dV out
-        "_sel_fwd": 2 * Q + 2 * K + table + lse, "_sel_bwd_dq": 4 * Q + 2 * K + table + 2 * lse,
+        "_sel_fwd": 2 * Q + 2 * K + table + lse + 2 * Q + lse, "_sel_bwd_dq": 4 * Q + 2 * K + table + 2 * lse + 2 * Q,
+        # the forced kernels hand an fp32 [T, G, D] state (+ lse / delta) to the query-major ones
+        "_sel_forced_fwd": Q + 2 * K + table + 2 * Q + lse, "_sel_forced_dq": 3 * Q + 2 * K + table + 2 * Q + 2 * lse,
         "_sel_bwd_dkdv": 2 * Q + 4 * K + table + 2 * lse,
         "_gate_mix_fwd": 4 * Q, "_gate_mix_bwd": 8 * Q, "_rope_kernel": 2 * Q,
     }  # fmt: skip

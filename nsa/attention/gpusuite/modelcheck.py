@@ -21,12 +21,12 @@ TOLERANCE = 0.30  # the issue's: a family off by more than this corrects the mod
 
 # Model kernel -> the profiler name prefix of the kernel(s) it stands for, in the suite's attention
 # core (compressed + selection, selected, window, gate mix: no RoPE, no compression MLP). The
-# model's cmp_fwd_topn is pass 3 of _cmp_fwd; cmp_bwd_dkv includes the partial sum _cmp_bwd_dkv_sum.
+# model's cmp_fwd_topn is the selection work inside _cmp_fwd's second pass; cmp_bwd_dkv includes the partial sum _cmp_bwd_dkv_sum.
 FAMILIES = {
     "cmp_fwd": "_cmp_fwd", "cmp_fwd_topn": "_cmp_fwd",
     "cmp_bwd_dq": "_cmp_bwd_dq", "cmp_bwd_dkv": "_cmp_bwd_dkv",
     "sel_fwd": "_sel_fwd", "sel_bwd_dq": "_sel_bwd_dq", "sel_bwd_dkdv": "_sel_bwd_dkdv",
-    "sel_bwd_reduce": "_sel_bwd_reduce",
+    "sel_bwd_reduce": "_sel_bwd_reduce", "sel_forced_fwd": "_sel_forced_fwd", "sel_forced_dq": "_sel_forced_dq",
     "win_fwd": "_window_fwd", "win_bwd_dq": "_window_bwd_dq", "win_bwd_dkdv": "_window_bwd_dkdv",
     "gate_mix_fwd": "_gate_mix_fwd", "gate_mix_bwd": "_gate_mix_bwd",
 }  # fmt: skip

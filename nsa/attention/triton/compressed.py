@@ -1,16 +1,16 @@
 """Triton kernels of NSA's compressed branch fused with block selection [Eq. 7-11]: one kernel
-forward, two backward, at every T.
+forward, three backward, at every T.
 
 Owns `compressed_attention_and_selection`, a drop-in for `nsa.attention.compressed`'s function
 (same arguments, layouts, dtypes and results, selection tables identical to eager's including the
 tie-break), and `gpucheck_specs`. The forward kernel takes one (batch, KV head, query tile) with all
 G heads of each token as rows; pass 1 streams the visible compressed keys for the row statistics,
-pass 2 recomputes the probabilities and accumulates p @ V, pass 3 (after the output is stored, so
-its registers are free) recomputes them once more, sums them over the group [Eq. 10], maps them
-onto float32 selection-block scores [Eq. 9] and keeps a running top-n per token [Eq. 11]. No
-[T, T/d] or [T, T/l'] tensor exists: selection needs the tile's registers only. Backward is
-flash-style from the saved row statistics. It must not sync with the device, loop on the host over
-T, or autotune (docs/attention.md)."""
+pass 2 recomputes the probabilities once, accumulates p @ V with them and, from the same registers,
+sums them over the group [Eq. 10], maps them onto float32 selection-block scores [Eq. 9] and keeps
+a running top-n per token [Eq. 11] (2 QK products and 1 PV per key tile). No [T, T/d] or
+[T, T/l'] tensor exists: selection needs the tile's registers only. Backward is flash-style from
+the saved row statistics, its query tiles (token, head) rows without padding. It must not sync with
+the device, loop on the host over T, or autotune (docs/attention.md)."""
 
 from __future__ import annotations
 
@@ -83,6 +83,35 @@ def _block_scores(p, prev, BT: tl.constexpr, GP: tl.constexpr, BN: tl.constexpr,
         score += _shift(_eq9_part(p3, h, A, R, RP), h, BJ)
         score += _shift(_eq9_part(prev, h, A, R, RP), h - BJ, BJ)
     return score, p3
+
+
+@triton.jit
+def _select_tile(top, score, tb, t_end, jb, NS, BJ: tl.constexpr, W: tl.constexpr, LS: tl.constexpr):
+    """Eq. 11 for one key tile and some tokens `tb` (those < t_end): the tile's block scores ([.., BJ]
+    float32) as eager's keys (float bits << 32) | j (forced blocks 0, t//l', t//l'-1 at +inf bits,
+    non-candidates -1), merged into the running top-W `top` ([.., W], sorted descending)."""
+    jt = tb // LS
+    j = jb * BJ + tl.arange(0, BJ)
+    cand = (j[None, :] * LS <= tb[:, None]) & (tb[:, None] < t_end) & (j[None, :] < NS)
+    bits = score.to(tl.int32, bitcast=True) & 0x7FFFFFFF  # drops the sign of -0.0, as eager does
+    forced = (j[None, :] == 0) | (j[None, :] == jt[:, None]) | (j[None, :] == jt[:, None] - 1)
+    bits = tl.where(forced, 0x7F800000, bits).to(tl.int64)
+    keys = tl.where(cand, (bits << 32) | j[None, :].to(tl.int64), -1)
+    # Most tiles far from the query hold nothing above the current n-th key of any token.
+    if tl.max(tl.max(keys, axis=1) - tl.min(top, axis=1)) > 0:
+        top = _merge_top(top, keys, W, BJ)
+    return top
+
+
+@triton.jit
+def _store_top(IDX, VALID, top, tb, t_end, K_SEL, W: tl.constexpr):
+    """The table rows of tokens `tb` (< t_end): idx, and valid where a key was placed."""
+    slot = tl.arange(0, W)
+    toff = tb[:, None] * K_SEL + slot[None, :]
+    tmask = (tb[:, None] < t_end) & (slot[None, :] < K_SEL)
+    ok = top >= 0
+    tl.store(IDX + toff, tl.where(ok, top & 0xFFFFFFFF, 0), mask=tmask)
+    tl.store(VALID + toff, ok, mask=tmask)
 
 
 @triton.jit
@@ -165,7 +194,19 @@ def _cmp_fwd(
     inv_l = tl.where(seen, 1.0 / tl.where(seen, l_i, 1.0), 0.0)
     tl.store(LSE + row_off, tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), 0.0), mask=row_ok)
 
-    # Pass 2: probabilities again; the output.
+    # Pass 2: the final probabilities of each key tile, used twice while in registers: p @ V for the
+    # output and (float32, before the cast) the selection: Eq. 10 and Eq. 9 block scores, then Eq. 11
+    # as a running top-W per token. No score tensor and no third QK product. The top-n merge runs
+    # for each half of the tile's tokens in turn: merged at once, its [BT, W, BJ] rank tiles next to
+    # the p @ V accumulator spilled on sm_80 and sm_90 at G = 6 (BT = 4; ptxas, docs/attention.md).
+    # A 1-token tile (G > 16) has an empty second half: its tokens are >= t_end.
+    TH: tl.constexpr = (BT + 1) // 2
+    t_end = tl.minimum(T, pid_t * BT + BT)
+    tb_a = pid_t * BT + tl.arange(0, TH)
+    tb_b = tb_a + TH
+    top_a = tl.full([TH, W], -1, tl.int64)
+    top_b = tl.full([TH, W], -1, tl.int64)
+    prev = tl.zeros([BT, BJ, RP], tl.float32)
     acc = tl.zeros([BM, DP], tl.float32)
     for jb in range(0, n_blk_tiles):
         key = (jb * BJ + cj) * R + cm
@@ -177,40 +218,17 @@ def _cmp_fwd(
         vis = row_ok[:, None] & key_ok[None, :] & (key[None, :] * S + (L - 1) <= tq[:, None])
         p = tl.where(vis, tl.exp2(s - m_safe[:, None]) * inv_l[:, None], 0.0)
         acc += tl.dot(p.to(v.dtype), v, input_precision=PREC)
+        score, prev = _block_scores(p, prev, BT, GP, BN, BJ, RP, A, R, HMAX)
+        if BT > 1:
+            score_a, score_b = tl.split(tl.permute(tl.reshape(score, [2, TH, BJ]), (1, 2, 0)))
+        else:
+            score_a, score_b = score, score
+        top_a = _select_tile(top_a, score_a, tb_a, t_end, jb, NS, BJ, W, LS)
+        top_b = _select_tile(top_b, score_b, tb_b, t_end, jb, NS, BJ, W, LS)
     omask = row_ok[:, None] & dmask[None, :]
     tl.store(Out + row_off[:, None] * D + dcol[None, :], acc.to(Out.dtype.element_ty), mask=omask)
-
-    # Pass 3, with the accumulator gone: the same probabilities once more (the same operations as
-    # pass 2, so the same bits), their Eq. 9 block scores per tile of BJ blocks, and Eq. 11 on the
-    # eager key (float bits << 32) | j as a running top-W per token (forced blocks 0, t//l', t//l'-1
-    # at +inf bits, non-candidates -1). No score tensor: the selection's memory is the tile's.
-    tb = pid_t * BT + tl.arange(0, BT)
-    jt = tb // LS
-    prev = tl.zeros([BT, BJ, RP], tl.float32)
-    top = tl.full([BT, W], -1, tl.int64)
-    for jb in range(0, n_blk_tiles):
-        key = (jb * BJ + cj) * R + cm
-        key_ok = (cm < R) & (key < NC)
-        k = tl.load(K + key[:, None] * D + dcol[None, :], mask=key_ok[:, None] & dmask[None, :], other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-        vis = row_ok[:, None] & key_ok[None, :] & (key[None, :] * S + (L - 1) <= tq[:, None])
-        p = tl.where(vis, tl.exp2(s - m_safe[:, None]) * inv_l[:, None], 0.0)
-        score, prev = _block_scores(p, prev, BT, GP, BN, BJ, RP, A, R, HMAX)
-        j = jb * BJ + tl.arange(0, BJ)
-        cand = (j[None, :] * LS <= tb[:, None]) & (tb[:, None] < T) & (j[None, :] < NS)
-        bits = score.to(tl.int32, bitcast=True) & 0x7FFFFFFF  # drops the sign of -0.0, as eager does
-        forced = (j[None, :] == 0) | (j[None, :] == jt[:, None]) | (j[None, :] == jt[:, None] - 1)
-        bits = tl.where(forced, 0x7F800000, bits).to(tl.int64)
-        keys = tl.where(cand, (bits << 32) | j[None, :].to(tl.int64), -1)
-        # Most tiles far from the query hold nothing above the current n-th key of any token.
-        if tl.max(tl.max(keys, axis=1) - tl.min(top, axis=1)) > 0:
-            top = _merge_top(top, keys, W, BJ)
-    slot = tl.arange(0, W)
-    toff = tb[:, None] * K_SEL + slot[None, :]
-    tmask = (tb[:, None] < T) & (slot[None, :] < K_SEL)
-    ok = top >= 0
-    tl.store(IDX + toff, tl.where(ok, top & 0xFFFFFFFF, 0), mask=tmask)
-    tl.store(VALID + toff, ok, mask=tmask)
+    _store_top(IDX, VALID, top_a, tb_a, t_end, K_SEL, W)
+    _store_top(IDX, VALID, top_b, tb_b, t_end, K_SEL, W)
 
 
 @triton.jit
@@ -237,7 +255,11 @@ def _cmp_bwd_dq(
     S: tl.constexpr,
     PREC: tl.constexpr,
 ):
-    """dQ per query tile; also writes delta = rowsum(dO * out) for the dK/dV kernel that runs next."""
+    """dQ per query tile; also writes delta = rowsum(dO * out) for the dK/dV kernel that runs next.
+
+    A tile is BM = BT * GP consecutive (token, head) rows of the [T * G] rows, not BT tokens padded to
+    GP heads: no group sum here, so nothing needs a token's heads in one tile, and at G = 6 a quarter
+    of the rows (and of the three products) was padding."""
     BM: tl.constexpr = BT * GP
     pid_t = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
@@ -249,11 +271,9 @@ def _cmp_bwd_dq(
     DELTA += bh * T * G
     K += bh * NC * D
     V += bh * NC * D
-    rows = tl.arange(0, BM)
-    tq = pid_t * BT + rows // GP
-    gq = rows % GP
-    row_ok = (gq < G) & (tq < T)
-    row_off = tq * G + gq
+    row_off = pid_t * BM + tl.arange(0, BM)
+    tq = row_off // G
+    row_ok = row_off < T * G
     dcol = tl.arange(0, DP)
     dmask = dcol < D
     qoff = row_off[:, None] * D + dcol[None, :]
@@ -264,7 +284,7 @@ def _cmp_bwd_dq(
     tl.store(DELTA + row_off, delta, mask=row_ok)
     lse = tl.load(LSE + row_off, mask=row_ok, other=0.0)
 
-    t_last = tl.minimum(pid_t * BT + BT - 1, T - 1)
+    t_last = tl.minimum((pid_t * BM + BM - 1) // G, T - 1)
     n_vis = tl.where(t_last >= L - 1, tl.minimum(NC, (t_last - (L - 1)) // S + 1), 0)
     key0 = tl.arange(0, BN)
     dq = tl.zeros([BM, DP], tl.float32)
@@ -310,7 +330,8 @@ def _cmp_bwd_dkv(
 ):
     """Partial dK, dV of one compressed-key tile over one SPLIT-th of the query tiles that see it
     (fp32, [B*Hkv, key tiles, SPLIT, BN, DP]; no atomics). Key tile 0 is seen by every query and the
-    last by almost none: split, no program carries more than 1/SPLIT of the longest tile's work."""
+    last by almost none: split, no program carries more than 1/SPLIT of the longest tile's work.
+    Query tiles are BM = BT * GP consecutive (token, head) rows, unpadded, as in `_cmp_bwd_dq`."""
     BM: tl.constexpr = BT * GP
     pid_n = tl.program_id(0) // SPLIT
     part = tl.program_id(0) % SPLIT
@@ -333,15 +354,14 @@ def _cmp_bwd_dkv(
     rows = tl.arange(0, BM)
     dk = tl.zeros([BN, DP], tl.float32)
     dv = tl.zeros([BN, DP], tl.float32)
-    first = (pid_n * BN * S + (L - 1)) // BT
-    n_tiles = tl.maximum(tl.cdiv(T, BT) - first, 0)
+    first = (pid_n * BN * S + (L - 1)) * G // BM  # the tile of the first row that sees the key tile
+    n_tiles = tl.maximum(tl.cdiv(T * G, BM) - first, 0)
     lo = first + (part * n_tiles) // SPLIT
     hi = first + ((part + 1) * n_tiles) // SPLIT
     for tb in range(lo, hi):
-        tq = tb * BT + rows // GP
-        gq = rows % GP
-        row_ok = (gq < G) & (tq < T)
-        row_off = tq * G + gq
+        row_off = tb * BM + rows
+        tq = row_off // G
+        row_ok = row_off < T * G
         qoff = row_off[:, None] * D + dcol[None, :]
         q = tl.load(Q + qoff, mask=row_ok[:, None] & dmask[None, :], other=0.0)
         do = tl.load(DO + qoff, mask=row_ok[:, None] & dmask[None, :], other=0.0)
@@ -411,9 +431,10 @@ def _config(
     # (ptxas -v, docs/attention.md).
     rows = 128 if head_dim <= 64 else 32
     bt = max(1, min(32, rows // gp))
-    # The forward holds the top-n merge of its tokens too (pass 3): 32 rows and at most 8 tokens per
-    # tile (G = 1 pads to 2 rows a token for tl.dot's 16). ptxas on sm_80 spilled with 64 rows
-    # (G = 6: 8 tokens, 472 B) and with 16 tokens (G = 1), and with the old 128 rows (gpucheck).
+    # The forward holds the top-n merge of its tokens too (pass 2, next to the p @ V accumulator,
+    # one half of the tokens at a time): 32 rows and at most 8 tokens per tile (G = 1 pads to 2 rows
+    # a token for tl.dot's 16). ptxas on sm_80 spilled with 64 rows (G = 6: 8 tokens, 472 B) and with
+    # 16 tokens (G = 1) when selection had a pass of its own, and with the old 128 rows (gpucheck).
     gpf = max(2, gp)
     btf = max(1, min(8, 32 // gpf))
     # dQ: 8 warps for 128-row tiles; 4 for 32 rows (D > 64), where 8 warps left ptxas at 128 registers
@@ -441,7 +462,7 @@ def _config(
         # dK/dV: each key tile's queries in SPLIT parts (partials summed in order by a second kernel):
         # without it tile 0 carried all T queries alone (the longest program bounded the kernel).
         "split_dkv": 8,
-        "W": max(16, _pow2(n_sel)),  # running top-n width (pass 3 of the forward): >= n
+        "W": max(16, _pow2(n_sel)),  # running top-n width (pass 2 of the forward): >= n
         # 8 warps, but 4 on sm_80 for 16 heads a token: there 8 warps left ptxas at 128 registers and
         # spilling 16 B at G 16 x D 64 (sm_90 spills with 4 instead, 32 B).
         "warps_fwd": 4 if gpf >= 16 and arch < 90 else 8,
@@ -534,7 +555,7 @@ def _bwd(
     delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
     prec = _prec(q.dtype)
     geo = {"G": G, "GP": c["GP"], "D": D, "DP": c["DP"], "L": block_len, "S": block_stride, "PREC": prec}
-    _cmp_bwd_dq[(triton.cdiv(T, c["BT"]), B * Hkv)](
+    _cmp_bwd_dq[(triton.cdiv(T * G, c["BT"] * c["GP"]), B * Hkv)](
         q, kc, vc, out, dout, lse, delta, dq, T, nc, scale * _LOG2E, scale,
         BT=c["BT"], BN=c["bn_bwd"], **geo, num_warps=c["warps"], num_stages=2,
     )  # fmt: skip

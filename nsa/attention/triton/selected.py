@@ -311,6 +311,7 @@ def _selected_bwd(
             G=G, D=D, LP=LP, TP=cfg["TP"], RP=cfg["RP"], NKP=_slots(NK), DP=cfg["DP"], BK=cfg["BK"],
             PREC=prec, num_warps=cfg["warps_q"], num_stages=cfg["stages_dq"],
         )  # fmt: skip
+        del dqf  # consumed: its memory goes back to the allocator before the reverse index and partials
     else:
         _sel_bwd_dq_kernel[(T, BH)](
             q, k, v, idx, valid8, out, dout, lse, delta, dq, T, NK, scale,

@@ -21,6 +21,7 @@ WORLD = {
     "m7c_125m.yaml": 1,
     "m7c_125m_2xa100_production.yaml": 2,
     "long_context.yaml": 1,
+    "m7c_64k.yaml": 1,
 }
 
 

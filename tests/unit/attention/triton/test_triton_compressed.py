@@ -9,6 +9,7 @@ and an __init__.py here would make the package name `triton`.)
 
 from __future__ import annotations
 
+import inspect
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernel module is imported (KERNELS rule)
@@ -65,6 +66,7 @@ CASES = [
     (1, 1, 90, 1, 128, 64, 16, 16, 4, torch.float16),  # Eq. 9 reaches 3 blocks back, G = 1, D = 128
     (1, 2, 260, 6, 64, 32, 16, 64, 16, torch.float32),  # paper geometry, M7C group, 5 selection blocks
     (1, 1, 40, 3, 96, 16, 4, 8, 6, torch.float32),  # D = 96: padded to 128 columns, masked
+    (1, 1, 29, 17, 64, 8, 4, 8, 3, torch.float32),  # G = 17: 1-token tiles, the top-n's 2nd half empty
 ]
 
 
@@ -157,6 +159,41 @@ def test_cpu_without_interpreter_is_a_clear_error(monkeypatch):
         tri.compressed_attention_and_selection(
             q, kc, vc, block_len=8, block_stride=4, sel_block=16, n_sel=4, scale=0.1
         )
+
+
+def test_forward_issues_two_qk_products_and_one_pv_per_key_tile():
+    """Selection uses pass 2's probabilities while they are in registers (issue 20): the forward's
+    GEMMs are pass 1's QK, pass 2's QK and its p @ V. A third pass over the keys for the selection
+    (the kernel until 2026-11-25) would be a third loop and a third QK product."""
+    src = inspect.getsource(tri._cmp_fwd.fn)
+    assert src.count("for jb in range(") == 2
+    assert src.count("tl.dot(q, tl.trans(k)") == 2 and src.count("tl.dot(") == 3
+
+
+def test_backward_query_tiles_hold_no_padding_rows(monkeypatch):
+    """The backward has no group sum, so its query tiles are consecutive (token, head) rows: at G = 6
+    the dQ kernel runs ceil(T * 6 / 128) programs, not ceil(T / 16) tiles of 16 tokens padded to
+    8 heads (a quarter of their rows and products padding). Grids recorded from the interpreter's
+    own launches, which still run; the results stay eager's."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    grids: dict[str, tuple] = {}
+    real = InterpretedFunction.run
+
+    def run(self, *args, grid, warmup, **kwargs):
+        grids[self.fn.__name__] = tuple(grid)
+        return real(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    monkeypatch.setattr(InterpretedFunction, "run", run)
+    T, G = 100, 6
+    (out, idx, _, grads), (e_out, e_idx, _, e_grads) = _both(
+        *_inputs(1, 1, T, G, 64, 32, 16, torch.float32, seed=5), 32, 16, 64, 16
+    )
+    assert grids["_cmp_bwd_dq"] == (-(-T * G // 128), 1)  # 5 programs; 7 with padded tiles
+    torch.testing.assert_close(out, e_out, **TOL[torch.float32])
+    assert torch.equal(idx, e_idx)
+    for got, want in zip(grads, e_grads):
+        torch.testing.assert_close(got, want, **TOL[torch.float32])
 
 
 def test_gpucheck_specs_list_every_kernel_without_T():
