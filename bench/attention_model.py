@@ -160,6 +160,28 @@ def _cmp_keys(T: int, s: Shape, tile: int = 64) -> float:
     return min(nc, nc / 2 + tile / 2)
 
 
+def _tokens_per_tile(G: int) -> int:
+    """Tokens a query-major selected program holds: the largest power of two with TP * G <= 16."""
+    return max(1, 1 << max(0, (16 // G).bit_length() - 1)) if G <= 16 else 1
+
+
+def _union_ratio(T: int, s: Shape, TP: int) -> float:
+    """Expected key steps of TP-token tiles over one token a program, for tables whose tokens pick
+    their n - 3 non-forced blocks independently and uniformly among blocks 1 .. t//l' - 2 (the
+    union of TP draws of m from C: C (1 - (1 - m/C)^TP)). Matches the count of
+    bench/selected_key_steps.py on top_blocks over random scores (0.849 at G = 6, 8k)."""
+    if TP == 1:
+        return 1.0
+    num = den = 0.0
+    for t0 in range(0, T, TP):
+        C = max(0, t0 // s.lp - 2)
+        m = min(s.n - 3, C)
+        if m:
+            num += C * (1 - (1 - m / C) ** TP)
+            den += TP * m
+    return num / den if den else 1.0
+
+
 def flash2(T: int, s: Shape, kind: str = "fa2") -> list[Kernel]:
     """FlashAttention-2, causal GQA: 2 GEMMs forward, 5 backward, over T/2 keys per query on average.
     kind "fa2": the CUDA kernels (flash-attn, PyTorch SDPA); "dense": a Triton port (the NSA paper's)."""
@@ -185,6 +207,8 @@ def ours(
     forced_tiles: bool = True,
     fold_selection: bool = True,
     unpadded_cmp_bwd: bool = True,
+    token_tiles: bool = True,
+    selections: str = "random",
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     keymajor_sel models a restructure that is not built (what-if rows); balanced_dkv=False the
@@ -193,7 +217,10 @@ def ours(
     tiles of 64 rows, the query-major kernels skipping them (False: the kernels before); fold_selection
     (built, 2026-11-25) the top-n inside the compressed forward's second pass (False: a third pass
     with its own QK product); unpadded_cmp_bwd (built, 2026-11-25) the compressed backward's query
-    tiles without padded heads."""
+    tiles without padded heads; token_tiles (built, 2026-11-25) several tokens per query-major program
+    over the union of their blocks, whose size depends on the tables: `selections` "random" (each token
+    independent: the worst case, what the predictions use) or "shared" (adjacent tokens select the
+    same blocks: the best case)."""
     B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
     bf = 2
     act = B * T * s.H * D * bf
@@ -275,6 +302,7 @@ def ours(
     # keymajor (not built): FSA's order for both, rows = (pair, head) in full tiles of 64, a
     # statistics pass (QK) before the output pass (QK, PV), fp32 partial rows per pair reduced after.
     SR = 64 if keymajor_sel else _p2(G, 16)
+    TP = 1
     keys = _sel_keys(T, s)
     npairs = BH * T * k
     if forced_tiles:
@@ -304,17 +332,24 @@ def ours(
         sl2 = npairs * G * D * bf * 2
         fwd_units, dq_units, launches = 3, 3, 3
     else:
-        sunit = 2 * BH * T * SR * keys * D
+        # Token tiles (forced path, nsa/attention/triton/selected_query.py): TP tokens a program
+        # (TP*G <= 16 rows), one 64-key step per distinct non-forced block of the tile: steps and L2
+        # reads = `union` x one token a program (random selections: _union_ratio; adjacent tokens
+        # selecting the same blocks: 1/TP). Each of the TP*n table entries costs a [16,16] compare.
+        TP = _tokens_per_tile(G) if forced_tiles and token_tiles else 1
+        union = _union_ratio(T, s, TP) if selections == "random" else 1 / TP
+        sunit = 2 * BH * T * SR * keys * D * union
         partial = 0
-        sl2 = BH * T * keys * D * bf * 2
+        sl2 = BH * T * keys * D * bf * 2 * union
         fwd_units, dq_units, launches = 2, 3, 1
-    progs = math.ceil(npairs * G / 64) if keymajor_sel else BH * T
+    progs = math.ceil(npairs * G / 64) if keymajor_sel else BH * math.ceil(T / TP)
+    scan = BH * T * k * 16 * 16 if TP > 1 else 0
     ks.append(Kernel("sel_fwd", "selected", "fwd", "gather_fwd", fwd_units * sunit, 2 * suse,
                      2 * act + 2 * kvb + BH * T * k * 9 + 4 * BH * T * G + partial + state_in, l2=sl2,
-                     programs=progs, per_sm=_per_sm(158, 128), launches=launches))  # fmt: skip
+                     alu=scan, programs=progs, per_sm=_per_sm(96, 128), launches=launches))  # fmt: skip
     ks.append(Kernel("sel_bwd_dq", "selected", "bwd", "gather_fwd", dq_units * sunit, 3 * suse,
                      4 * act + 2 * kvb + BH * T * k * 9 + partial + state_in, l2=sl2,
-                     programs=progs, per_sm=_per_sm(154, 128), launches=launches - 1))  # fmt: skip
+                     alu=scan, programs=progs, per_sm=_per_sm(98, 128), launches=launches - 1))  # fmt: skip
     # Reverse index: one stable torch.sort of BH*T*k int64 keys (radix: ~8 passes over key + index),
     # searchsorted, cumsum and ~12 small ops.
     ks.append(Kernel("sel_reverse_index", "selected", "bwd", "memory", dram=npairs * 16 * 2 * 8, launches=16))
@@ -512,6 +547,8 @@ WHAT_IF = {
     "before_forced_tiles": {"forced_tiles": False},  # every entry query-major (before 2026-11-25)
     "before_fold_selection": {"fold_selection": False},  # the compressed forward's third pass
     "before_unpadded_cmp_bwd": {"unpadded_cmp_bwd": False},  # G padded to 8 in the compressed bwd
+    "before_token_tiles": {"token_tiles": False},  # one token a query-major program
+    "shared_selections": {"selections": "shared"},  # adjacent tokens select the same blocks (best case)
     "before_this_session": {"forced_tiles": False, "fold_selection": False, "unpadded_cmp_bwd": False},
 }
 

@@ -45,11 +45,20 @@ def test_prediction_rows_cover_both_gpus_and_shapes_with_the_issue_keys() -> Non
 
 
 def test_padding_costs_flops_and_long_t_favours_nsa() -> None:
-    """G = 6 pads the selected kernels' rows to 16: issued FLOPs exceed useful ones by 16/6; and the
+    """G = 6 pads the selected kernels' rows to 16: one token a program issues 16/6 of the useful
+    FLOPs; two-token tiles take the union of their blocks (random tables: the union ratio, 0.849 at
+    8k as bench/selected_key_steps.py counts; adjacent tokens sharing their blocks: half); and the
     NSA/FA2 ratio falls as T grows (FA2 is quadratic, NSA's selected and window branches linear)."""
     shape = m.SHAPES["m7c"]
-    sel = next(k for k in m.ours(65536, shape) if k.name == "sel_fwd")
-    assert sel.flops / sel.useful == pytest.approx(16 / 6)
+
+    def sel(T, **kw):
+        k = next(k for k in m.ours(T, shape, **kw) if k.name == "sel_fwd")
+        return k.flops / k.useful
+
+    assert sel(65536, token_tiles=False) == pytest.approx(16 / 6)
+    assert m._tokens_per_tile(6) == 2 and m._union_ratio(8192, shape, 2) == pytest.approx(0.849, abs=1e-3)
+    assert sel(8192) == pytest.approx(16 / 6 * m._union_ratio(8192, shape, 2))
+    assert sel(8192, selections="shared") == pytest.approx(16 / 6 / 2)
     paper = next(k for k in m.ours(65536, m.SHAPES["paper"]) if k.name == "sel_fwd")
     assert paper.flops == pytest.approx(paper.useful)  # G = 16 fills the tile
     ratios = [r["fwd_bwd"] for r in m.prediction_rows([8192, 16384, 32768, 65536]) if r["gpu"] == "A100"][:4]
@@ -91,3 +100,22 @@ def test_bound_rows_lie_below_every_prediction_and_name_the_efficiency_the_targe
             finally:
                 m.EFF[gpu.arch].update(saved)
             assert ratio == pytest.approx(r["target"], rel=0.01)
+
+
+def test_union_ratio_is_what_the_token_tiles_count_on_random_tables() -> None:
+    """The model's closed form for the token tiles' key steps agrees with the kernels' own count
+    (selected_query.key_steps, the logic the interpreter tests tie to the dot calls) on top_blocks
+    over random scores, and shared tables give 1/TP."""
+    torch = pytest.importorskip("torch")
+    from nsa.attention.selection import top_blocks
+    from nsa.attention.triton.selected_query import key_steps
+
+    T, lp, n = 4096, 64, 16
+    shape = m.SHAPES["m7c"]
+    g = torch.Generator().manual_seed(0)
+    idx, valid = top_blocks(torch.rand(1, 1, T, -(-T // lp), generator=g), torch.arange(T), lp, n)
+    for G in (2, 6):
+        counted = key_steps(idx, valid, lp, G)
+        TP = m._tokens_per_tile(G)
+        assert counted["tokens_per_program"] == TP
+        assert counted["ratio"] == pytest.approx(m._union_ratio(T, shape, TP), abs=0.01)
