@@ -28,9 +28,13 @@ def _own_home_no_stray_ssh_masters(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
 @pytest.fixture
 def fake_prime(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     """The FAKE Prime Intellect API (tests/fixtures/fake_prime.py), named by PRIME_API_KEY/BASE_URL; the
-    `prime` CLI's ~/.prime/config.json is a file of the test's own (absent until a test writes it)."""
+    `prime` CLI's ~/.prime/config.json is a file of the test's own (absent until a test writes it).
+
+    An in-process wait for a pod polls every 0.2 s, not every POLL_S (2 s): the fake's pods are up
+    after 0.5 s, so the default spent ~1.5 s idle per rented pod. Subprocesses keep the default."""
     from tests.fixtures.fake_prime import API_KEY, make_fake
 
+    monkeypatch.setattr("launcher.providers.pods.POLL_S", 0.2)
     api = make_fake(start_delay_s=0.5)
     monkeypatch.setenv("PRIME_API_KEY", API_KEY)
     monkeypatch.setenv("PRIME_API_BASE_URL", api.url)

@@ -4,8 +4,11 @@ going, exit 130), `restarting` after a restart, restart re-syncing (or not) and 
 run, kill's confirmation on a terminal, `runs` with states and `runs forget`, `ssh-close`, and a
 user's own --env variable reaching the workers.
 
-The host python is a wrapper that starts torchrun 8 s late (a real delay, as a slow host's imports
-would be), so the waits are long enough to be seen; agent calls go straight to the interpreter.
+The host python is a wrapper that starts torchrun late (a real delay, as a slow host's imports would
+be), so the waits are long enough to be seen; agent calls go straight to the interpreter. The delay is
+read from a file at each start: 8 s for `up`, whose subprocess prints a ticker line only after
+TICK_PRINT_S (5 s) of waiting, and 3 s for the two restarts, which only need the new start not to beat
+at once (the in-process CLI restart prints its ticker line after the first wait slice, TICK_PRINT_S=0).
 """
 
 from __future__ import annotations
@@ -28,13 +31,17 @@ from tests.e2e.launch_support import PYTHON, invoke, isolate, run_processes, sta
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 CLI = str(Path(sys.executable).parent / "nsa-launch")
-DELAY_S = 8
+UP_DELAY_S = 8  # > launcher.cli.up.TICK_PRINT_S: `up`'s subprocess prints one ticker line
+RESTART_DELAY_S = 3  # > one status call: `restarting` is seen before the new start beats
 
 
 def _slow_python(tmp_path: Path) -> Path:
+    """The host python: torchrun starts as many seconds late as the file `slowpython.delay` says."""
+    delay = tmp_path / "slowpython.delay"
+    delay.write_text(f"{UP_DELAY_S}\n")
     p = tmp_path / "slowpython"
     p.write_text(
-        f'#!/bin/sh\ncase "$2" in torch.distributed.run) sleep {DELAY_S};; esac\nexec {PYTHON} "$@"\n'
+        f'#!/bin/sh\ncase "$2" in torch.distributed.run) sleep "$(cat {delay})";; esac\nexec {PYTHON} "$@"\n'
     )
     p.chmod(0o755)
     return p
@@ -110,6 +117,9 @@ def test_waits_ctrl_c_restart_kill_and_runs(sshd, tmux_server, tmp_path, monkeyp
         # host's edited file stays
         readme = wd / "README.md"
         readme.write_text(readme.read_text() + "\nedited on the host\n")
+        (tmp_path / "slowpython.delay").write_text(f"{RESTART_DELAY_S}\n")
+        # in process: a ticker line after each wait slice (launcher.run.control.TICK_S), not after 5 s
+        monkeypatch.setattr("launcher.cli.up.TICK_PRINT_S", 0.0)
         restart_run(rec, wait=False, sync=False)
         st = status("ux")
         assert st["state"] == "restarting", st

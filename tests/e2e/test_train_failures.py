@@ -143,7 +143,9 @@ def test_sigterm_ends_a_rank_blocked_inside_a_collective(tmp_path: Path) -> None
     cmd = [*train_cmd(2), "--config", str(TINY), "--run-dir", str(run)]
     for s in sets:
         cmd += ["--set", s]
-    env = clean_env(NSA_FAULT="stall:step=3:rank=1")
+    # Each SIGTERMed rank waits for a step boundary it never reaches: NSA_TERM_SAVE_S=2 ends that wait
+    # after 2 s instead of the 10 s floor, for rank 0 and then for rank 1 (torchrun's teardown).
+    env = clean_env(NSA_FAULT="stall:step=3:rank=1", NSA_TERM_SAVE_S="2")
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         hb0 = run / "heartbeat" / "rank0.json"
