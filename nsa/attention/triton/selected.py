@@ -179,6 +179,11 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
         "stages_kv": 1,
         "warps_red": 8,
         "stages": 2,
+        # The token-tile forward at head_dim > 64: with 2 stages ptxas spilled 4 bytes (G 1 x D 96 / 128,
+        # G 6 x D 96; gpucheck --grid, triton 3.9); its K/V loads sit behind a branch per entry and are
+        # not pipelined anyway.
+        "stages_tok": 2 if DP <= 64 else 1,
+        "warps_tok": 4 if DP <= 64 else 8,
         # dQ holds the fp32 dq accumulator beside the forward's state: with 2 stages ptxas spilled
         # 4 bytes on sm_90 (gpucheck, --regAllocOptLevel=2).
         "stages_dq": 1,
@@ -260,7 +265,7 @@ def _selected_fwd(
         _sel_fwd_tok_kernel[(triton.cdiv(T, cfg["TP"]), B * Hkv)](
             q, k, v, idx, valid8, out, lse, of, lsef, T, NK, scale,
             G=G, D=D, LP=sel_block, TP=cfg["TP"], RP=cfg["RP"], NKP=_slots(NK), DP=cfg["DP"], BK=cfg["BK"],
-            PREC=prec, num_warps=cfg["warps_q"], num_stages=cfg["stages"],
+            PREC=prec, num_warps=cfg["warps_tok"], num_stages=cfg["stages_tok"],
         )  # fmt: skip
         return out, lse
     _sel_fwd_kernel[(T, B * Hkv)](
@@ -448,7 +453,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     # (selected_fwd / selected_bwd_dq). The one-token kernels (_any) serve any other table.
     rows = [
         ("selected_forced_fwd", _sel_forced_fwd_kernel, ffwd_args, f_consts, cfg["warps_f"], cfg["stages_f"]),
-        ("selected_fwd", _sel_fwd_tok_kernel, tfwd_args, t_consts, cfg["warps_q"], st),
+        ("selected_fwd", _sel_fwd_tok_kernel, tfwd_args, t_consts, cfg["warps_tok"], cfg["stages_tok"]),
         ("selected_fwd_any", _sel_fwd_kernel, fwd_args, q_common, cfg["warps_q"], st),
         ("selected_forced_dq", _sel_forced_dq_kernel, fdq_args, f_consts, cfg["warps_f"], cfg["stages_fdq"]),
         ("selected_bwd_dq", _sel_bwd_dq_tok_kernel, tdq_args, t_consts, cfg["warps_q"], cfg["stages_dq"]),
