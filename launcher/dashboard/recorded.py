@@ -154,8 +154,16 @@ class RecordedBackend:
     def open_tunnel(self, run: str, port: int = 6006) -> RecordedTunnel:
         with self._lock:
             self.calls.append(("open_tunnel", run))
+        with self._lock:
+            killed = run in self._killed
+        # A killed run has no TensorBoard on its host: a tunnel opened to it (a reopen that raced the
+        # kill) forwards to a port nobody answers, as a real one would.
         t = RecordedTunnel(
-            url=f"http://127.0.0.1:{port}/", local_port=port, run=run, _on_close=self._tunnel_closed
+            url=f"http://127.0.0.1:{port}/",
+            local_port=port,
+            run=run,
+            stopped=killed,
+            _on_close=self._tunnel_closed,
         )
         self.tunnels.append(t)
         return t

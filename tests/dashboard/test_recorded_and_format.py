@@ -54,6 +54,19 @@ def test_recorded_backend_replays_polls_and_remembers_actions():
     assert len(b.metrics("tiny-cpu-120")) == 63
 
 
+def test_recorded_tunnels_follow_the_run_like_real_ones():
+    """A kill stops the run's TensorBoard; a tunnel opened after it (the dashboard's reopen racing the
+    kill) reaches nothing, as a real forward to a dead port does, so the dashboard closes it; a
+    restart brings TensorBoard back."""
+    b = RecordedBackend(RECORDING)
+    before = b.open_tunnel("tiny-cpu-120")
+    assert before.alive()
+    b.kill("tiny-cpu-120")
+    assert not before.alive() and not b.open_tunnel("tiny-cpu-120").alive()
+    b.restart("tiny-cpu-120")
+    assert b.open_tunnel("tiny-cpu-120").alive()
+
+
 def test_recorded_backend_names_a_bad_recording(tmp_path):
     with pytest.raises(ValueError, match=r"status\.json"):
         RecordedBackend(tmp_path)
