@@ -298,12 +298,19 @@ def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> N
         "--top", type=int, default=6, help="largest contributors at the peak, by phase:module:op (GiB)"
     )
     args = ap.parse_args(argv)
+    from nsa.train.config import ConfigError
+
     for T in args.T or [None]:
         for ac in args.checkpointing:
             sets = [*args.sets, f"parallel.activation_checkpointing={ac}"]
             sets += [f"train.seq_len={T}"] if T else []
             sets += [f"train.batch_size={args.batch}"] if args.batch else []
-            out(json.dumps(train_step(args.config, sets, args.top)))
+            try:
+                row = train_step(args.config, sets, args.top)
+            except ConfigError as e:  # bad input: the config loader's message (file, key, value, fix)
+                print(f"bench/memory.py: {e}", file=sys.stderr)
+                raise SystemExit(2) from None
+            out(json.dumps(row))
 
 
 if __name__ == "__main__":

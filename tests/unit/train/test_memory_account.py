@@ -197,3 +197,15 @@ def test_boot_banner_estimate_agrees_with_the_step_account(ac: str) -> None:
     cfg = load_config(REPO / "configs" / "m7c_64k.yaml", sets)
     est = memory.estimate(cfg, cfg.resolved_vocab_size(), 1, True, False, torch.device("cuda"))
     assert est["total_gb"] == pytest.approx(row["total_gib"], rel=0.30)
+
+
+def test_bad_config_is_refused_with_the_loaders_message_and_exit_2(tmp_path, capsys) -> None:
+    rows: list[str] = []
+    for argv, said in (
+        (["--config", str(tmp_path / "nope.yaml")], "file not found"),
+        (["--set", "train.seq_len=-5", "--checkpointing", "full"], "train.seq_len = -5"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            M.main(argv, out=rows.append)
+        assert e.value.code == 2 and said in capsys.readouterr().err
+    assert rows == []  # nothing printed for a refused config
