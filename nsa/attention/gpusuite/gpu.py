@@ -167,15 +167,16 @@ def _bytes_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
     Kc = K / geo["block_stride"]
     table = B * Hkv * T * geo["n_sel"] * 9
     lse = B * T * Hkv * G * 4
+    state = 2 * Q  # fp32 rows of head_dim: twice the bf16 queries
     return {
         "_window_fwd": 2 * Q + 2 * K + lse, "_window_bwd_dq": 4 * Q + 2 * K + 2 * lse,
         "_window_bwd_dkdv": 2 * Q + 4 * K + 2 * lse,
         "_cmp_fwd": 2 * Q + 2 * Kc + lse + table,
         "_cmp_bwd_dq": 4 * Q + 2 * Kc + 2 * lse, "_cmp_bwd_dkv": 2 * Q + 2 * Kc + 2 * lse + 32 * Kc,
         "_cmp_bwd_dkv_sum": 32 * Kc + 2 * Kc,  # 8 fp32 partials of dK and dV per key in, dK/dV out
-        "_sel_fwd": 2 * Q + 2 * K + table + lse + 2 * Q + lse, "_sel_bwd_dq": 4 * Q + 2 * K + table + 2 * lse + 2 * Q,
-        # the forced kernels hand an fp32 [T, G, D] state (+ lse / delta) to the query-major ones
-        "_sel_forced_fwd": Q + 2 * K + table + 2 * Q + lse, "_sel_forced_dq": 3 * Q + 2 * K + table + 2 * Q + 2 * lse,
+        # The forced kernels write an fp32 [T, G, D] state (+ lse / delta) that the query-major ones read.
+        "_sel_fwd": 2 * Q + 2 * K + table + lse + state + lse, "_sel_bwd_dq": 4 * Q + 2 * K + table + 2 * lse + state,
+        "_sel_forced_fwd": Q + 2 * K + table + state + lse, "_sel_forced_dq": 3 * Q + 2 * K + table + state + 2 * lse,
         "_sel_bwd_dkdv": 2 * Q + 4 * K + table + 2 * lse,
         "_gate_mix_fwd": 4 * Q, "_gate_mix_bwd": 8 * Q, "_rope_kernel": 2 * Q,
     }  # fmt: skip

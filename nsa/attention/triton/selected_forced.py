@@ -25,6 +25,64 @@ _sum_combine = tl.standard._sum_combine
 
 
 @triton.jit
+def _role_bias(IDX, VALID, toff, rm, jt, NK, BM: tl.constexpr):
+    """log2 of how many valid table entries list each forced role's block for each row (own block jt,
+    previous jt - 1, block 0 when jt >= 2); -inf when the row does not list it in that role."""
+    c_own = tl.zeros([BM], tl.float32)
+    c_prev = tl.zeros([BM], tl.float32)
+    c_first = tl.zeros([BM], tl.float32)
+    for i in range(0, NK):
+        j = tl.load(IDX + toff + i, mask=rm, other=-1)
+        ok = (tl.load(VALID + toff + i, mask=rm, other=0) != 0) & (j >= 0)
+        c_own += (ok & (j == jt)).to(tl.float32)
+        c_prev += (ok & (j == jt - 1)).to(tl.float32)
+        c_first += (ok & (j == 0) & (jt >= 2)).to(tl.float32)
+    b_own = tl.where(c_own > 0, tl.log2(tl.maximum(c_own, 1.0)), float("-inf"))
+    b_prev = tl.where(c_prev > 0, tl.log2(tl.maximum(c_prev, 1.0)), float("-inf"))
+    b_first = tl.where(c_first > 0, tl.log2(tl.maximum(c_first, 1.0)), float("-inf"))
+    return b_own, b_prev, b_first
+
+
+@triton.jit
+def _key_range(r0, T, G: tl.constexpr, LP: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr):
+    """The tile's keys: [0, n1) is block 0 when it lies before the local range (all rows then have
+    jt >= 2), padded to n1p (a multiple of BK) so no step mixes the two; then [k0, k1), the keys from
+    the block before the tile's first token's block up to its last token."""
+    t_hi = (tl.minimum(r0 + BM, T * G) - 1) // G
+    b_lo = (r0 // G) // LP
+    k0 = tl.maximum(b_lo - 1, 0) * LP
+    k1 = t_hi + 1
+    n1 = tl.where(k0 > 0, LP, 0)
+    n1p = (n1 + BK - 1) // BK * BK
+    return n1, n1p, k0, k1
+
+
+@triton.jit
+def _step_keys(K, V, c, n1, n1p, k0, k1, kk, d, dm, t, jt, b_own, b_prev, b_first, D: tl.constexpr,
+               LP: tl.constexpr):  # fmt: skip
+    """Step c of the tile's key range: its K and V, each (row, key)'s role bias and whether the key
+    exists and is not after the row's token."""
+    first = c < n1p
+    pos = tl.where(first, c, k0 + c - n1p) + kk
+    km = pos < tl.where(first, n1, k1)
+    koff = pos[:, None] * D + d[None, :]
+    k = tl.load(K + koff, mask=km[:, None] & dm[None, :], other=0.0)
+    v = tl.load(V + koff, mask=km[:, None] & dm[None, :], other=0.0)
+    kb = (pos // LP)[None, :]
+    bias = tl.where(
+        kb == jt[:, None],
+        b_own[:, None],
+        tl.where(
+            kb == jt[:, None] - 1,
+            b_prev[:, None],
+            tl.where((kb == 0) & (jt[:, None] >= 2), b_first[:, None], float("-inf")),
+        ),
+    )
+    ok = km[None, :] & (pos[None, :] <= t[:, None])
+    return k, v, bias, ok
+
+
+@triton.jit
 def _sel_forced_fwd_kernel(
     Q, K, V, IDX, VALID, OF, LSEF,
     T, NK, sm_scale,
@@ -45,51 +103,15 @@ def _sel_forced_fwd_kernel(
     q = tl.load(Q + bh * T * G * D + qoff, mask=qmask, other=0.0)
     K += bh * T * D
     V += bh * T * D
-    # log2 of each forced role's count per row (-inf: the row does not list that block in that role).
-    c_own = tl.zeros([BM], tl.float32)
-    c_prev = tl.zeros([BM], tl.float32)
-    c_first = tl.zeros([BM], tl.float32)
-    toff = (bh * T + t) * NK
-    for i in range(0, NK):
-        j = tl.load(IDX + toff + i, mask=rm, other=-1)
-        ok = (tl.load(VALID + toff + i, mask=rm, other=0) != 0) & (j >= 0)
-        c_own += (ok & (j == jt)).to(tl.float32)
-        c_prev += (ok & (j == jt - 1)).to(tl.float32)
-        c_first += (ok & (j == 0) & (jt >= 2)).to(tl.float32)
-    b_own = tl.where(c_own > 0, tl.log2(tl.maximum(c_own, 1.0)), float("-inf"))
-    b_prev = tl.where(c_prev > 0, tl.log2(tl.maximum(c_prev, 1.0)), float("-inf"))
-    b_first = tl.where(c_first > 0, tl.log2(tl.maximum(c_first, 1.0)), float("-inf"))
-    # Key ranges: [0, N1) is block 0 when it lies before the local range (all rows then have jt >= 2),
-    # padded to N1P (a multiple of BK) so no step mixes the two; then [k0, k1), the tile's local keys.
-    t_hi = (tl.minimum(r0 + BM, T * G) - 1) // G
-    b_lo = (r0 // G) // LP
-    k0 = tl.maximum(b_lo - 1, 0) * LP
-    k1 = t_hi + 1
-    n1 = tl.where(k0 > 0, LP, 0)
-    n1p = (n1 + BK - 1) // BK * BK
+    b_own, b_prev, b_first = _role_bias(IDX, VALID, (bh * T + t) * NK, rm, jt, NK, BM)
+    n1, n1p, k0, k1 = _key_range(r0, T, G, LP, BM, BK)
     qk_scale = sm_scale * 1.4426950408889634  # base-2 softmax
     m_i = tl.full([BM], float("-inf"), tl.float32)
     l_i = tl.zeros([BM], tl.float32)
     acc = tl.zeros([BM, DP], tl.float32)
     kk = tl.arange(0, BK)
     for c in range(0, n1p + k1 - k0, BK):
-        first = c < n1p
-        pos = tl.where(first, c, k0 + c - n1p) + kk
-        km = pos < tl.where(first, n1, k1)
-        koff = pos[:, None] * D + d[None, :]
-        k = tl.load(K + koff, mask=km[:, None] & dm[None, :], other=0.0)
-        v = tl.load(V + koff, mask=km[:, None] & dm[None, :], other=0.0)
-        kb = (pos // LP)[None, :]
-        bias = tl.where(
-            kb == jt[:, None],
-            b_own[:, None],
-            tl.where(
-                kb == jt[:, None] - 1,
-                b_prev[:, None],
-                tl.where((kb == 0) & (jt[:, None] >= 2), b_first[:, None], float("-inf")),
-            ),
-        )
-        ok = km[None, :] & (pos[None, :] <= t[:, None])
+        k, v, bias, ok = _step_keys(K, V, c, n1, n1p, k0, k1, kk, d, dm, t, jt, b_own, b_prev, b_first, D, LP)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
         s = tl.where(ok, s + bias, float("-inf"))
         m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine))
@@ -134,46 +156,13 @@ def _sel_forced_dq_kernel(
     lse = tl.where(lse == float("-inf"), 0.0, lse)  # such a row has no key: every p below is 0
     K += bh * T * D
     V += bh * T * D
-    c_own = tl.zeros([BM], tl.float32)
-    c_prev = tl.zeros([BM], tl.float32)
-    c_first = tl.zeros([BM], tl.float32)
-    toff = (bh * T + t) * NK
-    for i in range(0, NK):
-        j = tl.load(IDX + toff + i, mask=rm, other=-1)
-        ok = (tl.load(VALID + toff + i, mask=rm, other=0) != 0) & (j >= 0)
-        c_own += (ok & (j == jt)).to(tl.float32)
-        c_prev += (ok & (j == jt - 1)).to(tl.float32)
-        c_first += (ok & (j == 0) & (jt >= 2)).to(tl.float32)
-    b_own = tl.where(c_own > 0, tl.log2(tl.maximum(c_own, 1.0)), float("-inf"))
-    b_prev = tl.where(c_prev > 0, tl.log2(tl.maximum(c_prev, 1.0)), float("-inf"))
-    b_first = tl.where(c_first > 0, tl.log2(tl.maximum(c_first, 1.0)), float("-inf"))
-    t_hi = (tl.minimum(r0 + BM, T * G) - 1) // G
-    b_lo = (r0 // G) // LP
-    k0 = tl.maximum(b_lo - 1, 0) * LP
-    k1 = t_hi + 1
-    n1 = tl.where(k0 > 0, LP, 0)
-    n1p = (n1 + BK - 1) // BK * BK
+    b_own, b_prev, b_first = _role_bias(IDX, VALID, (bh * T + t) * NK, rm, jt, NK, BM)
+    n1, n1p, k0, k1 = _key_range(r0, T, G, LP, BM, BK)
     qk_scale = sm_scale * 1.4426950408889634
     dq = tl.zeros([BM, DP], tl.float32)
     kk = tl.arange(0, BK)
     for c in range(0, n1p + k1 - k0, BK):
-        first = c < n1p
-        pos = tl.where(first, c, k0 + c - n1p) + kk
-        km = pos < tl.where(first, n1, k1)
-        koff = pos[:, None] * D + d[None, :]
-        k = tl.load(K + koff, mask=km[:, None] & dm[None, :], other=0.0)
-        v = tl.load(V + koff, mask=km[:, None] & dm[None, :], other=0.0)
-        kb = (pos // LP)[None, :]
-        bias = tl.where(
-            kb == jt[:, None],
-            b_own[:, None],
-            tl.where(
-                kb == jt[:, None] - 1,
-                b_prev[:, None],
-                tl.where((kb == 0) & (jt[:, None] >= 2), b_first[:, None], float("-inf")),
-            ),
-        )
-        ok = km[None, :] & (pos[None, :] <= t[:, None])
+        k, v, bias, ok = _step_keys(K, V, c, n1, n1p, k0, k1, kk, d, dm, t, jt, b_own, b_prev, b_first, D, LP)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
         p = tl.where(ok, tl.exp2(s + bias - lse[:, None]), 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PREC)
