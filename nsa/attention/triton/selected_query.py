@@ -157,6 +157,35 @@ def _tile_table(IDX, VALID, ebase, u_r, rm, t_r, NK, LP: tl.constexpr, NKP: tl.c
 
 
 @triton.jit
+def _first_listing(IDX, ebase, e, jm, pos):
+    """Entry e of the tile: its block j, the cells of `jm` listing j, and whether e is processed here,
+    at its block's first listing in the tile (the smallest entry position holding j in `jm`, where an
+    entry that adds nothing holds -1, hence j >= 1; an id that wraps never takes: its cell holds -1)."""
+    j = tl.load(IDX + ebase + e).to(tl.int32)
+    hit = jm == j
+    take = (tl.reduce(tl.where(hit, pos, 1 << 30), None, _min_combine) == e) & (j >= 1)
+    return j, hit, take
+
+
+@triton.jit
+def _listing_bias(hit):
+    """Per row: log2 of how many times the row's token lists the block (-inf: not at all)."""
+    cnt = tl.reduce(hit.to(tl.float32), 1, _sum_combine)
+    return tl.where(cnt > 0, tl.log2(tl.maximum(cnt, 1.0)), float("-inf"))
+
+
+@triton.jit
+def _block_step(K, V, start, c, kk, d, dm, D: tl.constexpr, LP: tl.constexpr):
+    """Keys [start + c, start + c + BK) of one block, K and V, with the mask of those inside it (BK > LP
+    only for the tests' tiny blocks)."""
+    kmc = (c + kk) < LP
+    koff = (start + c + kk)[:, None] * D + d[None, :]
+    k = tl.load(K + koff, mask=kmc[:, None] & dm[None, :], other=0.0)
+    v = tl.load(V + koff, mask=kmc[:, None] & dm[None, :], other=0.0)
+    return k, v, kmc
+
+
+@triton.jit
 def _sel_fwd_tok_kernel(
     Q, K, V, IDX, VALID, OUT, LSE, OF, LSEF,
     T, NK, sm_scale,
@@ -189,20 +218,12 @@ def _sel_fwd_tok_kernel(
     kk = tl.arange(0, BK)
     pos = u_r[:, None] * NK + tl.arange(0, NKP)[None, :]  # each cell's entry position in the tile
     for e in range(0, tl.minimum(TP, T - t0) * NK):
-        # Entry e is processed at its block's first listing in the tile (first = the smallest entry
-        # position holding it in `jm`, where an entry that adds nothing holds -1, hence j >= 1).
-        j = tl.load(IDX + ebase + e).to(tl.int32)  # an id that wraps never takes: its cell holds -1
-        hit = jm == j
-        take = (tl.reduce(tl.where(hit, pos, 1 << 30), None, _min_combine) == e) & (j >= 1)
+        j, hit, take = _first_listing(IDX, ebase, e, jm, pos)
         if take:
-            cnt = tl.reduce(hit.to(tl.float32), 1, _sum_combine)  # the row's token lists j cnt times
-            bias = tl.where(cnt > 0, tl.log2(tl.maximum(cnt, 1.0)), float("-inf"))
+            bias = _listing_bias(hit)
             start = (j * LP).to(tl.int32)  # int32 offsets inside one head, as everywhere
             for c in range(0, LP, BK):
-                kmc = (c + kk) < LP  # BK > LP only for the tests' tiny blocks
-                koff = (start + c + kk)[:, None] * D + d[None, :]
-                k = tl.load(K + koff, mask=kmc[:, None] & dm[None, :], other=0.0)
-                v = tl.load(V + koff, mask=kmc[:, None] & dm[None, :], other=0.0)
+                k, v, kmc = _block_step(K, V, start, c, kk, d, dm, D, LP)
                 s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale + bias[:, None]
                 s = tl.where(kmc[None, :], s, float("-inf"))
                 m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine))
@@ -254,20 +275,12 @@ def _sel_bwd_dq_tok_kernel(
     kk = tl.arange(0, BK)
     pos = u_r[:, None] * NK + tl.arange(0, NKP)[None, :]  # each cell's entry position in the tile
     for e in range(0, tl.minimum(TP, T - t0) * NK):
-        # Entry e is processed at its block's first listing in the tile (first = the smallest entry
-        # position holding it in `jm`, where an entry that adds nothing holds -1, hence j >= 1).
-        j = tl.load(IDX + ebase + e).to(tl.int32)  # an id that wraps never takes: its cell holds -1
-        hit = jm == j
-        take = (tl.reduce(tl.where(hit, pos, 1 << 30), None, _min_combine) == e) & (j >= 1)
+        j, hit, take = _first_listing(IDX, ebase, e, jm, pos)
         if take:
-            cnt = tl.reduce(hit.to(tl.float32), 1, _sum_combine)  # the row's token lists j cnt times
-            bias = tl.where(cnt > 0, tl.log2(tl.maximum(cnt, 1.0)), float("-inf"))
+            bias = _listing_bias(hit)
             start = (j * LP).to(tl.int32)  # int32 offsets inside one head, as everywhere
             for c in range(0, LP, BK):
-                kmc = (c + kk) < LP  # BK > LP only for the tests' tiny blocks
-                koff = (start + c + kk)[:, None] * D + d[None, :]
-                k = tl.load(K + koff, mask=kmc[:, None] & dm[None, :], other=0.0)
-                v = tl.load(V + koff, mask=kmc[:, None] & dm[None, :], other=0.0)
+                k, v, kmc = _block_step(K, V, start, c, kk, d, dm, D, LP)
                 s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
                 p = tl.where(kmc[None, :], tl.exp2(s + bias[:, None] - lse[:, None]), 0.0)
                 dp = tl.dot(do, tl.trans(v), input_precision=PREC)
