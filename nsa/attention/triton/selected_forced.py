@@ -25,6 +25,20 @@ _sum_combine = tl.standard._sum_combine
 
 
 @triton.jit
+def online_softmax_step(s, v, m_i, l_i, acc, PREC: tl.constexpr):
+    """One key step of a base-2 online softmax: logits s [rows, keys] (-inf where masked) and values v
+    into the running (max, sum, output); a row with no key yet keeps max -inf and adds nothing (also
+    used by the token tiles of selected_query.py)."""
+    m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.reduce(p, 1, _sum_combine)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _role_bias(IDX, VALID, toff, rm, jt, NK, BM: tl.constexpr):
     """log2 of how many valid table entries list each forced role's block for each row (own block jt,
     previous jt - 1, block 0 when jt >= 2); -inf when the row does not list it in that role."""
@@ -114,13 +128,7 @@ def _sel_forced_fwd_kernel(
         k, v, bias, ok = _step_keys(K, V, c, n1, n1p, k0, k1, kk, d, dm, t, jt, b_own, b_prev, b_first, D, LP)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
         s = tl.where(ok, s + bias, float("-inf"))
-        m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key in this step yet
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.reduce(p, 1, _sum_combine)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
-        m_i = m_new
+        m_i, l_i, acc = online_softmax_step(s, v, m_i, l_i, acc, PREC)
     has = l_i > 0
     o = acc / tl.where(has, l_i, 1.0)[:, None]
     lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))

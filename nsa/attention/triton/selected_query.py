@@ -21,6 +21,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from nsa.attention.triton.selected_forced import online_softmax_step
+
 # As in selected.py: tl.reduce with triton's own combine functions (cheaper under the interpreter).
 _max_combine = tl.standard._elementwise_max
 _sum_combine = tl.standard._sum_combine
@@ -226,13 +228,7 @@ def _sel_fwd_tok_kernel(
                 k, v, kmc = _block_step(K, V, start, c, kk, d, dm, D, LP)
                 s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale + bias[:, None]
                 s = tl.where(kmc[None, :], s, float("-inf"))
-                m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine))
-                m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that sees no key yet
-                alpha = tl.exp2(m_i - m_safe)
-                p = tl.exp2(s - m_safe[:, None])
-                l_i = l_i * alpha + tl.reduce(p, 1, _sum_combine)
-                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
-                m_i = m_new
+                m_i, l_i, acc = online_softmax_step(s, v, m_i, l_i, acc, PREC)
     has = l_i > 0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
     lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
