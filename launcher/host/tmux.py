@@ -81,7 +81,11 @@ def has_session(req: dict[str, Any], name: str) -> bool:
 def train_pane_pid(req: dict[str, Any], run: str, node: int = 0) -> int | None:
     """PID of the live `train` pane of the run's session, or None. One tmux exec: status runs every
     second or two from the dashboard, so its cost matters."""
-    fmt = "#{window_name}\t#{pane_pid}\t#{pane_dead}"
+    # Space-separated, the window name last: a tmux client without a UTF-8 locale (an SSH session
+    # with no LANG, as on most pods) prints a tab in -F output as "_", and a tab-split then found no
+    # pane at all. state.py then saw only the tagged processes, not the wrapper, and called a run
+    # "failed" in the moment between torchrun's exit and the wrapper writing exit_code.
+    fmt = "#{pane_pid} #{pane_dead} #{window_name}"
     try:
         out = _tmux(
             req, "list-panes", "-s", "-t", "=" + session_name(run, node), "-F", fmt, check=False
@@ -89,9 +93,9 @@ def train_pane_pid(req: dict[str, Any], run: str, node: int = 0) -> int | None:
     except TmuxError:
         return None
     for line in out.splitlines():
-        parts = line.split("\t")
-        if len(parts) == 3 and parts[0] == "train" and parts[2] != "1" and parts[1].isdigit():
-            return int(parts[1])
+        parts = line.split(" ", 2)
+        if len(parts) == 3 and parts[2] == "train" and parts[1] != "1" and parts[0].isdigit():
+            return int(parts[0])
     return None
 
 
