@@ -1,8 +1,9 @@
 """`start`: create (or, on resume, reopen) the run dir, write its files and start its tmux session.
 
 Owns refusing a name already in use on the host (a tmux session or a non-empty run dir), the
-manifest's `started_at` / `restarts`, and clearing the previous end markers on resume. It must not
-build the wrapper's text (wrapper.py) or talk to tmux directly (tmux.py).
+manifest's `started_at` / `restarts` (and, on a resume that brings a manifest, the node's own host,
+rank and command), and clearing the previous end markers on resume. It must not build the wrapper's
+text (wrapper.py) or talk to tmux directly (tmux.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any
 from launcher.host import tmux
 from launcher.host.wrapper import WRAPPER, wrapper_script, write_secrets
 from nsa.runfiles import LATEST, RunDir, atomic_write_json, atomic_write_text, read_json, verify_checkpoint
+
+NODE_KEYS = ("host", "node_rank", "command")  # taken from the request's manifest on a resume
 
 
 def no_intact_checkpoint(rd: RunDir) -> str | None:
@@ -77,6 +80,10 @@ def cmd_start(req: dict[str, Any]) -> dict[str, Any]:
         atomic_write_text(rd.root / name, text)
     if resume:
         manifest = read_json(rd.manifest) or {}
+        # The run's history stays; the node's own facts are this start's: a replacement pod restores
+        # node 0's mirrored manifest to every node, with another host and torchrun command.
+        new = req.get("manifest") or {}
+        manifest.update({k: new[k] for k in NODE_KEYS if k in new})
         manifest.setdefault("restarts", []).append({"time": time.time()})
         for p in (rd.exit_code_file, rd.killed_file, rd.stop_requested_file):
             p.unlink(missing_ok=True)

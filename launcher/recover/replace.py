@@ -2,7 +2,8 @@
 
 Owns `replace_host`: verify the mirrored checkpoint of every node (hashes) before anything is rented
 or terminated; rent a pod like the old one; sync; restore the mirror's checkpoint and run files (the
-metrics only up to the restored step, so metrics.jsonl never holds a step twice); start with
+metrics only up to the restored step, so metrics.jsonl never holds a step twice; node k > 0 gets only
+its checkpoint part, the manifest and the configs, not node 0's log and events); start with
 --resume; wait for its `boot` event (it follows the resume); and only then terminate the old pod,
 unless the API already says it is gone (then it is terminated first: nothing of it bills or can be
 saved). A failed replacement terminates the new pod and puts the run record back. Each phase is written
@@ -49,6 +50,9 @@ def pod_gone(rec: RunRecord) -> str | None:
 
 
 # --- the replacement ----------------------------------------------------------------------------
+NODE_FILES = ("manifest.json", "launch_config.yaml", "config.yaml")  # restored to nodes other than 0
+
+
 def _metrics_upto(src: Path, step: int, out: Path) -> None:
     """metrics.jsonl without the records past `step`: the resumed run writes those steps again."""
     keep = []
@@ -140,8 +144,12 @@ def replace_host(
                 )  # fmt: skip
             t.run(f"mkdir -p {_q(node.run_dir)}", timeout=30)
             with tempfile.TemporaryDirectory(prefix="nsa-restore-") as d:
-                files = [str(src / f) for f in FILES if (src / f).exists() and f != "metrics.jsonl"]
-                if (src / "metrics.jsonl").exists():
+                # The mirror's run files are node 0's (rank 0 writes the metrics and events; train.log
+                # is its log): node k > 0 gets only what resuming needs, its manifest (made its own by
+                # the start) and the configs, so its log and restart history start clean, as on a launch.
+                names = FILES if k == 0 else NODE_FILES
+                files = [str(src / f) for f in names if (src / f).exists() and f != "metrics.jsonl"]
+                if k == 0 and (src / "metrics.jsonl").exists():
                     _metrics_upto(src / "metrics.jsonl", upto, Path(d) / "metrics.jsonl")
                     files.append(str(Path(d) / "metrics.jsonl"))
                 rsync_push(t, files, node.run_dir)

@@ -218,6 +218,13 @@ def test_lost_two_node_pod_is_replaced_with_every_nodes_part_of_the_checkpoint(
         resumed = [e for e in ev if e["kind"] == "resumed"]
         assert resumed and resumed[-1]["detail"]["checkpoint"] == "step-00000006"
         assert [e["detail"]["nodes"] for e in ev if e["kind"] == "host_replaced"] == [2]
+        # the new node 1 has its own manifest and log, not node 0's from the mirror
+        node1 = json.loads(Path(home, "runs", f"{run}.json").read_text())["nodes"][1]
+        man1 = json.loads(Path(node1["run_dir"], "manifest.json").read_text())
+        assert man1["node_rank"] == 1 and man1["host"] == f"root@127.0.0.1:{node1['host']['port']}"
+        cmd1 = man1["command"]
+        assert cmd1[cmd1.index("--node-rank") + 1] == "1" and len(man1["restarts"]) == 1
+        assert "[rank0]" not in Path(node1["run_dir"], "train.log").read_text()
         ports2 = [s.port for s in fake_prime.pods[pod2].servers]
         res = invoke("pods", "down", run, "--yes")
         assert res.exit_code == 0, res.output
