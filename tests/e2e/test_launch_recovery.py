@@ -52,6 +52,17 @@ def _watch(run: str) -> subprocess.Popen:
     )  # fmt: skip
 
 
+def _why(out: str, err: str) -> str:
+    """What a failed `watch` said, and the final status's state and error (which node, which cause):
+    the CI failure this file once had showed only "failed at step 16"."""
+    try:
+        st = json.loads(out)
+        head = f"final status: {st.get('state')}: {st.get('error')}\n"
+    except ValueError:
+        head = f"stdout: {out[-1000:]}\n"
+    return head + err[-3000:]
+
+
 def _final_loss(run_dir: str | Path) -> tuple[int, float]:
     recs = [json.loads(ln) for ln in Path(run_dir, "metrics.jsonl").read_text().splitlines()]
     last = [r for r in recs if "loss" in r][-1]
@@ -125,7 +136,7 @@ def test_lost_pod_is_replaced_and_resumes_from_the_mirror(
         t_lost = time.time()
         fake_prime.lose(pod1)
         out, err = watcher.communicate(timeout=300)
-        assert watcher.returncode == 0, err[-3000:]
+        assert watcher.returncode == 0, _why(out, err)
         assert "replacing it" in err and "resumed on pod" in err and "from step-00000006" in err
         final = json.loads(out)
         assert final["state"] == "finished" and final["step"] == STEPS
@@ -205,7 +216,7 @@ def test_lost_two_node_pod_is_replaced_with_every_nodes_part_of_the_checkpoint(
         assert not (mirror / "checkpoints" / "step-00000006" / "rank1.pt").exists()
         fake_prime.lose(pod1)
         out, err = watcher.communicate(timeout=300)
-        assert watcher.returncode == 0, err[-3000:]
+        assert watcher.returncode == 0, _why(out, err)
         assert "replacing it" in err and "from step-00000006" in err, err[-3000:]
         final = json.loads(out)
         assert final["state"] == "finished" and final["step"] == STEPS, final
