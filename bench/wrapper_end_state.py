@@ -7,8 +7,8 @@ Starts the real wrapper (launcher/host/start.py, in a tmux session on a private 
 times, each running a trainer stand-in that sleeps 0.5 s and exits 0, and polls the host agent's
 run_status as fast as it can from the start until the exit code is there and the pane has ended.
 Counts the runs in which some poll said "failed". The agent's locale is the one given (`--lang`;
-default none: an SSH session with no LANG, as on the fake pods of tests/fixtures/fake_prime.py and
-many real ones). Before the pane lookup stopped splitting tmux's -F output on tabs (which a client
+default none: an SSH session that sets no LANG, as on the fake pods of tests/fixtures/fake_prime.py
+or any host whose sshd passes no locale). Before the pane lookup stopped splitting tmux's -F output on tabs (which a client
 without UTF-8 prints as "_"), the agent never saw the wrapper shell, only the tagged processes, and
 most runs read "failed" for a moment: in the gaps between them at the start, and between torchrun's
 exit and the wrapper's exit_code. Prints one JSON row.

@@ -1,11 +1,11 @@
 """The agent sees the run's tmux pane whatever the locale, so a run whose wrapper is still writing its
 exit code is not "failed" (real tmux, real processes).
 
-A tmux client without a UTF-8 locale (an SSH session with no LANG, as on the fake pods and on many
-real ones) prints a tab in `-F` output as "_". The pane lookup split on tabs, found no pane, and the
-status fell back to the run's tagged processes, which do not include the wrapper shell: between
-torchrun's exit and the wrapper's `exit_code` the run read as "failed" ("the run's tmux session ended
-without writing exit_code"). That failed the CI run of
+A tmux client without a UTF-8 locale (an SSH session that sets no LANG, as on the tests' fake pods
+or any host whose sshd passes no locale) prints a tab in `-F` output as "_". The pane lookup split
+on tabs, found no pane, and the status fell back to the run's tagged processes, which do not include
+the wrapper shell: between torchrun's exit and the wrapper's `exit_code` the run read as "failed"
+("the run's tmux session ended without writing exit_code"). That failed the CI run of
 tests/e2e/test_launch_recovery.py::test_lost_two_node_pod_is_replaced_with_every_nodes_part_of_the_checkpoint
 when the watcher's status landed in that moment on one node.
 """
