@@ -31,7 +31,7 @@ FAMILIES = {
     "gate_mix_fwd": "_gate_mix_fwd", "gate_mix_bwd": "_gate_mix_bwd",
 }  # fmt: skip
 # In the core but not one triton family: the selected backward's reverse index (torch.sort & co.).
-OTHER_IN_CORE = ("sel_reverse_index",)
+OTHER_IN_CORE = ("sel_reverse_index", "q_grad_sum")
 
 
 def load_model():
