@@ -63,11 +63,28 @@ def family_of(kernel_name: str) -> str | None:
     return modelcheck.FAMILIES.get(kernel_name)
 
 
+class BadInput(ValueError):
+    """A suite.json this script cannot use (the message names the file, the key and the fix)."""
+
+
 def records(paths: list[str]) -> list[dict]:
+    """The speed records with a kernel profile of every file (scripts/gpu-suite.sh's suite.json)."""
     out = []
     for p in paths:
-        doc = json.loads(Path(p).read_text())
-        out += [r for r in doc["sections"]["speed"]["records"] if "nsa_kernels" in r]
+        try:
+            doc = json.loads(Path(p).read_text())
+        except (OSError, ValueError) as e:
+            raise BadInput(
+                f"{p}: not a readable JSON file ({e}); pass a suite.json (bench/gpu/*.json)"
+            ) from e
+        speed = (doc.get("sections") or {}).get("speed") if isinstance(doc, dict) else None
+        if not isinstance(speed, dict) or not isinstance(speed.get("records"), list):
+            raise BadInput(
+                f"{p}: no sections.speed.records; pass the suite.json of a run with the speed section"
+            )
+        out += [r for r in speed["records"] if "nsa_kernels" in r and "sdpa_flash_fwd_ms" in r]
+    if not out:
+        raise BadInput(f"{', '.join(paths)}: no speed record with nsa_kernels and sdpa_flash_fwd_ms to fit")
     return out
 
 
@@ -201,9 +218,10 @@ def main() -> None:
     ap.add_argument("--families", nargs="+", help="fit only these families (e.g. _cmp_fwd)")
     ap.add_argument("--gpu", default="H100", choices=sorted(m.GPUS))
     args = ap.parse_args()
-    recs = records(args.suite_json)
-    if not recs:
-        print(f"bench/attention_fit.py: no speed records in {', '.join(args.suite_json)}", file=sys.stderr)
+    try:
+        recs = records(args.suite_json)
+    except BadInput as e:
+        print(f"bench/attention_fit.py: {e}", file=sys.stderr)
         sys.exit(2)
     for kind, terms in sorted(fit(recs, args.gpu, args.families).items()):
         print(json.dumps({"fit": kind, **{t: (round(v, 4) if v else v) for t, v in terms.items()}}))
