@@ -1,4 +1,5 @@
-"""A per-kernel cost model of NSA attention on A100/H100, calibrated on published GPU figures.
+"""A per-kernel cost model of NSA attention on A100/H100, calibrated on published GPU figures and
+corrected by the first GPU measurement of our kernels (H100, 2026-11-26).
 
 Owns the `--model` output of bench/attention.py: calibration rows (the model reproducing published
 NSA and FlashAttention-2 measurements at their shapes), prediction rows (our triton backend over
@@ -7,25 +8,22 @@ rows (FLOPs issued incl. padded rows, DRAM and L2 bytes incl. re-reads, programs
 nothing from nsa (no torch): the kernel structure is written out here from nsa/attention/triton/*.py,
 so a change of structure there must be mirrored here (docs/attention.md, "Time budget").
 
-The model, per kernel: time = max(FLOPs / (peak x eff[kind]), DRAM bytes / (bw x 0.8), L2 bytes /
-L2 bw, scalar ops / (CUDA-core rate x 0.3)), stretched by wave quantisation and by the longest
-program when one program's work exceeds the even share (the compressed dK/dV kernel), plus 4 us per
-launch. `eff[kind]` is the fraction of the bf16 tensor-core peak a kind of kernel reaches when it
-is compute-bound:
-- `fa2_fwd` / `fa2_bwd`: FlashAttention-2's CUDA kernels (the baseline: PyTorch SDPA, flash-attn).
-  A100: 0.55 / 0.45 (FlashAttention-2 paper, Dao 2023, arXiv 2307.08691, Fig. 4-6: 50-73 % forward,
-  40-63 % backward of 312 TFLOPS; the causal low end). H100: 0.39 / 0.34, FlashAttention-2 on H800 as
-  measured by Scalable-Flash-NSA's README (64k, 64 heads, head_dim 128: 182.9 ms forward = 385
-  TFLOP/s, 523.7 ms backward = 336 TFLOP/s).
-- `dense_fwd` / `dense_bwd`: Triton flash-style tiles (full rows, streaming keys: our window and
-  compressed kernels, the Triton FlashAttention-2 the NSA paper compares against). A100 0.40 / 0.32
-  (assumed below CUDA FA2; only the ratio to the sparse kinds enters the paper's calibration), H100
-  as FA2 (assumed; Triton uses Hopper's wgmma, FA2 does not).
-- `gather_fwd` / `gather_bwd`: query-major sparse tiles (per token, keys of chosen blocks): fitted
-  so the calibration rows come within +-30 % (printed beside the predictions). Our selected dQ
-  takes `gather_fwd` (the forward's loop, no atomics), our key-major dK/dV `gather_bwd` (fitted on
-  published backwards that include their dK/dV): the model's largest uncertainty.
-- scalar work (top-n) at 0.3 of the CUDA-core rate; DRAM at 0.8 of its peak; L2 at the rate below.
+Two ways a kernel is priced:
+- The published kernels (calibration only: `published_nsa`, `flash2(kind="fa2" | "dense")`) by
+  generic kinds: time = max(FLOPs / (peak x EFF[kind]), DRAM bytes / (bw x 0.8), L2 bytes / L2 bw,
+  scalar ops / (CUDA-core rate x 0.3)), stretched by wave quantisation and by the longest program,
+  plus 4 us per launch. EFF: `fa2_fwd` / `fa2_bwd` FlashAttention-2's CUDA kernels (A100 0.55 / 0.45,
+  FA2 paper, Dao 2023, arXiv 2307.08691, Fig. 4-6, the causal low end; H100 0.39 / 0.34, flash-attn on
+  H800 from Scalable-Flash-NSA's README: 182.9 ms forward = 385 TFLOP/s, 523.7 ms backward = 336);
+  `dense_fwd` / `dense_bwd` Triton flash-style tiles (A100 0.40 / 0.32, H100 as FA2, assumed);
+  `gather_fwd` / `gather_bwd` query-major sparse tiles, fitted so the calibration rows come within
+  +-30 % (printed beside the predictions).
+- Our kernels (`ours`) and the baseline SDPA flash (`flash2(kind="sdpa")`) by their own kinds, one
+  per compiled configuration, priced from the measurement (H100_COST, fitted by
+  bench/attention_fit.py on bench/gpu/2026-11-26-h100-speed.json): time = issued MMA FLOPs /
+  (peak x eff) + SM cycles per program, per loop step, per token-step or per gathered byte /
+  (SMs x clock), floored by DRAM, plus launches. On A100 the efficiencies stay the published
+  calibration's (A100_KIND) and the cycle costs carry over per SM cycle (kind_cost).
 """
 
 from __future__ import annotations
@@ -313,6 +311,7 @@ def ours(
     unpadded_cmp_bwd: bool = True,
     token_tiles: bool = True,
     selections: str = "random",
+    cmp_fwd_as_window: bool = False,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     keymajor_sel models a restructure that is not built (what-if rows); balanced_dkv=False the
@@ -324,7 +323,9 @@ def ours(
     tiles without padded heads; token_tiles (built, 2026-11-25) several tokens per query-major program
     over the union of their blocks, whose size depends on the tables: `selections` "random" (each token
     independent: the worst case, what the predictions use) or "shared" (adjacent tokens select the
-    same blocks: the best case)."""
+    same blocks: the best case). cmp_fwd_as_window (not built): the compressed forward's 3 products
+    at the window forward's measured efficiency, with no per-tile, per-step or top-n cycles: what a
+    rewrite of _cmp_fwd whose selection cost vanished would cost (a bound for the rewrite)."""
     B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
     bf = 2
     act = B * T * s.H * D * bf
@@ -358,8 +359,9 @@ def ours(
     )
     # Compressed attention + selection, one kernel (_cmp_fwd): the separate, re-fittable term. Its
     # structure is `_cmp_fwd_work` (tiles, loop steps, token-steps); its price the fitted cycles of
-    # kinds cmp_fwd@64/@128 (per tile, per key step of either pass: 2 QK + 1 PV products, exp2 on the
-    # [32, 64] logits, Eq. 10 / Eq. 9 block scores) and cmp_topn (per token per pass-2 step: the
+    # kind cmp_fwd (one price for both configs, @64 / @128 if a re-fit needs two: per tile, per key
+    # step of either pass: 2 QK + 1 PV products, exp2 on the [32, 64] logits, Eq. 10 / Eq. 9 block
+    # scores) and cmp_topn (per token per pass-2 step: the
     # int64 rank merge of the running top-W, skipped when no key beats the current n-th). 32 rows, one
     # 8-warp block per SM (218-240 registers). fold_selection=False: the kernel before 2026-11-25,
     # whose third pass added one more QK product and read per key tile (1.5x the steps).
@@ -370,12 +372,17 @@ def ours(
     ctiles = BH * cw["tiles"]
     ckl2 = ctiles * ck * D * bf
     passes = 2 if fold_selection else 3
-    ks.append(Kernel("cmp_fwd", "compressed", "fwd", f"cmp_fwd@{_cfg(D)}", (passes + 1) * cunit, 3 * cuse,
+    cwork = {"programs": ctiles, "steps": BH * cw["steps"] * passes / 2}
+    tokwork = {"token_steps": BH * cw["steps"] / 2 * BT}
+    ckind = f"cmp_fwd@{_cfg(D)}"
+    if cmp_fwd_as_window:
+        ckind, cwork, tokwork = f"win_fwd@{_cfg(D)}", {}, {}
+    ks.append(Kernel("cmp_fwd", "compressed", "fwd", ckind, (passes + 1) * cunit, 3 * cuse,
                      2 * act + 2 * BH * nc * D * bf + 4 * BH * T * G, l2=(passes + 1) * ckl2, programs=ctiles,
-                     work={"programs": ctiles, "steps": BH * cw["steps"] * passes / 2}))  # fmt: skip
+                     work=cwork))  # fmt: skip
     # Top-n: inside pass 2 (no launch, no GEMM, no read of its own); its cycles per token-step.
     ks.append(Kernel("cmp_fwd_topn", "selection", "fwd", "cmp_topn", dram=BH * T * k * 9, launches=0,
-                     work={"token_steps": BH * cw["steps"] / 2 * BT}))  # fmt: skip
+                     work=tokwork))  # fmt: skip
     # Backward: dQ (3 units) and dK/dV (4 units) over query tiles of consecutive (token, head) rows, no
     # padded heads (unpadded_cmp_bwd=False: G padded to GP, the kernels before 2026-11-25).
     RB = G if unpadded_cmp_bwd else _p2(G)
@@ -665,6 +672,7 @@ WHAT_IF = {
     "before_unpadded_cmp_bwd": {"unpadded_cmp_bwd": False},  # G padded to 8 in the compressed bwd
     "before_token_tiles": {"token_tiles": False},  # one token a query-major program
     "shared_selections": {"selections": "shared"},  # adjacent tokens select the same blocks (best case)
+    "cmp_fwd_as_window": {"cmp_fwd_as_window": True},  # the compressed forward with no selection cost
     "before_this_session": {"forced_tiles": False, "fold_selection": False, "unpadded_cmp_bwd": False},
 }
 
