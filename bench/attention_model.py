@@ -194,6 +194,8 @@ def kind_cost(kind: str, gpu: Gpu) -> dict[str, float] | None:
     if gpu.arch == "hopper":
         return fitted
     cycles = {f: c for f, c in fitted.items() if f != "eff"}
+    if base.startswith("sdpa"):  # FA2's published efficiency is its whole kernels' time, prologues included
+        return {"eff": EFF[gpu.arch][A100_KIND[base]]}
     if "eff" not in fitted:  # the fitted cycles include its MMAs (the compressed forward, the gathers)
         return cycles
     return {"eff": EFF[gpu.arch][A100_KIND[base]], **cycles}

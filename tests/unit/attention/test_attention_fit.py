@@ -58,7 +58,7 @@ def test_the_compressed_forward_refits_alone(recs) -> None:
 
 def test_a100_keeps_the_published_efficiencies_and_takes_the_cycles_per_sm_cycle() -> None:
     a100, h100 = m.GPUS["A100"], m.GPUS["H100"]
-    for kind in ("win_fwd@64", "cmp_dq@128", "sel_dkdv@64", "sdpa_fwd"):
+    for kind in ("win_fwd@64", "cmp_dq@128", "sel_dkdv@64"):
         base = kind.split("@")[0]
         cost = m.kind_cost(kind, a100)
         assert cost["eff"] == m.EFF["ampere"][m.A100_KIND[base]]
@@ -66,6 +66,7 @@ def test_a100_keeps_the_published_efficiencies_and_takes_the_cycles_per_sm_cycle
             k: v for k, v in m.kind_cost(kind, h100).items() if k != "eff"
         }
     assert m.kind_cost("cmp_fwd@64", a100) == m.H100_COST["cmp_fwd"]  # cycles include its MMAs
+    assert m.kind_cost("sdpa_bwd", a100) == {"eff": m.EFF["ampere"]["fa2_bwd"]}  # FA2 as published
     assert m.kind_cost("dense_fwd", a100) is None  # the published kernels' kinds: priced by EFF
 
 
