@@ -1,4 +1,5 @@
-"""A per-kernel cost model of NSA attention on A100/H100, calibrated on published GPU figures.
+"""A per-kernel cost model of NSA attention on A100/H100, calibrated on published GPU figures and
+corrected by the first GPU measurement of our kernels (H100, 2026-11-26).
 
 Owns the `--model` output of bench/attention.py: calibration rows (the model reproducing published
 NSA and FlashAttention-2 measurements at their shapes), prediction rows (our triton backend over
@@ -7,25 +8,22 @@ rows (FLOPs issued incl. padded rows, DRAM and L2 bytes incl. re-reads, programs
 nothing from nsa (no torch): the kernel structure is written out here from nsa/attention/triton/*.py,
 so a change of structure there must be mirrored here (docs/attention.md, "Time budget").
 
-The model, per kernel: time = max(FLOPs / (peak x eff[kind]), DRAM bytes / (bw x 0.8), L2 bytes /
-L2 bw, scalar ops / (CUDA-core rate x 0.3)), stretched by wave quantisation and by the longest
-program when one program's work exceeds the even share (the compressed dK/dV kernel), plus 4 us per
-launch. `eff[kind]` is the fraction of the bf16 tensor-core peak a kind of kernel reaches when it
-is compute-bound:
-- `fa2_fwd` / `fa2_bwd`: FlashAttention-2's CUDA kernels (the baseline: PyTorch SDPA, flash-attn).
-  A100: 0.55 / 0.45 (FlashAttention-2 paper, Dao 2023, arXiv 2307.08691, Fig. 4-6: 50-73 % forward,
-  40-63 % backward of 312 TFLOPS; the causal low end). H100: 0.39 / 0.34, FlashAttention-2 on H800 as
-  measured by Scalable-Flash-NSA's README (64k, 64 heads, head_dim 128: 182.9 ms forward = 385
-  TFLOP/s, 523.7 ms backward = 336 TFLOP/s).
-- `dense_fwd` / `dense_bwd`: Triton flash-style tiles (full rows, streaming keys: our window and
-  compressed kernels, the Triton FlashAttention-2 the NSA paper compares against). A100 0.40 / 0.32
-  (assumed below CUDA FA2; only the ratio to the sparse kinds enters the paper's calibration), H100
-  as FA2 (assumed; Triton uses Hopper's wgmma, FA2 does not).
-- `gather_fwd` / `gather_bwd`: query-major sparse tiles (per token, keys of chosen blocks): fitted
-  so the calibration rows come within +-30 % (printed beside the predictions). Our selected dQ
-  takes `gather_fwd` (the forward's loop, no atomics), our key-major dK/dV `gather_bwd` (fitted on
-  published backwards that include their dK/dV): the model's largest uncertainty.
-- scalar work (top-n) at 0.3 of the CUDA-core rate; DRAM at 0.8 of its peak; L2 at the rate below.
+Two ways a kernel is priced:
+- The published kernels (calibration only: `published_nsa`, `flash2(kind="fa2" | "dense")`) by
+  generic kinds: time = max(FLOPs / (peak x EFF[kind]), DRAM bytes / (bw x 0.8), L2 bytes / L2 bw,
+  scalar ops / (CUDA-core rate x 0.3)), stretched by wave quantisation and by the longest program,
+  plus 4 us per launch. EFF: `fa2_fwd` / `fa2_bwd` FlashAttention-2's CUDA kernels (A100 0.55 / 0.45,
+  FA2 paper, Dao 2023, arXiv 2307.08691, Fig. 4-6, the causal low end; H100 0.39 / 0.34, flash-attn on
+  H800 from Scalable-Flash-NSA's README: 182.9 ms forward = 385 TFLOP/s, 523.7 ms backward = 336);
+  `dense_fwd` / `dense_bwd` Triton flash-style tiles (A100 0.40 / 0.32, H100 as FA2, assumed);
+  `gather_fwd` / `gather_bwd` query-major sparse tiles, fitted so the calibration rows come within
+  +-30 % (printed beside the predictions).
+- Our kernels (`ours`) and the baseline SDPA flash (`flash2(kind="sdpa")`) by their own kinds, one
+  per compiled configuration, priced from the measurement (H100_COST, fitted by
+  bench/attention_fit.py on bench/gpu/2026-11-26-h100-speed.json): time = issued MMA FLOPs /
+  (peak x eff) + SM cycles per program, per loop step, per token-step or per gathered byte /
+  (SMs x clock), floored by DRAM, plus launches. On A100 the efficiencies stay the published
+  calibration's (A100_KIND) and the cycle costs carry over per SM cycle (kind_cost).
 """
 
 from __future__ import annotations
@@ -45,6 +43,7 @@ class Gpu:
     l2: float  # achievable L2 read bandwidth (see L2_NOTE)
     sms: int
     alu: float
+    clock: float  # SM clock under load (Hz): turns the fitted per-SM cycle costs (COST) into time
     regs_per_sm: int = 65536
 
 
@@ -52,12 +51,13 @@ class Gpu:
 # scaled by SM count and clock (132 SMs x 1.83 GHz vs 108 x 1.41: 1.6x). Both are peaks; the model
 # takes 75 % of them (Chips and Cheese's H100 PCIe microbenchmark reached about that share).
 GPUS: dict[str, Gpu] = {
-    "A100": Gpu("A100-SXM4-80GB", "ampere", 312e12, 2.039e12, 0.75 * 7.2e12, 108, 19.5e12),
-    "H100": Gpu("H100-SXM5", "hopper", 989e12, 3.35e12, 0.75 * 11.5e12, 132, 67e12),
+    "A100": Gpu("A100-SXM4-80GB", "ampere", 312e12, 2.039e12, 0.75 * 7.2e12, 108, 19.5e12, 1.41e9),
+    # 1.98 GHz: the max SM clock the first GPU run's H100 reported (bench/gpu/*-h100-*.json, env).
+    "H100": Gpu("H100-SXM5", "hopper", 989e12, 3.35e12, 0.75 * 11.5e12, 132, 67e12, 1.98e9),
     # H800: an H100 SXM with cut interconnect; same SMs, clocks, HBM3 (Scalable-Flash-NSA's GPU).
-    "H800": Gpu("H800-SXM5", "hopper", 989e12, 3.35e12, 0.75 * 11.5e12, 132, 67e12),
+    "H800": Gpu("H800-SXM5", "hopper", 989e12, 3.35e12, 0.75 * 11.5e12, 132, 67e12, 1.98e9),
     # H200 SXM: H100's SMs and clocks with 4.8 TB/s HBM3e (one of the GPUs the project is lent).
-    "H200": Gpu("H200-SXM", "hopper", 989e12, 4.8e12, 0.75 * 11.5e12, 132, 67e12),
+    "H200": Gpu("H200-SXM", "hopper", 989e12, 4.8e12, 0.75 * 11.5e12, 132, 67e12, 1.98e9),
 }
 
 EFF: dict[str, dict[str, float]] = {
@@ -67,6 +67,46 @@ EFF: dict[str, dict[str, float]] = {
                "gather_fwd": 0.20, "gather_bwd": 0.17},
 }  # fmt: skip
 DRAM_EFF, ALU_EFF, LAUNCH_S = 0.8, 0.3, 4e-6
+
+# Our own kernels' kinds, one per compiled configuration (the window and compressed kernels pick
+# their tiles by head_dim <= 64 or not: "@64" and "@128" are different kernels), priced from the
+# first GPU measurement (H100, bench/gpu/2026-11-26-h100-speed.json; bench/attention_fit.py fits
+# them, docs/attention.md "Time budget" says why each is what it is). Per kind: `eff`, the fraction
+# of the bf16 tensor-core peak its issued MMAs run at, and SM cycles per unit of the kernel's work
+# counts (Kernel.work): "programs" (a program's prologue and epilogue), "steps" (one iteration of its
+# main loop beyond the MMAs), "token_steps" (per token per step: the compressed forward's top-n
+# merge), "gather_bytes" (per byte of K/V loaded by data-dependent block ids, unpipelined). Time =
+# MMA time + cycles / (SMs x clock), floored by the DRAM time. The compressed forward is the
+# separate, re-fittable term `cmp_fwd` + `cmp_topn` (its structure: `_cmp_fwd_work`).
+H100_COST: dict[str, dict[str, float]] = {
+    "cmp_fwd": {"programs": 4600, "steps": 2510},  # the compressed forward (_cmp_fwd_work): re-fit me
+    "cmp_topn": {"token_steps": 1950},  # its top-n merge, per token per pass-2 step
+    "cmp_dq@64": {"eff": 0.56, "programs": 5100},
+    "cmp_dq@128": {"eff": 0.22, "programs": 1170},
+    "cmp_dkv": {"eff": 0.134},
+    "forced_fwd": {"eff": 0.169},
+    "forced_dq": {"eff": 0.205},
+    "tok_fwd": {"gather_bytes": 0.065},
+    "tok_dq": {"gather_bytes": 0.060},
+    "sel_dkdv": {"eff": 0.083},
+    "win_fwd@64": {"eff": 0.246},
+    "win_fwd@128": {"eff": 0.423},
+    "win_dq": {"eff": 0.29},
+    "win_dkdv": {"eff": 0.196},
+    "sdpa_fwd": {"eff": 0.34, "programs": 5300},
+    "sdpa_bwd": {"eff": 0.31, "programs": 43300},
+}  # fmt: skip
+# A100: the tensor-core efficiency of each kind stays the published calibration's (EFF["ampere"] of
+# its generic kind: sm_80 runs these tiles as mma.sync, the instruction its peak is quoted for, so
+# the Hopper shortfall below 64-row tiles does not carry over); the cycle costs carry over per SM
+# cycle (latency- and CUDA-core-bound work: same instruction mix, ~same L2 latency in cycles), except
+# for the baseline: FA2's published efficiency is its whole kernels' time.
+A100_KIND = {
+    "cmp_fwd": "dense_fwd", "cmp_topn": "dense_fwd", "cmp_dq": "dense_bwd", "cmp_dkv": "dense_bwd",
+    "forced_fwd": "dense_fwd", "forced_dq": "dense_bwd", "tok_fwd": "gather_fwd", "tok_dq": "gather_fwd",
+    "sel_dkdv": "gather_bwd", "win_fwd": "dense_fwd", "win_dq": "dense_bwd", "win_dkdv": "dense_bwd",
+    "sdpa_fwd": "fa2_fwd", "sdpa_bwd": "fa2_bwd",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -110,15 +150,23 @@ class Kernel:
     crit: float = 0.0  # FLOPs of the longest program (load imbalance)
     launches: int = 1
     extra: dict = field(default_factory=dict)
+    work: dict = field(default_factory=dict)  # counts the fitted cycle costs apply to (COST)
 
     def time(self, gpu: Gpu) -> float:
-        eff = EFF[gpu.arch].get(self.kind, 1.0)
-        t = max(
-            self.flops / (gpu.peak * eff),
-            self.dram / (gpu.dram * DRAM_EFF),
-            self.l2 / gpu.l2,
-            self.alu / (gpu.alu * ALU_EFF),
-        )
+        cost = kind_cost(self.kind, gpu)
+        if cost is None:
+            eff = EFF[gpu.arch].get(self.kind, 1.0)
+            t = max(
+                self.flops / (gpu.peak * eff),
+                self.dram / (gpu.dram * DRAM_EFF),
+                self.l2 / gpu.l2,
+                self.alu / (gpu.alu * ALU_EFF),
+            )
+        else:
+            eff = cost.get("eff") or 1.0
+            t = self.flops / (gpu.peak * eff) if cost.get("eff") else 0.0
+            t += sum(self.work.get(f, 0.0) * c for f, c in cost.items() if f != "eff") / (gpu.sms * gpu.clock)
+            t = max(t, self.dram / (gpu.dram * DRAM_EFF))
         slots = gpu.sms * self.per_sm
         waves = math.ceil(self.programs / slots)
         if self.flops and self.programs and waves < 8:  # a short grid idles part of the GPU in its last wave
@@ -136,6 +184,22 @@ class Kernel:
             "programs": self.programs or None, "waves": round(self.programs / slots, 2) if self.programs else None,
             "ms": round(self.time(gpu) * 1e3, 4),
         }  # fmt: skip
+
+
+def kind_cost(kind: str, gpu: Gpu) -> dict[str, float] | None:
+    """The fitted cost of one of our kernel kinds on `gpu` (None: a generic kind, priced by EFF)."""
+    base = kind.split("@")[0]
+    if base not in A100_KIND:
+        return None
+    fitted = H100_COST.get(kind) or H100_COST.get(base, {})
+    if gpu.arch == "hopper":
+        return fitted
+    cycles = {f: c for f, c in fitted.items() if f != "eff"}
+    if base.startswith("sdpa"):  # FA2's published efficiency is its whole kernels' time, prologues included
+        return {"eff": EFF[gpu.arch][A100_KIND[base]]}
+    if "eff" not in fitted:  # the fitted cycles include its MMAs (the compressed forward, the gathers)
+        return cycles
+    return {"eff": EFF[gpu.arch][A100_KIND[base]], **cycles}
 
 
 def _p2(x: int, lo: int = 1) -> int:
@@ -160,6 +224,48 @@ def _cmp_keys(T: int, s: Shape, tile: int = 64) -> float:
     return min(nc, nc / 2 + tile / 2)
 
 
+def _cfg(D: int) -> str:
+    """The compiled configuration a kernel kind picks by head_dim (tiles differ above 64)."""
+    return "64" if D <= 64 else "128"
+
+
+def _cmp_fwd_work(T: int, s: Shape) -> dict[str, float]:
+    """_cmp_fwd's structure for one (batch, KV head), as nsa/attention/triton/compressed.py launches
+    it: tiles of `tokens` tokens x G padded (GPF) = `rows` rows; per tile, pass 1 walks the visible
+    compressed keys and pass 2 the selection blocks up to the last token's, both in key tiles of BJ = 16
+    selection blocks (64 compressed keys at l' / d = 4): `steps` counts both passes' iterations."""
+    GPF = max(2, _p2(s.G))
+    BT = max(1, min(8, 32 // GPF))
+    BJ = max(_p2(max(1, 64 // _p2(s.lp // s.d))), 1)
+    ns = -(-T // s.lp)
+    steps = 0
+    for j in range(ns):  # tiles whose last token lies in selection block j (BT divides l')
+        tiles_j = min(T, (j + 1) * s.lp) // BT - (j * s.lp) // BT
+        steps += 2 * tiles_j * -(-(j + 1) // BJ)
+    return {"tiles": -(-T // BT), "steps": steps, "tokens": BT, "rows": BT * GPF}
+
+
+def _sel_steps(T: int, s: Shape, TP: int, shared: bool = False) -> float:
+    """Expected key steps of the query-major selected kernels (forced split) for one (batch, KV head):
+    per program of TP tokens, the distinct non-forced blocks of its tokens. Token t lists
+    m = min(n - 3, C) of the C = t//l' - 2 candidate blocks (fewer than n - 3 below 16 blocks: the
+    short-T correction the first GPU run showed, 0.72x the steps at 2k); random tables: the union
+    of TP independent draws, C (1 - (1 - m/C)^TP); shared: m."""
+    steps = 0.0
+    for j in range(-(-T // s.lp)):  # programs whose first token lies in block j: the same C
+        C = max(0, j - 2)
+        m = min(s.n - 3, C)
+        if m:
+            programs = -(-min(T, (j + 1) * s.lp) // TP) - -(-(j * s.lp) // TP)
+            steps += programs * (m if shared or TP == 1 else C * (1 - (1 - m / C) ** TP))
+    return steps
+
+
+def _valid_pairs(T: int, s: Shape) -> float:
+    """(token, block) pairs of valid table entries for one (batch, KV head): min(n, t//l' + 1) each."""
+    return float(sum(min(s.n, j + 1) * (min(T, (j + 1) * s.lp) - j * s.lp) for j in range(-(-T // s.lp))))
+
+
 def _tokens_per_tile(G: int) -> int:
     """Tokens a query-major selected program holds: the largest power of two with TP * G <= 16."""
     return max(1, 1 << max(0, (16 // G).bit_length() - 1)) if G <= 16 else 1
@@ -182,21 +288,20 @@ def _union_ratio(T: int, s: Shape, TP: int) -> float:
     return num / den if den else 1.0
 
 
-def flash2(T: int, s: Shape, kind: str = "fa2") -> list[Kernel]:
+def flash2(T: int, s: Shape, kind: str = "sdpa") -> list[Kernel]:
     """FlashAttention-2, causal GQA: 2 GEMMs forward, 5 backward, over T/2 keys per query on average.
-    kind "fa2": the CUDA kernels (flash-attn, PyTorch SDPA); "dense": a Triton port (the NSA paper's)."""
+    kind "sdpa": PyTorch SDPA's flash backend, the baseline the predictions and the GPU suite compare
+    against (H100: as measured, COST; A100: FA2's published efficiency); "fa2": flash-attn's CUDA
+    kernels as published (the calibration's H800 rows); "dense": a Triton port (the NSA paper's)."""
     unit = 2 * s.B * s.H * T * (T / 2 + 64) * s.D  # one GEMM over the causal triangle (+ diagonal tiles)
     act = s.B * T * s.H * s.D * 2
     kv = s.B * T * s.Hkv * s.D * 2
     progs = s.B * s.H * math.ceil(T / 128)
+    w = {"programs": progs}
     return [
-        Kernel(
-            "flash2_fwd", "dense", "fwd", f"{kind}_fwd", 2 * unit, 2 * unit, 2 * act + 2 * kv, programs=progs
-        ),
-        Kernel(
-            "flash2_bwd", "dense", "bwd", f"{kind}_bwd", 5 * unit, 5 * unit, 4 * act + 4 * kv, programs=progs
-        ),
-    ]
+        Kernel("flash2_fwd", "dense", "fwd", f"{kind}_fwd", 2 * unit, 2 * unit, 2 * act + 2 * kv, programs=progs, work=w),
+        Kernel("flash2_bwd", "dense", "bwd", f"{kind}_bwd", 5 * unit, 5 * unit, 4 * act + 4 * kv, programs=progs, work=w),
+    ]  # fmt: skip
 
 
 def ours(
@@ -209,6 +314,7 @@ def ours(
     unpadded_cmp_bwd: bool = True,
     token_tiles: bool = True,
     selections: str = "random",
+    cmp_fwd_as_window: bool = False,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     keymajor_sel models a restructure that is not built (what-if rows); balanced_dkv=False the
@@ -220,7 +326,9 @@ def ours(
     tiles without padded heads; token_tiles (built, 2026-11-25) several tokens per query-major program
     over the union of their blocks, whose size depends on the tables: `selections` "random" (each token
     independent: the worst case, what the predictions use) or "shared" (adjacent tokens select the
-    same blocks: the best case)."""
+    same blocks: the best case). cmp_fwd_as_window (not built): the compressed forward's 3 products
+    at the window forward's measured efficiency, with no per-tile, per-step or top-n cycles: what a
+    rewrite of _cmp_fwd whose selection cost vanished would cost (a bound for the rewrite)."""
     B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
     bf = 2
     act = B * T * s.H * D * bf
@@ -252,39 +360,41 @@ def ours(
             launches=10,
         )
     )
-    # Compressed attention + selection, one kernel: rows = BT tokens x G padded to GPF; pass 1 (QK for
-    # the statistics), pass 2 (QK again, PV, and on the same float32 probabilities the selection: Eq.
-    # 10 group sum, Eq. 9 shifts, a running top-n merged in two halves of the tile's tokens). Per
-    # visible key tile: 3 GEMM units, 3 tile reads (K, K, V) from L2. One 8-warp block per SM (218-240
-    # registers at G = 6). fold_selection=False: the kernel before 2026-11-25, whose pass 3 issued a
-    # fourth QK product and a fourth read (its passes 1-2 were 3 units too; the model said 2 until then).
-    GP = _p2(G)
-    GPF = max(2, GP)
-    BT = max(1, min(8, 32 // GPF))  # the forward's tile: 32 rows, <= 8 tokens (docs/attention.md)
-    ck = _cmp_keys(T, s)
+    # Compressed attention + selection, one kernel (_cmp_fwd): the separate, re-fittable term. Its
+    # structure is `_cmp_fwd_work` (tiles, loop steps, token-steps); its price the fitted cycles of
+    # kind cmp_fwd (one price for both configs, @64 / @128 if a re-fit needs two: per tile, per key
+    # step of either pass: 2 QK + 1 PV products, exp2 on the [32, 64] logits, Eq. 10 / Eq. 9 block
+    # scores) and cmp_topn (per token per pass-2 step: the
+    # int64 rank merge of the running top-W, skipped when no key beats the current n-th). 32 rows, one
+    # 8-warp block per SM (218-240 registers). fold_selection=False: the kernel before 2026-11-25,
+    # whose third pass added one more QK product and read per key tile (1.5x the steps).
+    cw = _cmp_fwd_work(T, s)
+    GPF, BT, ck = cw["rows"] // cw["tokens"], cw["tokens"], _cmp_keys(T, s)
     cunit = 2 * BH * T * GPF * ck * D
     cuse = 2 * BH * T * G * (nc / 2) * D
-    ctiles = BH * math.ceil(T / BT)
+    ctiles = BH * cw["tiles"]
     ckl2 = ctiles * ck * D * bf
-    ks.append(Kernel("cmp_fwd", "compressed", "fwd", "dense_fwd", 3 * cunit, 3 * cuse,
-                     2 * act + 2 * BH * nc * D * bf + 4 * BH * T * G, l2=3 * ckl2, programs=ctiles, per_sm=1,
-                     crit=3 * 2 * BT * GPF * nc * D))  # fmt: skip
-    # Top-n: a running top-W per token, rank merges on [BT, W, BJ] tiles (about 4 integer ops per
-    # compared pair, W pairs per candidate block), plus Eq. 9's shifts (~4 x l'/d per block); inside
-    # pass 2 it adds CUDA-core work only (no launch, no GEMM, no read of its own).
-    W = max(16, _p2(s.n))
-    ks.append(Kernel("cmp_fwd_topn", "selection", "fwd", "dense_fwd", 0 if fold_selection else cunit, 0,
-                     BH * T * k * 9, l2=0 if fold_selection else ckl2,
-                     alu=BH * T * ns * (W * 4 + 4 * s.lp // s.d), programs=ctiles, per_sm=1,
-                     launches=0))  # fmt: skip
+    passes = 2 if fold_selection else 3
+    cwork = {"programs": ctiles, "steps": BH * cw["steps"] * passes / 2}
+    tokwork = {"token_steps": BH * cw["steps"] / 2 * BT}
+    ckind = f"cmp_fwd@{_cfg(D)}"
+    if cmp_fwd_as_window:
+        ckind, cwork, tokwork = f"win_fwd@{_cfg(D)}", {}, {}
+    ks.append(Kernel("cmp_fwd", "compressed", "fwd", ckind, (passes + 1) * cunit, 3 * cuse,
+                     2 * act + 2 * BH * nc * D * bf + 4 * BH * T * G, l2=(passes + 1) * ckl2, programs=ctiles,
+                     work=cwork))  # fmt: skip
+    # Top-n: inside pass 2 (no launch, no GEMM, no read of its own); its cycles per token-step.
+    ks.append(Kernel("cmp_fwd_topn", "selection", "fwd", "cmp_topn", dram=BH * T * k * 9, launches=0,
+                     work=tokwork))  # fmt: skip
     # Backward: dQ (3 units) and dK/dV (4 units) over query tiles of consecutive (token, head) rows, no
     # padded heads (unpadded_cmp_bwd=False: G padded to GP, the kernels before 2026-11-25).
-    RB = G if unpadded_cmp_bwd else GP
+    RB = G if unpadded_cmp_bwd else _p2(G)
     dq_rows = 128 if D <= 64 else 32
     bunit = 2 * BH * T * RB * ck * D
-    ks.append(Kernel("cmp_bwd_dq", "compressed", "bwd", "dense_bwd", 3 * bunit, 3 * cuse,
-                     4 * act + 2 * BH * nc * D * bf, l2=BH * math.ceil(T * RB / dq_rows) * ck * D * bf * 2,
-                     programs=BH * math.ceil(T * RB / dq_rows), per_sm=1))  # fmt: skip
+    dq_progs = BH * math.ceil(T * RB / dq_rows)
+    ks.append(Kernel("cmp_bwd_dq", "compressed", "bwd", f"cmp_dq@{_cfg(D)}", 3 * bunit, 3 * cuse,
+                     4 * act + 2 * BH * nc * D * bf, l2=dq_progs * ck * D * bf * 2,
+                     programs=dq_progs, per_sm=1, work={"programs": dq_progs}))  # fmt: skip
     # dK/dV per tile of 32 compressed keys: tile i is seen by the queries after it, so tile 0 carries
     # T query rows while the last carries almost none. Each tile's query tiles are cut into SPLIT = 8
     # parts (one program each, fp32 partials summed in order by a second kernel), so the longest
@@ -292,91 +402,107 @@ def ours(
     split = 8 if balanced_dkv else 1
     dkv_tiles = BH * max(1, math.ceil(nc / 32))
     part = dkv_tiles * split * 32 * D * 4 * 2 if split > 1 else 0
-    ks.append(Kernel("cmp_bwd_dkv", "compressed", "bwd", "dense_bwd", 4 * bunit, 4 * cuse,
+    ks.append(Kernel("cmp_bwd_dkv", "compressed", "bwd", f"cmp_dkv@{_cfg(D)}", 4 * bunit, 4 * cuse,
                      2 * BH * nc * D * bf * 2 + 2 * part, l2=dkv_tiles * (T / 2) * RB * D * bf * 2,
                      programs=dkv_tiles * split, per_sm=2, crit=4 * 2 * T * RB * 32 * D / split,
-                     launches=1 + (split > 1)))  # fmt: skip
-    # Selected, forward and dQ: one program per (token, batch x KV head); rows = G heads padded to 16;
-    # each token reads its own k blocks of l' keys (K and V) through L2. dQ has the forward's loop
-    # structure (query-major, no atomics) and takes the forward's efficiency.
+                     launches=1 + (split > 1), work={"programs": dkv_tiles * split}))  # fmt: skip
+    # Selected, forward and dQ: query-major, rows = TP tokens x G padded to 16, one 64-key step per
+    # distinct block of the program's tokens; each step gathers that block's K and V (block ids from
+    # the table: loads not pipelined across steps, priced per byte, kinds tok_fwd / tok_dq). dQ has
+    # the forward's loop (no atomics) plus one more product per step.
     # keymajor (not built): FSA's order for both, rows = (pair, head) in full tiles of 64, a
-    # statistics pass (QK) before the output pass (QK, PV), fp32 partial rows per pair reduced after.
+    # statistics pass (QK) before the output pass (QK, PV), fp32 partial rows per pair reduced after;
+    # priced as our key-major dK/dV (sel_dkdv), the same loop over gathered rows.
     SR = 64 if keymajor_sel else _p2(G, 16)
     TP = 1
-    keys = _sel_keys(T, s)
-    npairs = BH * T * k
+    npairs = BH * _valid_pairs(T, s)
+    one_token_steps = BH * T * _sel_keys(T, s) / s.lp  # every entry, one token a program
     if forced_tiles:
         # Forced blocks (3 per token once T >= 3 l'; all of them below) leave the query-major kernels:
-        # those read only the k - f other blocks, all whole; a dense kernel per 64 rows (tokens x G,
+        # those read only the other blocks, all whole; a dense kernel per 64 rows (tokens x G,
         # contiguous) runs block 0, the previous and the own block (causal) for the tile's tokens,
         # and hands its fp32 state (o, lse) to the gather kernel (DRAM write + read).
         # nsa/attention/triton/selected_forced.py: grid (ceil(T*G/64), BH), 4 warps; registers
         # (gpucheck, triton 3.9, G6 D64): forward 168 on sm_80 / 124 on sm_90, dQ 254 / 125.
         f = min(3, ns)
-        keys = (k - f) * s.lp
         fk = min(T, f * s.lp)
         fuse = 2 * BH * T * G * (fk - s.lp / 2) * D
         fissue = 2 * BH * math.ceil(T * G / 64) * 64 * fk * D
         fprog = BH * math.ceil(T * G / 64)
         fl2 = fprog * fk * D * bf * 2
         state = BH * T * G * (D + 1) * 4  # fp32 o + lse (forward), fp32 dQ part + delta (backward)
-        ks.append(Kernel("sel_forced_fwd", "selected", "fwd", "dense_fwd", 2 * fissue, 2 * fuse,
-                         act + state + BH * T * k * 9, l2=fl2, programs=fprog, per_sm=_per_sm(168, 128)))  # fmt: skip
-        ks.append(Kernel("sel_forced_dq", "selected", "bwd", "dense_bwd", 3 * fissue, 3 * fuse,
-                         3 * act + state + BH * T * k * 9, l2=fl2, programs=fprog, per_sm=_per_sm(254, 128)))  # fmt: skip
+        ks.append(Kernel("sel_forced_fwd", "selected", "fwd", "forced_fwd", 2 * fissue, 2 * fuse,
+                         act + state + BH * T * k * 9, l2=fl2, programs=fprog, per_sm=_per_sm(168, 128),
+                         work={"programs": fprog}))  # fmt: skip
+        ks.append(Kernel("sel_forced_dq", "selected", "bwd", "forced_dq", 3 * fissue, 3 * fuse,
+                         3 * act + state + BH * T * k * 9, l2=fl2, programs=fprog, per_sm=_per_sm(254, 128),
+                         work={"programs": fprog}))  # fmt: skip
+        one_token_steps = BH * _sel_steps(T, s, 1)
     state_in = BH * T * G * (D + 1) * 4 if forced_tiles else 0  # the gather kernels resume from it
-    suse = 2 * BH * T * G * keys * D
+    suse = 2 * one_token_steps * G * s.lp * D
     if keymajor_sel:
-        sunit = suse * (math.ceil(npairs * G / SR) * SR) / (npairs * G)
-        partial = npairs * G * (D + 2) * 4 * 2
-        sl2 = npairs * G * D * bf * 2
+        sunit = suse * (math.ceil(one_token_steps * G * s.lp / SR) * SR) / (one_token_steps * G * s.lp)
+        partial = one_token_steps * G * (D + 2) * 4 * 2
+        sl2 = one_token_steps * G * D * bf * 2
         fwd_units, dq_units, launches = 3, 3, 3
+        kinds = (f"sel_dkdv@{_cfg(D)}",) * 2
+        progs = math.ceil(one_token_steps * G * s.lp / 64 / 64)
+        gathered = 0.0
     else:
         # Token tiles (forced path, nsa/attention/triton/selected_query.py): TP tokens a program
-        # (TP*G <= 16 rows), one 64-key step per distinct non-forced block of the tile: steps and L2
-        # reads = `union` x one token a program (random selections: _union_ratio; adjacent tokens
-        # selecting the same blocks: 1/TP). Each of the TP*n table entries costs a [16,16] compare.
+        # (TP*G <= 16 rows), one 64-key step per distinct non-forced block of the tile (random
+        # selections: the expected union, _sel_steps; adjacent tokens selecting the same blocks: the
+        # one-token count / TP). Each of the TP*n table entries costs a [16,16] compare.
         TP = _tokens_per_tile(G) if forced_tiles and token_tiles else 1
-        union = _union_ratio(T, s, TP) if selections == "random" else 1 / TP
-        sunit = 2 * BH * T * SR * keys * D * union
+        steps = BH * _sel_steps(T, s, TP, selections == "shared") if forced_tiles else one_token_steps
+        sunit = 2 * steps * SR * s.lp * D
         partial = 0
-        sl2 = BH * T * keys * D * bf * 2 * union
+        sl2 = gathered = steps * s.lp * D * bf * 2
         fwd_units, dq_units, launches = 2, 3, 1
-    progs = math.ceil(npairs * G / 64) if keymajor_sel else BH * math.ceil(T / TP)
-    scan = BH * T * k * 16 * 16 if TP > 1 else 0
-    ks.append(Kernel("sel_fwd", "selected", "fwd", "gather_fwd", fwd_units * sunit, 2 * suse,
+        kinds = ("tok_fwd", "tok_dq")
+        progs = BH * math.ceil(T / TP)
+    ks.append(Kernel("sel_fwd", "selected", "fwd", kinds[0], fwd_units * sunit, 2 * suse,
                      2 * act + 2 * kvb + BH * T * k * 9 + 4 * BH * T * G + partial + state_in, l2=sl2,
-                     alu=scan, programs=progs, per_sm=_per_sm(96, 128), launches=launches))  # fmt: skip
-    ks.append(Kernel("sel_bwd_dq", "selected", "bwd", "gather_fwd", dq_units * sunit, 3 * suse,
+                     programs=progs, per_sm=_per_sm(96, 128), launches=launches,
+                     work={"gather_bytes": gathered, "programs": progs}))  # fmt: skip
+    ks.append(Kernel("sel_bwd_dq", "selected", "bwd", kinds[1], dq_units * sunit, 3 * suse,
                      4 * act + 2 * kvb + BH * T * k * 9 + partial + state_in, l2=sl2,
-                     alu=scan, programs=progs, per_sm=_per_sm(98, 128), launches=launches - 1))  # fmt: skip
+                     programs=progs, per_sm=_per_sm(98, 128), launches=launches - 1,
+                     work={"gather_bytes": gathered, "programs": progs}))  # fmt: skip
     # Reverse index: one stable torch.sort of BH*T*k int64 keys (radix: ~8 passes over key + index),
     # searchsorted, cumsum and ~12 small ops.
-    ks.append(Kernel("sel_reverse_index", "selected", "bwd", "memory", dram=npairs * 16 * 2 * 8, launches=16))
-    # dK/dV key-major: rows = (pair, head), BR = 64 per step, full tiles for any G; each row's q and dO
-    # come from L2; partial dK/dV per segment in fp32, summed by the reduction kernel.
+    ks.append(Kernel("sel_reverse_index", "selected", "bwd", "memory", dram=BH * T * k * 256, launches=16))
+    # dK/dV key-major: rows = (pair, head) of the valid pairs (min(n, t//l' + 1) a token), BR = 64 per
+    # step (32 at head_dim > 64), full tiles for any G; each row's q and dO gathered by the sorted pair
+    # list; partial dK/dV per segment in fp32, summed by the reduction kernel.
     BR = 32 if D > 64 else 64
     seg = min(2048, max(16, _p2(T) // 4))
-    nseg = BH * ns + math.ceil(npairs / seg)
+    nseg = BH * ns + math.ceil(BH * T * k / seg)
     prow = npairs * G
     kunit = 2 * math.ceil(prow / BR) * BR * s.lp * D
     part = nseg * s.lp * _p2(D, 16) * 4 * 2
-    ks.append(Kernel("sel_bwd_dkdv", "selected", "bwd", "gather_bwd", 4 * kunit, 4 * 2 * prow * s.lp * D,
-                     2 * kvb + part, l2=prow * D * bf * 2 + prow * 8, programs=nseg, per_sm=1))  # fmt: skip
+    ks.append(Kernel("sel_bwd_dkdv", "selected", "bwd", f"sel_dkdv@{_cfg(D)}", 4 * kunit,
+                     4 * 2 * prow * s.lp * D, 2 * kvb + part, l2=prow * D * bf * 2 + prow * 8, programs=nseg,
+                     per_sm=1, work={"programs": nseg}))  # fmt: skip
     ks.append(Kernel("sel_bwd_reduce", "selected", "bwd", "memory", dram=part + 2 * kvb, programs=BH * ns))
-    # Window: rows = tokens x G (no padding), keys = the band plus the tile overhang.
+    # Window: rows = tokens x G (no padding), keys = the band plus the tile overhang; tiles by head_dim
+    # (window._configs: forward 128 rows x 64 / 32 keys, dQ 128 / 64 x 64, dK/dV 64 / 32 keys).
     wk = min(T, s.w + 128 / G + 64)
     wunit = 2 * BH * T * G * wk * D
     wuse = 2 * BH * T * G * min(T, s.w) * D
     wprog = BH * math.ceil(T * G / 128)
-    ks.append(Kernel("win_fwd", "window", "fwd", "dense_fwd", 2 * wunit, 2 * wuse, 2 * act + 2 * kvb,
-                     l2=wprog * wk * D * bf * 2, programs=wprog, per_sm=1))  # fmt: skip
-    ks.append(Kernel("win_bwd_dq", "window", "bwd", "dense_bwd", 3 * wunit, 3 * wuse, 4 * act + 2 * kvb,
-                     l2=wprog * wk * D * bf * 2, programs=wprog, per_sm=1))  # fmt: skip
-    wdk = min(T, s.w + 64)
-    ks.append(Kernel("win_bwd_dkdv", "window", "bwd", "dense_bwd", 4 * 2 * BH * T * G * wdk * D, 2 * wuse,
-                     2 * act + 4 * kvb, l2=BH * math.ceil(T / 64) * wdk * G * D * bf * 2,
-                     programs=BH * math.ceil(T / 64), per_sm=1))  # fmt: skip
+    ks.append(Kernel("win_fwd", "window", "fwd", f"win_fwd@{_cfg(D)}", 2 * wunit, 2 * wuse, 2 * act + 2 * kvb,
+                     l2=wprog * wk * D * bf * 2, programs=wprog, per_sm=1, work={"programs": wprog}))  # fmt: skip
+    ks.append(Kernel("win_bwd_dq", "window", "bwd", f"win_dq@{_cfg(D)}", 3 * wunit, 3 * wuse, 4 * act + 2 * kvb,
+                     l2=wprog * wk * D * bf * 2, programs=wprog, per_sm=1, work={"programs": wprog}))  # fmt: skip
+    wbn = 64 if D <= 64 else 32
+    wdk = min(T, s.w + wbn)
+    wdprog = BH * math.ceil(T / wbn)
+    ks.append(Kernel("win_bwd_dkdv", "window", "bwd", f"win_dkdv@{_cfg(D)}", 4 * 2 * BH * T * G * wdk * D,
+                     2 * wuse, 2 * act + 4 * kvb, l2=wdprog * wdk * G * D * bf * 2, programs=wdprog, per_sm=1,
+                     work={"programs": wdprog}))  # fmt: skip
+    # Autograd sums q's gradient from the three branches (each takes the same rotated q): two adds.
+    ks.append(Kernel("q_grad_sum", "fused", "bwd", "memory", dram=2 * 3 * act, launches=2))
     return ks
 
 
@@ -459,7 +585,7 @@ def calibration_rows() -> list[dict]:
     c = SCALABLE
     gpu, shape = GPUS[c["gpu"]], c["shape"]
     for T in c["nsa_fwd"]:
-        fa, ns = flash2(T, shape), published_nsa(T, shape, score_pass=True)
+        fa, ns = flash2(T, shape, "fa2"), published_nsa(T, shape, score_pass=True)
         for d in ("fwd", "bwd"):
             add(
                 "scalable_flash_nsa",
@@ -549,6 +675,7 @@ WHAT_IF = {
     "before_unpadded_cmp_bwd": {"unpadded_cmp_bwd": False},  # G padded to 8 in the compressed bwd
     "before_token_tiles": {"token_tiles": False},  # one token a query-major program
     "shared_selections": {"selections": "shared"},  # adjacent tokens select the same blocks (best case)
+    "cmp_fwd_as_window": {"cmp_fwd_as_window": True},  # the compressed forward with no selection cost
     "before_this_session": {"forced_tiles": False, "fold_selection": False, "unpadded_cmp_bwd": False},
 }
 

@@ -119,3 +119,25 @@ def test_union_ratio_is_what_the_token_tiles_count_on_random_tables() -> None:
         TP = m._tokens_per_tile(G)
         assert counted["tokens_per_program"] == TP
         assert counted["ratio"] == pytest.approx(m._union_ratio(T, shape, TP), abs=0.01)
+
+
+def test_short_t_counts_match_the_kernels_own_rule() -> None:
+    """The counts the first GPU run showed short at 2k: the token tiles' steps (a token below 16 blocks
+    lists fewer than n - 3 non-forced blocks) and the key-major dK/dV's rows (valid pairs only, min(n,
+    t//l' + 1) a token), against selected_query.key_steps and top_blocks' valid entries."""
+    torch = pytest.importorskip("torch")
+    from nsa.attention.selection import top_blocks
+    from nsa.attention.triton.selected_query import key_steps
+
+    T, lp, n = 2048, 64, 16
+    shape = m.SHAPES["m7c"]
+    g = torch.Generator().manual_seed(1)
+    idx, valid = top_blocks(torch.rand(1, 1, T, -(-T // lp), generator=g), torch.arange(T), lp, n)
+    counted = key_steps(idx, valid, lp, shape.G)
+    assert m._sel_steps(T, shape, 1) == counted["steps_one_token"] < (n - 3) * T * 0.75
+    assert m._sel_steps(T, shape, 2) == pytest.approx(counted["steps_tiles"], rel=0.02)
+    assert m._valid_pairs(T, shape) == int(valid.sum()) < n * T * 0.8
+    dkdv = next(k for k in m.ours(T, shape) if k.name == "sel_bwd_dkdv")
+    BH = shape.B * shape.Hkv
+    assert dkdv.useful == pytest.approx(4 * 2 * BH * int(valid.sum()) * shape.G * lp * shape.D)
+    assert "q_grad_sum" in {k.name for k in m.ours(T, shape)}  # autograd's sum over the 3 branches

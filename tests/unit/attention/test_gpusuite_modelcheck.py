@@ -4,6 +4,9 @@ times, then perturbed, so each comparison has a known answer)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from nsa.attention.gpusuite import modelcheck
@@ -75,3 +78,36 @@ def test_gpus_without_figures_are_reported_not_guessed() -> None:
         assert "no figures" in out["skipped"] and name in out["skipped"]
     assert modelcheck.compare(_record(), "NVIDIA H200", GEO)["gpu_model"] == "H200"
     assert modelcheck.compare(_record(), "NVIDIA A100-SXM4-80GB", GEO)["gpu_model"] == "A100"
+
+
+FIRST_RUN = Path(__file__).resolve().parents[3] / "bench" / "gpu" / "2026-11-26-h100-speed.json"
+# Families the corrected model leaves more than 30 % off on the first H100 run, and why.
+KNOWN_OFF = {
+    "_sel_bwd_reduce": "0.04-0.09 ms, 0.1 % of the layer: memory-bound with a serial tail the model does "
+    "not price (block 0's program sums all its segment partials alone: 32 at 64k); off at 2k and 64k",
+}
+
+
+def test_the_corrected_model_reproduces_the_first_h100_run_within_30_percent() -> None:
+    """Issue 20, item 5: the model as modelcheck uses it (the suite's comparison) against the committed
+    measurement: every kernel family of every record within 30 % except KNOWN_OFF, and the whole NSA
+    core and SDPA flash (fwd, fwd+bwd) within 30 % everywhere. The model before this fit: 62 of 170."""
+    doc = json.loads(FIRST_RUN.read_text())
+    gpu = doc["sections"]["env"]["gpu"]
+    recs = doc["sections"]["speed"]["records"]
+    assert len(recs) == 10 and {r["shape"] for r in recs} == {"m7c", "paper_G16_D128"}
+    off: dict[str, list] = {}
+    compared = 0
+    for rec in recs:
+        out = modelcheck.compare(rec, gpu, GEO)
+        assert out["gpu_model"] == "H100"
+        assert len(out["families"]) == 14  # every triton family of the core
+        compared += out["compared"]
+        for name in out["off_by_more_than_30pct"]:
+            off.setdefault(name, []).append(rec["T"])
+        for key in ("nsa_fwd_bwd_ms", "flash_fwd_ms", "flash_fwd_bwd_ms"):
+            assert abs(out[key]["measured_over_predicted"] - 1) <= modelcheck.TOLERANCE, (key, rec["T"])
+        ratio = out["nsa_over_flash"]
+        assert ratio["predicted"] == pytest.approx(ratio["measured"], rel=0.1)
+    assert set(off) <= set(KNOWN_OFF), off
+    assert compared == 170 and sum(map(len, off.values())) <= 2
