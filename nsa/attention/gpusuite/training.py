@@ -175,8 +175,8 @@ def train_summary(records: list[dict], skipped: list[str]) -> str:
 
 
 def read_train_metrics(metrics: Path) -> dict:
-    """Median tokens/s after warm-up, peak allocated and reserved GiB and the last loss, from the
-    trainer's metrics.jsonl (the keys nsa.train.trainer writes on each log step)."""
+    """Median tokens/s (and MFU) after warm-up, peak allocated and reserved GiB, the first and last
+    loss, from the trainer's metrics.jsonl (the keys nsa.train.trainer writes on each log step)."""
     rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()] if metrics.exists() else []
     rows = [r for r in rows if "tokens_per_s" in r]
     warm = rows[2:] or rows[-1:]  # the first steps compile kernels and warm the allocator
@@ -187,8 +187,12 @@ def read_train_metrics(metrics: Path) -> dict:
         "tokens_per_s_median": round(tps[len(tps) // 2]),
         "steps_measured": len(warm),
         "peak_allocated_gib": round(max(r.get("memory/max_allocated_gb", 0) for r in rows), 3),
+        "first_loss": rows[0].get("loss"),
         "final_loss": rows[-1].get("loss"),
     }
+    mfu = sorted(r["throughput/mfu"] for r in warm if "throughput/mfu" in r)
+    if mfu:  # a GPU the trainer knows the peak of
+        out["mfu_median"] = round(mfu[len(mfu) // 2], 4)
     if any("memory/max_reserved_gb" in r for r in rows):
         out["peak_reserved_gib"] = round(max(r.get("memory/max_reserved_gb", 0) for r in rows), 3)
     return out

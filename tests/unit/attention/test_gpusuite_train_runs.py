@@ -90,7 +90,7 @@ def test_records_and_summary_carry_rounded_figures(tmp_path) -> None:
     run its prediction, and a failed run why."""
     rows = [
         {"step": s, "loss": 3.0 - 0.1 * s, "tokens_per_s": tps, "memory/max_allocated_gb": 5.726212024688721,
-         "memory/max_reserved_gb": 6.123456789}
+         "memory/max_reserved_gb": 6.123456789, "throughput/mfu": tps / 4e6}
         for s, tps in enumerate([821.3, 185330.2, 442863.4, 440000.0, 450000.0, 442863.4], 1)
     ]  # fmt: skip
     metrics = tmp_path / "metrics.jsonl"
@@ -98,6 +98,7 @@ def test_records_and_summary_carry_rounded_figures(tmp_path) -> None:
     got = read_train_metrics(metrics)
     assert got["tokens_per_s_median"] == 442863 and isinstance(got["tokens_per_s_median"], int)
     assert got["peak_allocated_gib"] == 5.726 and got["peak_reserved_gib"] == 6.123
+    assert got["first_loss"] == 2.9 and got["final_loss"] == rows[-1]["loss"] and got["mfu_median"] == 0.1107
     short = {**QUICK[0], **got, "ok": True}
     long = {**QUICK[2], **got, "predicted_gib": 6.8, "ok": True}
     failed = {**QUICK[1], "ok": False, "exit_code": 1}
