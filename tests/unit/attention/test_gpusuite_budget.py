@@ -122,6 +122,8 @@ def test_shares_split_what_is_left_among_the_chosen_sections(tmp_path) -> None:
     assert two.start_section("speed") == pytest.approx(180.0 * 0.2 / 0.65)
     clock.t += 10.0  # speed used 10 s: train gets everything left
     assert two.start_section("train") == pytest.approx(170.0)
+    rehearsal = Suite(tmp_path, "interpret", 600.0, SECTIONS[:3], clock=clock, command="test")
+    assert rehearsal.start_section("env") == pytest.approx(600.0)  # CPU rehearsal: no shares
 
 
 def test_estimates_reproduce_the_first_gpu_runs_seconds() -> None:
