@@ -10,6 +10,7 @@
 #   --quick      fewer shapes, at most 3 minutes on one H100 (the full run: at most 8)
 #   --interpret  CPU rehearsal of sections a-c under TRITON_INTERPRET=1 (CI runs it)
 #   --budget S   another wall-clock budget in seconds, split among the chosen sections (docs/gpu-suite.md)
+#   --plan       print what would run in the budget by the estimates (JSON; no GPU, writes no file)
 set -euo pipefail
 if [ $# -lt 1 ] || [ "${1:0:1}" = "-" ]; then
   echo "usage: scripts/gpu-suite.sh OUT_DIR [--quick|--interpret] [--only SECTION ...] [--budget S] [--wheels DIR]" >&2

@@ -7,6 +7,7 @@ OUT_DIR/suite.json the moment it finishes (atomically: a run cut short by the cl
 every finished section), and a short summary on stdout. A section that fails is recorded with its
 error and the run goes on. Sections (docs/gpu-suite.md):
   a env  b numerics  c determinism  d sanitizer  e speed  f train
+--plan prints, without a GPU, what the run would do in its budget if every item took its estimate.
 --interpret runs a-c on CPU under TRITON_INTERPRET=1 with small shapes and the honest-bf16
 interpreter patch, so CI proves the suite itself. Exit 0 when every section that ran passed, 1
 otherwise, 2 on bad input. It installs nothing and writes only under OUT_DIR.
@@ -15,6 +16,7 @@ otherwise, 2 on bad input. It installs nothing and writes only under OUT_DIR.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
@@ -22,7 +24,18 @@ import time
 import traceback
 from pathlib import Path
 
-from nsa.attention.gpusuite.budget import BUDGET, LETTER, SECTIONS, SHARE, Suite, all_skipped
+from nsa.attention.gpusuite.budget import (
+    BUDGET,
+    LETTER,
+    ONE_ITEM_S,
+    SANITIZER_TOOL_S,
+    SECTIONS,
+    SHARE,
+    Item,
+    Suite,
+    all_skipped,
+    simulate,
+)
 
 
 def _run_section(suite: Suite, name: str, fn, *args) -> dict:
@@ -45,6 +58,21 @@ def _run_section(suite: Suite, name: str, fn, *args) -> dict:
     return res
 
 
+def section_items(plan, name: str) -> list[Item]:
+    """What each section runs, with its estimated seconds (the dry run's view of the sections)."""
+    from nsa.attention.gpusuite import checks, gpu, training
+
+    if name == "numerics":
+        return checks.numerics_items(plan)
+    if name == "speed":
+        return gpu.speed_items(plan)
+    if name == "train":
+        return [Item(r["name"], r["estimate_s"]) for r in training.train_runs(plan)]
+    if name == "sanitizer":
+        return [Item(tool, SANITIZER_TOOL_S) for tool in ("memcheck", "racecheck")]
+    return [Item(name, ONE_ITEM_S[name])]
+
+
 def _summary_line(name: str, res: dict) -> str:
     if res.get("skipped"):
         state = f"SKIPPED ({res['skipped']})"
@@ -61,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--quick", action="store_true", help="fewer shapes, <= 3 minutes on one H100")
     mode.add_argument("--interpret", action="store_true", help="CPU rehearsal of a-c (TRITON_INTERPRET=1)")
     ap.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections")
+    ap.add_argument("--plan", action="store_true", help="print what the run would do in its budget if every "
+                    "item took its estimate (JSON, one line a section, then the total); no GPU, writes no file")  # fmt: skip
     ap.add_argument("--budget", type=float, help="wall-clock budget in seconds (default: 480, --quick 180, "
                     "--interpret 600), split among the chosen sections by their shares")  # fmt: skip
     args = ap.parse_args(argv)
@@ -69,6 +99,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu-suite: --budget {args.budget:g} is not a number of seconds > 0. Fix: pass e.g. "
               f"--budget {BUDGET[mode_name]:g} (the {mode_name} run's default), or leave it out.", file=sys.stderr)  # fmt: skip
         return 2
+    chosen = tuple(args.only or (SECTIONS[:3] if args.interpret else SECTIONS))
+    if args.plan:
+        from nsa.attention.gpusuite import checks
+
+        plan = checks.Plan.for_mode(mode_name)
+        dry = simulate(mode_name, args.budget or BUDGET[mode_name], chosen, lambda n: section_items(plan, n))
+        for name, sec in dry["sections"].items():
+            print(json.dumps({"section": name, **sec}))
+        print(json.dumps({k: v for k, v in dry.items() if k != "sections"}))
+        return 0
     if args.interpret and not os.environ.get("TRITON_INTERPRET"):
         print("gpu-suite: --interpret needs TRITON_INTERPRET=1 set before python starts "
               "(scripts/gpu-suite.sh sets it). Fix: run it through scripts/gpu-suite.sh.", file=sys.stderr)  # fmt: skip
@@ -80,7 +120,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from nsa.attention.gpusuite import checks
 
-    chosen = tuple(args.only or (SECTIONS[:3] if args.interpret else SECTIONS))
     command = shlex.join(
         ["python", "-m", "nsa.attention.gpusuite", *(sys.argv[1:] if argv is None else argv)]
     )

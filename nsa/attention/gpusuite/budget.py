@@ -59,6 +59,7 @@ SPEED_ROUND_S = {"m7c": (0.024, 0.28), "paper_G16_D128": (0.17, 1.93)}
 TRAIN_START_S = {True: 25.0, False: 12.0}  # compiled?
 TRAIN_STEP_S = {16384: 0.25, 65536: 3.0}  # tokens per step -> seconds (eager upper end)
 SANITIZER_TOOL_S = 30.0  # each of memcheck / racecheck over smoke.py: not measured yet
+ONE_ITEM_S = {"env": 0.3, "determinism": 0.1}  # the sections that are one item: the first run's seconds
 
 
 def numerics_estimate(first_of_its_kernels: bool, T: int) -> float:
@@ -77,9 +78,10 @@ def train_estimate(compiled: bool, tokens_per_step: int, steps: int) -> float:
 
 # --------------------------------------------------------------------------------------- clock
 class Suite:
-    """The JSON document being written, and the clock (a callable returning seconds: tests pass one)."""
+    """The JSON document being written (to out_dir; None: nowhere), and the clock (a callable
+    returning seconds: `simulate` and the tests pass their own)."""
 
-    def __init__(self, out_dir: Path, mode: str, budget: float, sections: tuple[str, ...] = SECTIONS,
+    def __init__(self, out_dir: Path | None, mode: str, budget: float, sections: tuple[str, ...] = SECTIONS,
                  clock: Callable[[], float] = time.monotonic, command: str | None = None) -> None:  # fmt: skip
         self.out_dir, self.mode, self.clock = out_dir, mode, clock
         self.t0 = clock()
@@ -121,6 +123,8 @@ class Suite:
         return allot
 
     def write(self) -> None:
+        if self.out_dir is None:  # a dry run (`simulate`) writes nothing
+            return
         self.out_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.out_dir / "suite.json.tmp"
         tmp.write_text(json.dumps(self.doc, indent=1, default=str) + "\n")
@@ -173,3 +177,33 @@ def all_skipped(res: dict) -> dict:
         n = len(res["skipped_for_time"])
         return {**res, "ok": None, "skipped": f"time budget: all {n} item(s) skipped for time"}
     return res
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def simulate(mode: str, budget: float, sections: tuple[str, ...], items_of: Callable[[str], list[Item]],
+             scale: float = 1.0) -> dict:  # fmt: skip
+    """A dry run: the real shares and `Items` on a clock that advances by each item's estimate x
+    scale, as a GPU run would if the estimates held. Per section: its allotment, the items it would
+    run and skip, its estimated seconds; and the run's. No GPU, nothing written."""
+    clock = _Clock()
+    suite = Suite(None, mode, budget, sections, clock=clock, command="simulate")
+    out: dict[str, Any] = {"mode": mode, "budget_s": budget, "scale": scale, "sections": {}}
+    for name in [s for s in SECTIONS if s in sections]:
+        t, allot = clock.t, suite.start_section(name)
+        if suite.share(name) == 0:
+            out["sections"][name] = {"skipped": f"not run by --{mode}"}
+            continue
+        items = Items(suite, items_of(name))
+        for it in items:
+            clock.t += it.estimate_s * scale
+        out["sections"][name] = {"allot_s": round(allot, 1), "estimate_s": round(clock.t - t, 1),
+                                 "ran": [i["item"] for i in items.timing], "skipped_for_time": items.skipped}  # fmt: skip
+    out["estimate_s"] = round(clock.t, 1)
+    return out

@@ -1,8 +1,9 @@
 """nsa/attention/gpusuite/budget.py: the GPU suite's clock. Each mode's real item lists (numerics
 shapes, speed cases, training runs) go through the real `Suite` / `Items` with a clock that advances
-by each item's estimate, as a GPU run would; the estimates are pinned to the seconds the first H100
+by each item's estimate, as a GPU run would (`budget.simulate`, the suite's `--plan`); the estimates are pinned to the seconds the first H100
 run measured (bench/gpu/). And the CLI: a section whose every item was skipped for time is skipped
-(ok null), not FAILED (the first --quick run recorded its speed section as failed with 0 s spent)."""
+(ok null), not FAILED (the first --quick run recorded its speed section as failed with 0 s spent);
+and `--plan`, the same dry run as JSON."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import json
 import pytest
 
 from nsa.attention.gpusuite import budget
-from nsa.attention.gpusuite.__main__ import main
-from nsa.attention.gpusuite.budget import SECTIONS, SHARE, Item, Items, Suite
+from nsa.attention.gpusuite.__main__ import main, section_items
+from nsa.attention.gpusuite.budget import SECTIONS, SHARE, Items, Suite
 from nsa.attention.gpusuite.checks import Plan, numerics_items
 from nsa.attention.gpusuite.gpu import speed_items
 from nsa.attention.gpusuite.training import train_runs
@@ -26,47 +27,23 @@ class Clock:
         return self.t
 
 
-def _items(plan: Plan, name: str, cost: dict[str, float]) -> list[Item]:
-    if name == "numerics":
-        return numerics_items(plan)
-    if name == "speed":
-        return speed_items(plan)
-    if name == "train":
-        return [Item(r["name"], r["estimate_s"]) for r in train_runs(plan)]
-    return [Item(name, cost.get(name, budget.SANITIZER_TOOL_S))] * (2 if name == "sanitizer" else 1)
-
-
-def simulate(tmp_path, mode: str, cost: dict[str, float] | None = None, scale: float = 1.0) -> dict:
-    """Run every section's items through Suite/Items; each item takes its estimate x scale."""
-    clock, cost = Clock(), {"env": 0.3, "determinism": 0.1, **(cost or {})}
-    suite = Suite(tmp_path, mode, budget.BUDGET[mode], SECTIONS, clock=clock, command="test")
+def run_of(mode: str, scale: float = 1.0) -> dict:
+    """The dry run (`--plan`): every section's real items through the real Suite / Items."""
     plan = Plan.for_mode(mode)
-    out = {}
-    for name in SECTIONS:
-        t = clock.t
-        allot = suite.start_section(name)
-        if SHARE[mode][name] == 0:
-            out[name] = {"ran": [], "skipped": [], "allot": 0.0, "seconds": 0.0}
-            continue
-        items = Items(suite, _items(plan, name, cost))
-        ran = []
-        for it in items:
-            clock.t += it.estimate_s * scale
-            ran.append(it.label)
-        out[name] = {"ran": ran, "skipped": items.skipped, "allot": allot, "seconds": clock.t - t}
-    out["elapsed"] = clock.t - suite.t0
-    return out
+    dry = budget.simulate(mode, budget.BUDGET[mode], SECTIONS, lambda n: section_items(plan, n), scale)
+    empty = {"ran": [], "skipped_for_time": []}
+    return {"elapsed": dry["estimate_s"], **{n: {**empty, **sec} for n, sec in dry["sections"].items()}}
 
 
-def test_quick_runs_every_item_in_three_minutes_with_room_for_estimates_a_quarter_too_low(tmp_path) -> None:
+def test_quick_runs_every_item_in_three_minutes_with_room_for_estimates_a_quarter_too_low() -> None:
     """--quick: numerics complete, speed at M7C 8k / 32k and paper 32k, the training pair and the 64k
     run, all within 180 s; and still all of it when every item takes 25 % longer than estimated."""
     for scale in (1.0, 1.25):
-        run = simulate(tmp_path, "quick", scale=scale)
+        run = run_of("quick", scale)
         for name in SECTIONS:
-            assert run[name]["skipped"] == [], (scale, name, run[name])
+            assert run[name]["skipped_for_time"] == [], (scale, name, run[name])
         assert run["elapsed"] <= 180.0, run
-    run = simulate(tmp_path, "quick")
+    run = run_of("quick")
     assert run["speed"]["ran"] == ["m7c T8192", "m7c T32768", "paper_G16_D128 T32768"]
     assert run["train"]["ran"] == ["dense-2048-ac_none-compiled", "nsa-2048-ac_none-compiled",
                                    "nsa-65536-ac_full-eager"]  # fmt: skip
@@ -89,27 +66,27 @@ def test_the_first_quick_runs_seconds_now_leave_speed_its_items(tmp_path) -> Non
     assert allot >= 40.0 and items.skipped == []
 
 
-def test_a_section_overrunning_shrinks_the_rest_and_they_list_what_they_skip(tmp_path) -> None:
+def test_a_section_overrunning_shrinks_the_rest_and_they_list_what_they_skip() -> None:
     """Estimates 3x too low: the run still ends near its budget (a section cannot stop an item it has
     started), later sections skip what no longer fits and list it, and nothing is dropped silently."""
-    run = simulate(tmp_path, "quick", scale=3.0)
-    skipped = [x for name in SECTIONS for x in run[name]["skipped"]]
+    run = run_of("quick", 3.0)
+    skipped = [x for name in SECTIONS for x in run[name]["skipped_for_time"]]
     assert skipped, run
     for name in SECTIONS:
-        planned = len(_items(Plan.for_mode("quick"), name, {})) if SHARE["quick"][name] else 0
-        assert len(run[name]["ran"]) + len(run[name]["skipped"]) == planned, name
+        planned = len(section_items(Plan.for_mode("quick"), name)) if SHARE["quick"][name] else 0
+        assert len(run[name]["ran"]) + len(run[name]["skipped_for_time"]) == planned, name
     assert run["elapsed"] <= 180.0 + 3.0 * 26.5  # at most one item (the longest) past the end
 
 
-def test_full_mode_puts_the_64k_run_and_the_module_check_before_the_cuts(tmp_path) -> None:
+def test_full_mode_puts_the_64k_run_and_the_module_check_before_the_cuts() -> None:
     """The full grid does not fit 8 minutes by the estimates (numerics alone ~260 s): what is cut is
     the tail, and the whole NSAAttention check, M7C's and the paper's kernels, the speed grid, the
     shipped training pair and the 64k run are not."""
-    run = simulate(tmp_path, "full")
+    run = run_of("full")
     assert run["elapsed"] <= 480.0 + 30.0
     assert run["numerics"]["ran"][:5] == ["G6 D64 T1024 bf16", "G6 D64 T8192 bf16", "NSAAttention",
                                           "G16 D128 T1024 bf16", "G16 D128 T8192 bf16"]  # fmt: skip
-    assert run["speed"]["skipped"] == [] and len(run["speed"]["ran"]) == 10
+    assert run["speed"]["skipped_for_time"] == [] and len(run["speed"]["ran"]) == 10
     assert run["train"]["ran"][:3] == ["dense-2048-ac_none-compiled", "nsa-2048-ac_none-compiled",
                                        "nsa-65536-ac_full-eager"]  # fmt: skip
 
@@ -159,3 +136,12 @@ def test_a_budget_that_is_not_positive_is_refused_with_exit_2(tmp_path, value, c
     err = capsys.readouterr().err
     assert f"--budget {value} is not a number of seconds > 0" in err and "Fix:" in err
     assert not (tmp_path / "s").exists()  # nothing written
+
+
+def test_plan_prints_the_dry_run_as_json_and_writes_nothing(tmp_path, capsys) -> None:
+    assert main([str(tmp_path / "s"), "--quick", "--plan"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x.get("section") for x in lines] == [*SECTIONS, None]
+    assert lines[4]["ran"] == ["m7c T8192", "m7c T32768", "paper_G16_D128 T32768"]
+    assert lines[-1]["mode"] == "quick" and 0 < lines[-1]["estimate_s"] <= 180.0
+    assert not (tmp_path / "s").exists()
