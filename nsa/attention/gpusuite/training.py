@@ -102,6 +102,10 @@ def _prediction(proc: subprocess.Popen | None, timeout: float) -> dict:
     return rows[-1]
 
 
+def _text(x: bytes | str | None) -> str:
+    return x.decode(errors="replace") if isinstance(x, bytes) else x or ""
+
+
 def train(plan: Plan, suite) -> dict:
     records = []
     env = {
@@ -134,17 +138,23 @@ def train(plan: Plan, suite) -> dict:
                                          cwd=REPO)  # fmt: skip
         t = time.monotonic()
         rec = {k: v for k, v in run.items() if k not in ("sets", "predict_memory")}
+        log = suite.out_dir / f"train-{run['name']}.log"
         try:
-            left = suite.left()
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(10.0, min(300.0, left)), env=env,
-                               cwd=REPO)  # fmt: skip
-            rec["exit_code"] = p.returncode
-            (suite.out_dir / f"train-{run['name']}.log").write_text(p.stdout + p.stderr)
-        except subprocess.TimeoutExpired:
-            rec["exit_code"] = None
-            rec["error"] = "timed out"
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(10.0, min(300.0, suite.left())),
+                               env=env, cwd=REPO)  # fmt: skip
+            rec["exit_code"], text = p.returncode, p.stdout + p.stderr
+        except subprocess.TimeoutExpired as e:
+            rec["exit_code"], rec["error"] = None, f"timed out after {e.timeout:.0f} s"
+            text = "".join(_text(x) for x in (e.stdout, e.stderr))
+        except BaseException:  # the suite itself broke (not the run): leave no process behind
+            if predictor is not None:
+                predictor.kill()
+            raise
+        log.write_text(text)
         rec["seconds"] = round(time.monotonic() - t, 1)
         rec.update(read_train_metrics(run_dir / "metrics.jsonl"))
+        if rec["exit_code"] != 0:  # why, without opening the log (an OOM at 64k, a refused config)
+            rec["log_tail"] = [x[:300] for x in text.strip().splitlines()[-6:]]
         if run.get("predict_memory"):
             pred = _prediction(predictor, timeout=min(120.0, max(10.0, suite.left())))
             rec["memory_predicted"] = pred

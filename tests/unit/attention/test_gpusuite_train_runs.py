@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +109,30 @@ def test_records_and_summary_carry_rounded_figures(tmp_path) -> None:
         "nsa-65536-ac_full-eager: 442,863 tok/s, 5.73 GiB (bench/memory.py predicts 6.80); "
         "nsa-2048-ac_none-compiled: ? tok/s, ? GiB FAILED (exit code 1); skipped for time: x-run"
     )
+
+
+@pytest.mark.skipif(Path("/dev/nvidiactl").exists(), reason="a GPU host would really train at 64k")
+def test_the_train_section_on_a_host_without_a_gpu_records_why_and_still_predicts_the_64k_peak(
+    tmp_path,
+) -> None:
+    """Section f for real, on CPU, with the 64k run only: nsa-train refuses `train.device: cuda` here
+    (exit 2), so the record is a failure that says why (log tail, the log written), while
+    bench/memory.py, started beside it, still predicts the step's peak (~6.8 GiB)."""
+    from nsa.attention.gpusuite.budget import Suite
+    from nsa.attention.gpusuite.training import train
+
+    plan = Plan.for_mode("quick")
+    plan.train_seqs = []  # the 64k run alone
+    suite = Suite(tmp_path, "quick", 120.0, ("train",), command="test")
+    suite.start_section("train")
+    res = train(plan, suite)
+    (rec,) = res["records"]
+    assert res["ok"] is False and rec["name"] == "nsa-65536-ac_full-eager" and rec["exit_code"] == 2
+    assert any("train.device is 'cuda'" in line for line in rec["log_tail"])
+    assert "FAILED (exit code 2)" in res["summary"]
+    assert (tmp_path / "train-nsa-65536-ac_full-eager.log").read_text().strip()
+    pred = rec["memory_predicted"]
+    assert (pred["T"], pred["batch"], pred["checkpointing"]) == (LONG_SEQ, 1, "full") and 5 < pred[
+        "total_gib"
+    ] < 9
+    assert [i["item"] for i in res["items"]] == ["nsa-65536-ac_full-eager"] and res["skipped_for_time"] == []
