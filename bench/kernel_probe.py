@@ -1,7 +1,7 @@
 """Where the NSA kernels' GPU time goes: each kernel family timed alone under launch-config variants.
 
 Owns the GPU probe behind docs/attention.md's per-kernel fixes: the compressed forward's two kernels
-(attention, selection) under other tile sizes, warps and stages, and the selected branch's
+(attention, selection) and its backward under other tile sizes, warps and stages, and the selected branch's
 ops (forward, forward+backward) with one launch setting changed at a time from the shipped config
 (`selected._launch_config`, patched for the probe only). CUDA only; prints one JSON object per line:
 `{"probe", "shape", "T", "B", "variant", "ms"}`. It measures, it asserts nothing; the shipped
@@ -72,9 +72,9 @@ def _cmp_launch(q, kc, vc, over: dict):
         )  # fmt: skip
 
     def select():
-        cmp._cmp_select[(triton.cdiv(T, c["BTF"]), B * Hkv)](
+        cmp._cmp_select[(triton.cdiv(T, c["bt_sel"]), B * Hkv)](
             q, kc, lse, idx, valid, T, kc.shape[2], ns, k, qk,
-            G=G, GP=c["GPF"], D=D, DP=c["DP"], BT=c["BTF"], BJ=c["BJ"], RP=c["RP"], W=c["W"],
+            G=G, GP=c["GPF"], D=D, DP=c["DP"], BT=c["bt_sel"], BJ=c["BJ"], RP=c["RP"], W=c["W"],
             LS=GEO["sel_block"], **geo, num_warps=c["warps_sel"], num_stages=over.get("stages_sel", 2),
         )  # fmt: skip
 
@@ -85,29 +85,49 @@ def _cmp_launch(q, kc, vc, over: dict):
 # One launch setting changed at a time from the shipped config (compressed._config).
 CMP_VARIANTS = [
     {"kernel": "attend"},
-    {"kernel": "attend", "warps_fwd": 8},
     {"kernel": "attend", "bm_fwd": 64},
-    {"kernel": "attend", "bn_fwd": 32},
-    {"kernel": "attend", "stages_fwd": 3},
     {"kernel": "select"},
-    {"kernel": "select", "warps_sel": 8},
-    {"kernel": "select", "warps_sel": 2},
-    {"kernel": "select", "BTF": 8},
-    {"kernel": "select", "BTF": 2},
-    {"kernel": "select", "stages_sel": 1},
+    {"kernel": "select", "warps_sel": 4},
+    {"kernel": "select", "warps_sel": 1},
+    {"kernel": "select", "bt_sel": 8},
+    {"kernel": "select", "bt_sel": 2},
 ]
 
+# The compressed backward (dQ, dK/dV, the partial sum): keys of compressed._config; "x2" doubles one.
+CMP_BWD_VARIANTS = [
+    {},
+    {"bn_dkv": 64},
+    {"bt_dkv": "x2"},
+    {"warps_dkv": 4},
+    {"split_dkv": 4},
+    {"split_dkv": 16},
+    {"warps": "toggle"},
+]
+
+# The selected ops; "TP": "x2" doubles the token tile's tokens (rows padded to a power of two).
 SEL_VARIANTS = [
     {},
-    {"warps_tok": 8},
-    {"stages_tok": 1},
-    {"stages_tok": 3},
-    {"warps_q": 8},
-    {"stages_dq": 2},
-    {"warps_kv": 4},
-    {"stages_kv": 2},
-    {"BR": 32},
+    {"TP": "x2"},
+    {"TP": "x4"},
+    {"warps_tok": 2},
+    {"warps_q": 2},
+    {"warps_kv": 8},
 ]
+
+
+def _apply(cfg: dict, over: dict, G: int) -> dict:
+    out = dict(cfg)
+    for k, v in over.items():
+        if k == "TP":
+            out["TP"] = cfg["TP"] * int(v[1:])
+            out["RP"] = max(16, triton.next_power_of_2(out["TP"] * G))
+        elif v == "x2":
+            out[k] = cfg[k] * 2
+        elif v == "toggle":
+            out[k] = 4 if cfg[k] == 8 else 8
+        elif k in cfg:
+            out[k] = v
+    return out
 
 
 def probe_cmp(name, B, T):
@@ -141,7 +161,7 @@ def probe_sel(name, B, T):
         torch.autograd.grad(fwd(), leaves, dout)
 
     for over in SEL_VARIANTS:
-        sel._launch_config = lambda G, D, LP, _o=over: {**base(G, D, LP), **_o}
+        sel._launch_config = lambda G, D, LP, _o=over: _apply(base(G, D, LP), _o, G)
         try:
             row = {"fwd_ms": _time(fwd), "fwd_bwd_ms": _time(fwd_bwd)}
         except Exception as e:
@@ -149,6 +169,25 @@ def probe_sel(name, B, T):
         finally:
             sel._launch_config = base
         yield {"probe": "selected", "shape": name, "T": T, "B": B, "variant": over, **row}
+
+
+def probe_cmp_bwd(name, B, T):
+    Hkv, G, D = SHAPES[name]
+    q, kc, vc, _, _ = _inputs(B, T, Hkv, G, D)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, kc, vc)]
+    kw = {k: GEO[k] for k in ("block_len", "block_stride", "sel_block", "n_sel")}
+    out = cmp.compressed_attention_and_selection(*leaves, **kw, scale=D**-0.5)[0]
+    dout = torch.randn_like(out)
+    base = cmp._config
+    for over in CMP_BWD_VARIANTS:
+        cmp._config = lambda *a, _o=over, **k: _apply(base(*a, **k), _o, G)
+        try:
+            ms = _time(lambda: torch.autograd.grad(out, leaves, dout, retain_graph=True))
+        except Exception as e:
+            ms = f"{type(e).__name__}: {str(e)[:200]}"
+        finally:
+            cmp._config = base
+        yield {"probe": "cmp_bwd", "shape": name, "T": T, "B": B, "variant": over, "ms": ms}
 
 
 def ncu_target(name, B, T):
@@ -169,7 +208,7 @@ def ncu_target(name, B, T):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", choices=("cmp_fwd", "selected"), action="append")
+    ap.add_argument("--only", choices=("cmp_fwd", "cmp_bwd", "selected"), action="append")
     ap.add_argument("--shapes", nargs="*", help="name:T:B (names: m7c, paper); default: per probe, below")
     ap.add_argument("--ncu-target", help="name:T:B: run the ops once (for ncu) and exit")
     args = ap.parse_args(argv)
@@ -180,10 +219,11 @@ def main(argv=None) -> int:
         n, t, b = args.ncu_target.split(":")
         ncu_target(n, int(b), int(t))
         return 0
-    probes = {"cmp_fwd": probe_cmp, "selected": probe_sel}
+    probes = {"cmp_fwd": probe_cmp, "cmp_bwd": probe_cmp_bwd, "selected": probe_sel}
     # The compressed forward grows with T; the selected ops' time is flat in T at B*T = 64k tokens.
     default = {
         "cmp_fwd": ["m7c:8192:8", "m7c:65536:1", "paper:32768:2"],
+        "cmp_bwd": ["m7c:65536:1", "paper:32768:2"],
         "selected": ["m7c:8192:8", "paper:8192:8"],
     }
     for p in args.only or list(probes):
