@@ -485,7 +485,9 @@ def _config(
     bt_dkv = max(1, (64 if head_dim <= 64 else 32) // gp)
     bn_dkv = 32
     return {
-        "warps_dkv": 8,
+        # 4 warps: the compressed backward took 5.5 ms instead of 7.8 with 8 at M7C 64k, 40.5 instead of
+        # 56.6 at the paper's shape at 32k (H200, bench/kernel_probe.py).
+        "warps_dkv": 4,
         "GP": gp,
         "GPF": gpf,
         "BTF": btf,
@@ -504,10 +506,12 @@ def _config(
         "W": max(16, _pow2(n_sel)),  # running top-n width of the selection kernel: >= n
         # The selection kernel: its top-n merge is latency-bound, so fewer warps a program (more
         # programs per SM) ran it faster on an H200 (bench/kernel_probe.py, 2026-11-26): M7C at 64k
-        # 39.1 / 20.2 / 13.3 ms with 8 / 4 / 2 warps, the paper's shape at 32k 34.3 / 22.8 / 14.5.
-        # 2 warps where ptxas keeps it unspilled (gpucheck --grid: 16 heads a token; 8 on sm_90 at
-        # head_dim 64), else 4 (2 spilled 12-200 B at G 1, 2, 6 on sm_80 and at D > 64).
-        "warps_sel": 2 if gpf >= 16 or (arch >= 90 and gpf == 8 and head_dim <= 64) else 4,
+        # 39.1 / 20.2 / 13.3 ms with 8 / 4 / 2 warps (and 11.9 with 2 warps and 2 tokens a tile), the
+        # paper's shape at 32k 34.3 / 22.8 / 14.5. 2 warps only where ptxas keeps it unspilled
+        # (gpucheck --grid, triton 3.6 and 3.9): head_dim 64 with 16 heads a token, or 8 on sm_90;
+        # 2 spilled 4-200 B at G 1, 2, 6 on sm_80 and at head_dim > 64 (G 16 x D 128 too, 8 B), so 4 there.
+        "warps_sel": 2 if head_dim <= 64 and (gpf >= 16 or (arch >= 90 and gpf == 8)) else 4,
+        "bt_sel": 2 if head_dim <= 64 and arch >= 90 and gpf == 8 else btf,
         # The attention forward: flash tiles of (token, head) rows as dQ's, BN keys a step.
         "bm_fwd": 128 if head_dim <= 64 else 64,
         "bn_fwd": 64 if head_dim <= 64 else 32,
@@ -562,9 +566,9 @@ def _fwd(
         G=G, D=D, DP=c["DP"], BM=c["bm_fwd"], BN=c["bn_fwd"], L=block_len, S=block_stride, PREC=prec,
         num_warps=c["warps_fwd"], num_stages=2,
     )  # fmt: skip
-    _cmp_select[(triton.cdiv(T, c["BTF"]), B * Hkv)](
+    _cmp_select[(triton.cdiv(T, c["bt_sel"]), B * Hkv)](
         q, kc, lse, idx, valid, T, nc, ns, k, scale * _LOG2E,
-        G=G, GP=c["GPF"], D=D, DP=c["DP"], BT=c["BTF"], BJ=c["BJ"], RP=c["RP"], W=c["W"],
+        G=G, GP=c["GPF"], D=D, DP=c["DP"], BT=c["bt_sel"], BJ=c["BJ"], RP=c["RP"], W=c["W"],
         L=block_len, S=block_stride, LS=sel_block, PREC=prec, num_warps=c["warps_sel"], num_stages=2,
     )  # fmt: skip
     return out, idx, valid, lse
@@ -698,7 +702,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     sel_const = {
         **geo,
         "GP": c["GPF"],
-        "BT": c["BTF"],
+        "BT": c["bt_sel"],
         "BJ": c["BJ"],
         "RP": c["RP"],
         "W": c["W"],

@@ -167,6 +167,11 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
     """
     DP = _p2(D)
     TP = tokens_per_program(G)
+    if DP <= 64 and 5 <= G <= 8:
+        # 4x the tokens (at G = 6: 8 tokens, 48 of 64 rows): on an H200 the selected forward+backward
+        # took 12.9 ms instead of 15.2 at M7C 8k (bench/kernel_probe.py); its steps are latency-bound,
+        # so a fuller tile costs little more than a 16-row one. At G 16 x D 128 it was slower (90 vs 85).
+        TP *= 4
     return {
         "GP": _p2(G),
         "DP": DP,
@@ -185,7 +190,7 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
         # G 6 x D 96; gpucheck --grid, triton 3.9); its K/V loads sit behind a branch per entry and are
         # not pipelined anyway.
         "stages_tok": 2 if DP <= 64 else 1,
-        "warps_tok": 4 if DP <= 64 else 8,
+        "warps_tok": 4 if DP <= 64 else 2,
         # dQ holds the fp32 dq accumulator beside the forward's state: with 2 stages ptxas spilled
         # 4 bytes on sm_90 (gpucheck, --regAllocOptLevel=2).
         "stages_dq": 1,
