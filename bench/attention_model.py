@@ -62,8 +62,8 @@ GPUS: dict[str, Gpu] = {
     "H800": Gpu("H800-SXM5", "hopper", 989e12, 3.35e12, 0.75 * 11.5e12, 132, 67e12, 1.98e9),
     # H200 SXM: H100's SMs, clocks, L2 and tensor peak with 4.8 TB/s HBM3e (datasheet). The H200 run
     # (bench/gpu/2026-11-26-h200-speed-after.json) agrees: 132 SMs at 1980 MHz max (its env), every
-    # compute-bound kernel that did not change within 3 % of its H100 time, and the memory-bound gate
-    # mix at 0.70-0.73x of it (3.35 / 4.8 = 0.70).
+    # compute-bound kernel that did not change within 5 % of its H100 time from 8k up, and the
+    # memory-bound gate mix at 0.70-0.73x of it (3.35 / 4.8 = 0.70).
     "H200": Gpu("H200-SXM", "hopper", 989e12, 4.8e12, 0.75 * 11.5e12, 132, 67e12, 1.98e9),
 }
 
@@ -91,7 +91,7 @@ DRAM_EFF, ALU_EFF, LAUNCH_S = 0.8, 0.3, 4e-6
 # two-pass compressed forward (before 45bc233), and `sel_dkdv_w8`, the key-major dK/dV at 8 warps
 # (before 4e22175).
 H100_COST: dict[str, dict[str, float]] = {
-    "cmp_fused": {"programs": 4600, "steps": 2510},  # the fused compressed forward (_cmp_fused_work)
+    "cmp_fused": {"programs": 4600, "steps": 2510},  # the fused forward (_cmp_select_work, 2 passes)
     "cmp_topn": {"token_steps": 1950},  # its top-n merge, per token per pass-2 step
     "cmp_dq@64": {"eff": 0.56, "programs": 5100},
     "cmp_dq@128": {"eff": 0.22, "programs": 1170},
@@ -482,11 +482,10 @@ def ours(
         warps = warps_sel or shipped_warps_sel(s, cc)
         sunit = 2 * BH * sw["steps"] * sel_rows * sw["keys"] * D
         swork = {"programs": sel_progs, "token_steps": BH * sw["steps"] * BT}
-        if selection_free:
-            swork = {}
-        ks.append(Kernel("cmp_select", "selection", "fwd", f"cmp_sel@w{warps}", sunit, cuse,
-                         act + kcb + lse + table, l2=BH * sw["steps"] * sw["keys"] * D * bf,
-                         programs=sel_progs, launches=0 if selection_free else 1, work=swork))  # fmt: skip
+        if not selection_free:
+            ks.append(Kernel("cmp_select", "selection", "fwd", f"cmp_sel@w{warps}", sunit, cuse,
+                             act + kcb + lse + table, l2=BH * sw["steps"] * sw["keys"] * D * bf,
+                             programs=sel_progs, work=swork))  # fmt: skip
     else:
         # The fused kernel before 45bc233 (its structure `_cmp_select_work` at 2 passes): per tile of
         # BTF tokens x GPF rows, pass 1 the row statistics (QK), pass 2 the output (QK, PV) and the
