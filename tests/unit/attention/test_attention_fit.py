@@ -157,3 +157,18 @@ def test_a_file_without_speed_records_is_refused_with_exit_2(tmp_path, capsys, m
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert str(bad) in err and "sections.speed.records" in err
+
+
+def test_the_cli_takes_the_gpu_from_the_file_and_prints_the_warps_factors(capsys, monkeypatch) -> None:
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        ["attention_fit.py", str(H200_RUN), "--probe", str(H200_PROBE), "--families", "_cmp_select"],
+    )
+    fit.main()
+    rows = [fit.json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    warps = {r["warps_factor"]: r for r in rows if "warps_factor" in r}
+    assert warps[2]["stored"] == m.SEL_WARPS[2] and warps[8]["stored"] is None
+    assert [r["fit"] for r in rows if "fit" in r] == ["cmp_sel"]
+    checks = [r for r in rows if "check" in r]
+    assert len(checks) == 10 and all(abs(r["measured_over_model"] - 1) < 0.1 for r in checks)
