@@ -1,29 +1,36 @@
-"""Fits the cost model's prices of our kernel kinds (bench/attention_model.py, H100_COST) to a GPU
-suite's speed records, and checks the model against them.
+"""Fits the cost model's prices of our kernel kinds (bench/attention_model.py, H100_COST and
+H200_COST) to a GPU suite's speed records, and checks the model against them.
 
 Owns the re-fit of issue 20, item 5: for each kernel family the suite profiles (modelcheck.FAMILIES),
 the model's kernels of that family at each record's shape and T give the counts a price applies to
 (issued MMA FLOPs, programs, loop steps, token-steps, gathered bytes: Kernel.work); a non-negative
 least-squares fit in relative error gives each kind the few terms FIT_TERMS names (1 / efficiency,
 SM cycles per count). SDPA flash (the baseline) is fitted the same way from its forward and
-forward+backward times. It imports nothing from torch; it asserts nothing.
+forward+backward times. A committed run is modelled with the kernels it measured (the model's
+RUN_BUILDS, by file name); any other file with the kernels the code ships. The selection kernel's
+cycles are fitted as its 4-warp price (each record's counts scaled by SEL_WARPS of its warps);
+`--probe` prints those factors from a bench/kernel_probe.py run. It imports nothing from torch; it
+asserts nothing.
 
-Prints JSON lines: one "fit" row per kind (the terms, as H100_COST holds them: `eff` and cycles),
-then one "check" row per (record, family) with the measured time, the time the fitted prices
-predict, and the time H100_COST (what the model uses now) predicts.
+Prints JSON lines: one "fit" row per kind (the terms, as the COST tables hold them: `eff` and
+cycles), then one "check" row per (record, family) with the measured time and the time the model
+as it stands predicts; with --probe, one "warps_factor" row per warp count.
 
   .venv/bin/python bench/attention_fit.py bench/gpu/2026-11-26-h100-speed.json
-  .venv/bin/python bench/attention_fit.py NEW-suite.json --families _cmp_fwd   # one term only
+  .venv/bin/python bench/attention_fit.py bench/gpu/2026-11-26-h200-speed-after.json \
+      --probe bench/gpu/2026-11-26-h200-probe-after.jsonl
+  .venv/bin/python bench/attention_fit.py NEW-suite.json --families _cmp_select   # one family only
 
-After a kernel is rewritten (the compressed forward first), mirror its new structure in the model
-(`_cmp_fwd_work` and the cmp_fwd kernels of `ours`), run this on the new suite.json, and copy the
-"fit" rows of its kinds into H100_COST.
+After a kernel is rewritten, mirror its new structure in the model (`ours`, its work counts), run
+the suite, run this on the new suite.json, and copy the "fit" rows of its kinds into the COST table
+of that run's GPU (docs/attention.md "Time budget").
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -33,8 +40,11 @@ import attention_model as m
 # What each kind's price is made of (the physical reason is in docs/attention.md, "Time budget"):
 # "eff" a fraction of the tensor-core peak; the others SM cycles per count of Kernel.work.
 FIT_TERMS: dict[str, tuple[str, ...]] = {
-    "cmp_fwd": ("programs", "steps"),  # per tile; per key step of either pass
-    "cmp_topn": ("token_steps",),  # per token per pass-2 step: the rank merge
+    "cmp_fused": ("programs", "steps"),  # before 45bc233: per tile; per key step of either pass
+    "cmp_topn": ("token_steps",),  # its rank merge, per token per pass-2 step
+    "cmp_attn@64": ("eff", "programs"),  # the flash attention _cmp_fwd since 45bc233
+    "cmp_attn@128": ("eff", "programs"),
+    "cmp_sel": ("programs", "token_steps"),  # _cmp_select: per program; per token per key tile
     "cmp_dq@64": ("eff", "programs"),
     "cmp_dq@128": ("eff", "programs"),
     "cmp_dkv": ("eff",),
@@ -42,7 +52,8 @@ FIT_TERMS: dict[str, tuple[str, ...]] = {
     "forced_dq": ("eff",),
     "tok_fwd": ("gather_bytes",),
     "tok_dq": ("gather_bytes",),
-    "sel_dkdv": ("eff",),
+    "sel_dkdv": ("eff",),  # 4 warps (since 4e22175)
+    "sel_dkdv_w8": ("eff",),  # 8 warps (the first H100 run)
     "win_fwd@64": ("eff",),
     "win_fwd@128": ("eff",),
     "win_dq": ("eff",),
@@ -68,7 +79,8 @@ class BadInput(ValueError):
 
 
 def records(paths: list[str]) -> list[dict]:
-    """The speed records with a kernel profile of every file (scripts/gpu-suite.sh's suite.json)."""
+    """The speed records with a kernel profile of every file (scripts/gpu-suite.sh's suite.json),
+    each with `build`: the model's flags for the kernels that file measured (RUN_BUILDS)."""
     out = []
     for p in paths:
         try:
@@ -82,7 +94,10 @@ def records(paths: list[str]) -> list[dict]:
             raise BadInput(
                 f"{p}: no sections.speed.records; pass the suite.json of a run with the speed section"
             )
-        out += [r for r in speed["records"] if "nsa_kernels" in r and "sdpa_flash_fwd_ms" in r]
+        build = m.RUN_BUILDS.get(Path(p).name, {})
+        out += [
+            {**r, "build": build} for r in speed["records"] if "nsa_kernels" in r and "sdpa_flash_fwd_ms" in r
+        ]
     if not out:
         raise BadInput(f"{', '.join(paths)}: no speed record with nsa_kernels and sdpa_flash_fwd_ms to fit")
     return out
@@ -103,17 +118,28 @@ def measured_families(rec: dict) -> dict[str, float]:
     return out
 
 
+def gpu_of(path: str) -> str:
+    """The model's GPU entry for the GPU a suite.json ran on (its env section)."""
+    from nsa.attention.gpusuite import modelcheck
+
+    name = ((json.loads(Path(path).read_text()).get("sections") or {}).get("env") or {}).get("gpu", "")
+    key = modelcheck.gpu_key(name, m)
+    if key is None:
+        raise BadInput(f"{path}: sections.env.gpu {name!r} is not a GPU the model knows; pass --gpu")
+    return key
+
+
 def shape_of(rec: dict, geometry: dict | None = None) -> m.Shape:
     g = geometry or {"block_len": 32, "block_stride": 16, "sel_block": 64, "n_sel": 16, "window": 512}
     return m.Shape(rec["shape"], rec["B"], rec["H"], rec["Hkv"], rec["D"], g["block_len"],
                    g["block_stride"], g["sel_block"], g["n_sel"], g["window"])  # fmt: skip
 
 
-def model_families(rec: dict) -> dict[str, list[m.Kernel]]:
+def model_families(rec: dict, gpu: m.Gpu) -> dict[str, list[m.Kernel]]:
     """The model's kernels of each measured family for one record (SDPA as two pseudo-families)."""
     s = shape_of(rec)
     out: dict[str, list[m.Kernel]] = {}
-    for k in m.ours(rec["T"], s):
+    for k in m.ours(rec["T"], s, cc=gpu.cc, **rec.get("build", {})):
         fam = family_of(k.name)
         if fam:
             out.setdefault(fam, []).append(k)
@@ -125,7 +151,7 @@ def model_families(rec: dict) -> dict[str, list[m.Kernel]]:
 def _feature(k: m.Kernel, term: str, gpu: m.Gpu) -> float:
     if term == "eff":
         return k.flops / gpu.peak
-    return k.work.get(term, 0.0) / (gpu.sms * gpu.clock)
+    return k.work.get(term, 0.0) * m.warps_factor(k.kind) / (gpu.sms * gpu.clock)
 
 
 def _nnls(rows: list[list[float]], y: list[float]) -> list[float]:
@@ -165,7 +191,7 @@ def fit(recs: list[dict], gpu_name: str = "H100", families: list[str] | None = N
     """{kind: {"eff": ..., cycles terms ...}} fitted per family on `recs` (relative least squares)."""
     gpu = m.GPUS[gpu_name]
     meas = [measured_families(r) for r in recs]
-    mods = [model_families(r) for r in recs]
+    mods = [model_families(r, gpu) for r in recs]
     fams = families or sorted({f for mm in mods for f in mm})
     out: dict[str, dict] = {}
     for fam in fams:
@@ -196,11 +222,11 @@ def fit(recs: list[dict], gpu_name: str = "H100", families: list[str] | None = N
 
 
 def check_rows(recs: list[dict], gpu_name: str = "H100") -> list[dict]:
-    """Measured vs the model as it stands (H100_COST), per record and family."""
+    """Measured vs the model as it stands (the COST tables), per record and family."""
     gpu = m.GPUS[gpu_name]
     rows = []
     for r in recs:
-        meas, mods = measured_families(r), model_families(r)
+        meas, mods = measured_families(r), model_families(r, gpu)
         for fam in sorted(meas):
             if fam not in mods:
                 continue
@@ -212,17 +238,39 @@ def check_rows(recs: list[dict], gpu_name: str = "H100") -> list[dict]:
     return rows
 
 
+def warps_factors(path: str) -> dict[int, dict]:
+    """The selection kernel's time at each warp count over its time at the probe's default (4 warps),
+    per probed shape and their geometric mean (bench/kernel_probe.py's jsonl: `select` variants)."""
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    sel = [r for r in rows if r.get("variant", {}).get("kernel") == "select"]
+    base = {(r["shape"], r["T"]): r["ms"] for r in sel if set(r["variant"]) == {"kernel"}}
+    out: dict[int, dict] = {}
+    for r in sel:
+        if set(r["variant"]) == {"kernel", "warps_sel"} and (r["shape"], r["T"]) in base:
+            ratios = out.setdefault(r["variant"]["warps_sel"], {"ratios": {}})["ratios"]
+            ratios[f"{r['shape']} T{r['T']}"] = round(r["ms"] / base[(r["shape"], r["T"])], 3)
+    for f in out.values():
+        vals = list(f["ratios"].values())
+        f["mean"] = round(math.prod(vals) ** (1 / len(vals)), 3)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("suite_json", nargs="+", help="suite.json files with a speed section (bench/gpu/)")
     ap.add_argument("--families", nargs="+", help="fit only these families (e.g. _cmp_fwd)")
-    ap.add_argument("--gpu", default="H100", choices=sorted(m.GPUS))
+    ap.add_argument("--gpu", choices=sorted(m.GPUS), help="the model's GPU (default: the first file's env)")
+    ap.add_argument("--probe", help="a bench/kernel_probe.py jsonl: print the selection's warps factors")
     args = ap.parse_args()
     try:
         recs = records(args.suite_json)
+        args.gpu = args.gpu or gpu_of(args.suite_json[0])
     except BadInput as e:
         print(f"bench/attention_fit.py: {e}", file=sys.stderr)
         sys.exit(2)
+    if args.probe:
+        for warps, f in sorted(warps_factors(args.probe).items()):
+            print(json.dumps({"warps_factor": warps, **f, "stored": m.SEL_WARPS.get(warps)}))
     for kind, terms in sorted(fit(recs, args.gpu, args.families).items()):
         print(json.dumps({"fit": kind, **{t: (round(v, 4) if v else v) for t, v in terms.items()}}))
     for row in check_rows(recs, args.gpu):

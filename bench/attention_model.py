@@ -1,9 +1,10 @@
-"""A per-kernel cost model of NSA attention on A100/H100, calibrated on published GPU figures and
-corrected by the first GPU measurement of our kernels (H100, 2026-11-26).
+"""A per-kernel cost model of NSA attention on A100/H100/H200, calibrated on published GPU figures
+and corrected by the GPU measurements of our kernels (H100 and H200, 2026-11-26).
 
 Owns the `--model` output of bench/attention.py: calibration rows (the model reproducing published
 NSA and FlashAttention-2 measurements at their shapes), prediction rows (our triton backend over
-FlashAttention-2, fwd / bwd / fwd+bwd, A100 and H100, M7C and the NSA paper's shape) and per-kernel
+FlashAttention-2, fwd / bwd / fwd+bwd, A100, H100 and H200, M7C and the NSA paper's shape, with the
+launch settings the code ships for each GPU's compute capability) and per-kernel
 rows (FLOPs issued incl. padded rows, DRAM and L2 bytes incl. re-reads, programs, waves). It imports
 nothing from nsa (no torch): the kernel structure is written out here from nsa/attention/triton/*.py,
 so a change of structure there must be mirrored here (docs/attention.md, "Time budget").
@@ -19,8 +20,9 @@ Two ways a kernel is priced:
   `gather_fwd` / `gather_bwd` query-major sparse tiles, fitted so the calibration rows come within
   +-30 % (printed beside the predictions).
 - Our kernels (`ours`) and the baseline SDPA flash (`flash2(kind="sdpa")`) by their own kinds, one
-  per compiled configuration, priced from the measurement (H100_COST, fitted by
-  bench/attention_fit.py on bench/gpu/2026-11-26-h100-speed.json): time = issued MMA FLOPs /
+  per compiled configuration, priced from the measurements (H100_COST and H200_COST, fitted by
+  bench/attention_fit.py on bench/gpu/2026-11-26-h100-speed.json and, for the kernels rewritten
+  since, bench/gpu/2026-11-26-h200-speed-after.json; H100 and H200 share them): time = issued MMA FLOPs /
   (peak x eff) + SM cycles per program, per loop step, per token-step or per gathered byte /
   (SMs x clock), floored by DRAM, plus launches. On A100 the efficiencies stay the published
   calibration's (A100_KIND) and the cycle costs carry over per SM cycle (kind_cost).
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 
 @dataclass(frozen=True)
@@ -45,18 +48,22 @@ class Gpu:
     alu: float
     clock: float  # SM clock under load (Hz): turns the fitted per-SM cycle costs (COST) into time
     regs_per_sm: int = 65536
+    cc: int = 90  # compute capability: the kernels pick some launch settings by it (shipped_warps_sel)
 
 
 # L2: A100's whitepaper gives 5120 B/clk of L2 read bandwidth (7.2 TB/s at 1.41 GHz); H100 SXM
 # scaled by SM count and clock (132 SMs x 1.83 GHz vs 108 x 1.41: 1.6x). Both are peaks; the model
 # takes 75 % of them (Chips and Cheese's H100 PCIe microbenchmark reached about that share).
 GPUS: dict[str, Gpu] = {
-    "A100": Gpu("A100-SXM4-80GB", "ampere", 312e12, 2.039e12, 0.75 * 7.2e12, 108, 19.5e12, 1.41e9),
+    "A100": Gpu("A100-SXM4-80GB", "ampere", 312e12, 2.039e12, 0.75 * 7.2e12, 108, 19.5e12, 1.41e9, cc=80),
     # 1.98 GHz: the max SM clock the first GPU run's H100 reported (bench/gpu/*-h100-*.json, env).
     "H100": Gpu("H100-SXM5", "hopper", 989e12, 3.35e12, 0.75 * 11.5e12, 132, 67e12, 1.98e9),
     # H800: an H100 SXM with cut interconnect; same SMs, clocks, HBM3 (Scalable-Flash-NSA's GPU).
     "H800": Gpu("H800-SXM5", "hopper", 989e12, 3.35e12, 0.75 * 11.5e12, 132, 67e12, 1.98e9),
-    # H200 SXM: H100's SMs and clocks with 4.8 TB/s HBM3e (one of the GPUs the project is lent).
+    # H200 SXM: H100's SMs, clocks, L2 and tensor peak with 4.8 TB/s HBM3e (datasheet). The H200 run
+    # (bench/gpu/2026-11-26-h200-speed-after.json) agrees: 132 SMs at 1980 MHz max (its env), every
+    # compute-bound kernel that did not change within 5 % of its H100 time from 8k up, and the
+    # memory-bound gate mix at 0.70-0.73x of it (3.35 / 4.8 = 0.70).
     "H200": Gpu("H200-SXM", "hopper", 989e12, 4.8e12, 0.75 * 11.5e12, 132, 67e12, 1.98e9),
 }
 
@@ -69,17 +76,22 @@ EFF: dict[str, dict[str, float]] = {
 DRAM_EFF, ALU_EFF, LAUNCH_S = 0.8, 0.3, 4e-6
 
 # Our own kernels' kinds, one per compiled configuration (the window and compressed kernels pick
-# their tiles by head_dim <= 64 or not: "@64" and "@128" are different kernels), priced from the
-# first GPU measurement (H100, bench/gpu/2026-11-26-h100-speed.json; bench/attention_fit.py fits
-# them, docs/attention.md "Time budget" says why each is what it is). Per kind: `eff`, the fraction
-# of the bf16 tensor-core peak its issued MMAs run at, and SM cycles per unit of the kernel's work
-# counts (Kernel.work): "programs" (a program's prologue and epilogue), "steps" (one iteration of its
-# main loop beyond the MMAs), "token_steps" (per token per step: the compressed forward's top-n
-# merge), "gather_bytes" (per byte of K/V loaded by data-dependent block ids, unpipelined). Time =
-# MMA time + cycles / (SMs x clock), floored by the DRAM time. The compressed forward is the
-# separate, re-fittable term `cmp_fwd` + `cmp_topn` (its structure: `_cmp_fwd_work`).
+# their tiles by head_dim <= 64 or not: "@64" and "@128" are different kernels), priced from GPU
+# measurements (bench/attention_fit.py fits them, docs/attention.md "Time budget" says why each is
+# what it is). Per kind: `eff`, the fraction of the bf16 tensor-core peak its issued MMAs run at,
+# and SM cycles per unit of the kernel's work counts (Kernel.work): "programs" (a program's prologue
+# and epilogue), "steps" (one iteration of its main loop beyond the MMAs), "token_steps" (per token
+# per step: the selection's top-n merge), "gather_bytes" (per byte of K/V loaded by data-dependent
+# block ids, unpipelined). Time = MMA time + cycles / (SMs x clock), floored by the DRAM time.
+# H100 and H200 share these prices: same SMs, clocks, L2 and tensor peak (only DRAM differs, and
+# the DRAM floor takes each GPU's own bandwidth).
+# H100_COST: fitted on the first GPU run (H100, bench/gpu/2026-11-26-h100-speed.json, the kernels of
+# RUN_BUILDS' entry for it): every kind whose kernel has not changed since, and the two that have
+# (kept for that run's check and the `before_split` what-if): `cmp_fused` + `cmp_topn`, the fused
+# two-pass compressed forward (before 45bc233), and `sel_dkdv_w8`, the key-major dK/dV at 8 warps
+# (before 4e22175).
 H100_COST: dict[str, dict[str, float]] = {
-    "cmp_fwd": {"programs": 4600, "steps": 2510},  # the compressed forward (_cmp_fwd_work): re-fit me
+    "cmp_fused": {"programs": 4600, "steps": 2510},  # the fused forward (_cmp_select_work, 2 passes)
     "cmp_topn": {"token_steps": 1950},  # its top-n merge, per token per pass-2 step
     "cmp_dq@64": {"eff": 0.56, "programs": 5100},
     "cmp_dq@128": {"eff": 0.22, "programs": 1170},
@@ -88,7 +100,7 @@ H100_COST: dict[str, dict[str, float]] = {
     "forced_dq": {"eff": 0.205},
     "tok_fwd": {"gather_bytes": 0.065},
     "tok_dq": {"gather_bytes": 0.060},
-    "sel_dkdv": {"eff": 0.083},
+    "sel_dkdv_w8": {"eff": 0.083},
     "win_fwd@64": {"eff": 0.246},
     "win_fwd@128": {"eff": 0.423},
     "win_dq": {"eff": 0.29},
@@ -96,17 +108,45 @@ H100_COST: dict[str, dict[str, float]] = {
     "sdpa_fwd": {"eff": 0.34, "programs": 5300},
     "sdpa_bwd": {"eff": 0.31, "programs": 43300},
 }  # fmt: skip
+# H200_COST: the kernels that changed after the first run, fitted on the H200 run of the split
+# forward (bench/gpu/2026-11-26-h200-speed-after.json; the H100 prices above predict that run's
+# unchanged kernels: docs/attention.md "Time budget"): the compressed attention `_cmp_fwd` (a flash
+# kernel: eff + a program's prologue), the selection `_cmp_select` (cycles per program and per token
+# per key tile: latency-bound, its MMA inside the step cost; the price of its 4-warp build, other
+# warp counts scaled by SEL_WARPS) and the key-major dK/dV at 4 warps.
+H200_COST: dict[str, dict[str, float]] = {
+    "cmp_attn@64": {"eff": 0.277, "programs": 2410},
+    "cmp_attn@128": {"eff": 0.41, "programs": 1710},
+    "cmp_sel": {"programs": 1420, "token_steps": 1310},  # at 4 warps
+    "sel_dkdv": {"eff": 0.142},
+}  # fmt: skip
+# The selection kernel's time at `warps_sel` warps over its time at 4 (the H200 probe,
+# bench/gpu/2026-11-26-h200-probe-after.jsonl: 2 warps 0.675 / 0.656 / 0.635 at M7C 8k / M7C 64k /
+# paper 32k, the geometric mean here). One factor per setting, not a concurrency law: the top-n
+# merge is latency-bound, so fewer warps a program let more programs share an SM, but each then
+# does more per thread; 8 warps took 1.98 / 1.93 at M7C and 1.50 at the paper shape, which no one
+# parameter of programs per SM reproduces (nothing ships 8 warps: not priced).
+SEL_WARPS: dict[int, float] = {2: 0.655, 4: 1.0}
 # A100: the tensor-core efficiency of each kind stays the published calibration's (EFF["ampere"] of
 # its generic kind: sm_80 runs these tiles as mma.sync, the instruction its peak is quoted for, so
 # the Hopper shortfall below 64-row tiles does not carry over); the cycle costs carry over per SM
 # cycle (latency- and CUDA-core-bound work: same instruction mix, ~same L2 latency in cycles), except
 # for the baseline: FA2's published efficiency is its whole kernels' time.
 A100_KIND = {
-    "cmp_fwd": "dense_fwd", "cmp_topn": "dense_fwd", "cmp_dq": "dense_bwd", "cmp_dkv": "dense_bwd",
+    "cmp_fused": "dense_fwd", "cmp_topn": "dense_fwd", "cmp_attn": "dense_fwd", "cmp_sel": "dense_fwd",
+    "cmp_dq": "dense_bwd", "cmp_dkv": "dense_bwd",
     "forced_fwd": "dense_fwd", "forced_dq": "dense_bwd", "tok_fwd": "gather_fwd", "tok_dq": "gather_fwd",
-    "sel_dkdv": "gather_bwd", "win_fwd": "dense_fwd", "win_dq": "dense_bwd", "win_dkdv": "dense_bwd",
+    "sel_dkdv": "gather_bwd", "sel_dkdv_w8": "gather_bwd",
+    "win_fwd": "dense_fwd", "win_dq": "dense_bwd", "win_dkdv": "dense_bwd",
     "sdpa_fwd": "fa2_fwd", "sdpa_bwd": "fa2_bwd",
 }  # fmt: skip
+# The kernel builds the committed GPU runs measured (flags of `ours`), by file name: a speed record
+# does not name its kernels' launch settings, so a fit or a check of a committed run takes them from
+# here; a run of the current kernels needs no entry (ours' defaults: what the code ships).
+RUN_BUILDS: dict[str, dict] = {
+    "2026-11-26-h100-speed.json": {"split_cmp_fwd": False, "warps_dkdv": 8},
+    "2026-11-26-h200-speed-after.json": {"warps_sel": 4},  # before warps_sel 2 shipped at sm_90
+}
 
 
 @dataclass(frozen=True)
@@ -186,12 +226,25 @@ class Kernel:
         }  # fmt: skip
 
 
+def warps_factor(kind: str) -> float:
+    """The selection kernel's time at its warps over its 4-warp price (1 for every other kind)."""
+    if not kind.startswith("cmp_sel@w"):
+        return 1.0
+    warps = int(kind.rsplit("@w", 1)[1])
+    if warps not in SEL_WARPS:
+        raise ValueError(f"cmp_sel at {warps} warps: not priced (SEL_WARPS has {sorted(SEL_WARPS)})")
+    return SEL_WARPS[warps]
+
+
 def kind_cost(kind: str, gpu: Gpu) -> dict[str, float] | None:
     """The fitted cost of one of our kernel kinds on `gpu` (None: a generic kind, priced by EFF)."""
     base = kind.split("@")[0]
     if base not in A100_KIND:
         return None
-    fitted = H100_COST.get(kind) or H100_COST.get(base, {})
+    table = {**H100_COST, **H200_COST}
+    fitted = dict(table.get(kind) or table.get(base, {}))
+    if warps_factor(kind) != 1.0:
+        fitted = {f: c * warps_factor(kind) for f, c in fitted.items()}  # cycles only (no eff term)
     if gpu.arch == "hopper":
         return fitted
     cycles = {f: c for f, c in fitted.items() if f != "eff"}
@@ -229,20 +282,56 @@ def _cfg(D: int) -> str:
     return "64" if D <= 64 else "128"
 
 
-def _cmp_fwd_work(T: int, s: Shape) -> dict[str, float]:
-    """_cmp_fwd's structure for one (batch, KV head), as nsa/attention/triton/compressed.py launches
-    it: tiles of `tokens` tokens x G padded (GPF) = `rows` rows; per tile, pass 1 walks the visible
-    compressed keys and pass 2 the selection blocks up to the last token's, both in key tiles of BJ = 16
-    selection blocks (64 compressed keys at l' / d = 4): `steps` counts both passes' iterations."""
+def _sel_tiles(s: Shape) -> dict[str, int]:
+    """The selection kernel's tile (compressed.py `_config`): BTF tokens x GPF padded heads as rows,
+    key tiles of BJ selection blocks (BJ * RP compressed keys: 64 at l' / d = 4)."""
     GPF = max(2, _p2(s.G))
-    BT = max(1, min(8, 32 // GPF))
-    BJ = max(_p2(max(1, 64 // _p2(s.lp // s.d))), 1)
-    ns = -(-T // s.lp)
+    RP = _p2(s.lp // s.d)
+    hmax = -(-(s.bl // s.d - 1) // (s.lp // s.d))
+    return {
+        "GPF": GPF,
+        "BTF": max(1, min(8, 32 // GPF)),
+        "RP": RP,
+        "BJ": max(_p2(max(1, 64 // RP)), _p2(hmax)),
+    }
+
+
+@lru_cache(maxsize=256)
+def _cmp_select_work(T: int, s: Shape, passes: int = 1) -> dict[str, float]:
+    """_cmp_select's structure for one (batch, KV head), as compressed.py launches it: ceil(T / BTF)
+    programs of BTF tokens x GPF rows; a program walks the key tiles up to its last token's selection
+    block, one QK product, the group sum, Eq. 9 and the top-n merge each. `passes` = 2: the fused
+    forward before 45bc233, whose pass 1 walked the same tiles for the row statistics."""
+    c = _sel_tiles(s)
+    BT, BJ = c["BTF"], c["BJ"]
     steps = 0
-    for j in range(ns):  # tiles whose last token lies in selection block j (BT divides l')
-        tiles_j = min(T, (j + 1) * s.lp) // BT - (j * s.lp) // BT
-        steps += 2 * tiles_j * -(-(j + 1) // BJ)
-    return {"tiles": -(-T // BT), "steps": steps, "tokens": BT, "rows": BT * GPF}
+    for j in range(-(-T // s.lp)):  # tiles whose last token lies in selection block j (BT divides l')
+        tiles_j = -(-min(T, (j + 1) * s.lp) // BT) - -(-(j * s.lp) // BT)
+        steps += passes * tiles_j * -(-(j + 1) // BJ)
+    return {"tiles": -(-T // BT), "steps": steps, "tokens": BT, "rows": BT * c["GPF"], "keys": BJ * c["RP"]}
+
+
+@lru_cache(maxsize=256)
+def _cmp_attn_work(T: int, s: Shape) -> dict[str, float]:
+    """_cmp_fwd's structure for one (batch, KV head) since 45bc233: flash tiles of BM consecutive
+    (token, head) rows (128 at head_dim <= 64, else 64), no padded heads, BN compressed keys a step
+    (64 / 32) up to the tile's last token's visible keys. `keys`: the keys issued over all tiles."""
+    BM, BN = (128, 64) if s.D <= 64 else (64, 32)
+    nc = max(0, (T - s.bl) // s.d + 1)
+    tiles = -(-T * s.G // BM)
+    steps = 0
+    for i in range(tiles):
+        t_last = min((i * BM + BM - 1) // s.G, T - 1)
+        n_vis = min(nc, (t_last - (s.bl - 1)) // s.d + 1) if t_last >= s.bl - 1 else 0
+        steps += -(-n_vis // BN)
+    return {"tiles": tiles, "steps": steps, "rows": BM, "keys": steps * BN}
+
+
+def shipped_warps_sel(s: Shape, cc: int) -> int:
+    """The selection kernel's warps as compressed.py `_config` picks them: 2 where ptxas keeps it
+    unspilled (16 padded heads a token; 8 at head_dim <= 64 on sm_90), else 4."""
+    gpf = _sel_tiles(s)["GPF"]
+    return 2 if gpf >= 16 or (cc >= 90 and gpf == 8 and s.D <= 64) else 4
 
 
 def _sel_steps(T: int, s: Shape, TP: int, shared: bool = False) -> float:
@@ -314,7 +403,11 @@ def ours(
     unpadded_cmp_bwd: bool = True,
     token_tiles: bool = True,
     selections: str = "random",
-    cmp_fwd_as_window: bool = False,
+    split_cmp_fwd: bool = True,
+    selection_free: bool = False,
+    cc: int = 90,
+    warps_sel: int | None = None,
+    warps_dkdv: int = 4,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     keymajor_sel models a restructure that is not built (what-if rows); balanced_dkv=False the
@@ -326,9 +419,12 @@ def ours(
     tiles without padded heads; token_tiles (built, 2026-11-25) several tokens per query-major program
     over the union of their blocks, whose size depends on the tables: `selections` "random" (each token
     independent: the worst case, what the predictions use) or "shared" (adjacent tokens select the
-    same blocks: the best case). cmp_fwd_as_window (not built): the compressed forward's 3 products
-    at the window forward's measured efficiency, with no per-tile, per-step or top-n cycles: what a
-    rewrite of _cmp_fwd whose selection cost vanished would cost (a bound for the rewrite)."""
+    same blocks: the best case). split_cmp_fwd (built, 45bc233) the compressed forward as two kernels,
+    the flash attention `_cmp_fwd` and the selection `_cmp_select` at `warps_sel` warps (None: what
+    compressed.py ships for compute capability `cc`); False: the fused two-pass kernel before it
+    (fold_selection=False: with its older third pass). selection_free (not built): the selection at
+    no cost, a bound for any rewrite of it. warps_dkdv: the key-major selected dK/dV's warps (4 since
+    4e22175; 8 before)."""
     B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
     bf = 2
     act = B * T * s.H * D * bf
@@ -341,7 +437,9 @@ def ours(
     ks.append(Kernel("rope_fwd", "fused", "fwd", "memory", dram=2 * (act + 3 * kvb), launches=2))
     ks.append(Kernel("gate_mix_fwd", "fused", "fwd", "memory", dram=4 * act + B * T * s.H * 3 * bf))
     ks.append(Kernel("rope_bwd", "fused", "bwd", "memory", dram=2 * (act + 3 * kvb), launches=2))
-    ks.append(Kernel("gate_mix_bwd", "fused", "bwd", "memory", dram=5 * act + 2 * B * T * s.H * 3 * bf))
+    # Backward: dO, the gates and the three branch outputs in, three branch gradients and the gates'
+    # out (until the H200 run the model counted 5 of these 8 activations: 1.26-1.30x off).
+    ks.append(Kernel("gate_mix_bwd", "fused", "bwd", "memory", dram=8 * act + 2 * B * T * s.H * 3 * bf))
     # Compression MLP (cuBLAS GEMMs l*D -> 2D -> D for keys and values): small.
     mlp = 2 * 2 * BH * nc * (s.bl * D * 2 * D + 2 * D * D)
     ks.append(
@@ -360,32 +458,48 @@ def ours(
             launches=10,
         )
     )
-    # Compressed attention + selection, one kernel (_cmp_fwd): the separate, re-fittable term. Its
-    # structure is `_cmp_fwd_work` (tiles, loop steps, token-steps); its price the fitted cycles of
-    # kind cmp_fwd (one price for both configs, @64 / @128 if a re-fit needs two: per tile, per key
-    # step of either pass: 2 QK + 1 PV products, exp2 on the [32, 64] logits, Eq. 10 / Eq. 9 block
-    # scores) and cmp_topn (per token per pass-2 step: the
-    # int64 rank merge of the running top-W, skipped when no key beats the current n-th). 32 rows, one
-    # 8-warp block per SM (218-240 registers). fold_selection=False: the kernel before 2026-11-25,
-    # whose third pass added one more QK product and read per key tile (1.5x the steps).
-    cw = _cmp_fwd_work(T, s)
-    GPF, BT, ck = cw["rows"] // cw["tokens"], cw["tokens"], _cmp_keys(T, s)
-    cunit = 2 * BH * T * GPF * ck * D
+    ck = _cmp_keys(T, s)
     cuse = 2 * BH * T * G * (nc / 2) * D
-    ctiles = BH * cw["tiles"]
-    ckl2 = ctiles * ck * D * bf
-    passes = 2 if fold_selection else 3
-    cwork = {"programs": ctiles, "steps": BH * cw["steps"] * passes / 2}
-    tokwork = {"token_steps": BH * cw["steps"] / 2 * BT}
-    ckind = f"cmp_fwd@{_cfg(D)}"
-    if cmp_fwd_as_window:
-        ckind, cwork, tokwork = f"win_fwd@{_cfg(D)}", {}, {}
-    ks.append(Kernel("cmp_fwd", "compressed", "fwd", ckind, (passes + 1) * cunit, 3 * cuse,
-                     2 * act + 2 * BH * nc * D * bf + 4 * BH * T * G, l2=(passes + 1) * ckl2, programs=ctiles,
-                     work=cwork))  # fmt: skip
-    # Top-n: inside pass 2 (no launch, no GEMM, no read of its own); its cycles per token-step.
-    ks.append(Kernel("cmp_fwd_topn", "selection", "fwd", "cmp_topn", dram=BH * T * k * 9, launches=0,
-                     work=tokwork))  # fmt: skip
+    kcb = BH * nc * D * bf  # compressed keys (or values) of all KV heads
+    lse = 4 * BH * T * G
+    table = BH * T * k * 9  # int64 block ids + valid flags
+    sw = _cmp_select_work(T, s, 1 if split_cmp_fwd else (2 if fold_selection else 3))
+    sel_rows, BT = sw["rows"], sw["tokens"]
+    sel_progs = BH * sw["tiles"]
+    if split_cmp_fwd:
+        # The attention (_cmp_fwd): one flash pass, QK + PV a key step over BM (token, head) rows of
+        # no padding, 4 warps; priced as a flash kernel (eff + a program's prologue, cmp_attn).
+        aw = _cmp_attn_work(T, s)
+        aprog = BH * aw["tiles"]
+        ks.append(Kernel("cmp_fwd", "compressed", "fwd", f"cmp_attn@{_cfg(D)}", 4 * BH * aw["rows"] * aw["keys"] * D,
+                         2 * cuse, 2 * act + 2 * kcb + lse, l2=2 * aprog * (aw["keys"] / aw["tiles"]) * D * bf,
+                         programs=aprog, per_sm=1, work={"programs": aprog}))  # fmt: skip
+        # The selection (_cmp_select): per key tile of BJ * RP keys one QK product over BTF x GPF rows,
+        # p = exp2(s - lse) from the attention's row statistics, the group sum, Eq. 9 and the top-n
+        # merge of the running top-W for each half of the tokens: latency-bound CUDA-core and
+        # shared-memory work that hides nothing at a few programs an SM, priced per program and per
+        # token per key tile (cmp_sel, its MMA inside; the warps' factor SEL_WARPS). No V, no output.
+        warps = warps_sel or shipped_warps_sel(s, cc)
+        sunit = 2 * BH * sw["steps"] * sel_rows * sw["keys"] * D
+        swork = {"programs": sel_progs, "token_steps": BH * sw["steps"] * BT}
+        if not selection_free:
+            ks.append(Kernel("cmp_select", "selection", "fwd", f"cmp_sel@w{warps}", sunit, cuse,
+                             act + kcb + lse + table, l2=BH * sw["steps"] * sw["keys"] * D * bf,
+                             programs=sel_progs, work=swork))  # fmt: skip
+    else:
+        # The fused kernel before 45bc233 (its structure `_cmp_select_work` at 2 passes): per tile of
+        # BTF tokens x GPF rows, pass 1 the row statistics (QK), pass 2 the output (QK, PV) and the
+        # selection on the same p; fold_selection=False: the kernel before 2026-11-25, whose third
+        # pass added one more QK product and read per key tile (1.5x the steps). Priced per tile and
+        # per key step of either pass (cmp_fused) and per token per pass-2 step (cmp_topn: the merge).
+        passes = 2 if fold_selection else 3
+        cunit = 2 * BH * T * (sel_rows // BT) * ck * D
+        ks.append(Kernel("cmp_fwd", "compressed", "fwd", f"cmp_fused@{_cfg(D)}", (passes + 1) * cunit, 3 * cuse,
+                         2 * act + 2 * kcb + lse, l2=(passes + 1) * sel_progs * ck * D * bf, programs=sel_progs,
+                         work={"programs": sel_progs, "steps": BH * sw["steps"]}))  # fmt: skip
+        tokwork = {} if selection_free else {"token_steps": BH * sw["steps"] / passes * BT}
+        ks.append(Kernel("cmp_fwd_topn", "selection", "fwd", "cmp_topn", dram=table, launches=0,
+                         work=tokwork))  # fmt: skip
     # Backward: dQ (3 units) and dK/dV (4 units) over query tiles of consecutive (token, head) rows, no
     # padded heads (unpadded_cmp_bwd=False: G padded to GP, the kernels before 2026-11-25).
     RB = G if unpadded_cmp_bwd else _p2(G)
@@ -481,7 +595,10 @@ def ours(
     prow = npairs * G
     kunit = 2 * math.ceil(prow / BR) * BR * s.lp * D
     part = nseg * s.lp * _p2(D, 16) * 4 * 2
-    ks.append(Kernel("sel_bwd_dkdv", "selected", "bwd", f"sel_dkdv@{_cfg(D)}", 4 * kunit,
+    if warps_dkdv not in (4, 8):
+        raise ValueError(f"warps_dkdv={warps_dkdv}: priced at 4 (sel_dkdv) and 8 (sel_dkdv_w8) only")
+    dkind = f"sel_dkdv{'_w8' if warps_dkdv == 8 else ''}@{_cfg(D)}"
+    ks.append(Kernel("sel_bwd_dkdv", "selected", "bwd", dkind, 4 * kunit,
                      4 * 2 * prow * s.lp * D, 2 * kvb + part, l2=prow * D * bf * 2 + prow * 8, programs=nseg,
                      per_sm=1, work={"programs": nseg}))  # fmt: skip
     ks.append(Kernel("sel_bwd_reduce", "selected", "bwd", "memory", dram=part + 2 * kvb, programs=BH * ns))
@@ -608,13 +725,21 @@ def calibration_rows() -> list[dict]:
     return rows
 
 
+PREDICTED_GPUS = ("A100", "H100", "H200")
+
+
+def ours_on(T: int, s: Shape, gpu: Gpu, **flags) -> list[Kernel]:
+    """`ours` as the code builds it for `gpu` (launch settings picked by its compute capability)."""
+    return ours(T, s, cc=gpu.cc, **flags)
+
+
 def prediction_rows(Ts: list[int]) -> list[dict]:
     rows = []
-    for gname in ("A100", "H100"):
+    for gname in PREDICTED_GPUS:
         gpu = GPUS[gname]
         for sname, shape in SHAPES.items():
             for T in Ts:
-                fa, ns = flash2(T, shape), ours(T, shape)
+                fa, ns = flash2(T, shape), ours_on(T, shape, gpu)
                 r = {"prediction": "nsa_over_fa2", "gpu": gname, "shape": sname, "T": T}
                 for d in ("fwd", "bwd", None):
                     r[d or "fwd_bwd"] = round(total(ns, gpu, d) / total(fa, gpu, d), 3)
@@ -622,14 +747,14 @@ def prediction_rows(Ts: list[int]) -> list[dict]:
     return rows
 
 
-def kernel_rows(Ts: list[int], shape_names=("m7c",), gpus=("A100", "H100")) -> list[dict]:
+def kernel_rows(Ts: list[int], shape_names=("m7c",), gpus=PREDICTED_GPUS) -> list[dict]:
     rows = []
     for gname in gpus:
         gpu = GPUS[gname]
         for sname in shape_names:
             shape = SHAPES[sname]
             for T in Ts:
-                ks = ours(T, shape)
+                ks = ours_on(T, shape, gpu)
                 t_all = total(ks, gpu)
                 for k in ks:
                     r = {"kernel_model": k.name, "gpu": gname, "shape": sname, "T": T, **k.row(gpu)}
@@ -642,7 +767,7 @@ def kernel_rows(Ts: list[int], shape_names=("m7c",), gpus=("A100", "H100")) -> l
 def branch_budget(T: int, shape: Shape, gpu: Gpu) -> dict[str, float]:
     """Milliseconds per branch (fwd + bwd) of our kernels, their total and FlashAttention-2's."""
     out: dict[str, float] = {}
-    for k in ours(T, shape):
+    for k in ours_on(T, shape, gpu):
         out[k.branch] = out.get(k.branch, 0.0) + k.time(gpu) * 1e3
     out["nsa_total"] = sum(out.values())
     out["fa2_total"] = total(flash2(T, shape), gpu) * 1e3
@@ -671,12 +796,20 @@ WHAT_IF = {
     "unbalanced_cmp_dkv_before": {"balanced_dkv": False},  # the compressed dK/dV before its split
     "keymajor_selected": {"keymajor_sel": True},  # FSA's loop order for the selected fwd and dQ
     "before_forced_tiles": {"forced_tiles": False},  # every entry query-major (before 2026-11-25)
-    "before_fold_selection": {"fold_selection": False},  # the compressed forward's third pass
+    "before_split": {"split_cmp_fwd": False, "warps_dkdv": 8},  # the kernels of the first H100 run
+    "before_fold_selection": {"split_cmp_fwd": False, "fold_selection": False},  # a third pass too
     "before_unpadded_cmp_bwd": {"unpadded_cmp_bwd": False},  # G padded to 8 in the compressed bwd
     "before_token_tiles": {"token_tiles": False},  # one token a query-major program
     "shared_selections": {"selections": "shared"},  # adjacent tokens select the same blocks (best case)
-    "cmp_fwd_as_window": {"cmp_fwd_as_window": True},  # the compressed forward with no selection cost
-    "before_this_session": {"forced_tiles": False, "fold_selection": False, "unpadded_cmp_bwd": False},
+    "selection_free": {"selection_free": True},  # the selection at no cost (a bound for its rewrite)
+    "selection_at_4_warps": {"warps_sel": 4},  # where the shipped 2 warps are not (A100 M7C: the same)
+    "before_this_session": {
+        "forced_tiles": False,
+        "fold_selection": False,
+        "unpadded_cmp_bwd": False,
+        "split_cmp_fwd": False,
+        "warps_dkdv": 8,
+    },
 }
 
 
@@ -684,10 +817,11 @@ def what_if_rows(Ts: list[int]) -> list[dict]:
     """NSA/FA2 fwd+bwd if the kernels were restructured as named (modelled, not built)."""
     rows = []
     for name, flags in WHAT_IF.items():
-        for gname in ("A100", "H100"):
+        for gname in PREDICTED_GPUS:
+            gpu = GPUS[gname]
             for sname, shape in SHAPES.items():
                 for T in Ts:
-                    ratio = total(ours(T, shape, **flags), GPUS[gname]) / total(flash2(T, shape), GPUS[gname])
+                    ratio = total(ours_on(T, shape, gpu, **flags), gpu) / total(flash2(T, shape), gpu)
                     rows.append(
                         {"what_if": name, "gpu": gname, "shape": sname, "T": T, "fwd_bwd": round(ratio, 3)}
                     )
@@ -761,7 +895,7 @@ def miss_rows(Ts: list[int]) -> list[dict]:
         if r["fwd_bwd"] <= TARGETS[r["T"]]:
             continue
         gpu, shape = GPUS[r["gpu"]], SHAPES[r["shape"]]
-        ks = ours(r["T"], shape)
+        ks = ours_on(r["T"], shape, gpu)
         t_all = total(ks, gpu)
         worst = max(ks, key=lambda k: k.time(gpu))
         branches = branch_budget(r["T"], shape, gpu)

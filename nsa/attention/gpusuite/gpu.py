@@ -150,8 +150,10 @@ def _flops_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
     return {
         "_window_fwd": 4 * per * win_pairs, "_window_bwd_dq": 6 * per * win_pairs,
         "_window_bwd_dkdv": 8 * per * win_pairs,
-        # _cmp_fwd: QK (statistics), then QK + PV (output; Eq. 9 scores and top-n on the same p)
-        "_cmp_fwd": 6 * per * cmp_pairs, "_cmp_bwd_dq": 6 * per * cmp_pairs, "_cmp_bwd_dkv": 8 * per * cmp_pairs,
+        # Since 45bc233 two kernels: _cmp_fwd the attention in one flash pass (QK + PV), _cmp_select
+        # the selection from its row statistics (QK only: p, Eq. 9 scores and the top-n, no V).
+        "_cmp_fwd": 4 * per * cmp_pairs, "_cmp_select": 2 * per * cmp_pairs,
+        "_cmp_bwd_dq": 6 * per * cmp_pairs, "_cmp_bwd_dkv": 8 * per * cmp_pairs,
         "_sel_fwd": 4 * per * other_pairs, "_sel_bwd_dq": 6 * per * other_pairs,
         "_sel_forced_fwd": 4 * per * forced_pairs, "_sel_forced_dq": 6 * per * forced_pairs,
         "_sel_bwd_dkdv": 8 * per * sel_pairs,
@@ -170,7 +172,8 @@ def _bytes_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
     return {
         "_window_fwd": 2 * Q + 2 * K + lse, "_window_bwd_dq": 4 * Q + 2 * K + 2 * lse,
         "_window_bwd_dkdv": 2 * Q + 4 * K + 2 * lse,
-        "_cmp_fwd": 2 * Q + 2 * Kc + lse + table,
+        "_cmp_fwd": 2 * Q + 2 * Kc + lse,  # q, compressed K and V in; output and lse out
+        "_cmp_select": Q + Kc + lse + table,  # q, compressed K and the lse in; the table out
         "_cmp_bwd_dq": 4 * Q + 2 * Kc + 2 * lse, "_cmp_bwd_dkv": 2 * Q + 2 * Kc + 2 * lse + 32 * Kc,
         "_cmp_bwd_dkv_sum": 32 * Kc + 2 * Kc,  # 8 fp32 partials of dK and dV per key in, dK/dV out
         # The forced kernels write an fp32 [T, G, D] state (+ lse / delta) that the query-major ones read.

@@ -44,3 +44,25 @@ def test_speed_summary_says_nsa_over_fa2_and_what_was_skipped(records) -> None:
     assert "(+6 more)" in text and "comparisons within 30 %" in text
     assert text.endswith("; skipped for time: paper_G16_D128 T131072")
     assert speed_summary([], ["m7c T8192"]) == "skipped for time: m7c T8192"  # not "; model: ..."
+
+
+def test_the_split_compressed_forward_is_counted_as_two_kernels() -> None:
+    """Since 45bc233 _cmp_fwd is the attention alone (QK + PV per visible pair) and _cmp_select the
+    selection (QK only, no V): the per-kernel TFLOP/s and GB/s columns count each kernel's own work
+    (the fused kernel's 3 products per pair put 390 TFLOP/s on the H200's 1.59 ms attention at M7C
+    64k; it did 260), and the FLOPs agree with the cost model's useful FLOPs of the same kernels."""
+    from nsa.attention.gpusuite import modelcheck
+    from nsa.attention.gpusuite.gpu import _bytes_model, _flops_model
+
+    geo = {"block_len": 32, "block_stride": 16, "sel_block": 64, "n_sel": 16, "window": 512}
+    args = (1, 65536, 2, 6, 64, geo)
+    flops, nbytes = _flops_model(*args), _bytes_model(*args)
+    assert flops["_cmp_fwd"] == 2 * flops["_cmp_select"]
+    assert flops["_cmp_fwd"] / 1.585e-3 / 1e12 == pytest.approx(260, abs=3)  # the H200 run's 1.585 ms
+    Q, Kc = 65536 * 12 * 64 * 2, 65536 * 2 * 64 * 2 / 16
+    assert nbytes["_cmp_fwd"] == pytest.approx(2 * Q + 2 * Kc, rel=0.03)  # no table: _cmp_select writes it
+    assert nbytes["_cmp_select"] > Q + Kc
+    m = modelcheck.load_model()
+    useful = {k.name: k.useful for k in m.ours(65536, m.SHAPES["m7c"])}
+    assert flops["_cmp_fwd"] == pytest.approx(useful["cmp_fwd"], rel=0.02)
+    assert flops["_cmp_select"] == pytest.approx(useful["cmp_select"], rel=0.02)
