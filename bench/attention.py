@@ -20,13 +20,16 @@ T=32k on the 2-core dev machine (bench/RESULTS.md). Every row names the allocato
   python bench/attention.py --device cuda                     # GPU, bf16: T 2048..65536, nsa (triton) vs
                                                               # dense layer, bare flash with and without GQA
   .venv/bin/python bench/attention.py --model                 # no GPU: the calibrated cost model (below)
+  .venv/bin/python bench/attention_fit.py bench/gpu/*-speed.json  # re-fit its prices to a GPU suite run
 
 Backends: `nsa` (NSAAttention, `--nsa-backend` auto|eager|triton), `dense` (DenseAttention: the layer,
 K/V expanded to all heads), `flash` / `flash_gqa` (the attention core alone, F.scaled_dot_product_attention
 causal on [B, H, T, D], K/V expanded / enable_gqa=True; on CUDA pinned to the flash backend). `--model`
-(bench/attention_model.py: estimates, not measurements) prints JSON lines: "calibration" rows (the model
+(bench/attention_model.py: estimates, not measurements; its Hopper prices of our kernels fitted on the
+H100 and H200 GPU runs, bench/attention_fit.py) prints JSON lines: "calibration" rows (the model
 against published NSA / FlashAttention-2 figures, relative error), "prediction" rows (our triton
-backend / FlashAttention-2, fwd, bwd, fwd+bwd; A100 and H100; shapes m7c and paper), "what_if" rows
+backend / FlashAttention-2 as PyTorch SDPA's flash backend, fwd, bwd, fwd+bwd; A100, H100, H200; shapes
+m7c and paper), "miss" rows (a prediction over its target, with its largest kernel), "what_if" rows
 (the same ratio for restructures that are not built), "bound" rows (the ideal NSA any structure of
 the model's kernel kinds could reach, and the sparse backward efficiency the targets need), "budget_ms" rows
 (per branch), "kernel_model" rows (FLOPs issued incl. padding, DRAM and L2 bytes, programs, waves),
@@ -134,7 +137,7 @@ def model_output(Ts: list[int]) -> list[dict]:
 
     rows: list[dict] = [*m.calibration_rows(), *m.prediction_rows(Ts), *m.miss_rows(Ts), *m.what_if_rows(Ts)]
     rows += m.bound_rows(Ts)
-    for gpu in ("A100", "H100"):
+    for gpu in m.PREDICTED_GPUS:
         for shape in ("m7c", "paper"):
             for T in Ts:
                 budget = m.branch_budget(T, m.SHAPES[shape], m.GPUS[gpu])
@@ -253,7 +256,7 @@ def main() -> None:
     ap.add_argument(
         "--model",
         action="store_true",
-        help="print the calibrated cost model (A100/H100, shapes m7c and paper; no GPU needed) and exit; "
+        help="print the calibrated cost model (A100/H100/H200, shapes m7c and paper; no GPU needed) and exit; "
         "--T picks its lengths, the other shape options do not apply",
     )
     ap.add_argument("--B", type=int, default=1)

@@ -1,37 +1,38 @@
-"""A per-kernel cost model of NSA attention on A100/H100, calibrated on published GPU figures.
+"""A per-kernel cost model of NSA attention on A100/H100/H200, calibrated on published GPU figures
+and corrected by the GPU measurements of our kernels (H100 and H200, 2026-11-26).
 
 Owns the `--model` output of bench/attention.py: calibration rows (the model reproducing published
 NSA and FlashAttention-2 measurements at their shapes), prediction rows (our triton backend over
-FlashAttention-2, fwd / bwd / fwd+bwd, A100 and H100, M7C and the NSA paper's shape) and per-kernel
+FlashAttention-2, fwd / bwd / fwd+bwd, A100, H100 and H200, M7C and the NSA paper's shape, with the
+launch settings the code ships for each GPU's compute capability) and per-kernel
 rows (FLOPs issued incl. padded rows, DRAM and L2 bytes incl. re-reads, programs, waves). It imports
 nothing from nsa (no torch): the kernel structure is written out here from nsa/attention/triton/*.py,
 so a change of structure there must be mirrored here (docs/attention.md, "Time budget").
 
-The model, per kernel: time = max(FLOPs / (peak x eff[kind]), DRAM bytes / (bw x 0.8), L2 bytes /
-L2 bw, scalar ops / (CUDA-core rate x 0.3)), stretched by wave quantisation and by the longest
-program when one program's work exceeds the even share (the compressed dK/dV kernel), plus 4 us per
-launch. `eff[kind]` is the fraction of the bf16 tensor-core peak a kind of kernel reaches when it
-is compute-bound:
-- `fa2_fwd` / `fa2_bwd`: FlashAttention-2's CUDA kernels (the baseline: PyTorch SDPA, flash-attn).
-  A100: 0.55 / 0.45 (FlashAttention-2 paper, Dao 2023, arXiv 2307.08691, Fig. 4-6: 50-73 % forward,
-  40-63 % backward of 312 TFLOPS; the causal low end). H100: 0.39 / 0.34, FlashAttention-2 on H800 as
-  measured by Scalable-Flash-NSA's README (64k, 64 heads, head_dim 128: 182.9 ms forward = 385
-  TFLOP/s, 523.7 ms backward = 336 TFLOP/s).
-- `dense_fwd` / `dense_bwd`: Triton flash-style tiles (full rows, streaming keys: our window and
-  compressed kernels, the Triton FlashAttention-2 the NSA paper compares against). A100 0.40 / 0.32
-  (assumed below CUDA FA2; only the ratio to the sparse kinds enters the paper's calibration), H100
-  as FA2 (assumed; Triton uses Hopper's wgmma, FA2 does not).
-- `gather_fwd` / `gather_bwd`: query-major sparse tiles (per token, keys of chosen blocks): fitted
-  so the calibration rows come within +-30 % (printed beside the predictions). Our selected dQ
-  takes `gather_fwd` (the forward's loop, no atomics), our key-major dK/dV `gather_bwd` (fitted on
-  published backwards that include their dK/dV): the model's largest uncertainty.
-- scalar work (top-n) at 0.3 of the CUDA-core rate; DRAM at 0.8 of its peak; L2 at the rate below.
+Two ways a kernel is priced:
+- The published kernels (calibration only: `published_nsa`, `flash2(kind="fa2" | "dense")`) by
+  generic kinds: time = max(FLOPs / (peak x EFF[kind]), DRAM bytes / (bw x 0.8), L2 bytes / L2 bw,
+  scalar ops / (CUDA-core rate x 0.3)), stretched by wave quantisation and by the longest program,
+  plus 4 us per launch. EFF: `fa2_fwd` / `fa2_bwd` FlashAttention-2's CUDA kernels (A100 0.55 / 0.45,
+  FA2 paper, Dao 2023, arXiv 2307.08691, Fig. 4-6, the causal low end; H100 0.39 / 0.34, flash-attn on
+  H800 from Scalable-Flash-NSA's README: 182.9 ms forward = 385 TFLOP/s, 523.7 ms backward = 336);
+  `dense_fwd` / `dense_bwd` Triton flash-style tiles (A100 0.40 / 0.32, H100 as FA2, assumed);
+  `gather_fwd` / `gather_bwd` query-major sparse tiles, fitted so the calibration rows come within
+  +-30 % (printed beside the predictions).
+- Our kernels (`ours`) and the baseline SDPA flash (`flash2(kind="sdpa")`) by their own kinds, one
+  per compiled configuration, priced from the measurements (H100_COST and H200_COST, fitted by
+  bench/attention_fit.py on bench/gpu/2026-11-26-h100-speed.json and, for the kernels rewritten
+  since, bench/gpu/2026-11-26-h200-speed-after.json; H100 and H200 share them): time = issued MMA FLOPs /
+  (peak x eff) + SM cycles per program, per loop step, per token-step or per gathered byte /
+  (SMs x clock), floored by DRAM, plus launches. On A100 the efficiencies stay the published
+  calibration's (A100_KIND) and the cycle costs carry over per SM cycle (kind_cost).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 
 @dataclass(frozen=True)
@@ -45,19 +46,25 @@ class Gpu:
     l2: float  # achievable L2 read bandwidth (see L2_NOTE)
     sms: int
     alu: float
+    clock: float  # SM clock under load (Hz): turns the fitted per-SM cycle costs (COST) into time
     regs_per_sm: int = 65536
+    cc: int = 90  # compute capability: the kernels pick some launch settings by it (shipped_warps_sel)
 
 
 # L2: A100's whitepaper gives 5120 B/clk of L2 read bandwidth (7.2 TB/s at 1.41 GHz); H100 SXM
 # scaled by SM count and clock (132 SMs x 1.83 GHz vs 108 x 1.41: 1.6x). Both are peaks; the model
 # takes 75 % of them (Chips and Cheese's H100 PCIe microbenchmark reached about that share).
 GPUS: dict[str, Gpu] = {
-    "A100": Gpu("A100-SXM4-80GB", "ampere", 312e12, 2.039e12, 0.75 * 7.2e12, 108, 19.5e12),
-    "H100": Gpu("H100-SXM5", "hopper", 989e12, 3.35e12, 0.75 * 11.5e12, 132, 67e12),
+    "A100": Gpu("A100-SXM4-80GB", "ampere", 312e12, 2.039e12, 0.75 * 7.2e12, 108, 19.5e12, 1.41e9, cc=80),
+    # 1.98 GHz: the max SM clock the first GPU run's H100 reported (bench/gpu/*-h100-*.json, env).
+    "H100": Gpu("H100-SXM5", "hopper", 989e12, 3.35e12, 0.75 * 11.5e12, 132, 67e12, 1.98e9),
     # H800: an H100 SXM with cut interconnect; same SMs, clocks, HBM3 (Scalable-Flash-NSA's GPU).
-    "H800": Gpu("H800-SXM5", "hopper", 989e12, 3.35e12, 0.75 * 11.5e12, 132, 67e12),
-    # H200 SXM: H100's SMs and clocks with 4.8 TB/s HBM3e (one of the GPUs the project is lent).
-    "H200": Gpu("H200-SXM", "hopper", 989e12, 4.8e12, 0.75 * 11.5e12, 132, 67e12),
+    "H800": Gpu("H800-SXM5", "hopper", 989e12, 3.35e12, 0.75 * 11.5e12, 132, 67e12, 1.98e9),
+    # H200 SXM: H100's SMs, clocks, L2 and tensor peak with 4.8 TB/s HBM3e (datasheet). The H200 run
+    # (bench/gpu/2026-11-26-h200-speed-after.json) agrees: 132 SMs at 1980 MHz max (its env), every
+    # compute-bound kernel that did not change within 5 % of its H100 time from 8k up, and the
+    # memory-bound gate mix at 0.70-0.73x of it (3.35 / 4.8 = 0.70).
+    "H200": Gpu("H200-SXM", "hopper", 989e12, 4.8e12, 0.75 * 11.5e12, 132, 67e12, 1.98e9),
 }
 
 EFF: dict[str, dict[str, float]] = {
@@ -67,6 +74,79 @@ EFF: dict[str, dict[str, float]] = {
                "gather_fwd": 0.20, "gather_bwd": 0.17},
 }  # fmt: skip
 DRAM_EFF, ALU_EFF, LAUNCH_S = 0.8, 0.3, 4e-6
+
+# Our own kernels' kinds, one per compiled configuration (the window and compressed kernels pick
+# their tiles by head_dim <= 64 or not: "@64" and "@128" are different kernels), priced from GPU
+# measurements (bench/attention_fit.py fits them, docs/attention.md "Time budget" says why each is
+# what it is). Per kind: `eff`, the fraction of the bf16 tensor-core peak its issued MMAs run at,
+# and SM cycles per unit of the kernel's work counts (Kernel.work): "programs" (a program's prologue
+# and epilogue), "steps" (one iteration of its main loop beyond the MMAs), "token_steps" (per token
+# per step: the selection's top-n merge), "gather_bytes" (per byte of K/V loaded by data-dependent
+# block ids, unpipelined). Time = MMA time + cycles / (SMs x clock), floored by the DRAM time.
+# H100 and H200 share these prices: same SMs, clocks, L2 and tensor peak (only DRAM differs, and
+# the DRAM floor takes each GPU's own bandwidth).
+# H100_COST: fitted on the first GPU run (H100, bench/gpu/2026-11-26-h100-speed.json, the kernels of
+# RUN_BUILDS' entry for it): every kind whose kernel has not changed since, and the two that have
+# (kept for that run's check and the `before_split` what-if): `cmp_fused` + `cmp_topn`, the fused
+# two-pass compressed forward (before 45bc233), and `sel_dkdv_w8`, the key-major dK/dV at 8 warps
+# (before 4e22175).
+H100_COST: dict[str, dict[str, float]] = {
+    "cmp_fused": {"programs": 4600, "steps": 2510},  # the fused forward (_cmp_select_work, 2 passes)
+    "cmp_topn": {"token_steps": 1950},  # its top-n merge, per token per pass-2 step
+    "cmp_dq@64": {"eff": 0.56, "programs": 5100},
+    "cmp_dq@128": {"eff": 0.22, "programs": 1170},
+    "cmp_dkv": {"eff": 0.134},
+    "forced_fwd": {"eff": 0.169},
+    "forced_dq": {"eff": 0.205},
+    "tok_fwd": {"gather_bytes": 0.065},
+    "tok_dq": {"gather_bytes": 0.060},
+    "sel_dkdv_w8": {"eff": 0.083},
+    "win_fwd@64": {"eff": 0.246},
+    "win_fwd@128": {"eff": 0.423},
+    "win_dq": {"eff": 0.29},
+    "win_dkdv": {"eff": 0.196},
+    "sdpa_fwd": {"eff": 0.34, "programs": 5300},
+    "sdpa_bwd": {"eff": 0.31, "programs": 43300},
+}  # fmt: skip
+# H200_COST: the kernels that changed after the first run, fitted on the H200 run of the split
+# forward (bench/gpu/2026-11-26-h200-speed-after.json; the H100 prices above predict that run's
+# unchanged kernels: docs/attention.md "Time budget"): the compressed attention `_cmp_fwd` (a flash
+# kernel: eff + a program's prologue), the selection `_cmp_select` (cycles per program and per token
+# per key tile: latency-bound, its MMA inside the step cost; the price of its 4-warp build, other
+# warp counts scaled by SEL_WARPS) and the key-major dK/dV at 4 warps.
+H200_COST: dict[str, dict[str, float]] = {
+    "cmp_attn@64": {"eff": 0.277, "programs": 2410},
+    "cmp_attn@128": {"eff": 0.41, "programs": 1710},
+    "cmp_sel": {"programs": 1420, "token_steps": 1310},  # at 4 warps
+    "sel_dkdv": {"eff": 0.142},
+}  # fmt: skip
+# The selection kernel's time at `warps_sel` warps over its time at 4 (the H200 probe,
+# bench/gpu/2026-11-26-h200-probe-after.jsonl: 2 warps 0.675 / 0.656 / 0.635 at M7C 8k / M7C 64k /
+# paper 32k, the geometric mean here). One factor per setting, not a concurrency law: the top-n
+# merge is latency-bound, so fewer warps a program let more programs share an SM, but each then
+# does more per thread; 8 warps took 1.98 / 1.93 at M7C and 1.50 at the paper shape, which no one
+# parameter of programs per SM reproduces (nothing ships 8 warps: not priced).
+SEL_WARPS: dict[int, float] = {2: 0.655, 4: 1.0}
+# A100: the tensor-core efficiency of each kind stays the published calibration's (EFF["ampere"] of
+# its generic kind: sm_80 runs these tiles as mma.sync, the instruction its peak is quoted for, so
+# the Hopper shortfall below 64-row tiles does not carry over); the cycle costs carry over per SM
+# cycle (latency- and CUDA-core-bound work: same instruction mix, ~same L2 latency in cycles), except
+# for the baseline: FA2's published efficiency is its whole kernels' time.
+A100_KIND = {
+    "cmp_fused": "dense_fwd", "cmp_topn": "dense_fwd", "cmp_attn": "dense_fwd", "cmp_sel": "dense_fwd",
+    "cmp_dq": "dense_bwd", "cmp_dkv": "dense_bwd",
+    "forced_fwd": "dense_fwd", "forced_dq": "dense_bwd", "tok_fwd": "gather_fwd", "tok_dq": "gather_fwd",
+    "sel_dkdv": "gather_bwd", "sel_dkdv_w8": "gather_bwd",
+    "win_fwd": "dense_fwd", "win_dq": "dense_bwd", "win_dkdv": "dense_bwd",
+    "sdpa_fwd": "fa2_fwd", "sdpa_bwd": "fa2_bwd",
+}  # fmt: skip
+# The kernel builds the committed GPU runs measured (flags of `ours`), by file name: a speed record
+# does not name its kernels' launch settings, so a fit or a check of a committed run takes them from
+# here; a run of the current kernels needs no entry (ours' defaults: what the code ships).
+RUN_BUILDS: dict[str, dict] = {
+    "2026-11-26-h100-speed.json": {"split_cmp_fwd": False, "warps_dkdv": 8},
+    "2026-11-26-h200-speed-after.json": {"warps_sel": 4},  # before warps_sel 2 shipped at sm_90
+}
 
 
 @dataclass(frozen=True)
@@ -110,15 +190,23 @@ class Kernel:
     crit: float = 0.0  # FLOPs of the longest program (load imbalance)
     launches: int = 1
     extra: dict = field(default_factory=dict)
+    work: dict = field(default_factory=dict)  # counts the fitted cycle costs apply to (COST)
 
     def time(self, gpu: Gpu) -> float:
-        eff = EFF[gpu.arch].get(self.kind, 1.0)
-        t = max(
-            self.flops / (gpu.peak * eff),
-            self.dram / (gpu.dram * DRAM_EFF),
-            self.l2 / gpu.l2,
-            self.alu / (gpu.alu * ALU_EFF),
-        )
+        cost = kind_cost(self.kind, gpu)
+        if cost is None:
+            eff = EFF[gpu.arch].get(self.kind, 1.0)
+            t = max(
+                self.flops / (gpu.peak * eff),
+                self.dram / (gpu.dram * DRAM_EFF),
+                self.l2 / gpu.l2,
+                self.alu / (gpu.alu * ALU_EFF),
+            )
+        else:
+            eff = cost.get("eff") or 1.0
+            t = self.flops / (gpu.peak * eff) if cost.get("eff") else 0.0
+            t += sum(self.work.get(f, 0.0) * c for f, c in cost.items() if f != "eff") / (gpu.sms * gpu.clock)
+            t = max(t, self.dram / (gpu.dram * DRAM_EFF))
         slots = gpu.sms * self.per_sm
         waves = math.ceil(self.programs / slots)
         if self.flops and self.programs and waves < 8:  # a short grid idles part of the GPU in its last wave
@@ -136,6 +224,35 @@ class Kernel:
             "programs": self.programs or None, "waves": round(self.programs / slots, 2) if self.programs else None,
             "ms": round(self.time(gpu) * 1e3, 4),
         }  # fmt: skip
+
+
+def warps_factor(kind: str) -> float:
+    """The selection kernel's time at its warps over its 4-warp price (1 for every other kind)."""
+    if not kind.startswith("cmp_sel@w"):
+        return 1.0
+    warps = int(kind.rsplit("@w", 1)[1])
+    if warps not in SEL_WARPS:
+        raise ValueError(f"cmp_sel at {warps} warps: not priced (SEL_WARPS has {sorted(SEL_WARPS)})")
+    return SEL_WARPS[warps]
+
+
+def kind_cost(kind: str, gpu: Gpu) -> dict[str, float] | None:
+    """The fitted cost of one of our kernel kinds on `gpu` (None: a generic kind, priced by EFF)."""
+    base = kind.split("@")[0]
+    if base not in A100_KIND:
+        return None
+    table = {**H100_COST, **H200_COST}
+    fitted = dict(table.get(kind) or table.get(base, {}))
+    if warps_factor(kind) != 1.0:
+        fitted = {f: c * warps_factor(kind) for f, c in fitted.items()}  # cycles only (no eff term)
+    if gpu.arch == "hopper":
+        return fitted
+    cycles = {f: c for f, c in fitted.items() if f != "eff"}
+    if base.startswith("sdpa"):  # FA2's published efficiency is its whole kernels' time, prologues included
+        return {"eff": EFF[gpu.arch][A100_KIND[base]]}
+    if "eff" not in fitted:  # the fitted cycles include its MMAs (the compressed forward, the gathers)
+        return cycles
+    return {"eff": EFF[gpu.arch][A100_KIND[base]], **cycles}
 
 
 def _p2(x: int, lo: int = 1) -> int:
@@ -160,6 +277,84 @@ def _cmp_keys(T: int, s: Shape, tile: int = 64) -> float:
     return min(nc, nc / 2 + tile / 2)
 
 
+def _cfg(D: int) -> str:
+    """The compiled configuration a kernel kind picks by head_dim (tiles differ above 64)."""
+    return "64" if D <= 64 else "128"
+
+
+def _sel_tiles(s: Shape) -> dict[str, int]:
+    """The selection kernel's tile (compressed.py `_config`): BTF tokens x GPF padded heads as rows,
+    key tiles of BJ selection blocks (BJ * RP compressed keys: 64 at l' / d = 4)."""
+    GPF = max(2, _p2(s.G))
+    RP = _p2(s.lp // s.d)
+    hmax = -(-(s.bl // s.d - 1) // (s.lp // s.d))
+    return {
+        "GPF": GPF,
+        "BTF": max(1, min(8, 32 // GPF)),
+        "RP": RP,
+        "BJ": max(_p2(max(1, 64 // RP)), _p2(hmax)),
+    }
+
+
+@lru_cache(maxsize=256)
+def _cmp_select_work(T: int, s: Shape, passes: int = 1) -> dict[str, float]:
+    """_cmp_select's structure for one (batch, KV head), as compressed.py launches it: ceil(T / BTF)
+    programs of BTF tokens x GPF rows; a program walks the key tiles up to its last token's selection
+    block, one QK product, the group sum, Eq. 9 and the top-n merge each. `passes` = 2: the fused
+    forward before 45bc233, whose pass 1 walked the same tiles for the row statistics."""
+    c = _sel_tiles(s)
+    BT, BJ = c["BTF"], c["BJ"]
+    steps = 0
+    for j in range(-(-T // s.lp)):  # tiles whose last token lies in selection block j (BT divides l')
+        tiles_j = -(-min(T, (j + 1) * s.lp) // BT) - -(-(j * s.lp) // BT)
+        steps += passes * tiles_j * -(-(j + 1) // BJ)
+    return {"tiles": -(-T // BT), "steps": steps, "tokens": BT, "rows": BT * c["GPF"], "keys": BJ * c["RP"]}
+
+
+@lru_cache(maxsize=256)
+def _cmp_attn_work(T: int, s: Shape) -> dict[str, float]:
+    """_cmp_fwd's structure for one (batch, KV head) since 45bc233: flash tiles of BM consecutive
+    (token, head) rows (128 at head_dim <= 64, else 64), no padded heads, BN compressed keys a step
+    (64 / 32) up to the tile's last token's visible keys. `keys`: the keys issued over all tiles."""
+    BM, BN = (128, 64) if s.D <= 64 else (64, 32)
+    nc = max(0, (T - s.bl) // s.d + 1)
+    tiles = -(-T * s.G // BM)
+    steps = 0
+    for i in range(tiles):
+        t_last = min((i * BM + BM - 1) // s.G, T - 1)
+        n_vis = min(nc, (t_last - (s.bl - 1)) // s.d + 1) if t_last >= s.bl - 1 else 0
+        steps += -(-n_vis // BN)
+    return {"tiles": tiles, "steps": steps, "rows": BM, "keys": steps * BN}
+
+
+def shipped_warps_sel(s: Shape, cc: int) -> int:
+    """The selection kernel's warps as compressed.py `_config` picks them: 2 where ptxas keeps it
+    unspilled (16 padded heads a token; 8 at head_dim <= 64 on sm_90), else 4."""
+    gpf = _sel_tiles(s)["GPF"]
+    return 2 if gpf >= 16 or (cc >= 90 and gpf == 8 and s.D <= 64) else 4
+
+
+def _sel_steps(T: int, s: Shape, TP: int, shared: bool = False) -> float:
+    """Expected key steps of the query-major selected kernels (forced split) for one (batch, KV head):
+    per program of TP tokens, the distinct non-forced blocks of its tokens. Token t lists
+    m = min(n - 3, C) of the C = t//l' - 2 candidate blocks (fewer than n - 3 below 16 blocks: the
+    short-T correction the first GPU run showed, 0.72x the steps at 2k); random tables: the union
+    of TP independent draws, C (1 - (1 - m/C)^TP); shared: m."""
+    steps = 0.0
+    for j in range(-(-T // s.lp)):  # programs whose first token lies in block j: the same C
+        C = max(0, j - 2)
+        m = min(s.n - 3, C)
+        if m:
+            programs = -(-min(T, (j + 1) * s.lp) // TP) - -(-(j * s.lp) // TP)
+            steps += programs * (m if shared or TP == 1 else C * (1 - (1 - m / C) ** TP))
+    return steps
+
+
+def _valid_pairs(T: int, s: Shape) -> float:
+    """(token, block) pairs of valid table entries for one (batch, KV head): min(n, t//l' + 1) each."""
+    return float(sum(min(s.n, j + 1) * (min(T, (j + 1) * s.lp) - j * s.lp) for j in range(-(-T // s.lp))))
+
+
 def _tokens_per_tile(G: int) -> int:
     """Tokens a query-major selected program holds: the largest power of two with TP * G <= 16."""
     return max(1, 1 << max(0, (16 // G).bit_length() - 1)) if G <= 16 else 1
@@ -182,21 +377,20 @@ def _union_ratio(T: int, s: Shape, TP: int) -> float:
     return num / den if den else 1.0
 
 
-def flash2(T: int, s: Shape, kind: str = "fa2") -> list[Kernel]:
+def flash2(T: int, s: Shape, kind: str = "sdpa") -> list[Kernel]:
     """FlashAttention-2, causal GQA: 2 GEMMs forward, 5 backward, over T/2 keys per query on average.
-    kind "fa2": the CUDA kernels (flash-attn, PyTorch SDPA); "dense": a Triton port (the NSA paper's)."""
+    kind "sdpa": PyTorch SDPA's flash backend, the baseline the predictions and the GPU suite compare
+    against (H100: as measured, COST; A100: FA2's published efficiency); "fa2": flash-attn's CUDA
+    kernels as published (the calibration's H800 rows); "dense": a Triton port (the NSA paper's)."""
     unit = 2 * s.B * s.H * T * (T / 2 + 64) * s.D  # one GEMM over the causal triangle (+ diagonal tiles)
     act = s.B * T * s.H * s.D * 2
     kv = s.B * T * s.Hkv * s.D * 2
     progs = s.B * s.H * math.ceil(T / 128)
+    w = {"programs": progs}
     return [
-        Kernel(
-            "flash2_fwd", "dense", "fwd", f"{kind}_fwd", 2 * unit, 2 * unit, 2 * act + 2 * kv, programs=progs
-        ),
-        Kernel(
-            "flash2_bwd", "dense", "bwd", f"{kind}_bwd", 5 * unit, 5 * unit, 4 * act + 4 * kv, programs=progs
-        ),
-    ]
+        Kernel("flash2_fwd", "dense", "fwd", f"{kind}_fwd", 2 * unit, 2 * unit, 2 * act + 2 * kv, programs=progs, work=w),
+        Kernel("flash2_bwd", "dense", "bwd", f"{kind}_bwd", 5 * unit, 5 * unit, 4 * act + 4 * kv, programs=progs, work=w),
+    ]  # fmt: skip
 
 
 def ours(
@@ -209,6 +403,11 @@ def ours(
     unpadded_cmp_bwd: bool = True,
     token_tiles: bool = True,
     selections: str = "random",
+    split_cmp_fwd: bool = True,
+    selection_free: bool = False,
+    cc: int = 90,
+    warps_sel: int | None = None,
+    warps_dkdv: int = 4,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     keymajor_sel models a restructure that is not built (what-if rows); balanced_dkv=False the
@@ -220,7 +419,12 @@ def ours(
     tiles without padded heads; token_tiles (built, 2026-11-25) several tokens per query-major program
     over the union of their blocks, whose size depends on the tables: `selections` "random" (each token
     independent: the worst case, what the predictions use) or "shared" (adjacent tokens select the
-    same blocks: the best case)."""
+    same blocks: the best case). split_cmp_fwd (built, 45bc233) the compressed forward as two kernels,
+    the flash attention `_cmp_fwd` and the selection `_cmp_select` at `warps_sel` warps (None: what
+    compressed.py ships for compute capability `cc`); False: the fused two-pass kernel before it
+    (fold_selection=False: with its older third pass). selection_free (not built): the selection at
+    no cost, a bound for any rewrite of it. warps_dkdv: the key-major selected dK/dV's warps (4 since
+    4e22175; 8 before)."""
     B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
     bf = 2
     act = B * T * s.H * D * bf
@@ -233,7 +437,9 @@ def ours(
     ks.append(Kernel("rope_fwd", "fused", "fwd", "memory", dram=2 * (act + 3 * kvb), launches=2))
     ks.append(Kernel("gate_mix_fwd", "fused", "fwd", "memory", dram=4 * act + B * T * s.H * 3 * bf))
     ks.append(Kernel("rope_bwd", "fused", "bwd", "memory", dram=2 * (act + 3 * kvb), launches=2))
-    ks.append(Kernel("gate_mix_bwd", "fused", "bwd", "memory", dram=5 * act + 2 * B * T * s.H * 3 * bf))
+    # Backward: dO, the gates and the three branch outputs in, three branch gradients and the gates'
+    # out (until the H200 run the model counted 5 of these 8 activations: 1.26-1.30x off).
+    ks.append(Kernel("gate_mix_bwd", "fused", "bwd", "memory", dram=8 * act + 2 * B * T * s.H * 3 * bf))
     # Compression MLP (cuBLAS GEMMs l*D -> 2D -> D for keys and values): small.
     mlp = 2 * 2 * BH * nc * (s.bl * D * 2 * D + 2 * D * D)
     ks.append(
@@ -252,39 +458,57 @@ def ours(
             launches=10,
         )
     )
-    # Compressed attention + selection, one kernel: rows = BT tokens x G padded to GPF; pass 1 (QK for
-    # the statistics), pass 2 (QK again, PV, and on the same float32 probabilities the selection: Eq.
-    # 10 group sum, Eq. 9 shifts, a running top-n merged in two halves of the tile's tokens). Per
-    # visible key tile: 3 GEMM units, 3 tile reads (K, K, V) from L2. One 8-warp block per SM (218-240
-    # registers at G = 6). fold_selection=False: the kernel before 2026-11-25, whose pass 3 issued a
-    # fourth QK product and a fourth read (its passes 1-2 were 3 units too; the model said 2 until then).
-    GP = _p2(G)
-    GPF = max(2, GP)
-    BT = max(1, min(8, 32 // GPF))  # the forward's tile: 32 rows, <= 8 tokens (docs/attention.md)
     ck = _cmp_keys(T, s)
-    cunit = 2 * BH * T * GPF * ck * D
     cuse = 2 * BH * T * G * (nc / 2) * D
-    ctiles = BH * math.ceil(T / BT)
-    ckl2 = ctiles * ck * D * bf
-    ks.append(Kernel("cmp_fwd", "compressed", "fwd", "dense_fwd", 3 * cunit, 3 * cuse,
-                     2 * act + 2 * BH * nc * D * bf + 4 * BH * T * G, l2=3 * ckl2, programs=ctiles, per_sm=1,
-                     crit=3 * 2 * BT * GPF * nc * D))  # fmt: skip
-    # Top-n: a running top-W per token, rank merges on [BT, W, BJ] tiles (about 4 integer ops per
-    # compared pair, W pairs per candidate block), plus Eq. 9's shifts (~4 x l'/d per block); inside
-    # pass 2 it adds CUDA-core work only (no launch, no GEMM, no read of its own).
-    W = max(16, _p2(s.n))
-    ks.append(Kernel("cmp_fwd_topn", "selection", "fwd", "dense_fwd", 0 if fold_selection else cunit, 0,
-                     BH * T * k * 9, l2=0 if fold_selection else ckl2,
-                     alu=BH * T * ns * (W * 4 + 4 * s.lp // s.d), programs=ctiles, per_sm=1,
-                     launches=0))  # fmt: skip
+    kcb = BH * nc * D * bf  # compressed keys (or values) of all KV heads
+    lse = 4 * BH * T * G
+    table = BH * T * k * 9  # int64 block ids + valid flags
+    sw = _cmp_select_work(T, s, 1 if split_cmp_fwd else (2 if fold_selection else 3))
+    sel_rows, BT = sw["rows"], sw["tokens"]
+    sel_progs = BH * sw["tiles"]
+    if split_cmp_fwd:
+        # The attention (_cmp_fwd): one flash pass, QK + PV a key step over BM (token, head) rows of
+        # no padding, 4 warps; priced as a flash kernel (eff + a program's prologue, cmp_attn).
+        aw = _cmp_attn_work(T, s)
+        aprog = BH * aw["tiles"]
+        ks.append(Kernel("cmp_fwd", "compressed", "fwd", f"cmp_attn@{_cfg(D)}", 4 * BH * aw["rows"] * aw["keys"] * D,
+                         2 * cuse, 2 * act + 2 * kcb + lse, l2=2 * aprog * (aw["keys"] / aw["tiles"]) * D * bf,
+                         programs=aprog, per_sm=1, work={"programs": aprog}))  # fmt: skip
+        # The selection (_cmp_select): per key tile of BJ * RP keys one QK product over BTF x GPF rows,
+        # p = exp2(s - lse) from the attention's row statistics, the group sum, Eq. 9 and the top-n
+        # merge of the running top-W for each half of the tokens: latency-bound CUDA-core and
+        # shared-memory work that hides nothing at a few programs an SM, priced per program and per
+        # token per key tile (cmp_sel, its MMA inside; the warps' factor SEL_WARPS). No V, no output.
+        warps = warps_sel or shipped_warps_sel(s, cc)
+        sunit = 2 * BH * sw["steps"] * sel_rows * sw["keys"] * D
+        swork = {"programs": sel_progs, "token_steps": BH * sw["steps"] * BT}
+        if not selection_free:
+            ks.append(Kernel("cmp_select", "selection", "fwd", f"cmp_sel@w{warps}", sunit, cuse,
+                             act + kcb + lse + table, l2=BH * sw["steps"] * sw["keys"] * D * bf,
+                             programs=sel_progs, work=swork))  # fmt: skip
+    else:
+        # The fused kernel before 45bc233 (its structure `_cmp_select_work` at 2 passes): per tile of
+        # BTF tokens x GPF rows, pass 1 the row statistics (QK), pass 2 the output (QK, PV) and the
+        # selection on the same p; fold_selection=False: the kernel before 2026-11-25, whose third
+        # pass added one more QK product and read per key tile (1.5x the steps). Priced per tile and
+        # per key step of either pass (cmp_fused) and per token per pass-2 step (cmp_topn: the merge).
+        passes = 2 if fold_selection else 3
+        cunit = 2 * BH * T * (sel_rows // BT) * ck * D
+        ks.append(Kernel("cmp_fwd", "compressed", "fwd", f"cmp_fused@{_cfg(D)}", (passes + 1) * cunit, 3 * cuse,
+                         2 * act + 2 * kcb + lse, l2=(passes + 1) * sel_progs * ck * D * bf, programs=sel_progs,
+                         work={"programs": sel_progs, "steps": BH * sw["steps"]}))  # fmt: skip
+        tokwork = {} if selection_free else {"token_steps": BH * sw["steps"] / passes * BT}
+        ks.append(Kernel("cmp_fwd_topn", "selection", "fwd", "cmp_topn", dram=table, launches=0,
+                         work=tokwork))  # fmt: skip
     # Backward: dQ (3 units) and dK/dV (4 units) over query tiles of consecutive (token, head) rows, no
     # padded heads (unpadded_cmp_bwd=False: G padded to GP, the kernels before 2026-11-25).
-    RB = G if unpadded_cmp_bwd else GP
+    RB = G if unpadded_cmp_bwd else _p2(G)
     dq_rows = 128 if D <= 64 else 32
     bunit = 2 * BH * T * RB * ck * D
-    ks.append(Kernel("cmp_bwd_dq", "compressed", "bwd", "dense_bwd", 3 * bunit, 3 * cuse,
-                     4 * act + 2 * BH * nc * D * bf, l2=BH * math.ceil(T * RB / dq_rows) * ck * D * bf * 2,
-                     programs=BH * math.ceil(T * RB / dq_rows), per_sm=1))  # fmt: skip
+    dq_progs = BH * math.ceil(T * RB / dq_rows)
+    ks.append(Kernel("cmp_bwd_dq", "compressed", "bwd", f"cmp_dq@{_cfg(D)}", 3 * bunit, 3 * cuse,
+                     4 * act + 2 * BH * nc * D * bf, l2=dq_progs * ck * D * bf * 2,
+                     programs=dq_progs, per_sm=1, work={"programs": dq_progs}))  # fmt: skip
     # dK/dV per tile of 32 compressed keys: tile i is seen by the queries after it, so tile 0 carries
     # T query rows while the last carries almost none. Each tile's query tiles are cut into SPLIT = 8
     # parts (one program each, fp32 partials summed in order by a second kernel), so the longest
@@ -292,91 +516,110 @@ def ours(
     split = 8 if balanced_dkv else 1
     dkv_tiles = BH * max(1, math.ceil(nc / 32))
     part = dkv_tiles * split * 32 * D * 4 * 2 if split > 1 else 0
-    ks.append(Kernel("cmp_bwd_dkv", "compressed", "bwd", "dense_bwd", 4 * bunit, 4 * cuse,
+    ks.append(Kernel("cmp_bwd_dkv", "compressed", "bwd", f"cmp_dkv@{_cfg(D)}", 4 * bunit, 4 * cuse,
                      2 * BH * nc * D * bf * 2 + 2 * part, l2=dkv_tiles * (T / 2) * RB * D * bf * 2,
                      programs=dkv_tiles * split, per_sm=2, crit=4 * 2 * T * RB * 32 * D / split,
-                     launches=1 + (split > 1)))  # fmt: skip
-    # Selected, forward and dQ: one program per (token, batch x KV head); rows = G heads padded to 16;
-    # each token reads its own k blocks of l' keys (K and V) through L2. dQ has the forward's loop
-    # structure (query-major, no atomics) and takes the forward's efficiency.
+                     launches=1 + (split > 1), work={"programs": dkv_tiles * split}))  # fmt: skip
+    # Selected, forward and dQ: query-major, rows = TP tokens x G padded to 16, one 64-key step per
+    # distinct block of the program's tokens; each step gathers that block's K and V (block ids from
+    # the table: loads not pipelined across steps, priced per byte, kinds tok_fwd / tok_dq). dQ has
+    # the forward's loop (no atomics) plus one more product per step.
     # keymajor (not built): FSA's order for both, rows = (pair, head) in full tiles of 64, a
-    # statistics pass (QK) before the output pass (QK, PV), fp32 partial rows per pair reduced after.
+    # statistics pass (QK) before the output pass (QK, PV), fp32 partial rows per pair reduced after;
+    # priced as our key-major dK/dV (sel_dkdv), the same loop over gathered rows.
     SR = 64 if keymajor_sel else _p2(G, 16)
     TP = 1
-    keys = _sel_keys(T, s)
-    npairs = BH * T * k
+    npairs = BH * _valid_pairs(T, s)
+    one_token_steps = BH * T * _sel_keys(T, s) / s.lp  # every entry, one token a program
     if forced_tiles:
         # Forced blocks (3 per token once T >= 3 l'; all of them below) leave the query-major kernels:
-        # those read only the k - f other blocks, all whole; a dense kernel per 64 rows (tokens x G,
+        # those read only the other blocks, all whole; a dense kernel per 64 rows (tokens x G,
         # contiguous) runs block 0, the previous and the own block (causal) for the tile's tokens,
         # and hands its fp32 state (o, lse) to the gather kernel (DRAM write + read).
         # nsa/attention/triton/selected_forced.py: grid (ceil(T*G/64), BH), 4 warps; registers
         # (gpucheck, triton 3.9, G6 D64): forward 168 on sm_80 / 124 on sm_90, dQ 254 / 125.
         f = min(3, ns)
-        keys = (k - f) * s.lp
         fk = min(T, f * s.lp)
         fuse = 2 * BH * T * G * (fk - s.lp / 2) * D
         fissue = 2 * BH * math.ceil(T * G / 64) * 64 * fk * D
         fprog = BH * math.ceil(T * G / 64)
         fl2 = fprog * fk * D * bf * 2
         state = BH * T * G * (D + 1) * 4  # fp32 o + lse (forward), fp32 dQ part + delta (backward)
-        ks.append(Kernel("sel_forced_fwd", "selected", "fwd", "dense_fwd", 2 * fissue, 2 * fuse,
-                         act + state + BH * T * k * 9, l2=fl2, programs=fprog, per_sm=_per_sm(168, 128)))  # fmt: skip
-        ks.append(Kernel("sel_forced_dq", "selected", "bwd", "dense_bwd", 3 * fissue, 3 * fuse,
-                         3 * act + state + BH * T * k * 9, l2=fl2, programs=fprog, per_sm=_per_sm(254, 128)))  # fmt: skip
+        ks.append(Kernel("sel_forced_fwd", "selected", "fwd", "forced_fwd", 2 * fissue, 2 * fuse,
+                         act + state + BH * T * k * 9, l2=fl2, programs=fprog, per_sm=_per_sm(168, 128),
+                         work={"programs": fprog}))  # fmt: skip
+        ks.append(Kernel("sel_forced_dq", "selected", "bwd", "forced_dq", 3 * fissue, 3 * fuse,
+                         3 * act + state + BH * T * k * 9, l2=fl2, programs=fprog, per_sm=_per_sm(254, 128),
+                         work={"programs": fprog}))  # fmt: skip
+        one_token_steps = BH * _sel_steps(T, s, 1)
     state_in = BH * T * G * (D + 1) * 4 if forced_tiles else 0  # the gather kernels resume from it
-    suse = 2 * BH * T * G * keys * D
+    suse = 2 * one_token_steps * G * s.lp * D
     if keymajor_sel:
-        sunit = suse * (math.ceil(npairs * G / SR) * SR) / (npairs * G)
-        partial = npairs * G * (D + 2) * 4 * 2
-        sl2 = npairs * G * D * bf * 2
+        sunit = suse * (math.ceil(one_token_steps * G * s.lp / SR) * SR) / (one_token_steps * G * s.lp)
+        partial = one_token_steps * G * (D + 2) * 4 * 2
+        sl2 = one_token_steps * G * D * bf * 2
         fwd_units, dq_units, launches = 3, 3, 3
+        kinds = (f"sel_dkdv@{_cfg(D)}",) * 2
+        progs = math.ceil(one_token_steps * G * s.lp / 64 / 64)
+        gathered = 0.0
     else:
         # Token tiles (forced path, nsa/attention/triton/selected_query.py): TP tokens a program
-        # (TP*G <= 16 rows), one 64-key step per distinct non-forced block of the tile: steps and L2
-        # reads = `union` x one token a program (random selections: _union_ratio; adjacent tokens
-        # selecting the same blocks: 1/TP). Each of the TP*n table entries costs a [16,16] compare.
+        # (TP*G <= 16 rows), one 64-key step per distinct non-forced block of the tile (random
+        # selections: the expected union, _sel_steps; adjacent tokens selecting the same blocks: the
+        # one-token count / TP). Each of the TP*n table entries costs a [16,16] compare.
         TP = _tokens_per_tile(G) if forced_tiles and token_tiles else 1
-        union = _union_ratio(T, s, TP) if selections == "random" else 1 / TP
-        sunit = 2 * BH * T * SR * keys * D * union
+        steps = BH * _sel_steps(T, s, TP, selections == "shared") if forced_tiles else one_token_steps
+        sunit = 2 * steps * SR * s.lp * D
         partial = 0
-        sl2 = BH * T * keys * D * bf * 2 * union
+        sl2 = gathered = steps * s.lp * D * bf * 2
         fwd_units, dq_units, launches = 2, 3, 1
-    progs = math.ceil(npairs * G / 64) if keymajor_sel else BH * math.ceil(T / TP)
-    scan = BH * T * k * 16 * 16 if TP > 1 else 0
-    ks.append(Kernel("sel_fwd", "selected", "fwd", "gather_fwd", fwd_units * sunit, 2 * suse,
+        kinds = ("tok_fwd", "tok_dq")
+        progs = BH * math.ceil(T / TP)
+    ks.append(Kernel("sel_fwd", "selected", "fwd", kinds[0], fwd_units * sunit, 2 * suse,
                      2 * act + 2 * kvb + BH * T * k * 9 + 4 * BH * T * G + partial + state_in, l2=sl2,
-                     alu=scan, programs=progs, per_sm=_per_sm(96, 128), launches=launches))  # fmt: skip
-    ks.append(Kernel("sel_bwd_dq", "selected", "bwd", "gather_fwd", dq_units * sunit, 3 * suse,
+                     programs=progs, per_sm=_per_sm(96, 128), launches=launches,
+                     work={"gather_bytes": gathered, "programs": progs}))  # fmt: skip
+    ks.append(Kernel("sel_bwd_dq", "selected", "bwd", kinds[1], dq_units * sunit, 3 * suse,
                      4 * act + 2 * kvb + BH * T * k * 9 + partial + state_in, l2=sl2,
-                     alu=scan, programs=progs, per_sm=_per_sm(98, 128), launches=launches - 1))  # fmt: skip
+                     programs=progs, per_sm=_per_sm(98, 128), launches=launches - 1,
+                     work={"gather_bytes": gathered, "programs": progs}))  # fmt: skip
     # Reverse index: one stable torch.sort of BH*T*k int64 keys (radix: ~8 passes over key + index),
     # searchsorted, cumsum and ~12 small ops.
-    ks.append(Kernel("sel_reverse_index", "selected", "bwd", "memory", dram=npairs * 16 * 2 * 8, launches=16))
-    # dK/dV key-major: rows = (pair, head), BR = 64 per step, full tiles for any G; each row's q and dO
-    # come from L2; partial dK/dV per segment in fp32, summed by the reduction kernel.
+    ks.append(Kernel("sel_reverse_index", "selected", "bwd", "memory", dram=BH * T * k * 256, launches=16))
+    # dK/dV key-major: rows = (pair, head) of the valid pairs (min(n, t//l' + 1) a token), BR = 64 per
+    # step (32 at head_dim > 64), full tiles for any G; each row's q and dO gathered by the sorted pair
+    # list; partial dK/dV per segment in fp32, summed by the reduction kernel.
     BR = 32 if D > 64 else 64
     seg = min(2048, max(16, _p2(T) // 4))
-    nseg = BH * ns + math.ceil(npairs / seg)
+    nseg = BH * ns + math.ceil(BH * T * k / seg)
     prow = npairs * G
     kunit = 2 * math.ceil(prow / BR) * BR * s.lp * D
     part = nseg * s.lp * _p2(D, 16) * 4 * 2
-    ks.append(Kernel("sel_bwd_dkdv", "selected", "bwd", "gather_bwd", 4 * kunit, 4 * 2 * prow * s.lp * D,
-                     2 * kvb + part, l2=prow * D * bf * 2 + prow * 8, programs=nseg, per_sm=1))  # fmt: skip
+    if warps_dkdv not in (4, 8):
+        raise ValueError(f"warps_dkdv={warps_dkdv}: priced at 4 (sel_dkdv) and 8 (sel_dkdv_w8) only")
+    dkind = f"sel_dkdv{'_w8' if warps_dkdv == 8 else ''}@{_cfg(D)}"
+    ks.append(Kernel("sel_bwd_dkdv", "selected", "bwd", dkind, 4 * kunit,
+                     4 * 2 * prow * s.lp * D, 2 * kvb + part, l2=prow * D * bf * 2 + prow * 8, programs=nseg,
+                     per_sm=1, work={"programs": nseg}))  # fmt: skip
     ks.append(Kernel("sel_bwd_reduce", "selected", "bwd", "memory", dram=part + 2 * kvb, programs=BH * ns))
-    # Window: rows = tokens x G (no padding), keys = the band plus the tile overhang.
+    # Window: rows = tokens x G (no padding), keys = the band plus the tile overhang; tiles by head_dim
+    # (window._configs: forward 128 rows x 64 / 32 keys, dQ 128 / 64 x 64, dK/dV 64 / 32 keys).
     wk = min(T, s.w + 128 / G + 64)
     wunit = 2 * BH * T * G * wk * D
     wuse = 2 * BH * T * G * min(T, s.w) * D
     wprog = BH * math.ceil(T * G / 128)
-    ks.append(Kernel("win_fwd", "window", "fwd", "dense_fwd", 2 * wunit, 2 * wuse, 2 * act + 2 * kvb,
-                     l2=wprog * wk * D * bf * 2, programs=wprog, per_sm=1))  # fmt: skip
-    ks.append(Kernel("win_bwd_dq", "window", "bwd", "dense_bwd", 3 * wunit, 3 * wuse, 4 * act + 2 * kvb,
-                     l2=wprog * wk * D * bf * 2, programs=wprog, per_sm=1))  # fmt: skip
-    wdk = min(T, s.w + 64)
-    ks.append(Kernel("win_bwd_dkdv", "window", "bwd", "dense_bwd", 4 * 2 * BH * T * G * wdk * D, 2 * wuse,
-                     2 * act + 4 * kvb, l2=BH * math.ceil(T / 64) * wdk * G * D * bf * 2,
-                     programs=BH * math.ceil(T / 64), per_sm=1))  # fmt: skip
+    ks.append(Kernel("win_fwd", "window", "fwd", f"win_fwd@{_cfg(D)}", 2 * wunit, 2 * wuse, 2 * act + 2 * kvb,
+                     l2=wprog * wk * D * bf * 2, programs=wprog, per_sm=1, work={"programs": wprog}))  # fmt: skip
+    ks.append(Kernel("win_bwd_dq", "window", "bwd", f"win_dq@{_cfg(D)}", 3 * wunit, 3 * wuse, 4 * act + 2 * kvb,
+                     l2=wprog * wk * D * bf * 2, programs=wprog, per_sm=1, work={"programs": wprog}))  # fmt: skip
+    wbn = 64 if D <= 64 else 32
+    wdk = min(T, s.w + wbn)
+    wdprog = BH * math.ceil(T / wbn)
+    ks.append(Kernel("win_bwd_dkdv", "window", "bwd", f"win_dkdv@{_cfg(D)}", 4 * 2 * BH * T * G * wdk * D,
+                     2 * wuse, 2 * act + 4 * kvb, l2=wdprog * wdk * G * D * bf * 2, programs=wdprog, per_sm=1,
+                     work={"programs": wdprog}))  # fmt: skip
+    # Autograd sums q's gradient from the three branches (each takes the same rotated q): two adds.
+    ks.append(Kernel("q_grad_sum", "fused", "bwd", "memory", dram=2 * 3 * act, launches=2))
     return ks
 
 
@@ -459,7 +702,7 @@ def calibration_rows() -> list[dict]:
     c = SCALABLE
     gpu, shape = GPUS[c["gpu"]], c["shape"]
     for T in c["nsa_fwd"]:
-        fa, ns = flash2(T, shape), published_nsa(T, shape, score_pass=True)
+        fa, ns = flash2(T, shape, "fa2"), published_nsa(T, shape, score_pass=True)
         for d in ("fwd", "bwd"):
             add(
                 "scalable_flash_nsa",
@@ -482,13 +725,21 @@ def calibration_rows() -> list[dict]:
     return rows
 
 
+PREDICTED_GPUS = ("A100", "H100", "H200")
+
+
+def ours_on(T: int, s: Shape, gpu: Gpu, **flags) -> list[Kernel]:
+    """`ours` as the code builds it for `gpu` (launch settings picked by its compute capability)."""
+    return ours(T, s, cc=gpu.cc, **flags)
+
+
 def prediction_rows(Ts: list[int]) -> list[dict]:
     rows = []
-    for gname in ("A100", "H100"):
+    for gname in PREDICTED_GPUS:
         gpu = GPUS[gname]
         for sname, shape in SHAPES.items():
             for T in Ts:
-                fa, ns = flash2(T, shape), ours(T, shape)
+                fa, ns = flash2(T, shape), ours_on(T, shape, gpu)
                 r = {"prediction": "nsa_over_fa2", "gpu": gname, "shape": sname, "T": T}
                 for d in ("fwd", "bwd", None):
                     r[d or "fwd_bwd"] = round(total(ns, gpu, d) / total(fa, gpu, d), 3)
@@ -496,14 +747,14 @@ def prediction_rows(Ts: list[int]) -> list[dict]:
     return rows
 
 
-def kernel_rows(Ts: list[int], shape_names=("m7c",), gpus=("A100", "H100")) -> list[dict]:
+def kernel_rows(Ts: list[int], shape_names=("m7c",), gpus=PREDICTED_GPUS) -> list[dict]:
     rows = []
     for gname in gpus:
         gpu = GPUS[gname]
         for sname in shape_names:
             shape = SHAPES[sname]
             for T in Ts:
-                ks = ours(T, shape)
+                ks = ours_on(T, shape, gpu)
                 t_all = total(ks, gpu)
                 for k in ks:
                     r = {"kernel_model": k.name, "gpu": gname, "shape": sname, "T": T, **k.row(gpu)}
@@ -516,7 +767,7 @@ def kernel_rows(Ts: list[int], shape_names=("m7c",), gpus=("A100", "H100")) -> l
 def branch_budget(T: int, shape: Shape, gpu: Gpu) -> dict[str, float]:
     """Milliseconds per branch (fwd + bwd) of our kernels, their total and FlashAttention-2's."""
     out: dict[str, float] = {}
-    for k in ours(T, shape):
+    for k in ours_on(T, shape, gpu):
         out[k.branch] = out.get(k.branch, 0.0) + k.time(gpu) * 1e3
     out["nsa_total"] = sum(out.values())
     out["fa2_total"] = total(flash2(T, shape), gpu) * 1e3
@@ -545,11 +796,20 @@ WHAT_IF = {
     "unbalanced_cmp_dkv_before": {"balanced_dkv": False},  # the compressed dK/dV before its split
     "keymajor_selected": {"keymajor_sel": True},  # FSA's loop order for the selected fwd and dQ
     "before_forced_tiles": {"forced_tiles": False},  # every entry query-major (before 2026-11-25)
-    "before_fold_selection": {"fold_selection": False},  # the compressed forward's third pass
+    "before_split": {"split_cmp_fwd": False, "warps_dkdv": 8},  # the kernels of the first H100 run
+    "before_fold_selection": {"split_cmp_fwd": False, "fold_selection": False},  # a third pass too
     "before_unpadded_cmp_bwd": {"unpadded_cmp_bwd": False},  # G padded to 8 in the compressed bwd
     "before_token_tiles": {"token_tiles": False},  # one token a query-major program
     "shared_selections": {"selections": "shared"},  # adjacent tokens select the same blocks (best case)
-    "before_this_session": {"forced_tiles": False, "fold_selection": False, "unpadded_cmp_bwd": False},
+    "selection_free": {"selection_free": True},  # the selection at no cost (a bound for its rewrite)
+    "selection_at_4_warps": {"warps_sel": 4},  # where the shipped 2 warps are not (A100 M7C: the same)
+    "before_this_session": {
+        "forced_tiles": False,
+        "fold_selection": False,
+        "unpadded_cmp_bwd": False,
+        "split_cmp_fwd": False,
+        "warps_dkdv": 8,
+    },
 }
 
 
@@ -557,10 +817,11 @@ def what_if_rows(Ts: list[int]) -> list[dict]:
     """NSA/FA2 fwd+bwd if the kernels were restructured as named (modelled, not built)."""
     rows = []
     for name, flags in WHAT_IF.items():
-        for gname in ("A100", "H100"):
+        for gname in PREDICTED_GPUS:
+            gpu = GPUS[gname]
             for sname, shape in SHAPES.items():
                 for T in Ts:
-                    ratio = total(ours(T, shape, **flags), GPUS[gname]) / total(flash2(T, shape), GPUS[gname])
+                    ratio = total(ours_on(T, shape, gpu, **flags), gpu) / total(flash2(T, shape), gpu)
                     rows.append(
                         {"what_if": name, "gpu": gname, "shape": sname, "T": T, "fwd_bwd": round(ratio, 3)}
                     )
@@ -634,7 +895,7 @@ def miss_rows(Ts: list[int]) -> list[dict]:
         if r["fwd_bwd"] <= TARGETS[r["T"]]:
             continue
         gpu, shape = GPUS[r["gpu"]], SHAPES[r["shape"]]
-        ks = ours(r["T"], shape)
+        ks = ours_on(r["T"], shape, gpu)
         t_all = total(ks, gpu)
         worst = max(ks, key=lambda k: k.time(gpu))
         branches = branch_budget(r["T"], shape, gpu)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU suite: scripts/gpu-suite.sh OUT_DIR [--quick|--interpret] [--only SECTION ...] [--wheels DIR]
+# The GPU suite: scripts/gpu-suite.sh OUT_DIR [--quick|--interpret] [--only SECTION ...] [--budget S] [--wheels DIR]
 #
 # Run it first on any GPU that becomes available (docs/gpu-suite.md). It uses the python, torch and
 # triton already installed there and installs nothing from the network: what `nsa` needs beyond
@@ -9,9 +9,11 @@
 # short summary on stdout.
 #   --quick      fewer shapes, at most 3 minutes on one H100 (the full run: at most 8)
 #   --interpret  CPU rehearsal of sections a-c under TRITON_INTERPRET=1 (CI runs it)
+#   --budget S   another wall-clock budget in seconds, split among the chosen sections (docs/gpu-suite.md)
+#   --plan       print what would run in the budget by the estimates (JSON; no GPU, writes no file)
 set -euo pipefail
 if [ $# -lt 1 ] || [ "${1:0:1}" = "-" ]; then
-  echo "usage: scripts/gpu-suite.sh OUT_DIR [--quick|--interpret] [--only SECTION ...] [--wheels DIR]" >&2
+  echo "usage: scripts/gpu-suite.sh OUT_DIR [--quick|--interpret] [--only SECTION ...] [--budget S] [--wheels DIR]" >&2
   exit 2
 fi
 REPO="$(cd "$(dirname "$0")/.." && pwd)"

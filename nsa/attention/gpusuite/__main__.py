@@ -1,10 +1,13 @@
 """`python -m nsa.attention.gpusuite OUT_DIR [--quick|--interpret]` (what scripts/gpu-suite.sh runs).
 
-Owns the run: sections in order, each given what is left of the time budget, each result written into
+Owns the run: sections in order, each given its share of what is left of the time budget (`budget`:
+shares, per-item estimates, the clock; an item whose estimate no longer fits is listed as skipped for
+time, a section that could run none is skipped, not failed), each result written into
 OUT_DIR/suite.json the moment it finishes (atomically: a run cut short by the clock or a crash keeps
 every finished section), and a short summary on stdout. A section that fails is recorded with its
 error and the run goes on. Sections (docs/gpu-suite.md):
   a env  b numerics  c determinism  d sanitizer  e speed  f train
+--plan prints, without a GPU, what the run would do in its budget if every item took its estimate.
 --interpret runs a-c on CPU under TRITON_INTERPRET=1 with small shapes and the honest-bf16
 interpreter patch, so CI proves the suite itself. Exit 0 when every section that ran passed, 1
 otherwise, 2 on bad input. It installs nothing and writes only under OUT_DIR.
@@ -15,81 +18,28 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 import traceback
 from pathlib import Path
 
-SCHEMA = 1
-SECTIONS = ("env", "numerics", "determinism", "sanitizer", "speed", "train")
-LETTER = dict(zip(SECTIONS, "abcdef"))
-# Wall-clock budgets (seconds) of the whole run, per mode (the issue's 8 min / 3 min on one H100).
-BUDGET = {"full": 480.0, "quick": 180.0, "interpret": 600.0}
-# Most of the budget each section may use, so one slow section cannot starve the rest (a section that
-# finishes early leaves its time unused: the run ends sooner).
-# --quick leaves the sanitizer out (its two passes alone take about a minute) for the training runs.
-SHARE = {
-    "full": {
-        "env": 0.03,
-        "numerics": 0.32,
-        "determinism": 0.05,
-        "sanitizer": 0.15,
-        "speed": 0.2,
-        "train": 0.25,
-    },
-    "quick": {
-        "env": 0.03,
-        "numerics": 0.3,
-        "determinism": 0.05,
-        "sanitizer": 0.0,
-        "speed": 0.22,
-        "train": 0.4,
-    },
-}
-
-
-class Suite:
-    """The JSON document being written, and the clock."""
-
-    def __init__(self, out_dir: Path, mode: str, budget: float) -> None:
-        self.out_dir, self.mode = out_dir, mode
-        self.t0 = time.monotonic()
-        self.budget = budget
-        self.section_end = self.t0 + budget
-        self.doc: dict = {
-            "schema": SCHEMA,
-            "mode": mode,
-            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "budget_s": budget,
-            "sections": {},
-        }
-        self.write()
-
-    def left(self) -> float:
-        """Seconds left to the running section: its share of the budget, or less near the end."""
-        now = time.monotonic()
-        return min(self.budget - (now - self.t0), self.section_end - now)
-
-    def start_section(self, name: str) -> None:
-        share = SHARE[self.mode][name] if self.mode in SHARE else 1.0  # CI's rehearsal runs every check
-        self.section_end = time.monotonic() + share * self.budget
-
-    def write(self) -> None:
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.out_dir / "suite.json.tmp"
-        tmp.write_text(json.dumps(self.doc, indent=1, default=str) + "\n")
-        os.replace(tmp, self.out_dir / "suite.json")
-
-    def record(self, name: str, result: dict, seconds: float) -> None:
-        result = {"section": f"{LETTER[name]}) {name}", **result, "seconds": round(seconds, 1)}
-        self.doc["sections"][name] = result
-        self.doc["elapsed_s"] = round(time.monotonic() - self.t0, 1)
-        self.write()
+from nsa.attention.gpusuite.budget import (
+    BUDGET,
+    LETTER,
+    ONE_ITEM_S,
+    SANITIZER_TOOL_S,
+    SECTIONS,
+    SHARE,
+    Item,
+    Suite,
+    all_skipped,
+    simulate,
+)
 
 
 def _run_section(suite: Suite, name: str, fn, *args) -> dict:
-    t = time.monotonic()
+    t = suite.clock()
     suite.start_section(name)
     if SHARE.get(suite.mode, {}).get(name, 1.0) == 0:
         res = {"ok": None, "skipped": f"not run by --{suite.mode}"}
@@ -97,15 +47,30 @@ def _run_section(suite: Suite, name: str, fn, *args) -> dict:
         res = {"ok": None, "skipped": "time budget spent before this section"}
     else:
         try:
-            res = fn(*args)
+            res = all_skipped(fn(*args))
         except Exception as e:  # a failing section is a result; the next one still runs
             res = {
                 "ok": False,
                 "error": f"{type(e).__name__}: {e}",
                 "traceback": traceback.format_exc()[-4000:],
             }
-    suite.record(name, res, time.monotonic() - t)
+    suite.record(name, res, suite.clock() - t)
     return res
+
+
+def section_items(plan, name: str) -> list[Item]:
+    """What each section runs, with its estimated seconds (the dry run's view of the sections)."""
+    from nsa.attention.gpusuite import checks, gpu, training
+
+    if name == "numerics":
+        return checks.numerics_items(plan)
+    if name == "speed":
+        return gpu.speed_items(plan)
+    if name == "train":
+        return [Item(r["name"], r["estimate_s"]) for r in training.train_runs(plan)]
+    if name == "sanitizer":
+        return [Item(tool, SANITIZER_TOOL_S) for tool in ("memcheck", "racecheck")]
+    return [Item(name, ONE_ITEM_S[name])]
 
 
 def _summary_line(name: str, res: dict) -> str:
@@ -124,9 +89,26 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--quick", action="store_true", help="fewer shapes, <= 3 minutes on one H100")
     mode.add_argument("--interpret", action="store_true", help="CPU rehearsal of a-c (TRITON_INTERPRET=1)")
     ap.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections")
-    ap.add_argument("--budget", type=float, help="override the wall-clock budget in seconds")
+    ap.add_argument("--plan", action="store_true", help="print what the run would do in its budget if every "
+                    "item took its estimate (JSON, one line a section, then the total); no GPU, writes no file")  # fmt: skip
+    ap.add_argument("--budget", type=float, help="wall-clock budget in seconds (default: 480, --quick 180, "
+                    "--interpret 600), split among the chosen sections by their shares")  # fmt: skip
     args = ap.parse_args(argv)
     mode_name = "interpret" if args.interpret else "quick" if args.quick else "full"
+    if args.budget is not None and not args.budget > 0:
+        print(f"gpu-suite: --budget {args.budget:g} is not a number of seconds > 0. Fix: pass e.g. "
+              f"--budget {BUDGET[mode_name]:g} (the {mode_name} run's default), or leave it out.", file=sys.stderr)  # fmt: skip
+        return 2
+    chosen = tuple(args.only or (SECTIONS[:3] if args.interpret else SECTIONS))
+    if args.plan:
+        from nsa.attention.gpusuite import checks
+
+        plan = checks.Plan.for_mode(mode_name)
+        dry = simulate(mode_name, args.budget or BUDGET[mode_name], chosen, lambda n: section_items(plan, n))
+        for name, sec in dry["sections"].items():
+            print(json.dumps({"section": name, **sec}))
+        print(json.dumps({k: v for k, v in dry.items() if k != "sections"}))
+        return 0
     if args.interpret and not os.environ.get("TRITON_INTERPRET"):
         print("gpu-suite: --interpret needs TRITON_INTERPRET=1 set before python starts "
               "(scripts/gpu-suite.sh sets it). Fix: run it through scripts/gpu-suite.sh.", file=sys.stderr)  # fmt: skip
@@ -138,9 +120,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from nsa.attention.gpusuite import checks
 
-    suite = Suite(args.out_dir, mode_name, args.budget or BUDGET[mode_name])
+    command = shlex.join(
+        ["python", "-m", "nsa.attention.gpusuite", *(sys.argv[1:] if argv is None else argv)]
+    )
+    suite = Suite(args.out_dir, mode_name, args.budget or BUDGET[mode_name], chosen, command=command)
     cfg = checks.Plan.for_mode(mode_name)
-    chosen = args.only or (SECTIONS[:3] if args.interpret else SECTIONS)
     print(f"gpu-suite ({mode_name}): writing {args.out_dir / 'suite.json'}", flush=True)
     if not args.interpret and "env" in chosen:
         import torch
@@ -161,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     suite.doc["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     suite.doc["ok"] = all(r.get("ok") is not False for r in results.values())
     suite.write()
-    print(f"gpu-suite: {'PASSED' if suite.doc['ok'] else 'FAILED'} in {suite.doc['elapsed_s']} s "
+    n_skipped = sum(r.get("ok") is None for r in results.values())
+    note = f" ({n_skipped} section(s) skipped)" if n_skipped else ""
+    print(f"gpu-suite: {'PASSED' if suite.doc['ok'] else 'FAILED'}{note} in {suite.doc['elapsed_s']} s "
           f"-> {args.out_dir / 'suite.json'}", flush=True)  # fmt: skip
     return 0 if suite.doc["ok"] else 1
 

@@ -1,33 +1,35 @@
-"""Sections d-f of the GPU suite: compute-sanitizer, speed against SDPA, training throughput (CUDA only).
+"""Sections d-e of the GPU suite: compute-sanitizer and speed against SDPA (CUDA only).
 
-Owns the three sections that need a real GPU. Each takes (plan, suite), keeps within `suite.left()`
-and returns a JSON-able dict with `ok` (None with `skipped` when it could not run) and `summary`.
+Owns the sections that need a real GPU, but training (`training.py`). Each takes (plan, suite), runs
+its items (a tool, a shape) while their estimate (`budget`) fits in `suite.left()`, times each, and
+returns a JSON-able dict with `ok` (None with `skipped` when it could not run) and `summary`.
 - sanitizer: memcheck and racecheck over `smoke.py` (one small shape per kernel), when the tool exists;
 - speed: NSA's attention core (triton branches + gate mix) against F.scaled_dot_product_attention
   (flash, and cuDNN where torch offers it), forward and forward+backward, bf16, B*T = 64k tokens,
   with a per-kernel breakdown from torch.profiler and model FLOPs/bytes per kernel (docs/gpu-suite.md),
   and the cost model's predicted times beside the measured ones (`modelcheck`);
-- train: `python -m nsa.train` on configs/m7c_125m.yaml, dense and NSA x activation checkpointing
-  {none, full} x {eager, compiled} (`train_runs`), synthetic data, tokens/s and peak memory after warm-up.
+- train: lives in `training.py` (re-exported here: the section table finds every section in `gpu`).
 It must not change kernel configs or install anything; logs go under the suite's OUT_DIR.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from nsa.attention.gpusuite import modelcheck
+from nsa.attention.gpusuite.budget import SANITIZER_TOOL_S, Item, Items, speed_estimate
 from nsa.attention.gpusuite.checks import Plan
+from nsa.attention.gpusuite.training import TRAIN_CONFIG, read_train_metrics, train, train_runs  # noqa: F401 (section f)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -51,11 +53,9 @@ def sanitizer(plan: Plan, suite) -> dict:
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
     }
-    for name in ("memcheck", "racecheck"):
-        left = suite.left() - 15
-        if left < 30:
-            rows[name] = {"ok": None, "skipped": "time budget"}
-            continue
+    items = Items(suite, [Item(name, SANITIZER_TOOL_S, name) for name in ("memcheck", "racecheck")])
+    for item in items:
+        name, left = item.spec, suite.left()
         log = suite.out_dir / f"sanitizer-{name}.log"
         cmd = [
             tool,
@@ -83,11 +83,10 @@ def sanitizer(plan: Plan, suite) -> dict:
         rows[name] = {"ok": clean, "exit_code": rc, "summary": summary[-1:] or ["(no summary line)"],
                       "log": str(log), "seconds": round(time.monotonic() - t, 1)}  # fmt: skip
         ok &= clean
-    ran = [n for n, r in rows.items() if r.get("ok") is not None]
-    text = "; ".join(f"{n}: {'clean' if r['ok'] else 'ERRORS' if r.get('ok') is False else r['skipped']}"
-                     f" {r.get('summary', [''])[0]}" for n, r in rows.items())  # fmt: skip
-    return {"ok": ok if ran else None, "tool": tool, "summary": text, "tools": rows,
-            **({} if ran else {"skipped": "time budget"})}  # fmt: skip
+    text = "; ".join(f"{n}: {'clean' if r['ok'] else 'ERRORS'} {r['summary'][0]}" for n, r in rows.items())
+    if items.skipped:
+        text += ("; " if text else "") + f"skipped for time: {', '.join(items.skipped)}"
+    return {"ok": ok and bool(rows), "tool": tool, "summary": text, "tools": rows, **items.fields()}
 
 
 # ---------------------------------------------------------------------------------------- e) speed
@@ -151,8 +150,10 @@ def _flops_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
     return {
         "_window_fwd": 4 * per * win_pairs, "_window_bwd_dq": 6 * per * win_pairs,
         "_window_bwd_dkdv": 8 * per * win_pairs,
-        # _cmp_fwd: QK (statistics), then QK + PV (output; Eq. 9 scores and top-n on the same p)
-        "_cmp_fwd": 6 * per * cmp_pairs, "_cmp_bwd_dq": 6 * per * cmp_pairs, "_cmp_bwd_dkv": 8 * per * cmp_pairs,
+        # Since 45bc233 two kernels: _cmp_fwd the attention in one flash pass (QK + PV), _cmp_select
+        # the selection from its row statistics (QK only: p, Eq. 9 scores and the top-n, no V).
+        "_cmp_fwd": 4 * per * cmp_pairs, "_cmp_select": 2 * per * cmp_pairs,
+        "_cmp_bwd_dq": 6 * per * cmp_pairs, "_cmp_bwd_dkv": 8 * per * cmp_pairs,
         "_sel_fwd": 4 * per * other_pairs, "_sel_bwd_dq": 6 * per * other_pairs,
         "_sel_forced_fwd": 4 * per * forced_pairs, "_sel_forced_dq": 6 * per * forced_pairs,
         "_sel_bwd_dkdv": 8 * per * sel_pairs,
@@ -171,7 +172,8 @@ def _bytes_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
     return {
         "_window_fwd": 2 * Q + 2 * K + lse, "_window_bwd_dq": 4 * Q + 2 * K + 2 * lse,
         "_window_bwd_dkdv": 2 * Q + 4 * K + 2 * lse,
-        "_cmp_fwd": 2 * Q + 2 * Kc + lse + table,
+        "_cmp_fwd": 2 * Q + 2 * Kc + lse,  # q, compressed K and V in; output and lse out
+        "_cmp_select": Q + Kc + lse + table,  # q, compressed K and the lse in; the table out
         "_cmp_bwd_dq": 4 * Q + 2 * Kc + 2 * lse, "_cmp_bwd_dkv": 2 * Q + 2 * Kc + 2 * lse + 32 * Kc,
         "_cmp_bwd_dkv_sum": 32 * Kc + 2 * Kc,  # 8 fp32 partials of dK and dV per key in, dK/dV out
         # The forced kernels write an fp32 [T, G, D] state (+ lse / delta) that the query-major ones read.
@@ -189,9 +191,14 @@ def _kernel_table(fn, flops: dict[str, float], nbytes: dict[str, float]) -> list
 
     fn()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
+    with warnings.catch_warnings():
+        # Older torch (2.11 on the first GPU run) warns "Profiler clears events at the end of each
+        # cycle ... set acc_events=True" on every profile, cycles or not (fixed by pytorch#180387):
+        # one profile of one call has no cycles to keep, so the warning says nothing here.
+        warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
     families = sorted(set(flops) | set(nbytes), key=len, reverse=True)
     rows = []
     for ev in prof.key_averages():
@@ -277,129 +284,68 @@ def _measure_sdpa(rec: dict, B, T, H, Hkv, D, iters: int) -> None:
             rec[f"{name}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
 
 
+def _speed_iters(plan: Plan) -> int:
+    return 3 if plan.mode == "quick" else 5
+
+
+def speed_items(plan: Plan) -> list[Item]:
+    """One item per (shape, T) of the plan, with its estimated seconds."""
+    iters = _speed_iters(plan)
+    return [Item(f"{name} T{T}", speed_estimate(name, T, iters), (name, H, Hkv, D, T))
+            for name, H, Hkv, D, T in plan.speed_cases]  # fmt: skip
+
+
 def speed(plan: Plan, suite) -> dict:
-    iters = 3 if plan.mode == "quick" else 5
-    records, skipped = [], []
-    for name, H, Hkv, D in plan.speed_shapes:
-        for T in plan.speed_T:
-            if suite.left() < 40:
-                skipped.append(f"{name} T{T}")
-                continue
-            B = max(1, 65536 // T)
-            rec = {"shape": name, "H": H, "Hkv": Hkv, "D": D, "T": T, "B": B}
-            try:
-                _measure_nsa(rec, B, T, Hkv, H // Hkv, D, plan.geometry, iters)
-                torch.cuda.empty_cache()
-                _measure_sdpa(rec, B, T, H, Hkv, D, iters)
-            except torch.cuda.OutOfMemoryError as e:
-                rec["error"] = f"OOM: {str(e)[:200]}"
+    iters = _speed_iters(plan)
+    records = []
+    items = Items(suite, speed_items(plan))
+    for item in items:
+        name, H, Hkv, D, T = item.spec
+        B = max(1, 65536 // T)
+        rec = {"shape": name, "H": H, "Hkv": Hkv, "D": D, "T": T, "B": B}
+        try:
+            _measure_nsa(rec, B, T, Hkv, H // Hkv, D, plan.geometry, iters)
             torch.cuda.empty_cache()
-            if "sdpa_flash_fwd_ms" in rec and "nsa_fwd_ms" in rec:
-                rec["speedup_fwd_vs_flash"] = round(rec["sdpa_flash_fwd_ms"] / rec["nsa_fwd_ms"], 2)
-                rec["speedup_fwd_bwd_vs_flash"] = round(
-                    rec["sdpa_flash_fwd_bwd_ms"] / rec["nsa_fwd_bwd_ms"], 2
-                )
-            try:  # the model's prediction beside the measurement; never fails the section
-                rec["model"] = modelcheck.compare(rec, torch.cuda.get_device_name(0), plan.geometry)
-            except Exception as e:
-                rec["model"] = {"skipped": f"{type(e).__name__}: {str(e)[:200]}"}
-            records.append(rec)
+            _measure_sdpa(rec, B, T, H, Hkv, D, iters)
+        except torch.cuda.OutOfMemoryError as e:
+            rec["error"] = f"OOM: {str(e)[:200]}"
+        torch.cuda.empty_cache()
+        if "sdpa_flash_fwd_ms" in rec and "nsa_fwd_ms" in rec:
+            rec["speedup_fwd_vs_flash"] = round(rec["sdpa_flash_fwd_ms"] / rec["nsa_fwd_ms"], 2)
+            rec["speedup_fwd_bwd_vs_flash"] = round(rec["sdpa_flash_fwd_bwd_ms"] / rec["nsa_fwd_bwd_ms"], 2)
+        rec.update(nsa_over_sdpa(rec))
+        try:  # the model's prediction beside the measurement; never fails the section
+            rec["model"] = modelcheck.compare(rec, torch.cuda.get_device_name(0), plan.geometry)
+        except Exception as e:
+            rec["model"] = {"skipped": f"{type(e).__name__}: {str(e)[:200]}"}
+        records.append(rec)
     ok = bool(records) and all("error" not in r and "nsa_fwd_ms" in r for r in records)
+    return {"ok": ok, "summary": speed_summary(records, items.skipped), "records": records, **items.fields()}
+
+
+def nsa_over_sdpa(rec: dict) -> dict[str, float]:
+    """NSA's time over SDPA's, the issue's measure (below 1.0: NSA is faster), for each backend and
+    pass the record has (the first GPU run's tables computed these by hand from the milliseconds)."""
+    out = {}
+    for backend in ("flash", "cudnn"):
+        for part in ("fwd", "fwd_bwd"):
+            nsa, sdpa = rec.get(f"nsa_{part}_ms"), rec.get(f"sdpa_{backend}_{part}_ms")
+            if nsa and sdpa:
+                out[f"nsa_over_{backend}_{part}"] = round(nsa / sdpa, 2)
+    return out
+
+
+def speed_summary(records: list[dict], skipped: list[str]) -> str:
+    """NSA/FA2 per record (the first four; below 1: NSA faster), the model comparison, what was skipped."""
     parts = [
-        f"{r['shape']} T{r['T']}: fwd x{r.get('speedup_fwd_vs_flash', '?')} fwd+bwd "
-        f"x{r.get('speedup_fwd_bwd_vs_flash', '?')} vs flash"
+        f"{r['shape']} T{r['T']}: NSA/FA2 fwd {r.get('nsa_over_flash_fwd', '?')} "
+        f"fwd+bwd {r.get('nsa_over_flash_fwd_bwd', '?')}" + (f" ({r['error'][:60]})" if "error" in r else "")
         for r in records
     ]
-    summary = "; ".join(parts[:4]) + (f" (+{len(parts) - 4} more)" if len(parts) > 4 else "")
-    summary += f"; {modelcheck.summary(records)}"
-    return {"ok": ok, "summary": summary, "records": records, "skipped_for_time": skipped}
-
-
-# ---------------------------------------------------------------------------------------- f) train
-TRAIN_CONFIG = REPO / "configs" / "m7c_125m.yaml"
-TRAIN_TOKENS_PER_STEP = 16384
-# (activation checkpointing, compiled) in the order they run, most telling first (time may cut the
-# tail): what the configs ship (none, compiled), what they shipped before issue 23 (full, eager),
-# then the other two. --quick keeps the first two, at seq 2048 only.
-TRAIN_SETTINGS = (("none", True), ("full", False), ("none", False), ("full", True))
-
-
-def train_runs(plan: Plan) -> list[dict]:
-    """Every training run of the section: dense and NSA x checkpointing {none, full} x {eager,
-    compiled} at each of `plan.train_seqs` (--quick: the first two settings), each with its --set list."""
-    settings = TRAIN_SETTINGS[:2] if plan.mode == "quick" else TRAIN_SETTINGS
-    runs = []
-    for seq in plan.train_seqs:
-        bs = max(1, TRAIN_TOKENS_PER_STEP // seq)
-        for ac, compiled in settings:
-            for attention in ("dense", "nsa"):
-                sets = {
-                    "model.attention": attention, "data.source": "synthetic", "train.seq_len": seq,
-                    "train.batch_size": bs, "train.grad_accum": 1, "train.global_batch": bs,
-                    "train.steps": plan.train_steps, "train.warmup_steps": 0, "train.log_every": 1,
-                    "train.eval_every": 0, "train.save_every": 0, "train.save_final": "false",
-                    "train.device": "cuda", "telemetry.tensorboard": "false",
-                    "parallel.activation_checkpointing": ac, "parallel.compile": str(compiled).lower(),
-                }  # fmt: skip
-                name = f"{attention}-{seq}-ac_{ac}-{'compiled' if compiled else 'eager'}"
-                runs.append({
-                    "name": name, "attention": attention, "seq_len": seq, "batch_size": bs,
-                    "activation_checkpointing": ac, "compile": compiled, "steps": plan.train_steps,
-                    "sets": [f"{k}={v}" for k, v in sets.items()],
-                })  # fmt: skip
-    return runs
-
-
-def train(plan: Plan, suite) -> dict:
-    records, skipped = [], []
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-    }
-    env.pop("TRITON_INTERPRET", None)
-    for run in train_runs(plan):
-        left = suite.left() - 10
-        if left < 30:
-            skipped.append(run["name"])
-            continue
-        run_dir = suite.out_dir / "train" / run["name"]
-        if run_dir.exists():
-            shutil.rmtree(run_dir)
-        cmd = [sys.executable, "-m", "nsa.train", "--config", str(TRAIN_CONFIG), "--run-dir", str(run_dir)]
-        for x in run["sets"]:
-            cmd += ["--set", x]
-        t = time.monotonic()
-        rec = {k: v for k, v in run.items() if k != "sets"}
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=min(300, left), env=env, cwd=REPO)
-            rec["exit_code"] = p.returncode
-            (suite.out_dir / f"train-{run['name']}.log").write_text(p.stdout + p.stderr)
-        except subprocess.TimeoutExpired:
-            rec["exit_code"] = None
-            rec["error"] = "timed out"
-        rec["seconds"] = round(time.monotonic() - t, 1)
-        rec.update(read_train_metrics(run_dir / "metrics.jsonl"))
-        rec["ok"] = rec.get("exit_code") == 0 and "tokens_per_s_median" in rec
-        records.append(rec)
-    ok = bool(records) and all(r["ok"] for r in records)
-    parts = [f"{r['name']}: {r.get('tokens_per_s_median', '?')} tok/s, "
-             f"{r.get('peak_allocated_gib', '?')} GiB" for r in records]  # fmt: skip
-    return {"ok": ok, "summary": "; ".join(parts), "config": str(TRAIN_CONFIG.relative_to(REPO)),
-            "records": records, "skipped_for_time": skipped}  # fmt: skip
-
-
-def read_train_metrics(metrics: Path) -> dict:
-    """Median tokens/s after warm-up, peak allocated GiB and the last loss, from the trainer's
-    metrics.jsonl (the keys nsa.train.trainer writes on each log step)."""
-    rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()] if metrics.exists() else []
-    rows = [r for r in rows if "tokens_per_s" in r]
-    warm = rows[2:] or rows[-1:]  # the first steps compile kernels and warm the allocator
-    if not warm:
-        return {}
-    tps = sorted(r["tokens_per_s"] for r in warm)
-    return {
-        "tokens_per_s_median": round(tps[len(tps) // 2], 0),
-        "steps_measured": len(warm),
-        "peak_allocated_gib": max(r.get("memory/max_allocated_gb", 0) for r in rows),
-        "final_loss": rows[-1].get("loss"),
-    }
+    text = "; ".join(parts[:4]) + (f" (+{len(parts) - 4} more)" if len(parts) > 4 else "")
+    phrases = [text] if text else []
+    if records:
+        phrases.append(modelcheck.summary(records))
+    if skipped:
+        phrases.append(f"skipped for time: {', '.join(skipped)}")
+    return "; ".join(phrases)

@@ -1,16 +1,19 @@
-"""Triton kernels of NSA's compressed branch fused with block selection [Eq. 7-11]: one kernel
-forward, three backward, at every T.
+"""Triton kernels of NSA's compressed branch with block selection [Eq. 7-11]: two kernels forward,
+three backward, at every T.
 
 Owns `compressed_attention_and_selection`, a drop-in for `nsa.attention.compressed`'s function
 (same arguments, layouts, dtypes and results, selection tables identical to eager's including the
-tie-break), and `gpucheck_specs`. The forward kernel takes one (batch, KV head, query tile) with all
-G heads of each token as rows; pass 1 streams the visible compressed keys for the row statistics,
-pass 2 recomputes the probabilities once, accumulates p @ V with them and, from the same registers,
-sums them over the group [Eq. 10], maps them onto float32 selection-block scores [Eq. 9] and keeps
-a running top-n per token [Eq. 11] (2 QK products and 1 PV per key tile). No [T, T/d] or
-[T, T/l'] tensor exists: selection needs the tile's registers only. Backward is flash-style from
-the saved row statistics, its query tiles (token, head) rows without padding. It must not sync with
-the device, loop on the host over T, or autotune (docs/attention.md)."""
+tie-break), and `gpucheck_specs`. Forward: `_cmp_fwd` is the compressed attention alone, flash-style
+in one pass over tiles of consecutive (token, head) rows, writing the output and the row
+log-sum-exp; `_cmp_select` then takes one (batch, KV head, token tile) with all G heads of each
+token as rows, recomputes each key tile's final probabilities from that log-sum-exp (1 QK product a
+tile), sums them over the group [Eq. 10], maps them onto float32 selection-block scores [Eq. 9] and
+keeps a running top-n per token [Eq. 11]. (Until 2026-11-26 the selection rode in the attention's
+second pass; on the first GPU its top-n merge held that kernel at one 8-warp program per SM and
+cost 5x the attention: bench/RESULTS.md.) No [T, T/d] or [T, T/l'] tensor exists: selection needs
+the tile's registers only. Backward is flash-style from the saved row statistics, its query tiles
+(token, head) rows without padding. It must not sync with the device, loop on the host over T, or
+autotune (docs/attention.md)."""
 
 from __future__ import annotations
 
@@ -121,6 +124,71 @@ def _cmp_fwd(
     V,
     Out,
     LSE,
+    T,
+    NC,
+    qk_scale,
+    G: tl.constexpr,
+    D: tl.constexpr,
+    DP: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    L: tl.constexpr,
+    S: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """The compressed attention alone, flash-style in one pass: output and row log-sum-exp (log2).
+
+    A tile is BM consecutive (token, head) rows of the [T * G] rows, as in dQ: no padded heads."""
+    pid_t = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    # 64-bit offsets only in the scalar bases: per-element int64 pointer math costs registers.
+    Q += bh * T * G * D
+    Out += bh * T * G * D
+    LSE += bh * T * G
+    K += bh * NC * D
+    V += bh * NC * D
+    row_off = pid_t * BM + tl.arange(0, BM)
+    tq = row_off // G
+    row_ok = row_off < T * G
+    dcol = tl.arange(0, DP)
+    dmask = dcol < D
+    qoff = row_off[:, None] * D + dcol[None, :]
+    q = tl.load(Q + qoff, mask=row_ok[:, None] & dmask[None, :], other=0.0)
+
+    t_last = tl.minimum((pid_t * BM + BM - 1) // G, T - 1)
+    n_vis = tl.where(t_last >= L - 1, tl.minimum(NC, (t_last - (L - 1)) // S + 1), 0)
+    key0 = tl.arange(0, BN)
+    m_i = tl.full([BM], float("-inf"), tl.float32)
+    l_i = tl.zeros([BM], tl.float32)
+    acc = tl.zeros([BM, DP], tl.float32)
+    for kb in range(0, tl.cdiv(n_vis, BN)):
+        key = kb * BN + key0
+        key_ok = key < NC
+        koff = key[:, None] * D + dcol[None, :]
+        k = tl.load(K + koff, mask=key_ok[:, None] & dmask[None, :], other=0.0)
+        v = tl.load(V + koff, mask=key_ok[:, None] & dmask[None, :], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+        vis = key_ok[None, :] & (key[None, :] * S + (L - 1) <= tq[:, None])
+        s = tl.where(vis, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+        m_i = m_new
+    seen = l_i > 0.0
+    l_safe = tl.where(seen, l_i, 1.0)
+    out = tl.where(seen[:, None], acc / l_safe[:, None], 0.0)
+    tl.store(Out + qoff, out.to(Out.dtype.element_ty), mask=row_ok[:, None] & dmask[None, :])
+    tl.store(LSE + row_off, tl.where(seen, m_i + tl.log2(l_safe), 0.0), mask=row_ok)
+
+
+@triton.jit
+def _cmp_select(
+    Q,
+    K,
+    LSE,
     IDX,
     VALID,
     T,
@@ -141,6 +209,11 @@ def _cmp_fwd(
     LS: tl.constexpr,
     PREC: tl.constexpr,
 ):
+    """Block selection [Eq. 9-11] for BT tokens (all G heads of each as rows, padded to GP): per key
+    tile, the final probabilities from the forward's row statistics (one QK product), summed over
+    the group [Eq. 10], mapped onto float32 selection-block scores [Eq. 9] and merged into a running
+    top-n per token [Eq. 11]. No V, no accumulator: its own kernel so that the attention runs at
+    flash tiles and this one at the occupancy its top-n merge needs (bench/kernel_probe.py)."""
     A: tl.constexpr = L // S
     R: tl.constexpr = LS // S
     HMAX: tl.constexpr = (A - 1 + R - 1) // R
@@ -148,12 +221,9 @@ def _cmp_fwd(
     BM: tl.constexpr = BT * GP
     pid_t = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
-    # 64-bit offsets only in the scalar bases: per-element int64 pointer math costs registers.
     Q += bh * T * G * D
-    Out += bh * T * G * D
     LSE += bh * T * G
     K += bh * NC * D
-    V += bh * NC * D
     IDX += bh * T * K_SEL
     VALID += bh * T * K_SEL
 
@@ -165,41 +235,17 @@ def _cmp_fwd(
     dcol = tl.arange(0, DP)
     dmask = dcol < D
     q = tl.load(Q + row_off[:, None] * D + dcol[None, :], mask=row_ok[:, None] & dmask[None, :], other=0.0)
+    lse = tl.load(LSE + row_off, mask=row_ok, other=0.0)
 
     t_last = tl.minimum(pid_t * BT + BT - 1, T - 1)
-    n_vis = tl.where(t_last >= L - 1, tl.minimum(NC, (t_last - (L - 1)) // S + 1), 0)
-    n_key_tiles = tl.cdiv(n_vis, BJ * R)
     n_blk_tiles = tl.cdiv(t_last // LS + 1, BJ)
-
     cols = tl.arange(0, BN)
     cj = cols // RP
     cm = cols % RP
 
-    # Pass 1: row max and sum over the visible keys (log2 domain).
-    m_i = tl.full([BM], float("-inf"), tl.float32)
-    l_i = tl.zeros([BM], tl.float32)
-    for jb in range(0, n_key_tiles):
-        key = (jb * BJ + cj) * R + cm
-        key_ok = (cm < R) & (key < NC)
-        k = tl.load(K + key[:, None] * D + dcol[None, :], mask=key_ok[:, None] & dmask[None, :], other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-        vis = key_ok[None, :] & (key[None, :] * S + (L - 1) <= tq[:, None])
-        s = tl.where(vis, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        l_i = l_i * tl.exp2(m_i - m_safe) + tl.sum(tl.exp2(s - m_safe[:, None]), axis=1)
-        m_i = m_new
-    seen = l_i > 0.0
-    m_safe = tl.where(seen, m_i, 0.0)
-    inv_l = tl.where(seen, 1.0 / tl.where(seen, l_i, 1.0), 0.0)
-    tl.store(LSE + row_off, tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), 0.0), mask=row_ok)
-
-    # Pass 2: the final probabilities of each key tile, used twice while in registers: p @ V for the
-    # output and (float32, before the cast) the selection: Eq. 10 and Eq. 9 block scores, then Eq. 11
-    # as a running top-W per token. No score tensor and no third QK product. The top-n merge runs
-    # for each half of the tile's tokens in turn: merged at once, its [BT, W, BJ] rank tiles next to
-    # the p @ V accumulator spilled on sm_80 and sm_90 at G = 6 (BT = 4; ptxas, docs/attention.md).
-    # A 1-token tile (G > 16) has an empty second half: its tokens are >= t_end.
+    # The top-n merge runs for each half of the tile's tokens in turn: merged at once, its [BT, W, BJ]
+    # rank tiles spilled on sm_80 and sm_90 at G = 6 (ptxas, docs/attention.md). A 1-token tile
+    # (G > 16) has an empty second half: its tokens are >= t_end.
     TH: tl.constexpr = (BT + 1) // 2
     t_end = tl.minimum(T, pid_t * BT + BT)
     tb_a = pid_t * BT + tl.arange(0, TH)
@@ -207,17 +253,13 @@ def _cmp_fwd(
     top_a = tl.full([TH, W], -1, tl.int64)
     top_b = tl.full([TH, W], -1, tl.int64)
     prev = tl.zeros([BT, BJ, RP], tl.float32)
-    acc = tl.zeros([BM, DP], tl.float32)
     for jb in range(0, n_blk_tiles):
         key = (jb * BJ + cj) * R + cm
         key_ok = (cm < R) & (key < NC)
-        koff = key[:, None] * D + dcol[None, :]
-        k = tl.load(K + koff, mask=key_ok[:, None] & dmask[None, :], other=0.0)
-        v = tl.load(V + koff, mask=key_ok[:, None] & dmask[None, :], other=0.0)
+        k = tl.load(K + key[:, None] * D + dcol[None, :], mask=key_ok[:, None] & dmask[None, :], other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
         vis = row_ok[:, None] & key_ok[None, :] & (key[None, :] * S + (L - 1) <= tq[:, None])
-        p = tl.where(vis, tl.exp2(s - m_safe[:, None]) * inv_l[:, None], 0.0)
-        acc += tl.dot(p.to(v.dtype), v, input_precision=PREC)
+        p = tl.where(vis, tl.exp2(s - lse[:, None]), 0.0)
         score, prev = _block_scores(p, prev, BT, GP, BN, BJ, RP, A, R, HMAX)
         if BT > 1:
             score_a, score_b = tl.split(tl.permute(tl.reshape(score, [2, TH, BJ]), (1, 2, 0)))
@@ -225,8 +267,6 @@ def _cmp_fwd(
             score_a, score_b = score, score
         top_a = _select_tile(top_a, score_a, tb_a, t_end, jb, NS, BJ, W, LS)
         top_b = _select_tile(top_b, score_b, tb_b, t_end, jb, NS, BJ, W, LS)
-    omask = row_ok[:, None] & dmask[None, :]
-    tl.store(Out + row_off[:, None] * D + dcol[None, :], acc.to(Out.dtype.element_ty), mask=omask)
     _store_top(IDX, VALID, top_a, tb_a, t_end, K_SEL, W)
     _store_top(IDX, VALID, top_b, tb_b, t_end, K_SEL, W)
 
@@ -431,10 +471,9 @@ def _config(
     # (ptxas -v, docs/attention.md).
     rows = 128 if head_dim <= 64 else 32
     bt = max(1, min(32, rows // gp))
-    # The forward holds the top-n merge of its tokens too (pass 2, next to the p @ V accumulator,
-    # one half of the tokens at a time): 32 rows and at most 8 tokens per tile (G = 1 pads to 2 rows
-    # a token for tl.dot's 16). ptxas on sm_80 spilled with 64 rows (G = 6: 8 tokens, 472 B) and with
-    # 16 tokens (G = 1) when selection had a pass of its own, and with the old 128 rows (gpucheck).
+    # The selection kernel holds the top-n merge of its tokens (one half of the tokens at a time): 32
+    # rows and at most 8 tokens per tile (G = 1 pads to 2 rows a token for tl.dot's 16). ptxas on sm_80
+    # spilled with 64 rows (G = 6: 8 tokens, 472 B) and with 16 tokens (G = 1), and with 128 rows.
     gpf = max(2, gp)
     btf = max(1, min(8, 32 // gpf))
     # dQ: 8 warps for 128-row tiles; 4 for 32 rows (D > 64), where 8 warps left ptxas at 128 registers
@@ -446,7 +485,9 @@ def _config(
     bt_dkv = max(1, (64 if head_dim <= 64 else 32) // gp)
     bn_dkv = 32
     return {
-        "warps_dkv": 8,
+        # 4 warps: the compressed backward took 5.5 ms instead of 7.8 with 8 at M7C 64k, 40.5 instead of
+        # 56.6 at the paper's shape at 32k (H200, bench/kernel_probe.py).
+        "warps_dkv": 4,
         "GP": gp,
         "GPF": gpf,
         "BTF": btf,
@@ -462,10 +503,19 @@ def _config(
         # dK/dV: each key tile's queries in SPLIT parts (partials summed in order by a second kernel):
         # without it tile 0 carried all T queries alone (the longest program bounded the kernel).
         "split_dkv": 8,
-        "W": max(16, _pow2(n_sel)),  # running top-n width (pass 2 of the forward): >= n
-        # 8 warps, but 4 on sm_80 for 16 heads a token: there 8 warps left ptxas at 128 registers and
-        # spilling 16 B at G 16 x D 64 (sm_90 spills with 4 instead, 32 B).
-        "warps_fwd": 4 if gpf >= 16 and arch < 90 else 8,
+        "W": max(16, _pow2(n_sel)),  # running top-n width of the selection kernel: >= n
+        # The selection kernel: its top-n merge is latency-bound, so fewer warps a program (more
+        # programs per SM) ran it faster on an H200 (bench/kernel_probe.py, 2026-11-26): M7C at 64k
+        # 39.1 / 20.2 / 13.3 ms with 8 / 4 / 2 warps (and 11.9 with 2 warps and 2 tokens a tile), the
+        # paper's shape at 32k 34.3 / 22.8 / 14.5. 2 warps only where ptxas keeps it unspilled
+        # (gpucheck --grid, triton 3.6 and 3.9): head_dim 64 with 16 heads a token, or 8 on sm_90;
+        # 2 spilled 4-200 B at G 1, 2, 6 on sm_80 and at head_dim > 64 (G 16 x D 128 too, 8 B), so 4 there.
+        "warps_sel": 2 if head_dim <= 64 and (gpf >= 16 or (arch >= 90 and gpf == 8)) else 4,
+        "bt_sel": 2 if head_dim <= 64 and arch >= 90 and gpf == 8 else btf,
+        # The attention forward: flash tiles of (token, head) rows as dQ's, BN keys a step.
+        "bm_fwd": 128 if head_dim <= 64 else 64,
+        "bn_fwd": 64 if head_dim <= 64 else 32,
+        "warps_fwd": 4,
     }
 
 
@@ -510,11 +560,16 @@ def _fwd(
     idx = torch.empty(B, Hkv, T, k, dtype=torch.int64, device=q.device)
     valid = torch.empty(B, Hkv, T, k, dtype=torch.bool, device=q.device)
     ns = -(-T // sel_block)
-    _cmp_fwd[(triton.cdiv(T, c["BTF"]), B * Hkv)](
-        q, kc, vc, out, lse, idx, valid, T, nc, ns, k, scale * _LOG2E,
-        G=G, GP=c["GPF"], D=D, DP=c["DP"], BT=c["BTF"], BJ=c["BJ"], RP=c["RP"], W=c["W"],
-        L=block_len, S=block_stride, LS=sel_block, PREC=_prec(q.dtype),
+    prec = _prec(q.dtype)
+    _cmp_fwd[(triton.cdiv(T * G, c["bm_fwd"]), B * Hkv)](
+        q, kc, vc, out, lse, T, nc, scale * _LOG2E,
+        G=G, D=D, DP=c["DP"], BM=c["bm_fwd"], BN=c["bn_fwd"], L=block_len, S=block_stride, PREC=prec,
         num_warps=c["warps_fwd"], num_stages=2,
+    )  # fmt: skip
+    _cmp_select[(triton.cdiv(T, c["bt_sel"]), B * Hkv)](
+        q, kc, lse, idx, valid, T, nc, ns, k, scale * _LOG2E,
+        G=G, GP=c["GPF"], D=D, DP=c["DP"], BT=c["bt_sel"], BJ=c["BJ"], RP=c["RP"], W=c["W"],
+        L=block_len, S=block_stride, LS=sel_block, PREC=prec, num_warps=c["warps_sel"], num_stages=2,
     )  # fmt: skip
     return out, idx, valid, lse
 
@@ -619,7 +674,7 @@ def compressed_attention_and_selection(
 
 
 def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
-    """The four kernels as launched for `shape` on sm_`arch` (the forward's warps depend on the arch)."""
+    """The five kernels as launched for `shape` on sm_`arch`."""
     dt = shape.dtype
     c = _config(
         shape.group, shape.head_dim, shape.n_sel, shape.block_len, shape.block_stride, shape.sel_block, arch
@@ -635,13 +690,19 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         "PREC": prec,
     }
     fwd_sig = {
-        "Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "Out": f"*{dt}", "LSE": "*fp32", "IDX": "*i64",
-        "VALID": "*i1", "T": "i32", "NC": "i32", "NS": "i32", "K_SEL": "i32", "qk_scale": "fp32",
+        "Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "Out": f"*{dt}", "LSE": "*fp32", "T": "i32", "NC": "i32",
+        "qk_scale": "fp32",
     }  # fmt: skip
-    fwd_const = {
+    fwd_const = {k: geo[k] for k in ("G", "D", "DP", "L", "S", "PREC")}
+    fwd_const.update(BM=c["bm_fwd"], BN=c["bn_fwd"])
+    sel_sig = {
+        "Q": f"*{dt}", "K": f"*{dt}", "LSE": "*fp32", "IDX": "*i64", "VALID": "*i1", "T": "i32", "NC": "i32",
+        "NS": "i32", "K_SEL": "i32", "qk_scale": "fp32",
+    }  # fmt: skip
+    sel_const = {
         **geo,
         "GP": c["GPF"],
-        "BT": c["BTF"],
+        "BT": c["bt_sel"],
         "BJ": c["BJ"],
         "RP": c["RP"],
         "W": c["W"],
@@ -660,6 +721,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     sum_const = {"D": shape.head_dim, "DP": c["DP"], "BN": c["bn_dkv"], **split}
     specs = [
         ("compressed_fwd", _cmp_fwd, fwd_sig, fwd_const, c["warps_fwd"], 2),
+        ("compressed_select", _cmp_select, sel_sig, sel_const, c["warps_sel"], 2),
         ("compressed_bwd_dq", _cmp_bwd_dq, dq_sig, {**geo, "BT": c["BT"], "BN": c["bn_bwd"]}, c["warps"], 2),
         (
             "compressed_bwd_dkv", _cmp_bwd_dkv, dkv_sig, {**geo, "BT": c["bt_dkv"], "BN": c["bn_dkv"], **split},

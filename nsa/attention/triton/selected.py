@@ -160,11 +160,18 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
     GP: head rows padded to a tile (tl.dot needs >= 16); TP/RP: tokens and rows of a token tile
     (selected_query.py); BK/BN: keys per step (a selection block in
     steps of <= 64); BR: (pair, head) rows per step of the dK/dV kernel. The dK/dV kernel holds two
-    fp32 [BN, D] accumulators: 8 warps, no software pipelining, and at head_dim 128 half the rows
-    (with 2 stages, or 64 rows at head_dim 128, ptxas spilled on sm_90). dQ runs unpipelined too.
+    fp32 [BN, D] accumulators: 4 warps (on an H200 its forward+backward took 15.2 ms instead of
+    17.6 with 8 at M7C, 85 instead of 103 at G 16 x D 128: bench/kernel_probe.py; ptxas: 214-255
+    registers, no spill), no software pipelining, and at head_dim 128 half the rows (with 2 stages,
+    or 64 rows at head_dim 128, ptxas spilled on sm_90). dQ runs unpipelined too.
     """
     DP = _p2(D)
     TP = tokens_per_program(G)
+    if DP <= 64 and 5 <= G <= 8:
+        # 4x the tokens (at G = 6: 8 tokens, 48 of 64 rows): on an H200 the selected forward+backward
+        # took 12.9 ms instead of 15.2 at M7C 8k (bench/kernel_probe.py); its steps are latency-bound,
+        # so a fuller tile costs little more than a 16-row one. At G 16 x D 128 it was slower (90 vs 85).
+        TP *= 4
     return {
         "GP": _p2(G),
         "DP": DP,
@@ -175,7 +182,7 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
         "BN": min(key_tile, _p2(LP)),
         "BR": 32 if DP > 64 else 64,
         "warps_q": 4,
-        "warps_kv": 8,
+        "warps_kv": 4,
         "stages_kv": 1,
         "warps_red": 8,
         "stages": 2,
@@ -183,7 +190,7 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
         # G 6 x D 96; gpucheck --grid, triton 3.9); its K/V loads sit behind a branch per entry and are
         # not pipelined anyway.
         "stages_tok": 2 if DP <= 64 else 1,
-        "warps_tok": 4 if DP <= 64 else 8,
+        "warps_tok": 4 if DP <= 64 else 2,
         # dQ holds the fp32 dq accumulator beside the forward's state: with 2 stages ptxas spilled
         # 4 bytes on sm_90 (gpucheck, --regAllocOptLevel=2).
         "stages_dq": 1,

@@ -33,10 +33,10 @@ def test_calibration_rows_have_the_issue_schema_and_stay_within_30_percent() -> 
         assert abs(r["error"]) <= 0.30, r
 
 
-def test_prediction_rows_cover_both_gpus_and_shapes_with_the_issue_keys() -> None:
+def test_prediction_rows_cover_the_gpus_and_shapes_with_the_issue_keys() -> None:
     rows = m.prediction_rows([8192, 32768, 65536])
     assert {(r["gpu"], r["shape"]) for r in rows} == {
-        (g, s) for g in ("A100", "H100") for s in ("m7c", "paper")
+        (g, s) for g in ("A100", "H100", "H200") for s in ("m7c", "paper")
     }
     for r in rows:
         assert list(r) == ["prediction", "gpu", "shape", "T", "fwd", "bwd", "fwd_bwd"]
@@ -119,3 +119,45 @@ def test_union_ratio_is_what_the_token_tiles_count_on_random_tables() -> None:
         TP = m._tokens_per_tile(G)
         assert counted["tokens_per_program"] == TP
         assert counted["ratio"] == pytest.approx(m._union_ratio(T, shape, TP), abs=0.01)
+
+
+def test_short_t_counts_match_the_kernels_own_rule() -> None:
+    """The counts the first GPU run showed short at 2k: the token tiles' steps (a token below 16 blocks
+    lists fewer than n - 3 non-forced blocks) and the key-major dK/dV's rows (valid pairs only, min(n,
+    t//l' + 1) a token), against selected_query.key_steps and top_blocks' valid entries."""
+    torch = pytest.importorskip("torch")
+    from nsa.attention.selection import top_blocks
+    from nsa.attention.triton.selected_query import key_steps
+
+    T, lp, n = 2048, 64, 16
+    shape = m.SHAPES["m7c"]
+    g = torch.Generator().manual_seed(1)
+    idx, valid = top_blocks(torch.rand(1, 1, T, -(-T // lp), generator=g), torch.arange(T), lp, n)
+    counted = key_steps(idx, valid, lp, shape.G)
+    assert m._sel_steps(T, shape, 1) == counted["steps_one_token"] < (n - 3) * T * 0.75
+    assert m._sel_steps(T, shape, 2) == pytest.approx(counted["steps_tiles"], rel=0.02)
+    assert m._valid_pairs(T, shape) == int(valid.sum()) < n * T * 0.8
+    dkdv = next(k for k in m.ours(T, shape) if k.name == "sel_bwd_dkdv")
+    BH = shape.B * shape.Hkv
+    assert dkdv.useful == pytest.approx(4 * 2 * BH * int(valid.sum()) * shape.G * lp * shape.D)
+    assert "q_grad_sum" in {k.name for k in m.ours(T, shape)}  # autograd's sum over the 3 branches
+
+
+def test_the_compressed_forward_is_two_kernels_at_the_shipped_warps() -> None:
+    """Since 45bc233: the flash attention (QK + PV over unpadded rows) and the selection (QK only,
+    at the warps compressed.py ships for the GPU); the fused kernel only where a build asks for it."""
+    shape = m.SHAPES["m7c"]
+    kinds = {g: {k.name: k.kind for k in m.ours_on(32768, shape, m.GPUS[g])} for g in ("A100", "H100")}
+    assert kinds["H100"]["cmp_fwd"] == "cmp_attn@64" and kinds["H100"]["cmp_select"] == "cmp_sel@w2"
+    assert kinds["A100"]["cmp_select"] == "cmp_sel@w4"  # 2 warps spilled on sm_80 at G = 6
+    assert kinds["H100"]["sel_bwd_dkdv"] == "sel_dkdv@64" and "cmp_fwd_topn" not in kinds["H100"]
+    ks = {k.name: k for k in m.ours(32768, shape)}
+    assert ks["cmp_fwd"].flops / ks["cmp_fwd"].useful < 1.1  # no padded heads in the attention
+    assert ks["cmp_select"].useful * 2 == pytest.approx(ks["cmp_fwd"].useful)
+    fused = {k.name: k.kind for k in m.ours(32768, shape, **m.WHAT_IF["before_split"])}
+    assert (fused["cmp_fwd"], fused["cmp_fwd_topn"], fused["sel_bwd_dkdv"]) == ("cmp_fused@64", "cmp_topn",
+                                                                                "sel_dkdv_w8@64")  # fmt: skip
+    assert "cmp_select" not in {k.name for k in m.ours(32768, shape, selection_free=True)}
+    h100 = m.GPUS["H100"]
+    w2, w4 = (m.total(m.ours(65536, shape, warps_sel=w), h100) for w in (2, 4))
+    assert w2 < w4

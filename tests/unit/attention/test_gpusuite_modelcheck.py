@@ -4,6 +4,9 @@ times, then perturbed, so each comparison has a known answer)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from nsa.attention.gpusuite import modelcheck
@@ -75,3 +78,88 @@ def test_gpus_without_figures_are_reported_not_guessed() -> None:
         assert "no figures" in out["skipped"] and name in out["skipped"]
     assert modelcheck.compare(_record(), "NVIDIA H200", GEO)["gpu_model"] == "H200"
     assert modelcheck.compare(_record(), "NVIDIA A100-SXM4-80GB", GEO)["gpu_model"] == "A100"
+
+
+FIRST_RUN = Path(__file__).resolve().parents[3] / "bench" / "gpu" / "2026-11-26-h100-speed.json"
+H200_RUN = FIRST_RUN.with_name("2026-11-26-h200-speed-after.json")
+BUILDS = modelcheck.load_model().RUN_BUILDS  # the kernels each committed run measured
+# Families the corrected model leaves more than 30 % off on the first H100 run, and why.
+KNOWN_OFF = {
+    "_sel_bwd_reduce": "0.04-0.09 ms, 0.1 % of the layer: memory-bound with a serial tail the model does "
+    "not price (block 0's program sums all its segment partials alone: 32 at 64k); off at 2k and 64k",
+}
+
+
+def test_the_corrected_model_reproduces_the_first_h100_run_within_30_percent() -> None:
+    """Issue 20, item 5: the model as modelcheck uses it (the suite's comparison) against the committed
+    measurement: every kernel family of every record within 30 % except KNOWN_OFF, and the whole NSA
+    core and SDPA flash (fwd, fwd+bwd) within 30 % everywhere. The model before this fit: 62 of 170."""
+    doc = json.loads(FIRST_RUN.read_text())
+    gpu = doc["sections"]["env"]["gpu"]
+    recs = doc["sections"]["speed"]["records"]
+    assert len(recs) == 10 and {r["shape"] for r in recs} == {"m7c", "paper_G16_D128"}
+    off: dict[str, list] = {}
+    compared = 0
+    for rec in recs:
+        out = modelcheck.compare(rec, gpu, GEO, build=BUILDS[FIRST_RUN.name])
+        assert out["gpu_model"] == "H100"
+        assert len(out["families"]) == 14  # every triton family of the core (the fused _cmp_fwd)
+        compared += out["compared"]
+        for name in out["off_by_more_than_30pct"]:
+            off.setdefault(name, []).append(rec["T"])
+        for key in ("nsa_fwd_bwd_ms", "flash_fwd_ms", "flash_fwd_bwd_ms"):
+            assert abs(out[key]["measured_over_predicted"] - 1) <= modelcheck.TOLERANCE, (key, rec["T"])
+        ratio = out["nsa_over_flash"]
+        assert ratio["predicted"] == pytest.approx(ratio["measured"], rel=0.1)
+    assert set(off) <= set(KNOWN_OFF), off
+    assert compared == 170 and sum(map(len, off.values())) <= 2
+
+
+# Families the model leaves more than 30 % off on the H200 run of the split forward, and why.
+KNOWN_OFF_H200 = {
+    "_sel_bwd_reduce": "0.03-0.21 ms, 0.1 % of the layer: as on the H100, the serial tail (block 0's "
+    "program sums its 16-32 segment partials alone at 32k-64k) is not priced; the H200's faster HBM "
+    "shrinks the modelled DRAM time, not that tail (1.39x at M7C 32k, 2.0x at 64k, 1.48x paper 64k)",
+}
+
+
+def test_the_model_reproduces_the_h200_run_of_the_split_forward_within_30_percent() -> None:
+    """The split compressed forward (_cmp_fwd attention + _cmp_select at 4 warps, the H200 run):
+    every family of every record within 30 % except KNOWN_OFF_H200, the NSA core and SDPA flash
+    within 30 % everywhere and NSA/FA2 within 10 %. The prices: the H100's for the kernels that did
+    not change, the H200 fit for the three that did. Before this model: 143 of 170 (the fused
+    forward's prices on the new kernels)."""
+    doc = json.loads(H200_RUN.read_text())
+    gpu = doc["sections"]["env"]["gpu"]
+    recs = doc["sections"]["speed"]["records"]
+    assert len(recs) == 10 and gpu == "NVIDIA H200"
+    off: dict[str, list] = {}
+    compared = 0
+    for rec in recs:
+        out = modelcheck.compare(rec, gpu, GEO, build=BUILDS[H200_RUN.name])
+        assert out["gpu_model"] == "H200"
+        fams = {f["family"] for f in out["families"]}
+        assert len(fams) == 15 and {"_cmp_fwd", "_cmp_select"} <= fams  # the two forward kernels apart
+        compared += out["compared"]
+        for name in out["off_by_more_than_30pct"]:
+            off.setdefault(name, []).append((rec["shape"], rec["T"]))
+        for key in ("nsa_fwd_bwd_ms", "flash_fwd_ms", "flash_fwd_bwd_ms"):
+            assert abs(out[key]["measured_over_predicted"] - 1) <= modelcheck.TOLERANCE, (key, rec["T"])
+        ratio = out["nsa_over_flash"]
+        assert ratio["predicted"] == pytest.approx(ratio["measured"], rel=0.1)
+    assert set(off) <= set(KNOWN_OFF_H200), off
+    assert compared == 180 and sum(map(len, off.values())) <= 3
+
+
+def test_the_shipped_build_is_compared_unless_a_run_names_its_own() -> None:
+    """Without `build`, compare() models the kernels the code ships: at sm_90 the selection at 2
+    warps, so the H200 run's 4-warp selection reads as slower than predicted by 1 / SEL_WARPS[2]."""
+    m = modelcheck.load_model()
+    rec = json.loads(H200_RUN.read_text())["sections"]["speed"]["records"][4]  # M7C 64k
+    ships = {f["family"]: f for f in modelcheck.compare(rec, "NVIDIA H200", GEO)["families"]}
+    ran = {
+        f["family"]: f for f in modelcheck.compare(rec, "NVIDIA H200", GEO, BUILDS[H200_RUN.name])["families"]
+    }
+    ratio = ran["_cmp_select"]["predicted_ms"] / ships["_cmp_select"]["predicted_ms"]
+    assert ratio == pytest.approx(1 / m.SEL_WARPS[2], rel=0.01)
+    assert ran["_window_fwd"] == ships["_window_fwd"]

@@ -32,7 +32,7 @@ def test_interpret_rehearsal_writes_sections_a_to_c(tmp_path) -> None:
                          text=True, timeout=880)  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     doc = json.loads((tmp_path / "s" / "suite.json").read_text())
-    assert doc["schema"] == 1 and doc["mode"] == "interpret" and doc["ok"] is True
+    assert doc["schema"] == 2 and doc["mode"] == "interpret" and doc["ok"] is True
     assert list(doc["sections"]) == ["env", "numerics", "determinism"]
     env, num, det = (doc["sections"][k] for k in ("env", "numerics", "determinism"))
     assert env["ok"] and env["triton"] and env["torch"]
@@ -45,6 +45,14 @@ def test_interpret_rehearsal_writes_sections_a_to_c(tmp_path) -> None:
     module = next(r for r in num["records"] if r["kernel"] == "NSAAttention")
     assert module["params_checked"] >= 10  # projections, gates and the compression MLP
     assert det["ok"] and det["differing"] == []
+    # Each item is timed (what the budget's estimates are tuned from), none skipped; the figures are
+    # rounded (the first GPU run's RoPE / gate-mix records carried 16 digits); the commit is named.
+    assert [i["item"] for i in num["items"]] == ["G2 D32 T40 bf16", "NSAAttention", "G2 D32 T40 fp16"]
+    assert num["skipped_for_time"] == [] and all(i["seconds"] >= 0 for i in num["items"])
+    floats = [v for r in num["records"] for part in r.values() if isinstance(part, dict)
+              for v in part.values() if isinstance(v, float)]  # fmt: skip
+    assert floats and all(v == round(v, 6) for v in floats)
+    assert env["git_commit"] and doc["command"].startswith("python -m nsa.attention.gpusuite ")
     assert "numerics" in out.stdout and "PASSED" in out.stdout
 
 

@@ -1,0 +1,282 @@
+"""Fits the cost model's prices of our kernel kinds (bench/attention_model.py, H100_COST and
+H200_COST) to a GPU suite's speed records, and checks the model against them.
+
+Owns the re-fit of issue 20, item 5: for each kernel family the suite profiles (modelcheck.FAMILIES),
+the model's kernels of that family at each record's shape and T give the counts a price applies to
+(issued MMA FLOPs, programs, loop steps, token-steps, gathered bytes: Kernel.work); a non-negative
+least-squares fit in relative error gives each kind the few terms FIT_TERMS names (1 / efficiency,
+SM cycles per count). SDPA flash (the baseline) is fitted the same way from its forward and
+forward+backward times. A committed run is modelled with the kernels it measured (the model's
+RUN_BUILDS, by file name); any other file with the kernels the code ships. The selection kernel's
+cycles are fitted as its 4-warp price (each record's counts scaled by SEL_WARPS of its warps);
+`--probe` prints those factors from a bench/kernel_probe.py run. It imports nothing from torch; it
+asserts nothing.
+
+Prints JSON lines: one "fit" row per kind (the terms, as the COST tables hold them: `eff` and
+cycles), then one "check" row per (record, family) with the measured time and the time the model
+as it stands predicts; with --probe, one "warps_factor" row per warp count.
+
+  .venv/bin/python bench/attention_fit.py bench/gpu/2026-11-26-h100-speed.json
+  .venv/bin/python bench/attention_fit.py bench/gpu/2026-11-26-h200-speed-after.json \
+      --probe bench/gpu/2026-11-26-h200-probe-after.jsonl
+  .venv/bin/python bench/attention_fit.py NEW-suite.json --families _cmp_select   # one family only
+
+After a kernel is rewritten, mirror its new structure in the model (`ours`, its work counts), run
+the suite, run this on the new suite.json, and copy the "fit" rows of its kinds into the COST table
+of that run's GPU (docs/attention.md "Time budget").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import attention_model as m
+
+# What each kind's price is made of (the physical reason is in docs/attention.md, "Time budget"):
+# "eff" a fraction of the tensor-core peak; the others SM cycles per count of Kernel.work.
+FIT_TERMS: dict[str, tuple[str, ...]] = {
+    "cmp_fused": ("programs", "steps"),  # before 45bc233: per tile; per key step of either pass
+    "cmp_topn": ("token_steps",),  # its rank merge, per token per pass-2 step
+    "cmp_attn@64": ("eff", "programs"),  # the flash attention _cmp_fwd since 45bc233
+    "cmp_attn@128": ("eff", "programs"),
+    "cmp_sel": ("programs", "token_steps"),  # _cmp_select: per program; per token per key tile
+    "cmp_dq@64": ("eff", "programs"),
+    "cmp_dq@128": ("eff", "programs"),
+    "cmp_dkv": ("eff",),
+    "forced_fwd": ("eff",),
+    "forced_dq": ("eff",),
+    "tok_fwd": ("gather_bytes",),
+    "tok_dq": ("gather_bytes",),
+    "sel_dkdv": ("eff",),  # 4 warps (since 4e22175)
+    "sel_dkdv_w8": ("eff",),  # 8 warps (the first H100 run)
+    "win_fwd@64": ("eff",),
+    "win_fwd@128": ("eff",),
+    "win_dq": ("eff",),
+    "win_dkdv": ("eff",),
+    "sdpa_fwd": ("eff", "programs"),
+    "sdpa_bwd": ("eff", "programs"),
+}
+
+
+def fit_key(kind: str) -> str:
+    """The FIT_TERMS entry a kernel kind is priced by (a config-specific one, else the shared one)."""
+    return kind if kind in FIT_TERMS else kind.split("@")[0]
+
+
+def family_of(kernel_name: str) -> str | None:
+    from nsa.attention.gpusuite import modelcheck
+
+    return modelcheck.FAMILIES.get(kernel_name)
+
+
+class BadInput(ValueError):
+    """A suite.json this script cannot use (the message names the file, the key and the fix)."""
+
+
+def records(paths: list[str]) -> list[dict]:
+    """The speed records with a kernel profile of every file (scripts/gpu-suite.sh's suite.json),
+    each with `build`: the model's flags for the kernels that file measured (RUN_BUILDS)."""
+    out = []
+    for p in paths:
+        try:
+            doc = json.loads(Path(p).read_text())
+        except (OSError, ValueError) as e:
+            raise BadInput(
+                f"{p}: not a readable JSON file ({e}); pass a suite.json (bench/gpu/*.json)"
+            ) from e
+        speed = (doc.get("sections") or {}).get("speed") if isinstance(doc, dict) else None
+        if not isinstance(speed, dict) or not isinstance(speed.get("records"), list):
+            raise BadInput(
+                f"{p}: no sections.speed.records; pass the suite.json of a run with the speed section"
+            )
+        build = m.RUN_BUILDS.get(Path(p).name, {})
+        out += [
+            {**r, "build": build} for r in speed["records"] if "nsa_kernels" in r and "sdpa_flash_fwd_ms" in r
+        ]
+    if not out:
+        raise BadInput(f"{', '.join(paths)}: no speed record with nsa_kernels and sdpa_flash_fwd_ms to fit")
+    return out
+
+
+def measured_families(rec: dict) -> dict[str, float]:
+    """Measured ms per family (profiler rows summed by the longest matching prefix, as modelcheck)."""
+    from nsa.attention.gpusuite import modelcheck
+
+    prefixes = sorted(set(modelcheck.FAMILIES.values()))
+    out: dict[str, float] = {}
+    for row in rec["nsa_kernels"]:
+        fam = next((p for p in prefixes if modelcheck._prefix_match(row["kernel"], p, prefixes)), None)
+        if fam is not None:
+            out[fam] = out.get(fam, 0.0) + row["ms"]
+    out["sdpa_fwd"] = rec["sdpa_flash_fwd_ms"]
+    out["sdpa_bwd"] = rec["sdpa_flash_fwd_bwd_ms"] - rec["sdpa_flash_fwd_ms"]
+    return out
+
+
+def gpu_of(path: str) -> str:
+    """The model's GPU entry for the GPU a suite.json ran on (its env section)."""
+    from nsa.attention.gpusuite import modelcheck
+
+    name = ((json.loads(Path(path).read_text()).get("sections") or {}).get("env") or {}).get("gpu", "")
+    key = modelcheck.gpu_key(name, m)
+    if key is None:
+        raise BadInput(f"{path}: sections.env.gpu {name!r} is not a GPU the model knows; pass --gpu")
+    return key
+
+
+def shape_of(rec: dict, geometry: dict | None = None) -> m.Shape:
+    g = geometry or {"block_len": 32, "block_stride": 16, "sel_block": 64, "n_sel": 16, "window": 512}
+    return m.Shape(rec["shape"], rec["B"], rec["H"], rec["Hkv"], rec["D"], g["block_len"],
+                   g["block_stride"], g["sel_block"], g["n_sel"], g["window"])  # fmt: skip
+
+
+def model_families(rec: dict, gpu: m.Gpu) -> dict[str, list[m.Kernel]]:
+    """The model's kernels of each measured family for one record (SDPA as two pseudo-families)."""
+    s = shape_of(rec)
+    out: dict[str, list[m.Kernel]] = {}
+    for k in m.ours(rec["T"], s, cc=gpu.cc, **rec.get("build", {})):
+        fam = family_of(k.name)
+        if fam:
+            out.setdefault(fam, []).append(k)
+    fa = m.flash2(rec["T"], s)
+    out["sdpa_fwd"], out["sdpa_bwd"] = [fa[0]], [fa[1]]
+    return out
+
+
+def _feature(k: m.Kernel, term: str, gpu: m.Gpu) -> float:
+    if term == "eff":
+        return k.flops / gpu.peak
+    return k.work.get(term, 0.0) * m.warps_factor(k.kind) / (gpu.sms * gpu.clock)
+
+
+def _nnls(rows: list[list[float]], y: list[float]) -> list[float]:
+    """min sum (A x - y)^2, x >= 0, for a handful of columns: normal equations on the active set."""
+    n = len(rows[0])
+    active = list(range(n))
+    while True:
+        x = [0.0] * n
+        if active:
+            a = [[sum(r[i] * r[j] for r in rows) for j in active] for i in active]
+            b = [sum(r[i] * yy for r, yy in zip(rows, y)) for i in active]
+            sol = _solve(a, b)
+            for i, v in zip(active, sol):
+                x[i] = v
+        neg = [i for i in active if x[i] < 0]
+        if not neg:
+            return x
+        active.remove(min(neg, key=lambda i: x[i]))
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float]:
+    n = len(b)
+    M = [[*row, bb] for row, bb in zip(a, b)]
+    for c in range(n):
+        p = max(range(c, n), key=lambda r: abs(M[r][c]))
+        M[c], M[p] = M[p], M[c]
+        if M[c][c] == 0:
+            continue
+        for r in range(n):
+            if r != c:
+                f = M[r][c] / M[c][c]
+                M[r] = [x - f * y for x, y in zip(M[r], M[c])]
+    return [M[i][n] / M[i][i] if M[i][i] else 0.0 for i in range(n)]
+
+
+def fit(recs: list[dict], gpu_name: str = "H100", families: list[str] | None = None) -> dict[str, dict]:
+    """{kind: {"eff": ..., cycles terms ...}} fitted per family on `recs` (relative least squares)."""
+    gpu = m.GPUS[gpu_name]
+    meas = [measured_families(r) for r in recs]
+    mods = [model_families(r, gpu) for r in recs]
+    fams = families or sorted({f for mm in mods for f in mm})
+    out: dict[str, dict] = {}
+    for fam in fams:
+        cols: list[tuple[str, str]] = []
+        for mm in mods:
+            for k in mm.get(fam, []):
+                key = fit_key(k.kind)
+                cols += [(key, t) for t in FIT_TERMS.get(key, ()) if (key, t) not in cols]
+        if not cols:
+            continue
+        A, y = [], []
+        for ms, mm in zip(meas, mods):
+            if fam not in ms or fam not in mm:
+                continue
+            row = [0.0] * len(cols)
+            for k in mm[fam]:
+                key = fit_key(k.kind)
+                for i, (ck, t) in enumerate(cols):
+                    if ck == key:
+                        row[i] += _feature(k, t, gpu)
+            target = ms[fam] * 1e-3 - sum(k.launches for k in mm[fam]) * m.LAUNCH_S
+            A.append([v / (ms[fam] * 1e-3) for v in row])  # relative error: each row scaled by 1/measured
+            y.append(target / (ms[fam] * 1e-3))
+        x = _nnls(A, y)
+        for (key, t), v in zip(cols, x):
+            out.setdefault(key, {})[t] = (1 / v if v else None) if t == "eff" else v
+    return out
+
+
+def check_rows(recs: list[dict], gpu_name: str = "H100") -> list[dict]:
+    """Measured vs the model as it stands (the COST tables), per record and family."""
+    gpu = m.GPUS[gpu_name]
+    rows = []
+    for r in recs:
+        meas, mods = measured_families(r), model_families(r, gpu)
+        for fam in sorted(meas):
+            if fam not in mods:
+                continue
+            pred = sum(k.time(gpu) for k in mods[fam]) * 1e3
+            rows.append({
+                "check": fam, "shape": r["shape"], "T": r["T"], "measured_ms": round(meas[fam], 3),
+                "model_ms": round(pred, 3), "measured_over_model": round(meas[fam] / pred, 3),
+            })  # fmt: skip
+    return rows
+
+
+def warps_factors(path: str) -> dict[int, dict]:
+    """The selection kernel's time at each warp count over its time at the probe's default (4 warps),
+    per probed shape and their geometric mean (bench/kernel_probe.py's jsonl: `select` variants)."""
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    sel = [r for r in rows if r.get("variant", {}).get("kernel") == "select"]
+    base = {(r["shape"], r["T"]): r["ms"] for r in sel if set(r["variant"]) == {"kernel"}}
+    out: dict[int, dict] = {}
+    for r in sel:
+        if set(r["variant"]) == {"kernel", "warps_sel"} and (r["shape"], r["T"]) in base:
+            ratios = out.setdefault(r["variant"]["warps_sel"], {"ratios": {}})["ratios"]
+            ratios[f"{r['shape']} T{r['T']}"] = round(r["ms"] / base[(r["shape"], r["T"])], 3)
+    for f in out.values():
+        vals = list(f["ratios"].values())
+        f["mean"] = round(math.prod(vals) ** (1 / len(vals)), 3)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("suite_json", nargs="+", help="suite.json files with a speed section (bench/gpu/)")
+    ap.add_argument("--families", nargs="+", help="fit only these families (e.g. _cmp_fwd)")
+    ap.add_argument("--gpu", choices=sorted(m.GPUS), help="the model's GPU (default: the first file's env)")
+    ap.add_argument("--probe", help="a bench/kernel_probe.py jsonl: print the selection's warps factors")
+    args = ap.parse_args()
+    try:
+        recs = records(args.suite_json)
+        args.gpu = args.gpu or gpu_of(args.suite_json[0])
+    except BadInput as e:
+        print(f"bench/attention_fit.py: {e}", file=sys.stderr)
+        sys.exit(2)
+    if args.probe:
+        for warps, f in sorted(warps_factors(args.probe).items()):
+            print(json.dumps({"warps_factor": warps, **f, "stored": m.SEL_WARPS.get(warps)}))
+    for kind, terms in sorted(fit(recs, args.gpu, args.families).items()):
+        print(json.dumps({"fit": kind, **{t: (round(v, 4) if v else v) for t, v in terms.items()}}))
+    for row in check_rows(recs, args.gpu):
+        if not args.families or row["check"] in args.families:
+            print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""The GPU suite's clock: the budget of each mode, the sections' shares of it, and the time each item
+is expected to take.
+
+Owns `Suite` (the suite.json being written, and the clock), `BUDGET` / `SHARE`, `Item` and `Items`
+(a section's items run in order while each one's estimate fits in what is left of the section; the
+rest are listed in `skipped_for_time`, each one run is timed beside its estimate), and the estimates,
+taken from the seconds the first GPU run measured (H100, triton 3.6, 2026-11-26; bench/gpu/,
+docs/gpu-suite.md "Time budget"). It runs nothing on a GPU and imports no torch, so the budget of
+every mode is checked on CPU (tests/unit/attention/test_gpusuite_budget.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA = 2
+SECTIONS = ("env", "numerics", "determinism", "sanitizer", "speed", "train")
+LETTER = dict(zip(SECTIONS, "abcdef"))
+# Wall-clock budgets (seconds) of the whole run, per mode (the issue's 8 min / 3 min on one H100).
+BUDGET = {"full": 480.0, "quick": 180.0, "interpret": 600.0}
+# Weights, not fixed slices: a section starting gets what is left of the budget x its share / the
+# shares of the chosen sections still to run (itself included). So what one section leaves unused
+# goes to those after it, and `--only` runs split the whole budget among themselves. Set from the
+# first GPU run (H100, --quick: env 0.3 s, numerics 27.1 s for 2 of 4 shapes, determinism 0.1 s,
+# train 52.3 s for the compiled pair; the full speed grid 72.6 s) and the estimates below: --quick
+# expects numerics ~46 s, speed ~18 s, train ~80 s (docs/gpu-suite.md "Time budget").
+# --quick leaves the sanitizer out (never measured; estimated at a minute) for the training runs.
+SHARE = {
+    "full": {"env": 0.01, "numerics": 0.44, "determinism": 0.01, "sanitizer": 0.13, "speed": 0.17, "train": 0.24},
+    "quick": {"env": 0.01, "numerics": 0.33, "determinism": 0.01, "sanitizer": 0.0, "speed": 0.2, "train": 0.45},
+}  # fmt: skip
+
+# ----------------------------------------------------------------------------------- estimates
+# Numerics, per (G, D, T, dtype) item: its first (G, D, dtype) compiles the ~17 triton kernels cold
+# (the first run's two such items at T 1k and the NSAAttention check took 27.1 s together), then the
+# kernels and their float64 reference cost ~1 s at 1k, growing with T^2 (the exact scores).
+NUMERICS_COMPILE_S = 12.0
+NUMERICS_MODULE_S = 2.0
+# Speed, per (shape, T) record: making the inputs (B*T = 64k tokens, on the CPU's generator) and
+# compiling, then `iters + 4` rounds of NSA fwd, fwd+bwd and both SDPA backends' fwd, fwd+bwd
+# (warm-up, timed, the profiled pass, SDPA's probe). Round seconds = a + b * T / 64k, fitted to the
+# first run's medians (m7c 0.032 s at 2k .. 0.31 s at 64k; paper 0.23 .. 2.1 s): the full grid
+# estimates 79 s against the 72.6 s it took.
+SPEED_SETUP_S = {"m7c": 2.0, "paper_G16_D128": 4.5}
+SPEED_ROUND_S = {"m7c": (0.024, 0.28), "paper_G16_D128": (0.17, 1.93)}
+# Training, per run: a fresh process (imports, model, data), then torch.compile's first step (the
+# first run: 19.9 s of each compiled run's 24.9 s; 26.1 s a run with the process), or the eager
+# first step (triton's kernels come from the disk cache numerics filled: not measured yet), then the
+# steps: 88 ms (NSA) / 37 ms (dense) at 16k tokens compiled; 64k tokens of NSA with every block
+# recomputed, ~1.7 s of attention core (12 layers x 80 + 57 ms, speed at 64k) + the rest ~3 s.
+TRAIN_START_S = {True: 25.0, False: 12.0}  # compiled?
+TRAIN_STEP_S = {16384: 0.25, 65536: 3.0}  # tokens per step -> seconds (eager upper end)
+SANITIZER_TOOL_S = 30.0  # each of memcheck / racecheck over smoke.py: not measured yet
+ONE_ITEM_S = {"env": 0.3, "determinism": 0.1}  # the sections that are one item: the first run's seconds
+
+
+def numerics_estimate(first_of_its_kernels: bool, T: int) -> float:
+    return (NUMERICS_COMPILE_S if first_of_its_kernels else 0.0) + 1.0 + 2.0 * (T / 8192) ** 2
+
+
+def speed_estimate(shape: str, T: int, iters: int) -> float:
+    a, b = SPEED_ROUND_S[shape]
+    return SPEED_SETUP_S[shape] + (iters + 4) * (a + b * T / 65536)
+
+
+def train_estimate(compiled: bool, tokens_per_step: int, steps: int) -> float:
+    step = TRAIN_STEP_S.get(tokens_per_step, TRAIN_STEP_S[65536] * tokens_per_step / 65536)
+    return TRAIN_START_S[compiled] + steps * step
+
+
+# --------------------------------------------------------------------------------------- clock
+class Suite:
+    """The JSON document being written (to out_dir; None: nowhere), and the clock (a callable
+    returning seconds: `simulate` and the tests pass their own)."""
+
+    def __init__(self, out_dir: Path | None, mode: str, budget: float, sections: tuple[str, ...] = SECTIONS,
+                 clock: Callable[[], float] = time.monotonic, command: str | None = None) -> None:  # fmt: skip
+        self.out_dir, self.mode, self.clock = out_dir, mode, clock
+        self.t0 = clock()
+        self.budget = budget
+        self.section_end = self.t0 + budget
+        self.pending = [s for s in SECTIONS if s in sections]
+        self.doc: dict = {
+            "schema": SCHEMA,
+            "mode": mode,
+            "command": command or shlex.join(["python", "-m", "nsa.attention.gpusuite", *sys.argv[1:]]),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "budget_s": budget,
+            "sections": {},
+        }
+        self.write()
+
+    def share(self, name: str) -> float:
+        return SHARE[self.mode][name] if self.mode in SHARE else 1.0
+
+    def left(self) -> float:
+        """Seconds left to the running section: its share of what is left, or less near the end."""
+        now = self.clock()
+        return min(self.budget - (now - self.t0), self.section_end - now)
+
+    def fits(self, estimate_s: float) -> bool:
+        return estimate_s <= self.left()
+
+    def start_section(self, name: str) -> float:
+        """Give `name` its share of what is left; return its seconds."""
+        weights = [self.share(s) for s in self.pending if s != name] + [self.share(name)]
+        self.pending = [s for s in self.pending if s != name]
+        now = self.clock()
+        total_left = self.budget - (now - self.t0)
+        if self.mode not in SHARE:  # CI's rehearsal: every section may use all that is left
+            allot = total_left
+        else:
+            allot = total_left * self.share(name) / sum(weights) if sum(weights) > 0 else 0.0
+        self.section_end = now + allot
+        return allot
+
+    def write(self) -> None:
+        if self.out_dir is None:  # a dry run (`simulate`) writes nothing
+            return
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.out_dir / "suite.json.tmp"
+        tmp.write_text(json.dumps(self.doc, indent=1, default=str) + "\n")
+        os.replace(tmp, self.out_dir / "suite.json")
+
+    def record(self, name: str, result: dict, seconds: float) -> None:
+        result = {"section": f"{LETTER[name]}) {name}", **result, "seconds": round(seconds, 1)}
+        self.doc["sections"][name] = result
+        self.doc["elapsed_s"] = round(self.clock() - self.t0, 1)
+        self.write()
+
+
+@dataclass
+class Item:
+    """One unit of a section's work: a label for the record, its expected seconds, what to run."""
+
+    label: str
+    estimate_s: float
+    spec: Any = None
+
+
+@dataclass
+class Items:
+    """Iterating yields the items whose estimate fits in what is left, in order; the others go to
+    `skipped`, and each item run is timed into `timing` (beside its estimate, for the next tuning)."""
+
+    suite: Suite
+    items: list[Item]
+    skipped: list[str] = field(default_factory=list)
+    timing: list[dict] = field(default_factory=list)
+
+    def __iter__(self) -> Iterator[Item]:
+        for it in self.items:
+            if not self.suite.fits(it.estimate_s):
+                self.skipped.append(it.label)
+                continue
+            t = self.suite.clock()
+            yield it
+            self.timing.append({"item": it.label, "estimate_s": round(it.estimate_s, 1),
+                                "seconds": round(self.suite.clock() - t, 1)})  # fmt: skip
+
+    def fields(self) -> dict:
+        return {"skipped_for_time": self.skipped, "items": self.timing}
+
+
+def all_skipped(res: dict) -> dict:
+    """A section that ran none of its items for lack of time is skipped (ok null), never failed."""
+    ran = res.get("items") or res.get("records")
+    if res.get("ok") is not None and res.get("skipped_for_time") and not ran:
+        n = len(res["skipped_for_time"])
+        return {**res, "ok": None, "skipped": f"time budget: all {n} item(s) skipped for time"}
+    return res
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def simulate(mode: str, budget: float, sections: tuple[str, ...], items_of: Callable[[str], list[Item]],
+             scale: float = 1.0) -> dict:  # fmt: skip
+    """A dry run: the real shares and `Items` on a clock that advances by each item's estimate x
+    scale, as a GPU run would if the estimates held. Per section: its allotment, the items it would
+    run and skip, its estimated seconds; and the run's. No GPU, nothing written."""
+    clock = _Clock()
+    suite = Suite(None, mode, budget, sections, clock=clock, command="simulate")
+    out: dict[str, Any] = {"mode": mode, "budget_s": budget, "scale": scale, "sections": {}}
+    for name in [s for s in SECTIONS if s in sections]:
+        t, allot = clock.t, suite.start_section(name)
+        if suite.share(name) == 0:
+            out["sections"][name] = {"skipped": f"not run by --{mode}"}
+            continue
+        items = Items(suite, items_of(name))
+        for it in items:
+            clock.t += it.estimate_s * scale
+        out["sections"][name] = {"allot_s": round(allot, 1), "estimate_s": round(clock.t - t, 1),
+                                 "ran": [i["item"] for i in items.timing], "skipped_for_time": items.skipped}  # fmt: skip
+    out["estimate_s"] = round(clock.t, 1)
+    return out

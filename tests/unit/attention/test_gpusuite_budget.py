@@ -1,0 +1,147 @@
+"""nsa/attention/gpusuite/budget.py: the GPU suite's clock. Each mode's real item lists (numerics
+shapes, speed cases, training runs) go through the real `Suite` / `Items` with a clock that advances
+by each item's estimate, as a GPU run would (`budget.simulate`, the suite's `--plan`); the estimates are pinned to the seconds the first H100
+run measured (bench/gpu/). And the CLI: a section whose every item was skipped for time is skipped
+(ok null), not FAILED (the first --quick run recorded its speed section as failed with 0 s spent);
+and `--plan`, the same dry run as JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nsa.attention.gpusuite import budget
+from nsa.attention.gpusuite.__main__ import main, section_items
+from nsa.attention.gpusuite.budget import SECTIONS, SHARE, Items, Suite
+from nsa.attention.gpusuite.checks import Plan, numerics_items
+from nsa.attention.gpusuite.gpu import speed_items
+from nsa.attention.gpusuite.training import train_runs
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def run_of(mode: str, scale: float = 1.0) -> dict:
+    """The dry run (`--plan`): every section's real items through the real Suite / Items."""
+    plan = Plan.for_mode(mode)
+    dry = budget.simulate(mode, budget.BUDGET[mode], SECTIONS, lambda n: section_items(plan, n), scale)
+    empty = {"ran": [], "skipped_for_time": []}
+    return {"elapsed": dry["estimate_s"], **{n: {**empty, **sec} for n, sec in dry["sections"].items()}}
+
+
+def test_quick_runs_every_item_in_three_minutes_with_room_for_estimates_a_quarter_too_low() -> None:
+    """--quick: numerics complete, speed at M7C 8k / 32k and paper 32k, the training pair and the 64k
+    run, all within 180 s; and still all of it when every item takes 25 % longer than estimated."""
+    for scale in (1.0, 1.25):
+        run = run_of("quick", scale)
+        for name in SECTIONS:
+            assert run[name]["skipped_for_time"] == [], (scale, name, run[name])
+        assert run["elapsed"] <= 180.0, run
+    run = run_of("quick")
+    assert run["speed"]["ran"] == ["m7c T8192", "m7c T32768", "paper_G16_D128 T32768"]
+    assert run["train"]["ran"] == ["dense-2048-ac_none-compiled", "nsa-2048-ac_none-compiled",
+                                   "nsa-65536-ac_full-eager"]  # fmt: skip
+    assert len(run["numerics"]["ran"]) == 5 and "NSAAttention" in run["numerics"]["ran"]
+    assert run["elapsed"] <= 150.0  # 30 s of the 3 minutes left for what the estimates miss
+
+
+def test_the_first_quick_runs_seconds_now_leave_speed_its_items(tmp_path) -> None:
+    """The first --quick run's timeline (env 0.3 s, numerics 27.1 s, determinism 0.1 s): speed got
+    0.22 x 180 = 39.6 s and asked for 40 before each shape, so it measured nothing. Now a section
+    gets its share of what is left, and each shape only needs its own estimate."""
+    clock = Clock()
+    suite = Suite(tmp_path, "quick", 180.0, SECTIONS, clock=clock, command="test")
+    for name, seconds in (("env", 0.3), ("numerics", 27.1), ("determinism", 0.1), ("sanitizer", 0.0)):
+        suite.start_section(name)
+        clock.t += seconds
+    allot = suite.start_section("speed")
+    items = Items(suite, speed_items(Plan.for_mode("quick")))
+    assert [it.label for it in items] == ["m7c T8192", "m7c T32768", "paper_G16_D128 T32768"]
+    assert allot >= 40.0 and items.skipped == []
+
+
+def test_a_section_overrunning_shrinks_the_rest_and_they_list_what_they_skip() -> None:
+    """Estimates 3x too low: the run still ends near its budget (a section cannot stop an item it has
+    started), later sections skip what no longer fits and list it, and nothing is dropped silently."""
+    run = run_of("quick", 3.0)
+    skipped = [x for name in SECTIONS for x in run[name]["skipped_for_time"]]
+    assert skipped, run
+    for name in SECTIONS:
+        planned = len(section_items(Plan.for_mode("quick"), name)) if SHARE["quick"][name] else 0
+        assert len(run[name]["ran"]) + len(run[name]["skipped_for_time"]) == planned, name
+    assert run["elapsed"] <= 180.0 + 3.0 * 26.5  # at most one item (the longest) past the end
+
+
+def test_full_mode_puts_the_64k_run_and_the_module_check_before_the_cuts() -> None:
+    """The full grid does not fit 8 minutes by the estimates (numerics alone ~260 s): what is cut is
+    the tail, and the whole NSAAttention check, M7C's and the paper's kernels, the speed grid, the
+    shipped training pair and the 64k run are not."""
+    run = run_of("full")
+    assert run["elapsed"] <= 480.0 + 30.0
+    assert run["numerics"]["ran"][:5] == ["G6 D64 T1024 bf16", "G6 D64 T8192 bf16", "NSAAttention",
+                                          "G16 D128 T1024 bf16", "G16 D128 T8192 bf16"]  # fmt: skip
+    assert run["speed"]["skipped_for_time"] == [] and len(run["speed"]["ran"]) == 10
+    assert run["train"]["ran"][:3] == ["dense-2048-ac_none-compiled", "nsa-2048-ac_none-compiled",
+                                       "nsa-65536-ac_full-eager"]  # fmt: skip
+
+
+def test_shares_split_what_is_left_among_the_chosen_sections(tmp_path) -> None:
+    clock = Clock()
+    only = Suite(tmp_path, "full", 300.0, ("speed",), clock=clock, command="test")
+    assert only.start_section("speed") == pytest.approx(300.0)  # --only speed --budget 300: all of it
+    two = Suite(tmp_path, "quick", 180.0, ("speed", "train"), clock=clock, command="test")
+    assert two.start_section("speed") == pytest.approx(180.0 * 0.2 / 0.65)
+    clock.t += 10.0  # speed used 10 s: train gets everything left
+    assert two.start_section("train") == pytest.approx(170.0)
+    rehearsal = Suite(tmp_path, "interpret", 600.0, SECTIONS[:3], clock=clock, command="test")
+    assert rehearsal.start_section("env") == pytest.approx(600.0)  # CPU rehearsal: no shares
+
+
+def test_estimates_reproduce_the_first_gpu_runs_seconds() -> None:
+    """The seconds the first H100 run measured (bench/gpu/2026-11-26-h100-*.json), within 20 %."""
+    full, quick = Plan.for_mode("full"), Plan.for_mode("quick")
+    speed_grid = sum(it.estimate_s for it in speed_items(full))
+    assert speed_grid == pytest.approx(72.6, rel=0.2)  # the full speed grid, 10 cases
+    first_two = numerics_items(quick)[:1] + numerics_items(quick)[3:4]  # G6 D64 1k, G16 D128 1k
+    module = next(it for it in numerics_items(quick) if it.label == "NSAAttention")
+    assert sum(it.estimate_s for it in first_two) + module.estimate_s == pytest.approx(27.1, rel=0.2)
+    pair = [r["estimate_s"] for r in train_runs(quick)[:2]]
+    assert sum(pair) == pytest.approx(52.3, rel=0.2)  # dense + NSA at 2k, compiled, 6 steps
+
+
+def test_a_section_whose_every_item_was_skipped_for_time_is_skipped_not_failed(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    rc = main([str(tmp_path), "--quick", "--only", "speed", "--budget", "1"])
+    out = capsys.readouterr().out
+    doc = json.loads((tmp_path / "suite.json").read_text())
+    speed = doc["sections"]["speed"]
+    assert rc == 0 and doc["ok"] is True and doc["schema"] == 2, out
+    assert speed["ok"] is None and speed["skipped"].startswith("time budget: all 3")
+    assert speed["skipped_for_time"] == ["m7c T8192", "m7c T32768", "paper_G16_D128 T32768"]
+    assert "SKIPPED" in out and "FAILED" not in out and not speed["summary"].startswith(";")
+    assert doc["command"] == f"python -m nsa.attention.gpusuite {tmp_path} --quick --only speed --budget 1"
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan"])
+def test_a_budget_that_is_not_positive_is_refused_with_exit_2(tmp_path, value, capsys) -> None:
+    assert main([str(tmp_path / "s"), "--quick", "--budget", value]) == 2
+    err = capsys.readouterr().err
+    assert f"--budget {value} is not a number of seconds > 0" in err and "Fix:" in err
+    assert not (tmp_path / "s").exists()  # nothing written
+
+
+def test_plan_prints_the_dry_run_as_json_and_writes_nothing(tmp_path, capsys) -> None:
+    assert main([str(tmp_path / "s"), "--quick", "--plan"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x.get("section") for x in lines] == [*SECTIONS, None]
+    assert lines[4]["ran"] == ["m7c T8192", "m7c T32768", "paper_G16_D128 T32768"]
+    assert lines[-1]["mode"] == "quick" and 0 < lines[-1]["estimate_s"] <= 180.0
+    assert not (tmp_path / "s").exists()
