@@ -930,6 +930,9 @@ WHAT_IF = {
     "shared_selections": {"selections": "shared"},  # adjacent tokens select the same blocks (best case)
     "selection_free": {"selection_free": True},  # the selection at no cost (a bound for its rewrite)
     "before_ce226a4": {"before_ce226a4": True},  # the launch settings of the final H200 run
+    # ce226a4 but the token tiles at their base size (2 tokens at G 6): the 8-token tiles were probed
+    # at 8k, B = 8 only; the model prices them slower at B = 1 (fewer programs than slots) and at long T
+    "base_token_tiles": {"tp": lambda s: _tokens_per_tile(s.G)},
     "before_this_session": {
         "forced_tiles": False,
         "fold_selection": False,
@@ -947,8 +950,9 @@ def what_if_rows(Ts: list[int]) -> list[dict]:
         for gname in PREDICTED_GPUS:
             gpu = GPUS[gname]
             for sname, shape in SHAPES.items():
+                fl = {f: (v(shape) if callable(v) else v) for f, v in flags.items()}  # per-shape settings
                 for T in Ts:
-                    ratio = total(ours_on(T, shape, gpu, **flags), gpu) / total(flash2(T, shape), gpu)
+                    ratio = total(ours_on(T, shape, gpu, **fl), gpu) / total(flash2(T, shape), gpu)
                     rows.append(
                         {"what_if": name, "gpu": gname, "shape": sname, "T": T, "fwd_bwd": round(ratio, 3)}
                     )

@@ -169,3 +169,24 @@ def test_the_compressed_forward_is_two_kernels_at_the_shipped_warps() -> None:
     h100 = m.GPUS["H100"]
     w2, w4 = (m.total(m.ours(65536, shape, warps_sel=w), h100) for w in (2, 4))
     assert w2 < w4
+
+
+def test_eight_token_tiles_pay_where_probed_and_cost_at_long_t() -> None:
+    """ce226a4's 8-token tiles at G 6 (priced from the probe at 8k, B = 8: a gathered byte 1.45x /
+    1.39x a 2-token tile's): faster there, as measured; at 64k (B = 1) the union of 8 random tables
+    saves only 12 % of the gathers, so the model prices them slower (the base_token_tiles what-if)."""
+    gpu = m.GPUS["H200"]
+
+    def tok_ms(T: int, B: int, **kw) -> float:
+        shape = m.Shape("m7c", B, 12, 2, 64)
+        return sum(k.time(gpu) for k in m.ours(T, shape, **kw) if k.name in ("sel_fwd", "sel_bwd_dq")) * 1e3
+
+    assert tok_ms(8192, 8) < 0.9 * tok_ms(8192, 8, tp=2)
+    assert tok_ms(65536, 1) > 1.15 * tok_ms(65536, 1, tp=2)
+    pred = {(r["gpu"], r["shape"], r["T"]): r["fwd_bwd"] for r in m.prediction_rows([65536])}
+    rows = m.what_if_rows([65536])
+    base = {
+        r["shape"]: r["fwd_bwd"] for r in rows if r["what_if"] == "base_token_tiles" and r["gpu"] == "H200"
+    }
+    assert base["m7c"] < pred[("H200", "m7c", 65536)]
+    assert base["paper"] == pred[("H200", "paper", 65536)]  # one token a tile at G 16 either way
