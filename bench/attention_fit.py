@@ -1,5 +1,6 @@
-"""Fits the cost model's prices of our kernel kinds (bench/attention_model.py, H100_COST and
-H200_COST) to a GPU suite's speed records, and checks the model against them.
+"""Fits the cost model's prices of our kernel kinds (bench/attention_model.py, H100_COST, H200_COST
+and H200_FINAL_COST) to a GPU suite's speed records, reads its launch-setting factors
+(CONFIG_FACTOR) from a kernel probe, and checks the model against them.
 
 Owns the re-fit of issue 20, item 5: for each kernel family the suite profiles (modelcheck.FAMILIES),
 the model's kernels of that family at each record's shape and T give the counts a price applies to
@@ -8,17 +9,22 @@ least-squares fit in relative error gives each kind the few terms FIT_TERMS name
 SM cycles per count). SDPA flash (the baseline) is fitted the same way from its forward and
 forward+backward times. A committed run is modelled with the kernels it measured (the model's
 RUN_BUILDS, by file name); any other file with the kernels the code ships. The selection kernel's
-cycles are fitted as its 4-warp price (each record's counts scaled by SEL_WARPS of its warps);
-`--probe` prints those factors from a bench/kernel_probe.py run. It imports nothing from torch; it
-asserts nothing.
+cycles are fitted as its 4-warp price (each record's counts scaled by SEL_WARPS of its warps), and
+any kind with launch-setting tags likewise at its untagged price (scaled by CONFIG_FACTOR);
+`--probe` prints the warps factors and the launch-setting factors (`config_factors`: per probed
+point, the factor that makes the model's variant / base ratio the measured one) from a
+bench/kernel_probe.py run. It imports nothing from torch; it asserts nothing.
 
 Prints JSON lines: one "fit" row per kind (the terms, as the COST tables hold them: `eff` and
 cycles), then one "check" row per (record, family) with the measured time and the time the model
-as it stands predicts; with --probe, one "warps_factor" row per warp count.
+as it stands predicts; with --probe, one "warps_factor" row per warp count and one "config_factor"
+row per launch-setting tag the probe prices.
 
   .venv/bin/python bench/attention_fit.py bench/gpu/2026-11-26-h100-speed.json
   .venv/bin/python bench/attention_fit.py bench/gpu/2026-11-26-h200-speed-after.json \
       --probe bench/gpu/2026-11-26-h200-probe-after.jsonl
+  .venv/bin/python bench/attention_fit.py bench/gpu/2026-11-26-h200-speed-final.json \
+      --probe bench/gpu/2026-11-26-h200-probe-final.jsonl   # the launch settings of ce226a4
   .venv/bin/python bench/attention_fit.py NEW-suite.json --families _cmp_select   # one family only
 
 After a kernel is rewritten, mirror its new structure in the model (`ours`, its work counts), run

@@ -20,12 +20,15 @@ Two ways a kernel is priced:
   `gather_fwd` / `gather_bwd` query-major sparse tiles, fitted so the calibration rows come within
   +-30 % (printed beside the predictions).
 - Our kernels (`ours`) and the baseline SDPA flash (`flash2(kind="sdpa")`) by their own kinds, one
-  per compiled configuration, priced from the measurements (H100_COST and H200_COST, fitted by
-  bench/attention_fit.py on bench/gpu/2026-11-26-h100-speed.json and, for the kernels rewritten
-  since, bench/gpu/2026-11-26-h200-speed-after.json; H100 and H200 share them): time = issued MMA FLOPs /
+  per compiled configuration, priced from the measurements (H100_COST, H200_COST and
+  H200_FINAL_COST, fitted by bench/attention_fit.py on bench/gpu/2026-11-26-h100-speed.json, for the
+  kernels rewritten since on bench/gpu/2026-11-26-h200-speed-after.json, the selected reduction on
+  bench/gpu/2026-11-26-h200-speed-final.json; H100 and H200 share them): time = issued MMA FLOPs /
   (peak x eff) + SM cycles per program, per loop step, per token-step or per gathered byte /
-  (SMs x clock), floored by DRAM, plus launches. On A100 the efficiencies stay the published
-  calibration's (A100_KIND) and the cycle costs carry over per SM cycle (kind_cost).
+  (SMs x clock), floored by DRAM, plus a serial tail and launches. Launch settings changed after
+  the runs (ce226a4) are tags of a kind, each priced by one factor from the final kernel probe
+  (CONFIG_FACTOR). On A100 the efficiencies stay the published calibration's (A100_KIND) and the
+  cycle costs carry over per SM cycle (kind_cost).
 """
 
 from __future__ import annotations

@@ -215,3 +215,17 @@ def test_the_cli_takes_the_gpu_from_the_file_and_prints_the_warps_factors(capsys
     assert [r["fit"] for r in rows if "fit" in r] == ["cmp_sel"]
     checks = [r for r in rows if "check" in r]
     assert len(checks) == 10 and all(abs(r["measured_over_model"] - 1) < 0.1 for r in checks)
+
+
+def test_the_cli_prints_the_launch_factors_of_the_final_probe(capsys, monkeypatch) -> None:
+    final = _BENCH / "gpu" / "2026-11-26-h200-speed-final.json"
+    argv = ["attention_fit.py", str(final), "--probe", str(FINAL_PROBE), "--families", "_sel_bwd_reduce"]
+    monkeypatch.setattr(sys, "argv", argv)
+    fit.main()
+    rows = [fit.json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    factors = {r["config_factor"]: r for r in rows if "config_factor" in r}
+    assert set(factors) == {"cmp_sel@bt2", "cmp_dkv@w4", "tok_fwd@tp4", "tok_dq@tp4", "tok_fwd@w2"}
+    assert all(r["stored"] == pytest.approx(r["mean"], abs=1e-3) for r in factors.values())
+    assert [r["fit"] for r in rows if "fit" in r] == ["sel_reduce"]
+    checks = [r for r in rows if "check" in r]
+    assert len(checks) == 10 and all(abs(r["measured_over_model"] - 1) < 0.2 for r in checks)
