@@ -1,5 +1,6 @@
-"""Fits the cost model's prices of our kernel kinds (bench/attention_model.py, H100_COST and
-H200_COST) to a GPU suite's speed records, and checks the model against them.
+"""Fits the cost model's prices of our kernel kinds (bench/attention_model.py, H100_COST, H200_COST
+and H200_FINAL_COST) to a GPU suite's speed records, reads its launch-setting factors
+(CONFIG_FACTOR) from a kernel probe, and checks the model against them.
 
 Owns the re-fit of issue 20, item 5: for each kernel family the suite profiles (modelcheck.FAMILIES),
 the model's kernels of that family at each record's shape and T give the counts a price applies to
@@ -8,17 +9,22 @@ least-squares fit in relative error gives each kind the few terms FIT_TERMS name
 SM cycles per count). SDPA flash (the baseline) is fitted the same way from its forward and
 forward+backward times. A committed run is modelled with the kernels it measured (the model's
 RUN_BUILDS, by file name); any other file with the kernels the code ships. The selection kernel's
-cycles are fitted as its 4-warp price (each record's counts scaled by SEL_WARPS of its warps);
-`--probe` prints those factors from a bench/kernel_probe.py run. It imports nothing from torch; it
-asserts nothing.
+cycles are fitted as its 4-warp price (each record's counts scaled by SEL_WARPS of its warps), and
+any kind with launch-setting tags likewise at its untagged price (scaled by CONFIG_FACTOR);
+`--probe` prints the warps factors and the launch-setting factors (`config_factors`: per probed
+point, the factor that makes the model's variant / base ratio the measured one) from a
+bench/kernel_probe.py run. It imports nothing from torch; it asserts nothing.
 
 Prints JSON lines: one "fit" row per kind (the terms, as the COST tables hold them: `eff` and
 cycles), then one "check" row per (record, family) with the measured time and the time the model
-as it stands predicts; with --probe, one "warps_factor" row per warp count.
+as it stands predicts; with --probe, one "warps_factor" row per warp count and one "config_factor"
+row per launch-setting tag the probe prices.
 
   .venv/bin/python bench/attention_fit.py bench/gpu/2026-11-26-h100-speed.json
   .venv/bin/python bench/attention_fit.py bench/gpu/2026-11-26-h200-speed-after.json \
       --probe bench/gpu/2026-11-26-h200-probe-after.jsonl
+  .venv/bin/python bench/attention_fit.py bench/gpu/2026-11-26-h200-speed-final.json \
+      --probe bench/gpu/2026-11-26-h200-probe-final.jsonl   # the launch settings of ce226a4
   .venv/bin/python bench/attention_fit.py NEW-suite.json --families _cmp_select   # one family only
 
 After a kernel is rewritten, mirror its new structure in the model (`ours`, its work counts), run
@@ -60,12 +66,15 @@ FIT_TERMS: dict[str, tuple[str, ...]] = {
     "win_dkdv": ("eff",),
     "sdpa_fwd": ("eff", "programs"),
     "sdpa_bwd": ("eff", "programs"),
+    "sel_reduce": ("dram", "serial_bytes"),  # DRAM time x; the longest program's bytes (its tail)
 }
 
 
 def fit_key(kind: str) -> str:
-    """The FIT_TERMS entry a kernel kind is priced by (a config-specific one, else the shared one)."""
-    return kind if kind in FIT_TERMS else kind.split("@")[0]
+    """The FIT_TERMS entry a kernel kind is priced by (a config-specific one, else the shared one;
+    launch-setting tags dropped: a record's counts are scaled by their factor instead)."""
+    base, key, _ = m.kind_parts(kind)
+    return key if key in FIT_TERMS else base
 
 
 def family_of(kernel_name: str) -> str | None:
@@ -149,9 +158,14 @@ def model_families(rec: dict, gpu: m.Gpu) -> dict[str, list[m.Kernel]]:
 
 
 def _feature(k: m.Kernel, term: str, gpu: m.Gpu) -> float:
+    f = m.config_factor(k.kind)
     if term == "eff":
-        return k.flops / gpu.peak
-    return k.work.get(term, 0.0) * m.warps_factor(k.kind) / (gpu.sms * gpu.clock)
+        return f * k.flops / gpu.peak
+    if term == "dram":
+        return k.dram / gpu.dram
+    if term.startswith("serial_"):
+        return k.work.get(term, 0.0) / gpu.clock
+    return k.work.get(term, 0.0) * f / (gpu.sms * gpu.clock)
 
 
 def _nnls(rows: list[list[float]], y: list[float]) -> list[float]:
@@ -239,19 +253,104 @@ def check_rows(recs: list[dict], gpu_name: str = "H100") -> list[dict]:
 
 
 def warps_factors(path: str) -> dict[int, dict]:
-    """The selection kernel's time at each warp count over its time at the probe's default (4 warps),
-    per probed shape and their geometric mean (bench/kernel_probe.py's jsonl: `select` variants)."""
+    """The selection kernel's time at each warp count over its time at 4 warps, per probed shape and
+    their geometric mean (bench/kernel_probe.py's jsonl: `select` variants). The probe's default is
+    its base build's (RUN_BUILDS by file name; the after-run probe's: 4 warps, the final one's: 2,
+    whose ratios are taken to 4 warps by SEL_WARPS[2])."""
     rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    build = m.RUN_BUILDS.get(Path(path).name, {})
     sel = [r for r in rows if r.get("variant", {}).get("kernel") == "select"]
     base = {(r["shape"], r["T"]): r["ms"] for r in sel if set(r["variant"]) == {"kernel"}}
     out: dict[int, dict] = {}
     for r in sel:
         if set(r["variant"]) == {"kernel", "warps_sel"} and (r["shape"], r["T"]) in base:
+            s = m.SHAPES[r["shape"]]
+            w0 = (
+                build.get("warps_sel")
+                or m.shipped_launch(s, 90, build.get("before_ce226a4", False))["warps_sel"]
+            )
             ratios = out.setdefault(r["variant"]["warps_sel"], {"ratios": {}})["ratios"]
-            ratios[f"{r['shape']} T{r['T']}"] = round(r["ms"] / base[(r["shape"], r["T"])], 3)
+            ratios[f"{r['shape']} T{r['T']}"] = round(
+                r["ms"] / base[(r["shape"], r["T"])] * m.SEL_WARPS[w0], 3
+            )
     for f in out.values():
         vals = list(f["ratios"].values())
         f["mean"] = round(math.prod(vals) ** (1 / len(vals)), 3)
+    return out
+
+
+# Probe variants that price a launch-setting tag (CONFIG_FACTOR): (probe, variant key, value, the
+# tag, the probe's time it is read from, the model kernels that time covers). In this order: the
+# dQ's token-tile factor is read from fwd+bwd with the forward's just found.
+_SEL_FWD = ("sel_forced_fwd", "sel_fwd")
+_SEL_ALL = (*_SEL_FWD, "sel_forced_dq", "sel_bwd_dq", "sel_reverse_index", "sel_bwd_dkdv", "sel_bwd_reduce")
+PROBE_TAGS: list[tuple] = [
+    ("cmp_fwd", "BTF", 2, "cmp_sel@bt2", "ms", ("cmp_select",)),
+    ("cmp_bwd", "warps_dkv", 4, "cmp_dkv@w4", "ms", ("cmp_bwd_dq", "cmp_bwd_dkv")),
+    ("selected", "TP", "x4", "tok_fwd@tp4", "fwd_ms", _SEL_FWD),
+    ("selected", "TP", "x4", "tok_dq@tp4", "fwd_bwd_ms", _SEL_ALL),
+    ("selected", "warps_tok", 2, "tok_fwd@w2", "fwd_ms", _SEL_FWD),
+]
+
+
+def _variant_flags(key: str, value, s: m.Shape) -> dict:
+    if key == "BTF":
+        return {"bt_sel": value}
+    if key == "warps_dkv":
+        return {"warps_cmp_dkv": value}
+    if key == "TP":
+        return {"tp": m._tokens_per_tile(s.G) * int(str(value).lstrip("x"))}
+    return {key: value}
+
+
+def _tags(kernels: list[m.Kernel]) -> set[str]:
+    out = set()
+    for k in kernels:
+        base, _, tags = m.kind_parts(k.kind)
+        out |= {f"{base}@{t}" for t in tags}
+    return out
+
+
+def config_factors(path: str, gpu_name: str = "H200") -> dict[str, dict]:
+    """Each PROBE_TAGS factor from a bench/kernel_probe.py jsonl: per probed point where the code ships
+    the setting, the factor f with which the model's time of the probed kernels at the variant over
+    its time at the probe's base build (RUN_BUILDS by file name) is the measured ratio (bisection);
+    their geometric mean. The model's structural change (programs, steps) stays in the model."""
+    gpu = m.GPUS[gpu_name]
+    build = m.RUN_BUILDS.get(Path(path).name, {})
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    saved = dict(m.CONFIG_FACTOR)
+    out: dict[str, dict] = {}
+    try:
+        for probe, key, value, tag, field, names in PROBE_TAGS:
+            ratios = {}
+            for r in rows:
+                v = r.get("variant", {})
+                if r.get("probe") != probe or v.get(key) != value:
+                    continue
+                rest = {k: x for k, x in v.items() if k != key}
+                base = next((b for b in rows if b.get("probe") == probe and b.get("variant") == rest
+                             and (b["shape"], b["T"], b["B"]) == (r["shape"], r["T"], r["B"])), None)  # fmt: skip
+                s0 = m.SHAPES[r["shape"]]
+                s = m.Shape(s0.name, r["B"], s0.H, s0.Hkv, s0.D)
+                flags = {**build, **_variant_flags(key, value, s)}
+                var_ks = [k for k in m.ours(r["T"], s, cc=gpu.cc, **flags) if k.name in names]
+                if base is None or tag not in _tags(var_ks) or tag not in _tags(m.ours(r["T"], s, cc=gpu.cc)):
+                    continue  # no base row, or a setting the code does not ship at this shape
+                t0 = sum(k.time(gpu) for k in m.ours(r["T"], s, cc=gpu.cc, **build) if k.name in names)
+                want = r[field] / base[field]
+                lo, hi = 0.01, 10.0
+                for _ in range(60):
+                    m.CONFIG_FACTOR[tag] = mid = math.sqrt(lo * hi)
+                    lo, hi = (mid, hi) if sum(k.time(gpu) for k in var_ks) / t0 < want else (lo, mid)
+                ratios[f"{r['shape']} T{r['T']}"] = round(math.sqrt(lo * hi), 3)
+            if ratios:
+                mean = math.prod(ratios.values()) ** (1 / len(ratios))
+                out[tag] = {"factors": ratios, "mean": round(mean, 3)}
+                m.CONFIG_FACTOR[tag] = mean  # the next tags' solves see it
+    finally:
+        m.CONFIG_FACTOR.clear()
+        m.CONFIG_FACTOR.update(saved)
     return out
 
 
@@ -260,7 +359,10 @@ def main() -> None:
     ap.add_argument("suite_json", nargs="+", help="suite.json files with a speed section (bench/gpu/)")
     ap.add_argument("--families", nargs="+", help="fit only these families (e.g. _cmp_fwd)")
     ap.add_argument("--gpu", choices=sorted(m.GPUS), help="the model's GPU (default: the first file's env)")
-    ap.add_argument("--probe", help="a bench/kernel_probe.py jsonl: print the selection's warps factors")
+    ap.add_argument(
+        "--probe",
+        help="a bench/kernel_probe.py jsonl: print the selection's warps factors and the launch-setting factors",
+    )
     args = ap.parse_args()
     try:
         recs = records(args.suite_json)
@@ -271,6 +373,8 @@ def main() -> None:
     if args.probe:
         for warps, f in sorted(warps_factors(args.probe).items()):
             print(json.dumps({"warps_factor": warps, **f, "stored": m.SEL_WARPS.get(warps)}))
+        for tag, f in config_factors(args.probe, args.gpu).items():
+            print(json.dumps({"config_factor": tag, **f, "stored": m.CONFIG_FACTOR.get(tag)}))
     for kind, terms in sorted(fit(recs, args.gpu, args.families).items()):
         print(json.dumps({"fit": kind, **{t: (round(v, 4) if v else v) for t, v in terms.items()}}))
     for row in check_rows(recs, args.gpu):

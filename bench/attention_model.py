@@ -20,12 +20,15 @@ Two ways a kernel is priced:
   `gather_fwd` / `gather_bwd` query-major sparse tiles, fitted so the calibration rows come within
   +-30 % (printed beside the predictions).
 - Our kernels (`ours`) and the baseline SDPA flash (`flash2(kind="sdpa")`) by their own kinds, one
-  per compiled configuration, priced from the measurements (H100_COST and H200_COST, fitted by
-  bench/attention_fit.py on bench/gpu/2026-11-26-h100-speed.json and, for the kernels rewritten
-  since, bench/gpu/2026-11-26-h200-speed-after.json; H100 and H200 share them): time = issued MMA FLOPs /
+  per compiled configuration, priced from the measurements (H100_COST, H200_COST and
+  H200_FINAL_COST, fitted by bench/attention_fit.py on bench/gpu/2026-11-26-h100-speed.json, for the
+  kernels rewritten since on bench/gpu/2026-11-26-h200-speed-after.json, the selected reduction on
+  bench/gpu/2026-11-26-h200-speed-final.json; H100 and H200 share them): time = issued MMA FLOPs /
   (peak x eff) + SM cycles per program, per loop step, per token-step or per gathered byte /
-  (SMs x clock), floored by DRAM, plus launches. On A100 the efficiencies stay the published
-  calibration's (A100_KIND) and the cycle costs carry over per SM cycle (kind_cost).
+  (SMs x clock), floored by DRAM, plus a serial tail and launches. Launch settings changed after
+  the runs (ce226a4) are tags of a kind, each priced by one factor from the final kernel probe
+  (CONFIG_FACTOR). On A100 the efficiencies stay the published calibration's (A100_KIND) and the
+  cycle costs carry over per SM cycle (kind_cost).
 """
 
 from __future__ import annotations
@@ -120,6 +123,13 @@ H200_COST: dict[str, dict[str, float]] = {
     "cmp_sel": {"programs": 1420, "token_steps": 1310},  # at 4 warps
     "sel_dkdv": {"eff": 0.142},
 }  # fmt: skip
+# H200_FINAL_COST: fitted on the final H200 run (bench/gpu/2026-11-26-h200-speed-final.json), for the
+# one family no earlier price reproduced: the selected dK/dV's partial sum `_sel_bwd_reduce`, its
+# DRAM time (x the datasheet bandwidth's) plus a serial tail (SM cycles per byte the longest program
+# sums alone: block 0's, listed by every token, ceil(T / S) segment partials of 2 x 64 x D fp32).
+H200_FINAL_COST: dict[str, dict[str, float]] = {
+    "sel_reduce": {"dram": 0.946, "serial_bytes": 0.0971},
+}  # fmt: skip
 # The selection kernel's time at `warps_sel` warps over its time at 4 (the H200 probe,
 # bench/gpu/2026-11-26-h200-probe-after.jsonl: 2 warps 0.675 / 0.656 / 0.635 at M7C 8k / M7C 64k /
 # paper 32k, the geometric mean here). One factor per setting, not a concurrency law: the top-n
@@ -127,6 +137,29 @@ H200_COST: dict[str, dict[str, float]] = {
 # does more per thread; 8 warps took 1.98 / 1.93 at M7C and 1.50 at the paper shape, which no one
 # parameter of programs per SM reproduces (nothing ships 8 warps: not priced).
 SEL_WARPS: dict[int, float] = {2: 0.655, 4: 1.0}
+# Launch settings changed from the build a kind's price was fitted on (ce226a4, after the runs), as
+# tags of the kind ("cmp_dkv@64@w4"): the kernel's time with the tag over its time without, the
+# model's own structural change (programs, steps at the new tile) divided out. Each from
+# bench/gpu/2026-11-26-h200-probe-final.jsonl (one setting changed from the final run's build;
+# bench/attention_fit.py `config_factors`, the geometric mean over the probed points):
+# - cmp_sel@w2 / @w4: SEL_WARPS (the earlier probe; the final probe's 2-over-4 ratios 0.64-0.66 agree).
+# - cmp_sel@bt2: 2 tokens a selection tile (M7C on sm_90) instead of BTF = 4: 11.88 vs 13.38 ms at
+#   M7C 64k, 2.05 vs 2.12 at 8k. The model's count gives twice the programs at the same token-steps
+#   (slower by the prologues); measured faster: half the rows a program at 2 warps, less per thread.
+# - cmp_dkv@w4: the compressed dK/dV at 4 warps instead of 8: the compressed backward 5.54 vs 7.84 ms
+#   at M7C 64k, 40.45 vs 56.57 paper 32k; dQ unchanged, so dK/dV alone at ~0.6x.
+# - tok_fwd@tp4 / tok_dq@tp4: the token tiles at 4x the tokens (G 5-8, head_dim 64: 8 tokens, 64
+#   rows at G 6): selected fwd 4.50 vs 5.47 ms, fwd+bwd 12.86 vs 15.16 at M7C 8k. The model's union
+#   of 8 random selections gives 0.56x the gathered bytes of 2 tokens' union at 8k; measured 0.81x
+#   (fwd) and 0.76x (dQ): a step over 64 rows costs ~1.4x one over 16 (its MMAs and softmax are no
+#   longer hidden behind the gathers). Probed at 8k only; at 64k the union saves only 12 %, so the
+#   model prices the 4x tiles ~1.2x slower there than 2 tokens (not measured).
+# - tok_fwd@w2: the token-tile forward at 2 warps where its price is at 8 (head_dim > 64): paper
+#   8k fwd 20.58 vs 31.60 ms, fwd+bwd 74.30 vs 85.34 (the dQ kernel keeps 4 warps).
+CONFIG_FACTOR: dict[str, float] = {
+    "cmp_sel@w2": SEL_WARPS[2], "cmp_sel@w4": SEL_WARPS[4], "cmp_sel@bt2": 0.899,
+    "cmp_dkv@w4": 0.613, "tok_fwd@tp4": 1.451, "tok_dq@tp4": 1.387, "tok_fwd@w2": 0.618,
+}  # fmt: skip
 # A100: the tensor-core efficiency of each kind stays the published calibration's (EFF["ampere"] of
 # its generic kind: sm_80 runs these tiles as mma.sync, the instruction its peak is quoted for, so
 # the Hopper shortfall below 64-row tiles does not carry over); the cycle costs carry over per SM
@@ -138,14 +171,21 @@ A100_KIND = {
     "forced_fwd": "dense_fwd", "forced_dq": "dense_bwd", "tok_fwd": "gather_fwd", "tok_dq": "gather_fwd",
     "sel_dkdv": "gather_bwd", "sel_dkdv_w8": "gather_bwd",
     "win_fwd": "dense_fwd", "win_dq": "dense_bwd", "win_dkdv": "dense_bwd",
-    "sdpa_fwd": "fa2_fwd", "sdpa_bwd": "fa2_bwd",
+    "sdpa_fwd": "fa2_fwd", "sdpa_bwd": "fa2_bwd", "sel_reduce": "memory",
 }  # fmt: skip
 # The kernel builds the committed GPU runs measured (flags of `ours`), by file name: a speed record
 # does not name its kernels' launch settings, so a fit or a check of a committed run takes them from
 # here; a run of the current kernels needs no entry (ours' defaults: what the code ships).
 RUN_BUILDS: dict[str, dict] = {
-    "2026-11-26-h100-speed.json": {"split_cmp_fwd": False, "warps_dkdv": 8},
-    "2026-11-26-h200-speed-after.json": {"warps_sel": 4},  # before warps_sel 2 shipped at sm_90
+    "2026-11-26-h100-speed.json": {"split_cmp_fwd": False, "warps_dkdv": 8, "before_ce226a4": True},
+    # before warps_sel 2 shipped at sm_90
+    "2026-11-26-h200-speed-after.json": {"warps_sel": 4, "before_ce226a4": True},
+    # 76bdb6b's kernels: the selection at 2 warps for M7C and the paper shape, BTF tokens, the
+    # compressed dK/dV at 8 warps, the base token tiles, their forward at 8 warps at head_dim 128
+    "2026-11-26-h200-speed-final.json": {"before_ce226a4": True},
+    # the probes' base builds (bench/kernel_probe.py: each variant one setting changed from it)
+    "2026-11-26-h200-probe-after.jsonl": {"warps_sel": 4, "before_ce226a4": True},
+    "2026-11-26-h200-probe-final.jsonl": {"before_ce226a4": True},
 }
 
 
@@ -194,6 +234,7 @@ class Kernel:
 
     def time(self, gpu: Gpu) -> float:
         cost = kind_cost(self.kind, gpu)
+        serial = 0.0
         if cost is None:
             eff = EFF[gpu.arch].get(self.kind, 1.0)
             t = max(
@@ -205,15 +246,25 @@ class Kernel:
         else:
             eff = cost.get("eff") or 1.0
             t = self.flops / (gpu.peak * eff) if cost.get("eff") else 0.0
-            t += sum(self.work.get(f, 0.0) * c for f, c in cost.items() if f != "eff") / (gpu.sms * gpu.clock)
-            t = max(t, self.dram / (gpu.dram * DRAM_EFF))
+            parallel = {
+                f: c for f, c in cost.items() if f not in ("eff", "dram") and not f.startswith("serial_")
+            }
+            t += sum(self.work.get(f, 0.0) * c for f, c in parallel.items()) / (gpu.sms * gpu.clock)
+            if "dram" in cost:  # a fitted DRAM time replaces the floor
+                t += cost["dram"] * self.dram / gpu.dram
+            else:
+                t = max(t, self.dram / (gpu.dram * DRAM_EFF))
+            # serial_*: cycles of the longest program alone on its SM after the rest (not / SMs)
+            serial = (
+                sum(self.work.get(f, 0.0) * c for f, c in cost.items() if f.startswith("serial_")) / gpu.clock
+            )
         slots = gpu.sms * self.per_sm
         waves = math.ceil(self.programs / slots)
         if self.flops and self.programs and waves < 8:  # a short grid idles part of the GPU in its last wave
             t *= waves * slots / self.programs
         if self.crit:  # the longest program runs alone on its SM at the end
             t = max(t, self.crit / (gpu.peak * eff / gpu.sms))
-        return t + LAUNCH_S * self.launches
+        return t + serial + LAUNCH_S * self.launches
 
     def row(self, gpu: Gpu) -> dict:
         slots = gpu.sms * self.per_sm
@@ -226,28 +277,47 @@ class Kernel:
         }  # fmt: skip
 
 
+def kind_parts(kind: str) -> tuple[str, str, list[str]]:
+    """A kind's base, its price's key (base, or base@config where prices differ by head_dim) and its
+    launch-setting tags: "cmp_dkv@64@w4" -> ("cmp_dkv", "cmp_dkv@64", ["w4"])."""
+    base, *rest = kind.split("@")
+    cfg = [p for p in rest if p.isdigit()]
+    return base, base + "".join(f"@{c}" for c in cfg), [p for p in rest if not p.isdigit()]
+
+
+def config_factor(kind: str) -> float:
+    """The kind's time with its launch-setting tags over its fitted price's (1 without tags)."""
+    base, _, tags = kind_parts(kind)
+    f = 1.0
+    for tag in tags:
+        key = f"{base}@{tag}"
+        if key not in CONFIG_FACTOR:
+            priced = sorted(k for k in CONFIG_FACTOR if k.startswith(base + "@"))
+            raise ValueError(f"{kind}: {key} is not priced (CONFIG_FACTOR has {priced})")
+        f *= CONFIG_FACTOR[key]
+    return f
+
+
 def warps_factor(kind: str) -> float:
-    """The selection kernel's time at its warps over its 4-warp price (1 for every other kind)."""
-    if not kind.startswith("cmp_sel@w"):
-        return 1.0
-    warps = int(kind.rsplit("@w", 1)[1])
-    if warps not in SEL_WARPS:
-        raise ValueError(f"cmp_sel at {warps} warps: not priced (SEL_WARPS has {sorted(SEL_WARPS)})")
-    return SEL_WARPS[warps]
+    """The selection kernel's time at its warps over its 4-warp price (config_factor's warps part)."""
+    return config_factor(kind)
 
 
 def kind_cost(kind: str, gpu: Gpu) -> dict[str, float] | None:
-    """The fitted cost of one of our kernel kinds on `gpu` (None: a generic kind, priced by EFF)."""
-    base = kind.split("@")[0]
+    """The fitted cost of one of our kernel kinds on `gpu` (None: a generic kind, priced by EFF), its
+    launch-setting tags applied: cycles x the factor everywhere, the efficiency / the factor on Hopper
+    (on A100 the efficiency is the published calibration's, not our kernel's: left as it is)."""
+    base, key, _ = kind_parts(kind)
     if base not in A100_KIND:
         return None
-    table = {**H100_COST, **H200_COST}
-    fitted = dict(table.get(kind) or table.get(base, {}))
-    if warps_factor(kind) != 1.0:
-        fitted = {f: c * warps_factor(kind) for f, c in fitted.items()}  # cycles only (no eff term)
+    table = {**H100_COST, **H200_COST, **H200_FINAL_COST}
+    fitted = dict(table.get(key) or table.get(base, {}))
+    f = config_factor(kind)
+    if f != 1.0:
+        fitted = {t: (c / f if t == "eff" else c * f) for t, c in fitted.items()}
     if gpu.arch == "hopper":
         return fitted
-    cycles = {f: c for f, c in fitted.items() if f != "eff"}
+    cycles = {t: c for t, c in fitted.items() if t != "eff"}
     if base.startswith("sdpa"):  # FA2's published efficiency is its whole kernels' time, prologues included
         return {"eff": EFF[gpu.arch][A100_KIND[base]]}
     if "eff" not in fitted:  # the fitted cycles include its MMAs (the compressed forward, the gathers)
@@ -297,13 +367,14 @@ def _sel_tiles(s: Shape) -> dict[str, int]:
 
 
 @lru_cache(maxsize=256)
-def _cmp_select_work(T: int, s: Shape, passes: int = 1) -> dict[str, float]:
-    """_cmp_select's structure for one (batch, KV head), as compressed.py launches it: ceil(T / BTF)
-    programs of BTF tokens x GPF rows; a program walks the key tiles up to its last token's selection
-    block, one QK product, the group sum, Eq. 9 and the top-n merge each. `passes` = 2: the fused
-    forward before 45bc233, whose pass 1 walked the same tiles for the row statistics."""
+def _cmp_select_work(T: int, s: Shape, passes: int = 1, bt: int | None = None) -> dict[str, float]:
+    """_cmp_select's structure for one (batch, KV head), as compressed.py launches it: ceil(T / bt)
+    programs of bt tokens (`bt_sel`; None: BTF) x GPF rows; a program walks the key tiles up to its
+    last token's selection block, one QK product, the group sum, Eq. 9 and the top-n merge each.
+    `passes` = 2: the fused forward before 45bc233, whose pass 1 walked the same tiles for the row
+    statistics (at BTF)."""
     c = _sel_tiles(s)
-    BT, BJ = c["BTF"], c["BJ"]
+    BT, BJ = bt or c["BTF"], c["BJ"]
     steps = 0
     for j in range(-(-T // s.lp)):  # tiles whose last token lies in selection block j (BT divides l')
         tiles_j = -(-min(T, (j + 1) * s.lp) // BT) - -(-(j * s.lp) // BT)
@@ -327,11 +398,36 @@ def _cmp_attn_work(T: int, s: Shape) -> dict[str, float]:
     return {"tiles": tiles, "steps": steps, "rows": BM, "keys": steps * BN}
 
 
+def shipped_launch(s: Shape, cc: int, before_ce226a4: bool = False) -> dict[str, int]:
+    """The launch settings the model's kernels take from compressed.py's and selected.py's `_config`
+    (a test holds them equal): the selection's warps and tokens a tile (`warps_sel`, `bt_sel`), the
+    compressed dK/dV's warps, the token tiles' tokens (`tp`) and forward warps (`warps_tok`).
+    Since ce226a4: the selection at 2 warps only at head_dim <= 64 (16 padded heads a token, or 8 on
+    sm_90; 2 spilled at the paper's G 16 x D 128 on triton 3.6), 2 tokens a tile at 8 padded heads
+    on sm_90 (M7C); dK/dV 4 warps; 4x the tokens at G 5-8, head_dim <= 64; the token-tile forward 2
+    warps at head_dim > 64. before_ce226a4: the kernels of the final H200 run (and of every earlier
+    one but the selection's warps): 2 warps at 16 heads a token or 8 on sm_90 at head_dim <= 64,
+    BTF tokens, dK/dV 8 warps, the base token tiles, the forward at 8 warps past head_dim 64."""
+    c = _sel_tiles(s)
+    gpf, small = c["GPF"], s.D <= 64
+    base_tp = _tokens_per_tile(s.G)
+    if before_ce226a4:
+        return {
+            "warps_sel": 2 if gpf >= 16 or (cc >= 90 and gpf == 8 and small) else 4,
+            "bt_sel": c["BTF"], "warps_cmp_dkv": 8, "tp": base_tp, "warps_tok": 4 if small else 8,
+        }  # fmt: skip
+    return {
+        "warps_sel": 2 if small and (gpf >= 16 or (cc >= 90 and gpf == 8)) else 4,
+        "bt_sel": 2 if small and cc >= 90 and gpf == 8 else c["BTF"],
+        "warps_cmp_dkv": 4,
+        "tp": base_tp * (4 if small and 5 <= s.G <= 8 else 1),
+        "warps_tok": 4 if small else 2,
+    }  # fmt: skip
+
+
 def shipped_warps_sel(s: Shape, cc: int) -> int:
-    """The selection kernel's warps as compressed.py `_config` picks them: 2 where ptxas keeps it
-    unspilled (16 padded heads a token; 8 at head_dim <= 64 on sm_90), else 4."""
-    gpf = _sel_tiles(s)["GPF"]
-    return 2 if gpf >= 16 or (cc >= 90 and gpf == 8 and s.D <= 64) else 4
+    """The selection kernel's warps as compressed.py `_config` picks them (shipped_launch)."""
+    return shipped_launch(s, cc)["warps_sel"]
 
 
 def _sel_steps(T: int, s: Shape, TP: int, shared: bool = False) -> float:
@@ -408,6 +504,11 @@ def ours(
     cc: int = 90,
     warps_sel: int | None = None,
     warps_dkdv: int = 4,
+    before_ce226a4: bool = False,
+    bt_sel: int | None = None,
+    warps_cmp_dkv: int | None = None,
+    tp: int | None = None,
+    warps_tok: int | None = None,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     keymajor_sel models a restructure that is not built (what-if rows); balanced_dkv=False the
@@ -424,7 +525,19 @@ def ours(
     compressed.py ships for compute capability `cc`); False: the fused two-pass kernel before it
     (fold_selection=False: with its older third pass). selection_free (not built): the selection at
     no cost, a bound for any rewrite of it. warps_dkdv: the key-major selected dK/dV's warps (4 since
-    4e22175; 8 before)."""
+    4e22175; 8 before). The launch settings of ce226a4 (`shipped_launch`: warps_sel, bt_sel,
+    warps_cmp_dkv, tp, warps_tok; None: what the code ships for `cc`, or with before_ce226a4 what it
+    shipped before) each change the kind's tags (CONFIG_FACTOR prices them) and, for bt_sel and tp,
+    the counts."""
+    launch = shipped_launch(s, cc, before_ce226a4)
+    given = {
+        "warps_sel": warps_sel,
+        "bt_sel": bt_sel,
+        "warps_cmp_dkv": warps_cmp_dkv,
+        "tp": tp,
+        "warps_tok": warps_tok,
+    }
+    launch.update({f: v for f, v in given.items() if v is not None})
     B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
     bf = 2
     act = B * T * s.H * D * bf
@@ -479,11 +592,14 @@ def ours(
         # merge of the running top-W for each half of the tokens: latency-bound CUDA-core and
         # shared-memory work that hides nothing at a few programs an SM, priced per program and per
         # token per key tile (cmp_sel, its MMA inside; the warps' factor SEL_WARPS). No V, no output.
-        warps = warps_sel or shipped_warps_sel(s, cc)
+        bt = launch["bt_sel"]
+        sw = _cmp_select_work(T, s, 1, bt)
+        sel_rows, sel_progs = sw["rows"], BH * sw["tiles"]
+        tags = f"@w{launch['warps_sel']}" + (f"@bt{bt}" if bt != _sel_tiles(s)["BTF"] else "")
         sunit = 2 * BH * sw["steps"] * sel_rows * sw["keys"] * D
-        swork = {"programs": sel_progs, "token_steps": BH * sw["steps"] * BT}
+        swork = {"programs": sel_progs, "token_steps": BH * sw["steps"] * bt}
         if not selection_free:
-            ks.append(Kernel("cmp_select", "selection", "fwd", f"cmp_sel@w{warps}", sunit, cuse,
+            ks.append(Kernel("cmp_select", "selection", "fwd", f"cmp_sel{tags}", sunit, cuse,
                              act + kcb + lse + table, l2=BH * sw["steps"] * sw["keys"] * D * bf,
                              programs=sel_progs, work=swork))  # fmt: skip
     else:
@@ -516,7 +632,10 @@ def ours(
     split = 8 if balanced_dkv else 1
     dkv_tiles = BH * max(1, math.ceil(nc / 32))
     part = dkv_tiles * split * 32 * D * 4 * 2 if split > 1 else 0
-    ks.append(Kernel("cmp_bwd_dkv", "compressed", "bwd", f"cmp_dkv@{_cfg(D)}", 4 * bunit, 4 * cuse,
+    if launch["warps_cmp_dkv"] not in (4, 8):
+        raise ValueError(f"warps_cmp_dkv={launch['warps_cmp_dkv']}: priced at 8 (cmp_dkv) and 4 (@w4) only")
+    dkv_tag = "@w4" if launch["warps_cmp_dkv"] == 4 else ""  # the prices were fitted at 8 warps
+    ks.append(Kernel("cmp_bwd_dkv", "compressed", "bwd", f"cmp_dkv@{_cfg(D)}{dkv_tag}", 4 * bunit, 4 * cuse,
                      2 * BH * nc * D * bf * 2 + 2 * part, l2=dkv_tiles * (T / 2) * RB * D * bf * 2,
                      programs=dkv_tiles * split, per_sm=2, crit=4 * 2 * T * RB * 32 * D / split,
                      launches=1 + (split > 1), work={"programs": dkv_tiles * split}))  # fmt: skip
@@ -567,13 +686,20 @@ def ours(
         # (TP*G <= 16 rows), one 64-key step per distinct non-forced block of the tile (random
         # selections: the expected union, _sel_steps; adjacent tokens selecting the same blocks: the
         # one-token count / TP). Each of the TP*n table entries costs a [16,16] compare.
-        TP = _tokens_per_tile(G) if forced_tiles and token_tiles else 1
+        # Since ce226a4 (launch "tp"): 4x the tokens at G 5-8, head_dim <= 64 (8 tokens, 64 rows at G 6),
+        # and the forward at 2 warps past head_dim 64 (launch "warps_tok"; priced at 8 there, 4 below).
+        TP = launch["tp"] if forced_tiles and token_tiles else 1
+        SR = _p2(TP * G, 16)
         steps = BH * _sel_steps(T, s, TP, selections == "shared") if forced_tiles else one_token_steps
         sunit = 2 * steps * SR * s.lp * D
         partial = 0
         sl2 = gathered = steps * s.lp * D * bf * 2
         fwd_units, dq_units, launches = 2, 3, 1
-        kinds = ("tok_fwd", "tok_dq")
+        mult = TP // _tokens_per_tile(G) if TP > 1 else 1
+        tp_tag = f"@tp{mult}" if mult > 1 else ""
+        w_base = 4 if D <= 64 else 8
+        w_tag = "" if launch["warps_tok"] == w_base else f"@w{launch['warps_tok']}"
+        kinds = (f"tok_fwd{tp_tag}{w_tag}", f"tok_dq{tp_tag}")
         progs = BH * math.ceil(T / TP)
     ks.append(Kernel("sel_fwd", "selected", "fwd", kinds[0], fwd_units * sunit, 2 * suse,
                      2 * act + 2 * kvb + BH * T * k * 9 + 4 * BH * T * G + partial + state_in, l2=sl2,
@@ -601,7 +727,11 @@ def ours(
     ks.append(Kernel("sel_bwd_dkdv", "selected", "bwd", dkind, 4 * kunit,
                      4 * 2 * prow * s.lp * D, 2 * kvb + part, l2=prow * D * bf * 2 + prow * 8, programs=nseg,
                      per_sm=1, work={"programs": nseg}))  # fmt: skip
-    ks.append(Kernel("sel_bwd_reduce", "selected", "bwd", "memory", dram=part + 2 * kvb, programs=BH * ns))
+    # The reduction: one program a (batch, KV head, block) sums its segments' partials in order; block
+    # 0 is listed by every token, so its program alone sums ceil(T / seg) of them (the serial tail).
+    tail = -(-T // seg) * 2 * s.lp * _p2(D, 16) * 4
+    ks.append(Kernel("sel_bwd_reduce", "selected", "bwd", "sel_reduce", dram=part + 2 * kvb, programs=BH * ns,
+                     work={"serial_bytes": tail}))  # fmt: skip
     # Window: rows = tokens x G (no padding), keys = the band plus the tile overhang; tiles by head_dim
     # (window._configs: forward 128 rows x 64 / 32 keys, dQ 128 / 64 x 64, dK/dV 64 / 32 keys).
     wk = min(T, s.w + 128 / G + 64)
@@ -802,7 +932,10 @@ WHAT_IF = {
     "before_token_tiles": {"token_tiles": False},  # one token a query-major program
     "shared_selections": {"selections": "shared"},  # adjacent tokens select the same blocks (best case)
     "selection_free": {"selection_free": True},  # the selection at no cost (a bound for its rewrite)
-    "selection_at_4_warps": {"warps_sel": 4},  # where the shipped 2 warps are not (A100 M7C: the same)
+    "before_ce226a4": {"before_ce226a4": True},  # the launch settings of the final H200 run
+    # ce226a4 but the token tiles at their base size (2 tokens at G 6): the 8-token tiles were probed
+    # at 8k, B = 8 only; the model prices them slower at B = 1 (fewer programs than slots) and at long T
+    "base_token_tiles": {"tp": lambda s: _tokens_per_tile(s.G)},
     "before_this_session": {
         "forced_tiles": False,
         "fold_selection": False,
@@ -820,8 +953,9 @@ def what_if_rows(Ts: list[int]) -> list[dict]:
         for gname in PREDICTED_GPUS:
             gpu = GPUS[gname]
             for sname, shape in SHAPES.items():
+                fl = {f: (v(shape) if callable(v) else v) for f, v in flags.items()}  # per-shape settings
                 for T in Ts:
-                    ratio = total(ours_on(T, shape, gpu, **flags), gpu) / total(flash2(T, shape), gpu)
+                    ratio = total(ours_on(T, shape, gpu, **fl), gpu) / total(flash2(T, shape), gpu)
                     rows.append(
                         {"what_if": name, "gpu": gname, "shape": sname, "T": T, "fwd_bwd": round(ratio, 3)}
                     )

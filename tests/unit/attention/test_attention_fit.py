@@ -16,6 +16,7 @@ _BENCH = Path(__file__).resolve().parents[3] / "bench"
 FIRST_RUN = _BENCH / "gpu" / "2026-11-26-h100-speed.json"
 H200_RUN = _BENCH / "gpu" / "2026-11-26-h200-speed-after.json"
 H200_PROBE = _BENCH / "gpu" / "2026-11-26-h200-probe-after.jsonl"
+FINAL_PROBE = _BENCH / "gpu" / "2026-11-26-h200-probe-final.jsonl"
 
 
 def _load(name: str):
@@ -48,12 +49,15 @@ def h200_fit(h200) -> dict[str, dict]:
 
 
 def test_the_stored_h100_prices_are_the_fit_of_the_first_run(recs) -> None:
-    assert recs[0]["build"] == {"split_cmp_fwd": False, "warps_dkdv": 8}  # the kernels it measured
+    # the kernels it measured: the fused forward, dK/dV at 8 warps, the launch settings before ce226a4
+    assert recs[0]["build"] == {"split_cmp_fwd": False, "warps_dkdv": 8, "before_ce226a4": True}
     fitted = fit.fit(recs)
-    assert set(fitted) == set(m.H100_COST)
-    assert set(m.H100_COST) | set(m.H200_COST) == set(fit.FIT_TERMS)
-    assert not set(m.H100_COST) & set(m.H200_COST)
+    assert set(fitted) == set(m.H100_COST) | set(m.H200_FINAL_COST)  # the reduce: priced on the final run
+    assert set(m.H100_COST) | set(m.H200_COST) | set(m.H200_FINAL_COST) == set(fit.FIT_TERMS)
+    assert not set(m.H100_COST) & set(m.H200_COST) and not set(m.H200_FINAL_COST) & set(m.H100_COST)
     for kind, terms in fitted.items():
+        if kind in m.H200_FINAL_COST:
+            continue
         assert set(terms) == set(m.H100_COST[kind]), kind
         for term, value in terms.items():
             assert m.H100_COST[kind][term] == pytest.approx(value, rel=0.02), (kind, term)
@@ -113,10 +117,43 @@ def test_the_selection_warps_factors_are_the_probes_and_predict_its_times() -> N
         shape = m.Shape(shape.name, r["B"], shape.H, shape.Hkv, shape.D)
         if v.get("warps_sel", 4) not in m.SEL_WARPS:
             continue
-        k = next(k for k in m.ours(r["T"], shape, warps_sel=v.get("warps_sel", 4)) if k.name == "cmp_select")
+        build = {**m.RUN_BUILDS[H200_PROBE.name], "warps_sel": v.get("warps_sel", 4)}  # BTF tokens a tile
+        k = next(k for k in m.ours(r["T"], shape, **build) if k.name == "cmp_select")
         assert k.time(gpu) * 1e3 == pytest.approx(r["ms"], rel=0.30), r
         checked += 1
     assert checked == 6
+
+
+def test_the_launch_factors_are_the_final_probes_and_the_shipped_configs_predict_it() -> None:
+    """CONFIG_FACTOR (ce226a4's launch settings) is what config_factors reads from the final probe,
+    the final probe's 4-warp selection agrees with SEL_WARPS from the earlier one, and the model at
+    the shipped settings predicts the probe's times of them within 30 % (the selection at 2 tokens a
+    tile, the compressed backward with dK/dV at 4 warps, the selected op at 8-token tiles and, at the
+    paper shape, its forward at 2 warps)."""
+    got = fit.config_factors(str(FINAL_PROBE))
+    assert set(got) == set(m.CONFIG_FACTOR) - {"cmp_sel@w2", "cmp_sel@w4"}
+    for tag, f in got.items():
+        assert m.CONFIG_FACTOR[tag] == pytest.approx(f["mean"], abs=1e-3), tag
+    assert fit.warps_factors(str(FINAL_PROBE))[4]["mean"] == pytest.approx(1.0, abs=0.05)
+    gpu = m.GPUS["H200"]
+    probe = [fit.json.loads(line) for line in FINAL_PROBE.read_text().splitlines()]
+    shipped = {  # (probe, shape, the variant that ships now): the probe's field -> the model's kernels
+        ("cmp_fwd", "m7c", (("BTF", 2), ("kernel", "select"))): {"ms": ("cmp_select",)},
+        ("cmp_bwd", "m7c", (("warps_dkv", 4),)): {"ms": ("cmp_bwd_dq", "cmp_bwd_dkv")},
+        ("cmp_bwd", "paper", (("warps_dkv", 4),)): {"ms": ("cmp_bwd_dq", "cmp_bwd_dkv")},
+        ("selected", "m7c", (("TP", "x4"),)): {"fwd_ms": fit._SEL_FWD, "fwd_bwd_ms": fit._SEL_ALL},
+        ("selected", "paper", (("warps_tok", 2),)): {"fwd_ms": fit._SEL_FWD, "fwd_bwd_ms": fit._SEL_ALL},
+    }
+    checked = 0
+    for r in probe:
+        fields = shipped.get((r["probe"], r["shape"], tuple(sorted(r["variant"].items()))))
+        for field, names in (fields or {}).items():
+            s0 = m.SHAPES[r["shape"]]
+            ks = m.ours(r["T"], m.Shape(s0.name, r["B"], s0.H, s0.Hkv, s0.D))  # what the code ships
+            model_ms = sum(k.time(gpu) for k in ks if k.name in names) * 1e3
+            assert model_ms == pytest.approx(r[field], rel=0.30), (r, field, model_ms)
+            checked += 1
+    assert checked == 8
 
 
 def test_a100_keeps_the_published_efficiencies_and_takes_the_cycles_per_sm_cycle() -> None:
@@ -136,14 +173,20 @@ def test_a100_keeps_the_published_efficiencies_and_takes_the_cycles_per_sm_cycle
 
 
 def test_the_shipped_selection_warps_follow_the_kernels_config() -> None:
-    """shipped_warps_sel mirrors compressed.py's `_config` (its warps_sel) for the predicted shapes."""
+    """shipped_launch mirrors compressed.py's and selected.py's `_config` (the selection's warps and
+    tokens a tile, the compressed dK/dV's warps, the token tiles' tokens and forward warps)."""
     torch = pytest.importorskip("torch")  # noqa: F841 (compressed.py imports torch and triton)
-    from nsa.attention.triton import compressed
+    from nsa.attention.triton import compressed, selected
 
-    for shape in (*m.SHAPES.values(), m.Shape("g1", 1, 2, 2, 64), m.Shape("g2d96", 1, 4, 2, 96)):
+    shapes = (m.Shape("g1", 1, 2, 2, 64), m.Shape("g2d96", 1, 4, 2, 96), m.Shape("g8", 1, 16, 2, 64))
+    for shape in (*m.SHAPES.values(), *shapes):
         for cc in (80, 90):
             c = compressed._config(shape.G, shape.D, shape.n, shape.bl, shape.d, shape.lp, cc)
+            sc = selected._config(shape.G, shape.D, shape.lp)
+            launch = m.shipped_launch(shape, cc)
             assert m.shipped_warps_sel(shape, cc) == c["warps_sel"], (shape, cc)
+            assert (launch["bt_sel"], launch["warps_cmp_dkv"]) == (c["bt_sel"], c["warps_dkv"]), (shape, cc)
+            assert (launch["tp"], launch["warps_tok"]) == (sc["TP"], sc["warps_tok"]), (shape, cc)
             assert (m._sel_tiles(shape)["BTF"], m._sel_tiles(shape)["GPF"]) == (c["BTF"], c["GPF"])
             assert m._sel_tiles(shape)["BJ"] == c["BJ"]
 
@@ -172,3 +215,17 @@ def test_the_cli_takes_the_gpu_from_the_file_and_prints_the_warps_factors(capsys
     assert [r["fit"] for r in rows if "fit" in r] == ["cmp_sel"]
     checks = [r for r in rows if "check" in r]
     assert len(checks) == 10 and all(abs(r["measured_over_model"] - 1) < 0.1 for r in checks)
+
+
+def test_the_cli_prints_the_launch_factors_of_the_final_probe(capsys, monkeypatch) -> None:
+    final = _BENCH / "gpu" / "2026-11-26-h200-speed-final.json"
+    argv = ["attention_fit.py", str(final), "--probe", str(FINAL_PROBE), "--families", "_sel_bwd_reduce"]
+    monkeypatch.setattr(sys, "argv", argv)
+    fit.main()
+    rows = [fit.json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    factors = {r["config_factor"]: r for r in rows if "config_factor" in r}
+    assert set(factors) == {"cmp_sel@bt2", "cmp_dkv@w4", "tok_fwd@tp4", "tok_dq@tp4", "tok_fwd@w2"}
+    assert all(r["stored"] == pytest.approx(r["mean"], abs=1e-3) for r in factors.values())
+    assert [r["fit"] for r in rows if "fit" in r] == ["sel_reduce"]
+    checks = [r for r in rows if "check" in r]
+    assert len(checks) == 10 and all(abs(r["measured_over_model"] - 1) < 0.2 for r in checks)
