@@ -20,6 +20,7 @@ import sys
 import torch
 import triton
 
+from nsa.attention.gpusuite.gpu import _time_cuda
 from nsa.attention.triton import compressed as cmp
 from nsa.attention.triton import selected as sel
 
@@ -28,17 +29,7 @@ SHAPES = {"m7c": (2, 6, 64), "paper": (4, 16, 128)}  # (Hkv, G, D)
 
 
 def _time(fn, iters: int = 5) -> float:
-    fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        out.append(a.elapsed_time(b))
-    return round(sorted(out)[len(out) // 2], 4)
+    return round(_time_cuda(fn, iters, warmup=1), 4)
 
 
 def _inputs(B, T, Hkv, G, D):

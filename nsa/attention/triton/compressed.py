@@ -118,6 +118,23 @@ def _store_top(IDX, VALID, top, tb, t_end, K_SEL, W: tl.constexpr):
 
 
 @triton.jit
+def _row_tile(pid_t, T, NC, G: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, BM: tl.constexpr,
+              L: tl.constexpr, S: tl.constexpr):  # fmt: skip
+    """A tile of BM consecutive (token, head) rows of the [T * G] rows (the attention kernels' tiles):
+    their offsets, tokens and validity, the [BM, DP] offsets and mask into a [T * G, D] tensor, and
+    how many compressed keys the tile's last token sees."""
+    row_off = pid_t * BM + tl.arange(0, BM)
+    tq = row_off // G
+    row_ok = row_off < T * G
+    dcol = tl.arange(0, DP)
+    qoff = row_off[:, None] * D + dcol[None, :]
+    qmask = row_ok[:, None] & (dcol < D)[None, :]
+    t_last = tl.minimum((pid_t * BM + BM - 1) // G, T - 1)
+    n_vis = tl.where(t_last >= L - 1, tl.minimum(NC, (t_last - (L - 1)) // S + 1), 0)
+    return row_off, tq, row_ok, dcol, qoff, qmask, n_vis
+
+
+@triton.jit
 def _cmp_fwd(
     Q,
     K,
@@ -147,16 +164,9 @@ def _cmp_fwd(
     LSE += bh * T * G
     K += bh * NC * D
     V += bh * NC * D
-    row_off = pid_t * BM + tl.arange(0, BM)
-    tq = row_off // G
-    row_ok = row_off < T * G
-    dcol = tl.arange(0, DP)
+    row_off, tq, row_ok, dcol, qoff, qmask, n_vis = _row_tile(pid_t, T, NC, G, D, DP, BM, L, S)
     dmask = dcol < D
-    qoff = row_off[:, None] * D + dcol[None, :]
-    q = tl.load(Q + qoff, mask=row_ok[:, None] & dmask[None, :], other=0.0)
-
-    t_last = tl.minimum((pid_t * BM + BM - 1) // G, T - 1)
-    n_vis = tl.where(t_last >= L - 1, tl.minimum(NC, (t_last - (L - 1)) // S + 1), 0)
+    q = tl.load(Q + qoff, mask=qmask, other=0.0)
     key0 = tl.arange(0, BN)
     m_i = tl.full([BM], float("-inf"), tl.float32)
     l_i = tl.zeros([BM], tl.float32)
@@ -180,7 +190,7 @@ def _cmp_fwd(
     seen = l_i > 0.0
     l_safe = tl.where(seen, l_i, 1.0)
     out = tl.where(seen[:, None], acc / l_safe[:, None], 0.0)
-    tl.store(Out + qoff, out.to(Out.dtype.element_ty), mask=row_ok[:, None] & dmask[None, :])
+    tl.store(Out + qoff, out.to(Out.dtype.element_ty), mask=qmask)
     tl.store(LSE + row_off, tl.where(seen, m_i + tl.log2(l_safe), 0.0), mask=row_ok)
 
 
@@ -311,21 +321,15 @@ def _cmp_bwd_dq(
     DELTA += bh * T * G
     K += bh * NC * D
     V += bh * NC * D
-    row_off = pid_t * BM + tl.arange(0, BM)
-    tq = row_off // G
-    row_ok = row_off < T * G
-    dcol = tl.arange(0, DP)
+    row_off, tq, row_ok, dcol, qoff, qmask, n_vis = _row_tile(pid_t, T, NC, G, D, DP, BM, L, S)
     dmask = dcol < D
-    qoff = row_off[:, None] * D + dcol[None, :]
-    q = tl.load(Q + qoff, mask=row_ok[:, None] & dmask[None, :], other=0.0)
-    do = tl.load(DO + qoff, mask=row_ok[:, None] & dmask[None, :], other=0.0)
-    o = tl.load(Out + qoff, mask=row_ok[:, None] & dmask[None, :], other=0.0)
+    q = tl.load(Q + qoff, mask=qmask, other=0.0)
+    do = tl.load(DO + qoff, mask=qmask, other=0.0)
+    o = tl.load(Out + qoff, mask=qmask, other=0.0)
     delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), axis=1)
     tl.store(DELTA + row_off, delta, mask=row_ok)
     lse = tl.load(LSE + row_off, mask=row_ok, other=0.0)
 
-    t_last = tl.minimum((pid_t * BM + BM - 1) // G, T - 1)
-    n_vis = tl.where(t_last >= L - 1, tl.minimum(NC, (t_last - (L - 1)) // S + 1), 0)
     key0 = tl.arange(0, BN)
     dq = tl.zeros([BM, DP], tl.float32)
     for kb in range(0, tl.cdiv(n_vis, BN)):
@@ -340,7 +344,7 @@ def _cmp_bwd_dq(
         dp = tl.dot(do, tl.trans(v), input_precision=PREC)
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
-    tl.store(DQ + qoff, (dq * scale).to(DQ.dtype.element_ty), mask=row_ok[:, None] & dmask[None, :])
+    tl.store(DQ + qoff, (dq * scale).to(DQ.dtype.element_ty), mask=qmask)
 
 
 @triton.jit
