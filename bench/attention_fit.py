@@ -335,8 +335,13 @@ def config_factors(path: str, gpu_name: str = "H200") -> dict[str, dict]:
                 s = m.Shape(s0.name, r["B"], s0.H, s0.Hkv, s0.D)
                 flags = {**build, **_variant_flags(key, value, s)}
                 var_ks = [k for k in m.ours(r["T"], s, cc=gpu.cc, **flags) if k.name in names]
-                if base is None or tag not in _tags(var_ks) or tag not in _tags(m.ours(r["T"], s, cc=gpu.cc)):
-                    continue  # no base row, or a setting the code does not ship at this shape
+                x4 = {"tp": m.WHAT_IF["token_tiles_x4"]["tp"](s)}  # ce226a4's rules (4x tiles at G 5-8)
+                if (
+                    base is None
+                    or tag not in _tags(var_ks)
+                    or tag not in _tags(m.ours(r["T"], s, cc=gpu.cc, **x4))
+                ):
+                    continue  # no base row, or a setting ce226a4 did not ship at this shape
                 t0 = sum(k.time(gpu) for k in m.ours(r["T"], s, cc=gpu.cc, **build) if k.name in names)
                 want = r[field] / base[field]
                 lo, hi = 0.01, 10.0

@@ -404,9 +404,10 @@ def shipped_launch(s: Shape, cc: int, before_ce226a4: bool = False) -> dict[str,
     compressed dK/dV's warps, the token tiles' tokens (`tp`) and forward warps (`warps_tok`).
     Since ce226a4: the selection at 2 warps only at head_dim <= 64 (16 padded heads a token, or 8 on
     sm_90; 2 spilled at the paper's G 16 x D 128 on triton 3.6), 2 tokens a tile at 8 padded heads
-    on sm_90 (M7C); dK/dV 4 warps; 4x the tokens at G 5-8, head_dim <= 64; the token-tile forward 2
-    warps at head_dim > 64. before_ce226a4: the kernels of the final H200 run (and of every earlier
-    one but the selection's warps): 2 warps at 16 heads a token or 8 on sm_90 at head_dim <= 64,
+    on sm_90 (M7C); dK/dV 4 warps; the token-tile forward 2 warps at head_dim > 64. (ce226a4 also
+    took 4x the tokens at G 5-8, head_dim <= 64; taken back after this model priced it slower at
+    B = 1 from 32k: the `token_tiles_x4` what-if.) before_ce226a4: the kernels of the final H200
+    run (and of every earlier one but the selection's warps): 2 warps at 16 heads a token or 8 on sm_90 at head_dim <= 64,
     BTF tokens, dK/dV 8 warps, the base token tiles, the forward at 8 warps past head_dim 64."""
     c = _sel_tiles(s)
     gpf, small = c["GPF"], s.D <= 64
@@ -420,7 +421,7 @@ def shipped_launch(s: Shape, cc: int, before_ce226a4: bool = False) -> dict[str,
         "warps_sel": 2 if small and (gpf >= 16 or (cc >= 90 and gpf == 8)) else 4,
         "bt_sel": 2 if small and cc >= 90 and gpf == 8 else c["BTF"],
         "warps_cmp_dkv": 4,
-        "tp": base_tp * (4 if small and 5 <= s.G <= 8 else 1),
+        "tp": base_tp,
         "warps_tok": 4 if small else 2,
     }  # fmt: skip
 
@@ -933,9 +934,9 @@ WHAT_IF = {
     "shared_selections": {"selections": "shared"},  # adjacent tokens select the same blocks (best case)
     "selection_free": {"selection_free": True},  # the selection at no cost (a bound for its rewrite)
     "before_ce226a4": {"before_ce226a4": True},  # the launch settings of the final H200 run
-    # ce226a4 but the token tiles at their base size (2 tokens at G 6): the 8-token tiles were probed
-    # at 8k, B = 8 only; the model prices them slower at B = 1 (fewer programs than slots) and at long T
-    "base_token_tiles": {"tp": lambda s: _tokens_per_tile(s.G)},
+    # ce226a4's 4x token tiles (8 tokens at G 6, D 64), probed at 8k, B = 8 only (faster there); the
+    # model prices them slower at B = 1 (fewer programs than slots) and at long T, so main ships 2
+    "token_tiles_x4": {"tp": lambda s: _tokens_per_tile(s.G) * (4 if s.D <= 64 and 5 <= s.G <= 8 else 1)},
     "before_this_session": {
         "forced_tiles": False,
         "fold_selection": False,

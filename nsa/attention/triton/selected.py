@@ -167,11 +167,11 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
     """
     DP = _p2(D)
     TP = tokens_per_program(G)
-    if DP <= 64 and 5 <= G <= 8:
-        # 4x the tokens (at G = 6: 8 tokens, 48 of 64 rows): on an H200 the selected forward+backward
-        # took 12.9 ms instead of 15.2 at M7C 8k (bench/kernel_probe.py); its steps are latency-bound,
-        # so a fuller tile costs little more than a 16-row one. At G 16 x D 128 it was slower (90 vs 85).
-        TP *= 4
+    # 4x the tokens at G = 6 (8 tokens, 48 of 64 rows) ran the selected forward+backward in 12.9 ms
+    # instead of 15.2 at M7C 8k x 8 on an H200 (bench/kernel_probe.py), but the cost model, fitted on
+    # that probe, prices it slower at B = 1 from 32k, where 8 tokens' random tables share fewer blocks
+    # (0.83 vs 0.78 NSA/FA2 at 32k): not shipped until a long-T probe settles it. At G 16 x D 128 4x
+    # was slower (90 vs 85 ms).
     return {
         "GP": _p2(G),
         "DP": DP,
