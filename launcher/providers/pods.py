@@ -277,30 +277,35 @@ def provision(
     price = f"${offer.price_hr:.2f}/h" if offer.price_hr is not None else "price unknown"
     nodes = f" as {profile.nodes} nodes" if profile.nodes > 1 else ""
     say(f"renting {offer.gpu_count}x {offer.gpu_type}{nodes} from {describe(offer)}, {price}")
+    rec: PodRecord | None = None
     with signals_as_interrupt():
-        with _deferred_signals():  # rent, then record: nothing may come between
-            pod = client.create_pod(
-                offer, pod_name(name), choice.image, disk=choice.disk, ssh_key_id=choice.ssh_key_id,
-                max_price=choice.max_price,
-            )  # fmt: skip
-            rec = PodRecord(
-                id=pod.id,
-                run=run,
-                gpu_type=offer.gpu_type,
-                gpu_count=offer.gpu_count,
-                price_hr=pod.price_hr if pod.price_hr is not None else offer.price_hr,
-                created=time.time(),
-                ssh=[],
-                ssh_config=ssh_config,
-                name=pod.name,
-                choice=asdict(choice),
-                offer=describe(offer),
-            )
-            save_pod(rec)
-        say(f"created pod {pod.id} ({pod.name})")
         try:
+            with _deferred_signals():  # rent, then record: nothing may come between
+                pod = client.create_pod(
+                    offer, pod_name(name), choice.image, disk=choice.disk, ssh_key_id=choice.ssh_key_id,
+                    max_price=choice.max_price,
+                )  # fmt: skip
+                rec = PodRecord(
+                    id=pod.id,
+                    run=run,
+                    gpu_type=offer.gpu_type,
+                    gpu_count=offer.gpu_count,
+                    price_hr=pod.price_hr if pod.price_hr is not None else offer.price_hr,
+                    created=time.time(),
+                    ssh=[],
+                    ssh_config=ssh_config,
+                    name=pod.name,
+                    choice=asdict(choice),
+                    offer=describe(offer),
+                )
+                save_pod(rec)
+            # A signal held while the pod was rented is delivered as the block ends, here, inside the
+            # try: the pod it interrupts is then in the ledger and terminated below.
+            say(f"created pod {pod.id} ({pod.name})")
             pod, hosts = wait_ready(client, pod, say, timeout, ssh_config, profile.nodes)
         except BaseException as e:
+            if rec is None:  # the API never gave an id: nothing of ours to terminate
+                raise
             if isinstance(e, KeyboardInterrupt):
                 say(f"{e or 'interrupted'}; terminating pod {rec.id} so nothing is left billing")
             terminate(client, rec, say)

@@ -230,13 +230,18 @@ def test_a_replacement_verifies_the_mirror_before_it_terminates_or_rents(fake, t
     assert list(fake.pods) == [pod1.id] and not any("terminated pod" in s for s in said)
 
 
-def test_sigterm_during_a_replacement_leaves_no_pod_billing(fake, tmp_path):
+@pytest.mark.parametrize("reply_delay", [0.0, 1.0], ids=["pending", "while-rent-answers"])
+def test_sigterm_during_a_replacement_leaves_no_pod_billing(fake, tmp_path, reply_delay):
     """`watch` is renting a replacement (the fake's pod stays PENDING) when it gets SIGTERM: it
-    terminates the pod it rented before it exits, as on Ctrl-C."""
+    terminates the pod it rented before it exits, as on Ctrl-C. `while-rent-answers`: the signal
+    lands while POST /pods is answered (the pod exists, its id not yet known): it is held until the
+    ledger has the pod, then terminates it (until 2026-11-26 it was delivered past the cleanup and the
+    pod kept billing; CI hit that window once)."""
     from launcher.providers.pods import PodRecord, save_pod
     from tests.fixtures.sshd import free_port
 
     fake.start_delay_s = 60.0
+    fake.create_reply_delay_s = reply_delay
     dead = parse_target(f"root@127.0.0.1:{free_port()}", str(fake.ssh_config))
     node = registry.NodeRecord(dead, str(PROJECT_ROOT), sys.executable, str(tmp_path / "run"))
     registry.save(registry.RunRecord(run=RUN, profile="cpu", created=1.0, nodes=[node], provider="prime",
