@@ -50,6 +50,23 @@ def _row_tile(pid_t, T, NC, G: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, 
 
 
 @triton.jit
+def _key_step(K, V, kb, q, tq, dcol, NC, qk_scale, D: tl.constexpr, BN: tl.constexpr, L: tl.constexpr,
+              S: tl.constexpr, PREC: tl.constexpr):  # fmt: skip
+    """One step of the attention kernels over compressed keys [kb * BN, kb * BN + BN): the keys and
+    values, the scaled logits of the tile's rows and which (row, key) pairs are causally visible
+    (rows past T * G are the caller's to mask)."""
+    key = kb * BN + tl.arange(0, BN)
+    key_ok = key < NC
+    kmask = key_ok[:, None] & (dcol < D)[None, :]
+    koff = key[:, None] * D + dcol[None, :]
+    k = tl.load(K + koff, mask=kmask, other=0.0)
+    v = tl.load(V + koff, mask=kmask, other=0.0)
+    s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+    vis = key_ok[None, :] & (key[None, :] * S + (L - 1) <= tq[:, None])
+    return k, v, s, vis
+
+
+@triton.jit
 def _cmp_fwd(
     Q,
     K,
@@ -80,20 +97,12 @@ def _cmp_fwd(
     K += bh * NC * D
     V += bh * NC * D
     row_off, tq, row_ok, dcol, qoff, qmask, n_vis = _row_tile(pid_t, T, NC, G, D, DP, BM, L, S)
-    dmask = dcol < D
     q = tl.load(Q + qoff, mask=qmask, other=0.0)
-    key0 = tl.arange(0, BN)
     m_i = tl.full([BM], float("-inf"), tl.float32)
     l_i = tl.zeros([BM], tl.float32)
     acc = tl.zeros([BM, DP], tl.float32)
     for kb in range(0, tl.cdiv(n_vis, BN)):
-        key = kb * BN + key0
-        key_ok = key < NC
-        koff = key[:, None] * D + dcol[None, :]
-        k = tl.load(K + koff, mask=key_ok[:, None] & dmask[None, :], other=0.0)
-        v = tl.load(V + koff, mask=key_ok[:, None] & dmask[None, :], other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-        vis = key_ok[None, :] & (key[None, :] * S + (L - 1) <= tq[:, None])
+        _, v, s, vis = _key_step(K, V, kb, q, tq, dcol, NC, qk_scale, D, BN, L, S, PREC)
         s = tl.where(vis, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -150,7 +159,6 @@ def _cmp_bwd_dq(
     K += bh * NC * D
     V += bh * NC * D
     row_off, tq, row_ok, dcol, qoff, qmask, n_vis = _row_tile(pid_t, T, NC, G, D, DP, BM, L, S)
-    dmask = dcol < D
     q = tl.load(Q + qoff, mask=qmask, other=0.0)
     do = tl.load(DO + qoff, mask=qmask, other=0.0)
     o = tl.load(Out + qoff, mask=qmask, other=0.0)
@@ -158,17 +166,10 @@ def _cmp_bwd_dq(
     tl.store(DELTA + row_off, delta, mask=row_ok)
     lse = tl.load(LSE + row_off, mask=row_ok, other=0.0)
 
-    key0 = tl.arange(0, BN)
     dq = tl.zeros([BM, DP], tl.float32)
     for kb in range(0, tl.cdiv(n_vis, BN)):
-        key = kb * BN + key0
-        key_ok = key < NC
-        koff = key[:, None] * D + dcol[None, :]
-        k = tl.load(K + koff, mask=key_ok[:, None] & dmask[None, :], other=0.0)
-        v = tl.load(V + koff, mask=key_ok[:, None] & dmask[None, :], other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-        vis = row_ok[:, None] & key_ok[None, :] & (key[None, :] * S + (L - 1) <= tq[:, None])
-        p = tl.where(vis, tl.exp2(s - lse[:, None]), 0.0)
+        k, v, s, vis = _key_step(K, V, kb, q, tq, dcol, NC, qk_scale, D, BN, L, S, PREC)
+        p = tl.where(row_ok[:, None] & vis, tl.exp2(s - lse[:, None]), 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PREC)
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
