@@ -20,7 +20,7 @@ import sys
 import torch
 import triton
 
-from nsa.attention.gpusuite.gpu import _time_cuda
+from nsa.attention.gpusuite.gpu import _nsa_core_inputs, _time_cuda
 from nsa.attention.triton import compressed as cmp
 from nsa.attention.triton import selected as sel
 
@@ -33,13 +33,9 @@ def _time(fn, iters: int = 5) -> float:
 
 
 def _inputs(B, T, Hkv, G, D):
-    g = torch.Generator(device="cpu").manual_seed(0)
-    nc = (T - GEO["block_len"]) // GEO["block_stride"] + 1
-
-    def mk(*s):
-        return torch.randn(*s, generator=g).to("cuda", torch.bfloat16)
-
-    return mk(B, Hkv, T, G, D), mk(B, Hkv, nc, D), mk(B, Hkv, nc, D), mk(B, Hkv, T, D), mk(B, Hkv, T, D)
+    """q, compressed K/V and selected K/V as the suite's speed section makes them (bf16, CUDA)."""
+    inp = _nsa_core_inputs(B, T, Hkv, G, D, GEO, "cuda", torch.bfloat16)
+    return tuple(inp[k].detach() for k in ("q", "kc", "vc", "ks", "vs"))
 
 
 def _cmp_launch(q, kc, vc, over: dict):
