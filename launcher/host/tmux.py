@@ -83,8 +83,9 @@ def train_pane_pid(req: dict[str, Any], run: str, node: int = 0) -> int | None:
     second or two from the dashboard, so its cost matters."""
     # Space-separated, the window name last: a tmux client without a UTF-8 locale (an SSH session
     # that sets no LANG, as on the tests' fake pods) prints a tab in -F output as "_", and a
-    # tab-split then found no pane at all. state.py then saw only the tagged processes, not the wrapper, and called a run
-    # "failed" in the moment between torchrun's exit and the wrapper writing exit_code.
+    # tab-split then found no pane at all. state.py then saw only the tagged processes, not the
+    # wrapper, and called a run "failed" in the moment between torchrun's exit and the wrapper
+    # writing exit_code.
     fmt = "#{pane_pid} #{pane_dead} #{window_name}"
     try:
         out = _tmux(
