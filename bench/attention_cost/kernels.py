@@ -1,0 +1,309 @@
+"""The kernels of one NSA layer as our triton backend launches them (`ours`) and of the baseline
+(`flash2`): FLOPs issued (padded rows included) and useful, DRAM and L2 bytes, programs and the work
+counts their prices apply to.
+
+Owns the mapping from a `Shape` and T to a list of `Kernel` records; the counts come from counts.py,
+the prices from prices.py. It imports nothing from nsa (no torch): the kernel structure is written out
+here from nsa/attention/triton/*.py, so a change of structure there must be mirrored here.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .counts import (
+    Shape,
+    _cfg,
+    _cmp_attn_work,
+    _cmp_keys,
+    _cmp_select_work,
+    _p2,
+    _per_sm,
+    _sel_keys,
+    _sel_steps,
+    _sel_tiles,
+    _tokens_per_tile,
+    _valid_pairs,
+    shipped_launch,
+)
+from .prices import Kernel
+
+
+def flash2(T: int, s: Shape, kind: str = "sdpa") -> list[Kernel]:
+    """FlashAttention-2, causal GQA: 2 GEMMs forward, 5 backward, over T/2 keys per query on average.
+    kind "sdpa": PyTorch SDPA's flash backend, the baseline the predictions and the GPU suite compare
+    against (H100: as measured, COST; A100: FA2's published efficiency); "fa2": flash-attn's CUDA
+    kernels as published (the calibration's H800 rows); "dense": a Triton port (the NSA paper's)."""
+    unit = 2 * s.B * s.H * T * (T / 2 + 64) * s.D  # one GEMM over the causal triangle (+ diagonal tiles)
+    act = s.B * T * s.H * s.D * 2
+    kv = s.B * T * s.Hkv * s.D * 2
+    progs = s.B * s.H * math.ceil(T / 128)
+    w = {"programs": progs}
+    return [
+        Kernel("flash2_fwd", "dense", "fwd", f"{kind}_fwd", 2 * unit, 2 * unit, 2 * act + 2 * kv, programs=progs, work=w),
+        Kernel("flash2_bwd", "dense", "bwd", f"{kind}_bwd", 5 * unit, 5 * unit, 4 * act + 4 * kv, programs=progs, work=w),
+    ]  # fmt: skip
+
+
+def ours(
+    T: int,
+    s: Shape,
+    balanced_dkv: bool = True,
+    keymajor_sel: bool = False,
+    forced_tiles: bool = True,
+    fold_selection: bool = True,
+    unpadded_cmp_bwd: bool = True,
+    token_tiles: bool = True,
+    selections: str = "random",
+    split_cmp_fwd: bool = True,
+    selection_free: bool = False,
+    cc: int = 90,
+    warps_sel: int | None = None,
+    warps_dkdv: int = 4,
+    before_ce226a4: bool = False,
+    bt_sel: int | None = None,
+    warps_cmp_dkv: int | None = None,
+    tp: int | None = None,
+    warps_tok: int | None = None,
+) -> list[Kernel]:
+    """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
+    keymajor_sel models a restructure that is not built (what-if rows); balanced_dkv=False the
+    compressed dK/dV kernel as it was before it was split (for comparison); forced_tiles (built,
+    2026-11-25) the selected branch's forced blocks (block 0, the own and the previous block) as dense
+    tiles of 64 rows, the query-major kernels skipping them (False: the kernels before); fold_selection
+    (built, 2026-11-25) the top-n inside the compressed forward's second pass (False: a third pass
+    with its own QK product); unpadded_cmp_bwd (built, 2026-11-25) the compressed backward's query
+    tiles without padded heads; token_tiles (built, 2026-11-25) several tokens per query-major program
+    over the union of their blocks, whose size depends on the tables: `selections` "random" (each token
+    independent: the worst case, what the predictions use) or "shared" (adjacent tokens select the
+    same blocks: the best case). split_cmp_fwd (built, 45bc233) the compressed forward as two kernels,
+    the flash attention `_cmp_fwd` and the selection `_cmp_select` at `warps_sel` warps (None: what
+    compressed.py ships for compute capability `cc`); False: the fused two-pass kernel before it
+    (fold_selection=False: with its older third pass). selection_free (not built): the selection at
+    no cost, a bound for any rewrite of it. warps_dkdv: the key-major selected dK/dV's warps (4 since
+    4e22175; 8 before). The launch settings of ce226a4 (`shipped_launch`: warps_sel, bt_sel,
+    warps_cmp_dkv, tp, warps_tok; None: what the code ships for `cc`, or with before_ce226a4 what it
+    shipped before) each change the kind's tags (CONFIG_FACTOR prices them) and, for bt_sel and tp,
+    the counts."""
+    launch = shipped_launch(s, cc, before_ce226a4)
+    given = {
+        "warps_sel": warps_sel,
+        "bt_sel": bt_sel,
+        "warps_cmp_dkv": warps_cmp_dkv,
+        "tp": tp,
+        "warps_tok": warps_tok,
+    }
+    launch.update({f: v for f, v in given.items() if v is not None})
+    B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
+    bf = 2
+    act = B * T * s.H * D * bf
+    kvb = BH * T * D * bf
+    nc = max(0, (T - s.bl) // s.d + 1)
+    ns = -(-T // s.lp)
+    k = min(s.n, ns)
+    ks: list[Kernel] = []
+    # Fused RoPE into the kernels' layouts (q and 3 branches' keys), then the gated sum.
+    ks.append(Kernel("rope_fwd", "fused", "fwd", "memory", dram=2 * (act + 3 * kvb), launches=2))
+    ks.append(Kernel("gate_mix_fwd", "fused", "fwd", "memory", dram=4 * act + B * T * s.H * 3 * bf))
+    ks.append(Kernel("rope_bwd", "fused", "bwd", "memory", dram=2 * (act + 3 * kvb), launches=2))
+    # Backward: dO, the gates and the three branch outputs in, three branch gradients and the gates'
+    # out (until the H200 run the model counted 5 of these 8 activations: 1.26-1.30x off).
+    ks.append(Kernel("gate_mix_bwd", "fused", "bwd", "memory", dram=8 * act + 2 * B * T * s.H * 3 * bf))
+    # Compression MLP (cuBLAS GEMMs l*D -> 2D -> D for keys and values): small.
+    mlp = 2 * 2 * BH * nc * (s.bl * D * 2 * D + 2 * D * D)
+    ks.append(
+        Kernel("cmp_mlp_fwd", "compressed", "fwd", "dense_fwd", mlp, mlp, 4 * kvb, programs=10**4, launches=6)
+    )
+    ks.append(
+        Kernel(
+            "cmp_mlp_bwd",
+            "compressed",
+            "bwd",
+            "dense_bwd",
+            2 * mlp,
+            2 * mlp,
+            8 * kvb,
+            programs=10**4,
+            launches=10,
+        )
+    )
+    ck = _cmp_keys(T, s)
+    cuse = 2 * BH * T * G * (nc / 2) * D
+    kcb = BH * nc * D * bf  # compressed keys (or values) of all KV heads
+    lse = 4 * BH * T * G
+    table = BH * T * k * 9  # int64 block ids + valid flags
+    sw = _cmp_select_work(T, s, 1 if split_cmp_fwd else (2 if fold_selection else 3))
+    sel_rows, BT = sw["rows"], sw["tokens"]
+    sel_progs = BH * sw["tiles"]
+    if split_cmp_fwd:
+        # The attention (_cmp_fwd): one flash pass, QK + PV a key step over BM (token, head) rows of
+        # no padding, 4 warps; priced as a flash kernel (eff + a program's prologue, cmp_attn).
+        aw = _cmp_attn_work(T, s)
+        aprog = BH * aw["tiles"]
+        ks.append(Kernel("cmp_fwd", "compressed", "fwd", f"cmp_attn@{_cfg(D)}", 4 * BH * aw["rows"] * aw["keys"] * D,
+                         2 * cuse, 2 * act + 2 * kcb + lse, l2=2 * aprog * (aw["keys"] / aw["tiles"]) * D * bf,
+                         programs=aprog, per_sm=1, work={"programs": aprog}))  # fmt: skip
+        # The selection (_cmp_select): per key tile of BJ * RP keys one QK product over BTF x GPF rows,
+        # p = exp2(s - lse) from the attention's row statistics, the group sum, Eq. 9 and the top-n
+        # merge of the running top-W for each half of the tokens: latency-bound CUDA-core and
+        # shared-memory work that hides nothing at a few programs an SM, priced per program and per
+        # token per key tile (cmp_sel, its MMA inside; the warps' factor SEL_WARPS). No V, no output.
+        bt = launch["bt_sel"]
+        sw = _cmp_select_work(T, s, 1, bt)
+        sel_rows, sel_progs = sw["rows"], BH * sw["tiles"]
+        tags = f"@w{launch['warps_sel']}" + (f"@bt{bt}" if bt != _sel_tiles(s)["BTF"] else "")
+        sunit = 2 * BH * sw["steps"] * sel_rows * sw["keys"] * D
+        swork = {"programs": sel_progs, "token_steps": BH * sw["steps"] * bt}
+        if not selection_free:
+            ks.append(Kernel("cmp_select", "selection", "fwd", f"cmp_sel{tags}", sunit, cuse,
+                             act + kcb + lse + table, l2=BH * sw["steps"] * sw["keys"] * D * bf,
+                             programs=sel_progs, work=swork))  # fmt: skip
+    else:
+        # The fused kernel before 45bc233 (its structure `_cmp_select_work` at 2 passes): per tile of
+        # BTF tokens x GPF rows, pass 1 the row statistics (QK), pass 2 the output (QK, PV) and the
+        # selection on the same p; fold_selection=False: the kernel before 2026-11-25, whose third
+        # pass added one more QK product and read per key tile (1.5x the steps). Priced per tile and
+        # per key step of either pass (cmp_fused) and per token per pass-2 step (cmp_topn: the merge).
+        passes = 2 if fold_selection else 3
+        cunit = 2 * BH * T * (sel_rows // BT) * ck * D
+        ks.append(Kernel("cmp_fwd", "compressed", "fwd", f"cmp_fused@{_cfg(D)}", (passes + 1) * cunit, 3 * cuse,
+                         2 * act + 2 * kcb + lse, l2=(passes + 1) * sel_progs * ck * D * bf, programs=sel_progs,
+                         work={"programs": sel_progs, "steps": BH * sw["steps"]}))  # fmt: skip
+        tokwork = {} if selection_free else {"token_steps": BH * sw["steps"] / passes * BT}
+        ks.append(Kernel("cmp_fwd_topn", "selection", "fwd", "cmp_topn", dram=table, launches=0,
+                         work=tokwork))  # fmt: skip
+    # Backward: dQ (3 units) and dK/dV (4 units) over query tiles of consecutive (token, head) rows, no
+    # padded heads (unpadded_cmp_bwd=False: G padded to GP, the kernels before 2026-11-25).
+    RB = G if unpadded_cmp_bwd else _p2(G)
+    dq_rows = 128 if D <= 64 else 32
+    bunit = 2 * BH * T * RB * ck * D
+    dq_progs = BH * math.ceil(T * RB / dq_rows)
+    ks.append(Kernel("cmp_bwd_dq", "compressed", "bwd", f"cmp_dq@{_cfg(D)}", 3 * bunit, 3 * cuse,
+                     4 * act + 2 * BH * nc * D * bf, l2=dq_progs * ck * D * bf * 2,
+                     programs=dq_progs, per_sm=1, work={"programs": dq_progs}))  # fmt: skip
+    # dK/dV per tile of 32 compressed keys: tile i is seen by the queries after it, so tile 0 carries
+    # T query rows while the last carries almost none. Each tile's query tiles are cut into SPLIT = 8
+    # parts (one program each, fp32 partials summed in order by a second kernel), so the longest
+    # program has 1/8 of tile 0's work; split=1 models the kernel before 2026-11-25.
+    split = 8 if balanced_dkv else 1
+    dkv_tiles = BH * max(1, math.ceil(nc / 32))
+    part = dkv_tiles * split * 32 * D * 4 * 2 if split > 1 else 0
+    if launch["warps_cmp_dkv"] not in (4, 8):
+        raise ValueError(f"warps_cmp_dkv={launch['warps_cmp_dkv']}: priced at 8 (cmp_dkv) and 4 (@w4) only")
+    dkv_tag = "@w4" if launch["warps_cmp_dkv"] == 4 else ""  # the prices were fitted at 8 warps
+    ks.append(Kernel("cmp_bwd_dkv", "compressed", "bwd", f"cmp_dkv@{_cfg(D)}{dkv_tag}", 4 * bunit, 4 * cuse,
+                     2 * BH * nc * D * bf * 2 + 2 * part, l2=dkv_tiles * (T / 2) * RB * D * bf * 2,
+                     programs=dkv_tiles * split, per_sm=2, crit=4 * 2 * T * RB * 32 * D / split,
+                     launches=1 + (split > 1), work={"programs": dkv_tiles * split}))  # fmt: skip
+    # Selected, forward and dQ: query-major, rows = TP tokens x G padded to 16, one 64-key step per
+    # distinct block of the program's tokens; each step gathers that block's K and V (block ids from
+    # the table: loads not pipelined across steps, priced per byte, kinds tok_fwd / tok_dq). dQ has
+    # the forward's loop (no atomics) plus one more product per step.
+    # keymajor (not built): FSA's order for both, rows = (pair, head) in full tiles of 64, a
+    # statistics pass (QK) before the output pass (QK, PV), fp32 partial rows per pair reduced after;
+    # priced as our key-major dK/dV (sel_dkdv), the same loop over gathered rows.
+    SR = 64 if keymajor_sel else _p2(G, 16)
+    TP = 1
+    npairs = BH * _valid_pairs(T, s)
+    one_token_steps = BH * T * _sel_keys(T, s) / s.lp  # every entry, one token a program
+    if forced_tiles:
+        # Forced blocks (3 per token once T >= 3 l'; all of them below) leave the query-major kernels:
+        # those read only the other blocks, all whole; a dense kernel per 64 rows (tokens x G,
+        # contiguous) runs block 0, the previous and the own block (causal) for the tile's tokens,
+        # and hands its fp32 state (o, lse) to the gather kernel (DRAM write + read).
+        # nsa/attention/triton/selected_forced.py: grid (ceil(T*G/64), BH), 4 warps; registers
+        # (gpucheck, triton 3.9, G6 D64): forward 168 on sm_80 / 124 on sm_90, dQ 254 / 125.
+        f = min(3, ns)
+        fk = min(T, f * s.lp)
+        fuse = 2 * BH * T * G * (fk - s.lp / 2) * D
+        fissue = 2 * BH * math.ceil(T * G / 64) * 64 * fk * D
+        fprog = BH * math.ceil(T * G / 64)
+        fl2 = fprog * fk * D * bf * 2
+        state = BH * T * G * (D + 1) * 4  # fp32 o + lse (forward), fp32 dQ part + delta (backward)
+        ks.append(Kernel("sel_forced_fwd", "selected", "fwd", "forced_fwd", 2 * fissue, 2 * fuse,
+                         act + state + BH * T * k * 9, l2=fl2, programs=fprog, per_sm=_per_sm(168, 128),
+                         work={"programs": fprog}))  # fmt: skip
+        ks.append(Kernel("sel_forced_dq", "selected", "bwd", "forced_dq", 3 * fissue, 3 * fuse,
+                         3 * act + state + BH * T * k * 9, l2=fl2, programs=fprog, per_sm=_per_sm(254, 128),
+                         work={"programs": fprog}))  # fmt: skip
+        one_token_steps = BH * _sel_steps(T, s, 1)
+    state_in = BH * T * G * (D + 1) * 4 if forced_tiles else 0  # the gather kernels resume from it
+    suse = 2 * one_token_steps * G * s.lp * D
+    if keymajor_sel:
+        sunit = suse * (math.ceil(one_token_steps * G * s.lp / SR) * SR) / (one_token_steps * G * s.lp)
+        partial = one_token_steps * G * (D + 2) * 4 * 2
+        sl2 = one_token_steps * G * D * bf * 2
+        fwd_units, dq_units, launches = 3, 3, 3
+        kinds = (f"sel_dkdv@{_cfg(D)}",) * 2
+        progs = math.ceil(one_token_steps * G * s.lp / 64 / 64)
+        gathered = 0.0
+    else:
+        # Token tiles (forced path, nsa/attention/triton/selected_query.py): TP tokens a program
+        # (TP*G <= 16 rows), one 64-key step per distinct non-forced block of the tile (random
+        # selections: the expected union, _sel_steps; adjacent tokens selecting the same blocks: the
+        # one-token count / TP). Each of the TP*n table entries costs a [16,16] compare.
+        # Since ce226a4 (launch "tp"): 4x the tokens at G 5-8, head_dim <= 64 (8 tokens, 64 rows at G 6),
+        # and the forward at 2 warps past head_dim 64 (launch "warps_tok"; priced at 8 there, 4 below).
+        TP = launch["tp"] if forced_tiles and token_tiles else 1
+        SR = _p2(TP * G, 16)
+        steps = BH * _sel_steps(T, s, TP, selections == "shared") if forced_tiles else one_token_steps
+        sunit = 2 * steps * SR * s.lp * D
+        partial = 0
+        sl2 = gathered = steps * s.lp * D * bf * 2
+        fwd_units, dq_units, launches = 2, 3, 1
+        mult = TP // _tokens_per_tile(G) if TP > 1 else 1
+        tp_tag = f"@tp{mult}" if mult > 1 else ""
+        w_base = 4 if D <= 64 else 8
+        w_tag = "" if launch["warps_tok"] == w_base else f"@w{launch['warps_tok']}"
+        kinds = (f"tok_fwd{tp_tag}{w_tag}", f"tok_dq{tp_tag}")
+        progs = BH * math.ceil(T / TP)
+    ks.append(Kernel("sel_fwd", "selected", "fwd", kinds[0], fwd_units * sunit, 2 * suse,
+                     2 * act + 2 * kvb + BH * T * k * 9 + 4 * BH * T * G + partial + state_in, l2=sl2,
+                     programs=progs, per_sm=_per_sm(96, 128), launches=launches,
+                     work={"gather_bytes": gathered, "programs": progs}))  # fmt: skip
+    ks.append(Kernel("sel_bwd_dq", "selected", "bwd", kinds[1], dq_units * sunit, 3 * suse,
+                     4 * act + 2 * kvb + BH * T * k * 9 + partial + state_in, l2=sl2,
+                     programs=progs, per_sm=_per_sm(98, 128), launches=launches - 1,
+                     work={"gather_bytes": gathered, "programs": progs}))  # fmt: skip
+    # Reverse index: one stable torch.sort of BH*T*k int64 keys (radix: ~8 passes over key + index),
+    # searchsorted, cumsum and ~12 small ops.
+    ks.append(Kernel("sel_reverse_index", "selected", "bwd", "memory", dram=BH * T * k * 256, launches=16))
+    # dK/dV key-major: rows = (pair, head) of the valid pairs (min(n, t//l' + 1) a token), BR = 64 per
+    # step (32 at head_dim > 64), full tiles for any G; each row's q and dO gathered by the sorted pair
+    # list; partial dK/dV per segment in fp32, summed by the reduction kernel.
+    BR = 32 if D > 64 else 64
+    seg = min(2048, max(16, _p2(T) // 4))
+    nseg = BH * ns + math.ceil(BH * T * k / seg)
+    prow = npairs * G
+    kunit = 2 * math.ceil(prow / BR) * BR * s.lp * D
+    part = nseg * s.lp * _p2(D, 16) * 4 * 2
+    if warps_dkdv not in (4, 8):
+        raise ValueError(f"warps_dkdv={warps_dkdv}: priced at 4 (sel_dkdv) and 8 (sel_dkdv_w8) only")
+    dkind = f"sel_dkdv{'_w8' if warps_dkdv == 8 else ''}@{_cfg(D)}"
+    ks.append(Kernel("sel_bwd_dkdv", "selected", "bwd", dkind, 4 * kunit,
+                     4 * 2 * prow * s.lp * D, 2 * kvb + part, l2=prow * D * bf * 2 + prow * 8, programs=nseg,
+                     per_sm=1, work={"programs": nseg}))  # fmt: skip
+    # The reduction: one program a (batch, KV head, block) sums its segments' partials in order; block
+    # 0 is listed by every token, so its program alone sums ceil(T / seg) of them (the serial tail).
+    tail = -(-T // seg) * 2 * s.lp * _p2(D, 16) * 4
+    ks.append(Kernel("sel_bwd_reduce", "selected", "bwd", "sel_reduce", dram=part + 2 * kvb, programs=BH * ns,
+                     work={"serial_bytes": tail}))  # fmt: skip
+    # Window: rows = tokens x G (no padding), keys = the band plus the tile overhang; tiles by head_dim
+    # (window._configs: forward 128 rows x 64 / 32 keys, dQ 128 / 64 x 64, dK/dV 64 / 32 keys).
+    wk = min(T, s.w + 128 / G + 64)
+    wunit = 2 * BH * T * G * wk * D
+    wuse = 2 * BH * T * G * min(T, s.w) * D
+    wprog = BH * math.ceil(T * G / 128)
+    ks.append(Kernel("win_fwd", "window", "fwd", f"win_fwd@{_cfg(D)}", 2 * wunit, 2 * wuse, 2 * act + 2 * kvb,
+                     l2=wprog * wk * D * bf * 2, programs=wprog, per_sm=1, work={"programs": wprog}))  # fmt: skip
+    ks.append(Kernel("win_bwd_dq", "window", "bwd", f"win_dq@{_cfg(D)}", 3 * wunit, 3 * wuse, 4 * act + 2 * kvb,
+                     l2=wprog * wk * D * bf * 2, programs=wprog, per_sm=1, work={"programs": wprog}))  # fmt: skip
+    wbn = 64 if D <= 64 else 32
+    wdk = min(T, s.w + wbn)
+    wdprog = BH * math.ceil(T / wbn)
+    ks.append(Kernel("win_bwd_dkdv", "window", "bwd", f"win_dkdv@{_cfg(D)}", 4 * 2 * BH * T * G * wdk * D,
+                     2 * wuse, 2 * act + 4 * kvb, l2=wdprog * wdk * G * D * bf * 2, programs=wdprog, per_sm=1,
+                     work={"programs": wdprog}))  # fmt: skip
+    # Autograd sums q's gradient from the three branches (each takes the same rotated q): two adds.
+    ks.append(Kernel("q_grad_sum", "fused", "bwd", "memory", dram=2 * 3 * act, launches=2))
+    return ks
