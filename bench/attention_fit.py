@@ -67,6 +67,8 @@ FIT_TERMS: dict[str, tuple[str, ...]] = {
     "sdpa_fwd": ("eff", "programs"),
     "sdpa_bwd": ("eff", "programs"),
     "sel_reduce": ("dram", "serial_bytes"),  # DRAM time x; the longest program's bytes (its tail)
+    "sel_keys_fwd": ("eff", "dram"),  # the key-major forward: its MMAs; its partials' DRAM time x
+    "sel_keys_bwd": ("eff", "dram"),  # the fused key-major backward (dK/dV + dQ partials)
 }
 
 
@@ -335,7 +337,8 @@ def config_factors(path: str, gpu_name: str = "H200") -> dict[str, dict]:
                 s = m.Shape(s0.name, r["B"], s0.H, s0.Hkv, s0.D)
                 flags = {**build, **_variant_flags(key, value, s)}
                 var_ks = [k for k in m.ours(r["T"], s, cc=gpu.cc, **flags) if k.name in names]
-                x4 = {"tp": m.WHAT_IF["token_tiles_x4"]["tp"](s)}  # ce226a4's rules (4x tiles at G 5-8)
+                # ce226a4's rules (4x tiles at G 5-8, the selected branch query-major)
+                x4 = {f: (v(s) if callable(v) else v) for f, v in m.WHAT_IF["token_tiles_x4"].items()}
                 if (
                     base is None
                     or tag not in _tags(var_ks)

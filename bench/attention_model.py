@@ -69,6 +69,7 @@ from attention_cost.prices import (  # noqa: E402
     H100_COST,
     H200_COST,
     H200_FINAL_COST,
+    KEYS_COST,
     LAUNCH_S,
     RUN_BUILDS,
     SEL_WARPS,
@@ -83,7 +84,7 @@ from attention_cost.prices import (  # noqa: E402
 
 __all__ = [
     "A100_KIND", "ALU_EFF", "CONFIG_FACTOR", "DRAM_EFF", "EFF", "GPUS", "H100_COST", "H200_COST",
-    "H200_FINAL_COST", "LAUNCH_S", "NSA_PAPER", "RUN_BUILDS", "SCALABLE", "SEL_WARPS", "SHAPES",
+    "H200_FINAL_COST", "KEYS_COST", "LAUNCH_S", "NSA_PAPER", "RUN_BUILDS", "SCALABLE", "SEL_WARPS", "SHAPES",
     "Gpu", "Kernel", "Shape", "_cfg", "_cmp_attn_work", "_cmp_keys", "_cmp_select_work", "_p2",
     "_per_sm", "_sel_keys", "_sel_steps", "_sel_tiles", "_tokens_per_tile", "_union_ratio",
     "_valid_pairs", "calibration_rows", "config_factor", "flash2", "kind_cost", "kind_parts", "ours",
@@ -140,29 +141,51 @@ def branch_budget(T: int, shape: Shape, gpu: Gpu) -> dict[str, float]:
     return {b: round(v, 3) for b, v in out.items()}
 
 
-def transient_bytes(T: int, s: Shape) -> int:
+def transient_bytes(T: int, s: Shape, fwd_keys: bool | None = None, bwd_keys: bool | None = None) -> int:
     """The largest scratch one NSA op holds beyond its inputs, outputs and saved tensors (triton
-    backend). Forward: the selected branch's forced-block state (fp32 output + lse per row, handed to
-    the query-major kernel); selection itself keeps nothing (until 2026-11-25 the forward kept float32
-    block scores [B, Hkv, T, ceil(T/l')], 512 MiB at 64k for M7C). Backward: first the forced dQ part
-    (fp32) + delta, freed before the reverse index (sort keys, order, sorted keys: 3 x 8 bytes per
-    pair; cub's scratch not counted) and the fp32 partial dK/dV per segment, held with delta."""
+    backend, bf16; fwd_keys / bwd_keys: the selected branch's key-major forward / backward, None: what
+    selected.py ships, G <= 8). Selection itself keeps nothing (until 2026-11-25 the forward kept
+    float32 block scores [B, Hkv, T, ceil(T/l')], 512 MiB at 64k for M7C). Query-major: forward, the
+    forced-block state (fp32 output + lse per row, handed to the token tiles); backward, first the
+    forced dQ part (fp32) + delta, freed before the reverse index (sort keys, order, sorted keys:
+    3 x 8 bytes per table entry; cub's scratch not counted) and the fp32 partial dK/dV per segment,
+    held with delta. Key-major: forward, the index's order (8 bytes an entry) + the partials PO (bf16
+    [nb, entries, G, D]) and PL (fp32 [nb, entries, G]), allocated for every table entry; backward,
+    delta + order + the partial dK/dV + PDQ (fp32 [nb, entries, G, D]) while the keys kernel runs."""
+    launch = shipped_launch(s, 90)
+    fwd_keys = launch["fwd_keys"] if fwd_keys is None else fwd_keys
+    bwd_keys = launch["bwd_keys"] if bwd_keys is None else bwd_keys
     BH = s.B * s.Hkv
     ns = -(-T // s.lp)
     npairs = BH * T * min(s.n, ns)
     seg = min(2048, max(16, _p2(T) // 4))
     nseg = BH * ns + math.ceil(npairs / seg)
+    nb = -(-s.lp // min(64, _p2(s.lp)))
     rows = BH * T * s.G
     state = rows * (s.D + 1) * 4
-    index = 3 * 8 * npairs + 2 * nseg * s.lp * _p2(s.D, 16) * 4 + 4 * rows
-    return int(max(state, state + 4 * rows, index))
+    part = 2 * nseg * s.lp * _p2(s.D, 16) * 4
+    sort = 3 * 8 * npairs
+    if fwd_keys:
+        fwd = max(sort, 8 * npairs + nb * npairs * s.G * (s.D * 2 + 4))
+    else:
+        fwd = state
+    if bwd_keys:
+        bwd = 4 * rows + max(sort, 8 * npairs + part + nb * npairs * s.G * s.D * 4)
+    else:
+        bwd = max(state + 4 * rows, sort + part + 4 * rows)
+    return int(max(fwd, bwd))
 
 
 WHAT_IF = {
     "unbalanced_cmp_dkv_before": {"balanced_dkv": False},  # the compressed dK/dV before its split
-    "keymajor_selected": {"keymajor_sel": True},  # FSA's loop order for the selected fwd and dQ
+    # the selected branch query-major at every G (main at 2b9778f, before the key-major kernels), or
+    # key-major in one direction only
+    "query_major_selected": {"fwd_keys": False, "bwd_keys": False},
+    "keys_forward_only": {"bwd_keys": False},
+    "keys_backward_only": {"fwd_keys": False},
     "before_forced_tiles": {"forced_tiles": False},  # every entry query-major (before 2026-11-25)
-    "before_split": {"split_cmp_fwd": False, "warps_dkdv": 8},  # the kernels of the first H100 run
+    # the kernels of the first H100 run
+    "before_split": {"split_cmp_fwd": False, "warps_dkdv": 8, "fwd_keys": False, "bwd_keys": False},
     "before_fold_selection": {"split_cmp_fwd": False, "fold_selection": False},  # a third pass too
     "before_unpadded_cmp_bwd": {"unpadded_cmp_bwd": False},  # G padded to 8 in the compressed bwd
     "before_token_tiles": {"token_tiles": False},  # one token a query-major program
@@ -171,7 +194,11 @@ WHAT_IF = {
     "before_ce226a4": {"before_ce226a4": True},  # the launch settings of the final H200 run
     # ce226a4's 4x token tiles (8 tokens at G 6, D 64), probed at 8k, B = 8 only (faster there); the
     # model prices them slower at B = 1 (fewer programs than slots) and at long T, so main ships 2
-    "token_tiles_x4": {"tp": lambda s: _tokens_per_tile(s.G) * (4 if s.D <= 64 and 5 <= s.G <= 8 else 1)},
+    "token_tiles_x4": {
+        "tp": lambda s: _tokens_per_tile(s.G) * (4 if s.D <= 64 and 5 <= s.G <= 8 else 1),
+        "fwd_keys": False,
+        "bwd_keys": False,
+    },
     "before_this_session": {
         "forced_tiles": False,
         "fold_selection": False,

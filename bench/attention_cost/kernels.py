@@ -18,15 +18,11 @@ from .counts import (
     _cmp_keys,
     _cmp_select_work,
     _p2,
-    _per_sm,
-    _sel_keys,
-    _sel_steps,
     _sel_tiles,
-    _tokens_per_tile,
-    _valid_pairs,
     shipped_launch,
 )
 from .prices import Kernel
+from .selected import selected_kernels
 
 
 def flash2(T: int, s: Shape, kind: str = "sdpa") -> list[Kernel]:
@@ -49,7 +45,6 @@ def ours(
     T: int,
     s: Shape,
     balanced_dkv: bool = True,
-    keymajor_sel: bool = False,
     forced_tiles: bool = True,
     fold_selection: bool = True,
     unpadded_cmp_bwd: bool = True,
@@ -65,9 +60,11 @@ def ours(
     warps_cmp_dkv: int | None = None,
     tp: int | None = None,
     warps_tok: int | None = None,
+    fwd_keys: bool | None = None,
+    bwd_keys: bool | None = None,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
-    keymajor_sel models a restructure that is not built (what-if rows); balanced_dkv=False the
+    balanced_dkv=False the
     compressed dK/dV kernel as it was before it was split (for comparison); forced_tiles (built,
     2026-11-25) the selected branch's forced blocks (block 0, the own and the previous block) as dense
     tiles of 64 rows, the query-major kernels skipping them (False: the kernels before); fold_selection
@@ -84,7 +81,9 @@ def ours(
     4e22175; 8 before). The launch settings of ce226a4 (`shipped_launch`: warps_sel, bt_sel,
     warps_cmp_dkv, tp, warps_tok; None: what the code ships for `cc`, or with before_ce226a4 what it
     shipped before) each change the kind's tags (CONFIG_FACTOR prices them) and, for bt_sel and tp,
-    the counts."""
+    the counts. fwd_keys / bwd_keys (selected.py `_config`, G <= 8 since the key-major kernels; None:
+    what the code ships, False with before_ce226a4): the selected branch's key-major forward /
+    backward instead of the forced tiles and token tiles (selected.py: `selected_kernels`)."""
     launch = shipped_launch(s, cc, before_ce226a4)
     given = {
         "warps_sel": warps_sel,
@@ -92,6 +91,8 @@ def ours(
         "warps_cmp_dkv": warps_cmp_dkv,
         "tp": tp,
         "warps_tok": warps_tok,
+        "fwd_keys": fwd_keys,
+        "bwd_keys": bwd_keys,
     }
     launch.update({f: v for f, v in given.items() if v is not None})
     B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
@@ -195,99 +196,7 @@ def ours(
                      2 * BH * nc * D * bf * 2 + 2 * part, l2=dkv_tiles * (T / 2) * RB * D * bf * 2,
                      programs=dkv_tiles * split, per_sm=2, crit=4 * 2 * T * RB * 32 * D / split,
                      launches=1 + (split > 1), work={"programs": dkv_tiles * split}))  # fmt: skip
-    # Selected, forward and dQ: query-major, rows = TP tokens x G padded to 16, one 64-key step per
-    # distinct block of the program's tokens; each step gathers that block's K and V (block ids from
-    # the table: loads not pipelined across steps, priced per byte, kinds tok_fwd / tok_dq). dQ has
-    # the forward's loop (no atomics) plus one more product per step.
-    # keymajor (not built): FSA's order for both, rows = (pair, head) in full tiles of 64, a
-    # statistics pass (QK) before the output pass (QK, PV), fp32 partial rows per pair reduced after;
-    # priced as our key-major dK/dV (sel_dkdv), the same loop over gathered rows.
-    SR = 64 if keymajor_sel else _p2(G, 16)
-    TP = 1
-    npairs = BH * _valid_pairs(T, s)
-    one_token_steps = BH * T * _sel_keys(T, s) / s.lp  # every entry, one token a program
-    if forced_tiles:
-        # Forced blocks (3 per token once T >= 3 l'; all of them below) leave the query-major kernels:
-        # those read only the other blocks, all whole; a dense kernel per 64 rows (tokens x G,
-        # contiguous) runs block 0, the previous and the own block (causal) for the tile's tokens,
-        # and hands its fp32 state (o, lse) to the gather kernel (DRAM write + read).
-        # nsa/attention/triton/selected_forced.py: grid (ceil(T*G/64), BH), 4 warps; registers
-        # (gpucheck, triton 3.9, G6 D64): forward 168 on sm_80 / 124 on sm_90, dQ 254 / 125.
-        f = min(3, ns)
-        fk = min(T, f * s.lp)
-        fuse = 2 * BH * T * G * (fk - s.lp / 2) * D
-        fissue = 2 * BH * math.ceil(T * G / 64) * 64 * fk * D
-        fprog = BH * math.ceil(T * G / 64)
-        fl2 = fprog * fk * D * bf * 2
-        state = BH * T * G * (D + 1) * 4  # fp32 o + lse (forward), fp32 dQ part + delta (backward)
-        ks.append(Kernel("sel_forced_fwd", "selected", "fwd", "forced_fwd", 2 * fissue, 2 * fuse,
-                         act + state + BH * T * k * 9, l2=fl2, programs=fprog, per_sm=_per_sm(168, 128),
-                         work={"programs": fprog}))  # fmt: skip
-        ks.append(Kernel("sel_forced_dq", "selected", "bwd", "forced_dq", 3 * fissue, 3 * fuse,
-                         3 * act + state + BH * T * k * 9, l2=fl2, programs=fprog, per_sm=_per_sm(254, 128),
-                         work={"programs": fprog}))  # fmt: skip
-        one_token_steps = BH * _sel_steps(T, s, 1)
-    state_in = BH * T * G * (D + 1) * 4 if forced_tiles else 0  # the gather kernels resume from it
-    suse = 2 * one_token_steps * G * s.lp * D
-    if keymajor_sel:
-        sunit = suse * (math.ceil(one_token_steps * G * s.lp / SR) * SR) / (one_token_steps * G * s.lp)
-        partial = one_token_steps * G * (D + 2) * 4 * 2
-        sl2 = one_token_steps * G * D * bf * 2
-        fwd_units, dq_units, launches = 3, 3, 3
-        kinds = (f"sel_dkdv@{_cfg(D)}",) * 2
-        progs = math.ceil(one_token_steps * G * s.lp / 64 / 64)
-        gathered = 0.0
-    else:
-        # Token tiles (forced path, nsa/attention/triton/selected_query.py): TP tokens a program
-        # (TP*G <= 16 rows), one 64-key step per distinct non-forced block of the tile (random
-        # selections: the expected union, _sel_steps; adjacent tokens selecting the same blocks: the
-        # one-token count / TP). Each of the TP*n table entries costs a [16,16] compare.
-        # Since ce226a4 (launch "tp"): 4x the tokens at G 5-8, head_dim <= 64 (8 tokens, 64 rows at G 6),
-        # and the forward at 2 warps past head_dim 64 (launch "warps_tok"; priced at 8 there, 4 below).
-        TP = launch["tp"] if forced_tiles and token_tiles else 1
-        SR = _p2(TP * G, 16)
-        steps = BH * _sel_steps(T, s, TP, selections == "shared") if forced_tiles else one_token_steps
-        sunit = 2 * steps * SR * s.lp * D
-        partial = 0
-        sl2 = gathered = steps * s.lp * D * bf * 2
-        fwd_units, dq_units, launches = 2, 3, 1
-        mult = TP // _tokens_per_tile(G) if TP > 1 else 1
-        tp_tag = f"@tp{mult}" if mult > 1 else ""
-        w_base = 4 if D <= 64 else 8
-        w_tag = "" if launch["warps_tok"] == w_base else f"@w{launch['warps_tok']}"
-        kinds = (f"tok_fwd{tp_tag}{w_tag}", f"tok_dq{tp_tag}")
-        progs = BH * math.ceil(T / TP)
-    ks.append(Kernel("sel_fwd", "selected", "fwd", kinds[0], fwd_units * sunit, 2 * suse,
-                     2 * act + 2 * kvb + BH * T * k * 9 + 4 * BH * T * G + partial + state_in, l2=sl2,
-                     programs=progs, per_sm=_per_sm(96, 128), launches=launches,
-                     work={"gather_bytes": gathered, "programs": progs}))  # fmt: skip
-    ks.append(Kernel("sel_bwd_dq", "selected", "bwd", kinds[1], dq_units * sunit, 3 * suse,
-                     4 * act + 2 * kvb + BH * T * k * 9 + partial + state_in, l2=sl2,
-                     programs=progs, per_sm=_per_sm(98, 128), launches=launches - 1,
-                     work={"gather_bytes": gathered, "programs": progs}))  # fmt: skip
-    # Reverse index: one stable torch.sort of BH*T*k int64 keys (radix: ~8 passes over key + index),
-    # searchsorted, cumsum and ~12 small ops.
-    ks.append(Kernel("sel_reverse_index", "selected", "bwd", "memory", dram=BH * T * k * 256, launches=16))
-    # dK/dV key-major: rows = (pair, head) of the valid pairs (min(n, t//l' + 1) a token), BR = 64 per
-    # step (32 at head_dim > 64), full tiles for any G; each row's q and dO gathered by the sorted pair
-    # list; partial dK/dV per segment in fp32, summed by the reduction kernel.
-    BR = 32 if D > 64 else 64
-    seg = min(2048, max(16, _p2(T) // 4))
-    nseg = BH * ns + math.ceil(BH * T * k / seg)
-    prow = npairs * G
-    kunit = 2 * math.ceil(prow / BR) * BR * s.lp * D
-    part = nseg * s.lp * _p2(D, 16) * 4 * 2
-    if warps_dkdv not in (4, 8):
-        raise ValueError(f"warps_dkdv={warps_dkdv}: priced at 4 (sel_dkdv) and 8 (sel_dkdv_w8) only")
-    dkind = f"sel_dkdv{'_w8' if warps_dkdv == 8 else ''}@{_cfg(D)}"
-    ks.append(Kernel("sel_bwd_dkdv", "selected", "bwd", dkind, 4 * kunit,
-                     4 * 2 * prow * s.lp * D, 2 * kvb + part, l2=prow * D * bf * 2 + prow * 8, programs=nseg,
-                     per_sm=1, work={"programs": nseg}))  # fmt: skip
-    # The reduction: one program a (batch, KV head, block) sums its segments' partials in order; block
-    # 0 is listed by every token, so its program alone sums ceil(T / seg) of them (the serial tail).
-    tail = -(-T // seg) * 2 * s.lp * _p2(D, 16) * 4
-    ks.append(Kernel("sel_bwd_reduce", "selected", "bwd", "sel_reduce", dram=part + 2 * kvb, programs=BH * ns,
-                     work={"serial_bytes": tail}))  # fmt: skip
+    ks += selected_kernels(T, s, launch, forced_tiles, token_tiles, selections, warps_dkdv)
     # Window: rows = tokens x G (no padding), keys = the band plus the tile overhang; tiles by head_dim
     # (window._configs: forward 128 rows x 64 / 32 keys, dQ 128 / 64 x 64, dK/dV 64 / 32 keys).
     wk = min(T, s.w + 128 / G + 64)

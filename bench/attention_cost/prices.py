@@ -125,6 +125,17 @@ H200_COST: dict[str, dict[str, float]] = {
 H200_FINAL_COST: dict[str, dict[str, float]] = {
     "sel_reduce": {"dram": 0.946, "serial_bytes": 0.0971},
 }  # fmt: skip
+# KEYS_COST: the key-major selected kernels (nsa/attention/triton/selected_keys.py and
+# selected_keys_bwd.py, built after the runs above; not measured yet). Priced as the key-major dK/dV
+# they extend (`sel_dkdv`'s fitted efficiency, 0.142: the same walk of BR gathered (pair, head) rows
+# against one block's keys, 2 GEMMs a step in the forward, 5 in the fused backward) plus the DRAM
+# time of the partials they store inside the loop (`dram`: x the datasheet bandwidth's time, 1 /
+# DRAM_EFF as for a streaming kernel; added, not a floor: a latency-bound loop does not hide them).
+# bench/attention_fit.py fits both terms from the first suite run of these kernels.
+KEYS_COST: dict[str, dict[str, float]] = {
+    "sel_keys_fwd": {"eff": H200_COST["sel_dkdv"]["eff"], "dram": 1.25},
+    "sel_keys_bwd": {"eff": H200_COST["sel_dkdv"]["eff"], "dram": 1.25},
+}  # fmt: skip
 # The selection kernel's time at `warps_sel` warps over its time at 4 (the H200 probe,
 # bench/gpu/2026-11-26-h200-probe-after.jsonl: 2 warps 0.675 / 0.656 / 0.635 at M7C 8k / M7C 64k /
 # paper 32k, the geometric mean here). One factor per setting, not a concurrency law: the top-n
@@ -167,6 +178,7 @@ A100_KIND = {
     "sel_dkdv": "gather_bwd", "sel_dkdv_w8": "gather_bwd",
     "win_fwd": "dense_fwd", "win_dq": "dense_bwd", "win_dkdv": "dense_bwd",
     "sdpa_fwd": "fa2_fwd", "sdpa_bwd": "fa2_bwd", "sel_reduce": "memory",
+    "sel_keys_fwd": "gather_bwd", "sel_keys_bwd": "gather_bwd",  # as the key-major dK/dV they extend
 }  # fmt: skip
 # The kernel builds the committed GPU runs measured (flags of `ours`), by file name: a speed record
 # does not name its kernels' launch settings, so a fit or a check of a committed run takes them from
@@ -181,6 +193,9 @@ RUN_BUILDS: dict[str, dict] = {
     # the probes' base builds (bench/kernel_probe.py: each variant one setting changed from it)
     "2026-11-26-h200-probe-after.jsonl": {"warps_sel": 4, "before_ce226a4": True},
     "2026-11-26-h200-probe-final.jsonl": {"before_ce226a4": True},
+    # main at 2b9778f: ce226a4's settings without its 4x token tiles, the selected branch query-major
+    # (forced tiles + token tiles; the key-major kernels came after)
+    "2026-11-26b-h200-speed-shipped.json": {"fwd_keys": False, "bwd_keys": False},
 }
 
 
@@ -282,7 +297,7 @@ def kind_cost(kind: str, gpu: Gpu) -> dict[str, float] | None:
     base, key, _ = kind_parts(kind)
     if base not in A100_KIND:
         return None
-    table = {**H100_COST, **H200_COST, **H200_FINAL_COST}
+    table = {**H100_COST, **H200_COST, **H200_FINAL_COST, **KEYS_COST}
     fitted = dict(table.get(key) or table.get(base, {}))
     f = config_factor(kind)
     if f != 1.0:

@@ -53,7 +53,9 @@ def test_the_stored_h100_prices_are_the_fit_of_the_first_run(recs) -> None:
     assert recs[0]["build"] == {"split_cmp_fwd": False, "warps_dkdv": 8, "before_ce226a4": True}
     fitted = fit.fit(recs)
     assert set(fitted) == set(m.H100_COST) | set(m.H200_FINAL_COST)  # the reduce: priced on the final run
-    assert set(m.H100_COST) | set(m.H200_COST) | set(m.H200_FINAL_COST) == set(fit.FIT_TERMS)
+    assert set(m.H100_COST) | set(m.H200_COST) | set(m.H200_FINAL_COST) | set(m.KEYS_COST) == set(
+        fit.FIT_TERMS
+    )
     assert not set(m.H100_COST) & set(m.H200_COST) and not set(m.H200_FINAL_COST) & set(m.H100_COST)
     for kind, terms in fitted.items():
         if kind in m.H200_FINAL_COST:
@@ -149,7 +151,8 @@ def test_the_launch_factors_are_the_final_probes_and_the_shipped_configs_predict
         fields = shipped.get((r["probe"], r["shape"], tuple(sorted(r["variant"].items()))))
         for field, names in (fields or {}).items():
             s0 = m.SHAPES[r["shape"]]
-            ks = m.ours(r["T"], m.Shape(s0.name, r["B"], s0.H, s0.Hkv, s0.D))  # what the code ships
+            # what the code ships, the selected branch query-major as the probe ran it
+            ks = m.ours(r["T"], m.Shape(s0.name, r["B"], s0.H, s0.Hkv, s0.D), fwd_keys=False, bwd_keys=False)
             model_ms = sum(k.time(gpu) for k in ks if k.name in names) * 1e3
             assert model_ms == pytest.approx(r[field], rel=0.30), (r, field, model_ms)
             checked += 1
@@ -174,7 +177,8 @@ def test_a100_keeps_the_published_efficiencies_and_takes_the_cycles_per_sm_cycle
 
 def test_the_shipped_selection_warps_follow_the_kernels_config() -> None:
     """shipped_launch mirrors compressed.py's and selected.py's `_config` (the selection's warps and
-    tokens a tile, the compressed dK/dV's warps, the token tiles' tokens and forward warps)."""
+    tokens a tile, the compressed dK/dV's warps, the token tiles' tokens and forward warps, the
+    selected branch key-major at G <= 8)."""
     torch = pytest.importorskip("torch")  # noqa: F841 (compressed.py imports torch and triton)
     from nsa.attention.triton import compressed, selected
 
@@ -187,6 +191,8 @@ def test_the_shipped_selection_warps_follow_the_kernels_config() -> None:
             assert m.shipped_warps_sel(shape, cc) == c["warps_sel"], (shape, cc)
             assert (launch["bt_sel"], launch["warps_cmp_dkv"]) == (c["bt_sel"], c["warps_dkv"]), (shape, cc)
             assert (launch["tp"], launch["warps_tok"]) == (sc["TP"], sc["warps_tok"]), (shape, cc)
+            for key in ("fwd_keys", "bwd_keys"):  # the key-major switches, where selected.py has them
+                assert launch[key] == sc.get(key, launch[key]) == (shape.G <= 8), (shape, cc, key)
             assert (m._sel_tiles(shape)["BTF"], m._sel_tiles(shape)["GPF"]) == (c["BTF"], c["GPF"])
             assert m._sel_tiles(shape)["BJ"] == c["BJ"]
 
