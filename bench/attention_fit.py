@@ -35,13 +35,26 @@ of that run's GPU (docs/attention.md "Time budget").
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import attention_model as m
+
+def _model():
+    """bench/attention_model.py, loaded by path (bench/ on sys.path would let bench/launcher.py shadow
+    the launcher package in the process that imports this, e.g. pytest's)."""
+    if "attention_model" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            "attention_model", Path(__file__).resolve().with_name("attention_model.py")
+        )
+        sys.modules["attention_model"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["attention_model"])  # its dataclasses look it up there
+    return sys.modules["attention_model"]
+
+
+m = _model()
 
 # What each kind's price is made of (the physical reason is in docs/attention.md, "Time budget"):
 # "eff" a fraction of the tensor-core peak; the others SM cycles per count of Kernel.work.
@@ -67,8 +80,12 @@ FIT_TERMS: dict[str, tuple[str, ...]] = {
     "sdpa_fwd": ("eff", "programs"),
     "sdpa_bwd": ("eff", "programs"),
     "sel_reduce": ("dram", "serial_bytes"),  # DRAM time x; the longest program's bytes (its tail)
-    "sel_keys_fwd": ("eff", "dram"),  # the key-major forward: its MMAs; its partials' DRAM time x
-    "sel_keys_bwd": ("eff", "dram"),  # the fused key-major backward (dK/dV + dQ partials)
+    # The key-major forward and fused backward: their MMAs' efficiency. Their partials' DRAM time
+    # (KEYS_COST "dram") stays fixed: it grows with the same (pair, head) rows as the MMAs, so a fit
+    # of both terms could not tell them apart; a term a kind's price has but FIT_TERMS does not name
+    # is subtracted from the measured time before the fit.
+    "sel_keys_fwd": ("eff",),
+    "sel_keys_bwd": ("eff",),
 }
 
 
@@ -170,6 +187,14 @@ def _feature(k: m.Kernel, term: str, gpu: m.Gpu) -> float:
     return k.work.get(term, 0.0) * f / (gpu.sms * gpu.clock)
 
 
+def _fixed_time(k: m.Kernel, gpu: m.Gpu) -> float:
+    """The time of the terms of k's price that FIT_TERMS does not fit (0 for most kinds)."""
+    _, key, _ = m.kind_parts(k.kind)
+    cost = m.kind_cost(key, gpu) or {}  # the untagged price: _feature applies the tags' factor
+    fitted = FIT_TERMS.get(fit_key(k.kind), ())
+    return sum(_feature(k, t, gpu) * (1 / c if t == "eff" else c) for t, c in cost.items() if t not in fitted)
+
+
 def _nnls(rows: list[list[float]], y: list[float]) -> list[float]:
     """min sum (A x - y)^2, x >= 0, for a handful of columns: normal equations on the active set."""
     n = len(rows[0])
@@ -228,7 +253,7 @@ def fit(recs: list[dict], gpu_name: str = "H100", families: list[str] | None = N
                 for i, (ck, t) in enumerate(cols):
                     if ck == key:
                         row[i] += _feature(k, t, gpu)
-            target = ms[fam] * 1e-3 - sum(k.launches for k in mm[fam]) * m.LAUNCH_S
+            target = ms[fam] * 1e-3 - sum(k.launches * m.LAUNCH_S + _fixed_time(k, gpu) for k in mm[fam])
             A.append([v / (ms[fam] * 1e-3) for v in row])  # relative error: each row scaled by 1/measured
             y.append(target / (ms[fam] * 1e-3))
         x = _nnls(A, y)
@@ -362,6 +387,77 @@ def config_factors(path: str, gpu_name: str = "H200") -> dict[str, dict]:
     return out
 
 
+def _selected_probe(path: str) -> tuple[dict, list[dict]]:
+    """The probe's base build (RUN_BUILDS by file name; none: what the code ships) and its rows of the
+    selected op under the key-major switches alone (bench/kernel_probe.py SEL_VARIANTS: {}, fwd_keys,
+    bwd_keys), each with the model's flags for it."""
+    build = m.RUN_BUILDS.get(Path(path).name, {})
+    out = []
+    for line in Path(path).read_text().splitlines():
+        r = json.loads(line) if line.strip() else {}
+        v = r.get("variant", {})
+        if r.get("probe") == "selected" and "fwd_ms" in r and set(v) <= {"fwd_keys", "bwd_keys"}:
+            s0 = m.SHAPES[r["shape"]]
+            out.append({**r, "flags": {**build, **v}, "s": m.Shape(s0.name, r["B"], s0.H, s0.Hkv, s0.D)})
+    return build, out
+
+
+def _sel_ms(r: dict, gpu: m.Gpu, direction: str | None = None) -> float:
+    ks = m.ours(r["T"], r["s"], cc=gpu.cc, **r["flags"])
+    return sum(k.time(gpu) for k in ks if k.branch == "selected" and direction in (None, k.direction)) * 1e3
+
+
+def selected_probe_rows(path: str, gpu_name: str = "H200") -> list[dict]:
+    """The model's selected-branch time beside a probe's (forward, forward+backward) for its rows under
+    the key-major switches: the query-major and key-major paths as the model prices them."""
+    gpu = m.GPUS[gpu_name]
+    rows = []
+    for r in _selected_probe(path)[1]:
+        fwd, both = _sel_ms(r, gpu, "fwd"), _sel_ms(r, gpu)
+        rows.append({
+            "probe_check": "selected", "shape": r["shape"], "T": r["T"], "B": r["B"], "variant": r["variant"],
+            "fwd_ms": r["fwd_ms"], "model_fwd_ms": round(fwd, 3),
+            "fwd_bwd_ms": r["fwd_bwd_ms"], "model_fwd_bwd_ms": round(both, 3),
+        })  # fmt: skip
+    return rows
+
+
+def keys_effs(path: str, gpu_name: str = "H200") -> dict[str, dict]:
+    """The key-major kernels' efficiencies (KEYS_COST "eff") that make the model's selected forward, then
+    forward+backward, the probe's, per probed point where the model runs that kernel (bisection, the
+    partials' DRAM term kept); their geometric mean. A first price from a probe alone; a suite run
+    (per-kernel times) re-fits them with `fit`."""
+    gpu = m.GPUS[gpu_name]
+    rows = _selected_probe(path)[1]
+    saved = {k: dict(v) for k, v in m.KEYS_COST.items()}
+    out: dict[str, dict] = {}
+    try:
+        for kind, field, direction in (
+            ("sel_keys_fwd", "fwd_ms", "fwd"),
+            ("sel_keys_bwd", "fwd_bwd_ms", None),
+        ):
+            effs = {}
+            for r in rows:
+                names = {k.kind.split("@")[0] for k in m.ours(r["T"], r["s"], cc=gpu.cc, **r["flags"])}
+                if kind not in names:
+                    continue
+                lo, hi = 0.005, 5.0
+                for _ in range(60):
+                    m.KEYS_COST[kind]["eff"] = mid = math.sqrt(lo * hi)
+                    lo, hi = (lo, mid) if _sel_ms(r, gpu, direction) < r[field] else (mid, hi)
+                key = f"{r['shape']} T{r['T']} B{r['B']} {json.dumps(r['variant'], sort_keys=True)}"
+                effs[key] = round(math.sqrt(lo * hi), 4)
+            if effs:
+                mean = math.prod(effs.values()) ** (1 / len(effs))
+                out[kind] = {"effs": effs, "mean": round(mean, 4)}
+                m.KEYS_COST[kind]["eff"] = mean  # the backward's solve sees the forward's price
+    finally:
+        for k, v in saved.items():
+            m.KEYS_COST[k].clear()
+            m.KEYS_COST[k].update(v)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("suite_json", nargs="+", help="suite.json files with a speed section (bench/gpu/)")
@@ -383,6 +479,10 @@ def main() -> None:
             print(json.dumps({"warps_factor": warps, **f, "stored": m.SEL_WARPS.get(warps)}))
         for tag, f in config_factors(args.probe, args.gpu).items():
             print(json.dumps({"config_factor": tag, **f, "stored": m.CONFIG_FACTOR.get(tag)}))
+        for row in selected_probe_rows(args.probe, args.gpu):
+            print(json.dumps(row))
+        for kind, f in keys_effs(args.probe, args.gpu).items():
+            print(json.dumps({"keys_eff": kind, **f, "stored": m.KEYS_COST[kind]["eff"]}))
     for kind, terms in sorted(fit(recs, args.gpu, args.families).items()):
         print(json.dumps({"fit": kind, **{t: (round(v, 4) if v else v) for t, v in terms.items()}}))
     for row in check_rows(recs, args.gpu):

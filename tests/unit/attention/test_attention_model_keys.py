@@ -5,6 +5,7 @@ model package's loading (pure arithmetic, no torch)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import subprocess
@@ -171,3 +172,79 @@ def test_loading_the_model_by_path_leaves_sys_path_alone() -> None:
     assert out.stdout.strip() == "6"
     for f in (_BENCH / "attention_cost").glob("*.py"):
         assert len(f.read_text().splitlines()) < 500, f
+
+
+def _fit_module():
+    if "attention_fit" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("attention_fit", _BENCH / "attention_fit.py")
+        sys.modules["attention_fit"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["attention_fit"])
+    return sys.modules["attention_fit"]
+
+
+def test_a_probe_of_the_key_major_switches_prices_the_keys_kernels(tmp_path) -> None:
+    """bench/attention_fit.py --probe on a kernel_probe run with the key-major switches (the lead's GPU
+    call): the model's selected times beside the probe's, and the keys kernels' efficiencies solved
+    from the forward, then forward+backward: here a probe made with 0.1 / 0.2 gives 0.1 / 0.2 back,
+    and the stored prices are left as they were."""
+    fit = _fit_module()
+    fm = fit.m
+    gpu = fm.GPUS["H200"]
+    s = fm.Shape("m7c", 8, 12, 2, 64)
+    stored = {k: dict(v) for k, v in fm.KEYS_COST.items()}
+    lines = []
+    try:
+        fm.KEYS_COST["sel_keys_fwd"]["eff"], fm.KEYS_COST["sel_keys_bwd"]["eff"] = 0.1, 0.2
+        for variant in ({}, {"fwd_keys": False, "bwd_keys": False}, {"bwd_keys": False}):
+            ks = [k for k in fm.ours(8192, s, **variant) if k.branch == "selected"]
+            fwd = sum(k.time(gpu) for k in ks if k.direction == "fwd") * 1e3
+            both = sum(k.time(gpu) for k in ks) * 1e3
+            row = {"probe": "selected", "shape": "m7c", "T": 8192, "B": 8, "variant": variant}
+            lines.append(json.dumps({**row, "fwd_ms": fwd, "fwd_bwd_ms": both}))
+    finally:
+        for k, v in stored.items():
+            fm.KEYS_COST[k].update(v)
+    lines.append(
+        json.dumps({"probe": "selected", "shape": "m7c", "T": 8192, "B": 8, "variant": {"TP": "x2"}})
+    )
+    probe = tmp_path / "probe.jsonl"
+    probe.write_text("\n".join(lines) + "\n")
+    got = fit.keys_effs(str(probe))
+    assert got["sel_keys_fwd"]["mean"] == pytest.approx(0.1, rel=1e-3)
+    assert got["sel_keys_bwd"]["mean"] == pytest.approx(0.2, rel=1e-3)
+    assert len(got["sel_keys_fwd"]["effs"]) == 2 and len(got["sel_keys_bwd"]["effs"]) == 1
+    assert stored == fm.KEYS_COST
+    rows = fit.selected_probe_rows(str(probe))
+    assert [r["variant"] for r in rows] == [{}, {"fwd_keys": False, "bwd_keys": False}, {"bwd_keys": False}]
+    qm = rows[1]  # the query-major path does not depend on the keys prices
+    assert qm["model_fwd_bwd_ms"] == pytest.approx(qm["fwd_bwd_ms"], rel=1e-3)
+    assert rows[0]["model_fwd_ms"] < rows[0]["fwd_ms"]  # the stored 0.142 against the probe's 0.1
+
+
+def test_a_suite_run_refits_the_keys_efficiency_with_the_partials_dram_time_kept() -> None:
+    """fit() on speed records of the key-major kernels: the forward kernel 1.5x slower than priced
+    gives an efficiency with which the model, its DRAM term unchanged, predicts the slower times."""
+    fit = _fit_module()
+    fm = fit.m
+    gpu = fm.GPUS["H200"]
+    recs = []
+    for T in (8192, 32768, 65536):
+        s = fm.Shape("m7c", 65536 // T, 12, 2, 64)
+        k = next(k for k in fm.ours(T, s) if k.name == "sel_fwd_keys")
+        ms = k.time(gpu) * 1e3 * 1.5
+        fa = fm.flash2(T, s)
+        recs.append({
+            "shape": "m7c", "T": T, "B": s.B, "H": 12, "Hkv": 2, "D": 64, "build": {},
+            "nsa_kernels": [{"kernel": "_sel_fwd_keys_kernel", "ms": ms}],
+            "sdpa_flash_fwd_ms": fa[0].time(gpu) * 1e3, "sdpa_flash_fwd_bwd_ms": fm.total(fa, gpu) * 1e3,
+        })  # fmt: skip
+    eff = fit.fit(recs, "H200", families=["_sel_fwd_keys"])["sel_keys_fwd"]["eff"]
+    assert eff < fm.KEYS_COST["sel_keys_fwd"]["eff"] / 1.5  # the fixed DRAM part did not slow down
+    saved = fm.KEYS_COST["sel_keys_fwd"]["eff"]
+    try:
+        fm.KEYS_COST["sel_keys_fwd"]["eff"] = eff
+        for r in fit.check_rows(recs, "H200"):
+            if r["check"] == "_sel_fwd_keys":
+                assert r["measured_over_model"] == pytest.approx(1.0, abs=0.03), r
+    finally:
+        fm.KEYS_COST["sel_keys_fwd"]["eff"] = saved
