@@ -465,7 +465,8 @@ def main() -> None:
     ap.add_argument("--gpu", choices=sorted(m.GPUS), help="the model's GPU (default: the first file's env)")
     ap.add_argument(
         "--probe",
-        help="a bench/kernel_probe.py jsonl: print the selection's warps factors and the launch-setting factors",
+        help="a bench/kernel_probe.py jsonl: print the selection's warps factors, the launch-setting factors "
+        "and the key-major kernels' prices from it",
     )
     args = ap.parse_args()
     try:

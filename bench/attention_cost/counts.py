@@ -113,7 +113,8 @@ def shipped_launch(s: Shape, cc: int, before_ce226a4: bool = False) -> dict[str,
     """The launch settings the model's kernels take from compressed.py's and selected.py's `_config`
     (a test holds them equal): the selection's warps and tokens a tile (`warps_sel`, `bt_sel`), the
     compressed dK/dV's warps, the token tiles' tokens (`tp`) and forward warps (`warps_tok`), and the
-    selected branch's key-major forward and backward (`fwd_keys`, `bwd_keys`: G <= 8).
+    selected branch's key-major forward and backward (`fwd_keys`, `bwd_keys`: G <= 8) with their
+    tiles (`br_fwd_keys`, `br_bwd_keys`, `tm_merge`, `bm_merge`).
     Since ce226a4: the selection at 2 warps only at head_dim <= 64 (16 padded heads a token, or 8 on
     sm_90; 2 spilled at the paper's G 16 x D 128 on triton 3.6), 2 tokens a tile at 8 padded heads
     on sm_90 (M7C); dK/dV 4 warps; the token-tile forward 2 warps at head_dim > 64. (ce226a4 also
@@ -128,7 +129,8 @@ def shipped_launch(s: Shape, cc: int, before_ce226a4: bool = False) -> dict[str,
         return {
             "warps_sel": 2 if gpf >= 16 or (cc >= 90 and gpf == 8 and small) else 4,
             "bt_sel": c["BTF"], "warps_cmp_dkv": 8, "tp": base_tp, "warps_tok": 4 if small else 8,
-            "fwd_keys": False, "bwd_keys": False,
+            "fwd_keys": False, "bwd_keys": False, "br_fwd_keys": 64 if small else 32, "br_bwd_keys": 32,
+            "tm_merge": max(1, (64 if small else 32) // s.G), "bm_merge": 64 if small else 32,
         }  # fmt: skip
     return {
         "warps_sel": 2 if small and (gpf >= 16 or (cc >= 90 and gpf == 8)) else 4,
@@ -136,9 +138,15 @@ def shipped_launch(s: Shape, cc: int, before_ce226a4: bool = False) -> dict[str,
         "warps_cmp_dkv": 4,
         "tp": base_tp,
         "warps_tok": 4 if small else 2,
-        # the selected branch key-major at G <= 8 (FSA's range), forward and backward
+        # the selected branch key-major at G <= 8 (FSA's range), forward and backward, and its tiles:
+        # (pair, head) rows a step of the forward (BR_f) and of the fused backward (BR_keys), tokens a
+        # forward merge program (TM), rows a dQ merge program (BM_merge)
         "fwd_keys": s.G <= 8,
         "bwd_keys": s.G <= 8,
+        "br_fwd_keys": 64 if small else 32,
+        "br_bwd_keys": 32,
+        "tm_merge": max(1, (64 if small else 32) // s.G),
+        "bm_merge": 64 if small else 32,
     }  # fmt: skip
 
 

@@ -108,39 +108,54 @@ def selected_kernels(
     nseg = BH * ns + math.ceil(BH * T * k / seg)
     nb = -(-s.lp // min(64, _p2(s.lp)))
     prow = npairs * G
-    kunit = 2 * math.ceil(prow / BR) * BR * s.lp * D  # one GEMM over every row tile and key
+
+    def unit(br: int) -> float:  # one GEMM over every row tile of br rows and the block's keys
+        return 2 * math.ceil(prow / br) * br * s.lp * D
+
+    kunit = unit(BR)
     useful = 2 * prow * s.lp * D
     part = nseg * s.lp * _p2(D, 16) * 4 * 2  # fp32 partial dK/dV per segment
     lse = 4 * BH * T * G
     if fwd_keys:
-        # nsa/attention/triton/selected_keys.py: `_sel_fwd_keys_kernel` (grid (nseg, nb)), per step
-        # s = q k^T, the chunk's softmax and o = p v (2 GEMMs), each row's normalised o (q's dtype) and
-        # base-2 lse (fp32) stored as the pair's partial (PO, PL); `_sel_fwd_merge_kernel` (grid
-        # (ceil(T / TM), BH)) reads, per (token, head) row in a fixed order, every kept entry's PL
-        # twice (max, then weights) and PO once, and writes out and lse. Priced as the key-major
-        # dK/dV (its fitted efficiency: the same walk of gathered rows against one block's keys) plus
-        # the partials' DRAM time (written in the loop, not hidden: `sel_keys_fwd`); the merge by DRAM.
+        # nsa/attention/triton/selected_keys.py: `_sel_fwd_keys_kernel` (grid (nseg, nb), BR_f rows a
+        # step), per step s = q k^T, the chunk's softmax and o = p v (2 GEMMs), each row's normalised o
+        # (q's dtype) and base-2 lse (fp32) stored as the pair's partial (PO, PL);
+        # `_sel_fwd_merge_kernel` (grid (ceil(T / TM), BH)) reads, per (token, head) row in a fixed
+        # order, every kept entry's PL twice (max, then weights) and PO once, and writes out and
+        # lse. Priced as the key-major dK/dV (its fitted efficiency: the same walk of gathered rows
+        # against one block's keys) plus the partials' DRAM time (written in the loop, not hidden:
+        # `sel_keys_fwd`); the merge by DRAM.
+        # Its reverse index (selected_keys.py `reverse_index`: the backward's order, start and seg_end in
+        # 2 kernels and 3 aten ops): `_sel_fwd_index_kernel` writes each table entry's int64 sort key
+        # (idx and valid read), torch.sort (priced as the backward's index), searchsorted, and
+        # `_sel_fwd_segs_kernel` (one program: the segment ends, a scan over the blocks).
         po = nb * prow * (D * bf + 4)
-        ks.append(Kernel("sel_fwd_reverse_index", "selected", "fwd", "memory", dram=index, launches=16))
-        ks.append(Kernel("sel_fwd_keys", "selected", "fwd", f"sel_keys_fwd@{_cfg(D)}", 2 * kunit, 2 * useful,
+        entries = BH * T * k
+        ks.append(Kernel("sel_fwd_index", "selected", "fwd", "memory", dram=entries * 17,
+                         programs=math.ceil(entries / 1024)))  # fmt: skip
+        ks.append(Kernel("sel_fwd_reverse_index", "selected", "fwd", "memory", dram=index, launches=3))
+        ks.append(Kernel("sel_fwd_segs", "selected", "fwd", "memory", dram=16 * BH * ns, programs=1))
+        ks.append(Kernel("sel_fwd_keys", "selected", "fwd", f"sel_keys_fwd@{_cfg(D)}",
+                         2 * unit(launch["br_fwd_keys"]), 2 * useful,
                          act + 2 * kvb + npairs * 8 + po, l2=prow * D * bf + npairs * 8,
                          programs=nseg * nb, per_sm=1, work={"programs": nseg * nb}))  # fmt: skip
-        tm = max(1, 64 // G)
         ks.append(Kernel("sel_fwd_merge", "selected", "fwd", "memory",
                          dram=nb * prow * (D * bf + 2 * 4) + 2 * table + act + lse,
-                         programs=BH * math.ceil(T / tm)))  # fmt: skip
+                         programs=BH * math.ceil(T / launch["tm_merge"])))  # fmt: skip
     if bwd_keys:
         # nsa/attention/triton/selected_keys_bwd.py: `_sel_bwd_delta_kernel` (rowsum(dO * O), fp32),
-        # then `_sel_bwd_keys_kernel`: the dK/dV kernel plus dq = (dS k) * scale per step (5 GEMMs) and
+        # then `_sel_bwd_keys_kernel`: the dK/dV kernel (at BR_keys = 32 rows a step: registers) plus
+        # dq = (dS k) * scale per step (5 GEMMs) and
         # its fp32 store to PDQ at the pair's table position; the reduction of dK/dV as before; and
-        # `_sel_bwd_dq_merge_kernel` (grid (ceil(T*G / 64), BH)): per (token, head) row the kept
+        # `_sel_bwd_dq_merge_kernel` (grid (ceil(T*G / BM), BH)): per (token, head) row the kept
         # entries' PDQ summed in a fixed order, dq stored. Priced as the key-major dK/dV plus the
         # partials' DRAM time (`sel_keys_bwd`); delta and the merge by DRAM.
         pdq = nb * prow * D * 4
         ks.append(Kernel("sel_bwd_delta", "selected", "bwd", "memory", dram=2 * act + lse,
                          programs=math.ceil(BH * T * G / 64)))  # fmt: skip
         ks.append(Kernel("sel_reverse_index", "selected", "bwd", "memory", dram=index, launches=16))
-        ks.append(Kernel("sel_bwd_keys", "selected", "bwd", f"sel_keys_bwd@{_cfg(D)}", 5 * kunit, 5 * useful,
+        ks.append(Kernel("sel_bwd_keys", "selected", "bwd", f"sel_keys_bwd@{_cfg(D)}",
+                         5 * unit(launch["br_bwd_keys"]), 5 * useful,
                          2 * act + 2 * kvb + 2 * lse + npairs * 8 + part + pdq,
                          l2=prow * D * bf * 2 + prow * 8, programs=nseg * nb, per_sm=1,
                          work={"programs": nseg * nb}))  # fmt: skip
@@ -159,6 +174,8 @@ def selected_kernels(
     ks.append(Kernel("sel_bwd_reduce", "selected", "bwd", "sel_reduce", dram=part + 2 * kvb, programs=BH * ns,
                      work={"serial_bytes": tail}))  # fmt: skip
     if bwd_keys:
-        ks.append(Kernel("sel_bwd_dq_merge", "selected", "bwd", "memory",
-                         dram=pdq + table + act, programs=BH * math.ceil(T * G / 64)))  # fmt: skip
+        mprog = BH * math.ceil(T * G / launch["bm_merge"])
+        ks.append(
+            Kernel("sel_bwd_dq_merge", "selected", "bwd", "memory", dram=pdq + table + act, programs=mprog)
+        )
     return ks

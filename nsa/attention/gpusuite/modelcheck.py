@@ -40,13 +40,15 @@ FAMILIES = {
     "win_fwd": "_window_fwd", "win_bwd_dq": "_window_bwd_dq", "win_bwd_dkdv": "_window_bwd_dkdv",
     "gate_mix_fwd": "_gate_mix_fwd", "gate_mix_bwd": "_gate_mix_bwd",
     # the key-major selected path (G <= 8: selected.py's fwd_keys / bwd_keys): selected_keys.py's
-    # forward and merge, selected_keys_bwd.py's delta, fused dK/dV + dQ partials, and dQ merge
+    # index kernels, forward and merge, selected_keys_bwd.py's delta, fused dK/dV + dQ partials, and
+    # dQ merge
+    "sel_fwd_index": "_sel_fwd_index", "sel_fwd_segs": "_sel_fwd_segs",
     "sel_fwd_keys": "_sel_fwd_keys", "sel_fwd_merge": "_sel_fwd_merge", "sel_bwd_delta": "_sel_bwd_delta",
     "sel_bwd_keys": "_sel_bwd_keys", "sel_bwd_dq_merge": "_sel_bwd_dq_merge",
 }  # fmt: skip
 # In the core but not one triton family: the selected branch's reverse index (torch.sort & co.; the
-# key-major forward builds one too) and autograd's sum of q's gradient from the three branches (two
-# elementwise adds).
+# key-major forward's sort and searchsorted too) and autograd's sum of q's gradient from the three
+# branches (two elementwise adds).
 OTHER_IN_CORE = ("sel_reverse_index", "sel_fwd_reverse_index", "q_grad_sum")
 
 

@@ -193,6 +193,14 @@ def test_the_shipped_selection_warps_follow_the_kernels_config() -> None:
             assert (launch["tp"], launch["warps_tok"]) == (sc["TP"], sc["warps_tok"]), (shape, cc)
             for key in ("fwd_keys", "bwd_keys"):  # the key-major switches, where selected.py has them
                 assert launch[key] == sc.get(key, launch[key]) == (shape.G <= 8), (shape, cc, key)
+            tiles = {
+                "br_fwd_keys": "BR_f",
+                "br_bwd_keys": "BR_keys",
+                "tm_merge": "TM",
+                "bm_merge": "BM_merge",
+            }
+            for ours, theirs in tiles.items():  # the key-major tiles, likewise
+                assert launch[ours] == sc.get(theirs, launch[ours]), (shape, cc, theirs)
             assert (m._sel_tiles(shape)["BTF"], m._sel_tiles(shape)["GPF"]) == (c["BTF"], c["GPF"])
             assert m._sel_tiles(shape)["BJ"] == c["BJ"]
 

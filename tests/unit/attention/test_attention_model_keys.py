@@ -22,8 +22,8 @@ GEO = {"block_len": 32, "block_stride": 16, "sel_block": 64, "n_sel": 16, "windo
 m = modelcheck.load_model()
 
 QUERY_MAJOR = {"sel_forced_fwd", "sel_forced_dq", "sel_fwd", "sel_bwd_dq", "sel_bwd_dkdv"}
-KEY_MAJOR = {"sel_fwd_reverse_index", "sel_fwd_keys", "sel_fwd_merge", "sel_bwd_delta", "sel_bwd_keys",
-             "sel_bwd_dq_merge"}  # fmt: skip
+KEY_MAJOR = {"sel_fwd_index", "sel_fwd_reverse_index", "sel_fwd_segs", "sel_fwd_keys", "sel_fwd_merge",
+             "sel_bwd_delta", "sel_bwd_keys", "sel_bwd_dq_merge"}  # fmt: skip
 
 
 def _selected(T: int, shape, **flags) -> dict:
@@ -56,17 +56,21 @@ def test_the_key_major_kernels_count_full_tiles_of_valid_pairs_and_their_partial
     """Rows = (valid pair, head) in tiles of BR = 64 (32 at head_dim 128): no padded heads (the
     token tiles issue 16/6 of the useful FLOPs at G 6); 2 GEMMs a step forward, 5 in the fused
     backward (dK/dV's 4 + dQ's); the forward writes PO (bf16) + PL (fp32) per row and the merge reads
-    PL twice and PO once; the backward writes fp32 PDQ that the dQ merge reads."""
+    PL twice and PO once; the backward writes fp32 PDQ that the dQ merge reads. Rows a step as
+    selected.py's `_config` has them: BR_f 64 (32 past head_dim 64), BR_keys 32 (registers)."""
     for sname, T in (("m7c", 8192), ("m7c", 65536), ("paper", 8192)):
         s0 = m.SHAPES[sname]
         s = m.Shape(s0.name, 1, s0.H, s0.Hkv, s0.D)
         ks = _selected(T, s, fwd_keys=True, bwd_keys=True)
         BH, G, D = s.B * s.Hkv, s.G, s.D
         prow = BH * m._valid_pairs(T, s) * G
-        BR = 64 if D <= 64 else 32
-        unit = 2 * math.ceil(prow / BR) * BR * s.lp * D
+        launch = m.shipped_launch(s, 90)
+
+        assert launch["br_fwd_keys"] == (64 if D <= 64 else 32) and launch["br_bwd_keys"] == 32
+        fwd_rows, bwd_rows = (math.ceil(prow / BR) * BR for BR in (launch["br_fwd_keys"], 32))
         fk, bk = ks["sel_fwd_keys"], ks["sel_bwd_keys"]
-        assert fk.flops == pytest.approx(2 * unit) and bk.flops == pytest.approx(5 * unit)
+        assert fk.flops == pytest.approx(2 * 2 * fwd_rows * s.lp * D)
+        assert bk.flops == pytest.approx(5 * 2 * bwd_rows * s.lp * D)
         assert fk.flops / fk.useful == pytest.approx(bk.flops / bk.useful)
         assert fk.flops / fk.useful < 1.01  # full tiles
         po = prow * (D * 2 + 4)
@@ -79,7 +83,8 @@ def test_the_key_major_kernels_count_full_tiles_of_valid_pairs_and_their_partial
         )
         assert ks["sel_bwd_dq_merge"].dram == pytest.approx(pdq + table + act)
         assert bk.dram > pdq + 2 * act
-        assert ks["sel_fwd_reverse_index"].dram == ks["sel_reverse_index"].dram  # built once a direction
+        assert ks["sel_fwd_reverse_index"].dram == ks["sel_reverse_index"].dram  # a sort each direction
+        assert ks["sel_fwd_index"].dram == table * 17 / 9  # idx + valid in, the int64 sort key out
     qm = _selected(8192, m.SHAPES["m7c"], fwd_keys=False, bwd_keys=False)["sel_fwd"]
     assert qm.flops / qm.useful > 2  # what the key-major forward removes at G 6
 
