@@ -191,6 +191,7 @@ def _bytes_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
         "_sel_fwd_keys": Q + 2 * K + kept * (Q + lse), "_sel_fwd_merge": kept * (Q + 2 * lse) + table + Q + lse,
         "_sel_bwd_delta": 2 * Q + lse, "_sel_bwd_keys": 2 * Q + 4 * K + 2 * lse + kept * 2 * Q,
         "_sel_bwd_dq_merge": kept * 2 * Q + table + Q,
+        "_sel_fwd_index": table * 17 / 9,  # idx + valid in, each entry's int64 sort key out
         "_gate_mix_fwd": 4 * Q, "_gate_mix_bwd": 8 * Q, "_rope_kernel": 2 * Q,
     }  # fmt: skip
 
