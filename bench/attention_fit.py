@@ -1,24 +1,28 @@
-"""Fits the cost model's prices of our kernel kinds (bench/attention_model.py, H100_COST, H200_COST
-and H200_FINAL_COST) to a GPU suite's speed records, reads its launch-setting factors
+"""Fits the cost model's prices of our kernel kinds (bench/attention_model.py, H100_COST, H200_COST,
+H200_FINAL_COST and KEYS_COST) to a GPU suite's speed records, reads its launch-setting factors
 (CONFIG_FACTOR) from a kernel probe, and checks the model against them.
 
 Owns the re-fit of issue 20, item 5: for each kernel family the suite profiles (modelcheck.FAMILIES),
 the model's kernels of that family at each record's shape and T give the counts a price applies to
 (issued MMA FLOPs, programs, loop steps, token-steps, gathered bytes: Kernel.work); a non-negative
 least-squares fit in relative error gives each kind the few terms FIT_TERMS names (1 / efficiency,
-SM cycles per count). SDPA flash (the baseline) is fitted the same way from its forward and
+SM cycles per count; a term of a kind's price that FIT_TERMS does not name stays as stored and its
+time is taken off the measured one first: the key-major kernels' partials' DRAM time). SDPA flash (the baseline) is fitted the same way from its forward and
 forward+backward times. A committed run is modelled with the kernels it measured (the model's
 RUN_BUILDS, by file name); any other file with the kernels the code ships. The selection kernel's
 cycles are fitted as its 4-warp price (each record's counts scaled by SEL_WARPS of its warps), and
 any kind with launch-setting tags likewise at its untagged price (scaled by CONFIG_FACTOR);
-`--probe` prints the warps factors and the launch-setting factors (`config_factors`: per probed
-point, the factor that makes the model's variant / base ratio the measured one) from a
-bench/kernel_probe.py run. It imports nothing from torch; it asserts nothing.
+`--probe` (bench/attention_probe_fit.py) prints the warps factors and the launch-setting factors
+(`config_factors`: per probed point, the factor that makes the model's variant / base ratio the
+measured one) from a bench/kernel_probe.py run, and for its selected rows under the key-major
+switches (`fwd_keys`, `bwd_keys`) the model's times beside the probe's and the keys kernels'
+efficiencies that reproduce them (`keys_effs`). It imports nothing from torch; it asserts nothing.
 
 Prints JSON lines: one "fit" row per kind (the terms, as the COST tables hold them: `eff` and
 cycles), then one "check" row per (record, family) with the measured time and the time the model
-as it stands predicts; with --probe, one "warps_factor" row per warp count and one "config_factor"
-row per launch-setting tag the probe prices.
+as it stands predicts; with --probe, one "warps_factor" row per warp count, one "config_factor"
+row per launch-setting tag the probe prices, one "probe_check" row per selected probe row under the
+key-major switches and one "keys_eff" row per key-major kernel kind.
 
   .venv/bin/python bench/attention_fit.py bench/gpu/2026-11-26-h100-speed.json
   .venv/bin/python bench/attention_fit.py bench/gpu/2026-11-26-h200-speed-after.json \
@@ -26,6 +30,7 @@ row per launch-setting tag the probe prices.
   .venv/bin/python bench/attention_fit.py bench/gpu/2026-11-26-h200-speed-final.json \
       --probe bench/gpu/2026-11-26-h200-probe-final.jsonl   # the launch settings of ce226a4
   .venv/bin/python bench/attention_fit.py NEW-suite.json --families _cmp_select   # one family only
+  .venv/bin/python bench/attention_fit.py NEW-suite.json --probe NEW-probe.jsonl  # fwd_keys / bwd_keys
 
 After a kernel is rewritten, mirror its new structure in the model (`ours`, its work counts), run
 the suite, run this on the new suite.json, and copy the "fit" rows of its kinds into the COST table
@@ -37,7 +42,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -55,6 +59,24 @@ def _model():
 
 
 m = _model()
+
+
+def _probe_module():
+    """bench/attention_probe_fit.py (the probe's prices), loaded by path like the model."""
+    if "attention_probe_fit" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            "attention_probe_fit", Path(__file__).resolve().with_name("attention_probe_fit.py")
+        )
+        sys.modules["attention_probe_fit"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["attention_probe_fit"])
+    return sys.modules["attention_probe_fit"]
+
+
+_probe = _probe_module()
+# the probe's side, re-exported: `attention_fit.X` stays the one interface of the scripts and tests
+PROBE_TAGS, _SEL_FWD, _SEL_ALL = _probe.PROBE_TAGS, _probe._SEL_FWD, _probe._SEL_ALL
+warps_factors, config_factors = _probe.warps_factors, _probe.config_factors
+selected_probe_rows, keys_effs = _probe.selected_probe_rows, _probe.keys_effs
 
 # What each kind's price is made of (the physical reason is in docs/attention.md, "Time budget"):
 # "eff" a fraction of the tensor-core peak; the others SM cycles per count of Kernel.work.
@@ -277,185 +299,6 @@ def check_rows(recs: list[dict], gpu_name: str = "H100") -> list[dict]:
                 "model_ms": round(pred, 3), "measured_over_model": round(meas[fam] / pred, 3),
             })  # fmt: skip
     return rows
-
-
-def warps_factors(path: str) -> dict[int, dict]:
-    """The selection kernel's time at each warp count over its time at 4 warps, per probed shape and
-    their geometric mean (bench/kernel_probe.py's jsonl: `select` variants). The probe's default is
-    its base build's (RUN_BUILDS by file name; the after-run probe's: 4 warps, the final one's: 2,
-    whose ratios are taken to 4 warps by SEL_WARPS[2])."""
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    build = m.RUN_BUILDS.get(Path(path).name, {})
-    sel = [r for r in rows if r.get("variant", {}).get("kernel") == "select"]
-    base = {(r["shape"], r["T"]): r["ms"] for r in sel if set(r["variant"]) == {"kernel"}}
-    out: dict[int, dict] = {}
-    for r in sel:
-        if set(r["variant"]) == {"kernel", "warps_sel"} and (r["shape"], r["T"]) in base:
-            s = m.SHAPES[r["shape"]]
-            w0 = (
-                build.get("warps_sel")
-                or m.shipped_launch(s, 90, build.get("before_ce226a4", False))["warps_sel"]
-            )
-            ratios = out.setdefault(r["variant"]["warps_sel"], {"ratios": {}})["ratios"]
-            ratios[f"{r['shape']} T{r['T']}"] = round(
-                r["ms"] / base[(r["shape"], r["T"])] * m.SEL_WARPS[w0], 3
-            )
-    for f in out.values():
-        vals = list(f["ratios"].values())
-        f["mean"] = round(math.prod(vals) ** (1 / len(vals)), 3)
-    return out
-
-
-# Probe variants that price a launch-setting tag (CONFIG_FACTOR): (probe, variant key, value, the
-# tag, the probe's time it is read from, the model kernels that time covers). In this order: the
-# dQ's token-tile factor is read from fwd+bwd with the forward's just found.
-_SEL_FWD = ("sel_forced_fwd", "sel_fwd")
-_SEL_ALL = (*_SEL_FWD, "sel_forced_dq", "sel_bwd_dq", "sel_reverse_index", "sel_bwd_dkdv", "sel_bwd_reduce")
-PROBE_TAGS: list[tuple] = [
-    ("cmp_fwd", "BTF", 2, "cmp_sel@bt2", "ms", ("cmp_select",)),
-    ("cmp_bwd", "warps_dkv", 4, "cmp_dkv@w4", "ms", ("cmp_bwd_dq", "cmp_bwd_dkv")),
-    ("selected", "TP", "x4", "tok_fwd@tp4", "fwd_ms", _SEL_FWD),
-    ("selected", "TP", "x4", "tok_dq@tp4", "fwd_bwd_ms", _SEL_ALL),
-    ("selected", "warps_tok", 2, "tok_fwd@w2", "fwd_ms", _SEL_FWD),
-]
-
-
-def _variant_flags(key: str, value, s: m.Shape) -> dict:
-    if key == "BTF":
-        return {"bt_sel": value}
-    if key == "warps_dkv":
-        return {"warps_cmp_dkv": value}
-    if key == "TP":
-        return {"tp": m._tokens_per_tile(s.G) * int(str(value).lstrip("x"))}
-    return {key: value}
-
-
-def _tags(kernels: list[m.Kernel]) -> set[str]:
-    out = set()
-    for k in kernels:
-        base, _, tags = m.kind_parts(k.kind)
-        out |= {f"{base}@{t}" for t in tags}
-    return out
-
-
-def config_factors(path: str, gpu_name: str = "H200") -> dict[str, dict]:
-    """Each PROBE_TAGS factor from a bench/kernel_probe.py jsonl: per probed point where the code ships
-    the setting, the factor f with which the model's time of the probed kernels at the variant over
-    its time at the probe's base build (RUN_BUILDS by file name) is the measured ratio (bisection);
-    their geometric mean. The model's structural change (programs, steps) stays in the model."""
-    gpu = m.GPUS[gpu_name]
-    build = m.RUN_BUILDS.get(Path(path).name, {})
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    saved = dict(m.CONFIG_FACTOR)
-    out: dict[str, dict] = {}
-    try:
-        for probe, key, value, tag, field, names in PROBE_TAGS:
-            ratios = {}
-            for r in rows:
-                v = r.get("variant", {})
-                if r.get("probe") != probe or v.get(key) != value:
-                    continue
-                rest = {k: x for k, x in v.items() if k != key}
-                base = next((b for b in rows if b.get("probe") == probe and b.get("variant") == rest
-                             and (b["shape"], b["T"], b["B"]) == (r["shape"], r["T"], r["B"])), None)  # fmt: skip
-                s0 = m.SHAPES[r["shape"]]
-                s = m.Shape(s0.name, r["B"], s0.H, s0.Hkv, s0.D)
-                flags = {**build, **_variant_flags(key, value, s)}
-                var_ks = [k for k in m.ours(r["T"], s, cc=gpu.cc, **flags) if k.name in names]
-                # ce226a4's rules (4x tiles at G 5-8, the selected branch query-major)
-                x4 = {f: (v(s) if callable(v) else v) for f, v in m.WHAT_IF["token_tiles_x4"].items()}
-                if (
-                    base is None
-                    or tag not in _tags(var_ks)
-                    or tag not in _tags(m.ours(r["T"], s, cc=gpu.cc, **x4))
-                ):
-                    continue  # no base row, or a setting ce226a4 did not ship at this shape
-                t0 = sum(k.time(gpu) for k in m.ours(r["T"], s, cc=gpu.cc, **build) if k.name in names)
-                want = r[field] / base[field]
-                lo, hi = 0.01, 10.0
-                for _ in range(60):
-                    m.CONFIG_FACTOR[tag] = mid = math.sqrt(lo * hi)
-                    lo, hi = (mid, hi) if sum(k.time(gpu) for k in var_ks) / t0 < want else (lo, mid)
-                ratios[f"{r['shape']} T{r['T']}"] = round(math.sqrt(lo * hi), 3)
-            if ratios:
-                mean = math.prod(ratios.values()) ** (1 / len(ratios))
-                out[tag] = {"factors": ratios, "mean": round(mean, 3)}
-                m.CONFIG_FACTOR[tag] = mean  # the next tags' solves see it
-    finally:
-        m.CONFIG_FACTOR.clear()
-        m.CONFIG_FACTOR.update(saved)
-    return out
-
-
-def _selected_probe(path: str) -> tuple[dict, list[dict]]:
-    """The probe's base build (RUN_BUILDS by file name; none: what the code ships) and its rows of the
-    selected op under the key-major switches alone (bench/kernel_probe.py SEL_VARIANTS: {}, fwd_keys,
-    bwd_keys), each with the model's flags for it."""
-    build = m.RUN_BUILDS.get(Path(path).name, {})
-    out = []
-    for line in Path(path).read_text().splitlines():
-        r = json.loads(line) if line.strip() else {}
-        v = r.get("variant", {})
-        if r.get("probe") == "selected" and "fwd_ms" in r and set(v) <= {"fwd_keys", "bwd_keys"}:
-            s0 = m.SHAPES[r["shape"]]
-            out.append({**r, "flags": {**build, **v}, "s": m.Shape(s0.name, r["B"], s0.H, s0.Hkv, s0.D)})
-    return build, out
-
-
-def _sel_ms(r: dict, gpu: m.Gpu, direction: str | None = None) -> float:
-    ks = m.ours(r["T"], r["s"], cc=gpu.cc, **r["flags"])
-    return sum(k.time(gpu) for k in ks if k.branch == "selected" and direction in (None, k.direction)) * 1e3
-
-
-def selected_probe_rows(path: str, gpu_name: str = "H200") -> list[dict]:
-    """The model's selected-branch time beside a probe's (forward, forward+backward) for its rows under
-    the key-major switches: the query-major and key-major paths as the model prices them."""
-    gpu = m.GPUS[gpu_name]
-    rows = []
-    for r in _selected_probe(path)[1]:
-        fwd, both = _sel_ms(r, gpu, "fwd"), _sel_ms(r, gpu)
-        rows.append({
-            "probe_check": "selected", "shape": r["shape"], "T": r["T"], "B": r["B"], "variant": r["variant"],
-            "fwd_ms": r["fwd_ms"], "model_fwd_ms": round(fwd, 3),
-            "fwd_bwd_ms": r["fwd_bwd_ms"], "model_fwd_bwd_ms": round(both, 3),
-        })  # fmt: skip
-    return rows
-
-
-def keys_effs(path: str, gpu_name: str = "H200") -> dict[str, dict]:
-    """The key-major kernels' efficiencies (KEYS_COST "eff") that make the model's selected forward, then
-    forward+backward, the probe's, per probed point where the model runs that kernel (bisection, the
-    partials' DRAM term kept); their geometric mean. A first price from a probe alone; a suite run
-    (per-kernel times) re-fits them with `fit`."""
-    gpu = m.GPUS[gpu_name]
-    rows = _selected_probe(path)[1]
-    saved = {k: dict(v) for k, v in m.KEYS_COST.items()}
-    out: dict[str, dict] = {}
-    try:
-        for kind, field, direction in (
-            ("sel_keys_fwd", "fwd_ms", "fwd"),
-            ("sel_keys_bwd", "fwd_bwd_ms", None),
-        ):
-            effs = {}
-            for r in rows:
-                names = {k.kind.split("@")[0] for k in m.ours(r["T"], r["s"], cc=gpu.cc, **r["flags"])}
-                if kind not in names:
-                    continue
-                lo, hi = 0.005, 5.0
-                for _ in range(60):
-                    m.KEYS_COST[kind]["eff"] = mid = math.sqrt(lo * hi)
-                    lo, hi = (lo, mid) if _sel_ms(r, gpu, direction) < r[field] else (mid, hi)
-                key = f"{r['shape']} T{r['T']} B{r['B']} {json.dumps(r['variant'], sort_keys=True)}"
-                effs[key] = round(math.sqrt(lo * hi), 4)
-            if effs:
-                mean = math.prod(effs.values()) ** (1 / len(effs))
-                out[kind] = {"effs": effs, "mean": round(mean, 4)}
-                m.KEYS_COST[kind]["eff"] = mean  # the backward's solve sees the forward's price
-    finally:
-        for k, v in saved.items():
-            m.KEYS_COST[k].clear()
-            m.KEYS_COST[k].update(v)
-    return out
 
 
 def main() -> None:
