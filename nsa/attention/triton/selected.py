@@ -25,6 +25,11 @@ from nsa.attention.triton.selected_forced import (
     _sel_forced_fwd_kernel,
     forced_rows_per_tile,
 )
+from nsa.attention.triton.selected_keys_bwd import (
+    _sel_bwd_delta_kernel,
+    _sel_bwd_dq_merge_kernel,
+    _sel_bwd_keys_kernel,
+)
 from nsa.attention.triton.selected_query import (
     TILE_ROWS,
     _sel_bwd_dq_kernel,
@@ -154,7 +159,7 @@ def _p2(x: int, lo: int = 16) -> int:
     return max(lo, triton.next_power_of_2(x))
 
 
-def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
+def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int | bool]:
     """Tiles and warps (checked with ptxas for sm_80/sm_90 at head_dim 64 and 128: no spills).
 
     GP: head rows padded to a tile (tl.dot needs >= 16); TP/RP: tokens and rows of a token tile
@@ -199,6 +204,18 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
         "warps_f": 4,
         "stages_f": 2,
         "stages_fdq": 1,
+        # The key-major backward (selected_keys_bwd.py) with forced_blocks=True: FSA's range of groups.
+        # Its dQ partials are nb*B*Hkv*T*n*G*D fp32 (nb = ceil(l'/BN), 1 on the GPU), transient: 3.2 GB
+        # at M7C 64k x 1; at G 16 they would be 16 x |q| x 2, hence the old query-major dQ there.
+        "bwd_keys": G <= 8,
+        # The keys kernel holds the dK/dV kernel's two fp32 [BN, D] accumulators and a [BR, D] fp32 dQ
+        # product per step: BR rows per step (checked with ptxas: no spills).
+        "BR_keys": 32,
+        "warps_keys": 4 if DP <= 64 else 8,
+        "BM_merge": 64 if DP <= 64 else 32,
+        "warps_merge": 4,
+        "BM_delta": 64,
+        "warps_delta": 4,
     }
 
 
@@ -310,6 +327,8 @@ def _selected_bwd(
     dout = dout.contiguous()
     dq = torch.empty_like(q)
     delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
+    if forced and cfg["bwd_keys"]:
+        return _selected_bwd_keys(dout, q, k, v, idx, valid, out, lse, dq, delta, LP, scale, cfg, prec)
     if forced:
         # Writes delta and the forced entries' dQ (fp32); the query-major dQ adds the rest and stores.
         dqf = torch.empty(q.shape, dtype=torch.float32, device=q.device)
@@ -342,11 +361,52 @@ def _selected_bwd(
         G=G, D=D, LP=LP, DP=DP, BN=BN, BR=cfg["BR"], PREC=prec,
         num_warps=cfg["warps_kv"], num_stages=cfg["stages_kv"],
     )  # fmt: skip
+    dk, dv = _reduce_dkdv(pdk, pdv, start, seg_end, k, v, S, LP, cfg)
+    return dq, dk, dv
+
+
+def _reduce_dkdv(pdk, pdv, start, seg_end, k, v, S: int, LP: int, cfg: dict) -> tuple[Tensor, Tensor]:
+    """dK and dV in the keys' dtype: each block's segment partials summed in segment order."""
+    B, Hkv, T, D = k.shape
+    ns, BN = -(-T // LP), cfg["BN"]
     dk, dv = torch.empty_like(k), torch.empty_like(v)
-    _sel_bwd_reduce_kernel[(BH * ns, nb)](
-        pdk, pdv, start, seg_end, dk, dv, T, ns, S, D=D, LP=LP, DP=DP, BN=BN,
+    _sel_bwd_reduce_kernel[(B * Hkv * ns, triton.cdiv(LP, BN))](
+        pdk, pdv, start, seg_end, dk, dv, T, ns, S, D=D, LP=LP, DP=cfg["DP"], BN=BN,
         num_warps=cfg["warps_red"], num_stages=1,
     )  # fmt: skip
+    return dk, dv
+
+
+def _selected_bwd_keys(dout, q, k, v, idx, valid, out, lse, dq, delta, LP: int, scale: float, cfg: dict,
+                       prec: str) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    """The key-major backward (cfg["bwd_keys"], forced_blocks=True; selected_keys_bwd.py): delta, then
+    every (query, block) pair, forced ones included, in one keys kernel that writes the dK/dV partials
+    and each pair's dQ partial (PDQ, fp32, transient), the dK/dV reduction, and the dQ merge."""
+    B, Hkv, T, G, D = q.shape
+    BH, NK, DP, BN = B * Hkv, idx.shape[-1], cfg["DP"], cfg["BN"]
+    rows = BH * T * G
+    _sel_bwd_delta_kernel[(triton.cdiv(rows, cfg["BM_delta"]),)](
+        out, dout, delta, rows, D=D, DP=DP, BM=cfg["BM_delta"], num_warps=cfg["warps_delta"], num_stages=1
+    )  # fmt: skip
+    order, start, seg_end, S, nseg = _reverse_index(idx, valid, LP)
+    ns, nb, npos = -(-T // LP), triton.cdiv(LP, BN), BH * T * NK
+    pdk = torch.empty(nseg, LP, DP, dtype=torch.float32, device=q.device)
+    pdv = torch.empty_like(pdk)
+    # Written only at the positions of entries that add keys, and read only there: no memset.
+    pdq = torch.empty(nb, npos, G, D, dtype=torch.float32, device=q.device)
+    _sel_bwd_keys_kernel[(nseg, nb)](
+        q, k, v, dout, lse, delta, order, start, seg_end, pdk, pdv, pdq,
+        T, ns, NK, npos, BH * ns, (BH * ns).bit_length() + 1, S, scale,
+        G=G, D=D, LP=LP, DP=DP, BN=BN, BR=cfg["BR_keys"], PREC=prec,
+        num_warps=cfg["warps_keys"], num_stages=cfg["stages_kv"],
+    )  # fmt: skip
+    dk, dv = _reduce_dkdv(pdk, pdv, start, seg_end, k, v, S, LP, cfg)
+    del pdk, pdv
+    _sel_bwd_dq_merge_kernel[(triton.cdiv(T * G, cfg["BM_merge"]), BH)](
+        pdq, idx, valid.view(torch.int8), dq, T, NK, npos, nb,
+        G=G, D=D, LP=LP, DP=DP, BM=cfg["BM_merge"], num_warps=cfg["warps_merge"], num_stages=1,
+    )  # fmt: skip
+    del pdq  # transient: back to the allocator before the backward returns
     return dq, dk, dv
 
 
@@ -455,6 +515,15 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     )  # fmt: skip
     red_consts = {"D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"]}
     red_args = dict(PDK=f32, PDV=f32, START=i64, SEG_END=i64, DK=ptr, DV=ptr, T=i32, NS=i32, S=i32)
+    keys_consts = {**kv_consts, "BR": cfg["BR_keys"]}
+    keys_args = dict(
+        Q=ptr, K=ptr, V=ptr, DO=ptr, LSE=f32, DELTA=f32, ORDER=i64, START=i64, SEG_END=i64, PDK=f32, PDV=f32,
+        PDQ=f32, T=i32, NS=i32, NK=i32, NP=i32, NBLK=i32, NSEARCH=i32, S=i32, sm_scale="fp32",
+    )  # fmt: skip
+    merge_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BM": cfg["BM_merge"]}
+    merge_args = dict(PDQ=f32, IDX=i64, VALID=i8, DQ=ptr, T=i32, NK=i32, NP=i32, NB=i32)
+    delta_consts = {"D": D, "DP": cfg["DP"], "BM": cfg["BM_delta"]}
+    delta_args = dict(OUT=ptr, DO=ptr, DELTA=f32, R=i32)
     st = cfg["stages"]
     # NSAAttention passes forced_blocks=True: the forced kernels run, then the query-major token tiles
     # (selected_fwd / selected_bwd_dq). The one-token kernels (_any) serve any other table.
@@ -468,4 +537,12 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         ("selected_bwd_dkdv", _sel_bwd_dkdv_kernel, kv_args, kv_consts, cfg["warps_kv"], cfg["stages_kv"]),
         ("selected_bwd_reduce", _sel_bwd_reduce_kernel, red_args, red_consts, cfg["warps_red"], 1),
     ]
+    if cfg["bwd_keys"]:
+        # G <= 8 with forced blocks: the key-major backward replaces selected_forced_dq, selected_bwd_dq
+        # and selected_bwd_dkdv (still compiled: bwd_keys=False and forced_blocks=False run them).
+        rows += [
+            ("selected_bwd_delta", _sel_bwd_delta_kernel, delta_args, delta_consts, cfg["warps_delta"], 1),
+            ("selected_bwd_keys", _sel_bwd_keys_kernel, keys_args, keys_consts, cfg["warps_keys"], cfg["stages_kv"]),
+            ("selected_bwd_dq_merge", _sel_bwd_dq_merge_kernel, merge_args, merge_consts, cfg["warps_merge"], 1),
+        ]  # fmt: skip
     return [KernelSpec(n, fn, sig(args, c), c, w, stg) for n, fn, args, c, w, stg in rows]
