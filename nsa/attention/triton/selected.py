@@ -377,6 +377,12 @@ def _reduce_dkdv(pdk, pdv, start, seg_end, k, v, S: int, LP: int, cfg: dict) -> 
     return dk, dv
 
 
+def _pdq_buffer(nb: int, npos: int, G: int, D: int, device: torch.device) -> Tensor:
+    """The dQ partials [nb, BH*T*n, G, D] fp32, uninitialised: the keys kernel writes exactly the
+    positions of the entries that add keys and the merge reads only those (a test fills it with NaN)."""
+    return torch.empty(nb, npos, G, D, dtype=torch.float32, device=device)
+
+
 def _selected_bwd_keys(dout, q, k, v, idx, valid, out, lse, dq, delta, LP: int, scale: float, cfg: dict,
                        prec: str) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     """The key-major backward (cfg["bwd_keys"], forced_blocks=True; selected_keys_bwd.py): delta, then
@@ -392,8 +398,7 @@ def _selected_bwd_keys(dout, q, k, v, idx, valid, out, lse, dq, delta, LP: int, 
     ns, nb, npos = -(-T // LP), triton.cdiv(LP, BN), BH * T * NK
     pdk = torch.empty(nseg, LP, DP, dtype=torch.float32, device=q.device)
     pdv = torch.empty_like(pdk)
-    # Written only at the positions of entries that add keys, and read only there: no memset.
-    pdq = torch.empty(nb, npos, G, D, dtype=torch.float32, device=q.device)
+    pdq = _pdq_buffer(nb, npos, G, D, q.device)
     _sel_bwd_keys_kernel[(nseg, nb)](
         q, k, v, dout, lse, delta, order, start, seg_end, pdk, pdv, pdq,
         T, ns, NK, npos, BH * ns, (BH * ns).bit_length() + 1, S, scale,
