@@ -2,14 +2,16 @@
 
 Owns the backward's dK/dV kernel (key-major: one program per segment of the queries that chose one
 selection block, found through a reverse index built by a constant number of aten ops, no atomics),
-the reduction of the segments' partial dK/dV, the launch configuration and the launchers. The
+the reduction of the segments' partial dK/dV, the launch configuration and the launchers (the key-major
+backward's kernels, `bwd_keys`, live in selected_keys_bwd.py). The
 query-major forward and dQ kernels live in selected_query.py: without `forced_blocks` one program per
 query token over its whole table; with `forced_blocks=True` the forced entries (block 0, the query's
 own block and the one before) run first as dense row tiles (selected_forced.py) and the query-major
 token tiles (TP tokens a program) add the union of the other entries. It must not sync with the
 device, loop in Python over anything that grows with T, or build a [T, T] tensor; the number of
 launches is the same at every T (forward: 1 kernel, 2 with forced blocks; backward: 3 kernels, 4 with
-forced blocks, + 16 small aten ops).
+forced blocks either way (forced dQ, token-tile dQ, dK/dV, reduce; or with `bwd_keys` at G <= 8:
+delta, keys, reduce, dQ merge), + 16 small aten ops).
 """
 
 from __future__ import annotations
@@ -169,6 +171,14 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int | bool
     17.6 with 8 at M7C, 85 instead of 103 at G 16 x D 128: bench/kernel_probe.py; ptxas: 214-255
     registers, no spill), no software pipelining, and at head_dim 128 half the rows (with 2 stages,
     or 64 rows at head_dim 128, ptxas spilled on sm_90). dQ runs unpipelined too.
+
+    bwd_keys (G <= 8, with forced blocks): the key-major backward of selected_keys_bwd.py instead of
+    the forced dQ + token-tile dQ + dK/dV kernels. Memory: its dQ partials PDQ are
+    nb*B*Hkv*T*n*G*D*4 bytes (nb = ceil(l'/BN) = 1 on the GPU), allocated and freed inside the
+    backward: 3.2 GB per layer backward at M7C 64k x 1 (and at 8k x 8), against ~0.2 GB of scratch
+    for the query-major dQ. Its keys kernel holds the dK/dV kernel's state plus a [BR, D] fp32 dQ
+    product: BR = 32 (64 spilled on sm_80 at head_dim 64: 152 bytes), 8 warps past head_dim 64
+    (4 spilled on sm_80 even at BR = 16).
     """
     DP = _p2(D)
     TP = tokens_per_program(G)
