@@ -28,6 +28,7 @@ from nsa.attention.triton.selected_forced import (
     forced_rows_per_tile,
 )
 from nsa.attention.triton.selected_keys_bwd import (
+    _segment,
     _sel_bwd_delta_kernel,
     _sel_bwd_dq_merge_kernel,
     _sel_bwd_keys_kernel,
@@ -61,24 +62,11 @@ def _sel_bwd_dkdv_kernel(
     # r % G), so a group of any size fills the tile. Writes the segment's partial dK/dV (fp32).
     # Pairs are sorted by global block bh*NS + j (ORDER: their flat table positions, START: where each
     # block's pairs begin); block b owns segments [SEG_END[b] - ceil(count/S), SEG_END[b]). This
-    # program's block is the first b with SEG_END[b] > s_id (binary search, NSEARCH steps).
+    # program's block is the first b with SEG_END[b] > s_id (binary search, NSEARCH steps); the static
+    # grid has spare segments past the last block's (used False, no rows).
     s_id = tl.program_id(0)
     nb = tl.program_id(1)
-    lo_b = s_id * 0
-    hi_b = lo_b + NBLK
-    for _ in range(0, NSEARCH):
-        mid = (lo_b + hi_b) // 2
-        active = lo_b < hi_b
-        right = active & (tl.load(SEG_END + tl.minimum(mid, NBLK - 1)) <= s_id)
-        lo_b = tl.where(right, mid + 1, lo_b)
-        hi_b = tl.where(active & ~right, mid, hi_b)
-    used = lo_b < NBLK  # the static grid has spare segments past the last block's
-    blk = tl.minimum(lo_b, NBLK - 1)
-    b0 = tl.load(START + blk)
-    b1 = tl.load(START + blk + 1)
-    seg0 = tl.load(SEG_END + blk) - (b1 - b0 + S - 1) // S
-    lo = b0 + (s_id - seg0) * S
-    hi = tl.where(used, tl.minimum(lo + S, b1), lo)
+    blk, lo, hi, used = _segment(SEG_END, START, s_id, NBLK, NSEARCH, S)
     bh = (blk // NS).to(tl.int64)
     j = blk % NS
     n = tl.arange(0, BN)

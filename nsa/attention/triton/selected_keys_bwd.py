@@ -12,6 +12,7 @@ Owns the three kernels that replace the forced dQ, the query-major dQ and the dK
   token's n entries and the nb key chunks in a fixed order (deterministic, no atomics), skipping the
   entries that add no keys (`_reverse_index`'s keep rule: valid, block >= 0, block*l' <= t), which
   the keys kernel never writes: PDQ needs no memset.
+`_segment`, the lookup of a segment's block and pairs, is shared with selected.py's dK/dV kernel.
 PDQ is transient (the launcher frees it before returning): nb*B*Hkv*T*n*G*D*4 bytes, 3.2 GB at M7C
 64k x 1 (nb = 1 on the GPU). The partial dK/dV and their reduction stay selected.py's.
 """
