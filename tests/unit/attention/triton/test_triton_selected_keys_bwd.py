@@ -103,7 +103,7 @@ CASES = [
 def test_keys_backward_matches_eager_autograd(monkeypatch, G, dtype, lp, B, Hkv):
     _path(monkeypatch, keys=True)
     _nan_partials(monkeypatch)
-    T, D, n = 40, 16, 4
+    T, D, n = 41, 16, 4
     q, k, v, dout = _inputs(B, Hkv, T, G, D, dtype, seed=50 + G)
     idx, valid = _odd_table(T, lp, n, seed=G, B=B, Hkv=Hkv)
     _, got = _grads(q, k, v, idx, valid, lp, dout)
