@@ -138,7 +138,7 @@ def _sel_bwd_dq_merge_kernel(
     t = tl.where(rm, r // G, 0)
     g = r % G
     ebase = (bh * T + t) * NK
-    chunk = NP.to(tl.int64) * G * D  # one key chunk's partials: [NP, G, D]
+    chunk = (bh * 0 + NP) * G * D  # one key chunk's partials [NP, G, D], in int64 (bh is)
     dq = tl.zeros([BM, DP], tl.float32)
     for i in range(0, NK):
         j = tl.load(IDX + ebase + i, mask=rm, other=-1)
