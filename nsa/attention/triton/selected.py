@@ -166,7 +166,7 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int | bool
     backward: 3.2 GB per layer backward at M7C 64k x 1 (and at 8k x 8), against ~0.2 GB of scratch
     for the query-major dQ. Its keys kernel holds the dK/dV kernel's state plus a [BR, D] fp32 dQ
     product: BR = 32 (64 spilled on sm_80 at head_dim 64: 152 bytes), 8 warps past head_dim 64
-    (4 spilled on sm_80 even at BR = 16).
+    (with 4 warps it spilled on sm_80 even at BR = 16).
     """
     DP = _p2(D)
     TP = tokens_per_program(G)
