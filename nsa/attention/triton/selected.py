@@ -11,7 +11,7 @@ token tiles (TP tokens a program) add the union of the other entries. It must no
 device, loop in Python over anything that grows with T, or build a [T, T] tensor; the number of
 launches is the same at every T (forward: 1 kernel, 2 with forced blocks; backward: 3 kernels, 4 with
 forced blocks either way (forced dQ, token-tile dQ, dK/dV, reduce; or with `bwd_keys` at G <= 8:
-delta, keys, reduce, dQ merge), + 16 small aten ops).
+delta, keys, dQ merge, reduce), + 16 small aten ops).
 """
 
 from __future__ import annotations
@@ -27,12 +27,7 @@ from nsa.attention.triton.selected_forced import (
     _sel_forced_fwd_kernel,
     forced_rows_per_tile,
 )
-from nsa.attention.triton.selected_keys_bwd import (
-    _segment,
-    _sel_bwd_delta_kernel,
-    _sel_bwd_dq_merge_kernel,
-    _sel_bwd_keys_kernel,
-)
+from nsa.attention.triton.selected_keys_bwd import _segment, keys_backward, keys_bwd_gpucheck_rows
 from nsa.attention.triton.selected_query import (
     TILE_ROWS,
     _sel_bwd_dq_kernel,
@@ -323,10 +318,13 @@ def _selected_bwd(
     prec = _prec(q.dtype)
     valid8 = valid.view(torch.int8)
     dout = dout.contiguous()
+    if forced and cfg["bwd_keys"]:
+        # Key-major (selected_keys_bwd.py): dQ from the dK/dV kernel's products, merged per token.
+        index = _reverse_index(idx, valid, LP)
+        dq, pdk, pdv = keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP, scale, cfg, prec)
+        return (dq, *_reduce_dkdv(pdk, pdv, index[1], index[2], k, v, index[3], LP, cfg))
     dq = torch.empty_like(q)
     delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
-    if forced and cfg["bwd_keys"]:
-        return _selected_bwd_keys(dout, q, k, v, idx, valid, out, lse, dq, delta, LP, scale, cfg, prec)
     if forced:
         # Writes delta and the forced entries' dQ (fp32); the query-major dQ adds the rest and stores.
         dqf = torch.empty(q.shape, dtype=torch.float32, device=q.device)
@@ -373,44 +371,6 @@ def _reduce_dkdv(pdk, pdv, start, seg_end, k, v, S: int, LP: int, cfg: dict) -> 
         num_warps=cfg["warps_red"], num_stages=1,
     )  # fmt: skip
     return dk, dv
-
-
-def _pdq_buffer(nb: int, npos: int, G: int, D: int, device: torch.device) -> Tensor:
-    """The dQ partials [nb, BH*T*n, G, D] fp32, uninitialised: the keys kernel writes exactly the
-    positions of the entries that add keys and the merge reads only those (a test fills it with NaN)."""
-    return torch.empty(nb, npos, G, D, dtype=torch.float32, device=device)
-
-
-def _selected_bwd_keys(dout, q, k, v, idx, valid, out, lse, dq, delta, LP: int, scale: float, cfg: dict,
-                       prec: str) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
-    """The key-major backward (cfg["bwd_keys"], forced_blocks=True; selected_keys_bwd.py): delta, then
-    every (query, block) pair, forced ones included, in one keys kernel that writes the dK/dV partials
-    and each pair's dQ partial (PDQ, fp32, transient), the dK/dV reduction, and the dQ merge."""
-    B, Hkv, T, G, D = q.shape
-    BH, NK, DP, BN = B * Hkv, idx.shape[-1], cfg["DP"], cfg["BN"]
-    rows = BH * T * G
-    _sel_bwd_delta_kernel[(triton.cdiv(rows, cfg["BM_delta"]),)](
-        out, dout, delta, rows, D=D, DP=DP, BM=cfg["BM_delta"], num_warps=cfg["warps_delta"], num_stages=1
-    )  # fmt: skip
-    order, start, seg_end, S, nseg = _reverse_index(idx, valid, LP)
-    ns, nb, npos = -(-T // LP), triton.cdiv(LP, BN), BH * T * NK
-    pdk = torch.empty(nseg, LP, DP, dtype=torch.float32, device=q.device)
-    pdv = torch.empty_like(pdk)
-    pdq = _pdq_buffer(nb, npos, G, D, q.device)
-    _sel_bwd_keys_kernel[(nseg, nb)](
-        q, k, v, dout, lse, delta, order, start, seg_end, pdk, pdv, pdq,
-        T, ns, NK, npos, BH * ns, (BH * ns).bit_length() + 1, S, scale,
-        G=G, D=D, LP=LP, DP=DP, BN=BN, BR=cfg["BR_keys"], PREC=prec,
-        num_warps=cfg["warps_keys"], num_stages=cfg["stages_kv"],
-    )  # fmt: skip
-    dk, dv = _reduce_dkdv(pdk, pdv, start, seg_end, k, v, S, LP, cfg)
-    del pdk, pdv
-    _sel_bwd_dq_merge_kernel[(triton.cdiv(T * G, cfg["BM_merge"]), BH)](
-        pdq, idx, valid.view(torch.int8), dq, T, NK, npos, nb,
-        G=G, D=D, LP=LP, DP=DP, BM=cfg["BM_merge"], num_warps=cfg["warps_merge"], num_stages=1,
-    )  # fmt: skip
-    del pdq  # transient: back to the allocator before the backward returns
-    return dq, dk, dv
 
 
 @_selected_bwd.register_fake
@@ -518,15 +478,6 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     )  # fmt: skip
     red_consts = {"D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"]}
     red_args = dict(PDK=f32, PDV=f32, START=i64, SEG_END=i64, DK=ptr, DV=ptr, T=i32, NS=i32, S=i32)
-    keys_consts = {**kv_consts, "BR": cfg["BR_keys"]}
-    keys_args = dict(
-        Q=ptr, K=ptr, V=ptr, DO=ptr, LSE=f32, DELTA=f32, ORDER=i64, START=i64, SEG_END=i64, PDK=f32, PDV=f32,
-        PDQ=f32, T=i32, NS=i32, NK=i32, NP=i32, NBLK=i32, NSEARCH=i32, S=i32, sm_scale="fp32",
-    )  # fmt: skip
-    merge_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BM": cfg["BM_merge"]}
-    merge_args = dict(PDQ=f32, IDX=i64, VALID=i8, DQ=ptr, T=i32, NK=i32, NP=i32, NB=i32)
-    delta_consts = {"D": D, "DP": cfg["DP"], "BM": cfg["BM_delta"]}
-    delta_args = dict(OUT=ptr, DO=ptr, DELTA=f32, R=i32)
     st = cfg["stages"]
     # NSAAttention passes forced_blocks=True: the forced kernels run, then the query-major token tiles
     # (selected_fwd / selected_bwd_dq). The one-token kernels (_any) serve any other table.
@@ -543,9 +494,5 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     if cfg["bwd_keys"]:
         # G <= 8 with forced blocks: the key-major backward replaces selected_forced_dq, selected_bwd_dq
         # and selected_bwd_dkdv (still compiled: bwd_keys=False and forced_blocks=False run them).
-        rows += [
-            ("selected_bwd_delta", _sel_bwd_delta_kernel, delta_args, delta_consts, cfg["warps_delta"], 1),
-            ("selected_bwd_keys", _sel_bwd_keys_kernel, keys_args, keys_consts, cfg["warps_keys"], cfg["stages_kv"]),
-            ("selected_bwd_dq_merge", _sel_bwd_dq_merge_kernel, merge_args, merge_consts, cfg["warps_merge"], 1),
-        ]  # fmt: skip
+        rows += keys_bwd_gpucheck_rows(cfg, G, D, LP, dt, prec)
     return [KernelSpec(n, fn, sig(args, c), c, w, stg) for n, fn, args, c, w, stg in rows]

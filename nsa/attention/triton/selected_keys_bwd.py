@@ -12,15 +12,20 @@ Owns the three kernels that replace the forced dQ, the query-major dQ and the dK
   token's n entries and the nb key chunks in a fixed order (deterministic, no atomics), skipping the
   entries that add no keys (`_reverse_index`'s keep rule: valid, block >= 0, block*l' <= t), which
   the keys kernel never writes: PDQ needs no memset.
-`_segment`, the lookup of a segment's block and pairs, is shared with selected.py's dK/dV kernel.
+`keys_backward` launches them (selected.py's `_selected_bwd` calls it with its reverse index and
+reduces the dK/dV partials it returns); `keys_bwd_gpucheck_rows` lists them for selected.py's
+`gpucheck_specs`; `_segment`, the lookup of a segment's block and pairs, is shared with selected.py's
+dK/dV kernel.
 PDQ is transient (the launcher frees it before returning): nb*B*Hkv*T*n*G*D*4 bytes, 3.2 GB at M7C
 64k x 1 (nb = 1 on the GPU). The partial dK/dV and their reduction stay selected.py's.
 """
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
+from torch import Tensor
 
 
 @triton.jit
@@ -149,3 +154,61 @@ def _sel_bwd_dq_merge_kernel(
             dq += tl.load(PDQ + c * chunk + off, mask=m, other=0.0)
     qoff = (bh * T * G + r)[:, None] * D + d[None, :]
     tl.store(DQ + qoff, dq.to(DQ.dtype.element_ty), mask=rm[:, None] & dm[None, :])
+
+
+def keys_bwd_gpucheck_rows(cfg: dict, G: int, D: int, LP: int, dt: str, prec: str) -> list[tuple]:
+    """selected.py's gpucheck rows (name, kernel, argument types, constexprs, warps, stages) of these
+    kernels, as its launcher runs them with `cfg` (its `_config`); dt: the activations' triton type."""
+    ptr, f32, i32, i64 = f"*{dt}", "*fp32", "i32", "*i64"
+    keys_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR_keys"], "PREC": prec}  # fmt: skip
+    keys_args = dict(
+        Q=ptr, K=ptr, V=ptr, DO=ptr, LSE=f32, DELTA=f32, ORDER=i64, START=i64, SEG_END=i64, PDK=f32, PDV=f32,
+        PDQ=f32, T=i32, NS=i32, NK=i32, NP=i32, NBLK=i32, NSEARCH=i32, S=i32, sm_scale="fp32",
+    )  # fmt: skip
+    merge_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BM": cfg["BM_merge"]}
+    merge_args = dict(PDQ=f32, IDX=i64, VALID="*i8", DQ=ptr, T=i32, NK=i32, NP=i32, NB=i32)
+    delta_consts = {"D": D, "DP": cfg["DP"], "BM": cfg["BM_delta"]}
+    delta_args = dict(OUT=ptr, DO=ptr, DELTA=f32, R=i32)
+    return [
+        ("selected_bwd_delta", _sel_bwd_delta_kernel, delta_args, delta_consts, cfg["warps_delta"], 1),
+        ("selected_bwd_keys", _sel_bwd_keys_kernel, keys_args, keys_consts, cfg["warps_keys"], cfg["stages_kv"]),
+        ("selected_bwd_dq_merge", _sel_bwd_dq_merge_kernel, merge_args, merge_consts, cfg["warps_merge"], 1),
+    ]  # fmt: skip
+
+
+def _pdq_buffer(nb: int, npos: int, G: int, D: int, device: torch.device) -> Tensor:
+    """The dQ partials [nb, BH*T*n, G, D] fp32, uninitialised: the keys kernel writes exactly the
+    positions of the entries that add keys and the merge reads only those (a test fills it with NaN)."""
+    return torch.empty(nb, npos, G, D, dtype=torch.float32, device=device)
+
+
+def keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP: int, scale: float, cfg: dict,
+                  prec: str) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    """selected.py's backward with `cfg["bwd_keys"]` and forced blocks, but the dK/dV reduction: delta,
+    every (query, block) pair of `index` (selected.py `_reverse_index`: order, start, seg_end, S, nseg),
+    forced ones included, through the keys kernel, then the dQ merge. Returns dQ (q's dtype) and the
+    segments' fp32 partial dK/dV for selected.py's reduction; PDQ is freed on return."""
+    B, Hkv, T, G, D = q.shape
+    BH, NK, DP, BN = B * Hkv, idx.shape[-1], cfg["DP"], cfg["BN"]
+    order, start, seg_end, S, nseg = index
+    rows = BH * T * G
+    delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
+    _sel_bwd_delta_kernel[(triton.cdiv(rows, cfg["BM_delta"]),)](
+        out, dout, delta, rows, D=D, DP=DP, BM=cfg["BM_delta"], num_warps=cfg["warps_delta"], num_stages=1
+    )  # fmt: skip
+    ns, nb, npos = -(-T // LP), triton.cdiv(LP, BN), BH * T * NK
+    pdk = torch.empty(nseg, LP, DP, dtype=torch.float32, device=q.device)
+    pdv = torch.empty_like(pdk)
+    pdq = _pdq_buffer(nb, npos, G, D, q.device)
+    _sel_bwd_keys_kernel[(nseg, nb)](
+        q, k, v, dout, lse, delta, order, start, seg_end, pdk, pdv, pdq,
+        T, ns, NK, npos, BH * ns, (BH * ns).bit_length() + 1, S, scale,
+        G=G, D=D, LP=LP, DP=DP, BN=BN, BR=cfg["BR_keys"], PREC=prec,
+        num_warps=cfg["warps_keys"], num_stages=cfg["stages_kv"],
+    )  # fmt: skip
+    dq = torch.empty_like(q)
+    _sel_bwd_dq_merge_kernel[(triton.cdiv(T * G, cfg["BM_merge"]), BH)](
+        pdq, idx, valid.view(torch.int8), dq, T, NK, npos, nb,
+        G=G, D=D, LP=LP, DP=DP, BM=cfg["BM_merge"], num_warps=cfg["warps_merge"], num_stages=1,
+    )  # fmt: skip
+    return dq, pdk, pdv

@@ -25,6 +25,7 @@ pytest.importorskip("triton")
 from nsa.attention import selected as eager
 from nsa.attention.selection import top_blocks
 from nsa.attention.triton import selected as tsel
+from nsa.attention.triton import selected_keys_bwd as tkeys
 
 TOL = {torch.float32: 2e-5, torch.float16: 2e-3}
 OLD = ("_sel_forced_dq_kernel", "_sel_bwd_dq_tok_kernel", "_sel_bwd_dkdv_kernel")
@@ -46,12 +47,12 @@ def _path(monkeypatch, keys: bool) -> None:
     base = tsel._launch_config
     monkeypatch.setattr(tsel, "_launch_config", lambda G, D, LP: {**base(G, D, LP), "bwd_keys": keys})
     for name in OLD if keys else NEW:
-        monkeypatch.setattr(tsel, name, _Forbidden(name))
+        monkeypatch.setattr(tsel if name in OLD else tkeys, name, _Forbidden(name))
 
 
 def _nan_partials(monkeypatch) -> None:
     """The dQ partials start as NaN: a read of a position the keys kernel did not write shows."""
-    monkeypatch.setattr(tsel, "_pdq_buffer", lambda *a: torch.full((a[0], a[1], a[2], a[3]), float("nan")))
+    monkeypatch.setattr(tkeys, "_pdq_buffer", lambda *a: torch.full((a[0], a[1], a[2], a[3]), float("nan")))
 
 
 def _odd_table(T, lp, n, seed, B=1, Hkv=1):
