@@ -99,6 +99,8 @@ SEL_VARIANTS = [
     {"warps_tok": 2},
     {"warps_q": 2},
     {"warps_kv": 8},
+    {"bwd_keys": False},  # the key-major selected backward (selected_keys_bwd.py) off and on
+    {"bwd_keys": True},
 ]
 
 

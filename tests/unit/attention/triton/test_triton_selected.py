@@ -457,6 +457,9 @@ def test_gpucheck_specs_name_every_argument():
         "selected_bwd_dq_any",
         "selected_bwd_dkdv",
         "selected_bwd_reduce",
+        "selected_bwd_delta",  # G = 6 <= 8: the key-major backward's kernels too
+        "selected_bwd_keys",
+        "selected_bwd_dq_merge",
     ]
     for s in specs:
         fn = getattr(s.fn, "fn", s.fn)
