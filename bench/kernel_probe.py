@@ -99,6 +99,8 @@ SEL_VARIANTS = [
     {"warps_tok": 2},
     {"warps_q": 2},
     {"warps_kv": 8},
+    {"fwd_keys": False},  # the query-major forward (forced kernel + token tiles)
+    {"fwd_keys": True},  # the key-major forward (selected_keys.py), the default at G <= 8
 ]
 
 
