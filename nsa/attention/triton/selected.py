@@ -6,9 +6,11 @@ the reduction of the segments' partial dK/dV, the launch configuration and the l
 query-major forward and dQ kernels live in selected_query.py: without `forced_blocks` one program per
 query token over its whole table; with `forced_blocks=True` the forced entries (block 0, the query's
 own block and the one before) run first as dense row tiles (selected_forced.py) and the query-major
-token tiles (TP tokens a program) add the union of the other entries. It must not sync with the
-device, loop in Python over anything that grows with T, or build a [T, T] tensor; the number of
-launches is the same at every T (forward: 1 kernel, 2 with forced blocks; backward: 3 kernels, 4 with
+token tiles (TP tokens a program) add the union of the other entries; at G <= 8 (`fwd_keys`) the
+forward with forced blocks is key-major instead (selected_keys.py: partials per (pair, key chunk) over
+the reverse index, then a query-major merge). It must not sync with the device, loop in Python over
+anything that grows with T, or build a [T, T] tensor; the number of launches is the same at every T
+(forward: 1 kernel, 2 with forced blocks, 4 + 3 aten ops with `fwd_keys`; backward: 3 kernels, 4 with
 forced blocks, + 16 small aten ops).
 """
 
@@ -173,6 +175,11 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
     17.6 with 8 at M7C, 85 instead of 103 at G 16 x D 128: bench/kernel_probe.py; ptxas: 214-255
     registers, no spill), no software pipelining, and at head_dim 128 half the rows (with 2 stages,
     or 64 rows at head_dim 128, ptxas spilled on sm_90). dQ runs unpipelined too.
+
+    fwd_keys (G <= 8): the forced path's forward runs key-major (selected_keys.py). Its partials are
+    transient but large: PO = nb*B*Hkv*T*n*G*D elements in q's dtype + PL in fp32 (nb = ceil(l'/BN)),
+    1.66 GB at M7C 64k x 1 in bf16, freed when the forward returns. BR_f/warps_fk: the partials
+    kernel's rows per step and warps; TM/RM/warps_m: the merge's tokens and rows (merge_tokens).
     """
     DP = _p2(D)
     TP = tokens_per_program(G)
@@ -218,7 +225,7 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
         "stages_fk": 1,
         "TM": merge_tokens(G, DP),  # tokens per merge program; RM = TM*G rows padded to a power of two
         "RM": triton.next_power_of_2(merge_tokens(G, DP) * G),
-        "warps_m": 4,
+        "warps_m": 8,
     }
 
 

@@ -32,7 +32,9 @@ _sum_combine = tl.standard._sum_combine
 
 def merge_tokens(G: int, DP: int) -> int:
     """TM: tokens per merge program, so that TM*G rows (padded to a power of two) stay near 64, 32 at
-    head_dim > 64 (an fp32 [rows, DP] accumulator: at 64 x 128 ptxas gave the merge 227-253 registers)."""
+    head_dim > 64. With 8 warps ptxas gave the merge 74-80 registers and no spill on triton 3.6 and 3.9
+    (gpucheck, G 1/2/5/6/8 x D 64/96/128); 64 rows at head_dim 96 spilled 4 bytes on sm_80, 4 warps
+    spilled at 16-32 rows on sm_90 (ptxas capped them at 64/128 registers)."""
     return max(1, (64 if DP <= 64 else 32) // G)
 
 
@@ -126,27 +128,31 @@ def _sel_fwd_merge_kernel(
     rm = (r < TM * G) & (t < T)
     npos = tl.num_programs(1).to(tl.int64) * T * NK
     ebase = (bh * T + t) * NK  # the row's token's first table position
+    # One loop over (entry, chunk) couples e -> (e // NB, e % NB), with the partials' row pointers
+    # built once and moved by a scalar per step (nested loops and per-step [RM, DP] int64 offsets
+    # cost registers: ptxas spilled a few bytes at head_dim 96/128).
+    pl_ptr = PL + ebase * G + g
+    po_ptr = PO + (ebase * G + g)[:, None] * D + d[None, :]
     m_i = tl.full([RM], float("-inf"), tl.float32)
-    for i in range(0, NK):
+    for e in range(0, NK * NB):
+        i = e // NB
         j = tl.load(IDX + ebase + i, mask=rm, other=-1)
         keep = rm & (tl.load(VALID + ebase + i, mask=rm, other=0) != 0) & (j >= 0) & (j * LP <= t)
-        for c in range(0, NB):
-            lse = tl.load(PL + (c * npos + ebase + i) * G + g, mask=keep, other=float("-inf"))
-            m_i = tl.maximum(m_i, lse)
+        off = ((e % NB) * npos + i) * G
+        m_i = tl.maximum(m_i, tl.load(pl_ptr + off, mask=keep, other=float("-inf")))
     has = m_i > float("-inf")
     m_s = tl.where(has, m_i, 0.0)
     l_i = tl.zeros([RM], tl.float32)
     acc = tl.zeros([RM, DP], tl.float32)
-    for i in range(0, NK):
+    for e in range(0, NK * NB):
+        i = e // NB
         j = tl.load(IDX + ebase + i, mask=rm, other=-1)
         keep = rm & (tl.load(VALID + ebase + i, mask=rm, other=0) != 0) & (j >= 0) & (j * LP <= t)
-        for c in range(0, NB):
-            row = (c * npos + ebase + i) * G + g
-            lse = tl.load(PL + row, mask=keep, other=float("-inf"))
-            w = tl.exp2(lse - m_s)  # 0 where the partial is -inf or not kept
-            o = tl.load(PO + row[:, None] * D + d[None, :], mask=keep[:, None] & dm[None, :], other=0.0)
-            l_i += w
-            acc += w[:, None] * o.to(tl.float32)
+        off = ((e % NB) * npos + i) * G
+        w = tl.exp2(tl.load(pl_ptr + off, mask=keep, other=float("-inf")) - m_s)  # 0: -inf or not kept
+        o = tl.load(po_ptr + off * D, mask=keep[:, None] & dm[None, :], other=0.0)
+        l_i += w
+        acc += w[:, None] * o.to(tl.float32)
     out = acc / tl.where(has, l_i, 1.0)[:, None]  # zeros for a row without any key
     lse_out = tl.where(has, m_s + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
     orow = (bh * T + t) * G + g
