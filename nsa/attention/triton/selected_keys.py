@@ -78,7 +78,7 @@ def _sel_fwd_keys_kernel(
     v = tl.load(V + bh * T * D + koff, mask=kmask[:, None] & dm[None, :], other=0.0)
     qk_scale = sm_scale * 1.4426950408889634  # base-2 softmax
     # Partials of chunk nb start at pair position nb * P (P = BH*T*NK, the table's size).
-    npos = NBLK // NS * T * NK
+    npos = (lo_b * 0 + NBLK // NS).to(tl.int64) * T * NK  # int64: B*Hkv*T*n may pass 2**31
     PO += nb.to(tl.int64) * npos * G * D
     PL += nb.to(tl.int64) * npos * G
     r = tl.arange(0, BR)
@@ -167,7 +167,7 @@ def _sel_fwd_index_kernel(IDX, VALID, KEY, T, NK, NS, NBLK, LP: tl.constexpr, BL
     # The sort key of every table entry, as _reverse_index computes it with ~9 aten ops: its global
     # block bh*NS + j when the entry adds keys (valid, j >= 0, j*LP <= t), else NBLK (sorts last).
     pos = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    pm = pos < NBLK // NS * T * NK
+    pm = pos // NK // T < NBLK // NS
     j = tl.load(IDX + pos, mask=pm, other=-1)
     ok = (tl.load(VALID + pos, mask=pm, other=0) != 0) & (j >= 0) & (j * LP <= (pos // NK) % T)
     tl.store(KEY + pos, tl.where(ok, j + pos // (T * NK) * NS, NBLK), mask=pm)
