@@ -1,16 +1,18 @@
 """Triton kernels of NSA's selected branch: `selected_attention`, a drop-in for the eager one.
 
+At G <= 8 with forced blocks (`_config`'s `fwd_keys`) the forward is key-major instead of the two
+query-major kernels below: selected_keys.py (partials per (pair, key chunk) over the reverse index,
+then a query-major merge; 4 kernels + 3 aten ops).
+
 Owns the backward's dK/dV kernel (key-major: one program per segment of the queries that chose one
 selection block, found through a reverse index built by a constant number of aten ops, no atomics),
 the reduction of the segments' partial dK/dV, the launch configuration and the launchers. The
 query-major forward and dQ kernels live in selected_query.py: without `forced_blocks` one program per
 query token over its whole table; with `forced_blocks=True` the forced entries (block 0, the query's
 own block and the one before) run first as dense row tiles (selected_forced.py) and the query-major
-token tiles (TP tokens a program) add the union of the other entries; at G <= 8 (`fwd_keys`) the
-forward with forced blocks is key-major instead (selected_keys.py: partials per (pair, key chunk) over
-the reverse index, then a query-major merge). It must not sync with the device, loop in Python over
-anything that grows with T, or build a [T, T] tensor; the number of launches is the same at every T
-(forward: 1 kernel, 2 with forced blocks, 4 + 3 aten ops with `fwd_keys`; backward: 3 kernels, 4 with
+token tiles (TP tokens a program) add the union of the other entries. It must not sync with the
+device, loop in Python over anything that grows with T, or build a [T, T] tensor; the number of
+launches is the same at every T (forward: 1 kernel, 2 with forced blocks; backward: 3 kernels, 4 with
 forced blocks, + 16 small aten ops).
 """
 
@@ -28,13 +30,9 @@ from nsa.attention.triton.selected_forced import (
     forced_rows_per_tile,
 )
 from nsa.attention.triton.selected_keys import (
-    INDEX_BLOCK,
-    _sel_fwd_index_kernel,
-    _sel_fwd_keys_kernel,
-    _sel_fwd_merge_kernel,
-    _sel_fwd_segs_kernel,
+    keys_forward,
+    keys_fwd_gpucheck_rows,
     merge_tokens,
-    reverse_index,
 )
 from nsa.attention.triton.selected_query import (
     TILE_ROWS,
@@ -168,6 +166,11 @@ def _p2(x: int, lo: int = 16) -> int:
 def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
     """Tiles and warps (checked with ptxas for sm_80/sm_90 at head_dim 64 and 128: no spills).
 
+    fwd_keys (G <= 8): the forced path's forward runs key-major (selected_keys.py). Its partials are
+    transient but large: PO = nb*B*Hkv*T*n*G*D elements in q's dtype + PL in fp32 (nb = ceil(l'/BN)),
+    1.66 GB at M7C 64k x 1 in bf16, freed when the forward returns. BR_f/warps_fk: the partials
+    kernel's rows per step and warps; TM/RM/warps_m: the merge's tokens and rows (merge_tokens).
+
     GP: head rows padded to a tile (tl.dot needs >= 16); TP/RP: tokens and rows of a token tile
     (selected_query.py); BK/BN: keys per step (a selection block in
     steps of <= 64); BR: (pair, head) rows per step of the dK/dV kernel. The dK/dV kernel holds two
@@ -175,11 +178,6 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
     17.6 with 8 at M7C, 85 instead of 103 at G 16 x D 128: bench/kernel_probe.py; ptxas: 214-255
     registers, no spill), no software pipelining, and at head_dim 128 half the rows (with 2 stages,
     or 64 rows at head_dim 128, ptxas spilled on sm_90). dQ runs unpipelined too.
-
-    fwd_keys (G <= 8): the forced path's forward runs key-major (selected_keys.py). Its partials are
-    transient but large: PO = nb*B*Hkv*T*n*G*D elements in q's dtype + PL in fp32 (nb = ceil(l'/BN)),
-    1.66 GB at M7C 64k x 1 in bf16, freed when the forward returns. BR_f/warps_fk: the partials
-    kernel's rows per step and warps; TM/RM/warps_m: the merge's tokens and rows (merge_tokens).
     """
     DP = _p2(D)
     TP = tokens_per_program(G)
@@ -207,14 +205,6 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
         # not pipelined anyway.
         "stages_tok": 2 if DP <= 64 else 1,
         "warps_tok": 4 if DP <= 64 else 2,
-        # dQ holds the fp32 dq accumulator beside the forward's state: with 2 stages ptxas spilled
-        # 4 bytes on sm_90 (gpucheck, --regAllocOptLevel=2).
-        "stages_dq": 1,
-        # The forced-block kernels (selected_forced.py): BM query rows per program, keys BK at a time.
-        "BM": forced_rows_per_tile(key_tile < 64),
-        "warps_f": 4,
-        "stages_f": 2,
-        "stages_fdq": 1,
         # The key-major forward (selected_keys.py) for the forced path at G <= 8 (FSA's range): the
         # query-major tiles pad G rows to 16 and re-read every block per token; at G >= 16 they are
         # full already and the partials would cost 16 x |q| (34 GB at the paper shape, 64k).
@@ -226,6 +216,14 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
         "TM": merge_tokens(G, DP),  # tokens per merge program; RM = TM*G rows padded to a power of two
         "RM": triton.next_power_of_2(merge_tokens(G, DP) * G),
         "warps_m": 8,
+        # dQ holds the fp32 dq accumulator beside the forward's state: with 2 stages ptxas spilled
+        # 4 bytes on sm_90 (gpucheck, --regAllocOptLevel=2).
+        "stages_dq": 1,
+        # The forced-block kernels (selected_forced.py): BM query rows per program, keys BK at a time.
+        "BM": forced_rows_per_tile(key_tile < 64),
+        "warps_f": 4,
+        "stages_f": 2,
+        "stages_fdq": 1,
     }
 
 
@@ -277,29 +275,6 @@ def _reverse_index(idx: Tensor, valid: Tensor, LP: int):
     return order, start, seg_end, S, nblk + -(-(BH * T * NK) // S)
 
 
-def _selected_fwd_keys(q, k, v, idx, valid8, out, lse, LP: int, scale: float, cfg: dict, prec: str) -> None:
-    """The key-major forward (selected_keys.py): partials per (pair, key chunk), then the merge into
-    out/lse. PO/PL are left uninitialised (the merge reads only what the key-major kernel wrote) and
-    freed on return."""
-    B, Hkv, T, G, D = q.shape
-    BH, NK = B * Hkv, idx.shape[-1]
-    S = _seg_pairs(T)
-    order, start, seg_end, nseg = reverse_index(idx, valid8, LP, S)
-    ns = -(-T // LP)
-    nb = triton.cdiv(LP, cfg["BN"])
-    po = torch.empty(nb, BH * T * NK, G, D, dtype=q.dtype, device=q.device)
-    pl = torch.empty(nb, BH * T * NK, G, dtype=torch.float32, device=q.device)
-    _sel_fwd_keys_kernel[(nseg, nb)](
-        q, k, v, order, start, seg_end, po, pl, T, ns, NK, BH * ns, (BH * ns).bit_length() + 1, S, scale,
-        G=G, D=D, LP=LP, DP=cfg["DP"], BN=cfg["BN"], BR=cfg["BR_f"], PREC=prec,
-        num_warps=cfg["warps_fk"], num_stages=cfg["stages_fk"],
-    )  # fmt: skip
-    _sel_fwd_merge_kernel[(triton.cdiv(T, cfg["TM"]), BH)](
-        po, pl, idx, valid8, out, lse, T, NK, nb,
-        G=G, D=D, LP=LP, TM=cfg["TM"], RM=cfg["RM"], DP=cfg["DP"], num_warps=cfg["warps_m"], num_stages=1,
-    )  # fmt: skip
-
-
 @torch.library.custom_op("nsa_triton::selected_fwd", mutates_args=())
 def _selected_fwd(
     q: Tensor, k: Tensor, v: Tensor, idx: Tensor, valid: Tensor, sel_block: int, scale: float, forced: bool
@@ -312,7 +287,7 @@ def _selected_fwd(
     out = torch.empty_like(q)
     lse = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
     if forced and cfg["fwd_keys"]:
-        _selected_fwd_keys(q, k, v, idx, valid8, out, lse, sel_block, scale, cfg, prec)
+        keys_forward(q, k, v, idx, valid8, out, lse, sel_block, scale, cfg, prec, _seg_pairs(T))
         return out, lse
     if forced:
         of = torch.empty(q.shape, dtype=torch.float32, device=q.device)
@@ -463,9 +438,6 @@ def selected_attention(
 # gpucheck
 
 
-KEY_MAJOR_FWD = ("selected_fwd_index", "selected_fwd_segs", "selected_fwd_keys", "selected_fwd_merge")
-
-
 def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     """Every kernel this module launches for `shape` on sm_`arch`, with its launcher's exact settings."""
     del arch  # the same configuration on sm_80 and sm_90
@@ -511,17 +483,6 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     )  # fmt: skip
     red_consts = {"D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"]}
     red_args = dict(PDK=f32, PDV=f32, START=i64, SEG_END=i64, DK=ptr, DV=ptr, T=i32, NS=i32, S=i32)
-    fk_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR_f"], "PREC": prec}
-    fk_args = dict(
-        Q=ptr, K=ptr, V=ptr, ORDER=i64, START=i64, SEG_END=i64, PO=ptr, PL=f32,
-        T=i32, NS=i32, NK=i32, NBLK=i32, NSEARCH=i32, S=i32, sm_scale="fp32",
-    )  # fmt: skip
-    m_consts = {"G": G, "D": D, "LP": LP, "TM": cfg["TM"], "RM": cfg["RM"], "DP": cfg["DP"]}
-    m_args = dict(PO=ptr, PL=f32, IDX=i64, VALID=i8, OUT=ptr, LSE=f32, T=i32, NK=i32, NB=i32)
-    ix_consts = {"LP": LP, "BLOCK": INDEX_BLOCK}
-    ix_args = dict(IDX=i64, VALID=i8, KEY=i64, T=i32, NK=i32, NS=i32, NBLK=i32)
-    sg_consts = {"BLOCK": INDEX_BLOCK}
-    sg_args = dict(START=i64, SEG_END=i64, NBLK=i32, S=i32)
     st = cfg["stages"]
     # NSAAttention passes forced_blocks=True: the forced kernels run, then the query-major token tiles
     # (selected_fwd / selected_bwd_dq). The one-token kernels (_any) serve any other table.
@@ -529,17 +490,12 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         ("selected_forced_fwd", _sel_forced_fwd_kernel, ffwd_args, f_consts, cfg["warps_f"], cfg["stages_f"]),
         ("selected_fwd", _sel_fwd_tok_kernel, tfwd_args, t_consts, cfg["warps_tok"], cfg["stages_tok"]),
         ("selected_fwd_any", _sel_fwd_kernel, fwd_args, q_common, cfg["warps_q"], st),
-        # The key-major forward (fwd_keys, G <= 8); the two rows above still run when it is off.
-        ("selected_fwd_index", _sel_fwd_index_kernel, ix_args, ix_consts, 4, 1),
-        ("selected_fwd_segs", _sel_fwd_segs_kernel, sg_args, sg_consts, 4, 1),
-        ("selected_fwd_keys", _sel_fwd_keys_kernel, fk_args, fk_consts, cfg["warps_fk"], cfg["stages_fk"]),
-        ("selected_fwd_merge", _sel_fwd_merge_kernel, m_args, m_consts, cfg["warps_m"], 1),
+        # The key-major forward (fwd_keys, G <= 8: selected_keys.KEY_MAJOR_FWD); the two above run without it.
+        *(keys_fwd_gpucheck_rows(cfg, G, D, LP, dt, prec) if cfg["fwd_keys"] else ()),
         ("selected_forced_dq", _sel_forced_dq_kernel, fdq_args, f_consts, cfg["warps_f"], cfg["stages_fdq"]),
         ("selected_bwd_dq", _sel_bwd_dq_tok_kernel, tdq_args, t_consts, cfg["warps_q"], cfg["stages_dq"]),
         ("selected_bwd_dq_any", _sel_bwd_dq_kernel, dq_args, q_common, cfg["warps_q"], cfg["stages_dq"]),
         ("selected_bwd_dkdv", _sel_bwd_dkdv_kernel, kv_args, kv_consts, cfg["warps_kv"], cfg["stages_kv"]),
         ("selected_bwd_reduce", _sel_bwd_reduce_kernel, red_args, red_consts, cfg["warps_red"], 1),
     ]
-    if not cfg["fwd_keys"]:
-        rows = [r for r in rows if r[0] not in KEY_MAJOR_FWD]
     return [KernelSpec(n, fn, sig(args, c), c, w, stg) for n, fn, args, c, w, stg in rows]

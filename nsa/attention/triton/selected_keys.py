@@ -206,3 +206,52 @@ def reverse_index(idx: Tensor, valid8: Tensor, LP: int, S: int) -> tuple[Tensor,
     seg_end = torch.empty(nblk, dtype=torch.int64, device=idx.device)
     _sel_fwd_segs_kernel[(1,)](start, seg_end, nblk, S, BLOCK=INDEX_BLOCK, num_warps=4, num_stages=1)
     return order, start, seg_end, nblk + -(-npos // S)
+
+
+def keys_forward(
+    q: Tensor, k: Tensor, v: Tensor, idx: Tensor, valid8: Tensor, out: Tensor, lse: Tensor,
+    LP: int, scale: float, cfg: dict, prec: str, S: int,
+) -> None:  # fmt: skip
+    """The key-major forward into `out`/`lse` (selected.py's `_selected_fwd` with `fwd_keys`): the
+    index, partials per (pair, key chunk), the merge. PO/PL are left uninitialised (the merge reads
+    only what the keys kernel wrote) and freed on return. S: pairs per segment (selected._seg_pairs)."""
+    B, Hkv, T, G, D = q.shape
+    BH, NK = B * Hkv, idx.shape[-1]
+    order, start, seg_end, nseg = reverse_index(idx, valid8, LP, S)
+    ns = -(-T // LP)
+    nb = triton.cdiv(LP, cfg["BN"])
+    po = torch.empty(nb, BH * T * NK, G, D, dtype=q.dtype, device=q.device)
+    pl = torch.empty(nb, BH * T * NK, G, dtype=torch.float32, device=q.device)
+    _sel_fwd_keys_kernel[(nseg, nb)](
+        q, k, v, order, start, seg_end, po, pl, T, ns, NK, BH * ns, (BH * ns).bit_length() + 1, S, scale,
+        G=G, D=D, LP=LP, DP=cfg["DP"], BN=cfg["BN"], BR=cfg["BR_f"], PREC=prec,
+        num_warps=cfg["warps_fk"], num_stages=cfg["stages_fk"],
+    )  # fmt: skip
+    _sel_fwd_merge_kernel[(triton.cdiv(T, cfg["TM"]), BH)](
+        po, pl, idx, valid8, out, lse, T, NK, nb,
+        G=G, D=D, LP=LP, TM=cfg["TM"], RM=cfg["RM"], DP=cfg["DP"], num_warps=cfg["warps_m"], num_stages=1,
+    )  # fmt: skip
+
+
+KEY_MAJOR_FWD = ("selected_fwd_index", "selected_fwd_segs", "selected_fwd_keys", "selected_fwd_merge")
+
+
+def keys_fwd_gpucheck_rows(cfg: dict, G: int, D: int, LP: int, dt: str, prec: str) -> list[tuple]:
+    """gpucheck rows (name, kernel, argument types, constexprs, warps, stages) of `keys_forward`'s four
+    kernels, with its exact launch settings; selected.gpucheck_specs adds them where fwd_keys holds."""
+    ptr, f32, i32, i64, i8 = f"*{dt}", "*fp32", "i32", "*i64", "*i8"
+    fk_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR_f"], "PREC": prec}
+    fk_args = dict(
+        Q=ptr, K=ptr, V=ptr, ORDER=i64, START=i64, SEG_END=i64, PO=ptr, PL=f32,
+        T=i32, NS=i32, NK=i32, NBLK=i32, NSEARCH=i32, S=i32, sm_scale="fp32",
+    )  # fmt: skip
+    m_consts = {"G": G, "D": D, "LP": LP, "TM": cfg["TM"], "RM": cfg["RM"], "DP": cfg["DP"]}
+    m_args = dict(PO=ptr, PL=f32, IDX=i64, VALID=i8, OUT=ptr, LSE=f32, T=i32, NK=i32, NB=i32)
+    ix_args = dict(IDX=i64, VALID=i8, KEY=i64, T=i32, NK=i32, NS=i32, NBLK=i32)
+    sg_args = dict(START=i64, SEG_END=i64, NBLK=i32, S=i32)
+    return [
+        ("selected_fwd_index", _sel_fwd_index_kernel, ix_args, {"LP": LP, "BLOCK": INDEX_BLOCK}, 4, 1),
+        ("selected_fwd_segs", _sel_fwd_segs_kernel, sg_args, {"BLOCK": INDEX_BLOCK}, 4, 1),
+        ("selected_fwd_keys", _sel_fwd_keys_kernel, fk_args, fk_consts, cfg["warps_fk"], cfg["stages_fk"]),
+        ("selected_fwd_merge", _sel_fwd_merge_kernel, m_args, m_consts, cfg["warps_m"], 1),
+    ]

@@ -460,7 +460,10 @@ def test_gpucheck_specs_name_every_argument():
         "selected_forced_fwd",
         "selected_fwd",
         "selected_fwd_any",
-        *tsel.KEY_MAJOR_FWD,  # G = 6: the key-major forward (test_triton_selected_keys.py)
+        "selected_fwd_index",  # G = 6: the key-major forward (fwd_keys, test_triton_selected_keys.py)
+        "selected_fwd_segs",
+        "selected_fwd_keys",
+        "selected_fwd_merge",
         "selected_forced_dq",
         "selected_bwd_dq",
         "selected_bwd_dq_any",

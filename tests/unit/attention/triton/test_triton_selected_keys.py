@@ -222,7 +222,7 @@ def test_config_switch_and_gpucheck_rows():
                 "x", head_dim=D, group=G, block_len=32, block_stride=16, sel_block=64, n_sel=16, window=512
             )
             specs = {s.name: s for s in tsel.gpucheck_specs(shape, 90)}
-            assert all((name in specs) == (G <= 8) for name in tsel.KEY_MAJOR_FWD), G
+            assert all((name in specs) == (G <= 8) for name in tkeys.KEY_MAJOR_FWD), G
             if G <= 8:
                 assert specs["selected_fwd_keys"].constexprs["BR"] == cfg["BR_f"]
                 assert specs["selected_fwd_merge"].constexprs["TM"] == cfg["TM"]
