@@ -7,7 +7,7 @@ and future entries and a token without any key, G = 1, 2, 6, T not a multiple of
 (two key chunks of the interpreter's 16 keys: rows of the second chunk see no key). The merge reads
 only the partials the key-major kernel wrote (PO/PL filled with NaN beforehand), two runs are
 bitwise equal, the forward's index equals `_reverse_index`, and the launches are constant in T.
-NSAAttention against reference.py runs this path too (test_triton_selected.py, G = 6).
+NSAAttention (G = 6) against reference.py on this path.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def _odd_table(B, Hkv, T, lp, n, seed):
 CASES = [
     (1, torch.float32, 1, 2, 37, 32, 16, 4),
     (2, torch.float16, 1, 1, 41, 32, 32, 5),
-    (6, torch.float32, 2, 1, 45, 32, 8, 5),
+    (6, torch.float32, 1, 1, 45, 32, 8, 5),
     (6, torch.float16, 1, 1, 45, 64, 16, 4),
 ]
 
@@ -226,3 +226,23 @@ def test_config_switch_and_gpucheck_rows():
             if G <= 8:
                 assert specs["selected_fwd_keys"].constexprs["BR"] == cfg["BR_f"]
                 assert specs["selected_fwd_merge"].constexprs["TM"] == cfg["TM"]
+
+
+def test_nsa_attention_on_the_key_major_forward_matches_reference(keys_only, monkeypatch):
+    """NSAAttention (G = 6, forced_blocks=True) with its selected branch on the triton kernels, the
+    key-major forward and the unchanged backward, equals the loop reference: output and gradients."""
+    from nsa.attention import NSAAttention
+    from nsa.attention import nsa as nsa_mod
+    from nsa.attention.reference import nsa_reference
+
+    torch.manual_seed(1)
+    attn = NSAAttention(24, 6, 1, 16, 8, 4, 16, 3, 16, rope_theta=500.0)
+    x = torch.randn(1, 37, 24, requires_grad=True)
+    want = nsa_reference(attn, x)
+    monkeypatch.setattr(nsa_mod, "selected_attention", tsel.selected_attention)
+    got = attn(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    gx, gw = torch.autograd.grad(got.square().sum(), (x, attn.wkv.weight))
+    rx, rw = torch.autograd.grad(want.square().sum(), (x, attn.wkv.weight))
+    torch.testing.assert_close(gx, rx, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(gw, rw, rtol=1e-4, atol=1e-5)
