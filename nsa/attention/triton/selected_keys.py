@@ -88,7 +88,7 @@ def _sel_fwd_keys_kernel(
         rm = rr < nrows
         g = rr % G
         pos = tl.load(ORDER + lo + rr // G, mask=rm, other=0)  # flat table position, int64
-        tq = ((pos // NK) % T).to(tl.int32)
+        tq = (pos - bh * T * NK).to(tl.int32) // NK  # within this (batch, KV head): int32 division
         qoff = (tq * G + g)[:, None] * D + d[None, :]
         q = tl.load(Q + qoff, mask=rm[:, None] & dm[None, :], other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
