@@ -1,7 +1,11 @@
 """Key-major forward of NSA's selected branch for small GQA groups (FSA's loop order, issue 20).
 
-Owns two kernels that selected.py's `_selected_fwd` launches instead of the forced split's
-query-major pair when `_config(...)["fwd_keys"]` holds (G <= 8):
+Owns `keys_forward` (what selected.py's `_selected_fwd` runs instead of the forced split's
+query-major pair when `_config(...)["fwd_keys"]` holds, G <= 8), its gpucheck rows
+(`keys_fwd_gpucheck_rows`), and its kernels:
+- `reverse_index`: selected.py's `_reverse_index` (pairs sorted by block, cut into segments of <= S
+  pairs) in 2 small kernels (`_sel_fwd_index_kernel`: each entry's sort key; `_sel_fwd_segs_kernel`:
+  the segment ends, a one-program scan) + sort, arange, searchsorted: 5 launches instead of ~16;
 - `_sel_fwd_keys_kernel`: one program per segment of the (query, block) pairs that listed one
   selection block (the reverse index and grid of the dK/dV kernel, `_reverse_index`), times the key
   chunks of the block. It loads the chunk's keys and values once and runs every listing pair's G heads
