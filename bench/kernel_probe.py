@@ -101,6 +101,8 @@ SEL_VARIANTS = [
     {"warps_kv": 8},
     {"bwd_keys": False},  # the key-major selected backward (selected_keys_bwd.py) off and on
     {"bwd_keys": True},
+    {"fwd_keys": False},  # the query-major forward (forced kernel + token tiles)
+    {"fwd_keys": True},  # the key-major forward (selected_keys.py), the default at G <= 8
 ]
 
 

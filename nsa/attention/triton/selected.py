@@ -1,5 +1,9 @@
 """Triton kernels of NSA's selected branch: `selected_attention`, a drop-in for the eager one.
 
+At G <= 8 with forced blocks (`_config`'s `fwd_keys`) the forward is key-major instead of the two
+query-major kernels below: selected_keys.py (partials per (pair, key chunk) over the reverse index,
+then a query-major merge; 4 kernels + 3 aten ops).
+
 Owns the backward's dK/dV kernel (key-major: one program per segment of the queries that chose one
 selection block, found through a reverse index built by a constant number of aten ops, no atomics),
 the reduction of the segments' partial dK/dV, the launch configuration and the launchers (the key-major
@@ -28,6 +32,11 @@ from nsa.attention.triton.selected_forced import (
     forced_rows_per_tile,
 )
 from nsa.attention.triton.selected_keys_bwd import _segment, keys_backward, keys_bwd_gpucheck_rows
+from nsa.attention.triton.selected_keys import (
+    keys_forward,
+    keys_fwd_gpucheck_rows,
+    merge_tokens,
+)
 from nsa.attention.triton.selected_query import (
     TILE_ROWS,
     _sel_bwd_dq_kernel,
@@ -147,6 +156,11 @@ def _p2(x: int, lo: int = 16) -> int:
 def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int | bool]:
     """Tiles and warps (checked with ptxas for sm_80/sm_90 at head_dim 64 and 128: no spills).
 
+    fwd_keys (G <= 8): the forced path's forward runs key-major (selected_keys.py). Its partials are
+    transient but large: PO = nb*B*Hkv*T*n*G*D elements in q's dtype + PL in fp32 (nb = ceil(l'/BN)),
+    1.66 GB at M7C 64k x 1 in bf16, freed when the forward returns. BR_f/warps_fk: the partials
+    kernel's rows per step and warps; TM/RM/warps_m: the merge's tokens and rows (merge_tokens).
+
     GP: head rows padded to a tile (tl.dot needs >= 16); TP/RP: tokens and rows of a token tile
     (selected_query.py); BK/BN: keys per step (a selection block in
     steps of <= 64); BR: (pair, head) rows per step of the dK/dV kernel. The dK/dV kernel holds two
@@ -189,6 +203,20 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int | bool
         # not pipelined anyway.
         "stages_tok": 2 if DP <= 64 else 1,
         "warps_tok": 4 if DP <= 64 else 2,
+        # The key-major forward (selected_keys.py) for the forced path at G <= 8 (FSA's range): the
+        # query-major tiles pad G rows to 16 and re-read every block per token; at G >= 16 they are
+        # full already and the partials would cost 16 x |q| (34 GB at the paper shape, 64k).
+        # Partials: PO nb*B*Hkv*T*n*G*D elements in q's dtype + PL in fp32 (1/D of it), transient.
+        "fwd_keys": G <= 8,
+        # (pair, head) rows per step of _sel_fwd_keys_kernel: at M7C 8k x 8 on an H200 128 rows took the
+        # selected forward to 3.20 ms from 4.05 with 64 (32: 6.64; the lead's bench/kernel_probe.py run
+        # of this branch); ptxas: no spill at head_dim 64 on sm_80/sm_90, triton 3.6 and 3.9.
+        "BR_f": 128 if DP <= 64 else 32,
+        "warps_fk": 4,
+        "stages_fk": 1,
+        "TM": merge_tokens(G, DP),  # tokens per merge program; RM = TM*G rows padded to a power of two
+        "RM": triton.next_power_of_2(merge_tokens(G, DP) * G),
+        "warps_m": 8,
         # dQ holds the fp32 dq accumulator beside the forward's state: with 2 stages ptxas spilled
         # 4 bytes on sm_90 (gpucheck, --regAllocOptLevel=2).
         "stages_dq": 1,
@@ -271,6 +299,9 @@ def _selected_fwd(
     valid8 = valid.view(torch.int8)
     out = torch.empty_like(q)
     lse = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
+    if forced and cfg["fwd_keys"]:
+        keys_forward(q, k, v, idx, valid8, out, lse, sel_block, scale, cfg, prec, _seg_pairs(T))
+        return out, lse
     if forced:
         of = torch.empty(q.shape, dtype=torch.float32, device=q.device)
         lsef = torch.empty_like(lse)
@@ -485,6 +516,8 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         ("selected_forced_fwd", _sel_forced_fwd_kernel, ffwd_args, f_consts, cfg["warps_f"], cfg["stages_f"]),
         ("selected_fwd", _sel_fwd_tok_kernel, tfwd_args, t_consts, cfg["warps_tok"], cfg["stages_tok"]),
         ("selected_fwd_any", _sel_fwd_kernel, fwd_args, q_common, cfg["warps_q"], st),
+        # The key-major forward (fwd_keys, G <= 8: selected_keys.KEY_MAJOR_FWD); the two above run without it.
+        *(keys_fwd_gpucheck_rows(cfg, G, D, LP, dt, prec) if cfg["fwd_keys"] else ()),
         ("selected_forced_dq", _sel_forced_dq_kernel, fdq_args, f_consts, cfg["warps_f"], cfg["stages_fdq"]),
         ("selected_bwd_dq", _sel_bwd_dq_tok_kernel, tdq_args, t_consts, cfg["warps_q"], cfg["stages_dq"]),
         ("selected_bwd_dq_any", _sel_bwd_dq_kernel, dq_args, q_common, cfg["warps_q"], cfg["stages_dq"]),
