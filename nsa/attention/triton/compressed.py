@@ -26,6 +26,7 @@ from torch import Tensor
 
 from nsa.attention.triton import interpreting
 from nsa.attention.triton.compressed_select import _cmp_select
+from nsa.attention.triton.compressed_select_v0 import _cmp_select_v0
 from nsa.attention.triton.spec import GpuShape, KernelSpec
 
 _LOG2E = math.log2(math.e)
@@ -337,6 +338,14 @@ def _config(
         # without it tile 0 carried all T queries alone (the longest program bounded the kernel).
         "split_dkv": 8,
         "W": max(16, _pow2(n_sel)),  # running top-n width of the selection kernel: >= n
+        # The selection's a - 1 keys a block shares with earlier blocks [Eq. 9], padded (gathered).
+        "SP": _pow2(max(1, a - 1)),
+        # The selection's top-n merged for the tile's tokens in two halves, one after the other: only
+        # where merged at once it spilled (ptxas: 8 B at G 6 x D 96 on sm_90, 4 tokens a tile).
+        "halves_sel": 1 if head_dim > 64 and btf >= 4 else 0,
+        # 1: launch `_cmp_select_v0` (compressed_select_v0.py, the kernel before 2026-11-26b) at its own
+        # shipped settings instead, for the GPU probe's comparison (bench/kernel_probe.py).
+        "select_v0": 0,
         # The selection kernel: its top-n merge is latency-bound, so fewer warps a program (more
         # programs per SM) ran it faster on an H200 (bench/kernel_probe.py, 2026-11-26): M7C at 64k
         # 39.1 / 20.2 / 13.3 ms with 8 / 4 / 2 warps (and 11.9 with 2 warps and 2 tokens a tile), the
@@ -345,6 +354,9 @@ def _config(
         # 2 spilled 4-200 B at G 1, 2, 6 on sm_80 and at head_dim > 64 (G 16 x D 128 too, 8 B), so 4 there.
         "warps_sel": 2 if head_dim <= 64 and (gpf >= 16 or (arch >= 90 and gpf == 8)) else 4,
         "bt_sel": 2 if head_dim <= 64 and arch >= 90 and gpf == 8 else btf,
+        # `_cmp_select_v0`'s settings as shipped with it (the probe's comparison).
+        "warps_sel_v0": 2 if head_dim <= 64 and (gpf >= 16 or (arch >= 90 and gpf == 8)) else 4,
+        "bt_sel_v0": 2 if head_dim <= 64 and arch >= 90 and gpf == 8 else btf,
         # The attention forward: flash tiles of (token, head) rows as dQ's, BN keys a step.
         "bm_fwd": 128 if head_dim <= 64 else 64,
         "bn_fwd": 64 if head_dim <= 64 else 32,
@@ -371,6 +383,36 @@ def _check_device(x: Tensor) -> None:
         )
 
 
+def launch_select(
+    c: dict,
+    q: Tensor,
+    kc: Tensor,
+    lse: Tensor,
+    idx: Tensor,
+    valid: Tensor,
+    block_len: int,
+    block_stride: int,
+    sel_block: int,
+    qk_scale: float,
+    prec: str,
+) -> None:
+    """The selection kernel of config `c` (`_cmp_select`, or `_cmp_select_v0` where c["select_v0"])
+    writing the table idx/valid [B, Hkv, T, k] from q, the compressed keys and the row log-sum-exp."""
+    B, Hkv, T, G, D = q.shape
+    args = (q, kc, lse, idx, valid, T, kc.shape[2], -(-T // sel_block), idx.shape[-1], qk_scale)
+    geo = {"G": G, "GP": c["GPF"], "D": D, "DP": c["DP"], "BJ": c["BJ"], "RP": c["RP"], "W": c["W"],
+           "L": block_len, "S": block_stride, "LS": sel_block, "PREC": prec}  # fmt: skip
+    if c["select_v0"]:
+        _cmp_select_v0[(triton.cdiv(T, c["bt_sel_v0"]), B * Hkv)](
+            *args, BT=c["bt_sel_v0"], **geo, num_warps=c["warps_sel_v0"], num_stages=2
+        )
+        return
+    _cmp_select[(triton.cdiv(T, c["bt_sel"]), B * Hkv)](
+        *args, BT=c["bt_sel"], SP=c["SP"], HALVES=c["halves_sel"], **geo, num_warps=c["warps_sel"],
+        num_stages=2,
+    )  # fmt: skip
+
+
 @torch.library.custom_op("nsa_triton::compressed_fwd", mutates_args=())
 def _fwd(
     q: Tensor,
@@ -392,18 +434,13 @@ def _fwd(
     lse = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
     idx = torch.empty(B, Hkv, T, k, dtype=torch.int64, device=q.device)
     valid = torch.empty(B, Hkv, T, k, dtype=torch.bool, device=q.device)
-    ns = -(-T // sel_block)
     prec = _prec(q.dtype)
     _cmp_fwd[(triton.cdiv(T * G, c["bm_fwd"]), B * Hkv)](
         q, kc, vc, out, lse, T, nc, scale * _LOG2E,
         G=G, D=D, DP=c["DP"], BM=c["bm_fwd"], BN=c["bn_fwd"], L=block_len, S=block_stride, PREC=prec,
         num_warps=c["warps_fwd"], num_stages=2,
     )  # fmt: skip
-    _cmp_select[(triton.cdiv(T, c["bt_sel"]), B * Hkv)](
-        q, kc, lse, idx, valid, T, nc, ns, k, scale * _LOG2E,
-        G=G, GP=c["GPF"], D=D, DP=c["DP"], BT=c["bt_sel"], BJ=c["BJ"], RP=c["RP"], W=c["W"],
-        L=block_len, S=block_stride, LS=sel_block, PREC=prec, num_warps=c["warps_sel"], num_stages=2,
-    )  # fmt: skip
+    launch_select(c, q, kc, lse, idx, valid, block_len, block_stride, sel_block, scale * _LOG2E, prec)
     return out, idx, valid, lse
 
 
@@ -538,7 +575,9 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         "BT": c["bt_sel"],
         "BJ": c["BJ"],
         "RP": c["RP"],
+        "SP": c["SP"],
         "W": c["W"],
+        "HALVES": c["halves_sel"],
         "LS": shape.sel_block,
     }
     dq_sig = {
