@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from nsa.attention.triton import interpreting
+from nsa.attention.triton import device_arch, interpreting
 from nsa.attention.triton.compressed_select import _cmp_select
 from nsa.attention.triton.compressed_select_v0 import _cmp_select_v0
 from nsa.attention.triton.spec import GpuShape, KernelSpec
@@ -310,6 +310,7 @@ def _config(
     # spilled with 64 rows (G = 6: 8 tokens, 472 B) and with 16 tokens (G = 1), and with 128 rows.
     gpf = max(2, gp)
     btf = max(1, min(8, 32 // gpf))
+    hopper_g8 = head_dim <= 64 and arch >= 90 and gpf == 8  # M7C on an H100/H200
     # dQ: 8 warps for 128-row tiles; 4 for 32 rows (D > 64), where 8 warps left ptxas at 128 registers
     # and spilling (G 16, D 96 on sm_80).
     warps = 8 if bt * gp >= 64 else 4
@@ -342,7 +343,10 @@ def _config(
         "SP": _pow2(max(1, a - 1)),
         # The selection's top-n merged for the tile's tokens in two halves, one after the other: only
         # where merged at once it spilled (ptxas: 8 B at G 6 x D 96 on sm_90, 4 tokens a tile).
-        "halves_sel": 1 if head_dim > 64 and btf >= 4 else 0,
+        # On sm_90 at M7C (2 tokens a tile, 2 warps) halves ran the selection at M7C 64k in 7.00 ms
+        # instead of 7.36 on an H200 (bench/kernel_probe.py, 2026-11-26b; ptxas: 128-167 registers,
+        # no spill on triton 3.6 and 3.9).
+        "halves_sel": 1 if (head_dim > 64 and btf >= 4) or hopper_g8 else 0,
         # 1: launch `_cmp_select_v0` (compressed_select_v0.py, the kernel before 2026-11-26b) at its own
         # shipped settings instead, for the GPU probe's comparison (bench/kernel_probe.py).
         "select_v0": 0,
@@ -353,7 +357,11 @@ def _config(
         # (gpucheck --grid, triton 3.6 and 3.9): head_dim 64 with 16 heads a token, or 8 on sm_90;
         # 2 spilled 4-200 B at G 1, 2, 6 on sm_80 and at head_dim > 64 (G 16 x D 128 too, 8 B), so 4 there.
         "warps_sel": 2 if head_dim <= 64 and (gpf >= 16 or (arch >= 90 and gpf == 8)) else 4,
-        "bt_sel": 2 if head_dim <= 64 and arch >= 90 and gpf == 8 else btf,
+        # 4 tokens a tile at 16 heads a token past head_dim 64: the paper's shape at 32k x 2 took 9.28 ms
+        # instead of 16.20 with 2 (8: 10.85) on an H200 (bench/kernel_probe.py, 2026-11-26b); measured
+        # on sm_90 only, shipped on sm_80 too (the same K tile serves twice the tokens; ptxas: 164-168
+        # registers, no spill at G 12/16 x D 96/128 on sm_80 and sm_90, triton 3.6 and 3.9).
+        "bt_sel": 2 if hopper_g8 else (4 if gpf >= 16 and head_dim > 64 else btf),
         # `_cmp_select_v0`'s settings as shipped with it (the probe's comparison).
         "warps_sel_v0": 2 if head_dim <= 64 and (gpf >= 16 or (arch >= 90 and gpf == 8)) else 4,
         "bt_sel_v0": 2 if head_dim <= 64 and arch >= 90 and gpf == 8 else btf,
@@ -366,13 +374,6 @@ def _config(
 
 def _prec(dtype: torch.dtype) -> str:
     return "tf32" if dtype == torch.float32 and not interpreting() else "ieee"
-
-
-def _arch(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 80  # the interpreter and the meta device: any config runs there
-    major, minor = torch.cuda.get_device_capability(device)
-    return major * 10 + minor
 
 
 def _check_device(x: Tensor) -> None:
@@ -429,7 +430,7 @@ def _fwd(
     B, Hkv, T, G, D = q.shape
     nc = kc.shape[2]
     k = min(n_sel, -(-T // sel_block))
-    c = _config(G, D, n_sel, block_len, block_stride, sel_block, _arch(q.device))
+    c = _config(G, D, n_sel, block_len, block_stride, sel_block, device_arch(q.device))
     out = torch.empty_like(q)
     lse = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
     idx = torch.empty(B, Hkv, T, k, dtype=torch.int64, device=q.device)
