@@ -108,6 +108,10 @@ FIT_TERMS: dict[str, tuple[str, ...]] = {
     # is subtracted from the measured time before the fit.
     "sel_keys_fwd": ("eff",),
     "sel_keys_bwd": ("eff",),
+    "cmp_sel32": ("programs", "token_steps"),  # the int32 selection merge (since 2026-11-26b)
+    "sel_fwd_merge": ("dram",),  # the key-major path's merges: DRAM time x
+    "sel_dq_merge": ("dram",),
+    "sel_index": ("dram",),  # the key-major forward's sort-key kernel
 }
 
 

@@ -117,6 +117,7 @@ def config_factors(path: str, gpu_name: str = "H200") -> dict[str, dict]:
                 var_ks = [k for k in m.ours(r["T"], s, cc=gpu.cc, **flags) if k.name in names]
                 # ce226a4's rules (4x tiles at G 5-8, the selected branch query-major)
                 x4 = {f: (v(s) if callable(v) else v) for f, v in m.WHAT_IF["token_tiles_x4"].items()}
+                x4.update(select_v0=True, before_2930e5c=True)  # the selection kernel ce226a4 had
                 if (
                     base is None
                     or tag not in _tags(var_ks)

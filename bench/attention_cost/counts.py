@@ -109,7 +109,9 @@ def _cmp_attn_work(T: int, s: Shape) -> dict[str, float]:
     return {"tiles": tiles, "steps": steps, "rows": BM, "keys": steps * BN}
 
 
-def shipped_launch(s: Shape, cc: int, before_ce226a4: bool = False) -> dict[str, int]:
+def shipped_launch(
+    s: Shape, cc: int, before_ce226a4: bool = False, before_2930e5c: bool = False
+) -> dict[str, int]:
     """The launch settings the model's kernels take from compressed.py's and selected.py's `_config`
     (a test holds them equal): the selection's warps and tokens a tile (`warps_sel`, `bt_sel`), the
     compressed dK/dV's warps, the token tiles' tokens (`tp`) and forward warps (`warps_tok`), and the
@@ -121,7 +123,11 @@ def shipped_launch(s: Shape, cc: int, before_ce226a4: bool = False) -> dict[str,
     took 4x the tokens at G 5-8, head_dim <= 64; taken back after this model priced it slower at
     B = 1 from 32k: the `token_tiles_x4` what-if.) before_ce226a4: the kernels of the final H200
     run (and of every earlier one but the selection's warps): 2 warps at 16 heads a token or 8 on sm_90 at head_dim <= 64,
-    BTF tokens, dK/dV 8 warps, the base token tiles, the forward at 8 warps past head_dim 64."""
+    BTF tokens, dK/dV 8 warps, the base token tiles, the forward at 8 warps past head_dim 64.
+    The selection kernel since 2026-11-26b is compressed_select.py's int32 merge (`select_v0` False;
+    True: `_cmp_select_v0`, every run before); since 2930e5c it merges in halves at M7C on sm_90
+    (`halves_sel`) and takes 4 tokens a tile at 16 heads a token past head_dim 64 (before_2930e5c: the
+    int32 kernel at v0's settings, the first key-major run's build)."""
     c = _sel_tiles(s)
     gpf, small = c["GPF"], s.D <= 64
     base_tp = _tokens_per_tile(s.G)
@@ -131,10 +137,14 @@ def shipped_launch(s: Shape, cc: int, before_ce226a4: bool = False) -> dict[str,
             "bt_sel": c["BTF"], "warps_cmp_dkv": 8, "tp": base_tp, "warps_tok": 4 if small else 8,
             "fwd_keys": False, "bwd_keys": False, "br_fwd_keys": 64 if small else 32, "br_bwd_keys": 32,
             "tm_merge": max(1, (64 if small else 32) // s.G), "bm_merge": 64 if small else 32,
+            "select_v0": True, "halves_sel": 0,
         }  # fmt: skip
+    hopper_g8 = small and cc >= 90 and gpf == 8  # M7C on an H100/H200
     return {
         "warps_sel": 2 if small and (gpf >= 16 or (cc >= 90 and gpf == 8)) else 4,
-        "bt_sel": 2 if small and cc >= 90 and gpf == 8 else c["BTF"],
+        "bt_sel": 2 if hopper_g8 else (4 if gpf >= 16 and not small and not before_2930e5c else c["BTF"]),
+        "select_v0": False,
+        "halves_sel": 1 if not before_2930e5c and ((not small and c["BTF"] >= 4) or hopper_g8) else 0,
         "warps_cmp_dkv": 4,
         "tp": base_tp,
         "warps_tok": 4 if small else 2,
@@ -143,7 +153,7 @@ def shipped_launch(s: Shape, cc: int, before_ce226a4: bool = False) -> dict[str,
         # forward merge program (TM), rows a dQ merge program (BM_merge)
         "fwd_keys": s.G <= 8,
         "bwd_keys": s.G <= 8,
-        "br_fwd_keys": 64 if small else 32,
+        "br_fwd_keys": 128 if small else 32,
         "br_bwd_keys": 32,
         "tm_merge": max(1, (64 if small else 32) // s.G),
         "bm_merge": 64 if small else 32,

@@ -56,6 +56,11 @@ def ours(
     warps_sel: int | None = None,
     warps_dkdv: int = 4,
     before_ce226a4: bool = False,
+    before_2930e5c: bool = False,
+    select_v0: bool | None = None,
+    halves_sel: int | None = None,
+    br_fwd_keys: int | None = None,
+    br_bwd_keys: int | None = None,
     bt_sel: int | None = None,
     warps_cmp_dkv: int | None = None,
     tp: int | None = None,
@@ -83,9 +88,15 @@ def ours(
     shipped before) each change the kind's tags (CONFIG_FACTOR prices them) and, for bt_sel and tp,
     the counts. fwd_keys / bwd_keys (selected.py `_config`, G <= 8 since the key-major kernels; None:
     what the code ships, False with before_ce226a4): the selected branch's key-major forward /
-    backward instead of the forced tiles and token tiles (selected.py: `selected_kernels`)."""
-    launch = shipped_launch(s, cc, before_ce226a4)
+    backward instead of the forced tiles and token tiles (selected.py: `selected_kernels`).
+    select_v0 / halves_sel / before_2930e5c: the selection kernel (`shipped_launch`): `cmp_sel32`
+    (the int32 merge) unless select_v0, tagged `@h2` when merged in halves."""
+    launch = shipped_launch(s, cc, before_ce226a4, before_2930e5c)
     given = {
+        "select_v0": select_v0,
+        "halves_sel": halves_sel,
+        "br_fwd_keys": br_fwd_keys,
+        "br_bwd_keys": br_bwd_keys,
         "warps_sel": warps_sel,
         "bt_sel": bt_sel,
         "warps_cmp_dkv": warps_cmp_dkv,
@@ -152,11 +163,13 @@ def ours(
         bt = launch["bt_sel"]
         sw = _cmp_select_work(T, s, 1, bt)
         sel_rows, sel_progs = sw["rows"], BH * sw["tiles"]
+        v0 = launch["select_v0"]  # the int64 merge (before 2026-11-26b) or compressed_select.py's int32 one
         tags = f"@w{launch['warps_sel']}" + (f"@bt{bt}" if bt != _sel_tiles(s)["BTF"] else "")
+        tags += "@h2" if launch["halves_sel"] and not v0 else ""
         sunit = 2 * BH * sw["steps"] * sel_rows * sw["keys"] * D
         swork = {"programs": sel_progs, "token_steps": BH * sw["steps"] * bt}
         if not selection_free:
-            ks.append(Kernel("cmp_select", "selection", "fwd", f"cmp_sel{tags}", sunit, cuse,
+            ks.append(Kernel("cmp_select", "selection", "fwd", f"cmp_sel{'' if v0 else '32'}{tags}", sunit, cuse,
                              act + kcb + lse + table, l2=BH * sw["steps"] * sw["keys"] * D * bf,
                              programs=sel_progs, work=swork))  # fmt: skip
     else:

@@ -125,16 +125,27 @@ H200_COST: dict[str, dict[str, float]] = {
 H200_FINAL_COST: dict[str, dict[str, float]] = {
     "sel_reduce": {"dram": 0.946, "serial_bytes": 0.0971},
 }  # fmt: skip
-# KEYS_COST: the key-major selected kernels (nsa/attention/triton/selected_keys.py and
-# selected_keys_bwd.py, built after the runs above; not measured yet). Priced as the key-major dK/dV
-# they extend (`sel_dkdv`'s fitted efficiency, 0.142: the same walk of BR gathered (pair, head) rows
-# against one block's keys, 2 GEMMs a step in the forward, 5 in the fused backward) plus the DRAM
-# time of the partials they store inside the loop (`dram`: x the datasheet bandwidth's time, 1 /
-# DRAM_EFF as for a streaming kernel; added, not a floor: a latency-bound loop does not hide them).
-# bench/attention_fit.py fits both terms from the first suite run of these kernels.
+# KEYS_COST: the kernels built after the runs above, fitted on the lead's H200 run of the integration
+# build (bench/gpu/2026-11-26b-h200-speed-keys.json; RUN_BUILDS names its settings):
+# - sel_keys_fwd / sel_keys_bwd: the key-major selected forward (selected_keys.py, 128 (pair, head)
+#   rows a step at head_dim 64) and fused backward (selected_keys_bwd.py, 64 rows a step in that
+#   run): the fitted MMA efficiency (0.156 / 0.143: the key-major dK/dV's 0.142, which priced them
+#   before the run, within 10 %) plus the DRAM time of the partials they store inside the loop
+#   (`dram`: x the datasheet bandwidth's time, 1 / DRAM_EFF; kept, not fitted: it grows with the same
+#   (pair, head) rows as the MMAs, so a fit could not tell the two apart);
+# - sel_fwd_merge / sel_dq_merge / sel_index: the forward's merge, the dQ merge and the forward's
+#   sort-key kernel, DRAM time x a fitted factor (the forward merge reads each partial's lse twice in
+#   two dependent passes: 1.70x the datasheet time; the dQ merge 1.32x; the 9 us index kernel 0.67x);
+# - cmp_sel32: compressed_select.py's int32 top-n merge (the selection since 2026-11-26b), cycles a
+#   program and per token per key tile as `cmp_sel`, at 4 warps and BTF tokens a tile; its launch
+#   settings by CONFIG_FACTOR (below).
 KEYS_COST: dict[str, dict[str, float]] = {
-    "sel_keys_fwd": {"eff": H200_COST["sel_dkdv"]["eff"], "dram": 1.25},
-    "sel_keys_bwd": {"eff": H200_COST["sel_dkdv"]["eff"], "dram": 1.25},
+    "sel_keys_fwd": {"eff": 0.156, "dram": 1.25},
+    "sel_keys_bwd": {"eff": 0.143, "dram": 1.25},
+    "sel_fwd_merge": {"dram": 1.70},
+    "sel_dq_merge": {"dram": 1.32},
+    "sel_index": {"dram": 0.673},
+    "cmp_sel32": {"programs": 1094, "token_steps": 1046},
 }  # fmt: skip
 # The selection kernel's time at `warps_sel` warps over its time at 4 (the H200 probe,
 # bench/gpu/2026-11-26-h200-probe-after.jsonl: 2 warps 0.675 / 0.656 / 0.635 at M7C 8k / M7C 64k /
@@ -165,6 +176,8 @@ SEL_WARPS: dict[int, float] = {2: 0.655, 4: 1.0}
 CONFIG_FACTOR: dict[str, float] = {
     "cmp_sel@w2": SEL_WARPS[2], "cmp_sel@w4": SEL_WARPS[4], "cmp_sel@bt2": 0.899,
     "cmp_dkv@w4": 0.613, "tok_fwd@tp4": 1.451, "tok_dq@tp4": 1.387, "tok_fwd@w2": 0.618,
+    "cmp_sel32@w2": 0.629, "cmp_sel32@w4": 1.0, "cmp_sel32@h2": 0.951, "cmp_sel32@bt2": 0.569,
+    "cmp_sel32@bt4": 0.581, "sel_keys_bwd@br32": 1.744,
 }  # fmt: skip
 # A100: the tensor-core efficiency of each kind stays the published calibration's (EFF["ampere"] of
 # its generic kind: sm_80 runs these tiles as mma.sync, the instruction its peak is quoted for, so
@@ -179,6 +192,8 @@ A100_KIND = {
     "win_fwd": "dense_fwd", "win_dq": "dense_bwd", "win_dkdv": "dense_bwd",
     "sdpa_fwd": "fa2_fwd", "sdpa_bwd": "fa2_bwd", "sel_reduce": "memory",
     "sel_keys_fwd": "gather_bwd", "sel_keys_bwd": "gather_bwd",  # as the key-major dK/dV they extend
+    "cmp_sel32": "dense_fwd", "sel_fwd_merge": "memory", "sel_dq_merge": "memory",
+    "sel_index": "memory",
 }  # fmt: skip
 # The kernel builds the committed GPU runs measured (flags of `ours`), by file name: a speed record
 # does not name its kernels' launch settings, so a fit or a check of a committed run takes them from
@@ -195,7 +210,17 @@ RUN_BUILDS: dict[str, dict] = {
     "2026-11-26-h200-probe-final.jsonl": {"before_ce226a4": True},
     # main at 2b9778f: ce226a4's settings without its 4x token tiles, the selected branch query-major
     # (forced tiles + token tiles; the key-major kernels came after)
-    "2026-11-26b-h200-speed-shipped.json": {"fwd_keys": False, "bwd_keys": False},
+    "2026-11-26b-h200-speed-shipped.json": {
+        "fwd_keys": False,
+        "bwd_keys": False,
+        "select_v0": True,
+        "before_2930e5c": True,
+    },
+    # the lead's integration build of kfwd + kbwd + cmpsel (bench/RESULTS.md, 2026-11-26b): the keys
+    # kernels at BR_f 128 / BR_keys 64, the int32 selection at v0's settings (before 2930e5c)
+    "2026-11-26b-h200-speed-keys.json": {"before_2930e5c": True, "br_bwd_keys": 64},
+    "2026-11-26b-h200-probe-select.jsonl": {"before_2930e5c": True},
+    "2026-11-26b-h200-probe-keys-final.jsonl": {"before_2930e5c": True, "br_bwd_keys": 64},
 }
 
 

@@ -131,7 +131,7 @@ def selected_kernels(
         # `_sel_fwd_segs_kernel` (one program: the segment ends, a scan over the blocks).
         po = nb * prow * (D * bf + 4)
         entries = BH * T * k
-        ks.append(Kernel("sel_fwd_index", "selected", "fwd", "memory", dram=entries * 17,
+        ks.append(Kernel("sel_fwd_index", "selected", "fwd", "sel_index", dram=entries * 17,
                          programs=math.ceil(entries / 1024)))  # fmt: skip
         ks.append(Kernel("sel_fwd_reverse_index", "selected", "fwd", "memory", dram=index, launches=3))
         ks.append(Kernel("sel_fwd_segs", "selected", "fwd", "memory", dram=16 * BH * ns, programs=1))
@@ -139,7 +139,7 @@ def selected_kernels(
                          2 * unit(launch["br_fwd_keys"]), 2 * useful,
                          act + 2 * kvb + npairs * 8 + po, l2=prow * D * bf + npairs * 8,
                          programs=nseg * nb, per_sm=1, work={"programs": nseg * nb}))  # fmt: skip
-        ks.append(Kernel("sel_fwd_merge", "selected", "fwd", "memory",
+        ks.append(Kernel("sel_fwd_merge", "selected", "fwd", "sel_fwd_merge",
                          dram=nb * prow * (D * bf + 2 * 4) + 2 * table + act + lse,
                          programs=BH * math.ceil(T / launch["tm_merge"])))  # fmt: skip
     if bwd_keys:
@@ -154,7 +154,8 @@ def selected_kernels(
         ks.append(Kernel("sel_bwd_delta", "selected", "bwd", "memory", dram=2 * act + lse,
                          programs=math.ceil(BH * T * G / 64)))  # fmt: skip
         ks.append(Kernel("sel_reverse_index", "selected", "bwd", "memory", dram=index, launches=16))
-        ks.append(Kernel("sel_bwd_keys", "selected", "bwd", f"sel_keys_bwd@{_cfg(D)}",
+        br_tag = "@br32" if launch["br_bwd_keys"] == 32 else ""  # priced at 64 rows a step (the run's)
+        ks.append(Kernel("sel_bwd_keys", "selected", "bwd", f"sel_keys_bwd@{_cfg(D)}{br_tag}",
                          5 * unit(launch["br_bwd_keys"]), 5 * useful,
                          2 * act + 2 * kvb + 2 * lse + npairs * 8 + part + pdq,
                          l2=prow * D * bf * 2 + prow * 8, programs=nseg * nb, per_sm=1,
@@ -176,6 +177,8 @@ def selected_kernels(
     if bwd_keys:
         mprog = BH * math.ceil(T * G / launch["bm_merge"])
         ks.append(
-            Kernel("sel_bwd_dq_merge", "selected", "bwd", "memory", dram=pdq + table + act, programs=mprog)
+            Kernel(
+                "sel_bwd_dq_merge", "selected", "bwd", "sel_dq_merge", dram=pdq + table + act, programs=mprog
+            )
         )
     return ks
