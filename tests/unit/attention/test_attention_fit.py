@@ -192,6 +192,7 @@ def test_the_shipped_selection_warps_follow_the_kernels_config() -> None:
             launch = m.shipped_launch(shape, cc)
             assert m.shipped_warps_sel(shape, cc) == c["warps_sel"], (shape, cc)
             assert (launch["bt_sel"], launch["warps_cmp_dkv"]) == (c["bt_sel"], c["warps_dkv"]), (shape, cc)
+            assert (launch["halves_sel"], launch["select_v0"]) == (c["halves_sel"], bool(c["select_v0"]))
             assert (launch["tp"], launch["warps_tok"]) == (sc["TP"], sc["warps_tok"]), (shape, cc)
             for key in ("fwd_keys", "bwd_keys"):  # the key-major switches, where selected.py has them
                 assert launch[key] == sc.get(key, launch[key]) == (shape.G <= 8), (shape, cc, key)
