@@ -182,6 +182,9 @@ WHAT_IF = {
     # key-major in one direction only
     "query_major_selected": {"fwd_keys": False, "bwd_keys": False},
     "keys_forward_only": {"bwd_keys": False},
+    # the fused key-major backward at 64 (pair, head) rows a step (the lead's probe: 1.24x faster
+    # than the 32 selected.py ships; spills on sm_80 and at G 1 on triton 3.6)
+    "keys_backward_64_rows": {"br_bwd_keys": 64},
     "keys_backward_only": {"fwd_keys": False},
     "before_forced_tiles": {"forced_tiles": False},  # every entry query-major (before 2026-11-25)
     # the kernels of the first H100 run
