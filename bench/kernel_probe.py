@@ -96,15 +96,14 @@ CMP_BWD_VARIANTS = [
 # The selected ops; "TP": "x2" doubles the token tile's tokens (rows padded to a power of two).
 SEL_VARIANTS = [
     {},
+    {"fwd_keys": False, "bwd_keys": False},  # the query-major forward and dQ (forced + token tiles)
+    {"fwd_keys": False},  # the key-major forward (selected_keys.py) off
+    {"bwd_keys": False},  # the key-major backward (selected_keys_bwd.py) off
+    {"BR_f": 64},
+    {"BR_keys": 32},
     {"TP": "x2"},
-    {"TP": "x4"},
     {"warps_tok": 2},
-    {"warps_q": 2},
     {"warps_kv": 8},
-    {"bwd_keys": False},  # the key-major selected backward (selected_keys_bwd.py) off and on
-    {"bwd_keys": True},
-    {"fwd_keys": False},  # the query-major forward (forced kernel + token tiles)
-    {"fwd_keys": True},  # the key-major forward (selected_keys.py), the default at G <= 8
 ]
 
 
@@ -154,7 +153,7 @@ def probe_sel(name, B, T):
         torch.autograd.grad(fwd(), leaves, dout)
 
     for over in SEL_VARIANTS:
-        sel._launch_config = lambda G, D, LP, _o=over: _apply(base(G, D, LP), _o, G)
+        sel._launch_config = lambda G, D, LP, *a, _o=over: _apply(base(G, D, LP, *a), _o, G)
         try:
             row = {"fwd_ms": _time(fwd), "fwd_bwd_ms": _time(fwd_bwd)}
         except Exception as e:

@@ -1,21 +1,19 @@
 """Triton kernels of NSA's selected branch: `selected_attention`, a drop-in for the eager one.
 
-At G <= 8 with forced blocks (`_config`'s `fwd_keys`) the forward is key-major instead of the two
-query-major kernels below: selected_keys.py (partials per (pair, key chunk) over the reverse index,
-then a query-major merge; 4 kernels + 3 aten ops).
-
 Owns the backward's dK/dV kernel (key-major: one program per segment of the queries that chose one
 selection block, found through a reverse index built by a constant number of aten ops, no atomics),
-the reduction of the segments' partial dK/dV, the launch configuration and the launchers (the key-major
-backward's kernels, `bwd_keys`, live in selected_keys_bwd.py). The
-query-major forward and dQ kernels live in selected_query.py: without `forced_blocks` one program per
-query token over its whole table; with `forced_blocks=True` the forced entries (block 0, the query's
-own block and the one before) run first as dense row tiles (selected_forced.py) and the query-major
-token tiles (TP tokens a program) add the union of the other entries. It must not sync with the
-device, loop in Python over anything that grows with T, or build a [T, T] tensor; the number of
-launches is the same at every T (forward: 1 kernel, 2 with forced blocks; backward: 3 kernels, 4 with
-forced blocks either way (forced dQ, token-tile dQ, dK/dV, reduce; or with `bwd_keys` at G <= 8:
-delta, keys, dQ merge, reduce), + 16 small aten ops).
+the reduction of the segments' partial dK/dV, the launch configuration (`_config`, per arch) and the
+launchers. With `forced_blocks=True` at G <= 8 (FSA's range) both directions run key-major:
+selected_keys.py (`fwd_keys`: partials per (pair, key chunk) over the reverse index, then a
+query-major merge; 4 kernels + 3 aten ops) and selected_keys_bwd.py (`bwd_keys`: delta, one kernel
+writing dK/dV and per-pair dQ partials, a dQ merge, the dK/dV reduce). Otherwise the query-major
+forward and dQ kernels of selected_query.py run: without `forced_blocks` one program per query token
+over its whole table; with it the forced entries (block 0, the query's own block and the one before)
+run first as dense row tiles (selected_forced.py) and the token tiles (TP tokens a program) add the
+union of the other entries, then the key-major dK/dV kernel here. Nothing syncs with the device,
+loops in Python over anything that grows with T, or builds a [T, T] tensor; the number of launches is
+the same at every T (forward: 1 kernel, 2 with forced blocks, 4 + 3 aten ops key-major; backward: 3
+kernels, 4 with forced blocks either way, + 16 small aten ops).
 """
 
 from __future__ import annotations
@@ -25,18 +23,18 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from nsa.attention.triton import interpreting
+from nsa.attention.triton import device_arch, interpreting
 from nsa.attention.triton.selected_forced import (
     _sel_forced_dq_kernel,
     _sel_forced_fwd_kernel,
     forced_rows_per_tile,
 )
-from nsa.attention.triton.selected_keys_bwd import _segment, keys_backward, keys_bwd_gpucheck_rows
 from nsa.attention.triton.selected_keys import (
     keys_forward,
     keys_fwd_gpucheck_rows,
     merge_tokens,
 )
+from nsa.attention.triton.selected_keys_bwd import _segment, keys_backward, keys_bwd_gpucheck_rows
 from nsa.attention.triton.selected_query import (
     TILE_ROWS,
     _sel_bwd_dq_kernel,
@@ -153,7 +151,7 @@ def _p2(x: int, lo: int = 16) -> int:
     return max(lo, triton.next_power_of_2(x))
 
 
-def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int | bool]:
+def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict[str, int | bool]:
     """Tiles and warps (checked with ptxas for sm_80/sm_90 at head_dim 64 and 128: no spills).
 
     fwd_keys (G <= 8): the forced path's forward runs key-major (selected_keys.py). Its partials are
@@ -231,7 +229,10 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int | bool
         "bwd_keys": G <= 8,
         # The keys kernel holds the dK/dV kernel's two fp32 [BN, D] accumulators and a [BR, D] fp32 dQ
         # product per step: BR rows per step (checked with ptxas: no spills).
-        "BR_keys": 32,
+        # On sm_90 at head_dim 64, 64 rows: the selected forward+backward at M7C 8k x 8 on an H200 took
+        # 10.20 ms instead of 13.69 with 32 (16: 13.23; 8 warps: 19.03; bench/kernel_probe.py). ptxas:
+        # 244-252 registers at G 2-8 on sm_90; it spilled on sm_80 (128-152 B) and at G 1 on triton 3.6.
+        "BR_keys": 64 if arch >= 90 and DP <= 64 and G >= 2 else 32,
         "warps_keys": 4 if DP <= 64 else 8,
         "BM_merge": 64 if DP <= 64 else 32,
         "warps_merge": 4,
@@ -253,10 +254,10 @@ def _seg_pairs(T: int) -> int:
     return min(2048, max(16, triton.next_power_of_2(T) // 4))
 
 
-def _launch_config(G: int, D: int, LP: int) -> dict[str, int]:
+def _launch_config(G: int, D: int, LP: int, arch: int = 80) -> dict[str, int]:
     """The GPU config; the interpreter steps through keys 16 at a time (same code path), so the tests'
     small blocks also run the loops over several key steps and the dK/dV grid's split of a block."""
-    return _config(G, D, LP, key_tile=16 if interpreting() else 64)
+    return _config(G, D, LP, key_tile=16 if interpreting() else 64, arch=arch)
 
 
 def _prec(dtype: torch.dtype) -> str:
@@ -294,7 +295,7 @@ def _selected_fwd(
 ) -> tuple[Tensor, Tensor]:
     B, Hkv, T, G, D = q.shape
     NK = idx.shape[-1]
-    cfg = _launch_config(G, D, sel_block)
+    cfg = _launch_config(G, D, sel_block, device_arch(q.device))
     prec = _prec(q.dtype)
     valid8 = valid.view(torch.int8)
     out = torch.empty_like(q)
@@ -345,7 +346,7 @@ def _selected_bwd(
 ) -> tuple[Tensor, Tensor, Tensor]:
     B, Hkv, T, G, D = q.shape
     BH, NK, LP = B * Hkv, idx.shape[-1], sel_block
-    cfg = _launch_config(G, D, LP)
+    cfg = _launch_config(G, D, LP, device_arch(q.device))
     prec = _prec(q.dtype)
     valid8 = valid.view(torch.int8)
     dout = dout.contiguous()
@@ -466,9 +467,8 @@ def selected_attention(
 
 def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     """Every kernel this module launches for `shape` on sm_`arch`, with its launcher's exact settings."""
-    del arch  # the same configuration on sm_80 and sm_90
     G, D, LP = shape.group, shape.head_dim, shape.sel_block
-    cfg = _config(G, D, LP)
+    cfg = _config(G, D, LP, arch=arch)
     dt = shape.dtype
     prec = "tf32" if dt == "fp32" else "ieee"
     ptr, f32 = f"*{dt}", "*fp32"

@@ -270,7 +270,9 @@ def query_major_fwd(monkeypatch):
     """The forced path's query-major forward (forced kernel + token tiles) even where the key-major
     one is the default (G <= 8): the GPU probe still compares the two, so both stay exact."""
     config = tsel._launch_config
-    monkeypatch.setattr(tsel, "_launch_config", lambda G, D, LP: {**config(G, D, LP), "fwd_keys": False})
+    monkeypatch.setattr(
+        tsel, "_launch_config", lambda G, D, LP, *a: {**config(G, D, LP, *a), "fwd_keys": False}
+    )
 
 
 @pytest.mark.parametrize("G,dtype,shared", TILE_CASES)

@@ -45,7 +45,7 @@ class _Forbidden:
 def _path(monkeypatch, keys: bool) -> None:
     """bwd_keys forced on or off, and the other path's kernels made to fail if launched."""
     base = tsel._launch_config
-    monkeypatch.setattr(tsel, "_launch_config", lambda G, D, LP: {**base(G, D, LP), "bwd_keys": keys})
+    monkeypatch.setattr(tsel, "_launch_config", lambda G, D, LP, *a: {**base(G, D, LP, *a), "bwd_keys": keys})
     for name in OLD if keys else NEW:
         monkeypatch.setattr(tsel if name in OLD else tkeys, name, _Forbidden(name))
 
