@@ -188,7 +188,7 @@ def test_the_shipped_selection_warps_follow_the_kernels_config() -> None:
     for shape in (*m.SHAPES.values(), *shapes):
         for cc in (80, 90):
             c = compressed._config(shape.G, shape.D, shape.n, shape.bl, shape.d, shape.lp, cc)
-            sc = selected._config(shape.G, shape.D, shape.lp)
+            sc = selected._config(shape.G, shape.D, shape.lp, arch=cc)
             launch = m.shipped_launch(shape, cc)
             assert m.shipped_warps_sel(shape, cc) == c["warps_sel"], (shape, cc)
             assert (launch["bt_sel"], launch["warps_cmp_dkv"]) == (c["bt_sel"], c["warps_dkv"]), (shape, cc)
