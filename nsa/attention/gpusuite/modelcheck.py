@@ -9,7 +9,8 @@ GPU the model has no datasheet for is reported as such, never guessed. Pure arit
 record: the same code runs in CI on recorded numbers. The model's Hopper prices of our kernels are
 fitted on the committed GPU runs (H100: bench/gpu/2026-11-26-h100-speed.json; the kernels rewritten
 since on the H200 run bench/gpu/2026-11-26-h200-speed-after.json, the selected reduction on
-bench/gpu/2026-11-26-h200-speed-final.json; every comparison of the three runs within 30 %), and the
+bench/gpu/2026-11-26-h200-speed-final.json, the key-major selected kernels and the int32 selection on
+bench/gpu/2026-11-26b-h200-speed-keys.json; every comparison of the five runs within 30 %), and the
 launch settings changed after them (ce226a4) by factors from the final probe, so a later run
 compares against that fit; bench/attention_fit.py re-fits them from a new suite.json.
 A record is compared with the kernels the code ships (the model's defaults) unless `build` names
