@@ -31,12 +31,12 @@ from nsa.attention.triton.selected_forced import (
     _sel_forced_fwd_kernel,
     forced_rows_per_tile,
 )
-from nsa.attention.triton.selected_keys_bwd import _segment, keys_backward, keys_bwd_gpucheck_rows
 from nsa.attention.triton.selected_keys import (
     keys_forward,
     keys_fwd_gpucheck_rows,
     merge_tokens,
 )
+from nsa.attention.triton.selected_keys_bwd import _segment, keys_backward, keys_bwd_gpucheck_rows
 from nsa.attention.triton.selected_query import (
     TILE_ROWS,
     _sel_bwd_dq_kernel,
