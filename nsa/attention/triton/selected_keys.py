@@ -174,7 +174,7 @@ def _sel_fwd_index_kernel(IDX, VALID, KEY, T, NK, NS, NBLK, LP: tl.constexpr, BL
     pm = pos // NK // T < NBLK // NS
     j = tl.load(IDX + pos, mask=pm, other=-1)
     ok = (tl.load(VALID + pos, mask=pm, other=0) != 0) & (j >= 0) & (j * LP <= (pos // NK) % T)
-    tl.store(KEY + pos, tl.where(ok, j + pos // (T * NK) * NS, NBLK), mask=pm)
+    tl.store(KEY + pos, tl.where(ok, j + pos // (T * NK) * NS, NBLK).to(tl.int32), mask=pm)
 
 
 @triton.jit
@@ -201,12 +201,14 @@ def reverse_index(idx: Tensor, valid8: Tensor, LP: int, S: int) -> tuple[Tensor,
     B, Hkv, T, NK = idx.shape
     BH, ns = B * Hkv, -(-T // LP)
     nblk, npos = BH * ns, BH * T * NK
-    key = torch.empty(npos, dtype=torch.int64, device=idx.device)
+    # int32 sort keys (global block ids <= NBLK): a radix sort of half the key bits of _reverse_index's
+    # int64 ones, the same stable order.
+    key = torch.empty(npos, dtype=torch.int32, device=idx.device)
     _sel_fwd_index_kernel[(triton.cdiv(npos, INDEX_BLOCK),)](
         idx, valid8, key, T, NK, ns, nblk, LP=LP, BLOCK=INDEX_BLOCK, num_warps=4, num_stages=1
     )
     skey, order = torch.sort(key, stable=True)
-    start = torch.searchsorted(skey, torch.arange(nblk + 1, device=idx.device))
+    start = torch.searchsorted(skey, torch.arange(nblk + 1, dtype=torch.int32, device=idx.device))
     seg_end = torch.empty(nblk, dtype=torch.int64, device=idx.device)
     _sel_fwd_segs_kernel[(1,)](start, seg_end, nblk, S, BLOCK=INDEX_BLOCK, num_warps=4, num_stages=1)
     return order, start, seg_end, nblk + -(-npos // S)
@@ -251,7 +253,7 @@ def keys_fwd_gpucheck_rows(cfg: dict, G: int, D: int, LP: int, dt: str, prec: st
     )  # fmt: skip
     m_consts = {"G": G, "D": D, "LP": LP, "TM": cfg["TM"], "RM": cfg["RM"], "DP": cfg["DP"]}
     m_args = dict(PO=ptr, PL=f32, IDX=i64, VALID=i8, OUT=ptr, LSE=f32, T=i32, NK=i32, NB=i32)
-    ix_args = dict(IDX=i64, VALID=i8, KEY=i64, T=i32, NK=i32, NS=i32, NBLK=i32)
+    ix_args = dict(IDX=i64, VALID=i8, KEY="*i32", T=i32, NK=i32, NS=i32, NBLK=i32)
     sg_args = dict(START=i64, SEG_END=i64, NBLK=i32, S=i32)
     return [
         ("selected_fwd_index", _sel_fwd_index_kernel, ix_args, {"LP": LP, "BLOCK": INDEX_BLOCK}, 4, 1),
