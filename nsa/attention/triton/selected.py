@@ -207,8 +207,8 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # Partials: PO nb*B*Hkv*T*n*G*D elements in q's dtype + PL in fp32 (1/D of it), transient.
         "fwd_keys": G <= 8,
         # (pair, head) rows per step of _sel_fwd_keys_kernel: at M7C 8k x 8 on an H200 128 rows took the
-        # selected forward to 3.20 ms from 4.05 with 64 (32: 6.64; the lead's bench/kernel_probe.py run
-        # of this branch); ptxas: no spill at head_dim 64 on sm_80/sm_90, triton 3.6 and 3.9.
+        # selected forward to 3.20 ms from 4.05 with 64 (32: 6.64; bench/kernel_probe.py, bench/RESULTS.md);
+        # ptxas: no spill at head_dim 64 on sm_80/sm_90, triton 3.6 and 3.9.
         "BR_f": 128 if DP <= 64 else 32,
         "warps_fk": 4,
         "stages_fk": 1,
