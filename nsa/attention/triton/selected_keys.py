@@ -29,6 +29,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from nsa.attention.triton.selected_keys_bwd import _segment
+
 # As in selected.py: tl.reduce with triton's own combine functions (cheaper under the interpreter).
 _max_combine = tl.standard._elementwise_max
 _sum_combine = tl.standard._sum_combine
@@ -54,21 +56,7 @@ def _sel_fwd_keys_kernel(
     # segment s_id, then its pairs lo..hi), rows of a step are BR couples r -> (pair r // G, head r % G).
     s_id = tl.program_id(0)
     nb = tl.program_id(1)
-    lo_b = s_id * 0
-    hi_b = lo_b + NBLK
-    for _ in range(0, NSEARCH):
-        mid = (lo_b + hi_b) // 2
-        active = lo_b < hi_b
-        right = active & (tl.load(SEG_END + tl.minimum(mid, NBLK - 1)) <= s_id)
-        lo_b = tl.where(right, mid + 1, lo_b)
-        hi_b = tl.where(active & ~right, mid, hi_b)
-    used = lo_b < NBLK  # the static grid has spare segments past the last block's
-    blk = tl.minimum(lo_b, NBLK - 1)
-    b0 = tl.load(START + blk)
-    b1 = tl.load(START + blk + 1)
-    seg0 = tl.load(SEG_END + blk) - (b1 - b0 + S - 1) // S
-    lo = b0 + (s_id - seg0) * S
-    hi = tl.where(used, tl.minimum(lo + S, b1), lo)
+    blk, lo, hi, _ = _segment(SEG_END, START, s_id, NBLK, NSEARCH, S)
     bh = (blk // NS).to(tl.int64)
     j = blk % NS
     n = tl.arange(0, BN)
@@ -82,7 +70,7 @@ def _sel_fwd_keys_kernel(
     v = tl.load(V + bh * T * D + koff, mask=kmask[:, None] & dm[None, :], other=0.0)
     qk_scale = sm_scale * 1.4426950408889634  # base-2 softmax
     # Partials of chunk nb start at pair position nb * P (P = BH*T*NK, the table's size).
-    npos = (lo_b * 0 + NBLK // NS).to(tl.int64) * T * NK  # int64: B*Hkv*T*n may pass 2**31
+    npos = (s_id * 0 + NBLK // NS).to(tl.int64) * T * NK  # int64: B*Hkv*T*n may pass 2**31
     PO += nb.to(tl.int64) * npos * G * D
     PL += nb.to(tl.int64) * npos * G
     r = tl.arange(0, BR)
