@@ -10,7 +10,8 @@ compile's `ptxas -v`. Static counts: an instruction inside a data-dependent bran
 whether or not it runs. Prints one JSON object per line; it asserts nothing.
 
   .venv/bin/python bench/select_sass.py                              # M7C and paper, sm_80 and sm_90
-  .venv/bin/python bench/select_sass.py --shape 6x64 --arch 90 --set select_v0=1
+  .venv/bin/python bench/select_sass.py --shape 6x64 --arch 90 --set select_v0=1   # the kernel before
+  PYTHONPATH=/path/to/triton-3.6 .venv/bin/python bench/select_sass.py              # another triton
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 import re
 import subprocess
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 SHAPES = {"m7c": (6, 64), "paper": (16, 128)}  # (G, D); l 32, d 16, l' 64, n 16 (configs/m7c_125m.yaml)
@@ -93,6 +95,14 @@ def compile_select(G: int, D: int, arch: int, over: dict, triton_dtype: str = "b
     cmp._config = lambda *a, **k: {**real(*a, **k), **over}
     try:
         spec = next(s for s in cmp.gpucheck_specs(shape, arch) if s.name == "compressed_select")
+        if over.get("select_v0"):  # the kernel before it, at its own shipped tokens and warps
+            c = cmp._config(G, D, 16, 32, 16, 64, arch)
+            const = {k: v for k, v in spec.constexprs.items() if k not in ("SP", "HALVES")}
+            const["BT"] = c["bt_sel_v0"]
+            sig = {k: v for k, v in spec.signature.items() if k not in ("SP", "HALVES")}
+            spec = replace(
+                spec, fn=cmp._cmp_select_v0, signature=sig, constexprs=const, num_warps=c["warps_sel_v0"]
+            )
     finally:
         cmp._config = real
     aligned = {

@@ -69,16 +69,18 @@ def _merge_top(top_b, top_j, kb, kj, W: tl.constexpr, BJ: tl.constexpr):
     pos_j = tl.arange(0, BJ)
     # [.., j, i]: key j goes ahead of top entry i.
     rank_top = pos_w[None, :] + tl.sum((kb[:, :, None] >= top_b[:, None, :]).to(tl.int32), axis=1)
-    # [.., x, j]: key x, or top entry x, goes ahead of key j.
-    ahead = (kb[:, :, None] > kb[:, None, :]) | (
-        (kb[:, :, None] == kb[:, None, :]) & (pos_j[None, :, None] > pos_j[None, None, :])
-    )
+    # [.., x, j]: key x, or top entry x, goes ahead of key j. For integers, (a > b) or (a == b and x
+    # later) is a > b - [x later]: one subtraction and one compare (no overflow: b >= -1).
+    later = (pos_j[:, None] > pos_j[None, :]).to(tl.int32)
+    ahead = kb[:, :, None] > kb[:, None, :] - later[None, :, :]
     top_ahead = top_b[:, :, None] > kb[:, None, :]
     slot = pos_w[None, :, None]  # [.., slot, x]
     if W == BJ:
         rank_key = tl.sum(ahead.to(tl.int32) + top_ahead.to(tl.int32), axis=1)
         at_t = rank_top[:, None, :] == slot
         at_k = rank_key[:, None, :] == slot
+        # (Nested selects instead of the adds issue ~60 fewer instructions but spilled 24 B on sm_80 at
+        # G 16 x D 128, triton 3.9.)
         vb = tl.where(at_t, top_b[:, None, :], 0) + tl.where(at_k, kb[:, None, :], 0)
         vj = tl.where(at_t, top_j[:, None, :], 0) + tl.where(at_k, kj[None, None, :], 0)
         new_b, new_j = tl.sum(vb, axis=2), tl.sum(vj, axis=2)
