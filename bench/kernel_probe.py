@@ -77,6 +77,7 @@ CMP_VARIANTS = [
     {"kernel": "select", "bt_sel": 4},  # M7C on sm_90: 2 warps, 12-24 B spilled (bench/select_sass.py)
     {"kernel": "select", "bt_sel": 4, "warps_sel": 4},
     {"kernel": "select", "halves_sel": 1},
+    {"kernel": "select", "halves_sel": 0},  # since 2026-11-26b M7C on sm_90 ships halves
     # The selection kernel before 2026-11-26b (compressed_select_v0.py) at its shipped settings, and
     # at 4 warps: the comparison of the int32 merge with the int64 one, in the same run.
     {"kernel": "select", "select_v0": 1},
