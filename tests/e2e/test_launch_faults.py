@@ -154,8 +154,10 @@ def _mount_tmpfs(path: Path, size_mb: int) -> bool:
     )
 
 
+@pytest.mark.runs_dir_alone
 def test_disk_full_is_named_with_path_and_mb_free(tmux_server, tmp_path, monkeypatch):
-    """The run's workdir is this checkout, so runs/ itself is mounted as a small tmpfs."""
+    """The run's workdir is this checkout, so runs/ itself is mounted as a small tmpfs (while no other
+    e2e test runs: tests/e2e/conftest.py)."""
     isolate(monkeypatch, tmp_path, tmux_server)
     runs = PROJECT_ROOT / "runs"
     if runs.is_mount():
