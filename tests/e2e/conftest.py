@@ -5,40 +5,17 @@ across processes (launcher/ssh/openssh.py, ControlPersist), with sockets under N
 e2e test gets its own NSA_LAUNCH_HOME (the same dir launch_support.isolate uses), and after the test
 the masters of that registry are stopped with `ssh -O exit`. The fixture uses monkeypatch, so it is
 torn down before the environment is restored and still sees the test's home.
-
-A run on the local transport writes its run dir under this checkout's runs/ (PROJECT_ROOT/runs), which
-every e2e test may do at the same time when the suite runs in several processes (scripts/test.sh: pytest
--n 2). The one test that mounts a small tmpfs over runs/ to fill it (marked `runs_dir_alone`) would
-hide or fill the others' run dirs, so each e2e test holds a shared lock on runs/ and that one an
-exclusive lock: it runs only while no other e2e test of this checkout does, in any pytest process.
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from launcher.config.profiles import PROJECT_ROOT
 from launcher.ssh.openssh import stop_masters
-
-# Keyed by the checkout: another clone's suite has its own runs/ and need not wait for this one.
-_CHECKOUT = hashlib.sha256(str(PROJECT_ROOT).encode()).hexdigest()[:12]
-RUNS_LOCK = Path(tempfile.gettempdir()) / f"nsa-test-runs-{_CHECKOUT}.lock"
-
-
-@pytest.fixture(autouse=True)
-def _runs_dir_lock(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Shared on PROJECT_ROOT/runs for every e2e test; exclusive for one marked `runs_dir_alone`."""
-    alone = request.node.get_closest_marker("runs_dir_alone") is not None
-    with open(RUNS_LOCK, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)  # released when the file closes
-        yield
 
 
 @pytest.fixture(autouse=True)

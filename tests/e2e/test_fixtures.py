@@ -1,9 +1,7 @@
-"""The test infrastructure itself: the sshd fixture checks host keys, the tmux fixture is real, and
-the runs/ lock keeps the disk-full test alone among the e2e tests of parallel workers."""
+"""The test infrastructure itself: the sshd fixture checks host keys, the tmux fixture is real."""
 
 from __future__ import annotations
 
-import fcntl
 import subprocess
 import time
 
@@ -11,29 +9,7 @@ import paramiko
 import pytest
 from fabric import Connection
 
-from tests.e2e.conftest import RUNS_LOCK
-
 pytestmark = pytest.mark.e2e
-
-
-def _can_lock(mode: int) -> bool:
-    """Whether another holder (another worker's test) would get `mode` on the runs/ lock right now."""
-    with open(RUNS_LOCK, "a") as f:
-        try:
-            fcntl.flock(f, mode | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        return True
-
-
-def test_an_e2e_test_keeps_the_runs_dir_alone_test_waiting():
-    assert _can_lock(fcntl.LOCK_SH)  # other e2e tests run beside this one
-    assert not _can_lock(fcntl.LOCK_EX)  # the disk-full test does not
-
-
-@pytest.mark.runs_dir_alone
-def test_the_runs_dir_alone_test_keeps_every_other_e2e_test_waiting():
-    assert not _can_lock(fcntl.LOCK_SH)
 
 
 def _connection(sshd, known_hosts) -> Connection:
