@@ -23,7 +23,9 @@ echo "test: the triton 3.6 leg (scripts/triton-leg.sh) runs beside the main run;
 # one torch thread, as the main run's workers (tests/conftest.py).
 OMP_NUM_THREADS=1 setsid nice -n 10 scripts/triton-leg.sh >"$legs/leg.log" 2>&1 &
 leg_pid=$!
-trap 'kill -- -"$leg_pid" 2>/dev/null || true' EXIT
+trap '[ -z "$leg_pid" ] || kill -- -"$leg_pid" 2>/dev/null || true' EXIT
+# Ctrl-C (pytest then exits by itself) or a TERM ends the whole run, the leg included, at once.
+trap 'echo "test: interrupted; the triton 3.6 leg stopped too" >&2; exit 130' INT TERM
 # Two worker processes (pytest-xdist), each test file whole on one of them, in collection order
 # (--dist loadfile: a file's module-scoped fixtures are built once, as in a serial run;
 # --no-loadscope-reorder: the long end-to-end files first, the many short unit files fill in at the
@@ -33,7 +35,7 @@ trap 'kill -- -"$leg_pid" 2>/dev/null || true' EXIT
 .venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder || rc=$?
 leg_rc=0
 wait "$leg_pid" || leg_rc=$?
-trap - EXIT
+leg_pid=""
 cat "$legs/leg.log"
 if [ "$leg_rc" -ne 0 ]; then
     echo "test: the triton 3.6 leg failed (above); rerun it alone: scripts/triton-leg.sh" >&2
