@@ -10,8 +10,9 @@ pytest-xdist workers as scripts/test.sh runs the suite ("n2": -n 2 --dist loadfi
 
     .venv/bin/python bench/suite_time.py --workers --rounds 2 -- tests/e2e/test_launch_local.py tests/unit/launcher
 
-Prints one JSON object per run: variant, round, pytest's exit code, wall seconds, each test's seconds
-(setup + call + teardown, from `--durations=0`) and the 1-minute load average before and after. The
+Prints one JSON object per run: variant, round, pytest's exit code, wall seconds, the failed node ids,
+each test's seconds (setup + call + teardown, from `--durations=0`; with --workers only their sum)
+and the 1-minute load average before and after. The
 files are put back as they are in HEAD at the end, whatever happened; run it on a clean worktree.
 """
 
@@ -28,12 +29,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DURATION = re.compile(r"^([\d.]+)s (?:call|setup|teardown)\s+(\S+)", re.M)
+FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)  # -ra's short summary
 
 
 XDIST = ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder"]  # as scripts/test.sh
 
 
-def run_pytest(ids: list[str], extra: tuple[str, ...] = ()) -> tuple[int, float, dict[str, float]]:
+def run_pytest(ids: list[str], extra: tuple[str, ...] = ()) -> tuple[int, float, dict[str, float], list[str]]:
     t0 = time.monotonic()
     p = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=0", "-vv", *extra, *ids],
@@ -43,7 +45,7 @@ def run_pytest(ids: list[str], extra: tuple[str, ...] = ()) -> tuple[int, float,
     per_test: dict[str, float] = {}
     for m in DURATION.finditer(p.stdout):
         per_test[m.group(2)] = round(per_test.get(m.group(2), 0.0) + float(m.group(1)), 2)
-    return p.returncode, wall, per_test
+    return p.returncode, wall, per_test, sorted(set(FAILED.findall(p.stdout)))
 
 
 def main() -> int:
@@ -69,9 +71,9 @@ def main() -> int:
                     else:
                         subprocess.run(["git", "checkout", "HEAD", "--", f], cwd=ROOT, check=True)
                 load0 = os.getloadavg()[0]
-                rc, wall, per_test = run_pytest(a.ids)
+                rc, wall, per_test, failed = run_pytest(a.ids)
                 rec = {"bench": "suite_time", "variant": variant, "round": r, "rc": rc, "wall_s": round(wall, 1),
-                       "tests_s": per_test, "load1_start": round(load0, 2),
+                       "failed": failed, "tests_s": per_test, "load1_start": round(load0, 2),
                        "load1_end": round(os.getloadavg()[0], 2)}  # fmt: skip
                 print(json.dumps(rec), flush=True)
     finally:
@@ -83,9 +85,9 @@ def compare_workers(ids: list[str], rounds: int) -> int:
     for r in range(rounds):
         for variant, extra in (("serial", ()), ("n2", tuple(XDIST))):
             load0 = os.getloadavg()[0]
-            rc, wall, per_test = run_pytest(ids, extra)
+            rc, wall, per_test, failed = run_pytest(ids, extra)
             rec = {"bench": "suite_time", "variant": variant, "round": r, "rc": rc, "wall_s": round(wall, 1),
-                   "tests_sum_s": round(sum(per_test.values()), 1), "load1_start": round(load0, 2),
+                   "failed": failed, "tests_sum_s": round(sum(per_test.values()), 1), "load1_start": round(load0, 2),
                    "load1_end": round(os.getloadavg()[0], 2)}  # fmt: skip
             print(json.dumps(rec), flush=True)
     return 0
