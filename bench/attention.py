@@ -30,9 +30,9 @@ H100 and H200 GPU runs, bench/attention_fit.py) prints JSON lines: "calibration"
 against published NSA / FlashAttention-2 figures, relative error), "prediction" rows (our triton
 backend / FlashAttention-2 as PyTorch SDPA's flash backend, fwd, bwd, fwd+bwd; A100, H100, H200; shapes
 m7c and paper), "miss" rows (a prediction over its target, with its largest kernel), "what_if" rows
-(the same ratio for restructures that are not built), "bound" rows (the ideal NSA any structure of
-the model's kernel kinds could reach, and the sparse backward efficiency the targets need), "budget_ms" rows
-(per branch), "kernel_model" rows (FLOPs issued incl. padding, DRAM and L2 bytes, programs, waves),
+(the same ratio for other builds: earlier ones, one switch changed, restructures not built), "bound"
+rows (the ideal NSA any structure of the model's kernel kinds could reach, and the sparse backward
+efficiency the targets need), "budget_ms" rows (per branch), "kernel_model" rows (FLOPs issued incl. padding, DRAM and L2 bytes, programs, waves),
 and "memory" rows (bytes one M7C layer saves for backward, traced on the meta device, and the
 largest scratch an op holds) at T = 8k, 32k, 64k, 128k.
 """

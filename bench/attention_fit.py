@@ -1,24 +1,28 @@
-"""Fits the cost model's prices of our kernel kinds (bench/attention_model.py, H100_COST, H200_COST
-and H200_FINAL_COST) to a GPU suite's speed records, reads its launch-setting factors
+"""Fits the cost model's prices of our kernel kinds (bench/attention_model.py, H100_COST, H200_COST,
+H200_FINAL_COST and KEYS_COST) to a GPU suite's speed records, reads its launch-setting factors
 (CONFIG_FACTOR) from a kernel probe, and checks the model against them.
 
 Owns the re-fit of issue 20, item 5: for each kernel family the suite profiles (modelcheck.FAMILIES),
 the model's kernels of that family at each record's shape and T give the counts a price applies to
 (issued MMA FLOPs, programs, loop steps, token-steps, gathered bytes: Kernel.work); a non-negative
 least-squares fit in relative error gives each kind the few terms FIT_TERMS names (1 / efficiency,
-SM cycles per count). SDPA flash (the baseline) is fitted the same way from its forward and
+SM cycles per count; a term of a kind's price that FIT_TERMS does not name stays as stored and its
+time is taken off the measured one first: the key-major kernels' partials' DRAM time). SDPA flash (the baseline) is fitted the same way from its forward and
 forward+backward times. A committed run is modelled with the kernels it measured (the model's
 RUN_BUILDS, by file name); any other file with the kernels the code ships. The selection kernel's
 cycles are fitted as its 4-warp price (each record's counts scaled by SEL_WARPS of its warps), and
 any kind with launch-setting tags likewise at its untagged price (scaled by CONFIG_FACTOR);
-`--probe` prints the warps factors and the launch-setting factors (`config_factors`: per probed
-point, the factor that makes the model's variant / base ratio the measured one) from a
-bench/kernel_probe.py run. It imports nothing from torch; it asserts nothing.
+`--probe` (bench/attention_probe_fit.py) prints the warps factors and the launch-setting factors
+(`config_factors`: per probed point, the factor that makes the model's variant / base ratio the
+measured one) from a bench/kernel_probe.py run, and for its selected rows under the key-major
+switches (`fwd_keys`, `bwd_keys`) the model's times beside the probe's and the keys kernels'
+efficiencies that reproduce them (`keys_effs`). It imports nothing from torch; it asserts nothing.
 
 Prints JSON lines: one "fit" row per kind (the terms, as the COST tables hold them: `eff` and
 cycles), then one "check" row per (record, family) with the measured time and the time the model
-as it stands predicts; with --probe, one "warps_factor" row per warp count and one "config_factor"
-row per launch-setting tag the probe prices.
+as it stands predicts; with --probe, one "warps_factor" row per warp count, one "config_factor"
+row per launch-setting tag the probe prices, one "probe_check" row per selected probe row under the
+key-major switches and one "keys_eff" row per key-major kernel kind.
 
   .venv/bin/python bench/attention_fit.py bench/gpu/2026-11-26-h100-speed.json
   .venv/bin/python bench/attention_fit.py bench/gpu/2026-11-26-h200-speed-after.json \
@@ -26,6 +30,7 @@ row per launch-setting tag the probe prices.
   .venv/bin/python bench/attention_fit.py bench/gpu/2026-11-26-h200-speed-final.json \
       --probe bench/gpu/2026-11-26-h200-probe-final.jsonl   # the launch settings of ce226a4
   .venv/bin/python bench/attention_fit.py NEW-suite.json --families _cmp_select   # one family only
+  .venv/bin/python bench/attention_fit.py NEW-suite.json --probe NEW-probe.jsonl  # fwd_keys / bwd_keys
 
 After a kernel is rewritten, mirror its new structure in the model (`ours`, its work counts), run
 the suite, run this on the new suite.json, and copy the "fit" rows of its kinds into the COST table
@@ -35,13 +40,43 @@ of that run's GPU (docs/attention.md "Time budget").
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
-import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import attention_model as m
+
+def _model():
+    """bench/attention_model.py, loaded by path (bench/ on sys.path would let bench/launcher.py shadow
+    the launcher package in the process that imports this, e.g. pytest's)."""
+    if "attention_model" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            "attention_model", Path(__file__).resolve().with_name("attention_model.py")
+        )
+        sys.modules["attention_model"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["attention_model"])  # its dataclasses look it up there
+    return sys.modules["attention_model"]
+
+
+m = _model()
+
+
+def _probe_module():
+    """bench/attention_probe_fit.py (the probe's prices), loaded by path like the model."""
+    if "attention_probe_fit" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            "attention_probe_fit", Path(__file__).resolve().with_name("attention_probe_fit.py")
+        )
+        sys.modules["attention_probe_fit"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["attention_probe_fit"])
+    return sys.modules["attention_probe_fit"]
+
+
+_probe = _probe_module()
+# the probe's side, re-exported: `attention_fit.X` stays the one interface of the scripts and tests
+PROBE_TAGS, _SEL_FWD, _SEL_ALL = _probe.PROBE_TAGS, _probe._SEL_FWD, _probe._SEL_ALL
+warps_factors, config_factors = _probe.warps_factors, _probe.config_factors
+selected_probe_rows, keys_effs = _probe.selected_probe_rows, _probe.keys_effs
 
 # What each kind's price is made of (the physical reason is in docs/attention.md, "Time budget"):
 # "eff" a fraction of the tensor-core peak; the others SM cycles per count of Kernel.work.
@@ -67,6 +102,16 @@ FIT_TERMS: dict[str, tuple[str, ...]] = {
     "sdpa_fwd": ("eff", "programs"),
     "sdpa_bwd": ("eff", "programs"),
     "sel_reduce": ("dram", "serial_bytes"),  # DRAM time x; the longest program's bytes (its tail)
+    # The key-major forward and fused backward: their MMAs' efficiency. Their partials' DRAM time
+    # (KEYS_COST "dram") stays fixed: it grows with the same (pair, head) rows as the MMAs, so a fit
+    # of both terms could not tell them apart; a term a kind's price has but FIT_TERMS does not name
+    # is subtracted from the measured time before the fit.
+    "sel_keys_fwd": ("eff",),
+    "sel_keys_bwd": ("eff",),
+    "cmp_sel32": ("programs", "token_steps"),  # the int32 selection merge (since 2026-11-26b)
+    "sel_fwd_merge": ("dram",),  # the key-major path's merges: DRAM time x
+    "sel_dq_merge": ("dram",),
+    "sel_index": ("dram",),  # the key-major forward's sort-key kernel
 }
 
 
@@ -168,6 +213,14 @@ def _feature(k: m.Kernel, term: str, gpu: m.Gpu) -> float:
     return k.work.get(term, 0.0) * f / (gpu.sms * gpu.clock)
 
 
+def _fixed_time(k: m.Kernel, gpu: m.Gpu) -> float:
+    """The time of the terms of k's price that FIT_TERMS does not fit (0 for most kinds)."""
+    _, key, _ = m.kind_parts(k.kind)
+    cost = m.kind_cost(key, gpu) or {}  # the untagged price: _feature applies the tags' factor
+    fitted = FIT_TERMS.get(fit_key(k.kind), ())
+    return sum(_feature(k, t, gpu) * (1 / c if t == "eff" else c) for t, c in cost.items() if t not in fitted)
+
+
 def _nnls(rows: list[list[float]], y: list[float]) -> list[float]:
     """min sum (A x - y)^2, x >= 0, for a handful of columns: normal equations on the active set."""
     n = len(rows[0])
@@ -226,7 +279,7 @@ def fit(recs: list[dict], gpu_name: str = "H100", families: list[str] | None = N
                 for i, (ck, t) in enumerate(cols):
                     if ck == key:
                         row[i] += _feature(k, t, gpu)
-            target = ms[fam] * 1e-3 - sum(k.launches for k in mm[fam]) * m.LAUNCH_S
+            target = ms[fam] * 1e-3 - sum(k.launches * m.LAUNCH_S + _fixed_time(k, gpu) for k in mm[fam])
             A.append([v / (ms[fam] * 1e-3) for v in row])  # relative error: each row scaled by 1/measured
             y.append(target / (ms[fam] * 1e-3))
         x = _nnls(A, y)
@@ -252,113 +305,6 @@ def check_rows(recs: list[dict], gpu_name: str = "H100") -> list[dict]:
     return rows
 
 
-def warps_factors(path: str) -> dict[int, dict]:
-    """The selection kernel's time at each warp count over its time at 4 warps, per probed shape and
-    their geometric mean (bench/kernel_probe.py's jsonl: `select` variants). The probe's default is
-    its base build's (RUN_BUILDS by file name; the after-run probe's: 4 warps, the final one's: 2,
-    whose ratios are taken to 4 warps by SEL_WARPS[2])."""
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    build = m.RUN_BUILDS.get(Path(path).name, {})
-    sel = [r for r in rows if r.get("variant", {}).get("kernel") == "select"]
-    base = {(r["shape"], r["T"]): r["ms"] for r in sel if set(r["variant"]) == {"kernel"}}
-    out: dict[int, dict] = {}
-    for r in sel:
-        if set(r["variant"]) == {"kernel", "warps_sel"} and (r["shape"], r["T"]) in base:
-            s = m.SHAPES[r["shape"]]
-            w0 = (
-                build.get("warps_sel")
-                or m.shipped_launch(s, 90, build.get("before_ce226a4", False))["warps_sel"]
-            )
-            ratios = out.setdefault(r["variant"]["warps_sel"], {"ratios": {}})["ratios"]
-            ratios[f"{r['shape']} T{r['T']}"] = round(
-                r["ms"] / base[(r["shape"], r["T"])] * m.SEL_WARPS[w0], 3
-            )
-    for f in out.values():
-        vals = list(f["ratios"].values())
-        f["mean"] = round(math.prod(vals) ** (1 / len(vals)), 3)
-    return out
-
-
-# Probe variants that price a launch-setting tag (CONFIG_FACTOR): (probe, variant key, value, the
-# tag, the probe's time it is read from, the model kernels that time covers). In this order: the
-# dQ's token-tile factor is read from fwd+bwd with the forward's just found.
-_SEL_FWD = ("sel_forced_fwd", "sel_fwd")
-_SEL_ALL = (*_SEL_FWD, "sel_forced_dq", "sel_bwd_dq", "sel_reverse_index", "sel_bwd_dkdv", "sel_bwd_reduce")
-PROBE_TAGS: list[tuple] = [
-    ("cmp_fwd", "BTF", 2, "cmp_sel@bt2", "ms", ("cmp_select",)),
-    ("cmp_bwd", "warps_dkv", 4, "cmp_dkv@w4", "ms", ("cmp_bwd_dq", "cmp_bwd_dkv")),
-    ("selected", "TP", "x4", "tok_fwd@tp4", "fwd_ms", _SEL_FWD),
-    ("selected", "TP", "x4", "tok_dq@tp4", "fwd_bwd_ms", _SEL_ALL),
-    ("selected", "warps_tok", 2, "tok_fwd@w2", "fwd_ms", _SEL_FWD),
-]
-
-
-def _variant_flags(key: str, value, s: m.Shape) -> dict:
-    if key == "BTF":
-        return {"bt_sel": value}
-    if key == "warps_dkv":
-        return {"warps_cmp_dkv": value}
-    if key == "TP":
-        return {"tp": m._tokens_per_tile(s.G) * int(str(value).lstrip("x"))}
-    return {key: value}
-
-
-def _tags(kernels: list[m.Kernel]) -> set[str]:
-    out = set()
-    for k in kernels:
-        base, _, tags = m.kind_parts(k.kind)
-        out |= {f"{base}@{t}" for t in tags}
-    return out
-
-
-def config_factors(path: str, gpu_name: str = "H200") -> dict[str, dict]:
-    """Each PROBE_TAGS factor from a bench/kernel_probe.py jsonl: per probed point where the code ships
-    the setting, the factor f with which the model's time of the probed kernels at the variant over
-    its time at the probe's base build (RUN_BUILDS by file name) is the measured ratio (bisection);
-    their geometric mean. The model's structural change (programs, steps) stays in the model."""
-    gpu = m.GPUS[gpu_name]
-    build = m.RUN_BUILDS.get(Path(path).name, {})
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    saved = dict(m.CONFIG_FACTOR)
-    out: dict[str, dict] = {}
-    try:
-        for probe, key, value, tag, field, names in PROBE_TAGS:
-            ratios = {}
-            for r in rows:
-                v = r.get("variant", {})
-                if r.get("probe") != probe or v.get(key) != value:
-                    continue
-                rest = {k: x for k, x in v.items() if k != key}
-                base = next((b for b in rows if b.get("probe") == probe and b.get("variant") == rest
-                             and (b["shape"], b["T"], b["B"]) == (r["shape"], r["T"], r["B"])), None)  # fmt: skip
-                s0 = m.SHAPES[r["shape"]]
-                s = m.Shape(s0.name, r["B"], s0.H, s0.Hkv, s0.D)
-                flags = {**build, **_variant_flags(key, value, s)}
-                var_ks = [k for k in m.ours(r["T"], s, cc=gpu.cc, **flags) if k.name in names]
-                x4 = {"tp": m.WHAT_IF["token_tiles_x4"]["tp"](s)}  # ce226a4's rules (4x tiles at G 5-8)
-                if (
-                    base is None
-                    or tag not in _tags(var_ks)
-                    or tag not in _tags(m.ours(r["T"], s, cc=gpu.cc, **x4))
-                ):
-                    continue  # no base row, or a setting ce226a4 did not ship at this shape
-                t0 = sum(k.time(gpu) for k in m.ours(r["T"], s, cc=gpu.cc, **build) if k.name in names)
-                want = r[field] / base[field]
-                lo, hi = 0.01, 10.0
-                for _ in range(60):
-                    m.CONFIG_FACTOR[tag] = mid = math.sqrt(lo * hi)
-                    lo, hi = (mid, hi) if sum(k.time(gpu) for k in var_ks) / t0 < want else (lo, mid)
-                ratios[f"{r['shape']} T{r['T']}"] = round(math.sqrt(lo * hi), 3)
-            if ratios:
-                mean = math.prod(ratios.values()) ** (1 / len(ratios))
-                out[tag] = {"factors": ratios, "mean": round(mean, 3)}
-                m.CONFIG_FACTOR[tag] = mean  # the next tags' solves see it
-    finally:
-        m.CONFIG_FACTOR.clear()
-        m.CONFIG_FACTOR.update(saved)
-    return out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("suite_json", nargs="+", help="suite.json files with a speed section (bench/gpu/)")
@@ -366,7 +312,8 @@ def main() -> None:
     ap.add_argument("--gpu", choices=sorted(m.GPUS), help="the model's GPU (default: the first file's env)")
     ap.add_argument(
         "--probe",
-        help="a bench/kernel_probe.py jsonl: print the selection's warps factors and the launch-setting factors",
+        help="a bench/kernel_probe.py jsonl: print the selection's warps factors, the launch-setting factors "
+        "and the key-major kernels' prices from it",
     )
     args = ap.parse_args()
     try:
@@ -380,6 +327,10 @@ def main() -> None:
             print(json.dumps({"warps_factor": warps, **f, "stored": m.SEL_WARPS.get(warps)}))
         for tag, f in config_factors(args.probe, args.gpu).items():
             print(json.dumps({"config_factor": tag, **f, "stored": m.CONFIG_FACTOR.get(tag)}))
+        for row in selected_probe_rows(args.probe, args.gpu):
+            print(json.dumps(row))
+        for kind, f in keys_effs(args.probe, args.gpu).items():
+            print(json.dumps({"keys_eff": kind, **f, "stored": m.KEYS_COST[kind]["eff"]}))
     for kind, terms in sorted(fit(recs, args.gpu, args.families).items()):
         print(json.dumps({"fit": kind, **{t: (round(v, 4) if v else v) for t, v in terms.items()}}))
     for row in check_rows(recs, args.gpu):

@@ -48,7 +48,6 @@ def _cmp_launch(q, kc, vc, over: dict):
     lse = torch.zeros(B, Hkv, T, G, dtype=torch.float32, device=q.device)
     idx = torch.empty(B, Hkv, T, k, dtype=torch.int64, device=q.device)
     valid = torch.empty(B, Hkv, T, k, dtype=torch.bool, device=q.device)
-    ns = -(-T // GEO["sel_block"])
     geo = {"L": GEO["block_len"], "S": GEO["block_stride"], "PREC": "ieee"}
     qk = D**-0.5 * cmp._LOG2E
 
@@ -59,11 +58,8 @@ def _cmp_launch(q, kc, vc, over: dict):
         )  # fmt: skip
 
     def select():
-        cmp._cmp_select[(triton.cdiv(T, c["bt_sel"]), B * Hkv)](
-            q, kc, lse, idx, valid, T, kc.shape[2], ns, k, qk,
-            G=G, GP=c["GPF"], D=D, DP=c["DP"], BT=c["bt_sel"], BJ=c["BJ"], RP=c["RP"], W=c["W"],
-            LS=GEO["sel_block"], **geo, num_warps=c["warps_sel"], num_stages=over.get("stages_sel", 2),
-        )  # fmt: skip
+        cmp.launch_select(c, q, kc, lse, idx, valid, GEO["block_len"], GEO["block_stride"], GEO["sel_block"], qk,
+                          "ieee")  # fmt: skip
 
     attend()  # the selection reads the forward's row statistics
     return {"attend": attend, "select": select}[over["kernel"]]
@@ -78,6 +74,12 @@ CMP_VARIANTS = [
     {"kernel": "select", "warps_sel": 1},
     {"kernel": "select", "bt_sel": 8},
     {"kernel": "select", "bt_sel": 2},
+    {"kernel": "select", "bt_sel": 4},
+    {"kernel": "select", "halves_sel": 1},
+    # The selection kernel before 2026-11-26b (compressed_select_v0.py) at its shipped settings, and
+    # at 4 warps: the comparison of the int32 merge with the int64 one, in the same run.
+    {"kernel": "select", "select_v0": 1},
+    {"kernel": "select", "select_v0": 1, "warps_sel_v0": 4},
 ]
 
 # The compressed backward (dQ, dK/dV, the partial sum): keys of compressed._config; "x2" doubles one.
@@ -94,10 +96,13 @@ CMP_BWD_VARIANTS = [
 # The selected ops; "TP": "x2" doubles the token tile's tokens (rows padded to a power of two).
 SEL_VARIANTS = [
     {},
+    {"fwd_keys": False, "bwd_keys": False},  # the query-major forward and dQ (forced + token tiles)
+    {"fwd_keys": False},  # the key-major forward (selected_keys.py) off
+    {"bwd_keys": False},  # the key-major backward (selected_keys_bwd.py) off
+    {"BR_f": 64},
+    {"BR_keys": 32},
     {"TP": "x2"},
-    {"TP": "x4"},
     {"warps_tok": 2},
-    {"warps_q": 2},
     {"warps_kv": 8},
 ]
 
@@ -148,7 +153,7 @@ def probe_sel(name, B, T):
         torch.autograd.grad(fwd(), leaves, dout)
 
     for over in SEL_VARIANTS:
-        sel._launch_config = lambda G, D, LP, _o=over: _apply(base(G, D, LP), _o, G)
+        sel._launch_config = lambda G, D, LP, *a, _o=over: _apply(base(G, D, LP, *a), _o, G)
         try:
             row = {"fwd_ms": _time(fwd), "fwd_bwd_ms": _time(fwd_bwd)}
         except Exception as e:

@@ -252,14 +252,23 @@ def table_rows_within_ties(q, kc, idx, valid, e_idx, e_valid, *, block_len, bloc
         logits = qs @ kc[b, h, :n_vis].float().T  # [G, n_vis]
         p = torch.softmax(logits, dim=-1).sum(0)  # Eq. 10
         scores = eager_cmp._eq9_scores(p[None], n_vis, block_len, block_stride, sel_block, ns)[0]
-        mine = set(idx[b, h, t][valid[b, h, t]].tolist())
-        theirs = set(e_idx[b, h, t][e_valid[b, h, t]].tolist())
+        mine_l = idx[b, h, t][valid[b, h, t]].tolist()
+        theirs_l = e_idx[b, h, t][e_valid[b, h, t]].tolist()
+        mine, theirs = set(mine_l), set(theirs_l)
         jt = t // sel_block
         swapped = [j for j in mine ^ theirs if j not in (0, jt, jt - 1)]
         free = sorted((scores[j].item() for j in theirs if j not in (0, jt, jt - 1)), reverse=True)
         s_n = free[-1] if free else 0.0
-        bound = s_n * 2.0**-24 * (4 * D * logits.abs().max().item() + 2 * n_vis + 16)
-        gap = max((abs(scores[j].item() - s_n) for j in swapped), default=float("inf"))
+        rel = 2.0**-24 * (4 * D * logits.abs().max().item() + 2 * n_vis + 16)
+        if swapped:
+            gap, bound = max(abs(scores[j].item() - s_n) for j in swapped), s_n * rel
+        else:
+            # The same blocks in another order (the row is listed because positions differ): the
+            # pairs the two tables rank the other way round must be near-ties of each other.
+            pm, pt = {j: i for i, j in enumerate(mine_l)}, {j: i for i, j in enumerate(theirs_l)}
+            flips = [(a, c) for a in mine for c in mine if pm[a] < pm[c] and pt[a] > pt[c]]
+            gap = max((abs(scores[a].item() - scores[c].item()) for a, c in flips), default=float("inf"))
+            bound = max((max(scores[a].item(), scores[c].item()) for a, c in flips), default=0.0) * rel
         ratio = gap / bound if bound > 0 else float("inf")
         worst = max(worst, ratio)
         near += ratio <= 1.0 and len(mine) == len(theirs)

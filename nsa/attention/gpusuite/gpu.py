@@ -147,6 +147,8 @@ def _flops_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
     other_pairs = sum((min(n, t // lp + 1) - min(3, t // lp + 1)) * lp for t in range(0, T, 16)) * 16
     sel_pairs = forced_pairs + other_pairs
     per = B * H * D
+    # The key-major path (G <= 8, selected.py's fwd_keys / bwd_keys) takes every pair in one kernel a
+    # direction: the forward QK + PV, the fused backward dK/dV's four products + dQ's.
     return {
         "_window_fwd": 4 * per * win_pairs, "_window_bwd_dq": 6 * per * win_pairs,
         "_window_bwd_dkdv": 8 * per * win_pairs,
@@ -157,6 +159,7 @@ def _flops_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
         "_sel_fwd": 4 * per * other_pairs, "_sel_bwd_dq": 6 * per * other_pairs,
         "_sel_forced_fwd": 4 * per * forced_pairs, "_sel_forced_dq": 6 * per * forced_pairs,
         "_sel_bwd_dkdv": 8 * per * sel_pairs,
+        "_sel_fwd_keys": 4 * per * sel_pairs, "_sel_bwd_keys": 10 * per * sel_pairs,
     }  # fmt: skip
 
 
@@ -169,6 +172,11 @@ def _bytes_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
     table = B * Hkv * T * geo["n_sel"] * 9
     lse = B * T * Hkv * G * 4
     state = 2 * Q  # fp32 rows of head_dim: twice the bf16 queries
+    # Key-major partials: one row per kept table entry (min(n, t // l' + 1) a token) and head: PO
+    # (q's dtype) + PL (fp32 lse) in the forward, PDQ (fp32) in the backward; written once, read once
+    # by the merges (PL twice).
+    lp, n = geo["sel_block"], geo["n_sel"]
+    kept = sum(min(n, t // lp + 1) for t in range(0, T, 16)) * 16 / T
     return {
         "_window_fwd": 2 * Q + 2 * K + lse, "_window_bwd_dq": 4 * Q + 2 * K + 2 * lse,
         "_window_bwd_dkdv": 2 * Q + 4 * K + 2 * lse,
@@ -180,6 +188,10 @@ def _bytes_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
         "_sel_fwd": 2 * Q + 2 * K + table + lse + state + lse, "_sel_bwd_dq": 4 * Q + 2 * K + table + 2 * lse + state,
         "_sel_forced_fwd": Q + 2 * K + table + state + lse, "_sel_forced_dq": 3 * Q + 2 * K + table + state + 2 * lse,
         "_sel_bwd_dkdv": 2 * Q + 4 * K + table + 2 * lse,
+        "_sel_fwd_keys": Q + 2 * K + kept * (Q + lse), "_sel_fwd_merge": kept * (Q + 2 * lse) + table + Q + lse,
+        "_sel_bwd_delta": 2 * Q + lse, "_sel_bwd_keys": 2 * Q + 4 * K + 2 * lse + kept * 2 * Q,
+        "_sel_bwd_dq_merge": kept * 2 * Q + table + Q,
+        "_sel_fwd_index": table * 17 / 9,  # idx + valid in, each entry's int64 sort key out
         "_gate_mix_fwd": 4 * Q, "_gate_mix_bwd": 8 * Q, "_rope_kernel": 2 * Q,
     }  # fmt: skip
 

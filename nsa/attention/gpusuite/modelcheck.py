@@ -9,7 +9,8 @@ GPU the model has no datasheet for is reported as such, never guessed. Pure arit
 record: the same code runs in CI on recorded numbers. The model's Hopper prices of our kernels are
 fitted on the committed GPU runs (H100: bench/gpu/2026-11-26-h100-speed.json; the kernels rewritten
 since on the H200 run bench/gpu/2026-11-26-h200-speed-after.json, the selected reduction on
-bench/gpu/2026-11-26-h200-speed-final.json; every comparison of the three runs within 30 %), and the
+bench/gpu/2026-11-26-h200-speed-final.json, the key-major selected kernels and the int32 selection on
+bench/gpu/2026-11-26b-h200-speed-keys.json; every comparison of the five runs within 30 %), and the
 launch settings changed after them (ce226a4) by factors from the final probe, so a later run
 compares against that fit; bench/attention_fit.py re-fits them from a new suite.json.
 A record is compared with the kernels the code ships (the model's defaults) unless `build` names
@@ -39,10 +40,17 @@ FAMILIES = {
     "sel_bwd_reduce": "_sel_bwd_reduce", "sel_forced_fwd": "_sel_forced_fwd", "sel_forced_dq": "_sel_forced_dq",
     "win_fwd": "_window_fwd", "win_bwd_dq": "_window_bwd_dq", "win_bwd_dkdv": "_window_bwd_dkdv",
     "gate_mix_fwd": "_gate_mix_fwd", "gate_mix_bwd": "_gate_mix_bwd",
+    # the key-major selected path (G <= 8: selected.py's fwd_keys / bwd_keys): selected_keys.py's
+    # index kernels, forward and merge, selected_keys_bwd.py's delta, fused dK/dV + dQ partials, and
+    # dQ merge
+    "sel_fwd_index": "_sel_fwd_index", "sel_fwd_segs": "_sel_fwd_segs",
+    "sel_fwd_keys": "_sel_fwd_keys", "sel_fwd_merge": "_sel_fwd_merge", "sel_bwd_delta": "_sel_bwd_delta",
+    "sel_bwd_keys": "_sel_bwd_keys", "sel_bwd_dq_merge": "_sel_bwd_dq_merge",
 }  # fmt: skip
-# In the core but not one triton family: the selected backward's reverse index (torch.sort & co.)
-# and autograd's sum of q's gradient from the three branches (two elementwise adds).
-OTHER_IN_CORE = ("sel_reverse_index", "q_grad_sum")
+# In the core but not one triton family: the selected branch's reverse index (torch.sort & co.; the
+# key-major forward's sort and searchsorted too) and autograd's sum of q's gradient from the three
+# branches (two elementwise adds).
+OTHER_IN_CORE = ("sel_reverse_index", "sel_fwd_reverse_index", "q_grad_sum")
 
 
 def load_model():

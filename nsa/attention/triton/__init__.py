@@ -36,6 +36,17 @@ def available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+def device_arch(device) -> int:
+    """The launch configs' arch for a tensor's device: major*10 + minor of a CUDA device (80 = A100,
+    90 = H100/H200); 80 for the interpreter's CPU tensors and the meta device, where any config runs."""
+    if device.type != "cuda":
+        return 80
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device)
+    return major * 10 + minor
+
+
 def interpreting() -> bool:
     """True under TRITON_INTERPRET=1, where kernels run on CPU tensors (fp32/fp16 only: bf16 tl.dot is wrong)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

@@ -24,8 +24,9 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from nsa.attention.triton import interpreting
+from nsa.attention.triton import device_arch, interpreting
 from nsa.attention.triton.compressed_select import _cmp_select
+from nsa.attention.triton.compressed_select_v0 import _cmp_select_v0
 from nsa.attention.triton.spec import GpuShape, KernelSpec
 
 _LOG2E = math.log2(math.e)
@@ -309,6 +310,7 @@ def _config(
     # spilled with 64 rows (G = 6: 8 tokens, 472 B) and with 16 tokens (G = 1), and with 128 rows.
     gpf = max(2, gp)
     btf = max(1, min(8, 32 // gpf))
+    hopper_g8 = head_dim <= 64 and arch >= 90 and gpf == 8  # M7C on an H100/H200
     # dQ: 8 warps for 128-row tiles; 4 for 32 rows (D > 64), where 8 warps left ptxas at 128 registers
     # and spilling (G 16, D 96 on sm_80).
     warps = 8 if bt * gp >= 64 else 4
@@ -337,6 +339,17 @@ def _config(
         # without it tile 0 carried all T queries alone (the longest program bounded the kernel).
         "split_dkv": 8,
         "W": max(16, _pow2(n_sel)),  # running top-n width of the selection kernel: >= n
+        # The selection's a - 1 keys a block shares with earlier blocks [Eq. 9], padded (gathered).
+        "SP": _pow2(max(1, a - 1)),
+        # The selection's top-n merged for the tile's tokens in two halves, one after the other: only
+        # where merged at once it spilled (ptxas: 8 B at G 6 x D 96 on sm_90, 4 tokens a tile).
+        # On sm_90 at M7C (2 tokens a tile, 2 warps) halves ran the selection at M7C 64k in 7.00 ms
+        # instead of 7.36 on an H200 (bench/kernel_probe.py, 2026-11-26b; ptxas: 128-167 registers,
+        # no spill on triton 3.6 and 3.9).
+        "halves_sel": 1 if (head_dim > 64 and btf >= 4) or hopper_g8 else 0,
+        # 1: launch `_cmp_select_v0` (compressed_select_v0.py, the kernel before 2026-11-26b) at its own
+        # shipped settings instead, for the GPU probe's comparison (bench/kernel_probe.py).
+        "select_v0": 0,
         # The selection kernel: its top-n merge is latency-bound, so fewer warps a program (more
         # programs per SM) ran it faster on an H200 (bench/kernel_probe.py, 2026-11-26): M7C at 64k
         # 39.1 / 20.2 / 13.3 ms with 8 / 4 / 2 warps (and 11.9 with 2 warps and 2 tokens a tile), the
@@ -344,7 +357,14 @@ def _config(
         # (gpucheck --grid, triton 3.6 and 3.9): head_dim 64 with 16 heads a token, or 8 on sm_90;
         # 2 spilled 4-200 B at G 1, 2, 6 on sm_80 and at head_dim > 64 (G 16 x D 128 too, 8 B), so 4 there.
         "warps_sel": 2 if head_dim <= 64 and (gpf >= 16 or (arch >= 90 and gpf == 8)) else 4,
-        "bt_sel": 2 if head_dim <= 64 and arch >= 90 and gpf == 8 else btf,
+        # 4 tokens a tile at 16 heads a token past head_dim 64: the paper's shape at 32k x 2 took 9.28 ms
+        # instead of 16.20 with 2 (8: 10.85) on an H200 (bench/kernel_probe.py, 2026-11-26b); measured
+        # on sm_90 only, shipped on sm_80 too (the same K tile serves twice the tokens; ptxas: 164-168
+        # registers, no spill at G 12/16 x D 96/128 on sm_80 and sm_90, triton 3.6 and 3.9).
+        "bt_sel": 2 if hopper_g8 else (4 if gpf >= 16 and head_dim > 64 else btf),
+        # `_cmp_select_v0`'s settings as shipped with it (the probe's comparison).
+        "warps_sel_v0": 2 if head_dim <= 64 and (gpf >= 16 or (arch >= 90 and gpf == 8)) else 4,
+        "bt_sel_v0": 2 if head_dim <= 64 and arch >= 90 and gpf == 8 else btf,
         # The attention forward: flash tiles of (token, head) rows as dQ's, BN keys a step.
         "bm_fwd": 128 if head_dim <= 64 else 64,
         "bn_fwd": 64 if head_dim <= 64 else 32,
@@ -356,19 +376,42 @@ def _prec(dtype: torch.dtype) -> str:
     return "tf32" if dtype == torch.float32 and not interpreting() else "ieee"
 
 
-def _arch(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 80  # the interpreter and the meta device: any config runs there
-    major, minor = torch.cuda.get_device_capability(device)
-    return major * 10 + minor
-
-
 def _check_device(x: Tensor) -> None:
     if x.device.type != "cuda" and not interpreting():
         raise ValueError(
             f"nsa.attention.triton.compressed: tensors on {x.device.type} need TRITON_INTERPRET=1 "
             "(the triton backend runs on CUDA; use backend='eager' on CPU)"
         )
+
+
+def launch_select(
+    c: dict,
+    q: Tensor,
+    kc: Tensor,
+    lse: Tensor,
+    idx: Tensor,
+    valid: Tensor,
+    block_len: int,
+    block_stride: int,
+    sel_block: int,
+    qk_scale: float,
+    prec: str,
+) -> None:
+    """The selection kernel of config `c` (`_cmp_select`, or `_cmp_select_v0` where c["select_v0"])
+    writing the table idx/valid [B, Hkv, T, k] from q, the compressed keys and the row log-sum-exp."""
+    B, Hkv, T, G, D = q.shape
+    args = (q, kc, lse, idx, valid, T, kc.shape[2], -(-T // sel_block), idx.shape[-1], qk_scale)
+    geo = {"G": G, "GP": c["GPF"], "D": D, "DP": c["DP"], "BJ": c["BJ"], "RP": c["RP"], "W": c["W"],
+           "L": block_len, "S": block_stride, "LS": sel_block, "PREC": prec}  # fmt: skip
+    if c["select_v0"]:
+        _cmp_select_v0[(triton.cdiv(T, c["bt_sel_v0"]), B * Hkv)](
+            *args, BT=c["bt_sel_v0"], **geo, num_warps=c["warps_sel_v0"], num_stages=2
+        )
+        return
+    _cmp_select[(triton.cdiv(T, c["bt_sel"]), B * Hkv)](
+        *args, BT=c["bt_sel"], SP=c["SP"], HALVES=c["halves_sel"], **geo, num_warps=c["warps_sel"],
+        num_stages=2,
+    )  # fmt: skip
 
 
 @torch.library.custom_op("nsa_triton::compressed_fwd", mutates_args=())
@@ -387,23 +430,18 @@ def _fwd(
     B, Hkv, T, G, D = q.shape
     nc = kc.shape[2]
     k = min(n_sel, -(-T // sel_block))
-    c = _config(G, D, n_sel, block_len, block_stride, sel_block, _arch(q.device))
+    c = _config(G, D, n_sel, block_len, block_stride, sel_block, device_arch(q.device))
     out = torch.empty_like(q)
     lse = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
     idx = torch.empty(B, Hkv, T, k, dtype=torch.int64, device=q.device)
     valid = torch.empty(B, Hkv, T, k, dtype=torch.bool, device=q.device)
-    ns = -(-T // sel_block)
     prec = _prec(q.dtype)
     _cmp_fwd[(triton.cdiv(T * G, c["bm_fwd"]), B * Hkv)](
         q, kc, vc, out, lse, T, nc, scale * _LOG2E,
         G=G, D=D, DP=c["DP"], BM=c["bm_fwd"], BN=c["bn_fwd"], L=block_len, S=block_stride, PREC=prec,
         num_warps=c["warps_fwd"], num_stages=2,
     )  # fmt: skip
-    _cmp_select[(triton.cdiv(T, c["bt_sel"]), B * Hkv)](
-        q, kc, lse, idx, valid, T, nc, ns, k, scale * _LOG2E,
-        G=G, GP=c["GPF"], D=D, DP=c["DP"], BT=c["bt_sel"], BJ=c["BJ"], RP=c["RP"], W=c["W"],
-        L=block_len, S=block_stride, LS=sel_block, PREC=prec, num_warps=c["warps_sel"], num_stages=2,
-    )  # fmt: skip
+    launch_select(c, q, kc, lse, idx, valid, block_len, block_stride, sel_block, scale * _LOG2E, prec)
     return out, idx, valid, lse
 
 
@@ -538,7 +576,9 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         "BT": c["bt_sel"],
         "BJ": c["BJ"],
         "RP": c["RP"],
+        "SP": c["SP"],
         "W": c["W"],
+        "HALVES": c["halves_sel"],
         "LS": shape.sel_block,
     }
     dq_sig = {

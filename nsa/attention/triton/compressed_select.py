@@ -3,9 +3,11 @@
 Owns the kernel that turns the compressed attention's saved row log-sum-exp into the selection
 table: per (batch, KV head, token tile), all G heads of each token as rows, it recomputes each key
 tile's final probabilities (1 QK product), sums them over the group [Eq. 10], maps them onto float32
-selection-block scores [Eq. 9] and keeps a running top-n per token [Eq. 11], sorted like eager's
-`topk` on the key (float bits << 32) | j. Launched, configured and checked by
-`nsa.attention.triton.compressed` (docs/attention.md, "compressed branch and selection")."""
+selection-block scores [Eq. 9] and keeps a running top-n per token [Eq. 11] in the order of eager's
+`topk` on the key (float bits << 32) | j, on int32 bits with the tie-break by j done by position.
+Launched, configured and checked by `nsa.attention.triton.compressed` (docs/attention.md,
+"compressed branch and selection"); `_cmp_select_v0` (compressed_select_v0.py) is the kernel it
+replaced, kept for one GPU comparison."""
 
 from __future__ import annotations
 
@@ -14,88 +16,110 @@ import triton.language as tl
 
 
 @triton.jit
-def _eq9_part(p3, H: tl.constexpr, A: tl.constexpr, R: tl.constexpr, RP: tl.constexpr):
-    """Score that keys r*j' + m (p3 [BT, BJ, RP] group-summed probabilities) give block j' + H [Eq. 9]:
-    weight = the stride pieces compressed block i shares with the selection block, w[u] for
-    u = m + a - 1 - r*H (selection.overlap_weights). Same reduction order for every block, so equal
-    probabilities give bit-equal scores (exact ties stay ties)."""
-    m = tl.arange(0, RP)
-    u = m + (A - 1 - R * H)
+def _eq9_sum(pg, w_u0: tl.constexpr, w_du: tl.constexpr, NU: tl.constexpr, BT: tl.constexpr,
+             BJ: tl.constexpr, M: tl.constexpr, A: tl.constexpr, R: tl.constexpr):  # fmt: skip
+    """Part of Eq. 9: pg [BT, BJ * M] (column j * M + m: group-summed probability of the m-th key
+    that block j weighs here) weighted by w[w_u0 + w_du * m] (selection.overlap_weights; 0 for
+    m >= NU) and summed over m: [BT, BJ] float32, one reduction of the same shape for every block."""
+    m = tl.arange(0, M)
+    u = w_u0 + w_du * m
     w = tl.minimum(tl.minimum(u + 1, A), tl.minimum(R, A + R - 1 - u))
-    w = tl.where((u >= 0) & (u < A + R - 1) & (m < R), w, 0).to(tl.float32)
-    return tl.sum(p3 * w[None, None, :], axis=2)
+    w = tl.where(m < NU, w, 0).to(tl.float32)
+    return tl.sum(tl.reshape(pg, [BT, BJ, M]) * w[None, None, :], axis=2)
 
 
 @triton.jit
-def _shift(x, by: tl.constexpr, BJ: tl.constexpr):
-    """y[:, j] = x[:, j - by] (0 outside), exactly: a select, never a rounded product."""
-    src = tl.arange(0, BJ)[:, None]
-    dst = tl.arange(0, BJ)[None, :]
-    hit = src == dst - by
-    return tl.sum(tl.where(hit[None, :, :], x[:, :, None], 0.0), axis=1)
+def _block_scores(p, prev, BT: tl.constexpr, GP: tl.constexpr, BJ: tl.constexpr, RP: tl.constexpr,
+                  SP: tl.constexpr, A: tl.constexpr, R: tl.constexpr):  # fmt: skip
+    """Eq. 10 and Eq. 9 for one key tile: p [BT * GP, BJ * RP] final probabilities of the blocks' own
+    keys (key r * j + m in column j * RP + m) -> [BT, BJ] float32 block scores, and the tile's
+    group-summed probabilities [BT, BJ * RP] for the next tile.
+
+    Block j weighs its own key r*j + m by w[m + a - 1] and the key r*j - 1 - s before it (s < a - 1,
+    in this tile or the previous one) by w[a - 2 - s]. Those are fetched by an exact gather (a copy of
+    the same float, never a second product), so every block's score is the same float operations on
+    its keys' probabilities: equal probabilities give bit-equal scores (exact ties stay ties)."""
+    pg = tl.sum(tl.reshape(p, [BT, GP, BJ * RP]), axis=1)  # Eq. 10
+    score = _eq9_sum(pg, A - 1, 1, R, BT, BJ, RP, A, R)
+    if A > 1:
+        c = tl.arange(0, BJ * SP)
+        k = (c // SP) * R - 1 - c % SP  # the key, relative to the tile's first
+        here = k >= 0
+        k = tl.where(here, k, k + BJ * R)  # in the previous tile (BJ * R >= a - 1: compressed._config)
+        col = tl.broadcast_to(((k // R) * RP + k % R)[None, :], [BT, BJ * SP])
+        near = tl.where(here[None, :], tl.gather(pg, col, 1), tl.gather(prev, col, 1))
+        score += _eq9_sum(near, A - 2, -1, A - 1, BT, BJ, SP, A, R)
+    return score, pg
 
 
 @triton.jit
-def _merge_top(top, keys, W: tl.constexpr, BJ: tl.constexpr):
-    """The W largest of `top` ([BT, W], sorted descending) and `keys` ([BT, BJ]), sorted descending,
-    placed by rank.
+def _merge_top(top_b, top_j, kb, kj, W: tl.constexpr, BJ: tl.constexpr):
+    """The W first of the union of `top` ([.., W] bits and j, sorted like eager's keys) and the tile's
+    keys (`kb` [.., BJ] bits, `kj` their j ascending, every one above all of top's), in that order.
 
-    Keys are distinct except the -1 fillers; among equal values `top` comes first, then `keys` by
-    position, so the ranks are a permutation. Exact selects on [BT, W, BJ] tiles (no xor network,
-    which the interpreter runs element by element and which costs registers on the GPU).
-    """
+    Eager's key (bits << 32) | j orders by bits, then larger j first; the tile's j are all larger
+    than top's, so a key goes ahead of a top entry iff its bits are >=, and ahead of another key iff
+    its bits are larger, or equal and it comes later. Fillers (bits -1) obey the same order, so the
+    ranks are a permutation; each slot takes the one entry of its rank (exact integer selects, no
+    sorting network). Every per-entry vector is used as v[:, None, :] except where a rank is counted
+    across it, so the only layout changes are top's bits one way and the result back (registers and
+    barriers: bench/select_sass.py). Where W == BJ the top's and the keys' counts and placements share
+    one reduction each."""
     pos_w = tl.arange(0, W)
     pos_j = tl.arange(0, BJ)
-    x = top[:, :, None]  # [BT, W(i), 1]
-    y = keys[:, None, :]  # [BT, 1, BJ(j)]
-    rank_top = pos_w[None, :] + tl.sum((y > x).to(tl.int32), axis=2)  # [BT, W]
-    yj = keys[:, :, None]  # [BT, BJ(j), 1]
-    ahead = (y > yj) | ((y == yj) & (pos_j[None, None, :] < pos_j[None, :, None]))
-    rank_key = tl.sum(ahead.to(tl.int32), axis=2) + tl.sum((top[:, None, :] >= yj).to(tl.int32), axis=2)
-    slot = pos_w[None, None, :]
-    out = tl.sum(tl.where(rank_top[:, :, None] == slot, x, 0), axis=1)
-    return out + tl.sum(tl.where(rank_key[:, :, None] == slot, yj, 0), axis=1)
+    # [.., j, i]: key j goes ahead of top entry i.
+    rank_top = pos_w[None, :] + tl.sum((kb[:, :, None] >= top_b[:, None, :]).to(tl.int32), axis=1)
+    # [.., x, j]: key x, or top entry x, goes ahead of key j.
+    ahead = (kb[:, :, None] > kb[:, None, :]) | (
+        (kb[:, :, None] == kb[:, None, :]) & (pos_j[None, :, None] > pos_j[None, None, :])
+    )
+    top_ahead = top_b[:, :, None] > kb[:, None, :]
+    slot = pos_w[None, :, None]  # [.., slot, x]
+    if W == BJ:
+        rank_key = tl.sum(ahead.to(tl.int32) + top_ahead.to(tl.int32), axis=1)
+        at_t = rank_top[:, None, :] == slot
+        at_k = rank_key[:, None, :] == slot
+        vb = tl.where(at_t, top_b[:, None, :], 0) + tl.where(at_k, kb[:, None, :], 0)
+        vj = tl.where(at_t, top_j[:, None, :], 0) + tl.where(at_k, kj[None, None, :], 0)
+        new_b, new_j = tl.sum(vb, axis=2), tl.sum(vj, axis=2)
+    else:
+        rank_key = tl.sum(ahead.to(tl.int32), axis=1) + tl.sum(top_ahead.to(tl.int32), axis=1)
+        at_t = rank_top[:, None, :] == slot
+        at_k = rank_key[:, None, :] == slot
+        new_b = tl.sum(tl.where(at_t, top_b[:, None, :], 0), axis=2)
+        new_b += tl.sum(tl.where(at_k, kb[:, None, :], 0), axis=2)
+        new_j = tl.sum(tl.where(at_t, top_j[:, None, :], 0), axis=2)
+        new_j += tl.sum(tl.where(at_k, kj[None, None, :], 0), axis=2)
+    return new_b, new_j
 
 
 @triton.jit
-def _block_scores(p, prev, BT: tl.constexpr, GP: tl.constexpr, BN: tl.constexpr, BJ: tl.constexpr,
-                  RP: tl.constexpr, A: tl.constexpr, R: tl.constexpr, HMAX: tl.constexpr):  # fmt: skip
-    """Eq. 10 (sum over the group) and Eq. 9 (overlap weights) for one key tile: the [BT, BJ] float32
-    block scores and the tile's group-summed probabilities, carried to the next tile."""
-    p3 = tl.reshape(tl.sum(tl.reshape(p, [BT, GP, BN]), axis=1), [BT, BJ, RP])  # Eq. 10
-    score = _eq9_part(p3, 0, A, R, RP)
-    for h in tl.static_range(1, HMAX + 1):
-        score += _shift(_eq9_part(p3, h, A, R, RP), h, BJ)
-        score += _shift(_eq9_part(prev, h, A, R, RP), h - BJ, BJ)
-    return score, p3
-
-
-@triton.jit
-def _select_tile(top, score, tb, t_end, jb, NS, BJ: tl.constexpr, W: tl.constexpr, LS: tl.constexpr):
-    """Eq. 11 for one key tile and some tokens `tb` (those < t_end): the tile's block scores ([.., BJ]
-    float32) as eager's keys (float bits << 32) | j (forced blocks 0, t//l', t//l'-1 at +inf bits,
-    non-candidates -1), merged into the running top-W `top` ([.., W], sorted descending)."""
+def _select_tile(top_b, top_j, score, tb, t_end, jb, NS, BJ: tl.constexpr, W: tl.constexpr, LS: tl.constexpr):
+    """Eq. 11 for one key tile and tokens `tb` (those < t_end): the tile's block scores ([.., BJ]
+    float32) as eager's key bits (forced blocks 0, t//l', t//l'-1 at +inf bits, non-candidates -1),
+    merged into the running top-W when one of them would enter it."""
     jt = tb // LS
     j = jb * BJ + tl.arange(0, BJ)
     cand = (j[None, :] * LS <= tb[:, None]) & (tb[:, None] < t_end) & (j[None, :] < NS)
     bits = score.to(tl.int32, bitcast=True) & 0x7FFFFFFF  # drops the sign of -0.0, as eager does
     forced = (j[None, :] == 0) | (j[None, :] == jt[:, None]) | (j[None, :] == jt[:, None] - 1)
-    bits = tl.where(forced, 0x7F800000, bits).to(tl.int64)
-    keys = tl.where(cand, (bits << 32) | j[None, :].to(tl.int64), -1)
-    # Most tiles far from the query hold nothing above the current n-th key of any token.
-    if tl.max(tl.max(keys, axis=1) - tl.min(top, axis=1)) > 0:
-        top = _merge_top(top, keys, W, BJ)
-    return top
+    kb = tl.where(cand, tl.where(forced, 0x7F800000, bits), -1)
+    # top_b is sorted: its last column is the W-th key. A key enters iff its bits are >= that (ties go
+    # to the later j); fillers (-1) never need to. Far tiles mostly hold no such key.
+    floor = tl.maximum(tl.min(top_b, axis=1), 0)
+    if tl.max((kb >= floor[:, None]).to(tl.int32)) > 0:
+        top_b, top_j = _merge_top(top_b, top_j, kb, j, W, BJ)
+    return top_b, top_j
 
 
 @triton.jit
-def _store_top(IDX, VALID, top, tb, t_end, K_SEL, W: tl.constexpr):
-    """The table rows of tokens `tb` (< t_end): idx, and valid where a key was placed."""
+def _store_top(IDX, VALID, top_b, top_j, tb, t_end, K_SEL, W: tl.constexpr):
+    """The table rows of tokens `tb` (< t_end): idx, and valid where a key was placed (idx 0 else)."""
     slot = tl.arange(0, W)
     toff = tb[:, None] * K_SEL + slot[None, :]
     tmask = (tb[:, None] < t_end) & (slot[None, :] < K_SEL)
-    ok = top >= 0
-    tl.store(IDX + toff, tl.where(ok, top & 0xFFFFFFFF, 0), mask=tmask)
+    ok = top_b >= 0
+    tl.store(IDX + toff, tl.where(ok, top_j, 0).to(tl.int64), mask=tmask)
     tl.store(VALID + toff, ok, mask=tmask)
 
 
@@ -118,21 +142,23 @@ def _cmp_select(
     BT: tl.constexpr,
     BJ: tl.constexpr,
     RP: tl.constexpr,
+    SP: tl.constexpr,
     W: tl.constexpr,
+    HALVES: tl.constexpr,
     L: tl.constexpr,
     S: tl.constexpr,
     LS: tl.constexpr,
     PREC: tl.constexpr,
 ):
     """Block selection [Eq. 9-11] for BT tokens (all G heads of each as rows, padded to GP): per key
-    tile, the final probabilities from the forward's row statistics (one QK product), summed over
-    the group [Eq. 10], mapped onto float32 selection-block scores [Eq. 9] and merged into a running
-    top-n per token [Eq. 11]. No V, no accumulator: its own kernel so that the attention runs at
-    flash tiles and this one at the occupancy its top-n merge needs (bench/kernel_probe.py)."""
+    tile of BJ selection blocks (r = l'/d keys each, padded to RP), the final probabilities from the
+    forward's row statistics (one QK product), summed over the group [Eq. 10], weighted into float32
+    block scores [Eq. 9] (the a - 1 keys a block shares with earlier ones gathered, SP a block, from
+    this tile and the previous one, carried) and merged into a running top-W per token [Eq. 11]
+    (HALVES: the tile's tokens in two halves, one after the other, to bound the merge's registers).
+    No V, no accumulator."""
     A: tl.constexpr = L // S
     R: tl.constexpr = LS // S
-    HMAX: tl.constexpr = (A - 1 + R - 1) // R
-    BN: tl.constexpr = BJ * RP
     BM: tl.constexpr = BT * GP
     pid_t = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
@@ -154,20 +180,19 @@ def _cmp_select(
 
     t_last = tl.minimum(pid_t * BT + BT - 1, T - 1)
     n_blk_tiles = tl.cdiv(t_last // LS + 1, BJ)
-    cols = tl.arange(0, BN)
+    cols = tl.arange(0, BJ * RP)  # key r * j + m of block j in column j * RP + m
     cj = cols // RP
     cm = cols % RP
 
-    # The top-n merge runs for each half of the tile's tokens in turn: merged at once, its [BT, W, BJ]
-    # rank tiles spilled on sm_80 and sm_90 at G = 6 (ptxas, docs/attention.md). A 1-token tile
-    # (G > 16) has an empty second half: its tokens are >= t_end.
-    TH: tl.constexpr = (BT + 1) // 2
+    TH: tl.constexpr = (BT + 1) // 2 if HALVES else BT
     t_end = tl.minimum(T, pid_t * BT + BT)
     tb_a = pid_t * BT + tl.arange(0, TH)
     tb_b = tb_a + TH
-    top_a = tl.full([TH, W], -1, tl.int64)
-    top_b = tl.full([TH, W], -1, tl.int64)
-    prev = tl.zeros([BT, BJ, RP], tl.float32)
+    top_ab = tl.full([TH, W], -1, tl.int32)
+    top_aj = tl.zeros([TH, W], tl.int32)
+    top_bb = tl.full([TH, W], -1, tl.int32)
+    top_bj = tl.zeros([TH, W], tl.int32)
+    prev = tl.zeros([BT, BJ * RP], tl.float32)
     for jb in range(0, n_blk_tiles):
         key = (jb * BJ + cj) * R + cm
         key_ok = (cm < R) & (key < NC)
@@ -175,12 +200,16 @@ def _cmp_select(
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
         vis = row_ok[:, None] & key_ok[None, :] & (key[None, :] * S + (L - 1) <= tq[:, None])
         p = tl.where(vis, tl.exp2(s - lse[:, None]), 0.0)
-        score, prev = _block_scores(p, prev, BT, GP, BN, BJ, RP, A, R, HMAX)
-        if BT > 1:
-            score_a, score_b = tl.split(tl.permute(tl.reshape(score, [2, TH, BJ]), (1, 2, 0)))
+        score, prev = _block_scores(p, prev, BT, GP, BJ, RP, SP, A, R)
+        if HALVES:
+            if BT > 1:
+                score_a, score_b = tl.split(tl.permute(tl.reshape(score, [2, TH, BJ]), (1, 2, 0)))
+            else:
+                score_a, score_b = score, score
+            top_ab, top_aj = _select_tile(top_ab, top_aj, score_a, tb_a, t_end, jb, NS, BJ, W, LS)
+            top_bb, top_bj = _select_tile(top_bb, top_bj, score_b, tb_b, t_end, jb, NS, BJ, W, LS)
         else:
-            score_a, score_b = score, score
-        top_a = _select_tile(top_a, score_a, tb_a, t_end, jb, NS, BJ, W, LS)
-        top_b = _select_tile(top_b, score_b, tb_b, t_end, jb, NS, BJ, W, LS)
-    _store_top(IDX, VALID, top_a, tb_a, t_end, K_SEL, W)
-    _store_top(IDX, VALID, top_b, tb_b, t_end, K_SEL, W)
+            top_ab, top_aj = _select_tile(top_ab, top_aj, score, tb_a, t_end, jb, NS, BJ, W, LS)
+    _store_top(IDX, VALID, top_ab, top_aj, tb_a, t_end, K_SEL, W)
+    if HALVES:
+        _store_top(IDX, VALID, top_bb, top_bj, tb_b, t_end, K_SEL, W)

@@ -2,14 +2,18 @@
 
 Owns the backward's dK/dV kernel (key-major: one program per segment of the queries that chose one
 selection block, found through a reverse index built by a constant number of aten ops, no atomics),
-the reduction of the segments' partial dK/dV, the launch configuration and the launchers. The
-query-major forward and dQ kernels live in selected_query.py: without `forced_blocks` one program per
-query token over its whole table; with `forced_blocks=True` the forced entries (block 0, the query's
-own block and the one before) run first as dense row tiles (selected_forced.py) and the query-major
-token tiles (TP tokens a program) add the union of the other entries. It must not sync with the
-device, loop in Python over anything that grows with T, or build a [T, T] tensor; the number of
-launches is the same at every T (forward: 1 kernel, 2 with forced blocks; backward: 3 kernels, 4 with
-forced blocks, + 16 small aten ops).
+the reduction of the segments' partial dK/dV, the launch configuration (`_config`, per arch) and the
+launchers. With `forced_blocks=True` at G <= 8 (FSA's range) both directions run key-major:
+selected_keys.py (`fwd_keys`: partials per (pair, key chunk) over the reverse index, then a
+query-major merge; 4 kernels + 3 aten ops) and selected_keys_bwd.py (`bwd_keys`: delta, one kernel
+writing dK/dV and per-pair dQ partials, a dQ merge, the dK/dV reduce). Otherwise the query-major
+forward and dQ kernels of selected_query.py run: without `forced_blocks` one program per query token
+over its whole table; with it the forced entries (block 0, the query's own block and the one before)
+run first as dense row tiles (selected_forced.py) and the token tiles (TP tokens a program) add the
+union of the other entries, then the key-major dK/dV kernel here. Nothing syncs with the device,
+loops in Python over anything that grows with T, or builds a [T, T] tensor; the number of launches is
+the same at every T (forward: 1 kernel, 2 with forced blocks, 4 + 3 aten ops key-major; backward: 3
+kernels, 4 with forced blocks either way, + 16 small aten ops).
 """
 
 from __future__ import annotations
@@ -19,12 +23,18 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from nsa.attention.triton import interpreting
+from nsa.attention.triton import device_arch, interpreting
 from nsa.attention.triton.selected_forced import (
     _sel_forced_dq_kernel,
     _sel_forced_fwd_kernel,
     forced_rows_per_tile,
 )
+from nsa.attention.triton.selected_keys import (
+    keys_forward,
+    keys_fwd_gpucheck_rows,
+    merge_tokens,
+)
+from nsa.attention.triton.selected_keys_bwd import _segment, keys_backward, keys_bwd_gpucheck_rows
 from nsa.attention.triton.selected_query import (
     TILE_ROWS,
     _sel_bwd_dq_kernel,
@@ -54,24 +64,11 @@ def _sel_bwd_dkdv_kernel(
     # r % G), so a group of any size fills the tile. Writes the segment's partial dK/dV (fp32).
     # Pairs are sorted by global block bh*NS + j (ORDER: their flat table positions, START: where each
     # block's pairs begin); block b owns segments [SEG_END[b] - ceil(count/S), SEG_END[b]). This
-    # program's block is the first b with SEG_END[b] > s_id (binary search, NSEARCH steps).
+    # program's block is the first b with SEG_END[b] > s_id (binary search, NSEARCH steps); the static
+    # grid has spare segments past the last block's (used False, no rows).
     s_id = tl.program_id(0)
     nb = tl.program_id(1)
-    lo_b = s_id * 0
-    hi_b = lo_b + NBLK
-    for _ in range(0, NSEARCH):
-        mid = (lo_b + hi_b) // 2
-        active = lo_b < hi_b
-        right = active & (tl.load(SEG_END + tl.minimum(mid, NBLK - 1)) <= s_id)
-        lo_b = tl.where(right, mid + 1, lo_b)
-        hi_b = tl.where(active & ~right, mid, hi_b)
-    used = lo_b < NBLK  # the static grid has spare segments past the last block's
-    blk = tl.minimum(lo_b, NBLK - 1)
-    b0 = tl.load(START + blk)
-    b1 = tl.load(START + blk + 1)
-    seg0 = tl.load(SEG_END + blk) - (b1 - b0 + S - 1) // S
-    lo = b0 + (s_id - seg0) * S
-    hi = tl.where(used, tl.minimum(lo + S, b1), lo)
+    blk, lo, hi, used = _segment(SEG_END, START, s_id, NBLK, NSEARCH, S)
     bh = (blk // NS).to(tl.int64)
     j = blk % NS
     n = tl.arange(0, BN)
@@ -154,8 +151,13 @@ def _p2(x: int, lo: int = 16) -> int:
     return max(lo, triton.next_power_of_2(x))
 
 
-def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
+def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict[str, int | bool]:
     """Tiles and warps (checked with ptxas for sm_80/sm_90 at head_dim 64 and 128: no spills).
+
+    fwd_keys (G <= 8): the forced path's forward runs key-major (selected_keys.py). Its partials are
+    transient but large: PO = nb*B*Hkv*T*n*G*D elements in q's dtype + PL in fp32 (nb = ceil(l'/BN)),
+    1.66 GB at M7C 64k x 1 in bf16, freed when the forward returns. BR_f/warps_fk: the partials
+    kernel's rows per step and warps; TM/RM/warps_m: the merge's tokens and rows (merge_tokens).
 
     GP: head rows padded to a tile (tl.dot needs >= 16); TP/RP: tokens and rows of a token tile
     (selected_query.py); BK/BN: keys per step (a selection block in
@@ -164,6 +166,14 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
     17.6 with 8 at M7C, 85 instead of 103 at G 16 x D 128: bench/kernel_probe.py; ptxas: 214-255
     registers, no spill), no software pipelining, and at head_dim 128 half the rows (with 2 stages,
     or 64 rows at head_dim 128, ptxas spilled on sm_90). dQ runs unpipelined too.
+
+    bwd_keys (G <= 8, with forced blocks): the key-major backward of selected_keys_bwd.py instead of
+    the forced dQ + token-tile dQ + dK/dV kernels. Memory: its dQ partials PDQ are
+    nb*B*Hkv*T*n*G*D*4 bytes (nb = ceil(l'/BN) = 1 on the GPU), allocated and freed inside the
+    backward: 3.2 GB per layer backward at M7C 64k x 1 (and at 8k x 8), against ~0.2 GB of scratch
+    for the query-major dQ. Its keys kernel holds the dK/dV kernel's state plus a [BR, D] fp32 dQ
+    product: BR = 32 (64 spilled on sm_80 at head_dim 64: 152 bytes), 8 warps past head_dim 64
+    (with 4 warps it spilled on sm_80 even at BR = 16).
     """
     DP = _p2(D)
     TP = tokens_per_program(G)
@@ -191,6 +201,20 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
         # not pipelined anyway.
         "stages_tok": 2 if DP <= 64 else 1,
         "warps_tok": 4 if DP <= 64 else 2,
+        # The key-major forward (selected_keys.py) for the forced path at G <= 8 (FSA's range): the
+        # query-major tiles pad G rows to 16 and re-read every block per token; at G >= 16 they are
+        # full already and the partials would cost 16 x |q| (34 GB at the paper shape, 64k).
+        # Partials: PO nb*B*Hkv*T*n*G*D elements in q's dtype + PL in fp32 (1/D of it), transient.
+        "fwd_keys": G <= 8,
+        # (pair, head) rows per step of _sel_fwd_keys_kernel: at M7C 8k x 8 on an H200 128 rows took the
+        # selected forward to 3.20 ms from 4.05 with 64 (32: 6.64; the lead's bench/kernel_probe.py run
+        # of this branch); ptxas: no spill at head_dim 64 on sm_80/sm_90, triton 3.6 and 3.9.
+        "BR_f": 128 if DP <= 64 else 32,
+        "warps_fk": 4,
+        "stages_fk": 1,
+        "TM": merge_tokens(G, DP),  # tokens per merge program; RM = TM*G rows padded to a power of two
+        "RM": triton.next_power_of_2(merge_tokens(G, DP) * G),
+        "warps_m": 8,
         # dQ holds the fp32 dq accumulator beside the forward's state: with 2 stages ptxas spilled
         # 4 bytes on sm_90 (gpucheck, --regAllocOptLevel=2).
         "stages_dq": 1,
@@ -199,6 +223,21 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64) -> dict[str, int]:
         "warps_f": 4,
         "stages_f": 2,
         "stages_fdq": 1,
+        # The key-major backward (selected_keys_bwd.py) with forced_blocks=True: FSA's range of groups.
+        # Its dQ partials are nb*B*Hkv*T*n*G*D fp32 (nb = ceil(l'/BN), 1 on the GPU), transient: 3.2 GB
+        # at M7C 64k x 1; at G 16 they would be 16 x |q| x 2, hence the old query-major dQ there.
+        "bwd_keys": G <= 8,
+        # The keys kernel holds the dK/dV kernel's two fp32 [BN, D] accumulators and a [BR, D] fp32 dQ
+        # product per step: BR rows per step (checked with ptxas: no spills).
+        # On sm_90 at head_dim 64, 64 rows: the selected forward+backward at M7C 8k x 8 on an H200 took
+        # 10.20 ms instead of 13.69 with 32 (16: 13.23; 8 warps: 19.03; bench/kernel_probe.py). ptxas:
+        # 244-252 registers at G 2-8 on sm_90; it spilled on sm_80 (128-152 B) and at G 1 on triton 3.6.
+        "BR_keys": 64 if arch >= 90 and DP <= 64 and G >= 2 else 32,
+        "warps_keys": 4 if DP <= 64 else 8,
+        "BM_merge": 64 if DP <= 64 else 32,
+        "warps_merge": 4,
+        "BM_delta": 64,
+        "warps_delta": 4,
     }
 
 
@@ -215,10 +254,10 @@ def _seg_pairs(T: int) -> int:
     return min(2048, max(16, triton.next_power_of_2(T) // 4))
 
 
-def _launch_config(G: int, D: int, LP: int) -> dict[str, int]:
+def _launch_config(G: int, D: int, LP: int, arch: int = 80) -> dict[str, int]:
     """The GPU config; the interpreter steps through keys 16 at a time (same code path), so the tests'
     small blocks also run the loops over several key steps and the dK/dV grid's split of a block."""
-    return _config(G, D, LP, key_tile=16 if interpreting() else 64)
+    return _config(G, D, LP, key_tile=16 if interpreting() else 64, arch=arch)
 
 
 def _prec(dtype: torch.dtype) -> str:
@@ -256,11 +295,14 @@ def _selected_fwd(
 ) -> tuple[Tensor, Tensor]:
     B, Hkv, T, G, D = q.shape
     NK = idx.shape[-1]
-    cfg = _launch_config(G, D, sel_block)
+    cfg = _launch_config(G, D, sel_block, device_arch(q.device))
     prec = _prec(q.dtype)
     valid8 = valid.view(torch.int8)
     out = torch.empty_like(q)
     lse = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
+    if forced and cfg["fwd_keys"]:
+        keys_forward(q, k, v, idx, valid8, out, lse, sel_block, scale, cfg, prec, _seg_pairs(T))
+        return out, lse
     if forced:
         of = torch.empty(q.shape, dtype=torch.float32, device=q.device)
         lsef = torch.empty_like(lse)
@@ -304,10 +346,15 @@ def _selected_bwd(
 ) -> tuple[Tensor, Tensor, Tensor]:
     B, Hkv, T, G, D = q.shape
     BH, NK, LP = B * Hkv, idx.shape[-1], sel_block
-    cfg = _launch_config(G, D, LP)
+    cfg = _launch_config(G, D, LP, device_arch(q.device))
     prec = _prec(q.dtype)
     valid8 = valid.view(torch.int8)
     dout = dout.contiguous()
+    if forced and cfg["bwd_keys"]:
+        # Key-major (selected_keys_bwd.py): dQ from the dK/dV kernel's products, merged per token.
+        index = _reverse_index(idx, valid, LP)
+        dq, pdk, pdv = keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP, scale, cfg, prec)
+        return (dq, *_reduce_dkdv(pdk, pdv, index[1], index[2], k, v, index[3], LP, cfg))
     dq = torch.empty_like(q)
     delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
     if forced:
@@ -342,12 +389,20 @@ def _selected_bwd(
         G=G, D=D, LP=LP, DP=DP, BN=BN, BR=cfg["BR"], PREC=prec,
         num_warps=cfg["warps_kv"], num_stages=cfg["stages_kv"],
     )  # fmt: skip
+    dk, dv = _reduce_dkdv(pdk, pdv, start, seg_end, k, v, S, LP, cfg)
+    return dq, dk, dv
+
+
+def _reduce_dkdv(pdk, pdv, start, seg_end, k, v, S: int, LP: int, cfg: dict) -> tuple[Tensor, Tensor]:
+    """dK and dV in the keys' dtype: each block's segment partials summed in segment order."""
+    B, Hkv, T, D = k.shape
+    ns, BN = -(-T // LP), cfg["BN"]
     dk, dv = torch.empty_like(k), torch.empty_like(v)
-    _sel_bwd_reduce_kernel[(BH * ns, nb)](
-        pdk, pdv, start, seg_end, dk, dv, T, ns, S, D=D, LP=LP, DP=DP, BN=BN,
+    _sel_bwd_reduce_kernel[(B * Hkv * ns, triton.cdiv(LP, BN))](
+        pdk, pdv, start, seg_end, dk, dv, T, ns, S, D=D, LP=LP, DP=cfg["DP"], BN=BN,
         num_warps=cfg["warps_red"], num_stages=1,
     )  # fmt: skip
-    return dq, dk, dv
+    return dk, dv
 
 
 @_selected_bwd.register_fake
@@ -412,9 +467,8 @@ def selected_attention(
 
 def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     """Every kernel this module launches for `shape` on sm_`arch`, with its launcher's exact settings."""
-    del arch  # the same configuration on sm_80 and sm_90
     G, D, LP = shape.group, shape.head_dim, shape.sel_block
-    cfg = _config(G, D, LP)
+    cfg = _config(G, D, LP, arch=arch)
     dt = shape.dtype
     prec = "tf32" if dt == "fp32" else "ieee"
     ptr, f32 = f"*{dt}", "*fp32"
@@ -462,10 +516,16 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         ("selected_forced_fwd", _sel_forced_fwd_kernel, ffwd_args, f_consts, cfg["warps_f"], cfg["stages_f"]),
         ("selected_fwd", _sel_fwd_tok_kernel, tfwd_args, t_consts, cfg["warps_tok"], cfg["stages_tok"]),
         ("selected_fwd_any", _sel_fwd_kernel, fwd_args, q_common, cfg["warps_q"], st),
+        # The key-major forward (fwd_keys, G <= 8: selected_keys.KEY_MAJOR_FWD); the two above run without it.
+        *(keys_fwd_gpucheck_rows(cfg, G, D, LP, dt, prec) if cfg["fwd_keys"] else ()),
         ("selected_forced_dq", _sel_forced_dq_kernel, fdq_args, f_consts, cfg["warps_f"], cfg["stages_fdq"]),
         ("selected_bwd_dq", _sel_bwd_dq_tok_kernel, tdq_args, t_consts, cfg["warps_q"], cfg["stages_dq"]),
         ("selected_bwd_dq_any", _sel_bwd_dq_kernel, dq_args, q_common, cfg["warps_q"], cfg["stages_dq"]),
         ("selected_bwd_dkdv", _sel_bwd_dkdv_kernel, kv_args, kv_consts, cfg["warps_kv"], cfg["stages_kv"]),
         ("selected_bwd_reduce", _sel_bwd_reduce_kernel, red_args, red_consts, cfg["warps_red"], 1),
     ]
+    if cfg["bwd_keys"]:
+        # G <= 8 with forced blocks: the key-major backward replaces selected_forced_dq, selected_bwd_dq
+        # and selected_bwd_dkdv (still compiled: bwd_keys=False and forced_blocks=False run them).
+        rows += keys_bwd_gpucheck_rows(cfg, G, D, LP, dt, prec)
     return [KernelSpec(n, fn, sig(args, c), c, w, stg) for n, fn, args, c, w, stg in rows]

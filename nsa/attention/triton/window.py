@@ -18,7 +18,7 @@ import triton.language as tl
 from torch import Tensor
 
 from nsa.attention.precision import autocast_off
-from nsa.attention.triton import interpreting
+from nsa.attention.triton import device_arch, interpreting
 from nsa.attention.triton.spec import GpuShape, KernelSpec
 
 _LOG2E = 1.4426950408889634
@@ -270,13 +270,6 @@ def _block_d(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))
 
 
-def _arch(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 80
-    major, minor = torch.cuda.get_device_capability(device)
-    return major * 10 + minor
-
-
 def _check(q: Tensor, k: Tensor, v: Tensor) -> None:
     if q.device.type not in ("cuda", "meta") and not interpreting():
         raise ValueError(
@@ -291,7 +284,7 @@ def _check(q: Tensor, k: Tensor, v: Tensor) -> None:
 
 
 def _launch_meta(head_dim: int, device: torch.device) -> dict[str, dict[str, int]]:
-    return _configs(head_dim, _arch(device), interpreting())
+    return _configs(head_dim, device_arch(device), interpreting())
 
 
 def _split(cfg: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:

@@ -53,7 +53,9 @@ def test_the_stored_h100_prices_are_the_fit_of_the_first_run(recs) -> None:
     assert recs[0]["build"] == {"split_cmp_fwd": False, "warps_dkdv": 8, "before_ce226a4": True}
     fitted = fit.fit(recs)
     assert set(fitted) == set(m.H100_COST) | set(m.H200_FINAL_COST)  # the reduce: priced on the final run
-    assert set(m.H100_COST) | set(m.H200_COST) | set(m.H200_FINAL_COST) == set(fit.FIT_TERMS)
+    assert set(m.H100_COST) | set(m.H200_COST) | set(m.H200_FINAL_COST) | set(m.KEYS_COST) == set(
+        fit.FIT_TERMS
+    )
     assert not set(m.H100_COST) & set(m.H200_COST) and not set(m.H200_FINAL_COST) & set(m.H100_COST)
     for kind, terms in fitted.items():
         if kind in m.H200_FINAL_COST:
@@ -131,7 +133,8 @@ def test_the_launch_factors_are_the_final_probes_and_the_shipped_configs_predict
     tile, the compressed backward with dK/dV at 4 warps, the selected op at 8-token tiles and, at the
     paper shape, its forward at 2 warps)."""
     got = fit.config_factors(str(FINAL_PROBE))
-    assert set(got) == set(m.CONFIG_FACTOR) - {"cmp_sel@w2", "cmp_sel@w4"}
+    later = {k for k in m.CONFIG_FACTOR if k.startswith(("cmp_sel32@", "sel_keys_"))}  # 2026-11-26b's
+    assert set(got) == set(m.CONFIG_FACTOR) - {"cmp_sel@w2", "cmp_sel@w4"} - later
     for tag, f in got.items():
         assert m.CONFIG_FACTOR[tag] == pytest.approx(f["mean"], abs=1e-3), tag
     assert fit.warps_factors(str(FINAL_PROBE))[4]["mean"] == pytest.approx(1.0, abs=0.05)
@@ -149,7 +152,9 @@ def test_the_launch_factors_are_the_final_probes_and_the_shipped_configs_predict
         fields = shipped.get((r["probe"], r["shape"], tuple(sorted(r["variant"].items()))))
         for field, names in (fields or {}).items():
             s0 = m.SHAPES[r["shape"]]
-            ks = m.ours(r["T"], m.Shape(s0.name, r["B"], s0.H, s0.Hkv, s0.D))  # what the code ships
+            # what the code shipped after ce226a4: the selected branch query-major, the v0 selection
+            then = {"fwd_keys": False, "bwd_keys": False, "select_v0": True, "before_2930e5c": True}
+            ks = m.ours(r["T"], m.Shape(s0.name, r["B"], s0.H, s0.Hkv, s0.D), **then)
             model_ms = sum(k.time(gpu) for k in ks if k.name in names) * 1e3
             assert model_ms == pytest.approx(r[field], rel=0.30), (r, field, model_ms)
             checked += 1
@@ -174,7 +179,8 @@ def test_a100_keeps_the_published_efficiencies_and_takes_the_cycles_per_sm_cycle
 
 def test_the_shipped_selection_warps_follow_the_kernels_config() -> None:
     """shipped_launch mirrors compressed.py's and selected.py's `_config` (the selection's warps and
-    tokens a tile, the compressed dK/dV's warps, the token tiles' tokens and forward warps)."""
+    tokens a tile, the compressed dK/dV's warps, the token tiles' tokens and forward warps, the
+    selected branch key-major at G <= 8)."""
     torch = pytest.importorskip("torch")  # noqa: F841 (compressed.py imports torch and triton)
     from nsa.attention.triton import compressed, selected
 
@@ -182,11 +188,22 @@ def test_the_shipped_selection_warps_follow_the_kernels_config() -> None:
     for shape in (*m.SHAPES.values(), *shapes):
         for cc in (80, 90):
             c = compressed._config(shape.G, shape.D, shape.n, shape.bl, shape.d, shape.lp, cc)
-            sc = selected._config(shape.G, shape.D, shape.lp)
+            sc = selected._config(shape.G, shape.D, shape.lp, arch=cc)
             launch = m.shipped_launch(shape, cc)
             assert m.shipped_warps_sel(shape, cc) == c["warps_sel"], (shape, cc)
             assert (launch["bt_sel"], launch["warps_cmp_dkv"]) == (c["bt_sel"], c["warps_dkv"]), (shape, cc)
+            assert (launch["halves_sel"], launch["select_v0"]) == (c["halves_sel"], bool(c["select_v0"]))
             assert (launch["tp"], launch["warps_tok"]) == (sc["TP"], sc["warps_tok"]), (shape, cc)
+            for key in ("fwd_keys", "bwd_keys"):  # the key-major switches, where selected.py has them
+                assert launch[key] == sc.get(key, launch[key]) == (shape.G <= 8), (shape, cc, key)
+            tiles = {
+                "br_fwd_keys": "BR_f",
+                "br_bwd_keys": "BR_keys",
+                "tm_merge": "TM",
+                "bm_merge": "BM_merge",
+            }
+            for ours, theirs in tiles.items():  # the key-major tiles, likewise
+                assert launch[ours] == sc.get(theirs, launch[ours]), (shape, cc, theirs)
             assert (m._sel_tiles(shape)["BTF"], m._sel_tiles(shape)["GPF"]) == (c["BTF"], c["GPF"])
             assert m._sel_tiles(shape)["BJ"] == c["BJ"]
 

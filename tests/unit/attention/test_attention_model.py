@@ -53,8 +53,8 @@ def test_padding_costs_flops_and_long_t_favours_nsa() -> None:
     branches linear)."""
     shape = m.SHAPES["m7c"]
 
-    def sel(T, **kw):
-        k = next(k for k in m.ours(T, shape, **kw) if k.name == "sel_fwd")
+    def sel(T, **kw):  # the query-major path (at G <= 8 the code ships the key-major one)
+        k = next(k for k in m.ours(T, shape, fwd_keys=False, **kw) if k.name == "sel_fwd")
         return k.flops / k.useful
 
     assert sel(65536, token_tiles=False) == pytest.approx(16 / 6)
@@ -72,10 +72,27 @@ def test_padding_costs_flops_and_long_t_favours_nsa() -> None:
 
 
 def test_transient_bytes_grow_linearly() -> None:
-    # No [T, T/l'] score tensor any more: the largest scratch (the selected backward's index and
-    # partials) is linear in T.
-    a, b = (m.transient_bytes(T, m.SHAPES["m7c"]) for T in (32768, 65536))
-    assert b == pytest.approx(2 * a, rel=0.01) and b < 4 * 2 * 65536 * 1024
+    # No [T, T/l'] score tensor any more: the largest scratch is linear in T. Query-major: the selected
+    # backward's index and partials; key-major (shipped at G <= 8): the backward's fp32 dQ partials
+    # per table entry, PDQ [BH*T*n, G, D] (3.2 GB at M7C 64k), beside delta, the index's order and
+    # the partial dK/dV; the forward's PO / PL partials (bf16 + fp32 lse) are smaller.
+    s = m.SHAPES["m7c"]
+    for keys in (False, True):
+        a, b = (m.transient_bytes(T, s, keys, keys) for T in (32768, 65536))
+        assert b == pytest.approx(2 * a, rel=0.01)
+    qm = m.transient_bytes(65536, s, False, False)
+    assert qm < 4 * 2 * 65536 * 1024
+    BH, P, rows = 2, 2 * 65536 * 16, 2 * 65536 * 6
+    pdq = P * 6 * 64 * 4
+    assert pdq == 3221225472  # 3.2 GB, as selected_keys_bwd.py says
+    nseg = 2 * 1024 + P // 2048
+    assert m.transient_bytes(65536, s) == m.transient_bytes(65536, s, True, True)  # shipped at G 6
+    assert m.transient_bytes(65536, s, False, True) == 4 * rows + 8 * P + 2 * nseg * 64 * 64 * 4 + pdq
+    assert m.transient_bytes(65536, s, True, False) == max(qm, 8 * P + P * 6 * (64 * 2 + 4))
+    assert m.transient_bytes(65536, m.SHAPES["paper"]) == m.transient_bytes(
+        65536, m.SHAPES["paper"], False, False
+    )
+    del BH
 
 
 def test_saved_bytes_per_layer_grow_linearly_in_t() -> None:
@@ -143,7 +160,7 @@ def test_short_t_counts_match_the_kernels_own_rule() -> None:
     assert m._sel_steps(T, shape, 1) == counted["steps_one_token"] < (n - 3) * T * 0.75
     assert m._sel_steps(T, shape, 2) == pytest.approx(counted["steps_tiles"], rel=0.02)
     assert m._valid_pairs(T, shape) == int(valid.sum()) < n * T * 0.8
-    dkdv = next(k for k in m.ours(T, shape) if k.name == "sel_bwd_dkdv")
+    dkdv = next(k for k in m.ours(T, shape, bwd_keys=False) if k.name == "sel_bwd_dkdv")
     BH = shape.B * shape.Hkv
     assert dkdv.useful == pytest.approx(4 * 2 * BH * int(valid.sum()) * shape.G * lp * shape.D)
     assert "q_grad_sum" in {k.name for k in m.ours(T, shape)}  # autograd's sum over the 3 branches
@@ -154,12 +171,17 @@ def test_the_compressed_forward_is_two_kernels_at_the_shipped_warps() -> None:
     at the warps compressed.py ships for the GPU); the fused kernel only where a build asks for it."""
     shape = m.SHAPES["m7c"]
     kinds = {g: {k.name: k.kind for k in m.ours_on(32768, shape, m.GPUS[g])} for g in ("A100", "H100")}
-    # sm_90: 2 warps, 2 tokens a tile (ce226a4); sm_80: 4 warps (2 spilled at G = 6), BTF = 4 tokens
-    assert kinds["H100"]["cmp_fwd"] == "cmp_attn@64" and kinds["H100"]["cmp_select"] == "cmp_sel@w2@bt2"
-    assert kinds["A100"]["cmp_select"] == "cmp_sel@w4"
+    # sm_90: 2 warps, 2 tokens a tile (ce226a4), merged in halves (2930e5c); sm_80: 4 warps (2 spilled
+    # at G = 6), BTF = 4 tokens; the int32 merge (cmp_sel32) since 2026-11-26b
+    assert kinds["H100"]["cmp_fwd"] == "cmp_attn@64" and kinds["H100"]["cmp_select"] == "cmp_sel32@w2@bt2@h2"
+    assert kinds["A100"]["cmp_select"] == "cmp_sel32@w4"
     assert kinds["H100"]["cmp_bwd_dkv"] == kinds["A100"]["cmp_bwd_dkv"] == "cmp_dkv@64@w4"
-    assert (kinds["H100"]["sel_fwd"], kinds["H100"]["sel_bwd_dq"]) == ("tok_fwd", "tok_dq")
-    assert kinds["H100"]["sel_bwd_dkdv"] == "sel_dkdv@64" and "cmp_fwd_topn" not in kinds["H100"]
+    assert kinds["H100"]["sel_fwd_keys"] == "sel_keys_fwd@64"
+    assert kinds["H100"]["sel_bwd_keys"] == "sel_keys_bwd@64"  # 64 rows a step on sm_90 (its price's)
+    assert kinds["A100"]["sel_bwd_keys"] == "sel_keys_bwd@64@br32"  # 32 on sm_80: x its probed factor
+    assert "cmp_fwd_topn" not in kinds["H100"]
+    qm = {k.name: k.kind for k in m.ours(32768, shape, fwd_keys=False, bwd_keys=False)}
+    assert (qm["sel_fwd"], qm["sel_bwd_dq"], qm["sel_bwd_dkdv"]) == ("tok_fwd", "tok_dq", "sel_dkdv@64")
     ks = {k.name: k for k in m.ours(32768, shape)}
     assert ks["cmp_fwd"].flops / ks["cmp_fwd"].useful < 1.1  # no padded heads in the attention
     assert ks["cmp_select"].useful * 2 == pytest.approx(ks["cmp_fwd"].useful)
@@ -181,12 +203,14 @@ def test_eight_token_tiles_pay_where_probed_and_cost_at_long_t() -> None:
 
     def tok_ms(T: int, B: int, **kw) -> float:
         shape = m.Shape("m7c", B, 12, 2, 64)
-        return sum(k.time(gpu) for k in m.ours(T, shape, **kw) if k.name in ("sel_fwd", "sel_bwd_dq")) * 1e3
+        ks = m.ours(T, shape, fwd_keys=False, bwd_keys=False, **kw)  # the query-major path
+        return sum(k.time(gpu) for k in ks if k.name in ("sel_fwd", "sel_bwd_dq")) * 1e3
 
     assert tok_ms(8192, 8, tp=8) < 0.9 * tok_ms(8192, 8)
     assert tok_ms(65536, 1, tp=8) > 1.15 * tok_ms(65536, 1)
-    pred = {(r["gpu"], r["shape"], r["T"]): r["fwd_bwd"] for r in m.prediction_rows([65536])}
     rows = m.what_if_rows([65536])
-    x4 = {r["shape"]: r["fwd_bwd"] for r in rows if r["what_if"] == "token_tiles_x4" and r["gpu"] == "H200"}
-    assert x4["m7c"] > pred[("H200", "m7c", 65536)]
-    assert x4["paper"] == pred[("H200", "paper", 65536)]  # one token a tile at G 16 either way
+    what = {(r["what_if"], r["shape"]): r["fwd_bwd"] for r in rows if r["gpu"] == "H200"}
+    assert what[("token_tiles_x4", "m7c")] > what[("query_major_selected", "m7c")]
+    # one token a tile at G 16 either way, and the paper shape query-major as shipped
+    pred = {(r["gpu"], r["shape"], r["T"]): r["fwd_bwd"] for r in m.prediction_rows([65536])}
+    assert what[("token_tiles_x4", "paper")] == pred[("H200", "paper", 65536)]

@@ -117,7 +117,8 @@ def test_the_train_section_on_a_host_without_a_gpu_records_why_and_still_predict
 ) -> None:
     """Section f for real, on CPU, with the 64k run only: nsa-train refuses `train.device: cuda` here
     (exit 2), so the record is a failure that says why (log tail, the log written), while
-    bench/memory.py, started beside it, still predicts the step's peak (~6.8 GiB)."""
+    bench/memory.py, started beside it, still predicts the step's peak (~9.7 GiB: 6.8 with the
+    query-major selected backward, + its key-major successor's 3.2 GB of fp32 dQ partials)."""
     from nsa.attention.gpusuite.budget import Suite
     from nsa.attention.gpusuite.training import train
 
@@ -134,5 +135,5 @@ def test_the_train_section_on_a_host_without_a_gpu_records_why_and_still_predict
     pred = rec["memory_predicted"]
     assert (pred["T"], pred["batch"], pred["checkpointing"]) == (LONG_SEQ, 1, "full") and 5 < pred[
         "total_gib"
-    ] < 9
+    ] < 12
     assert [i["item"] for i in res["items"]] == ["nsa-65536-ac_full-eager"] and res["skipped_for_time"] == []

@@ -196,7 +196,9 @@ def test_boot_banner_estimate_agrees_with_the_step_account(ac: str) -> None:
     row = M.train_step(str(REPO / "configs" / "m7c_64k.yaml"), sets)
     cfg = load_config(REPO / "configs" / "m7c_64k.yaml", sets)
     est = memory.estimate(cfg, cfg.resolved_vocab_size(), 1, True, False, torch.device("cuda"))
-    assert est["total_gb"] == pytest.approx(row["total_gib"], rel=0.30)
+    # the banner leaves transient buffers out (its docstring): the key-major selected backward's fp32
+    # dQ partials alone are 0.39 GiB here, 3.2 GB at 64k
+    assert est["total_gb"] == pytest.approx(row["total_gib"] - row["transient_bytes"] / 2**30, rel=0.30)
 
 
 def test_bad_config_is_refused_with_the_loaders_message_and_exit_2(tmp_path, capsys) -> None:

@@ -265,8 +265,18 @@ TILE_CASES = [
 ]
 
 
+@pytest.fixture
+def query_major_fwd(monkeypatch):
+    """The forced path's query-major forward (forced kernel + token tiles) even where the key-major
+    one is the default (G <= 8): the GPU probe still compares the two, so both stay exact."""
+    config = tsel._launch_config
+    monkeypatch.setattr(
+        tsel, "_launch_config", lambda G, D, LP, *a: {**config(G, D, LP, *a), "fwd_keys": False}
+    )
+
+
 @pytest.mark.parametrize("G,dtype,shared", TILE_CASES)
-def test_token_tiles_match_eager(G, dtype, shared):
+def test_token_tiles_match_eager(query_major_fwd, G, dtype, shared):
     """forced_blocks=True runs the query-major token tiles (TP = 16, 8, 2 tokens a program at G = 1, 2,
     6) over the union of their tokens' non-forced blocks: adjacent tokens listing the same blocks
     (each block loaded once for the tile) or disjoint ones (rows masked per token), duplicates, invalid
@@ -280,7 +290,7 @@ def test_token_tiles_match_eager(G, dtype, shared):
     _compare_any_table(q, k, v, idx, valid, lp)
 
 
-def test_token_tiles_bf16_within_rounding_bounds(bf16_interpreter):
+def test_token_tiles_bf16_within_rounding_bounds(query_major_fwd, bf16_interpreter):
     """bf16 as the GPU does it (honest-bf16 fixture) through tiles of 8 tokens (G = 2) on a
     shared-blocks table (G = 1 and 6 run the tiles in test_forced_path_bf16_within_rounding_bounds)."""
     from nsa.attention.gpusuite import bounds
@@ -452,11 +462,18 @@ def test_gpucheck_specs_name_every_argument():
         "selected_forced_fwd",
         "selected_fwd",
         "selected_fwd_any",
+        "selected_fwd_index",  # G = 6: the key-major forward (fwd_keys, test_triton_selected_keys.py)
+        "selected_fwd_segs",
+        "selected_fwd_keys",
+        "selected_fwd_merge",
         "selected_forced_dq",
         "selected_bwd_dq",
         "selected_bwd_dq_any",
         "selected_bwd_dkdv",
         "selected_bwd_reduce",
+        "selected_bwd_delta",  # G = 6 <= 8: the key-major backward's kernels too
+        "selected_bwd_keys",
+        "selected_bwd_dq_merge",
     ]
     for s in specs:
         fn = getattr(s.fn, "fn", s.fn)

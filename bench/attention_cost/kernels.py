@@ -1,0 +1,231 @@
+"""The kernels of one NSA layer as our triton backend launches them (`ours`) and of the baseline
+(`flash2`): FLOPs issued (padded rows included) and useful, DRAM and L2 bytes, programs and the work
+counts their prices apply to.
+
+Owns the mapping from a `Shape` and T to a list of `Kernel` records; the counts come from counts.py,
+the prices from prices.py. It imports nothing from nsa (no torch): the kernel structure is written out
+here from nsa/attention/triton/*.py, so a change of structure there must be mirrored here.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .counts import (
+    Shape,
+    _cfg,
+    _cmp_attn_work,
+    _cmp_keys,
+    _cmp_select_work,
+    _p2,
+    _sel_tiles,
+    shipped_launch,
+)
+from .prices import Kernel
+from .selected import selected_kernels
+
+
+def flash2(T: int, s: Shape, kind: str = "sdpa") -> list[Kernel]:
+    """FlashAttention-2, causal GQA: 2 GEMMs forward, 5 backward, over T/2 keys per query on average.
+    kind "sdpa": PyTorch SDPA's flash backend, the baseline the predictions and the GPU suite compare
+    against (H100: as measured, COST; A100: FA2's published efficiency); "fa2": flash-attn's CUDA
+    kernels as published (the calibration's H800 rows); "dense": a Triton port (the NSA paper's)."""
+    unit = 2 * s.B * s.H * T * (T / 2 + 64) * s.D  # one GEMM over the causal triangle (+ diagonal tiles)
+    act = s.B * T * s.H * s.D * 2
+    kv = s.B * T * s.Hkv * s.D * 2
+    progs = s.B * s.H * math.ceil(T / 128)
+    w = {"programs": progs}
+    return [
+        Kernel("flash2_fwd", "dense", "fwd", f"{kind}_fwd", 2 * unit, 2 * unit, 2 * act + 2 * kv, programs=progs, work=w),
+        Kernel("flash2_bwd", "dense", "bwd", f"{kind}_bwd", 5 * unit, 5 * unit, 4 * act + 4 * kv, programs=progs, work=w),
+    ]  # fmt: skip
+
+
+def ours(
+    T: int,
+    s: Shape,
+    balanced_dkv: bool = True,
+    forced_tiles: bool = True,
+    fold_selection: bool = True,
+    unpadded_cmp_bwd: bool = True,
+    token_tiles: bool = True,
+    selections: str = "random",
+    split_cmp_fwd: bool = True,
+    selection_free: bool = False,
+    cc: int = 90,
+    warps_sel: int | None = None,
+    warps_dkdv: int = 4,
+    before_ce226a4: bool = False,
+    before_2930e5c: bool = False,
+    select_v0: bool | None = None,
+    halves_sel: int | None = None,
+    br_fwd_keys: int | None = None,
+    br_bwd_keys: int | None = None,
+    bt_sel: int | None = None,
+    warps_cmp_dkv: int | None = None,
+    tp: int | None = None,
+    warps_tok: int | None = None,
+    fwd_keys: bool | None = None,
+    bwd_keys: bool | None = None,
+) -> list[Kernel]:
+    """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
+    balanced_dkv=False the
+    compressed dK/dV kernel as it was before it was split (for comparison); forced_tiles (built,
+    2026-11-25) the selected branch's forced blocks (block 0, the own and the previous block) as dense
+    tiles of 64 rows, the query-major kernels skipping them (False: the kernels before); fold_selection
+    (built, 2026-11-25) the top-n inside the compressed forward's second pass (False: a third pass
+    with its own QK product); unpadded_cmp_bwd (built, 2026-11-25) the compressed backward's query
+    tiles without padded heads; token_tiles (built, 2026-11-25) several tokens per query-major program
+    over the union of their blocks, whose size depends on the tables: `selections` "random" (each token
+    independent: the worst case, what the predictions use) or "shared" (adjacent tokens select the
+    same blocks: the best case). split_cmp_fwd (built, 45bc233) the compressed forward as two kernels,
+    the flash attention `_cmp_fwd` and the selection `_cmp_select` at `warps_sel` warps (None: what
+    compressed.py ships for compute capability `cc`); False: the fused two-pass kernel before it
+    (fold_selection=False: with its older third pass). selection_free (not built): the selection at
+    no cost, a bound for any rewrite of it. warps_dkdv: the key-major selected dK/dV's warps (4 since
+    4e22175; 8 before). The launch settings of ce226a4 (`shipped_launch`: warps_sel, bt_sel,
+    warps_cmp_dkv, tp, warps_tok; None: what the code ships for `cc`, or with before_ce226a4 what it
+    shipped before) each change the kind's tags (CONFIG_FACTOR prices them) and, for bt_sel and tp,
+    the counts. fwd_keys / bwd_keys (selected.py `_config`, G <= 8 since the key-major kernels; None:
+    what the code ships, False with before_ce226a4): the selected branch's key-major forward /
+    backward instead of the forced tiles and token tiles (selected.py: `selected_kernels`).
+    select_v0 / halves_sel / before_2930e5c: the selection kernel (`shipped_launch`): `cmp_sel32`
+    (the int32 merge) unless select_v0, tagged `@h2` when merged in halves."""
+    launch = shipped_launch(s, cc, before_ce226a4, before_2930e5c)
+    given = {
+        "select_v0": select_v0,
+        "halves_sel": halves_sel,
+        "br_fwd_keys": br_fwd_keys,
+        "br_bwd_keys": br_bwd_keys,
+        "warps_sel": warps_sel,
+        "bt_sel": bt_sel,
+        "warps_cmp_dkv": warps_cmp_dkv,
+        "tp": tp,
+        "warps_tok": warps_tok,
+        "fwd_keys": fwd_keys,
+        "bwd_keys": bwd_keys,
+    }
+    launch.update({f: v for f, v in given.items() if v is not None})
+    B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
+    bf = 2
+    act = B * T * s.H * D * bf
+    kvb = BH * T * D * bf
+    nc = max(0, (T - s.bl) // s.d + 1)
+    ns = -(-T // s.lp)
+    k = min(s.n, ns)
+    ks: list[Kernel] = []
+    # Fused RoPE into the kernels' layouts (q and 3 branches' keys), then the gated sum.
+    ks.append(Kernel("rope_fwd", "fused", "fwd", "memory", dram=2 * (act + 3 * kvb), launches=2))
+    ks.append(Kernel("gate_mix_fwd", "fused", "fwd", "memory", dram=4 * act + B * T * s.H * 3 * bf))
+    ks.append(Kernel("rope_bwd", "fused", "bwd", "memory", dram=2 * (act + 3 * kvb), launches=2))
+    # Backward: dO, the gates and the three branch outputs in, three branch gradients and the gates'
+    # out (until the H200 run the model counted 5 of these 8 activations: 1.26-1.30x off).
+    ks.append(Kernel("gate_mix_bwd", "fused", "bwd", "memory", dram=8 * act + 2 * B * T * s.H * 3 * bf))
+    # Compression MLP (cuBLAS GEMMs l*D -> 2D -> D for keys and values): small.
+    mlp = 2 * 2 * BH * nc * (s.bl * D * 2 * D + 2 * D * D)
+    ks.append(
+        Kernel("cmp_mlp_fwd", "compressed", "fwd", "dense_fwd", mlp, mlp, 4 * kvb, programs=10**4, launches=6)
+    )
+    ks.append(
+        Kernel(
+            "cmp_mlp_bwd",
+            "compressed",
+            "bwd",
+            "dense_bwd",
+            2 * mlp,
+            2 * mlp,
+            8 * kvb,
+            programs=10**4,
+            launches=10,
+        )
+    )
+    ck = _cmp_keys(T, s)
+    cuse = 2 * BH * T * G * (nc / 2) * D
+    kcb = BH * nc * D * bf  # compressed keys (or values) of all KV heads
+    lse = 4 * BH * T * G
+    table = BH * T * k * 9  # int64 block ids + valid flags
+    sw = _cmp_select_work(T, s, 1 if split_cmp_fwd else (2 if fold_selection else 3))
+    sel_rows, BT = sw["rows"], sw["tokens"]
+    sel_progs = BH * sw["tiles"]
+    if split_cmp_fwd:
+        # The attention (_cmp_fwd): one flash pass, QK + PV a key step over BM (token, head) rows of
+        # no padding, 4 warps; priced as a flash kernel (eff + a program's prologue, cmp_attn).
+        aw = _cmp_attn_work(T, s)
+        aprog = BH * aw["tiles"]
+        ks.append(Kernel("cmp_fwd", "compressed", "fwd", f"cmp_attn@{_cfg(D)}", 4 * BH * aw["rows"] * aw["keys"] * D,
+                         2 * cuse, 2 * act + 2 * kcb + lse, l2=2 * aprog * (aw["keys"] / aw["tiles"]) * D * bf,
+                         programs=aprog, per_sm=1, work={"programs": aprog}))  # fmt: skip
+        # The selection (_cmp_select): per key tile of BJ * RP keys one QK product over BTF x GPF rows,
+        # p = exp2(s - lse) from the attention's row statistics, the group sum, Eq. 9 and the top-n
+        # merge of the running top-W for each half of the tokens: latency-bound CUDA-core and
+        # shared-memory work that hides nothing at a few programs an SM, priced per program and per
+        # token per key tile (cmp_sel, its MMA inside; the warps' factor SEL_WARPS). No V, no output.
+        bt = launch["bt_sel"]
+        sw = _cmp_select_work(T, s, 1, bt)
+        sel_rows, sel_progs = sw["rows"], BH * sw["tiles"]
+        v0 = launch["select_v0"]  # the int64 merge (before 2026-11-26b) or compressed_select.py's int32 one
+        tags = f"@w{launch['warps_sel']}" + (f"@bt{bt}" if bt != _sel_tiles(s)["BTF"] else "")
+        tags += "@h2" if launch["halves_sel"] and not v0 else ""
+        sunit = 2 * BH * sw["steps"] * sel_rows * sw["keys"] * D
+        swork = {"programs": sel_progs, "token_steps": BH * sw["steps"] * bt}
+        if not selection_free:
+            ks.append(Kernel("cmp_select", "selection", "fwd", f"cmp_sel{'' if v0 else '32'}{tags}", sunit, cuse,
+                             act + kcb + lse + table, l2=BH * sw["steps"] * sw["keys"] * D * bf,
+                             programs=sel_progs, work=swork))  # fmt: skip
+    else:
+        # The fused kernel before 45bc233 (its structure `_cmp_select_work` at 2 passes): per tile of
+        # BTF tokens x GPF rows, pass 1 the row statistics (QK), pass 2 the output (QK, PV) and the
+        # selection on the same p; fold_selection=False: the kernel before 2026-11-25, whose third
+        # pass added one more QK product and read per key tile (1.5x the steps). Priced per tile and
+        # per key step of either pass (cmp_fused) and per token per pass-2 step (cmp_topn: the merge).
+        passes = 2 if fold_selection else 3
+        cunit = 2 * BH * T * (sel_rows // BT) * ck * D
+        ks.append(Kernel("cmp_fwd", "compressed", "fwd", f"cmp_fused@{_cfg(D)}", (passes + 1) * cunit, 3 * cuse,
+                         2 * act + 2 * kcb + lse, l2=(passes + 1) * sel_progs * ck * D * bf, programs=sel_progs,
+                         work={"programs": sel_progs, "steps": BH * sw["steps"]}))  # fmt: skip
+        tokwork = {} if selection_free else {"token_steps": BH * sw["steps"] / passes * BT}
+        ks.append(Kernel("cmp_fwd_topn", "selection", "fwd", "cmp_topn", dram=table, launches=0,
+                         work=tokwork))  # fmt: skip
+    # Backward: dQ (3 units) and dK/dV (4 units) over query tiles of consecutive (token, head) rows, no
+    # padded heads (unpadded_cmp_bwd=False: G padded to GP, the kernels before 2026-11-25).
+    RB = G if unpadded_cmp_bwd else _p2(G)
+    dq_rows = 128 if D <= 64 else 32
+    bunit = 2 * BH * T * RB * ck * D
+    dq_progs = BH * math.ceil(T * RB / dq_rows)
+    ks.append(Kernel("cmp_bwd_dq", "compressed", "bwd", f"cmp_dq@{_cfg(D)}", 3 * bunit, 3 * cuse,
+                     4 * act + 2 * BH * nc * D * bf, l2=dq_progs * ck * D * bf * 2,
+                     programs=dq_progs, per_sm=1, work={"programs": dq_progs}))  # fmt: skip
+    # dK/dV per tile of 32 compressed keys: tile i is seen by the queries after it, so tile 0 carries
+    # T query rows while the last carries almost none. Each tile's query tiles are cut into SPLIT = 8
+    # parts (one program each, fp32 partials summed in order by a second kernel), so the longest
+    # program has 1/8 of tile 0's work; split=1 models the kernel before 2026-11-25.
+    split = 8 if balanced_dkv else 1
+    dkv_tiles = BH * max(1, math.ceil(nc / 32))
+    part = dkv_tiles * split * 32 * D * 4 * 2 if split > 1 else 0
+    if launch["warps_cmp_dkv"] not in (4, 8):
+        raise ValueError(f"warps_cmp_dkv={launch['warps_cmp_dkv']}: priced at 8 (cmp_dkv) and 4 (@w4) only")
+    dkv_tag = "@w4" if launch["warps_cmp_dkv"] == 4 else ""  # the prices were fitted at 8 warps
+    ks.append(Kernel("cmp_bwd_dkv", "compressed", "bwd", f"cmp_dkv@{_cfg(D)}{dkv_tag}", 4 * bunit, 4 * cuse,
+                     2 * BH * nc * D * bf * 2 + 2 * part, l2=dkv_tiles * (T / 2) * RB * D * bf * 2,
+                     programs=dkv_tiles * split, per_sm=2, crit=4 * 2 * T * RB * 32 * D / split,
+                     launches=1 + (split > 1), work={"programs": dkv_tiles * split}))  # fmt: skip
+    ks += selected_kernels(T, s, launch, forced_tiles, token_tiles, selections, warps_dkdv)
+    # Window: rows = tokens x G (no padding), keys = the band plus the tile overhang; tiles by head_dim
+    # (window._configs: forward 128 rows x 64 / 32 keys, dQ 128 / 64 x 64, dK/dV 64 / 32 keys).
+    wk = min(T, s.w + 128 / G + 64)
+    wunit = 2 * BH * T * G * wk * D
+    wuse = 2 * BH * T * G * min(T, s.w) * D
+    wprog = BH * math.ceil(T * G / 128)
+    ks.append(Kernel("win_fwd", "window", "fwd", f"win_fwd@{_cfg(D)}", 2 * wunit, 2 * wuse, 2 * act + 2 * kvb,
+                     l2=wprog * wk * D * bf * 2, programs=wprog, per_sm=1, work={"programs": wprog}))  # fmt: skip
+    ks.append(Kernel("win_bwd_dq", "window", "bwd", f"win_dq@{_cfg(D)}", 3 * wunit, 3 * wuse, 4 * act + 2 * kvb,
+                     l2=wprog * wk * D * bf * 2, programs=wprog, per_sm=1, work={"programs": wprog}))  # fmt: skip
+    wbn = 64 if D <= 64 else 32
+    wdk = min(T, s.w + wbn)
+    wdprog = BH * math.ceil(T / wbn)
+    ks.append(Kernel("win_bwd_dkdv", "window", "bwd", f"win_dkdv@{_cfg(D)}", 4 * 2 * BH * T * G * wdk * D,
+                     2 * wuse, 2 * act + 4 * kvb, l2=wdprog * wdk * G * D * bf * 2, programs=wdprog, per_sm=1,
+                     work={"programs": wdprog}))  # fmt: skip
+    # Autograd sums q's gradient from the three branches (each takes the same rotated q): two adds.
+    ks.append(Kernel("q_grad_sum", "fused", "bwd", "memory", dram=2 * 3 * act, launches=2))
+    return ks

@@ -1,0 +1,341 @@
+"""What a kernel costs on a GPU: the datasheets, the fitted prices of our kernel kinds and the
+`Kernel` record that turns counts into time.
+
+Owns the prices of bench/attention_model.py's cost model (the package's other modules count the
+kernels' work; attention_model.py prints the rows). It must not count any kernel's structure, and
+it imports nothing from nsa (no torch).
+
+Two ways a kernel is priced:
+- The published kernels (calibration only: `published_nsa`, `flash2(kind="fa2" | "dense")`) by
+  generic kinds: time = max(FLOPs / (peak x EFF[kind]), DRAM bytes / (bw x 0.8), L2 bytes / L2 bw,
+  scalar ops / (CUDA-core rate x 0.3)), stretched by wave quantisation and by the longest program,
+  plus 4 us per launch. EFF: `fa2_fwd` / `fa2_bwd` FlashAttention-2's CUDA kernels (A100 0.55 / 0.45,
+  FA2 paper, Dao 2023, arXiv 2307.08691, Fig. 4-6, the causal low end; H100 0.39 / 0.34, flash-attn on
+  H800 from Scalable-Flash-NSA's README: 182.9 ms forward = 385 TFLOP/s, 523.7 ms backward = 336);
+  `dense_fwd` / `dense_bwd` Triton flash-style tiles (A100 0.40 / 0.32, H100 as FA2, assumed);
+  `gather_fwd` / `gather_bwd` query-major sparse tiles, fitted so the calibration rows come within
+  +-30 % (printed beside the predictions).
+- Our kernels (`ours`) and the baseline SDPA flash (`flash2(kind="sdpa")`) by their own kinds, one
+  per compiled configuration, priced from the measurements (H100_COST, H200_COST and
+  H200_FINAL_COST, fitted by bench/attention_fit.py on bench/gpu/2026-11-26-h100-speed.json, for the
+  kernels rewritten since on bench/gpu/2026-11-26-h200-speed-after.json, the selected reduction on
+  bench/gpu/2026-11-26-h200-speed-final.json; H100 and H200 share them): time = issued MMA FLOPs /
+  (peak x eff) + SM cycles per program, per loop step, per token-step or per gathered byte /
+  (SMs x clock), floored by DRAM, plus a serial tail and launches. Launch settings changed after
+  the runs (ce226a4) are tags of a kind, each priced by one factor from the final kernel probe
+  (CONFIG_FACTOR). On A100 the efficiencies stay the published calibration's (A100_KIND) and the
+  cycle costs carry over per SM cycle (kind_cost).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """Datasheet figures: dense bf16 tensor FLOP/s, DRAM B/s, SM count, fp32/int32 CUDA-core op/s."""
+
+    name: str
+    arch: str  # "ampere" | "hopper": selects the efficiency table
+    peak: float
+    dram: float
+    l2: float  # achievable L2 read bandwidth (see L2_NOTE)
+    sms: int
+    alu: float
+    clock: float  # SM clock under load (Hz): turns the fitted per-SM cycle costs (COST) into time
+    regs_per_sm: int = 65536
+    cc: int = 90  # compute capability: the kernels pick some launch settings by it (shipped_warps_sel)
+
+
+# L2: A100's whitepaper gives 5120 B/clk of L2 read bandwidth (7.2 TB/s at 1.41 GHz); H100 SXM
+# scaled by SM count and clock (132 SMs x 1.83 GHz vs 108 x 1.41: 1.6x). Both are peaks; the model
+# takes 75 % of them (Chips and Cheese's H100 PCIe microbenchmark reached about that share).
+GPUS: dict[str, Gpu] = {
+    "A100": Gpu("A100-SXM4-80GB", "ampere", 312e12, 2.039e12, 0.75 * 7.2e12, 108, 19.5e12, 1.41e9, cc=80),
+    # 1.98 GHz: the max SM clock the first GPU run's H100 reported (bench/gpu/*-h100-*.json, env).
+    "H100": Gpu("H100-SXM5", "hopper", 989e12, 3.35e12, 0.75 * 11.5e12, 132, 67e12, 1.98e9),
+    # H800: an H100 SXM with cut interconnect; same SMs, clocks, HBM3 (Scalable-Flash-NSA's GPU).
+    "H800": Gpu("H800-SXM5", "hopper", 989e12, 3.35e12, 0.75 * 11.5e12, 132, 67e12, 1.98e9),
+    # H200 SXM: H100's SMs, clocks, L2 and tensor peak with 4.8 TB/s HBM3e (datasheet). The H200 run
+    # (bench/gpu/2026-11-26-h200-speed-after.json) agrees: 132 SMs at 1980 MHz max (its env), every
+    # compute-bound kernel that did not change within 5 % of its H100 time from 8k up, and the
+    # memory-bound gate mix at 0.70-0.73x of it (3.35 / 4.8 = 0.70).
+    "H200": Gpu("H200-SXM", "hopper", 989e12, 4.8e12, 0.75 * 11.5e12, 132, 67e12, 1.98e9),
+}
+
+EFF: dict[str, dict[str, float]] = {
+    "ampere": {"fa2_fwd": 0.55, "fa2_bwd": 0.45, "dense_fwd": 0.40, "dense_bwd": 0.32,
+               "gather_fwd": 0.40, "gather_bwd": 0.11},
+    "hopper": {"fa2_fwd": 0.39, "fa2_bwd": 0.34, "dense_fwd": 0.39, "dense_bwd": 0.34,
+               "gather_fwd": 0.20, "gather_bwd": 0.17},
+}  # fmt: skip
+DRAM_EFF, ALU_EFF, LAUNCH_S = 0.8, 0.3, 4e-6
+
+# Our own kernels' kinds, one per compiled configuration (the window and compressed kernels pick
+# their tiles by head_dim <= 64 or not: "@64" and "@128" are different kernels), priced from GPU
+# measurements (bench/attention_fit.py fits them, docs/attention.md "Time budget" says why each is
+# what it is). Per kind: `eff`, the fraction of the bf16 tensor-core peak its issued MMAs run at,
+# and SM cycles per unit of the kernel's work counts (Kernel.work): "programs" (a program's prologue
+# and epilogue), "steps" (one iteration of its main loop beyond the MMAs), "token_steps" (per token
+# per step: the selection's top-n merge), "gather_bytes" (per byte of K/V loaded by data-dependent
+# block ids, unpipelined). Time = MMA time + cycles / (SMs x clock), floored by the DRAM time.
+# H100 and H200 share these prices: same SMs, clocks, L2 and tensor peak (only DRAM differs, and
+# the DRAM floor takes each GPU's own bandwidth).
+# H100_COST: fitted on the first GPU run (H100, bench/gpu/2026-11-26-h100-speed.json, the kernels of
+# RUN_BUILDS' entry for it): every kind whose kernel has not changed since, and the two that have
+# (kept for that run's check and the `before_split` what-if): `cmp_fused` + `cmp_topn`, the fused
+# two-pass compressed forward (before 45bc233), and `sel_dkdv_w8`, the key-major dK/dV at 8 warps
+# (before 4e22175).
+H100_COST: dict[str, dict[str, float]] = {
+    "cmp_fused": {"programs": 4600, "steps": 2510},  # the fused forward (_cmp_select_work, 2 passes)
+    "cmp_topn": {"token_steps": 1950},  # its top-n merge, per token per pass-2 step
+    "cmp_dq@64": {"eff": 0.56, "programs": 5100},
+    "cmp_dq@128": {"eff": 0.22, "programs": 1170},
+    "cmp_dkv": {"eff": 0.134},
+    "forced_fwd": {"eff": 0.169},
+    "forced_dq": {"eff": 0.205},
+    "tok_fwd": {"gather_bytes": 0.065},
+    "tok_dq": {"gather_bytes": 0.060},
+    "sel_dkdv_w8": {"eff": 0.083},
+    "win_fwd@64": {"eff": 0.246},
+    "win_fwd@128": {"eff": 0.423},
+    "win_dq": {"eff": 0.29},
+    "win_dkdv": {"eff": 0.196},
+    "sdpa_fwd": {"eff": 0.34, "programs": 5300},
+    "sdpa_bwd": {"eff": 0.31, "programs": 43300},
+}  # fmt: skip
+# H200_COST: the kernels that changed after the first run, fitted on the H200 run of the split
+# forward (bench/gpu/2026-11-26-h200-speed-after.json; the H100 prices above predict that run's
+# unchanged kernels: docs/attention.md "Time budget"): the compressed attention `_cmp_fwd` (a flash
+# kernel: eff + a program's prologue), the selection `_cmp_select` (cycles per program and per token
+# per key tile: latency-bound, its MMA inside the step cost; the price of its 4-warp build, other
+# warp counts scaled by SEL_WARPS) and the key-major dK/dV at 4 warps.
+H200_COST: dict[str, dict[str, float]] = {
+    "cmp_attn@64": {"eff": 0.277, "programs": 2410},
+    "cmp_attn@128": {"eff": 0.41, "programs": 1710},
+    "cmp_sel": {"programs": 1420, "token_steps": 1310},  # at 4 warps
+    "sel_dkdv": {"eff": 0.142},
+}  # fmt: skip
+# H200_FINAL_COST: fitted on the final H200 run (bench/gpu/2026-11-26-h200-speed-final.json), for the
+# one family no earlier price reproduced: the selected dK/dV's partial sum `_sel_bwd_reduce`, its
+# DRAM time (x the datasheet bandwidth's) plus a serial tail (SM cycles per byte the longest program
+# sums alone: block 0's, listed by every token, ceil(T / S) segment partials of 2 x 64 x D fp32).
+H200_FINAL_COST: dict[str, dict[str, float]] = {
+    "sel_reduce": {"dram": 0.946, "serial_bytes": 0.0971},
+}  # fmt: skip
+# KEYS_COST: the kernels built after the runs above, fitted on the lead's H200 run of the integration
+# build (bench/gpu/2026-11-26b-h200-speed-keys.json; RUN_BUILDS names its settings):
+# - sel_keys_fwd / sel_keys_bwd: the key-major selected forward (selected_keys.py, 128 (pair, head)
+#   rows a step at head_dim 64) and fused backward (selected_keys_bwd.py, 64 rows a step in that
+#   run): the fitted MMA efficiency (0.156 / 0.143: the key-major dK/dV's 0.142, which priced them
+#   before the run, within 10 %) plus the DRAM time of the partials they store inside the loop
+#   (`dram`: x the datasheet bandwidth's time, 1 / DRAM_EFF; kept, not fitted: it grows with the same
+#   (pair, head) rows as the MMAs, so a fit could not tell the two apart);
+# - sel_fwd_merge / sel_dq_merge / sel_index: the forward's merge, the dQ merge and the forward's
+#   sort-key kernel, DRAM time x a fitted factor (the forward merge reads each partial's lse twice in
+#   two dependent passes: 1.70x the datasheet time; the dQ merge 1.32x; the 9 us index kernel 0.67x);
+# - cmp_sel32: compressed_select.py's int32 top-n merge (the selection since 2026-11-26b), cycles a
+#   program and per token per key tile as `cmp_sel`, at 4 warps and BTF tokens a tile; its launch
+#   settings by CONFIG_FACTOR (below).
+KEYS_COST: dict[str, dict[str, float]] = {
+    "sel_keys_fwd": {"eff": 0.156, "dram": 1.25},
+    "sel_keys_bwd": {"eff": 0.143, "dram": 1.25},
+    "sel_fwd_merge": {"dram": 1.70},
+    "sel_dq_merge": {"dram": 1.32},
+    "sel_index": {"dram": 0.673},
+    "cmp_sel32": {"programs": 1094, "token_steps": 1046},
+}  # fmt: skip
+# The selection kernel's time at `warps_sel` warps over its time at 4 (the H200 probe,
+# bench/gpu/2026-11-26-h200-probe-after.jsonl: 2 warps 0.675 / 0.656 / 0.635 at M7C 8k / M7C 64k /
+# paper 32k, the geometric mean here). One factor per setting, not a concurrency law: the top-n
+# merge is latency-bound, so fewer warps a program let more programs share an SM, but each then
+# does more per thread; 8 warps took 1.98 / 1.93 at M7C and 1.50 at the paper shape, which no one
+# parameter of programs per SM reproduces (nothing ships 8 warps: not priced).
+SEL_WARPS: dict[int, float] = {2: 0.655, 4: 1.0}
+# Launch settings changed from the build a kind's price was fitted on (ce226a4, after the runs), as
+# tags of the kind ("cmp_dkv@64@w4"): the kernel's time with the tag over its time without, the
+# model's own structural change (programs, steps at the new tile) divided out. Each from
+# bench/gpu/2026-11-26-h200-probe-final.jsonl (one setting changed from the final run's build;
+# bench/attention_fit.py `config_factors`, the geometric mean over the probed points):
+# - cmp_sel@w2 / @w4: SEL_WARPS (the earlier probe; the final probe's 2-over-4 ratios 0.64-0.66 agree).
+# - cmp_sel@bt2: 2 tokens a selection tile (M7C on sm_90) instead of BTF = 4: 11.88 vs 13.38 ms at
+#   M7C 64k, 2.05 vs 2.12 at 8k. The model's count gives twice the programs at the same token-steps
+#   (slower by the prologues); measured faster: half the rows a program at 2 warps, less per thread.
+# - cmp_dkv@w4: the compressed dK/dV at 4 warps instead of 8: the compressed backward 5.54 vs 7.84 ms
+#   at M7C 64k, 40.45 vs 56.57 paper 32k; dQ unchanged, so dK/dV alone at ~0.6x.
+# - tok_fwd@tp4 / tok_dq@tp4: the token tiles at 4x the tokens (G 5-8, head_dim 64: 8 tokens, 64
+#   rows at G 6): selected fwd 4.50 vs 5.47 ms, fwd+bwd 12.86 vs 15.16 at M7C 8k. The model's union
+#   of 8 random selections gives 0.56x the gathered bytes of 2 tokens' union at 8k; measured 0.81x
+#   (fwd) and 0.76x (dQ): a step over 64 rows costs ~1.4x one over 16 (its MMAs and softmax are no
+#   longer hidden behind the gathers). Probed at 8k only; at 64k the union saves only 12 %, so the
+#   model prices the 4x tiles ~1.2x slower there than 2 tokens (not measured).
+# - tok_fwd@w2: the token-tile forward at 2 warps where its price is at 8 (head_dim > 64): paper
+#   8k fwd 20.58 vs 31.60 ms, fwd+bwd 74.30 vs 85.34 (the dQ kernel keeps 4 warps).
+CONFIG_FACTOR: dict[str, float] = {
+    "cmp_sel@w2": SEL_WARPS[2], "cmp_sel@w4": SEL_WARPS[4], "cmp_sel@bt2": 0.899,
+    "cmp_dkv@w4": 0.613, "tok_fwd@tp4": 1.451, "tok_dq@tp4": 1.387, "tok_fwd@w2": 0.618,
+    "cmp_sel32@w2": 0.629, "cmp_sel32@w4": 1.0, "cmp_sel32@h2": 0.951, "cmp_sel32@bt2": 0.569,
+    "cmp_sel32@bt4": 0.581, "sel_keys_bwd@br32": 1.744,
+}  # fmt: skip
+# A100: the tensor-core efficiency of each kind stays the published calibration's (EFF["ampere"] of
+# its generic kind: sm_80 runs these tiles as mma.sync, the instruction its peak is quoted for, so
+# the Hopper shortfall below 64-row tiles does not carry over); the cycle costs carry over per SM
+# cycle (latency- and CUDA-core-bound work: same instruction mix, ~same L2 latency in cycles), except
+# for the baseline: FA2's published efficiency is its whole kernels' time.
+A100_KIND = {
+    "cmp_fused": "dense_fwd", "cmp_topn": "dense_fwd", "cmp_attn": "dense_fwd", "cmp_sel": "dense_fwd",
+    "cmp_dq": "dense_bwd", "cmp_dkv": "dense_bwd",
+    "forced_fwd": "dense_fwd", "forced_dq": "dense_bwd", "tok_fwd": "gather_fwd", "tok_dq": "gather_fwd",
+    "sel_dkdv": "gather_bwd", "sel_dkdv_w8": "gather_bwd",
+    "win_fwd": "dense_fwd", "win_dq": "dense_bwd", "win_dkdv": "dense_bwd",
+    "sdpa_fwd": "fa2_fwd", "sdpa_bwd": "fa2_bwd", "sel_reduce": "memory",
+    "sel_keys_fwd": "gather_bwd", "sel_keys_bwd": "gather_bwd",  # as the key-major dK/dV they extend
+    "cmp_sel32": "dense_fwd", "sel_fwd_merge": "memory", "sel_dq_merge": "memory",
+    "sel_index": "memory",
+}  # fmt: skip
+# The kernel builds the committed GPU runs measured (flags of `ours`), by file name: a speed record
+# does not name its kernels' launch settings, so a fit or a check of a committed run takes them from
+# here; a run of the current kernels needs no entry (ours' defaults: what the code ships).
+RUN_BUILDS: dict[str, dict] = {
+    "2026-11-26-h100-speed.json": {"split_cmp_fwd": False, "warps_dkdv": 8, "before_ce226a4": True},
+    # before warps_sel 2 shipped at sm_90
+    "2026-11-26-h200-speed-after.json": {"warps_sel": 4, "before_ce226a4": True},
+    # 76bdb6b's kernels: the selection at 2 warps for M7C and the paper shape, BTF tokens, the
+    # compressed dK/dV at 8 warps, the base token tiles, their forward at 8 warps at head_dim 128
+    "2026-11-26-h200-speed-final.json": {"before_ce226a4": True},
+    # the probes' base builds (bench/kernel_probe.py: each variant one setting changed from it)
+    "2026-11-26-h200-probe-after.jsonl": {"warps_sel": 4, "before_ce226a4": True},
+    "2026-11-26-h200-probe-final.jsonl": {"before_ce226a4": True},
+    # main at 2b9778f: ce226a4's settings without its 4x token tiles, the selected branch query-major
+    # (forced tiles + token tiles; the key-major kernels came after)
+    "2026-11-26b-h200-speed-shipped.json": {
+        "fwd_keys": False,
+        "bwd_keys": False,
+        "select_v0": True,
+        "before_2930e5c": True,
+    },
+    # the lead's integration build of kfwd + kbwd + cmpsel (bench/RESULTS.md, 2026-11-26b): the keys
+    # kernels at BR_f 128 / BR_keys 64, the int32 selection at v0's settings (before 2930e5c)
+    "2026-11-26b-h200-speed-keys.json": {"before_2930e5c": True, "br_bwd_keys": 64},
+    "2026-11-26b-h200-probe-select.jsonl": {"before_2930e5c": True},
+    "2026-11-26b-h200-probe-keys-final.jsonl": {"before_2930e5c": True, "br_bwd_keys": 64},
+}
+
+
+@dataclass
+class Kernel:
+    """One launch: FLOPs issued (padded rows included) and useful, DRAM and L2 bytes, grid, occupancy."""
+
+    name: str
+    branch: str  # compressed | selection | selected | window | fused | dense
+    direction: str  # fwd | bwd
+    kind: str  # dense_fwd | dense_bwd | gather_fwd | gather_bwd | memory | scalar
+    flops: float = 0.0
+    useful: float = 0.0
+    dram: float = 0.0
+    l2: float = 0.0
+    alu: float = 0.0
+    programs: int = 0  # 0: a bandwidth-bound grid the model does not size (waves not counted)
+    per_sm: int = 1  # resident programs per SM (registers / shared memory)
+    crit: float = 0.0  # FLOPs of the longest program (load imbalance)
+    launches: int = 1
+    extra: dict = field(default_factory=dict)
+    work: dict = field(default_factory=dict)  # counts the fitted cycle costs apply to (COST)
+
+    def time(self, gpu: Gpu) -> float:
+        cost = kind_cost(self.kind, gpu)
+        serial = 0.0
+        if cost is None:
+            eff = EFF[gpu.arch].get(self.kind, 1.0)
+            t = max(
+                self.flops / (gpu.peak * eff),
+                self.dram / (gpu.dram * DRAM_EFF),
+                self.l2 / gpu.l2,
+                self.alu / (gpu.alu * ALU_EFF),
+            )
+        else:
+            eff = cost.get("eff") or 1.0
+            t = self.flops / (gpu.peak * eff) if cost.get("eff") else 0.0
+            parallel = {
+                f: c for f, c in cost.items() if f not in ("eff", "dram") and not f.startswith("serial_")
+            }
+            t += sum(self.work.get(f, 0.0) * c for f, c in parallel.items()) / (gpu.sms * gpu.clock)
+            if "dram" in cost:  # a fitted DRAM time replaces the floor
+                t += cost["dram"] * self.dram / gpu.dram
+            else:
+                t = max(t, self.dram / (gpu.dram * DRAM_EFF))
+            # serial_*: cycles of the longest program alone on its SM after the rest (not / SMs)
+            serial = (
+                sum(self.work.get(f, 0.0) * c for f, c in cost.items() if f.startswith("serial_")) / gpu.clock
+            )
+        slots = gpu.sms * self.per_sm
+        waves = math.ceil(self.programs / slots)
+        if self.flops and self.programs and waves < 8:  # a short grid idles part of the GPU in its last wave
+            t *= waves * slots / self.programs
+        if self.crit:  # the longest program runs alone on its SM at the end
+            t = max(t, self.crit / (gpu.peak * eff / gpu.sms))
+        return t + serial + LAUNCH_S * self.launches
+
+    def row(self, gpu: Gpu) -> dict:
+        slots = gpu.sms * self.per_sm
+        return {
+            "kernel": self.name, "branch": self.branch, "dir": self.direction, "kind": self.kind,
+            "gflop": round(self.flops / 1e9, 2), "gflop_useful": round(self.useful / 1e9, 2),
+            "dram_mb": round(self.dram / 1e6, 1), "l2_mb": round(self.l2 / 1e6, 1),
+            "programs": self.programs or None, "waves": round(self.programs / slots, 2) if self.programs else None,
+            "ms": round(self.time(gpu) * 1e3, 4),
+        }  # fmt: skip
+
+
+def kind_parts(kind: str) -> tuple[str, str, list[str]]:
+    """A kind's base, its price's key (base, or base@config where prices differ by head_dim) and its
+    launch-setting tags: "cmp_dkv@64@w4" -> ("cmp_dkv", "cmp_dkv@64", ["w4"])."""
+    base, *rest = kind.split("@")
+    cfg = [p for p in rest if p.isdigit()]
+    return base, base + "".join(f"@{c}" for c in cfg), [p for p in rest if not p.isdigit()]
+
+
+def config_factor(kind: str) -> float:
+    """The kind's time with its launch-setting tags over its fitted price's (1 without tags)."""
+    base, _, tags = kind_parts(kind)
+    f = 1.0
+    for tag in tags:
+        key = f"{base}@{tag}"
+        if key not in CONFIG_FACTOR:
+            priced = sorted(k for k in CONFIG_FACTOR if k.startswith(base + "@"))
+            raise ValueError(f"{kind}: {key} is not priced (CONFIG_FACTOR has {priced})")
+        f *= CONFIG_FACTOR[key]
+    return f
+
+
+def warps_factor(kind: str) -> float:
+    """The selection kernel's time at its warps over its 4-warp price (config_factor's warps part)."""
+    return config_factor(kind)
+
+
+def kind_cost(kind: str, gpu: Gpu) -> dict[str, float] | None:
+    """The fitted cost of one of our kernel kinds on `gpu` (None: a generic kind, priced by EFF), its
+    launch-setting tags applied: cycles x the factor everywhere, the efficiency / the factor on Hopper
+    (on A100 the efficiency is the published calibration's, not our kernel's: left as it is)."""
+    base, key, _ = kind_parts(kind)
+    if base not in A100_KIND:
+        return None
+    table = {**H100_COST, **H200_COST, **H200_FINAL_COST, **KEYS_COST}
+    fitted = dict(table.get(key) or table.get(base, {}))
+    f = config_factor(kind)
+    if f != 1.0:
+        fitted = {t: (c / f if t == "eff" else c * f) for t, c in fitted.items()}
+    if gpu.arch == "hopper":
+        return fitted
+    cycles = {t: c for t, c in fitted.items() if t != "eff"}
+    if base.startswith("sdpa"):  # FA2's published efficiency is its whole kernels' time, prologues included
+        return {"eff": EFF[gpu.arch][A100_KIND[base]]}
+    if "eff" not in fitted:  # the fitted cycles include its MMAs (the compressed forward, the gathers)
+        return cycles
+    return {"eff": EFF[gpu.arch][A100_KIND[base]], **cycles}
+
+
+def total(ks: list[Kernel], gpu: Gpu, direction: str | None = None) -> float:
+    return sum(k.time(gpu) for k in ks if direction in (None, k.direction))

@@ -1,0 +1,184 @@
+"""The selected branch's kernels, as nsa/attention/triton/selected.py launches them with forced blocks
+(what NSAAttention passes): the query-major path (forced-block tiles, then token tiles over the other
+blocks; dK/dV key-major) and, at G <= 8 (`fwd_keys` / `bwd_keys` of selected.py's `_config`), the
+key-major path (FSA's loop order: every (query, block) pair, forced ones included, in full tiles of
+(pair, head) rows against one block's keys, partial results merged after).
+
+Owns `selected_kernels`: one `Kernel` record per launch of the branch, with its FLOPs, bytes, programs
+and work counts; kernels.py's `ours` calls it. Counts only (prices: prices.py); no torch.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .counts import Shape, _cfg, _p2, _per_sm, _sel_keys, _sel_steps, _tokens_per_tile, _valid_pairs
+from .prices import Kernel
+
+
+def selected_kernels(
+    T: int,
+    s: Shape,
+    launch: dict,
+    forced_tiles: bool = True,
+    token_tiles: bool = True,
+    selections: str = "random",
+    warps_dkdv: int = 4,
+) -> list[Kernel]:
+    """The branch's launches, forward and backward, for one layer (see `ours` for the flags; `launch`
+    is `shipped_launch`'s, with `fwd_keys` / `bwd_keys`, which apply with forced_tiles only, as
+    selected.py takes the key-major path only with forced blocks)."""
+    fwd_keys = forced_tiles and launch["fwd_keys"]
+    bwd_keys = forced_tiles and launch["bwd_keys"]
+    B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
+    bf = 2
+    act = B * T * s.H * D * bf
+    kvb = BH * T * D * bf
+    ns = -(-T // s.lp)
+    k = min(s.n, ns)
+    table = BH * T * k * 9  # int64 block ids + valid flags
+    ks: list[Kernel] = []
+    # Selected, forward and dQ: query-major, rows = TP tokens x G padded to 16, one 64-key step per
+    # distinct block of the program's tokens; each step gathers that block's K and V (block ids from
+    # the table: loads not pipelined across steps, priced per byte, kinds tok_fwd / tok_dq). dQ has
+    # the forward's loop (no atomics) plus one more product per step.
+    npairs = BH * _valid_pairs(T, s)
+    one_token_steps = BH * T * _sel_keys(T, s) / s.lp  # every entry, one token a program
+    if forced_tiles:
+        # Forced blocks (3 per token once T >= 3 l'; all of them below) leave the query-major kernels:
+        # those read only the other blocks, all whole; a dense kernel per 64 rows (tokens x G,
+        # contiguous) runs block 0, the previous and the own block (causal) for the tile's tokens,
+        # and hands its fp32 state (o, lse) to the gather kernel (DRAM write + read).
+        # nsa/attention/triton/selected_forced.py: grid (ceil(T*G/64), BH), 4 warps; registers
+        # (gpucheck, triton 3.9, G6 D64): forward 168 on sm_80 / 124 on sm_90, dQ 254 / 125.
+        f = min(3, ns)
+        fk = min(T, f * s.lp)
+        fuse = 2 * BH * T * G * (fk - s.lp / 2) * D
+        fissue = 2 * BH * math.ceil(T * G / 64) * 64 * fk * D
+        fprog = BH * math.ceil(T * G / 64)
+        fl2 = fprog * fk * D * bf * 2
+        state = BH * T * G * (D + 1) * 4  # fp32 o + lse (forward), fp32 dQ part + delta (backward)
+        if not fwd_keys:
+            ks.append(Kernel("sel_forced_fwd", "selected", "fwd", "forced_fwd", 2 * fissue, 2 * fuse,
+                             act + state + table, l2=fl2, programs=fprog, per_sm=_per_sm(168, 128),
+                             work={"programs": fprog}))  # fmt: skip
+        if not bwd_keys:
+            ks.append(Kernel("sel_forced_dq", "selected", "bwd", "forced_dq", 3 * fissue, 3 * fuse,
+                             3 * act + state + table, l2=fl2, programs=fprog, per_sm=_per_sm(254, 128),
+                             work={"programs": fprog}))  # fmt: skip
+        one_token_steps = BH * _sel_steps(T, s, 1)
+    state_in = BH * T * G * (D + 1) * 4 if forced_tiles else 0  # the gather kernels resume from it
+    suse = 2 * one_token_steps * G * s.lp * D
+    # Token tiles (forced path, nsa/attention/triton/selected_query.py): TP tokens a program
+    # (TP*G <= 16 rows), one 64-key step per distinct non-forced block of the tile (random
+    # selections: the expected union, _sel_steps; adjacent tokens selecting the same blocks: the
+    # one-token count / TP). Each of the TP*n table entries costs a [16,16] compare.
+    # Since ce226a4 (launch "tp"): 4x the tokens at G 5-8, head_dim <= 64 (8 tokens, 64 rows at G 6),
+    # and the forward at 2 warps past head_dim 64 (launch "warps_tok"; priced at 8 there, 4 below).
+    TP = launch["tp"] if forced_tiles and token_tiles else 1
+    SR = _p2(TP * G, 16)
+    steps = BH * _sel_steps(T, s, TP, selections == "shared") if forced_tiles else one_token_steps
+    sunit = 2 * steps * SR * s.lp * D
+    sl2 = gathered = steps * s.lp * D * bf * 2
+    mult = TP // _tokens_per_tile(G) if TP > 1 else 1
+    tp_tag = f"@tp{mult}" if mult > 1 else ""
+    w_base = 4 if D <= 64 else 8
+    w_tag = "" if launch["warps_tok"] == w_base else f"@w{launch['warps_tok']}"
+    progs = BH * math.ceil(T / TP)
+    if not fwd_keys:
+        ks.append(Kernel("sel_fwd", "selected", "fwd", f"tok_fwd{tp_tag}{w_tag}", 2 * sunit, 2 * suse,
+                         2 * act + 2 * kvb + table + 4 * BH * T * G + state_in, l2=sl2,
+                         programs=progs, per_sm=_per_sm(96, 128),
+                         work={"gather_bytes": gathered, "programs": progs}))  # fmt: skip
+    if not bwd_keys:
+        ks.append(Kernel("sel_bwd_dq", "selected", "bwd", f"tok_dq{tp_tag}", 3 * sunit, 3 * suse,
+                         4 * act + 2 * kvb + table + state_in, l2=sl2,
+                         programs=progs, per_sm=_per_sm(98, 128), launches=0,
+                         work={"gather_bytes": gathered, "programs": progs}))  # fmt: skip
+    # Reverse index: one stable torch.sort of BH*T*k int64 keys (radix: ~8 passes over key + index),
+    # searchsorted, cumsum and ~12 small ops. The key-major forward builds its own (the backward
+    # builds it again: the forward's outputs are out and lse only).
+    index = BH * T * k * 256
+    # Key-major walks (dK/dV, and with fwd_keys / bwd_keys the forward and the fused backward): rows =
+    # (pair, head) of the valid pairs (min(n, t//l' + 1) a token), BR = 64 per step (32 at head_dim >
+    # 64), full tiles for any G; each row's q (and dO) gathered by the sorted pair list; a program
+    # per segment of <= seg pairs of one block x nb key chunks (nb = 1: BN = l' = 64).
+    BR = 32 if D > 64 else 64
+    seg = min(2048, max(16, _p2(T) // 4))
+    nseg = BH * ns + math.ceil(BH * T * k / seg)
+    nb = -(-s.lp // min(64, _p2(s.lp)))
+    prow = npairs * G
+
+    def unit(br: int) -> float:  # one GEMM over every row tile of br rows and the block's keys
+        return 2 * math.ceil(prow / br) * br * s.lp * D
+
+    kunit = unit(BR)
+    useful = 2 * prow * s.lp * D
+    part = nseg * s.lp * _p2(D, 16) * 4 * 2  # fp32 partial dK/dV per segment
+    lse = 4 * BH * T * G
+    if fwd_keys:
+        # nsa/attention/triton/selected_keys.py: `_sel_fwd_keys_kernel` (grid (nseg, nb), BR_f rows a
+        # step), per step s = q k^T, the chunk's softmax and o = p v (2 GEMMs), each row's normalised o
+        # (q's dtype) and base-2 lse (fp32) stored as the pair's partial (PO, PL);
+        # `_sel_fwd_merge_kernel` (grid (ceil(T / TM), BH)) reads, per (token, head) row in a fixed
+        # order, every kept entry's PL twice (max, then weights) and PO once, and writes out and
+        # lse. Priced as the key-major dK/dV (its fitted efficiency: the same walk of gathered rows
+        # against one block's keys) plus the partials' DRAM time (written in the loop, not hidden:
+        # `sel_keys_fwd`); the merge by DRAM.
+        # Its reverse index (selected_keys.py `reverse_index`: the backward's order, start and seg_end in
+        # 2 kernels and 3 aten ops): `_sel_fwd_index_kernel` writes each table entry's int64 sort key
+        # (idx and valid read), torch.sort (priced as the backward's index), searchsorted, and
+        # `_sel_fwd_segs_kernel` (one program: the segment ends, a scan over the blocks).
+        po = nb * prow * (D * bf + 4)
+        entries = BH * T * k
+        ks.append(Kernel("sel_fwd_index", "selected", "fwd", "sel_index", dram=entries * 17,
+                         programs=math.ceil(entries / 1024)))  # fmt: skip
+        ks.append(Kernel("sel_fwd_reverse_index", "selected", "fwd", "memory", dram=index, launches=3))
+        ks.append(Kernel("sel_fwd_segs", "selected", "fwd", "memory", dram=16 * BH * ns, programs=1))
+        ks.append(Kernel("sel_fwd_keys", "selected", "fwd", f"sel_keys_fwd@{_cfg(D)}",
+                         2 * unit(launch["br_fwd_keys"]), 2 * useful,
+                         act + 2 * kvb + npairs * 8 + po, l2=prow * D * bf + npairs * 8,
+                         programs=nseg * nb, per_sm=1, work={"programs": nseg * nb}))  # fmt: skip
+        ks.append(Kernel("sel_fwd_merge", "selected", "fwd", "sel_fwd_merge",
+                         dram=nb * prow * (D * bf + 2 * 4) + 2 * table + act + lse,
+                         programs=BH * math.ceil(T / launch["tm_merge"])))  # fmt: skip
+    if bwd_keys:
+        # nsa/attention/triton/selected_keys_bwd.py: `_sel_bwd_delta_kernel` (rowsum(dO * O), fp32),
+        # then `_sel_bwd_keys_kernel`: the dK/dV kernel (at BR_keys = 32 rows a step: registers) plus
+        # dq = (dS k) * scale per step (5 GEMMs) and
+        # its fp32 store to PDQ at the pair's table position; the reduction of dK/dV as before; and
+        # `_sel_bwd_dq_merge_kernel` (grid (ceil(T*G / BM), BH)): per (token, head) row the kept
+        # entries' PDQ summed in a fixed order, dq stored. Priced as the key-major dK/dV plus the
+        # partials' DRAM time (`sel_keys_bwd`); delta and the merge by DRAM.
+        pdq = nb * prow * D * 4
+        ks.append(Kernel("sel_bwd_delta", "selected", "bwd", "memory", dram=2 * act + lse,
+                         programs=math.ceil(BH * T * G / 64)))  # fmt: skip
+        ks.append(Kernel("sel_reverse_index", "selected", "bwd", "memory", dram=index, launches=16))
+        br_tag = "@br32" if launch["br_bwd_keys"] == 32 else ""  # priced at 64 rows a step (the run's)
+        ks.append(Kernel("sel_bwd_keys", "selected", "bwd", f"sel_keys_bwd@{_cfg(D)}{br_tag}",
+                         5 * unit(launch["br_bwd_keys"]), 5 * useful,
+                         2 * act + 2 * kvb + 2 * lse + npairs * 8 + part + pdq,
+                         l2=prow * D * bf * 2 + prow * 8, programs=nseg * nb, per_sm=1,
+                         work={"programs": nseg * nb}))  # fmt: skip
+    else:
+        ks.append(Kernel("sel_reverse_index", "selected", "bwd", "memory", dram=index, launches=16))
+        # dK/dV key-major: partial dK/dV per segment in fp32, summed by the reduction kernel.
+        if warps_dkdv not in (4, 8):
+            raise ValueError(f"warps_dkdv={warps_dkdv}: priced at 4 (sel_dkdv) and 8 (sel_dkdv_w8) only")
+        dkind = f"sel_dkdv{'_w8' if warps_dkdv == 8 else ''}@{_cfg(D)}"
+        ks.append(Kernel("sel_bwd_dkdv", "selected", "bwd", dkind, 4 * kunit,
+                         4 * useful, 2 * kvb + part, l2=prow * D * bf * 2 + prow * 8, programs=nseg,
+                         per_sm=1, work={"programs": nseg}))  # fmt: skip
+    # The reduction: one program a (batch, KV head, block) sums its segments' partials in order; block
+    # 0 is listed by every token, so its program alone sums ceil(T / seg) of them (the serial tail).
+    tail = -(-T // seg) * 2 * s.lp * _p2(D, 16) * 4
+    ks.append(Kernel("sel_bwd_reduce", "selected", "bwd", "sel_reduce", dram=part + 2 * kvb, programs=BH * ns,
+                     work={"serial_bytes": tail}))  # fmt: skip
+    if bwd_keys:
+        mprog = BH * math.ceil(T * G / launch["bm_merge"])
+        ks.append(
+            Kernel(
+                "sel_bwd_dq_merge", "selected", "bwd", "sel_dq_merge", dram=pdq + table + act, programs=mprog
+            )
+        )
+    return ks

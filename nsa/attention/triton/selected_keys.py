@@ -1,0 +1,263 @@
+"""Key-major forward of NSA's selected branch for small GQA groups (FSA's loop order, issue 20).
+
+Owns `keys_forward` (what selected.py's `_selected_fwd` runs instead of the forced split's
+query-major pair when `_config(...)["fwd_keys"]` holds, G <= 8), its gpucheck rows
+(`keys_fwd_gpucheck_rows`), and its kernels:
+- `reverse_index`: selected.py's `_reverse_index` (pairs sorted by block, cut into segments of <= S
+  pairs) in 2 small kernels (`_sel_fwd_index_kernel`: each entry's sort key; `_sel_fwd_segs_kernel`:
+  the segment ends, a one-program scan) + sort, arange, searchsorted: 5 launches instead of ~16;
+- `_sel_fwd_keys_kernel`: one program per segment of the (query, block) pairs that listed one
+  selection block (the reverse index and grid of the dK/dV kernel, `_reverse_index`), times the key
+  chunks of the block. It loads the chunk's keys and values once and runs every listing pair's G heads
+  against them in full tiles of BR (pair, head) rows; each row's softmax over the chunk is written as
+  a partial result: the normalised output (PO, in q's dtype) and its base-2 lse (PL, fp32; -inf when
+  the row sees no key of the chunk), at the pair's flat table position. Every entry of the table goes
+  this way, the forced ones (block 0, the query's own block and the one before) included: block 0's
+  T pairs are split into many segments, so the grid stays balanced.
+- `_sel_fwd_merge_kernel`: query-major, one program per TM tokens x G heads of one (batch, KV head).
+  It combines each row's partials over its table entries and key chunks in a fixed order (entry
+  slot, then chunk: deterministic, no atomics) into the output and lse the backward reads, skipping
+  the entries that add no keys itself (the `keep` rule of `_reverse_index`), so PO/PL are never
+  initialised. A row without any key gets zeros and lse -inf; an entry listed twice counts twice.
+The partials are transient (freed when the forward returns): PO holds nb * B*Hkv*T*n * G*D elements.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+# As in selected.py: tl.reduce with triton's own combine functions (cheaper under the interpreter).
+_max_combine = tl.standard._elementwise_max
+_sum_combine = tl.standard._sum_combine
+
+
+def merge_tokens(G: int, DP: int) -> int:
+    """TM: tokens per merge program, so that TM*G rows (padded to a power of two) stay near 64, 32 at
+    head_dim > 64. With 8 warps ptxas gave the merge 74-80 registers and no spill on triton 3.6 and 3.9
+    (gpucheck, G 1/2/5/6/8 x D 64/96/128); 64 rows at head_dim 96 spilled 4 bytes on sm_80, 4 warps
+    spilled at 16-32 rows on sm_90 (ptxas capped them at 64/128 registers)."""
+    return max(1, (64 if DP <= 64 else 32) // G)
+
+
+@triton.jit
+def _sel_fwd_keys_kernel(
+    Q, K, V, ORDER, START, SEG_END, PO, PL,
+    T, NS, NK, NBLK, NSEARCH, S, sm_scale,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
+    DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    # One program: BN keys (chunk nb) of one selection block against one segment (<= S pairs) of the
+    # pairs that listed it; the walk is _sel_bwd_dkdv_kernel's (binary search for the block owning
+    # segment s_id, then its pairs lo..hi), rows of a step are BR couples r -> (pair r // G, head r % G).
+    s_id = tl.program_id(0)
+    nb = tl.program_id(1)
+    lo_b = s_id * 0
+    hi_b = lo_b + NBLK
+    for _ in range(0, NSEARCH):
+        mid = (lo_b + hi_b) // 2
+        active = lo_b < hi_b
+        right = active & (tl.load(SEG_END + tl.minimum(mid, NBLK - 1)) <= s_id)
+        lo_b = tl.where(right, mid + 1, lo_b)
+        hi_b = tl.where(active & ~right, mid, hi_b)
+    used = lo_b < NBLK  # the static grid has spare segments past the last block's
+    blk = tl.minimum(lo_b, NBLK - 1)
+    b0 = tl.load(START + blk)
+    b1 = tl.load(START + blk + 1)
+    seg0 = tl.load(SEG_END + blk) - (b1 - b0 + S - 1) // S
+    lo = b0 + (s_id - seg0) * S
+    hi = tl.where(used, tl.minimum(lo + S, b1), lo)
+    bh = (blk // NS).to(tl.int64)
+    j = blk % NS
+    n = tl.arange(0, BN)
+    d = tl.arange(0, DP)
+    dm = d < D
+    Q += bh * T * G * D
+    kpos = (j * LP + nb * BN + n).to(tl.int32)
+    kmask = ((nb * BN + n) < LP) & (kpos < T)
+    koff = kpos[:, None] * D + d[None, :]
+    k = tl.load(K + bh * T * D + koff, mask=kmask[:, None] & dm[None, :], other=0.0)
+    v = tl.load(V + bh * T * D + koff, mask=kmask[:, None] & dm[None, :], other=0.0)
+    qk_scale = sm_scale * 1.4426950408889634  # base-2 softmax
+    # Partials of chunk nb start at pair position nb * P (P = BH*T*NK, the table's size).
+    npos = (lo_b * 0 + NBLK // NS).to(tl.int64) * T * NK  # int64: B*Hkv*T*n may pass 2**31
+    PO += nb.to(tl.int64) * npos * G * D
+    PL += nb.to(tl.int64) * npos * G
+    r = tl.arange(0, BR)
+    nrows = (hi - lo) * G
+    for r0 in range(0, nrows, BR):
+        rr = r0 + r
+        rm = rr < nrows
+        g = rr % G
+        pos = tl.load(ORDER + lo + rr // G, mask=rm, other=0)  # flat table position, int64
+        tq = (pos - bh * T * NK).to(tl.int32) // NK  # within this (batch, KV head): int32 division
+        qoff = (tq * G + g)[:, None] * D + d[None, :]
+        q = tl.load(Q + qoff, mask=rm[:, None] & dm[None, :], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+        ok = kmask[None, :] & (kpos[None, :] <= tq[:, None])
+        s = tl.where(ok, s, float("-inf"))
+        m = tl.reduce(s, 1, _max_combine)
+        m = tl.where(m == float("-inf"), 0.0, m)  # a row without a key of this chunk: p = 0 below
+        p = tl.where(ok, tl.exp2(s - m[:, None]), 0.0)
+        l_i = tl.reduce(p, 1, _sum_combine)
+        has = l_i > 0
+        o = tl.dot(p.to(v.dtype), v, input_precision=PREC) / tl.where(has, l_i, 1.0)[:, None]
+        lse = tl.where(has, m + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+        row = pos * G + g
+        tl.store(
+            PO + row[:, None] * D + d[None, :], o.to(PO.dtype.element_ty), mask=rm[:, None] & dm[None, :]
+        )
+        tl.store(PL + row, lse, mask=rm)
+
+
+@triton.jit
+def _sel_fwd_merge_kernel(
+    PO, PL, IDX, VALID, OUT, LSE,
+    T, NK, NB,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, TM: tl.constexpr, RM: tl.constexpr,
+    DP: tl.constexpr,
+):  # fmt: skip
+    # One program: tokens [t0, t0 + TM) of one (batch, KV head), rows r -> (token t0 + r // G, head
+    # r % G), RM = TM*G padded to a power of two. Two passes over the row's partials in the same fixed
+    # order (entry slot, then key chunk): the largest lse M, then sum_i exp2(lse_i - M) * o_i.
+    t0 = tl.program_id(0) * TM
+    bh = tl.program_id(1).to(tl.int64)
+    r = tl.arange(0, RM)
+    d = tl.arange(0, DP)
+    dm = d < D
+    t = t0 + r // G
+    g = r % G
+    rm = (r < TM * G) & (t < T)
+    npos = tl.num_programs(1).to(tl.int64) * T * NK
+    ebase = (bh * T + t) * NK  # the row's token's first table position
+    # One loop over (entry, chunk) couples e -> (e // NB, e % NB), with the partials' row pointers
+    # built once and moved by a scalar per step (nested loops and per-step [RM, DP] int64 offsets
+    # cost registers: ptxas spilled a few bytes at head_dim 96/128).
+    pl_ptr = PL + ebase * G + g
+    po_ptr = PO + (ebase * G + g)[:, None] * D + d[None, :]
+    m_i = tl.full([RM], float("-inf"), tl.float32)
+    for e in range(0, NK * NB):
+        i = e // NB
+        j = tl.load(IDX + ebase + i, mask=rm, other=-1)
+        keep = rm & (tl.load(VALID + ebase + i, mask=rm, other=0) != 0) & (j >= 0) & (j * LP <= t)
+        off = ((e % NB) * npos + i) * G
+        m_i = tl.maximum(m_i, tl.load(pl_ptr + off, mask=keep, other=float("-inf")))
+    has = m_i > float("-inf")
+    m_s = tl.where(has, m_i, 0.0)
+    l_i = tl.zeros([RM], tl.float32)
+    acc = tl.zeros([RM, DP], tl.float32)
+    for e in range(0, NK * NB):
+        i = e // NB
+        j = tl.load(IDX + ebase + i, mask=rm, other=-1)
+        keep = rm & (tl.load(VALID + ebase + i, mask=rm, other=0) != 0) & (j >= 0) & (j * LP <= t)
+        off = ((e % NB) * npos + i) * G
+        w = tl.exp2(tl.load(pl_ptr + off, mask=keep, other=float("-inf")) - m_s)  # 0: -inf or not kept
+        o = tl.load(po_ptr + off * D, mask=keep[:, None] & dm[None, :], other=0.0)
+        l_i += w
+        acc += w[:, None] * o.to(tl.float32)
+    out = acc / tl.where(has, l_i, 1.0)[:, None]  # zeros for a row without any key
+    lse_out = tl.where(has, m_s + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    orow = (bh * T + t) * G + g
+    tl.store(
+        OUT + orow[:, None] * D + d[None, :], out.to(OUT.dtype.element_ty), mask=rm[:, None] & dm[None, :]
+    )
+    tl.store(LSE + orow, lse_out, mask=rm)
+
+
+@triton.jit
+def _sel_fwd_index_kernel(IDX, VALID, KEY, T, NK, NS, NBLK, LP: tl.constexpr, BLOCK: tl.constexpr):
+    # The sort key of every table entry, as _reverse_index computes it with ~9 aten ops: its global
+    # block bh*NS + j when the entry adds keys (valid, j >= 0, j*LP <= t), else NBLK (sorts last).
+    pos = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    pm = pos // NK // T < NBLK // NS
+    j = tl.load(IDX + pos, mask=pm, other=-1)
+    ok = (tl.load(VALID + pos, mask=pm, other=0) != 0) & (j >= 0) & (j * LP <= (pos // NK) % T)
+    tl.store(KEY + pos, tl.where(ok, j + pos // (T * NK) * NS, NBLK).to(tl.int32), mask=pm)
+
+
+@triton.jit
+def _sel_fwd_segs_kernel(START, SEG_END, NBLK, S, BLOCK: tl.constexpr):
+    # One program: SEG_END = cumsum(ceil(count_b / S)) over the blocks, BLOCK at a time with a carry
+    # (_reverse_index's 4 aten ops in one launch; NBLK = B*Hkv*ceil(T/l') is small).
+    b = tl.arange(0, BLOCK)
+    carry = tl.sum(b * 0, 0).to(tl.int64)
+    for c in range(0, NBLK, BLOCK):
+        bm = (c + b) < NBLK
+        cnt = tl.load(START + c + b + 1, mask=bm, other=0) - tl.load(START + c + b, mask=bm, other=0)
+        nseg = (cnt + S - 1) // S
+        tl.store(SEG_END + c + b, carry + tl.cumsum(nseg, 0), mask=bm)
+        carry += tl.sum(nseg, 0)
+
+
+INDEX_BLOCK = 1024  # table entries per program of _sel_fwd_index_kernel, blocks per step of the scan
+
+
+def reverse_index(idx: Tensor, valid8: Tensor, LP: int, S: int) -> tuple[Tensor, Tensor, Tensor, int]:
+    """selected.py's `_reverse_index` (same order, start and seg_end, bit for bit) in 2 kernels and 3
+    aten ops (sort, arange, searchsorted) instead of ~16 ops: the forward's share of the launch budget.
+    Returns order, start, seg_end and the static segment bound NSEG (the key-major grid)."""
+    B, Hkv, T, NK = idx.shape
+    BH, ns = B * Hkv, -(-T // LP)
+    nblk, npos = BH * ns, BH * T * NK
+    # int32 sort keys (global block ids <= NBLK): a radix sort of half the key bits of _reverse_index's
+    # int64 ones, the same stable order.
+    key = torch.empty(npos, dtype=torch.int32, device=idx.device)
+    _sel_fwd_index_kernel[(triton.cdiv(npos, INDEX_BLOCK),)](
+        idx, valid8, key, T, NK, ns, nblk, LP=LP, BLOCK=INDEX_BLOCK, num_warps=4, num_stages=1
+    )
+    skey, order = torch.sort(key, stable=True)
+    start = torch.searchsorted(skey, torch.arange(nblk + 1, dtype=torch.int32, device=idx.device))
+    seg_end = torch.empty(nblk, dtype=torch.int64, device=idx.device)
+    _sel_fwd_segs_kernel[(1,)](start, seg_end, nblk, S, BLOCK=INDEX_BLOCK, num_warps=4, num_stages=1)
+    return order, start, seg_end, nblk + -(-npos // S)
+
+
+def keys_forward(
+    q: Tensor, k: Tensor, v: Tensor, idx: Tensor, valid8: Tensor, out: Tensor, lse: Tensor,
+    LP: int, scale: float, cfg: dict, prec: str, S: int,
+) -> None:  # fmt: skip
+    """The key-major forward into `out`/`lse` (selected.py's `_selected_fwd` with `fwd_keys`): the
+    index, partials per (pair, key chunk), the merge. PO/PL are left uninitialised (the merge reads
+    only what the keys kernel wrote) and freed on return. S: pairs per segment (selected._seg_pairs)."""
+    B, Hkv, T, G, D = q.shape
+    BH, NK = B * Hkv, idx.shape[-1]
+    order, start, seg_end, nseg = reverse_index(idx, valid8, LP, S)
+    ns = -(-T // LP)
+    nb = triton.cdiv(LP, cfg["BN"])
+    po = torch.empty(nb, BH * T * NK, G, D, dtype=q.dtype, device=q.device)
+    pl = torch.empty(nb, BH * T * NK, G, dtype=torch.float32, device=q.device)
+    _sel_fwd_keys_kernel[(nseg, nb)](
+        q, k, v, order, start, seg_end, po, pl, T, ns, NK, BH * ns, (BH * ns).bit_length() + 1, S, scale,
+        G=G, D=D, LP=LP, DP=cfg["DP"], BN=cfg["BN"], BR=cfg["BR_f"], PREC=prec,
+        num_warps=cfg["warps_fk"], num_stages=cfg["stages_fk"],
+    )  # fmt: skip
+    _sel_fwd_merge_kernel[(triton.cdiv(T, cfg["TM"]), BH)](
+        po, pl, idx, valid8, out, lse, T, NK, nb,
+        G=G, D=D, LP=LP, TM=cfg["TM"], RM=cfg["RM"], DP=cfg["DP"], num_warps=cfg["warps_m"], num_stages=1,
+    )  # fmt: skip
+
+
+KEY_MAJOR_FWD = ("selected_fwd_index", "selected_fwd_segs", "selected_fwd_keys", "selected_fwd_merge")
+
+
+def keys_fwd_gpucheck_rows(cfg: dict, G: int, D: int, LP: int, dt: str, prec: str) -> list[tuple]:
+    """gpucheck rows (name, kernel, argument types, constexprs, warps, stages) of `keys_forward`'s four
+    kernels, with its exact launch settings; selected.gpucheck_specs adds them where fwd_keys holds."""
+    ptr, f32, i32, i64, i8 = f"*{dt}", "*fp32", "i32", "*i64", "*i8"
+    fk_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR_f"], "PREC": prec}
+    fk_args = dict(
+        Q=ptr, K=ptr, V=ptr, ORDER=i64, START=i64, SEG_END=i64, PO=ptr, PL=f32,
+        T=i32, NS=i32, NK=i32, NBLK=i32, NSEARCH=i32, S=i32, sm_scale="fp32",
+    )  # fmt: skip
+    m_consts = {"G": G, "D": D, "LP": LP, "TM": cfg["TM"], "RM": cfg["RM"], "DP": cfg["DP"]}
+    m_args = dict(PO=ptr, PL=f32, IDX=i64, VALID=i8, OUT=ptr, LSE=f32, T=i32, NK=i32, NB=i32)
+    ix_args = dict(IDX=i64, VALID=i8, KEY="*i32", T=i32, NK=i32, NS=i32, NBLK=i32)
+    sg_args = dict(START=i64, SEG_END=i64, NBLK=i32, S=i32)
+    return [
+        ("selected_fwd_index", _sel_fwd_index_kernel, ix_args, {"LP": LP, "BLOCK": INDEX_BLOCK}, 4, 1),
+        ("selected_fwd_segs", _sel_fwd_segs_kernel, sg_args, {"BLOCK": INDEX_BLOCK}, 4, 1),
+        ("selected_fwd_keys", _sel_fwd_keys_kernel, fk_args, fk_consts, cfg["warps_fk"], cfg["stages_fk"]),
+        ("selected_fwd_merge", _sel_fwd_merge_kernel, m_args, m_consts, cfg["warps_m"], 1),
+    ]

@@ -1,0 +1,214 @@
+"""Key-major backward of NSA's selected branch for small GQA groups (selected.py's `bwd_keys` path).
+
+Owns the three kernels that replace the forced dQ, the query-major dQ and the dK/dV kernels when
+`_config(...)["bwd_keys"]` holds (G <= 8, FSA's range):
+- `_sel_bwd_delta_kernel`: delta = rowsum(dO * O) in fp32, per (token, head) row;
+- `_sel_bwd_keys_kernel`: selected.py's dK/dV kernel (one program per segment of the (query, block)
+  pairs of one selection block, BN keys of it) that also writes each pair's dQ partial,
+  (dS @ K) * scale in fp32, to PDQ [nb, BH*T*n, G, D] at the pair's flat table position and key chunk:
+  s, p, dp and dS are computed once for dQ, dK and dV. Every pair goes through it, the forced entries
+  (block 0, the query's own block and the one before) included;
+- `_sel_bwd_dq_merge_kernel`: query-major, per BM (token, head) rows, dQ = the sum of PDQ over the
+  token's n entries and the nb key chunks in a fixed order (deterministic, no atomics), skipping the
+  entries that add no keys (`_reverse_index`'s keep rule: valid, block >= 0, block*l' <= t), which
+  the keys kernel never writes: PDQ needs no memset.
+`keys_backward` launches them (selected.py's `_selected_bwd` calls it with its reverse index and
+reduces the dK/dV partials it returns); `keys_bwd_gpucheck_rows` lists them for selected.py's
+`gpucheck_specs`; `_segment`, the lookup of a segment's block and pairs, is shared with selected.py's
+dK/dV kernel.
+PDQ is transient (the launcher frees it before returning): nb*B*Hkv*T*n*G*D*4 bytes, 3.2 GB at M7C
+64k x 1 (nb = 1 on the GPU). The partial dK/dV and their reduction stay selected.py's.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+
+@triton.jit
+def _sel_bwd_delta_kernel(OUT, DO, DELTA, R, D: tl.constexpr, DP: tl.constexpr, BM: tl.constexpr):
+    # One program: BM rows of the [R = B*Hkv*T*G, D] output; delta in fp32 for the keys kernel.
+    r = (tl.program_id(0) * BM + tl.arange(0, BM)).to(tl.int64)
+    d = tl.arange(0, DP)
+    rm = r < R
+    off = r[:, None] * D + d[None, :]
+    m = rm[:, None] & (d < D)[None, :]
+    o = tl.load(OUT + off, mask=m, other=0.0).to(tl.float32)
+    do = tl.load(DO + off, mask=m, other=0.0).to(tl.float32)
+    tl.store(DELTA + r, tl.sum(o * do, 1), mask=rm)
+
+
+@triton.jit
+def _segment(SEG_END, START, s_id, NBLK, NSEARCH, S):
+    """The block of segment s_id and the pair range [lo, hi) it takes (empty for the static grid's
+    spare segments, used False): the first block b with SEG_END[b] > s_id (binary search); block b
+    owns segments [SEG_END[b] - ceil(count/S), SEG_END[b])."""
+    lo_b = s_id * 0
+    hi_b = lo_b + NBLK
+    for _ in range(0, NSEARCH):
+        mid = (lo_b + hi_b) // 2
+        active = lo_b < hi_b
+        right = active & (tl.load(SEG_END + tl.minimum(mid, NBLK - 1)) <= s_id)
+        lo_b = tl.where(right, mid + 1, lo_b)
+        hi_b = tl.where(active & ~right, mid, hi_b)
+    used = lo_b < NBLK
+    blk = tl.minimum(lo_b, NBLK - 1)
+    b0 = tl.load(START + blk)
+    b1 = tl.load(START + blk + 1)
+    seg0 = tl.load(SEG_END + blk) - (b1 - b0 + S - 1) // S
+    lo = b0 + (s_id - seg0) * S
+    hi = tl.where(used, tl.minimum(lo + S, b1), lo)
+    return blk, lo, hi, used
+
+
+@triton.jit
+def _sel_bwd_keys_kernel(
+    Q, K, V, DO, LSE, DELTA, ORDER, START, SEG_END, PDK, PDV, PDQ,
+    T, NS, NK, NP, NBLK, NSEARCH, S, sm_scale,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
+    DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    # selected.py's _sel_bwd_dkdv_kernel plus the dQ partials: BN keys (chunk nb) of one selection
+    # block against one segment (<= S pairs) of the pairs that listed it; rows of a step are BR
+    # (pair, head) couples, r -> (pair r // G, head r % G). Pair p's rows go to PDQ[nb, ORDER[p]]
+    # (NP = BH*T*NK table positions): a pair listed twice is two positions, each written once.
+    s_id = tl.program_id(0)
+    nb = tl.program_id(1)
+    blk, lo, hi, used = _segment(SEG_END, START, s_id, NBLK, NSEARCH, S)
+    bh = (blk // NS).to(tl.int64)
+    j = blk % NS
+    n = tl.arange(0, BN)
+    d = tl.arange(0, DP)
+    dm = d < D
+    Q += bh * T * G * D
+    DO += bh * T * G * D
+    LSE += bh * T * G
+    DELTA += bh * T * G
+    PDQ += nb.to(tl.int64) * NP * G * D
+    kpos = (j * LP + nb * BN + n).to(tl.int32)
+    kmask = ((nb * BN + n) < LP) & (kpos < T)
+    koff = kpos[:, None] * D + d[None, :]
+    k = tl.load(K + bh * T * D + koff, mask=kmask[:, None] & dm[None, :], other=0.0)
+    v = tl.load(V + bh * T * D + koff, mask=kmask[:, None] & dm[None, :], other=0.0)
+    qk_scale = sm_scale * 1.4426950408889634
+    dk = tl.zeros([BN, DP], tl.float32)
+    dv = tl.zeros([BN, DP], tl.float32)
+    r = tl.arange(0, BR)
+    nrows = (hi - lo) * G
+    for r0 in range(0, nrows, BR):
+        rr = r0 + r
+        rm = rr < nrows
+        g = rr % G
+        pos = tl.load(ORDER + lo + rr // G, mask=rm, other=0)  # the pair's flat table position
+        tq = ((pos // NK) % T).to(tl.int32)
+        qrow = tq * G + g
+        qoff = qrow[:, None] * D + d[None, :]
+        qm = rm[:, None] & dm[None, :]
+        q = tl.load(Q + qoff, mask=qm, other=0.0)
+        do = tl.load(DO + qoff, mask=qm, other=0.0)
+        lse = tl.load(LSE + qrow, mask=rm, other=0.0)
+        delta = tl.load(DELTA + qrow, mask=rm, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+        ok = rm[:, None] & kmask[None, :] & (kpos[None, :] <= tq[:, None])
+        p = tl.where(ok, tl.exp2(s - lse[:, None]), 0.0)
+        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
+        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        ds = (p * (dp - delta[:, None])).to(q.dtype)
+        dk += tl.dot(tl.trans(ds), q, input_precision=PREC)
+        dq = tl.dot(ds, k, input_precision=PREC) * sm_scale
+        tl.store(PDQ + (pos * G + g)[:, None] * D + d[None, :], dq, mask=qm)
+    poff = (s_id.to(tl.int64) * LP + nb * BN + n)[:, None] * DP + d[None, :]
+    pm = ((nb * BN + n) < tl.where(used, LP, 0))[:, None]  # spare segments store nothing
+    tl.store(PDK + poff, dk * sm_scale, mask=pm)
+    tl.store(PDV + poff, dv, mask=pm)
+
+
+@triton.jit
+def _sel_bwd_dq_merge_kernel(
+    PDQ, IDX, VALID, DQ,
+    T, NK, NP, NB,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, DP: tl.constexpr, BM: tl.constexpr,
+):  # fmt: skip
+    # One program: rows [r0, r0 + BM) of one (batch, KV head)'s [T*G, D] dQ (row r = t*G + g). Sums,
+    # entry by entry and chunk by chunk (a fixed order), the partials of the entries that add keys; a
+    # row whose token has none stores zeros.
+    r = tl.program_id(0) * BM + tl.arange(0, BM)
+    bh = tl.program_id(1).to(tl.int64)
+    d = tl.arange(0, DP)
+    dm = d < D
+    rm = r < T * G
+    t = tl.where(rm, r // G, 0)
+    g = r % G
+    ebase = (bh * T + t) * NK
+    chunk = (bh * 0 + NP) * G * D  # one key chunk's partials [NP, G, D], in int64 (bh is)
+    dq = tl.zeros([BM, DP], tl.float32)
+    for i in range(0, NK):
+        j = tl.load(IDX + ebase + i, mask=rm, other=-1)
+        keep = rm & (tl.load(VALID + ebase + i, mask=rm, other=0) != 0) & (j >= 0) & (j * LP <= t)
+        off = ((ebase + i) * G + g)[:, None] * D + d[None, :]
+        m = keep[:, None] & dm[None, :]
+        for c in range(0, NB):
+            dq += tl.load(PDQ + c * chunk + off, mask=m, other=0.0)
+    qoff = (bh * T * G + r)[:, None] * D + d[None, :]
+    tl.store(DQ + qoff, dq.to(DQ.dtype.element_ty), mask=rm[:, None] & dm[None, :])
+
+
+def keys_bwd_gpucheck_rows(cfg: dict, G: int, D: int, LP: int, dt: str, prec: str) -> list[tuple]:
+    """selected.py's gpucheck rows (name, kernel, argument types, constexprs, warps, stages) of these
+    kernels, as its launcher runs them with `cfg` (its `_config`); dt: the activations' triton type."""
+    ptr, f32, i32, i64 = f"*{dt}", "*fp32", "i32", "*i64"
+    keys_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR_keys"], "PREC": prec}  # fmt: skip
+    keys_args = dict(
+        Q=ptr, K=ptr, V=ptr, DO=ptr, LSE=f32, DELTA=f32, ORDER=i64, START=i64, SEG_END=i64, PDK=f32, PDV=f32,
+        PDQ=f32, T=i32, NS=i32, NK=i32, NP=i32, NBLK=i32, NSEARCH=i32, S=i32, sm_scale="fp32",
+    )  # fmt: skip
+    merge_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BM": cfg["BM_merge"]}
+    merge_args = dict(PDQ=f32, IDX=i64, VALID="*i8", DQ=ptr, T=i32, NK=i32, NP=i32, NB=i32)
+    delta_consts = {"D": D, "DP": cfg["DP"], "BM": cfg["BM_delta"]}
+    delta_args = dict(OUT=ptr, DO=ptr, DELTA=f32, R=i32)
+    return [
+        ("selected_bwd_delta", _sel_bwd_delta_kernel, delta_args, delta_consts, cfg["warps_delta"], 1),
+        ("selected_bwd_keys", _sel_bwd_keys_kernel, keys_args, keys_consts, cfg["warps_keys"], cfg["stages_kv"]),
+        ("selected_bwd_dq_merge", _sel_bwd_dq_merge_kernel, merge_args, merge_consts, cfg["warps_merge"], 1),
+    ]  # fmt: skip
+
+
+def _pdq_buffer(nb: int, npos: int, G: int, D: int, device: torch.device) -> Tensor:
+    """The dQ partials [nb, BH*T*n, G, D] fp32, uninitialised: the keys kernel writes exactly the
+    positions of the entries that add keys and the merge reads only those (a test fills it with NaN)."""
+    return torch.empty(nb, npos, G, D, dtype=torch.float32, device=device)
+
+
+def keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP: int, scale: float, cfg: dict,
+                  prec: str) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    """selected.py's backward with `cfg["bwd_keys"]` and forced blocks, but the dK/dV reduction: delta,
+    every (query, block) pair of `index` (selected.py `_reverse_index`: order, start, seg_end, S, nseg),
+    forced ones included, through the keys kernel, then the dQ merge. Returns dQ (q's dtype) and the
+    segments' fp32 partial dK/dV for selected.py's reduction; PDQ is freed on return."""
+    B, Hkv, T, G, D = q.shape
+    BH, NK, DP, BN = B * Hkv, idx.shape[-1], cfg["DP"], cfg["BN"]
+    order, start, seg_end, S, nseg = index
+    rows = BH * T * G
+    delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
+    _sel_bwd_delta_kernel[(triton.cdiv(rows, cfg["BM_delta"]),)](
+        out, dout, delta, rows, D=D, DP=DP, BM=cfg["BM_delta"], num_warps=cfg["warps_delta"], num_stages=1
+    )  # fmt: skip
+    ns, nb, npos = -(-T // LP), triton.cdiv(LP, BN), BH * T * NK
+    pdk = torch.empty(nseg, LP, DP, dtype=torch.float32, device=q.device)
+    pdv = torch.empty_like(pdk)
+    pdq = _pdq_buffer(nb, npos, G, D, q.device)
+    _sel_bwd_keys_kernel[(nseg, nb)](
+        q, k, v, dout, lse, delta, order, start, seg_end, pdk, pdv, pdq,
+        T, ns, NK, npos, BH * ns, (BH * ns).bit_length() + 1, S, scale,
+        G=G, D=D, LP=LP, DP=DP, BN=BN, BR=cfg["BR_keys"], PREC=prec,
+        num_warps=cfg["warps_keys"], num_stages=cfg["stages_kv"],
+    )  # fmt: skip
+    dq = torch.empty_like(q)
+    _sel_bwd_dq_merge_kernel[(triton.cdiv(T * G, cfg["BM_merge"]), BH)](
+        pdq, idx, valid.view(torch.int8), dq, T, NK, npos, nb,
+        G=G, D=D, LP=LP, DP=DP, BM=cfg["BM_merge"], num_warps=cfg["warps_merge"], num_stages=1,
+    )  # fmt: skip
+    return dq, pdk, pdv

@@ -1,0 +1,302 @@
+"""The cost model's key-major selected path (bench/attention_cost/selected.py; the kernels of
+nsa/attention/triton/selected_keys.py and selected_keys_bwd.py, switched on by selected.py's
+`fwd_keys` / `bwd_keys` at G <= 8), the committed run of what main shipped before it, and the
+model package's loading (pure arithmetic, no torch)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nsa.attention.gpusuite import modelcheck
+
+_BENCH = Path(__file__).resolve().parents[3] / "bench"
+SHIPPED_RUN = _BENCH / "gpu" / "2026-11-26b-h200-speed-shipped.json"
+GEO = {"block_len": 32, "block_stride": 16, "sel_block": 64, "n_sel": 16, "window": 512}
+m = modelcheck.load_model()
+
+QUERY_MAJOR = {"sel_forced_fwd", "sel_forced_dq", "sel_fwd", "sel_bwd_dq", "sel_bwd_dkdv"}
+KEY_MAJOR = {"sel_fwd_index", "sel_fwd_reverse_index", "sel_fwd_segs", "sel_fwd_keys", "sel_fwd_merge",
+             "sel_bwd_delta", "sel_bwd_keys", "sel_bwd_dq_merge"}  # fmt: skip
+
+
+def _selected(T: int, shape, **flags) -> dict:
+    return {k.name: k for k in m.ours(T, shape, **flags) if k.branch == "selected"}
+
+
+def test_the_key_major_path_is_what_selected_config_ships_at_small_groups() -> None:
+    """G <= 8 (FSA's range): every pair key-major in both directions, no forced-block kernel and no
+    token tile; G 16 keeps the query-major path (its partials would be 16 x |q|). Each direction
+    switches alone, and the what-if of the path before (main at 2b9778f) is the query-major one."""
+    for G in (1, 2, 6, 8, 16):
+        shape = m.Shape(f"g{G}", 1, 2 * G, 2, 64)
+        launch = m.shipped_launch(shape, 90)
+        assert launch["fwd_keys"] == launch["bwd_keys"] == (G <= 8)
+        names = set(_selected(8192, shape))
+        if G <= 8:
+            assert names == KEY_MAJOR | {"sel_reverse_index", "sel_bwd_reduce"}, G
+        else:
+            assert names == QUERY_MAJOR | {"sel_reverse_index", "sel_bwd_reduce"}, G
+    s = m.SHAPES["m7c"]
+    fwd_only = set(_selected(8192, s, bwd_keys=False))
+    assert {"sel_fwd_keys", "sel_bwd_dkdv", "sel_bwd_dq", "sel_forced_dq"} <= fwd_only
+    assert not {"sel_fwd", "sel_forced_fwd", "sel_bwd_keys"} & fwd_only
+    assert set(_selected(8192, s, before_ce226a4=True)) & KEY_MAJOR == set()  # the runs' builds
+    assert {"fwd_keys": False, "bwd_keys": False}.items() <= m.RUN_BUILDS[SHIPPED_RUN.name].items()
+    assert m.WHAT_IF["query_major_selected"] == {"fwd_keys": False, "bwd_keys": False}
+
+
+def test_the_key_major_kernels_count_full_tiles_of_valid_pairs_and_their_partials() -> None:
+    """Rows = (valid pair, head) in tiles of BR = 64 (32 at head_dim 128): no padded heads (the
+    token tiles issue 16/6 of the useful FLOPs at G 6); 2 GEMMs a step forward, 5 in the fused
+    backward (dK/dV's 4 + dQ's); the forward writes PO (bf16) + PL (fp32) per row and the merge reads
+    PL twice and PO once; the backward writes fp32 PDQ that the dQ merge reads. Rows a step as
+    selected.py's `_config` has them: BR_f 128 (32 past head_dim 64), BR_keys 64 on sm_90 at head_dim
+    64 and 32 elsewhere (registers)."""
+    for sname, T in (("m7c", 8192), ("m7c", 65536), ("paper", 8192)):
+        s0 = m.SHAPES[sname]
+        s = m.Shape(s0.name, 1, s0.H, s0.Hkv, s0.D)
+        ks = _selected(T, s, fwd_keys=True, bwd_keys=True)
+        BH, G, D = s.B * s.Hkv, s.G, s.D
+        prow = BH * m._valid_pairs(T, s) * G
+        launch = m.shipped_launch(s, 90)
+
+        br_bwd = 64 if D <= 64 else 32  # sm_90 (launch's cc); 32 on sm_80
+        assert launch["br_fwd_keys"] == (128 if D <= 64 else 32) and launch["br_bwd_keys"] == br_bwd
+        assert m.shipped_launch(s, 80)["br_bwd_keys"] == 32
+        fwd_rows, bwd_rows = (math.ceil(prow / BR) * BR for BR in (launch["br_fwd_keys"], br_bwd))
+        fk, bk = ks["sel_fwd_keys"], ks["sel_bwd_keys"]
+        assert fk.flops == pytest.approx(2 * 2 * fwd_rows * s.lp * D)
+        assert bk.flops == pytest.approx(5 * 2 * bwd_rows * s.lp * D)
+        assert fk.flops / fk.useful == pytest.approx(bk.flops / bk.useful)
+        assert fk.flops / fk.useful < 1.01  # full tiles
+        po = prow * (D * 2 + 4)
+        pdq = prow * D * 4
+        act = s.B * T * s.H * D * 2
+        assert fk.dram - po == pytest.approx(act + 2 * BH * T * D * 2 + BH * m._valid_pairs(T, s) * 8)
+        table = BH * T * min(s.n, -(-T // s.lp)) * 9
+        assert ks["sel_fwd_merge"].dram == pytest.approx(
+            prow * (D * 2 + 8) + 2 * table + act + 4 * BH * T * G
+        )
+        assert ks["sel_bwd_dq_merge"].dram == pytest.approx(pdq + table + act)
+        assert bk.dram > pdq + 2 * act
+        assert ks["sel_fwd_reverse_index"].dram == ks["sel_reverse_index"].dram  # a sort each direction
+        assert ks["sel_fwd_index"].dram == table * 17 / 9  # idx + valid in, the int64 sort key out
+    qm = _selected(8192, m.SHAPES["m7c"], fwd_keys=False, bwd_keys=False)["sel_fwd"]
+    assert qm.flops / qm.useful > 2  # what the key-major forward removes at G 6
+
+
+def test_the_key_major_kernels_are_priced_from_the_keys_run_plus_their_partials() -> None:
+    """Fitted on the lead's H200 run of the integration build (KEYS_COST: the forward at 128 rows a
+    step, the backward at 64): MMA efficiencies within 10 % of the key-major dK/dV's 0.142 that priced
+    them before the run (A100: its published sparse backward efficiency, as for dK/dV), plus the
+    partials' DRAM time at the datasheet bandwidth / 0.8 (added: stored inside a latency-bound loop);
+    the backward at the 32 rows a step selected.py ships x its probed factor; the merges and the
+    index kernel at a fitted multiple of their DRAM time, delta at the DRAM floor."""
+    s = m.SHAPES["m7c"]
+    for gname in ("H100", "H200", "A100"):
+        gpu = m.GPUS[gname]
+        ks = {k.name: k for k in m.ours_on(65536, s, gpu)}
+        dkdv = {k.name: k for k in m.ours_on(65536, s, gpu, bwd_keys=False)}["sel_bwd_dkdv"]
+        for name, kind in (("sel_fwd_keys", "sel_keys_fwd"), ("sel_bwd_keys", "sel_keys_bwd")):
+            k = ks[name]
+            eff = m.EFF["ampere"]["gather_bwd"] if gname == "A100" else m.KEYS_COST[kind]["eff"]
+            assert eff == pytest.approx(m.kind_cost(dkdv.kind, gpu)["eff"], rel=0.1)
+            f = m.config_factor(k.kind)  # the backward at 32 rows a step on sm_80 only
+            assert f == (
+                m.CONFIG_FACTOR["sel_keys_bwd@br32"] if (name, gname) == ("sel_bwd_keys", "A100") else 1.0
+            )
+            assert k.programs / gpu.sms > 8  # no last-wave stretch at 64k
+            mma = k.flops / (gpu.peak * eff) * (f if gname != "A100" else 1.0)
+            want = mma + 1.25 * f * k.dram / gpu.dram + m.LAUNCH_S
+            assert k.time(gpu) == pytest.approx(want, rel=1e-9), (gname, name)
+        for name, kind in (("sel_fwd_merge", "sel_fwd_merge"), ("sel_bwd_dq_merge", "sel_dq_merge")):
+            k = ks[name]
+            want = m.KEYS_COST[kind]["dram"] * k.dram / gpu.dram + m.LAUNCH_S
+            assert k.time(gpu) == pytest.approx(want), (gname, name)
+        k = ks["sel_bwd_delta"]
+        assert k.time(gpu) == pytest.approx(k.dram / (gpu.dram * m.DRAM_EFF) + m.LAUNCH_S)
+    # At M7C the key-major forward is cheaper than the query-major one, 8k to 64k; so is the backward
+    # at the 64 rows a step it takes on sm_90, while at 32 it is about the query-major backward (the
+    # probe: selected fwd+bwd 12.68 ms with BR_keys 32 against 12.60 with the backward query-major).
+    gpu = m.GPUS["H200"]
+
+    def ms(T: int, d: str, **flags) -> float:
+        return sum(k.time(gpu) for k in _selected(T, s, **flags).values() if k.direction == d)
+
+    for T in (8192, 65536):
+        qm = {d: ms(T, d, fwd_keys=False, bwd_keys=False) for d in ("fwd", "bwd")}
+        assert ms(T, "fwd") < 0.8 * qm["fwd"], T
+        assert ms(T, "bwd") < 0.8 * qm["bwd"], T
+        assert ms(T, "bwd", br_bwd_keys=32) == pytest.approx(qm["bwd"], rel=0.15), T
+
+
+def test_the_keys_run_is_reproduced_and_its_fit_is_the_stored_prices() -> None:
+    """bench/gpu/2026-11-26b-h200-speed-keys.json (the key-major kernels and the int32 selection,
+    RUN_BUILDS' build): every comparison of modelcheck within 30 % (182 of 182), NSA/FA2 within 10 %,
+    and bench/attention_fit.py's fit of it is KEYS_COST (within 2 %)."""
+    run = SHIPPED_RUN.with_name("2026-11-26b-h200-speed-keys.json")
+    doc = json.loads(run.read_text())
+    gpu = doc["sections"]["env"]["gpu"]
+    compared, off = 0, []
+    for rec in doc["sections"]["speed"]["records"]:
+        out = modelcheck.compare(rec, gpu, GEO, build=m.RUN_BUILDS[run.name])
+        compared += out["compared"]
+        off += [(rec["shape"], rec["T"], f) for f in out["off_by_more_than_30pct"]]
+        ratio = out["nsa_over_flash"]
+        assert ratio["predicted"] == pytest.approx(ratio["measured"], rel=0.1), (rec["shape"], rec["T"])
+    assert compared == 182 and not off, off
+    fit = _fit_module()
+    fams = [
+        "_sel_fwd_keys",
+        "_sel_bwd_keys",
+        "_sel_fwd_merge",
+        "_sel_bwd_dq_merge",
+        "_sel_fwd_index",
+        "_cmp_select",
+    ]
+    got = fit.fit(fit.records([str(run)]), "H200", families=fams)
+    assert set(got) == set(m.KEYS_COST)
+    for kind, terms in got.items():
+        for term, value in terms.items():
+            assert m.KEYS_COST[kind][term] == pytest.approx(value, rel=0.02), (kind, term)
+
+
+def test_the_suites_flops_of_the_key_major_kernels_agree_with_the_model() -> None:
+    """gpu.py's per-kernel TFLOP/s counts the key-major kernels' useful work as the model does (the
+    model counts the own block whole: within 5 %), and modelcheck knows their families."""
+    from nsa.attention.gpusuite.gpu import _bytes_model, _flops_model
+
+    flops = _flops_model(1, 65536, 2, 6, 64, GEO)
+    nbytes = _bytes_model(1, 65536, 2, 6, 64, GEO)
+    useful = {k.name: k.useful for k in m.ours(65536, m.SHAPES["m7c"])}
+    assert flops["_sel_fwd_keys"] == pytest.approx(useful["sel_fwd_keys"], rel=0.05)
+    assert flops["_sel_bwd_keys"] == pytest.approx(useful["sel_bwd_keys"], rel=0.05)
+    assert flops["_sel_bwd_keys"] == 2.5 * flops["_sel_fwd_keys"]
+    Q = 65536 * 12 * 64 * 2
+    assert nbytes["_sel_bwd_dq_merge"] > 2 * 15 * Q  # ~16 fp32 partials a row read
+    for name in KEY_MAJOR - {"sel_fwd_reverse_index"}:
+        assert modelcheck.FAMILIES[name] == "_" + name
+    assert "sel_fwd_reverse_index" in modelcheck.OTHER_IN_CORE
+
+
+def test_the_model_reproduces_the_run_of_what_main_shipped_within_30_percent() -> None:
+    """bench/gpu/2026-11-26b-h200-speed-shipped.json (H200, main at 2b9778f: the selected branch
+    query-major; RUN_BUILDS names that build): the suite's own count, 162 of 162 comparisons within
+    30 %, holds for the model as it stands, and NSA/FA2 within 10 % at every record."""
+    doc = json.loads(SHIPPED_RUN.read_text())
+    gpu = doc["sections"]["env"]["gpu"]
+    recs = doc["sections"]["speed"]["records"]
+    assert gpu == "NVIDIA H200" and len(recs) == 9  # the paper shape at 64k skipped for time
+    compared, off = 0, []
+    for rec in recs:
+        out = modelcheck.compare(rec, gpu, GEO, build=m.RUN_BUILDS[SHIPPED_RUN.name])
+        assert len(out["families"]) == 15
+        compared += out["compared"]
+        off += [(rec["shape"], rec["T"], f) for f in out["off_by_more_than_30pct"]]
+        ratio = out["nsa_over_flash"]
+        assert ratio["predicted"] == pytest.approx(ratio["measured"], rel=0.1), (rec["shape"], rec["T"])
+    assert compared == 162 and not off, off
+    # without the build, the model of the key-major kernels has no _sel_fwd to compare with
+    fams = {f["family"] for f in modelcheck.compare(recs[1], gpu, GEO)["families"]}
+    assert "_sel_fwd" not in fams and "_sel_bwd_dkdv" not in fams
+
+
+def test_loading_the_model_by_path_leaves_sys_path_alone() -> None:
+    """attention_model.py loads its package (bench/attention_cost/) by path: bench/ on sys.path would
+    let bench/launcher.py shadow the launcher package in the GPU suite's process."""
+    code = (
+        "import sys, importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('am', {str(_BENCH / 'attention_model.py')!r})\n"
+        "mod = importlib.util.module_from_spec(spec); sys.modules['am'] = mod; spec.loader.exec_module(mod)\n"
+        f"assert not any(p.rstrip('/') == {str(_BENCH)!r} for p in sys.path), sys.path\n"
+        "assert 'launcher' not in sys.modules and mod.ours is sys.modules['attention_cost.kernels'].ours\n"
+        "print(len(mod.prediction_rows([8192])))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "6"
+    for f in (_BENCH / "attention_cost").glob("*.py"):
+        assert len(f.read_text().splitlines()) < 500, f
+
+
+def _fit_module():
+    if "attention_fit" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("attention_fit", _BENCH / "attention_fit.py")
+        sys.modules["attention_fit"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["attention_fit"])
+    return sys.modules["attention_fit"]
+
+
+def test_a_probe_of_the_key_major_switches_prices_the_keys_kernels(tmp_path) -> None:
+    """bench/attention_fit.py --probe on a kernel_probe run with the key-major switches (the lead's GPU
+    call): the model's selected times beside the probe's, and the keys kernels' efficiencies solved
+    from the forward, then forward+backward: here a probe made with 0.1 / 0.2 gives 0.1 / 0.2 back,
+    and the stored prices are left as they were."""
+    fit = _fit_module()
+    fm = fit.m
+    gpu = fm.GPUS["H200"]
+    s = fm.Shape("m7c", 8, 12, 2, 64)
+    stored = {k: dict(v) for k, v in fm.KEYS_COST.items()}
+    lines = []
+    try:
+        fm.KEYS_COST["sel_keys_fwd"]["eff"], fm.KEYS_COST["sel_keys_bwd"]["eff"] = 0.1, 0.2
+        for variant in ({}, {"fwd_keys": False, "bwd_keys": False}, {"bwd_keys": False}):
+            ks = [k for k in fm.ours(8192, s, **variant) if k.branch == "selected"]
+            fwd = sum(k.time(gpu) for k in ks if k.direction == "fwd") * 1e3
+            both = sum(k.time(gpu) for k in ks) * 1e3
+            row = {"probe": "selected", "shape": "m7c", "T": 8192, "B": 8, "variant": variant}
+            lines.append(json.dumps({**row, "fwd_ms": fwd, "fwd_bwd_ms": both}))
+    finally:
+        for k, v in stored.items():
+            fm.KEYS_COST[k].update(v)
+    lines.append(
+        json.dumps({"probe": "selected", "shape": "m7c", "T": 8192, "B": 8, "variant": {"TP": "x2"}})
+    )
+    probe = tmp_path / "probe.jsonl"
+    probe.write_text("\n".join(lines) + "\n")
+    got = fit.keys_effs(str(probe))
+    assert got["sel_keys_fwd"]["mean"] == pytest.approx(0.1, rel=1e-3)
+    assert got["sel_keys_bwd"]["mean"] == pytest.approx(0.2, rel=1e-3)
+    assert len(got["sel_keys_fwd"]["effs"]) == 2 and len(got["sel_keys_bwd"]["effs"]) == 1
+    assert stored == fm.KEYS_COST
+    rows = fit.selected_probe_rows(str(probe))
+    assert [r["variant"] for r in rows] == [{}, {"fwd_keys": False, "bwd_keys": False}, {"bwd_keys": False}]
+    qm = rows[1]  # the query-major path does not depend on the keys prices
+    assert qm["model_fwd_bwd_ms"] == pytest.approx(qm["fwd_bwd_ms"], rel=1e-3)
+    assert rows[0]["model_fwd_ms"] < rows[0]["fwd_ms"]  # the stored 0.142 against the probe's 0.1
+
+
+def test_a_suite_run_refits_the_keys_efficiency_with_the_partials_dram_time_kept() -> None:
+    """fit() on speed records of the key-major kernels: the forward kernel 1.5x slower than priced
+    gives an efficiency with which the model, its DRAM term unchanged, predicts the slower times."""
+    fit = _fit_module()
+    fm = fit.m
+    gpu = fm.GPUS["H200"]
+    recs = []
+    for T in (8192, 32768, 65536):
+        s = fm.Shape("m7c", 65536 // T, 12, 2, 64)
+        k = next(k for k in fm.ours(T, s) if k.name == "sel_fwd_keys")
+        ms = k.time(gpu) * 1e3 * 1.5
+        fa = fm.flash2(T, s)
+        recs.append({
+            "shape": "m7c", "T": T, "B": s.B, "H": 12, "Hkv": 2, "D": 64, "build": {},
+            "nsa_kernels": [{"kernel": "_sel_fwd_keys_kernel", "ms": ms}],
+            "sdpa_flash_fwd_ms": fa[0].time(gpu) * 1e3, "sdpa_flash_fwd_bwd_ms": fm.total(fa, gpu) * 1e3,
+        })  # fmt: skip
+    eff = fit.fit(recs, "H200", families=["_sel_fwd_keys"])["sel_keys_fwd"]["eff"]
+    assert eff < fm.KEYS_COST["sel_keys_fwd"]["eff"] / 1.5  # the fixed DRAM part did not slow down
+    saved = fm.KEYS_COST["sel_keys_fwd"]["eff"]
+    try:
+        fm.KEYS_COST["sel_keys_fwd"]["eff"] = eff
+        for r in fit.check_rows(recs, "H200"):
+            if r["check"] == "_sel_fwd_keys":
+                assert r["measured_over_model"] == pytest.approx(1.0, abs=0.03), r
+    finally:
+        fm.KEYS_COST["sel_keys_fwd"]["eff"] = saved

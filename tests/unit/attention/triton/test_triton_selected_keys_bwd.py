@@ -1,0 +1,198 @@
+"""The key-major selected backward (selected_keys_bwd.py; `bwd_keys` in selected.py's `_config`) under
+TRITON_INTERPRET=1 on CPU.
+
+It runs for forced_blocks=True at G <= 8: delta, one keys kernel over every (query, block) pair (dK/dV
+and dQ partials), the dK/dV reduction, the dQ merge. Gradients against the eager op's autograd on
+tables with duplicates, invalid, negative, future and missing entries and a token without any key
+(fp32, fp16, and bf16 with the honest-bf16 fixture), T not a multiple of l', l' = 32 so the keys
+kernel splits a block into two key chunks (two dQ partials per pair); the dQ partials never
+initialised (NaN-filled); two runs bitwise equal; the old kernels not run (and still exact with
+bwd_keys off); the launches the same at every T. The NSAAttention check against reference.py at G = 6
+(test_triton_selected.py) takes this path too.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernel module is imported
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from nsa.attention import selected as eager
+from nsa.attention.selection import top_blocks
+from nsa.attention.triton import selected as tsel
+from nsa.attention.triton import selected_keys_bwd as tkeys
+
+TOL = {torch.float32: 2e-5, torch.float16: 2e-3}
+OLD = ("_sel_forced_dq_kernel", "_sel_bwd_dq_tok_kernel", "_sel_bwd_dkdv_kernel")
+NEW = ("_sel_bwd_delta_kernel", "_sel_bwd_keys_kernel", "_sel_bwd_dq_merge_kernel")
+
+
+class _Forbidden:
+    """Stands for a kernel the path under test must not launch."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __getitem__(self, grid):
+        raise AssertionError(f"{self.name} launched")
+
+
+def _path(monkeypatch, keys: bool) -> None:
+    """bwd_keys forced on or off, and the other path's kernels made to fail if launched."""
+    base = tsel._launch_config
+    monkeypatch.setattr(tsel, "_launch_config", lambda G, D, LP, *a: {**base(G, D, LP, *a), "bwd_keys": keys})
+    for name in OLD if keys else NEW:
+        monkeypatch.setattr(tsel if name in OLD else tkeys, name, _Forbidden(name))
+
+
+def _nan_partials(monkeypatch) -> None:
+    """The dQ partials start as NaN: a read of a position the keys kernel did not write shows."""
+    monkeypatch.setattr(tkeys, "_pdq_buffer", lambda *a: torch.full((a[0], a[1], a[2], a[3]), float("nan")))
+
+
+def _odd_table(T, lp, n, seed, B=1, Hkv=1):
+    """top_blocks' table broken on purpose: duplicates, entries moved to the future or to a
+    non-forced block, negative and invalid entries, token 3 without any entry."""
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.rand(B, Hkv, T, -(-T // lp), generator=g)
+    idx, valid = top_blocks(scores, torch.arange(T), lp, n)
+    idx = torch.where(torch.rand(idx.shape, generator=g) < 0.2, idx.roll(1, -1), idx)
+    idx = torch.where(torch.rand(idx.shape, generator=g) < 0.1, idx + 2, idx)
+    idx = torch.where(torch.rand(idx.shape, generator=g) < 0.05, -1, idx)
+    valid = valid & (torch.rand(valid.shape, generator=g) < 0.85)
+    valid[..., 3, :] = False
+    return idx, valid
+
+
+def _grads(q, k, v, idx, valid, lp, dout):
+    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    out = tsel.selected_attention(
+        *leaves, idx, valid, sel_block=lp, scale=q.shape[-1] ** -0.5, forced_blocks=True
+    )
+    return out, torch.autograd.grad(out, leaves, dout)
+
+
+def _backward(q, k, v, idx, valid, lp, dout, out_lse=None):
+    """The backward op alone (dq, dk, dv), on the forward's (out, lse) when given."""
+    scale = q.shape[-1] ** -0.5
+    out, lse = out_lse or torch.ops.nsa_triton.selected_fwd(q, k, v, idx, valid, lp, scale, True)
+    return torch.ops.nsa_triton.selected_bwd(dout, q, k, v, idx, valid, out, lse, lp, scale, True)
+
+
+def _inputs(B, Hkv, T, G, D, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    q, dout = (torch.randn(B, Hkv, T, G, D, generator=g).to(dtype) for _ in range(2))
+    k, v = (torch.randn(B, Hkv, T, D, generator=g).to(dtype) for _ in range(2))
+    return q, k, v, dout
+
+
+# (G, dtype, l', B, Hkv): G 1, 2, 6 (FSA's range), l' = 32 is two key chunks of the interpreter's 16.
+CASES = [
+    (1, torch.float32, 8, 1, 1),
+    (2, torch.float16, 16, 2, 1),
+    (6, torch.float32, 32, 1, 1),
+    (6, torch.float16, 8, 1, 1),
+]
+
+
+@pytest.mark.parametrize("G,dtype,lp,B,Hkv", CASES)
+def test_keys_backward_matches_eager_autograd(monkeypatch, G, dtype, lp, B, Hkv):
+    _path(monkeypatch, keys=True)
+    _nan_partials(monkeypatch)
+    T, D, n = 41, 16, 4
+    q, k, v, dout = _inputs(B, Hkv, T, G, D, dtype, seed=50 + G)
+    idx, valid = _odd_table(T, lp, n, seed=G, B=B, Hkv=Hkv)
+    _, got = _grads(q, k, v, idx, valid, lp, dout)
+    qf, kf, vf = (x.float().requires_grad_() for x in (q, k, v))
+    want = eager.selected_attention(qf, kf, vf, idx, valid, sel_block=lp, scale=D**-0.5, chunk=7)
+    ref = torch.autograd.grad(want, (qf, kf, vf), dout.float())
+    tol = TOL[dtype] * 5
+    for name, a, b in zip("qkv", got, ref):
+        assert a.dtype == dtype, name
+        torch.testing.assert_close(a.float(), b, rtol=tol, atol=tol, msg=lambda m, n=name: f"d{n}: {m}")
+    assert got[0][0, 0, 3].abs().max() == 0  # token 3 has no key: zero dQ, no NaN from the partials
+
+
+@pytest.mark.parametrize("G", [2, 6])
+def test_keys_backward_bf16_within_rounding_bounds(monkeypatch, bf16_interpreter, G):
+    """bf16 as the GPU does it (conftest fixture): gradients within nsa.attention.gpusuite.bounds'
+    rounding bounds around the exact result; l' = 32 (two key chunks), T = 40."""
+    from nsa.attention.gpusuite import bounds
+
+    _path(monkeypatch, keys=True)
+    T, D, lp, n = 40, 32, 32, 2
+    q, k, v, dout = _inputs(1, 1, T, G, D, torch.bfloat16, seed=60 + G)
+    g = torch.Generator().manual_seed(G)
+    idx, valid = top_blocks(torch.rand(1, 1, T, 2, generator=g), torch.arange(T), lp, n)  # each block once
+    out, grads = _grads(q, k, v, idx, valid, lp, dout)
+    got = {"out": out, **dict(zip(("dq", "dk", "dv"), grads))}
+    vis = bounds.selected_visible(idx, valid, T, lp)
+    for name, want in bounds.attention_bounds(q, k, v, dout, vis, D**-0.5, torch.bfloat16).items():
+        res = bounds.check(got[name], want)
+        assert got[name].dtype == torch.bfloat16 and res["within_bound"], f"{name}: {res}"
+
+
+def test_keys_backward_is_deterministic(monkeypatch):
+    """Two backward runs are bitwise equal (fixed-order sums, no atomics); the partials differ between
+    runs (NaN, then whatever memory) and must not matter."""
+    _path(monkeypatch, keys=True)
+    T, D, lp = 33, 16, 8
+    q, k, v, dout = _inputs(1, 1, T, 6, D, torch.float16, seed=70)
+    idx, valid = _odd_table(T, lp, 4, seed=70)
+    fwd = torch.ops.nsa_triton.selected_fwd(q, k, v, idx, valid, lp, D**-0.5, True)
+    a = _backward(q, k, v, idx, valid, lp, dout, fwd)
+    _nan_partials(monkeypatch)
+    b = _backward(q, k, v, idx, valid, lp, dout, fwd)
+    for x, y in zip(a, b):
+        assert torch.equal(x.view(torch.int16), y.view(torch.int16))
+
+
+def test_old_backward_still_exact_with_bwd_keys_off(monkeypatch):
+    """bwd_keys=False at G = 2 runs the forced dQ, the token tiles (8 tokens a program) and the dK/dV
+    kernel, as before; the keys path agrees with it."""
+    T, D, lp = 33, 16, 8
+    q, k, v, dout = _inputs(1, 1, T, 2, D, torch.float32, seed=80)
+    idx, valid = _odd_table(T, lp, 4, seed=80)
+    fwd = torch.ops.nsa_triton.selected_fwd(q, k, v, idx, valid, lp, D**-0.5, True)
+    with monkeypatch.context() as m:
+        _path(m, keys=False)
+        old = _backward(q, k, v, idx, valid, lp, dout, fwd)
+    _path(monkeypatch, keys=True)
+    new = _backward(q, k, v, idx, valid, lp, dout, fwd)
+    qf, kf, vf = (x.float().requires_grad_() for x in (q, k, v))
+    want = eager.selected_attention(qf, kf, vf, idx, valid, sel_block=lp, scale=D**-0.5, chunk=7)
+    ref = torch.autograd.grad(want, (qf, kf, vf), dout)
+    for a, b, c in zip(old, new, ref):
+        torch.testing.assert_close(a, c, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+
+
+def test_bwd_keys_is_fsa_range_and_launches_are_constant_in_T():
+    """The switch: on for G <= 8. Its backward launches the same kernels and aten ops at every T (the
+    launch counter of bench/attention_launches.py, kernels counted and skipped) and never syncs."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[4] / "bench" / "attention_launches.py"
+    spec = importlib.util.spec_from_file_location("attention_launches", path)
+    launches = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launches)
+    assert [G for G in range(1, 17) if tsel._config(G, 64, 64)["bwd_keys"]] == list(range(1, 9))
+    rows = []
+    for T in (40, 300):
+        q, k, v, dout = _inputs(1, 2, T, 6, 16, torch.float32, seed=T)
+        idx, valid = _odd_table(T, 8, 4, seed=T, Hkv=2)
+        out = torch.zeros_like(q)
+        lse = torch.zeros(q.shape[:4])
+        counter = launches.LaunchCounter()
+        with launches.no_triton_execution(counter), counter:
+            torch.ops.nsa_triton.selected_bwd(dout, q, k, v, idx, valid, out, lse, 8, 0.25, True)
+        rows.append((dict(counter.triton), dict(counter.ops), dict(counter.syncs)))
+    assert rows[0] == rows[1] and rows[0][2] == {}
+    assert rows[0][0] == {"_sel_bwd_delta_kernel": 1, "_sel_bwd_keys_kernel": 1, "_sel_bwd_reduce_kernel": 1,
+                          "_sel_bwd_dq_merge_kernel": 1}  # fmt: skip
