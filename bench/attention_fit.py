@@ -282,6 +282,8 @@ def fit(recs: list[dict], gpu_name: str = "H100", families: list[str] | None = N
             target = ms[fam] * 1e-3 - sum(k.launches * m.LAUNCH_S + _fixed_time(k, gpu) for k in mm[fam])
             A.append([v / (ms[fam] * 1e-3) for v in row])  # relative error: each row scaled by 1/measured
             y.append(target / (ms[fam] * 1e-3))
+        if not A:  # modelled but not in any run's kernel table (its launch did not happen there)
+            continue
         x = _nnls(A, y)
         for (key, t), v in zip(cols, x):
             out.setdefault(key, {})[t] = (1 / v if v else None) if t == "eff" else v

@@ -2,14 +2,13 @@
 # Set up what is missing (scripts/setup.sh), then run the whole test suite. Extra arguments go to pytest
 # (and then only pytest runs).
 #
-# Without arguments the main run is followed by the triton version leg (docs/attention.md "Triton
-# versions"): the kernel tests under the interpreter and gpucheck (sm_80/sm_90: compile, no spills,
-# shared memory) on triton 3.6, the oldest triton the package accepts and what current CUDA images
-# ship. It is installed once into .venv/triton-legs/3.6.0 with numpy<2.4 (triton 3.6's interpreter
-# calls int() on one-element arrays, an error since numpy 2.4) and put first on PYTHONPATH for that
-# leg only. The main run covers the newest triton (the venv's). On a fresh machine that install (a
-# download and unpack, mostly waiting on the network and the disk) runs in the background while the
-# main run goes, which leaves a core idle most of its time; its output goes to $leg.log.
+# Without arguments the main run (the newest triton, the venv's) is joined by the triton version leg,
+# scripts/triton-leg.sh (docs/attention.md "Triton versions": the kernel tests under the interpreter and
+# gpucheck on triton 3.6, the oldest triton the package accepts, installed once into .venv/triton-legs).
+# The leg starts beside the main run at a lower CPU priority (nice 10): its install (mostly waiting on
+# the network and the disk), tests and compilations take the CPU the main run leaves idle while its
+# end-to-end tests wait on subprocesses, instead of ~1 minute after it. Its output goes to
+# .venv/triton-legs/leg.log and is shown when the main run ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -17,39 +16,29 @@ if [ $# -gt 0 ]; then
     exec .venv/bin/python -m pytest "$@"
 fi
 rc=0
-LEG_TRITON=3.6.0
-leg=".venv/triton-legs/$LEG_TRITON"
+legs=".venv/triton-legs"
+mkdir -p "$legs"
+echo "test: the triton 3.6 leg (scripts/triton-leg.sh) runs beside the main run; log $legs/leg.log"
+# Its own process group (setsid), so an interrupted run stops the leg's pip, pytest and compilers too;
+# one torch thread, as the main run's workers (tests/conftest.py).
+OMP_NUM_THREADS=1 setsid nice -n 10 scripts/triton-leg.sh >"$legs/leg.log" 2>&1 &
+leg_pid=$!
+trap '[ -z "$leg_pid" ] || kill -- -"$leg_pid" 2>/dev/null || true' EXIT
+# Ctrl-C (pytest then exits by itself) or a TERM ends the whole run, the leg included, at once.
+trap 'echo "test: interrupted; the triton 3.6 leg stopped too" >&2; exit 130' INT TERM
+# Two worker processes (pytest-xdist), each test file whole on one of them, in collection order
+# (--dist loadfile: a file's module-scoped fixtures are built once, as in a serial run;
+# --no-loadscope-reorder: the long end-to-end files first, the many short unit files fill in at the
+# end). Most end-to-end time is spent waiting on subprocesses, so a second worker fits on two cores
+# (bench/RESULTS.md "The test suite in two workers"). Each worker's torch runs one intra-op thread
+# (tests/conftest.py).
+.venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder || rc=$?
+leg_rc=0
+wait "$leg_pid" || leg_rc=$?
 leg_pid=""
-if [ ! -e "$leg/.complete" ]; then
-    echo "test: installing triton==$LEG_TRITON and numpy<2.4 into $leg (once, beside the main run; log $leg.log)"
-    rm -rf "$leg"
-    mkdir -p "$(dirname "$leg")"
-    .venv/bin/python -m pip install -q --target "$leg" "triton==$LEG_TRITON" "numpy<2.4" >"$leg.log" 2>&1 &
-    leg_pid=$!
-    trap '[ -z "$leg_pid" ] || kill "$leg_pid" 2>/dev/null || true' EXIT  # an interrupted run leaves no pip
-fi
-.venv/bin/python -m pytest || rc=$?
-
-if [ -n "$leg_pid" ]; then
-    if ! wait "$leg_pid"; then
-        leg_pid=""
-        cat "$leg.log" >&2
-        echo "test: installing triton==$LEG_TRITON into $leg failed (above); the triton $LEG_TRITON leg did not run" >&2
-        exit 1
-    fi
-    leg_pid=""
-    touch "$leg/.complete"
-fi
-echo "test: triton $LEG_TRITON leg: interpreter tests (representative subset) and gpucheck"
-# The subset (docs/attention.md "Triton versions"): bf16 through the honest-bf16 fixture, the whole
-# module with its parameters' gradients and head_dim 96 training, and the fp16 / head_dim 96 / G 16
-# cases of the window and compressed kernels. gpucheck: the configs' shapes and the paper's 16x128.
-t="tests/unit/attention/triton"
-PYTHONPATH="$leg" .venv/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning \
-    "$t/test_bf16_interpreter.py" "$t/test_module_triton.py" \
-    "$t/test_window.py" "$t/test_triton_compressed.py" -k "bf16 or module or trains or fp16 or 96 or G16" || rc=$?
-if ! PYTHONPATH="$leg" .venv/bin/python -m nsa.attention.gpucheck --shape 16x128 >/dev/null; then
+cat "$legs/leg.log"
+if [ "$leg_rc" -ne 0 ]; then
+    echo "test: the triton 3.6 leg failed (above); rerun it alone: scripts/triton-leg.sh" >&2
     rc=1
-    echo "test: gpucheck failed on triton $LEG_TRITON; rerun: PYTHONPATH=$leg .venv/bin/python -m nsa.attention.gpucheck --shape 16x128" >&2
 fi
 exit "$rc"

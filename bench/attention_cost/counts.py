@@ -144,7 +144,7 @@ def shipped_launch(
         "warps_sel": 2 if small and (gpf >= 16 or (cc >= 90 and gpf == 8)) else 4,
         "bt_sel": 2 if hopper_g8 else (4 if gpf >= 16 and not small and not before_2930e5c else c["BTF"]),
         "select_v0": False,
-        "halves_sel": 1 if not before_2930e5c and ((not small and c["BTF"] >= 4) or hopper_g8) else 0,
+        "halves_sel": 1 if not before_2930e5c and (c["BTF"] >= 8 or (not small and c["BTF"] >= 4) or hopper_g8) else 0,
         "warps_cmp_dkv": 4,
         "tp": base_tp,
         "warps_tok": 4 if small else 2,

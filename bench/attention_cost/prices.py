@@ -138,14 +138,16 @@ H200_FINAL_COST: dict[str, dict[str, float]] = {
 #   two dependent passes: 1.70x the datasheet time; the dQ merge 1.32x; the 9 us index kernel 0.67x);
 # - cmp_sel32: compressed_select.py's int32 top-n merge (the selection since 2026-11-26b), cycles a
 #   program and per token per key tile as `cmp_sel`, at 4 warps and BTF tokens a tile; its launch
-#   settings by CONFIG_FACTOR (below).
+#   settings by CONFIG_FACTOR (below). Fitted on the keys run and the final build's run together
+#   (2026-11-26b-h200-speed-final.json): the keys run alone gave 1094 cycles a program, which priced
+#   the final build's M7C selection 1.32x short at 8k and 16k (short T: few key tiles a program).
 KEYS_COST: dict[str, dict[str, float]] = {
     "sel_keys_fwd": {"eff": 0.156, "dram": 1.25},
     "sel_keys_bwd": {"eff": 0.143, "dram": 1.25},
     "sel_fwd_merge": {"dram": 1.70},
     "sel_dq_merge": {"dram": 1.32},
     "sel_index": {"dram": 0.673},
-    "cmp_sel32": {"programs": 1094, "token_steps": 1046},
+    "cmp_sel32": {"programs": 1343, "token_steps": 1065},
 }  # fmt: skip
 # The selection kernel's time at `warps_sel` warps over its time at 4 (the H200 probe,
 # bench/gpu/2026-11-26-h200-probe-after.jsonl: 2 warps 0.675 / 0.656 / 0.635 at M7C 8k / M7C 64k /
@@ -216,11 +218,13 @@ RUN_BUILDS: dict[str, dict] = {
         "select_v0": True,
         "before_2930e5c": True,
     },
-    # the lead's integration build of kfwd + kbwd + cmpsel (bench/RESULTS.md, 2026-11-26b): the keys
+    # the integration build of kfwd + kbwd + cmpsel (bench/RESULTS.md, 2026-11-26b): the keys
     # kernels at BR_f 128 / BR_keys 64, the int32 selection at v0's settings (before 2930e5c)
     "2026-11-26b-h200-speed-keys.json": {"before_2930e5c": True, "br_bwd_keys": 64},
     "2026-11-26b-h200-probe-select.jsonl": {"before_2930e5c": True},
     "2026-11-26b-h200-probe-keys-final.jsonl": {"before_2930e5c": True, "br_bwd_keys": 64},
+    # main at 050ce66: what ships (the keys kernels and the int32 selection at its chosen tiles)
+    "2026-11-26b-h200-speed-final.json": {},
 }
 
 

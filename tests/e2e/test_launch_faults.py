@@ -2,8 +2,9 @@
 named and recoverable (issue 13): the tmux server's environment never reaches the workers; `kill`
 checkpoints at the next step boundary and `restart` resumes exactly there; a rank killed by SIGKILL
 shows `failed` with rank, signal and "likely out of memory", and `status` prints the real gloo
-error text without crashing; a full disk is named with its path and MB free, with an exit code and
-no stray exit_code.tmp. Each runs once here; bench/faults.py repeats them for the fault matrix."""
+error text without crashing; a full disk (a workdir over the loopback sshd) is named with its path
+and MB free, with an exit code and no stray exit_code.tmp. Each runs once here; bench/faults.py
+repeats them for the fault matrix."""
 
 from __future__ import annotations
 
@@ -19,10 +20,17 @@ from pathlib import Path
 
 import pytest
 
-from launcher.config.profiles import PROJECT_ROOT
 from launcher.run.api import resolve_run
 from nsa.runfiles import RunDir
-from tests.e2e.launch_support import cleanup_local_run, invoke, isolate, run_processes, status, wait_for
+from tests.e2e.launch_support import (
+    PYTHON,
+    cleanup_local_run,
+    invoke,
+    isolate,
+    run_processes,
+    status,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -154,25 +162,28 @@ def _mount_tmpfs(path: Path, size_mb: int) -> bool:
     )
 
 
-def test_disk_full_is_named_with_path_and_mb_free(tmux_server, tmp_path, monkeypatch):
-    """The run's workdir is this checkout, so runs/ itself is mounted as a small tmpfs."""
+def test_disk_full_is_named_with_path_and_mb_free(sshd, tmux_server, tmp_path, monkeypatch):
+    """The run's workdir is a temp dir reached over the loopback sshd, and its runs/ is mounted as a
+    small tmpfs: a local run's workdir would be this checkout, whose runs/ the e2e tests of another
+    pytest worker (scripts/test.sh: -n 2) write at the same time."""
     isolate(monkeypatch, tmp_path, tmux_server)
-    runs = PROJECT_ROOT / "runs"
-    if runs.is_mount():
-        pytest.fail(f"{runs} is already a mount point (a previous test left it?)")
-    existed = runs.exists()
+    wd = tmp_path / "wd"
+    runs = wd / "runs"
     if not _mount_tmpfs(runs, 20):
         pytest.skip("needs root and mount -t tmpfs to build a small filesystem to fill")
+    host = ["--host", sshd.alias, "--ssh-config", str(sshd.ssh_config), "--workdir", str(wd)]
     run = f"diskfull-{os.getpid()}"
     try:
         res = _up(
-            run, "--set", "train.steps=100000", "--set", "train.save_every=1", "--set", "train.keep_last=1000"
-        )
+            run, *host, "--python", PYTHON,
+            "--set", "train.steps=100000", "--set", "train.save_every=1", "--set", "train.keep_last=1000",
+        )  # fmt: skip
         assert res.exit_code in (0, 1), res.output
         st = wait_for(
             lambda: (s := status(run))["state"] == "failed" and s, 180, "the run to fail on a full disk"
         )
         rd = RunDir(st["run_dir"])
+        assert rd.root.parent == runs
         assert isinstance(rd.exit_code(), int) and rd.exit_code() != 0
         assert not (rd.root / "exit_code.tmp").exists()
         err = st["error"]
@@ -185,5 +196,3 @@ def test_disk_full_is_named_with_path_and_mb_free(tmux_server, tmp_path, monkeyp
     finally:
         invoke("kill", "--run", run)
         subprocess.run(["umount", "-l", str(runs)])
-        if not existed:
-            shutil.rmtree(runs, ignore_errors=True)

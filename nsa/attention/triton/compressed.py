@@ -342,11 +342,11 @@ def _config(
         # The selection's a - 1 keys a block shares with earlier blocks [Eq. 9], padded (gathered).
         "SP": _pow2(max(1, a - 1)),
         # The selection's top-n merged for the tile's tokens in two halves, one after the other: only
-        # where merged at once it spilled (ptxas: 8 B at G 6 x D 96 on sm_90 with 4 tokens a tile), as
-        # halves cost 4x the barriers. On sm_90 at M7C (2 tokens a tile, 2 warps) halves ran the
-        # selection at 64k in 7.00 ms instead of 7.36 on an H200 (bench/kernel_probe.py, 2026-11-26b;
-        # ptxas: no spill, triton 3.6 and 3.9).
-        "halves_sel": 1 if (head_dim > 64 and btf >= 4) or hopper_g8 else 0,
+        # where merged at once it spilled or nearly (ptxas: 8 B at G 6 x D 96 on sm_90 with 4 tokens a
+        # tile, 8-12 B at G 1 x D 64 on sm_80 with 8, triton 3.6), as halves cost 4x the barriers. On
+        # sm_90 at M7C (2 tokens a tile, 2 warps) halves ran the selection at 64k in 7.00 ms instead
+        # of 7.36 on an H200 (bench/kernel_probe.py, 2026-11-26b; ptxas: no spill, triton 3.6 and 3.9).
+        "halves_sel": 1 if btf >= 8 or (head_dim > 64 and btf >= 4) or hopper_g8 else 0,
         # 1: launch `_cmp_select_v0` (compressed_select_v0.py, the kernel before 2026-11-26b) at its own
         # shipped settings instead, for the GPU probe's comparison (bench/kernel_probe.py).
         "select_v0": 0,

@@ -69,12 +69,10 @@ def _merge_top(top_b, top_j, kb, kj, W: tl.constexpr, BJ: tl.constexpr):
     pos_j = tl.arange(0, BJ)
     # [.., j, i]: key j goes ahead of top entry i.
     rank_top = pos_w[None, :] + tl.sum((kb[:, :, None] >= top_b[:, None, :]).to(tl.int32), axis=1)
-    # [.., x, j]: key x, or top entry x, goes ahead of key j. (As one subtract and compare,
-    # a > b - [x later], 10-15 fewer instructions, but 8-12 B spilled at G 1 x D 64 on sm_80, triton
-    # 3.6, unless merged in halves there.)
-    ahead = (kb[:, :, None] > kb[:, None, :]) | (
-        (kb[:, :, None] == kb[:, None, :]) & (pos_j[None, :, None] > pos_j[None, None, :])
-    )
+    # [.., x, j]: key x, or top entry x, goes ahead of key j. For integers, (a > b) or (a == b and x
+    # later) is a > b - [x later]: one subtraction and one compare (no overflow: b >= -1).
+    later = (pos_j[:, None] > pos_j[None, :]).to(tl.int32)
+    ahead = kb[:, :, None] > kb[:, None, :] - later[None, :, :]
     top_ahead = top_b[:, :, None] > kb[:, None, :]
     slot = pos_w[None, :, None]  # [.., slot, x]
     if W == BJ:

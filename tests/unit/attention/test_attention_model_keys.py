@@ -162,10 +162,32 @@ def test_the_keys_run_is_reproduced_and_its_fit_is_the_stored_prices() -> None:
         "_cmp_select",
     ]
     got = fit.fit(fit.records([str(run)]), "H200", families=fams)
+    # The int32 selection is fitted on this run and the final build's together (its halves and 4-token
+    # tiles came after this run: one price for both).
+    final = run.with_name("2026-11-26b-h200-speed-final.json")
+    got.update(fit.fit(fit.records([str(run), str(final)]), "H200", families=["_cmp_select"]))
     assert set(got) == set(m.KEYS_COST)
     for kind, terms in got.items():
         for term, value in terms.items():
             assert m.KEYS_COST[kind][term] == pytest.approx(value, rel=0.02), (kind, term)
+
+
+def test_the_final_builds_run_is_reproduced_within_30_percent() -> None:
+    """bench/gpu/2026-11-26b-h200-speed-final.json (what main ships since 050ce66): NSA/FA2 within
+    10 % at every record, and every kernel family within 30 % but one: the paper shape's window dQ
+    at 64k (8.56 ms measured, 1.305x the model; the kernel is unchanged since the runs where it was
+    8.47-8.49 ms, 1.29x)."""
+    run = SHIPPED_RUN.with_name("2026-11-26b-h200-speed-final.json")
+    doc = json.loads(run.read_text())
+    gpu = doc["sections"]["env"]["gpu"]
+    compared, off = 0, []
+    for rec in doc["sections"]["speed"]["records"]:
+        out = modelcheck.compare(rec, gpu, GEO, build=m.RUN_BUILDS[run.name])
+        compared += out["compared"]
+        off += [(rec["shape"], rec["T"], f) for f in out["off_by_more_than_30pct"]]
+        ratio = out["nsa_over_flash"]
+        assert ratio["predicted"] == pytest.approx(ratio["measured"], rel=0.1), (rec["shape"], rec["T"])
+    assert compared == 180 and off == [("paper_G16_D128", 65536, "_window_bwd_dq")], off
 
 
 def test_the_suites_flops_of_the_key_major_kernels_agree_with_the_model() -> None:

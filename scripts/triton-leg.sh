@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The triton version leg (docs/attention.md "Triton versions"): the kernel tests under the interpreter
+# and gpucheck (sm_80/sm_90: compile, no spills, shared memory) on triton 3.6, the oldest triton the
+# package accepts and what current CUDA images ship. The main run (scripts/test.sh) covers the newest
+# triton, the venv's. Needs the venv of scripts/setup.sh; exit 0 when both parts pass.
+#
+# Triton 3.6 is installed once into .venv/triton-legs/3.6.0 with numpy<2.4 (triton 3.6's interpreter
+# calls int() on one-element arrays, an error since numpy 2.4) and put first on PYTHONPATH for this leg
+# only. scripts/test.sh starts this script beside its main run, at a lower CPU priority (nice), so it
+# uses what the main run leaves idle instead of running after it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LEG_TRITON=3.6.0
+leg=".venv/triton-legs/$LEG_TRITON"
+if [ ! -e "$leg/.complete" ]; then
+    echo "triton-leg: installing triton==$LEG_TRITON and numpy<2.4 into $leg (once)"
+    rm -rf "$leg"
+    mkdir -p "$(dirname "$leg")"
+    if ! .venv/bin/python -m pip install -q --target "$leg" "triton==$LEG_TRITON" "numpy<2.4"; then
+        echo "triton-leg: installing triton==$LEG_TRITON into $leg failed (above); the triton $LEG_TRITON leg did not run" >&2
+        exit 1
+    fi
+    touch "$leg/.complete"
+fi
+rc=0
+echo "triton-leg: triton $LEG_TRITON: interpreter tests (representative subset) and gpucheck"
+# The subset (docs/attention.md "Triton versions"): bf16 through the honest-bf16 fixture, the whole
+# module with its parameters' gradients and head_dim 96 training, and the fp16 / head_dim 96 / G 16
+# cases of the window and compressed kernels. gpucheck: the configs' shapes and the paper's 16x128.
+t="tests/unit/attention/triton"
+PYTHONPATH="$leg" .venv/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning \
+    "$t/test_bf16_interpreter.py" "$t/test_module_triton.py" \
+    "$t/test_window.py" "$t/test_triton_compressed.py" -k "bf16 or module or trains or fp16 or 96 or G16" || rc=$?
+# gpucheck's records (stdout, one JSON object a line) go to a file; its summary (stderr) is shown.
+if ! PYTHONPATH="$leg" .venv/bin/python -m nsa.attention.gpucheck --shape 16x128 >"$leg.gpucheck.jsonl"; then
+    rc=1
+    echo "triton-leg: gpucheck failed on triton $LEG_TRITON (records: $leg.gpucheck.jsonl); rerun: PYTHONPATH=$leg .venv/bin/python -m nsa.attention.gpucheck --shape 16x128" >&2
+fi
+exit "$rc"
