@@ -137,11 +137,9 @@ def test_the_key_major_kernels_are_priced_from_the_keys_run_plus_their_partials(
         assert ms(T, "bwd", br_bwd_keys=32) == pytest.approx(qm["bwd"], rel=0.15), T
 
 
-def test_the_keys_run_is_reproduced_and_its_fit_is_the_stored_prices() -> None:
-    """bench/gpu/2026-11-26b-h200-speed-keys.json (the key-major kernels and the int32 selection,
-    RUN_BUILDS' build): every comparison of modelcheck within 30 % (182 of 182), NSA/FA2 within 10 %,
-    and bench/attention_fit.py's fit of it is KEYS_COST (within 2 %)."""
-    run = SHIPPED_RUN.with_name("2026-11-26b-h200-speed-keys.json")
+def _check_run(run) -> tuple[int, list]:
+    """modelcheck over a run's speed records at its RUN_BUILDS build: NSA/FA2 within 10 % at each
+    record; returns the number of family comparisons and those off by more than 30 %."""
     doc = json.loads(run.read_text())
     gpu = doc["sections"]["env"]["gpu"]
     compared, off = 0, []
@@ -151,6 +149,15 @@ def test_the_keys_run_is_reproduced_and_its_fit_is_the_stored_prices() -> None:
         off += [(rec["shape"], rec["T"], f) for f in out["off_by_more_than_30pct"]]
         ratio = out["nsa_over_flash"]
         assert ratio["predicted"] == pytest.approx(ratio["measured"], rel=0.1), (rec["shape"], rec["T"])
+    return compared, off
+
+
+def test_the_keys_run_is_reproduced_and_its_fit_is_the_stored_prices() -> None:
+    """bench/gpu/2026-11-26b-h200-speed-keys.json (the key-major kernels and the int32 selection,
+    RUN_BUILDS' build): every comparison of modelcheck within 30 % (182 of 182), NSA/FA2 within 10 %,
+    and bench/attention_fit.py's fit of it is KEYS_COST (within 2 %)."""
+    run = SHIPPED_RUN.with_name("2026-11-26b-h200-speed-keys.json")
+    compared, off = _check_run(run)
     assert compared == 182 and not off, off
     fit = _fit_module()
     fams = [
@@ -178,15 +185,7 @@ def test_the_final_builds_run_is_reproduced_within_30_percent() -> None:
     at 64k (8.56 ms measured, 1.305x the model; the kernel is unchanged since the runs where it was
     8.47-8.49 ms, 1.29x)."""
     run = SHIPPED_RUN.with_name("2026-11-26b-h200-speed-final.json")
-    doc = json.loads(run.read_text())
-    gpu = doc["sections"]["env"]["gpu"]
-    compared, off = 0, []
-    for rec in doc["sections"]["speed"]["records"]:
-        out = modelcheck.compare(rec, gpu, GEO, build=m.RUN_BUILDS[run.name])
-        compared += out["compared"]
-        off += [(rec["shape"], rec["T"], f) for f in out["off_by_more_than_30pct"]]
-        ratio = out["nsa_over_flash"]
-        assert ratio["predicted"] == pytest.approx(ratio["measured"], rel=0.1), (rec["shape"], rec["T"])
+    compared, off = _check_run(run)
     assert compared == 180 and off == [("paper_G16_D128", 65536, "_window_bwd_dq")], off
 
 
