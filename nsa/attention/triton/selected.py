@@ -34,7 +34,12 @@ from nsa.attention.triton.selected_keys import (
     keys_fwd_gpucheck_rows,
     merge_tokens,
 )
-from nsa.attention.triton.selected_keys_bwd import _segment, keys_backward, keys_bwd_gpucheck_rows
+from nsa.attention.triton.selected_keys_bwd import (
+    _block_keys,
+    _segment,
+    keys_backward,
+    keys_bwd_gpucheck_rows,
+)
 from nsa.attention.triton.selected_query import (
     TILE_ROWS,
     _sel_bwd_dq_kernel,
@@ -69,8 +74,7 @@ def _sel_bwd_dkdv_kernel(
     s_id = tl.program_id(0)
     nb = tl.program_id(1)
     blk, lo, hi, used = _segment(SEG_END, START, s_id, NBLK, NSEARCH, S)
-    bh = (blk // NS).to(tl.int64)
-    j = blk % NS
+    bh, kpos, kmask, k, v = _block_keys(K, V, blk, nb, NS, T, D, LP, DP, BN)
     n = tl.arange(0, BN)
     d = tl.arange(0, DP)
     dm = d < D
@@ -78,11 +82,6 @@ def _sel_bwd_dkdv_kernel(
     DO += bh * T * G * D
     LSE += bh * T * G
     DELTA += bh * T * G
-    kpos = (j * LP + nb * BN + n).to(tl.int32)
-    kmask = ((nb * BN + n) < LP) & (kpos < T)
-    koff = kpos[:, None] * D + d[None, :]
-    k = tl.load(K + bh * T * D + koff, mask=kmask[:, None] & dm[None, :], other=0.0)
-    v = tl.load(V + bh * T * D + koff, mask=kmask[:, None] & dm[None, :], other=0.0)
     qk_scale = sm_scale * 1.4426950408889634
     dk = tl.zeros([BN, DP], tl.float32)
     dv = tl.zeros([BN, DP], tl.float32)

@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from nsa.attention.triton.selected_keys_bwd import _segment
+from nsa.attention.triton.selected_keys_bwd import _block_keys, _segment
 
 # As in selected.py: tl.reduce with triton's own combine functions (cheaper under the interpreter).
 _max_combine = tl.standard._elementwise_max
@@ -57,17 +57,10 @@ def _sel_fwd_keys_kernel(
     s_id = tl.program_id(0)
     nb = tl.program_id(1)
     blk, lo, hi, _ = _segment(SEG_END, START, s_id, NBLK, NSEARCH, S)
-    bh = (blk // NS).to(tl.int64)
-    j = blk % NS
-    n = tl.arange(0, BN)
+    bh, kpos, kmask, k, v = _block_keys(K, V, blk, nb, NS, T, D, LP, DP, BN)
     d = tl.arange(0, DP)
     dm = d < D
     Q += bh * T * G * D
-    kpos = (j * LP + nb * BN + n).to(tl.int32)
-    kmask = ((nb * BN + n) < LP) & (kpos < T)
-    koff = kpos[:, None] * D + d[None, :]
-    k = tl.load(K + bh * T * D + koff, mask=kmask[:, None] & dm[None, :], other=0.0)
-    v = tl.load(V + bh * T * D + koff, mask=kmask[:, None] & dm[None, :], other=0.0)
     qk_scale = sm_scale * 1.4426950408889634  # base-2 softmax
     # Partials of chunk nb start at pair position nb * P (P = BH*T*NK, the table's size).
     npos = (s_id * 0 + NBLK // NS).to(tl.int64) * T * NK  # int64: B*Hkv*T*n may pass 2**31

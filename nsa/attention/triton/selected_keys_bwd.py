@@ -14,8 +14,8 @@ Owns the three kernels that replace the forced dQ, the query-major dQ and the dK
   the keys kernel never writes: PDQ needs no memset.
 `keys_backward` launches them (selected.py's `_selected_bwd` calls it with its reverse index and
 reduces the dK/dV partials it returns); `keys_bwd_gpucheck_rows` lists them for selected.py's
-`gpucheck_specs`; `_segment`, the lookup of a segment's block and pairs, is shared with selected.py's
-dK/dV kernel.
+`gpucheck_specs`; `_segment` (the lookup of a segment's block and pairs) and `_block_keys` (its key
+chunk, loaded) are shared with selected.py's dK/dV kernel and selected_keys.py's forward.
 PDQ is transient (the launcher frees it before returning): nb*B*Hkv*T*n*G*D*4 bytes, 3.2 GB at M7C
 64k x 1 (nb = 1 on the GPU). The partial dK/dV and their reduction stay selected.py's.
 """
@@ -65,6 +65,22 @@ def _segment(SEG_END, START, s_id, NBLK, NSEARCH, S):
 
 
 @triton.jit
+def _block_keys(K, V, blk, nb, NS, T, D: tl.constexpr, LP: tl.constexpr, DP: tl.constexpr, BN: tl.constexpr):
+    """Key chunk nb (BN keys) of global selection block blk = bh*NS + j, as every key-major kernel
+    holds it: (bh, kpos, kmask, k, v), K and V [BN, DP] loaded once, zeros past the block, T or D."""
+    bh = (blk // NS).to(tl.int64)
+    n = tl.arange(0, BN)
+    d = tl.arange(0, DP)
+    kpos = ((blk % NS) * LP + nb * BN + n).to(tl.int32)
+    kmask = ((nb * BN + n) < LP) & (kpos < T)
+    koff = kpos[:, None] * D + d[None, :]
+    km = kmask[:, None] & (d < D)[None, :]
+    k = tl.load(K + bh * T * D + koff, mask=km, other=0.0)
+    v = tl.load(V + bh * T * D + koff, mask=km, other=0.0)
+    return bh, kpos, kmask, k, v
+
+
+@triton.jit
 def _sel_bwd_keys_kernel(
     Q, K, V, DO, LSE, DELTA, ORDER, START, SEG_END, PDK, PDV, PDQ,
     T, NS, NK, NP, NBLK, NSEARCH, S, sm_scale,
@@ -78,8 +94,7 @@ def _sel_bwd_keys_kernel(
     s_id = tl.program_id(0)
     nb = tl.program_id(1)
     blk, lo, hi, used = _segment(SEG_END, START, s_id, NBLK, NSEARCH, S)
-    bh = (blk // NS).to(tl.int64)
-    j = blk % NS
+    bh, kpos, kmask, k, v = _block_keys(K, V, blk, nb, NS, T, D, LP, DP, BN)
     n = tl.arange(0, BN)
     d = tl.arange(0, DP)
     dm = d < D
@@ -88,11 +103,6 @@ def _sel_bwd_keys_kernel(
     LSE += bh * T * G
     DELTA += bh * T * G
     PDQ += nb.to(tl.int64) * NP * G * D
-    kpos = (j * LP + nb * BN + n).to(tl.int32)
-    kmask = ((nb * BN + n) < LP) & (kpos < T)
-    koff = kpos[:, None] * D + d[None, :]
-    k = tl.load(K + bh * T * D + koff, mask=kmask[:, None] & dm[None, :], other=0.0)
-    v = tl.load(V + bh * T * D + koff, mask=kmask[:, None] & dm[None, :], other=0.0)
     qk_scale = sm_scale * 1.4426950408889634
     dk = tl.zeros([BN, DP], tl.float32)
     dv = tl.zeros([BN, DP], tl.float32)
