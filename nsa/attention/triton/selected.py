@@ -1,7 +1,7 @@
 """Triton kernels of NSA's selected branch: `selected_attention`, a drop-in for the eager one.
 
 Owns the backward's dK/dV kernel (key-major: one program per segment of the queries that chose one
-selection block, found through a reverse index built by a constant number of aten ops, no atomics),
+selection block, found through the reverse index of selected_keys.py's `reverse_index`, no atomics),
 the reduction of the segments' partial dK/dV, the launch configuration (`_config`, per arch) and the
 launchers. With `forced_blocks=True` at G <= 8 (FSA's range) both directions run key-major:
 selected_keys.py (`fwd_keys`: partials per (pair, key chunk) over the reverse index, then a
@@ -13,7 +13,7 @@ run first as dense row tiles (selected_forced.py) and the token tiles (TP tokens
 union of the other entries, then the key-major dK/dV kernel here. Nothing syncs with the device,
 loops in Python over anything that grows with T, or builds a [T, T] tensor; the number of launches is
 the same at every T (forward: 1 kernel, 2 with forced blocks, 4 + 3 aten ops key-major; backward: 3
-kernels, 4 with forced blocks either way, + 16 small aten ops).
+kernels, 4 with forced blocks either way, + the index: 2 kernels + 3 aten ops).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from nsa.attention.triton.selected_keys import (
     keys_forward,
     keys_fwd_gpucheck_rows,
     merge_tokens,
+    reverse_index,
 )
 from nsa.attention.triton.selected_keys_bwd import (
     _block_keys,
@@ -247,12 +248,6 @@ def _slots(NK: int) -> int:
     return _p2(NK, 16)
 
 
-def _seg_pairs(T: int) -> int:
-    """(query, block) pairs per dK/dV program: bounds a program's work (block 0 is listed by every query)
-    while keeping the partial-dK/dV buffer small: T/4 pairs, clamped to [16, 2048]."""
-    return min(2048, max(16, triton.next_power_of_2(T) // 4))
-
-
 def _launch_config(G: int, D: int, LP: int, arch: int = 80) -> dict[str, int]:
     """The GPU config; the interpreter steps through keys 16 at a time (same code path), so the tests'
     small blocks also run the loops over several key steps and the dK/dV grid's split of a block."""
@@ -262,30 +257,6 @@ def _launch_config(G: int, D: int, LP: int, arch: int = 80) -> dict[str, int]:
 def _prec(dtype: torch.dtype) -> str:
     # fp32 inputs: tf32 tensor cores on the GPU; the interpreter only knows exact ("ieee") products.
     return "tf32" if dtype == torch.float32 and not interpreting() else "ieee"
-
-
-def _reverse_index(idx: Tensor, valid: Tensor, LP: int):
-    """(query, block) pairs sorted by block, in a constant number of aten ops and no host sync.
-
-    Returns order [P] (each sorted pair's flat position in the table [BH, T, k]; pairs without keys
-    sort last), start [BH*Ns + 1] (where block b's pairs begin), seg_end [BH*Ns] (cumulative count of
-    S-pair segments), S and NSEG = BH*Ns + ceil(BH*T*k / S), a static bound on the segments (a block
-    with c pairs uses ceil(c/S) < c/S + 1 of them): the dK/dV grid.
-    """
-    B, Hkv, T, NK = idx.shape
-    dev, BH = idx.device, B * Hkv
-    ns = -(-T // LP)
-    nblk = BH * ns
-    S = _seg_pairs(T)
-    t = torch.arange(T, device=dev).view(T, 1)
-    keep = valid & (idx >= 0) & (idx * LP <= t)  # the entries that add keys, as in the kernels
-    base = torch.arange(0, nblk, ns, device=dev).view(B, Hkv, 1, 1)
-    key = torch.where(keep, idx + base, nblk).view(-1)
-    skey, order = torch.sort(key, stable=True)
-    start = torch.searchsorted(skey, torch.arange(nblk + 1, device=dev))
-    nseg = torch.div(start[1:] - start[:-1] + (S - 1), S, rounding_mode="floor")
-    seg_end = torch.cumsum(nseg, 0)
-    return order, start, seg_end, S, nblk + -(-(BH * T * NK) // S)
 
 
 @torch.library.custom_op("nsa_triton::selected_fwd", mutates_args=())
@@ -300,7 +271,7 @@ def _selected_fwd(
     out = torch.empty_like(q)
     lse = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
     if forced and cfg["fwd_keys"]:
-        keys_forward(q, k, v, idx, valid8, out, lse, sel_block, scale, cfg, prec, _seg_pairs(T))
+        keys_forward(q, k, v, idx, valid8, out, lse, sel_block, scale, cfg, prec)
         return out, lse
     if forced:
         of = torch.empty(q.shape, dtype=torch.float32, device=q.device)
@@ -351,7 +322,7 @@ def _selected_bwd(
     dout = dout.contiguous()
     if forced and cfg["bwd_keys"]:
         # Key-major (selected_keys_bwd.py): dQ from the dK/dV kernel's products, merged per token.
-        index = _reverse_index(idx, valid, LP)
+        index = reverse_index(idx, valid8, LP)
         dq, pdk, pdv = keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP, scale, cfg, prec)
         return (dq, *_reduce_dkdv(pdk, pdv, index[1], index[2], k, v, index[3], LP, cfg))
     dq = torch.empty_like(q)
@@ -376,7 +347,7 @@ def _selected_bwd(
             G=G, D=D, LP=LP, GP=cfg["GP"], DP=cfg["DP"], BK=cfg["BK"], PREC=prec,
             num_warps=cfg["warps_q"], num_stages=cfg["stages_dq"],
         )  # fmt: skip
-    order, start, seg_end, S, nseg = _reverse_index(idx, valid, LP)
+    order, start, seg_end, S, nseg = reverse_index(idx, valid8, LP)
     ns = -(-T // LP)
     DP, BN = cfg["DP"], cfg["BN"]
     pdk = torch.empty(nseg, LP, DP, dtype=torch.float32, device=q.device)

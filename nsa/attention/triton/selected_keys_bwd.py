@@ -10,7 +10,7 @@ Owns the three kernels that replace the forced dQ, the query-major dQ and the dK
   (block 0, the query's own block and the one before) included;
 - `_sel_bwd_dq_merge_kernel`: query-major, per BM (token, head) rows, dQ = the sum of PDQ over the
   token's n entries and the nb key chunks in a fixed order (deterministic, no atomics), skipping the
-  entries that add no keys (`_reverse_index`'s keep rule: valid, block >= 0, block*l' <= t), which
+  entries that add no keys (the reverse index's keep rule: valid, block >= 0, block*l' <= t), which
   the keys kernel never writes: PDQ needs no memset.
 `keys_backward` launches them (selected.py's `_selected_bwd` calls it with its reverse index and
 reduces the dK/dV partials it returns); `keys_bwd_gpucheck_rows` lists them for selected.py's
@@ -195,7 +195,8 @@ def _pdq_buffer(nb: int, npos: int, G: int, D: int, device: torch.device) -> Ten
 def keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP: int, scale: float, cfg: dict,
                   prec: str) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     """selected.py's backward with `cfg["bwd_keys"]` and forced blocks, but the dK/dV reduction: delta,
-    every (query, block) pair of `index` (selected.py `_reverse_index`: order, start, seg_end, S, nseg),
+    every (query, block) pair of `index` (selected_keys.py `reverse_index`: order, start, seg_end, S,
+    nseg),
     forced ones included, through the keys kernel, then the dQ merge. Returns dQ (q's dtype) and the
     segments' fp32 partial dK/dV for selected.py's reduction; PDQ is freed on return."""
     B, Hkv, T, G, D = q.shape

@@ -194,5 +194,10 @@ def test_bwd_keys_is_fsa_range_and_launches_are_constant_in_T():
             torch.ops.nsa_triton.selected_bwd(dout, q, k, v, idx, valid, out, lse, 8, 0.25, True)
         rows.append((dict(counter.triton), dict(counter.ops), dict(counter.syncs)))
     assert rows[0] == rows[1] and rows[0][2] == {}
+    # Given no forward index (empty tensors: the query-major forward ran), the backward builds it with
+    # selected_keys.reverse_index: 2 kernels and 3 aten ops (sort, arange, searchsorted), the ~16 aten
+    # ops of the deleted _reverse_index gone.
     assert rows[0][0] == {"_sel_bwd_delta_kernel": 1, "_sel_bwd_keys_kernel": 1, "_sel_bwd_reduce_kernel": 1,
-                          "_sel_bwd_dq_merge_kernel": 1}  # fmt: skip
+                          "_sel_bwd_dq_merge_kernel": 1, "_sel_fwd_index_kernel": 1,
+                          "_sel_fwd_segs_kernel": 1}  # fmt: skip
+    assert sum(rows[0][1].values()) == 3, rows[0][1]
