@@ -13,7 +13,9 @@ run first as dense row tiles (selected_forced.py) and the token tiles (TP tokens
 union of the other entries, then the key-major dK/dV kernel here. Nothing syncs with the device,
 loops in Python over anything that grows with T, or builds a [T, T] tensor; the number of launches is
 the same at every T (forward: 1 kernel, 2 with forced blocks, 4 + 3 aten ops key-major; backward: 3
-kernels, 4 with forced blocks either way, + the index: 2 kernels + 3 aten ops).
+kernels, 4 with forced blocks either way, + the index, 2 kernels + 3 aten ops, unless the key-major
+forward built it: its op returns the index and autograd saves it for the backward op, which sorts
+only when handed none).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from nsa.attention.triton.selected_forced import (
     forced_rows_per_tile,
 )
 from nsa.attention.triton.selected_keys import (
+    index_bounds,
     keys_forward,
     keys_fwd_gpucheck_rows,
     merge_tokens,
@@ -259,10 +262,24 @@ def _prec(dtype: torch.dtype) -> str:
     return "tf32" if dtype == torch.float32 and not interpreting() else "ieee"
 
 
+def _builds_index(G: int, forced: bool) -> bool:
+    """Whether the forward builds the reverse index (the key-major forward: forced blocks, `fwd_keys`)
+    and so hands it to the backward; a function of the static shape, as the fake kernel needs."""
+    return forced and bool(_config(G, 64, 64)["fwd_keys"])  # fwd_keys depends on G alone
+
+
+def _no_index(device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+    """The forward's index outputs where it built none: empty int64 tensors (the backward builds it)."""
+    return tuple(torch.empty(0, dtype=torch.int64, device=device) for _ in range(3))
+
+
 @torch.library.custom_op("nsa_triton::selected_fwd", mutates_args=())
 def _selected_fwd(
     q: Tensor, k: Tensor, v: Tensor, idx: Tensor, valid: Tensor, sel_block: int, scale: float, forced: bool
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """out, lse and the reverse index (order, start, seg_end: selected_keys.reverse_index) where the
+    key-major forward built it, else three empty int64 tensors. The index outputs are integer and not
+    differentiable; the autograd function saves them for the backward, which then builds none."""
     B, Hkv, T, G, D = q.shape
     NK = idx.shape[-1]
     cfg = _launch_config(G, D, sel_block, device_arch(q.device))
@@ -271,8 +288,10 @@ def _selected_fwd(
     out = torch.empty_like(q)
     lse = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
     if forced and cfg["fwd_keys"]:
-        keys_forward(q, k, v, idx, valid8, out, lse, sel_block, scale, cfg, prec)
-        return out, lse
+        order, start, seg_end, _, _ = keys_forward(
+            q, k, v, idx, valid8, out, lse, sel_block, scale, cfg, prec
+        )
+        return out, lse, order, start, seg_end
     if forced:
         of = torch.empty(q.shape, dtype=torch.float32, device=q.device)
         lsef = torch.empty_like(lse)
@@ -286,18 +305,25 @@ def _selected_fwd(
             G=G, D=D, LP=sel_block, TP=cfg["TP"], RP=cfg["RP"], NKP=_slots(NK), DP=cfg["DP"], BK=cfg["BK"],
             PREC=prec, num_warps=cfg["warps_tok"], num_stages=cfg["stages_tok"],
         )  # fmt: skip
-        return out, lse
+        return out, lse, *_no_index(q.device)
     _sel_fwd_kernel[(T, B * Hkv)](
         q, k, v, idx, valid8, out, lse, T, NK, scale,
         G=G, D=D, LP=sel_block, GP=cfg["GP"], DP=cfg["DP"], BK=cfg["BK"], PREC=prec,
         num_warps=cfg["warps_q"], num_stages=cfg["stages"],
     )  # fmt: skip
-    return out, lse
+    return out, lse, *_no_index(q.device)
 
 
 @_selected_fwd.register_fake
 def _(q, k, v, idx, valid, sel_block, scale, forced):
-    return torch.empty_like(q), q.new_empty(q.shape[:4], dtype=torch.float32)
+    B, Hkv, T, G, _ = q.shape
+    if _builds_index(G, forced):
+        nblk = B * Hkv * -(-T // sel_block)
+        sizes = (B * Hkv * T * idx.shape[-1], nblk + 1, nblk)  # order, start, seg_end
+        index = tuple(q.new_empty(n, dtype=torch.int64) for n in sizes)
+    else:
+        index = _no_index(q.device)
+    return torch.empty_like(q), q.new_empty(q.shape[:4], dtype=torch.float32), *index
 
 
 @torch.library.custom_op("nsa_triton::selected_bwd", mutates_args=())
@@ -310,19 +336,32 @@ def _selected_bwd(
     valid: Tensor,
     out: Tensor,
     lse: Tensor,
+    order: Tensor,
+    start: Tensor,
+    seg_end: Tensor,
     sel_block: int,
     scale: float,
     forced: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:
+    """dq, dk, dv. (order, start, seg_end): the forward's reverse index, or empty tensors, where this
+    op builds it (selected_keys.reverse_index: the same index, bit for bit)."""
     B, Hkv, T, G, D = q.shape
     BH, NK, LP = B * Hkv, idx.shape[-1], sel_block
     cfg = _launch_config(G, D, LP, device_arch(q.device))
     prec = _prec(q.dtype)
     valid8 = valid.view(torch.int8)
     dout = dout.contiguous()
+    if order.numel() == 0:
+        index = reverse_index(idx, valid8, LP)
+    else:
+        if order.shape != (BH * T * NK,) or start.shape != (BH * -(-T // LP) + 1,):
+            raise ValueError(
+                f"nsa_triton::selected_bwd: reverse index of shapes {tuple(order.shape)} / {tuple(start.shape)} "
+                f"for a table {tuple(idx.shape)} at sel_block {LP}; pass the forward's index or empty tensors"
+            )
+        index = (order, start, seg_end, *index_bounds(BH, T, NK, LP))
     if forced and cfg["bwd_keys"]:
         # Key-major (selected_keys_bwd.py): dQ from the dK/dV kernel's products, merged per token.
-        index = reverse_index(idx, valid8, LP)
         dq, pdk, pdv = keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP, scale, cfg, prec)
         return (dq, *_reduce_dkdv(pdk, pdv, index[1], index[2], k, v, index[3], LP, cfg))
     dq = torch.empty_like(q)
@@ -340,14 +379,14 @@ def _selected_bwd(
             G=G, D=D, LP=LP, TP=cfg["TP"], RP=cfg["RP"], NKP=_slots(NK), DP=cfg["DP"], BK=cfg["BK"],
             PREC=prec, num_warps=cfg["warps_q"], num_stages=cfg["stages_dq"],
         )  # fmt: skip
-        del dqf  # consumed: its memory goes back to the allocator before the reverse index and partials
+        del dqf  # consumed: its memory goes back to the allocator before the partials
     else:
         _sel_bwd_dq_kernel[(T, BH)](
             q, k, v, idx, valid8, out, dout, lse, delta, dq, T, NK, scale,
             G=G, D=D, LP=LP, GP=cfg["GP"], DP=cfg["DP"], BK=cfg["BK"], PREC=prec,
             num_warps=cfg["warps_q"], num_stages=cfg["stages_dq"],
         )  # fmt: skip
-    order, start, seg_end, S, nseg = reverse_index(idx, valid8, LP)
+    order, start, seg_end, S, nseg = index
     ns = -(-T // LP)
     DP, BN = cfg["DP"], cfg["BN"]
     pdk = torch.empty(nseg, LP, DP, dtype=torch.float32, device=q.device)
@@ -376,21 +415,29 @@ def _reduce_dkdv(pdk, pdv, start, seg_end, k, v, S: int, LP: int, cfg: dict) -> 
 
 
 @_selected_bwd.register_fake
-def _(dout, q, k, v, idx, valid, out, lse, sel_block, scale, forced):
+def _(dout, q, k, v, idx, valid, out, lse, order, start, seg_end, sel_block, scale, forced):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output) -> None:
     q, k, v, idx, valid, sel_block, scale, forced = inputs
-    out, lse = output
-    ctx.save_for_backward(q, k, v, idx, valid, out, lse)
+    out, lse, order, start, seg_end = output
+    # The forward's reverse index is saved with the activations (order: B*Hkv*T*n int64, 16.8 MB per
+    # layer at M7C 64k x 1) so the backward does not sort again; under activation checkpointing the
+    # recomputed forward saves its own, built from the recomputed table.
+    ctx.mark_non_differentiable(order, start, seg_end)
+    # No zero-filled gradients for the outputs nobody differentiates (lse, the index): a launch each.
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(q, k, v, idx, valid, out, lse, order, start, seg_end)
     ctx.sel_block, ctx.scale, ctx.forced = sel_block, scale, forced
 
 
-def _backward(ctx, dout, _dlse):
-    q, k, v, idx, valid, out, lse = ctx.saved_tensors
+def _backward(ctx, dout, _dlse, _dorder, _dstart, _dseg_end):
+    q, k, v, idx, valid, out, lse, order, start, seg_end = ctx.saved_tensors
+    if dout is None:  # out itself was not used (only lse, say): its gradient is zero
+        dout = torch.zeros_like(out)
     dq, dk, dv = torch.ops.nsa_triton.selected_bwd(
-        dout, q, k, v, idx, valid, out, lse, ctx.sel_block, ctx.scale, ctx.forced
+        dout, q, k, v, idx, valid, out, lse, order, start, seg_end, ctx.sel_block, ctx.scale, ctx.forced
     )
     return dq, dk, dv, None, None, None, None, None
 

@@ -183,6 +183,13 @@ def _seg_pairs(T: int) -> int:
     return min(2048, max(16, triton.next_power_of_2(T) // 4))
 
 
+def index_bounds(BH: int, T: int, NK: int, LP: int) -> tuple[int, int]:
+    """(S, NSEG) of `reverse_index` for a table [BH, T, NK]: pairs per segment and the static bound on
+    the segments, from the shape alone (the backward takes them so for the forward's index)."""
+    S = _seg_pairs(T)
+    return S, BH * -(-T // LP) + -(-(BH * T * NK) // S)
+
+
 def reverse_index(idx: Tensor, valid8: Tensor, LP: int) -> tuple[Tensor, Tensor, Tensor, int, int]:
     """The selected branch's reverse index, the only one: the (query, block) pairs sorted by block, cut
     into segments of at most S pairs, in 2 kernels and 3 aten ops (sort, arange, searchsorted), no
@@ -197,7 +204,7 @@ def reverse_index(idx: Tensor, valid8: Tensor, LP: int) -> tuple[Tensor, Tensor,
     B, Hkv, T, NK = idx.shape
     BH, ns = B * Hkv, -(-T // LP)
     nblk, npos = BH * ns, BH * T * NK
-    S = _seg_pairs(T)
+    S, nseg = index_bounds(BH, T, NK, LP)
     # int32 sort keys (global block ids <= NBLK): a radix sort of half the key bits of int64 ones, the
     # same stable order (entries that add no keys get NBLK and sort last).
     key = torch.empty(npos, dtype=torch.int32, device=idx.device)
@@ -208,7 +215,7 @@ def reverse_index(idx: Tensor, valid8: Tensor, LP: int) -> tuple[Tensor, Tensor,
     start = torch.searchsorted(skey, torch.arange(nblk + 1, dtype=torch.int32, device=idx.device))
     seg_end = torch.empty(nblk, dtype=torch.int64, device=idx.device)
     _sel_fwd_segs_kernel[(1,)](start, seg_end, nblk, S, BLOCK=INDEX_BLOCK, num_warps=4, num_stages=1)
-    return order, start, seg_end, S, nblk + -(-npos // S)
+    return order, start, seg_end, S, nseg
 
 
 def keys_forward(
