@@ -39,8 +39,7 @@ from nsa.attention.triton.selected_keys import (
     reverse_index,
 )
 from nsa.attention.triton.selected_keys_bwd import (
-    _block_keys,
-    _segment,
+    _dkdv_walk,
     keys_backward,
     keys_bwd_gpucheck_rows,
 )
@@ -68,51 +67,14 @@ def _sel_bwd_dkdv_kernel(
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
     DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    # One program: BN keys of one selection block against one segment (<= S pairs) of the (query,
-    # block) pairs that listed it; rows of a step are BR (pair, head) couples, r -> (pair r // G, head
-    # r % G), so a group of any size fills the tile. Writes the segment's partial dK/dV (fp32).
-    # Pairs are sorted by global block bh*NS + j (ORDER: their flat table positions, START: where each
-    # block's pairs begin); block b owns segments [SEG_END[b] - ceil(count/S), SEG_END[b]). This
-    # program's block is the first b with SEG_END[b] > s_id (binary search, NSEARCH steps); the static
-    # grid has spare segments past the last block's (used False, no rows).
-    s_id = tl.program_id(0)
-    nb = tl.program_id(1)
-    blk, lo, hi, used = _segment(SEG_END, START, s_id, NBLK, NSEARCH, S)
-    bh, kpos, kmask, k, v = _block_keys(K, V, blk, nb, NS, T, D, LP, DP, BN)
-    n = tl.arange(0, BN)
-    d = tl.arange(0, DP)
-    dm = d < D
-    Q += bh * T * G * D
-    DO += bh * T * G * D
-    LSE += bh * T * G
-    DELTA += bh * T * G
-    qk_scale = sm_scale * 1.4426950408889634
-    dk = tl.zeros([BN, DP], tl.float32)
-    dv = tl.zeros([BN, DP], tl.float32)
-    r = tl.arange(0, BR)
-    nrows = (hi - lo) * G
-    for r0 in range(0, nrows, BR):
-        rr = r0 + r
-        rm = rr < nrows
-        pair = lo + rr // G
-        tq = ((tl.load(ORDER + pair, mask=rm, other=0) // NK) % T).to(tl.int32)
-        qrow = tq * G + rr % G
-        qoff = qrow[:, None] * D + d[None, :]
-        q = tl.load(Q + qoff, mask=rm[:, None] & dm[None, :], other=0.0)
-        do = tl.load(DO + qoff, mask=rm[:, None] & dm[None, :], other=0.0)
-        lse = tl.load(LSE + qrow, mask=rm, other=0.0)
-        delta = tl.load(DELTA + qrow, mask=rm, other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-        ok = rm[:, None] & kmask[None, :] & (kpos[None, :] <= tq[:, None])
-        p = tl.where(ok, tl.exp2(s - lse[:, None]), 0.0)
-        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
-        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
-        ds = p * (dp - delta[:, None])
-        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
-    poff = (s_id.to(tl.int64) * LP + nb * BN + n)[:, None] * DP + d[None, :]
-    pm = ((nb * BN + n) < tl.where(used, LP, 0))[:, None]  # spare segments store nothing
-    tl.store(PDK + poff, dk * sm_scale, mask=pm)
-    tl.store(PDV + poff, dv, mask=pm)
+    # The key-major dK/dV of the query-major paths: selected_keys_bwd.py's `_dkdv_walk` (one program:
+    # BN keys of one selection block against one segment of the pairs that listed it, partial dK/dV
+    # per segment) without the dQ partials (WRITE_DQ off: PDQ and NP unused). A kernel of its own name
+    # only so that profiles tell it from the key-major backward's `_sel_bwd_keys_kernel`.
+    _dkdv_walk(
+        Q, K, V, DO, LSE, DELTA, ORDER, START, SEG_END, PDK, PDV, PDK, T, NS, NK, 0, NBLK, NSEARCH, S,
+        sm_scale, G, D, LP, DP, BN, BR, PREC, False,
+    )  # fmt: skip
 
 
 @triton.jit
