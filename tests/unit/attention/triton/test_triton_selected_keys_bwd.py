@@ -314,3 +314,39 @@ def test_dkdv_and_keys_kernels_are_one_walk():
         assert len(call.args) == len(
             inspect.signature(getattr(tkeys._dkdv_walk, "fn", tkeys._dkdv_walk)).parameters
         )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_query_major_path_at_g16_builds_its_own_index_and_matches_eager(dtype):
+    """G 16 (the paper's group: query-major forward, forced dQ + token-tile dQ + the dK/dV walk without
+    dQ partials), where the forward builds no index and the backward builds reverse_index itself:
+    gradients against the eager op's autograd on a table with duplicates, invalid, negative and future
+    entries and a token without any key (zero dQ there)."""
+    T, D, lp = 33, 16, 8
+    q, k, v, dout = _inputs(1, 1, T, 16, D, dtype, seed=99)
+    idx, valid = _odd_table(T, lp, 4, seed=99)
+    _, got = _grads(q, k, v, idx, valid, lp, dout)
+    qf, kf, vf = (x.float().requires_grad_() for x in (q, k, v))
+    want = eager.selected_attention(qf, kf, vf, idx, valid, sel_block=lp, scale=D**-0.5, chunk=7)
+    ref = torch.autograd.grad(want, (qf, kf, vf), dout.float())
+    tol = TOL[dtype] * 5
+    for name, a, b in zip("qkv", got, ref):
+        torch.testing.assert_close(a.float(), b, rtol=tol, atol=tol, msg=lambda m, n=name: f"d{n}: {m}")
+    assert got[0][0, 0, 3].abs().max() == 0
+
+
+def test_query_major_path_at_g16_bf16_within_rounding_bounds(bf16_interpreter):
+    """The G 16 path in bf16 as the GPU does it (conftest fixture): output and gradients within
+    nsa.attention.gpusuite.bounds' rounding bounds; l' = 32 (two key chunks of the dK/dV walk)."""
+    from nsa.attention.gpusuite import bounds
+
+    T, D, lp, n = 40, 16, 32, 2
+    q, k, v, dout = _inputs(1, 1, T, 16, D, torch.bfloat16, seed=98)
+    g = torch.Generator().manual_seed(98)
+    idx, valid = top_blocks(torch.rand(1, 1, T, 2, generator=g), torch.arange(T), lp, n)
+    out, grads = _grads(q, k, v, idx, valid, lp, dout)
+    got = {"out": out, **dict(zip(("dq", "dk", "dv"), grads))}
+    vis = bounds.selected_visible(idx, valid, T, lp)
+    for name, want in bounds.attention_bounds(q, k, v, dout, vis, D**-0.5, torch.bfloat16).items():
+        res = bounds.check(got[name], want)
+        assert got[name].dtype == torch.bfloat16 and res["within_bound"], f"{name}: {res}"
