@@ -224,10 +224,12 @@ def _prec(dtype: torch.dtype) -> str:
     return "tf32" if dtype == torch.float32 and not interpreting() else "ieee"
 
 
-def _builds_index(G: int, forced: bool) -> bool:
-    """Whether the forward builds the reverse index (the key-major forward: forced blocks, `fwd_keys`)
-    and so hands it to the backward; a function of the static shape, as the fake kernel needs."""
-    return forced and bool(_config(G, 64, 64)["fwd_keys"])  # fwd_keys depends on G alone
+def _builds_index(q: Tensor, sel_block: int, forced: bool) -> bool:
+    """Whether the forward builds the reverse index (the key-major forward: forced blocks and the
+    launch config's `fwd_keys`) and so hands it to the backward: the real op and its fake kernel ask
+    the same config (a function of the static shape), so their outputs' shapes agree."""
+    G, D = q.shape[3], q.shape[4]
+    return forced and bool(_launch_config(G, D, sel_block, device_arch(q.device))["fwd_keys"])
 
 
 def _no_index(device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
@@ -249,7 +251,7 @@ def _selected_fwd(
     valid8 = valid.view(torch.int8)
     out = torch.empty_like(q)
     lse = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
-    if forced and cfg["fwd_keys"]:
+    if _builds_index(q, sel_block, forced):
         order, start, seg_end, _, _ = keys_forward(
             q, k, v, idx, valid8, out, lse, sel_block, scale, cfg, prec
         )
@@ -278,8 +280,8 @@ def _selected_fwd(
 
 @_selected_fwd.register_fake
 def _(q, k, v, idx, valid, sel_block, scale, forced):
-    B, Hkv, T, G, _ = q.shape
-    if _builds_index(G, forced):
+    B, Hkv, T = q.shape[:3]
+    if _builds_index(q, sel_block, forced):
         nblk = B * Hkv * -(-T // sel_block)
         sizes = (B * Hkv * T * idx.shape[-1], nblk + 1, nblk)  # order, start, seg_end
         index = tuple(q.new_empty(n, dtype=torch.int64) for n in sizes)

@@ -284,6 +284,13 @@ def test_fake_kernel_gives_the_index_shapes_and_compile_and_checkpointing_use_it
         real = _skipping_kernels(torch.ops.nsa_triton.selected_fwd, *args)[0]
         meta = torch.ops.nsa_triton.selected_fwd(*(x.to("meta") for x in args[:5]), *args[5:])
         assert [(x.shape, x.dtype) for x in real] == [(x.shape, x.dtype) for x in meta], (G, forced)
+    with monkeypatch.context() as patched:  # the fake asks the launch config as the op does (probes patch it)
+        base = tsel._launch_config
+        patched.setattr(tsel, "_launch_config", lambda *a: {**base(*a), "fwd_keys": False})
+        meta = torch.ops.nsa_triton.selected_fwd(
+            *(x.to("meta") for x in (q, k, v, idx, valid)), lp, 0.25, True
+        )
+        assert [x.numel() for x in meta[2:]] == [0, 0, 0]
 
     def loss(q, k, v):
         out = tsel.selected_attention(q, k, v, idx, valid, sel_block=lp, scale=0.25, forced_blocks=True)
