@@ -2,9 +2,12 @@
 tiles, programs, key steps and (query, block) pairs, and the launch settings the code ships.
 
 Owns the structure that bench/attention_cost/kernels.py prices, written out from
-nsa/attention/triton/*.py (compressed.py's and selected.py's `_config`, the kernels' grids): a change
-of structure there must be mirrored here (docs/attention.md, "Time budget"). Pure arithmetic, no
-prices, no torch.
+nsa/attention/triton/*.py (the kernels' grids and loops): a change of structure there must be
+mirrored here (docs/attention.md, "Time budget"). The launch settings of the shipped build are not
+mirrored: `shipped_launch` and `_sel_tiles` call compressed.py's and selected.py's own `_config`
+(`kernel_configs`, imported when first asked: those modules import torch and triton), so a change of
+a `_config` reaches the model by itself; only the past builds the model still prices keep their
+settings written out here. Pure arithmetic otherwise, no prices.
 """
 
 from __future__ import annotations
@@ -63,18 +66,30 @@ def _cfg(D: int) -> str:
     return "64" if D <= 64 else "128"
 
 
-def _sel_tiles(s: Shape) -> dict[str, int]:
+def kernel_configs(s: Shape, cc: int) -> dict[str, dict]:
+    """The kernels' own launch settings for shape `s` on sm_`cc` (80: A100, 90: H100/H200): compressed.py's
+    `_config` (the compressed branch and the selection) and selected.py's (at the GPU's key tile, 64
+    keys a step; the interpreter's 16 are the tests'). Imported here, not at the top: the kernel
+    modules import torch and triton, and the rest of this package needs neither."""
+    try:
+        from nsa.attention.triton import compressed, selected
+    except ImportError as e:
+        raise ImportError(
+            "bench/attention_cost: the model reads the shipped launch settings from "
+            f"nsa/attention/triton/*.py's `_config`, which needs torch and triton ({e}); "
+            "fix: run it with the project's venv (.venv/bin/python, the train extra installed)"
+        ) from e
+    return {
+        "compressed": compressed._config(s.G, s.D, s.n, s.bl, s.d, s.lp, cc),
+        "selected": selected._config(s.G, s.D, s.lp, key_tile=64, arch=cc),
+    }
+
+
+def _sel_tiles(s: Shape, cc: int = 90) -> dict[str, int]:
     """The selection kernel's tile (compressed.py `_config`): BTF tokens x GPF padded heads as rows,
     key tiles of BJ selection blocks (BJ * RP compressed keys: 64 at l' / d = 4)."""
-    GPF = max(2, _p2(s.G))
-    RP = _p2(s.lp // s.d)
-    hmax = -(-(s.bl // s.d - 1) // (s.lp // s.d))
-    return {
-        "GPF": GPF,
-        "BTF": max(1, min(8, 32 // GPF)),
-        "RP": RP,
-        "BJ": max(_p2(max(1, 64 // RP)), _p2(hmax)),
-    }
+    c = kernel_configs(s, cc)["compressed"]
+    return {k: c[k] for k in ("GPF", "BTF", "RP", "BJ")}
 
 
 @lru_cache(maxsize=256)
@@ -112,51 +127,76 @@ def _cmp_attn_work(T: int, s: Shape) -> dict[str, float]:
 def shipped_launch(
     s: Shape, cc: int, before_ce226a4: bool = False, before_2930e5c: bool = False
 ) -> dict[str, int]:
-    """The launch settings the model's kernels take from compressed.py's and selected.py's `_config`
-    (a test holds them equal): the selection's warps and tokens a tile (`warps_sel`, `bt_sel`), the
+    """The launch settings of the model's kernels: the selection's warps and tokens a tile
+    (`warps_sel`, `bt_sel`), its kernel (`select_v0`) and merge in halves (`halves_sel`), the
     compressed dK/dV's warps, the token tiles' tokens (`tp`) and forward warps (`warps_tok`), and the
-    selected branch's key-major forward and backward (`fwd_keys`, `bwd_keys`: G <= 8) with their
-    tiles (`br_fwd_keys`, `br_bwd_keys`, `tm_merge`, `bm_merge`).
-    Since ce226a4: the selection at 2 warps only at head_dim <= 64 (16 padded heads a token, or 8 on
-    sm_90; 2 spilled at the paper's G 16 x D 128 on triton 3.6), 2 tokens a tile at 8 padded heads
-    on sm_90 (M7C); dK/dV 4 warps; the token-tile forward 2 warps at head_dim > 64. (ce226a4 also
-    took 4x the tokens at G 5-8, head_dim <= 64; taken back after this model priced it slower at
-    B = 1 from 32k: the `token_tiles_x4` what-if.) before_ce226a4: the kernels of the final H200
-    run (and of every earlier one but the selection's warps): 2 warps at 16 heads a token or 8 on sm_90 at head_dim <= 64,
-    BTF tokens, dK/dV 8 warps, the base token tiles, the forward at 8 warps past head_dim 64.
-    The selection kernel since 2026-11-26b is compressed_select.py's int32 merge (`select_v0` False;
-    True: `_cmp_select_v0`, every run before); since 2930e5c it merges in halves at M7C on sm_90
-    (`halves_sel`) and takes 4 tokens a tile at 16 heads a token past head_dim 64 (before_2930e5c: the
-    int32 kernel at v0's settings, the first key-major run's build)."""
-    c = _sel_tiles(s)
-    gpf, small = c["GPF"], s.D <= 64
-    base_tp = _tokens_per_tile(s.G)
+    selected branch's key-major forward and backward (`fwd_keys`, `bwd_keys`) with their tiles
+    (`br_fwd_keys`, `br_bwd_keys`, `tm_merge`, `bm_merge`).
+    The shipped build's are compressed.py's and selected.py's `_config` for sm_`cc` (kernel_configs),
+    by construction. The past builds the model still prices (RUN_BUILDS, what-if rows) keep theirs,
+    since the calibration reproduces measured runs of them: before_ce226a4, the kernels of the final
+    H200 run (and of every earlier one but the selection's warps); before_2930e5c, the first
+    key-major run's build (the int32 selection at v0's settings)."""
     if before_ce226a4:
-        return {
-            "warps_sel": 2 if gpf >= 16 or (cc >= 90 and gpf == 8 and small) else 4,
-            "bt_sel": c["BTF"], "warps_cmp_dkv": 8, "tp": base_tp, "warps_tok": 4 if small else 8,
-            "fwd_keys": False, "bwd_keys": False, "br_fwd_keys": 64 if small else 32, "br_bwd_keys": 32,
-            "tm_merge": max(1, (64 if small else 32) // s.G), "bm_merge": 64 if small else 32,
-            "select_v0": True, "halves_sel": 0,
-        }  # fmt: skip
+        return _launch_before_ce226a4(s, cc)
+    if before_2930e5c:
+        return _launch_before_2930e5c(s, cc)
+    cfg = kernel_configs(s, cc)
+    c, sc = cfg["compressed"], cfg["selected"]
+    v0 = bool(c["select_v0"])  # the int64 merge kernel at its own shipped settings (the probe's)
+    return {
+        "warps_sel": c["warps_sel_v0"] if v0 else c["warps_sel"],
+        "bt_sel": c["bt_sel_v0"] if v0 else c["bt_sel"],
+        "select_v0": v0,
+        "halves_sel": 0 if v0 else c["halves_sel"],
+        "warps_cmp_dkv": c["warps_dkv"],
+        "tp": sc["TP"],
+        "warps_tok": sc["warps_tok"],
+        "fwd_keys": sc["fwd_keys"],
+        "bwd_keys": sc["bwd_keys"],
+        "br_fwd_keys": sc["BR_f"],
+        "br_bwd_keys": sc["BR_keys"],
+        "tm_merge": sc["TM"],
+        "bm_merge": sc["BM_merge"],
+    }
+
+
+def _launch_before_ce226a4(s: Shape, cc: int) -> dict[str, int]:
+    """The kernels of the final H200 run (2026-11-26-h200-speed-final.json): the selection (int64
+    merge, `_cmp_select_v0`) at 2 warps at 16 heads a token or 8 on sm_90 at head_dim <= 64, BTF
+    tokens a tile; dK/dV 8 warps; the base token tiles, their forward at 8 warps past head_dim 64; the
+    selected branch query-major. ce226a4 then took the selection to 2 warps only at head_dim <= 64
+    (2 spilled at the paper's G 16 x D 128 on triton 3.6), 2 tokens a tile at 8 padded heads on
+    sm_90 (M7C), dK/dV to 4 warps and the token-tile forward to 2 warps past head_dim 64 (it also
+    took 4x the tokens at G 5-8, head_dim <= 64; taken back after this model priced it slower at
+    B = 1 from 32k: the `token_tiles_x4` what-if)."""
+    gpf, small = max(2, _p2(s.G)), s.D <= 64
+    return {
+        "warps_sel": 2 if gpf >= 16 or (cc >= 90 and gpf == 8 and small) else 4,
+        "bt_sel": max(1, min(8, 32 // gpf)), "warps_cmp_dkv": 8, "tp": _tokens_per_tile(s.G),
+        "warps_tok": 4 if small else 8, "fwd_keys": False, "bwd_keys": False,
+        "br_fwd_keys": 64 if small else 32, "br_bwd_keys": 32,
+        "tm_merge": max(1, (64 if small else 32) // s.G), "bm_merge": 64 if small else 32,
+        "select_v0": True, "halves_sel": 0,
+    }  # fmt: skip
+
+
+def _launch_before_2930e5c(s: Shape, cc: int) -> dict[str, int]:
+    """The first key-major run's build (2026-11-26b-h200-speed-keys.json): compressed_select.py's int32
+    merge at `_cmp_select_v0`'s settings (2 warps at head_dim <= 64 with 16 heads a token or 8 on
+    sm_90, 2 tokens a tile there, else BTF; never in halves), everything else as ce226a4 left it and
+    the selected branch key-major at G <= 8. 2930e5c then merged in halves at M7C on sm_90 and took 4
+    tokens a tile at 16 heads a token past head_dim 64."""
+    gpf, small = max(2, _p2(s.G)), s.D <= 64
     hopper_g8 = small and cc >= 90 and gpf == 8  # M7C on an H100/H200
     return {
         "warps_sel": 2 if small and (gpf >= 16 or (cc >= 90 and gpf == 8)) else 4,
-        "bt_sel": 2 if hopper_g8 else (4 if gpf >= 16 and not small and not before_2930e5c else c["BTF"]),
-        "select_v0": False,
-        "halves_sel": 1 if not before_2930e5c and (c["BTF"] >= 8 or (not small and c["BTF"] >= 4) or hopper_g8) else 0,
-        "warps_cmp_dkv": 4,
-        "tp": base_tp,
-        "warps_tok": 4 if small else 2,
-        # the selected branch key-major at G <= 8 (FSA's range), forward and backward, and its tiles:
-        # (pair, head) rows a step of the forward (BR_f) and of the fused backward (BR_keys), tokens a
-        # forward merge program (TM), rows a dQ merge program (BM_merge)
-        "fwd_keys": s.G <= 8,
-        "bwd_keys": s.G <= 8,
+        "bt_sel": 2 if hopper_g8 else max(1, min(8, 32 // gpf)),
+        "select_v0": False, "halves_sel": 0, "warps_cmp_dkv": 4, "tp": _tokens_per_tile(s.G),
+        "warps_tok": 4 if small else 2, "fwd_keys": s.G <= 8, "bwd_keys": s.G <= 8,
         "br_fwd_keys": 128 if small else 32,
         "br_bwd_keys": 64 if small and cc >= 90 and s.G >= 2 else 32,  # 64 spills on sm_80, at G 1
-        "tm_merge": max(1, (64 if small else 32) // s.G),
-        "bm_merge": 64 if small else 32,
+        "tm_merge": max(1, (64 if small else 32) // s.G), "bm_merge": 64 if small else 32,
     }  # fmt: skip
 
 

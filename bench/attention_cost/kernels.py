@@ -3,8 +3,9 @@
 counts their prices apply to.
 
 Owns the mapping from a `Shape` and T to a list of `Kernel` records; the counts come from counts.py,
-the prices from prices.py. It imports nothing from nsa (no torch): the kernel structure is written out
-here from nsa/attention/triton/*.py, so a change of structure there must be mirrored here.
+the prices from prices.py. The kernel structure is written out here from nsa/attention/triton/*.py,
+so a change of structure there must be mirrored here; the shipped launch settings are the kernels'
+`_config`s' (counts.py `shipped_launch`).
 """
 
 from __future__ import annotations

@@ -177,37 +177,6 @@ def test_a100_keeps_the_published_efficiencies_and_takes_the_cycles_per_sm_cycle
     assert m.kind_cost("dense_fwd", a100) is None  # the published kernels' kinds: priced by EFF
 
 
-def test_the_shipped_selection_warps_follow_the_kernels_config() -> None:
-    """shipped_launch mirrors compressed.py's and selected.py's `_config` (the selection's warps and
-    tokens a tile, the compressed dK/dV's warps, the token tiles' tokens and forward warps, the
-    selected branch key-major at G <= 8)."""
-    torch = pytest.importorskip("torch")  # noqa: F841 (compressed.py imports torch and triton)
-    from nsa.attention.triton import compressed, selected
-
-    shapes = (m.Shape("g1", 1, 2, 2, 64), m.Shape("g2d96", 1, 4, 2, 96), m.Shape("g8", 1, 16, 2, 64))
-    for shape in (*m.SHAPES.values(), *shapes):
-        for cc in (80, 90):
-            c = compressed._config(shape.G, shape.D, shape.n, shape.bl, shape.d, shape.lp, cc)
-            sc = selected._config(shape.G, shape.D, shape.lp, arch=cc)
-            launch = m.shipped_launch(shape, cc)
-            assert m.shipped_warps_sel(shape, cc) == c["warps_sel"], (shape, cc)
-            assert (launch["bt_sel"], launch["warps_cmp_dkv"]) == (c["bt_sel"], c["warps_dkv"]), (shape, cc)
-            assert (launch["halves_sel"], launch["select_v0"]) == (c["halves_sel"], bool(c["select_v0"]))
-            assert (launch["tp"], launch["warps_tok"]) == (sc["TP"], sc["warps_tok"]), (shape, cc)
-            for key in ("fwd_keys", "bwd_keys"):  # the key-major switches, where selected.py has them
-                assert launch[key] == sc.get(key, launch[key]) == (shape.G <= 8), (shape, cc, key)
-            tiles = {
-                "br_fwd_keys": "BR_f",
-                "br_bwd_keys": "BR_keys",
-                "tm_merge": "TM",
-                "bm_merge": "BM_merge",
-            }
-            for ours, theirs in tiles.items():  # the key-major tiles, likewise
-                assert launch[ours] == sc.get(theirs, launch[ours]), (shape, cc, theirs)
-            assert (m._sel_tiles(shape)["BTF"], m._sel_tiles(shape)["GPF"]) == (c["BTF"], c["GPF"])
-            assert m._sel_tiles(shape)["BJ"] == c["BJ"]
-
-
 def test_a_file_without_speed_records_is_refused_with_exit_2(tmp_path, capsys, monkeypatch) -> None:
     bad = tmp_path / "suite.json"
     bad.write_text('{"sections": {"env": {}}}')
