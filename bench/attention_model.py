@@ -10,9 +10,11 @@ and the op's scratch bytes. The model itself lives in the package beside it, ben
 (prices.py: datasheets and fitted prices; counts.py: the kernels' structure; kernels.py: our kernels
 and FlashAttention-2 per launch; calibration.py: the published kernels); this module re-exports its
 names, so `attention_model.X` is the one interface of bench/attention.py, bench/attention_fit.py,
-nsa/attention/gpusuite/modelcheck.py and the tests. It imports nothing from nsa (no torch), and it
-loads the package by path, never by putting bench/ on sys.path (bench/ holds modules named like the
-project's packages: launcher.py, data.py).
+nsa/attention/gpusuite/modelcheck.py and the tests (loaded by path once, as `attention_model`, by
+modelcheck's `load_model`, or imported from beside bench/attention.py). It reads the shipped launch
+settings from the kernels' own `_config` (counts.py `kernel_configs`: nsa/attention/triton, torch
+and triton), and it loads its package by path, never by putting bench/ on sys.path (bench/ holds
+modules named like the project's packages: launcher.py, data.py).
 """
 
 from __future__ import annotations

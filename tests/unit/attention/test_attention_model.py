@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from nsa.attention.gpusuite.modelcheck import load_model
+
 _BENCH = Path(__file__).resolve().parents[3] / "bench"
 
 
@@ -20,7 +22,7 @@ def _load(name: str):
     return mod
 
 
-m = _load("attention_model")
+m = load_model()  # the one loader (nsa.attention.gpusuite.modelcheck)
 
 
 def test_calibration_rows_have_the_issue_schema_and_stay_within_30_percent() -> None:

@@ -230,12 +230,16 @@ def test_the_model_reproduces_the_run_of_what_main_shipped_within_30_percent() -
 
 
 def test_loading_the_model_by_path_leaves_sys_path_alone() -> None:
-    """attention_model.py loads its package (bench/attention_cost/) by path: bench/ on sys.path would
-    let bench/launcher.py shadow the launcher package in the GPU suite's process."""
+    """modelcheck.load_model loads attention_model.py by path, once, and it loads its package
+    (bench/attention_cost/) by path: bench/ on sys.path would let bench/launcher.py shadow the
+    launcher package in the GPU suite's process. A bench script loaded after it shares the module."""
     code = (
         "import sys, importlib.util\n"
-        f"spec = importlib.util.spec_from_file_location('am', {str(_BENCH / 'attention_model.py')!r})\n"
-        "mod = importlib.util.module_from_spec(spec); sys.modules['am'] = mod; spec.loader.exec_module(mod)\n"
+        "from nsa.attention.gpusuite.modelcheck import load_model\n"
+        "mod = load_model()\n"
+        f"spec = importlib.util.spec_from_file_location('fit', {str(_BENCH / 'attention_fit.py')!r})\n"
+        "fit = importlib.util.module_from_spec(spec); spec.loader.exec_module(fit)\n"
+        "assert fit.m is sys.modules['attention_probe_fit'].m is mod is sys.modules['attention_model']\n"
         f"assert not any(p.rstrip('/') == {str(_BENCH)!r} for p in sys.path), sys.path\n"
         "assert 'launcher' not in sys.modules and mod.ours is sys.modules['attention_cost.kernels'].ours\n"
         "print(len(mod.prediction_rows([8192])))\n"
