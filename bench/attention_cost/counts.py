@@ -77,7 +77,7 @@ def kernel_configs(s: Shape, cc: int) -> dict[str, dict]:
         raise ImportError(
             "bench/attention_cost: the model reads the shipped launch settings from "
             f"nsa/attention/triton/*.py's `_config`, which needs torch and triton ({e}); "
-            "fix: run it with the project's venv (.venv/bin/python, the train extra installed)"
+            "fix: run it with the project's venv (.venv/bin/python: the train and dev extras, or a CUDA torch)"
         ) from e
     return {
         "compressed": compressed._config(s.G, s.D, s.n, s.bl, s.d, s.lp, cc),

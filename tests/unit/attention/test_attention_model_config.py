@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from nsa.attention.gpusuite.modelcheck import load_model
 from nsa.attention.triton import compressed, selected
 
@@ -134,3 +136,14 @@ def test_the_past_builds_keep_their_settings() -> None:
     paper = m.SHAPES["paper"]
     assert m.shipped_launch(paper, 90, before_2930e5c=True)["bt_sel"] == 2  # BTF; 4 since 2930e5c
     assert m.shipped_launch(paper, 90)["bt_sel"] == 4
+
+
+def test_without_the_kernel_modules_the_model_says_what_it_needs(monkeypatch) -> None:
+    """Where the kernels' modules cannot be imported (no triton), the model names what it reads and
+    the fix instead of a bare ImportError from deep inside."""
+    import nsa.attention.triton as backend
+
+    monkeypatch.delattr(backend, "compressed")
+    monkeypatch.setitem(sys.modules, "nsa.attention.triton.compressed", None)
+    with pytest.raises(ImportError, match=r"nsa/attention/triton/\*\.py's `_config`.*fix: run it with"):
+        m.shipped_launch(m.SHAPES["m7c"], 90)
