@@ -68,11 +68,12 @@ def _cfg(D: int) -> str:
 
 def kernel_configs(s: Shape, cc: int) -> dict[str, dict]:
     """The kernels' own launch settings for shape `s` on sm_`cc` (80: A100, 90: H100/H200): compressed.py's
-    `_config` (the compressed branch and the selection) and selected.py's (at the GPU's key tile, 64
-    keys a step; the interpreter's 16 are the tests'). Imported here, not at the top: the kernel
-    modules import torch and triton, and the rest of this package needs neither."""
+    `_config` (the compressed branch and the selection), selected.py's (at the GPU's key tile, 64
+    keys a step; the interpreter's 16 are the tests') and window.py's `_configs` (the GPU's tiles).
+    Imported here, not at the top: the kernel modules import torch and triton, and the rest of this
+    package needs neither."""
     try:
-        from nsa.attention.triton import compressed, selected
+        from nsa.attention.triton import compressed, selected, window
     except ImportError as e:
         raise ImportError(
             "bench/attention_cost: the model reads the shipped launch settings from "
@@ -82,6 +83,7 @@ def kernel_configs(s: Shape, cc: int) -> dict[str, dict]:
     return {
         "compressed": compressed._config(s.G, s.D, s.n, s.bl, s.d, s.lp, cc),
         "selected": selected._config(s.G, s.D, s.lp, key_tile=64, arch=cc),
+        "window": window._configs(s.D, cc),
     }
 
 
@@ -109,11 +111,11 @@ def _cmp_select_work(T: int, s: Shape, passes: int = 1, bt: int | None = None) -
 
 
 @lru_cache(maxsize=256)
-def _cmp_attn_work(T: int, s: Shape) -> dict[str, float]:
+def _cmp_attn_work(T: int, s: Shape, BM: int, BN: int) -> dict[str, float]:
     """_cmp_fwd's structure for one (batch, KV head) since 45bc233: flash tiles of BM consecutive
-    (token, head) rows (128 at head_dim <= 64, else 64), no padded heads, BN compressed keys a step
-    (64 / 32) up to the tile's last token's visible keys. `keys`: the keys issued over all tiles."""
-    BM, BN = (128, 64) if s.D <= 64 else (64, 32)
+    (token, head) rows (`bm_cmp_fwd`: 128 at head_dim <= 64, else 64), no padded heads, BN compressed
+    keys a step (`bn_cmp_fwd`: 64 / 32) up to the tile's last token's visible keys. `keys`: the keys
+    issued over all tiles."""
     nc = max(0, (T - s.bl) // s.d + 1)
     tiles = -(-T * s.G // BM)
     steps = 0
@@ -131,7 +133,10 @@ def shipped_launch(
     (`warps_sel`, `bt_sel`), its kernel (`select_v0`) and merge in halves (`halves_sel`), the
     compressed dK/dV's warps, the token tiles' tokens (`tp`) and forward warps (`warps_tok`), and the
     selected branch's key-major forward and backward (`fwd_keys`, `bwd_keys`) with their tiles
-    (`br_fwd_keys`, `br_bwd_keys`, `tm_merge`, `bm_merge`).
+    (`br_fwd_keys`, `br_bwd_keys`, `tm_merge`, `bm_merge`); the compressed attention's tile
+    (`bm_cmp_fwd` x `bn_cmp_fwd`), dQ's rows a tile (`rows_cmp_dq`), dK/dV's keys a tile and parts
+    (`bn_cmp_dkv`, `split_cmp_dkv`); the window's forward and dQ rows a tile (`bm_win_fwd`,
+    `bm_win_dq`) and dK/dV's keys (`bn_win_dkdv`).
     The shipped build's are compressed.py's and selected.py's `_config` for sm_`cc` (kernel_configs),
     by construction. The past builds the model still prices (RUN_BUILDS, what-if rows) keep theirs,
     since the calibration reproduces measured runs of them: before_ce226a4, the kernels of the final
@@ -142,7 +147,7 @@ def shipped_launch(
     if before_2930e5c:
         return _launch_before_2930e5c(s, cc)
     cfg = kernel_configs(s, cc)
-    c, sc = cfg["compressed"], cfg["selected"]
+    c, sc, w = cfg["compressed"], cfg["selected"], cfg["window"]
     v0 = bool(c["select_v0"])  # the int64 merge kernel at its own shipped settings (the probe's)
     return {
         "warps_sel": c["warps_sel_v0"] if v0 else c["warps_sel"],
@@ -158,7 +163,29 @@ def shipped_launch(
         "br_bwd_keys": sc["BR_keys"],
         "tm_merge": sc["TM"],
         "bm_merge": sc["BM_merge"],
+        "bm_cmp_fwd": c["bm_fwd"],
+        "bn_cmp_fwd": c["bn_fwd"],
+        "rows_cmp_dq": c["BT"] * c["GP"],
+        "bn_cmp_dkv": c["bn_dkv"],
+        "split_cmp_dkv": c["split_dkv"],
+        "bm_win_fwd": w["fwd"]["BLOCK_M"],
+        "bm_win_dq": w["dq"]["BLOCK_M"],
+        "bn_win_dkdv": w["dkdv"]["BLOCK_N"],
     }
+
+
+def _tiles_of_the_runs(s: Shape) -> dict[str, int]:
+    """The tiles of every build a committed run measured (unchanged from the first H100 run to
+    2026-11-26b): compressed.py's attention BM x BN (45bc233 on), 128 x 64 (64 x 32 past head_dim 64);
+    its dQ tiles of BT x GP (token, head) rows, BT = 128 rows / GP (32 past head_dim 64) and at most
+    32 tokens; its dK/dV 32 keys a tile, each tile's queries in 8 parts; window.py's forward 128
+    rows, dQ 128 (64 past head_dim 64), dK/dV 64 keys (32 past head_dim 64)."""
+    gp, small = _p2(s.G), s.D <= 64
+    return {
+        "bm_cmp_fwd": 128 if small else 64, "bn_cmp_fwd": 64 if small else 32,
+        "rows_cmp_dq": max(1, min(32, (128 if small else 32) // gp)) * gp, "bn_cmp_dkv": 32, "split_cmp_dkv": 8,
+        "bm_win_fwd": 128, "bm_win_dq": 128 if small else 64, "bn_win_dkdv": 64 if small else 32,
+    }  # fmt: skip
 
 
 def _launch_before_ce226a4(s: Shape, cc: int) -> dict[str, int]:
@@ -177,7 +204,7 @@ def _launch_before_ce226a4(s: Shape, cc: int) -> dict[str, int]:
         "warps_tok": 4 if small else 8, "fwd_keys": False, "bwd_keys": False,
         "br_fwd_keys": 64 if small else 32, "br_bwd_keys": 32,
         "tm_merge": max(1, (64 if small else 32) // s.G), "bm_merge": 64 if small else 32,
-        "select_v0": True, "halves_sel": 0,
+        "select_v0": True, "halves_sel": 0, **_tiles_of_the_runs(s),
     }  # fmt: skip
 
 
@@ -197,6 +224,7 @@ def _launch_before_2930e5c(s: Shape, cc: int) -> dict[str, int]:
         "br_fwd_keys": 128 if small else 32,
         "br_bwd_keys": 64 if small and cc >= 90 and s.G >= 2 else 32,  # 64 spills on sm_80, at G 1
         "tm_merge": max(1, (64 if small else 32) // s.G), "bm_merge": 64 if small else 32,
+        **_tiles_of_the_runs(s),
     }  # fmt: skip
 
 
