@@ -6,11 +6,12 @@ selection's warps factors are the probe's (pure arithmetic, no torch)."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.fixtures.bench import load_bench
 
 _BENCH = Path(__file__).resolve().parents[3] / "bench"
 FIRST_RUN = _BENCH / "gpu" / "2026-11-26-h100-speed.json"
@@ -19,17 +20,7 @@ H200_PROBE = _BENCH / "gpu" / "2026-11-26-h200-probe-after.jsonl"
 FINAL_PROBE = _BENCH / "gpu" / "2026-11-26-h200-probe-final.jsonl"
 
 
-def _load(name: str):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, _BENCH / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-fit = _load("attention_fit")
+fit = load_bench("attention_fit")
 m = fit.m
 
 

@@ -5,7 +5,6 @@ model package's loading (pure arithmetic, no torch)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from nsa.attention.gpusuite import modelcheck
+from tests.fixtures.bench import load_bench
 
 _BENCH = Path(__file__).resolve().parents[3] / "bench"
 SHIPPED_RUN = _BENCH / "gpu" / "2026-11-26b-h200-speed-shipped.json"
@@ -159,7 +159,7 @@ def test_the_keys_run_is_reproduced_and_its_fit_is_the_stored_prices() -> None:
     run = SHIPPED_RUN.with_name("2026-11-26b-h200-speed-keys.json")
     compared, off = _check_run(run)
     assert compared == 182 and not off, off
-    fit = _fit_module()
+    fit = load_bench("attention_fit")
     fams = [
         "_sel_fwd_keys",
         "_sel_bwd_keys",
@@ -251,20 +251,12 @@ def test_loading_the_model_by_path_leaves_sys_path_alone() -> None:
         assert len(f.read_text().splitlines()) < 500, f
 
 
-def _fit_module():
-    if "attention_fit" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("attention_fit", _BENCH / "attention_fit.py")
-        sys.modules["attention_fit"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules["attention_fit"])
-    return sys.modules["attention_fit"]
-
-
 def test_a_probe_of_the_key_major_switches_prices_the_keys_kernels(tmp_path) -> None:
     """bench/attention_fit.py --probe on a kernel_probe run with the key-major switches (the lead's GPU
     call): the model's selected times beside the probe's, and the keys kernels' efficiencies solved
     from the forward, then forward+backward: here a probe made with 0.1 / 0.2 gives 0.1 / 0.2 back,
     and the stored prices are left as they were."""
-    fit = _fit_module()
+    fit = load_bench("attention_fit")
     fm = fit.m
     gpu = fm.GPUS["H200"]
     s = fm.Shape("m7c", 8, 12, 2, 64)
@@ -301,7 +293,7 @@ def test_a_probe_of_the_key_major_switches_prices_the_keys_kernels(tmp_path) -> 
 def test_a_suite_run_refits_the_keys_efficiency_with_the_partials_dram_time_kept() -> None:
     """fit() on speed records of the key-major kernels: the forward kernel 1.5x slower than priced
     gives an efficiency with which the model, its DRAM term unchanged, predicts the slower times."""
-    fit = _fit_module()
+    fit = load_bench("attention_fit")
     fm = fit.m
     gpu = fm.GPUS["H200"]
     recs = []
