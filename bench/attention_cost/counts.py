@@ -133,10 +133,11 @@ def shipped_launch(
     (`warps_sel`, `bt_sel`), its kernel (`select_v0`) and merge in halves (`halves_sel`), the
     compressed dK/dV's warps, the token tiles' tokens (`tp`) and forward warps (`warps_tok`), and the
     selected branch's key-major forward and backward (`fwd_keys`, `bwd_keys`) with their tiles
-    (`br_fwd_keys`, `br_bwd_keys`, `tm_merge`, `bm_merge`); the compressed attention's tile
-    (`bm_cmp_fwd` x `bn_cmp_fwd`), dQ's rows a tile (`rows_cmp_dq`), dK/dV's keys a tile and parts
-    (`bn_cmp_dkv`, `split_cmp_dkv`); the window's forward and dQ rows a tile (`bm_win_fwd`,
-    `bm_win_dq`) and dK/dV's keys (`bn_win_dkdv`).
+    (`br_fwd_keys`, `br_bwd_keys`, `tm_merge`, `bm_merge`), the query-major dK/dV's rows a step
+    (`br_dkdv`), the forced tiles' rows (`bm_forced`) and the keys a chunk (`bn_sel`); the
+    compressed attention's tile (`bm_cmp_fwd` x `bn_cmp_fwd`), dQ's rows a tile (`rows_cmp_dq`),
+    dK/dV's keys a tile and parts (`bn_cmp_dkv`, `split_cmp_dkv`); the window's forward and dQ rows
+    a tile (`bm_win_fwd`, `bm_win_dq`) and dK/dV's keys (`bn_win_dkdv`).
     The shipped build's are compressed.py's and selected.py's `_config` for sm_`cc` (kernel_configs),
     by construction. The past builds the model still prices (RUN_BUILDS, what-if rows) keep theirs,
     since the calibration reproduces measured runs of them: before_ce226a4, the kernels of the final
@@ -163,6 +164,9 @@ def shipped_launch(
         "br_bwd_keys": sc["BR_keys"],
         "tm_merge": sc["TM"],
         "bm_merge": sc["BM_merge"],
+        "br_dkdv": sc["BR"],
+        "bm_forced": sc["BM"],
+        "bn_sel": sc["BN"],
         "bm_cmp_fwd": c["bm_fwd"],
         "bn_cmp_fwd": c["bn_fwd"],
         "rows_cmp_dq": c["BT"] * c["GP"],
@@ -176,12 +180,15 @@ def shipped_launch(
 
 def _tiles_of_the_runs(s: Shape) -> dict[str, int]:
     """The tiles of every build a committed run measured (unchanged from the first H100 run to
-    2026-11-26b): compressed.py's attention BM x BN (45bc233 on), 128 x 64 (64 x 32 past head_dim 64);
-    its dQ tiles of BT x GP (token, head) rows, BT = 128 rows / GP (32 past head_dim 64) and at most
-    32 tokens; its dK/dV 32 keys a tile, each tile's queries in 8 parts; window.py's forward 128
-    rows, dQ 128 (64 past head_dim 64), dK/dV 64 keys (32 past head_dim 64)."""
+    2026-11-26b): selected.py's query-major dK/dV 64 (pair, head) rows a step (32 past head_dim 64),
+    forced-block tiles of 64 rows, keys in chunks of min(64, l'); compressed.py's attention BM x BN
+    (45bc233 on), 128 x 64 (64 x 32 past head_dim 64), its dQ tiles of BT x GP (token, head) rows,
+    BT = 128 rows / GP (32 past head_dim 64) and at most 32 tokens, its dK/dV 32 keys a tile, each
+    tile's queries in 8 parts; window.py's forward 128 rows, dQ 128 (64 past head_dim 64), dK/dV 64
+    keys (32 past head_dim 64)."""
     gp, small = _p2(s.G), s.D <= 64
     return {
+        "br_dkdv": 64 if small else 32, "bm_forced": 64, "bn_sel": min(64, _p2(s.lp)),
         "bm_cmp_fwd": 128 if small else 64, "bn_cmp_fwd": 64 if small else 32,
         "rows_cmp_dq": max(1, min(32, (128 if small else 32) // gp)) * gp, "bn_cmp_dkv": 32, "split_cmp_dkv": 8,
         "bm_win_fwd": 128, "bm_win_dq": 128 if small else 64, "bn_win_dkdv": 64 if small else 32,

@@ -43,6 +43,9 @@ FROM_CONFIG = {
     "br_bwd_keys": _sel("BR_keys"),
     "tm_merge": _sel("TM"),
     "bm_merge": _sel("BM_merge"),
+    "br_dkdv": _sel("BR"),
+    "bm_forced": _sel("BM"),
+    "bn_sel": _sel("BN"),
     "bm_cmp_fwd": _cmp("bm_fwd"),
     "bn_cmp_fwd": _cmp("bn_fwd"),
     "rows_cmp_dq": lambda cfg: cfg["compressed"]["BT"] * cfg["compressed"]["GP"],  # its grid's rows a tile
