@@ -59,7 +59,8 @@ FROM_CONFIG = {
 
 def _kernel_configs(s, cc: int) -> dict[str, dict]:
     """The settings as the kernels pick them on an sm_`cc` GPU (64 keys a step: selected.py's
-    `_launch_config` outside the interpreter; window.py's GPU tiles)."""
+    `_launch_config` outside the interpreter; window.py's GPU tiles). Written out here, not taken
+    from counts.py `kernel_configs`: the test's own reading of the calls (argument order included)."""
     return {
         "compressed": compressed._config(s.G, s.D, s.n, s.bl, s.d, s.lp, cc),
         "selected": selected._config(s.G, s.D, s.lp, key_tile=64, arch=cc),
