@@ -51,6 +51,7 @@ from attention_cost.counts import (  # noqa: E402
     _cmp_select_work,
     _p2,
     _per_sm,
+    _seg_pairs,
     _sel_keys,
     _sel_steps,
     _sel_tiles,
@@ -88,7 +89,7 @@ __all__ = [
     "A100_KIND", "ALU_EFF", "CONFIG_FACTOR", "DRAM_EFF", "EFF", "GPUS", "H100_COST", "H200_COST",
     "H200_FINAL_COST", "KEYS_COST", "LAUNCH_S", "NSA_PAPER", "RUN_BUILDS", "SCALABLE", "SEL_WARPS", "SHAPES",
     "Gpu", "Kernel", "Shape", "_cfg", "_cmp_attn_work", "_cmp_keys", "_cmp_select_work", "_p2",
-    "_per_sm", "_sel_keys", "_sel_steps", "_sel_tiles", "_tokens_per_tile", "_union_ratio",
+    "_per_sm", "_seg_pairs", "_sel_keys", "_sel_steps", "_sel_tiles", "_tokens_per_tile", "_union_ratio",
     "_valid_pairs", "calibration_rows", "config_factor", "flash2", "kind_cost", "kind_parts", "ours",
     "published_nsa", "shipped_launch", "shipped_warps_sel", "total", "warps_factor",
 ]  # fmt: skip
@@ -160,7 +161,7 @@ def transient_bytes(T: int, s: Shape, fwd_keys: bool | None = None, bwd_keys: bo
     BH = s.B * s.Hkv
     ns = -(-T // s.lp)
     npairs = BH * T * min(s.n, ns)
-    seg = min(2048, max(16, _p2(T) // 4))
+    seg = _seg_pairs(T)
     nseg = BH * ns + math.ceil(npairs / seg)
     nb = -(-s.lp // launch["bn_sel"])  # key chunks of a block
     rows = BH * T * s.G

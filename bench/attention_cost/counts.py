@@ -256,6 +256,12 @@ def _sel_steps(T: int, s: Shape, TP: int, shared: bool = False) -> float:
     return steps
 
 
+def _seg_pairs(T: int) -> int:
+    """(query, block) pairs a segment of the key-major selected kernels (one program each): T/4,
+    clamped to [16, 2048] (nsa/attention/triton's `_seg_pairs`: a rule of T, not a `_config` entry)."""
+    return min(2048, max(16, _p2(T) // 4))
+
+
 def _valid_pairs(T: int, s: Shape) -> float:
     """(token, block) pairs of valid table entries for one (batch, KV head): min(n, t//l' + 1) each."""
     return float(sum(min(s.n, j + 1) * (min(T, (j + 1) * s.lp) - j * s.lp) for j in range(-(-T // s.lp))))

@@ -12,7 +12,17 @@ from __future__ import annotations
 
 import math
 
-from .counts import Shape, _cfg, _p2, _per_sm, _sel_keys, _sel_steps, _tokens_per_tile, _valid_pairs
+from .counts import (
+    Shape,
+    _cfg,
+    _p2,
+    _per_sm,
+    _seg_pairs,
+    _sel_keys,
+    _sel_steps,
+    _tokens_per_tile,
+    _valid_pairs,
+)
 from .prices import Kernel
 
 
@@ -105,7 +115,7 @@ def selected_kernels(
     # 64), full tiles for any G; each row's q (and dO) gathered by the sorted pair list; a program
     # per segment of <= seg pairs of one block x nb key chunks (nb = 1: BN = l' = 64).
     BR = launch["br_dkdv"]
-    seg = min(2048, max(16, _p2(T) // 4))
+    seg = _seg_pairs(T)
     nseg = BH * ns + math.ceil(BH * T * k / seg)
     nb = -(-s.lp // launch["bn_sel"])
     prow = npairs * G
