@@ -1,7 +1,7 @@
 """bench/attention_fit.py: the Hopper prices of bench/attention_model.py are what the fit of the
 committed GPU runs gives (H100: the first run; H200: the kernels rewritten since), the H100 prices of
 the kernels that did not change agree with the H200 run's fit, one family re-fits alone, and the
-selection's warps factors are the probe's (pure arithmetic, no torch)."""
+selection's warps factors are the probe's (pure arithmetic, no tensor work)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The cost model's key-major selected path (bench/attention_cost/selected.py; the kernels of
 nsa/attention/triton/selected_keys.py and selected_keys_bwd.py, switched on by selected.py's
 `fwd_keys` / `bwd_keys` at G <= 8), the committed run of what main shipped before it, and the
-model package's loading (pure arithmetic, no torch)."""
+model package's loading (pure arithmetic, no tensor work)."""
 
 from __future__ import annotations
 
