@@ -4,10 +4,10 @@ tiles, programs, key steps and (query, block) pairs, and the launch settings the
 Owns the structure that bench/attention_cost/kernels.py prices, written out from
 nsa/attention/triton/*.py (the kernels' grids and loops): a change of structure there must be
 mirrored here (docs/attention.md, "Time budget"). The launch settings of the shipped build are not
-mirrored: `shipped_launch` and `_sel_tiles` call compressed.py's and selected.py's own `_config`
-(`kernel_configs`, imported when first asked: those modules import torch and triton), so a change of
-a `_config` reaches the model by itself; only the past builds the model still prices keep their
-settings written out here. Pure arithmetic otherwise, no prices.
+mirrored: `shipped_launch` and `_sel_tiles` call compressed.py's and selected.py's own `_config` and
+window.py's `_configs` (`kernel_configs`, imported when first asked: those modules import torch and
+triton), so a change of a `_config` reaches the model by itself; only the past builds the model
+still prices keep their settings written out here. Pure arithmetic otherwise, no prices.
 """
 
 from __future__ import annotations
@@ -138,8 +138,8 @@ def shipped_launch(
     compressed attention's tile (`bm_cmp_fwd` x `bn_cmp_fwd`), dQ's rows a tile (`rows_cmp_dq`),
     dK/dV's keys a tile and parts (`bn_cmp_dkv`, `split_cmp_dkv`); the window's forward and dQ rows
     a tile (`bm_win_fwd`, `bm_win_dq`) and dK/dV's keys (`bn_win_dkdv`).
-    The shipped build's are compressed.py's and selected.py's `_config` for sm_`cc` (kernel_configs),
-    by construction. The past builds the model still prices (RUN_BUILDS, what-if rows) keep theirs,
+    The shipped build's are compressed.py's and selected.py's `_config` and window.py's `_configs`
+    for sm_`cc` (kernel_configs), by construction. The past builds the model still prices (RUN_BUILDS, what-if rows) keep theirs,
     since the calibration reproduces measured runs of them: before_ce226a4, the kernels of the final
     H200 run (and of every earlier one but the selection's warps); before_2930e5c, the first
     key-major run's build (the int32 selection at v0's settings)."""
