@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+pytest.importorskip("triton")  # the model reads the kernels' `_config` (their modules import triton)
+
 from nsa.attention.gpusuite.modelcheck import load_model
 from tests.fixtures.bench import load_bench
 
