@@ -12,7 +12,17 @@ from __future__ import annotations
 
 import math
 
-from .counts import Shape, _cfg, _p2, _per_sm, _sel_keys, _sel_steps, _tokens_per_tile, _valid_pairs
+from .counts import (
+    Shape,
+    _cfg,
+    _p2,
+    _per_sm,
+    _seg_pairs,
+    _sel_keys,
+    _sel_steps,
+    _tokens_per_tile,
+    _valid_pairs,
+)
 from .prices import Kernel
 
 
@@ -54,8 +64,9 @@ def selected_kernels(
         f = min(3, ns)
         fk = min(T, f * s.lp)
         fuse = 2 * BH * T * G * (fk - s.lp / 2) * D
-        fissue = 2 * BH * math.ceil(T * G / 64) * 64 * fk * D
-        fprog = BH * math.ceil(T * G / 64)
+        bmf = launch["bm_forced"]  # 64 rows (selected.py `_config` BM)
+        fissue = 2 * BH * math.ceil(T * G / bmf) * bmf * fk * D
+        fprog = BH * math.ceil(T * G / bmf)
         fl2 = fprog * fk * D * bf * 2
         state = BH * T * G * (D + 1) * 4  # fp32 o + lse (forward), fp32 dQ part + delta (backward)
         if not fwd_keys:
@@ -112,10 +123,10 @@ def selected_kernels(
     # (pair, head) of the valid pairs (min(n, t//l' + 1) a token), BR = 64 per step (32 at head_dim >
     # 64), full tiles for any G; each row's q (and dO) gathered by the sorted pair list; a program
     # per segment of <= seg pairs of one block x nb key chunks (nb = 1: BN = l' = 64).
-    BR = 32 if D > 64 else 64
-    seg = min(2048, max(16, _p2(T) // 4))
+    BR = launch["br_dkdv"]
+    seg = _seg_pairs(T)
     nseg = BH * ns + math.ceil(BH * T * k / seg)
-    nb = -(-s.lp // min(64, _p2(s.lp)))
+    nb = -(-s.lp // launch["bn_sel"])
     prow = npairs * G
 
     def unit(br: int) -> float:  # one GEMM over every row tile of br rows and the block's keys

@@ -1,11 +1,10 @@
 """The cost model's key-major selected path (bench/attention_cost/selected.py; the kernels of
 nsa/attention/triton/selected_keys.py and selected_keys_bwd.py, switched on by selected.py's
 `fwd_keys` / `bwd_keys` at G <= 8), the committed run of what main shipped before it, and the
-model package's loading (pure arithmetic, no torch)."""
+model package's loading (pure arithmetic, no tensor work)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -14,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("triton")  # the model reads the kernels' `_config` (their modules import triton)
+
 from nsa.attention.gpusuite import modelcheck
+from tests.fixtures.bench import load_bench
 
 _BENCH = Path(__file__).resolve().parents[3] / "bench"
 SHIPPED_RUN = _BENCH / "gpu" / "2026-11-26b-h200-speed-shipped.json"
@@ -199,7 +201,7 @@ def test_the_keys_run_is_reproduced_and_its_fit_is_the_stored_prices() -> None:
     run = SHIPPED_RUN.with_name("2026-11-26b-h200-speed-keys.json")
     compared, off = _check_run(run)
     assert compared == 182 and not off, off
-    fit = _fit_module()
+    fit = load_bench("attention_fit")
     fams = [
         "_sel_fwd_keys",
         "_sel_bwd_keys",
@@ -270,12 +272,16 @@ def test_the_model_reproduces_the_run_of_what_main_shipped_within_30_percent() -
 
 
 def test_loading_the_model_by_path_leaves_sys_path_alone() -> None:
-    """attention_model.py loads its package (bench/attention_cost/) by path: bench/ on sys.path would
-    let bench/launcher.py shadow the launcher package in the GPU suite's process."""
+    """modelcheck.load_model loads attention_model.py by path, once, and it loads its package
+    (bench/attention_cost/) by path: bench/ on sys.path would let bench/launcher.py shadow the
+    launcher package in the GPU suite's process. A bench script loaded after it shares the module."""
     code = (
         "import sys, importlib.util\n"
-        f"spec = importlib.util.spec_from_file_location('am', {str(_BENCH / 'attention_model.py')!r})\n"
-        "mod = importlib.util.module_from_spec(spec); sys.modules['am'] = mod; spec.loader.exec_module(mod)\n"
+        "from nsa.attention.gpusuite.modelcheck import load_model\n"
+        "mod = load_model()\n"
+        f"spec = importlib.util.spec_from_file_location('fit', {str(_BENCH / 'attention_fit.py')!r})\n"
+        "fit = importlib.util.module_from_spec(spec); spec.loader.exec_module(fit)\n"
+        "assert fit.m is sys.modules['attention_probe_fit'].m is mod is sys.modules['attention_model']\n"
         f"assert not any(p.rstrip('/') == {str(_BENCH)!r} for p in sys.path), sys.path\n"
         "assert 'launcher' not in sys.modules and mod.ours is sys.modules['attention_cost.kernels'].ours\n"
         "print(len(mod.prediction_rows([8192])))\n"
@@ -287,20 +293,12 @@ def test_loading_the_model_by_path_leaves_sys_path_alone() -> None:
         assert len(f.read_text().splitlines()) < 500, f
 
 
-def _fit_module():
-    if "attention_fit" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("attention_fit", _BENCH / "attention_fit.py")
-        sys.modules["attention_fit"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules["attention_fit"])
-    return sys.modules["attention_fit"]
-
-
 def test_a_probe_of_the_key_major_switches_prices_the_keys_kernels(tmp_path) -> None:
     """bench/attention_fit.py --probe on a kernel_probe run with the key-major switches (the lead's GPU
     call): the model's selected times beside the probe's, and the keys kernels' efficiencies solved
     from the forward, then forward+backward: here a probe made with 0.1 / 0.2 gives 0.1 / 0.2 back,
     and the stored prices are left as they were."""
-    fit = _fit_module()
+    fit = load_bench("attention_fit")
     fm = fit.m
     gpu = fm.GPUS["H200"]
     s = fm.Shape("m7c", 8, 12, 2, 64)
@@ -337,7 +335,7 @@ def test_a_probe_of_the_key_major_switches_prices_the_keys_kernels(tmp_path) -> 
 def test_a_suite_run_refits_the_keys_efficiency_with_the_partials_dram_time_kept() -> None:
     """fit() on speed records of the key-major kernels: the forward kernel 1.5x slower than priced
     gives an efficiency with which the model, its DRAM term unchanged, predicts the slower times."""
-    fit = _fit_module()
+    fit = load_bench("attention_fit")
     fm = fit.m
     gpu = fm.GPUS["H200"]
     recs = []
