@@ -363,3 +363,23 @@ def test_query_major_path_at_g16_bf16_within_rounding_bounds(bf16_interpreter):
     for name, want in bounds.attention_bounds(q, k, v, dout, vis, D**-0.5, torch.bfloat16).items():
         res = bounds.check(got[name], want)
         assert got[name].dtype == torch.bfloat16 and res["within_bound"], f"{name}: {res}"
+
+
+def test_ops_pass_opcheck_and_a_wrong_index_is_refused():
+    """torch.library.opcheck of the forward op with its index outputs (schema, autograd registration,
+    fake tensors, aot dispatch with dynamic shapes) on the key-major path; the backward op refuses an
+    index of the wrong shape with an error that names it, before any kernel runs."""
+    T, D, lp = 24, 16, 8
+    q, k, v, dout = _inputs(1, 1, T, 2, D, torch.float32, seed=97)
+    idx, valid = top_blocks(
+        torch.rand(1, 1, T, 3, generator=torch.Generator().manual_seed(97)), torch.arange(T), lp, 3
+    )
+    leaves = [x.requires_grad_() for x in (q, k, v)]
+    torch.library.opcheck(torch.ops.nsa_triton.selected_fwd, (*leaves, idx, valid, lp, 0.25, True))
+    out, lse, order, start, seg_end = torch.ops.nsa_triton.selected_fwd(q, k, v, idx, valid, lp, 0.25, True)
+    with pytest.raises(
+        ValueError, match=r"reverse index of shapes \(71,\).*pass the forward's index or empty"
+    ):
+        torch.ops.nsa_triton.selected_bwd(
+            dout, q, k, v, idx, valid, out, lse, order[:-1], start, seg_end, lp, 0.25, True
+        )
