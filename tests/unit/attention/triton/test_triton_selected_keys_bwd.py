@@ -12,8 +12,8 @@ bwd_keys off); the launches the same at every T. The NSAAttention check against 
 
 The reverse index: the key-major forward's op returns it and the backward reuses it (bitwise the same
 gradients as with its own, one build per forward + backward, none in the backward), through the fake
-kernel (meta), torch.compile (aot_eager) and activation checkpointing (rebuilt by the recomputed
-forward); at G 16 the query-major backward builds its own (fp32, fp16, bf16 against eager / rounding
+kernel (meta), torch.compile (aot_eager), opcheck and activation checkpointing (rebuilt by the
+recomputed forward); a wrong-shaped index is refused; at G 16 the query-major backward builds its own (fp32, fp16, bf16 against eager / rounding
 bounds). The dK/dV kernel and the keys kernel are one program (`_dkdv_walk`, WRITE_DQ off / on).
 """
 
