@@ -68,6 +68,7 @@ def ours(
     warps_tok: int | None = None,
     fwd_keys: bool | None = None,
     bwd_keys: bool | None = None,
+    index_once: bool | None = None,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     balanced_dkv=False the
@@ -91,7 +92,11 @@ def ours(
     what the code ships, False with before_ce226a4): the selected branch's key-major forward /
     backward instead of the forced tiles and token tiles (selected.py: `selected_kernels`).
     select_v0 / halves_sel / before_2930e5c: the selection kernel (`shipped_launch`): `cmp_sel32`
-    (the int32 merge) unless select_v0, tagged `@h2` when merged in halves."""
+    (the int32 merge) unless select_v0, tagged `@h2` when merged in halves. index_once: the selected
+    branch's reverse index built once a layer with int32 sort keys (the key-major forward's, handed to
+    the backward); False: as every committed run measured it, the backward's own int64 sort in ~16
+    aten ops (`selected_kernels`); None: what the code ships, False with before_ce226a4 or
+    before_2930e5c (builds before it)."""
     launch = shipped_launch(s, cc, before_ce226a4, before_2930e5c)
     given = {
         "select_v0": select_v0,
@@ -107,6 +112,7 @@ def ours(
         "bwd_keys": bwd_keys,
     }
     launch.update({f: v for f, v in given.items() if v is not None})
+    launch["index_once"] = not (before_ce226a4 or before_2930e5c) if index_once is None else index_once
     B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
     bf = 2
     act = B * T * s.H * D * bf

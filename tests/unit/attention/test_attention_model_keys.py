@@ -43,8 +43,13 @@ def test_the_key_major_path_is_what_selected_config_ships_at_small_groups() -> N
         names = set(_selected(8192, shape))
         if G <= 8:
             assert names == KEY_MAJOR | {"sel_reverse_index", "sel_bwd_reduce"}, G
-        else:
-            assert names == QUERY_MAJOR | {"sel_reverse_index", "sel_bwd_reduce"}, G
+        else:  # the backward builds the index itself: the forward's two small kernels run there
+            assert names == QUERY_MAJOR | {
+                "sel_fwd_index",
+                "sel_reverse_index",
+                "sel_fwd_segs",
+                "sel_bwd_reduce",
+            }, G
     s = m.SHAPES["m7c"]
     fwd_only = set(_selected(8192, s, bwd_keys=False))
     assert {"sel_fwd_keys", "sel_bwd_dkdv", "sel_bwd_dq", "sel_forced_dq"} <= fwd_only
@@ -88,10 +93,45 @@ def test_the_key_major_kernels_count_full_tiles_of_valid_pairs_and_their_partial
         )
         assert ks["sel_bwd_dq_merge"].dram == pytest.approx(pdq + table + act)
         assert bk.dram > pdq + 2 * act
-        assert ks["sel_fwd_reverse_index"].dram == ks["sel_reverse_index"].dram  # a sort each direction
+        assert ks["sel_reverse_index"].dram == ks["sel_reverse_index"].launches == 0  # the forward's index
         assert ks["sel_fwd_index"].dram == table * 17 / 9  # idx + valid in, the int64 sort key out
     qm = _selected(8192, m.SHAPES["m7c"], fwd_keys=False, bwd_keys=False)["sel_fwd"]
     assert qm.flops / qm.useful > 2  # what the key-major forward removes at G 6
+
+
+def test_the_reverse_index_is_built_once_a_layer_with_int32_keys() -> None:
+    """selected_keys.reverse_index, the branch's only index: where the key-major forward builds it
+    (G <= 8) the backward's `sel_reverse_index` costs nothing (0 launches, 0 bytes: the op hands the
+    index over); where it does not (G 16, or fwd_keys off) the backward launches the same two kernels
+    and 3 aten ops. The sort is of int32 keys (4 radix passes: 96 bytes an entry against the int64
+    sort's 256); the committed runs' builds (before 2930e5c, and the final run by RUN_BUILDS) keep
+    the backward's own int64 sort of 16 launches they measured."""
+    T = 8192
+    m7c, paper = m.SHAPES["m7c"], m.SHAPES["paper"]
+    for s, fwd_keys in ((m7c, False), (paper, None)):
+        ks = _selected(T, s, fwd_keys=fwd_keys)
+        entries = s.B * s.Hkv * T * min(s.n, T // s.lp)
+        bwd = {n: k for n, k in ks.items() if k.direction == "bwd"}
+        assert {"sel_fwd_index", "sel_reverse_index", "sel_fwd_segs"} <= set(bwd), s.name
+        assert bwd["sel_reverse_index"].launches == 3 and bwd["sel_reverse_index"].dram == entries * 96
+        assert bwd["sel_fwd_index"].dram == entries * 17
+    shared = _selected(T, m7c)
+    assert shared["sel_fwd_reverse_index"].dram == shared["sel_fwd_index"].dram / 17 * 96
+    assert shared["sel_reverse_index"].time(m.GPUS["H200"]) == 0
+    for build in ({"before_2930e5c": True}, m.RUN_BUILDS["2026-11-26b-h200-speed-final.json"]):
+        old = _selected(T, m7c, **build)
+        assert old["sel_reverse_index"].launches == 16 and old["sel_reverse_index"].dram == (
+            old["sel_fwd_reverse_index"].dram
+        )
+    # M7C 8k x 8 on the H200: the index's share of the modelled layer drops (the final run's build
+    # predicted it twice: the int64 backward sort, the forward's at the same price)
+    s8 = m.Shape("m7c", 8, m7c.H, m7c.Hkv, m7c.D)
+    h200 = m.GPUS["H200"]
+    now, before = (
+        sum(k.time(h200) for k in m.ours(T, s8, cc=90, **b) if "reverse_index" in k.name)
+        for b in ({}, {"index_once": False})
+    )
+    assert now < 0.25 * before
 
 
 def test_the_key_major_kernels_are_priced_from_the_keys_run_plus_their_partials() -> None:
