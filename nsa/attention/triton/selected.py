@@ -204,7 +204,7 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # by the keys kernel and read by the merge (bench/attention_model.py what-if "pdq_16bit"). A
         # probe switch (bench/kernel_probe.py) until a GPU measures it; the merge sums in fp32 either way.
         # Numerics: bench/pdq_numerics.py (dq's error vs float64 up by ~10-20 % rms, within the GPU
-        # suite's bf16 bound); ptxas: no spills, fewer registers in the keys kernel (bench/RESULTS.md).
+        # suite's bf16 bound); ptxas: no spills (bench/RESULTS.md).
         "pdq_bits": 32,
         "warps_keys": 4 if DP <= 64 else 8,
         "BM_merge": 64 if DP <= 64 else 32,
