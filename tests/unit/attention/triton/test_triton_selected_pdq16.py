@@ -153,3 +153,25 @@ def test_gpucheck_rows_type_pdq_as_the_launcher_allocates_it():
         "selected_bwd_keys": "*fp16",
         "selected_bwd_dq_merge": "*fp16",
     }
+
+
+def test_the_kernel_probe_variant_runs_16_bit_partials(monkeypatch):
+    """bench/kernel_probe.py's selected variant {"pdq_bits": 16}, applied as probe_sel patches the
+    launch config (`_apply` over `_launch_config`), makes the backward allocate fp16 PDQ for fp16 q:
+    the next GPU session's one call measures the switch, not the default."""
+    from tests.fixtures.bench import load_bench
+
+    probe = load_bench("kernel_probe")
+    over = {"pdq_bits": 16}
+    assert over in probe.SEL_VARIANTS
+    seen = _config(monkeypatch, 32)
+    shipped = tsel._launch_config  # the default (pdq_bits 32) wrapped as _config left it
+    monkeypatch.setattr(
+        tsel, "_launch_config", lambda G, D, LP, *a: probe._apply(shipped(G, D, LP, *a), over, G)
+    )
+    T, D, lp = 24, 16, 8
+    q, k, v, dout = _inputs(1, 1, T, 2, D, torch.float16, seed=150)
+    idx, valid = _odd_table(T, lp, 3, seed=150)
+    fwd = torch.ops.nsa_triton.selected_fwd(q, k, v, idx, valid, lp, 0.25, True)
+    _backward(q, k, v, idx, valid, lp, dout, fwd)
+    assert seen == [torch.float16]
