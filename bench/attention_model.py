@@ -144,20 +144,27 @@ def branch_budget(T: int, shape: Shape, gpu: Gpu) -> dict[str, float]:
     return {b: round(v, 3) for b, v in out.items()}
 
 
-def transient_bytes(T: int, s: Shape, fwd_keys: bool | None = None, bwd_keys: bool | None = None) -> int:
+def transient_bytes(
+    T: int, s: Shape, fwd_keys: bool | None = None, bwd_keys: bool | None = None, pdq_bits: int | None = None
+) -> int:
     """The largest scratch one NSA op holds beyond its inputs, outputs and saved tensors (triton
-    backend, bf16; fwd_keys / bwd_keys: the selected branch's key-major forward / backward, None: what
-    selected.py ships, G <= 8). Selection itself keeps nothing (until 2026-11-25 the forward kept
-    float32 block scores [B, Hkv, T, ceil(T/l')], 512 MiB at 64k for M7C). Query-major: forward, the
-    forced-block state (fp32 output + lse per row, handed to the token tiles); backward, first the
-    forced dQ part (fp32) + delta, freed before the reverse index (sort keys, order, sorted keys:
-    3 x 8 bytes per table entry; cub's scratch not counted) and the fp32 partial dK/dV per segment,
-    held with delta. Key-major: forward, the index's order (8 bytes an entry) + the partials PO (bf16
-    [nb, entries, G, D]) and PL (fp32 [nb, entries, G]), allocated for every table entry; backward,
-    delta + order + the partial dK/dV + PDQ (fp32 [nb, entries, G, D]) while the keys kernel runs."""
+    backend, bf16; fwd_keys / bwd_keys: the selected branch's key-major forward / backward, pdq_bits:
+    its backward's dQ partials, 32 fp32 or 16 bf16; None: what selected.py ships, G <= 8 and 32).
+    Selection itself keeps nothing (until 2026-11-25 the forward kept float32 block scores
+    [B, Hkv, T, ceil(T/l')], 512 MiB at 64k for M7C). The reverse index (selected_keys.py
+    `reverse_index`): int32 sort keys and sorted keys (8 bytes an entry; cub's scratch not counted)
+    while it sorts, then order (int64, 8 bytes an entry). Where the key-major forward builds it, order
+    is that op's output, saved for the backward (bench/memory.py's meta kernels allocate it: counted
+    there, not here), and the backward builds none; elsewhere the backward builds it and holds order
+    as scratch. Query-major: forward, the forced-block state (fp32 output + lse per row, handed to the
+    token tiles); backward, first the forced dQ part (fp32) + delta, freed before the index and the
+    fp32 partial dK/dV per segment, held with delta. Key-major: forward, the partials PO (bf16 [nb,
+    entries, G, D]) and PL (fp32 [nb, entries, G]), allocated for every table entry; backward, delta +
+    the partial dK/dV + PDQ ([nb, entries, G, D] at pdq_bits / 8 bytes) while the keys kernel runs."""
     launch = shipped_launch(s, 90)
     fwd_keys = launch["fwd_keys"] if fwd_keys is None else fwd_keys
     bwd_keys = launch["bwd_keys"] if bwd_keys is None else bwd_keys
+    pdq_bits = launch["pdq_bits"] if pdq_bits is None else pdq_bits
     BH = s.B * s.Hkv
     ns = -(-T // s.lp)
     npairs = BH * T * min(s.n, ns)
@@ -167,15 +174,17 @@ def transient_bytes(T: int, s: Shape, fwd_keys: bool | None = None, bwd_keys: bo
     rows = BH * T * s.G
     state = rows * (s.D + 1) * 4
     part = 2 * nseg * s.lp * _p2(s.D, 16) * 4
-    sort = 3 * 8 * npairs
+    keys, order = 8 * npairs, 8 * npairs  # int32 sort keys + sorted keys; int64 order
     if fwd_keys:
-        fwd = max(sort, 8 * npairs + nb * npairs * s.G * (s.D * 2 + 4))
+        fwd = max(keys, nb * npairs * s.G * (s.D * 2 + 4))
     else:
         fwd = state
+    # The backward's own index (none where the key-major forward handed its over): sort, then order.
+    sort, held = (0, 0) if fwd_keys else (keys + order, order)
     if bwd_keys:
-        bwd = 4 * rows + max(sort, 8 * npairs + part + nb * npairs * s.G * s.D * 4)
+        bwd = 4 * rows + max(sort, held + part + nb * npairs * s.G * s.D * pdq_bits // 8)
     else:
-        bwd = max(state + 4 * rows, sort + part + 4 * rows)
+        bwd = max(state + 4 * rows, 4 * rows + max(sort, held + part))
     return int(max(fwd, bwd))
 
 
@@ -189,6 +198,9 @@ WHAT_IF = {
     # than the 32 selected.py ships; spills on sm_80 and at G 1 on triton 3.6)
     "keys_backward_64_rows": {"br_bwd_keys": 64},
     "keys_backward_only": {"fwd_keys": False},
+    # the key-major backward's dQ partials in bf16 (selected.py `_config` "pdq_bits": 16, a probe
+    # switch): PDQ's bytes halved in the keys kernel's write and the dQ merge's read
+    "pdq_16bit": {"pdq_bits": 16},
     "before_forced_tiles": {"forced_tiles": False},  # every entry query-major (before 2026-11-25)
     # the kernels of the first H100 run
     "before_split": {"split_cmp_fwd": False, "warps_dkdv": 8, "fwd_keys": False, "bwd_keys": False},

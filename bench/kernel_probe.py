@@ -106,6 +106,10 @@ SEL_VARIANTS = [
     {"TP": "x2"},
     {"warps_tok": 2},
     {"warps_kv": 8},
+    # The key-major backward's dQ partials in q's 16-bit dtype (bf16 here) instead of fp32: half of
+    # PDQ's bytes written by _sel_bwd_keys_kernel and read by _sel_bwd_dq_merge_kernel (the model:
+    # bench/attention_model.py what-if "pdq_16bit"; numerics: bench/pdq_numerics.py).
+    {"pdq_bits": 16},
 ]
 
 

@@ -133,7 +133,8 @@ def shipped_launch(
     (`warps_sel`, `bt_sel`), its kernel (`select_v0`) and merge in halves (`halves_sel`), the
     compressed dK/dV's warps, the token tiles' tokens (`tp`) and forward warps (`warps_tok`), and the
     selected branch's key-major forward and backward (`fwd_keys`, `bwd_keys`) with their tiles
-    (`br_fwd_keys`, `br_bwd_keys`, `tm_merge`, `bm_merge`), the query-major dK/dV's rows a step
+    (`br_fwd_keys`, `br_bwd_keys`, `tm_merge`, `bm_merge`) and the backward's dQ partials' bits
+    (`pdq_bits`: 32, fp32; 16, bf16; the past builds' 32 where they do not say), the query-major dK/dV's rows a step
     (`br_dkdv`), the forced tiles' rows (`bm_forced`) and the keys a chunk (`bn_sel`); the
     compressed attention's tile (`bm_cmp_fwd` x `bn_cmp_fwd`), dQ's rows a tile (`rows_cmp_dq`),
     dK/dV's keys a tile and parts (`bn_cmp_dkv`, `split_cmp_dkv`); the window's forward and dQ rows
@@ -164,6 +165,7 @@ def shipped_launch(
         "br_bwd_keys": sc["BR_keys"],
         "tm_merge": sc["TM"],
         "bm_merge": sc["BM_merge"],
+        "pdq_bits": sc["pdq_bits"],
         "br_dkdv": sc["BR"],
         "bm_forced": sc["BM"],
         "bn_sel": sc["BN"],

@@ -69,6 +69,7 @@ def ours(
     fwd_keys: bool | None = None,
     bwd_keys: bool | None = None,
     index_once: bool | None = None,
+    pdq_bits: int | None = None,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     balanced_dkv=False the
@@ -96,7 +97,8 @@ def ours(
     branch's reverse index built once a layer with int32 sort keys (the key-major forward's, handed to
     the backward); False: as every committed run measured it, the backward's own int64 sort in ~16
     aten ops (`selected_kernels`); None: what the code ships, False with before_ce226a4 or
-    before_2930e5c (builds before it)."""
+    before_2930e5c (builds before it). pdq_bits: the key-major backward's dQ partials, 32 (fp32) or
+    16 (bf16; selected.py `_config` "pdq_bits"); None: what the code ships."""
     launch = shipped_launch(s, cc, before_ce226a4, before_2930e5c)
     given = {
         "select_v0": select_v0,
@@ -110,6 +112,7 @@ def ours(
         "warps_tok": warps_tok,
         "fwd_keys": fwd_keys,
         "bwd_keys": bwd_keys,
+        "pdq_bits": pdq_bits,
     }
     launch.update({f: v for f, v in given.items() if v is not None})
     launch["index_once"] = not (before_ce226a4 or before_2930e5c) if index_once is None else index_once

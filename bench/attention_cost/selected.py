@@ -167,8 +167,10 @@ def selected_kernels(
         # its fp32 store to PDQ at the pair's table position; the reduction of dK/dV as before; and
         # `_sel_bwd_dq_merge_kernel` (grid (ceil(T*G / BM), BH)): per (token, head) row the kept
         # entries' PDQ summed in a fixed order, dq stored. Priced as the key-major dK/dV plus the
-        # partials' DRAM time (`sel_keys_bwd`); delta and the merge by DRAM.
-        pdq = nb * prow * D * 4
+        # partials' DRAM time (`sel_keys_bwd`); delta and the merge by DRAM. PDQ's element: 4 bytes
+        # (fp32, launch "pdq_bits" 32, what every run measured) or 2 (16: bf16, q's dtype), in the
+        # keys kernel's write and the merge's read alike (the past builds say nothing: 32).
+        pdq = nb * prow * D * (2 if launch.get("pdq_bits", 32) == 16 else 4)
         ks.append(Kernel("sel_bwd_delta", "selected", "bwd", "memory", dram=2 * act + lse,
                          programs=math.ceil(BH * T * G / 64)))  # fmt: skip
         ks.extend(_bwd_index(fwd_keys, index, entries, BH * ns, once))

@@ -6,7 +6,8 @@ Owns the three kernels that replace the forced dQ, the query-major dQ and the dK
 - `_sel_bwd_keys_kernel`: the dK/dV walk `_dkdv_walk` (one program per segment of the (query, block)
   pairs of one selection block, BN keys of it; selected.py's `_sel_bwd_dkdv_kernel` is the same walk
   with WRITE_DQ off) that also writes each pair's dQ partial,
-  (dS @ K) * scale in fp32, to PDQ [nb, BH*T*n, G, D] at the pair's flat table position and key chunk:
+  (dS @ K) * scale in fp32, to PDQ [nb, BH*T*n, G, D] at the pair's flat table position and key chunk,
+  stored in fp32 or, with `_config`'s pdq_bits 16, rounded to q's 16-bit dtype (`pdq_dtype`):
   s, p, dp and dS are computed once for dQ, dK and dV. Every pair goes through it, the forced entries
   (block 0, the query's own block and the one before) included;
 - `_sel_bwd_dq_merge_kernel`: query-major, per BM (token, head) rows, dQ = the sum of PDQ over the
@@ -19,7 +20,9 @@ reduces the dK/dV partials it returns); `keys_bwd_gpucheck_rows` lists them for 
 chunk, loaded) are shared with selected_keys.py's forward, `_dkdv_walk` with selected.py's dK/dV
 kernel.
 PDQ is transient (the launcher frees it before returning): nb*B*Hkv*T*n*G*D*4 bytes, 3.2 GB at M7C
-64k x 1 (nb = 1 on the GPU). The partial dK/dV and their reduction stay selected.py's.
+64k x 1 (nb = 1 on the GPU); half that at pdq_bits 16 (a probe switch, off: fp32 is what the GPU
+runs measured; bench/pdq_numerics.py measures what 16 bits cost dq). The merge sums in fp32 either
+way. The partial dK/dV and their reduction stay selected.py's.
 """
 
 from __future__ import annotations
@@ -139,6 +142,9 @@ def _dkdv_walk(
         dk += tl.dot(tl.trans(ds), q, input_precision=PREC)
         if WRITE_DQ:
             dq = tl.dot(ds, k, input_precision=PREC) * sm_scale
+            # Rounded to PDQ's dtype (fp32, or q's 16-bit one with pdq_bits 16: `pdq_dtype`) once,
+            # here; the merge sums in fp32.
+            dq = dq.to(PDQ.dtype.element_ty)
             tl.store(PDQ + (pos * G + g)[:, None] * D + d[None, :], dq, mask=qm)
     poff = (s_id.to(tl.int64) * LP + nb * BN + n)[:, None] * DP + d[None, :]
     pm = ((nb * BN + n) < tl.where(used, LP, 0))[:, None]  # spare segments store nothing
@@ -186,35 +192,67 @@ def _sel_bwd_dq_merge_kernel(
         off = ((ebase + i) * G + g)[:, None] * D + d[None, :]
         m = keep[:, None] & dm[None, :]
         for c in range(0, NB):
-            dq += tl.load(PDQ + c * chunk + off, mask=m, other=0.0)
+            dq += tl.load(PDQ + c * chunk + off, mask=m, other=0.0).to(tl.float32)
     qoff = (bh * T * G + r)[:, None] * D + d[None, :]
     tl.store(DQ + qoff, dq.to(DQ.dtype.element_ty), mask=rm[:, None] & dm[None, :])
 
 
+_TORCH_OF = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+_TRITON_OF = {v: k for k, v in _TORCH_OF.items()}
+
+
+def pdq_dtype(cfg: dict, dtype: torch.dtype) -> torch.dtype:
+    """PDQ's dtype for activations of `dtype` under `cfg` (selected.py's `_config`): fp32 at
+    `pdq_bits` 32 (the default, what every GPU run measured); at 16, q's own dtype when it is bf16 or
+    fp16, fp32 for fp32 q (16-bit partials of fp32 inputs would take fp32 training's precision for
+    nothing it asked for). Why q's dtype, not one 16-bit type for both: bf16 training runs without
+    loss scaling and its gradients can be far below fp16's smallest subnormal (6e-8), which bf16's
+    fp32 exponent keeps (bench/pdq_numerics.py "range": fp16 partials of bf16 gradients ~1e-6 lost
+    13 % of dq, rms); fp16 training scales its loss to keep gradients in fp16's range, where fp16's
+    11-bit significand rounds 8x finer than bf16's 8 bits. Raises ValueError for other values."""
+    bits = cfg["pdq_bits"]
+    if bits not in (16, 32):
+        raise ValueError(
+            f"nsa/attention/triton/selected.py _config: pdq_bits = {bits!r}; use 32 (fp32 dQ partials) "
+            "or 16 (the partials in q's 16-bit dtype)"
+        )
+    return dtype if bits == 16 and dtype in (torch.bfloat16, torch.float16) else torch.float32
+
+
 def keys_bwd_gpucheck_rows(cfg: dict, G: int, D: int, LP: int, dt: str, prec: str) -> list[tuple]:
     """selected.py's gpucheck rows (name, kernel, argument types, constexprs, warps, stages) of these
-    kernels, as its launcher runs them with `cfg` (its `_config`); dt: the activations' triton type."""
+    kernels, as its launcher runs them with `cfg` (its `_config`); dt: the activations' triton type.
+    PDQ's type follows cfg's `pdq_bits`; where that is 32 and dt 16-bit, the keys kernel and the merge
+    also at pdq_bits 16 (`*_pdq16`: the probe switch's kernels, two cheap compiles, so the GPU probe
+    of bench/kernel_probe.py never runs a kernel gpucheck has not seen)."""
     ptr, f32, i32, i64 = f"*{dt}", "*fp32", "i32", "*i64"
     keys_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR_keys"], "PREC": prec}  # fmt: skip
-    keys_args = dict(
-        Q=ptr, K=ptr, V=ptr, DO=ptr, LSE=f32, DELTA=f32, ORDER=i64, START=i64, SEG_END=i64, PDK=f32, PDV=f32,
-        PDQ=f32, T=i32, NS=i32, NK=i32, NP=i32, NBLK=i32, NSEARCH=i32, S=i32, sm_scale="fp32",
-    )  # fmt: skip
     merge_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BM": cfg["BM_merge"]}
-    merge_args = dict(PDQ=f32, IDX=i64, VALID="*i8", DQ=ptr, T=i32, NK=i32, NP=i32, NB=i32)
     delta_consts = {"D": D, "DP": cfg["DP"], "BM": cfg["BM_delta"]}
     delta_args = dict(OUT=ptr, DO=ptr, DELTA=f32, R=i32)
-    return [
-        ("selected_bwd_delta", _sel_bwd_delta_kernel, delta_args, delta_consts, cfg["warps_delta"], 1),
-        ("selected_bwd_keys", _sel_bwd_keys_kernel, keys_args, keys_consts, cfg["warps_keys"], cfg["stages_kv"]),
-        ("selected_bwd_dq_merge", _sel_bwd_dq_merge_kernel, merge_args, merge_consts, cfg["warps_merge"], 1),
-    ]  # fmt: skip
+    rows = [("selected_bwd_delta", _sel_bwd_delta_kernel, delta_args, delta_consts, cfg["warps_delta"], 1)]
+    variants = [("", pdq_dtype(cfg, _TORCH_OF[dt]))]
+    if variants[0][1] != pdq_dtype({"pdq_bits": 16}, _TORCH_OF[dt]):
+        variants.append(("_pdq16", _TORCH_OF[dt]))
+    for suffix, dtype in variants:
+        pdq = f"*{_TRITON_OF[dtype]}"
+        keys_args = dict(
+            Q=ptr, K=ptr, V=ptr, DO=ptr, LSE=f32, DELTA=f32, ORDER=i64, START=i64, SEG_END=i64, PDK=f32, PDV=f32,
+            PDQ=pdq, T=i32, NS=i32, NK=i32, NP=i32, NBLK=i32, NSEARCH=i32, S=i32, sm_scale="fp32",
+        )  # fmt: skip
+        merge_args = dict(PDQ=pdq, IDX=i64, VALID="*i8", DQ=ptr, T=i32, NK=i32, NP=i32, NB=i32)
+        rows += [
+            (f"selected_bwd_keys{suffix}", _sel_bwd_keys_kernel, keys_args, keys_consts, cfg["warps_keys"], cfg["stages_kv"]),
+            (f"selected_bwd_dq_merge{suffix}", _sel_bwd_dq_merge_kernel, merge_args, merge_consts, cfg["warps_merge"], 1),
+        ]  # fmt: skip
+    return rows
 
 
-def _pdq_buffer(nb: int, npos: int, G: int, D: int, device: torch.device) -> Tensor:
-    """The dQ partials [nb, BH*T*n, G, D] fp32, uninitialised: the keys kernel writes exactly the
-    positions of the entries that add keys and the merge reads only those (a test fills it with NaN)."""
-    return torch.empty(nb, npos, G, D, dtype=torch.float32, device=device)
+def _pdq_buffer(nb: int, npos: int, G: int, D: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """The dQ partials [nb, BH*T*n, G, D] in `dtype` (`pdq_dtype`), uninitialised: the keys kernel
+    writes exactly the positions of the entries that add keys and the merge reads only those (a test
+    fills it with NaN)."""
+    return torch.empty(nb, npos, G, D, dtype=dtype, device=device)
 
 
 def keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP: int, scale: float, cfg: dict,
@@ -226,6 +264,7 @@ def keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP: int, scale: fl
     segments' fp32 partial dK/dV for selected.py's reduction; PDQ is freed on return."""
     B, Hkv, T, G, D = q.shape
     BH, NK, DP, BN = B * Hkv, idx.shape[-1], cfg["DP"], cfg["BN"]
+    pdq_type = pdq_dtype(cfg, q.dtype)  # a bad pdq_bits stops here, before any launch
     order, start, seg_end, S, nseg = index
     rows = BH * T * G
     delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
@@ -235,7 +274,7 @@ def keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP: int, scale: fl
     ns, nb, npos = -(-T // LP), triton.cdiv(LP, BN), BH * T * NK
     pdk = torch.empty(nseg, LP, DP, dtype=torch.float32, device=q.device)
     pdv = torch.empty_like(pdk)
-    pdq = _pdq_buffer(nb, npos, G, D, q.device)
+    pdq = _pdq_buffer(nb, npos, G, D, pdq_type, q.device)
     _sel_bwd_keys_kernel[(nseg, nb)](
         q, k, v, dout, lse, delta, order, start, seg_end, pdk, pdv, pdq,
         T, ns, NK, npos, BH * ns, (BH * ns).bit_length() + 1, S, scale,

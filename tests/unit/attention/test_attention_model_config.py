@@ -45,6 +45,7 @@ FROM_CONFIG = {
     "br_bwd_keys": _sel("BR_keys"),
     "tm_merge": _sel("TM"),
     "bm_merge": _sel("BM_merge"),
+    "pdq_bits": _sel("pdq_bits"),
     "br_dkdv": _sel("BR"),
     "bm_forced": _sel("BM"),
     "bn_sel": _sel("BN"),

@@ -359,3 +359,53 @@ def test_a_suite_run_refits_the_keys_efficiency_with_the_partials_dram_time_kept
                 assert r["measured_over_model"] == pytest.approx(1.0, abs=0.03), r
     finally:
         fm.KEYS_COST["sel_keys_fwd"]["eff"] = saved
+
+
+def test_pdq_bits_halve_the_partials_bytes_of_the_keys_kernel_and_the_merge_only() -> None:
+    """selected.py `_config` "pdq_bits" (shipped 32: fp32) reaches the model (shipped_launch); at 16
+    (bf16) PDQ's bytes halve in the keys kernel's write and the dQ merge's read, every other kernel
+    unchanged; the what-if "pdq_16bit" is that switch; the past builds the calibration and the run
+    reproductions price keep fp32 partials (they say nothing: 32)."""
+    from nsa.attention.triton import selected as tsel
+
+    s = m.SHAPES["m7c"]
+    assert m.shipped_launch(s, 90)["pdq_bits"] == tsel._config(6, 64, 64, arch=90)["pdq_bits"] == 32
+    assert m.WHAT_IF["pdq_16bit"] == {"pdq_bits": 16}
+    for T in (8192, 65536):
+        BH, G, D = s.B * s.Hkv, s.G, s.D
+        pdq32 = BH * m._valid_pairs(T, s) * G * D * 4
+        a, b = _selected(T, s), _selected(T, s, pdq_bits=16)
+        assert a["sel_bwd_keys"].dram - b["sel_bwd_keys"].dram == pytest.approx(pdq32 / 2)
+        assert a["sel_bwd_dq_merge"].dram - b["sel_bwd_dq_merge"].dram == pytest.approx(pdq32 / 2)
+        same = set(a) - {"sel_bwd_keys", "sel_bwd_dq_merge"}
+        assert all(a[n].dram == b[n].dram and a[n].flops == b[n].flops for n in same)
+        assert a["sel_bwd_keys"].flops == b["sel_bwd_keys"].flops
+    for build in ({"before_2930e5c": True}, m.RUN_BUILDS["2026-11-26b-h200-speed-final.json"]):
+        assert (
+            _selected(8192, s, **build)["sel_bwd_keys"].dram
+            == _selected(8192, s, **build, pdq_bits=32)["sel_bwd_keys"].dram
+        )
+    # M7C 8k x 8 on the H200 (the measured shape): the model's saving of 16-bit partials, ~0.8 ms
+    s8 = m.Shape("m7c", 8, s.H, s.Hkv, s.D)
+    h200 = m.GPUS["H200"]
+    saved = (
+        m.total(m.ours_on(8192, s8, h200), h200) - m.total(m.ours_on(8192, s8, h200, pdq_bits=16), h200)
+    ) * 1e3
+    assert 0.6 < saved < 1.0, saved
+
+
+def test_transient_bytes_follow_pdq_bits_and_count_no_order_the_forward_handed_over() -> None:
+    """The key-major backward's scratch at M7C 64k: delta + the partial dK/dV + PDQ (fp32: 3.2 GB; at
+    pdq_bits 16 half), without the reverse index's order, which the key-major forward's op returned
+    and autograd saved (bench/memory.py's meta kernel allocates it: counted in its peak already);
+    with the forward query-major the backward builds the index and holds order (8 bytes an entry)."""
+    s = m.SHAPES["m7c"]
+    T, P = 65536, 2 * 65536 * 16  # table entries
+    rows, nseg = 2 * T * 6, 2 * 1024 + P // 2048
+    part, pdq = 2 * nseg * 64 * 64 * 4, P * 6 * 64 * 4
+    assert m.transient_bytes(T, s) == 4 * rows + part + pdq
+    assert m.transient_bytes(T, s, pdq_bits=16) == 4 * rows + part + pdq // 2
+    assert m.transient_bytes(T, s, False, True) == 4 * rows + 8 * P + part + pdq
+    assert (
+        m.transient_bytes(T, s, pdq_bits=32) - m.transient_bytes(T, s, pdq_bits=16) == 1610612736
+    )  # 1.5 GiB

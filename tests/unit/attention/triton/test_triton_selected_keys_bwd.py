@@ -59,7 +59,9 @@ def _path(monkeypatch, keys: bool) -> None:
 
 def _nan_partials(monkeypatch) -> None:
     """The dQ partials start as NaN: a read of a position the keys kernel did not write shows."""
-    monkeypatch.setattr(tkeys, "_pdq_buffer", lambda *a: torch.full((a[0], a[1], a[2], a[3]), float("nan")))
+    monkeypatch.setattr(
+        tkeys, "_pdq_buffer", lambda *a: torch.full((a[0], a[1], a[2], a[3]), float("nan"), dtype=a[4])
+    )
 
 
 def _odd_table(T, lp, n, seed, B=1, Hkv=1):
