@@ -29,6 +29,17 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+# Triton's interpreter for every test process, set before any test module is collected: `@triton.jit`
+# decides when a kernel module is imported whether it builds an interpreted function, by reading
+# TRITON_INTERPRET then, and test modules outside tests/unit/attention/triton/ import kernel modules
+# at collection too (the cost model's tests read the kernels' `_config`). Set any later, a kernel module
+# imported first by such a module stays compiled-only, and every interpreter test of that process fails
+# with "0 active drivers". It changes nothing else: the `auto` backend picks eager on CPU either way,
+# and tests that need a process without it (gpucheck, the triton backend's ValueError on CPU, the
+# compile test) start a subprocess without it.
+os.environ["TRITON_INTERPRET"] = "1"
+
+
 def _missing(reason: str) -> None:
     if IN_CI:
         pytest.fail(f"CI=true but a required service is missing: {reason}", pytrace=False)
