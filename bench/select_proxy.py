@@ -91,66 +91,74 @@ def sass_counts(shape: str, kernel: str, bt: int, warps: int, halves: int, arch:
 # ---- which key tiles merge: eager's scores on the runs' inputs --------------------------------------
 
 
-@functools.lru_cache(maxsize=8)
-def enter_flags(shape: str, T: int, B: int, windows: int = 512) -> torch.Tensor:
-    """E [sampled windows, WINDOW tokens, key tiles] bool: whether key tile jb
-    holds a block that enters token t's running top-W (bits >= its W-th key so far, or a candidate
-    while fewer than W are known), the kernel's merge test for one token. Windows are spread evenly
-    over every (batch, KV head) sequence of the suite's inputs."""
+@functools.lru_cache(maxsize=4)
+def window_scores(shape: str, T: int, B: int, windows: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
+    """(t [n, WINDOW] token positions, scores [n, WINDOW, Ns] float32 Eq. 9 block scores) of `windows`
+    windows of WINDOW consecutive tokens spread evenly over every (batch, KV head) sequence of the
+    suite's inputs (`_nsa_core_inputs`: q, then the compressed keys, torch.randn from a CPU generator
+    seeded 0, rounded to bf16), by eager's arithmetic in float32."""
     from nsa.attention.compressed import _eq9_scores
 
     Hkv, G, D = SHAPES[shape]
     bl, d, lp = GEO["block_len"], GEO["block_stride"], GEO["sel_block"]
     nc, ns = (T - bl) // d + 1, -(-T // lp)
-    bj = 16  # compressed._config's BJ at l 32, d 16, l' 64
-    n_tiles = -(-ns // bj)
     g = torch.Generator(device="cpu").manual_seed(0)
     q = torch.randn(B, Hkv, T, G, D, generator=g)  # the suite's order: q first, then kc
-    seqs = B * Hkv
-    per = max(1, windows // seqs)
+    kc = torch.randn(B, Hkv, nc, D, generator=g).bfloat16().float()
+    per = max(1, windows // (B * Hkv))
     t0 = torch.tensor([min(T // WINDOW - 1, int((i + 0.5) * T / WINDOW / per)) * WINDOW for i in range(per)])
-    qs = torch.stack([q[b, h, t0[:, None] + torch.arange(WINDOW)] for b in range(B) for h in range(Hkv)])
-    del q
-    kc = torch.randn(B, Hkv, nc, D, generator=g).bfloat16().float().reshape(seqs, nc, D)
-    qs = qs.bfloat16().float()  # [seqs, per, WINDOW, G, D]
     t = t0[:, None] + torch.arange(WINDOW)  # [per, WINDOW]
     seen = torch.arange(nc) * d + (bl - 1) <= t[..., None]  # [per, WINDOW, nc]
-    s = torch.einsum("spwgd,scd->spwgc", qs, kc) * D**-0.5
-    s = s.masked_fill(~seen[None, :, :, None, :], float("-inf"))
-    lse = torch.logsumexp(s, dim=-1, keepdim=True)
-    p = torch.where(seen[None, :, :, None, :], torch.exp(s - lse.nan_to_num(0.0)), 0.0)
-    p_grp = p.sum(3).reshape(-1, nc)  # Eq. 10
-    score = _eq9_scores(p_grp, nc, bl, d, lp, ns).reshape(seqs, per, WINDOW, ns)
-    j = torch.arange(ns)
-    cand = j * lp <= t[..., None]
+    out = []
+    for b in range(B):
+        for h in range(Hkv):
+            s = torch.einsum("pwgd,cd->pwgc", q[b, h, t].bfloat16().float(), kc[b, h]) * D**-0.5
+            s = s.masked_fill(~seen[:, :, None, :], float("-inf"))
+            lse = torch.logsumexp(s, dim=-1, keepdim=True).nan_to_num(0.0)  # no key seen: p = 0
+            p_grp = torch.where(seen[:, :, None, :], torch.exp(s - lse), 0.0).sum(2)  # Eq. 10
+            out.append(_eq9_scores(p_grp, nc, bl, d, lp, ns))
+    return t.repeat(B * Hkv, 1), torch.cat(out)
+
+
+def block_keys(t: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """Eager's key bits per block (`selection.top_blocks` without the j half): float bits, forced
+    blocks (0, t // l', t // l' - 1) +inf, non-candidates -1."""
+    lp = GEO["sel_block"]
+    j = torch.arange(scores.shape[-1])
     jt = (t // lp)[..., None]
-    bits = score.contiguous().view(torch.int32).to(torch.int64) & 0x7FFFFFFF
+    bits = scores.contiguous().view(torch.int32).to(torch.int64) & 0x7FFFFFFF
     bits = torch.where((j == 0) | (j == jt) | (j == jt - 1), 0x7F800000, bits)
-    keys = torch.where(cand, bits, -1).reshape(-1, ns)
-    top = torch.full((keys.shape[0], W_TOP), -1, dtype=torch.int64)
+    return torch.where(j * lp <= t[..., None], bits, -1)
+
+
+def enter_flags(keys: torch.Tensor, bj: int) -> torch.Tensor:
+    """[..., key tiles] bool from keys [..., Ns]: whether key tile jb (blocks jb*bj ..) holds a block
+    that enters the token's running top-W, the kernel's merge test: a key >= the W-th key of the
+    earlier tiles (its j is larger, so ties enter), or any candidate while fewer than W are known."""
+    flat = keys.reshape(-1, keys.shape[-1])
+    top = torch.full((flat.shape[0], W_TOP), -1, dtype=torch.int64)
     flags = []
-    for jb in range(n_tiles):
-        kb = keys[:, jb * bj : (jb + 1) * bj]
+    for jb in range(-(-flat.shape[1] // bj)):
+        kb = flat[:, jb * bj : (jb + 1) * bj]
         floor = top[:, -1].clamp(min=0)
         flags.append((kb >= floor[:, None]).any(1))
         top = torch.cat([top, kb], 1).topk(W_TOP, dim=1).values
-    E = torch.stack(flags, 1).reshape(seqs * per, WINDOW, n_tiles)
-    return E
+    return torch.stack(flags, 1).reshape(*keys.shape[:-1], len(flags))
 
 
 def dynamic_count(
-    shape: str, T: int, B: int, bt: int, halves: int, paths: dict, warps: int, windows=512
+    shape: str, T: int, B: int, bt: int, halves: int, paths: dict, warps: int, windows=512, bj: int = 16
 ) -> dict:
     """Warp instructions of one launch: prologue + epilogue per program, the always-run loop part per
     key tile, each merge branch per tile that merges (sampled windows scaled to every program)."""
     Hkv = SHAPES[shape][0]
-    lp, bj = GEO["sel_block"], 16
+    lp = GEO["sel_block"]
     progs = -(-T // bt)
     tiles = 0
     for pid in range(progs):  # exact: the loop count depends on the program's last token only
         t_last = min(pid * bt + bt - 1, T - 1)
         tiles += -(-(t_last // lp + 1) // bj)
-    E = enter_flags(shape, T, B, windows)
+    E = enter_flags(block_keys(*window_scores(shape, T, B, windows)), bj)
     n_br = len(paths["branches"])
     # The merge branches: one group of the tile's tokens each (two halves, or all BT at once).
     th = (bt + 1) // 2 if n_br == 2 else bt
@@ -316,14 +324,14 @@ def candidate_rows(specs: list[str], over: dict, kernel: str, windows: int) -> l
         _, G, D = SHAPES[shape]
         c = {**cmp._config(G, D, 16, 32, 16, 64, 90), **over}
         bt, warps, halves = c["bt_sel"], c["warps_sel"], c["halves_sel"]
-        key = (shape, bt, warps, halves)
+        key = (shape, bt, warps, halves, c["BJ"])
         if key not in counted:
             counted[key] = sass_counts(shape, kernel, bt, warps, halves, over=over)
         sc = counted[key]
-        dyn = dynamic_count(shape, int(T), int(B), bt, halves, sc["paths"], warps, windows)
+        dyn = dynamic_count(shape, int(T), int(B), bt, halves, sc["paths"], warps, windows, c["BJ"])
         res = resident_warps(sc["registers"], sc["smem"], warps)
         rows.append({"shape": shape, "T": int(T), "B": int(B), "kernel": kernel, "bt": bt, "warps": warps,
-                     "halves": halves, "set": over, "registers": sc["registers"], "spill": sc["spill"],
+                     "halves": halves, "BJ": c["BJ"], "set": over, "registers": sc["registers"], "spill": sc["spill"],
                      "triton": sc["triton"], "resident_warps": res, **dyn})  # fmt: skip
     return rows
 
