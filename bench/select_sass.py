@@ -5,9 +5,11 @@ kernel as `compressed.gpucheck_specs` would launch it (or under `--set KEY=VALUE
 `compressed._config`), disassembles the cubin with the triton wheel's `nvdisasm`, finds the key-tile
 loop (the backward branch with the widest span) and counts its SASS instructions by class: all,
 shuffles (cross-lane reductions), barriers and shared-memory loads/stores (layout conversions: the
-latency of a latency-bound kernel), 64-bit integer compares. Registers and spills from the same
-compile's `ptxas -v`. Static counts: an instruction inside a data-dependent branch counts once,
-whether or not it runs. Prints one JSON object per line; it asserts nothing.
+latency of a latency-bound kernel), 64-bit integer compares, local-memory (spill) loads/stores.
+Registers, spills and shared memory from the same compile's `ptxas -v`. Static counts: an
+instruction inside a data-dependent branch counts once, whether or not it runs; `split` gives the
+paths apart (prologue, epilogue, the loop's always-run part and its branches) for the dynamic count
+of bench/select_proxy.py. Prints one JSON object per line; it asserts nothing.
 
   .venv/bin/python bench/select_sass.py                              # M7C and paper, sm_80 and sm_90
   .venv/bin/python bench/select_sass.py --shape 6x64 --arch 90 --set select_v0=1   # the kernel before
@@ -151,16 +153,19 @@ def compile_select(
         spec = next(s for s in cmp.gpucheck_specs(shape, arch) if s.name == "compressed_select")
         if over.get("select_v0"):  # the kernel before it, at its own shipped tokens and warps
             c = cmp._config(G, D, 16, 32, 16, 64, arch)
-            const = {k: v for k, v in spec.constexprs.items() if k not in ("SP", "HALVES")}
-            const["BT"] = c["bt_sel_v0"]
-            sig = {k: v for k, v in spec.signature.items() if k not in ("SP", "HALVES")}
-            spec = replace(
-                spec, fn=cmp._cmp_select_v0, signature=sig, constexprs=const, num_warps=c["warps_sel_v0"]
-            )
+            const = {**spec.constexprs, "BT": c["bt_sel_v0"]}
+            spec = replace(spec, fn=cmp._cmp_select_v0, constexprs=const, num_warps=c["warps_sel_v0"])
     finally:
         cmp._config = real
     if fn is not None:
         spec = replace(spec, fn=fn)
+    # Another kernel version may lack some of today's constexprs (v0: SP and HALVES).
+    names = set(spec.fn.arg_names)
+    spec = replace(
+        spec,
+        signature={k: v for k, v in spec.signature.items() if k in names},
+        constexprs={k: v for k, v in spec.constexprs.items() if k in names},
+    )
     aligned = {
         (i,): [["tt.divisibility", 16]]
         for i, n in enumerate(spec.fn.arg_names)
