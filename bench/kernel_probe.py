@@ -78,6 +78,9 @@ CMP_VARIANTS = [
     {"kernel": "select", "bt_sel": 4, "warps_sel": 4},
     {"kernel": "select", "halves_sel": 1},
     {"kernel": "select", "halves_sel": 0},  # since 2026-11-26b M7C on sm_90 ships halves
+    # 8 tokens a tile merged in halves: bench/select_proxy.py predicts the paper's shape 16 % faster
+    # than shipped at 64k (208 registers, 2 warps a scheduler: outside its calibrated range).
+    {"kernel": "select", "bt_sel": 8, "halves_sel": 1},
     # The selection kernel before 2026-11-26b (compressed_select_v0.py) at its shipped settings, and
     # at 4 warps: the comparison of the int32 merge with the int64 one, in the same run.
     {"kernel": "select", "select_v0": 1},

@@ -217,6 +217,7 @@ def in_domain(row: dict) -> bool:
 # ---- the measured points ---------------------------------------------------------------------------
 
 PROBE = "bench/gpu/2026-11-26b-h200-probe-select.jsonl"
+PROBE_SHAPES = ["m7c:8192:8", "m7c:65536:1", "paper:32768:2"]  # kernel_probe.py's cmp_fwd defaults
 SPEED = {
     "int32": "bench/gpu/2026-11-26b-h200-speed-final.json",
     "v0": "bench/gpu/2026-11-26b-h200-speed-shipped.json",
@@ -324,7 +325,9 @@ def candidate_rows(specs: list[str], over: dict, kernel: str, windows: int) -> l
         _, G, D = SHAPES[shape]
         c = {**cmp._config(G, D, 16, 32, 16, 64, 90), **over}
         bt, warps, halves = c["bt_sel"], c["warps_sel"], c["halves_sel"]
-        key = (shape, bt, warps, halves, c["BJ"])
+        if c["select_v0"]:  # the kernel before, at its own settings (it always merges in halves)
+            kernel, bt, warps, halves = "v0", c["bt_sel_v0"], c["warps_sel_v0"], 1
+        key = (shape, kernel, bt, warps, halves, c["BJ"], c["maxnreg_sel"])
         if key not in counted:
             counted[key] = sass_counts(shape, kernel, bt, warps, halves, over=over)
         sc = counted[key]
@@ -357,6 +360,11 @@ def main(argv=None) -> int:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="bt_sel, warps_sel, halves_sel, ..."
     )
     ap.add_argument("--kernel", default="int32", choices=sorted(KERNELS))
+    ap.add_argument(
+        "--variants",
+        action="store_true",
+        help="predict bench/kernel_probe.py's selection variants at its shapes",
+    )
     args = ap.parse_args(argv)
     points = measured_points()
     if args.recount:
@@ -367,7 +375,7 @@ def main(argv=None) -> int:
     # Out of sample: the constants from the probe's points alone, checked on the two speed runs.
     f_probe = fit([r for r in rows if r["source"] == "probe"])
     held = [r for r in predict(rows, f_probe) if r["source"] != "probe" and r["in_domain"]]
-    if args.predict is None:
+    if args.predict is None and not args.variants:
         for r in predict(rows, f):
             print(json.dumps({"calibration": "h200", **{k: r[k] for k in KEEP if k in r}}), flush=True)
     errs = sorted(abs(r["error"]) for r in predict(rows, f) if r["in_domain"])
@@ -380,6 +388,18 @@ def main(argv=None) -> int:
         over = {k: _value(v) for k, v in (x.split("=", 1) for x in args.set)}
         for r in predict(candidate_rows(args.predict, over, args.kernel, args.windows), f):
             print(json.dumps({"prediction": "h200", **{k: r[k] for k in KEEP if k in r}}), flush=True)
+    if args.variants:  # before the GPU measures them: the probe checks the proxy out of sample
+        import kernel_probe
+
+        for v in kernel_probe.CMP_VARIANTS:
+            if v["kernel"] != "select":
+                continue
+            over = {k: x for k, x in v.items() if k != "kernel"}
+            for r in predict(candidate_rows(PROBE_SHAPES, over, "int32", args.windows), f):
+                print(
+                    json.dumps({"prediction": "h200", "variant": v, **{k: r[k] for k in KEEP if k in r}}),
+                    flush=True,
+                )
     return 0
 
 

@@ -176,8 +176,10 @@ def compile_select(
     )
     log = io.StringIO()
     with contextlib.redirect_stdout(log):
-        k = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                           options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})  # fmt: skip
+        opts = {"num_warps": spec.num_warps, "num_stages": spec.num_stages}
+        if over.get("maxnreg_sel"):  # the launcher's register cap (compressed._config)
+            opts["maxnreg"] = over["maxnreg_sel"]
+        k = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=opts)
     rep = (
         gpucheck._parse_ptxas(log.getvalue())
         if "Used " in log.getvalue()
