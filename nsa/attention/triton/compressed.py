@@ -347,10 +347,10 @@ def _config(
         # sm_90 at M7C (2 tokens a tile, 2 warps) halves ran the selection at 64k in 7.00 ms instead
         # of 7.36 on an H200 (bench/kernel_probe.py, 2026-11-26b; ptxas: no spill, triton 3.6 and 3.9).
         "halves_sel": 1 if btf >= 8 or (head_dim > 64 and btf >= 4) or hopper_g8 else 0,
-        # A register cap for the selection (ptxas .maxnreg; 0: none), so that more tokens a tile keep
-        # 3 warps a scheduler: 4 tokens a tile merged in halves at M7C on sm_90 compiles to 210
-        # registers (8 warps an SM), capped at 168 to 12 warps with no spill (triton 3.6).
-        # bench/select_proxy.py's candidate, for bench/kernel_probe.py; not shipped: 0.
+        # A register cap for the selection (ptxas .maxnreg; 0: none, as shipped), for bench/select_proxy.py's
+        # candidates at M7C on sm_90 (bench/kernel_probe.py): 1 warp a program (193 registers, 10 warps
+        # an SM) or 4 tokens a tile in halves (210, 8 warps) capped at 168 hold 12 warps an SM with no
+        # spill on triton 3.6; triton 3.9 spills 48 B at 1 warp capped so (none at 184).
         "maxnreg_sel": 0,
         # 1: launch `_cmp_select_v0` (compressed_select_v0.py, the kernel before 2026-11-26b) at its own
         # shipped settings instead, for the GPU probe's comparison (bench/kernel_probe.py).
