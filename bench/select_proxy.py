@@ -8,10 +8,13 @@ always-run part, and each top-n merge branch only on the tiles where it runs (be
 GPU runs used (the suite's `_nsa_core_inputs`: q and the compressed keys standard normal, bf16,
 CPU generator seed 0), in torch on CPU, on windows of 8 consecutive tokens sampled evenly over every
 sequence: eager's Eq. 9 scores, and per key tile whether one of its blocks would enter a token's
-running top-W. Time = warp instructions / (SMs x issue rate), where the issue rate per SM scheduler
-is min(1, resident warps per scheduler / L): L, the cycles one warp waits between two of its
-instructions, is fitted once on the measured points (occupancy: registers, shared memory and warps
-per program set how many warps an SM holds). Prints one JSON object per line; asserts nothing.
+running top-W. Time = (c_i x warp instructions + c_s x warp shared-memory loads/stores) / (SMs x 4
+schedulers x clock), c_i and c_s fitted on the measured points where an SM holds >= 3 warps a
+scheduler; where fewer hide less latency, lat x warp instructions / (warps a scheduler x SMs x 4 x
+clock) if that is longer, lat fitted on the unspilled points at 2 warps a scheduler (registers,
+shared memory and warps a program set the warps an SM holds). Spilled registers are not priced:
+the domain (`in_domain`) is no spill. The constants from the probe's points alone are checked on
+the speed runs' points (out of sample). Prints one JSON object per line; asserts nothing.
 
   .venv/bin/python bench/select_proxy.py                       # the calibration rows and the fit
   .venv/bin/python bench/select_proxy.py --predict m7c:65536:1 --set bt_sel=4   # a candidate
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -198,20 +202,30 @@ def resident_warps(registers: int, smem: int, warps: int, gpu=H200) -> int:
 
 
 def cycles(dyn: dict, f: dict) -> float:
-    """Scheduler cycles of a launch's dynamic counts: every warp instruction takes f["insn"] issue
-    cycles and every shared-memory load/store f["smem"] more (the SM's shared-memory pipe serves about
-    one warp-wide access a cycle for its four schedulers: layout changes and cross-warp reductions)."""
+    """Scheduler cycles of a launch's dynamic counts when issue bounds it: every warp instruction
+    takes f["insn"] issue cycles and every shared-memory load/store f["smem"] more (layout changes and
+    cross-warp reductions through the SM's one shared-memory pipe)."""
     return f["insn"] * dyn["insns"] + f["smem"] * dyn["lds_sts"]
 
 
-def proxy_ms(dyn: dict, f: dict, gpu=H200) -> float:
-    return cycles(dyn, f) / (gpu["sms"] * gpu["sched"] * gpu["ghz"] * 1e6)
+def proxy_ms(dyn: dict, f: dict, resident: int | None = None, gpu=H200) -> float:
+    """Milliseconds: the issue bound, or where fewer warps share a scheduler than hide one warp's
+    latency, the latency bound: each warp issues one instruction every f["lat"] cycles at best."""
+    unit = gpu["sms"] * gpu["sched"] * gpu["ghz"] * 1e6
+    issue = cycles(dyn, f) / unit
+    if resident is None or not f.get("lat"):
+        return issue
+    return max(issue, f["lat"] * dyn["insns"] / (resident / gpu["sched"]) / unit)
 
 
 def in_domain(row: dict) -> bool:
-    """Where the proxy is calibrated: no spilled register, and >= 3 warps resident per scheduler (at
-    2, with 255 registers, the measured points ran 15-35 % slower than issue alone: latency-bound)."""
-    return row["dyn"]["ldl_stl"] == 0 and row["resident_warps"] >= 3 * H200["sched"]
+    """Where the proxy is calibrated: no spilled register (local-memory traffic is not priced)."""
+    return row["dyn"]["ldl_stl"] == 0
+
+
+def issue_bound(row: dict) -> bool:
+    """The points that fit the issue constants: >= 3 warps resident a scheduler."""
+    return in_domain(row) and row["resident_warps"] >= 3 * H200["sched"]
 
 
 # ---- the measured points ---------------------------------------------------------------------------
@@ -285,28 +299,34 @@ def proxy_rows(points: list[dict], sass: dict, windows: int = 512) -> list[dict]
 
 
 def fit(rows: list[dict]) -> dict:
-    """The two constants, least squares on (predicted - measured) / measured over in-domain rows;
-    `eff` the one-constant model (instructions alone) for comparison."""
+    """The constants, least squares on (predicted - measured) / measured: c_i and c_s over the
+    issue-bound rows; then `lat` (log least squares) over the other unspilled rows, those at 2 warps
+    a scheduler; `insn_only` the one-constant model (instructions alone) for comparison."""
     unit = H200["sms"] * H200["sched"] * H200["ghz"] * 1e6
     xs = [
         (r["dyn"]["insns"] / unit / r["ms"], r["dyn"]["lds_sts"] / unit / r["ms"])
         for r in rows
-        if in_domain(r)
+        if issue_bound(r)
     ]
     saa = sum(a * a for a, _ in xs)
     sab = sum(a * b for a, b in xs)
     sbb = sum(b * b for _, b in xs)
     sa, sb = sum(a for a, _ in xs), sum(b for _, b in xs)
     det = saa * sbb - sab * sab
-    f = {"insn": (sa * sbb - sb * sab) / det, "smem": (sb * saa - sa * sab) / det}
-    only = sa / saa  # cycles per instruction with no shared-memory term
-    return {**f, "insn_only": only}
+    f = {"insn": (sa * sbb - sb * sab) / det, "smem": (sb * saa - sa * sab) / det, "insn_only": sa / saa}
+    slow = [r for r in rows if in_domain(r) and not issue_bound(r)]
+    if slow:  # cycles a warp waits between its instructions, from where issue alone is too fast
+        logs = [
+            math.log(r["ms"] * unit * r["resident_warps"] / H200["sched"] / r["dyn"]["insns"]) for r in slow
+        ]
+        f["lat"] = math.exp(sum(logs) / len(logs))
+    return f
 
 
 def predict(rows: list[dict], f: dict) -> list[dict]:
     out = []
     for r in rows:
-        ms = proxy_ms(r["dyn"], f)
+        ms = proxy_ms(r["dyn"], f, r["resident_warps"])
         issue = proxy_ms({"insns": r["dyn"]["insns"], "lds_sts": 0}, {"insn": f["insn_only"], "smem": 0})
         row = {**r, "proxy_ms": round(ms, 3), "in_domain": in_domain(r)}
         if "ms" in r:

@@ -156,5 +156,11 @@ def test_fit_recovers_the_constants_of_exact_rows():
     f = sp.fit(rows)
     assert f["insn"] == pytest.approx(1.4) and f["smem"] == pytest.approx(8.0)
     assert all(abs(r["error"]) < 1e-9 for r in sp.predict(rows, f))
-    rows.append({**rows[0], "resident_warps": 8, "ms": 1.0})  # out of the domain: not fitted
-    assert sp.fit(rows)["insn"] == pytest.approx(1.4)
+    # 2 warps a scheduler: latency, not issue, and that row alone sets `lat`.
+    slow = {"dyn": rows[0]["dyn"], "resident_warps": 8, "ms": 6.0 * 4e9 / 2 / unit, "source": "x"}
+    spilled = {**rows[1], "dyn": {**rows[1]["dyn"], "ldl_stl": 1}, "ms": 1.0}  # outside: not fitted
+    f = sp.fit([*rows, slow, spilled])
+    assert (f["insn"], f["smem"], f["lat"]) == pytest.approx((1.4, 8.0, 6.0))
+    got = sp.predict([slow, rows[0], spilled], f)
+    assert abs(got[0]["error"]) < 1e-9 and abs(got[1]["error"]) < 1e-9  # 16 warps: issue still bounds
+    assert not got[2]["in_domain"] and got[0]["in_domain"]
