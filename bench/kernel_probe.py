@@ -82,8 +82,9 @@ CMP_VARIANTS = [
     # than shipped at 64k (208 registers, 2 warps a scheduler: outside its calibrated range).
     {"kernel": "select", "bt_sel": 8, "halves_sel": 1},
     # 1 warp a program under a 168-register cap (12 warps an SM, no spill on triton 3.6): the proxy
-    # predicts M7C 28 % faster at 64k (4.90 ms against 6.81), 29-31 % at 2k-32k; and 4 tokens a tile
-    # in halves under the cap (M7C 14 %; 210 registers uncapped).
+    # (bench/select_proxy.py) predicts M7C 28 % faster at 64k (4.90 ms against 6.81), 29-31 % at
+    # 2k-32k, like `warps_sel` 1 uncapped above (4.87; 10 warps an SM, at its latency bound); and 4
+    # tokens a tile in halves under the cap (M7C 14 %; 210 registers uncapped).
     {"kernel": "select", "warps_sel": 1, "maxnreg_sel": 168},
     {"kernel": "select", "bt_sel": 4, "halves_sel": 1, "maxnreg_sel": 168},
     # The selection kernel before 2026-11-26b (compressed_select_v0.py) at its shipped settings, and
