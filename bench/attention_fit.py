@@ -16,7 +16,7 @@ any kind with launch-setting tags likewise at its untagged price (scaled by CONF
 (`config_factors`: per probed point, the factor that makes the model's variant / base ratio the
 measured one) from a bench/kernel_probe.py run, and for its selected rows under the key-major
 switches (`fwd_keys`, `bwd_keys`) the model's times beside the probe's and the keys kernels'
-efficiencies that reproduce them (`keys_effs`). It imports nothing from torch; it asserts nothing.
+efficiencies that reproduce them (`keys_effs`). It needs no GPU; it asserts nothing.
 
 Prints JSON lines: one "fit" row per kind (the terms, as the COST tables hold them: `eff` and
 cycles), then one "check" row per (record, family) with the measured time and the time the model
@@ -45,20 +45,9 @@ import json
 import sys
 from pathlib import Path
 
+from nsa.attention.gpusuite.modelcheck import load_model
 
-def _model():
-    """bench/attention_model.py, loaded by path (bench/ on sys.path would let bench/launcher.py shadow
-    the launcher package in the process that imports this, e.g. pytest's)."""
-    if "attention_model" not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            "attention_model", Path(__file__).resolve().with_name("attention_model.py")
-        )
-        sys.modules["attention_model"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules["attention_model"])  # its dataclasses look it up there
-    return sys.modules["attention_model"]
-
-
-m = _model()
+m = load_model(Path(__file__).resolve().with_name("attention_model.py"))
 
 
 def _probe_module():

@@ -10,9 +10,11 @@ and the op's scratch bytes. The model itself lives in the package beside it, ben
 (prices.py: datasheets and fitted prices; counts.py: the kernels' structure; kernels.py: our kernels
 and FlashAttention-2 per launch; calibration.py: the published kernels); this module re-exports its
 names, so `attention_model.X` is the one interface of bench/attention.py, bench/attention_fit.py,
-nsa/attention/gpusuite/modelcheck.py and the tests. It imports nothing from nsa (no torch), and it
-loads the package by path, never by putting bench/ on sys.path (bench/ holds modules named like the
-project's packages: launcher.py, data.py).
+nsa/attention/gpusuite/modelcheck.py and the tests (loaded by path once, as `attention_model`, by
+modelcheck's `load_model`, or imported from beside bench/attention.py). It reads the shipped launch
+settings from the kernels' own `_config` (counts.py `kernel_configs`: nsa/attention/triton, torch
+and triton), and it loads its package by path, never by putting bench/ on sys.path (bench/ holds
+modules named like the project's packages: launcher.py, data.py).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from attention_cost.counts import (  # noqa: E402
     _cmp_select_work,
     _p2,
     _per_sm,
+    _seg_pairs,
     _sel_keys,
     _sel_steps,
     _sel_tiles,
@@ -86,7 +89,7 @@ __all__ = [
     "A100_KIND", "ALU_EFF", "CONFIG_FACTOR", "DRAM_EFF", "EFF", "GPUS", "H100_COST", "H200_COST",
     "H200_FINAL_COST", "KEYS_COST", "LAUNCH_S", "NSA_PAPER", "RUN_BUILDS", "SCALABLE", "SEL_WARPS", "SHAPES",
     "Gpu", "Kernel", "Shape", "_cfg", "_cmp_attn_work", "_cmp_keys", "_cmp_select_work", "_p2",
-    "_per_sm", "_sel_keys", "_sel_steps", "_sel_tiles", "_tokens_per_tile", "_union_ratio",
+    "_per_sm", "_seg_pairs", "_sel_keys", "_sel_steps", "_sel_tiles", "_tokens_per_tile", "_union_ratio",
     "_valid_pairs", "calibration_rows", "config_factor", "flash2", "kind_cost", "kind_parts", "ours",
     "published_nsa", "shipped_launch", "shipped_warps_sel", "total", "warps_factor",
 ]  # fmt: skip
@@ -158,9 +161,9 @@ def transient_bytes(T: int, s: Shape, fwd_keys: bool | None = None, bwd_keys: bo
     BH = s.B * s.Hkv
     ns = -(-T // s.lp)
     npairs = BH * T * min(s.n, ns)
-    seg = min(2048, max(16, _p2(T) // 4))
+    seg = _seg_pairs(T)
     nseg = BH * ns + math.ceil(npairs / seg)
-    nb = -(-s.lp // min(64, _p2(s.lp)))
+    nb = -(-s.lp // launch["bn_sel"])  # key chunks of a block
     rows = BH * T * s.G
     state = rows * (s.D + 1) * 4
     part = 2 * nseg * s.lp * _p2(s.D, 16) * 4

@@ -5,31 +5,18 @@ model's times beside the probe's and the keys kernels' efficiencies (KEYS_COST) 
 
 Owns the probe side of the fit: each function solves the model's price that makes its time (or its
 variant / base ratio) the probe's, restores the stored prices, and returns what it found; storing
-a price is a commit. It imports nothing from torch; it asserts nothing.
+a price is a commit. It needs no GPU; it asserts nothing.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
+from nsa.attention.gpusuite.modelcheck import load_model
 
-def _model():
-    """bench/attention_model.py, loaded by path as bench/attention_fit.py does (bench/ stays off
-    sys.path)."""
-    if "attention_model" not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            "attention_model", Path(__file__).resolve().with_name("attention_model.py")
-        )
-        sys.modules["attention_model"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules["attention_model"])  # its dataclasses look it up there
-    return sys.modules["attention_model"]
-
-
-m = _model()
+m = load_model(Path(__file__).resolve().with_name("attention_model.py"))
 
 
 def warps_factors(path: str) -> dict[int, dict]:

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import importlib.util
 import json
 import sys
 import weakref
@@ -202,12 +201,9 @@ def transient(T: int, batch: int, cfg: Any) -> int:
     """The largest scratch one NSA op holds that its meta kernel does not allocate (0 for dense)."""
     if cfg.model.attention != "nsa":
         return 0
-    am = sys.modules.get("attention_model")  # bench/attention.py's import of it, or a test's
-    if am is None:  # loaded by path: bench/ on sys.path would let bench/launcher.py shadow the package
-        path = Path(__file__).with_name("attention_model.py")
-        spec = importlib.util.spec_from_file_location("attention_model", path)
-        am = sys.modules["attention_model"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(am)  # its dataclasses look their module up in sys.modules
+    from nsa.attention.gpusuite.modelcheck import load_model
+
+    am = load_model(Path(__file__).resolve().with_name("attention_model.py"))
     m, n = cfg.model, cfg.model.nsa
     shape = am.Shape("config", batch, m.n_heads, m.n_kv_heads, m.head_dim, n.block_len, n.block_stride,
                      n.sel_block, n.n_sel, n.window)  # fmt: skip

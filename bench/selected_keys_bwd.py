@@ -19,21 +19,11 @@ One JSON row per (T, B): {"estimate": "selected_bwd", "shape", "T", "B", "old": 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
-
-def _model():
-    am = sys.modules.get("attention_model")
-    if am is None:  # loaded by path, as bench/memory.py does
-        path = Path(__file__).with_name("attention_model.py")
-        spec = importlib.util.spec_from_file_location("attention_model", path)
-        am = sys.modules["attention_model"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(am)
-    return am
+from nsa.attention.gpusuite.modelcheck import load_model
 
 
 def _p2(x: int, lo: int = 16) -> int:
@@ -45,7 +35,7 @@ def _row(grid, issued, useful, dram, l2=0.0) -> dict:
 
 
 def estimate(T: int, B: int, Hkv: int = 2, G: int = 6, D: int = 64, lp: int = 64, n: int = 16) -> dict:
-    am = _model()
+    am = load_model(Path(__file__).resolve().with_name("attention_model.py"))
     s = am.Shape("m7c", B, Hkv * G, Hkv, D, lp=lp, n=n)
     BH, ns, bf, DP = B * Hkv, -(-T // lp), 2, _p2(D)
     k = min(n, ns)  # table entries per token

@@ -22,6 +22,7 @@ import torch
 
 from nsa.attention.selection import top_blocks
 from nsa.attention.triton import selected as tsel
+from nsa.attention.triton import selected_keys as tkeys
 from nsa.attention.triton import selected_query as tq
 
 EL = 2  # bf16 activations
@@ -42,7 +43,7 @@ def estimate(T: int, B: int, Hkv: int, G: int, D: int, lp: int = 64, n: int = 16
     useful = 4 * G * D * int(vis.sum())
 
     # Key-major: segments of <= S pairs per block; a step is BR (pair, head) rows x BN keys.
-    S = tsel._seg_pairs(T)
+    S = tkeys._seg_pairs(T)
     cnt = torch.bincount(torch.where(keep, idx, ns).view(-1), minlength=ns + 1)[:ns]
     full, rest = cnt // S, cnt % S
     seg_rows = torch.cat([torch.full((int(full.sum()),), S * G), (rest[rest > 0] * G)])

@@ -2,9 +2,12 @@
 tiles, programs, key steps and (query, block) pairs, and the launch settings the code ships.
 
 Owns the structure that bench/attention_cost/kernels.py prices, written out from
-nsa/attention/triton/*.py (compressed.py's and selected.py's `_config`, the kernels' grids): a change
-of structure there must be mirrored here (docs/attention.md, "Time budget"). Pure arithmetic, no
-prices, no torch.
+nsa/attention/triton/*.py (the kernels' grids and loops): a change of structure there must be
+mirrored here (docs/attention.md, "Time budget"). The launch settings of the shipped build are not
+mirrored: `shipped_launch` and `_sel_tiles` call compressed.py's and selected.py's own `_config` and
+window.py's `_configs` (`kernel_configs`, imported when first asked: those modules import torch and
+triton), so a change of a `_config` reaches the model by itself; only the past builds the model
+still prices keep their settings written out here. Pure arithmetic otherwise, no prices.
 """
 
 from __future__ import annotations
@@ -63,18 +66,32 @@ def _cfg(D: int) -> str:
     return "64" if D <= 64 else "128"
 
 
-def _sel_tiles(s: Shape) -> dict[str, int]:
+def kernel_configs(s: Shape, cc: int) -> dict[str, dict]:
+    """The kernels' own launch settings for shape `s` on sm_`cc` (80: A100, 90: H100/H200): compressed.py's
+    `_config` (the compressed branch and the selection), selected.py's (at the GPU's key tile, 64
+    keys a step; the interpreter's 16 are the tests') and window.py's `_configs` (the GPU's tiles).
+    Imported here, not at the top: the kernel modules import torch and triton, and the rest of this
+    package needs neither."""
+    try:
+        from nsa.attention.triton import compressed, selected, window
+    except ImportError as e:
+        raise ImportError(
+            "bench/attention_cost: the model reads the shipped launch settings from "
+            f"nsa/attention/triton/*.py's `_config`, which needs torch and triton ({e}); "
+            "fix: run it with the project's venv (.venv/bin/python: the train and dev extras, or a CUDA torch)"
+        ) from e
+    return {
+        "compressed": compressed._config(s.G, s.D, s.n, s.bl, s.d, s.lp, cc),
+        "selected": selected._config(s.G, s.D, s.lp, key_tile=64, arch=cc),
+        "window": window._configs(s.D, cc),
+    }
+
+
+def _sel_tiles(s: Shape, cc: int = 90) -> dict[str, int]:
     """The selection kernel's tile (compressed.py `_config`): BTF tokens x GPF padded heads as rows,
     key tiles of BJ selection blocks (BJ * RP compressed keys: 64 at l' / d = 4)."""
-    GPF = max(2, _p2(s.G))
-    RP = _p2(s.lp // s.d)
-    hmax = -(-(s.bl // s.d - 1) // (s.lp // s.d))
-    return {
-        "GPF": GPF,
-        "BTF": max(1, min(8, 32 // GPF)),
-        "RP": RP,
-        "BJ": max(_p2(max(1, 64 // RP)), _p2(hmax)),
-    }
+    c = kernel_configs(s, cc)["compressed"]
+    return {k: c[k] for k in ("GPF", "BTF", "RP", "BJ")}
 
 
 @lru_cache(maxsize=256)
@@ -94,11 +111,11 @@ def _cmp_select_work(T: int, s: Shape, passes: int = 1, bt: int | None = None) -
 
 
 @lru_cache(maxsize=256)
-def _cmp_attn_work(T: int, s: Shape) -> dict[str, float]:
+def _cmp_attn_work(T: int, s: Shape, BM: int, BN: int) -> dict[str, float]:
     """_cmp_fwd's structure for one (batch, KV head) since 45bc233: flash tiles of BM consecutive
-    (token, head) rows (128 at head_dim <= 64, else 64), no padded heads, BN compressed keys a step
-    (64 / 32) up to the tile's last token's visible keys. `keys`: the keys issued over all tiles."""
-    BM, BN = (128, 64) if s.D <= 64 else (64, 32)
+    (token, head) rows (`bm_cmp_fwd`: 128 at head_dim <= 64, else 64), no padded heads, BN compressed
+    keys a step (`bn_cmp_fwd`: 64 / 32) up to the tile's last token's visible keys. `keys`: the keys
+    issued over all tiles."""
     nc = max(0, (T - s.bl) // s.d + 1)
     tiles = -(-T * s.G // BM)
     steps = 0
@@ -112,51 +129,109 @@ def _cmp_attn_work(T: int, s: Shape) -> dict[str, float]:
 def shipped_launch(
     s: Shape, cc: int, before_ce226a4: bool = False, before_2930e5c: bool = False
 ) -> dict[str, int]:
-    """The launch settings the model's kernels take from compressed.py's and selected.py's `_config`
-    (a test holds them equal): the selection's warps and tokens a tile (`warps_sel`, `bt_sel`), the
+    """The launch settings of the model's kernels: the selection's warps and tokens a tile
+    (`warps_sel`, `bt_sel`), its kernel (`select_v0`) and merge in halves (`halves_sel`), the
     compressed dK/dV's warps, the token tiles' tokens (`tp`) and forward warps (`warps_tok`), and the
-    selected branch's key-major forward and backward (`fwd_keys`, `bwd_keys`: G <= 8) with their
-    tiles (`br_fwd_keys`, `br_bwd_keys`, `tm_merge`, `bm_merge`).
-    Since ce226a4: the selection at 2 warps only at head_dim <= 64 (16 padded heads a token, or 8 on
-    sm_90; 2 spilled at the paper's G 16 x D 128 on triton 3.6), 2 tokens a tile at 8 padded heads
-    on sm_90 (M7C); dK/dV 4 warps; the token-tile forward 2 warps at head_dim > 64. (ce226a4 also
-    took 4x the tokens at G 5-8, head_dim <= 64; taken back after this model priced it slower at
-    B = 1 from 32k: the `token_tiles_x4` what-if.) before_ce226a4: the kernels of the final H200
-    run (and of every earlier one but the selection's warps): 2 warps at 16 heads a token or 8 on sm_90 at head_dim <= 64,
-    BTF tokens, dK/dV 8 warps, the base token tiles, the forward at 8 warps past head_dim 64.
-    The selection kernel since 2026-11-26b is compressed_select.py's int32 merge (`select_v0` False;
-    True: `_cmp_select_v0`, every run before); since 2930e5c it merges in halves at M7C on sm_90
-    (`halves_sel`) and takes 4 tokens a tile at 16 heads a token past head_dim 64 (before_2930e5c: the
-    int32 kernel at v0's settings, the first key-major run's build)."""
-    c = _sel_tiles(s)
-    gpf, small = c["GPF"], s.D <= 64
-    base_tp = _tokens_per_tile(s.G)
+    selected branch's key-major forward and backward (`fwd_keys`, `bwd_keys`) with their tiles
+    (`br_fwd_keys`, `br_bwd_keys`, `tm_merge`, `bm_merge`), the query-major dK/dV's rows a step
+    (`br_dkdv`), the forced tiles' rows (`bm_forced`) and the keys a chunk (`bn_sel`); the
+    compressed attention's tile (`bm_cmp_fwd` x `bn_cmp_fwd`), dQ's rows a tile (`rows_cmp_dq`),
+    dK/dV's keys a tile and parts (`bn_cmp_dkv`, `split_cmp_dkv`); the window's forward and dQ rows
+    a tile (`bm_win_fwd`, `bm_win_dq`) and dK/dV's keys (`bn_win_dkdv`).
+    The shipped build's are compressed.py's and selected.py's `_config` and window.py's `_configs`
+    for sm_`cc` (kernel_configs), by construction. The past builds the model still prices (RUN_BUILDS, what-if rows) keep theirs,
+    since the calibration reproduces measured runs of them: before_ce226a4, the kernels of the final
+    H200 run (and of every earlier one but the selection's warps); before_2930e5c, the first
+    key-major run's build (the int32 selection at v0's settings)."""
     if before_ce226a4:
-        return {
-            "warps_sel": 2 if gpf >= 16 or (cc >= 90 and gpf == 8 and small) else 4,
-            "bt_sel": c["BTF"], "warps_cmp_dkv": 8, "tp": base_tp, "warps_tok": 4 if small else 8,
-            "fwd_keys": False, "bwd_keys": False, "br_fwd_keys": 64 if small else 32, "br_bwd_keys": 32,
-            "tm_merge": max(1, (64 if small else 32) // s.G), "bm_merge": 64 if small else 32,
-            "select_v0": True, "halves_sel": 0,
-        }  # fmt: skip
+        return _launch_before_ce226a4(s, cc)
+    if before_2930e5c:
+        return _launch_before_2930e5c(s, cc)
+    cfg = kernel_configs(s, cc)
+    c, sc, w = cfg["compressed"], cfg["selected"], cfg["window"]
+    v0 = bool(c["select_v0"])  # the int64 merge kernel at its own shipped settings (the probe's)
+    return {
+        "warps_sel": c["warps_sel_v0"] if v0 else c["warps_sel"],
+        "bt_sel": c["bt_sel_v0"] if v0 else c["bt_sel"],
+        "select_v0": v0,
+        "halves_sel": 0 if v0 else c["halves_sel"],
+        "warps_cmp_dkv": c["warps_dkv"],
+        "tp": sc["TP"],
+        "warps_tok": sc["warps_tok"],
+        "fwd_keys": sc["fwd_keys"],
+        "bwd_keys": sc["bwd_keys"],
+        "br_fwd_keys": sc["BR_f"],
+        "br_bwd_keys": sc["BR_keys"],
+        "tm_merge": sc["TM"],
+        "bm_merge": sc["BM_merge"],
+        "br_dkdv": sc["BR"],
+        "bm_forced": sc["BM"],
+        "bn_sel": sc["BN"],
+        "bm_cmp_fwd": c["bm_fwd"],
+        "bn_cmp_fwd": c["bn_fwd"],
+        "rows_cmp_dq": c["BT"] * c["GP"],
+        "bn_cmp_dkv": c["bn_dkv"],
+        "split_cmp_dkv": c["split_dkv"],
+        "bm_win_fwd": w["fwd"]["BLOCK_M"],
+        "bm_win_dq": w["dq"]["BLOCK_M"],
+        "bn_win_dkdv": w["dkdv"]["BLOCK_N"],
+    }
+
+
+def _tiles_of_the_runs(s: Shape) -> dict[str, int]:
+    """The tiles of every build a committed run measured (unchanged from the first H100 run to
+    2026-11-26b): selected.py's query-major dK/dV 64 (pair, head) rows a step (32 past head_dim 64),
+    forced-block tiles of 64 rows, keys in chunks of min(64, l'); compressed.py's attention BM x BN
+    (45bc233 on), 128 x 64 (64 x 32 past head_dim 64), its dQ tiles of BT x GP (token, head) rows,
+    BT = 128 rows / GP (32 past head_dim 64) and at most 32 tokens, its dK/dV 32 keys a tile, each
+    tile's queries in 8 parts; window.py's forward 128 rows, dQ 128 (64 past head_dim 64), dK/dV 64
+    keys (32 past head_dim 64)."""
+    gp, small = _p2(s.G), s.D <= 64
+    return {
+        "br_dkdv": 64 if small else 32, "bm_forced": 64, "bn_sel": min(64, _p2(s.lp)),
+        "bm_cmp_fwd": 128 if small else 64, "bn_cmp_fwd": 64 if small else 32,
+        "rows_cmp_dq": max(1, min(32, (128 if small else 32) // gp)) * gp, "bn_cmp_dkv": 32, "split_cmp_dkv": 8,
+        "bm_win_fwd": 128, "bm_win_dq": 128 if small else 64, "bn_win_dkdv": 64 if small else 32,
+    }  # fmt: skip
+
+
+def _launch_before_ce226a4(s: Shape, cc: int) -> dict[str, int]:
+    """The kernels of the final H200 run (2026-11-26-h200-speed-final.json): the selection (int64
+    merge, `_cmp_select_v0`) at 2 warps at 16 heads a token or 8 on sm_90 at head_dim <= 64, BTF
+    tokens a tile; dK/dV 8 warps; the base token tiles, their forward at 8 warps past head_dim 64; the
+    selected branch query-major. ce226a4 then took the selection to 2 warps only at head_dim <= 64
+    (2 spilled at the paper's G 16 x D 128 on triton 3.6), 2 tokens a tile at 8 padded heads on
+    sm_90 (M7C), dK/dV to 4 warps and the token-tile forward to 2 warps past head_dim 64 (it also
+    took 4x the tokens at G 5-8, head_dim <= 64; taken back after this model priced it slower at
+    B = 1 from 32k: the `token_tiles_x4` what-if)."""
+    gpf, small = max(2, _p2(s.G)), s.D <= 64
+    return {
+        "warps_sel": 2 if gpf >= 16 or (cc >= 90 and gpf == 8 and small) else 4,
+        "bt_sel": max(1, min(8, 32 // gpf)), "warps_cmp_dkv": 8, "tp": _tokens_per_tile(s.G),
+        "warps_tok": 4 if small else 8, "fwd_keys": False, "bwd_keys": False,
+        "br_fwd_keys": 64 if small else 32, "br_bwd_keys": 32,
+        "tm_merge": max(1, (64 if small else 32) // s.G), "bm_merge": 64 if small else 32,
+        "select_v0": True, "halves_sel": 0, **_tiles_of_the_runs(s),
+    }  # fmt: skip
+
+
+def _launch_before_2930e5c(s: Shape, cc: int) -> dict[str, int]:
+    """The first key-major run's build (2026-11-26b-h200-speed-keys.json): compressed_select.py's int32
+    merge at `_cmp_select_v0`'s settings (2 warps at head_dim <= 64 with 16 heads a token or 8 on
+    sm_90, 2 tokens a tile there, else BTF; never in halves), everything else as ce226a4 left it and
+    the selected branch key-major at G <= 8. 2930e5c then merged in halves at M7C on sm_90 and took 4
+    tokens a tile at 16 heads a token past head_dim 64."""
+    gpf, small = max(2, _p2(s.G)), s.D <= 64
     hopper_g8 = small and cc >= 90 and gpf == 8  # M7C on an H100/H200
     return {
         "warps_sel": 2 if small and (gpf >= 16 or (cc >= 90 and gpf == 8)) else 4,
-        "bt_sel": 2 if hopper_g8 else (4 if gpf >= 16 and not small and not before_2930e5c else c["BTF"]),
-        "select_v0": False,
-        "halves_sel": 1 if not before_2930e5c and (c["BTF"] >= 8 or (not small and c["BTF"] >= 4) or hopper_g8) else 0,
-        "warps_cmp_dkv": 4,
-        "tp": base_tp,
-        "warps_tok": 4 if small else 2,
-        # the selected branch key-major at G <= 8 (FSA's range), forward and backward, and its tiles:
-        # (pair, head) rows a step of the forward (BR_f) and of the fused backward (BR_keys), tokens a
-        # forward merge program (TM), rows a dQ merge program (BM_merge)
-        "fwd_keys": s.G <= 8,
-        "bwd_keys": s.G <= 8,
+        "bt_sel": 2 if hopper_g8 else max(1, min(8, 32 // gpf)),
+        "select_v0": False, "halves_sel": 0, "warps_cmp_dkv": 4, "tp": _tokens_per_tile(s.G),
+        "warps_tok": 4 if small else 2, "fwd_keys": s.G <= 8, "bwd_keys": s.G <= 8,
         "br_fwd_keys": 128 if small else 32,
         "br_bwd_keys": 64 if small and cc >= 90 and s.G >= 2 else 32,  # 64 spills on sm_80, at G 1
-        "tm_merge": max(1, (64 if small else 32) // s.G),
-        "bm_merge": 64 if small else 32,
+        "tm_merge": max(1, (64 if small else 32) // s.G), "bm_merge": 64 if small else 32,
+        **_tiles_of_the_runs(s),
     }  # fmt: skip
 
 
@@ -179,6 +254,12 @@ def _sel_steps(T: int, s: Shape, TP: int, shared: bool = False) -> float:
             programs = -(-min(T, (j + 1) * s.lp) // TP) - -(-(j * s.lp) // TP)
             steps += programs * (m if shared or TP == 1 else C * (1 - (1 - m / C) ** TP))
     return steps
+
+
+def _seg_pairs(T: int) -> int:
+    """(query, block) pairs a segment of the key-major selected kernels (one program each): T/4,
+    clamped to [16, 2048] (nsa/attention/triton's `_seg_pairs`: a rule of T, not a `_config` entry)."""
+    return min(2048, max(16, _p2(T) // 4))
 
 
 def _valid_pairs(T: int, s: Shape) -> float:

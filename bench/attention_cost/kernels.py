@@ -3,8 +3,9 @@
 counts their prices apply to.
 
 Owns the mapping from a `Shape` and T to a list of `Kernel` records; the counts come from counts.py,
-the prices from prices.py. It imports nothing from nsa (no torch): the kernel structure is written out
-here from nsa/attention/triton/*.py, so a change of structure there must be mirrored here.
+the prices from prices.py. The kernel structure is written out here from nsa/attention/triton/*.py,
+so a change of structure there must be mirrored here; the shipped launch settings are the kernels'
+`_config`s' (counts.py `shipped_launch`).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def ours(
     warps_tok: int | None = None,
     fwd_keys: bool | None = None,
     bwd_keys: bool | None = None,
+    index_once: bool | None = None,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     balanced_dkv=False the
@@ -90,7 +92,11 @@ def ours(
     what the code ships, False with before_ce226a4): the selected branch's key-major forward /
     backward instead of the forced tiles and token tiles (selected.py: `selected_kernels`).
     select_v0 / halves_sel / before_2930e5c: the selection kernel (`shipped_launch`): `cmp_sel32`
-    (the int32 merge) unless select_v0, tagged `@h2` when merged in halves."""
+    (the int32 merge) unless select_v0, tagged `@h2` when merged in halves. index_once: the selected
+    branch's reverse index built once a layer with int32 sort keys (the key-major forward's, handed to
+    the backward); False: as every committed run measured it, the backward's own int64 sort in ~16
+    aten ops (`selected_kernels`); None: what the code ships, False with before_ce226a4 or
+    before_2930e5c (builds before it)."""
     launch = shipped_launch(s, cc, before_ce226a4, before_2930e5c)
     given = {
         "select_v0": select_v0,
@@ -106,6 +112,7 @@ def ours(
         "bwd_keys": bwd_keys,
     }
     launch.update({f: v for f, v in given.items() if v is not None})
+    launch["index_once"] = not (before_ce226a4 or before_2930e5c) if index_once is None else index_once
     B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
     bf = 2
     act = B * T * s.H * D * bf
@@ -150,7 +157,7 @@ def ours(
     if split_cmp_fwd:
         # The attention (_cmp_fwd): one flash pass, QK + PV a key step over BM (token, head) rows of
         # no padding, 4 warps; priced as a flash kernel (eff + a program's prologue, cmp_attn).
-        aw = _cmp_attn_work(T, s)
+        aw = _cmp_attn_work(T, s, launch["bm_cmp_fwd"], launch["bn_cmp_fwd"])
         aprog = BH * aw["tiles"]
         ks.append(Kernel("cmp_fwd", "compressed", "fwd", f"cmp_attn@{_cfg(D)}", 4 * BH * aw["rows"] * aw["keys"] * D,
                          2 * cuse, 2 * act + 2 * kcb + lse, l2=2 * aprog * (aw["keys"] / aw["tiles"]) * D * bf,
@@ -189,7 +196,7 @@ def ours(
     # Backward: dQ (3 units) and dK/dV (4 units) over query tiles of consecutive (token, head) rows, no
     # padded heads (unpadded_cmp_bwd=False: G padded to GP, the kernels before 2026-11-25).
     RB = G if unpadded_cmp_bwd else _p2(G)
-    dq_rows = 128 if D <= 64 else 32
+    dq_rows = launch["rows_cmp_dq"]  # BT x GP (token, head) rows: 128 at M7C, 32 at G 1
     bunit = 2 * BH * T * RB * ck * D
     dq_progs = BH * math.ceil(T * RB / dq_rows)
     ks.append(Kernel("cmp_bwd_dq", "compressed", "bwd", f"cmp_dq@{_cfg(D)}", 3 * bunit, 3 * cuse,
@@ -199,28 +206,31 @@ def ours(
     # T query rows while the last carries almost none. Each tile's query tiles are cut into SPLIT = 8
     # parts (one program each, fp32 partials summed in order by a second kernel), so the longest
     # program has 1/8 of tile 0's work; split=1 models the kernel before 2026-11-25.
-    split = 8 if balanced_dkv else 1
-    dkv_tiles = BH * max(1, math.ceil(nc / 32))
-    part = dkv_tiles * split * 32 * D * 4 * 2 if split > 1 else 0
+    split = launch["split_cmp_dkv"] if balanced_dkv else 1
+    bn_dkv = launch["bn_cmp_dkv"]
+    dkv_tiles = BH * max(1, math.ceil(nc / bn_dkv))
+    part = dkv_tiles * split * bn_dkv * D * 4 * 2 if split > 1 else 0
     if launch["warps_cmp_dkv"] not in (4, 8):
         raise ValueError(f"warps_cmp_dkv={launch['warps_cmp_dkv']}: priced at 8 (cmp_dkv) and 4 (@w4) only")
     dkv_tag = "@w4" if launch["warps_cmp_dkv"] == 4 else ""  # the prices were fitted at 8 warps
     ks.append(Kernel("cmp_bwd_dkv", "compressed", "bwd", f"cmp_dkv@{_cfg(D)}{dkv_tag}", 4 * bunit, 4 * cuse,
                      2 * BH * nc * D * bf * 2 + 2 * part, l2=dkv_tiles * (T / 2) * RB * D * bf * 2,
-                     programs=dkv_tiles * split, per_sm=2, crit=4 * 2 * T * RB * 32 * D / split,
+                     programs=dkv_tiles * split, per_sm=2, crit=4 * 2 * T * RB * bn_dkv * D / split,
                      launches=1 + (split > 1), work={"programs": dkv_tiles * split}))  # fmt: skip
     ks += selected_kernels(T, s, launch, forced_tiles, token_tiles, selections, warps_dkdv)
     # Window: rows = tokens x G (no padding), keys = the band plus the tile overhang; tiles by head_dim
-    # (window._configs: forward 128 rows x 64 / 32 keys, dQ 128 / 64 x 64, dK/dV 64 / 32 keys).
+    # (window._configs, through `launch`: forward 128 rows x 64 / 32 keys, dQ 128 / 64 x 64, dK/dV
+    # 64 / 32 keys; the overhang in `wk` is still the forward's at head_dim 64).
     wk = min(T, s.w + 128 / G + 64)
     wunit = 2 * BH * T * G * wk * D
     wuse = 2 * BH * T * G * min(T, s.w) * D
-    wprog = BH * math.ceil(T * G / 128)
+    wprog = BH * math.ceil(T * G / launch["bm_win_fwd"])
     ks.append(Kernel("win_fwd", "window", "fwd", f"win_fwd@{_cfg(D)}", 2 * wunit, 2 * wuse, 2 * act + 2 * kvb,
                      l2=wprog * wk * D * bf * 2, programs=wprog, per_sm=1, work={"programs": wprog}))  # fmt: skip
+    wqprog = BH * math.ceil(T * G / launch["bm_win_dq"])  # 64 rows past head_dim 64 (the model had 128)
     ks.append(Kernel("win_bwd_dq", "window", "bwd", f"win_dq@{_cfg(D)}", 3 * wunit, 3 * wuse, 4 * act + 2 * kvb,
-                     l2=wprog * wk * D * bf * 2, programs=wprog, per_sm=1, work={"programs": wprog}))  # fmt: skip
-    wbn = 64 if D <= 64 else 32
+                     l2=wqprog * wk * D * bf * 2, programs=wqprog, per_sm=1, work={"programs": wqprog}))  # fmt: skip
+    wbn = launch["bn_win_dkdv"]
     wdk = min(T, s.w + wbn)
     wdprog = BH * math.ceil(T / wbn)
     ks.append(Kernel("win_bwd_dkdv", "window", "bwd", f"win_dkdv@{_cfg(D)}", 4 * 2 * BH * T * G * wdk * D,

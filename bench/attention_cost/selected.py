@@ -12,7 +12,17 @@ from __future__ import annotations
 
 import math
 
-from .counts import Shape, _cfg, _p2, _per_sm, _sel_keys, _sel_steps, _tokens_per_tile, _valid_pairs
+from .counts import (
+    Shape,
+    _cfg,
+    _p2,
+    _per_sm,
+    _seg_pairs,
+    _sel_keys,
+    _sel_steps,
+    _tokens_per_tile,
+    _valid_pairs,
+)
 from .prices import Kernel
 
 
@@ -54,8 +64,9 @@ def selected_kernels(
         f = min(3, ns)
         fk = min(T, f * s.lp)
         fuse = 2 * BH * T * G * (fk - s.lp / 2) * D
-        fissue = 2 * BH * math.ceil(T * G / 64) * 64 * fk * D
-        fprog = BH * math.ceil(T * G / 64)
+        bmf = launch["bm_forced"]  # 64 rows (selected.py `_config` BM)
+        fissue = 2 * BH * math.ceil(T * G / bmf) * bmf * fk * D
+        fprog = BH * math.ceil(T * G / bmf)
         fl2 = fprog * fk * D * bf * 2
         state = BH * T * G * (D + 1) * 4  # fp32 o + lse (forward), fp32 dQ part + delta (backward)
         if not fwd_keys:
@@ -95,18 +106,27 @@ def selected_kernels(
                          4 * act + 2 * kvb + table + state_in, l2=sl2,
                          programs=progs, per_sm=_per_sm(98, 128), launches=0,
                          work={"gather_bytes": gathered, "programs": progs}))  # fmt: skip
-    # Reverse index: one stable torch.sort of BH*T*k int64 keys (radix: ~8 passes over key + index),
-    # searchsorted, cumsum and ~12 small ops. The key-major forward builds its own (the backward
-    # builds it again: the forward's outputs are out and lse only).
-    index = BH * T * k * 256
+    # Reverse index (nsa/attention/triton/selected_keys.py `reverse_index`, the branch's only one):
+    # `_sel_fwd_index_kernel` (each table entry's int32 sort key), one stable torch.sort of the int32
+    # keys with their int64 positions (cub onesweep, 4 passes of 8 bits, each reading and writing key
+    # + index: 96 bytes an entry; on the H200 at M7C 8k x 8 its 4 passes took 0.093 ms where the int64
+    # sort the backward ran before took 8 passes, 0.215 ms: bench/gpu/2026-11-26b-h200-speed-final.json),
+    # arange + searchsorted (3 launches: `sel_*reverse_index`), and `_sel_fwd_segs_kernel` (one
+    # program: the segment ends). Built once a layer: by the key-major forward, whose op hands it to
+    # the backward (`sel_reverse_index` 0 launches, 0 bytes), else by the backward.
+    # Before (launch["index_once"] False: every committed run) the backward sorted its own int64 keys
+    # (radix: ~8 passes over key + index, 256 bytes an entry) in ~16 aten ops.
+    once = launch.get("index_once", True)
+    index = BH * T * k * (96 if once else 256)
+    entries = BH * T * k
     # Key-major walks (dK/dV, and with fwd_keys / bwd_keys the forward and the fused backward): rows =
     # (pair, head) of the valid pairs (min(n, t//l' + 1) a token), BR = 64 per step (32 at head_dim >
     # 64), full tiles for any G; each row's q (and dO) gathered by the sorted pair list; a program
     # per segment of <= seg pairs of one block x nb key chunks (nb = 1: BN = l' = 64).
-    BR = 32 if D > 64 else 64
-    seg = min(2048, max(16, _p2(T) // 4))
+    BR = launch["br_dkdv"]
+    seg = _seg_pairs(T)
     nseg = BH * ns + math.ceil(BH * T * k / seg)
-    nb = -(-s.lp // min(64, _p2(s.lp)))
+    nb = -(-s.lp // launch["bn_sel"])
     prow = npairs * G
 
     def unit(br: int) -> float:  # one GEMM over every row tile of br rows and the block's keys
@@ -125,12 +145,10 @@ def selected_kernels(
         # lse. Priced as the key-major dK/dV (its fitted efficiency: the same walk of gathered rows
         # against one block's keys) plus the partials' DRAM time (written in the loop, not hidden:
         # `sel_keys_fwd`); the merge by DRAM.
-        # Its reverse index (selected_keys.py `reverse_index`: the backward's order, start and seg_end in
-        # 2 kernels and 3 aten ops): `_sel_fwd_index_kernel` writes each table entry's int64 sort key
-        # (idx and valid read), torch.sort (priced as the backward's index), searchsorted, and
-        # `_sel_fwd_segs_kernel` (one program: the segment ends, a scan over the blocks).
+        # Its reverse index (above; the backward's too): `_sel_fwd_index_kernel` reads idx and valid
+        # and writes each entry's sort key (priced at 17 bytes an entry, as fitted: the key is int32),
+        # torch.sort + arange + searchsorted, and `_sel_fwd_segs_kernel`.
         po = nb * prow * (D * bf + 4)
-        entries = BH * T * k
         ks.append(Kernel("sel_fwd_index", "selected", "fwd", "sel_index", dram=entries * 17,
                          programs=math.ceil(entries / 1024)))  # fmt: skip
         ks.append(Kernel("sel_fwd_reverse_index", "selected", "fwd", "memory", dram=index, launches=3))
@@ -153,7 +171,7 @@ def selected_kernels(
         pdq = nb * prow * D * 4
         ks.append(Kernel("sel_bwd_delta", "selected", "bwd", "memory", dram=2 * act + lse,
                          programs=math.ceil(BH * T * G / 64)))  # fmt: skip
-        ks.append(Kernel("sel_reverse_index", "selected", "bwd", "memory", dram=index, launches=16))
+        ks.extend(_bwd_index(fwd_keys, index, entries, BH * ns, once))
         br_tag = "@br32" if launch["br_bwd_keys"] == 32 else ""  # priced at 64 rows a step (the run's)
         ks.append(Kernel("sel_bwd_keys", "selected", "bwd", f"sel_keys_bwd@{_cfg(D)}{br_tag}",
                          5 * unit(launch["br_bwd_keys"]), 5 * useful,
@@ -161,7 +179,7 @@ def selected_kernels(
                          l2=prow * D * bf * 2 + prow * 8, programs=nseg * nb, per_sm=1,
                          work={"programs": nseg * nb}))  # fmt: skip
     else:
-        ks.append(Kernel("sel_reverse_index", "selected", "bwd", "memory", dram=index, launches=16))
+        ks.extend(_bwd_index(fwd_keys, index, entries, BH * ns, once))
         # dK/dV key-major: partial dK/dV per segment in fp32, summed by the reduction kernel.
         if warps_dkdv not in (4, 8):
             raise ValueError(f"warps_dkdv={warps_dkdv}: priced at 4 (sel_dkdv) and 8 (sel_dkdv_w8) only")
@@ -182,3 +200,21 @@ def selected_kernels(
             )
         )
     return ks
+
+
+def _bwd_index(shared: bool, index: float, entries: int, nblk: int, once: bool = True) -> list[Kernel]:
+    """The backward's reverse index: nothing where the key-major forward built it (its op returns the
+    index, autograd saves it; the row stays, at 0 launches and 0 bytes), else `reverse_index` in the
+    backward: the two small kernels, named as the kernels the profiler sees (`_sel_fwd_index_kernel`,
+    `_sel_fwd_segs_kernel`), and the sort, arange and searchsorted (3 launches). once=False: the
+    backward's own index before, 16 aten ops, whatever the forward built."""
+    if not once:
+        return [Kernel("sel_reverse_index", "selected", "bwd", "memory", dram=index, launches=16)]
+    if shared:
+        return [Kernel("sel_reverse_index", "selected", "bwd", "memory", dram=0, launches=0)]
+    progs = math.ceil(entries / 1024)
+    return [
+        Kernel("sel_fwd_index", "selected", "bwd", "sel_index", dram=entries * 17, programs=progs),
+        Kernel("sel_reverse_index", "selected", "bwd", "memory", dram=index, launches=3),
+        Kernel("sel_fwd_segs", "selected", "bwd", "memory", dram=16 * nblk, programs=1),
+    ]

@@ -4,8 +4,9 @@ Owns `compare(rec, gpu_name, geometry)`: for one record of the speed section (NS
 and SDPA flash at one shape and T, with the per-kernel profiler table), the times
 bench/attention_model.py predicts for the same shape on the same GPU, per kernel family and in
 total, with measured / predicted and the families off by more than 30 %. The model lives in
-bench/ (it imports nothing from nsa and no torch), so it is loaded from the repository by path; a
-GPU the model has no datasheet for is reported as such, never guessed. Pure arithmetic on the
+bench/, outside the installed package, so it is loaded from the repository by path (`load_model`,
+its one loader: the bench scripts and the tests call it too); a GPU the model has no datasheet for
+is reported as such, never guessed. Pure arithmetic on the
 record: the same code runs in CI on recorded numbers. The model's Hopper prices of our kernels are
 fitted on the committed GPU runs (H100: bench/gpu/2026-11-26-h100-speed.json; the kernels rewritten
 since on the H200 run bench/gpu/2026-11-26-h200-speed-after.json, the selected reduction on
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 MODEL_PATH = Path(__file__).resolve().parents[3] / "bench" / "attention_model.py"
+MODEL_NAME = "attention_model"  # its name in sys.modules: bench/attention.py imports it so
 TOLERANCE = 0.30  # the issue's: a family off by more than this corrects the model (and says why)
 
 # Model kernel -> the profiler name prefix of the kernel(s) it stands for, in the suite's attention
@@ -53,17 +55,28 @@ FAMILIES = {
 OTHER_IN_CORE = ("sel_reverse_index", "sel_fwd_reverse_index", "q_grad_sum")
 
 
-def load_model():
-    """bench/attention_model.py as a module, or None outside a repository checkout."""
-    if not MODEL_PATH.is_file():
+def load_model(path: Path = MODEL_PATH):
+    """bench/attention_model.py as the module `attention_model`, loaded by path once per process; None
+    where `path` is missing (the suite run outside a repository checkout).
+
+    The one loader of the model: the GPU suite, the bench scripts (attention_fit.py,
+    attention_probe_fit.py, selected_keys_bwd.py, memory.py: each passes its sibling file) and the
+    tests all call it, so they share one module, the one bench/attention.py imports by that name
+    from beside it. By path, never by putting bench/ on sys.path: bench/launcher.py and bench/data.py
+    would shadow the project's packages in the importing process."""
+    mod = sys.modules.get(MODEL_NAME)
+    if mod is not None:
+        return mod
+    if not path.is_file():
         return None
-    name = "nsa_attention_cost_model"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, MODEL_PATH)
+    spec = importlib.util.spec_from_file_location(MODEL_NAME, path)
     mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look their module up while the class body runs
-    spec.loader.exec_module(mod)
+    sys.modules[MODEL_NAME] = mod  # dataclasses look their module up while the class body runs
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        del sys.modules[MODEL_NAME]  # no half-loaded module for the next caller
+        raise
     return mod
 
 

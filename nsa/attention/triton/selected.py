@@ -1,7 +1,7 @@
 """Triton kernels of NSA's selected branch: `selected_attention`, a drop-in for the eager one.
 
 Owns the backward's dK/dV kernel (key-major: one program per segment of the queries that chose one
-selection block, found through a reverse index built by a constant number of aten ops, no atomics),
+selection block, found through the reverse index of selected_keys.py's `reverse_index`, no atomics),
 the reduction of the segments' partial dK/dV, the launch configuration (`_config`, per arch) and the
 launchers. With `forced_blocks=True` at G <= 8 (FSA's range) both directions run key-major:
 selected_keys.py (`fwd_keys`: partials per (pair, key chunk) over the reverse index, then a
@@ -13,7 +13,9 @@ run first as dense row tiles (selected_forced.py) and the token tiles (TP tokens
 union of the other entries, then the key-major dK/dV kernel here. Nothing syncs with the device,
 loops in Python over anything that grows with T, or builds a [T, T] tensor; the number of launches is
 the same at every T (forward: 1 kernel, 2 with forced blocks, 4 + 3 aten ops key-major; backward: 3
-kernels, 4 with forced blocks either way, + 16 small aten ops).
+kernels, 4 with forced blocks either way, + the index, 2 kernels + 3 aten ops, unless the key-major
+forward built it: its op returns the index and autograd saves it for the backward op, which sorts
+only when handed none).
 """
 
 from __future__ import annotations
@@ -30,13 +32,14 @@ from nsa.attention.triton.selected_forced import (
     forced_rows_per_tile,
 )
 from nsa.attention.triton.selected_keys import (
+    index_bounds,
     keys_forward,
     keys_fwd_gpucheck_rows,
     merge_tokens,
+    reverse_index,
 )
 from nsa.attention.triton.selected_keys_bwd import (
-    _block_keys,
-    _segment,
+    _dkdv_walk,
     keys_backward,
     keys_bwd_gpucheck_rows,
 )
@@ -64,51 +67,14 @@ def _sel_bwd_dkdv_kernel(
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
     DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    # One program: BN keys of one selection block against one segment (<= S pairs) of the (query,
-    # block) pairs that listed it; rows of a step are BR (pair, head) couples, r -> (pair r // G, head
-    # r % G), so a group of any size fills the tile. Writes the segment's partial dK/dV (fp32).
-    # Pairs are sorted by global block bh*NS + j (ORDER: their flat table positions, START: where each
-    # block's pairs begin); block b owns segments [SEG_END[b] - ceil(count/S), SEG_END[b]). This
-    # program's block is the first b with SEG_END[b] > s_id (binary search, NSEARCH steps); the static
-    # grid has spare segments past the last block's (used False, no rows).
-    s_id = tl.program_id(0)
-    nb = tl.program_id(1)
-    blk, lo, hi, used = _segment(SEG_END, START, s_id, NBLK, NSEARCH, S)
-    bh, kpos, kmask, k, v = _block_keys(K, V, blk, nb, NS, T, D, LP, DP, BN)
-    n = tl.arange(0, BN)
-    d = tl.arange(0, DP)
-    dm = d < D
-    Q += bh * T * G * D
-    DO += bh * T * G * D
-    LSE += bh * T * G
-    DELTA += bh * T * G
-    qk_scale = sm_scale * 1.4426950408889634
-    dk = tl.zeros([BN, DP], tl.float32)
-    dv = tl.zeros([BN, DP], tl.float32)
-    r = tl.arange(0, BR)
-    nrows = (hi - lo) * G
-    for r0 in range(0, nrows, BR):
-        rr = r0 + r
-        rm = rr < nrows
-        pair = lo + rr // G
-        tq = ((tl.load(ORDER + pair, mask=rm, other=0) // NK) % T).to(tl.int32)
-        qrow = tq * G + rr % G
-        qoff = qrow[:, None] * D + d[None, :]
-        q = tl.load(Q + qoff, mask=rm[:, None] & dm[None, :], other=0.0)
-        do = tl.load(DO + qoff, mask=rm[:, None] & dm[None, :], other=0.0)
-        lse = tl.load(LSE + qrow, mask=rm, other=0.0)
-        delta = tl.load(DELTA + qrow, mask=rm, other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-        ok = rm[:, None] & kmask[None, :] & (kpos[None, :] <= tq[:, None])
-        p = tl.where(ok, tl.exp2(s - lse[:, None]), 0.0)
-        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
-        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
-        ds = p * (dp - delta[:, None])
-        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
-    poff = (s_id.to(tl.int64) * LP + nb * BN + n)[:, None] * DP + d[None, :]
-    pm = ((nb * BN + n) < tl.where(used, LP, 0))[:, None]  # spare segments store nothing
-    tl.store(PDK + poff, dk * sm_scale, mask=pm)
-    tl.store(PDV + poff, dv, mask=pm)
+    # The key-major dK/dV of the query-major paths: selected_keys_bwd.py's `_dkdv_walk` (one program:
+    # BN keys of one selection block against one segment of the pairs that listed it, partial dK/dV
+    # per segment) without the dQ partials (WRITE_DQ off: PDQ and NP unused). A kernel of its own name
+    # only so that profiles tell it from the key-major backward's `_sel_bwd_keys_kernel`.
+    _dkdv_walk(
+        Q, K, V, DO, LSE, DELTA, ORDER, START, SEG_END, PDK, PDV, PDK, T, NS, NK, 0, NBLK, NSEARCH, S,
+        sm_scale, G, D, LP, DP, BN, BR, PREC, False,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -247,12 +213,6 @@ def _slots(NK: int) -> int:
     return _p2(NK, 16)
 
 
-def _seg_pairs(T: int) -> int:
-    """(query, block) pairs per dK/dV program: bounds a program's work (block 0 is listed by every query)
-    while keeping the partial-dK/dV buffer small: T/4 pairs, clamped to [16, 2048]."""
-    return min(2048, max(16, triton.next_power_of_2(T) // 4))
-
-
 def _launch_config(G: int, D: int, LP: int, arch: int = 80) -> dict[str, int]:
     """The GPU config; the interpreter steps through keys 16 at a time (same code path), so the tests'
     small blocks also run the loops over several key steps and the dK/dV grid's split of a block."""
@@ -264,34 +224,26 @@ def _prec(dtype: torch.dtype) -> str:
     return "tf32" if dtype == torch.float32 and not interpreting() else "ieee"
 
 
-def _reverse_index(idx: Tensor, valid: Tensor, LP: int):
-    """(query, block) pairs sorted by block, in a constant number of aten ops and no host sync.
+def _builds_index(q: Tensor, sel_block: int, forced: bool) -> bool:
+    """Whether the forward builds the reverse index (the key-major forward: forced blocks and the
+    launch config's `fwd_keys`) and so hands it to the backward: the real op and its fake kernel ask
+    the same config (a function of the static shape), so their outputs' shapes agree."""
+    G, D = q.shape[3], q.shape[4]
+    return forced and bool(_launch_config(G, D, sel_block, device_arch(q.device))["fwd_keys"])
 
-    Returns order [P] (each sorted pair's flat position in the table [BH, T, k]; pairs without keys
-    sort last), start [BH*Ns + 1] (where block b's pairs begin), seg_end [BH*Ns] (cumulative count of
-    S-pair segments), S and NSEG = BH*Ns + ceil(BH*T*k / S), a static bound on the segments (a block
-    with c pairs uses ceil(c/S) < c/S + 1 of them): the dK/dV grid.
-    """
-    B, Hkv, T, NK = idx.shape
-    dev, BH = idx.device, B * Hkv
-    ns = -(-T // LP)
-    nblk = BH * ns
-    S = _seg_pairs(T)
-    t = torch.arange(T, device=dev).view(T, 1)
-    keep = valid & (idx >= 0) & (idx * LP <= t)  # the entries that add keys, as in the kernels
-    base = torch.arange(0, nblk, ns, device=dev).view(B, Hkv, 1, 1)
-    key = torch.where(keep, idx + base, nblk).view(-1)
-    skey, order = torch.sort(key, stable=True)
-    start = torch.searchsorted(skey, torch.arange(nblk + 1, device=dev))
-    nseg = torch.div(start[1:] - start[:-1] + (S - 1), S, rounding_mode="floor")
-    seg_end = torch.cumsum(nseg, 0)
-    return order, start, seg_end, S, nblk + -(-(BH * T * NK) // S)
+
+def _no_index(device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+    """The forward's index outputs where it built none: empty int64 tensors (the backward builds it)."""
+    return tuple(torch.empty(0, dtype=torch.int64, device=device) for _ in range(3))
 
 
 @torch.library.custom_op("nsa_triton::selected_fwd", mutates_args=())
 def _selected_fwd(
     q: Tensor, k: Tensor, v: Tensor, idx: Tensor, valid: Tensor, sel_block: int, scale: float, forced: bool
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """out, lse and the reverse index (order, start, seg_end: selected_keys.reverse_index) where the
+    key-major forward built it, else three empty int64 tensors. The index outputs are integer and not
+    differentiable; the autograd function saves them for the backward, which then builds none."""
     B, Hkv, T, G, D = q.shape
     NK = idx.shape[-1]
     cfg = _launch_config(G, D, sel_block, device_arch(q.device))
@@ -299,9 +251,11 @@ def _selected_fwd(
     valid8 = valid.view(torch.int8)
     out = torch.empty_like(q)
     lse = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
-    if forced and cfg["fwd_keys"]:
-        keys_forward(q, k, v, idx, valid8, out, lse, sel_block, scale, cfg, prec, _seg_pairs(T))
-        return out, lse
+    if _builds_index(q, sel_block, forced):
+        order, start, seg_end, _, _ = keys_forward(
+            q, k, v, idx, valid8, out, lse, sel_block, scale, cfg, prec
+        )
+        return out, lse, order, start, seg_end
     if forced:
         of = torch.empty(q.shape, dtype=torch.float32, device=q.device)
         lsef = torch.empty_like(lse)
@@ -315,18 +269,25 @@ def _selected_fwd(
             G=G, D=D, LP=sel_block, TP=cfg["TP"], RP=cfg["RP"], NKP=_slots(NK), DP=cfg["DP"], BK=cfg["BK"],
             PREC=prec, num_warps=cfg["warps_tok"], num_stages=cfg["stages_tok"],
         )  # fmt: skip
-        return out, lse
+        return out, lse, *_no_index(q.device)
     _sel_fwd_kernel[(T, B * Hkv)](
         q, k, v, idx, valid8, out, lse, T, NK, scale,
         G=G, D=D, LP=sel_block, GP=cfg["GP"], DP=cfg["DP"], BK=cfg["BK"], PREC=prec,
         num_warps=cfg["warps_q"], num_stages=cfg["stages"],
     )  # fmt: skip
-    return out, lse
+    return out, lse, *_no_index(q.device)
 
 
 @_selected_fwd.register_fake
 def _(q, k, v, idx, valid, sel_block, scale, forced):
-    return torch.empty_like(q), q.new_empty(q.shape[:4], dtype=torch.float32)
+    B, Hkv, T = q.shape[:3]
+    if _builds_index(q, sel_block, forced):
+        nblk = B * Hkv * -(-T // sel_block)
+        sizes = (B * Hkv * T * idx.shape[-1], nblk + 1, nblk)  # order, start, seg_end
+        index = tuple(q.new_empty(n, dtype=torch.int64) for n in sizes)
+    else:
+        index = _no_index(q.device)
+    return torch.empty_like(q), q.new_empty(q.shape[:4], dtype=torch.float32), *index
 
 
 @torch.library.custom_op("nsa_triton::selected_bwd", mutates_args=())
@@ -339,19 +300,32 @@ def _selected_bwd(
     valid: Tensor,
     out: Tensor,
     lse: Tensor,
+    order: Tensor,
+    start: Tensor,
+    seg_end: Tensor,
     sel_block: int,
     scale: float,
     forced: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:
+    """dq, dk, dv. (order, start, seg_end): the forward's reverse index, or empty tensors, where this
+    op builds it (selected_keys.reverse_index: the same index, bit for bit)."""
     B, Hkv, T, G, D = q.shape
     BH, NK, LP = B * Hkv, idx.shape[-1], sel_block
     cfg = _launch_config(G, D, LP, device_arch(q.device))
     prec = _prec(q.dtype)
     valid8 = valid.view(torch.int8)
     dout = dout.contiguous()
+    if order.numel() == 0:
+        index = reverse_index(idx, valid8, LP)
+    else:
+        if order.shape != (BH * T * NK,) or start.shape != (BH * -(-T // LP) + 1,):
+            raise ValueError(
+                f"nsa_triton::selected_bwd: reverse index of shapes {tuple(order.shape)} / {tuple(start.shape)} "
+                f"for a table {tuple(idx.shape)} at sel_block {LP}; pass the forward's index or empty tensors"
+            )
+        index = (order, start, seg_end, *index_bounds(BH, T, NK, LP))
     if forced and cfg["bwd_keys"]:
         # Key-major (selected_keys_bwd.py): dQ from the dK/dV kernel's products, merged per token.
-        index = _reverse_index(idx, valid, LP)
         dq, pdk, pdv = keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP, scale, cfg, prec)
         return (dq, *_reduce_dkdv(pdk, pdv, index[1], index[2], k, v, index[3], LP, cfg))
     dq = torch.empty_like(q)
@@ -369,14 +343,14 @@ def _selected_bwd(
             G=G, D=D, LP=LP, TP=cfg["TP"], RP=cfg["RP"], NKP=_slots(NK), DP=cfg["DP"], BK=cfg["BK"],
             PREC=prec, num_warps=cfg["warps_q"], num_stages=cfg["stages_dq"],
         )  # fmt: skip
-        del dqf  # consumed: its memory goes back to the allocator before the reverse index and partials
+        del dqf  # consumed: its memory goes back to the allocator before the partials
     else:
         _sel_bwd_dq_kernel[(T, BH)](
             q, k, v, idx, valid8, out, dout, lse, delta, dq, T, NK, scale,
             G=G, D=D, LP=LP, GP=cfg["GP"], DP=cfg["DP"], BK=cfg["BK"], PREC=prec,
             num_warps=cfg["warps_q"], num_stages=cfg["stages_dq"],
         )  # fmt: skip
-    order, start, seg_end, S, nseg = _reverse_index(idx, valid, LP)
+    order, start, seg_end, S, nseg = index
     ns = -(-T // LP)
     DP, BN = cfg["DP"], cfg["BN"]
     pdk = torch.empty(nseg, LP, DP, dtype=torch.float32, device=q.device)
@@ -405,21 +379,29 @@ def _reduce_dkdv(pdk, pdv, start, seg_end, k, v, S: int, LP: int, cfg: dict) -> 
 
 
 @_selected_bwd.register_fake
-def _(dout, q, k, v, idx, valid, out, lse, sel_block, scale, forced):
+def _(dout, q, k, v, idx, valid, out, lse, order, start, seg_end, sel_block, scale, forced):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output) -> None:
     q, k, v, idx, valid, sel_block, scale, forced = inputs
-    out, lse = output
-    ctx.save_for_backward(q, k, v, idx, valid, out, lse)
+    out, lse, order, start, seg_end = output
+    # The forward's reverse index is saved with the activations (order: B*Hkv*T*n int64, 16.8 MB per
+    # layer at M7C 64k x 1) so the backward does not sort again; under activation checkpointing the
+    # recomputed forward saves its own, built from the recomputed table.
+    ctx.mark_non_differentiable(order, start, seg_end)
+    # No zero-filled gradients for the outputs nobody differentiates (lse, the index): a launch each.
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(q, k, v, idx, valid, out, lse, order, start, seg_end)
     ctx.sel_block, ctx.scale, ctx.forced = sel_block, scale, forced
 
 
-def _backward(ctx, dout, _dlse):
-    q, k, v, idx, valid, out, lse = ctx.saved_tensors
+def _backward(ctx, dout, _dlse, _dorder, _dstart, _dseg_end):
+    q, k, v, idx, valid, out, lse, order, start, seg_end = ctx.saved_tensors
+    if dout is None:  # out itself was not used (only lse, say): its gradient is zero
+        dout = torch.zeros_like(out)
     dq, dk, dv = torch.ops.nsa_triton.selected_bwd(
-        dout, q, k, v, idx, valid, out, lse, ctx.sel_block, ctx.scale, ctx.forced
+        dout, q, k, v, idx, valid, out, lse, order, start, seg_end, ctx.sel_block, ctx.scale, ctx.forced
     )
     return dq, dk, dv, None, None, None, None, None
 

@@ -2,12 +2,14 @@
 
 Owns `keys_forward` (what selected.py's `_selected_fwd` runs instead of the forced split's
 query-major pair when `_config(...)["fwd_keys"]` holds, G <= 8), its gpucheck rows
-(`keys_fwd_gpucheck_rows`), and its kernels:
-- `reverse_index`: selected.py's `_reverse_index` (pairs sorted by block, cut into segments of <= S
-  pairs) in 2 small kernels (`_sel_fwd_index_kernel`: each entry's sort key; `_sel_fwd_segs_kernel`:
-  the segment ends, a one-program scan) + sort, arange, searchsorted: 5 launches instead of ~16;
+(`keys_fwd_gpucheck_rows`), the branch's one reverse index builder and its kernels:
+- `reverse_index`: the (query, block) pairs sorted by block, cut into segments of <= S pairs
+  (`_seg_pairs`), in 2 small kernels (`_sel_fwd_index_kernel`: each entry's int32 sort key;
+  `_sel_fwd_segs_kernel`: the segment ends, a one-program scan) + sort, arange, searchsorted: 5
+  launches. The key-major forward builds it and hands it to the backward; every backward path that
+  finds none (the query-major forward ran) builds it with this same function;
 - `_sel_fwd_keys_kernel`: one program per segment of the (query, block) pairs that listed one
-  selection block (the reverse index and grid of the dK/dV kernel, `_reverse_index`), times the key
+  selection block (the reverse index and grid of the dK/dV kernel), times the key
   chunks of the block. It loads the chunk's keys and values once and runs every listing pair's G heads
   against them in full tiles of BR (pair, head) rows; each row's softmax over the chunk is written as
   a partial result: the normalised output (PO, in q's dtype) and its base-2 lse (PL, fp32; -inf when
@@ -17,7 +19,7 @@ query-major pair when `_config(...)["fwd_keys"]` holds, G <= 8), its gpucheck ro
 - `_sel_fwd_merge_kernel`: query-major, one program per TM tokens x G heads of one (batch, KV head).
   It combines each row's partials over its table entries and key chunks in a fixed order (entry
   slot, then chunk: deterministic, no atomics) into the output and lse the backward reads, skipping
-  the entries that add no keys itself (the `keep` rule of `_reverse_index`), so PO/PL are never
+  the entries that add no keys itself (the reverse index's rule), so PO/PL are never
   initialised. A row without any key gets zeros and lse -inf; an entry listed twice counts twice.
 The partials are transient (freed when the forward returns): PO holds nb * B*Hkv*T*n * G*D elements.
 """
@@ -149,7 +151,7 @@ def _sel_fwd_merge_kernel(
 
 @triton.jit
 def _sel_fwd_index_kernel(IDX, VALID, KEY, T, NK, NS, NBLK, LP: tl.constexpr, BLOCK: tl.constexpr):
-    # The sort key of every table entry, as _reverse_index computes it with ~9 aten ops: its global
+    # The sort key of every table entry (one launch instead of ~9 aten ops): its global
     # block bh*NS + j when the entry adds keys (valid, j >= 0, j*LP <= t), else NBLK (sorts last).
     pos = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     pm = pos // NK // T < NBLK // NS
@@ -161,7 +163,7 @@ def _sel_fwd_index_kernel(IDX, VALID, KEY, T, NK, NS, NBLK, LP: tl.constexpr, BL
 @triton.jit
 def _sel_fwd_segs_kernel(START, SEG_END, NBLK, S, BLOCK: tl.constexpr):
     # One program: SEG_END = cumsum(ceil(count_b / S)) over the blocks, BLOCK at a time with a carry
-    # (_reverse_index's 4 aten ops in one launch; NBLK = B*Hkv*ceil(T/l') is small).
+    # (4 aten ops' work in one launch; NBLK = B*Hkv*ceil(T/l') is small).
     b = tl.arange(0, BLOCK)
     carry = tl.sum(b * 0, 0).to(tl.int64)
     for c in range(0, NBLK, BLOCK):
@@ -175,15 +177,36 @@ def _sel_fwd_segs_kernel(START, SEG_END, NBLK, S, BLOCK: tl.constexpr):
 INDEX_BLOCK = 1024  # table entries per program of _sel_fwd_index_kernel, blocks per step of the scan
 
 
-def reverse_index(idx: Tensor, valid8: Tensor, LP: int, S: int) -> tuple[Tensor, Tensor, Tensor, int]:
-    """selected.py's `_reverse_index` (same order, start and seg_end, bit for bit) in 2 kernels and 3
-    aten ops (sort, arange, searchsorted) instead of ~16 ops: the forward's share of the launch budget.
-    Returns order, start, seg_end and the static segment bound NSEG (the key-major grid)."""
+def _seg_pairs(T: int) -> int:
+    """S, (query, block) pairs per segment of the key-major kernels: bounds a program's work (block 0 is
+    listed by every query) while keeping the partial-dK/dV buffer small: T/4 pairs, clamped to [16, 2048]."""
+    return min(2048, max(16, triton.next_power_of_2(T) // 4))
+
+
+def index_bounds(BH: int, T: int, NK: int, LP: int) -> tuple[int, int]:
+    """(S, NSEG) of `reverse_index` for a table [BH, T, NK]: pairs per segment and the static bound on
+    the segments, from the shape alone (the backward takes them so for the forward's index)."""
+    S = _seg_pairs(T)
+    return S, BH * -(-T // LP) + -(-(BH * T * NK) // S)
+
+
+def reverse_index(idx: Tensor, valid8: Tensor, LP: int) -> tuple[Tensor, Tensor, Tensor, int, int]:
+    """The selected branch's reverse index, the only one: the (query, block) pairs sorted by block, cut
+    into segments of at most S pairs, in 2 kernels and 3 aten ops (sort, arange, searchsorted), no
+    host sync. Built once per layer call: the key-major forward's, shared with the backward (selected.py
+    `_selected_fwd` returns it), or the backward's own where the forward built none.
+
+    Returns order [BH*T*n] (each sorted pair's flat position in the table [BH, T, n]; entries that add
+    no keys -- invalid, block < 0 or after the query -- sort last), start [BH*Ns + 1] (where block b's
+    pairs begin), seg_end [BH*Ns] (cumulative count of S-pair segments), S (`_seg_pairs(T)`) and NSEG
+    = BH*Ns + ceil(BH*T*n / S), a static bound on the segments (a block with c pairs uses ceil(c/S) <
+    c/S + 1 of them): the key-major grids. S and NSEG are Python ints of the static shape."""
     B, Hkv, T, NK = idx.shape
     BH, ns = B * Hkv, -(-T // LP)
     nblk, npos = BH * ns, BH * T * NK
-    # int32 sort keys (global block ids <= NBLK): a radix sort of half the key bits of _reverse_index's
-    # int64 ones, the same stable order.
+    S, nseg = index_bounds(BH, T, NK, LP)
+    # int32 sort keys (global block ids <= NBLK): a radix sort of half the key bits of int64 ones, the
+    # same stable order (entries that add no keys get NBLK and sort last).
     key = torch.empty(npos, dtype=torch.int32, device=idx.device)
     _sel_fwd_index_kernel[(triton.cdiv(npos, INDEX_BLOCK),)](
         idx, valid8, key, T, NK, ns, nblk, LP=LP, BLOCK=INDEX_BLOCK, num_warps=4, num_stages=1
@@ -192,19 +215,21 @@ def reverse_index(idx: Tensor, valid8: Tensor, LP: int, S: int) -> tuple[Tensor,
     start = torch.searchsorted(skey, torch.arange(nblk + 1, dtype=torch.int32, device=idx.device))
     seg_end = torch.empty(nblk, dtype=torch.int64, device=idx.device)
     _sel_fwd_segs_kernel[(1,)](start, seg_end, nblk, S, BLOCK=INDEX_BLOCK, num_warps=4, num_stages=1)
-    return order, start, seg_end, nblk + -(-npos // S)
+    return order, start, seg_end, S, nseg
 
 
 def keys_forward(
     q: Tensor, k: Tensor, v: Tensor, idx: Tensor, valid8: Tensor, out: Tensor, lse: Tensor,
-    LP: int, scale: float, cfg: dict, prec: str, S: int,
-) -> None:  # fmt: skip
+    LP: int, scale: float, cfg: dict, prec: str,
+) -> tuple[Tensor, Tensor, Tensor, int, int]:  # fmt: skip
     """The key-major forward into `out`/`lse` (selected.py's `_selected_fwd` with `fwd_keys`): the
     index, partials per (pair, key chunk), the merge. PO/PL are left uninitialised (the merge reads
-    only what the keys kernel wrote) and freed on return. S: pairs per segment (selected._seg_pairs)."""
+    only what the keys kernel wrote) and freed on return. Returns the index (`reverse_index`'s
+    tuple), which the backward reuses."""
     B, Hkv, T, G, D = q.shape
     BH, NK = B * Hkv, idx.shape[-1]
-    order, start, seg_end, nseg = reverse_index(idx, valid8, LP, S)
+    index = reverse_index(idx, valid8, LP)
+    order, start, seg_end, S, nseg = index
     ns = -(-T // LP)
     nb = triton.cdiv(LP, cfg["BN"])
     po = torch.empty(nb, BH * T * NK, G, D, dtype=q.dtype, device=q.device)
@@ -218,6 +243,7 @@ def keys_forward(
         po, pl, idx, valid8, out, lse, T, NK, nb,
         G=G, D=D, LP=LP, TM=cfg["TM"], RM=cfg["RM"], DP=cfg["DP"], num_warps=cfg["warps_m"], num_stages=1,
     )  # fmt: skip
+    return index
 
 
 KEY_MAJOR_FWD = ("selected_fwd_index", "selected_fwd_segs", "selected_fwd_keys", "selected_fwd_merge")

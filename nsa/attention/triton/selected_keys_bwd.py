@@ -3,19 +3,21 @@
 Owns the three kernels that replace the forced dQ, the query-major dQ and the dK/dV kernels when
 `_config(...)["bwd_keys"]` holds (G <= 8, FSA's range):
 - `_sel_bwd_delta_kernel`: delta = rowsum(dO * O) in fp32, per (token, head) row;
-- `_sel_bwd_keys_kernel`: selected.py's dK/dV kernel (one program per segment of the (query, block)
-  pairs of one selection block, BN keys of it) that also writes each pair's dQ partial,
+- `_sel_bwd_keys_kernel`: the dK/dV walk `_dkdv_walk` (one program per segment of the (query, block)
+  pairs of one selection block, BN keys of it; selected.py's `_sel_bwd_dkdv_kernel` is the same walk
+  with WRITE_DQ off) that also writes each pair's dQ partial,
   (dS @ K) * scale in fp32, to PDQ [nb, BH*T*n, G, D] at the pair's flat table position and key chunk:
   s, p, dp and dS are computed once for dQ, dK and dV. Every pair goes through it, the forced entries
   (block 0, the query's own block and the one before) included;
 - `_sel_bwd_dq_merge_kernel`: query-major, per BM (token, head) rows, dQ = the sum of PDQ over the
   token's n entries and the nb key chunks in a fixed order (deterministic, no atomics), skipping the
-  entries that add no keys (`_reverse_index`'s keep rule: valid, block >= 0, block*l' <= t), which
+  entries that add no keys (the reverse index's keep rule: valid, block >= 0, block*l' <= t), which
   the keys kernel never writes: PDQ needs no memset.
 `keys_backward` launches them (selected.py's `_selected_bwd` calls it with its reverse index and
 reduces the dK/dV partials it returns); `keys_bwd_gpucheck_rows` lists them for selected.py's
 `gpucheck_specs`; `_segment` (the lookup of a segment's block and pairs) and `_block_keys` (its key
-chunk, loaded) are shared with selected.py's dK/dV kernel and selected_keys.py's forward.
+chunk, loaded) are shared with selected_keys.py's forward, `_dkdv_walk` with selected.py's dK/dV
+kernel.
 PDQ is transient (the launcher frees it before returning): nb*B*Hkv*T*n*G*D*4 bytes, 3.2 GB at M7C
 64k x 1 (nb = 1 on the GPU). The partial dK/dV and their reduction stay selected.py's.
 """
@@ -81,16 +83,22 @@ def _block_keys(K, V, blk, nb, NS, T, D: tl.constexpr, LP: tl.constexpr, DP: tl.
 
 
 @triton.jit
-def _sel_bwd_keys_kernel(
+def _dkdv_walk(
     Q, K, V, DO, LSE, DELTA, ORDER, START, SEG_END, PDK, PDV, PDQ,
     T, NS, NK, NP, NBLK, NSEARCH, S, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
-    DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr,
+    DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr, WRITE_DQ: tl.constexpr,
 ):  # fmt: skip
-    # selected.py's _sel_bwd_dkdv_kernel plus the dQ partials: BN keys (chunk nb) of one selection
-    # block against one segment (<= S pairs) of the pairs that listed it; rows of a step are BR
-    # (pair, head) couples, r -> (pair r // G, head r % G). Pair p's rows go to PDQ[nb, ORDER[p]]
-    # (NP = BH*T*NK table positions): a pair listed twice is two positions, each written once.
+    """The key-major dK/dV program, written once for both of its kernels: BN keys (chunk nb) of one
+    selection block against one segment (<= S pairs) of the (query, block) pairs that listed it; rows
+    of a step are BR (pair, head) couples, r -> (pair r // G, head r % G), so a group of any size fills
+    the tile. Writes the segment's partial dK/dV (fp32). Pairs are sorted by global block bh*NS + j
+    (ORDER: their flat table positions, START: where each block's pairs begin); block b owns segments
+    [SEG_END[b] - ceil(count/S), SEG_END[b]) (`_segment`); the static grid has spare segments past the
+    last block's (used False, no rows). WRITE_DQ (the key-major backward, `_sel_bwd_keys_kernel`) adds
+    one product a step, the rows' dQ partial (dS @ K) * scale in fp32, stored to PDQ[nb, ORDER[p]]
+    (NP = BH*T*NK table positions: a pair listed twice is two positions, each written once); without
+    it (`_sel_bwd_dkdv_kernel`, whose dQ runs query-major) PDQ and NP are not touched."""
     s_id = tl.program_id(0)
     nb = tl.program_id(1)
     blk, lo, hi, used = _segment(SEG_END, START, s_id, NBLK, NSEARCH, S)
@@ -102,7 +110,8 @@ def _sel_bwd_keys_kernel(
     DO += bh * T * G * D
     LSE += bh * T * G
     DELTA += bh * T * G
-    PDQ += nb.to(tl.int64) * NP * G * D
+    if WRITE_DQ:
+        PDQ += nb.to(tl.int64) * NP * G * D
     qk_scale = sm_scale * 1.4426950408889634
     dk = tl.zeros([BN, DP], tl.float32)
     dv = tl.zeros([BN, DP], tl.float32)
@@ -128,12 +137,28 @@ def _sel_bwd_keys_kernel(
         dp = tl.dot(do, tl.trans(v), input_precision=PREC)
         ds = (p * (dp - delta[:, None])).to(q.dtype)
         dk += tl.dot(tl.trans(ds), q, input_precision=PREC)
-        dq = tl.dot(ds, k, input_precision=PREC) * sm_scale
-        tl.store(PDQ + (pos * G + g)[:, None] * D + d[None, :], dq, mask=qm)
+        if WRITE_DQ:
+            dq = tl.dot(ds, k, input_precision=PREC) * sm_scale
+            tl.store(PDQ + (pos * G + g)[:, None] * D + d[None, :], dq, mask=qm)
     poff = (s_id.to(tl.int64) * LP + nb * BN + n)[:, None] * DP + d[None, :]
     pm = ((nb * BN + n) < tl.where(used, LP, 0))[:, None]  # spare segments store nothing
     tl.store(PDK + poff, dk * sm_scale, mask=pm)
     tl.store(PDV + poff, dv, mask=pm)
+
+
+@triton.jit
+def _sel_bwd_keys_kernel(
+    Q, K, V, DO, LSE, DELTA, ORDER, START, SEG_END, PDK, PDV, PDQ,
+    T, NS, NK, NP, NBLK, NSEARCH, S, sm_scale,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
+    DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    # The dK/dV walk with the dQ partials (WRITE_DQ). A kernel of its own name only so that profiles
+    # (the GPU suite's per-kernel families, gpusuite/modelcheck.py) tell it from the dK/dV kernel.
+    _dkdv_walk(
+        Q, K, V, DO, LSE, DELTA, ORDER, START, SEG_END, PDK, PDV, PDQ, T, NS, NK, NP, NBLK, NSEARCH, S,
+        sm_scale, G, D, LP, DP, BN, BR, PREC, True,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -195,7 +220,8 @@ def _pdq_buffer(nb: int, npos: int, G: int, D: int, device: torch.device) -> Ten
 def keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP: int, scale: float, cfg: dict,
                   prec: str) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     """selected.py's backward with `cfg["bwd_keys"]` and forced blocks, but the dK/dV reduction: delta,
-    every (query, block) pair of `index` (selected.py `_reverse_index`: order, start, seg_end, S, nseg),
+    every (query, block) pair of `index` (selected_keys.py `reverse_index`: order, start, seg_end, S,
+    nseg),
     forced ones included, through the keys kernel, then the dQ merge. Returns dQ (q's dtype) and the
     segments' fp32 partial dK/dV for selected.py's reduction; PDQ is freed on return."""
     B, Hkv, T, G, D = q.shape

@@ -1,16 +1,19 @@
 """bench/attention_fit.py: the Hopper prices of bench/attention_model.py are what the fit of the
 committed GPU runs gives (H100: the first run; H200: the kernels rewritten since), the H100 prices of
 the kernels that did not change agree with the H200 run's fit, one family re-fits alone, and the
-selection's warps factors are the probe's (pure arithmetic, no torch)."""
+selection's warps factors are the probe's (pure arithmetic, no tensor work)."""
 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("triton")  # the model reads the kernels' `_config` (their modules import triton)
+
+from tests.fixtures.bench import load_bench
 
 _BENCH = Path(__file__).resolve().parents[3] / "bench"
 FIRST_RUN = _BENCH / "gpu" / "2026-11-26-h100-speed.json"
@@ -19,17 +22,7 @@ H200_PROBE = _BENCH / "gpu" / "2026-11-26-h200-probe-after.jsonl"
 FINAL_PROBE = _BENCH / "gpu" / "2026-11-26-h200-probe-final.jsonl"
 
 
-def _load(name: str):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, _BENCH / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-fit = _load("attention_fit")
+fit = load_bench("attention_fit")
 m = fit.m
 
 
@@ -175,37 +168,6 @@ def test_a100_keeps_the_published_efficiencies_and_takes_the_cycles_per_sm_cycle
     assert m.kind_cost("cmp_sel@w2", a100) == pytest.approx(w2) == m.kind_cost("cmp_sel@w2", h100)
     assert m.kind_cost("sdpa_bwd", a100) == {"eff": m.EFF["ampere"]["fa2_bwd"]}  # FA2 as published
     assert m.kind_cost("dense_fwd", a100) is None  # the published kernels' kinds: priced by EFF
-
-
-def test_the_shipped_selection_warps_follow_the_kernels_config() -> None:
-    """shipped_launch mirrors compressed.py's and selected.py's `_config` (the selection's warps and
-    tokens a tile, the compressed dK/dV's warps, the token tiles' tokens and forward warps, the
-    selected branch key-major at G <= 8)."""
-    torch = pytest.importorskip("torch")  # noqa: F841 (compressed.py imports torch and triton)
-    from nsa.attention.triton import compressed, selected
-
-    shapes = (m.Shape("g1", 1, 2, 2, 64), m.Shape("g2d96", 1, 4, 2, 96), m.Shape("g8", 1, 16, 2, 64))
-    for shape in (*m.SHAPES.values(), *shapes):
-        for cc in (80, 90):
-            c = compressed._config(shape.G, shape.D, shape.n, shape.bl, shape.d, shape.lp, cc)
-            sc = selected._config(shape.G, shape.D, shape.lp, arch=cc)
-            launch = m.shipped_launch(shape, cc)
-            assert m.shipped_warps_sel(shape, cc) == c["warps_sel"], (shape, cc)
-            assert (launch["bt_sel"], launch["warps_cmp_dkv"]) == (c["bt_sel"], c["warps_dkv"]), (shape, cc)
-            assert (launch["halves_sel"], launch["select_v0"]) == (c["halves_sel"], bool(c["select_v0"]))
-            assert (launch["tp"], launch["warps_tok"]) == (sc["TP"], sc["warps_tok"]), (shape, cc)
-            for key in ("fwd_keys", "bwd_keys"):  # the key-major switches, where selected.py has them
-                assert launch[key] == sc.get(key, launch[key]) == (shape.G <= 8), (shape, cc, key)
-            tiles = {
-                "br_fwd_keys": "BR_f",
-                "br_bwd_keys": "BR_keys",
-                "tm_merge": "TM",
-                "bm_merge": "BM_merge",
-            }
-            for ours, theirs in tiles.items():  # the key-major tiles, likewise
-                assert launch[ours] == sc.get(theirs, launch[ours]), (shape, cc, theirs)
-            assert (m._sel_tiles(shape)["BTF"], m._sel_tiles(shape)["GPF"]) == (c["BTF"], c["GPF"])
-            assert m._sel_tiles(shape)["BJ"] == c["BJ"]
 
 
 def test_a_file_without_speed_records_is_refused_with_exit_2(tmp_path, capsys, monkeypatch) -> None:

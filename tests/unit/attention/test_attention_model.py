@@ -3,24 +3,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-_BENCH = Path(__file__).resolve().parents[3] / "bench"
+pytest.importorskip("triton")  # the model reads the kernels' `_config` (their modules import triton)
 
+from nsa.attention.gpusuite.modelcheck import load_model
+from tests.fixtures.bench import load_bench
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, _BENCH / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-m = _load("attention_model")
+m = load_model()  # the one loader (nsa.attention.gpusuite.modelcheck)
 
 
 def test_calibration_rows_have_the_issue_schema_and_stay_within_30_percent() -> None:
@@ -99,7 +89,7 @@ def test_saved_bytes_per_layer_grow_linearly_in_t() -> None:
     """Memory rows: what one M7C layer (triton path, bf16) saves for backward, traced on the meta
     device; no saved tensor grows faster than T (doubling T doubles the bytes, within the compressed
     tokens' rounding)."""
-    bench = _load("attention")
+    bench = load_bench("attention")
     a, b = bench.saved_bytes(4096), bench.saved_bytes(8192)
     assert a["saved_bytes"] > 0 and a["rope_tables_bytes"] == 2 * 4 * 4096 * 64
     assert b["saved_bytes"] / a["saved_bytes"] == pytest.approx(2.0, rel=0.01)

@@ -1,11 +1,10 @@
 """The cost model's key-major selected path (bench/attention_cost/selected.py; the kernels of
 nsa/attention/triton/selected_keys.py and selected_keys_bwd.py, switched on by selected.py's
 `fwd_keys` / `bwd_keys` at G <= 8), the committed run of what main shipped before it, and the
-model package's loading (pure arithmetic, no torch)."""
+model package's loading (pure arithmetic, no tensor work)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -14,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("triton")  # the model reads the kernels' `_config` (their modules import triton)
+
 from nsa.attention.gpusuite import modelcheck
+from tests.fixtures.bench import load_bench
 
 _BENCH = Path(__file__).resolve().parents[3] / "bench"
 SHIPPED_RUN = _BENCH / "gpu" / "2026-11-26b-h200-speed-shipped.json"
@@ -41,8 +43,13 @@ def test_the_key_major_path_is_what_selected_config_ships_at_small_groups() -> N
         names = set(_selected(8192, shape))
         if G <= 8:
             assert names == KEY_MAJOR | {"sel_reverse_index", "sel_bwd_reduce"}, G
-        else:
-            assert names == QUERY_MAJOR | {"sel_reverse_index", "sel_bwd_reduce"}, G
+        else:  # the backward builds the index itself: the forward's two small kernels run there
+            assert names == QUERY_MAJOR | {
+                "sel_fwd_index",
+                "sel_reverse_index",
+                "sel_fwd_segs",
+                "sel_bwd_reduce",
+            }, G
     s = m.SHAPES["m7c"]
     fwd_only = set(_selected(8192, s, bwd_keys=False))
     assert {"sel_fwd_keys", "sel_bwd_dkdv", "sel_bwd_dq", "sel_forced_dq"} <= fwd_only
@@ -86,10 +93,45 @@ def test_the_key_major_kernels_count_full_tiles_of_valid_pairs_and_their_partial
         )
         assert ks["sel_bwd_dq_merge"].dram == pytest.approx(pdq + table + act)
         assert bk.dram > pdq + 2 * act
-        assert ks["sel_fwd_reverse_index"].dram == ks["sel_reverse_index"].dram  # a sort each direction
+        assert ks["sel_reverse_index"].dram == ks["sel_reverse_index"].launches == 0  # the forward's index
         assert ks["sel_fwd_index"].dram == table * 17 / 9  # idx + valid in, the int64 sort key out
     qm = _selected(8192, m.SHAPES["m7c"], fwd_keys=False, bwd_keys=False)["sel_fwd"]
     assert qm.flops / qm.useful > 2  # what the key-major forward removes at G 6
+
+
+def test_the_reverse_index_is_built_once_a_layer_with_int32_keys() -> None:
+    """selected_keys.reverse_index, the branch's only index: where the key-major forward builds it
+    (G <= 8) the backward's `sel_reverse_index` costs nothing (0 launches, 0 bytes: the op hands the
+    index over); where it does not (G 16, or fwd_keys off) the backward launches the same two kernels
+    and 3 aten ops. The sort is of int32 keys (4 radix passes: 96 bytes an entry against the int64
+    sort's 256); the committed runs' builds (before 2930e5c, and the final run by RUN_BUILDS) keep
+    the backward's own int64 sort of 16 launches they measured."""
+    T = 8192
+    m7c, paper = m.SHAPES["m7c"], m.SHAPES["paper"]
+    for s, fwd_keys in ((m7c, False), (paper, None)):
+        ks = _selected(T, s, fwd_keys=fwd_keys)
+        entries = s.B * s.Hkv * T * min(s.n, T // s.lp)
+        bwd = {n: k for n, k in ks.items() if k.direction == "bwd"}
+        assert {"sel_fwd_index", "sel_reverse_index", "sel_fwd_segs"} <= set(bwd), s.name
+        assert bwd["sel_reverse_index"].launches == 3 and bwd["sel_reverse_index"].dram == entries * 96
+        assert bwd["sel_fwd_index"].dram == entries * 17
+    shared = _selected(T, m7c)
+    assert shared["sel_fwd_reverse_index"].dram == shared["sel_fwd_index"].dram / 17 * 96
+    assert shared["sel_reverse_index"].time(m.GPUS["H200"]) == 0
+    for build in ({"before_2930e5c": True}, m.RUN_BUILDS["2026-11-26b-h200-speed-final.json"]):
+        old = _selected(T, m7c, **build)
+        assert old["sel_reverse_index"].launches == 16 and old["sel_reverse_index"].dram == (
+            old["sel_fwd_reverse_index"].dram
+        )
+    # M7C 8k x 8 on the H200: the index's share of the modelled layer drops (the final run's build
+    # predicted it twice: the int64 backward sort, the forward's at the same price)
+    s8 = m.Shape("m7c", 8, m7c.H, m7c.Hkv, m7c.D)
+    h200 = m.GPUS["H200"]
+    now, before = (
+        sum(k.time(h200) for k in m.ours(T, s8, cc=90, **b) if "reverse_index" in k.name)
+        for b in ({}, {"index_once": False})
+    )
+    assert now < 0.25 * before
 
 
 def test_the_key_major_kernels_are_priced_from_the_keys_run_plus_their_partials() -> None:
@@ -159,7 +201,7 @@ def test_the_keys_run_is_reproduced_and_its_fit_is_the_stored_prices() -> None:
     run = SHIPPED_RUN.with_name("2026-11-26b-h200-speed-keys.json")
     compared, off = _check_run(run)
     assert compared == 182 and not off, off
-    fit = _fit_module()
+    fit = load_bench("attention_fit")
     fams = [
         "_sel_fwd_keys",
         "_sel_bwd_keys",
@@ -230,12 +272,16 @@ def test_the_model_reproduces_the_run_of_what_main_shipped_within_30_percent() -
 
 
 def test_loading_the_model_by_path_leaves_sys_path_alone() -> None:
-    """attention_model.py loads its package (bench/attention_cost/) by path: bench/ on sys.path would
-    let bench/launcher.py shadow the launcher package in the GPU suite's process."""
+    """modelcheck.load_model loads attention_model.py by path, once, and it loads its package
+    (bench/attention_cost/) by path: bench/ on sys.path would let bench/launcher.py shadow the
+    launcher package in the GPU suite's process. A bench script loaded after it shares the module."""
     code = (
         "import sys, importlib.util\n"
-        f"spec = importlib.util.spec_from_file_location('am', {str(_BENCH / 'attention_model.py')!r})\n"
-        "mod = importlib.util.module_from_spec(spec); sys.modules['am'] = mod; spec.loader.exec_module(mod)\n"
+        "from nsa.attention.gpusuite.modelcheck import load_model\n"
+        "mod = load_model()\n"
+        f"spec = importlib.util.spec_from_file_location('fit', {str(_BENCH / 'attention_fit.py')!r})\n"
+        "fit = importlib.util.module_from_spec(spec); spec.loader.exec_module(fit)\n"
+        "assert fit.m is sys.modules['attention_probe_fit'].m is mod is sys.modules['attention_model']\n"
         f"assert not any(p.rstrip('/') == {str(_BENCH)!r} for p in sys.path), sys.path\n"
         "assert 'launcher' not in sys.modules and mod.ours is sys.modules['attention_cost.kernels'].ours\n"
         "print(len(mod.prediction_rows([8192])))\n"
@@ -247,20 +293,12 @@ def test_loading_the_model_by_path_leaves_sys_path_alone() -> None:
         assert len(f.read_text().splitlines()) < 500, f
 
 
-def _fit_module():
-    if "attention_fit" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("attention_fit", _BENCH / "attention_fit.py")
-        sys.modules["attention_fit"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules["attention_fit"])
-    return sys.modules["attention_fit"]
-
-
 def test_a_probe_of_the_key_major_switches_prices_the_keys_kernels(tmp_path) -> None:
     """bench/attention_fit.py --probe on a kernel_probe run with the key-major switches (the lead's GPU
     call): the model's selected times beside the probe's, and the keys kernels' efficiencies solved
     from the forward, then forward+backward: here a probe made with 0.1 / 0.2 gives 0.1 / 0.2 back,
     and the stored prices are left as they were."""
-    fit = _fit_module()
+    fit = load_bench("attention_fit")
     fm = fit.m
     gpu = fm.GPUS["H200"]
     s = fm.Shape("m7c", 8, 12, 2, 64)
@@ -297,7 +335,7 @@ def test_a_probe_of_the_key_major_switches_prices_the_keys_kernels(tmp_path) -> 
 def test_a_suite_run_refits_the_keys_efficiency_with_the_partials_dram_time_kept() -> None:
     """fit() on speed records of the key-major kernels: the forward kernel 1.5x slower than priced
     gives an efficiency with which the model, its DRAM term unchanged, predicts the slower times."""
-    fit = _fit_module()
+    fit = load_bench("attention_fit")
     fm = fit.m
     gpu = fm.GPUS["H200"]
     recs = []

@@ -28,6 +28,7 @@ pytest.importorskip("triton")
 from nsa.attention import selected as eager
 from nsa.attention.selection import top_blocks
 from nsa.attention.triton import selected as tsel
+from nsa.attention.triton import selected_keys as tkeys
 from nsa.attention.triton import selected_query as tsel_query
 
 
@@ -391,16 +392,22 @@ def test_token_tiles_never_take_more_key_steps_and_share_adjacent_blocks():
 
 
 def test_reverse_index_covers_every_pair_once():
-    """The dK/dV index lists every table entry that adds keys exactly once, under its own block, and
-    the static segment bound holds (blocks with more than S pairs are split)."""
+    """The branch's one index (selected_keys.reverse_index, which the key-major forward builds and
+    the backward reuses or builds) lists every table entry that adds keys exactly once, under its own
+    block, in table order within a block (stable); the segment ends are the cumulative ceil(count/S)
+    and the static segment bound holds (blocks with more than S pairs are split)."""
     B, Hkv, T, lp, n = 1, 3, 150, 16, 5
     g = torch.Generator().manual_seed(11)
     idx = torch.randint(-1, 11, (B, Hkv, T, n), generator=g)
     valid = torch.rand(B, Hkv, T, n, generator=g) < 0.8
     idx[..., 0], valid[..., 0] = 0, True  # every query lists block 0: more than S pairs
-    order, start, seg_end, S, nseg = tsel._reverse_index(idx, valid, lp)
+    order, start, seg_end, S, nseg = tkeys.reverse_index(idx, valid.view(torch.int8), lp)
     ns = -(-T // lp)
+    assert tkeys._seg_pairs(T) == S and nseg == B * Hkv * ns + -(-(B * Hkv * T * n) // S)
     assert int(seg_end[-1]) <= nseg and (start[1:] - start[:-1]).max() > S
+    counts = start[1:] - start[:-1]
+    assert torch.equal(seg_end, torch.cumsum(-(-counts // S), 0))
+    assert all(torch.all(order[start[b] : start[b + 1]].diff() > 0) for b in range(B * Hkv * ns))
     got = []
     for blk in range(B * Hkv * ns):
         bh, j = divmod(blk, ns)

@@ -6,7 +6,7 @@ Forward and gradients (through the unchanged backward) against the eager op in f
 and future entries and a token without any key, G = 1, 2, 6, T not a multiple of l', and l' = 32
 (two key chunks of the interpreter's 16 keys: rows of the second chunk see no key). The merge reads
 only the partials the key-major kernel wrote (PO/PL filled with NaN beforehand), two runs are
-bitwise equal, the forward's index equals `_reverse_index`, and the launches are constant in T.
+bitwise equal, the index equals its aten reference, and the launches are constant in T.
 NSAAttention (G = 6) against reference.py on this path.
 """
 
@@ -127,20 +127,20 @@ def test_merge_reads_only_written_partials_and_runs_are_bitwise_equal():
     q, k, v = _inputs(T, G, D, torch.float32, seed=3)
     idx, valid = _odd_table(1, 1, T, lp, 3, seed=4)
     n = idx.shape[-1]
-    runs = [torch.ops.nsa_triton.selected_fwd(q, k, v, idx, valid, lp, 0.3, True) for _ in range(2)]
+    runs = [torch.ops.nsa_triton.selected_fwd(q, k, v, idx, valid, lp, 0.3, True)[:2] for _ in range(2)]
     for a, b in zip(*runs):
         assert torch.equal(a, b)
     cfg = tsel._launch_config(G, D, lp)
     assert cfg["fwd_keys"]
     valid8 = valid.view(torch.int8)
-    order, start, seg_end, nseg = tkeys.reverse_index(idx, valid8, lp, tsel._seg_pairs(T))
+    order, start, seg_end, S, nseg = tkeys.reverse_index(idx, valid8, lp)
     nb = -(-lp // cfg["BN"])
     assert nb == 2
     po = torch.full((nb, T * n, G, D), float("nan"))
     pl = torch.full((nb, T * n, G), float("nan"))
     ns = -(-T // lp)
     tkeys._sel_fwd_keys_kernel[(nseg, nb)](
-        q, k, v, order, start, seg_end, po, pl, T, ns, n, ns, ns.bit_length() + 1, tsel._seg_pairs(T), 0.3,
+        q, k, v, order, start, seg_end, po, pl, T, ns, n, ns, ns.bit_length() + 1, S, 0.3,
         G=G, D=D, LP=lp, DP=cfg["DP"], BN=cfg["BN"], BR=cfg["BR_f"], PREC="ieee",
     )  # fmt: skip
     out, lse = torch.empty_like(q), torch.empty(1, 1, T, G)
@@ -155,19 +155,36 @@ def test_merge_reads_only_written_partials_and_runs_are_bitwise_equal():
     assert torch.isfinite(pl[0, early]).all()
 
 
-def test_forward_index_equals_reverse_index():
-    """selected_keys.reverse_index (2 kernels + sort + searchsorted) is `_reverse_index` bit for bit:
-    order, block starts, segment ends and the static segment bound, blocks of more than S pairs."""
+def _aten_reverse_index(idx, valid, lp, S):
+    """The index as selected.py built it with ~16 aten ops before reverse_index became the only
+    builder (int64 keys, stable sort, searchsorted, cumsum): the reference it must equal bit for bit."""
+    B, Hkv, T, n = idx.shape
+    ns = -(-T // lp)
+    nblk = B * Hkv * ns
+    t = torch.arange(T).view(T, 1)
+    keep = valid & (idx >= 0) & (idx * lp <= t)
+    key = torch.where(keep, idx + torch.arange(0, nblk, ns).view(B, Hkv, 1, 1), nblk).view(-1)
+    skey, order = torch.sort(key, stable=True)
+    start = torch.searchsorted(skey, torch.arange(nblk + 1))
+    seg_end = torch.cumsum(torch.div(start[1:] - start[:-1] + (S - 1), S, rounding_mode="floor"), 0)
+    return order, start, seg_end, nblk + -(-(B * Hkv * T * n) // S)
+
+
+def test_reverse_index_equals_the_aten_reference():
+    """selected_keys.reverse_index (2 kernels + sort + searchsorted), the branch's only index, is the
+    aten-op formula bit for bit: order, block starts, segment ends and the static segment bound,
+    blocks of more than S pairs, dtypes int64."""
     B, Hkv, T, lp, n = 2, 2, 150, 16, 5
     g = torch.Generator().manual_seed(11)
     idx = torch.randint(-1, 12, (B, Hkv, T, n), generator=g)
     valid = torch.rand(B, Hkv, T, n, generator=g) < 0.8
     idx[..., 0], valid[..., 0] = 0, True
-    order, start, seg_end, S, nseg = tsel._reverse_index(idx, valid, lp)
-    got = tkeys.reverse_index(idx, valid.view(torch.int8), lp, S)
+    got = tkeys.reverse_index(idx, valid.view(torch.int8), lp)
+    S = got[3]
+    order, start, seg_end, nseg = _aten_reverse_index(idx, valid, lp, S)
     assert (start[1:] - start[:-1]).max() > S
     assert torch.equal(got[0], order) and torch.equal(got[1], start) and torch.equal(got[2], seg_end)
-    assert got[3] == nseg
+    assert got[4] == nseg and {x.dtype for x in got[:3]} == {torch.int64}
 
 
 def _launches():

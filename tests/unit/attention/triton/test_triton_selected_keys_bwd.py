@@ -9,6 +9,12 @@ kernel splits a block into two key chunks (two dQ partials per pair); the dQ par
 initialised (NaN-filled); two runs bitwise equal; the old kernels not run (and still exact with
 bwd_keys off); the launches the same at every T. The NSAAttention check against reference.py at G = 6
 (test_triton_selected.py) takes this path too.
+
+The reverse index: the key-major forward's op returns it and the backward reuses it (bitwise the same
+gradients as with its own, one build per forward + backward, none in the backward), through the fake
+kernel (meta), torch.compile (aot_eager), opcheck and activation checkpointing (rebuilt by the
+recomputed forward); a wrong-shaped index is refused; at G 16 the query-major backward builds its own (fp32, fp16, bf16 against eager / rounding
+bounds). The dK/dV kernel and the keys kernel are one program (`_dkdv_walk`, WRITE_DQ off / on).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ pytest.importorskip("triton")
 from nsa.attention import selected as eager
 from nsa.attention.selection import top_blocks
 from nsa.attention.triton import selected as tsel
+from nsa.attention.triton import selected_keys as tkeys_index
 from nsa.attention.triton import selected_keys_bwd as tkeys
 
 TOL = {torch.float32: 2e-5, torch.float16: 2e-3}
@@ -80,8 +87,11 @@ def _grads(q, k, v, idx, valid, lp, dout):
 def _backward(q, k, v, idx, valid, lp, dout, out_lse=None):
     """The backward op alone (dq, dk, dv), on the forward's (out, lse) when given."""
     scale = q.shape[-1] ** -0.5
-    out, lse = out_lse or torch.ops.nsa_triton.selected_fwd(q, k, v, idx, valid, lp, scale, True)
-    return torch.ops.nsa_triton.selected_bwd(dout, q, k, v, idx, valid, out, lse, lp, scale, True)
+    out, lse = (out_lse or torch.ops.nsa_triton.selected_fwd(q, k, v, idx, valid, lp, scale, True))[:2]
+    none = torch.empty(0, dtype=torch.int64)  # no forward index: the backward builds its own
+    return torch.ops.nsa_triton.selected_bwd(
+        dout, q, k, v, idx, valid, out, lse, none, none, none, lp, scale, True
+    )
 
 
 def _inputs(B, Hkv, T, G, D, dtype, seed):
@@ -191,8 +201,185 @@ def test_bwd_keys_is_fsa_range_and_launches_are_constant_in_T():
         lse = torch.zeros(q.shape[:4])
         counter = launches.LaunchCounter()
         with launches.no_triton_execution(counter), counter:
-            torch.ops.nsa_triton.selected_bwd(dout, q, k, v, idx, valid, out, lse, 8, 0.25, True)
+            none = torch.empty(0, dtype=torch.int64)
+            torch.ops.nsa_triton.selected_bwd(
+                dout, q, k, v, idx, valid, out, lse, none, none, none, 8, 0.25, True
+            )
         rows.append((dict(counter.triton), dict(counter.ops), dict(counter.syncs)))
     assert rows[0] == rows[1] and rows[0][2] == {}
+    # Given no forward index (empty tensors: the query-major forward ran), the backward builds it with
+    # selected_keys.reverse_index: 2 kernels and 3 aten ops (sort, arange, searchsorted), the ~16 aten
+    # ops of the deleted _reverse_index gone.
     assert rows[0][0] == {"_sel_bwd_delta_kernel": 1, "_sel_bwd_keys_kernel": 1, "_sel_bwd_reduce_kernel": 1,
-                          "_sel_bwd_dq_merge_kernel": 1}  # fmt: skip
+                          "_sel_bwd_dq_merge_kernel": 1, "_sel_fwd_index_kernel": 1,
+                          "_sel_fwd_segs_kernel": 1}  # fmt: skip
+    assert sum(rows[0][1].values()) == 3, rows[0][1]
+
+
+def _skipping_kernels(fn, *args):
+    """fn(*args) with every triton launch counted and skipped (bench/attention_launches.py's counter):
+    (its result, the counter). Outputs are garbage; shapes, dtypes and counts are real."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[4] / "bench" / "attention_launches.py"
+    spec = importlib.util.spec_from_file_location("attention_launches", path)
+    launches = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launches)
+    counter = launches.LaunchCounter()
+    with launches.no_triton_execution(counter), counter:
+        result = fn(*args)
+    return result, counter
+
+
+def _index_builds(fn) -> int:
+    """How many times `fn` builds the reverse index (its first kernel and its sort; nothing runs)."""
+    _, counter = _skipping_kernels(fn)
+    assert counter.ops["aten.sort.stable"] == counter.triton["_sel_fwd_index_kernel"]
+    return counter.triton["_sel_fwd_index_kernel"]
+
+
+@pytest.mark.parametrize("keys", [True, False])
+def test_forward_index_is_the_backwards(monkeypatch, keys):
+    """With forced blocks at G <= 8 the forward's op returns its reverse index (reverse_index's, bit for
+    bit) and the backward takes it instead of sorting again: the same gradients, bit for bit, on the
+    key-major backward and (bwd_keys off) on the query-major dK/dV path; forward + backward through
+    autograd build the index once. Elsewhere the forward returns empty int64 tensors and the
+    backward builds it (G 16, or no forced blocks)."""
+    _path(monkeypatch, keys=keys)
+    T, D, lp = 33, 16, 8
+    q, k, v, dout = _inputs(1, 1, T, 6, D, torch.float16, seed=90)
+    idx, valid = _odd_table(T, lp, 4, seed=90)
+    scale = D**-0.5
+    out, lse, *index = torch.ops.nsa_triton.selected_fwd(q, k, v, idx, valid, lp, scale, True)
+    want = tkeys_index.reverse_index(idx, valid.view(torch.int8), lp)
+    assert all(torch.equal(a, b) for a, b in zip(index, want[:3], strict=True))
+    shared = torch.ops.nsa_triton.selected_bwd(dout, q, k, v, idx, valid, out, lse, *index, lp, scale, True)
+    own = _backward(q, k, v, idx, valid, lp, dout, (out, lse))
+    for a, b in zip(shared, own, strict=True):
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+    assert _index_builds(lambda: _grads(q, k, v, idx, valid, lp, dout)) == 1
+    for G, forced in ((16, True), (6, False)):
+        qg = torch.randn(1, 1, T, G, D).half()
+        fwd = torch.ops.nsa_triton.selected_fwd
+        _, _, *none = _skipping_kernels(fwd, qg, k, v, idx, valid, lp, scale, forced)[0]
+        assert [(x.dtype, x.numel()) for x in none] == [(torch.int64, 0)] * 3, (G, forced)
+
+
+def test_fake_kernel_gives_the_index_shapes_and_compile_and_checkpointing_use_it(monkeypatch):
+    """The fake kernel (meta device, torch.compile's fake tensors) gives the real op's output shapes
+    and dtypes, the index's included (empty where the forward builds none). torch.compile (aot_eager,
+    fullgraph) and activation checkpointing (the forward runs again in the backward and saves the
+    index it rebuilt: never a stale one) give the eager gradients bit for bit; checkpointing builds the
+    index twice (forward, recomputation), the backward none."""
+    from torch.utils.checkpoint import checkpoint
+
+    _path(monkeypatch, keys=True)
+    T, D, lp = 24, 16, 8
+    q, k, v, dout = _inputs(1, 1, T, 2, D, torch.float32, seed=95)
+    idx, valid = _odd_table(T, lp, 3, seed=95)
+    for G, forced in ((2, True), (2, False), (16, True)):
+        qg = torch.randn(1, 1, T, G, D)
+        args = (qg, k, v, idx, valid, lp, 0.25, forced)
+        real = _skipping_kernels(torch.ops.nsa_triton.selected_fwd, *args)[0]
+        meta = torch.ops.nsa_triton.selected_fwd(*(x.to("meta") for x in args[:5]), *args[5:])
+        assert [(x.shape, x.dtype) for x in real] == [(x.shape, x.dtype) for x in meta], (G, forced)
+    with monkeypatch.context() as patched:  # the fake asks the launch config as the op does (probes patch it)
+        base = tsel._launch_config
+        patched.setattr(tsel, "_launch_config", lambda *a: {**base(*a), "fwd_keys": False})
+        meta = torch.ops.nsa_triton.selected_fwd(
+            *(x.to("meta") for x in (q, k, v, idx, valid)), lp, 0.25, True
+        )
+        assert [x.numel() for x in meta[2:]] == [0, 0, 0]
+
+    def loss(q, k, v):
+        out = tsel.selected_attention(q, k, v, idx, valid, sel_block=lp, scale=0.25, forced_blocks=True)
+        return (out * dout).sum()
+
+    def grads(fn):
+        leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+        return torch.autograd.grad(fn(*leaves), leaves)
+
+    want = grads(loss)
+    torch._dynamo.reset()
+    compiled = grads(torch.compile(loss, backend="aot_eager", fullgraph=True))
+    ckpt = grads(lambda *a: checkpoint(loss, *a, use_reentrant=False))
+    for got in (compiled, ckpt):
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    assert _index_builds(lambda: grads(lambda *a: checkpoint(loss, *a, use_reentrant=False))) == 2
+
+
+def test_dkdv_and_keys_kernels_are_one_walk():
+    """The dK/dV kernel of the query-major paths and the key-major backward's keys kernel are one
+    program, `_dkdv_walk`, with its constexpr WRITE_DQ off / on (the dQ partials' product and store
+    are the only difference): each kernel is that one call, kept under its own name for the profiles
+    (the GPU suite's families). Both uses' numerics: the tests above (keys) and bwd_keys off (dK/dV)."""
+    import ast
+    import inspect
+    import textwrap
+
+    for kernel, write_dq in ((tsel._sel_bwd_dkdv_kernel, False), (tkeys._sel_bwd_keys_kernel, True)):
+        fn = getattr(kernel, "fn", kernel)
+        body = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0].body
+        assert len(body) == 1 and isinstance(body[0].value, ast.Call), fn.__name__
+        call = body[0].value
+        assert call.func.id == "_dkdv_walk" and ast.literal_eval(call.args[-1]) is write_dq
+        assert len(call.args) == len(
+            inspect.signature(getattr(tkeys._dkdv_walk, "fn", tkeys._dkdv_walk)).parameters
+        )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_query_major_path_at_g16_builds_its_own_index_and_matches_eager(dtype):
+    """G 16 (the paper's group: query-major forward, forced dQ + token-tile dQ + the dK/dV walk without
+    dQ partials), where the forward builds no index and the backward builds reverse_index itself:
+    gradients against the eager op's autograd on a table with duplicates, invalid, negative and future
+    entries and a token without any key (zero dQ there)."""
+    T, D, lp = 33, 16, 8
+    q, k, v, dout = _inputs(1, 1, T, 16, D, dtype, seed=99)
+    idx, valid = _odd_table(T, lp, 4, seed=99)
+    _, got = _grads(q, k, v, idx, valid, lp, dout)
+    qf, kf, vf = (x.float().requires_grad_() for x in (q, k, v))
+    want = eager.selected_attention(qf, kf, vf, idx, valid, sel_block=lp, scale=D**-0.5, chunk=7)
+    ref = torch.autograd.grad(want, (qf, kf, vf), dout.float())
+    tol = TOL[dtype] * 5
+    for name, a, b in zip("qkv", got, ref):
+        torch.testing.assert_close(a.float(), b, rtol=tol, atol=tol, msg=lambda m, n=name: f"d{n}: {m}")
+    assert got[0][0, 0, 3].abs().max() == 0
+
+
+def test_query_major_path_at_g16_bf16_within_rounding_bounds(bf16_interpreter):
+    """The G 16 path in bf16 as the GPU does it (conftest fixture): output and gradients within
+    nsa.attention.gpusuite.bounds' rounding bounds; l' = 32 (two key chunks of the dK/dV walk)."""
+    from nsa.attention.gpusuite import bounds
+
+    T, D, lp, n = 40, 16, 32, 2
+    q, k, v, dout = _inputs(1, 1, T, 16, D, torch.bfloat16, seed=98)
+    g = torch.Generator().manual_seed(98)
+    idx, valid = top_blocks(torch.rand(1, 1, T, 2, generator=g), torch.arange(T), lp, n)
+    out, grads = _grads(q, k, v, idx, valid, lp, dout)
+    got = {"out": out, **dict(zip(("dq", "dk", "dv"), grads))}
+    vis = bounds.selected_visible(idx, valid, T, lp)
+    for name, want in bounds.attention_bounds(q, k, v, dout, vis, D**-0.5, torch.bfloat16).items():
+        res = bounds.check(got[name], want)
+        assert got[name].dtype == torch.bfloat16 and res["within_bound"], f"{name}: {res}"
+
+
+def test_ops_pass_opcheck_and_a_wrong_index_is_refused():
+    """torch.library.opcheck of the forward op with its index outputs (schema, autograd registration,
+    fake tensors, aot dispatch with dynamic shapes) on the key-major path; the backward op refuses an
+    index of the wrong shape with an error that names it, before any kernel runs."""
+    T, D, lp = 24, 16, 8
+    q, k, v, dout = _inputs(1, 1, T, 2, D, torch.float32, seed=97)
+    idx, valid = top_blocks(
+        torch.rand(1, 1, T, 3, generator=torch.Generator().manual_seed(97)), torch.arange(T), lp, 3
+    )
+    leaves = [x.requires_grad_() for x in (q, k, v)]
+    torch.library.opcheck(torch.ops.nsa_triton.selected_fwd, (*leaves, idx, valid, lp, 0.25, True))
+    out, lse, order, start, seg_end = torch.ops.nsa_triton.selected_fwd(q, k, v, idx, valid, lp, 0.25, True)
+    with pytest.raises(
+        ValueError, match=r"reverse index of shapes \(71,\).*pass the forward's index or empty"
+    ):
+        torch.ops.nsa_triton.selected_bwd(
+            dout, q, k, v, idx, valid, out, lse, order[:-1], start, seg_end, lp, 0.25, True
+        )
