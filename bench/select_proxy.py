@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import json
 import math
 import os
@@ -40,10 +41,25 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT))
 
-import select_sass  # noqa: E402
+
+def _sibling(name: str):
+    """bench/<name>.py as the module `name`, by path: never bench/ on sys.path (bench/launcher.py and
+    bench/data.py would shadow the project's packages)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return mod
+
+
+select_sass = _sibling("select_sass")
 
 SASS_FILE = HERE / "select_proxy_sass.json"
 GEO = {"block_len": 32, "block_stride": 16, "sel_block": 64, "n_sel": 16}
@@ -71,8 +87,6 @@ def _load_kernel(name: str):
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     path = Path(tempfile.mkdtemp(prefix="selproxy-")) / f"compressed_select_{rev}.py"
     path.write_text(src)  # triton.jit reads the source file: a real module, not exec'd text
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location(path.stem, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -409,9 +423,7 @@ def main(argv=None) -> int:
         for r in predict(candidate_rows(args.predict, over, args.kernel, args.windows), f):
             print(json.dumps({"prediction": "h200", **{k: r[k] for k in KEEP if k in r}}), flush=True)
     if args.variants:  # before the GPU measures them: the probe checks the proxy out of sample
-        import kernel_probe
-
-        for v in kernel_probe.CMP_VARIANTS:
+        for v in _sibling("kernel_probe").CMP_VARIANTS:
             if v["kernel"] != "select":
                 continue
             over = {k: x for k, x in v.items() if k != "kernel"}

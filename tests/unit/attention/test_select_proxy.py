@@ -5,31 +5,17 @@ program, the measured points read from the committed GPU runs, and the fit (CPU,
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from nsa.attention.selection import top_blocks
+from tests.fixtures.bench import BENCH, load_bench
 
-_BENCH = Path(__file__).resolve().parents[3] / "bench"
-
-
-def _load(name: str):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, _BENCH / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-sp = _load("select_proxy")
-ss = sys.modules["select_sass"]
+sp = load_bench("select_proxy")
+ss = load_bench("select_sass")  # the module select_proxy loaded
 
 # A listing in nvdisasm's form: prologue (3), loop with an MMA (always: 4 + branch + backedge), two
 # predicated forward branches over merges of 2 and 3 instructions, epilogue to EXIT (2), and the
@@ -121,6 +107,11 @@ def test_dynamic_count_is_the_program_by_program_count(small, monkeypatch):
                 want += 12 + 11 * n
                 want += sum(13 * int(E[seq, g][:, :n].any(0).sum()) for g in groups if g)
         assert got["warp_insns"] == pytest.approx(2 * want, rel=1e-9), (bt, halves)
+
+
+def test_the_proxy_leaves_sys_path_alone():
+    """bench/ never goes on sys.path (bench/launcher.py would shadow the launcher package)."""
+    assert str(BENCH) not in sys.path and sp.select_sass is ss
 
 
 def test_measured_points_are_the_gpu_runs_with_recorded_sass():
