@@ -78,6 +78,15 @@ CMP_VARIANTS = [
     {"kernel": "select", "bt_sel": 4, "warps_sel": 4},
     {"kernel": "select", "halves_sel": 1},
     {"kernel": "select", "halves_sel": 0},  # since 2026-11-26b M7C on sm_90 ships halves
+    # 8 tokens a tile merged in halves: bench/select_proxy.py predicts the paper's shape 16 % faster
+    # than shipped at 64k (208 registers, 2 warps a scheduler: outside its calibrated range).
+    {"kernel": "select", "bt_sel": 8, "halves_sel": 1},
+    # 1 warp a program under a 168-register cap (12 warps an SM, no spill on triton 3.6): the proxy
+    # (bench/select_proxy.py) predicts M7C 28 % faster at 64k (4.90 ms against 6.81), 29-31 % at
+    # 2k-32k, like `warps_sel` 1 uncapped above (4.87; 10 warps an SM, at its latency bound); and 4
+    # tokens a tile in halves under the cap (M7C 14 %; 210 registers uncapped).
+    {"kernel": "select", "warps_sel": 1, "maxnreg_sel": 168},
+    {"kernel": "select", "bt_sel": 4, "halves_sel": 1, "maxnreg_sel": 168},
     # The selection kernel before 2026-11-26b (compressed_select_v0.py) at its shipped settings, and
     # at 4 warps: the comparison of the int32 merge with the int64 one, in the same run.
     {"kernel": "select", "select_v0": 1},

@@ -5,9 +5,11 @@ kernel as `compressed.gpucheck_specs` would launch it (or under `--set KEY=VALUE
 `compressed._config`), disassembles the cubin with the triton wheel's `nvdisasm`, finds the key-tile
 loop (the backward branch with the widest span) and counts its SASS instructions by class: all,
 shuffles (cross-lane reductions), barriers and shared-memory loads/stores (layout conversions: the
-latency of a latency-bound kernel), 64-bit integer compares. Registers and spills from the same
-compile's `ptxas -v`. Static counts: an instruction inside a data-dependent branch counts once,
-whether or not it runs. Prints one JSON object per line; it asserts nothing.
+latency of a latency-bound kernel), 64-bit integer compares, local-memory (spill) loads/stores.
+Registers, spills and shared memory from the same compile's `ptxas -v`. Static counts: an
+instruction inside a data-dependent branch counts once, whether or not it runs; `split` gives the
+paths apart (prologue, epilogue, the loop's always-run part and its branches) for the dynamic count
+of bench/select_proxy.py. Prints one JSON object per line; it asserts nothing.
 
   .venv/bin/python bench/select_sass.py                              # M7C and paper, sm_80 and sm_90
   .venv/bin/python bench/select_sass.py --shape 6x64 --arch 90 --set select_v0=1   # the kernel before
@@ -44,43 +46,97 @@ def _disasm(cubin: bytes, arch: int) -> list[str]:
 _INSN = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
 
 
-def count(lines: list[str]) -> dict:
-    """Instruction counts of the whole kernel and of its widest loop (a backward branch)."""
-    insns = []  # (opcode, operands)
-    label_at = {}  # label -> index of the next instruction
+def _parse(lines: list[str]) -> tuple[list[tuple[str, str, bool]], dict[str, int]]:
+    """(opcode, operands, predicated) of every instruction, and label -> index of the instruction
+    after it."""
+    insns, label_at = [], {}
     for ln in lines:
         lab = re.match(r"\s*(\.L\w+):", ln)
         if lab:
             label_at[lab.group(1)] = len(insns)
         m = _INSN.search(ln)
         if m:
-            insns.append((m.group(3), m.group(4)))
+            insns.append((m.group(3), m.group(4), bool(m.group(2))))
+    return insns, label_at
+
+
+def _target(rest: str) -> str | None:
+    t = re.search(r"\((\.L\w+)\)", rest)
+    return t.group(1) if t else None
+
+
+def _loop(insns, label_at) -> tuple[int, int]:
+    """[lo, hi) of the widest backward branch around a tensor-core product: the key-tile loop."""
     loop, span = (0, len(insns)), -1
-    for i, (op, rest) in enumerate(insns):
-        t = re.search(r"\((\.L\w+)\)", rest)
-        if op.startswith("BRA") and t and label_at.get(t.group(1), i) < i:
-            lo = label_at[t.group(1)]
-            has_mma = any(o.startswith(("HMMA", "HGMMA")) for o, _ in insns[lo:i])
+    for i, (op, rest, _) in enumerate(insns):
+        t = _target(rest)
+        if op.startswith("BRA") and t and label_at.get(t, i) < i:
+            lo = label_at[t]
+            has_mma = any(o.startswith(("HMMA", "HGMMA")) for o, _, _ in insns[lo:i])
             if has_mma and i - lo > span:  # the key-tile loop holds the QK product
                 span, loop = i - lo, (lo, i + 1)
-    body = insns[loop[0] : loop[1]]
-
-    def classes(seq) -> dict:
-        ops = [op for op, _ in seq if op != "NOP"]
-        return {
-            "insns": len(ops),
-            "shfl": sum(op.startswith("SHFL") for op in ops),
-            "bar": sum(op.startswith(("BAR", "WARPSYNC")) for op in ops),
-            "lds_sts": sum(op.startswith(("LDS", "STS")) for op in ops),
-            "isetp_ex": sum(op.startswith("ISETP") and ".EX" in op for op in ops),
-            "mufu": sum(op.startswith("MUFU") for op in ops),
-            "mma": sum(op.startswith(("HMMA", "HGMMA", "IMMA")) for op in ops),
-        }
-
-    return {"kernel": classes(insns), "loop": classes(body)}
+    return loop
 
 
-def compile_select(G: int, D: int, arch: int, over: dict, triton_dtype: str = "bf16") -> dict:
+def _classes(seq) -> dict:
+    ops = [x[0] for x in seq if x[0] != "NOP"]
+    return {
+        "insns": len(ops),
+        "shfl": sum(op.startswith("SHFL") for op in ops),
+        "bar": sum(op.startswith(("BAR", "WARPSYNC")) for op in ops),
+        "lds_sts": sum(op.startswith(("LDS", "STS")) for op in ops),
+        "isetp_ex": sum(op.startswith("ISETP") and ".EX" in op for op in ops),
+        "mufu": sum(op.startswith("MUFU") for op in ops),
+        "mma": sum(op.startswith(("HMMA", "HGMMA", "IMMA")) for op in ops),
+        "ldl_stl": sum(op.startswith(("LDL", "STL")) for op in ops),  # spilled registers
+    }
+
+
+def count(lines: list[str]) -> dict:
+    """Instruction counts of the whole kernel and of its widest loop (a backward branch)."""
+    insns, label_at = _parse(lines)
+    lo, hi = _loop(insns, label_at)
+    return {"kernel": _classes(insns), "loop": _classes(insns[lo:hi])}
+
+
+def split(lines: list[str]) -> dict:
+    """The kernel's SASS as the paths a program takes, for a dynamic count (bench/select_proxy.py):
+    `prologue` (before the key-tile loop, once), `epilogue` (after it, to the last EXIT, once),
+    `always` (the loop body outside its data-dependent branches, once a key tile) and `branches`
+    (each forward conditional branch's skipped range inside the loop, outermost only, in order: the
+    top-n merges, run only on tiles that merge). Each part is `_classes` counts per thread (= per
+    warp: every warp of a program runs the same instruction stream)."""
+    insns, label_at = _parse(lines)
+    lo, hi = _loop(insns, label_at)
+    regions: list[tuple[int, int]] = []
+    i = lo
+    while i < hi - 1:
+        op, rest, pred = insns[i]
+        end = label_at.get(_target(rest), -1) if op.startswith("BRA") and pred else -1
+        if i < end <= hi - 1:
+            regions.append((i + 1, end))
+            i = end
+            continue
+        i += 1
+    exits = [k for k, x in enumerate(insns) if x[0].startswith("EXIT")]
+    last_exit = max(exits, default=len(insns) - 1)
+    inside = set()
+    for a, b in regions:
+        inside.update(range(a, b))
+    return {
+        "prologue": _classes(insns[:lo]),
+        "epilogue": _classes(insns[hi : last_exit + 1]),
+        "always": _classes([x for k, x in enumerate(insns[lo:hi], lo) if k not in inside]),
+        "branches": [_classes(insns[a:b]) for a, b in regions],
+    }
+
+
+def compile_select(
+    G: int, D: int, arch: int, over: dict, triton_dtype: str = "bf16", fn=None, paths: bool = False
+) -> dict:
+    """Compile the selection kernel as launched for G x D on sm_`arch` (`over`: _config overrides;
+    `fn`: another @triton.jit kernel with `_cmp_select`'s signature, e.g. an older version of it) and
+    count its SASS; `paths` adds `split`'s prologue / epilogue / always / branches counts."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -97,14 +153,19 @@ def compile_select(G: int, D: int, arch: int, over: dict, triton_dtype: str = "b
         spec = next(s for s in cmp.gpucheck_specs(shape, arch) if s.name == "compressed_select")
         if over.get("select_v0"):  # the kernel before it, at its own shipped tokens and warps
             c = cmp._config(G, D, 16, 32, 16, 64, arch)
-            const = {k: v for k, v in spec.constexprs.items() if k not in ("SP", "HALVES")}
-            const["BT"] = c["bt_sel_v0"]
-            sig = {k: v for k, v in spec.signature.items() if k not in ("SP", "HALVES")}
-            spec = replace(
-                spec, fn=cmp._cmp_select_v0, signature=sig, constexprs=const, num_warps=c["warps_sel_v0"]
-            )
+            const = {**spec.constexprs, "BT": c["bt_sel_v0"]}
+            spec = replace(spec, fn=cmp._cmp_select_v0, constexprs=const, num_warps=c["warps_sel_v0"])
     finally:
         cmp._config = real
+    if fn is not None:
+        spec = replace(spec, fn=fn)
+    # Another kernel version may lack some of today's constexprs (v0: SP and HALVES).
+    names = set(spec.fn.arg_names)
+    spec = replace(
+        spec,
+        signature={k: v for k, v in spec.signature.items() if k in names},
+        constexprs={k: v for k, v in spec.constexprs.items() if k in names},
+    )
     aligned = {
         (i,): [["tt.divisibility", 16]]
         for i, n in enumerate(spec.fn.arg_names)
@@ -115,8 +176,10 @@ def compile_select(G: int, D: int, arch: int, over: dict, triton_dtype: str = "b
     )
     log = io.StringIO()
     with contextlib.redirect_stdout(log):
-        k = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                           options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})  # fmt: skip
+        opts = {"num_warps": spec.num_warps, "num_stages": spec.num_stages}
+        if over.get("maxnreg_sel"):  # the launcher's register cap (compressed._config)
+            opts["maxnreg"] = over["maxnreg_sel"]
+        k = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=opts)
     rep = (
         gpucheck._parse_ptxas(log.getvalue())
         if "Used " in log.getvalue()
@@ -124,8 +187,12 @@ def compile_select(G: int, D: int, arch: int, over: dict, triton_dtype: str = "b
     )
     rec = {"fn": spec.fn.fn.__name__, "G": G, "D": D, "arch": arch, "warps": spec.num_warps,
            "BT": spec.constexprs["BT"], "registers": rep["registers"],
-           "spill": rep["spill_stores"] + rep["spill_loads"], "triton": triton.__version__}  # fmt: skip
-    rec.update(count(_disasm(k.asm["cubin"], arch)))
+           "spill": rep["spill_stores"] + rep["spill_loads"], "smem": k.metadata.shared,
+           "triton": triton.__version__}  # fmt: skip
+    lines = _disasm(k.asm["cubin"], arch)
+    rec.update(count(lines))
+    if paths:
+        rec["paths"] = split(lines)
     return rec
 
 

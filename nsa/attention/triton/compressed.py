@@ -347,6 +347,11 @@ def _config(
         # sm_90 at M7C (2 tokens a tile, 2 warps) halves ran the selection at 64k in 7.00 ms instead
         # of 7.36 on an H200 (bench/kernel_probe.py, 2026-11-26b; ptxas: no spill, triton 3.6 and 3.9).
         "halves_sel": 1 if btf >= 8 or (head_dim > 64 and btf >= 4) or hopper_g8 else 0,
+        # A register cap for the selection (ptxas .maxnreg; 0: none, as shipped), for bench/select_proxy.py's
+        # candidates at M7C on sm_90 (bench/kernel_probe.py): 1 warp a program (193 registers, 10 warps
+        # an SM) or 4 tokens a tile in halves (210, 8 warps) capped at 168 hold 12 warps an SM with no
+        # spill on triton 3.6; triton 3.9 spills 48 B at 1 warp capped so (none at 184).
+        "maxnreg_sel": 0,
         # 1: launch `_cmp_select_v0` (compressed_select_v0.py, the kernel before 2026-11-26b) at its own
         # shipped settings instead, for the GPU probe's comparison (bench/kernel_probe.py).
         "select_v0": 0,
@@ -410,7 +415,7 @@ def launch_select(
         return
     _cmp_select[(triton.cdiv(T, c["bt_sel"]), B * Hkv)](
         *args, BT=c["bt_sel"], SP=c["SP"], HALVES=c["halves_sel"], **geo, num_warps=c["warps_sel"],
-        num_stages=2,
+        num_stages=2, **({"maxnreg": c["maxnreg_sel"]} if c["maxnreg_sel"] else {}),
     )  # fmt: skip
 
 

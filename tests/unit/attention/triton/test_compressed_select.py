@@ -121,3 +121,14 @@ def test_select_v0_switch_gives_the_same_tables():
     e_idx, e_valid = _exact_table(q, kc, bl, d, lp, n)
     idx, valid = _kernel_table(q, kc, bl, d, lp, n, select_v0=1)
     assert torch.equal(valid, e_valid) and torch.equal(idx, e_idx)
+
+
+def test_select_proxy_candidate_settings_give_the_same_tables():
+    """bench/select_proxy.py's candidate for the GPU probe (4 tokens a tile merged in halves under a
+    register cap, `maxnreg_sel`; the interpreter ignores the cap, the launcher must pass it through):
+    same tables."""
+    T, G, D, bl, d, lp, n = 140, 6, 64, 4, 2, 4, 6
+    q, kc = _tied_inputs(T, G, D, bl, d, lp, seed=T)
+    e_idx, e_valid = _exact_table(q, kc, bl, d, lp, n)
+    idx, valid = _kernel_table(q, kc, bl, d, lp, n, bt_sel=4, halves_sel=1, maxnreg_sel=168)
+    assert torch.equal(valid, e_valid) and torch.equal(idx, e_idx)

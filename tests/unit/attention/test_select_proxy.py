@@ -1,0 +1,157 @@
+"""bench/select_proxy.py, the selection kernel's GPU-free time proxy, and bench/select_sass.py's split
+of the SASS into the paths a program takes: the split of a listing, the merge test against eager's
+top-n (`selection.top_blocks`) on the suite's inputs, the dynamic count against a count program by
+program, the measured points read from the committed GPU runs, and the fit (CPU, no compile)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+
+from nsa.attention.selection import top_blocks
+from tests.fixtures.bench import BENCH, load_bench
+
+sp = load_bench("select_proxy")
+ss = load_bench("select_sass")  # the module select_proxy loaded
+
+# A listing in nvdisasm's form: prologue (3), loop with an MMA (always: 4 + branch + backedge), two
+# predicated forward branches over merges of 2 and 3 instructions, epilogue to EXIT (2), and the
+# trap loop after EXIT (not counted).
+_LISTING = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   S2R R0, SR_CTAID.X ;
+        /*0020*/              @!P0 BRA `(.L_x_9) ;
+.L_x_1:
+        /*0030*/                   HMMA.16816.F32.BF16 R4, R8, R12, RZ ;
+        /*0040*/                   SHFL.BFLY PT, R5, R4, 0x10, 0x1f ;
+        /*0050*/              @!P1 BRA `(.L_x_2) ;
+        /*0060*/                   STS [R2], R5 ;
+        /*0070*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+.L_x_2:
+        /*0080*/              @!P2 BRA `(.L_x_3) ;
+        /*0090*/                   LDS R6, [R2] ;
+        /*00a0*/                   IADD3 R7, R6, 0x1, RZ ;
+        /*00b0*/                   SEL R7, R7, RZ, P3 ;
+.L_x_3:
+        /*00c0*/                   ISETP.GE.AND P4, PT, R0, R3, PT ;
+        /*00d0*/               @P4 BRA `(.L_x_1) ;
+.L_x_9:
+        /*00e0*/                   STG.E [R8.64], R7 ;
+        /*00f0*/                   EXIT ;
+.L_x_4:
+        /*0100*/                   BRA `(.L_x_4);
+"""
+
+
+def test_split_separates_the_merge_branches_from_the_always_run_loop():
+    p = ss.split(_LISTING.splitlines())
+    assert p["prologue"]["insns"] == 3
+    assert p["epilogue"]["insns"] == 2
+    assert [b["insns"] for b in p["branches"]] == [2, 3]
+    assert (p["branches"][0]["bar"], p["branches"][0]["lds_sts"], p["branches"][1]["lds_sts"]) == (1, 1, 1)
+    # HMMA, SHFL, the two branch instructions, ISETP, the backedge.
+    assert p["always"]["insns"] == 6
+    assert (p["always"]["mma"], p["always"]["shfl"]) == (1, 1)
+    whole = ss.count(_LISTING.splitlines())
+    assert whole["loop"]["insns"] == 6 + 2 + 3
+
+
+@pytest.fixture(scope="module")
+def small() -> tuple[torch.Tensor, torch.Tensor]:
+    """Every token of M7C at T 640 (B 1, both KV heads): 80 windows of 8 per sequence."""
+    return sp.window_scores("m7c", 640, 1, 160)
+
+
+def test_merge_test_is_a_block_entering_eagers_top_n(small):
+    """Tile jb merges for token t iff eager's top-n of the blocks up to the end of tile jb
+    (`top_blocks`, forced blocks and tie-break included) holds a block of tile jb."""
+    t, scores = small
+    assert t.shape == (160, 8) and sorted(set(t.flatten().tolist())) == list(range(640))
+    bj, ns = 2, scores.shape[-1]
+    E = sp.enter_flags(sp.block_keys(t, scores), bj)
+    assert E.shape == (160, 8, -(-ns // bj))
+    tt = t.flatten()
+    flat = scores.reshape(-1, ns)
+    for jb in range(E.shape[-1]):
+        idx, valid = top_blocks(flat[:, : (jb + 1) * bj], tt, 64, 16)
+        want = ((idx >= jb * bj) & valid).any(1)
+        assert torch.equal(E[..., jb].flatten(), want), jb
+    assert E[..., 0].all()  # block 0 is forced: the first tile always merges
+    assert not E.all() and E.any(-1).all()
+
+
+def test_dynamic_count_is_the_program_by_program_count(small, monkeypatch):
+    """With every token sampled, the count equals one taken program by program, for merged-at-once
+    and halves, at 1, 2, 4 and 8 tokens a tile."""
+    T, bj, lp = 640, 2, 64
+    t, scores = small
+    E = sp.enter_flags(sp.block_keys(t, scores), bj).reshape(2, 640, -1)  # [seq, token, tile]
+    part = {"insns": 0, "lds_sts": 0}
+    for bt, halves in [(1, 0), (2, 0), (2, 1), (4, 1), (8, 0), (8, 1)]:
+        paths = {
+            "prologue": {**part, "insns": 7},
+            "epilogue": {**part, "insns": 5},
+            "always": {"insns": 11, "lds_sts": 1},
+            "branches": [{"insns": 13, "lds_sts": 2}] * (2 if halves else 1),
+        }
+        got = sp.dynamic_count("m7c", T, 1, bt, halves, paths, warps=2, windows=160, bj=bj)
+        want = 0
+        for seq in range(2):
+            for pid in range(-(-T // bt)):
+                tok = list(range(pid * bt, min(T, pid * bt + bt)))
+                n = -(-((tok[-1]) // lp + 1) // bj)
+                groups = [tok[: (bt + 1) // 2], tok[(bt + 1) // 2 :]] if halves else [tok]
+                want += 12 + 11 * n
+                want += sum(13 * int(E[seq, g][:, :n].any(0).sum()) for g in groups if g)
+        assert got["warp_insns"] == pytest.approx(2 * want, rel=1e-9), (bt, halves)
+
+
+def test_the_proxy_leaves_sys_path_alone():
+    """bench/ never goes on sys.path (bench/launcher.py would shadow the launcher package)."""
+    assert str(BENCH) not in sys.path and sp.select_sass is ss
+
+
+def test_measured_points_are_the_gpu_runs_with_recorded_sass():
+    pts = sp.measured_points()
+    assert len(pts) == 37
+    by = {(p["source"], p["shape"], p["T"], p["variant"]): p for p in pts}
+    final = by[("speed-int32", "m7c", 65536, "shipped")]
+    assert (final["kernel"], final["bt"], final["warps"], final["halves"], final["ms"]) == (
+        "int32",
+        2,
+        2,
+        1,
+        6.942,
+    )
+    v0 = by[("probe", "paper", 32768, "select_v0=1")]
+    assert (v0["kernel"], v0["bt"], v0["warps"], v0["ms"]) == ("v0", 2, 4, 22.8735)
+    assert by[("probe", "paper", 32768, "bt_sel=4")]["bt"] == 4
+    sass = json.loads(sp.SASS_FILE.read_text())
+    for p in pts:
+        c = sass[sp._key(p)]
+        assert len(c["paths"]["branches"]) == (2 if p["halves"] else 1)
+        assert c["triton"] == "3.6.0"
+
+
+def test_fit_recovers_the_constants_of_exact_rows():
+    unit = sp.H200["sms"] * sp.H200["sched"] * sp.H200["ghz"] * 1e6
+    rows = []
+    for i, (ins, lds) in enumerate([(4e9, 3e8), (6e9, 2e8), (2e9, 4e8), (5e9, 1e8)]):
+        dyn = {"insns": ins, "lds_sts": lds, "ldl_stl": 0}
+        rows.append(
+            {"dyn": dyn, "resident_warps": 16, "ms": (1.4 * ins + 8.0 * lds) / unit, "source": str(i)}
+        )
+    f = sp.fit(rows)
+    assert f["insn"] == pytest.approx(1.4) and f["smem"] == pytest.approx(8.0)
+    assert all(abs(r["error"]) < 1e-9 for r in sp.predict(rows, f))
+    # 2 warps a scheduler: latency, not issue, and that row alone sets `lat`.
+    slow = {"dyn": rows[0]["dyn"], "resident_warps": 8, "ms": 6.0 * 4e9 / 2 / unit, "source": "x"}
+    spilled = {**rows[1], "dyn": {**rows[1]["dyn"], "ldl_stl": 1}, "ms": 1.0}  # outside: not fitted
+    f = sp.fit([*rows, slow, spilled])
+    assert (f["insn"], f["smem"], f["lat"]) == pytest.approx((1.4, 8.0, 6.0))
+    got = sp.predict([slow, rows[0], spilled], f)
+    assert abs(got[0]["error"]) < 1e-9 and abs(got[1]["error"]) < 1e-9  # 16 warps: issue still bounds
+    assert not got[2]["in_domain"] and got[0]["in_domain"]
