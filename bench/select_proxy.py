@@ -39,24 +39,16 @@ from pathlib import Path
 
 import torch
 
+from nsa.attention.gpusuite.modelcheck import load_by_path
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 
 def _sibling(name: str):
-    """bench/<name>.py as the module `name`, by path: never bench/ on sys.path (bench/launcher.py and
-    bench/data.py would shadow the project's packages)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    try:
-        spec.loader.exec_module(mod)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return mod
+    """bench/<name>.py as the module `name`, by path (the suite's loader): never bench/ on sys.path
+    (bench/launcher.py and bench/data.py would shadow the project's packages)."""
+    return load_by_path(name, HERE / f"{name}.py")
 
 
 select_sass = _sibling("select_sass")

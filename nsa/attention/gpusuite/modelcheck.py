@@ -55,6 +55,25 @@ FAMILIES = {
 OTHER_IN_CORE = ("sel_reverse_index", "sel_fwd_reverse_index", "q_grad_sum")
 
 
+def load_by_path(name: str, path: Path):
+    """The Python file `path` as the module `name`, loaded once per process (a second call returns
+    the module in sys.modules). By path, never by putting bench/ on sys.path: bench/launcher.py and
+    bench/data.py would shadow the project's packages in the importing process. The module is in
+    sys.modules while its body runs (dataclasses look it up there); a failed load leaves none."""
+    mod = sys.modules.get(name)
+    if mod is not None:
+        return mod
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        del sys.modules[name]  # no half-loaded module for the next caller
+        raise
+    return mod
+
+
 def load_model(path: Path = MODEL_PATH):
     """bench/attention_model.py as the module `attention_model`, loaded by path once per process; None
     where `path` is missing (the suite run outside a repository checkout).
@@ -62,22 +81,10 @@ def load_model(path: Path = MODEL_PATH):
     The one loader of the model: the GPU suite, the bench scripts (attention_fit.py,
     attention_probe_fit.py, selected_keys_bwd.py, memory.py: each passes its sibling file) and the
     tests all call it, so they share one module, the one bench/attention.py imports by that name
-    from beside it. By path, never by putting bench/ on sys.path: bench/launcher.py and bench/data.py
-    would shadow the project's packages in the importing process."""
-    mod = sys.modules.get(MODEL_NAME)
-    if mod is not None:
-        return mod
-    if not path.is_file():
+    from beside it."""
+    if MODEL_NAME not in sys.modules and not path.is_file():
         return None
-    spec = importlib.util.spec_from_file_location(MODEL_NAME, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[MODEL_NAME] = mod  # dataclasses look their module up while the class body runs
-    try:
-        spec.loader.exec_module(mod)
-    except BaseException:
-        del sys.modules[MODEL_NAME]  # no half-loaded module for the next caller
-        raise
-    return mod
+    return load_by_path(MODEL_NAME, path)
 
 
 def gpu_key(name: str, model) -> str | None:
