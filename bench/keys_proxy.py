@@ -312,7 +312,7 @@ SHIPPED = {"bwd": {"BR_keys": 64}, "fwd": {"BR_f": 128}}
 KERNEL_NAME = {k: v[1] for k, v in KERNELS.items()}
 # The keys each kernel's setting depends on (other variants change other kernels of the op).
 OWN_KEYS = {
-    "bwd": ("BR_keys", "warps_keys", "stages_kv", "pdq_bits", "keys_div32", "keys_kt"),
+    "bwd": ("BR_keys", "warps_keys", "stages_kv", "pdq_bits", "keys_div32"),
     "fwd": ("BR_f", "warps_fk", "stages_fk"),
 }
 

@@ -74,7 +74,7 @@ def _sel_bwd_dkdv_kernel(
     # only so that profiles tell it from the key-major backward's `_sel_bwd_keys_kernel`.
     _dkdv_walk(
         Q, K, V, DO, LSE, DELTA, ORDER, START, SEG_END, PDK, PDV, PDK, T, NS, NK, 0, NBLK, NSEARCH, S,
-        sm_scale, G, D, LP, DP, BN, BR, PREC, False, False, False,
+        sm_scale, G, D, LP, DP, BN, BR, PREC, False, False,
     )  # fmt: skip
 
 
@@ -211,9 +211,6 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # int64 (pos // NK) % T (selected_keys_bwd.py `_dkdv_walk` DIV32): a probe switch, off as the
         # GPU measured it; bench/keys_proxy.py prices it (bench/RESULTS.md).
         "keys_div32": False,
-        # The keys kernel's products transposed, keys as rows (`_dkdv_walk` KT, FA2's dK/dV loop
-        # order): fewer layout changes a step; a probe switch, off as the GPU measured it.
-        "keys_kt": False,
         "BM_merge": 64 if DP <= 64 else 32,
         "warps_merge": 4,
         "BM_delta": 64,

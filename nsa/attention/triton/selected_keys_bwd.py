@@ -91,7 +91,7 @@ def _dkdv_walk(
     T, NS, NK, NP, NBLK, NSEARCH, S, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
     DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr, DIV32: tl.constexpr,
-    KT: tl.constexpr, WRITE_DQ: tl.constexpr,
+    WRITE_DQ: tl.constexpr,
 ):  # fmt: skip
     """The key-major dK/dV program, written once for both of its kernels: BN keys (chunk nb) of one
     selection block against one segment (<= S pairs) of the (query, block) pairs that listed it; rows
@@ -107,11 +107,7 @@ def _dkdv_walk(
     this (batch, KV head), an int32 division, as the key-major forward takes it, instead of the int64
     (pos // NK) % T, whose division compiles to a branch, a 32-bit fast path and a slow-path call
     per row a thread holds (bench/keys_proxy.py: 12 of them a step, ~18 % of its SASS at BR 64).
-    Same token: T * NK < 2**31 within one (batch, KV head). KT (`_config`'s keys_kt, a probe switch,
-    off by default): the step's products transposed, keys as rows (S^T = K Q^T, dP^T = V dO^T, as
-    FA2's dK/dV loop): P^T and dS^T come out of their products in the layout the dV and dK products
-    take as first operand; q is loaded transposed, and only dQ = (dS^T)^T K transposes a tile.
-    Same sums, another order: gradients within rounding of the default (tests)."""
+    Same token: T * NK < 2**31 within one (batch, KV head)."""
     s_id = tl.program_id(0)
     nb = tl.program_id(1)
     blk, lo, hi, used = _segment(SEG_END, START, s_id, NBLK, NSEARCH, S)
@@ -142,32 +138,19 @@ def _dkdv_walk(
         qrow = tq * G + g
         qoff = qrow[:, None] * D + d[None, :]
         qm = rm[:, None] & dm[None, :]
+        q = tl.load(Q + qoff, mask=qm, other=0.0)
         do = tl.load(DO + qoff, mask=qm, other=0.0)
         lse = tl.load(LSE + qrow, mask=rm, other=0.0)
         delta = tl.load(DELTA + qrow, mask=rm, other=0.0)
-        if KT:  # the products transposed (keys as rows), as FA2's dK/dV loop
-            qT = tl.load(Q + qrow[None, :] * D + d[:, None], mask=rm[None, :] & dm[:, None], other=0.0)
-            sT = tl.dot(k, qT, input_precision=PREC) * qk_scale
-            okT = rm[None, :] & kmask[:, None] & (kpos[:, None] <= tq[None, :])
-            pT = tl.where(okT, tl.exp2(sT - lse[None, :]), 0.0)
-            dv += tl.dot(pT.to(do.dtype), do, input_precision=PREC)
-            dpT = tl.dot(v, tl.trans(do), input_precision=PREC)
-            dsT = (pT * (dpT - delta[None, :])).to(qT.dtype)
-            dk += tl.dot(dsT, tl.trans(qT), input_precision=PREC)
-            if WRITE_DQ:
-                dq = tl.dot(tl.trans(dsT), k, input_precision=PREC) * sm_scale
-        else:
-            q = tl.load(Q + qoff, mask=qm, other=0.0)
-            s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-            ok = rm[:, None] & kmask[None, :] & (kpos[None, :] <= tq[:, None])
-            p = tl.where(ok, tl.exp2(s - lse[:, None]), 0.0)
-            dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
-            dp = tl.dot(do, tl.trans(v), input_precision=PREC)
-            ds = (p * (dp - delta[:, None])).to(q.dtype)
-            dk += tl.dot(tl.trans(ds), q, input_precision=PREC)
-            if WRITE_DQ:
-                dq = tl.dot(ds, k, input_precision=PREC) * sm_scale
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+        ok = rm[:, None] & kmask[None, :] & (kpos[None, :] <= tq[:, None])
+        p = tl.where(ok, tl.exp2(s - lse[:, None]), 0.0)
+        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
+        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        ds = (p * (dp - delta[:, None])).to(q.dtype)
+        dk += tl.dot(tl.trans(ds), q, input_precision=PREC)
         if WRITE_DQ:
+            dq = tl.dot(ds, k, input_precision=PREC) * sm_scale
             # Rounded to PDQ's dtype (fp32, or q's 16-bit one with pdq_bits 16: `pdq_dtype`) once,
             # here; the merge sums in fp32.
             dq = dq.to(PDQ.dtype.element_ty)
@@ -184,13 +167,12 @@ def _sel_bwd_keys_kernel(
     T, NS, NK, NP, NBLK, NSEARCH, S, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
     DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr, DIV32: tl.constexpr,
-    KT: tl.constexpr,
 ):  # fmt: skip
     # The dK/dV walk with the dQ partials (WRITE_DQ). A kernel of its own name only so that profiles
     # (the GPU suite's per-kernel families, gpusuite/modelcheck.py) tell it from the dK/dV kernel.
     _dkdv_walk(
         Q, K, V, DO, LSE, DELTA, ORDER, START, SEG_END, PDK, PDV, PDQ, T, NS, NK, NP, NBLK, NSEARCH, S,
-        sm_scale, G, D, LP, DP, BN, BR, PREC, DIV32, KT, True,
+        sm_scale, G, D, LP, DP, BN, BR, PREC, DIV32, True,
     )  # fmt: skip
 
 
@@ -254,7 +236,7 @@ def keys_bwd_gpucheck_rows(cfg: dict, G: int, D: int, LP: int, dt: str, prec: st
     of bench/kernel_probe.py never runs a kernel gpucheck has not seen)."""
     ptr, f32, i32, i64 = f"*{dt}", "*fp32", "i32", "*i64"
     keys_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR_keys"], "PREC": prec,
-                   "DIV32": cfg["keys_div32"], "KT": cfg["keys_kt"]}  # fmt: skip
+                   "DIV32": cfg["keys_div32"]}  # fmt: skip
     merge_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BM": cfg["BM_merge"]}
     delta_consts = {"D": D, "DP": cfg["DP"], "BM": cfg["BM_delta"]}
     delta_args = dict(OUT=ptr, DO=ptr, DELTA=f32, R=i32)
@@ -307,7 +289,7 @@ def keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP: int, scale: fl
         q, k, v, dout, lse, delta, order, start, seg_end, pdk, pdv, pdq,
         T, ns, NK, npos, BH * ns, (BH * ns).bit_length() + 1, S, scale,
         G=G, D=D, LP=LP, DP=DP, BN=BN, BR=cfg["BR_keys"], PREC=prec, DIV32=cfg["keys_div32"],
-        KT=cfg["keys_kt"], num_warps=cfg["warps_keys"], num_stages=cfg["stages_kv"],
+        num_warps=cfg["warps_keys"], num_stages=cfg["stages_kv"],
     )  # fmt: skip
     dq = torch.empty_like(q)
     _sel_bwd_dq_merge_kernel[(triton.cdiv(T * G, cfg["BM_merge"]), BH)](
