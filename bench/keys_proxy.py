@@ -12,22 +12,22 @@ forced blocks 0, own and previous, and the other n - 3 spread evenly over a quer
 candidate blocks, as random scores spread them), cut into S-pair segments as `reverse_index` cuts
 them. The static grid's spare segments run prologue and epilogue only.
 
-The terms, per launch on an H200 (132 SMs x 4 schedulers, 1.98 GHz):
-- issue: warp instructions / (SMs x 4 x clock) (c_i = 1 cycle an instruction);
-- latency: programs run `resident` at a time per SM (registers, shared memory, warps); each program
-  walks its steps one after another, a step taking `step_lat` = L0 + lat x its warp instructions
-  cycles (L0: the step's dependent global loads and tensor-core waits, lat: cycles between two
-  dependent instructions of one warp); time = the programs' steps / (SMs x resident programs) x
-  step_lat;
-- DRAM: bytes moved (PDQ/PO written, q/dO gathered once a row, PDK/PDV) / 4.0 TB/s;
-- tensor cores: 2 x rows (padded to BR) x BN x D x products / 989 TFLOP/s.
-Time = the largest term (each priced alone); L0 and lat are fitted (log least squares) on the
-measured points. The measured points: the suite's per-kernel table (2026-11-26b-h200-speed-final.json
-and -speed-keys.json, the shipped BR_keys 64 / BR_f 128, M7C at 2k..64k) and the key-major probe's
-variants (probe-keys-{first,tune,final}.jsonl), whose one number is the whole selected op: a
-variant's kernel time is taken as the speed run's kernel ms at the same T plus the probe's change in
-backward (fwd_bwd - fwd) or forward ms against the shipped setting in the same file (the other
-kernels of the op do not change with these keys). Prints one JSON object per line; asserts nothing.
+The proxy, per launch on an H200 (132 SMs x 4 schedulers, 1.98 GHz): the sum of fitted terms, each
+a constant (SM scheduler cycles, non-negative, least squares on relative error) times a count:
+warp instructions, shared-memory accesses and tensor-core instructions over the SMs' 4 schedulers,
+and `step`, one latency a step per program slot (steps over SMs x the programs an SM holds, from
+registers, shared memory and warps). `FORMS` are the term sets tried; each is fitted per kernel and
+on both kernels at once, and checked out of sample by leaving each measured setting out of its own
+fit (`held_out`). The rows use `--form` (default issue+smem, bench/select_proxy.py's form without
+its latency floor). Beside it, floors not fitted (`floors`): issue at one instruction a cycle, DRAM
+at 4.0 TB/s (PDQ / PO written, q and dO gathered once a row, PDK / PDV), tensor cores at 989 TFLOP/s.
+The measured points: the suite's per-kernel tables (2026-11-26b-h200-speed-final.json and
+-speed-keys.json: the shipped BR_keys 64 / BR_f 128, M7C at 2k..64k) and the key-major probe's
+variants (probe-keys-{tune,final}.jsonl), whose one number is the whole selected op: a variant's
+kernel time is taken as the speed runs' mean kernel ms at the same T plus the probe's change of
+backward (fwd_bwd - fwd) or forward ms against the shipped setting's row of the same file (the
+other kernels of the op do not change with these keys). Prints one JSON object per line; asserts
+nothing.
 
   .venv/bin/python bench/keys_proxy.py                         # calibration rows and the fit
   .venv/bin/python bench/keys_proxy.py --predict m7c:8192:8 --set BR_keys=32     # a candidate
@@ -132,7 +132,9 @@ def compile_keys(kernel: str, over: dict, G: int = 6, D: int = 64, arch: int = 9
     src = ASTSource(
         fn=spec.fn, signature=dict(spec.signature), constexprs=dict(spec.constexprs), attrs=aligned
     )
-    os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"
+    os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"  # registers and spills from this compile's ptxas
+    if "TRITON_CACHE_DIR" not in os.environ:  # a cached kernel would print no ptxas log
+        os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="nsa-keys-proxy-")
     log = io.StringIO()
     with contextlib.redirect_stdout(log):
         k = triton.compile(src, target=GPUTarget("cuda", arch, 32),
@@ -447,14 +449,24 @@ def main(argv=None) -> int:
     ap.add_argument("--kernel", choices=("bwd", "fwd"), action="append", help="default: both")
     ap.add_argument("--recount", action="store_true", help="compile the measured settings again and record")
     ap.add_argument("--predict", nargs="*", help="m7c:T:B points of a candidate setting (--set)")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a selected._config key")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a selected._config key (each kernel takes its own: OWN_KEYS)",
+    )
     ap.add_argument(
         "--form", choices=sorted(FORMS), default="issue+smem", help="the fitted terms of the rows"
     )
     args = ap.parse_args(argv)
-    os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="nsa-keys-proxy-"))
     sass = json.loads(SASS_FILE.read_text()) if SASS_FILE.exists() else {}
     over = {k: _value(v) for k, v in (s.split("=", 1) for s in args.set)}
+    from nsa.attention.triton import selected as sel
+
+    unknown = sorted(set(over) - set(sel._config(6, 64, LP, arch=90)))
+    if unknown:  # a typo would otherwise price the shipped setting under another name
+        ap.error(f"--set {unknown[0]}: not a key of nsa/attention/triton/selected.py _config")
     all_rows = {}
     for kernel in args.kernel or ["bwd", "fwd"]:
         points = measured_points(kernel)
