@@ -130,14 +130,14 @@ def config_factors(path: str, gpu_name: str = "H200") -> dict[str, dict]:
 
 def _selected_probe(path: str) -> tuple[dict, list[dict]]:
     """The probe's base build (RUN_BUILDS by file name; none: what the code ships) and its rows of the
-    selected op under the key-major switches alone (bench/kernel_probe.py SEL_VARIANTS: {}, fwd_keys,
-    bwd_keys), each with the model's flags for it."""
+    selected op under the key-major switches and the dQ partials' width alone (bench/kernel_probe.py
+    SEL_VARIANTS: {}, fwd_keys, bwd_keys, pdq_bits), each with the model's flags for it."""
     build = m.RUN_BUILDS.get(Path(path).name, {})
     out = []
     for line in Path(path).read_text().splitlines():
         r = json.loads(line) if line.strip() else {}
         v = r.get("variant", {})
-        if r.get("probe") == "selected" and "fwd_ms" in r and set(v) <= {"fwd_keys", "bwd_keys"}:
+        if r.get("probe") == "selected" and "fwd_ms" in r and set(v) <= {"fwd_keys", "bwd_keys", "pdq_bits"}:
             s0 = m.SHAPES[r["shape"]]
             out.append({**r, "flags": {**build, **v}, "s": m.Shape(s0.name, r["B"], s0.H, s0.Hkv, s0.D)})
     return build, out

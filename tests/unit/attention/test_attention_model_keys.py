@@ -306,7 +306,7 @@ def test_a_probe_of_the_key_major_switches_prices_the_keys_kernels(tmp_path) -> 
     lines = []
     try:
         fm.KEYS_COST["sel_keys_fwd"]["eff"], fm.KEYS_COST["sel_keys_bwd"]["eff"] = 0.1, 0.2
-        for variant in ({}, {"fwd_keys": False, "bwd_keys": False}, {"bwd_keys": False}):
+        for variant in ({}, {"fwd_keys": False, "bwd_keys": False}, {"bwd_keys": False}, {"pdq_bits": 16}):
             ks = [k for k in fm.ours(8192, s, **variant) if k.branch == "selected"]
             fwd = sum(k.time(gpu) for k in ks if k.direction == "fwd") * 1e3
             both = sum(k.time(gpu) for k in ks) * 1e3
@@ -323,13 +323,18 @@ def test_a_probe_of_the_key_major_switches_prices_the_keys_kernels(tmp_path) -> 
     got = fit.keys_effs(str(probe))
     assert got["sel_keys_fwd"]["mean"] == pytest.approx(0.1, rel=1e-3)
     assert got["sel_keys_bwd"]["mean"] == pytest.approx(0.2, rel=1e-3)
-    assert len(got["sel_keys_fwd"]["effs"]) == 2 and len(got["sel_keys_bwd"]["effs"]) == 1
+    assert len(got["sel_keys_fwd"]["effs"]) == 3 and len(got["sel_keys_bwd"]["effs"]) == 2
     assert stored == fm.KEYS_COST
     rows = fit.selected_probe_rows(str(probe))
-    assert [r["variant"] for r in rows] == [{}, {"fwd_keys": False, "bwd_keys": False}, {"bwd_keys": False}]
+    assert [r["variant"] for r in rows] == [
+        {}, {"fwd_keys": False, "bwd_keys": False}, {"bwd_keys": False}, {"pdq_bits": 16}
+    ]  # fmt: skip
     qm = rows[1]  # the query-major path does not depend on the keys prices
     assert qm["model_fwd_bwd_ms"] == pytest.approx(qm["fwd_bwd_ms"], rel=1e-3)
     assert rows[0]["model_fwd_ms"] < rows[0]["fwd_ms"]  # the stored 0.142 against the probe's 0.1
+    # 16-bit dQ partials: priced with half PDQ's bytes, so the model's backward is the shorter one
+    assert rows[3]["model_fwd_ms"] == rows[0]["model_fwd_ms"]
+    assert rows[3]["model_fwd_bwd_ms"] < rows[0]["model_fwd_bwd_ms"]
 
 
 def test_a_suite_run_refits_the_keys_efficiency_with_the_partials_dram_time_kept() -> None:
