@@ -74,7 +74,7 @@ def _sel_bwd_dkdv_kernel(
     # only so that profiles tell it from the key-major backward's `_sel_bwd_keys_kernel`.
     _dkdv_walk(
         Q, K, V, DO, LSE, DELTA, ORDER, START, SEG_END, PDK, PDV, PDK, T, NS, NK, 0, NBLK, NSEARCH, S,
-        sm_scale, G, D, LP, DP, BN, BR, PREC, False,
+        sm_scale, G, D, LP, DP, BN, BR, PREC, False, False,
     )  # fmt: skip
 
 
@@ -207,6 +207,10 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # suite's bf16 bound); ptxas: no spills (bench/RESULTS.md).
         "pdq_bits": 32,
         "warps_keys": 4 if DP <= 64 else 8,
+        # The keys kernel's row token by an int32 division within its (batch, KV head) instead of the
+        # int64 (pos // NK) % T (selected_keys_bwd.py `_dkdv_walk` DIV32): a probe switch, off as the
+        # GPU measured it; bench/keys_proxy.py prices it (bench/RESULTS.md).
+        "keys_div32": False,
         "BM_merge": 64 if DP <= 64 else 32,
         "warps_merge": 4,
         "BM_delta": 64,

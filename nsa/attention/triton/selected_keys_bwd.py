@@ -90,7 +90,8 @@ def _dkdv_walk(
     Q, K, V, DO, LSE, DELTA, ORDER, START, SEG_END, PDK, PDV, PDQ,
     T, NS, NK, NP, NBLK, NSEARCH, S, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
-    DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr, WRITE_DQ: tl.constexpr,
+    DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr, DIV32: tl.constexpr,
+    WRITE_DQ: tl.constexpr,
 ):  # fmt: skip
     """The key-major dK/dV program, written once for both of its kernels: BN keys (chunk nb) of one
     selection block against one segment (<= S pairs) of the (query, block) pairs that listed it; rows
@@ -101,7 +102,12 @@ def _dkdv_walk(
     last block's (used False, no rows). WRITE_DQ (the key-major backward, `_sel_bwd_keys_kernel`) adds
     one product a step, the rows' dQ partial (dS @ K) * scale in fp32, stored to PDQ[nb, ORDER[p]]
     (NP = BH*T*NK table positions: a pair listed twice is two positions, each written once); without
-    it (`_sel_bwd_dkdv_kernel`, whose dQ runs query-major) PDQ and NP are not touched."""
+    it (`_sel_bwd_dkdv_kernel`, whose dQ runs query-major) PDQ and NP are not touched. DIV32
+    (`_config`'s keys_div32, a probe switch, off by default): a row's token from its position within
+    this (batch, KV head), an int32 division, as the key-major forward takes it, instead of the int64
+    (pos // NK) % T, whose division compiles to a branch, a 32-bit fast path and a slow-path call
+    per row a thread holds (bench/keys_proxy.py: 12 of them a step, ~18 % of its SASS at BR 64).
+    Same token: T * NK < 2**31 within one (batch, KV head)."""
     s_id = tl.program_id(0)
     nb = tl.program_id(1)
     blk, lo, hi, used = _segment(SEG_END, START, s_id, NBLK, NSEARCH, S)
@@ -125,7 +131,10 @@ def _dkdv_walk(
         rm = rr < nrows
         g = rr % G
         pos = tl.load(ORDER + lo + rr // G, mask=rm, other=0)  # the pair's flat table position
-        tq = ((pos // NK) % T).to(tl.int32)
+        if DIV32:  # masked rows get a negative token: their loads and stores are masked off
+            tq = (pos - bh * T * NK).to(tl.int32) // NK
+        else:
+            tq = ((pos // NK) % T).to(tl.int32)
         qrow = tq * G + g
         qoff = qrow[:, None] * D + d[None, :]
         qm = rm[:, None] & dm[None, :]
@@ -157,13 +166,13 @@ def _sel_bwd_keys_kernel(
     Q, K, V, DO, LSE, DELTA, ORDER, START, SEG_END, PDK, PDV, PDQ,
     T, NS, NK, NP, NBLK, NSEARCH, S, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
-    DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr,
+    DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr, DIV32: tl.constexpr,
 ):  # fmt: skip
     # The dK/dV walk with the dQ partials (WRITE_DQ). A kernel of its own name only so that profiles
     # (the GPU suite's per-kernel families, gpusuite/modelcheck.py) tell it from the dK/dV kernel.
     _dkdv_walk(
         Q, K, V, DO, LSE, DELTA, ORDER, START, SEG_END, PDK, PDV, PDQ, T, NS, NK, NP, NBLK, NSEARCH, S,
-        sm_scale, G, D, LP, DP, BN, BR, PREC, True,
+        sm_scale, G, D, LP, DP, BN, BR, PREC, DIV32, True,
     )  # fmt: skip
 
 
@@ -226,7 +235,8 @@ def keys_bwd_gpucheck_rows(cfg: dict, G: int, D: int, LP: int, dt: str, prec: st
     also at pdq_bits 16 (`*_pdq16`: the probe switch's kernels, two cheap compiles, so the GPU probe
     of bench/kernel_probe.py never runs a kernel gpucheck has not seen)."""
     ptr, f32, i32, i64 = f"*{dt}", "*fp32", "i32", "*i64"
-    keys_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR_keys"], "PREC": prec}  # fmt: skip
+    keys_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR_keys"], "PREC": prec,
+                   "DIV32": cfg["keys_div32"]}  # fmt: skip
     merge_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BM": cfg["BM_merge"]}
     delta_consts = {"D": D, "DP": cfg["DP"], "BM": cfg["BM_delta"]}
     delta_args = dict(OUT=ptr, DO=ptr, DELTA=f32, R=i32)
@@ -278,7 +288,7 @@ def keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP: int, scale: fl
     _sel_bwd_keys_kernel[(nseg, nb)](
         q, k, v, dout, lse, delta, order, start, seg_end, pdk, pdv, pdq,
         T, ns, NK, npos, BH * ns, (BH * ns).bit_length() + 1, S, scale,
-        G=G, D=D, LP=LP, DP=DP, BN=BN, BR=cfg["BR_keys"], PREC=prec,
+        G=G, D=D, LP=LP, DP=DP, BN=BN, BR=cfg["BR_keys"], PREC=prec, DIV32=cfg["keys_div32"],
         num_warps=cfg["warps_keys"], num_stages=cfg["stages_kv"],
     )  # fmt: skip
     dq = torch.empty_like(q)
