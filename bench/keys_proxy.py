@@ -40,8 +40,6 @@ bench/keys_proxy_sass.json (`--recount` compiles them again).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import os
 import sys
@@ -108,8 +106,6 @@ def compile_keys(kernel: str, over: dict, G: int = 6, D: int = 64, arch: int = 9
     """Compile `kernel` ("bwd"/"fwd") as selected.gpucheck_specs launches it at G x D bf16 on
     sm_`arch` with `over` patched into selected._config: registers, spills, shared memory, paths."""
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     from nsa.attention import gpucheck
     from nsa.attention.triton import selected as sel
@@ -124,26 +120,10 @@ def compile_keys(kernel: str, over: dict, G: int = 6, D: int = 64, arch: int = 9
         spec = next(s for s in sel.gpucheck_specs(shape, arch) if s.name == name)
     finally:
         sel._config = real
-    aligned = {
-        (i,): [["tt.divisibility", 16]]
-        for i, n in enumerate(spec.fn.arg_names)
-        if str(spec.signature.get(n, "")).startswith("*")
-    }
-    src = ASTSource(
-        fn=spec.fn, signature=dict(spec.signature), constexprs=dict(spec.constexprs), attrs=aligned
-    )
     os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"  # registers and spills from this compile's ptxas
     if "TRITON_CACHE_DIR" not in os.environ:  # a cached kernel would print no ptxas log
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="nsa-keys-proxy-")
-    log = io.StringIO()
-    with contextlib.redirect_stdout(log):
-        k = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                           options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})  # fmt: skip
-    rep = (
-        gpucheck._parse_ptxas(log.getvalue())
-        if "Used " in log.getvalue()
-        else gpucheck._ptxas_report(k.asm["ptx"], arch)
-    )
+    k, rep = gpucheck.compile_spec(spec, arch)
     return {"registers": rep["registers"], "spill": rep["spill_stores"] + rep["spill_loads"],
             "smem": k.metadata.shared, "triton": triton.__version__,
             "paths": paths(select_sass._disasm(k.asm["cubin"], arch))}  # fmt: skip

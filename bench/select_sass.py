@@ -19,8 +19,6 @@ of bench/select_proxy.py. Prints one JSON object per line; it asserts nothing.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import os
 import re
@@ -138,8 +136,6 @@ def compile_select(
     `fn`: another @triton.jit kernel with `_cmp_select`'s signature, e.g. an older version of it) and
     count its SASS; `paths` adds `split`'s prologue / epilogue / always / branches counts."""
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     from nsa.attention import gpucheck
     from nsa.attention.triton import compressed as cmp
@@ -166,25 +162,8 @@ def compile_select(
         signature={k: v for k, v in spec.signature.items() if k in names},
         constexprs={k: v for k, v in spec.constexprs.items() if k in names},
     )
-    aligned = {
-        (i,): [["tt.divisibility", 16]]
-        for i, n in enumerate(spec.fn.arg_names)
-        if str(spec.signature.get(n, "")).startswith("*")
-    }
-    src = ASTSource(
-        fn=spec.fn, signature=dict(spec.signature), constexprs=dict(spec.constexprs), attrs=aligned
-    )
-    log = io.StringIO()
-    with contextlib.redirect_stdout(log):
-        opts = {"num_warps": spec.num_warps, "num_stages": spec.num_stages}
-        if over.get("maxnreg_sel"):  # the launcher's register cap (compressed._config)
-            opts["maxnreg"] = over["maxnreg_sel"]
-        k = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=opts)
-    rep = (
-        gpucheck._parse_ptxas(log.getvalue())
-        if "Used " in log.getvalue()
-        else gpucheck._ptxas_report(k.asm["ptx"], arch)
-    )
+    opts = {"maxnreg": over["maxnreg_sel"]} if over.get("maxnreg_sel") else {}  # the launcher's cap
+    k, rep = gpucheck.compile_spec(spec, arch, **opts)
     rec = {"fn": spec.fn.fn.__name__, "G": G, "D": D, "arch": arch, "warps": spec.num_warps,
            "BT": spec.constexprs["BT"], "registers": rep["registers"],
            "spill": rep["spill_stores"] + rep["spill_loads"], "smem": k.metadata.shared,

@@ -124,11 +124,40 @@ def _parse_ptxas(log: str) -> dict[str, int]:
     }
 
 
-def check_spec(spec: KernelSpec, arch: int) -> dict:
-    """Compile one spec for `arch`; the JSON record (ok false with `error` when it fails or breaks a limit)."""
+def compile_spec(spec: KernelSpec, arch: int, **options):
+    """Compile one spec for sm_`arch` with no GPU, as its launcher would (`options`: more compile
+    options, e.g. a launcher's maxnreg): (the compiled kernel, its ptxas report: registers, spills,
+    static shared memory). Raises what triton raises. The bench's SASS counters (bench/select_sass.py,
+    bench/keys_proxy.py) compile through it too, so they count what gpucheck checks."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+
+    # The JIT specialises every 16-byte-aligned pointer argument (all torch allocations) as divisible
+    # by 16 at launch; compile that same specialisation.
+    aligned = {
+        (i,): [["tt.divisibility", 16]]
+        for i, name in enumerate(spec.fn.arg_names)
+        if str(spec.signature.get(name, "")).startswith("*")
+    }
+    src = ASTSource(
+        fn=spec.fn, signature=dict(spec.signature), constexprs=dict(spec.constexprs), attrs=aligned
+    )
+    opts = {"num_warps": spec.num_warps, "num_stages": spec.num_stages, **options}
+    # Triton runs ptxas -v itself to build the cubin; with TRITON_DUMP_PTXAS_LOG (set by run() and the
+    # bench counters) it prints that log: the registers of the exact ptxas flags this triton uses (3.9
+    # adds --regAllocOptLevel=2, 3.6 does not), and no second ptxas run. A cached kernel prints none:
+    # then ptxas runs once more on its PTX.
+    log = io.StringIO()
+    with contextlib.redirect_stdout(log):
+        k = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=opts)
+    rep = _parse_ptxas(log.getvalue()) if "Used " in log.getvalue() else None
+    return k, rep or _ptxas_report(k.asm["ptx"], arch)
+
+
+def check_spec(spec: KernelSpec, arch: int) -> dict:
+    """Compile one spec for `arch`; the JSON record (ok false with `error` when it fails or breaks a limit)."""
+    import triton
 
     rec: dict = {"kernel": spec.name, "arch": arch, "gpu": GPU_NAME.get(arch, f"sm_{arch}")}
     rec.update(num_warps=spec.num_warps, num_stages=spec.num_stages)
@@ -138,25 +167,7 @@ def check_spec(spec: KernelSpec, arch: int) -> dict:
         return rec
     t0 = time.perf_counter()
     try:
-        # The JIT specialises every 16-byte-aligned pointer argument (all torch allocations) as
-        # divisible by 16 at launch; compile that same specialisation.
-        aligned = {
-            (i,): [["tt.divisibility", 16]]
-            for i, name in enumerate(spec.fn.arg_names)
-            if str(spec.signature.get(name, "")).startswith("*")
-        }
-        src = ASTSource(
-            fn=spec.fn, signature=dict(spec.signature), constexprs=dict(spec.constexprs), attrs=aligned
-        )
-        opts = {"num_warps": spec.num_warps, "num_stages": spec.num_stages}
-        # Triton runs ptxas -v itself to build the cubin; with TRITON_DUMP_PTXAS_LOG (set by run())
-        # it prints that log: the registers of the exact ptxas flags this triton uses (3.9 adds
-        # --regAllocOptLevel=2, 3.6 does not), and no second ptxas run.
-        log = io.StringIO()
-        with contextlib.redirect_stdout(log):
-            k = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=opts)
-        rep = _parse_ptxas(log.getvalue()) if "Used " in log.getvalue() else None
-        rep = rep or _ptxas_report(k.asm["ptx"], arch)
+        k, rep = compile_spec(spec, arch)
     except Exception as e:  # a compile failure is a result to report, not a crash of the check
         rec.update(ok=False, error=f"{type(e).__name__}: {str(e).strip()[:1500]}")
         return rec
