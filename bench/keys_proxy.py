@@ -417,13 +417,6 @@ def summary(group: str, name: str, rows: list[dict], form: tuple[str, ...], f: d
             "held_out_max_abs_error": round(loo[-1], 3)}  # fmt: skip
 
 
-def _value(text: str):
-    try:
-        return int(text)
-    except ValueError:
-        return text
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kernel", choices=("bwd", "fwd"), action="append", help="default: both")
@@ -441,7 +434,7 @@ def main(argv=None) -> int:
     )
     args = ap.parse_args(argv)
     sass = json.loads(SASS_FILE.read_text()) if SASS_FILE.exists() else {}
-    over = {k: _value(v) for k, v in (s.split("=", 1) for s in args.set)}
+    over = {k: select_sass._value(v) for k, v in (s.split("=", 1) for s in args.set)}
     from nsa.attention.triton import selected as sel
 
     unknown = sorted(set(over) - set(sel._config(6, 64, LP, arch=90)))

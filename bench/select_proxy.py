@@ -370,13 +370,6 @@ KEEP = ("source", "variant", "shape", "T", "B", "kernel", "bt", "warps", "halves
         "in_domain")  # fmt: skip
 
 
-def _value(text: str):
-    try:
-        return int(text)
-    except ValueError:
-        return text
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--recount", action="store_true", help="compile the measured kernels again and record")
@@ -411,7 +404,7 @@ def main(argv=None) -> int:
                       "probe_only_fit": {k: round(v, 3) for k, v in f_probe.items()},
                       "speed_points_max_abs_error": max(abs(r["error"]) for r in held)}), flush=True)  # fmt: skip
     if args.predict:
-        over = {k: _value(v) for k, v in (x.split("=", 1) for x in args.set)}
+        over = {k: select_sass._value(v) for k, v in (x.split("=", 1) for x in args.set)}
         for r in predict(candidate_rows(args.predict, over, args.kernel, args.windows), f):
             print(json.dumps({"prediction": "h200", **{k: r[k] for k in KEEP if k in r}}), flush=True)
     if args.variants:  # before the GPU measures them: the probe checks the proxy out of sample
