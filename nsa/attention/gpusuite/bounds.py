@@ -16,7 +16,11 @@ u|x|, so (|.| elementwise, float32 arithmetic adds `slack`, far below u):
     |ddK|   <= u s |dS|^T|Q| + s (P * |ddelta|)^T |Q| + u|dK|
     |ddV|   <= u P^T|dO| + u|dV|
 (s = softmax scale; every bound also gets UNDERFLOW of the type, for results below its normal
-range). A kernel that rounds somewhere else, or computes a wrong value, breaks them.
+range). A kernel that rounds somewhere else, or computes a wrong value, breaks them. One more
+rounding place is optional: the selected branch's key-major backward at `pdq_bits` 16 stores each
+(token, entry, key chunk) dQ partial in the 16-bit type before its fp32 sum; each partial is s dS K
+over disjoint keys, so those roundings add at most u s |dS||K| (+ u times dS's own error):
+`dq_parts_rounded=True` adds that term, and only that.
 It must not be loosened to make a kernel pass: a bound that fails is a finding.
 """
 
@@ -46,12 +50,15 @@ def attention_bounds(
     scale: float,
     dtype: torch.dtype,
     max_elems: int = 1 << 25,
+    dq_parts_rounded: bool = False,
 ) -> dict[str, tuple[Tensor, Tensor]]:
     """{"out"|"dq"|"dk"|"dv": (exact float64 value, elementwise bound)} for q [B,Hkv,T,G,D],
     k/v [B,Hkv,Tk,D], dout like q. `visible(t0, t1)` gives the [B|1, Hkv|1, t1-t0, Tk] bool mask of
     tokens t0..t1-1 (key j visible to token t; rows with no visible key give 0); a tensor is sliced.
     Inputs are taken as the 16-bit kernel inputs (already rounded). Tokens go in chunks so that a
-    [chunk*G, Tk] float64 matrix has at most `max_elems` elements (T = 8k at G = 16 fits a GPU)."""
+    [chunk*G, Tk] float64 matrix has at most `max_elems` elements (T = 8k at G = 16 fits a GPU).
+    `dq_parts_rounded`: dQ is a fp32 sum of partials over disjoint keys, each rounded to `dtype` first
+    (the module docstring)."""
     if isinstance(visible, Tensor):
         mask = visible
         visible = lambda t0, t1: mask[:, :, t0:t1]  # noqa: E731
@@ -91,6 +98,8 @@ def attention_bounds(
         pe = scale * (p * (b_delta + f32 * mag))  # error of dS not from its own rounding
         dsa = ds.abs() * scale
         b_dq = ue * (dsa @ ka + dq.abs()) + pe @ ka + tiny
+        if dq_parts_rounded:  # sum over the partials of u |partial|, each partial's error included
+            b_dq += ue * (dsa @ ka + pe @ ka)
         qa = q64.abs()
         b_dk += ue * (dsa.transpose(-1, -2) @ qa) + pe.transpose(-1, -2) @ qa
         b_dv += ue * (p.transpose(-1, -2) @ do64.abs())

@@ -184,6 +184,16 @@ def _judge(name: str, got: dict, want: dict, meta: dict) -> dict:
     return rec
 
 
+def _pdq_rounded(G: int, D: int, lp: int, dtype: torch.dtype, device) -> bool:
+    """Whether the selected backward that runs here (forced blocks, as NSAAttention) rounds its dQ
+    partials to `dtype`: the key-major path (`bwd_keys`) at `pdq_bits` 16 (selected_keys_bwd.pdq_dtype)."""
+    from nsa.attention.triton import selected as ts
+    from nsa.attention.triton.selected_keys_bwd import pdq_dtype
+
+    cfg = ts._launch_config(G, D, lp, ts.device_arch(torch.device(device)))
+    return bool(cfg["bwd_keys"]) and pdq_dtype(cfg, dtype) != torch.float32
+
+
 def _attention_kernels(plan: Plan, G: int, D: int, T: int, dtype: torch.dtype, seed: int) -> list[dict]:
     from nsa.attention import compressed as eager_cmp
     from nsa.attention.triton import compressed as tc
@@ -225,7 +235,10 @@ def _attention_kernels(plan: Plan, G: int, D: int, T: int, dtype: torch.dtype, s
     got, _ = _fwd_bwd(ts.selected_attention, qs, ks, vs, do, idx=idx, valid=valid, sel_block=lp,
                       scale=scale, forced_blocks=True)  # fmt: skip
     vmask = bounds.selected_visible(idx, valid, T, lp)
-    out.append(_judge("selected", got, bounds.attention_bounds(qs, ks, vs, do, vmask, scale, dtype), meta))
+    want = bounds.attention_bounds(
+        qs, ks, vs, do, vmask, scale, dtype, dq_parts_rounded=_pdq_rounded(G, D, lp, dtype, dev)
+    )
+    out.append(_judge("selected", got, want, meta))
     return out
 
 

@@ -74,11 +74,11 @@ def test_fp16_partials_match_eager_and_leave_dk_dv_alone(monkeypatch, G, lp):
 
 @pytest.mark.parametrize("G", [2, 6])
 def test_bf16_partials_within_gpu_suite_bounds(monkeypatch, bf16_interpreter, G):
-    """bf16 as the GPU does it (conftest fixture): PDQ in bf16, dq within
-    nsa.attention.gpusuite.bounds' dq bound (derived for fp32 partials; the 16-bit rounding of each
-    partial adds at most u * sum |partial|, which the measured error leaves room for:
-    bench/pdq_numerics.py "bounds", 0.30 of the bound at worst); l' = 32 (two key chunks)."""
-    from nsa.attention.gpusuite import bounds
+    """bf16 as the GPU does it (conftest fixture): PDQ in bf16, dq within nsa.attention.gpusuite.bounds'
+    dq bound with the partials' rounding counted (`dq_parts_rounded`: u * sum |partial|, one more term
+    of the size of dS's own rounding), and that term is what the GPU suite adds exactly where the
+    launch config rounds the partials; l' = 32 (two key chunks)."""
+    from nsa.attention.gpusuite import bounds, checks
 
     T, D, lp = 40, 32, 32
     q, k, v, dout = _inputs(1, 1, T, G, D, torch.bfloat16, seed=120 + G)
@@ -87,9 +87,17 @@ def test_bf16_partials_within_gpu_suite_bounds(monkeypatch, bf16_interpreter, G)
     (dq, _, _), seen = _run(monkeypatch, 16, q, k, v, idx, valid, lp, dout)
     assert seen == [torch.bfloat16] and dq.dtype == torch.bfloat16
     vis = bounds.selected_visible(idx, valid, T, lp)
-    want = bounds.attention_bounds(q, k, v, dout, vis, D**-0.5, torch.bfloat16)["dq"]
+    want = bounds.attention_bounds(q, k, v, dout, vis, D**-0.5, torch.bfloat16, dq_parts_rounded=True)["dq"]
     res = bounds.check(dq, want)
     assert res["within_bound"], res
+    plain = bounds.attention_bounds(q, k, v, dout, vis, D**-0.5, torch.bfloat16)["dq"]
+    assert torch.equal(plain[0], want[0]) and (want[1] > plain[1]).any() and (want[1] >= plain[1]).all()
+    with monkeypatch.context() as m:
+        _config(m, 16)
+        assert checks._pdq_rounded(G, D, lp, torch.bfloat16, "cpu")  # 16-bit partials
+        assert not checks._pdq_rounded(G, D, lp, torch.float32, "cpu")  # fp32 q keeps fp32 partials
+    assert not checks._pdq_rounded(G, D, lp, torch.bfloat16, "cpu")  # as shipped: fp32 partials
+    assert not checks._pdq_rounded(16, D, lp, torch.bfloat16, "cpu")  # G 16: query-major, no partials
 
 
 def test_fp32_inputs_keep_fp32_partials_and_16_bits_are_deterministic(monkeypatch):
