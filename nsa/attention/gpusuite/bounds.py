@@ -97,9 +97,10 @@ def attention_bounds(
         mag = do64.abs() @ va.transpose(-1, -2) + (do64.abs() * o.abs()).sum(-1, keepdim=True)
         pe = scale * (p * (b_delta + f32 * mag))  # error of dS not from its own rounding
         dsa = ds.abs() * scale
-        b_dq = ue * (dsa @ ka + dq.abs()) + pe @ ka + tiny
+        dsk, pek = dsa @ ka, pe @ ka
+        b_dq = ue * (dsk + dq.abs()) + pek + tiny
         if dq_parts_rounded:  # sum over the partials of u |partial|, each partial's error included
-            b_dq += ue * (dsa @ ka + pe @ ka)
+            b_dq += ue * (dsk + pek)
         qa = q64.abs()
         b_dk += ue * (dsa.transpose(-1, -2) @ qa) + pe.transpose(-1, -2) @ qa
         b_dv += ue * (p.transpose(-1, -2) @ do64.abs())
