@@ -327,7 +327,8 @@ def _selected_bwd(
     prec = _prec(q.dtype)
     valid8 = valid.view(torch.int8)
     dout = dout.contiguous()
-    if forced and cfg["bwd_keys"]:
+    keys = forced and cfg["bwd_keys"]  # the key-major backward (selected_keys_bwd.py)
+    if keys:
         pdq_dtype(cfg, q.dtype)  # a bad pdq_bits (a probe's patched config) stops before any launch
     if order.numel() == 0:
         index = reverse_index(idx, valid8, LP)
@@ -338,8 +339,8 @@ def _selected_bwd(
                 f"for a table {tuple(idx.shape)} at sel_block {LP}; pass the forward's index or empty tensors"
             )
         index = (order, start, seg_end, *index_bounds(BH, T, NK, LP))
-    if forced and cfg["bwd_keys"]:
-        # Key-major (selected_keys_bwd.py): dQ from the dK/dV kernel's products, merged per token.
+    if keys:
+        # dQ from the dK/dV kernel's products, merged per token.
         dq, pdk, pdv = keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP, scale, cfg, prec)
         return (dq, *_reduce_dkdv(pdk, pdv, index[1], index[2], k, v, index[3], LP, cfg))
     dq = torch.empty_like(q)
