@@ -429,12 +429,18 @@ def test_reverse_index_covers_every_pair_once():
 def test_nsa_attention_with_triton_selected_matches_reference(monkeypatch):
     """NSAAttention with its selected branch swapped for the Triton kernels equals the loop reference
     (the real kernels replace the eager function; the backend dispatch is not on this branch)."""
+    torch.manual_seed(0)
+    assert_nsa_matches_reference(
+        monkeypatch, NSAAttention_small(), torch.randn(2, 37, 24, requires_grad=True)
+    )
+
+
+def assert_nsa_matches_reference(monkeypatch, attn, x) -> None:
+    """`attn` (an NSAAttention) on `x` with its selected branch swapped for the Triton kernels equals
+    the loop reference: the output, and the gradients of x and of the kv projection."""
     from nsa.attention import nsa as nsa_mod
     from nsa.attention.reference import nsa_reference
 
-    torch.manual_seed(0)
-    attn = NSAAttention_small()
-    x = torch.randn(2, 37, 24, requires_grad=True)
     want = nsa_reference(attn, x)
     monkeypatch.setattr(nsa_mod, "selected_attention", tsel.selected_attention)
     got = attn(x)

@@ -25,6 +25,7 @@ from nsa.attention import selected as eager
 from nsa.attention.selection import top_blocks
 from nsa.attention.triton import selected as tsel
 from nsa.attention.triton import selected_keys as tkeys
+from tests.unit.attention.triton.test_triton_selected import assert_nsa_matches_reference
 
 TOL = {torch.float32: 2e-5, torch.float16: 2e-3}
 
@@ -249,17 +250,7 @@ def test_nsa_attention_on_the_key_major_forward_matches_reference(keys_only, mon
     """NSAAttention (G = 6, forced_blocks=True) with its selected branch on the triton kernels, the
     key-major forward and the unchanged backward, equals the loop reference: output and gradients."""
     from nsa.attention import NSAAttention
-    from nsa.attention import nsa as nsa_mod
-    from nsa.attention.reference import nsa_reference
 
     torch.manual_seed(1)
     attn = NSAAttention(24, 6, 1, 16, 8, 4, 16, 3, 16, rope_theta=500.0)
-    x = torch.randn(1, 37, 24, requires_grad=True)
-    want = nsa_reference(attn, x)
-    monkeypatch.setattr(nsa_mod, "selected_attention", tsel.selected_attention)
-    got = attn(x)
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
-    gx, gw = torch.autograd.grad(got.square().sum(), (x, attn.wkv.weight))
-    rx, rw = torch.autograd.grad(want.square().sum(), (x, attn.wkv.weight))
-    torch.testing.assert_close(gx, rx, rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(gw, rw, rtol=1e-4, atol=1e-5)
+    assert_nsa_matches_reference(monkeypatch, attn, torch.randn(1, 37, 24, requires_grad=True))

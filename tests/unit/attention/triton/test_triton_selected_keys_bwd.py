@@ -136,23 +136,30 @@ def test_keys_backward_matches_eager_autograd(monkeypatch, G, dtype, lp, B, Hkv)
     _assert_grads_match_eager(q, k, v, dout, idx, valid, lp, dtype)
 
 
-@pytest.mark.parametrize("G", [2, 6])
-def test_keys_backward_bf16_within_rounding_bounds(monkeypatch, bf16_interpreter, G):
-    """bf16 as the GPU does it (conftest fixture): gradients within nsa.attention.gpusuite.bounds'
-    rounding bounds around the exact result; l' = 32 (two key chunks), T = 40."""
+def _assert_bf16_within_bounds(G: int, D: int, seed: int, table_seed: int) -> None:
+    """Output and gradients of the selected op in bf16 (T 40, l' 32: two key chunks; n 2 of
+    top_blocks' table, each block once) within nsa.attention.gpusuite.bounds' rounding bounds around
+    the exact result, in bf16."""
     from nsa.attention.gpusuite import bounds
 
-    _path(monkeypatch, keys=True)
-    T, D, lp, n = 40, 32, 32, 2
-    q, k, v, dout = _inputs(1, 1, T, G, D, torch.bfloat16, seed=60 + G)
-    g = torch.Generator().manual_seed(G)
-    idx, valid = top_blocks(torch.rand(1, 1, T, 2, generator=g), torch.arange(T), lp, n)  # each block once
+    T, lp, n = 40, 32, 2
+    q, k, v, dout = _inputs(1, 1, T, G, D, torch.bfloat16, seed=seed)
+    g = torch.Generator().manual_seed(table_seed)
+    idx, valid = top_blocks(torch.rand(1, 1, T, 2, generator=g), torch.arange(T), lp, n)
     out, grads = _grads(q, k, v, idx, valid, lp, dout)
     got = {"out": out, **dict(zip(("dq", "dk", "dv"), grads))}
     vis = bounds.selected_visible(idx, valid, T, lp)
     for name, want in bounds.attention_bounds(q, k, v, dout, vis, D**-0.5, torch.bfloat16).items():
         res = bounds.check(got[name], want)
         assert got[name].dtype == torch.bfloat16 and res["within_bound"], f"{name}: {res}"
+
+
+@pytest.mark.parametrize("G", [2, 6])
+def test_keys_backward_bf16_within_rounding_bounds(monkeypatch, bf16_interpreter, G):
+    """bf16 as the GPU does it (conftest fixture): gradients within nsa.attention.gpusuite.bounds'
+    rounding bounds around the exact result; l' = 32 (two key chunks), T = 40."""
+    _path(monkeypatch, keys=True)
+    _assert_bf16_within_bounds(G, D=32, seed=60 + G, table_seed=G)
 
 
 def test_keys_backward_is_deterministic(monkeypatch):
@@ -352,18 +359,7 @@ def test_query_major_path_at_g16_builds_its_own_index_and_matches_eager(dtype):
 def test_query_major_path_at_g16_bf16_within_rounding_bounds(bf16_interpreter):
     """The G 16 path in bf16 as the GPU does it (conftest fixture): output and gradients within
     nsa.attention.gpusuite.bounds' rounding bounds; l' = 32 (two key chunks of the dK/dV walk)."""
-    from nsa.attention.gpusuite import bounds
-
-    T, D, lp, n = 40, 16, 32, 2
-    q, k, v, dout = _inputs(1, 1, T, 16, D, torch.bfloat16, seed=98)
-    g = torch.Generator().manual_seed(98)
-    idx, valid = top_blocks(torch.rand(1, 1, T, 2, generator=g), torch.arange(T), lp, n)
-    out, grads = _grads(q, k, v, idx, valid, lp, dout)
-    got = {"out": out, **dict(zip(("dq", "dk", "dv"), grads))}
-    vis = bounds.selected_visible(idx, valid, T, lp)
-    for name, want in bounds.attention_bounds(q, k, v, dout, vis, D**-0.5, torch.bfloat16).items():
-        res = bounds.check(got[name], want)
-        assert got[name].dtype == torch.bfloat16 and res["within_bound"], f"{name}: {res}"
+    _assert_bf16_within_bounds(16, D=16, seed=98, table_seed=98)
 
 
 def test_ops_pass_opcheck_and_a_wrong_index_is_refused():
