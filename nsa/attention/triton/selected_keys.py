@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from nsa.attention.triton.selected_keys_bwd import _block_keys, _segment
+from nsa.attention.triton.selected_keys_bwd import _block_keys, _pair_rows, _segment
 
 # As in selected.py: tl.reduce with triton's own combine functions (cheaper under the interpreter).
 _max_combine = tl.standard._elementwise_max
@@ -71,11 +71,7 @@ def _sel_fwd_keys_kernel(
     r = tl.arange(0, BR)
     nrows = (hi - lo) * G
     for r0 in range(0, nrows, BR):
-        rr = r0 + r
-        rm = rr < nrows
-        g = rr % G
-        pos = tl.load(ORDER + lo + rr // G, mask=rm, other=0)  # flat table position, int64
-        tq = (pos - bh * T * NK).to(tl.int32) // NK  # within this (batch, KV head): int32 division
+        rm, g, pos, tq = _pair_rows(ORDER, lo, r0 + r, nrows, bh, T, NK, G, True)  # int32 division
         qoff = (tq * G + g)[:, None] * D + d[None, :]
         q = tl.load(Q + qoff, mask=rm[:, None] & dm[None, :], other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale

@@ -86,6 +86,22 @@ def _block_keys(K, V, blk, nb, NS, T, D: tl.constexpr, LP: tl.constexpr, DP: tl.
 
 
 @triton.jit
+def _pair_rows(ORDER, lo, rr, nrows, bh, T, NK, G: tl.constexpr, DIV32: tl.constexpr):
+    """Rows `rr` of a segment's step, row r = (pair lo + r // G, head r % G): (in range, head, the
+    pair's flat table position, its query token within this (batch, KV head)). DIV32: the token by an
+    int32 division of the position within this (batch, KV head) (T * NK < 2**31 there; masked rows get
+    a negative token, and their loads and stores are masked off); else the int64 (pos // NK) % T."""
+    rm = rr < nrows
+    g = rr % G
+    pos = tl.load(ORDER + lo + rr // G, mask=rm, other=0)
+    if DIV32:
+        tq = (pos - bh * T * NK).to(tl.int32) // NK
+    else:
+        tq = ((pos // NK) % T).to(tl.int32)
+    return rm, g, pos, tq
+
+
+@triton.jit
 def _dkdv_walk(
     Q, K, V, DO, LSE, DELTA, ORDER, START, SEG_END, PDK, PDV, PDQ,
     T, NS, NK, NP, NBLK, NSEARCH, S, sm_scale,
@@ -127,14 +143,7 @@ def _dkdv_walk(
     r = tl.arange(0, BR)
     nrows = (hi - lo) * G
     for r0 in range(0, nrows, BR):
-        rr = r0 + r
-        rm = rr < nrows
-        g = rr % G
-        pos = tl.load(ORDER + lo + rr // G, mask=rm, other=0)  # the pair's flat table position
-        if DIV32:  # masked rows get a negative token: their loads and stores are masked off
-            tq = (pos - bh * T * NK).to(tl.int32) // NK
-        else:
-            tq = ((pos // NK) % T).to(tl.int32)
+        rm, g, pos, tq = _pair_rows(ORDER, lo, r0 + r, nrows, bh, T, NK, G, DIV32)
         qrow = tq * G + g
         qoff = qrow[:, None] * D + d[None, :]
         qm = rm[:, None] & dm[None, :]
