@@ -152,17 +152,14 @@ def pairs_per_block(T: int, n: int = N_SEL, lp: int = LP) -> list[int]:
     return [round(c) for c in cnt]
 
 
-def seg_pairs(T: int) -> int:
-    """S, as selected_keys._seg_pairs (T/4 pairs, clamped to [16, 2048])."""
-    return min(2048, max(16, 1 << (T - 1).bit_length()) // 4)
-
-
 def segments(T: int, B: int, Hkv: int, G: int, BR: int, n: int = N_SEL, cnt: list[int] | None = None) -> dict:
     """programs (the static grid, reverse_index's NSEG), used segments, steps (BR-row trips summed over
     programs) and pairs of one launch (one key chunk: BN = l'); `cnt`: pairs per block of one
     sequence (default: `pairs_per_block`), the same for every (batch, KV head)."""
-    S = seg_pairs(T)
+    from nsa.attention.triton.selected_keys import index_bounds
+
     bh = B * Hkv
+    S, nseg = index_bounds(bh, T, n, LP)  # the kernels' S and static grid
     cnt = pairs_per_block(T, n) if cnt is None else cnt
     used = steps = pairs = 0
     for c in cnt:
@@ -170,7 +167,6 @@ def segments(T: int, B: int, Hkv: int, G: int, BR: int, n: int = N_SEL, cnt: lis
         used += k
         pairs += c
         steps += (k - 1) * -(-(S * G) // BR) + -(-((c - (k - 1) * S) * G) // BR) if c else 0
-    nseg = bh * len(cnt) + -(-(bh * T * n) // S)
     return {"programs": nseg, "used": used * bh, "steps": steps * bh, "pairs": pairs * bh, "S": S}
 
 

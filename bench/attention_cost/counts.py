@@ -66,20 +66,26 @@ def _cfg(D: int) -> str:
     return "64" if D <= 64 else "128"
 
 
-def kernel_configs(s: Shape, cc: int) -> dict[str, dict]:
-    """The kernels' own launch settings for shape `s` on sm_`cc` (80: A100, 90: H100/H200): compressed.py's
-    `_config` (the compressed branch and the selection), selected.py's (at the GPU's key tile, 64
-    keys a step; the interpreter's 16 are the tests') and window.py's `_configs` (the GPU's tiles).
-    Imported here, not at the top: the kernel modules import torch and triton, and the rest of this
-    package needs neither."""
+def _kernel_modules():
+    """nsa/attention/triton's compressed, selected, selected_keys and window modules, imported when
+    first asked (they import torch and triton; the rest of this package needs neither), or an
+    ImportError that says what the model reads there and how to get it."""
     try:
-        from nsa.attention.triton import compressed, selected, window
+        from nsa.attention.triton import compressed, selected, selected_keys, window
     except ImportError as e:
         raise ImportError(
             "bench/attention_cost: the model reads the shipped launch settings from "
             f"nsa/attention/triton/*.py's `_config`, which needs torch and triton ({e}); "
             "fix: run it with the project's venv (.venv/bin/python: the train and dev extras, or a CUDA torch)"
         ) from e
+    return compressed, selected, selected_keys, window
+
+
+def kernel_configs(s: Shape, cc: int) -> dict[str, dict]:
+    """The kernels' own launch settings for shape `s` on sm_`cc` (80: A100, 90: H100/H200): compressed.py's
+    `_config` (the compressed branch and the selection), selected.py's (at the GPU's key tile, 64
+    keys a step; the interpreter's 16 are the tests') and window.py's `_configs` (the GPU's tiles)."""
+    compressed, selected, _, window = _kernel_modules()
     return {
         "compressed": compressed._config(s.G, s.D, s.n, s.bl, s.d, s.lp, cc),
         "selected": selected._config(s.G, s.D, s.lp, key_tile=64, arch=cc),
@@ -259,9 +265,10 @@ def _sel_steps(T: int, s: Shape, TP: int, shared: bool = False) -> float:
 
 
 def _seg_pairs(T: int) -> int:
-    """(query, block) pairs a segment of the key-major selected kernels (one program each): T/4,
-    clamped to [16, 2048] (nsa/attention/triton's `_seg_pairs`: a rule of T, not a `_config` entry)."""
-    return min(2048, max(16, _p2(T) // 4))
+    """(query, block) pairs a segment of the key-major selected kernels (one program each): the kernels'
+    own rule, selected_keys.py's `_seg_pairs` (T/4, clamped to [16, 2048]: a rule of T, not a
+    `_config` entry)."""
+    return _kernel_modules()[2]._seg_pairs(T)
 
 
 def _valid_pairs(T: int, s: Shape) -> float:

@@ -59,7 +59,7 @@ def test_modelled_table_lists_every_entry_and_the_forced_blocks(T):
     assert abs(sum(cnt) - sum(64 * min(16, m + 1) for m in range(ns))) <= ns
     assert cnt[0] == T  # block 0: forced for every query
     assert cnt[-1] == 64  # the last block: its own queries only
-    assert kp.seg_pairs(T) == _seg_pairs(T)
+    assert kp.segments(T, 1, 1, 6, 64)["S"] == _seg_pairs(T)  # the kernels' segment length
 
 
 def test_segments_use_the_kernels_static_grid_and_cover_every_row():
