@@ -172,6 +172,10 @@ def shipped_launch(
         "tm_merge": sc["TM"],
         "bm_merge": sc["BM_merge"],
         "pdq_bits": sc["pdq_bits"],
+        # the keys kernel's other settings (the A100 prices look its sm_80 SASS up by them: sass80.py)
+        "warps_keys": sc["warps_keys"],
+        "stages_kv": sc["stages_kv"],
+        "keys_div32": sc["keys_div32"],
         "br_dkdv": sc["BR"],
         "bm_forced": sc["BM"],
         "bn_sel": sc["BN"],

@@ -23,6 +23,7 @@ from .counts import (
     shipped_launch,
 )
 from .prices import Kernel
+from .sass80 import select_work
 from .selected import selected_kernels
 
 
@@ -116,6 +117,7 @@ def ours(
     }
     launch.update({f: v for f, v in given.items() if v is not None})
     launch["index_once"] = not (before_ce226a4 or before_2930e5c) if index_once is None else index_once
+    launch["cc"] = cc
     B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
     bf = 2
     act = B * T * s.H * D * bf
@@ -178,6 +180,8 @@ def ours(
         tags += "@h2" if launch["halves_sel"] and not v0 else ""
         sunit = 2 * BH * sw["steps"] * sel_rows * sw["keys"] * D
         swork = {"programs": sel_progs, "token_steps": BH * sw["steps"] * bt}
+        if cc == 80:  # the A100 price: the kernel's own sm_80 SASS (sass80.py; none recorded: as published)
+            swork.update(select_work(T, s, launch) or {})
         if not selection_free:
             ks.append(Kernel("cmp_select", "selection", "fwd", f"cmp_sel{'' if v0 else '32'}{tags}", sunit, cuse,
                              act + kcb + lse + table, l2=BH * sw["steps"] * sw["keys"] * D * bf,
