@@ -29,12 +29,12 @@ from nsa.attention.gpusuite.modelcheck import load_by_path
 HERE = Path(__file__).resolve().parent
 SASS_FILE = HERE / "a100_proxy_sass.json"
 SHAPES = {"m7c": (6, 64), "paper": (16, 128)}  # (G, D)
-# The selection settings recorded (tokens a tile, warps, halves): what compressed.py ships on sm_80
-# (first) and the candidates around it. The key-major backward at M7C only (G <= 8).
+# The selection settings recorded (tokens a tile, warps, halves, register cap): what compressed.py
+# ships on sm_80 (first; 4 / 4 / 0 before 2026-11-26's proxy-chosen setting) and the candidates. The key-major backward at M7C only (G <= 8).
 SELECT = {
-    "m7c": [(4, 4, 0), (4, 4, 1), (4, 2, 1), (4, 2, 0), (2, 2, 1), (2, 2, 0), (2, 4, 1), (2, 4, 0), (2, 1, 1),
-            (8, 4, 1), (4, 1, 1)],
-    "paper": [(4, 4, 0), (4, 4, 1), (2, 4, 0), (8, 4, 1), (4, 2, 1), (2, 2, 1)],
+    "m7c": [(4, 2, 1, 168), (4, 4, 0, 0), (4, 4, 1, 0), (4, 2, 1, 0), (4, 2, 0, 0), (2, 2, 1, 0), (2, 2, 0, 0),
+            (2, 4, 1, 0), (2, 4, 0, 0), (2, 1, 1, 0), (8, 4, 1, 0), (4, 1, 1, 0)],
+    "paper": [(4, 4, 0, 0), (4, 4, 1, 0), (2, 4, 0, 0), (8, 4, 1, 0), (4, 2, 1, 0), (4, 2, 1, 168), (2, 2, 1, 0)],
 }  # fmt: skip
 KEYS = [{}, {"BR_keys": 16}, {"BR_keys": 16, "stages_kv": 2}, {"warps_keys": 8}, {"BR_keys": 64},
         {"BR_keys": 64, "warps_keys": 8}, {"pdq_bits": 16}, {"pdq_bits": 16, "keys_div32": True}]  # fmt: skip
@@ -104,13 +104,12 @@ def recount() -> dict:
     rec: dict = {"triton": triton.__version__, "select": {}, "keys_bwd": {}, "merge_rate": {}, "carry": {}}
     for shape, settings in SELECT.items():
         G, D = SHAPES[shape]
-        for bt, w, h in settings:
-            c = sp.sass_counts(shape, "int32", bt, w, h, arch=80)
-            rec["select"][select_key(G, D, bt, w, h)] = {
-                k: c[k] for k in ("registers", "spill", "smem", "paths")
-            }
-            print(json.dumps({"recorded": select_key(G, D, bt, w, h), "registers": c["registers"],
-                              "spill": c["spill"]}), file=sys.stderr, flush=True)  # fmt: skip
+        for bt, w, h, cap in settings:
+            c = sp.sass_counts(shape, "int32", bt, w, h, arch=80, over={"maxnreg_sel": cap} if cap else None)
+            key = select_key(G, D, bt, w, h, cap)
+            rec["select"][key] = {k: c[k] for k in ("registers", "spill", "smem", "paths")}
+            print(json.dumps({"recorded": key, "registers": c["registers"], "spill": c["spill"]}),
+                  file=sys.stderr, flush=True)  # fmt: skip
             mkey = f"G{G}xD{D}/bt{bt}/h{h}"
             if mkey not in rec["merge_rate"]:
                 rates = {}
@@ -150,13 +149,14 @@ def candidate_rows(rec: dict) -> list[dict]:
     for shape, settings in SELECT.items():
         G, D = SHAPES[shape]
         s = m.SHAPES[shape]
-        for bt, w, h in settings:
-            c = rec["select"][select_key(G, D, bt, w, h)]
+        for bt, w, h, cap in settings:
+            c = rec["select"][select_key(G, D, bt, w, h, cap)]
             for T in POINTS:
-                work = sass80.select_work(T, s, {"bt_sel": bt, "warps_sel": w, "halves_sel": h})
+                launch = {"bt_sel": bt, "warps_sel": w, "halves_sel": h, "maxnreg_sel": cap}
+                work = sass80.select_work(T, s, launch)
                 ms = prices.sass_seconds(work, "select", gpu) * 1e3
                 rows.append({"a100_candidate": "cmp_select", "shape": shape, "T": T, "bt_sel": bt, "warps_sel": w,
-                             "halves_sel": h, "registers": c["registers"], "spill": c["spill"],
+                             "halves_sel": h, "maxnreg_sel": cap, "registers": c["registers"], "spill": c["spill"],
                              "resident_warps": work["resident_warps"], "warp_insns": work["warp_insns"],
                              "proxy_ms": round(ms, 3)})  # fmt: skip
     s = m.SHAPES["m7c"]

@@ -162,6 +162,7 @@ def shipped_launch(
         "bt_sel": c["bt_sel_v0"] if v0 else c["bt_sel"],
         "select_v0": v0,
         "halves_sel": 0 if v0 else c["halves_sel"],
+        "maxnreg_sel": 0 if v0 else c["maxnreg_sel"],  # its register cap (0: none)
         "warps_cmp_dkv": c["warps_dkv"],
         "tp": sc["TP"],
         "warps_tok": sc["warps_tok"],

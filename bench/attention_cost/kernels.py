@@ -61,6 +61,7 @@ def ours(
     before_2930e5c: bool = False,
     select_v0: bool | None = None,
     halves_sel: int | None = None,
+    maxnreg_sel: int | None = None,
     br_fwd_keys: int | None = None,
     br_bwd_keys: int | None = None,
     bt_sel: int | None = None,
@@ -94,7 +95,8 @@ def ours(
     what the code ships, False with before_ce226a4): the selected branch's key-major forward /
     backward instead of the forced tiles and token tiles (selected.py: `selected_kernels`).
     select_v0 / halves_sel / before_2930e5c: the selection kernel (`shipped_launch`): `cmp_sel32`
-    (the int32 merge) unless select_v0, tagged `@h2` when merged in halves. index_once: the selected
+    (the int32 merge) unless select_v0, tagged `@h2` when merged in halves; maxnreg_sel its register
+    cap (it selects the sm_80 SASS the A100 price reads; Hopper's prices do not see it). index_once: the selected
     branch's reverse index built once a layer with int32 sort keys (the key-major forward's, handed to
     the backward); False: as every committed run measured it, the backward's own int64 sort in ~16
     aten ops (`selected_kernels`); None: what the code ships, False with before_ce226a4 or
@@ -104,6 +106,7 @@ def ours(
     given = {
         "select_v0": select_v0,
         "halves_sel": halves_sel,
+        "maxnreg_sel": maxnreg_sel,
         "br_fwd_keys": br_fwd_keys,
         "br_bwd_keys": br_bwd_keys,
         "warps_sel": warps_sel,

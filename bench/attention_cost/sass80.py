@@ -24,8 +24,9 @@ from .prices import A100_SASS_FILE, a100_record
 SM80 = {"regs": 65536, "warps": 64, "blocks": 32, "smem": 167936}
 
 
-def select_key(G: int, D: int, bt: int, warps: int, halves: int) -> str:
-    return f"G{G}xD{D}/bt{bt}/w{warps}/h{halves}"
+def select_key(G: int, D: int, bt: int, warps: int, halves: int, maxnreg: int = 0) -> str:
+    """A selection setting's record: tokens a tile, warps, halves and the register cap (if any)."""
+    return f"G{G}xD{D}/bt{bt}/w{warps}/h{halves}" + (f"/r{maxnreg}" if maxnreg else "")
 
 
 def keys_key(G: int, D: int, st: dict) -> str:
@@ -60,11 +61,11 @@ def merge_rates(G: int, D: int, bt: int, halves: int, T: int) -> list[float] | N
 
 
 def select_work(T: int, s: Shape, launch: dict) -> dict | None:
-    """`_cmp_select`'s dynamic counts on sm_80 at the launch's tokens a tile, warps and halves (None:
-    no record of that setting): warp instructions, shared-memory accesses and MMAs of all programs,
-    and the warps an SM holds."""
+    """`_cmp_select`'s dynamic counts on sm_80 at the launch's tokens a tile, warps, halves and register
+    cap (None: no record of that setting): warp instructions, shared-memory accesses and MMAs of all
+    programs, and the warps an SM holds."""
     bt, w, h = launch["bt_sel"], launch["warps_sel"], launch["halves_sel"]
-    rec = a100_record()["select"].get(select_key(s.G, s.D, bt, w, h))
+    rec = a100_record()["select"].get(select_key(s.G, s.D, bt, w, h, launch.get("maxnreg_sel", 0)))
     rates = merge_rates(s.G, s.D, bt, h, T)
     if rec is None or rates is None or launch.get("select_v0"):
         return None

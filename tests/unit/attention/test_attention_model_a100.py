@@ -81,23 +81,27 @@ def test_a_launch_setting_without_a_record_is_priced_as_published(monkeypatch) -
 
 def test_the_what_if_keeps_the_published_pricing() -> None:
     """`a100_published_eff`: A100 priced as before (every kind of ours at its generic kind's published
-    efficiency), today's 2.43 / 0.79 / 0.55 at M7C and 1.45 / 0.47 / 0.31 at the paper shape; the
-    predictions take the SASS prices."""
+    efficiency) for the shipped kernels; at the selection's sm_80 settings before 2026-11-26 (4 warps,
+    merged at once, no cap) that is today's 2.43 / 0.79 / 0.55 at M7C; 1.45 / 0.47 / 0.31 at the paper
+    shape (unchanged). The predictions take the SASS prices."""
     Ts = [8192, 32768, 65536]
     rows = {
         (r["shape"], r["T"]): r["fwd_bwd"] for r in m.what_if_rows(Ts) if r["what_if"] == "a100_published_eff"
     }
-    assert rows == {
-        ("m7c", 8192): 2.43, ("m7c", 32768): 0.791, ("m7c", 65536): 0.546,
-        ("paper", 8192): 1.45, ("paper", 32768): 0.473, ("paper", 65536): 0.305,
-    }  # fmt: skip
+    before = {"warps_sel": 4, "halves_sel": 0, "maxnreg_sel": 0}
     for (shape, T), ratio in rows.items():
-        fa = m.total(m.flash2(T, m.SHAPES[shape]), PUBLISHED)
-        assert m.total(m.ours_on(T, m.SHAPES[shape], PUBLISHED), PUBLISHED) / fa == pytest.approx(
-            ratio, abs=5e-4
+        s = m.SHAPES[shape]
+        fa = m.total(m.flash2(T, s), PUBLISHED)
+        assert m.total(m.ours_on(T, s, PUBLISHED), PUBLISHED) / fa == pytest.approx(ratio, abs=5e-4)
+        then = round(
+            m.total(m.ours_on(T, s, PUBLISHED, **(before if shape == "m7c" else {})), PUBLISHED) / fa, 3
         )
+        assert then == {
+            ("m7c", 8192): 2.43, ("m7c", 32768): 0.791, ("m7c", 65536): 0.546,
+            ("paper", 8192): 1.45, ("paper", 32768): 0.473, ("paper", 65536): 0.305,
+        }[(shape, T)]  # fmt: skip
     pred = {(r["shape"], r["T"]): r["fwd_bwd"] for r in m.prediction_rows(Ts) if r["gpu"] == "A100"}
-    assert pred[("m7c", 8192)] < rows[("m7c", 8192)]
+    assert all(pred[p] < rows[p] for p in rows)
 
 
 def test_a100_rows_say_how_each_kernel_is_priced() -> None:
@@ -131,7 +135,8 @@ def test_the_record_holds_what_sm80_ships_and_the_proxies_constants() -> None:
     for shape in ("m7c", "paper"):
         s = m.SHAPES[shape]
         c = cmp._config(s.G, s.D, s.n, s.bl, s.d, s.lp, 80)
-        entry = rec["select"][sass80.select_key(s.G, s.D, c["bt_sel"], c["warps_sel"], c["halves_sel"])]
+        key = sass80.select_key(s.G, s.D, c["bt_sel"], c["warps_sel"], c["halves_sel"], c["maxnreg_sel"])
+        entry = rec["select"][key]
         assert entry["spill"] == 0
         assert sass80.select_work(8192, s, m.shipped_launch(s, 80)) is not None
     sc = sel._config(6, 64, 64, arch=80)

@@ -36,6 +36,7 @@ FROM_CONFIG = {
     "warps_sel": _cmp("warps_sel"),
     "bt_sel": _cmp("bt_sel"),
     "halves_sel": _cmp("halves_sel"),
+    "maxnreg_sel": _cmp("maxnreg_sel"),
     "warps_cmp_dkv": _cmp("warps_dkv"),
     "tp": _sel("TP"),
     "warps_tok": _sel("warps_tok"),
