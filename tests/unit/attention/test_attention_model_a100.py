@@ -159,3 +159,32 @@ def test_merge_rates_interpolate_in_log_t_and_hold_beyond() -> None:
     assert sass80.merge_rates(6, 64, 4, 0, 1024) == table["2048"]
     assert sass80.merge_rates(6, 64, 3, 0, 8192) is None  # no record: the kind is priced as published
     assert s.G == 6
+
+
+def test_the_shipped_sm80_selection_is_the_candidate_priced_15_percent_faster_unspilled() -> None:
+    """bench/a100_proxy.py's candidates from the committed record (no compile): the setting
+    compressed.py ships on sm_80 at M7C (4 tokens in halves, 2 warps, capped at 168 registers) is
+    unspilled, as many warps an SM as the 4-warp one before it, and priced >= 15 % faster at 8k, 32k
+    and 64k; the keys backward's shipped 32 rows unspilled, and nothing unspilled >= 15 % faster."""
+    ap = load_bench("a100_proxy")
+    rows = ap.candidate_rows(m.a100_record())
+    sel = {
+        (r["bt_sel"], r["warps_sel"], r["halves_sel"], r["maxnreg_sel"], r["T"]): r
+        for r in rows
+        if r["a100_candidate"] == "cmp_select" and r["shape"] == "m7c"
+    }
+    c = cmp._config(6, 64, 16, 32, 16, 64, 80)
+    shipped = (c["bt_sel"], c["warps_sel"], c["halves_sel"], c["maxnreg_sel"])
+    assert shipped == (4, 2, 1, 168)
+    for T in ap.POINTS:
+        new, old = sel[(*shipped, T)], sel[(4, 4, 0, 0, T)]
+        assert new["spill"] == 0 and new["resident_warps"] == old["resident_warps"] == 12
+        assert new["proxy_ms"] <= 0.85 * old["proxy_ms"], T
+    keys = [r for r in rows if r["a100_candidate"] == "sel_bwd_keys"]
+    sc = sel._config(6, 64, 64, arch=80)
+    st = {k: sc[k] for k in ("BR_keys", "warps_keys", "stages_kv", "pdq_bits", "keys_div32")}
+    base = {r["T"]: r["proxy_ms"] for r in keys if all(r[k] == v for k, v in st.items())}
+    assert st["BR_keys"] == 32 and len(base) == len(ap.POINTS)
+    for r in keys:
+        if r["spill"] == 0:
+            assert r["proxy_ms"] > 0.85 * base[r["T"]], r
