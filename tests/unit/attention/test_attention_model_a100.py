@@ -168,7 +168,7 @@ def test_the_shipped_sm80_selection_is_the_candidate_priced_15_percent_faster_un
     and 64k; the keys backward's shipped 32 rows unspilled, and nothing unspilled >= 15 % faster."""
     ap = load_bench("a100_proxy")
     rows = ap.candidate_rows(m.a100_record())
-    sel = {
+    picks = {
         (r["bt_sel"], r["warps_sel"], r["halves_sel"], r["maxnreg_sel"], r["T"]): r
         for r in rows
         if r["a100_candidate"] == "cmp_select" and r["shape"] == "m7c"
@@ -177,7 +177,7 @@ def test_the_shipped_sm80_selection_is_the_candidate_priced_15_percent_faster_un
     shipped = (c["bt_sel"], c["warps_sel"], c["halves_sel"], c["maxnreg_sel"])
     assert shipped == (4, 2, 1, 168)
     for T in ap.POINTS:
-        new, old = sel[(*shipped, T)], sel[(4, 4, 0, 0, T)]
+        new, old = picks[(*shipped, T)], picks[(4, 4, 0, 0, T)]
         assert new["spill"] == 0 and new["resident_warps"] == old["resident_warps"] == 12
         assert new["proxy_ms"] <= 0.85 * old["proxy_ms"], T
     keys = [r for r in rows if r["a100_candidate"] == "sel_bwd_keys"]
