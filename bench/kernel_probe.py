@@ -92,12 +92,12 @@ CMP_VARIANTS = [
     # at 4 warps: the comparison of the int32 merge with the int64 one, in the same run.
     {"kernel": "select", "select_v0": 1},
     {"kernel": "select", "select_v0": 1, "warps_sel_v0": 4},
-    # Head_dim-128 attention tiles (bench/tiles_d128.py; ptxas: no spill on sm_80 / sm_90, triton 3.6
-    # and 3.9, every head_dim > 64 point of gpucheck's grid): FlashAttention-2's forward tile, 128 rows
-    # x 64 keys at 8 warps (G 16 x D 128 sm_90, triton 3.6: 28 % fewer SASS a FLOP than the shipped
-    # 64 x 32 at 4 warps, half the K/V bytes a FLOP), and 64 x 64 at 4 warps (20 % fewer).
+    # Head_dim-128 attention tile (bench/tiles_d128.py; ptxas: no spill on sm_80 / sm_90, triton 3.6
+    # and 3.9, at G 16 x D 128 and the head_dim > 64 points of gpucheck's grid, G 8 x D 96, G 5 x D 128):
+    # FlashAttention-2's forward tile, 128 rows x 64 keys at 8 warps (G 16 x D 128 on sm_90, triton
+    # 3.6: 28 % fewer SASS a FLOP of the main loop than the shipped 64 x 32 at 4 warps, half the K/V
+    # bytes a FLOP). 64 x 64 at 4 warps (20 % fewer) spills 12 B on sm_80 at G 1/2/5/6 x D 128.
     {"kernel": "attend", "shape": "paper", "bm_fwd": 128, "bn_fwd": 64, "warps_fwd": 8},
-    {"kernel": "attend", "shape": "paper", "bn_fwd": 64},
 ]
 
 # The compressed backward (dQ, dK/dV, the partial sum): keys of compressed._config; "x2" doubles one.
@@ -110,15 +110,15 @@ CMP_BWD_VARIANTS = [
     {"split_dkv": 16},
     {"warps": "toggle"},
     # Head_dim-128 tiles (bench/tiles_d128.py, bench/RESULTS.md; ptxas: no spill on sm_80 / sm_90,
-    # triton 3.6 and 3.9, every head_dim > 64 point of gpucheck's grid; G 16 x D 128 on sm_90, triton
-    # 3.6, SASS a FLOP of the main loop against the shipped 32 x 32 at 4 warps): dQ 64 rows x 64 keys
-    # at 4 warps (-44 %, sm_90 runs its products as wgmma) or 128 x 32 at 8 (-36 %, a quarter of the
-    # K/V bytes a FLOP); dK/dV 64 keys x 32 rows at 4 warps unpipelined (-47 %; `bn_dkv` 64 above is
-    # it pipelined, -41 %) or 128 keys at 8 warps (-40 %); then dQ and dK/dV together.
+    # triton 3.6 and 3.9, at G 16 x D 128 and the head_dim > 64 points of gpucheck's grid, G 8 x D 96,
+    # G 5 x D 128; G 16 x D 128 on sm_90, triton 3.6, SASS a FLOP of the main loop against the shipped
+    # 32 x 32 at 4 warps): dQ 64 rows x 64 keys at 4 warps (-44 %, its products as wgmma) or 128 x 32
+    # at 8 (-36 %, a quarter of the K/V bytes a FLOP); dK/dV 64 keys a tile unpipelined (-47 %;
+    # `bn_dkv` 64 above is it with 2 stages, -41 %); then dQ and dK/dV together. (dK/dV at 128 keys
+    # and 8 warps, -40 %, spills 12 B at G 5 x D 128 on sm_80 with triton 3.6.)
     {"shape": "paper", "BT": "rows:64", "bn_bwd": 64},
     {"shape": "paper", "BT": "rows:128", "warps": 8},
     {"shape": "paper", "bn_dkv": 64, "stages_dkv": 1},
-    {"shape": "paper", "bn_dkv": 128, "warps_dkv": 8},
     {"shape": "paper", "BT": "rows:64", "bn_bwd": 64, "bn_dkv": 64, "stages_dkv": 1},
     {"shape": "paper", "BT": "rows:128", "warps": 8, "bn_dkv": 64, "stages_dkv": 1},
 ]
@@ -145,9 +145,10 @@ SEL_VARIANTS = [
     {"keys_div32": True},
     {"keys_div32": True, "pdq_bits": 16},
     # Head_dim 128: the query-major dK/dV kernel (`_sel_bwd_dkdv_kernel`) at 128 (pair, head) rows a
-    # step and 8 warps (bench/tiles_d128.py: no spill on sm_80 / sm_90, triton 3.6 and 3.9, every
-    # head_dim > 64 point of gpucheck's grid; G 16 x D 128 on sm_90, triton 3.6: 16 % fewer SASS a
-    # FLOP than the shipped 32 rows at 4 warps, the same 8 resident warps an SM).
+    # step and 8 warps (bench/tiles_d128.py; G 16 x D 128 on sm_90, triton 3.6: 16 % fewer SASS a
+    # FLOP than the shipped 32 rows at 4 warps, the same 8 resident warps an SM). ptxas: no spill on
+    # sm_90 at every head_dim > 64 point checked, nor on sm_80 at G 16; on sm_80 it spills 48-80 B at
+    # G 6 x D 96, where NSAAttention runs the key-major backward instead (bwd_keys, G <= 8).
     {"shape": "paper", "BR": 128, "warps_kv": 8},
 ]
 

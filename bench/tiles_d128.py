@@ -8,10 +8,11 @@ overrides, through gpucheck's `compile_spec` (sm_80 / sm_90, the installed trito
 with PYTHONPATH=<triton 3.6> for the GPU images' version), and prints per candidate: registers,
 spill bytes, shared memory, resident warps an SM, and the main loop's SASS (bench/select_sass.py's
 `_disasm`, bench/keys_proxy.py's `step_path`: one trip, every conditional branch falling through)
-per useful MMA FLOP of that trip (real head_dim, real rows), with the MMA instructions' share. The
-count is relative (issue slots per FLOP, not time): it asks whether a bigger tile spends fewer
-instructions per FLOP, the overhead that held `cmp_dq@128`'s fitted tensor efficiency at 0.22
-against 0.56 at head_dim 64. `--what-if` prints the cost model's paper-shape NSA/FA2 if each kernel
+per useful MMA FLOP of that trip (real head_dim, real rows), the MMA instructions (wgmma or
+mma.sync) and the bytes a trip loads per FLOP. The counts are relative (issue slots per FLOP, not
+time). `--measured` sets the shipped builds beside their fitted efficiencies: the SASS a FLOP does
+not tell `cmp_dq@128`'s 0.22 from head_dim 64's 0.56 (equal counts); the MMA instruction (wgmma or
+mma.sync) and the bytes a FLOP differ (bench/RESULTS.md). `--what-if` prints the cost model's paper-shape NSA/FA2 if each kernel
 ran at its head_dim-64 kernel's fitted efficiency (an assumption, labelled so). Prints one JSON
 object per line; asserts nothing.
 
@@ -19,6 +20,7 @@ object per line; asserts nothing.
   .venv/bin/python bench/tiles_d128.py --shipped --shape 6x64 --shape 16x128     # shipped tiles only
   PYTHONPATH=/tmp/forced-leg36 .venv/bin/python bench/tiles_d128.py --kernel sel_dkdv  # triton 3.6
   .venv/bin/python bench/tiles_d128.py --what-if
+  PYTHONPATH=/tmp/forced-leg36 .venv/bin/python bench/tiles_d128.py --measured   # vs the fitted prices
 """
 
 from __future__ import annotations
@@ -146,6 +148,35 @@ def compile_candidate(kernel: str, G: int, D: int, arch: int, over: dict) -> dic
     return rec
 
 
+# The fitted price of each kernel's shipped build (bench/attention_cost/prices.py kinds; cmp_dkv at
+# its shipped 4 warps), for `measured`.
+KINDS = {
+    "cmp_fwd": "cmp_attn@{d}",
+    "cmp_dq": "cmp_dq@{d}",
+    "cmp_dkv": "cmp_dkv@{d}@w4",
+    "sel_dkdv": "sel_dkdv@{d}",
+}
+
+
+def measured(arch: int = 90) -> list[dict]:
+    """The shipped builds the GPU measured (M7C G 6 x D 64 and the paper's G 16 x D 128) beside their
+    fitted tensor-core efficiency on Hopper: does the loop's SASS a FLOP, its bytes a FLOP or its MMA
+    instruction (wgmma or mma.sync) line up with what the H100/H200 runs gave?"""
+    from nsa.attention.gpusuite.modelcheck import load_model
+
+    am = load_model()
+    prices = sys.modules["attention_cost.prices"]
+    rows = []
+    for (G, D), kernel in itertools.product(((6, 64), (16, 128)), KERNELS):
+        s = shipped(kernel, G, D, arch)
+        rec = compile_candidate(kernel, G, D, arch, overrides(kernel, G, D, arch, *s.values()))
+        kind = KINDS[kernel].format(d=64 if D <= 64 else 128)
+        eff = prices.kind_cost(kind, am.GPUS["H100"])["eff"]
+        rows.append({**rec, "kind": kind, "fitted_eff": round(eff, 3),
+                     "eff_x_sass": round(eff * rec["sass_per_mflop"])})  # fmt: skip
+    return rows
+
+
 def candidates(kernel: str, G: int, D: int, arch: int, stages: tuple[int, ...] = STAGES):
     """Every (rows, keys, warps, stages) of the grid above, as _config overrides."""
     keys = tuple(k for k in KEYS if kernel != "sel_dkdv" or k <= GEO["sel_block"])
@@ -174,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
         help="only this candidate: rows, keys, warps, stages (repeatable), e.g. 64,64,8,2",
     )  # fmt: skip
     ap.add_argument("--what-if", action="store_true", help="print the model's what-if rows and exit")
+    ap.add_argument(
+        "--measured", action="store_true", help="the shipped builds beside their fitted efficiency (sm_90)"
+    )
     args = ap.parse_args(argv)
     if args.what_if:
         for row in what_if():
@@ -181,6 +215,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="nsa-tiles-d128-"))
     os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"
+    if args.measured:
+        for row in measured():
+            print(json.dumps(row), flush=True)
+        return 0
     sets = [tuple(int(x) for x in s.split(",")) for s in args.set]
     for (G, D), kernel, arch in itertools.product(
         args.shape or [(16, 128)], args.kernel or list(KERNELS), args.arch

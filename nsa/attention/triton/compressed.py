@@ -312,11 +312,16 @@ def _config(
     btf = max(1, min(8, 32 // gpf))
     hopper_g8 = head_dim <= 64 and arch >= 90 and gpf == 8  # M7C on an H100/H200
     # dQ: 8 warps for 128-row tiles; 4 for 32 rows (D > 64), where 8 warps left ptxas at 128 registers
-    # and spilling (G 16, D 96 on sm_80).
+    # and spilling (G 16, D 96 on sm_80). Past head_dim 64 the 32 x 32 tile runs its products as
+    # mma.sync on sm_90 and loads 4x the K/V bytes a FLOP of head_dim 64's 128 x 64 (fitted efficiency
+    # 0.22 against 0.56); 64 x 64 at 4 warps and 128 x 32 at 8 compile without spills everywhere
+    # (bench/tiles_d128.py) and are probe variants (bench/kernel_probe.py), not shipped: unmeasured.
     warps = 8 if bt * gp >= 64 else 4
     bn_bwd = 64 if head_dim <= 64 else 32
     # dK/dV: [32, D] accumulators over 64-row query tiles (32 rows past head_dim 64: with 64, ptxas
-    # spilled 8-12 B at G 16 x D 128 and G 2 x D 96 on sm_90).
+    # spilled 8-12 B at G 16 x D 128 and G 2 x D 96 on sm_90). Past head_dim 64, 64 keys a tile
+    # (bn_dkv 64, 1 or 2 stages) compile without spills and issue ~45 % fewer SASS a FLOP (wgmma on
+    # sm_90): probe variants, not shipped.
     bt_dkv = max(1, (64 if head_dim <= 64 else 32) // gp)
     bn_dkv = 32
     return {
@@ -370,7 +375,9 @@ def _config(
         # `_cmp_select_v0`'s settings as shipped with it (the probe's comparison).
         "warps_sel_v0": 2 if head_dim <= 64 and (gpf >= 16 or (arch >= 90 and gpf == 8)) else 4,
         "bt_sel_v0": 2 if head_dim <= 64 and arch >= 90 and gpf == 8 else btf,
-        # The attention forward: flash tiles of (token, head) rows as dQ's, BN keys a step.
+        # The attention forward: flash tiles of (token, head) rows as dQ's, BN keys a step. Past head_dim
+        # 64, FlashAttention-2's 128 x 64 at 8 warps compiles without spills (28 % fewer SASS a FLOP on
+        # sm_90, bench/tiles_d128.py): a probe variant; 64 x 32 at 4 warps is what the GPU measured.
         "bm_fwd": 128 if head_dim <= 64 else 64,
         "bn_fwd": 64 if head_dim <= 64 else 32,
         "warps_fwd": 4,

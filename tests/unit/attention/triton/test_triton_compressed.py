@@ -255,7 +255,7 @@ def test_the_head_dim_128_probe_candidates_match_eager(monkeypatch):
     G 2 (the tiles are rows of (token, head), so G only sets how many tokens a tile holds; G 16's
     rows cost the interpreter 8x), T not a multiple of any tile, two key tiles of 64, dK/dV's split
     over the candidate's query tiles. The combined dQ + dK/dV variants stand for their parts, and
-    each run carries a forward candidate too (three runs for all of them)."""
+    each run carries a forward candidate too (two runs for all of them)."""
     from tests.fixtures.bench import load_bench
 
     probe = load_bench("kernel_probe")
@@ -266,7 +266,7 @@ def test_the_head_dim_128_probe_candidates_match_eager(monkeypatch):
     cands = [
         {**b, **{k: x for k, x in f.items() if k != "kernel"}} for b, f in zip(bwd, fwd + fwd[-1:] * len(bwd))
     ]
-    assert len(cands) >= 3
+    assert len(cands) >= 2
     real = tri._config
     # The selection kernel is none of the candidates' (and 60 % of the interpreter's time here): off.
     monkeypatch.setattr(tri, "launch_select", lambda *a, **k: None)
