@@ -1,8 +1,9 @@
 """bench/tiles_d128.py (head_dim-128 tile candidates, no GPU) and the probe variants it chose
 (bench/kernel_probe.py): the variants apply at the paper shape and nowhere else, the probe's dry run
 refuses a variant that names a key the config lacks, the candidates' overrides are the tiles they
-say, and the what-if rows label their assumptions beside the model's own prediction. No compile here
-(gpucheck's tests compile; the script's tables are in bench/RESULTS.md).
+say, the what-if rows label their assumptions beside the model's own prediction, and the selected
+candidate runs to eager's gradients under the interpreter. No compile here (gpucheck's tests compile;
+the script's tables are in bench/RESULTS.md).
 
 Run: .venv/bin/pytest tests/unit/attention/test_tiles_d128.py
 """
@@ -10,6 +11,8 @@ Run: .venv/bin/pytest tests/unit/attention/test_tiles_d128.py
 from __future__ import annotations
 
 import json
+
+import torch
 
 from nsa.attention.triton import compressed as cmp
 from nsa.attention.triton import selected as sel
@@ -103,3 +106,32 @@ def test_the_what_ifs_tiles_are_probe_variants():
     assert set(tiles.CANDIDATES) == set(tiles.KERNELS)
     for kernel, over in tiles.CANDIDATES.items():
         assert over in variants, kernel
+
+
+def test_the_selected_candidate_matches_eager(monkeypatch):
+    """The probe's selected dK/dV candidate (128 (pair, head) rows a step at 8 warps, applied as
+    probe_sel patches `_launch_config`) gives eager's gradients under the interpreter at G 16 x D 128,
+    where the query-major path and its `_sel_bwd_dkdv_kernel` run (bwd_keys is G <= 8's), on a broken
+    table (duplicates, future and invalid entries, a token without keys)."""
+    from tests.unit.attention.triton.test_triton_selected_keys_bwd import (
+        _assert_grads_match_eager,
+        _inputs,
+        _odd_table,
+    )
+
+    probe = load_bench("kernel_probe")
+    over = next(v for v in probe.SEL_VARIANTS if v.get("shape") == "paper")
+    shipped = sel._launch_config
+    seen = []
+
+    def patched(G, D, LP, *a):
+        c = probe._apply(shipped(G, D, LP, *a), over, G)
+        seen.append((c["BR"], c["warps_kv"], c["bwd_keys"]))
+        return c
+
+    monkeypatch.setattr(sel, "_launch_config", patched)
+    T, lp = 24, 8
+    q, k, v, dout = _inputs(1, 1, T, 16, 128, torch.float32, seed=128)
+    idx, valid = _odd_table(T, lp, 3, seed=128)
+    _assert_grads_match_eager(q, k, v, dout, idx, valid, lp, torch.float32)
+    assert (128, 8, False) in seen
