@@ -72,7 +72,7 @@ def shipped(kernel: str, G: int, D: int, arch: int) -> dict:
     or (pair, head) rows of a step (compressed dQ / dK/dV: BT tokens x GP heads)."""
     mod, _, keys, _ = KERNELS[kernel]
     c = _config(mod, G, D, arch)
-    rows, bn, w, st = (c.get(k, 2) for k in keys)  # 2: the stages the launcher used before the key
+    rows, bn, w, st = (c[k] for k in keys)
     if kernel in ("cmp_dq", "cmp_dkv"):
         rows *= c["GP"]
     return {"rows": rows, "keys": bn, "warps": w, "stages": st}
