@@ -3,8 +3,8 @@
 Owns the GPU probe behind docs/attention.md's per-kernel fixes: the compressed forward's two kernels
 (attention, selection) and its backward under other tile sizes, warps and stages, and the selected branch's
 ops (forward, forward+backward) with one launch setting changed at a time from the shipped config
-(`selected._launch_config`, patched for the probe only). CUDA only (`--dry-run` aside); one JSON object a line:
-`{"probe", "shape", "T", "B", "variant", "ms"}`. It measures, it asserts nothing; the shipped
+(`selected._launch_config`, patched for the probe only). CUDA only (`--dry-run` aside); one JSON
+object a line: `{"probe", "shape", "T", "B", "variant", "ms"}`. It measures, it asserts nothing; the shipped
 configs stay whatever the modules say. A variant's "shape" key runs it at that shape only (the
 head_dim-128 candidates of bench/tiles_d128.py: "paper"); a value "rows:N" for BT / bt_dkv is N
 (token, head) rows, N // GP tokens.
