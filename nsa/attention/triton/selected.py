@@ -156,6 +156,10 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         "RP": _p2(TP * G, TILE_ROWS),
         "BK": min(key_tile, _p2(LP)),
         "BN": min(key_tile, _p2(LP)),
+        # Past head_dim 64, 128 rows at 8 warps (warps_kv): no spill on sm_90 (triton 3.6 and 3.9) at any
+        # head_dim > 64 point checked, nor on sm_80 at G 16, the same 8 resident warps an SM and 16-21 %
+        # fewer SASS a FLOP on sm_90 (bench/tiles_d128.py); 48-80 B spilled on sm_80 at G 6 x D 96. A
+        # probe variant (bench/kernel_probe.py), not shipped.
         "BR": 32 if DP > 64 else 64,
         "warps_q": 4,
         "warps_kv": 4,
