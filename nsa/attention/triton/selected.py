@@ -167,6 +167,11 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # not pipelined anyway.
         "stages_tok": 2 if DP <= 64 else 1,
         "warps_tok": 4 if DP <= 64 else 2,
+        # The token tiles' branch-free loop (selected_query.py PIPE): every (entry, key chunk) a step,
+        # the entries not taken masked (no loads, -inf logits / zero dS), so triton can pipeline the
+        # gathered K/V loads under stages_tok / stages_dq >= 2. A probe switch, off as the GPU
+        # measured the branchy loop (bench/kernel_probe.py; SASS and registers: bench/RESULTS.md).
+        "tok_pipe": False,
         # The key-major forward (selected_keys.py) for the forced path at G <= 8 (FSA's range): the
         # query-major tiles pad G rows to 16 and re-read every block per token; at G >= 16 they are
         # full already and the partials would cost 16 x |q| (34 GB at the paper shape, 64k).
@@ -279,7 +284,7 @@ def _selected_fwd(
         _sel_fwd_tok_kernel[(triton.cdiv(T, cfg["TP"]), B * Hkv)](
             q, k, v, idx, valid8, out, lse, of, lsef, T, NK, scale,
             G=G, D=D, LP=sel_block, TP=cfg["TP"], RP=cfg["RP"], NKP=_slots(NK), DP=cfg["DP"], BK=cfg["BK"],
-            PREC=prec, num_warps=cfg["warps_tok"], num_stages=cfg["stages_tok"],
+            PREC=prec, PIPE=bool(cfg["tok_pipe"]), num_warps=cfg["warps_tok"], num_stages=cfg["stages_tok"],
         )  # fmt: skip
         return out, lse, *_no_index(q.device)
     _sel_fwd_kernel[(T, B * Hkv)](
@@ -356,7 +361,7 @@ def _selected_bwd(
         _sel_bwd_dq_tok_kernel[(triton.cdiv(T, cfg["TP"]), BH)](
             q, k, v, idx, valid8, dout, lse, delta, dq, dqf, T, NK, scale,
             G=G, D=D, LP=LP, TP=cfg["TP"], RP=cfg["RP"], NKP=_slots(NK), DP=cfg["DP"], BK=cfg["BK"],
-            PREC=prec, num_warps=cfg["warps_q"], num_stages=cfg["stages_dq"],
+            PREC=prec, PIPE=bool(cfg["tok_pipe"]), num_warps=cfg["warps_q"], num_stages=cfg["stages_dq"],
         )  # fmt: skip
         del dqf  # consumed: its memory goes back to the allocator before the partials
     else:
@@ -471,7 +476,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     q_common = {"G": G, "D": D, "LP": LP, "GP": cfg["GP"], "DP": cfg["DP"], "BK": cfg["BK"], "PREC": prec}
     t_consts = {
         "G": G, "D": D, "LP": LP, "TP": cfg["TP"], "RP": cfg["RP"], "NKP": _slots(shape.n_sel), "DP": cfg["DP"],
-        "BK": cfg["BK"], "PREC": prec,
+        "BK": cfg["BK"], "PREC": prec, "PIPE": bool(cfg["tok_pipe"]),
     }  # fmt: skip
     f_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BM": cfg["BM"], "BK": cfg["BK"], "PREC": prec}
 

@@ -192,7 +192,7 @@ def _sel_fwd_tok_kernel(
     Q, K, V, IDX, VALID, OUT, LSE, OF, LSEF,
     T, NK, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr,
-    NKP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+    NKP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, PIPE: tl.constexpr = False,
 ):  # fmt: skip
     # One program: tokens [t0, t0 + TP) of one (batch, KV head). Starts from the forced kernel's
     # softmax state (OF: normalized output, LSEF: base-2 lse) and adds the union of the non-forced
@@ -219,16 +219,34 @@ def _sel_fwd_tok_kernel(
     acc = tl.load(OF + bh * T * G * D + qoff, mask=qmask, other=0.0)
     kk = tl.arange(0, BK)
     pos = u_r[:, None] * NK + tl.arange(0, NKP)[None, :]  # each cell's entry position in the tile
-    for e in range(0, tl.minimum(TP, T - t0) * NK):
-        j, hit, take = _first_listing(IDX, ebase, e, jm, pos)
-        if take:
+    if PIPE:
+        # Branch-free (tok_pipe): every (entry, key chunk) is a step; a step whose entry is not taken
+        # loads nothing (masked) and its logits are all -inf, which leaves (m, l, acc) as they were
+        # (online_softmax_step: alpha = 1, p = 0). With no data-dependent branch in the loop triton's
+        # software pipeliner can issue the next steps' K/V loads (cp.async) while this one computes.
+        for st in range(0, tl.minimum(TP, T - t0) * NK * ((LP + BK - 1) // BK)):
+            e = st // ((LP + BK - 1) // BK)
+            c = st % ((LP + BK - 1) // BK) * BK
+            j, hit, take = _first_listing(IDX, ebase, e, jm, pos)
             bias = _listing_bias(hit)
-            start = (j * LP).to(tl.int32)  # int32 offsets inside one head, as everywhere
-            for c in range(0, LP, BK):
-                k, v, kmc = _block_step(K, V, start, c, kk, d, dm, D, LP)
-                s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale + bias[:, None]
-                s = tl.where(kmc[None, :], s, float("-inf"))
-                m_i, l_i, acc = online_softmax_step(s, v, m_i, l_i, acc, PREC)
+            start = (j * LP).to(tl.int32)  # dereferenced only where taken
+            # tl.where, not `dm & take`: the interpreter's load refuses a mask from a scalar `&`.
+            k, v, kmc = _block_step(K, V, start, c, kk, d, tl.where(take, dm, False), D, LP)
+            kmc = tl.where(take, kmc, False)
+            s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale + bias[:, None]
+            s = tl.where(kmc[None, :], s, float("-inf"))
+            m_i, l_i, acc = online_softmax_step(s, v, m_i, l_i, acc, PREC)
+    else:
+        for e in range(0, tl.minimum(TP, T - t0) * NK):
+            j, hit, take = _first_listing(IDX, ebase, e, jm, pos)
+            if take:
+                bias = _listing_bias(hit)
+                start = (j * LP).to(tl.int32)  # int32 offsets inside one head, as everywhere
+                for c in range(0, LP, BK):
+                    k, v, kmc = _block_step(K, V, start, c, kk, d, dm, D, LP)
+                    s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale + bias[:, None]
+                    s = tl.where(kmc[None, :], s, float("-inf"))
+                    m_i, l_i, acc = online_softmax_step(s, v, m_i, l_i, acc, PREC)
     has = l_i > 0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
     lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
@@ -241,7 +259,7 @@ def _sel_bwd_dq_tok_kernel(
     Q, K, V, IDX, VALID, DO, LSE, DELTA, DQ, DQF,
     T, NK, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr,
-    NKP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+    NKP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, PIPE: tl.constexpr = False,
 ):  # fmt: skip
     # The forward's tiling. The forced dQ kernel ran first: it stored delta and DQF (the forced
     # entries' part of dQ in fp32, unscaled); this adds the union's part and stores dQ.
@@ -270,18 +288,35 @@ def _sel_bwd_dq_tok_kernel(
     qk_scale = sm_scale * 1.4426950408889634
     kk = tl.arange(0, BK)
     pos = u_r[:, None] * NK + tl.arange(0, NKP)[None, :]  # each cell's entry position in the tile
-    for e in range(0, tl.minimum(TP, T - t0) * NK):
-        j, hit, take = _first_listing(IDX, ebase, e, jm, pos)
-        if take:
+    if PIPE:
+        # Branch-free as in the forward: a step not taken loads zeros and its p is 0, so it adds
+        # dot(0, 0) = 0 to dq.
+        for st in range(0, tl.minimum(TP, T - t0) * NK * ((LP + BK - 1) // BK)):
+            e = st // ((LP + BK - 1) // BK)
+            c = st % ((LP + BK - 1) // BK) * BK
+            j, hit, take = _first_listing(IDX, ebase, e, jm, pos)
             bias = _listing_bias(hit)
-            start = (j * LP).to(tl.int32)  # int32 offsets inside one head, as everywhere
-            for c in range(0, LP, BK):
-                k, v, kmc = _block_step(K, V, start, c, kk, d, dm, D, LP)
-                s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-                p = tl.where(kmc[None, :], tl.exp2(s + bias[:, None] - lse[:, None]), 0.0)
-                dp = tl.dot(do, tl.trans(v), input_precision=PREC)
-                ds = p * (dp - delta[:, None])
-                dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
+            start = (j * LP).to(tl.int32)  # dereferenced only where taken
+            k, v, kmc = _block_step(K, V, start, c, kk, d, tl.where(take, dm, False), D, LP)
+            kmc = tl.where(take, kmc, False)
+            s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+            p = tl.where(kmc[None, :], tl.exp2(s + bias[:, None] - lse[:, None]), 0.0)
+            dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+            ds = p * (dp - delta[:, None])
+            dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
+    else:
+        for e in range(0, tl.minimum(TP, T - t0) * NK):
+            j, hit, take = _first_listing(IDX, ebase, e, jm, pos)
+            if take:
+                bias = _listing_bias(hit)
+                start = (j * LP).to(tl.int32)  # int32 offsets inside one head, as everywhere
+                for c in range(0, LP, BK):
+                    k, v, kmc = _block_step(K, V, start, c, kk, d, dm, D, LP)
+                    s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+                    p = tl.where(kmc[None, :], tl.exp2(s + bias[:, None] - lse[:, None]), 0.0)
+                    dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+                    ds = p * (dp - delta[:, None])
+                    dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
     tl.store(DQ + qbase + qoff, (dq * sm_scale).to(DQ.dtype.element_ty), mask=qmask)
 
 

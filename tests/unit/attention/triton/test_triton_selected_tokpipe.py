@@ -1,0 +1,159 @@
+"""The token tiles' branch-free loop (selected.py `_config` "tok_pipe"; selected_query.py PIPE, a probe
+switch for pipelining the gathered K/V loads) under TRITON_INTERPRET=1 on CPU: a skipped step leaves
+the online softmax's state bit for bit as it was (an all -inf logit row), and the forward and the
+gradients are bitwise those of the branchy loop at TP = 1 (G 16), 2 (G 6, two key chunks a block) and 8
+(G 2), on tables with duplicates, invalid, negative and future entries, in fp32, fp16 and bf16 (the
+honest-bf16 fixture); and the switch reaches both launches."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernel module is imported
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+import triton
+import triton.language as tl
+
+from nsa.attention.triton import selected as tsel
+from nsa.attention.triton import selected_query as tq
+from nsa.attention.triton.selected_forced import online_softmax_step
+from tests.unit.attention.triton.test_triton_selected import (
+    _adjacent_table,
+    _compare_any_table,
+    _inputs,
+    _odd_table,
+)
+
+
+@triton.jit
+def _step_kernel(S, V, M, L, ACC, R: tl.constexpr, C: tl.constexpr, DD: tl.constexpr):
+    r = tl.arange(0, R)
+    c = tl.arange(0, C)
+    d = tl.arange(0, DD)
+    s = tl.load(S + r[:, None] * C + c[None, :])
+    v = tl.load(V + c[:, None] * DD + d[None, :])
+    m, lsum, acc = online_softmax_step(
+        s, v, tl.load(M + r), tl.load(L + r), tl.load(ACC + r[:, None] * DD + d[None, :]), "ieee"
+    )
+    tl.store(M + r, m)
+    tl.store(L + r, lsum)
+    tl.store(ACC + r[:, None] * DD + d[None, :], acc)
+
+
+def test_an_all_minus_inf_step_leaves_the_softmax_state_bit_for_bit():
+    """What a skipped step of the branch-free loop does: logits all -inf, values zero (masked loads).
+    Rows with a state (finite max) and a row without one (max -inf, sum 0, output 0) keep every bit."""
+    R, C, DD = 16, 16, 16
+    g = torch.Generator().manual_seed(1)
+    m = torch.randn(R, generator=g) * 30
+    m[3] = float("-inf")
+    lsum = torch.rand(R, generator=g) * 50 + 1
+    lsum[3] = 0.0
+    acc = torch.randn(R, DD, generator=g)
+    acc[3] = 0.0
+    state = (m.clone(), lsum.clone(), acc.clone())
+    _step_kernel[(1,)](torch.full((R, C), float("-inf")), torch.zeros(C, DD), m, lsum, acc, R=R, C=C, DD=DD)
+    for name, a, b in zip(("m", "l", "acc"), (m, lsum, acc), state):
+        assert torch.equal(a.view(torch.int32), b.view(torch.int32)), name
+
+
+def _tok_kernels(pipe: bool, G, q, k, v, idx, valid, lp, dout, state, bk: int = 16):
+    """The token-tile forward and dQ alone (the launch config's tiles, `bk` keys a step), from a given
+    forced-part state (OF, LSEF; DELTA, DQF, the forward's LSE): (out, lse, dq)."""
+    B, Hkv, T, _, D = q.shape
+    cfg = {**tsel._launch_config(G, D, lp), "BK": bk}
+    of, lsef, delta, dqf = state
+    consts = dict(G=G, D=D, LP=lp, TP=cfg["TP"], RP=cfg["RP"], NKP=tsel._slots(idx.shape[-1]), DP=cfg["DP"],
+                  BK=cfg["BK"], PREC="ieee", PIPE=pipe)  # fmt: skip
+    grid = (-(-T // cfg["TP"]), B * Hkv)
+    valid8, n = valid.view(torch.int8), idx.shape[-1]
+    out, lse, dq = torch.empty_like(q), torch.empty_like(lsef), torch.empty_like(q)
+    tq._sel_fwd_tok_kernel[grid](q, k, v, idx, valid8, out, lse, of, lsef, T, n, D**-0.5, **consts)
+    tq._sel_bwd_dq_tok_kernel[grid](
+        q, k, v, idx, valid8, dout, lse, delta, dq, dqf, T, n, D**-0.5, **consts
+    )  # fmt: skip
+    return out, lse, dq
+
+
+def _state(B, Hkv, T, G, D, seed):
+    """A forced-part state as the forced kernels leave it: a normalized output and its lse (-inf and
+    zeros for a few rows without a forced key), delta and the forced entries' dQ in fp32."""
+    g = torch.Generator().manual_seed(seed)
+    lsef = torch.randn(B, Hkv, T, G, generator=g) * 4
+    none = torch.rand(B, Hkv, T, G, generator=g) < 0.15
+    lsef[none] = float("-inf")
+    of = torch.randn(B, Hkv, T, G, D, generator=g) * ~none[..., None]
+    return of, lsef, torch.randn(B, Hkv, T, G, generator=g), torch.randn(B, Hkv, T, G, D, generator=g)
+
+
+# (G, dtype, T, l', keys a step, table): TP = 1, 2, 8 tokens a tile; G 6 takes a block in two
+# steps of 2 keys and two (batch, KV head) sequences.
+CASES = [
+    (16, torch.float32, 24, 4, 16, "odd"),
+    (6, torch.float16, 13, 4, 2, "odd"),
+    (2, torch.float32, 21, 4, 16, "adjacent"),
+]
+
+
+@pytest.mark.parametrize("G,dtype,T,lp,bk,table", CASES)
+def test_branch_free_loop_gives_the_branchy_results_bit_for_bit(G, dtype, T, lp, bk, table):
+    D, n = 16, 4
+    B, Hkv = (2, 1) if G == 6 else (1, 1)
+    q, k, v = (x.detach() for x in _inputs(B, Hkv, T, G, D, dtype, seed=50 + G))
+    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(G)).to(dtype)
+    if table == "odd":
+        idx, valid = _odd_table(B, Hkv, T, lp, n, seed=G)
+    else:
+        idx, valid = _adjacent_table(T, lp, 6, False, seed=G)
+    state = _state(B, Hkv, T, G, D, seed=G)
+    on = _tok_kernels(True, G, q, k, v, idx, valid, lp, dout, state, bk)
+    off = _tok_kernels(False, G, q, k, v, idx, valid, lp, dout, state, bk)
+    for name, a, b in zip(("out", "lse", "dq"), on, off):
+        assert torch.equal(a, b), name
+    assert not torch.equal(off[0].float(), state[0]) and not torch.equal(off[2].float(), state[3] * D**-0.5)
+
+
+def test_branch_free_loop_bf16_bit_for_bit(bf16_interpreter):
+    """bf16 as the GPU does it (honest-bf16 fixture) at the paper's G 16 (one token a tile)."""
+    G, T, D, lp = 16, 16, 16, 4
+    g = torch.Generator().manual_seed(60)
+    q, dout = (torch.randn(1, 1, T, G, D, generator=g).bfloat16() for _ in range(2))
+    k, v = (torch.randn(1, 1, T, D, generator=g).bfloat16() for _ in range(2))
+    idx, valid = _odd_table(1, 1, T, lp, 4, seed=G)
+    state = _state(1, 1, T, G, D, seed=61)
+    on = _tok_kernels(True, G, q, k, v, idx, valid, lp, dout, state)
+    off = _tok_kernels(False, G, q, k, v, idx, valid, lp, dout, state)
+    for name, a, b in zip(("out", "lse", "dq"), on, off):
+        assert torch.equal(a, b), name
+
+
+def test_the_switch_reaches_both_launches(monkeypatch):
+    """selected_attention with tok_pipe on passes PIPE to the token-tile forward and dQ (G 16: the
+    query-major path as shipped), and its output and gradients are the eager op's."""
+    seen = []
+
+    def spy(kernel):
+        class _Spy:  # records the PIPE each launch gets
+            def __getitem__(self, grid):
+                def launch(*a, **kw):
+                    seen.append(kw["PIPE"])
+                    return kernel[grid](*a, **kw)
+
+                return launch
+
+        return _Spy()
+
+    G, T, D, lp = 16, 13, 16, 4
+    q, k, v = _inputs(1, 1, T, G, D, torch.float32, seed=70)
+    idx, valid = _odd_table(1, 1, T, lp, 4, seed=70)
+    base = tsel._launch_config
+    monkeypatch.setattr(tsel, "_launch_config", lambda *a: {**base(*a), "tok_pipe": True})
+    monkeypatch.setattr(tsel, "_sel_fwd_tok_kernel", spy(tq._sel_fwd_tok_kernel))
+    monkeypatch.setattr(tsel, "_sel_bwd_dq_tok_kernel", spy(tq._sel_bwd_dq_tok_kernel))
+    _compare_any_table(q, k, v, idx, valid, lp)
+    assert seen == [True, True]
