@@ -223,6 +223,12 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
     }
 
 
+# The probe variant of the token tiles' branch-free loop (bench/kernel_probe.py carries it): 3 stages
+# leave the next step's K/V copies in flight while a step computes (with 2 a step waits for its own:
+# bench/tok_pipe_sass.py). gpucheck compiles it beside the shipped loop while tok_pipe is off.
+TOK_PIPE_PROBE = {"tok_pipe": True, "stages_tok": 3, "stages_dq": 3}
+
+
 def _slots(NK: int) -> int:
     """NKP: a token's table entries padded to a power of two >= 16 (the token tiles hold their table).
     The floor keeps one compiled variant for every T: top_blocks lists min(n, blocks) entries, fewer
@@ -530,4 +536,11 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         # and selected_bwd_dkdv (still compiled: bwd_keys=False and forced_blocks=False run them); its
         # keys kernel and dQ merge also at pdq_bits 16 (`*_pdq16`, the probe switch) in 16-bit dtypes.
         rows += keys_bwd_gpucheck_rows(cfg, G, D, LP, dt, prec)
+    if not cfg["tok_pipe"]:
+        # The token tiles' branch-free loop at the probe's stages (TOK_PIPE_PROBE), not shipped yet.
+        pc, wt, wq = {**t_consts, "PIPE": True}, cfg["warps_tok"], cfg["warps_q"]
+        rows += [
+            ("selected_fwd_pipe", _sel_fwd_tok_kernel, tfwd_args, pc, wt, TOK_PIPE_PROBE["stages_tok"]),
+            ("selected_bwd_dq_pipe", _sel_bwd_dq_tok_kernel, tdq_args, pc, wq, TOK_PIPE_PROBE["stages_dq"]),
+        ]
     return [KernelSpec(n, fn, sig(args, c), c, w, stg) for n, fn, args, c, w, stg in rows]

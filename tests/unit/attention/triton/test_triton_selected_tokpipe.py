@@ -132,16 +132,22 @@ def test_branch_free_loop_bf16_bit_for_bit(bf16_interpreter):
         assert torch.equal(a, b), name
 
 
-def test_the_switch_reaches_both_launches(monkeypatch):
-    """selected_attention with tok_pipe on passes PIPE to the token-tile forward and dQ (G 16: the
-    query-major path as shipped), and its output and gradients are the eager op's."""
+def test_the_kernel_probe_variant_reaches_both_launches(monkeypatch):
+    """bench/kernel_probe.py's variant {tok_pipe, 3 stages}, applied as probe_sel patches the launch
+    config, passes PIPE and 3 stages to the token-tile forward and dQ (G 16: the query-major path as
+    shipped), and selected_attention's output and gradients are the eager op's."""
+    from tests.fixtures.bench import load_bench
+
+    probe = load_bench("kernel_probe")
+    over = tsel.TOK_PIPE_PROBE  # what gpucheck compiles beside the shipped loop
+    assert over in probe.SEL_VARIANTS
     seen = []
 
     def spy(kernel):
-        class _Spy:  # records the PIPE each launch gets
+        class _Spy:  # records the PIPE and stages each launch gets
             def __getitem__(self, grid):
                 def launch(*a, **kw):
-                    seen.append(kw["PIPE"])
+                    seen.append((kw["PIPE"], kw["num_stages"]))
                     return kernel[grid](*a, **kw)
 
                 return launch
@@ -152,8 +158,10 @@ def test_the_switch_reaches_both_launches(monkeypatch):
     q, k, v = _inputs(1, 1, T, G, D, torch.float32, seed=70)
     idx, valid = _odd_table(1, 1, T, lp, 4, seed=70)
     base = tsel._launch_config
-    monkeypatch.setattr(tsel, "_launch_config", lambda *a: {**base(*a), "tok_pipe": True})
+    monkeypatch.setattr(
+        tsel, "_launch_config", lambda G, D, LP, *a: probe._apply(base(G, D, LP, *a), over, G)
+    )
     monkeypatch.setattr(tsel, "_sel_fwd_tok_kernel", spy(tq._sel_fwd_tok_kernel))
     monkeypatch.setattr(tsel, "_sel_bwd_dq_tok_kernel", spy(tq._sel_bwd_dq_tok_kernel))
     _compare_any_table(q, k, v, idx, valid, lp)
-    assert seen == [True, True]
+    assert seen == [(True, 3), (True, 3)]

@@ -1,0 +1,57 @@
+"""bench/tok_pipe_sass.py, the SASS evidence for the token tiles' pipelined loop: what it reads from
+an nvdisasm listing's key-step loop (no compile here; the committed table is bench/RESULTS.md's)."""
+
+from __future__ import annotations
+
+from tests.fixtures.bench import load_bench
+
+tps = load_bench("tok_pipe_sass")
+
+# nvdisasm's form: a prologue (2), then a loop holding a product: a cp.async wait leaving 2 groups in
+# flight, two async copies and their commit, one synchronous load, a short hop over an add (not a
+# guard), a branch over a load and a product (a guard), the back edge; the epilogue.
+_LISTING = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   LDG.E.64 R2, desc[UR8][R4.64] ;
+.L_x_1:
+        /*0020*/                   DEPBAR.LE SB0, 0x2 ;
+        /*0030*/                   HMMA.16816.F32.BF16 R8, R12, R16, R8 ;
+        /*0040*/                   LDG.E R20, desc[UR8][R22.64] ;
+        /*0050*/               @P1 BRA `(.L_x_2) ;
+        /*0060*/                   IADD3 R3, R3, 0x1, RZ ;
+.L_x_2:
+        /*0070*/               @P2 BRA `(.L_x_3) ;
+        /*0080*/                   LDG.E.128 R24, desc[UR8][R26.64] ;
+        /*0090*/                   HMMA.16816.F32.BF16 R8, R12, R16, R8 ;
+.L_x_3:
+        /*00a0*/                   LDGSTS.E.BYPASS.LTC128B.128 [R5], desc[UR8][R6.64] ;
+        /*00b0*/                   LDGSTS.E.BYPASS.LTC128B.128 [R5+0x800], desc[UR8][R6.64+0x80] ;
+        /*00c0*/                   LDGDEPBAR ;
+        /*00d0*/               @P4 BRA `(.L_x_1) ;
+        /*00e0*/                   EXIT ;
+.L_x_4:
+        /*00f0*/                   BRA `(.L_x_4);
+"""
+
+
+def test_loop_pipeline_reads_copies_waits_loads_and_guards():
+    got = tps.loop_pipeline(_LISTING.splitlines())
+    assert got == {
+        "loop_insns": 12,
+        "mma": 2,
+        "async_copies": 2,
+        "sync_loads": 2,  # LDG.E and LDG.E.128; the prologue's load and LDGDEPBAR are not counted
+        "waits_in_flight": [2],
+        "branches": 3,
+        "guarded_branches": 1,
+    }
+
+
+def test_variants_are_shipped_then_the_pipelined_loop_at_two_and_three_stages():
+    from nsa.attention.triton import selected as sel
+
+    cfg = sel._config(16, 128, 64, arch=90)
+    assert tps.VARIANTS[0] == {} and not cfg["tok_pipe"]
+    for v in tps.VARIANTS[1:]:
+        assert set(v) <= set(cfg) and v["tok_pipe"]
+    assert set(tps.KERNELS.values()) <= set(cfg)
