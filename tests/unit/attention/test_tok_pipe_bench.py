@@ -1,11 +1,13 @@
-"""bench/tok_pipe_sass.py, the SASS evidence for the token tiles' pipelined loop: what it reads from
-an nvdisasm listing's key-step loop (no compile here; the committed table is bench/RESULTS.md's)."""
+"""The token tiles' pipelined loop's bench scripts: bench/tok_pipe_sass.py, what it reads from an
+nvdisasm listing's key-step loop (no compile here; the committed table is bench/RESULTS.md's), and
+bench/tok_pipe_whatif.py, the cost model's what-if (an assumption it labels as one)."""
 
 from __future__ import annotations
 
 from tests.fixtures.bench import load_bench
 
 tps = load_bench("tok_pipe_sass")
+twi = load_bench("tok_pipe_whatif")
 
 # nvdisasm's form: a prologue (2), then a loop holding a product: a cp.async wait leaving 2 groups in
 # flight, two async copies and their commit, one synchronous load, a short hop over an add (not a
@@ -55,3 +57,22 @@ def test_variants_are_shipped_then_the_pipelined_loop_at_two_and_three_stages():
     for v in tps.VARIANTS[1:]:
         assert set(v) <= set(cfg) and v["tok_pipe"]
     assert set(tps.KERNELS.values()) <= set(cfg)
+
+
+def test_whatif_reprices_only_the_token_tiles_and_labels_the_assumption():
+    """At the paper's 8k on an H100: the shipped row is the model's own (its token tiles' time, NSA's
+    total); the pipelined rows change only the token tiles, cheaper than per gathered byte, the loop
+    as built (every slot a step) between the union and the shipped price."""
+    m = twi._model()
+    s, gpu = m.SHAPES["paper"], m.GPUS["H100"]
+    ks = m.ours_on(8192, s, gpu)
+    got = {r["what_if"]: r for r in twi.rows([8192], ["H100"])}
+    tok = sum(k.time(gpu) for k in ks if k.name in twi.TOK_KINDS) * 1e3
+    assert abs(got["shipped"]["tok_ms"] - tok) < 1e-3 and got["shipped"]["assumption"] == "model as shipped"
+    assert abs(got["shipped"]["nsa_ms"] - m.total(ks, gpu) * 1e3) < 1e-3
+    union, slots = got["pipelined_union"], got["pipelined_all_slots"]
+    assert union["tok_ms"] < slots["tok_ms"] < got["shipped"]["tok_ms"]
+    for r in (union, slots):
+        assert "not measured" in r["assumption"]
+        rest = r["nsa_ms"] - r["tok_ms"]
+        assert abs(rest - (got["shipped"]["nsa_ms"] - got["shipped"]["tok_ms"])) < 1e-2  # nothing else moved
