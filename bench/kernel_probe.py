@@ -125,12 +125,16 @@ SEL_VARIANTS = [
     # 4.29 ms shipped (4.53 measured), 3.46 at pdq_bits 16, 2.91 with both (bench/RESULTS.md).
     {"keys_div32": True},
     {"keys_div32": True, "pdq_bits": 16},
-    # The token tiles' branch-free loop (tok_pipe, G >= 9 as shipped: the paper shape): K/V loads masked
-    # instead of behind `if take:`, so triton pipelines them (cp.async, bench/tok_pipe_sass.py): with 2
+    # The token tiles' loop without `if take:` (tok_pipe; they run at G >= 9 as shipped: the paper
+    # shape), so triton pipelines the gathered K/V loads (cp.async, bench/tok_pipe_sass.py): with 2
     # stages a step waits for its own loads (DEPBAR.LE 0), with 3 the next step's stay in flight while
-    # it computes. Run at paper:8192:2 and paper:32768:1 (--only selected --shapes ...).
-    {"tok_pipe": True, "stages_tok": 2, "stages_dq": 2},
-    {"tok_pipe": True, "stages_tok": 3, "stages_dq": 3},
+    # it computes. 1: every table slot a step (the skipped ones masked); 2: the tile's union only
+    # (selected.TOK_PIPE_PROBE, what gpucheck compiles). Run at paper:8192:2 and paper:32768:1
+    # (--only selected --shapes paper:8192:2 paper:32768:1).
+    {"tok_pipe": 1, "stages_tok": 2, "stages_dq": 2},
+    {"tok_pipe": 1, "stages_tok": 3, "stages_dq": 3},
+    {"tok_pipe": 2, "stages_tok": 2, "stages_dq": 2},
+    {"tok_pipe": 2, "stages_tok": 3, "stages_dq": 3},
 ]
 
 

@@ -177,6 +177,39 @@ def _listing_bias(hit):
 
 
 @triton.jit
+def _tile_union(IDX, VALID, ebase, t0, T, NK, LP: tl.constexpr, TP: tl.constexpr, NKP: tl.constexpr):
+    """The tile's entries as one vector in entry order (token, slot): the block of each entry that adds
+    keys (-1 elsewhere, as `_tile_table`), which are first listings of their block in the tile, each
+    first listing's rank among them, and their count: the union's blocks in the branchy loop's order.
+    [TP*NKP]^2 compares: for small tiles (selected.py ships the union mode at TP*NKP <= 32)."""
+    e = tl.arange(0, TP * NKP)
+    u = e // NKP
+    i = e % NKP
+    t = t0 + u
+    em = (i < NK) & (t < T)
+    jv = tl.load(IDX + ebase + u * NK + i, mask=em, other=-1)
+    vv = tl.load(VALID + ebase + u * NK + i, mask=em, other=0)
+    jv = tl.where((vv != 0) & (jv >= 1) & (jv <= t // LP - 2), jv, -1).to(tl.int32)
+    earlier = (jv[:, None] == jv[None, :]) & (e[None, :] < e[:, None])
+    dup = tl.reduce(earlier.to(tl.int32), 1, _max_combine)
+    first = tl.where(dup == 0, jv >= 1, False)
+    rank = tl.cumsum(first.to(tl.int32), 0) - 1
+    return jv, first, rank, tl.reduce(first.to(tl.int32), 0, _sum_combine)
+
+
+@triton.jit
+def _step_entry(IDX, ebase, e, jm, pos, jv, first, rank, PIPE: tl.constexpr):
+    """Step e of the branch-free loop: its block j, the cells of `jm` listing j and whether the step
+    adds keys. PIPE 1: e is the tile's e-th entry (`_first_listing`); PIPE 2: the e-th block of the
+    tile's union (`_tile_union`), always taken."""
+    if PIPE == 2:
+        j = tl.reduce(tl.where(first & (rank == e), jv, 0), 0, _sum_combine)
+        return j, jm == j, j >= 1
+    else:
+        return _first_listing(IDX, ebase, e, jm, pos)
+
+
+@triton.jit
 def _block_step(K, V, start, c, kk, d, dm, D: tl.constexpr, LP: tl.constexpr):
     """Keys [start + c, start + c + BK) of one block, K and V, with the mask of those inside it (BK > LP
     only for the tests' tiny blocks)."""
@@ -192,7 +225,7 @@ def _sel_fwd_tok_kernel(
     Q, K, V, IDX, VALID, OUT, LSE, OF, LSEF,
     T, NK, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr,
-    NKP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, PIPE: tl.constexpr = False,
+    NKP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, PIPE: tl.constexpr = 0,
 ):  # fmt: skip
     # One program: tokens [t0, t0 + TP) of one (batch, KV head). Starts from the forced kernel's
     # softmax state (OF: normalized output, LSEF: base-2 lse) and adds the union of the non-forced
@@ -220,14 +253,20 @@ def _sel_fwd_tok_kernel(
     kk = tl.arange(0, BK)
     pos = u_r[:, None] * NK + tl.arange(0, NKP)[None, :]  # each cell's entry position in the tile
     if PIPE:
-        # Branch-free (tok_pipe): every (entry, key chunk) is a step; a step whose entry is not taken
-        # loads nothing (masked) and its logits are all -inf, which leaves (m, l, acc) as they were
-        # (online_softmax_step: alpha = 1, p = 0). With no data-dependent branch in the loop triton's
-        # software pipeliner can issue the next steps' K/V loads (cp.async) while this one computes.
-        for st in range(0, tl.minimum(TP, T - t0) * NK * ((LP + BK - 1) // BK)):
+        # Branch-free (tok_pipe): with no data-dependent branch in the loop triton's software
+        # pipeliner can issue the next steps' K/V loads (cp.async) while this one computes. PIPE 1:
+        # every (entry, key chunk) is a step; a step whose entry is not taken loads nothing (masked)
+        # and its logits are all -inf, which leaves (m, l, acc) as they were (online_softmax_step:
+        # alpha = 1, p = 0). PIPE 2: a step per (block of the tile's union, key chunk), in the same
+        # order (first listings by entry position), so no step is wasted.
+        if PIPE == 2:  # the steps: the union's blocks
+            jv, first, rank, n_e = _tile_union(IDX, VALID, ebase, t0, T, NK, LP, TP, NKP)
+        else:  # every entry of the tile (jv, first, rank unused)
+            jv, first, rank, n_e = pos, pos, pos, tl.minimum(TP, T - t0) * NK
+        for st in range(0, n_e * ((LP + BK - 1) // BK)):
             e = st // ((LP + BK - 1) // BK)
             c = st % ((LP + BK - 1) // BK) * BK
-            j, hit, take = _first_listing(IDX, ebase, e, jm, pos)
+            j, hit, take = _step_entry(IDX, ebase, e, jm, pos, jv, first, rank, PIPE)
             bias = _listing_bias(hit)
             start = (j * LP).to(tl.int32)  # dereferenced only where taken
             # tl.where, not `dm & take`: the interpreter's load refuses a mask from a scalar `&`.
@@ -259,7 +298,7 @@ def _sel_bwd_dq_tok_kernel(
     Q, K, V, IDX, VALID, DO, LSE, DELTA, DQ, DQF,
     T, NK, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr,
-    NKP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, PIPE: tl.constexpr = False,
+    NKP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, PIPE: tl.constexpr = 0,
 ):  # fmt: skip
     # The forward's tiling. The forced dQ kernel ran first: it stored delta and DQF (the forced
     # entries' part of dQ in fp32, unscaled); this adds the union's part and stores dQ.
@@ -289,12 +328,16 @@ def _sel_bwd_dq_tok_kernel(
     kk = tl.arange(0, BK)
     pos = u_r[:, None] * NK + tl.arange(0, NKP)[None, :]  # each cell's entry position in the tile
     if PIPE:
-        # Branch-free as in the forward: a step not taken loads zeros and its p is 0, so it adds
-        # dot(0, 0) = 0 to dq.
-        for st in range(0, tl.minimum(TP, T - t0) * NK * ((LP + BK - 1) // BK)):
+        # Branch-free as in the forward (PIPE 1 or 2): a step not taken loads zeros and its p is 0,
+        # so it adds dot(0, 0) = 0 to dq.
+        if PIPE == 2:  # the steps: the union's blocks
+            jv, first, rank, n_e = _tile_union(IDX, VALID, ebase, t0, T, NK, LP, TP, NKP)
+        else:  # every entry of the tile (jv, first, rank unused)
+            jv, first, rank, n_e = pos, pos, pos, tl.minimum(TP, T - t0) * NK
+        for st in range(0, n_e * ((LP + BK - 1) // BK)):
             e = st // ((LP + BK - 1) // BK)
             c = st % ((LP + BK - 1) // BK) * BK
-            j, hit, take = _first_listing(IDX, ebase, e, jm, pos)
+            j, hit, take = _step_entry(IDX, ebase, e, jm, pos, jv, first, rank, PIPE)
             bias = _listing_bias(hit)
             start = (j * LP).to(tl.int32)  # dereferenced only where taken
             k, v, kmc = _block_step(K, V, start, c, kk, d, tl.where(take, dm, False), D, LP)

@@ -1,9 +1,10 @@
 """The token tiles' branch-free loop (selected.py `_config` "tok_pipe"; selected_query.py PIPE, a probe
 switch for pipelining the gathered K/V loads) under TRITON_INTERPRET=1 on CPU: a skipped step leaves
-the online softmax's state bit for bit as it was (an all -inf logit row), and the forward and the
-gradients are bitwise those of the branchy loop at TP = 1 (G 16), 2 (G 6, two key chunks a block) and 8
-(G 2), on tables with duplicates, invalid, negative and future entries, in fp32, fp16 and bf16 (the
-honest-bf16 fixture); and the switch reaches both launches."""
+the online softmax's state bit for bit as it was (an all -inf logit row); the token-tile forward and
+dQ in both modes (1: every slot a step, 2: the tile's union) are bitwise the branchy loop's at TP = 1
+(G 16), 2 (G 6, two key chunks a block) and 8 (G 2), on tables with duplicates, invalid, negative and
+future entries, in fp32, fp16 and bf16 (the honest-bf16 fixture); the probe's variant reaches both
+launches, and the union mode falls back where its compare would not fit."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def test_an_all_minus_inf_step_leaves_the_softmax_state_bit_for_bit():
         assert torch.equal(a.view(torch.int32), b.view(torch.int32)), name
 
 
-def _tok_kernels(pipe: bool, G, q, k, v, idx, valid, lp, dout, state, bk: int = 16):
+def _tok_kernels(pipe: int, G, q, k, v, idx, valid, lp, dout, state, bk: int = 16):
     """The token-tile forward and dQ alone (the launch config's tiles, `bk` keys a step), from a given
     forced-part state (OF, LSEF; DELTA, DQF, the forward's LSE): (out, lse, dq)."""
     B, Hkv, T, _, D = q.shape
@@ -91,17 +92,17 @@ def _state(B, Hkv, T, G, D, seed):
     return of, lsef, torch.randn(B, Hkv, T, G, generator=g), torch.randn(B, Hkv, T, G, D, generator=g)
 
 
-# (G, dtype, T, l', keys a step, table): TP = 1, 2, 8 tokens a tile; G 6 takes a block in two
-# steps of 2 keys and two (batch, KV head) sequences.
+# (G, dtype, T, l', keys a step, table, modes): TP = 1, 2, 8 tokens a tile; G 6 takes a block in
+# two steps of 2 keys (the step arithmetic both modes share) and two (batch, KV head) sequences.
 CASES = [
-    (16, torch.float32, 24, 4, 16, "odd"),
-    (6, torch.float16, 13, 4, 2, "odd"),
-    (2, torch.float32, 21, 4, 16, "adjacent"),
+    (16, torch.float32, 24, 4, 16, "odd", (1, 2)),
+    (6, torch.float16, 13, 4, 2, "odd", (2,)),
+    (2, torch.float32, 21, 4, 16, "adjacent", (1, 2)),
 ]
 
 
-@pytest.mark.parametrize("G,dtype,T,lp,bk,table", CASES)
-def test_branch_free_loop_gives_the_branchy_results_bit_for_bit(G, dtype, T, lp, bk, table):
+@pytest.mark.parametrize("G,dtype,T,lp,bk,table,modes", CASES)
+def test_branch_free_loop_gives_the_branchy_results_bit_for_bit(G, dtype, T, lp, bk, table, modes):
     D, n = 16, 4
     B, Hkv = (2, 1) if G == 6 else (1, 1)
     q, k, v = (x.detach() for x in _inputs(B, Hkv, T, G, D, dtype, seed=50 + G))
@@ -111,31 +112,33 @@ def test_branch_free_loop_gives_the_branchy_results_bit_for_bit(G, dtype, T, lp,
     else:
         idx, valid = _adjacent_table(T, lp, 6, False, seed=G)
     state = _state(B, Hkv, T, G, D, seed=G)
-    on = _tok_kernels(True, G, q, k, v, idx, valid, lp, dout, state, bk)
-    off = _tok_kernels(False, G, q, k, v, idx, valid, lp, dout, state, bk)
-    for name, a, b in zip(("out", "lse", "dq"), on, off):
-        assert torch.equal(a, b), name
+    off = _tok_kernels(0, G, q, k, v, idx, valid, lp, dout, state, bk)
+    for mode in modes:
+        on = _tok_kernels(mode, G, q, k, v, idx, valid, lp, dout, state, bk)
+        for name, a, b in zip(("out", "lse", "dq"), on, off):
+            assert torch.equal(a, b), f"PIPE {mode}: {name}"
     assert not torch.equal(off[0].float(), state[0]) and not torch.equal(off[2].float(), state[3] * D**-0.5)
 
 
 def test_branch_free_loop_bf16_bit_for_bit(bf16_interpreter):
-    """bf16 as the GPU does it (honest-bf16 fixture) at the paper's G 16 (one token a tile)."""
+    """bf16 as the GPU does it (honest-bf16 fixture) at the paper's G 16 (one token a tile), the union."""
     G, T, D, lp = 16, 16, 16, 4
     g = torch.Generator().manual_seed(60)
     q, dout = (torch.randn(1, 1, T, G, D, generator=g).bfloat16() for _ in range(2))
     k, v = (torch.randn(1, 1, T, D, generator=g).bfloat16() for _ in range(2))
     idx, valid = _odd_table(1, 1, T, lp, 4, seed=G)
     state = _state(1, 1, T, G, D, seed=61)
-    on = _tok_kernels(True, G, q, k, v, idx, valid, lp, dout, state)
-    off = _tok_kernels(False, G, q, k, v, idx, valid, lp, dout, state)
-    for name, a, b in zip(("out", "lse", "dq"), on, off):
-        assert torch.equal(a, b), name
+    off = _tok_kernels(0, G, q, k, v, idx, valid, lp, dout, state)
+    for mode in (2,):  # the probe's mode (the masked steps' arithmetic: fp32 above)
+        on = _tok_kernels(mode, G, q, k, v, idx, valid, lp, dout, state)
+        for name, a, b in zip(("out", "lse", "dq"), on, off):
+            assert torch.equal(a, b), f"PIPE {mode}: {name}"
 
 
 def test_the_kernel_probe_variant_reaches_both_launches(monkeypatch):
-    """bench/kernel_probe.py's variant {tok_pipe, 3 stages}, applied as probe_sel patches the launch
-    config, passes PIPE and 3 stages to the token-tile forward and dQ (G 16: the query-major path as
-    shipped), and selected_attention's output and gradients are the eager op's."""
+    """bench/kernel_probe.py's variant {tok_pipe 2, 3 stages}, applied as probe_sel patches the launch
+    config, passes PIPE 2 and 3 stages to the token-tile forward and dQ (G 16: the query-major path
+    as shipped), and selected_attention's output and gradients are the eager op's."""
     from tests.fixtures.bench import load_bench
 
     probe = load_bench("kernel_probe")
@@ -164,4 +167,26 @@ def test_the_kernel_probe_variant_reaches_both_launches(monkeypatch):
     monkeypatch.setattr(tsel, "_sel_fwd_tok_kernel", spy(tq._sel_fwd_tok_kernel))
     monkeypatch.setattr(tsel, "_sel_bwd_dq_tok_kernel", spy(tq._sel_bwd_dq_tok_kernel))
     _compare_any_table(q, k, v, idx, valid, lp)
-    assert seen == [(True, 3), (True, 3)]
+    assert seen == [(2, 3), (2, 3)]
+
+
+def test_tok_pipe_is_off_as_shipped_and_the_union_mode_falls_back_past_128_entries():
+    """The GPU measured the branchy loop: the branch-free one is a probe switch until a GPU times it.
+    The union mode's [E, E] compare of the tile's E = TP x NKP entries spilled at G 1 (256 entries):
+    there the launch takes every slot a step instead; gpucheck compiles what the probe launches."""
+    from nsa.attention.triton.spec import GpuShape
+
+    for G, D in ((16, 128), (6, 64), (1, 64)):
+        for arch in (80, 90):
+            assert tsel._config(G, D, 64, arch=arch)["tok_pipe"] == 0
+    modes = {G: tsel._pipe_mode({**tsel._config(G, 64, 64), "tok_pipe": 2}, 16) for G in (1, 2, 6, 16)}
+    assert modes == {1: 1, 2: 2, 6: 2, 16: 2}
+    assert tsel._pipe_mode({**tsel._config(16, 128, 64), "tok_pipe": 2}, 256) == 1  # n 256: 256 entries
+    for G in (1, 16):
+        shape = GpuShape(
+            "s", head_dim=64, group=G, block_len=32, block_stride=16, sel_block=64, n_sel=16, window=512
+        )
+        specs = {sp.name: sp for sp in tsel.gpucheck_specs(shape, 90)}
+        assert specs["selected_fwd"].constexprs["PIPE"] == 0
+        assert specs["selected_fwd_pipe"].constexprs["PIPE"] == modes[G]
+        assert specs["selected_bwd_dq_pipe"].num_stages == tsel.TOK_PIPE_PROBE["stages_dq"]
