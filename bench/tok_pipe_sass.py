@@ -5,7 +5,7 @@ it compiles the forced split's token-tile forward (`_sel_fwd_tok_kernel`, spec "
 (`_sel_bwd_dq_tok_kernel`, "selected_bwd_dq") as `selected.gpucheck_specs` launches them, under
 `--set KEY=VALUE` overrides of `selected._config` (default: as shipped, then tok_pipe with 2 and 3
 stages, and the tile's union at 3), disassembles the cubin with the triton wheel's `nvdisasm` (bench/select_sass.py) and reads the
-key-step loop (the widest backward branch around a tensor-core product): its asynchronous copies
+key-step loop (the narrowest conditional backward branch around a tensor-core product): its asynchronous copies
 (LDGSTS: cp.async, both archs; UTMALDG/UBLKCP: TMA), its synchronous global loads (LDG), the
 cp.async waits (`DEPBAR.LE SB0, N`: N commit groups left in flight while the step computes, so N > 0
 means the next steps' loads overlap this one's products), its conditional branches over loads or
@@ -41,13 +41,28 @@ VARIANTS = [
 _WAIT = re.compile(r"SB0,\s*(0x[0-9a-f]+|\d+)")
 
 
+def key_loop(insns, label_at) -> tuple[int, int]:
+    """[lo, hi) of the key-step loop: the narrowest backward branch around a tensor-core product (the
+    widest, select_sass's rule, can be a shuffle reduction's divergent fallback, `BRA.DIV` to a copy
+    of the code that jumps back over the loop: triton 3.6 and 3.9 emit them here). On sm_80 the back
+    edge is unconditional (a predicated CALL.REL.NOINC leaves the loop), so any branch counts."""
+    loop, span = (0, len(insns)), len(insns) + 1
+    for i, (op, rest, _) in enumerate(insns):
+        t = select_sass._target(rest)
+        if op.startswith("BRA") and t and label_at.get(t, i) < i:
+            lo = label_at[t]
+            if any(o.startswith(("HMMA", "HGMMA")) for o, _, _ in insns[lo:i]) and i - lo < span:
+                span, loop = i - lo, (lo, i + 1)
+    return loop
+
+
 def loop_pipeline(lines: list[str]) -> dict:
     """Counts in the key-step loop of an nvdisasm listing: instructions, tensor-core products,
     asynchronous copies, synchronous global loads, the cp.async waits' groups left in flight, and
     the conditional forward branches inside the loop that jump over a global load, an asynchronous
     copy or a product (the branchy loop's `if take:`; not the back edge, nor short hops over neither)."""
     insns, label_at = select_sass._parse(lines)
-    lo, hi = select_sass._loop(insns, label_at)
+    lo, hi = key_loop(insns, label_at)
     body = insns[lo:hi]
     ops = [op for op, _, _ in body]
     waits = [_WAIT.search(rest) for op, rest, _ in body if op.startswith("DEPBAR")]

@@ -11,8 +11,10 @@ twi = load_bench("tok_pipe_whatif")
 
 # nvdisasm's form: a prologue (2), then a loop holding a product: a cp.async wait leaving 2 groups in
 # flight, two async copies and their commit, one synchronous load, a short hop over an add (not a
-# guard), a branch over a load and a product (a guard), the back edge; the epilogue.
+# guard), a branch over a load and a product (a guard), the back edge; the epilogue; then a shuffle's
+# divergent fallback jumping back unconditionally, wider than the loop (not the loop).
 _LISTING = """
+.L_x_0:
         /*0000*/                   MOV R1, c[0x0][0x28] ;
         /*0010*/                   LDG.E.64 R2, desc[UR8][R4.64] ;
 .L_x_1:
@@ -31,8 +33,11 @@ _LISTING = """
         /*00c0*/                   LDGDEPBAR ;
         /*00d0*/               @P4 BRA `(.L_x_1) ;
         /*00e0*/                   EXIT ;
+.L_x_5:
+        /*00f0*/                   SHFL.BFLY PT, R3, R2, 0x1, 0x1f ;
+        /*0100*/                   BRA `(.L_x_0) ;
 .L_x_4:
-        /*00f0*/                   BRA `(.L_x_4);
+        /*0110*/                   BRA `(.L_x_4);
 """
 
 
