@@ -9,12 +9,11 @@ pipelined (cp.async, 3 stages: bench/tok_pipe_sass.py) the two kernels run like 
 kernels beside them, so each is priced by the forced kernels' fitted MMA efficiency instead
 (forced_fwd 0.169 / forced_dq 0.205 of the bf16 peak on Hopper; the published calibration's dense
 Triton tiles on A100, 0.40 / 0.32), floored by its DRAM bytes and by its gathered bytes through L2.
-Two builds of the loop:
-- `pipelined_union`: one step per distinct non-forced block of the tile (what a loop over the tile's
-  compacted blocks would issue; the model's step count, as today);
-- `pipelined_all_slots`: what `tok_pipe` issues as built: every one of a token's n table slots is a
-  step with its products, the forced, invalid and duplicate ones masked (n / the union's steps more
-  MMA work; no more bytes).
+Two builds of the loop, both built (selected_query.py PIPE):
+- `pipelined_union`: tok_pipe 2, one step per distinct non-forced block of the tile (the model's step
+  count, as today; the probe's variant, selected.TOK_PIPE_PROBE);
+- `pipelined_all_slots`: tok_pipe 1, every one of a token's n table slots a step with its products,
+  the forced, invalid and duplicate ones masked (n / the union's steps more MMA work; no more bytes).
 Everything else is the model as shipped. Prints one JSON object per line: `{"what_if", "assumption",
 "gpu", "shape", "T", "tok_ms", "nsa_ms", "fa2_ms", "fwd", "bwd", "fwd_bwd"}` (NSA/FA2 ratios).
 

@@ -171,7 +171,7 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # pipelines the gathered K/V loads under stages_tok / stages_dq >= 2: 0 the branchy loop; 1
         # every (entry, key chunk) a step, the entries not taken masked (no loads, -inf logits / zero
         # dS); 2 a step per block of the tile's union (`_pipe_mode`: 1 where the tile has more than
-        # 128 entries). A probe switch, off as the GPU measured the branchy loop (bench/kernel_probe.py;
+        # 64 entries). A probe switch, off as the GPU measured the branchy loop (bench/kernel_probe.py;
         # SASS, registers: bench/tok_pipe_sass.py, bench/RESULTS.md).
         "tok_pipe": 0,
         # The key-major forward (selected_keys.py) for the forced path at G <= 8 (FSA's range): the
@@ -230,8 +230,9 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
 # step waits for its own: bench/tok_pipe_sass.py). gpucheck compiles it beside the shipped loop.
 TOK_PIPE_PROBE = {"tok_pipe": 2, "stages_tok": 3, "stages_dq": 3}
 # The union mode's [E, E] compare of a tile's E = TP*NKP entries spilled 240 B on sm_80 at E = 256
-# (G 1: 16 tokens x 16 slots, triton 3.9); 128 (G 2) did not.
-_UNION_ENTRIES = 128
+# (G 1: 16 tokens x 16 slots, triton 3.9); at 128 (G 2) it sat at 254-255 registers past head_dim 64
+# on triton 3.6 (no spill yet); 64 and below (G >= 3) took at most 212 (bench/RESULTS.md).
+_UNION_ENTRIES = 64
 
 
 def _pipe_mode(cfg: dict, NKP: int) -> int:

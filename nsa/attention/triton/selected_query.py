@@ -181,7 +181,7 @@ def _tile_union(IDX, VALID, ebase, t0, T, NK, LP: tl.constexpr, TP: tl.constexpr
     """The tile's entries as one vector in entry order (token, slot): the block of each entry that adds
     keys (-1 elsewhere, as `_tile_table`), which are first listings of their block in the tile, each
     first listing's rank among them, and their count: the union's blocks in the branchy loop's order.
-    [TP*NKP]^2 compares: for small tiles (selected.py ships the union mode at TP*NKP <= 32)."""
+    [TP*NKP]^2 compares: for small tiles (selected.py `_pipe_mode` takes it at TP*NKP <= 64)."""
     e = tl.arange(0, TP * NKP)
     u = e // NKP
     i = e % NKP

@@ -170,18 +170,19 @@ def test_the_kernel_probe_variant_reaches_both_launches(monkeypatch):
     assert seen == [(2, 3), (2, 3)]
 
 
-def test_tok_pipe_is_off_as_shipped_and_the_union_mode_falls_back_past_128_entries():
+def test_tok_pipe_is_off_as_shipped_and_the_union_mode_falls_back_past_64_entries():
     """The GPU measured the branchy loop: the branch-free one is a probe switch until a GPU times it.
-    The union mode's [E, E] compare of the tile's E = TP x NKP entries spilled at G 1 (256 entries):
-    there the launch takes every slot a step instead; gpucheck compiles what the probe launches."""
+    The union mode's [E, E] compare of the tile's E = TP x NKP entries spilled at G 1 (256 entries)
+    and filled the registers at G 2 (128): there the launch takes every slot a step instead; gpucheck
+    compiles what the probe launches."""
     from nsa.attention.triton.spec import GpuShape
 
     for G, D in ((16, 128), (6, 64), (1, 64)):
         for arch in (80, 90):
             assert tsel._config(G, D, 64, arch=arch)["tok_pipe"] == 0
     modes = {G: tsel._pipe_mode({**tsel._config(G, 64, 64), "tok_pipe": 2}, 16) for G in (1, 2, 6, 16)}
-    assert modes == {1: 1, 2: 2, 6: 2, 16: 2}
-    assert tsel._pipe_mode({**tsel._config(16, 128, 64), "tok_pipe": 2}, 256) == 1  # n 256: 256 entries
+    assert modes == {1: 1, 2: 1, 6: 2, 16: 2}
+    assert tsel._pipe_mode({**tsel._config(16, 128, 64), "tok_pipe": 2}, 128) == 1  # n 128: 128 entries
     for G in (1, 16):
         shape = GpuShape(
             "s", head_dim=64, group=G, block_len=32, block_stride=16, sel_block=64, n_sel=16, window=512
