@@ -95,7 +95,7 @@ def _state(B, Hkv, T, G, D, seed):
 # (G, dtype, T, l', keys a step, table, modes): TP = 1, 2, 8 tokens a tile; G 6 takes a block in
 # two steps of 2 keys (the step arithmetic both modes share) and two (batch, KV head) sequences.
 CASES = [
-    (16, torch.float32, 24, 4, 16, "odd", (1, 2)),
+    (16, torch.float32, 18, 4, 16, "odd", (1, 2)),
     (6, torch.float16, 13, 4, 2, "odd", (2,)),
     (2, torch.float32, 21, 4, 16, "adjacent", (1, 2)),
 ]
