@@ -3,8 +3,9 @@ switch for pipelining the gathered K/V loads) under TRITON_INTERPRET=1 on CPU: a
 the online softmax's state bit for bit as it was (an all -inf logit row); the token-tile forward and
 dQ in both modes (1: every slot a step, 2: the tile's union) are bitwise the branchy loop's at TP = 1
 (G 16), 2 (G 6, two key chunks a block) and 8 (G 2), on tables with duplicates, invalid, negative and
-future entries, in fp32, fp16 and bf16 (the honest-bf16 fixture); the probe's variant reaches both
-launches, and the union mode falls back where its compare would not fit."""
+future entries, in fp32, fp16 and bf16 (the honest-bf16 fixture); the union mode takes exactly the
+branchy loop's key steps; the probe's variant reaches both launches, and the union mode falls back
+where its compare would not fit."""
 
 from __future__ import annotations
 
@@ -191,3 +192,30 @@ def test_tok_pipe_is_off_as_shipped_and_the_union_mode_falls_back_past_64_entrie
         assert specs["selected_fwd"].constexprs["PIPE"] == 0
         assert specs["selected_fwd_pipe"].constexprs["PIPE"] == modes[G]
         assert specs["selected_bwd_dq_pipe"].num_stages == tsel.TOK_PIPE_PROBE["stages_dq"]
+
+
+def test_the_union_mode_takes_the_branchy_loops_key_steps_and_every_slot_mode_all_slots(monkeypatch):
+    """Dot products issued by the forward (2 a step) and dQ (3 a step), counted in the interpreter:
+    the union mode takes exactly the branchy loop's key steps (key_steps' count: what the cost model
+    prices), every-slot mode one step per table slot of each token (masked or not)."""
+    from triton.runtime import interpreter
+
+    dots = []
+    create_dot = interpreter.InterpreterBuilder.create_dot
+
+    def counting_dot(self, *args):
+        dots.append(1)
+        return create_dot(self, *args)
+
+    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_dot", counting_dot)
+    G, T, D, lp, n = 6, 14, 16, 4, 4
+    q, k, v = (x.detach() for x in _inputs(1, 1, T, G, D, torch.float32, seed=80))
+    idx, valid = _odd_table(1, 1, T, lp, n, seed=80)
+    state = _state(1, 1, T, G, D, seed=80)
+    want = tq.key_steps(idx, valid, lp, G, key_tile=16)["steps_tiles"]
+    got = {}
+    for mode in (0, 1, 2):
+        dots.clear()
+        _tok_kernels(mode, G, q, k, v, idx, valid, lp, q, state)
+        got[mode] = len(dots)
+    assert want > 0 and got == {0: 5 * want, 1: 5 * T * n, 2: 5 * want}
