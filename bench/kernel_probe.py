@@ -152,6 +152,16 @@ SEL_VARIANTS = [
     # sm_90 at every head_dim > 64 point checked, nor on sm_80 at G 16; on sm_80 it spills 48-80 B at
     # G 6 x D 96, where NSAAttention runs the key-major backward instead (bwd_keys, G <= 8).
     {"shape": "paper", "BR": 128, "warps_kv": 8},
+    # The token tiles' loop without `if take:` (tok_pipe; they run at G >= 9 as shipped: the paper
+    # shape), so triton pipelines the gathered K/V loads (cp.async, bench/tok_pipe_sass.py): with 2
+    # stages a step waits for its own loads (DEPBAR.LE 0), with 3 the next step's stay in flight while
+    # it computes. 1: every table slot a step (the skipped ones masked); 2: the tile's union only
+    # (selected.TOK_PIPE_PROBE, what gpucheck compiles). Run at paper:8192:2 and paper:32768:1
+    # (--only selected --shapes paper:8192:2 paper:32768:1).
+    {"shape": "paper", "tok_pipe": 1, "stages_tok": 2, "stages_dq": 2},
+    {"shape": "paper", "tok_pipe": 1, "stages_tok": 3, "stages_dq": 3},
+    {"shape": "paper", "tok_pipe": 2, "stages_tok": 2, "stages_dq": 2},
+    {"shape": "paper", "tok_pipe": 2, "stages_tok": 3, "stages_dq": 3},
 ]
 
 
