@@ -136,7 +136,7 @@ def model_output(Ts: list[int]) -> list[dict]:
     import attention_model as m  # beside this script (its directory is on sys.path when run)
 
     rows: list[dict] = [*m.calibration_rows(), *m.prediction_rows(Ts), *m.miss_rows(Ts), *m.what_if_rows(Ts)]
-    rows += m.bound_rows(Ts)
+    rows += m.bound_rows(Ts) + m.a100_rows(Ts)
     for gpu in m.PREDICTED_GPUS:
         for shape in ("m7c", "paper"):
             for T in Ts:

@@ -5,8 +5,8 @@ Owns the `--model` output of bench/attention.py: calibration rows (the model rep
 NSA and FlashAttention-2 measurements at their shapes), prediction rows (our triton backend over
 FlashAttention-2, fwd / bwd / fwd+bwd, A100, H100 and H200, M7C and the NSA paper's shape, with the
 launch settings the code ships for each GPU's compute capability), miss, what-if, bound, budget and
-per-kernel rows (FLOPs issued incl. padded rows, DRAM and L2 bytes incl. re-reads, programs, waves)
-and the op's scratch bytes. The model itself lives in the package beside it, bench/attention_cost/
+per-kernel rows (FLOPs issued incl. padded rows, DRAM and L2 bytes incl. re-reads, programs, waves),
+the A100 per-kernel prices beside the published pricing (`a100_rows`) and the op's scratch bytes. The model itself lives in the package beside it, bench/attention_cost/
 (prices.py: datasheets and fitted prices; counts.py: the kernels' structure; kernels.py: our kernels
 and FlashAttention-2 per launch; calibration.py: the published kernels); this module re-exports its
 names, so `attention_model.X` is the one interface of bench/attention.py, bench/attention_fit.py,
@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 
@@ -63,7 +64,9 @@ from attention_cost.counts import (  # noqa: E402
 )
 from attention_cost.kernels import flash2, ours  # noqa: E402
 from attention_cost.prices import (  # noqa: E402
+    A100_CARRY,
     A100_KIND,
+    A100_SASS,
     ALU_EFF,
     CONFIG_FACTOR,
     DRAM_EFF,
@@ -78,6 +81,8 @@ from attention_cost.prices import (  # noqa: E402
     SEL_WARPS,
     Gpu,
     Kernel,
+    a100_record,
+    carry_ratio,
     config_factor,
     kind_cost,
     kind_parts,
@@ -86,12 +91,12 @@ from attention_cost.prices import (  # noqa: E402
 )
 
 __all__ = [
-    "A100_KIND", "ALU_EFF", "CONFIG_FACTOR", "DRAM_EFF", "EFF", "GPUS", "H100_COST", "H200_COST",
+    "A100_CARRY", "A100_KIND", "A100_SASS", "ALU_EFF", "CONFIG_FACTOR", "DRAM_EFF", "EFF", "GPUS", "H100_COST", "H200_COST",
     "H200_FINAL_COST", "KEYS_COST", "LAUNCH_S", "NSA_PAPER", "RUN_BUILDS", "SCALABLE", "SEL_WARPS", "SHAPES",
     "Gpu", "Kernel", "Shape", "_cfg", "_cmp_attn_work", "_cmp_keys", "_cmp_select_work", "_p2",
     "_per_sm", "_seg_pairs", "_sel_keys", "_sel_steps", "_sel_tiles", "_tokens_per_tile", "_union_ratio",
-    "_valid_pairs", "calibration_rows", "config_factor", "flash2", "kind_cost", "kind_parts", "ours",
-    "published_nsa", "shipped_launch", "shipped_warps_sel", "total", "warps_factor",
+    "_valid_pairs", "a100_record", "calibration_rows", "carry_ratio", "config_factor", "flash2", "kind_cost",
+    "kind_parts", "ours", "published_nsa", "shipped_launch", "shipped_warps_sel", "total", "warps_factor",
 ]  # fmt: skip
 
 
@@ -227,9 +232,21 @@ WHAT_IF = {
 }
 
 
+# Not a build but a pricing: A100 as priced before 2026-11-26 (every kind of ours at the published
+# efficiency of its generic kind, A100_KIND; prices.py), beside the sm_80 SASS prices the rows take.
+A100_PUBLISHED = "a100_published_eff"
+
+
 def what_if_rows(Ts: list[int]) -> list[dict]:
-    """NSA/FA2 fwd+bwd if the kernels were restructured as named (modelled, not built)."""
+    """NSA/FA2 fwd+bwd if the kernels were restructured as named (modelled, not built), and A100
+    priced as before (`a100_published_eff`)."""
     rows = []
+    published = replace(GPUS["A100"], sass=False)
+    for sname, shape in SHAPES.items():
+        for T in Ts:
+            ratio = total(ours_on(T, shape, published), published) / total(flash2(T, shape), published)
+            rows.append({"what_if": A100_PUBLISHED, "gpu": "A100", "shape": sname, "T": T,
+                         "fwd_bwd": round(ratio, 3)})  # fmt: skip
     for name, flags in WHAT_IF.items():
         for gname in PREDICTED_GPUS:
             gpu = GPUS[gname]
@@ -240,6 +257,42 @@ def what_if_rows(Ts: list[int]) -> list[dict]:
                     rows.append(
                         {"what_if": name, "gpu": gname, "shape": sname, "T": T, "fwd_bwd": round(ratio, 3)}
                     )
+    return rows
+
+
+def a100_rows(Ts: list[int], shape_names=("m7c", "paper")) -> list[dict]:
+    """Each of our kernels on A100 as priced (`priced_by`: "sass", its sm_80 SASS through its proxy;
+    "carry", its Hopper fit per SM cycle x its sm_80 / sm_90 SASS a step; "published", the generic
+    kind's published efficiency) beside the published pricing (`published_ms`, the what-if
+    a100_published_eff's), and for the SASS-priced ones the tensor-core time at 312 TFLOP/s
+    (`tensor_ms`: the proxy prices an mma.sync as one instruction of the stream; added in full,
+    `sass_plus_tensor_ms`, it bounds the price from above)."""
+    gpu = GPUS["A100"]
+    published = replace(gpu, sass=False)
+    rows = []
+    for sname in shape_names:
+        shape = SHAPES[sname]
+        for T in Ts:
+            for k in ours_on(T, shape, gpu):
+                base, key, _ = kind_parts(k.kind)
+                cost = kind_cost(k.kind, gpu) or {}
+                if "sass" in cost and "warp_insns" in k.work:
+                    by = "sass"
+                elif base in A100_CARRY and "eff" in cost and carry_ratio(key):
+                    by = "carry"
+                else:
+                    by = "published"
+                ms, pub = k.time(gpu) * 1e3, k.time(published) * 1e3
+                r = {"a100_price": k.name, "shape": sname, "T": T, "kind": k.kind, "priced_by": by,
+                     "ms": round(ms, 4), "published_ms": round(pub, 4),
+                     "over_published": round(ms / pub, 3) if pub else None}  # fmt: skip
+                if by == "sass":
+                    tensor = k.flops / gpu.peak * 1e3
+                    r.update(tensor_ms=round(tensor, 4), sass_plus_tensor_ms=round(ms + tensor, 4),
+                             resident_warps=k.work["resident_warps"])  # fmt: skip
+                if by == "carry":
+                    r["sass_ratio"] = round(carry_ratio(key), 3)
+                rows.append(r)
     return rows
 
 

@@ -162,6 +162,7 @@ def shipped_launch(
         "bt_sel": c["bt_sel_v0"] if v0 else c["bt_sel"],
         "select_v0": v0,
         "halves_sel": 0 if v0 else c["halves_sel"],
+        "maxnreg_sel": 0 if v0 else c["maxnreg_sel"],  # its register cap (0: none)
         "warps_cmp_dkv": c["warps_dkv"],
         "tp": sc["TP"],
         "warps_tok": sc["warps_tok"],
@@ -172,6 +173,10 @@ def shipped_launch(
         "tm_merge": sc["TM"],
         "bm_merge": sc["BM_merge"],
         "pdq_bits": sc["pdq_bits"],
+        # the keys kernel's other settings (the A100 prices look its sm_80 SASS up by them: sass80.py)
+        "warps_keys": sc["warps_keys"],
+        "stages_kv": sc["stages_kv"],
+        "keys_div32": sc["keys_div32"],
         "br_dkdv": sc["BR"],
         "bm_forced": sc["BM"],
         "bn_sel": sc["BN"],

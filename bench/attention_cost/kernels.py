@@ -23,6 +23,7 @@ from .counts import (
     shipped_launch,
 )
 from .prices import Kernel
+from .sass80 import select_work
 from .selected import selected_kernels
 
 
@@ -60,6 +61,7 @@ def ours(
     before_2930e5c: bool = False,
     select_v0: bool | None = None,
     halves_sel: int | None = None,
+    maxnreg_sel: int | None = None,
     br_fwd_keys: int | None = None,
     br_bwd_keys: int | None = None,
     bt_sel: int | None = None,
@@ -93,7 +95,8 @@ def ours(
     what the code ships, False with before_ce226a4): the selected branch's key-major forward /
     backward instead of the forced tiles and token tiles (selected.py: `selected_kernels`).
     select_v0 / halves_sel / before_2930e5c: the selection kernel (`shipped_launch`): `cmp_sel32`
-    (the int32 merge) unless select_v0, tagged `@h2` when merged in halves. index_once: the selected
+    (the int32 merge) unless select_v0, tagged `@h2` when merged in halves; maxnreg_sel its register
+    cap (it selects the sm_80 SASS the A100 price reads; Hopper's prices do not see it). index_once: the selected
     branch's reverse index built once a layer with int32 sort keys (the key-major forward's, handed to
     the backward); False: as every committed run measured it, the backward's own int64 sort in ~16
     aten ops (`selected_kernels`); None: what the code ships, False with before_ce226a4 or
@@ -103,6 +106,7 @@ def ours(
     given = {
         "select_v0": select_v0,
         "halves_sel": halves_sel,
+        "maxnreg_sel": maxnreg_sel,
         "br_fwd_keys": br_fwd_keys,
         "br_bwd_keys": br_bwd_keys,
         "warps_sel": warps_sel,
@@ -116,6 +120,7 @@ def ours(
     }
     launch.update({f: v for f, v in given.items() if v is not None})
     launch["index_once"] = not (before_ce226a4 or before_2930e5c) if index_once is None else index_once
+    launch["cc"] = cc
     B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
     bf = 2
     act = B * T * s.H * D * bf
@@ -178,6 +183,8 @@ def ours(
         tags += "@h2" if launch["halves_sel"] and not v0 else ""
         sunit = 2 * BH * sw["steps"] * sel_rows * sw["keys"] * D
         swork = {"programs": sel_progs, "token_steps": BH * sw["steps"] * bt}
+        if cc == 80:  # the A100 price: the kernel's own sm_80 SASS (sass80.py; none recorded: as published)
+            swork.update(select_work(T, s, launch) or {})
         if not selection_free:
             ks.append(Kernel("cmp_select", "selection", "fwd", f"cmp_sel{'' if v0 else '32'}{tags}", sunit, cuse,
                              act + kcb + lse + table, l2=BH * sw["steps"] * sw["keys"] * D * bf,

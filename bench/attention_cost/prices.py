@@ -23,14 +23,26 @@ Two ways a kernel is priced:
   (peak x eff) + SM cycles per program, per loop step, per token-step or per gathered byte /
   (SMs x clock), floored by DRAM, plus a serial tail and launches. Launch settings changed after
   the runs (ce226a4) are tags of a kind, each priced by one factor from the final kernel probe
-  (CONFIG_FACTOR). On A100 the efficiencies stay the published calibration's (A100_KIND) and the
-  cycle costs carry over per SM cycle (kind_cost).
+  (CONFIG_FACTOR). On A100 (kind_cost; docs/attention.md "Which terms carry over to A100"):
+  - the two kernels with a GPU-free time proxy calibrated on H200 points, the selection `cmp_sel32`
+    and the key-major backward `sel_keys_bwd`, from their own sm_80 SASS (A100_SASS: the proxy's
+    cycles an instruction and a shared-memory access, fitted on Hopper, times the launch's dynamic
+    counts from bench/a100_proxy_sass.json, sass80.py), floored by DRAM and the tensor cores;
+  - the other key-major kernels (`sel_keys_fwd`, `sel_dkdv`: the same walk of gathered rows against
+    one block's keys, bound by their instruction stream on Hopper) by their Hopper fit carried over
+    per SM cycle, times their sm_80 over sm_90 SASS cycles a step (A100_CARRY);
+  - every other kind by the published calibration's efficiency of its generic kind (A100_KIND), its
+    fitted cycle costs carried over per SM cycle. `Gpu.sass` False prices all of them this way (the
+    pricing before 2026-11-26: the what-if "a100_published_eff").
 """
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -47,6 +59,7 @@ class Gpu:
     clock: float  # SM clock under load (Hz): turns the fitted per-SM cycle costs (COST) into time
     regs_per_sm: int = 65536
     cc: int = 90  # compute capability: the kernels pick some launch settings by it (shipped_warps_sel)
+    sass: bool = True  # A100: price the proxied and key-major kinds from sm_80 SASS (False: as published)
 
 
 # L2: A100's whitepaper gives 5120 B/clk of L2 read bandwidth (7.2 TB/s at 1.41 GHz); H100 SXM
@@ -197,6 +210,51 @@ A100_KIND = {
     "cmp_sel32": "dense_fwd", "sel_fwd_merge": "memory", "sel_dq_merge": "memory",
     "sel_index": "memory",
 }  # fmt: skip
+# A100 from sm_80 SASS (module docstring): the kinds priced by a proxy (-> its constants in
+# bench/a100_proxy_sass.json "fit") and the kinds whose Hopper fit carries over per SM cycle (their
+# recorded sm_80 and sm_90 loop steps, priced by the key-major backward proxy's constants, give the
+# ratio). Assumption (docs/attention.md): Ampere and Hopper SMs issue one warp instruction a cycle
+# from each of 4 schedulers and serve 128 B of shared memory a cycle, so the fitted cycles carry over;
+# sm_80's mma.sync (m16n8k16, 2048 FLOP an SM cycle, half Hopper's dense peak a cycle) is priced as
+# an instruction of the stream, the tensor cores only as a floor.
+A100_SASS = {"cmp_sel32": "select", "sel_keys_bwd": "keys_bwd"}
+A100_CARRY = ("sel_keys_fwd", "sel_dkdv")
+A100_SASS_FILE = Path(__file__).resolve().parent.parent / "a100_proxy_sass.json"
+
+
+@lru_cache(maxsize=1)
+def a100_record() -> dict:
+    """bench/a100_proxy_sass.json (bench/a100_proxy.py records it)."""
+    return json.loads(A100_SASS_FILE.read_text())
+
+
+def sass_seconds(work: dict, proxy: str, gpu: Gpu) -> float:
+    """A launch's time by a SASS proxy (bench/select_proxy.py, bench/keys_proxy.py): scheduler cycles
+    of its warp instructions and shared-memory accesses at the proxy's fitted constants, over the
+    GPU's SMs x 4 schedulers; the selection's latency bound where fewer than 3 warps share a
+    scheduler (`lat` cycles between two instructions of one warp)."""
+    f = a100_record()["fit"][proxy]
+    unit = gpu.sms * 4 * gpu.clock
+    t = (f["insn"] * work["warp_insns"] + f["smem"] * work["warp_smem"]) / unit
+    if f.get("lat") and work["resident_warps"] < 12:
+        t = max(t, f["lat"] * work["warp_insns"] / (work["resident_warps"] / 4) / unit)
+    return t
+
+
+def carry_ratio(key: str) -> float | None:
+    """sm_80 over sm_90 scheduler cycles of one loop step of a carried-over kind ("base@cfg"), both
+    at the key-major backward proxy's constants; None: no record."""
+    rec = a100_record()["carry"].get(key)
+    if rec is None:
+        return None
+    f = a100_record()["fit"]["keys_bwd"]
+
+    def cycles(step: dict) -> float:
+        return f["insn"] * step["insns"] + f["smem"] * step["lds_sts"]
+
+    return cycles(rec["80"]["step"]) / cycles(rec["90"]["step"])
+
+
 # The kernel builds the committed GPU runs measured (flags of `ours`), by file name: a speed record
 # does not name its kernels' launch settings, so a fit or a check of a committed run takes them from
 # here; a run of the current kernels needs no entry (ours' defaults: what the code ships).
@@ -252,7 +310,17 @@ class Kernel:
     def time(self, gpu: Gpu) -> float:
         cost = kind_cost(self.kind, gpu)
         serial = 0.0
-        if cost is None:
+        if cost is not None and "sass" in cost and "warp_insns" not in self.work:
+            cost = kind_cost(self.kind, replace(gpu, sass=False))  # no sm_80 record of this launch
+        if cost is not None and "sass" in cost:
+            # The proxy's time, floored by DRAM and by the tensor cores at the datasheet peak.
+            eff = 1.0
+            t = max(
+                sass_seconds(self.work, cost["sass"], gpu),
+                self.dram / (gpu.dram * DRAM_EFF),
+                self.flops / gpu.peak,
+            )
+        elif cost is None:
             eff = EFF[gpu.arch].get(self.kind, 1.0)
             t = max(
                 self.flops / (gpu.peak * eff),
@@ -323,7 +391,9 @@ def warps_factor(kind: str) -> float:
 def kind_cost(kind: str, gpu: Gpu) -> dict[str, float] | None:
     """The fitted cost of one of our kernel kinds on `gpu` (None: a generic kind, priced by EFF), its
     launch-setting tags applied: cycles x the factor everywhere, the efficiency / the factor on Hopper
-    (on A100 the efficiency is the published calibration's, not our kernel's: left as it is)."""
+    (on A100 the efficiency is the published calibration's, not our kernel's: left as it is). On A100
+    (gpu.sass) {"sass": proxy} for A100_SASS's kinds (Kernel.time prices their SASS counts), and
+    A100_CARRY's Hopper efficiency carried over per SM cycle / their SASS ratio a step."""
     base, key, _ = kind_parts(kind)
     if base not in A100_KIND:
         return None
@@ -334,6 +404,13 @@ def kind_cost(kind: str, gpu: Gpu) -> dict[str, float] | None:
         fitted = {t: (c / f if t == "eff" else c * f) for t, c in fitted.items()}
     if gpu.arch == "hopper":
         return fitted
+    if gpu.sass and base in A100_SASS:
+        return {"sass": A100_SASS[base]}
+    ratio = carry_ratio(key) if gpu.sass and base in A100_CARRY else None
+    if ratio:  # the Hopper fit per SM cycle: the same cycles a FLOP x the SASS ratio
+        hopper = GPUS["H100"]
+        per_cycle = (hopper.peak / (hopper.sms * hopper.clock)) / (gpu.peak / (gpu.sms * gpu.clock))
+        return {**fitted, "eff": fitted["eff"] * per_cycle / ratio}
     cycles = {t: c for t, c in fitted.items() if t != "eff"}
     if base.startswith("sdpa"):  # FA2's published efficiency is its whole kernels' time, prologues included
         return {"eff": EFF[gpu.arch][A100_KIND[base]]}

@@ -24,6 +24,7 @@ from .counts import (
     _valid_pairs,
 )
 from .prices import Kernel
+from .sass80 import keys_bwd_work
 
 
 def selected_kernels(
@@ -175,11 +176,17 @@ def selected_kernels(
                          programs=math.ceil(BH * T * G / 64)))  # fmt: skip
         ks.extend(_bwd_index(fwd_keys, index, entries, BH * ns, once))
         br_tag = "@br32" if launch["br_bwd_keys"] == 32 else ""  # priced at 64 rows a step (the run's)
+        kwork = {"programs": nseg * nb}
+        if launch.get("cc") == 80:  # the A100 price: the kernel's own sm_80 SASS (sass80.py)
+            st = {"BR_keys": launch["br_bwd_keys"], "pdq_bits": launch.get("pdq_bits", 32),
+                  "warps_keys": launch.get("warps_keys", 4 if D <= 64 else 8),
+                  "stages_kv": launch.get("stages_kv", 1), "keys_div32": launch.get("keys_div32", False)}  # fmt: skip
+            kwork.update(keys_bwd_work(T, s, st) or {})
         ks.append(Kernel("sel_bwd_keys", "selected", "bwd", f"sel_keys_bwd@{_cfg(D)}{br_tag}",
                          5 * unit(launch["br_bwd_keys"]), 5 * useful,
                          2 * act + 2 * kvb + 2 * lse + npairs * 8 + part + pdq,
                          l2=prow * D * bf * 2 + prow * 8, programs=nseg * nb, per_sm=1,
-                         work={"programs": nseg * nb}))  # fmt: skip
+                         work=kwork))  # fmt: skip
     else:
         ks.extend(_bwd_index(fwd_keys, index, entries, BH * ns, once))
         # dK/dV key-major: partial dK/dV per segment in fp32, summed by the reduction kernel.

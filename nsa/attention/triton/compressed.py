@@ -311,6 +311,14 @@ def _config(
     gpf = max(2, gp)
     btf = max(1, min(8, 32 // gpf))
     hopper_g8 = head_dim <= 64 and arch >= 90 and gpf == 8  # M7C on an H100/H200
+    # M7C on an A100 (sm_80, G 5-8 at head_dim <= 64): the selection at BTF = 4 tokens a tile, merged
+    # in halves, 2 warps under a 168-register cap. Proxy-chosen, unmeasured (no A100 has run it):
+    # bench/a100_proxy.py prices it from its sm_80 SASS 29-32 % faster than 4 warps merged at once
+    # (M7C 8k / 32k / 64k x 1: 0.20 / 2.77 / 10.07 ms against 0.28 / 3.97 / 14.89 on triton 3.6, the
+    # GPU images'; 31-34 % on 3.9), at 12 warps an SM as the shipped one (issue-bound, where the
+    # proxy is calibrated). ptxas sm_80: 168 registers capped / 204 uncapped on 3.6, 164 / 168 on
+    # 3.9, no spill at G 5-8 (bench/RESULTS.md, branch a100).
+    ampere_g8 = head_dim <= 64 and arch == 80 and gpf == 8
     # dQ: 8 warps for 128-row tiles; 4 for 32 rows (D > 64), where 8 warps left ptxas at 128 registers
     # and spilling (G 16, D 96 on sm_80). Past head_dim 64 the 32 x 32 tile runs its products as
     # mma.sync on sm_90 and loads 4x the K/V bytes a FLOP of head_dim 64's 128 x 64 (fitted efficiency
@@ -351,12 +359,13 @@ def _config(
         # tile, 8-12 B at G 1 x D 64 on sm_80 with 8, triton 3.6), as halves cost 4x the barriers. On
         # sm_90 at M7C (2 tokens a tile, 2 warps) halves ran the selection at 64k in 7.00 ms instead
         # of 7.36 on an H200 (bench/kernel_probe.py, 2026-11-26b; ptxas: no spill, triton 3.6 and 3.9).
-        "halves_sel": 1 if btf >= 8 or (head_dim > 64 and btf >= 4) or hopper_g8 else 0,
-        # A register cap for the selection (ptxas .maxnreg; 0: none, as shipped), for bench/select_proxy.py's
+        "halves_sel": 1 if btf >= 8 or (head_dim > 64 and btf >= 4) or hopper_g8 or ampere_g8 else 0,
+        # A register cap for the selection (ptxas .maxnreg; 0: none), for bench/select_proxy.py's
         # candidates at M7C on sm_90 (bench/kernel_probe.py): 1 warp a program (193 registers, 10 warps
         # an SM) or 4 tokens a tile in halves (210, 8 warps) capped at 168 hold 12 warps an SM with no
-        # spill on triton 3.6; triton 3.9 spills 48 B at 1 warp capped so (none at 184).
-        "maxnreg_sel": 0,
+        # spill on triton 3.6; triton 3.9 spills 48 B at 1 warp capped so (none at 184). Shipped on sm_80
+        # at M7C (ampere_g8: 4 tokens in halves at 2 warps, 12 warps an SM instead of 8 uncapped).
+        "maxnreg_sel": 168 if ampere_g8 else 0,
         # 1: launch `_cmp_select_v0` (compressed_select_v0.py, the kernel before 2026-11-26b) at its own
         # shipped settings instead, for the GPU probe's comparison (bench/kernel_probe.py).
         "select_v0": 0,
@@ -365,8 +374,9 @@ def _config(
         # 39.1 / 20.2 / 13.3 ms with 8 / 4 / 2 warps (and 11.9 with 2 warps and 2 tokens a tile), the
         # paper's shape at 32k 34.3 / 22.8 / 14.5. 2 warps only where ptxas keeps it unspilled
         # (gpucheck --grid, triton 3.6 and 3.9): head_dim 64 with 16 heads a token, or 8 on sm_90;
-        # 2 spilled 4-200 B at G 1, 2, 6 on sm_80 and at head_dim > 64 (G 16 x D 128 too, 8 B), so 4 there.
-        "warps_sel": 2 if head_dim <= 64 and (gpf >= 16 or (arch >= 90 and gpf == 8)) else 4,
+        # 2 spilled 4-200 B at G 1, 2, 6 on sm_80 and at head_dim > 64 (G 16 x D 128 too, 8 B), so 4 there,
+        # but at G 5-8 x head_dim <= 64 on sm_80 merged in halves under a 168-register cap (ampere_g8).
+        "warps_sel": 2 if (head_dim <= 64 and (gpf >= 16 or (arch >= 90 and gpf == 8))) or ampere_g8 else 4,
         # 4 tokens a tile at 16 heads a token past head_dim 64: the paper's shape at 32k x 2 took 9.28 ms
         # instead of 16.20 with 2 (8: 10.85) on an H200 (bench/kernel_probe.py, 2026-11-26b); measured
         # on sm_90 only, shipped on sm_80 too (the same K tile serves twice the tokens; ptxas: 164-168

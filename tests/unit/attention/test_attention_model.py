@@ -162,10 +162,11 @@ def test_the_compressed_forward_is_two_kernels_at_the_shipped_warps() -> None:
     at the warps compressed.py ships for the GPU); the fused kernel only where a build asks for it."""
     shape = m.SHAPES["m7c"]
     kinds = {g: {k.name: k.kind for k in m.ours_on(32768, shape, m.GPUS[g])} for g in ("A100", "H100")}
-    # sm_90: 2 warps, 2 tokens a tile (ce226a4), merged in halves (2930e5c); sm_80: 4 warps (2 spilled
-    # at G = 6), BTF = 4 tokens; the int32 merge (cmp_sel32) since 2026-11-26b
+    # sm_90: 2 warps, 2 tokens a tile (ce226a4), merged in halves (2930e5c); sm_80: BTF = 4 tokens merged
+    # in halves at 2 warps under a register cap (proxy-chosen, 2026-11-26; 4 warps at once before);
+    # the int32 merge (cmp_sel32) since 2026-11-26b
     assert kinds["H100"]["cmp_fwd"] == "cmp_attn@64" and kinds["H100"]["cmp_select"] == "cmp_sel32@w2@bt2@h2"
-    assert kinds["A100"]["cmp_select"] == "cmp_sel32@w4"
+    assert kinds["A100"]["cmp_select"] == "cmp_sel32@w2@h2"
     assert kinds["H100"]["cmp_bwd_dkv"] == kinds["A100"]["cmp_bwd_dkv"] == "cmp_dkv@64@w4"
     assert kinds["H100"]["sel_fwd_keys"] == "sel_keys_fwd@64"
     assert kinds["H100"]["sel_bwd_keys"] == "sel_keys_bwd@64"  # 64 rows a step on sm_90 (its price's)

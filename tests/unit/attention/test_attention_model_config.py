@@ -36,6 +36,7 @@ FROM_CONFIG = {
     "warps_sel": _cmp("warps_sel"),
     "bt_sel": _cmp("bt_sel"),
     "halves_sel": _cmp("halves_sel"),
+    "maxnreg_sel": _cmp("maxnreg_sel"),
     "warps_cmp_dkv": _cmp("warps_dkv"),
     "tp": _sel("TP"),
     "warps_tok": _sel("warps_tok"),
@@ -46,6 +47,9 @@ FROM_CONFIG = {
     "tm_merge": _sel("TM"),
     "bm_merge": _sel("BM_merge"),
     "pdq_bits": _sel("pdq_bits"),
+    "warps_keys": _sel("warps_keys"),
+    "stages_kv": _sel("stages_kv"),
+    "keys_div32": _sel("keys_div32"),
     "br_dkdv": _sel("BR"),
     "bm_forced": _sel("BM"),
     "bn_sel": _sel("BN"),
@@ -74,8 +78,9 @@ def _kernel_configs(s, cc: int) -> dict[str, dict]:
 def _assert_follows(launch: dict, s, cc: int) -> None:
     cfg = _kernel_configs(s, cc)
     # A new setting is read from a `_config` too. index_once (the shipped build's backward reuses the
-    # forward's reverse index) is the build's, not a kernel's: `ours` adds it to shipped_launch's.
-    assert set(launch) - {"index_once"} == {*FROM_CONFIG, "select_v0"}
+    # forward's reverse index) is the build's, not a kernel's: `ours` adds it to shipped_launch's, and
+    # cc (the arch the launch is counted for: sm_80's SASS prices the A100's, attention_cost/sass80.py).
+    assert set(launch) - {"index_once", "cc"} == {*FROM_CONFIG, "select_v0"}
     assert launch.get("index_once", True) is True, (s, cc)
     for ours, theirs in FROM_CONFIG.items():
         assert launch[ours] == theirs(cfg), (s, cc, ours)

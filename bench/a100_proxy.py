@@ -1,0 +1,209 @@
+"""The A100 (sm_80) SASS of the two kernels with a GPU-free time proxy, and their launch candidates.
+
+Owns bench/a100_proxy_sass.json, the record the cost model prices `_cmp_select` and
+`_sel_bwd_keys_kernel` on an A100 from (bench/attention_cost/sass80.py): each setting's sm_80 SASS
+paths (compiled as gpucheck launches it, bench/select_proxy.py's and bench/keys_proxy.py's
+compilers at arch 80), registers, spills and shared memory; the selection's merge rates per tile
+(bench/select_proxy.py's simulation on the GPU runs' inputs, B = 1, at MERGE_T: the model
+interpolates in log T); and the two proxies' fitted constants (cycles an instruction, a
+shared-memory access, a warp's latency), taken from their H200 calibration as recorded. The
+assumption: those cycles carry over from Hopper to Ampere per SM cycle (docs/attention.md, A100).
+Without `--recount` it prints, per setting and point, the proxy's A100 milliseconds (108 SMs x 4
+schedulers x 1.41 GHz, resident warps from sm_80's 64 K registers and 164 KB shared memory) and the
+tensor-core floor at 312 TFLOP/s beside it: the candidates of docs/attention.md's sm_80 settings.
+Prints one JSON object per line; asserts nothing.
+
+  .venv/bin/python bench/a100_proxy.py                   # candidates at M7C / paper, B = 1
+  PYTHONPATH=/path/to/triton-3.6 .venv/bin/python bench/a100_proxy.py --recount   # re-record
+  PYTHONPATH=/path/to/triton-3.6 .venv/bin/python bench/a100_proxy.py --recompile  # SASS only (minutes)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from nsa.attention.gpusuite.modelcheck import load_by_path
+
+HERE = Path(__file__).resolve().parent
+SASS_FILE = HERE / "a100_proxy_sass.json"
+SHAPES = {"m7c": (6, 64), "paper": (16, 128)}  # (G, D)
+# The selection settings recorded (tokens a tile, warps, halves, register cap): what compressed.py
+# ships on sm_80 (first; 4 / 4 / 0 before 2026-11-26's proxy-chosen setting) and the candidates. The key-major backward at M7C only (G <= 8).
+SELECT = {
+    "m7c": [(4, 2, 1, 168), (4, 4, 0, 0), (4, 4, 1, 0), (4, 2, 1, 0), (4, 2, 0, 0), (2, 2, 1, 0), (2, 2, 0, 0),
+            (2, 4, 1, 0), (2, 4, 0, 0), (2, 1, 1, 0), (8, 4, 1, 0), (4, 1, 1, 0)],
+    "paper": [(4, 4, 0, 0), (4, 4, 1, 0), (2, 4, 0, 0), (8, 4, 1, 0), (4, 2, 1, 0), (4, 2, 1, 168), (2, 2, 1, 0)],
+}  # fmt: skip
+KEYS = [{}, {"keys_div32": False}, {"keys_div32": True}, {"BR_keys": 16}, {"BR_keys": 16, "stages_kv": 2}, {"warps_keys": 8}, {"BR_keys": 64},
+        {"BR_keys": 64, "warps_keys": 8}, {"pdq_bits": 16}, {"pdq_bits": 16, "keys_div32": True}]  # fmt: skip
+MERGE_T = [2048, 4096, 8192, 16384, 32768, 65536]
+POINTS = [8192, 32768, 65536]
+
+
+def _sibling(name: str):
+    return load_by_path(name, HERE / f"{name}.py")
+
+
+model = _sibling("attention_model")  # the cost model: its A100 counts and prices read the record
+sass80, prices = sys.modules["attention_cost.sass80"], sys.modules["attention_cost.prices"]
+select_key, keys_key = sass80.select_key, sass80.keys_key
+
+
+def keys_setting(G: int, D: int, over: dict) -> dict:
+    from nsa.attention.triton import selected as sel
+
+    c = {**sel._config(G, D, 64, arch=80), **over}
+    return {k: c[k] for k in ("BR_keys", "warps_keys", "stages_kv", "pdq_bits", "keys_div32")}
+
+
+# The kernels priced on A100 by their Hopper fit carried over per SM cycle, scaled by their sm_80 over
+# sm_90 SASS a step (the key-major family the backward's proxy calibrates): kind -> (G, D) compiled.
+CARRY = {"sel_keys_fwd@64": (6, 64), "sel_dkdv@64": (6, 64), "sel_dkdv@128": (16, 128)}
+KERNEL_SPEC = {"sel_keys_fwd": "selected_fwd_keys", "sel_dkdv": "selected_bwd_dkdv"}
+
+
+def step_counts(spec_name: str, G: int, D: int, arch: int) -> dict:
+    """One loop trip's SASS counts (keys_proxy.paths' `step`) of a selected.py kernel as gpucheck
+    launches it at G x D bf16 on sm_`arch`, with its registers and spills."""
+    import os
+
+    from nsa.attention import gpucheck
+    from nsa.attention.triton import selected as sel
+    from nsa.attention.triton.spec import GpuShape
+
+    kp, ss = _sibling("keys_proxy"), sys.modules["select_sass"]
+    shape = GpuShape("probe", head_dim=D, group=G, block_len=32, block_stride=16, sel_block=64, n_sel=16,
+                     window=512, dtype="bf16")  # fmt: skip
+    spec = next(s for s in sel.gpucheck_specs(shape, arch) if s.name == spec_name)
+    os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"
+    k, rep = gpucheck.compile_spec(spec, arch)
+    step = kp.paths(ss._disasm(k.asm["cubin"], arch))["step"]
+    return {"registers": rep["registers"], "spill": rep["spill_stores"] + rep["spill_loads"], "step": step}
+
+
+def recount(old: dict | None = None) -> dict:
+    """Compile every recorded setting at sm_80 (this triton); with `old` (a record) keep its merge
+    rates and constants (they depend on the inputs and the H200 points, not on the kernels' code),
+    else simulate the merge rates and take the two proxies' constants from their H200 calibration
+    (select_proxy's fit over its measured points, keys_proxy's issue+smem fit of the backward)."""
+    import os
+    import tempfile
+
+    import triton
+
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="nsa-a100-proxy-")  # fresh: a ptxas log each
+    sp, kp = _sibling("select_proxy"), _sibling("keys_proxy")
+    ss = sys.modules["select_sass"]  # the proxies' shared SASS parser, loaded by them
+    classes = ss._classes
+
+    def with_ldsm(seq) -> dict:  # sm_80's mma operands come through LDSM: counted apart (docstring)
+        return {**classes(seq), "ldsm": sum(x[0].startswith("LDSM") for x in seq)}
+
+    ss._classes = with_ldsm
+    rec: dict = {"triton": triton.__version__, "select": {}, "keys_bwd": {}, "carry": {},
+                 "merge_rate": dict(old["merge_rate"]) if old else {}}  # fmt: skip
+    for shape, settings in SELECT.items():
+        G, D = SHAPES[shape]
+        for bt, w, h, cap in settings:
+            c = sp.sass_counts(shape, "int32", bt, w, h, arch=80, over={"maxnreg_sel": cap} if cap else None)
+            key = select_key(G, D, bt, w, h, cap)
+            rec["select"][key] = {k: c[k] for k in ("registers", "spill", "smem", "paths")}
+            print(json.dumps({"recorded": key, "registers": c["registers"], "spill": c["spill"]}),
+                  file=sys.stderr, flush=True)  # fmt: skip
+            mkey = f"G{G}xD{D}/bt{bt}/h{h}"
+            if mkey not in rec["merge_rate"]:
+                rates = {}
+                for T in MERGE_T:
+                    dyn = sp.dynamic_count(shape, T, 1, bt, h, c["paths"], w)
+                    rates[str(T)] = dyn["merge_rate"]
+                rec["merge_rate"][mkey] = rates
+    for over in KEYS:
+        st = keys_setting(6, 64, over)
+        c = kp.compile_keys("bwd", st, arch=80)
+        rec["keys_bwd"][keys_key(6, 64, st)] = {k: c[k] for k in ("registers", "spill", "smem", "paths")}
+        print(json.dumps({"recorded": keys_key(6, 64, st), "registers": c["registers"], "spill": c["spill"]}),
+              file=sys.stderr, flush=True)  # fmt: skip
+    for name, (G, D) in CARRY.items():
+        rec["carry"][name] = {
+            str(arch): step_counts(KERNEL_SPEC[name.split("@")[0]], G, D, arch) for arch in (80, 90)
+        }
+    ss._classes = classes
+    if old:
+        rec["fit"] = old["fit"]
+        return rec
+    rows = sp.proxy_rows(sp.measured_points(), json.loads(sp.SASS_FILE.read_text()))
+    fs = sp.fit(rows)
+    ksass = json.loads(kp.SASS_FILE.read_text())
+    krows = kp.rows_of("bwd", kp.measured_points("bwd"), ksass)
+    fk = kp.fit(krows, kp.FORMS["issue+smem"])
+    rec["fit"] = {
+        "select": {k: round(fs[k], 4) for k in ("insn", "smem", "lat")},
+        "keys_bwd": {k: round(v, 4) for k, v in fk.items()},
+    }
+    return rec
+
+
+def candidate_rows(rec: dict) -> list[dict]:
+    """The proxy's A100 ms of every recorded setting at POINTS (B = 1) through the cost model's own
+    pricing (bench/attention_cost/sass80.py), with the tensor-core floor and the shipped setting's."""
+    m = model
+    gpu = m.GPUS["A100"]
+    rows = []
+    for shape, settings in SELECT.items():
+        G, D = SHAPES[shape]
+        s = m.SHAPES[shape]
+        for bt, w, h, cap in settings:
+            c = rec["select"][select_key(G, D, bt, w, h, cap)]
+            for T in POINTS:
+                launch = {"bt_sel": bt, "warps_sel": w, "halves_sel": h, "maxnreg_sel": cap}
+                work = sass80.select_work(T, s, launch)
+                ms = prices.sass_seconds(work, "select", gpu) * 1e3
+                rows.append({"a100_candidate": "cmp_select", "shape": shape, "T": T, "bt_sel": bt, "warps_sel": w,
+                             "halves_sel": h, "maxnreg_sel": cap, "registers": c["registers"], "spill": c["spill"],
+                             "resident_warps": work["resident_warps"], "warp_insns": work["warp_insns"],
+                             "proxy_ms": round(ms, 3)})  # fmt: skip
+    s = m.SHAPES["m7c"]
+    seen = set()
+    for over in KEYS:
+        st = keys_setting(6, 64, over)
+        if keys_key(6, 64, st) in seen:  # an override that is the default already
+            continue
+        seen.add(keys_key(6, 64, st))
+        c = rec["keys_bwd"][keys_key(6, 64, st)]
+        for T in POINTS:
+            work = sass80.keys_bwd_work(T, s, st)
+            ms = prices.sass_seconds(work, "keys_bwd", gpu) * 1e3
+            flops = 2 * work["steps"] * st["BR_keys"] * 64 * 64 * 5
+            rows.append({"a100_candidate": "sel_bwd_keys", "shape": "m7c", "T": T, **st, "registers": c["registers"],
+                         "spill": c["spill"], "resident_programs": work["resident_programs"],
+                         "steps": work["steps"], "warp_insns": work["warp_insns"], "proxy_ms": round(ms, 3),
+                         "tensor_floor_ms": round(flops / gpu.peak * 1e3, 3)})  # fmt: skip
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--recount", action="store_true", help="compile at sm_80, simulate, refit, record the JSON"
+    )
+    ap.add_argument(
+        "--recompile",
+        action="store_true",
+        help="compile at sm_80 and record, keeping the recorded merge rates and constants (after a kernel change)",
+    )
+    args = ap.parse_args(argv)
+    if args.recount or args.recompile:
+        old = json.loads(SASS_FILE.read_text()) if args.recompile else None
+        SASS_FILE.write_text(json.dumps(recount(old), indent=1, sort_keys=True) + "\n")
+    rec = json.loads(SASS_FILE.read_text())
+    print(json.dumps({"triton": rec["triton"], "fit": rec["fit"]}), flush=True)
+    for r in candidate_rows(rec):
+        print(json.dumps(r), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

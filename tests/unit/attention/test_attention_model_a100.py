@@ -1,0 +1,190 @@
+"""The cost model's A100 prices (bench/attention_cost/prices.py, sass80.py): the selection and the
+key-major backward from their own sm_80 SASS (bench/a100_proxy_sass.json, recorded by
+bench/a100_proxy.py), the other key-major kernels' Hopper fit carried over per SM cycle x their SASS
+ratio, everything else at the published efficiencies; the what-if that keeps the pricing before.
+CPU only, no compile: the SASS counts are the committed record's."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from dataclasses import replace
+
+import pytest
+
+from nsa.attention.gpusuite.modelcheck import load_model
+from nsa.attention.triton import compressed as cmp
+from nsa.attention.triton import selected as sel
+from tests.fixtures.bench import load_bench
+
+m = load_model()
+sass80 = sys.modules["attention_cost.sass80"]
+prices = sys.modules["attention_cost.prices"]
+A100 = m.GPUS["A100"]
+PUBLISHED = replace(A100, sass=False)
+
+
+def _kernels(T: int, shape: str, gpu=A100) -> dict:
+    return {k.name: k for k in m.ours_on(T, m.SHAPES[shape], gpu)}
+
+
+def _scaled(rec: dict, factor: float) -> dict:
+    """The record with every recorded SASS count of the proxied kernels x factor."""
+    out = copy.deepcopy(rec)
+    for table in ("select", "keys_bwd"):
+        for entry in out[table].values():
+            p = entry["paths"]
+            for part in [*(p[k] for k in p if k != "branches"), *p.get("branches", [])]:
+                for c in ("insns", "lds_sts"):
+                    part[c] *= factor
+    return out
+
+
+def test_the_proxied_kernels_follow_their_sm80_sass(monkeypatch) -> None:
+    """Twice the SASS a program and a step: twice the A100 time of the selection and the keys
+    backward (the proxy binds, not a floor), and nothing else moves; Hopper does not look at it."""
+    before = {s: _kernels(32768, s) for s in ("m7c", "paper")}
+    h100 = {k.name: k.time(m.GPUS["H100"]) for k in m.ours_on(32768, m.SHAPES["m7c"], m.GPUS["H100"])}
+    doubled = _scaled(m.a100_record(), 2.0)
+    monkeypatch.setattr(prices, "a100_record", lambda: doubled)
+    monkeypatch.setattr(sass80, "a100_record", lambda: doubled)
+    for s, ks in before.items():
+        after = _kernels(32768, s)
+        for name, k in ks.items():
+            want = (
+                2.0
+                if (s, name) in {("m7c", "cmp_select"), ("m7c", "sel_bwd_keys"), ("paper", "cmp_select")}
+                else 1.0
+            )
+            launches = m.LAUNCH_S * k.launches
+            got = (
+                (after[name].time(A100) - launches) / (k.time(A100) - launches)
+                if k.time(A100) > launches
+                else 1.0
+            )
+            assert got == pytest.approx(want, rel=1e-6), (s, name)
+    for k in m.ours_on(32768, m.SHAPES["m7c"], m.GPUS["H100"]):
+        assert k.time(m.GPUS["H100"]) == h100[k.name]
+
+
+def test_a_launch_setting_without_a_record_is_priced_as_published(monkeypatch) -> None:
+    """No sm_80 SASS of the launch (e.g. another `_config`): the kind's published pricing, not zero."""
+    empty = {**m.a100_record(), "select": {}, "keys_bwd": {}}
+    monkeypatch.setattr(prices, "a100_record", lambda: empty)
+    monkeypatch.setattr(sass80, "a100_record", lambda: empty)
+    ks = _kernels(32768, "m7c")
+    for name in ("cmp_select", "sel_bwd_keys"):
+        assert "warp_insns" not in ks[name].work
+        assert ks[name].time(A100) == ks[name].time(PUBLISHED) > 0
+
+
+def test_the_what_if_keeps_the_published_pricing() -> None:
+    """`a100_published_eff`: A100 priced as before (every kind of ours at its generic kind's published
+    efficiency) for the shipped kernels; at the selection's sm_80 settings before 2026-11-26 (4 warps,
+    merged at once, no cap) that is today's 2.43 / 0.79 / 0.55 at M7C; 1.45 / 0.47 / 0.31 at the paper
+    shape (unchanged). The predictions take the SASS prices."""
+    Ts = [8192, 32768, 65536]
+    rows = {
+        (r["shape"], r["T"]): r["fwd_bwd"] for r in m.what_if_rows(Ts) if r["what_if"] == "a100_published_eff"
+    }
+    before = {"warps_sel": 4, "halves_sel": 0, "maxnreg_sel": 0}
+    for (shape, T), ratio in rows.items():
+        s = m.SHAPES[shape]
+        fa = m.total(m.flash2(T, s), PUBLISHED)
+        assert m.total(m.ours_on(T, s, PUBLISHED), PUBLISHED) / fa == pytest.approx(ratio, abs=5e-4)
+        then = round(
+            m.total(m.ours_on(T, s, PUBLISHED, **(before if shape == "m7c" else {})), PUBLISHED) / fa, 3
+        )
+        assert then == {
+            ("m7c", 8192): 2.43, ("m7c", 32768): 0.791, ("m7c", 65536): 0.546,
+            ("paper", 8192): 1.45, ("paper", 32768): 0.473, ("paper", 65536): 0.305,
+        }[(shape, T)]  # fmt: skip
+    pred = {(r["shape"], r["T"]): r["fwd_bwd"] for r in m.prediction_rows(Ts) if r["gpu"] == "A100"}
+    assert all(pred[p] < rows[p] for p in rows)
+
+
+def test_a100_rows_say_how_each_kernel_is_priced() -> None:
+    rows = {(r["shape"], r["a100_price"]): r for r in m.a100_rows([32768])}
+    by = {k: r["priced_by"] for k, r in rows.items()}
+    assert by[("m7c", "cmp_select")] == by[("m7c", "sel_bwd_keys")] == by[("paper", "cmp_select")] == "sass"
+    assert by[("m7c", "sel_fwd_keys")] == by[("paper", "sel_bwd_dkdv")] == "carry"
+    assert by[("m7c", "win_bwd_dkdv")] == by[("paper", "sel_bwd_dq")] == "published"
+    for (shape, name), r in rows.items():
+        k = _kernels(32768, shape)[name]
+        assert r["ms"] == round(k.time(A100) * 1e3, 4)
+        assert r["published_ms"] == round(k.time(PUBLISHED) * 1e3, 4)
+        if r["priced_by"] == "sass":  # the tensor cores at the datasheet peak: a floor, and the range's top
+            assert r["tensor_ms"] <= r["ms"] <= r["sass_plus_tensor_ms"]
+        if r["priced_by"] == "published":
+            assert r["ms"] == r["published_ms"]
+    # A carried-over kind: its Hopper efficiency per SM cycle over the sm_80 / sm_90 SASS ratio.
+    hop = m.GPUS["H100"]
+    per_cycle = (hop.peak / (hop.sms * hop.clock)) / (A100.peak / (A100.sms * A100.clock))
+    want = m.KEYS_COST["sel_keys_fwd"]["eff"] * per_cycle / m.carry_ratio("sel_keys_fwd@64")
+    assert m.kind_cost("sel_keys_fwd@64", A100)["eff"] == pytest.approx(want)
+    assert m.kind_cost("sel_keys_fwd@64", PUBLISHED)["eff"] == m.EFF["ampere"]["gather_bwd"]
+
+
+def test_the_record_holds_what_sm80_ships_and_the_proxies_constants() -> None:
+    """bench/a100_proxy_sass.json has the sm_80 SASS of the settings the kernels' `_config`s ship on
+    sm_80 (a `_config` change needs `bench/a100_proxy.py --recount`), compiled by triton 3.6 (the GPU
+    images'), unspilled; its keys-backward constants are bench/keys_proxy.py's fit of its H200 points."""
+    rec = m.a100_record()
+    assert rec["triton"].startswith("3.6")
+    for shape in ("m7c", "paper"):
+        s = m.SHAPES[shape]
+        c = cmp._config(s.G, s.D, s.n, s.bl, s.d, s.lp, 80)
+        key = sass80.select_key(s.G, s.D, c["bt_sel"], c["warps_sel"], c["halves_sel"], c["maxnreg_sel"])
+        entry = rec["select"][key]
+        assert entry["spill"] == 0
+        assert sass80.select_work(8192, s, m.shipped_launch(s, 80)) is not None
+    sc = sel._config(6, 64, 64, arch=80)
+    st = {k: sc[k] for k in ("BR_keys", "warps_keys", "stages_kv", "pdq_bits", "keys_div32")}
+    assert rec["keys_bwd"][sass80.keys_key(6, 64, st)]["spill"] == 0
+    kp = load_bench("keys_proxy")
+    rows = kp.rows_of("bwd", kp.measured_points("bwd"), json.loads(kp.SASS_FILE.read_text()))
+    fit = kp.fit(rows, kp.FORMS["issue+smem"])
+    assert rec["fit"]["keys_bwd"] == pytest.approx(fit, rel=1e-3)
+    assert set(rec["fit"]["select"]) == {"insn", "smem", "lat"}
+
+
+def test_merge_rates_interpolate_in_log_t_and_hold_beyond() -> None:
+    s = m.SHAPES["m7c"]
+    table = m.a100_record()["merge_rate"]["G6xD64/bt4/h0"]
+    r8, r16 = table["8192"][0], table["16384"][0]
+    mid = sass80.merge_rates(6, 64, 4, 0, int(8192 * 2**0.5))[0]
+    assert mid == pytest.approx((r8 + r16) / 2)
+    assert sass80.merge_rates(6, 64, 4, 0, 1 << 20) == table["65536"]
+    assert sass80.merge_rates(6, 64, 4, 0, 1024) == table["2048"]
+    assert sass80.merge_rates(6, 64, 3, 0, 8192) is None  # no record: the kind is priced as published
+    assert s.G == 6
+
+
+def test_the_shipped_sm80_selection_is_the_candidate_priced_15_percent_faster_unspilled() -> None:
+    """bench/a100_proxy.py's candidates from the committed record (no compile): the setting
+    compressed.py ships on sm_80 at M7C (4 tokens in halves, 2 warps, capped at 168 registers) is
+    unspilled, as many warps an SM as the 4-warp one before it, and priced >= 15 % faster at 8k, 32k
+    and 64k; the keys backward's shipped 32 rows unspilled, and nothing unspilled >= 15 % faster."""
+    ap = load_bench("a100_proxy")
+    rows = ap.candidate_rows(m.a100_record())
+    picks = {
+        (r["bt_sel"], r["warps_sel"], r["halves_sel"], r["maxnreg_sel"], r["T"]): r
+        for r in rows
+        if r["a100_candidate"] == "cmp_select" and r["shape"] == "m7c"
+    }
+    c = cmp._config(6, 64, 16, 32, 16, 64, 80)
+    shipped = (c["bt_sel"], c["warps_sel"], c["halves_sel"], c["maxnreg_sel"])
+    assert shipped == (4, 2, 1, 168)
+    for T in ap.POINTS:
+        new, old = picks[(*shipped, T)], picks[(4, 4, 0, 0, T)]
+        assert new["spill"] == 0 and new["resident_warps"] == old["resident_warps"] == 12
+        assert new["proxy_ms"] <= 0.85 * old["proxy_ms"], T
+    keys = [r for r in rows if r["a100_candidate"] == "sel_bwd_keys"]
+    sc = sel._config(6, 64, 64, arch=80)
+    st = {k: sc[k] for k in ("BR_keys", "warps_keys", "stages_kv", "pdq_bits", "keys_div32")}
+    base = {r["T"]: r["proxy_ms"] for r in keys if all(r[k] == v for k, v in st.items())}
+    assert st["BR_keys"] == 32 and len(base) == len(ap.POINTS)
+    for r in keys:
+        if r["spill"] == 0:
+            assert r["proxy_ms"] > 0.85 * base[r["T"]], r
