@@ -119,12 +119,12 @@ SEL_VARIANTS = [
     # PDQ's bytes written by _sel_bwd_keys_kernel and read by _sel_bwd_dq_merge_kernel (the model:
     # bench/attention_model.py what-if "pdq_16bit"; numerics: bench/pdq_numerics.py).
     {"pdq_bits": 16},
-    # The keys kernel's row token by an int32 division (keys_div32) instead of the int64 one whose
-    # fast path and slow-path call take ~18 % of a step's SASS; alone it spills 32 B on sm_90 (triton
-    # 3.6), with 16-bit partials it does not. bench/keys_proxy.py predicts, M7C 8k x 8, the keys kernel
-    # 4.29 ms shipped (4.53 measured), 3.46 at pdq_bits 16, 2.91 with both (bench/RESULTS.md).
-    {"keys_div32": True},
-    {"keys_div32": True, "pdq_bits": 16},
+    # The keys kernel's row token by the int64 (pos // NK) % T and its PDQ row in 64 bits (keys_div32
+    # False, the path every GPU run measured) instead of the shipped 32-bit ones: the probe measures
+    # what bench/keys_proxy.py priced (M7C 8k x 8, triton 3.6: 4.29 ms for the measured build, 4.53
+    # measured; 2.78 shipped, 2.28 with pdq_bits 16; bench/RESULTS.md "keysdiv").
+    {"keys_div32": False},
+    {"keys_div32": False, "pdq_bits": 16},
 ]
 
 

@@ -291,7 +291,7 @@ KERNEL_NAME = {k: v[1] for k, v in KERNELS.items()}
 # The keys each kernel's setting depends on (other variants change other kernels of the op).
 OWN_KEYS = {
     "bwd": ("BR_keys", "warps_keys", "stages_kv", "pdq_bits", "keys_div32"),
-    "fwd": ("BR_f", "warps_fk", "stages_fk"),
+    "fwd": ("BR_f", "warps_fk", "stages_fk", "keys_div32"),
 }
 
 
@@ -308,6 +308,11 @@ def speed_ms(kernel: str) -> dict[tuple[int, int], list[float]]:
     return out
 
 
+# Keys whose _config default changed after the GPU runs, at the value those runs measured (the measured
+# points carry it, so their SASS counts stay those of the measured build: bench/keys_proxy_sass.json).
+MEASURED = {"bwd": {"keys_div32": False}, "fwd": {"keys_div32": False}}
+
+
 def _own(kernel: str, over: dict) -> dict:
     """The keys of `over` that set this kernel, with the shipped value of its rows a step filled in."""
     o = {k: v for k, v in over.items() if k in OWN_KEYS[kernel]}
@@ -315,11 +320,16 @@ def _own(kernel: str, over: dict) -> dict:
     return {br: o.pop(br, SHIPPED[kernel][br]), **o}
 
 
+def _measured(kernel: str, over: dict) -> dict:
+    """`_own` of a measured point: the keys of MEASURED at the runs' values unless `over` sets them."""
+    return _own(kernel, {**MEASURED[kernel], **over})
+
+
 def measured_points(kernel: str) -> list[dict]:
     """Every measured time of `kernel`: the speed runs' rows (shipped setting), and the probe's
     variants of this kernel's keys, anchored on the speed runs (module docstring)."""
     speed = speed_ms(kernel)
-    pts = [{"source": f"speed-{i}", "setting": _own(kernel, {}), "T": T, "B": B, "ms": ms[i]}
+    pts = [{"source": f"speed-{i}", "setting": _measured(kernel, {}), "T": T, "B": B, "ms": ms[i]}
            for (T, B), ms in sorted(speed.items()) for i in range(len(ms))]  # fmt: skip
     for name, base in PROBE_BASE.items():
         rows = [json.loads(x) for x in (ROOT / PROBE.format(name)).read_text().splitlines()]
@@ -327,7 +337,7 @@ def measured_points(kernel: str) -> list[dict]:
             if r["variant"].get("fwd_keys") is False or r["variant"].get("bwd_keys") is False:
                 continue
             r["over"] = {**base, **r["variant"]}
-            r["own"] = _own(kernel, r["over"])
+            r["own"] = _measured(kernel, r["over"])
         by_tb: dict[tuple[int, int], list[dict]] = {}
         for r in rows:
             if "own" in r:
@@ -335,12 +345,12 @@ def measured_points(kernel: str) -> list[dict]:
         for (T, B), group in sorted(by_tb.items()):
             # Only rows that change this kernel's keys (or none): the others vary other kernels.
             mine = [r for r in group if set(r["variant"]) <= set(OWN_KEYS[kernel])]
-            ref = [r for r in mine if r["own"] == _own(kernel, {})]
+            ref = [r for r in mine if r["own"] == _measured(kernel, {})]
             if not ref or (T, B) not in speed:
                 continue
             val = (lambda r: r["fwd_ms"]) if kernel == "fwd" else (lambda r: r["fwd_bwd_ms"] - r["fwd_ms"])
             anchor = sum(speed[(T, B)]) / len(speed[(T, B)])
-            seen = [_own(kernel, {})]
+            seen = [_measured(kernel, {})]
             for r in mine:
                 if r["own"] in seen:
                     continue
@@ -430,7 +440,9 @@ def main(argv=None) -> int:
     )
     args = ap.parse_args(argv)
     sass = json.loads(SASS_FILE.read_text()) if SASS_FILE.exists() else {}
-    over = {k: select_sass._value(v) for k, v in (s.split("=", 1) for s in args.set)}
+    # True/False as booleans (keys_div32): the string "False" would be a true constexpr.
+    bools = {"True": True, "False": False}
+    over = {k: bools.get(v, select_sass._value(v)) for k, v in (s.split("=", 1) for s in args.set)}
     from nsa.attention.triton import selected as sel
 
     unknown = sorted(set(over) - set(sel._config(6, 64, LP, arch=90)))

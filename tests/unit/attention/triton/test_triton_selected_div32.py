@@ -1,8 +1,11 @@
-"""The key-major backward's row token by an int32 division (selected.py `_config` "keys_div32";
-selected_keys_bwd.py `_dkdv_walk` DIV32, a probe switch priced by bench/keys_proxy.py) under
-TRITON_INTERPRET=1 on CPU: the same token as the int64 (pos // NK) % T, so dq, dk and dv are bitwise
-those of the default, over several (batch, KV head) sequences (the position is taken within its own)
-and the broken table of the keys backward's tests; and the switch reaches the launch."""
+"""The key-major kernels' rows in 32 bits (selected.py `_config` "keys_div32", the default: the row's
+step index, its token by an unsigned 32-bit division of the position within its (batch, KV head), its
+partial row, and the key mask folded into the causal test; selected_keys_bwd.py `_pair_rows32`)
+under TRITON_INTERPRET=1 on CPU: the forward's out and lse and the backward's dq, dk and dv are
+bitwise those of the path the GPU runs measured (keys_div32 False: the int64 (pos // NK) % T, a
+bench/kernel_probe.py variant), over several (batch, KV head) sequences (the position is taken
+within its own) and the broken table of the keys backward's tests; and the switch reaches both
+kernels' launches."""
 
 from __future__ import annotations
 
@@ -16,37 +19,44 @@ import torch
 pytest.importorskip("triton")
 
 from nsa.attention.triton import selected as tsel
+from nsa.attention.triton import selected_keys as tkeys_fwd
 from nsa.attention.triton import selected_keys_bwd as tkeys
 from tests.unit.attention.triton.test_triton_selected_keys_bwd import _backward, _inputs, _odd_table
 
 
-def _run(monkeypatch, div32: bool, *args):
+class _Spy:
+    """A kernel that records the DIV32 of each launch, then runs."""
+
+    def __init__(self, real, seen: list):
+        self.real, self.seen = real, seen
+
+    def __getitem__(self, grid):
+        def launch(*a, **k):
+            self.seen.append(k["DIV32"])
+            return self.real[grid](*a, **k)
+
+        return launch
+
+
+def _run(monkeypatch, div32: bool, q, k, v, idx, valid, lp, dout):
     seen = []
-    real = tkeys._sel_bwd_keys_kernel
-
-    class _Spy:  # records the DIV32 each launch of the keys kernel gets
-        def __getitem__(self, grid):
-            def launch(*a, **k):
-                seen.append(k["DIV32"])
-                return real[grid](*a, **k)
-
-            return launch
-
     with monkeypatch.context() as m:
         base = tsel._launch_config
         m.setattr(tsel, "_launch_config", lambda *a: {**base(*a), "bwd_keys": True, "keys_div32": div32})
-        m.setattr(tkeys, "_sel_bwd_keys_kernel", _Spy())
-        return _backward(*args), seen
+        m.setattr(tkeys, "_sel_bwd_keys_kernel", _Spy(tkeys._sel_bwd_keys_kernel, seen))
+        m.setattr(tkeys_fwd, "_sel_fwd_keys_kernel", _Spy(tkeys_fwd._sel_fwd_keys_kernel, seen))
+        out, lse = torch.ops.nsa_triton.selected_fwd(q, k, v, idx, valid, lp, q.shape[-1] ** -0.5, True)[:2]
+        return (out, lse, *_backward(q, k, v, idx, valid, lp, dout, (out, lse))), seen
 
 
 @pytest.mark.parametrize("G,dtype,lp", [(1, torch.float32, 8), (6, torch.float16, 32)])
-def test_int32_token_gives_the_default_gradients_bit_for_bit(monkeypatch, G, dtype, lp):
+def test_32_bit_rows_give_the_measured_paths_outputs_and_gradients_bit_for_bit(monkeypatch, G, dtype, lp):
     T, D, n, B, Hkv = 41, 16, 4, 2, 2
     q, k, v, dout = _inputs(B, Hkv, T, G, D, dtype, seed=300 + G)
     idx, valid = _odd_table(T, lp, n, seed=G, B=B, Hkv=Hkv)
     off, seen_off = _run(monkeypatch, False, q, k, v, idx, valid, lp, dout)
     on, seen_on = _run(monkeypatch, True, q, k, v, idx, valid, lp, dout)
-    assert (seen_off, seen_on) == ([False], [True])
-    for name, a, b in zip("qkv", on, off):
-        assert torch.equal(a, b), f"d{name}"
-    assert on[0].abs().sum() > 0 and on[1][1, 1].abs().sum() > 0  # the last sequence got gradients
+    assert (seen_off, seen_on) == ([False, False], [True, True])  # the forward's, then the backward's
+    for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), on, off):
+        assert torch.equal(a, b), name
+    assert on[2].abs().sum() > 0 and on[3][1, 1].abs().sum() > 0  # the last sequence got gradients
