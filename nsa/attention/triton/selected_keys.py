@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from nsa.attention.triton.selected_keys_bwd import _block_keys, _pair_rows, _pair_rows32, _segment
+from nsa.attention.triton.selected_keys_bwd import _block_keys, _magic32, _pair_rows, _pair_rows32, _segment
 
 # As in selected.py: tl.reduce with triton's own combine functions (cheaper under the interpreter).
 _max_combine = tl.standard._elementwise_max
@@ -77,11 +77,12 @@ def _sel_fwd_keys_kernel(
         PL += bh * T * NK * G
         kcol = tl.where(kmask, kpos, T)  # a masked key: a column past every token
         nrows = (hi - lo).to(tl.int32) * G
+        nkm, nkl = _magic32(NK)
     else:
         nrows = (hi - lo) * G
     for r0 in range(0, nrows, BR):
         if DIV32:
-            rm, g, prow, tq = _pair_rows32(ORDER, lo, r0 + r, nrows, bh, T, NK, G)
+            rm, g, prow, tq = _pair_rows32(ORDER, lo, r0 + r, nrows, bh, T, NK, nkm, nkl, G)
             ok = kcol[None, :] <= tq[:, None]  # masked rows are not stored
             row = prow.to(tl.int64)
         else:

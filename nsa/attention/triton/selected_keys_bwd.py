@@ -104,19 +104,40 @@ def _pair_rows(ORDER, lo, rr, nrows, bh, T, NK, G: tl.constexpr, DIV32: tl.const
 
 
 @triton.jit
-def _pair_rows32(ORDER, lo, rr, nrows, bh, T, NK, G: tl.constexpr):
+def _magic32(NK):
+    """(m, l), uint32 scalars, with x // NK == umulhi(2 * x, m) >> l for every 0 <= x < 2**31: the
+    round-up method of Granlund and Montgomery (1994) at N = 31 bits, l = ceil(log2 NK),
+    m = floor(2**(31 + l) / NK) + 1 < 2**32. Why exact: m * NK = 2**(31 + l) + e with 0 < e <= NK <=
+    2**l, so x * m / 2**(31 + l) = x / NK + x * e / (NK * 2**(31 + l)), the second term < 1 / NK, less
+    than x / NK's distance to the next integer. Once a program (a 64-bit scalar division), so a row's
+    token costs a multiply-high and a shift instead of a division's ~8 instructions."""
+    lg = NK * 0
+    for k in range(0, 31):
+        lg += ((1 << k) < NK).to(tl.int32)
+    m = (tl.full([], 1, tl.int64) << (31 + lg)) // NK + 1
+    return m.to(tl.uint32), lg.to(tl.uint32)
+
+
+@triton.jit
+def _div32(x, m, lg):
+    """x // NK for uint32 x < 2**31, (m, lg) = `_magic32(NK)`: int32."""
+    return (tl.umulhi(x * 2, m) >> lg).to(tl.int32)
+
+
+@triton.jit
+def _pair_rows32(ORDER, lo, rr, nrows, bh, T, NK, NKM, NKL, G: tl.constexpr):
     """`_pair_rows` in 32 bits (`_config`'s keys_div32): rr and nrows int32 (a segment has at most
     S * G rows); (in range, head, the row's index x * G + g among the partials' rows, its query token
-    x // NK), x the pair's position within this (batch, KV head), an unsigned 32-bit division. The
-    row index counts from this (batch, KV head)'s first partial row: the caller adds bh * T * NK * G
-    to its pointer. Bounds: x * G + g < T * NK * G < 2**32 (past it one (batch, KV head)'s fp32
-    partials alone would pass 256 GB at D 16). Masked rows: token 0, row g (their loads and stores
-    are masked off; a kernel that tests the token masks it itself)."""
+    x // NK), x the pair's position within this (batch, KV head), divided by NK with `_magic32`'s
+    (NKM, NKL) (x < T * NK < 2**31). The row index counts from this (batch, KV head)'s first partial
+    row: the caller adds bh * T * NK * G to its pointer. Bounds: x * G + g < T * NK * G < 2**32 (past
+    it one (batch, KV head)'s fp32 partials alone would pass 256 GB at D 16). Masked rows: token 0,
+    row g (their loads and stores are masked off; a kernel that tests the token masks it itself)."""
     rm = rr < nrows
     g = rr % G
     pos = tl.load(ORDER + lo + rr // G, mask=rm, other=0)
     x = tl.where(rm, pos - bh * T * NK, 0).to(tl.uint32)
-    return rm, g, x * G + g, (x // NK.to(tl.uint32)).to(tl.int32)
+    return rm, g, x * G + g, _div32(x, NKM, NKL)
 
 
 @triton.jit
@@ -167,11 +188,12 @@ def _dkdv_walk(
         # mask folded into their token, one compare an element instead of three masks.
         kcol = tl.where(kmask, kpos, T)
         nrows = (hi - lo).to(tl.int32) * G
+        nkm, nkl = _magic32(NK)
     else:
         nrows = (hi - lo) * G
     for r0 in range(0, nrows, BR):
         if DIV32:
-            rm, g, prow, tq = _pair_rows32(ORDER, lo, r0 + r, nrows, bh, T, NK, G)
+            rm, g, prow, tq = _pair_rows32(ORDER, lo, r0 + r, nrows, bh, T, NK, nkm, nkl, G)
         else:
             rm, g, pos, tq = _pair_rows(ORDER, lo, r0 + r, nrows, bh, T, NK, G, False)
         qrow = tq * G + g

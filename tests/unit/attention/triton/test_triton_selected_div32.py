@@ -18,6 +18,9 @@ import torch
 
 pytest.importorskip("triton")
 
+import triton
+import triton.language as tl
+
 from nsa.attention.triton import selected as tsel
 from nsa.attention.triton import selected_keys as tkeys_fwd
 from nsa.attention.triton import selected_keys_bwd as tkeys
@@ -60,3 +63,29 @@ def test_32_bit_rows_give_the_measured_paths_outputs_and_gradients_bit_for_bit(m
     for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), on, off):
         assert torch.equal(a, b), name
     assert on[2].abs().sum() > 0 and on[3][1, 1].abs().sum() > 0  # the last sequence got gradients
+
+
+@triton.jit
+def _divide(NKS, X, OUT, N: tl.constexpr):
+    # One program per divisor NKS[pid]: OUT[pid, :] = X // NKS[pid] as the kernels take a row's token.
+    pid = tl.program_id(0)
+    m, lg = tkeys._magic32(tl.load(NKS + pid))
+    x = tl.load(X + tl.arange(0, N)).to(tl.uint32)
+    tl.store(OUT + pid * N + tl.arange(0, N), tkeys._div32(x, m, lg))
+
+
+def test_the_multiply_high_token_division_is_exact_up_to_2_31():
+    """`_magic32` / `_div32` (a row's token, pos // NK, without a division) against Python's //, for
+    every n of 1..64 and a few large ones, at the dividends' edges (0, multiples of a few numbers and
+    their neighbours, the top of the range 2**31 - 1: T * NK < 2**31 within a (batch, KV head)) and
+    at random ones."""
+    nks = [*range(1, 65), 96, 127, 1000, 4097, 65535, 2**20 + 1]
+    top = 2**31 - 1
+    edges = {0, 1, 2**30 - 1, 2**30, top - 1, top}
+    edges |= {v for k in (3, 7, 64, 1000, 999983) for v in (k * 1000 - 1, k * 1000, k * 1000 + 1, top - k)}
+    g = torch.Generator().manual_seed(5)
+    xs = sorted(edges) + torch.randint(0, top, (64 - len(edges),), generator=g).tolist()
+    x = torch.tensor(xs, dtype=torch.int32)
+    out = torch.empty(len(nks), len(xs), dtype=torch.int32)
+    _divide[(len(nks),)](torch.tensor(nks, dtype=torch.int32), x, out, N=len(xs))
+    assert torch.equal(out, torch.tensor([[v // k for v in xs] for k in nks], dtype=torch.int32))

@@ -1,10 +1,11 @@
 """The key-major selected kernels' row loop does its per-row integer work in 32 bits (issue 20): no
 division or remainder of a 64-bit tensor in `_sel_bwd_keys_kernel` or `_sel_fwd_keys_kernel` as
-selected.py's `gpucheck_specs` launches them (M7C, sm_90, `_config` as shipped). A 64-bit tensor
-division compiles to a branch, a 32-bit fast path and a slow-path call per row a thread holds (the
-int64 step index and token division took 534 of the backward's 1406 SASS a step on triton 3.6; bench/
-RESULTS.md "keysdiv"). Triton's front end only (its TTIR, no ptxas), in a subprocess without
-TRITON_INTERPRET (this directory's conftest sets it for the interpreter tests)."""
+selected.py's `gpucheck_specs` launches them (M7C, sm_90, `_config` as shipped), and the row's token
+by a 32-bit multiply-high, not a division. A 64-bit tensor division compiles to a branch, a 32-bit
+fast path and a slow-path call per row a thread holds, a 32-bit one to ~8 instructions (bench/
+RESULTS.md "keysdiv": 1406 -> 654 SASS a step on triton 3.6 sm_90). Triton's front end only (its
+TTIR, no ptxas), in a subprocess without TRITON_INTERPRET (this directory's conftest sets it for
+the interpreter tests)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ pytest.importorskip("triton")
 
 REPO = Path(__file__).resolve().parents[4]
 
-# Prints {kernel name: [each tensor division/remainder op's result type]} for the M7C specs.
+# Prints {kernel name: {"div": [each tensor division/remainder op's result type], "mulhi": [each
+# tensor multiply-high's]}} for the M7C specs.
 _SCRIPT = """
 import json, re
 from triton.backends.compiler import GPUTarget
@@ -44,7 +46,9 @@ for spec in sel.gpucheck_specs(shape, 90):
     ir.load_dialects(ctx)
     backend.load_dialects(ctx)
     mod = src.make_ir(target, opts, backend.get_codegen_implementation(opts), backend.get_module_map(), ctx)
-    out[spec.name] = re.findall(r"arith\\.(?:div|rem)[su]i [^:\\n]*: (tensor<[^>]*>)", str(mod))
+    txt = str(mod)
+    out[spec.name] = {"div": re.findall(r"arith\\.(?:div|rem)[su]i [^:\\n]*: (tensor<[^>]*>)", txt),
+                      "mulhi": re.findall(r"tt\\.mulhiui [^:\\n]*: (tensor<[^>]*>)", txt)}
 print(json.dumps(out))
 """
 
@@ -56,6 +60,9 @@ def test_the_key_major_kernels_divide_no_64_bit_tensor():
     assert out.returncode == 0, out.stderr[-3000:]
     ops = json.loads(out.stdout.splitlines()[-1])
     assert set(ops) == {"selected_bwd_keys", "selected_fwd_keys"}
-    for name, types in ops.items():
-        # The rows' pair and head (r // G, r % G) and the token (pos // NK): 32-bit tensors of BR rows.
-        assert len(types) >= 3 and all(t.endswith("xi32>") for t in types), f"{name}: {types}"
+    for name, found in ops.items():
+        # The rows' pair and head (r // G, r % G): 32-bit tensors of BR rows; the token (pos // NK) by
+        # a 32-bit multiply-high (`_magic32`), no division at all.
+        types = found["div"]
+        assert len(types) == 2 and all(t.endswith("xi32>") for t in types), f"{name}: {types}"
+        assert [t.endswith("xi32>") for t in found["mulhi"]] == [True], f"{name}: {found['mulhi']}"
