@@ -122,7 +122,7 @@ SEL_VARIANTS = [
     # The keys kernel's row token by the int64 (pos // NK) % T and its PDQ row in 64 bits (keys_div32
     # False, the path every GPU run measured) instead of the shipped 32-bit ones: the probe measures
     # what bench/keys_proxy.py priced (M7C 8k x 8, triton 3.6: 4.29 ms for the measured build, 4.53
-    # measured; 2.78 shipped, 2.28 with pdq_bits 16; bench/RESULTS.md "keysdiv").
+    # measured; 2.68 shipped, 2.18 with pdq_bits 16; bench/RESULTS.md "keysdiv").
     {"keys_div32": False},
     {"keys_div32": False, "pdq_bits": 16},
 ]

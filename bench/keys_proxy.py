@@ -34,7 +34,10 @@ nothing.
   PYTHONPATH=/path/to/triton-3.6 .venv/bin/python bench/keys_proxy.py --recount   # re-record SASS
 
 The measured settings' SASS counts (triton 3.6, the GPU runs' version, sm_90) are recorded in
-bench/keys_proxy_sass.json (`--recount` compiles them again).
+bench/keys_proxy_sass.json (`--recount` compiles them again). Those points carry `MEASURED`, the
+values of keys whose default changed after the runs (keys_div32 False: the kernels' path as
+measured, kept unchanged), so `--set keys_div32=False` prices the measured build. A compiled
+candidate's row also gives its step by opcode class (`step_ops`).
 """
 
 from __future__ import annotations
@@ -78,18 +81,48 @@ def step_path(insns: list[tuple[str, str, bool]], label_at: dict[str, int], lo: 
     return out
 
 
+# A step's SASS by what it does (`step_ops`): the classes a candidate cuts (bench/RESULTS.md
+# "keysdiv"). Opcodes by their first dot-separated word; anything else integer arithmetic (IMAD,
+# LEA, IADD3, VIADD, SHF, LOP3...: addresses, row decoding, divisions).
+OPCLASSES = {
+    "mma": ("HGMMA", "HMMA", "WARPGROUP"),
+    "smem": ("LDS", "STS", "LDSM", "STSM"),
+    "sync": ("BAR", "MEMBAR", "FENCE", "WARPSYNC", "DEPBAR"),
+    "gmem": ("LDG", "STG"),
+    "float": ("FFMA", "FMUL", "FADD", "MUFU", "FSEL", "FMNMX", "FSETP", "FCHK"),
+    "convert": ("F2FP", "I2F", "F2I", "I2FP"),
+    "predicate": ("ISETP", "P2R", "R2P", "PLOP3", "SEL"),
+    "move": ("MOV", "CS2R", "R2UR", "UMOV", "S2R", "S2UR", "LDC", "ULDC"),
+    "branch": ("BRA", "BSSY", "BSYNC", "EXIT", "CALL", "RET"),
+}
+
+
+def opclasses(seq) -> dict:
+    """Instructions of `seq` ((opcode, operands, predicated) as select_sass parses them) per OPCLASSES
+    class, plus "int" for the rest."""
+    out = dict.fromkeys([*OPCLASSES, "int"], 0)
+    for op, _, _ in seq:
+        base = op.split(".")[0]
+        if base != "NOP":
+            out[next((c for c, ops in OPCLASSES.items() if base in ops), "int")] += 1
+    return out
+
+
 def paths(lines: list[str]) -> dict:
     """Per-warp counts: `prologue` (before the row loop), `epilogue` (after it, to the last EXIT),
-    `step` (one trip of the loop, `step_path`), `loop_static` (every loop instruction once)."""
+    `step` (one trip of the loop, `step_path`), `loop_static` (every loop instruction once), and
+    `step_ops` (the step by `opclasses`)."""
     insns, label_at = select_sass._parse(lines)
     lo, hi = select_sass._loop(insns, label_at)
     exits = [k for k, x in enumerate(insns) if x[0].startswith("EXIT")]
     last_exit = max(exits, default=len(insns) - 1)
+    step = step_path(insns, label_at, lo, hi)
     return {
         "prologue": select_sass._classes(insns[:lo]),
         "epilogue": select_sass._classes(insns[hi : last_exit + 1]),
-        "step": select_sass._classes(step_path(insns, label_at, lo, hi)),
+        "step": select_sass._classes(step),
         "loop_static": select_sass._classes(insns[lo:hi]),
+        "step_ops": opclasses(step),
     }
 
 
@@ -478,7 +511,9 @@ def main(argv=None) -> int:
             ln = launch(kernel, int(T), int(B), st, c, shape)
             r = {"setting": own, "T": int(T), "B": int(B), "kernel": kernel, "registers": c["registers"],
                  "spill": c["spill"], "smem": c["smem"], **ln}  # fmt: skip
-            print(json.dumps({**predict([r], f)[0], "form": args.form, "triton": c["triton"]}), flush=True)
+            ops = {"step_ops": c["paths"]["step_ops"]} if "step_ops" in c["paths"] else {}  # recorded: none
+            row = {**predict([r], f)[0], "form": args.form, "triton": c["triton"], **ops}
+            print(json.dumps(row), flush=True)
     return 0
 
 

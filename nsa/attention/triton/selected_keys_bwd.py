@@ -162,7 +162,7 @@ def _dkdv_walk(
     in 32 bits (`_pair_rows32`) and the key mask folded into the causal test, instead of the int64
     step index (the pair bounds are int64, so r // G was a 64-bit division by a constant) and
     (pos // NK) % T, whose divisions compile to a branch, a 32-bit fast path and a slow-path call per
-    row a thread holds (bench/keys_proxy.py: 1406 -> 704 SASS a step at M7C, triton 3.6 sm_90). Same
+    row a thread holds (bench/keys_proxy.py: 1406 -> 654 SASS a step at M7C, triton 3.6 sm_90). Same
     tokens and rows, so bitwise the same partials."""
     s_id = tl.program_id(0)
     nb = tl.program_id(1)

@@ -49,6 +49,8 @@ def test_step_path_takes_the_fast_path_and_jumps_over_the_slow_call():
     assert p["step"]["insns"] == 8
     assert (p["step"]["mma"], p["step"]["lds_sts"], p["step"]["mufu"]) == (1, 1, 1)
     assert p["loop_static"]["insns"] == 10
+    want = {"mma": 1, "float": 1, "int": 1, "smem": 1, "predicate": 1, "branch": 3}
+    assert p["step_ops"] == {**dict.fromkeys([*kp.OPCLASSES, "int"], 0), **want}
 
 
 @pytest.mark.parametrize("T", [2048, 8192, 65536])

@@ -1,7 +1,7 @@
 """The key-major kernels' rows in 32 bits (selected.py `_config` "keys_div32", the default: the row's
-step index, its token by an unsigned 32-bit division of the position within its (batch, KV head), its
-partial row, and the key mask folded into the causal test; selected_keys_bwd.py `_pair_rows32`)
-under TRITON_INTERPRET=1 on CPU: the forward's out and lse and the backward's dq, dk and dv are
+step index, its token by a 32-bit multiply-high (`_magic32`) of the position within its (batch, KV
+head), its partial row, and the key mask folded into the causal test; selected_keys_bwd.py
+`_pair_rows32`) under TRITON_INTERPRET=1 on CPU: the forward's out and lse and the backward's dq, dk and dv are
 bitwise those of the path the GPU runs measured (keys_div32 False: the int64 (pos // NK) % T, a
 bench/kernel_probe.py variant), over several (batch, KV head) sequences (the position is taken
 within its own) and the broken table of the keys backward's tests; and the switch reaches both
