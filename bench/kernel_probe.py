@@ -119,10 +119,11 @@ SEL_VARIANTS = [
     # PDQ's bytes written by _sel_bwd_keys_kernel and read by _sel_bwd_dq_merge_kernel (the model:
     # bench/attention_model.py what-if "pdq_16bit"; numerics: bench/pdq_numerics.py).
     {"pdq_bits": 16},
-    # The keys kernel's row token by the int64 (pos // NK) % T and its PDQ row in 64 bits (keys_div32
-    # False, the path every GPU run measured) instead of the shipped 32-bit ones: the probe measures
-    # what bench/keys_proxy.py priced (M7C 8k x 8, triton 3.6: 4.29 ms for the measured build, 4.53
-    # measured; 2.68 shipped, 2.18 with pdq_bits 16; bench/RESULTS.md "keysdiv").
+    # The key-major kernels' rows in 64 bits (keys_div32 False: the int64 step index and
+    # (pos // NK) % T, the path every GPU run measured, compiled to the same SASS) instead of the
+    # shipped 32-bit ones: the probe measures what bench/keys_proxy.py priced for the keys backward
+    # (M7C 8k x 8, triton 3.6: 4.29 ms for the measured build, 4.53 measured; 2.68 shipped, 2.18 with
+    # pdq_bits 16) and the forward's 1682 -> 1371 SASS a step (bench/RESULTS.md "keysdiv").
     {"keys_div32": False},
     {"keys_div32": False, "pdq_bits": 16},
 ]
