@@ -123,7 +123,7 @@ SEL_VARIANTS = [
     # (pos // NK) % T, the path every GPU run measured, compiled to the same SASS) instead of the
     # shipped 32-bit ones: the probe measures what bench/keys_proxy.py priced for the keys backward
     # (M7C 8k x 8, triton 3.6: 4.29 ms for the measured build, 4.53 measured; 2.68 shipped, 2.18 with
-    # pdq_bits 16) and the forward's 1682 -> 1371 SASS a step (bench/RESULTS.md "keysdiv").
+    # pdq_bits 16) and the forward's 1682 -> 1386 SASS a step (bench/RESULTS.md "keysdiv").
     {"keys_div32": False},
     {"keys_div32": False, "pdq_bits": 16},
 ]

@@ -213,7 +213,7 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # (pos // NK) % T the GPU runs measured: bitwise the same outputs and gradients (interpreter
         # test); ptxas: no spill. On by bench/keys_proxy.py's word, unmeasured: the keys backward at
         # M7C 8k x 8 on an H200 (triton 3.6 sm_90) 1406 -> 654 SASS a step, 4.29 -> 2.68 ms (4.53
-        # measured at False); the forward 1682 -> 1371 SASS a step (bench/RESULTS.md "keysdiv").
+        # measured at False); the forward 1682 -> 1386 SASS a step (bench/RESULTS.md "keysdiv").
         # False is a bench/kernel_probe.py variant.
         "keys_div32": True,
         "BM_merge": 64 if DP <= 64 else 32,

@@ -81,17 +81,16 @@ def _sel_fwd_keys_kernel(
     else:
         nrows = (hi - lo) * G
     for r0 in range(0, nrows, BR):
-        # (Each path's statements in the order that compiled best: the measured path's as measured.)
         if DIV32:
             rm, g, prow, tq = _pair_rows32(ORDER, lo, r0 + r, nrows, bh, T, NK, nkm, nkl, G)
-            ok = kcol[None, :] <= tq[:, None]  # masked rows are not stored
-            row = prow.to(tl.int64)
         else:
             rm, g, pos, tq = _pair_rows(ORDER, lo, r0 + r, nrows, bh, T, NK, G, True)  # int32 division
         qoff = (tq * G + g)[:, None] * D + d[None, :]
         q = tl.load(Q + qoff, mask=rm[:, None] & dm[None, :], other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-        if not DIV32:
+        if DIV32:
+            ok = kcol[None, :] <= tq[:, None]  # masked rows are not stored
+        else:
             ok = kmask[None, :] & (kpos[None, :] <= tq[:, None])
         s = tl.where(ok, s, float("-inf"))
         m = tl.reduce(s, 1, _max_combine)
@@ -101,7 +100,9 @@ def _sel_fwd_keys_kernel(
         has = l_i > 0
         o = tl.dot(p.to(v.dtype), v, input_precision=PREC) / tl.where(has, l_i, 1.0)[:, None]
         lse = tl.where(has, m + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
-        if not DIV32:
+        if DIV32:
+            row = prow.to(tl.int64)
+        else:
             row = pos * G + g
         tl.store(
             PO + row[:, None] * D + d[None, :], o.to(PO.dtype.element_ty), mask=rm[:, None] & dm[None, :]
