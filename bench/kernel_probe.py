@@ -3,12 +3,15 @@
 Owns the GPU probe behind docs/attention.md's per-kernel fixes: the compressed forward's two kernels
 (attention, selection) and its backward under other tile sizes, warps and stages, and the selected branch's
 ops (forward, forward+backward) with one launch setting changed at a time from the shipped config
-(`selected._launch_config`, patched for the probe only). CUDA only; prints one JSON object per line:
-`{"probe", "shape", "T", "B", "variant", "ms"}`. It measures, it asserts nothing; the shipped
-configs stay whatever the modules say.
+(`selected._launch_config`, patched for the probe only). CUDA only (`--dry-run` aside); one JSON
+object a line: `{"probe", "shape", "T", "B", "variant", "ms"}`. It measures, it asserts nothing; the shipped
+configs stay whatever the modules say. A variant's "shape" key runs it at that shape only (the
+head_dim-128 candidates of bench/tiles_d128.py: "paper"); a value "rows:N" for BT / bt_dkv is N
+(token, head) rows, N // GP tokens.
 
   python bench/kernel_probe.py                       # every probe, M7C and paper shapes
   python bench/kernel_probe.py --only cmp_fwd --shapes m7c:8192:8
+  python bench/kernel_probe.py --dry-run --only cmp_bwd --shapes paper:8192:2 paper:32768:1   # no GPU
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ def _cmp_launch(q, kc, vc, over: dict):
     def attend():
         cmp._cmp_fwd[(triton.cdiv(T * G, c["bm_fwd"]), B * Hkv)](
             q, kc, vc, out, lse, T, kc.shape[2], qk, G=G, D=D, DP=c["DP"], BM=c["bm_fwd"], BN=c["bn_fwd"],
-            **geo, num_warps=c["warps_fwd"], num_stages=over.get("stages_fwd", 2),
+            **geo, num_warps=c["warps_fwd"], num_stages=c["stages_fwd"],
         )  # fmt: skip
 
     def select():
@@ -91,6 +94,12 @@ CMP_VARIANTS = [
     # at 4 warps: the comparison of the int32 merge with the int64 one, in the same run.
     {"kernel": "select", "select_v0": 1},
     {"kernel": "select", "select_v0": 1, "warps_sel_v0": 4},
+    # Head_dim-128 attention tile (bench/tiles_d128.py; ptxas: no spill on sm_80 / sm_90, triton 3.6
+    # and 3.9, at G 16 x D 128 and the head_dim > 64 points of gpucheck's grid, G 8 x D 96, G 5 x D 128):
+    # FlashAttention-2's forward tile, 128 rows x 64 keys at 8 warps (G 16 x D 128 on sm_90, triton
+    # 3.6: 28 % fewer SASS a FLOP of the main loop than the shipped 64 x 32 at 4 warps, half the K/V
+    # bytes a FLOP). 64 x 64 at 4 warps (20 % fewer) spills 12 B on sm_80 at G 1/2/5/6 x D 128.
+    {"kernel": "attend", "shape": "paper", "bm_fwd": 128, "bn_fwd": 64, "warps_fwd": 8},
 ]
 
 # The compressed backward (dQ, dK/dV, the partial sum): keys of compressed._config; "x2" doubles one.
@@ -102,6 +111,18 @@ CMP_BWD_VARIANTS = [
     {"split_dkv": 4},
     {"split_dkv": 16},
     {"warps": "toggle"},
+    # Head_dim-128 tiles (bench/tiles_d128.py, bench/RESULTS.md; ptxas: no spill on sm_80 / sm_90,
+    # triton 3.6 and 3.9, at G 16 x D 128 and the head_dim > 64 points of gpucheck's grid, G 8 x D 96,
+    # G 5 x D 128; G 16 x D 128 on sm_90, triton 3.6, SASS a FLOP of the main loop against the shipped
+    # 32 x 32 at 4 warps): dQ 64 rows x 64 keys at 4 warps (-44 %, its products as wgmma) or 128 x 32
+    # at 8 (-36 %, a quarter of the K/V bytes a FLOP); dK/dV 64 keys a tile unpipelined (-47 %;
+    # `bn_dkv` 64 above is it with 2 stages, -41 %); then dQ and dK/dV together. (dK/dV at 128 keys
+    # and 8 warps, -40 %, spills 12 B at G 5 x D 128 on sm_80 with triton 3.6.)
+    {"shape": "paper", "BT": "rows:64", "bn_bwd": 64},
+    {"shape": "paper", "BT": "rows:128", "warps": 8},
+    {"shape": "paper", "bn_dkv": 64, "stages_dkv": 1},
+    {"shape": "paper", "BT": "rows:64", "bn_bwd": 64, "bn_dkv": 64, "stages_dkv": 1},
+    {"shape": "paper", "BT": "rows:128", "warps": 8, "bn_dkv": 64, "stages_dkv": 1},
 ]
 
 # The selected ops; "TP": "x2" doubles the token tile's tokens (rows padded to a power of two).
@@ -123,10 +144,36 @@ SEL_VARIANTS = [
     # (pos // NK) % T, the path every GPU run measured, compiled to the same SASS) instead of the
     # shipped 32-bit ones: the probe measures what bench/keys_proxy.py priced for the keys backward
     # (M7C 8k x 8, triton 3.6: 4.29 ms for the measured build, 4.53 measured; 2.68 shipped, 2.18 with
-    # pdq_bits 16) and the forward's 1682 -> 1386 SASS a step (bench/RESULTS.md "keysdiv").
-    {"keys_div32": False},
-    {"keys_div32": False, "pdq_bits": 16},
+    # pdq_bits 16) and the forward's 1682 -> 1386 SASS a step (bench/RESULTS.md "keysdiv"). M7C
+    # only: the key-major kernels run at G <= 8.
+    {"shape": "m7c", "keys_div32": False},
+    {"shape": "m7c", "keys_div32": False, "pdq_bits": 16},
+    # Head_dim 128: the query-major dK/dV kernel (`_sel_bwd_dkdv_kernel`) at 128 (pair, head) rows a
+    # step and 8 warps (bench/tiles_d128.py; G 16 x D 128 on sm_90, triton 3.6: 16 % fewer SASS a
+    # FLOP than the shipped 32 rows at 4 warps, the same 8 resident warps an SM). ptxas: no spill on
+    # sm_90 at every head_dim > 64 point checked, nor on sm_80 at G 16; on sm_80 it spills 48-80 B at
+    # G 6 x D 96, where NSAAttention runs the key-major backward instead (bwd_keys, G <= 8).
+    {"shape": "paper", "BR": 128, "warps_kv": 8},
+    # The token tiles' loop without `if take:` (tok_pipe; they run at G >= 9 as shipped: the paper
+    # shape), so triton pipelines the gathered K/V loads (cp.async, bench/tok_pipe_sass.py): with 2
+    # stages a step waits for its own loads (DEPBAR.LE 0), with 3 the next step's stay in flight while
+    # it computes. 1: every table slot a step (the skipped ones masked); 2: the tile's union only
+    # (selected.TOK_PIPE_PROBE, what gpucheck compiles). Run at paper:8192:2 and paper:32768:1
+    # (--only selected --shapes paper:8192:2 paper:32768:1).
+    {"shape": "paper", "tok_pipe": 1, "stages_tok": 2, "stages_dq": 2},
+    {"shape": "paper", "tok_pipe": 1, "stages_tok": 3, "stages_dq": 3},
+    {"shape": "paper", "tok_pipe": 2, "stages_tok": 2, "stages_dq": 2},
+    {"shape": "paper", "tok_pipe": 2, "stages_tok": 3, "stages_dq": 3},
 ]
+
+
+# Keys of a variant that select what runs rather than change the config: the forward probe's kernel,
+# and the one shape a variant is for (its rows skipped at the others).
+META = ("kernel", "shape")
+
+
+def _runs_at(over: dict, name: str) -> bool:
+    return over.get("shape", name) == name
 
 
 def _apply(cfg: dict, over: dict, G: int) -> dict:
@@ -135,6 +182,8 @@ def _apply(cfg: dict, over: dict, G: int) -> dict:
         if k == "TP":
             out["TP"] = cfg["TP"] * int(v[1:])
             out["RP"] = max(16, triton.next_power_of_2(out["TP"] * G))
+        elif isinstance(v, str) and v.startswith("rows:"):  # BT tokens of GP heads: rows // GP
+            out[k] = max(1, int(v[5:]) // cfg["GP"])
         elif v == "x2":
             out[k] = cfg[k] * 2
         elif v == "toggle":
@@ -144,10 +193,20 @@ def _apply(cfg: dict, over: dict, G: int) -> dict:
     return out
 
 
+# The compressed forward grows with T; the selected ops' time is flat in T at B*T = 64k tokens.
+DEFAULT_SHAPES = {
+    "cmp_fwd": ["m7c:8192:8", "m7c:65536:1", "paper:32768:2"],
+    "cmp_bwd": ["m7c:65536:1", "paper:32768:2"],
+    "selected": ["m7c:8192:8", "paper:8192:8"],
+}
+
+
 def probe_cmp(name, B, T):
     Hkv, G, D = SHAPES[name]
     q, kc, vc, _, _ = _inputs(B, T, Hkv, G, D)
     for over in CMP_VARIANTS:
+        if not _runs_at(over, name):
+            continue
         try:
             ms = _time(_cmp_launch(q, kc, vc, over))
         except Exception as e:  # a variant that does not compile (shared memory, registers) is a result
@@ -175,6 +234,8 @@ def probe_sel(name, B, T):
         torch.autograd.grad(fwd(), leaves, dout)
 
     for over in SEL_VARIANTS:
+        if not _runs_at(over, name):
+            continue
         sel._launch_config = lambda G, D, LP, *a, _o=over: _apply(base(G, D, LP, *a), _o, G)
         try:
             row = {"fwd_ms": _time(fwd), "fwd_bwd_ms": _time(fwd_bwd)}
@@ -194,6 +255,8 @@ def probe_cmp_bwd(name, B, T):
     dout = torch.randn_like(out)
     base = cmp._config
     for over in CMP_BWD_VARIANTS:
+        if not _runs_at(over, name):
+            continue
         cmp._config = lambda *a, _o=over, **k: _apply(base(*a, **k), _o, G)
         try:
             ms = _time(lambda: torch.autograd.grad(out, leaves, dout, retain_graph=True))
@@ -220,12 +283,59 @@ def ncu_target(name, B, T):
     torch.cuda.synchronize()
 
 
+def _shipped(probe: str, G: int, D: int, arch: int = 90) -> dict:
+    """The config a probe's variants patch, as it runs on an H100/H200 (sm_90)."""
+    if probe == "selected":
+        return sel._config(G, D, GEO["sel_block"], arch=arch)
+    return cmp._config(G, D, GEO["n_sel"], GEO["block_len"], GEO["block_stride"], GEO["sel_block"], arch)
+
+
+def dry_run(probes: list[str], shapes: dict[str, list[str]]) -> int:
+    """Without a GPU: parse every name:T:B and apply every variant to the config it patches, one JSON
+    row per (probe, shape, variant) with the keys it changes; exit 2 when a shape does not parse or a
+    variant names a key the config lacks (`_apply` would skip it silently: the probe would time the
+    shipped setting under the variant's name)."""
+    variants = {"cmp_fwd": CMP_VARIANTS, "cmp_bwd": CMP_BWD_VARIANTS, "selected": SEL_VARIANTS}
+    bad = 0
+    for p in probes:
+        for spec in shapes[p]:
+            try:
+                n, t, b = spec.split(":")
+                (_, G, D), T, B = SHAPES[n], int(t), int(b)
+            except (ValueError, KeyError):
+                print(f"kernel_probe: --shapes {spec!r}: expected name:T:B, name one of {sorted(SHAPES)}",
+                      file=sys.stderr)  # fmt: skip
+                return 2
+            base = _shipped(p, G, D)
+            for over in variants[p]:
+                if not _runs_at(over, n):
+                    continue
+                unknown = sorted(k for k in over if k not in base and k not in META)
+                cfg = _apply(base, over, G)
+                changed = {k: cfg[k] for k in cfg if cfg[k] != base[k]}
+                row = {"probe": p, "shape": n, "T": T, "B": B, "variant": over, "changes": changed}
+                if unknown:
+                    bad += 1
+                    row["error"] = f"keys {unknown} not in the {p} config"
+                print(json.dumps(row), flush=True)
+    if bad:
+        print(f'kernel_probe: {bad} variant(s) name keys the config lacks (see "error")', file=sys.stderr)
+    return 2 if bad else 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=("cmp_fwd", "cmp_bwd", "selected"), action="append")
     ap.add_argument("--shapes", nargs="*", help="name:T:B (names: m7c, paper); default: per probe, below")
     ap.add_argument("--ncu-target", help="name:T:B: run the ops once (for ncu) and exit")
+    ap.add_argument(
+        "--dry-run", action="store_true",
+        help="no GPU: check the shapes parse and every variant applies; print what each changes",
+    )  # fmt: skip
     args = ap.parse_args(argv)
+    if args.dry_run:
+        probes_ = args.only or ["cmp_fwd", "cmp_bwd", "selected"]
+        return dry_run(probes_, {p: args.shapes or DEFAULT_SHAPES[p] for p in probes_})
     if not torch.cuda.is_available():
         print("kernel_probe: needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -234,14 +344,8 @@ def main(argv=None) -> int:
         ncu_target(n, int(b), int(t))
         return 0
     probes = {"cmp_fwd": probe_cmp, "cmp_bwd": probe_cmp_bwd, "selected": probe_sel}
-    # The compressed forward grows with T; the selected ops' time is flat in T at B*T = 64k tokens.
-    default = {
-        "cmp_fwd": ["m7c:8192:8", "m7c:65536:1", "paper:32768:2"],
-        "cmp_bwd": ["m7c:65536:1", "paper:32768:2"],
-        "selected": ["m7c:8192:8", "paper:8192:8"],
-    }
     for p in args.only or list(probes):
-        for spec in args.shapes or default[p]:
+        for spec in args.shapes or DEFAULT_SHAPES[p]:
             n, t, b = spec.split(":")
             for row in probes[p](n, int(b), int(t)):
                 print(json.dumps(row), flush=True)

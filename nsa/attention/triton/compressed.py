@@ -312,11 +312,16 @@ def _config(
     btf = max(1, min(8, 32 // gpf))
     hopper_g8 = head_dim <= 64 and arch >= 90 and gpf == 8  # M7C on an H100/H200
     # dQ: 8 warps for 128-row tiles; 4 for 32 rows (D > 64), where 8 warps left ptxas at 128 registers
-    # and spilling (G 16, D 96 on sm_80).
+    # and spilling (G 16, D 96 on sm_80). Past head_dim 64 the 32 x 32 tile runs its products as
+    # mma.sync on sm_90 and loads 4x the K/V bytes a FLOP of head_dim 64's 128 x 64 (fitted efficiency
+    # 0.22 against 0.56); 64 x 64 at 4 warps and 128 x 32 at 8 compile without spills everywhere
+    # (bench/tiles_d128.py) and are probe variants (bench/kernel_probe.py), not shipped: unmeasured.
     warps = 8 if bt * gp >= 64 else 4
     bn_bwd = 64 if head_dim <= 64 else 32
     # dK/dV: [32, D] accumulators over 64-row query tiles (32 rows past head_dim 64: with 64, ptxas
-    # spilled 8-12 B at G 16 x D 128 and G 2 x D 96 on sm_90).
+    # spilled 8-12 B at G 16 x D 128 and G 2 x D 96 on sm_90). Past head_dim 64, 64 keys a tile
+    # (bn_dkv 64, 1 or 2 stages) compile without spills and issue ~45 % fewer SASS a FLOP (wgmma on
+    # sm_90): probe variants, not shipped.
     bt_dkv = max(1, (64 if head_dim <= 64 else 32) // gp)
     bn_dkv = 32
     return {
@@ -370,10 +375,17 @@ def _config(
         # `_cmp_select_v0`'s settings as shipped with it (the probe's comparison).
         "warps_sel_v0": 2 if head_dim <= 64 and (gpf >= 16 or (arch >= 90 and gpf == 8)) else 4,
         "bt_sel_v0": 2 if head_dim <= 64 and arch >= 90 and gpf == 8 else btf,
-        # The attention forward: flash tiles of (token, head) rows as dQ's, BN keys a step.
+        # The attention forward: flash tiles of (token, head) rows as dQ's, BN keys a step. Past head_dim
+        # 64, FlashAttention-2's 128 x 64 at 8 warps compiles without spills (28 % fewer SASS a FLOP on
+        # sm_90, bench/tiles_d128.py): a probe variant; 64 x 32 at 4 warps is what the GPU measured.
         "bm_fwd": 128 if head_dim <= 64 else 64,
         "bn_fwd": 64 if head_dim <= 64 else 32,
         "warps_fwd": 4,
+        # Software-pipelining stages of the attention, dQ and dK/dV key (query) loops: 2, as every GPU
+        # run measured; keys for bench/tiles_d128.py and the probe's candidates (bench/kernel_probe.py).
+        "stages_fwd": 2,
+        "stages_dq": 2,
+        "stages_dkv": 2,
     }
 
 
@@ -444,7 +456,7 @@ def _fwd(
     _cmp_fwd[(triton.cdiv(T * G, c["bm_fwd"]), B * Hkv)](
         q, kc, vc, out, lse, T, nc, scale * _LOG2E,
         G=G, D=D, DP=c["DP"], BM=c["bm_fwd"], BN=c["bn_fwd"], L=block_len, S=block_stride, PREC=prec,
-        num_warps=c["warps_fwd"], num_stages=2,
+        num_warps=c["warps_fwd"], num_stages=c["stages_fwd"],
     )  # fmt: skip
     launch_select(c, q, kc, lse, idx, valid, block_len, block_stride, sel_block, scale * _LOG2E, prec)
     return out, idx, valid, lse
@@ -488,7 +500,7 @@ def _bwd(
     geo = {"G": G, "GP": c["GP"], "D": D, "DP": c["DP"], "L": block_len, "S": block_stride, "PREC": prec}
     _cmp_bwd_dq[(triton.cdiv(T * G, c["BT"] * c["GP"]), B * Hkv)](
         q, kc, vc, out, dout, lse, delta, dq, T, nc, scale * _LOG2E, scale,
-        BT=c["BT"], BN=c["bn_bwd"], **geo, num_warps=c["warps"], num_stages=2,
+        BT=c["BT"], BN=c["bn_bwd"], **geo, num_warps=c["warps"], num_stages=c["stages_dq"],
     )  # fmt: skip
     # One program even when there is no compressed key (T < l): the launch count never depends on T.
     ntile, split, bn = triton.cdiv(max(nc, 1), c["bn_dkv"]), c["split_dkv"], c["bn_dkv"]
@@ -496,7 +508,7 @@ def _bwd(
     pdv = torch.empty_like(pdk)
     _cmp_bwd_dkv[(ntile * split, B * Hkv)](
         q, kc, vc, dout, lse, delta, pdk, pdv, T, nc, scale * _LOG2E, scale,
-        BT=c["bt_dkv"], BN=bn, SPLIT=split, **geo, num_warps=c["warps_dkv"], num_stages=2,
+        BT=c["bt_dkv"], BN=bn, SPLIT=split, **geo, num_warps=c["warps_dkv"], num_stages=c["stages_dkv"],
     )  # fmt: skip
     _cmp_bwd_dkv_sum[(ntile, B * Hkv)](
         pdk, pdv, dk, dv, nc, D=D, DP=c["DP"], BN=bn, SPLIT=split, num_warps=4, num_stages=1
@@ -598,12 +610,15 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     split = {"SPLIT": c["split_dkv"]}
     sum_const = {"D": shape.head_dim, "DP": c["DP"], "BN": c["bn_dkv"], **split}
     specs = [
-        ("compressed_fwd", _cmp_fwd, fwd_sig, fwd_const, c["warps_fwd"], 2),
+        ("compressed_fwd", _cmp_fwd, fwd_sig, fwd_const, c["warps_fwd"], c["stages_fwd"]),
         ("compressed_select", _cmp_select, sel_sig, sel_const, c["warps_sel"], 2),
-        ("compressed_bwd_dq", _cmp_bwd_dq, dq_sig, {**geo, "BT": c["BT"], "BN": c["bn_bwd"]}, c["warps"], 2),
+        (
+            "compressed_bwd_dq", _cmp_bwd_dq, dq_sig, {**geo, "BT": c["BT"], "BN": c["bn_bwd"]}, c["warps"],
+            c["stages_dq"],
+        ),
         (
             "compressed_bwd_dkv", _cmp_bwd_dkv, dkv_sig, {**geo, "BT": c["bt_dkv"], "BN": c["bn_dkv"], **split},
-            c["warps_dkv"], 2,
+            c["warps_dkv"], c["stages_dkv"],
         ),
         ("compressed_bwd_dkv_sum", _cmp_bwd_dkv_sum, sum_sig, sum_const, 4, 1),
     ]  # fmt: skip

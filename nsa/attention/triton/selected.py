@@ -156,6 +156,10 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         "RP": _p2(TP * G, TILE_ROWS),
         "BK": min(key_tile, _p2(LP)),
         "BN": min(key_tile, _p2(LP)),
+        # Past head_dim 64, 128 rows at 8 warps (warps_kv): no spill on sm_90 (triton 3.6 and 3.9) at any
+        # head_dim > 64 point checked, nor on sm_80 at G 16, the same 8 resident warps an SM and 16-21 %
+        # fewer SASS a FLOP on sm_90 (bench/tiles_d128.py); 48-80 B spilled on sm_80 at G 6 x D 96. A
+        # probe variant (bench/kernel_probe.py), not shipped.
         "BR": 32 if DP > 64 else 64,
         "warps_q": 4,
         "warps_kv": 4,
@@ -167,6 +171,13 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # not pipelined anyway.
         "stages_tok": 2 if DP <= 64 else 1,
         "warps_tok": 4 if DP <= 64 else 2,
+        # The token tiles' loop without a data-dependent branch (selected_query.py PIPE), so triton
+        # pipelines the gathered K/V loads under stages_tok / stages_dq >= 2: 0 the branchy loop; 1
+        # every (entry, key chunk) a step, the entries not taken masked (no loads, -inf logits / zero
+        # dS); 2 a step per block of the tile's union (`_pipe_mode`: 1 where the tile has more than
+        # 64 entries). A probe switch, off as the GPU measured the branchy loop (bench/kernel_probe.py;
+        # SASS, registers: bench/tok_pipe_sass.py, bench/RESULTS.md).
+        "tok_pipe": 0,
         # The key-major forward (selected_keys.py) for the forced path at G <= 8 (FSA's range): the
         # query-major tiles pad G rows to 16 and re-read every block per token; at G >= 16 they are
         # full already and the partials would cost 16 x |q| (34 GB at the paper shape, 64k).
@@ -221,6 +232,23 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         "BM_delta": 64,
         "warps_delta": 4,
     }
+
+
+# The probe variant of the token tiles' branch-free loop (bench/kernel_probe.py carries it): the
+# union's blocks, 3 stages (the next step's K/V copies stay in flight while a step computes; with 2 a
+# step waits for its own: bench/tok_pipe_sass.py). gpucheck compiles it beside the shipped loop.
+TOK_PIPE_PROBE = {"tok_pipe": 2, "stages_tok": 3, "stages_dq": 3}
+# The union mode's [E, E] compare of a tile's E = TP*NKP entries spilled 240 B on sm_80 at E = 256
+# (G 1: 16 tokens x 16 slots, triton 3.9); at 128 (G 2) it sat at 254-255 registers past head_dim 64
+# on triton 3.6 (no spill yet); 64 and below (G >= 3) took at most 212 (bench/RESULTS.md).
+_UNION_ENTRIES = 64
+
+
+def _pipe_mode(cfg: dict, NKP: int) -> int:
+    """The token tiles' PIPE for `cfg`'s tok_pipe and NKP slots a token: the union mode (2) only where
+    the tile holds at most _UNION_ENTRIES entries, else every slot a step (1)."""
+    mode = int(cfg["tok_pipe"])
+    return 1 if mode == 2 and cfg["TP"] * NKP > _UNION_ENTRIES else mode
 
 
 def _slots(NK: int) -> int:
@@ -284,7 +312,7 @@ def _selected_fwd(
         _sel_fwd_tok_kernel[(triton.cdiv(T, cfg["TP"]), B * Hkv)](
             q, k, v, idx, valid8, out, lse, of, lsef, T, NK, scale,
             G=G, D=D, LP=sel_block, TP=cfg["TP"], RP=cfg["RP"], NKP=_slots(NK), DP=cfg["DP"], BK=cfg["BK"],
-            PREC=prec, num_warps=cfg["warps_tok"], num_stages=cfg["stages_tok"],
+            PREC=prec, PIPE=_pipe_mode(cfg, _slots(NK)), num_warps=cfg["warps_tok"], num_stages=cfg["stages_tok"],
         )  # fmt: skip
         return out, lse, *_no_index(q.device)
     _sel_fwd_kernel[(T, B * Hkv)](
@@ -361,7 +389,7 @@ def _selected_bwd(
         _sel_bwd_dq_tok_kernel[(triton.cdiv(T, cfg["TP"]), BH)](
             q, k, v, idx, valid8, dout, lse, delta, dq, dqf, T, NK, scale,
             G=G, D=D, LP=LP, TP=cfg["TP"], RP=cfg["RP"], NKP=_slots(NK), DP=cfg["DP"], BK=cfg["BK"],
-            PREC=prec, num_warps=cfg["warps_q"], num_stages=cfg["stages_dq"],
+            PREC=prec, PIPE=_pipe_mode(cfg, _slots(NK)), num_warps=cfg["warps_q"], num_stages=cfg["stages_dq"],
         )  # fmt: skip
         del dqf  # consumed: its memory goes back to the allocator before the partials
     else:
@@ -476,7 +504,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     q_common = {"G": G, "D": D, "LP": LP, "GP": cfg["GP"], "DP": cfg["DP"], "BK": cfg["BK"], "PREC": prec}
     t_consts = {
         "G": G, "D": D, "LP": LP, "TP": cfg["TP"], "RP": cfg["RP"], "NKP": _slots(shape.n_sel), "DP": cfg["DP"],
-        "BK": cfg["BK"], "PREC": prec,
+        "BK": cfg["BK"], "PREC": prec, "PIPE": _pipe_mode(cfg, _slots(shape.n_sel)),
     }  # fmt: skip
     f_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BM": cfg["BM"], "BK": cfg["BK"], "PREC": prec}
 
@@ -530,4 +558,12 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         # and selected_bwd_dkdv (still compiled: bwd_keys=False and forced_blocks=False run them); its
         # keys kernel and dQ merge also at pdq_bits 16 (`*_pdq16`, the probe switch) in 16-bit dtypes.
         rows += keys_bwd_gpucheck_rows(cfg, G, D, LP, dt, prec)
+    if not cfg["tok_pipe"]:
+        # The token tiles' branch-free loop as the probe runs it (TOK_PIPE_PROBE), not shipped yet.
+        pc = {**t_consts, "PIPE": _pipe_mode({**cfg, **TOK_PIPE_PROBE}, _slots(shape.n_sel))}
+        wt, wq = cfg["warps_tok"], cfg["warps_q"]
+        rows += [
+            ("selected_fwd_pipe", _sel_fwd_tok_kernel, tfwd_args, pc, wt, TOK_PIPE_PROBE["stages_tok"]),
+            ("selected_bwd_dq_pipe", _sel_bwd_dq_tok_kernel, tdq_args, pc, wq, TOK_PIPE_PROBE["stages_dq"]),
+        ]
     return [KernelSpec(n, fn, sig(args, c), c, w, stg) for n, fn, args, c, w, stg in rows]

@@ -8,7 +8,10 @@ Owns two pairs of kernels and the count that sizes them:
   KV head), rows = TP*G (Q's rows t*G + g are contiguous), padded to 16. A program walks the union of
   its tokens' non-forced entries: each distinct block's K/V is loaded once for all TP tokens, and a
   row weights it by how many of its token's entries list it (log2 of the count added to the logits,
-  -inf when none), so duplicates count twice and any table stays exact;
+  -inf when none), so duplicates count twice and any table stays exact. Their loop guards a block's
+  K/V loads with `if take:` (not pipelined); PIPE 1 / 2 (selected.py `_config` "tok_pipe", a probe
+  switch) run it without that branch, every slot a masked step or the union's blocks ranked before
+  the loop, bitwise the same results, so triton can pipeline the loads;
 - `tokens_per_program` (TP) and `key_steps`, the count in torch of the key steps both layouts take
   for a table (what the cost model and the tests use to show the tiles never take more).
 None of them syncs with the device or loops in Python over anything that grows with T.
@@ -177,6 +180,39 @@ def _listing_bias(hit):
 
 
 @triton.jit
+def _tile_union(IDX, VALID, ebase, t0, T, NK, LP: tl.constexpr, TP: tl.constexpr, NKP: tl.constexpr):
+    """The tile's entries as one vector in entry order (token, slot): the block of each entry that adds
+    keys (-1 elsewhere, as `_tile_table`), which are first listings of their block in the tile, each
+    first listing's rank among them, and their count: the union's blocks in the branchy loop's order.
+    [TP*NKP]^2 compares: for small tiles (selected.py `_pipe_mode` takes it at TP*NKP <= 64)."""
+    e = tl.arange(0, TP * NKP)
+    u = e // NKP
+    i = e % NKP
+    t = t0 + u
+    em = (i < NK) & (t < T)
+    jv = tl.load(IDX + ebase + u * NK + i, mask=em, other=-1)
+    vv = tl.load(VALID + ebase + u * NK + i, mask=em, other=0)
+    jv = tl.where((vv != 0) & (jv >= 1) & (jv <= t // LP - 2), jv, -1).to(tl.int32)
+    earlier = (jv[:, None] == jv[None, :]) & (e[None, :] < e[:, None])
+    dup = tl.reduce(earlier.to(tl.int32), 1, _max_combine)
+    first = tl.where(dup == 0, jv >= 1, False)
+    rank = tl.cumsum(first.to(tl.int32), 0) - 1
+    return jv, first, rank, tl.reduce(first.to(tl.int32), 0, _sum_combine)
+
+
+@triton.jit
+def _step_entry(IDX, ebase, e, jm, pos, jv, first, rank, PIPE: tl.constexpr):
+    """Step e of the branch-free loop: its block j, the cells of `jm` listing j and whether the step
+    adds keys. PIPE 1: e is the tile's e-th entry (`_first_listing`); PIPE 2: the e-th block of the
+    tile's union (`_tile_union`), always taken."""
+    if PIPE == 2:
+        j = tl.reduce(tl.where(first & (rank == e), jv, 0), 0, _sum_combine)
+        return j, jm == j, j >= 1
+    else:
+        return _first_listing(IDX, ebase, e, jm, pos)
+
+
+@triton.jit
 def _block_step(K, V, start, c, kk, d, dm, D: tl.constexpr, LP: tl.constexpr):
     """Keys [start + c, start + c + BK) of one block, K and V, with the mask of those inside it (BK > LP
     only for the tests' tiny blocks)."""
@@ -192,7 +228,7 @@ def _sel_fwd_tok_kernel(
     Q, K, V, IDX, VALID, OUT, LSE, OF, LSEF,
     T, NK, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr,
-    NKP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+    NKP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, PIPE: tl.constexpr = 0,
 ):  # fmt: skip
     # One program: tokens [t0, t0 + TP) of one (batch, KV head). Starts from the forced kernel's
     # softmax state (OF: normalized output, LSEF: base-2 lse) and adds the union of the non-forced
@@ -219,16 +255,40 @@ def _sel_fwd_tok_kernel(
     acc = tl.load(OF + bh * T * G * D + qoff, mask=qmask, other=0.0)
     kk = tl.arange(0, BK)
     pos = u_r[:, None] * NK + tl.arange(0, NKP)[None, :]  # each cell's entry position in the tile
-    for e in range(0, tl.minimum(TP, T - t0) * NK):
-        j, hit, take = _first_listing(IDX, ebase, e, jm, pos)
-        if take:
+    if PIPE:
+        # Branch-free (tok_pipe): with no data-dependent branch in the loop triton's software
+        # pipeliner can issue the next steps' K/V loads (cp.async) while this one computes. PIPE 1:
+        # every (entry, key chunk) is a step; a step whose entry is not taken loads nothing (masked)
+        # and its logits are all -inf, which leaves (m, l, acc) as they were (online_softmax_step:
+        # alpha = 1, p = 0). PIPE 2: a step per (block of the tile's union, key chunk), in the same
+        # order (first listings by entry position), so no step is wasted.
+        if PIPE == 2:  # the steps: the union's blocks
+            jv, first, rank, n_e = _tile_union(IDX, VALID, ebase, t0, T, NK, LP, TP, NKP)
+        else:  # every entry of the tile (jv, first, rank unused)
+            jv, first, rank, n_e = pos, pos, pos, tl.minimum(TP, T - t0) * NK
+        for st in range(0, n_e * ((LP + BK - 1) // BK)):
+            e = st // ((LP + BK - 1) // BK)
+            c = st % ((LP + BK - 1) // BK) * BK
+            j, hit, take = _step_entry(IDX, ebase, e, jm, pos, jv, first, rank, PIPE)
             bias = _listing_bias(hit)
-            start = (j * LP).to(tl.int32)  # int32 offsets inside one head, as everywhere
-            for c in range(0, LP, BK):
-                k, v, kmc = _block_step(K, V, start, c, kk, d, dm, D, LP)
-                s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale + bias[:, None]
-                s = tl.where(kmc[None, :], s, float("-inf"))
-                m_i, l_i, acc = online_softmax_step(s, v, m_i, l_i, acc, PREC)
+            start = (j * LP).to(tl.int32)  # dereferenced only where taken
+            # tl.where, not `dm & take`: the interpreter's load refuses a mask from a scalar `&`.
+            k, v, kmc = _block_step(K, V, start, c, kk, d, tl.where(take, dm, False), D, LP)
+            kmc = tl.where(take, kmc, False)
+            s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale + bias[:, None]
+            s = tl.where(kmc[None, :], s, float("-inf"))
+            m_i, l_i, acc = online_softmax_step(s, v, m_i, l_i, acc, PREC)
+    else:
+        for e in range(0, tl.minimum(TP, T - t0) * NK):
+            j, hit, take = _first_listing(IDX, ebase, e, jm, pos)
+            if take:
+                bias = _listing_bias(hit)
+                start = (j * LP).to(tl.int32)  # int32 offsets inside one head, as everywhere
+                for c in range(0, LP, BK):
+                    k, v, kmc = _block_step(K, V, start, c, kk, d, dm, D, LP)
+                    s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale + bias[:, None]
+                    s = tl.where(kmc[None, :], s, float("-inf"))
+                    m_i, l_i, acc = online_softmax_step(s, v, m_i, l_i, acc, PREC)
     has = l_i > 0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
     lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
@@ -241,7 +301,7 @@ def _sel_bwd_dq_tok_kernel(
     Q, K, V, IDX, VALID, DO, LSE, DELTA, DQ, DQF,
     T, NK, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr,
-    NKP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+    NKP: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, PIPE: tl.constexpr = 0,
 ):  # fmt: skip
     # The forward's tiling. The forced dQ kernel ran first: it stored delta and DQF (the forced
     # entries' part of dQ in fp32, unscaled); this adds the union's part and stores dQ.
@@ -270,18 +330,39 @@ def _sel_bwd_dq_tok_kernel(
     qk_scale = sm_scale * 1.4426950408889634
     kk = tl.arange(0, BK)
     pos = u_r[:, None] * NK + tl.arange(0, NKP)[None, :]  # each cell's entry position in the tile
-    for e in range(0, tl.minimum(TP, T - t0) * NK):
-        j, hit, take = _first_listing(IDX, ebase, e, jm, pos)
-        if take:
+    if PIPE:
+        # Branch-free as in the forward (PIPE 1 or 2): a step not taken loads zeros and its p is 0,
+        # so it adds dot(0, 0) = 0 to dq.
+        if PIPE == 2:  # the steps: the union's blocks
+            jv, first, rank, n_e = _tile_union(IDX, VALID, ebase, t0, T, NK, LP, TP, NKP)
+        else:  # every entry of the tile (jv, first, rank unused)
+            jv, first, rank, n_e = pos, pos, pos, tl.minimum(TP, T - t0) * NK
+        for st in range(0, n_e * ((LP + BK - 1) // BK)):
+            e = st // ((LP + BK - 1) // BK)
+            c = st % ((LP + BK - 1) // BK) * BK
+            j, hit, take = _step_entry(IDX, ebase, e, jm, pos, jv, first, rank, PIPE)
             bias = _listing_bias(hit)
-            start = (j * LP).to(tl.int32)  # int32 offsets inside one head, as everywhere
-            for c in range(0, LP, BK):
-                k, v, kmc = _block_step(K, V, start, c, kk, d, dm, D, LP)
-                s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-                p = tl.where(kmc[None, :], tl.exp2(s + bias[:, None] - lse[:, None]), 0.0)
-                dp = tl.dot(do, tl.trans(v), input_precision=PREC)
-                ds = p * (dp - delta[:, None])
-                dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
+            start = (j * LP).to(tl.int32)  # dereferenced only where taken
+            k, v, kmc = _block_step(K, V, start, c, kk, d, tl.where(take, dm, False), D, LP)
+            kmc = tl.where(take, kmc, False)
+            s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+            p = tl.where(kmc[None, :], tl.exp2(s + bias[:, None] - lse[:, None]), 0.0)
+            dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+            ds = p * (dp - delta[:, None])
+            dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
+    else:
+        for e in range(0, tl.minimum(TP, T - t0) * NK):
+            j, hit, take = _first_listing(IDX, ebase, e, jm, pos)
+            if take:
+                bias = _listing_bias(hit)
+                start = (j * LP).to(tl.int32)  # int32 offsets inside one head, as everywhere
+                for c in range(0, LP, BK):
+                    k, v, kmc = _block_step(K, V, start, c, kk, d, dm, D, LP)
+                    s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+                    p = tl.where(kmc[None, :], tl.exp2(s + bias[:, None] - lse[:, None]), 0.0)
+                    dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+                    ds = p * (dp - delta[:, None])
+                    dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
     tl.store(DQ + qbase + qoff, (dq * sm_scale).to(DQ.dtype.element_ty), mask=qmask)
 
 

@@ -222,3 +222,58 @@ def test_gpucheck_specs_list_every_kernel_without_T():
             assert s.signature.get("T", "i32") == "i32" and "T" not in s.constexprs  # the sum has no T
             assert set(s.constexprs) <= set(s.signature)
             assert all(s.signature[k] == "constexpr" for k in s.constexprs)
+
+
+def test_the_loops_stages_come_from_the_config(monkeypatch):
+    """The attention, dQ and dK/dV kernels' software-pipelining stages are `_config` keys (stages_fwd,
+    stages_dq, stages_dkv; 2 as shipped, what the GPU measured), and gpucheck compiles what the config
+    says: bench/tiles_d128.py and the probe's candidates change them through the config alone."""
+    shape = GpuShape("paper", head_dim=128, group=16, block_len=32, block_stride=16, sel_block=64, n_sel=16,
+                     window=512)  # fmt: skip
+    names = {
+        "compressed_fwd": "stages_fwd",
+        "compressed_bwd_dq": "stages_dq",
+        "compressed_bwd_dkv": "stages_dkv",
+    }
+    shipped = tri._config(16, 128, 16, 32, 16, 64, 90)
+    assert {shipped[k] for k in names.values()} == {2}
+    real = tri._config
+    monkeypatch.setattr(tri, "_config", lambda *a, **k: {**real(*a, **k), "stages_fwd": 1, "stages_dq": 3,
+                                                          "stages_dkv": 1})  # fmt: skip
+    specs = {s.name: s.num_stages for s in tri.gpucheck_specs(shape, 90)}
+    assert {n: specs[n] for n in names} == {
+        "compressed_fwd": 1,
+        "compressed_bwd_dq": 3,
+        "compressed_bwd_dkv": 1,
+    }
+
+
+def test_the_head_dim_128_probe_candidates_match_eager(monkeypatch):
+    """The probe's head_dim-128 candidate tiles (bench/kernel_probe.py: bigger query-row and key
+    tiles for the attention, dQ and dK/dV, as its `_apply` patches `_config`) run the same kernels to
+    eager's results under the interpreter: a GPU session times them, it need not check them. D 128 at
+    G 2 (the tiles are rows of (token, head), so G only sets how many tokens a tile holds; G 16's
+    rows cost the interpreter 8x), T not a multiple of any tile, two key tiles of 64, dK/dV's split
+    over the candidate's query tiles. The combined dQ + dK/dV variants stand for their parts, and
+    each run carries a forward candidate too (two runs for all of them)."""
+    from tests.fixtures.bench import load_bench
+
+    probe = load_bench("kernel_probe")
+    bwd = [v for v in probe.CMP_BWD_VARIANTS if v.get("shape") == "paper"]
+    fwd = [v for v in probe.CMP_VARIANTS if v.get("shape") == "paper" and v["kernel"] == "attend"]
+    # the backward's variants not contained in a larger one, each run with one forward candidate
+    bwd = [v for v in bwd if not any(v != o and v.items() <= o.items() for o in bwd)]
+    cands = [
+        {**b, **{k: x for k, x in f.items() if k != "kernel"}} for b, f in zip(bwd, fwd + fwd[-1:] * len(bwd))
+    ]
+    assert len(cands) >= 2
+    real = tri._config
+    # The selection kernel is none of the candidates' (and 60 % of the interpreter's time here): off.
+    monkeypatch.setattr(tri, "launch_select", lambda *a, **k: None)
+    q, kc, vc = _inputs(1, 1, 150, 2, 128, 4, 2, torch.float32, seed=128)  # 74 compressed keys
+    for over in cands:
+        monkeypatch.setattr(tri, "_config", lambda *a, _o=over, **k: probe._apply(real(*a, **k), _o, 2))
+        (out, _, _, grads), (e_out, _, _, e_grads) = _both(q, kc, vc, 4, 2, 8, 4)
+        torch.testing.assert_close(out, e_out, **TOL[torch.float32])
+        for got, want in zip(grads, e_grads):
+            torch.testing.assert_close(got, want, **TOL[torch.float32])

@@ -489,6 +489,8 @@ def test_gpucheck_specs_name_every_argument():
         "selected_bwd_dq_merge",
         "selected_bwd_keys_pdq16",  # bf16: the same two at pdq_bits 16 (the probe switch)
         "selected_bwd_dq_merge_pdq16",
+        "selected_fwd_pipe",  # the token tiles' branch-free loop (tok_pipe, the probe's stages)
+        "selected_bwd_dq_pipe",
     ]
     for s in specs:
         fn = getattr(s.fn, "fn", s.fn)
