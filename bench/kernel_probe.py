@@ -140,12 +140,14 @@ SEL_VARIANTS = [
     # PDQ's bytes written by _sel_bwd_keys_kernel and read by _sel_bwd_dq_merge_kernel (the model:
     # bench/attention_model.py what-if "pdq_16bit"; numerics: bench/pdq_numerics.py).
     {"pdq_bits": 16},
-    # The keys kernel's row token by an int32 division (keys_div32) instead of the int64 one whose
-    # fast path and slow-path call take ~18 % of a step's SASS; alone it spills 32 B on sm_90 (triton
-    # 3.6), with 16-bit partials it does not. bench/keys_proxy.py predicts, M7C 8k x 8, the keys kernel
-    # 4.29 ms shipped (4.53 measured), 3.46 at pdq_bits 16, 2.91 with both (bench/RESULTS.md).
-    {"keys_div32": True},
-    {"keys_div32": True, "pdq_bits": 16},
+    # The key-major kernels' rows in 64 bits (keys_div32 False: the int64 step index and
+    # (pos // NK) % T, the path every GPU run measured, compiled to the same SASS) instead of the
+    # shipped 32-bit ones: the probe measures what bench/keys_proxy.py priced for the keys backward
+    # (M7C 8k x 8, triton 3.6: 4.29 ms for the measured build, 4.53 measured; 2.68 shipped, 2.18 with
+    # pdq_bits 16) and the forward's 1682 -> 1386 SASS a step (bench/RESULTS.md "keysdiv"). M7C
+    # only: the key-major kernels run at G <= 8.
+    {"shape": "m7c", "keys_div32": False},
+    {"shape": "m7c", "keys_div32": False, "pdq_bits": 16},
     # Head_dim 128: the query-major dK/dV kernel (`_sel_bwd_dkdv_kernel`) at 128 (pair, head) rows a
     # step and 8 warps (bench/tiles_d128.py; G 16 x D 128 on sm_90, triton 3.6: 16 % fewer SASS a
     # FLOP than the shipped 32 rows at 4 warps, the same 8 resident warps an SM). ptxas: no spill on

@@ -34,7 +34,10 @@ nothing.
   PYTHONPATH=/path/to/triton-3.6 .venv/bin/python bench/keys_proxy.py --recount   # re-record SASS
 
 The measured settings' SASS counts (triton 3.6, the GPU runs' version, sm_90) are recorded in
-bench/keys_proxy_sass.json (`--recount` compiles them again).
+bench/keys_proxy_sass.json (`--recount` compiles them again). Those points carry `MEASURED`, the
+values of keys whose default changed after the runs (keys_div32 False: the kernels' path as
+measured, kept unchanged), so `--set keys_div32=False` prices the measured build. A compiled
+candidate's row also gives its step by opcode class (`step_ops`).
 """
 
 from __future__ import annotations
@@ -78,18 +81,48 @@ def step_path(insns: list[tuple[str, str, bool]], label_at: dict[str, int], lo: 
     return out
 
 
+# A step's SASS by what it does (`step_ops`): the classes a candidate cuts (bench/RESULTS.md
+# "keysdiv"). Opcodes by their first dot-separated word; anything else integer arithmetic (IMAD,
+# LEA, IADD3, VIADD, SHF, LOP3...: addresses, row decoding, divisions).
+OPCLASSES = {
+    "mma": ("HGMMA", "HMMA", "WARPGROUP"),
+    "smem": ("LDS", "STS", "LDSM", "STSM"),
+    "sync": ("BAR", "MEMBAR", "FENCE", "WARPSYNC", "DEPBAR"),
+    "gmem": ("LDG", "STG"),
+    "float": ("FFMA", "FMUL", "FADD", "MUFU", "FSEL", "FMNMX", "FSETP", "FCHK"),
+    "convert": ("F2FP", "I2F", "F2I", "I2FP"),
+    "predicate": ("ISETP", "P2R", "R2P", "PLOP3", "SEL"),
+    "move": ("MOV", "CS2R", "R2UR", "UMOV", "S2R", "S2UR", "LDC", "ULDC"),
+    "branch": ("BRA", "BSSY", "BSYNC", "EXIT", "CALL", "RET"),
+}
+
+
+def opclasses(seq) -> dict:
+    """Instructions of `seq` ((opcode, operands, predicated) as select_sass parses them) per OPCLASSES
+    class, plus "int" for the rest."""
+    out = dict.fromkeys([*OPCLASSES, "int"], 0)
+    for op, _, _ in seq:
+        base = op.split(".")[0]
+        if base != "NOP":
+            out[next((c for c, ops in OPCLASSES.items() if base in ops), "int")] += 1
+    return out
+
+
 def paths(lines: list[str]) -> dict:
     """Per-warp counts: `prologue` (before the row loop), `epilogue` (after it, to the last EXIT),
-    `step` (one trip of the loop, `step_path`), `loop_static` (every loop instruction once)."""
+    `step` (one trip of the loop, `step_path`), `loop_static` (every loop instruction once), and
+    `step_ops` (the step by `opclasses`)."""
     insns, label_at = select_sass._parse(lines)
     lo, hi = select_sass._loop(insns, label_at)
     exits = [k for k, x in enumerate(insns) if x[0].startswith("EXIT")]
     last_exit = max(exits, default=len(insns) - 1)
+    step = step_path(insns, label_at, lo, hi)
     return {
         "prologue": select_sass._classes(insns[:lo]),
         "epilogue": select_sass._classes(insns[hi : last_exit + 1]),
-        "step": select_sass._classes(step_path(insns, label_at, lo, hi)),
+        "step": select_sass._classes(step),
         "loop_static": select_sass._classes(insns[lo:hi]),
+        "step_ops": opclasses(step),
     }
 
 
@@ -291,7 +324,7 @@ KERNEL_NAME = {k: v[1] for k, v in KERNELS.items()}
 # The keys each kernel's setting depends on (other variants change other kernels of the op).
 OWN_KEYS = {
     "bwd": ("BR_keys", "warps_keys", "stages_kv", "pdq_bits", "keys_div32"),
-    "fwd": ("BR_f", "warps_fk", "stages_fk"),
+    "fwd": ("BR_f", "warps_fk", "stages_fk", "keys_div32"),
 }
 
 
@@ -308,6 +341,11 @@ def speed_ms(kernel: str) -> dict[tuple[int, int], list[float]]:
     return out
 
 
+# Keys whose _config default changed after the GPU runs, at the value those runs measured (the measured
+# points carry it, so their SASS counts stay those of the measured build: bench/keys_proxy_sass.json).
+MEASURED = {"bwd": {"keys_div32": False}, "fwd": {"keys_div32": False}}
+
+
 def _own(kernel: str, over: dict) -> dict:
     """The keys of `over` that set this kernel, with the shipped value of its rows a step filled in."""
     o = {k: v for k, v in over.items() if k in OWN_KEYS[kernel]}
@@ -315,11 +353,16 @@ def _own(kernel: str, over: dict) -> dict:
     return {br: o.pop(br, SHIPPED[kernel][br]), **o}
 
 
+def _measured(kernel: str, over: dict) -> dict:
+    """`_own` of a measured point: the keys of MEASURED at the runs' values unless `over` sets them."""
+    return _own(kernel, {**MEASURED[kernel], **over})
+
+
 def measured_points(kernel: str) -> list[dict]:
     """Every measured time of `kernel`: the speed runs' rows (shipped setting), and the probe's
     variants of this kernel's keys, anchored on the speed runs (module docstring)."""
     speed = speed_ms(kernel)
-    pts = [{"source": f"speed-{i}", "setting": _own(kernel, {}), "T": T, "B": B, "ms": ms[i]}
+    pts = [{"source": f"speed-{i}", "setting": _measured(kernel, {}), "T": T, "B": B, "ms": ms[i]}
            for (T, B), ms in sorted(speed.items()) for i in range(len(ms))]  # fmt: skip
     for name, base in PROBE_BASE.items():
         rows = [json.loads(x) for x in (ROOT / PROBE.format(name)).read_text().splitlines()]
@@ -327,7 +370,7 @@ def measured_points(kernel: str) -> list[dict]:
             if r["variant"].get("fwd_keys") is False or r["variant"].get("bwd_keys") is False:
                 continue
             r["over"] = {**base, **r["variant"]}
-            r["own"] = _own(kernel, r["over"])
+            r["own"] = _measured(kernel, r["over"])
         by_tb: dict[tuple[int, int], list[dict]] = {}
         for r in rows:
             if "own" in r:
@@ -335,12 +378,12 @@ def measured_points(kernel: str) -> list[dict]:
         for (T, B), group in sorted(by_tb.items()):
             # Only rows that change this kernel's keys (or none): the others vary other kernels.
             mine = [r for r in group if set(r["variant"]) <= set(OWN_KEYS[kernel])]
-            ref = [r for r in mine if r["own"] == _own(kernel, {})]
+            ref = [r for r in mine if r["own"] == _measured(kernel, {})]
             if not ref or (T, B) not in speed:
                 continue
             val = (lambda r: r["fwd_ms"]) if kernel == "fwd" else (lambda r: r["fwd_bwd_ms"] - r["fwd_ms"])
             anchor = sum(speed[(T, B)]) / len(speed[(T, B)])
-            seen = [_own(kernel, {})]
+            seen = [_measured(kernel, {})]
             for r in mine:
                 if r["own"] in seen:
                     continue
@@ -430,7 +473,9 @@ def main(argv=None) -> int:
     )
     args = ap.parse_args(argv)
     sass = json.loads(SASS_FILE.read_text()) if SASS_FILE.exists() else {}
-    over = {k: select_sass._value(v) for k, v in (s.split("=", 1) for s in args.set)}
+    # True/False as booleans (keys_div32): the string "False" would be a true constexpr.
+    bools = {"True": True, "False": False}
+    over = {k: bools.get(v, select_sass._value(v)) for k, v in (s.split("=", 1) for s in args.set)}
     from nsa.attention.triton import selected as sel
 
     unknown = sorted(set(over) - set(sel._config(6, 64, LP, arch=90)))
@@ -466,7 +511,9 @@ def main(argv=None) -> int:
             ln = launch(kernel, int(T), int(B), st, c, shape)
             r = {"setting": own, "T": int(T), "B": int(B), "kernel": kernel, "registers": c["registers"],
                  "spill": c["spill"], "smem": c["smem"], **ln}  # fmt: skip
-            print(json.dumps({**predict([r], f)[0], "form": args.form, "triton": c["triton"]}), flush=True)
+            ops = {"step_ops": c["paths"]["step_ops"]} if "step_ops" in c["paths"] else {}  # recorded: none
+            row = {**predict([r], f)[0], "form": args.form, "triton": c["triton"], **ops}
+            print(json.dumps(row), flush=True)
     return 0
 
 

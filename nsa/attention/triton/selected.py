@@ -218,10 +218,15 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # suite's bf16 bound); ptxas: no spills (bench/RESULTS.md).
         "pdq_bits": 32,
         "warps_keys": 4 if DP <= 64 else 8,
-        # The keys kernel's row token by an int32 division within its (batch, KV head) instead of the
-        # int64 (pos // NK) % T (selected_keys_bwd.py `_dkdv_walk` DIV32): a probe switch, off as the
-        # GPU measured it; bench/keys_proxy.py prices it (bench/RESULTS.md).
-        "keys_div32": False,
+        # The key-major kernels' rows in 32 bits (selected_keys_bwd.py `_pair_rows32`: the step index,
+        # the token by a 32-bit multiply-high within the (batch, KV head), the partial row) and
+        # the key mask folded into the causal test, instead of the int64 step index and
+        # (pos // NK) % T the GPU runs measured: bitwise the same outputs and gradients (interpreter
+        # test); ptxas: no spill. On by bench/keys_proxy.py's word, unmeasured: the keys backward at
+        # M7C 8k x 8 on an H200 (triton 3.6 sm_90) 1406 -> 654 SASS a step, 4.29 -> 2.68 ms (4.53
+        # measured at False); the forward 1682 -> 1386 SASS a step (bench/RESULTS.md "keysdiv").
+        # False is a bench/kernel_probe.py variant.
+        "keys_div32": True,
         "BM_merge": 64 if DP <= 64 else 32,
         "warps_merge": 4,
         "BM_delta": 64,

@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from nsa.attention.triton.selected_keys_bwd import _block_keys, _pair_rows, _segment
+from nsa.attention.triton.selected_keys_bwd import _block_keys, _magic32, _pair_rows, _pair_rows32, _segment
 
 # As in selected.py: tl.reduce with triton's own combine functions (cheaper under the interpreter).
 _max_combine = tl.standard._elementwise_max
@@ -51,11 +51,14 @@ def _sel_fwd_keys_kernel(
     Q, K, V, ORDER, START, SEG_END, PO, PL,
     T, NS, NK, NBLK, NSEARCH, S, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
-    DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr,
+    DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr, DIV32: tl.constexpr,
 ):  # fmt: skip
     # One program: BN keys (chunk nb) of one selection block against one segment (<= S pairs) of the
     # pairs that listed it; the walk is _sel_bwd_dkdv_kernel's (binary search for the block owning
     # segment s_id, then its pairs lo..hi), rows of a step are BR couples r -> (pair r // G, head r % G).
+    # DIV32 (`_config`'s keys_div32, as the keys backward): the rows' step index, token and partial
+    # row in 32 bits (`_pair_rows32`) and the key mask folded into the causal test; else the path the
+    # GPU runs measured (an int64 step index, the rows' partial row pos * G + g in int64).
     s_id = tl.program_id(0)
     nb = tl.program_id(1)
     blk, lo, hi, _ = _segment(SEG_END, START, s_id, NBLK, NSEARCH, S)
@@ -69,13 +72,26 @@ def _sel_fwd_keys_kernel(
     PO += nb.to(tl.int64) * npos * G * D
     PL += nb.to(tl.int64) * npos * G
     r = tl.arange(0, BR)
-    nrows = (hi - lo) * G
+    if DIV32:
+        PO += bh * T * NK * G * D  # _pair_rows32 counts this (batch, KV head)'s rows from 0
+        PL += bh * T * NK * G
+        kcol = tl.where(kmask, kpos, T)  # a masked key: a column past every token
+        nrows = (hi - lo).to(tl.int32) * G
+        nkm, nkl = _magic32(NK)
+    else:
+        nrows = (hi - lo) * G
     for r0 in range(0, nrows, BR):
-        rm, g, pos, tq = _pair_rows(ORDER, lo, r0 + r, nrows, bh, T, NK, G, True)  # int32 division
+        if DIV32:
+            rm, g, prow, tq = _pair_rows32(ORDER, lo, r0 + r, nrows, bh, T, NK, nkm, nkl, G)
+        else:
+            rm, g, pos, tq = _pair_rows(ORDER, lo, r0 + r, nrows, bh, T, NK, G, True)  # int32 division
         qoff = (tq * G + g)[:, None] * D + d[None, :]
         q = tl.load(Q + qoff, mask=rm[:, None] & dm[None, :], other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-        ok = kmask[None, :] & (kpos[None, :] <= tq[:, None])
+        if DIV32:
+            ok = kcol[None, :] <= tq[:, None]  # masked rows are not stored
+        else:
+            ok = kmask[None, :] & (kpos[None, :] <= tq[:, None])
         s = tl.where(ok, s, float("-inf"))
         m = tl.reduce(s, 1, _max_combine)
         m = tl.where(m == float("-inf"), 0.0, m)  # a row without a key of this chunk: p = 0 below
@@ -84,7 +100,10 @@ def _sel_fwd_keys_kernel(
         has = l_i > 0
         o = tl.dot(p.to(v.dtype), v, input_precision=PREC) / tl.where(has, l_i, 1.0)[:, None]
         lse = tl.where(has, m + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
-        row = pos * G + g
+        if DIV32:
+            row = prow.to(tl.int64)
+        else:
+            row = pos * G + g
         tl.store(
             PO + row[:, None] * D + d[None, :], o.to(PO.dtype.element_ty), mask=rm[:, None] & dm[None, :]
         )
@@ -232,7 +251,7 @@ def keys_forward(
     pl = torch.empty(nb, BH * T * NK, G, dtype=torch.float32, device=q.device)
     _sel_fwd_keys_kernel[(nseg, nb)](
         q, k, v, order, start, seg_end, po, pl, T, ns, NK, BH * ns, (BH * ns).bit_length() + 1, S, scale,
-        G=G, D=D, LP=LP, DP=cfg["DP"], BN=cfg["BN"], BR=cfg["BR_f"], PREC=prec,
+        G=G, D=D, LP=LP, DP=cfg["DP"], BN=cfg["BN"], BR=cfg["BR_f"], PREC=prec, DIV32=cfg["keys_div32"],
         num_warps=cfg["warps_fk"], num_stages=cfg["stages_fk"],
     )  # fmt: skip
     _sel_fwd_merge_kernel[(triton.cdiv(T, cfg["TM"]), BH)](
@@ -249,7 +268,8 @@ def keys_fwd_gpucheck_rows(cfg: dict, G: int, D: int, LP: int, dt: str, prec: st
     """gpucheck rows (name, kernel, argument types, constexprs, warps, stages) of `keys_forward`'s four
     kernels, with its exact launch settings; selected.gpucheck_specs adds them where fwd_keys holds."""
     ptr, f32, i32, i64, i8 = f"*{dt}", "*fp32", "i32", "*i64", "*i8"
-    fk_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR_f"], "PREC": prec}
+    fk_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR_f"], "PREC": prec,
+                 "DIV32": cfg["keys_div32"]}  # fmt: skip
     fk_args = dict(
         Q=ptr, K=ptr, V=ptr, ORDER=i64, START=i64, SEG_END=i64, PO=ptr, PL=f32,
         T=i32, NS=i32, NK=i32, NBLK=i32, NSEARCH=i32, S=i32, sm_scale="fp32",

@@ -90,7 +90,9 @@ def _pair_rows(ORDER, lo, rr, nrows, bh, T, NK, G: tl.constexpr, DIV32: tl.const
     """Rows `rr` of a segment's step, row r = (pair lo + r // G, head r % G): (in range, head, the
     pair's flat table position, its query token within this (batch, KV head)). DIV32: the token by an
     int32 division of the position within this (batch, KV head) (T * NK < 2**31 there; masked rows get
-    a negative token, and their loads and stores are masked off); else the int64 (pos // NK) % T."""
+    a negative token, and their loads and stores are masked off); else the int64 (pos // NK) % T.
+    The kernels' path at `_config`'s keys_div32 False (what the GPU runs measured); `_pair_rows32`
+    otherwise."""
     rm = rr < nrows
     g = rr % G
     pos = tl.load(ORDER + lo + rr // G, mask=rm, other=0)
@@ -99,6 +101,43 @@ def _pair_rows(ORDER, lo, rr, nrows, bh, T, NK, G: tl.constexpr, DIV32: tl.const
     else:
         tq = ((pos // NK) % T).to(tl.int32)
     return rm, g, pos, tq
+
+
+@triton.jit
+def _magic32(NK):
+    """(m, l), uint32 scalars, with x // NK == umulhi(2 * x, m) >> l for every 0 <= x < 2**31: the
+    round-up method of Granlund and Montgomery (1994) at N = 31 bits, l = ceil(log2 NK),
+    m = floor(2**(31 + l) / NK) + 1 < 2**32. Why exact: m * NK = 2**(31 + l) + e with 0 < e <= NK <=
+    2**l, so x * m / 2**(31 + l) = x / NK + x * e / (NK * 2**(31 + l)), the second term < 1 / NK, less
+    than x / NK's distance to the next integer. Once a program (a 64-bit scalar division), so a row's
+    token costs a multiply-high and a shift instead of a division's ~8 instructions."""
+    lg = NK * 0
+    for k in range(0, 31):
+        lg += ((1 << k) < NK).to(tl.int32)
+    m = (tl.full([], 1, tl.int64) << (31 + lg)) // NK + 1
+    return m.to(tl.uint32), lg.to(tl.uint32)
+
+
+@triton.jit
+def _div32(x, m, lg):
+    """x // NK for uint32 x < 2**31, (m, lg) = `_magic32(NK)`: int32."""
+    return (tl.umulhi(x * 2, m) >> lg).to(tl.int32)
+
+
+@triton.jit
+def _pair_rows32(ORDER, lo, rr, nrows, bh, T, NK, NKM, NKL, G: tl.constexpr):
+    """`_pair_rows` in 32 bits (`_config`'s keys_div32): rr and nrows int32 (a segment has at most
+    S * G rows); (in range, head, the row's index x * G + g among the partials' rows, its query token
+    x // NK), x the pair's position within this (batch, KV head), divided by NK with `_magic32`'s
+    (NKM, NKL) (x < T * NK < 2**31). The row index counts from this (batch, KV head)'s first partial
+    row: the caller adds bh * T * NK * G to its pointer. Bounds: x * G + g < T * NK * G < 2**32 (past
+    it one (batch, KV head)'s fp32 partials alone would pass 256 GB at D 16). Masked rows: token 0,
+    row g (their loads and stores are masked off; a kernel that tests the token masks it itself)."""
+    rm = rr < nrows
+    g = rr % G
+    pos = tl.load(ORDER + lo + rr // G, mask=rm, other=0)
+    x = tl.where(rm, pos - bh * T * NK, 0).to(tl.uint32)
+    return rm, g, x * G + g, _div32(x, NKM, NKL)
 
 
 @triton.jit
@@ -119,11 +158,12 @@ def _dkdv_walk(
     one product a step, the rows' dQ partial (dS @ K) * scale in fp32, stored to PDQ[nb, ORDER[p]]
     (NP = BH*T*NK table positions: a pair listed twice is two positions, each written once); without
     it (`_sel_bwd_dkdv_kernel`, whose dQ runs query-major) PDQ and NP are not touched. DIV32
-    (`_config`'s keys_div32, a probe switch, off by default): a row's token from its position within
-    this (batch, KV head), an int32 division, as the key-major forward takes it, instead of the int64
-    (pos // NK) % T, whose division compiles to a branch, a 32-bit fast path and a slow-path call
-    per row a thread holds (bench/keys_proxy.py: 12 of them a step, ~18 % of its SASS at BR 64).
-    Same token: T * NK < 2**31 within one (batch, KV head)."""
+    (`_config`'s keys_div32, on for the keys backward; the dK/dV kernel passes False): a step's rows
+    in 32 bits (`_pair_rows32`) and the key mask folded into the causal test, instead of the int64
+    step index (the pair bounds are int64, so r // G was a 64-bit division by a constant) and
+    (pos // NK) % T, whose divisions compile to a branch, a 32-bit fast path and a slow-path call per
+    row a thread holds (bench/keys_proxy.py: 1406 -> 654 SASS a step at M7C, triton 3.6 sm_90). Same
+    tokens and rows, so bitwise the same partials."""
     s_id = tl.program_id(0)
     nb = tl.program_id(1)
     blk, lo, hi, used = _segment(SEG_END, START, s_id, NBLK, NSEARCH, S)
@@ -137,13 +177,25 @@ def _dkdv_walk(
     DELTA += bh * T * G
     if WRITE_DQ:
         PDQ += nb.to(tl.int64) * NP * G * D
+        if DIV32:
+            PDQ += bh * T * NK * G * D  # _pair_rows32 counts this (batch, KV head)'s rows from 0
     qk_scale = sm_scale * 1.4426950408889634
     dk = tl.zeros([BN, DP], tl.float32)
     dv = tl.zeros([BN, DP], tl.float32)
     r = tl.arange(0, BR)
-    nrows = (hi - lo) * G
+    if DIV32:
+        # A key masked off (past the block or T) gets a column past every token: with the rows' own
+        # mask folded into their token, one compare an element instead of three masks.
+        kcol = tl.where(kmask, kpos, T)
+        nrows = (hi - lo).to(tl.int32) * G
+        nkm, nkl = _magic32(NK)
+    else:
+        nrows = (hi - lo) * G
     for r0 in range(0, nrows, BR):
-        rm, g, pos, tq = _pair_rows(ORDER, lo, r0 + r, nrows, bh, T, NK, G, DIV32)
+        if DIV32:
+            rm, g, prow, tq = _pair_rows32(ORDER, lo, r0 + r, nrows, bh, T, NK, nkm, nkl, G)
+        else:
+            rm, g, pos, tq = _pair_rows(ORDER, lo, r0 + r, nrows, bh, T, NK, G, False)
         qrow = tq * G + g
         qoff = qrow[:, None] * D + d[None, :]
         qm = rm[:, None] & dm[None, :]
@@ -152,7 +204,10 @@ def _dkdv_walk(
         lse = tl.load(LSE + qrow, mask=rm, other=0.0)
         delta = tl.load(DELTA + qrow, mask=rm, other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-        ok = rm[:, None] & kmask[None, :] & (kpos[None, :] <= tq[:, None])
+        if DIV32:
+            ok = kcol[None, :] <= tl.where(rm, tq, -1)[:, None]
+        else:
+            ok = rm[:, None] & kmask[None, :] & (kpos[None, :] <= tq[:, None])
         p = tl.where(ok, tl.exp2(s - lse[:, None]), 0.0)
         dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
         dp = tl.dot(do, tl.trans(v), input_precision=PREC)
@@ -163,7 +218,10 @@ def _dkdv_walk(
             # Rounded to PDQ's dtype (fp32, or q's 16-bit one with pdq_bits 16: `pdq_dtype`) once,
             # here; the merge sums in fp32.
             dq = dq.to(PDQ.dtype.element_ty)
-            tl.store(PDQ + (pos * G + g)[:, None] * D + d[None, :], dq, mask=qm)
+            if DIV32:
+                tl.store(PDQ + prow.to(tl.int64)[:, None] * D + d[None, :], dq, mask=qm)
+            else:
+                tl.store(PDQ + (pos * G + g)[:, None] * D + d[None, :], dq, mask=qm)
     poff = (s_id.to(tl.int64) * LP + nb * BN + n)[:, None] * DP + d[None, :]
     pm = ((nb * BN + n) < tl.where(used, LP, 0))[:, None]  # spare segments store nothing
     tl.store(PDK + poff, dk * sm_scale, mask=pm)

@@ -49,6 +49,8 @@ def test_step_path_takes_the_fast_path_and_jumps_over_the_slow_call():
     assert p["step"]["insns"] == 8
     assert (p["step"]["mma"], p["step"]["lds_sts"], p["step"]["mufu"]) == (1, 1, 1)
     assert p["loop_static"]["insns"] == 10
+    want = {"mma": 1, "float": 1, "int": 1, "smem": 1, "predicate": 1, "branch": 3}
+    assert p["step_ops"] == {**dict.fromkeys([*kp.OPCLASSES, "int"], 0), **want}
 
 
 @pytest.mark.parametrize("T", [2048, 8192, 65536])
@@ -97,16 +99,23 @@ def test_modelled_counts_match_a_random_table_built_as_top_blocks_builds_it():
 def test_measured_points_anchor_the_probe_on_the_speed_runs():
     pts = kp.measured_points("bwd")
     speed = [p for p in pts if p["source"].startswith("speed")]
-    assert len(speed) == 10 and all(p["setting"] == {"BR_keys": 64} for p in speed)
+    # The runs measured the int64 token division (keys_div32 False, no longer the default).
+    assert len(speed) == 10 and all(p["setting"] == {"BR_keys": 64, "keys_div32": False} for p in speed)
     tune = [p for p in pts if p["source"] == "probe-tune" and p["T"] == 8192]
-    br32 = next(p for p in tune if p["setting"] == {"BR_keys": 32})
+    br32 = next(p for p in tune if p["setting"] == {"BR_keys": 32, "keys_div32": False})
     # (13.6852 - 4.0521) - (10.204 - 4.1288) over the speed runs' mean at 8k (4.528, 4.577).
     assert br32["ms"] == pytest.approx((4.528 + 4.577) / 2 + 9.6331 - 6.0752, abs=1e-3)
     # Variants of other kernels' keys (BR_f, warps_m) are not points of this one.
     assert all(set(p["setting"]) <= set(kp.OWN_KEYS["bwd"]) for p in pts)
     fwd = kp.measured_points("fwd")
-    assert {json_key(p["setting"]) for p in fwd} == {"BR_f=128", "BR_f=64", "BR_f=32", "BR_f=64,warps_fk=8",
-                                                      "BR_f=64,stages_fk=2"}  # fmt: skip
+    want = [
+        {"BR_f": 128},
+        {"BR_f": 64},
+        {"BR_f": 32},
+        {"BR_f": 64, "warps_fk": 8},
+        {"BR_f": 64, "stages_fk": 2},
+    ]
+    assert {json_key(p["setting"]) for p in fwd} == {json_key({**w, "keys_div32": False}) for w in want}
 
 
 def json_key(setting: dict) -> str:
@@ -153,3 +162,13 @@ def test_the_committed_calibration_and_a_bad_key(capsys):
     with pytest.raises(SystemExit) as e:
         kp.main(["--predict", "m7c:8192:8", "--set", "BR_key=32"])
     assert e.value.code == 2 and "BR_key" in capsys.readouterr().err
+
+
+def test_set_parses_booleans_and_keys_div32_false_prices_the_measured_build(capsys):
+    """--set keys_div32=False is the boolean (the string "False" would compile as a true constexpr):
+    the measured build's setting, priced from its recorded SASS counts (no compile), as measured."""
+    assert kp.main(["--kernel", "bwd", "--predict", "m7c:8192:8", "--set", "keys_div32=False"]) == 0
+    rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    (pred,) = [r for r in rows if "prediction" in r]
+    assert pred["setting"] == {"BR_keys": 64, "keys_div32": False}
+    assert (pred["step_insns"], pred["registers"], pred["proxy_ms"]) == (1406, 252, 4.285)

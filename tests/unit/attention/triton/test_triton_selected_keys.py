@@ -142,7 +142,7 @@ def test_merge_reads_only_written_partials_and_runs_are_bitwise_equal():
     ns = -(-T // lp)
     tkeys._sel_fwd_keys_kernel[(nseg, nb)](
         q, k, v, order, start, seg_end, po, pl, T, ns, n, ns, ns.bit_length() + 1, S, 0.3,
-        G=G, D=D, LP=lp, DP=cfg["DP"], BN=cfg["BN"], BR=cfg["BR_f"], PREC="ieee",
+        G=G, D=D, LP=lp, DP=cfg["DP"], BN=cfg["BN"], BR=cfg["BR_f"], PREC="ieee", DIV32=cfg["keys_div32"],
     )  # fmt: skip
     out, lse = torch.empty_like(q), torch.empty(1, 1, T, G)
     tkeys._sel_fwd_merge_kernel[(-(-T // cfg["TM"]), 1)](
