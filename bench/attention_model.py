@@ -206,6 +206,9 @@ WHAT_IF = {
     # the key-major backward's dQ partials in bf16 (selected.py `_config` "pdq_bits": 16, a probe
     # switch): PDQ's bytes halved in the keys kernel's write and the dQ merge's read
     "pdq_16bit": {"pdq_bits": 16},
+    # the key-major kernels' rows in 64 bits, as every GPU run measured them (keys_div32 ships on the
+    # proxy's word: CONFIG_FACTOR "sel_keys_bwd@div32"): how much of the prediction rests on it
+    "keys_div32_off": {"keys_div32": False},
     "before_forced_tiles": {"forced_tiles": False},  # every entry query-major (before 2026-11-25)
     # the kernels of the first H100 run
     "before_split": {"split_cmp_fwd": False, "warps_dkdv": 8, "fwd_keys": False, "bwd_keys": False},

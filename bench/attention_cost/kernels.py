@@ -72,6 +72,7 @@ def ours(
     bwd_keys: bool | None = None,
     index_once: bool | None = None,
     pdq_bits: int | None = None,
+    keys_div32: bool | None = None,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     balanced_dkv=False the
@@ -101,7 +102,10 @@ def ours(
     the backward); False: as every committed run measured it, the backward's own int64 sort in ~16
     aten ops (`selected_kernels`); None: what the code ships, False with before_ce226a4 or
     before_2930e5c (builds before it). pdq_bits: the key-major backward's dQ partials, 32 (fp32) or
-    16 (bf16; selected.py `_config` "pdq_bits"); None: what the code ships."""
+    16 (bf16; selected.py `_config` "pdq_bits"); None: what the code ships. keys_div32: the key-major
+    kernels' rows in 32 bits (selected.py `_config` "keys_div32", shipped since keysdiv on
+    bench/keys_proxy.py's word; False: the int64 rows every committed run measured), the keys
+    backward's kind tagged `@div32` on Hopper (CONFIG_FACTOR); None: what the code ships."""
     launch = shipped_launch(s, cc, before_ce226a4, before_2930e5c)
     given = {
         "select_v0": select_v0,
@@ -117,6 +121,7 @@ def ours(
         "fwd_keys": fwd_keys,
         "bwd_keys": bwd_keys,
         "pdq_bits": pdq_bits,
+        "keys_div32": keys_div32,
     }
     launch.update({f: v for f, v in given.items() if v is not None})
     launch["index_once"] = not (before_ce226a4 or before_2930e5c) if index_once is None else index_once

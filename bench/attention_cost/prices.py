@@ -188,11 +188,18 @@ SEL_WARPS: dict[int, float] = {2: 0.655, 4: 1.0}
 #   model prices the 4x tiles ~1.2x slower there than 2 tokens (not measured).
 # - tok_fwd@w2: the token-tile forward at 2 warps where its price is at 8 (head_dim > 64): paper
 #   8k fwd 20.58 vs 31.60 ms, fwd+bwd 74.30 vs 85.34 (the dQ kernel keeps 4 warps).
+# - sel_keys_bwd@div32: the key-major backward's rows in 32 bits (selected.py `_config` keys_div32,
+#   shipped on the proxy's word, NOT measured): bench/keys_proxy.py prices the kernel at 0.625x the
+#   measured build (1406 -> 654 SASS a step, triton 3.6 sm_90; 2.680 / 4.285 ms at M7C 8k x 8, 2.803 /
+#   4.484 at 32k x 2, 2.824 / 4.517 at 64k x 1; bench/RESULTS.md "keysdiv"). Outside the proxy's
+#   calibrated range (0.50e9 warp instructions a launch against 0.87-1.79e9): the what-if
+#   `keys_div32_off` prices the measured path beside it. The forward's cut (1682 -> 1386 a step) is
+#   not priced: its proxy does not calibrate.
 CONFIG_FACTOR: dict[str, float] = {
     "cmp_sel@w2": SEL_WARPS[2], "cmp_sel@w4": SEL_WARPS[4], "cmp_sel@bt2": 0.899,
     "cmp_dkv@w4": 0.613, "tok_fwd@tp4": 1.451, "tok_dq@tp4": 1.387, "tok_fwd@w2": 0.618,
     "cmp_sel32@w2": 0.629, "cmp_sel32@w4": 1.0, "cmp_sel32@h2": 0.951, "cmp_sel32@bt2": 0.569,
-    "cmp_sel32@bt4": 0.581, "sel_keys_bwd@br32": 1.744,
+    "cmp_sel32@bt4": 0.581, "sel_keys_bwd@br32": 1.744, "sel_keys_bwd@div32": 0.625,
 }  # fmt: skip
 # A100: the tensor-core efficiency of each kind stays the published calibration's (EFF["ampere"] of
 # its generic kind: sm_80 runs these tiles as mma.sync, the instruction its peak is quoted for, so
@@ -283,7 +290,8 @@ RUN_BUILDS: dict[str, dict] = {
     "2026-11-26b-h200-probe-keys-final.jsonl": {"before_2930e5c": True, "br_bwd_keys": 64},
     # main at 050ce66: the keys kernels and the int32 selection at its chosen tiles; the backward still
     # sorted its own reverse index (int64 keys, ~16 aten ops; the builds before 2930e5c did too)
-    "2026-11-26b-h200-speed-final.json": {"index_once": False},
+    # (and the key-major kernels' rows in int64: keys_div32 came after)
+    "2026-11-26b-h200-speed-final.json": {"index_once": False, "keys_div32": False},
 }
 
 

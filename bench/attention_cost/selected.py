@@ -176,6 +176,10 @@ def selected_kernels(
                          programs=math.ceil(BH * T * G / 64)))  # fmt: skip
         ks.extend(_bwd_index(fwd_keys, index, entries, BH * ns, once))
         br_tag = "@br32" if launch["br_bwd_keys"] == 32 else ""  # priced at 64 rows a step (the run's)
+        # The rows in 32 bits (keys_div32): a proxy's factor on Hopper (CONFIG_FACTOR); the A100 prices
+        # read the setting's own sm_80 SASS instead, and its published-efficiency what-if never had it.
+        if launch.get("keys_div32") and launch.get("cc") != 80:
+            br_tag += "@div32"
         kwork = {"programs": nseg * nb}
         if launch.get("cc") == 80:  # the A100 price: the kernel's own sm_80 SASS (sass80.py)
             st = {"BR_keys": launch["br_bwd_keys"], "pdq_bits": launch.get("pdq_bits", 32),

@@ -169,7 +169,10 @@ def test_the_compressed_forward_is_two_kernels_at_the_shipped_warps() -> None:
     assert kinds["A100"]["cmp_select"] == "cmp_sel32@w2@h2"
     assert kinds["H100"]["cmp_bwd_dkv"] == kinds["A100"]["cmp_bwd_dkv"] == "cmp_dkv@64@w4"
     assert kinds["H100"]["sel_fwd_keys"] == "sel_keys_fwd@64"
-    assert kinds["H100"]["sel_bwd_keys"] == "sel_keys_bwd@64"  # 64 rows a step on sm_90 (its price's)
+    # 64 rows a step on sm_90 (its price's), the rows in 32 bits (keys_div32: the proxy's factor)
+    assert kinds["H100"]["sel_bwd_keys"] == "sel_keys_bwd@64@div32"
+    int64_rows = {k.name: k.kind for k in m.ours(32768, shape, keys_div32=False)}
+    assert int64_rows["sel_bwd_keys"] == "sel_keys_bwd@64"
     assert kinds["A100"]["sel_bwd_keys"] == "sel_keys_bwd@64@br32"  # 32 on sm_80: x its probed factor
     assert "cmp_fwd_topn" not in kinds["H100"]
     qm = {k.name: k.kind for k in m.ours(32768, shape, fwd_keys=False, bwd_keys=False)}

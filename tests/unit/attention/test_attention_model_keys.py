@@ -152,10 +152,10 @@ def test_the_key_major_kernels_are_priced_from_the_keys_run_plus_their_partials(
             k = ks[name]
             eff = m.EFF["ampere"]["gather_bwd"] if gname == "A100" else m.KEYS_COST[kind]["eff"]
             assert eff == pytest.approx(m.kind_cost(dkdv.kind, gpu)["eff"], rel=0.1)
-            f = m.config_factor(k.kind)  # the backward at 32 rows a step on sm_80 only
-            assert f == (
-                m.CONFIG_FACTOR["sel_keys_bwd@br32"] if (name, gname) == ("sel_bwd_keys", "A100") else 1.0
-            )
+            # the backward at 32 rows a step on sm_80, its rows in 32 bits (keys_div32) on Hopper
+            f = m.config_factor(k.kind)
+            bwd_f = m.CONFIG_FACTOR["sel_keys_bwd@br32" if gname == "A100" else "sel_keys_bwd@div32"]
+            assert f == (bwd_f if name == "sel_bwd_keys" else 1.0)
             assert k.programs / gpu.sms > 8  # no last-wave stretch at 64k
             mma = k.flops / (gpu.peak * eff) * (f if gname != "A100" else 1.0)
             want = mma + 1.25 * f * k.dram / gpu.dram + m.LAUNCH_S
@@ -178,7 +178,8 @@ def test_the_key_major_kernels_are_priced_from_the_keys_run_plus_their_partials(
         qm = {d: ms(T, d, fwd_keys=False, bwd_keys=False) for d in ("fwd", "bwd")}
         assert ms(T, "fwd") < 0.8 * qm["fwd"], T
         assert ms(T, "bwd") < 0.8 * qm["bwd"], T
-        assert ms(T, "bwd", br_bwd_keys=32) == pytest.approx(qm["bwd"], rel=0.15), T
+        # (the probe's build: the rows in int64, keys_div32 False)
+        assert ms(T, "bwd", br_bwd_keys=32, keys_div32=False) == pytest.approx(qm["bwd"], rel=0.15), T
 
 
 def _check_run(run) -> tuple[int, list]:
