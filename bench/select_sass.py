@@ -8,8 +8,8 @@ shuffles (cross-lane reductions), barriers and shared-memory loads/stores (layou
 latency of a latency-bound kernel), 64-bit integer compares, local-memory (spill) loads/stores.
 Registers, spills and shared memory from the same compile's `ptxas -v`. Static counts: an
 instruction inside a data-dependent branch counts once, whether or not it runs; `split` gives the
-paths apart (prologue, epilogue, the loop's always-run part and its branches) for the dynamic count
-of bench/select_proxy.py. Prints one JSON object per line; it asserts nothing.
+paths apart (prologue, epilogue, the loop's always-run part and its branches, also by opcode class)
+for the dynamic count of bench/select_proxy.py. Prints one JSON object per line; it asserts nothing.
 
   .venv/bin/python bench/select_sass.py                              # M7C and paper, sm_80 and sm_90
   .venv/bin/python bench/select_sass.py --shape 6x64 --arch 90 --set select_v0=1   # the kernel before
@@ -26,6 +26,8 @@ import subprocess
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+
+from nsa.attention.gpusuite.modelcheck import load_by_path
 
 SHAPES = {"m7c": (6, 64), "paper": (16, 128)}  # (G, D); l 32, d 16, l' 64, n 16 (configs/m7c_125m.yaml)
 
@@ -121,11 +123,17 @@ def split(lines: list[str]) -> dict:
     inside = set()
     for a, b in regions:
         inside.update(range(a, b))
+    always = [x for k, x in enumerate(insns[lo:hi], lo) if k not in inside]
+    # By opcode class (bench/keys_proxy.py's `opclasses`: integer, float, predicates, moves, memory,
+    # conversions, MMA, sync), for the integer work a cut removes (bench/RESULTS.md "selcut").
+    opclasses = load_by_path("keys_proxy", Path(__file__).with_name("keys_proxy.py")).opclasses
     return {
         "prologue": _classes(insns[:lo]),
         "epilogue": _classes(insns[hi : last_exit + 1]),
-        "always": _classes([x for k, x in enumerate(insns[lo:hi], lo) if k not in inside]),
+        "always": _classes(always),
         "branches": [_classes(insns[a:b]) for a, b in regions],
+        "always_ops": opclasses(always),
+        "branch_ops": [opclasses(insns[a:b]) for a, b in regions],
     }
 
 
