@@ -115,11 +115,11 @@ def _select_tile(top_b, top_j, score, tb, t_end, jb, NS, BJ: tl.constexpr, W: tl
 
 
 @triton.jit
-def _select_tile_cut(top_b, top_j, score, jt, jb, BJ: tl.constexpr, W: tl.constexpr):
+def _select_tile_cut(top_b, top_j, score, jt, j0, BJ: tl.constexpr, W: tl.constexpr):
     """`_select_tile` with its tokens' blocks hoisted (CUT): `jt` is t // l' of each token, -1 past
     the tile's end (no candidate). A block is a candidate iff j <= t // l' (j * l' <= t; then j < Ns,
     as t < T), forced iff a candidate with j == 0 or j >= t // l' - 1: the same keys and merges."""
-    j = jb * BJ + tl.arange(0, BJ)
+    j = j0 + tl.arange(0, BJ)
     cand = j[None, :] <= jt[:, None]
     bits = score.to(tl.int32, bitcast=True) & 0x7FFFFFFF  # drops the sign of -0.0, as eager does
     forced = (j[None, :] == 0) | (j[None, :] >= jt[:, None] - 1)
@@ -223,6 +223,7 @@ def _cmp_select(
         bound = tl.where(row_ok, tl.minimum(tq, (NC - 1) * S + (L - 1)), -1)
         jt_a = tl.where(tb_a < t_end, tb_a // LS, -1)
         jt_b = tl.where(tb_b < t_end, tb_b // LS, -1)
+        j0 = pid_t * 0  # the tile's first block, an int32 of its own (jb's uses widen to 64 bits)
         for jb in range(0, n_blk_tiles):
             k0 = jb * (BJ * R)
             kmask = kc < NC - k0
@@ -242,10 +243,11 @@ def _cmp_select(
                     score_a, score_b = tl.split(tl.permute(tl.reshape(score, [2, TH, BJ]), (1, 2, 0)))
                 else:
                     score_a, score_b = score, score
-                top_ab, top_aj = _select_tile_cut(top_ab, top_aj, score_a, jt_a, jb, BJ, W)
-                top_bb, top_bj = _select_tile_cut(top_bb, top_bj, score_b, jt_b, jb, BJ, W)
+                top_ab, top_aj = _select_tile_cut(top_ab, top_aj, score_a, jt_a, j0, BJ, W)
+                top_bb, top_bj = _select_tile_cut(top_bb, top_bj, score_b, jt_b, j0, BJ, W)
             else:
-                top_ab, top_aj = _select_tile_cut(top_ab, top_aj, score, jt_a, jb, BJ, W)
+                top_ab, top_aj = _select_tile_cut(top_ab, top_aj, score, jt_a, j0, BJ, W)
+            j0 += BJ
     else:  # the measured path (select_cut 0)
         for jb in range(0, n_blk_tiles):
             key = (jb * BJ + cj) * R + cm

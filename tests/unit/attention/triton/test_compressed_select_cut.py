@@ -1,6 +1,6 @@
 """The selection kernel's hoisted 32-bit loop (`_cmp_select` CUT, compressed.py `_config`
-"select_cut") under TRITON_INTERPRET=1: its tables are bitwise those of the loop the H200 measured
-(select_cut 0, a bench/kernel_probe.py variant) on broken inputs (random queries and keys, a row
+"select_cut", shipped from G 3) under TRITON_INTERPRET=1: its tables are bitwise those of the loop
+the H200 measured (select_cut 0, a bench/kernel_probe.py variant) on broken inputs (random queries and keys, a row
 log-sum-exp that is no softmax's, so probabilities above 1 and far tiles that still merge), over
 several (batch, KV head) sequences, T no multiple of l', r = l'/d no power of two (padded key
 columns), 1-token tiles; and the switch reaches the launch.
@@ -50,12 +50,13 @@ def _table(monkeypatch, cut: int, q, kc, lse, bl, d, lp, n):
     return idx, valid
 
 
-# (B, Hkv, T, G, D, l, d, l', n): M7C's group at the paper's geometry (3 key tiles of BJ 16 blocks
-# at T 2100 would be slow: 2 tiles at l' 16); r = 3 (padded to 4) with Eq. 9 reaching back; G 17.
+# (B, Hkv, T, G, D, l, d, l', n): d = 1 makes a key tile 64 tokens (BJ * r = 64 keys), so T 100
+# spans 2 tiles (the carried Eq. 9 neighbour, far tiles); r = 3 (padded to 4 columns) with Eq. 9
+# reaching 3 keys back over 2 tiles, B 2; G 17 (1-token tiles, the top-n's 2nd half empty).
 CASES = [
-    (1, 2, 150, 6, 64, 8, 4, 16, 5),
-    (2, 1, 77, 3, 32, 8, 4, 12, 4),
-    (1, 1, 29, 17, 16, 8, 4, 8, 3),
+    (1, 1, 100, 6, 32, 2, 1, 2, 5),
+    (2, 1, 60, 3, 16, 4, 1, 3, 4),
+    (1, 1, 21, 17, 16, 8, 4, 8, 3),
 ]
 
 
@@ -73,3 +74,13 @@ def test_hoisted_loop_gives_the_measured_loops_tables_bit_for_bit(monkeypatch, c
     # The tables are not trivial: late tokens hold n valid blocks, not only the forced ones.
     assert bool(old[1][..., -1, :].all()) and old[0].shape[-1] == n
     assert len(set(old[0][0, 0, -1].tolist())) == n
+
+
+def test_the_default_is_the_hoisted_loop_except_at_one_or_two_heads_a_token():
+    """select_cut ships where ptxas kept it unspilled without losing resident warps (triton 3.6 and
+    3.9); at G 1-2 the measured loop stays."""
+    for arch in (80, 90):
+        assert tri._config(6, 64, 16, 32, 16, 64, arch)["select_cut"] == 1
+        assert tri._config(16, 128, 16, 32, 16, 64, arch)["select_cut"] == 1
+        assert tri._config(2, 64, 16, 32, 16, 64, arch)["select_cut"] == 0
+        assert tri._config(1, 96, 16, 32, 16, 64, arch)["select_cut"] == 0
