@@ -13,6 +13,7 @@ for the dynamic count of bench/select_proxy.py. Prints one JSON object per line;
 
   .venv/bin/python bench/select_sass.py                              # M7C and paper, sm_80 and sm_90
   .venv/bin/python bench/select_sass.py --shape 6x64 --arch 90 --set select_v0=1   # the kernel before
+  .venv/bin/python bench/select_sass.py --shape 6x64 --arch 90 --set select_cut=0 --paths  # by path and class
   PYTHONPATH=/path/to/triton-3.6 .venv/bin/python bench/select_sass.py              # another triton
 """
 
@@ -195,6 +196,7 @@ def main() -> None:
     ap.add_argument("--shape", action="append", help="GxD (default: m7c 6x64 and paper 16x128)")
     ap.add_argument("--arch", type=int, nargs="+", default=[80, 90])
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a _config key")
+    ap.add_argument("--paths", action="store_true", help="also split()'s paths, by opcode class too")
     args = ap.parse_args()
     over = {k: _value(v) for k, v in (s.split("=", 1) for s in args.set)}
     points = (
@@ -204,7 +206,7 @@ def main() -> None:
     os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"
     for G, D in points:
         for arch in args.arch:
-            print(json.dumps({**compile_select(G, D, arch, over), "set": over}), flush=True)
+            print(json.dumps({**compile_select(G, D, arch, over, paths=args.paths), "set": over}), flush=True)
 
 
 if __name__ == "__main__":
