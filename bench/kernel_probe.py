@@ -12,6 +12,7 @@ head_dim-128 candidates of bench/tiles_d128.py: "paper"); a value "rows:N" for B
   python bench/kernel_probe.py                       # every probe, M7C and paper shapes
   python bench/kernel_probe.py --only cmp_fwd --shapes m7c:8192:8
   python bench/kernel_probe.py --dry-run --only cmp_bwd --shapes paper:8192:2 paper:32768:1   # no GPU
+  python bench/kernel_probe.py --only selected --shapes m7c:8192:8 --match keys_div32 --match pdq_bits
 """
 
 from __future__ import annotations
@@ -176,8 +177,11 @@ SEL_VARIANTS = [
 META = ("kernel", "shape")
 
 
-def _runs_at(over: dict, name: str) -> bool:
-    return over.get("shape", name) == name
+def _runs_at(over: dict, name: str, match: list[str] | None = None) -> bool:
+    """The variant runs at shape `name` and, under --match, names one of `match`'s keys or is a
+    baseline (no key but META's: the shipped config, always timed beside the others in the same run)."""
+    keys = set(over) - set(META)
+    return over.get("shape", name) == name and (not match or not keys or bool(keys & set(match)))
 
 
 def _apply(cfg: dict, over: dict, G: int) -> dict:
@@ -205,11 +209,11 @@ DEFAULT_SHAPES = {
 }
 
 
-def probe_cmp(name, B, T):
+def probe_cmp(name, B, T, match=None):
     Hkv, G, D = SHAPES[name]
     q, kc, vc, _, _ = _inputs(B, T, Hkv, G, D)
     for over in CMP_VARIANTS:
-        if not _runs_at(over, name):
+        if not _runs_at(over, name, match):
             continue
         try:
             ms = _time(_cmp_launch(q, kc, vc, over))
@@ -218,7 +222,7 @@ def probe_cmp(name, B, T):
         yield {"probe": "cmp_fwd", "shape": name, "T": T, "B": B, "variant": over, "ms": ms}
 
 
-def probe_sel(name, B, T):
+def probe_sel(name, B, T, match=None):
     Hkv, G, D = SHAPES[name]
     q, kc, vc, ks, vs = _inputs(B, T, Hkv, G, D)
     scale = D**-0.5
@@ -238,7 +242,7 @@ def probe_sel(name, B, T):
         torch.autograd.grad(fwd(), leaves, dout)
 
     for over in SEL_VARIANTS:
-        if not _runs_at(over, name):
+        if not _runs_at(over, name, match):
             continue
         sel._launch_config = lambda G, D, LP, *a, _o=over: _apply(base(G, D, LP, *a), _o, G)
         try:
@@ -250,7 +254,7 @@ def probe_sel(name, B, T):
         yield {"probe": "selected", "shape": name, "T": T, "B": B, "variant": over, **row}
 
 
-def probe_cmp_bwd(name, B, T):
+def probe_cmp_bwd(name, B, T, match=None):
     Hkv, G, D = SHAPES[name]
     q, kc, vc, _, _ = _inputs(B, T, Hkv, G, D)
     leaves = [t.detach().clone().requires_grad_() for t in (q, kc, vc)]
@@ -259,7 +263,7 @@ def probe_cmp_bwd(name, B, T):
     dout = torch.randn_like(out)
     base = cmp._config
     for over in CMP_BWD_VARIANTS:
-        if not _runs_at(over, name):
+        if not _runs_at(over, name, match):
             continue
         cmp._config = lambda *a, _o=over, **k: _apply(base(*a, **k), _o, G)
         try:
@@ -294,7 +298,7 @@ def _shipped(probe: str, G: int, D: int, arch: int = 90) -> dict:
     return cmp._config(G, D, GEO["n_sel"], GEO["block_len"], GEO["block_stride"], GEO["sel_block"], arch)
 
 
-def dry_run(probes: list[str], shapes: dict[str, list[str]]) -> int:
+def dry_run(probes: list[str], shapes: dict[str, list[str]], match: list[str] | None = None) -> int:
     """Without a GPU: parse every name:T:B and apply every variant to the config it patches, one JSON
     row per (probe, shape, variant) with the keys it changes; exit 2 when a shape does not parse or a
     variant names a key the config lacks (`_apply` would skip it silently: the probe would time the
@@ -312,7 +316,7 @@ def dry_run(probes: list[str], shapes: dict[str, list[str]]) -> int:
                 return 2
             base = _shipped(p, G, D)
             for over in variants[p]:
-                if not _runs_at(over, n):
+                if not _runs_at(over, n, match):
                     continue
                 unknown = sorted(k for k in over if k not in base and k not in META)
                 cfg = _apply(base, over, G)
@@ -333,13 +337,25 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", nargs="*", help="name:T:B (names: m7c, paper); default: per probe, below")
     ap.add_argument("--ncu-target", help="name:T:B: run the ops once (for ncu) and exit")
     ap.add_argument(
+        "--match", action="append", metavar="KEY",
+        help="run only the variants that set KEY (repeatable), plus each probe's baseline (the shipped config)",
+    )  # fmt: skip
+    ap.add_argument(
         "--dry-run", action="store_true",
         help="no GPU: check the shapes parse and every variant applies; print what each changes",
     )  # fmt: skip
     args = ap.parse_args(argv)
+    chosen = args.only or ["cmp_fwd", "cmp_bwd", "selected"]
+    if args.match:  # a misspelt key would run the baselines alone, silently
+        lists = {"cmp_fwd": CMP_VARIANTS, "cmp_bwd": CMP_BWD_VARIANTS, "selected": SEL_VARIANTS}
+        known = {k for p in chosen for over in lists[p] for k in over if k not in META}
+        unknown = sorted(set(args.match) - known)
+        if unknown:
+            print(f"kernel_probe: --match {unknown}: no variant of {chosen} sets it; keys: {sorted(known)}",
+                  file=sys.stderr)  # fmt: skip
+            return 2
     if args.dry_run:
-        probes_ = args.only or ["cmp_fwd", "cmp_bwd", "selected"]
-        return dry_run(probes_, {p: args.shapes or DEFAULT_SHAPES[p] for p in probes_})
+        return dry_run(chosen, {p: args.shapes or DEFAULT_SHAPES[p] for p in chosen}, args.match)
     if not torch.cuda.is_available():
         print("kernel_probe: needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -348,10 +364,10 @@ def main(argv=None) -> int:
         ncu_target(n, int(b), int(t))
         return 0
     probes = {"cmp_fwd": probe_cmp, "cmp_bwd": probe_cmp_bwd, "selected": probe_sel}
-    for p in args.only or list(probes):
+    for p in chosen:
         for spec in args.shapes or DEFAULT_SHAPES[p]:
             n, t, b = spec.split(":")
-            for row in probes[p](n, int(b), int(t)):
+            for row in probes[p](n, int(b), int(t), args.match):
                 print(json.dumps(row), flush=True)
     return 0
 

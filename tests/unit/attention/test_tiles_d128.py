@@ -135,3 +135,19 @@ def test_the_selected_candidate_matches_eager(monkeypatch):
     idx, valid = _odd_table(T, lp, 3, seed=128)
     _assert_grads_match_eager(q, k, v, dout, idx, valid, lp, torch.float32)
     assert (128, 8, False) in seen
+
+
+def test_match_runs_the_variants_that_set_a_key_beside_the_baseline(capsys):
+    """--match KEY keeps each probe's baseline (the shipped config, timed in the same run) and the
+    variants that set KEY, at the shapes they run at; a key no variant sets exits 2 before any run."""
+    probe = load_bench("kernel_probe")
+    rc = probe.main(["--dry-run", "--only", "selected", "--shapes", "m7c:8192:8", "paper:8192:2",
+                     "--match", "keys_div32", "--match", "tok_pipe"])  # fmt: skip
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rc == 0
+    by_shape = {n: [r["variant"] for r in rows if r["shape"] == n] for n in ("m7c", "paper")}
+    assert by_shape["m7c"][0] == {} and by_shape["paper"][0] == {}
+    assert by_shape["m7c"][1:] and all("keys_div32" in v for v in by_shape["m7c"][1:])
+    assert len(by_shape["paper"][1:]) == 4 and all("tok_pipe" in v for v in by_shape["paper"][1:])
+    assert probe.main(["--dry-run", "--only", "selected", "--match", "keys_div33"]) == 2
+    assert "keys_div33" in capsys.readouterr().err

@@ -1,0 +1,46 @@
+"""scripts/gpu-probes.sh, the GPU probe queue: every step's kernel_probe arguments name variants that
+exist (a typo would spend a scarce GPU lease timing the baseline alone), checked without a GPU."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+
+from tests.fixtures.bench import load_bench
+
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "gpu-probes.sh"
+
+
+def _queue(tmp_path) -> list[tuple[str, int, list[str]]]:
+    out = subprocess.run([str(SCRIPT), str(tmp_path), "--list"], capture_output=True, text=True, check=True)
+    rows = []
+    for line in out.stdout.splitlines():
+        name, limit, args = line.split(" ", 2)
+        rows.append((name, int(limit), shlex.split(args)))
+    return rows
+
+
+def test_every_step_of_the_queue_runs_real_variants_beside_the_baseline(tmp_path, capsys):
+    probe = load_bench("kernel_probe")
+    queue = _queue(tmp_path)
+    assert [n for n, _, _ in queue][:2] == ["keys_div32", "select_warps"]  # most wanted first
+    assert sum(limit for _, limit, _ in queue) <= 900  # at most the 15 minutes a lease has
+    for name, _, args in queue:
+        capsys.readouterr()
+        assert probe.main([*args, "--dry-run"]) == 0, name
+        rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        for shape in {r["shape"] for r in rows}:
+            here = [r for r in rows if r["shape"] == shape]
+            assert any(r["changes"] == {} for r in here), (name, shape)  # the baseline
+            assert any(r["changes"] for r in here), (name, shape)  # and a variant that changes something
+
+
+def test_bad_arguments_exit_2_and_start_nothing(tmp_path):
+    for args in (["--budget", "5"], ["--budget", "x"], ["--bogus"], []):
+        run = subprocess.run([str(SCRIPT), *([str(tmp_path / "o")] if args != [] else []), *args],
+                             capture_output=True, text=True)  # fmt: skip
+        assert run.returncode == 2, args
+        assert run.stderr.strip(), args
+    assert not (tmp_path / "o").exists()
