@@ -101,6 +101,10 @@ CMP_VARIANTS = [
     # 3.6: 28 % fewer SASS a FLOP of the main loop than the shipped 64 x 32 at 4 warps, half the K/V
     # bytes a FLOP). 64 x 64 at 4 warps (20 % fewer) spills 12 B on sm_80 at G 1/2/5/6 x D 128.
     {"kernel": "attend", "shape": "paper", "bm_fwd": 128, "bn_fwd": 64, "warps_fwd": 8},
+    # The selection's key-tile loop as the H200 measured it (2026-11-26b), before its integer work
+    # went 32-bit and hoisted (select_cut, shipped from G 3; bench/select_proxy.py predicts the cut
+    # 11-13 % faster at M7C 8k-64k, 6-7 % at the paper's shape; bench/RESULTS.md "selcut").
+    {"kernel": "select", "select_cut": 0},
 ]
 
 # The compressed backward (dQ, dK/dV, the partial sum): keys of compressed._config; "x2" doubles one.

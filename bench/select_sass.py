@@ -8,11 +8,12 @@ shuffles (cross-lane reductions), barriers and shared-memory loads/stores (layou
 latency of a latency-bound kernel), 64-bit integer compares, local-memory (spill) loads/stores.
 Registers, spills and shared memory from the same compile's `ptxas -v`. Static counts: an
 instruction inside a data-dependent branch counts once, whether or not it runs; `split` gives the
-paths apart (prologue, epilogue, the loop's always-run part and its branches) for the dynamic count
-of bench/select_proxy.py. Prints one JSON object per line; it asserts nothing.
+paths apart (prologue, epilogue, the loop's always-run part and its branches, also by opcode class)
+for the dynamic count of bench/select_proxy.py. Prints one JSON object per line; it asserts nothing.
 
   .venv/bin/python bench/select_sass.py                              # M7C and paper, sm_80 and sm_90
   .venv/bin/python bench/select_sass.py --shape 6x64 --arch 90 --set select_v0=1   # the kernel before
+  .venv/bin/python bench/select_sass.py --shape 6x64 --arch 90 --set select_cut=0 --paths  # by path and class
   PYTHONPATH=/path/to/triton-3.6 .venv/bin/python bench/select_sass.py              # another triton
 """
 
@@ -26,6 +27,8 @@ import subprocess
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+
+from nsa.attention.gpusuite.modelcheck import load_by_path
 
 SHAPES = {"m7c": (6, 64), "paper": (16, 128)}  # (G, D); l 32, d 16, l' 64, n 16 (configs/m7c_125m.yaml)
 
@@ -121,11 +124,17 @@ def split(lines: list[str]) -> dict:
     inside = set()
     for a, b in regions:
         inside.update(range(a, b))
+    always = [x for k, x in enumerate(insns[lo:hi], lo) if k not in inside]
+    # By opcode class (bench/keys_proxy.py's `opclasses`: integer, float, predicates, moves, memory,
+    # conversions, MMA, sync), for the integer work a cut removes (bench/RESULTS.md "selcut").
+    opclasses = load_by_path("keys_proxy", Path(__file__).with_name("keys_proxy.py")).opclasses
     return {
         "prologue": _classes(insns[:lo]),
         "epilogue": _classes(insns[hi : last_exit + 1]),
-        "always": _classes([x for k, x in enumerate(insns[lo:hi], lo) if k not in inside]),
+        "always": _classes(always),
         "branches": [_classes(insns[a:b]) for a, b in regions],
+        "always_ops": opclasses(always),
+        "branch_ops": [opclasses(insns[a:b]) for a, b in regions],
     }
 
 
@@ -187,6 +196,7 @@ def main() -> None:
     ap.add_argument("--shape", action="append", help="GxD (default: m7c 6x64 and paper 16x128)")
     ap.add_argument("--arch", type=int, nargs="+", default=[80, 90])
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a _config key")
+    ap.add_argument("--paths", action="store_true", help="also split()'s paths, by opcode class too")
     args = ap.parse_args()
     over = {k: _value(v) for k, v in (s.split("=", 1) for s in args.set)}
     points = (
@@ -196,7 +206,7 @@ def main() -> None:
     os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"
     for G, D in points:
         for arch in args.arch:
-            print(json.dumps({**compile_select(G, D, arch, over), "set": over}), flush=True)
+            print(json.dumps({**compile_select(G, D, arch, over, paths=args.paths), "set": over}), flush=True)
 
 
 if __name__ == "__main__":

@@ -369,6 +369,14 @@ def _config(
         # 1: launch `_cmp_select_v0` (compressed_select_v0.py, the kernel before 2026-11-26b) at its own
         # shipped settings instead, for the GPU probe's comparison (bench/kernel_probe.py).
         "select_v0": 0,
+        # 1: `_cmp_select`'s loop with its integer work in 32 bits and hoisted (CUT; the same tables
+        # bit for bit): 15-24 % fewer SASS a key tile, bench/select_proxy.py -11 to -13 % at M7C 8k-64k
+        # on an H200 (paper shape -6 %), no spill and no point with fewer warps an SM over gpucheck's
+        # grid on triton 3.6 and 3.9, sm_80 and sm_90 (bench/RESULTS.md "selcut"); unmeasured. Not at
+        # 1-2 heads a token (gpf 2): there triton 3.9 spilled 12 B on sm_90 (D 64) and took 140
+        # registers on sm_80 (D 96, 12 warps an SM instead of 16). 0: the loop the H200 measured
+        # (2026-11-26b; the same SASS as before), a probe variant (bench/kernel_probe.py).
+        "select_cut": 0 if gpf <= 2 else 1,
         # The selection kernel: its top-n merge is latency-bound, so fewer warps a program (more
         # programs per SM) ran it faster on an H200 (bench/kernel_probe.py, 2026-11-26): M7C at 64k
         # 39.1 / 20.2 / 13.3 ms with 8 / 4 / 2 warps (and 11.9 with 2 warps and 2 tokens a tile), the
@@ -436,7 +444,7 @@ def launch_select(
         )
         return
     _cmp_select[(triton.cdiv(T, c["bt_sel"]), B * Hkv)](
-        *args, BT=c["bt_sel"], SP=c["SP"], HALVES=c["halves_sel"], **geo, num_warps=c["warps_sel"],
+        *args, BT=c["bt_sel"], SP=c["SP"], HALVES=c["halves_sel"], CUT=c["select_cut"], **geo, num_warps=c["warps_sel"],
         num_stages=2, **({"maxnreg": c["maxnreg_sel"]} if c["maxnreg_sel"] else {}),
     )  # fmt: skip
 
@@ -606,6 +614,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         "SP": c["SP"],
         "W": c["W"],
         "HALVES": c["halves_sel"],
+        "CUT": c["select_cut"],
         "LS": shape.sel_block,
     }
     dq_sig = {

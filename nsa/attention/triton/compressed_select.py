@@ -115,6 +115,22 @@ def _select_tile(top_b, top_j, score, tb, t_end, jb, NS, BJ: tl.constexpr, W: tl
 
 
 @triton.jit
+def _select_tile_cut(top_b, top_j, score, jt, j0, BJ: tl.constexpr, W: tl.constexpr):
+    """`_select_tile` with its tokens' blocks hoisted (CUT): `jt` is t // l' of each token, -1 past
+    the tile's end (no candidate). A block is a candidate iff j <= t // l' (j * l' <= t; then j < Ns,
+    as t < T), forced iff a candidate with j == 0 or j >= t // l' - 1: the same keys and merges."""
+    j = j0 + tl.arange(0, BJ)
+    cand = j[None, :] <= jt[:, None]
+    bits = score.to(tl.int32, bitcast=True) & 0x7FFFFFFF  # drops the sign of -0.0, as eager does
+    forced = (j[None, :] == 0) | (j[None, :] >= jt[:, None] - 1)
+    kb = tl.where(cand, tl.where(forced, 0x7F800000, bits), -1)
+    floor = tl.maximum(tl.min(top_b, axis=1), 0)  # see _select_tile
+    if tl.max((kb >= floor[:, None]).to(tl.int32)) > 0:
+        top_b, top_j = _merge_top(top_b, top_j, kb, j, W, BJ)
+    return top_b, top_j
+
+
+@triton.jit
 def _store_top(IDX, VALID, top_b, top_j, tb, t_end, K_SEL, W: tl.constexpr):
     """The table rows of tokens `tb` (< t_end): idx, and valid where a key was placed (idx 0 else)."""
     slot = tl.arange(0, W)
@@ -151,6 +167,7 @@ def _cmp_select(
     S: tl.constexpr,
     LS: tl.constexpr,
     PREC: tl.constexpr,
+    CUT: tl.constexpr = 0,
 ):
     """Block selection [Eq. 9-11] for BT tokens (all G heads of each as rows, padded to GP): per key
     tile of BJ selection blocks (r = l'/d keys each, padded to RP), the final probabilities from the
@@ -195,23 +212,62 @@ def _cmp_select(
     top_bb = tl.full([TH, W], -1, tl.int32)
     top_bj = tl.zeros([TH, W], tl.int32)
     prev = tl.zeros([BT, BJ * RP], tl.float32)
-    for jb in range(0, n_blk_tiles):
-        key = (jb * BJ + cj) * R + cm
-        key_ok = (cm < R) & (key < NC)
-        k = tl.load(K + key[:, None] * D + dcol[None, :], mask=key_ok[:, None] & dmask[None, :], other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-        vis = row_ok[:, None] & key_ok[None, :] & (key[None, :] * S + (L - 1) <= tq[:, None])
-        p = tl.where(vis, tl.exp2(s - lse[:, None]), 0.0)
-        score, prev = _block_scores(p, prev, BT, GP, BJ, RP, SP, A, R)
-        if HALVES:
-            if BT > 1:
-                score_a, score_b = tl.split(tl.permute(tl.reshape(score, [2, TH, BJ]), (1, 2, 0)))
+    if CUT:
+        # The loop's integer work in 32 bits, with what is loop-invariant hoisted (bench/RESULTS.md
+        # "selcut"): a column's key is k0 + kc (k0 = jb * BJ * R, a scalar), and causal visibility
+        # with key < NC is one compare an element against a per-row bound (padded heads and tokens
+        # >= T: -1, no key visible). Hoisting kc * S or the load's offsets too, or carrying the
+        # W-th key between tiles, cost 4-33 registers (fewer warps an SM): recomputed each tile.
+        kc = cj * R + cm
+        kc_ok = cm < R
+        bound = tl.where(row_ok, tl.minimum(tq, (NC - 1) * S + (L - 1)), -1)
+        jt_a = tl.where(tb_a < t_end, tb_a // LS, -1)
+        jt_b = tl.where(tb_b < t_end, tb_b // LS, -1)
+        j0 = pid_t * 0  # the tile's first block, an int32 of its own (jb's uses widen to 64 bits)
+        for jb in range(0, n_blk_tiles):
+            k0 = jb * (BJ * R)
+            kmask = kc < NC - k0
+            if R != RP:
+                kmask = kmask & kc_ok
+            k = tl.load(
+                K + (k0 + kc)[:, None] * D + dcol[None, :], mask=kmask[:, None] & dmask[None, :], other=0.0
+            )
+            s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+            vis = (k0 + kc)[None, :] * S + (L - 1) <= bound[:, None]
+            if R != RP:
+                vis = vis & kc_ok[None, :]
+            p = tl.where(vis, tl.exp2(s - lse[:, None]), 0.0)
+            score, prev = _block_scores(p, prev, BT, GP, BJ, RP, SP, A, R)
+            if HALVES:
+                if BT > 1:
+                    score_a, score_b = tl.split(tl.permute(tl.reshape(score, [2, TH, BJ]), (1, 2, 0)))
+                else:
+                    score_a, score_b = score, score
+                top_ab, top_aj = _select_tile_cut(top_ab, top_aj, score_a, jt_a, j0, BJ, W)
+                top_bb, top_bj = _select_tile_cut(top_bb, top_bj, score_b, jt_b, j0, BJ, W)
             else:
-                score_a, score_b = score, score
-            top_ab, top_aj = _select_tile(top_ab, top_aj, score_a, tb_a, t_end, jb, NS, BJ, W, LS)
-            top_bb, top_bj = _select_tile(top_bb, top_bj, score_b, tb_b, t_end, jb, NS, BJ, W, LS)
-        else:
-            top_ab, top_aj = _select_tile(top_ab, top_aj, score, tb_a, t_end, jb, NS, BJ, W, LS)
+                top_ab, top_aj = _select_tile_cut(top_ab, top_aj, score, jt_a, j0, BJ, W)
+            j0 += BJ
+    else:  # the measured path (select_cut 0)
+        for jb in range(0, n_blk_tiles):
+            key = (jb * BJ + cj) * R + cm
+            key_ok = (cm < R) & (key < NC)
+            k = tl.load(
+                K + key[:, None] * D + dcol[None, :], mask=key_ok[:, None] & dmask[None, :], other=0.0
+            )
+            s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+            vis = row_ok[:, None] & key_ok[None, :] & (key[None, :] * S + (L - 1) <= tq[:, None])
+            p = tl.where(vis, tl.exp2(s - lse[:, None]), 0.0)
+            score, prev = _block_scores(p, prev, BT, GP, BJ, RP, SP, A, R)
+            if HALVES:
+                if BT > 1:
+                    score_a, score_b = tl.split(tl.permute(tl.reshape(score, [2, TH, BJ]), (1, 2, 0)))
+                else:
+                    score_a, score_b = score, score
+                top_ab, top_aj = _select_tile(top_ab, top_aj, score_a, tb_a, t_end, jb, NS, BJ, W, LS)
+                top_bb, top_bj = _select_tile(top_bb, top_bj, score_b, tb_b, t_end, jb, NS, BJ, W, LS)
+            else:
+                top_ab, top_aj = _select_tile(top_ab, top_aj, score, tb_a, t_end, jb, NS, BJ, W, LS)
     _store_top(IDX, VALID, top_ab, top_aj, tb_a, t_end, K_SEL, W)
     if HALVES:
         _store_top(IDX, VALID, top_bb, top_bj, tb_b, t_end, K_SEL, W)

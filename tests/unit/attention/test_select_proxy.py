@@ -55,6 +55,10 @@ def test_split_separates_the_merge_branches_from_the_always_run_loop():
     # HMMA, SHFL, the two branch instructions, ISETP, the backedge.
     assert p["always"]["insns"] == 6
     assert (p["always"]["mma"], p["always"]["shfl"]) == (1, 1)
+    # By opcode class: HMMA, ISETP, the three BRA, SHFL (no class of its own: "int"); LDS/STS each.
+    ops = p["always_ops"]
+    assert (ops["mma"], ops["predicate"], ops["branch"], sum(ops.values())) == (1, 1, 3, 6)
+    assert [b["smem"] for b in p["branch_ops"]] == [1, 1]
     whole = ss.count(_LISTING.splitlines())
     assert whole["loop"]["insns"] == 6 + 2 + 3
 

@@ -174,8 +174,10 @@ def test_forward_is_one_flash_pass_and_selection_one_qk_pass():
     assert fwd.count("tl.dot(") == 1  # p @ V
     assert "_select_tile" not in fwd and "_block_scores" not in fwd
     sel = inspect.getsource(tri._cmp_select.fn)
-    assert sel.count("for jb in range(") == 1
-    assert sel.count("tl.dot(") == 1 and "V +" not in sel
+    # One key-tile loop with one product in each of the constexpr CUT's two paths (select_cut).
+    assert sel.count("if CUT:") == 1
+    assert sel.count("for jb in range(") == 2
+    assert sel.count("tl.dot(") == 2 and "V +" not in sel
 
 
 def test_attention_query_tiles_hold_no_padding_rows(monkeypatch):
