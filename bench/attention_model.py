@@ -209,6 +209,10 @@ WHAT_IF = {
     # the key-major kernels' rows in 64 bits, as every GPU run measured them (keys_div32 ships on the
     # proxy's word: CONFIG_FACTOR "sel_keys_bwd@div32"): how much of the prediction rests on it
     "keys_div32_off": {"keys_div32": False},
+    # the selection's loop as every GPU run measured it (select_cut ships on the proxy's word:
+    # CONFIG_FACTOR "cmp_sel32@cut"), and both proxy-shipped cuts off: the model of measured code only
+    "select_cut_off": {"select_cut": 0},
+    "proxy_cuts_off": {"keys_div32": False, "select_cut": 0},
     "before_forced_tiles": {"forced_tiles": False},  # every entry query-major (before 2026-11-25)
     # the kernels of the first H100 run
     "before_split": {"split_cmp_fwd": False, "warps_dkdv": 8, "fwd_keys": False, "bwd_keys": False},

@@ -35,6 +35,9 @@ QUEUE=(
   # the key-major kernels' rows in 32 bits shipped on bench/keys_proxy.py's word (priced 0.625x): the
   # measured int64 path beside it, and the 16-bit dQ partials on both
   "keys_div32|150|--only selected --shapes m7c:8192:8 m7c:65536:1 --match keys_div32 --match pdq_bits"
+  # the selection loop's integer work in 32 bits (select_cut) shipped on bench/select_proxy.py's word
+  # (0.879x at M7C, 0.934x at the paper shape): the measured loop beside it
+  "select_cut|120|--only cmp_fwd --shapes m7c:65536:1 paper:32768:1 --match select_cut"
   # the M7C selection at 1 warp under a register cap (bench/select_proxy.py: -28 %), 4 tokens in halves
   "select_warps|120|--only cmp_fwd --shapes m7c:65536:1 --match maxnreg_sel --match warps_sel"
   # the paper shape's token tiles without their branch (tok_pipe: pipelined gathers)

@@ -163,6 +163,7 @@ def shipped_launch(
         "select_v0": v0,
         "halves_sel": 0 if v0 else c["halves_sel"],
         "maxnreg_sel": 0 if v0 else c["maxnreg_sel"],  # its register cap (0: none)
+        "select_cut": 0 if v0 else c["select_cut"],  # the loop's integer work in 32 bits, hoisted
         "warps_cmp_dkv": c["warps_dkv"],
         "tp": sc["TP"],
         "warps_tok": sc["warps_tok"],

@@ -73,6 +73,7 @@ def ours(
     index_once: bool | None = None,
     pdq_bits: int | None = None,
     keys_div32: bool | None = None,
+    select_cut: int | None = None,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     balanced_dkv=False the
@@ -105,7 +106,10 @@ def ours(
     16 (bf16; selected.py `_config` "pdq_bits"); None: what the code ships. keys_div32: the key-major
     kernels' rows in 32 bits (selected.py `_config` "keys_div32", shipped since keysdiv on
     bench/keys_proxy.py's word; False: the int64 rows every committed run measured), the keys
-    backward's kind tagged `@div32` on Hopper (CONFIG_FACTOR); None: what the code ships."""
+    backward's kind tagged `@div32` on Hopper (CONFIG_FACTOR); None: what the code ships. select_cut:
+    the selection loop's integer work in 32 bits and hoisted (compressed.py `_config` "select_cut",
+    shipped from G 3 on bench/select_proxy.py's word; 0: the loop every run measured), tagged `@cut`
+    (head_dim <= 64) / `@cut_d128` on Hopper; None: what the code ships."""
     launch = shipped_launch(s, cc, before_ce226a4, before_2930e5c)
     given = {
         "select_v0": select_v0,
@@ -122,6 +126,7 @@ def ours(
         "bwd_keys": bwd_keys,
         "pdq_bits": pdq_bits,
         "keys_div32": keys_div32,
+        "select_cut": select_cut,
     }
     launch.update({f: v for f, v in given.items() if v is not None})
     launch["index_once"] = not (before_ce226a4 or before_2930e5c) if index_once is None else index_once
@@ -186,6 +191,10 @@ def ours(
         v0 = launch["select_v0"]  # the int64 merge (before 2026-11-26b) or compressed_select.py's int32 one
         tags = f"@w{launch['warps_sel']}" + (f"@bt{bt}" if bt != _sel_tiles(s)["BTF"] else "")
         tags += "@h2" if launch["halves_sel"] and not v0 else ""
+        # the hoisted 32-bit loop (select_cut): the proxy's factor on Hopper; the A100 price reads the
+        # setting's own sm_80 SASS, and its published-efficiency what-if never had it
+        if launch.get("select_cut") and not v0 and cc != 80:
+            tags += "@cut" if D <= 64 else "@cut_d128"
         sunit = 2 * BH * sw["steps"] * sel_rows * sw["keys"] * D
         swork = {"programs": sel_progs, "token_steps": BH * sw["steps"] * bt}
         if cc == 80:  # the A100 price: the kernel's own sm_80 SASS (sass80.py; none recorded: as published)

@@ -35,8 +35,9 @@ def _scaled(rec: dict, factor: float) -> dict:
     for table in ("select", "keys_bwd"):
         for entry in out[table].values():
             p = entry["paths"]
-            # (step_ops: the step by opcode class, a breakdown the prices do not read)
-            for part in [*(p[k] for k in p if k not in ("branches", "step_ops")), *p.get("branches", [])]:
+            # (step_ops / always_ops / branch_ops: the SASS by opcode class, breakdowns the prices do not read)
+            parts = [p[k] for k in p if k != "branches" and not k.endswith("_ops")]
+            for part in [*parts, *p.get("branches", [])]:
                 for c in ("insns", "lds_sts"):
                     part[c] *= factor
     return out

@@ -37,6 +37,7 @@ FROM_CONFIG = {
     "bt_sel": _cmp("bt_sel"),
     "halves_sel": _cmp("halves_sel"),
     "maxnreg_sel": _cmp("maxnreg_sel"),
+    "select_cut": _cmp("select_cut"),
     "warps_cmp_dkv": _cmp("warps_dkv"),
     "tp": _sel("TP"),
     "warps_tok": _sel("warps_tok"),
@@ -129,13 +130,14 @@ def test_a_changed_config_changes_the_model_but_not_the_past_builds(monkeypatch)
         for flag, flags in (("ce226a4", (True,)), ("2930e5c", (False, True)))
     }
     before = {k.name: k.kind for k in m.ours_on(8192, s, h100)}
-    assert before["cmp_select"] == "cmp_sel32@w2@bt2@h2" and before["cmp_bwd_dkv"] == "cmp_dkv@64@w4"
+    assert before["cmp_select"] == "cmp_sel32@w2@bt2@h2@cut" and before["cmp_bwd_dkv"] == "cmp_dkv@64@w4"
     assert before["sel_fwd_keys"] == "sel_keys_fwd@64" and before["sel_bwd_keys"] == "sel_keys_bwd@64@div32"
     programs = {k.name: k.programs for k in m.ours_on(8192, s, h100)}
     cmp_config, sel_config, win_configs = compressed._config, selected._config, window._configs
 
     def cmp_changed(*a, **kw):
-        return {**cmp_config(*a, **kw), "warps_sel": 8, "bt_sel": 1, "halves_sel": 0, "warps_dkv": 8}
+        changed = {"warps_sel": 8, "bt_sel": 1, "halves_sel": 0, "warps_dkv": 8, "select_cut": 0}
+        return {**cmp_config(*a, **kw), **changed}
 
     def sel_changed(*a, **kw):
         return {**sel_config(*a, **kw), "fwd_keys": False, "BR_keys": 32}
