@@ -213,6 +213,32 @@ def _step_entry(IDX, ebase, e, jm, pos, jv, first, rank, PIPE: tl.constexpr):
 
 
 @triton.jit
+def _pipe_plan(IDX, VALID, ebase, t0, T, NK, pos, LP: tl.constexpr, TP: tl.constexpr, NKP: tl.constexpr,
+               BK: tl.constexpr, PIPE: tl.constexpr):  # fmt: skip
+    """The branch-free loop's plan: (jv, first, rank) for `_step_entry` and its number of steps, one a
+    key chunk of each union block (PIPE 2) or of each tile entry (PIPE 1; jv, first, rank unused)."""
+    if PIPE == 2:
+        jv, first, rank, n_e = _tile_union(IDX, VALID, ebase, t0, T, NK, LP, TP, NKP)
+    else:
+        jv, first, rank, n_e = pos, pos, pos, tl.minimum(TP, T - t0) * NK
+    return jv, first, rank, n_e * ((LP + BK - 1) // BK)
+
+
+@triton.jit
+def _pipe_step(K, V, IDX, ebase, st, jm, pos, jv, first, rank, kk, d, dm, D: tl.constexpr, LP: tl.constexpr,
+               BK: tl.constexpr, PIPE: tl.constexpr):  # fmt: skip
+    """Step st of the branch-free loop: its entry's key chunk K/V (loaded only where the entry is
+    taken), the chunk's key mask (False where not taken) and the rows' listing bias."""
+    e = st // ((LP + BK - 1) // BK)
+    c = st % ((LP + BK - 1) // BK) * BK
+    j, hit, take = _step_entry(IDX, ebase, e, jm, pos, jv, first, rank, PIPE)
+    start = (j * LP).to(tl.int32)  # dereferenced only where taken
+    # tl.where, not `dm & take`: the interpreter's load refuses a mask from a scalar `&`.
+    k, v, kmc = _block_step(K, V, start, c, kk, d, tl.where(take, dm, False), D, LP)
+    return k, v, tl.where(take, kmc, False), _listing_bias(hit)
+
+
+@triton.jit
 def _block_step(K, V, start, c, kk, d, dm, D: tl.constexpr, LP: tl.constexpr):
     """Keys [start + c, start + c + BK) of one block, K and V, with the mask of those inside it (BK > LP
     only for the tests' tiny blocks)."""
@@ -262,19 +288,11 @@ def _sel_fwd_tok_kernel(
         # and its logits are all -inf, which leaves (m, l, acc) as they were (online_softmax_step:
         # alpha = 1, p = 0). PIPE 2: a step per (block of the tile's union, key chunk), in the same
         # order (first listings by entry position), so no step is wasted.
-        if PIPE == 2:  # the steps: the union's blocks
-            jv, first, rank, n_e = _tile_union(IDX, VALID, ebase, t0, T, NK, LP, TP, NKP)
-        else:  # every entry of the tile (jv, first, rank unused)
-            jv, first, rank, n_e = pos, pos, pos, tl.minimum(TP, T - t0) * NK
-        for st in range(0, n_e * ((LP + BK - 1) // BK)):
-            e = st // ((LP + BK - 1) // BK)
-            c = st % ((LP + BK - 1) // BK) * BK
-            j, hit, take = _step_entry(IDX, ebase, e, jm, pos, jv, first, rank, PIPE)
-            bias = _listing_bias(hit)
-            start = (j * LP).to(tl.int32)  # dereferenced only where taken
-            # tl.where, not `dm & take`: the interpreter's load refuses a mask from a scalar `&`.
-            k, v, kmc = _block_step(K, V, start, c, kk, d, tl.where(take, dm, False), D, LP)
-            kmc = tl.where(take, kmc, False)
+        jv, first, rank, n_st = _pipe_plan(IDX, VALID, ebase, t0, T, NK, pos, LP, TP, NKP, BK, PIPE)
+        for st in range(0, n_st):
+            k, v, kmc, bias = _pipe_step(
+                K, V, IDX, ebase, st, jm, pos, jv, first, rank, kk, d, dm, D, LP, BK, PIPE
+            )
             s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale + bias[:, None]
             s = tl.where(kmc[None, :], s, float("-inf"))
             m_i, l_i, acc = online_softmax_step(s, v, m_i, l_i, acc, PREC)
@@ -333,18 +351,11 @@ def _sel_bwd_dq_tok_kernel(
     if PIPE:
         # Branch-free as in the forward (PIPE 1 or 2): a step not taken loads zeros and its p is 0,
         # so it adds dot(0, 0) = 0 to dq.
-        if PIPE == 2:  # the steps: the union's blocks
-            jv, first, rank, n_e = _tile_union(IDX, VALID, ebase, t0, T, NK, LP, TP, NKP)
-        else:  # every entry of the tile (jv, first, rank unused)
-            jv, first, rank, n_e = pos, pos, pos, tl.minimum(TP, T - t0) * NK
-        for st in range(0, n_e * ((LP + BK - 1) // BK)):
-            e = st // ((LP + BK - 1) // BK)
-            c = st % ((LP + BK - 1) // BK) * BK
-            j, hit, take = _step_entry(IDX, ebase, e, jm, pos, jv, first, rank, PIPE)
-            bias = _listing_bias(hit)
-            start = (j * LP).to(tl.int32)  # dereferenced only where taken
-            k, v, kmc = _block_step(K, V, start, c, kk, d, tl.where(take, dm, False), D, LP)
-            kmc = tl.where(take, kmc, False)
+        jv, first, rank, n_st = _pipe_plan(IDX, VALID, ebase, t0, T, NK, pos, LP, TP, NKP, BK, PIPE)
+        for st in range(0, n_st):
+            k, v, kmc, bias = _pipe_step(
+                K, V, IDX, ebase, st, jm, pos, jv, first, rank, kk, d, dm, D, LP, BK, PIPE
+            )
             s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
             p = tl.where(kmc[None, :], tl.exp2(s + bias[:, None] - lse[:, None]), 0.0)
             dp = tl.dot(do, tl.trans(v), input_precision=PREC)
