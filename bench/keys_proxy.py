@@ -142,17 +142,8 @@ def compile_keys(kernel: str, over: dict, G: int = 6, D: int = 64, arch: int = 9
 
     from nsa.attention import gpucheck
     from nsa.attention.triton import selected as sel
-    from nsa.attention.triton.spec import GpuShape
 
-    name = KERNELS[kernel][0]
-    shape = GpuShape("probe", head_dim=D, group=G, block_len=32, block_stride=16, sel_block=LP, n_sel=N_SEL,
-                     window=512, dtype="bf16")  # fmt: skip
-    real = sel._config
-    sel._config = lambda *a, **k: {**real(*a, **k), **over}
-    try:
-        spec = next(s for s in sel.gpucheck_specs(shape, arch) if s.name == name)
-    finally:
-        sel._config = real
+    spec = select_sass.patched_spec(sel, KERNELS[kernel][0], G, D, arch, over, sel_block=LP, n_sel=N_SEL)
     os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"  # registers and spills from this compile's ptxas
     if "TRITON_CACHE_DIR" not in os.environ:  # a cached kernel would print no ptxas log
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="nsa-keys-proxy-")

@@ -138,6 +138,23 @@ def split(lines: list[str]) -> dict:
     }
 
 
+def patched_spec(
+    module, name: str, G: int, D: int, arch: int, over: dict, sel_block: int = 64, n_sel: int = 16
+):
+    """`module`.gpucheck_specs' kernel `name` as launched for G x D bf16 (l 32, d 16, w 512) on
+    sm_`arch`, with `over` patched into `module._config` while the spec is built (restored after)."""
+    from nsa.attention.triton.spec import GpuShape
+
+    shape = GpuShape("probe", head_dim=D, group=G, block_len=32, block_stride=16, sel_block=sel_block,
+                     n_sel=n_sel, window=512, dtype="bf16")  # fmt: skip
+    real = module._config
+    module._config = lambda *a, **k: {**real(*a, **k), **over}
+    try:
+        return next(s for s in module.gpucheck_specs(shape, arch) if s.name == name)
+    finally:
+        module._config = real
+
+
 def compile_select(
     G: int, D: int, arch: int, over: dict, triton_dtype: str = "bf16", fn=None, paths: bool = False
 ) -> dict:

@@ -91,16 +91,8 @@ def compile_tok(name: str, G: int, D: int, arch: int, over: dict) -> dict:
 
     from nsa.attention import gpucheck
     from nsa.attention.triton import selected as sel
-    from nsa.attention.triton.spec import GpuShape
 
-    shape = GpuShape("probe", head_dim=D, group=G, block_len=32, block_stride=16, sel_block=64, n_sel=16,
-                     window=512, dtype="bf16")  # fmt: skip
-    real = sel._config
-    sel._config = lambda *a, **k: {**real(*a, **k), **over}
-    try:
-        spec = next(s for s in sel.gpucheck_specs(shape, arch) if s.name == name)
-    finally:
-        sel._config = real
+    spec = select_sass.patched_spec(sel, name, G, D, arch, over)
     k, rep = gpucheck.compile_spec(spec, arch)
     return {
         "kernel": name, "G": G, "D": D, "arch": arch, "triton": triton.__version__,
