@@ -72,12 +72,9 @@ def step_counts(spec_name: str, G: int, D: int, arch: int) -> dict:
 
     from nsa.attention import gpucheck
     from nsa.attention.triton import selected as sel
-    from nsa.attention.triton.spec import GpuShape
 
     kp, ss = _sibling("keys_proxy"), sys.modules["select_sass"]
-    shape = GpuShape("probe", head_dim=D, group=G, block_len=32, block_stride=16, sel_block=64, n_sel=16,
-                     window=512, dtype="bf16")  # fmt: skip
-    spec = next(s for s in sel.gpucheck_specs(shape, arch) if s.name == spec_name)
+    spec = ss.patched_spec(sel, spec_name, G, D, arch, {})
     os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"
     k, rep = gpucheck.compile_spec(spec, arch)
     step = kp.paths(ss._disasm(k.asm["cubin"], arch))["step"]

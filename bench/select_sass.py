@@ -139,14 +139,17 @@ def split(lines: list[str]) -> dict:
 
 
 def patched_spec(
-    module, name: str, G: int, D: int, arch: int, over: dict, sel_block: int = 64, n_sel: int = 16
-):
-    """`module`.gpucheck_specs' kernel `name` as launched for G x D bf16 (l 32, d 16, w 512) on
-    sm_`arch`, with `over` patched into `module._config` while the spec is built (restored after)."""
+    module, name: str, G: int, D: int, arch: int, over: dict, sel_block: int = 64, n_sel: int = 16,
+    dtype: str = "bf16",
+):  # fmt: skip
+    """`module`.gpucheck_specs' kernel `name` as launched for G x D (l 32, d 16, w 512, `dtype`) on
+    sm_`arch`, with `over` patched into `module._config` while the spec is built (restored after):
+    the one way the bench's SASS counters (this file, keys_proxy.py, tok_pipe_sass.py, tiles_d128.py,
+    a100_proxy.py) build what they compile."""
     from nsa.attention.triton.spec import GpuShape
 
     shape = GpuShape("probe", head_dim=D, group=G, block_len=32, block_stride=16, sel_block=sel_block,
-                     n_sel=n_sel, window=512, dtype="bf16")  # fmt: skip
+                     n_sel=n_sel, window=512, dtype=dtype)  # fmt: skip
     real = module._config
     module._config = lambda *a, **k: {**real(*a, **k), **over}
     try:
@@ -165,20 +168,12 @@ def compile_select(
 
     from nsa.attention import gpucheck
     from nsa.attention.triton import compressed as cmp
-    from nsa.attention.triton.spec import GpuShape
 
-    shape = GpuShape("probe", head_dim=D, group=G, block_len=32, block_stride=16, sel_block=64, n_sel=16,
-                     window=512, dtype=triton_dtype)  # fmt: skip
-    real = cmp._config
-    cmp._config = lambda *a, **k: {**real(*a, **k), **over}
-    try:
-        spec = next(s for s in cmp.gpucheck_specs(shape, arch) if s.name == "compressed_select")
-        if over.get("select_v0"):  # the kernel before it, at its own shipped tokens and warps
-            c = cmp._config(G, D, 16, 32, 16, 64, arch)
-            const = {**spec.constexprs, "BT": c["bt_sel_v0"]}
-            spec = replace(spec, fn=cmp._cmp_select_v0, constexprs=const, num_warps=c["warps_sel_v0"])
-    finally:
-        cmp._config = real
+    spec = patched_spec(cmp, "compressed_select", G, D, arch, over, dtype=triton_dtype)
+    if over.get("select_v0"):  # the kernel before it, at its own shipped tokens and warps
+        c = {**cmp._config(G, D, 16, 32, 16, 64, arch), **over}
+        const = {**spec.constexprs, "BT": c["bt_sel_v0"]}
+        spec = replace(spec, fn=cmp._cmp_select_v0, constexprs=const, num_warps=c["warps_sel_v0"])
     if fn is not None:
         spec = replace(spec, fn=fn)
     # Another kernel version may lack some of today's constexprs (v0: SP and HALVES).

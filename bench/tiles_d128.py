@@ -61,12 +61,6 @@ def _module(name: str):
     return importlib.import_module(f"nsa.attention.triton.{name}")
 
 
-def _shape(G: int, D: int):
-    from nsa.attention.triton.spec import GpuShape
-
-    return GpuShape(f"G{G}xD{D}", head_dim=D, group=G, dtype="bf16", **GEO)
-
-
 def shipped(kernel: str, G: int, D: int, arch: int) -> dict:
     """The kernel's shipped (rows, keys, warps, stages) at G x D on sm_`arch`: rows are (token, head)
     or (pair, head) rows of a step (compressed dQ / dK/dV: BT tokens x GP heads)."""
@@ -106,14 +100,10 @@ def compile_candidate(kernel: str, G: int, D: int, arch: int, over: dict) -> dic
     from nsa.attention import gpucheck
 
     modname, spec_name, keys, products = KERNELS[kernel]
-    mod = _module(modname)
-    real = mod._config
-    mod._config = lambda *a, **k: {**real(*a, **k), **over}
-    try:
-        spec = next(s for s in mod.gpucheck_specs(_shape(G, D), arch) if s.name == spec_name)
-        c = _config(modname, G, D, arch)  # the patched one
-    finally:
-        mod._config = real
+    spec = select_sass.patched_spec(
+        _module(modname), spec_name, G, D, arch, over, GEO["sel_block"], GEO["n_sel"]
+    )
+    c = {**_config(modname, G, D, arch), **over}  # as the spec saw it
     rows = c[keys[0]] * (c["GP"] if kernel in ("cmp_dq", "cmp_dkv") else 1)
     bn = c[keys[1]]
     rec = {"kernel": kernel, "G": G, "D": D, "arch": arch, "triton": triton.__version__,
