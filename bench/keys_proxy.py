@@ -198,13 +198,8 @@ def segments(T: int, B: int, Hkv: int, G: int, BR: int, n: int = N_SEL, cnt: lis
 
 
 def resident_programs(registers: int, smem: int, warps: int, gpu=H200) -> int:
-    """Programs an SM holds: registers (per warp, in 256s), shared memory (1 KB reserved each), warps
-    and programs."""
-    per_warp = -(-registers * 32 // 256) * 256
-    blocks = min(gpu["blocks"], gpu["regs"] // (per_warp * warps), gpu["warps"] // warps)
-    if smem:
-        blocks = min(blocks, gpu["smem"] // (smem + 1024))
-    return max(blocks, 0)
+    """Programs an SM of `gpu` (the H200 by default) holds: select_sass.resident_programs."""
+    return select_sass.resident_programs(registers, smem, warps, gpu)
 
 
 def launch(kernel: str, T: int, B: int, st: dict, counts: dict, shape: str = "m7c") -> dict:

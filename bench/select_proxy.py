@@ -198,13 +198,9 @@ def dynamic_count(
 
 
 def resident_warps(registers: int, smem: int, warps: int, gpu=H200) -> int:
-    """Warps an SM holds of this kernel: registers (allocated per warp in 256s), shared memory, the
-    warp and program limits."""
-    per_warp = -(-registers * 32 // 256) * 256
-    blocks = min(gpu["blocks"], gpu["regs"] // (per_warp * warps), gpu["warps"] // warps)
-    if smem:
-        blocks = min(blocks, gpu["smem"] // (smem + 1024))  # 1 KB reserved per program
-    return blocks * warps
+    """Warps an SM of `gpu` (the H200 by default) holds of this kernel: select_sass.resident_programs
+    x its warps."""
+    return select_sass.resident_programs(registers, smem, warps, gpu) * warps
 
 
 def cycles(dyn: dict, f: dict) -> float:

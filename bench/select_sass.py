@@ -138,6 +138,18 @@ def split(lines: list[str]) -> dict:
     }
 
 
+def resident_programs(registers: int, smem: int, warps: int, sm: dict) -> int:
+    """Programs of `warps` warps an SM holds (`sm`: its "regs", "warps", "blocks" and "smem" limits):
+    registers allocated per warp in 256s, shared memory with 1 KB reserved a program. The one
+    occupancy rule of the bench's SASS proxies (select_proxy.py, keys_proxy.py, tiles_d128.py, the
+    model's A100 prices in attention_cost/sass80.py)."""
+    per_warp = -(-registers * 32 // 256) * 256
+    blocks = min(sm["blocks"], sm["regs"] // (per_warp * warps), sm["warps"] // warps)
+    if smem:
+        blocks = min(blocks, sm["smem"] // (smem + 1024))
+    return max(blocks, 0)
+
+
 def patched_spec(
     module, name: str, G: int, D: int, arch: int, over: dict, sel_block: int = 64, n_sel: int = 16,
     dtype: str = "bf16",

@@ -114,7 +114,7 @@ def compile_candidate(kernel: str, G: int, D: int, arch: int, over: dict) -> dic
         return {**rec, "error": f"{type(e).__name__}: {str(e).strip()[:300]}"}
     smem = int(k.metadata.shared) + rep["static_smem"]
     spill = rep["spill_stores"] + rep["spill_loads"]
-    res = keys_proxy.resident_programs(rep["registers"], smem, spec.num_warps, SM[arch])
+    res = select_sass.resident_programs(rep["registers"], smem, spec.num_warps, SM[arch])
     insns, label_at = select_sass._parse(select_sass._disasm(k.asm["cubin"], arch))
     lo, hi = select_sass._loop(insns, label_at)
     path = keys_proxy.step_path(insns, label_at, lo, hi)

@@ -36,12 +36,8 @@ def keys_key(G: int, D: int, st: dict) -> str:
 
 
 def resident_programs(registers: int, smem: int, warps: int, sm: dict = SM80) -> int:
-    """Programs an SM holds: registers, shared memory, warps and programs per SM."""
-    per_warp = -(-registers * 32 // 256) * 256
-    blocks = min(sm["blocks"], sm["regs"] // (per_warp * warps), sm["warps"] // warps)
-    if smem:
-        blocks = min(blocks, sm["smem"] // (smem + 1024))
-    return max(blocks, 0)
+    """Programs an A100 SM holds: bench/select_sass.py's occupancy rule, the proxies' own."""
+    return _bench("select_sass").resident_programs(registers, smem, warps, sm)
 
 
 def merge_rates(G: int, D: int, bt: int, halves: int, T: int) -> list[float] | None:
@@ -90,7 +86,7 @@ def keys_bwd_work(T: int, s: Shape, st: dict) -> dict | None:
     rec = a100_record()["keys_bwd"].get(keys_key(s.G, s.D, st))
     if rec is None:
         return None
-    sg = _keys_proxy().segments(T, s.B, s.Hkv, s.G, st["BR_keys"], n=s.n)
+    sg = _bench("keys_proxy").segments(T, s.B, s.Hkv, s.G, st["BR_keys"], n=s.n)
     p = rec["paths"]
     w = st["warps_keys"]
 
@@ -103,8 +99,9 @@ def keys_bwd_work(T: int, s: Shape, st: dict) -> dict | None:
             "steps": sg["steps"], "programs": sg["programs"]}  # fmt: skip
 
 
-def _keys_proxy():
-    """bench/keys_proxy.py (its modelled reverse index: `segments`), loaded once by path."""
+def _bench(name: str):
+    """bench/`name`.py (keys_proxy's modelled reverse index, `segments`; select_sass's occupancy rule),
+    loaded once by path."""
     from nsa.attention.gpusuite.modelcheck import load_by_path
 
-    return load_by_path("keys_proxy", A100_SASS_FILE.parent / "keys_proxy.py")
+    return load_by_path(name, A100_SASS_FILE.parent / f"{name}.py")
