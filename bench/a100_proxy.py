@@ -93,13 +93,6 @@ def recount(old: dict | None = None) -> dict:
 
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="nsa-a100-proxy-")  # fresh: a ptxas log each
     sp, kp = _sibling("select_proxy"), _sibling("keys_proxy")
-    ss = sys.modules["select_sass"]  # the proxies' shared SASS parser, loaded by them
-    classes = ss._classes
-
-    def with_ldsm(seq) -> dict:  # sm_80's mma operands come through LDSM: counted apart (docstring)
-        return {**classes(seq), "ldsm": sum(x[0].startswith("LDSM") for x in seq)}
-
-    ss._classes = with_ldsm
     rec: dict = {"triton": triton.__version__, "select": {}, "keys_bwd": {}, "carry": {},
                  "merge_rate": dict(old["merge_rate"]) if old else {}}  # fmt: skip
     for shape, settings in SELECT.items():
@@ -127,7 +120,6 @@ def recount(old: dict | None = None) -> dict:
         rec["carry"][name] = {
             str(arch): step_counts(KERNEL_SPEC[name.split("@")[0]], G, D, arch) for arch in (80, 90)
         }
-    ss._classes = classes
     if old:
         rec["fit"] = old["fit"]
         return rec

@@ -90,6 +90,8 @@ def _classes(seq) -> dict:
         "mufu": sum(op.startswith("MUFU") for op in ops),
         "mma": sum(op.startswith(("HMMA", "HGMMA", "IMMA")) for op in ops),
         "ldl_stl": sum(op.startswith(("LDL", "STL")) for op in ops),  # spilled registers
+        # shared-memory matrix loads (sm_80's mma operands; not in lds_sts): bench/a100_proxy.py's record
+        "ldsm": sum(op.startswith("LDSM") for op in ops),
     }
 
 
