@@ -66,15 +66,17 @@ def _target(rest: str) -> str | None:
     return t.group(1) if t else None
 
 
-def _loop(insns, label_at) -> tuple[int, int]:
-    """[lo, hi) of the widest backward branch around a tensor-core product: the key-tile loop."""
-    loop, span = (0, len(insns)), -1
+def _loop(insns, label_at, widest: bool = True) -> tuple[int, int]:
+    """[lo, hi) of the widest (or, `widest` False, the narrowest) backward branch around a tensor-core
+    product: the key-tile loop (the whole listing where there is none)."""
+    loop, span = (0, len(insns)), None
     for i, (op, rest, _) in enumerate(insns):
         t = _target(rest)
         if op.startswith("BRA") and t and label_at.get(t, i) < i:
             lo = label_at[t]
             has_mma = any(o.startswith(("HMMA", "HGMMA")) for o, _, _ in insns[lo:i])
-            if has_mma and i - lo > span:  # the key-tile loop holds the QK product
+            better = span is None or (i - lo > span if widest else i - lo < span)
+            if has_mma and better:  # the key-tile loop holds the QK product
                 span, loop = i - lo, (lo, i + 1)
     return loop
 

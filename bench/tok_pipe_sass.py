@@ -46,14 +46,7 @@ def key_loop(insns, label_at) -> tuple[int, int]:
     widest, select_sass's rule, can be a shuffle reduction's divergent fallback, `BRA.DIV` to a copy
     of the code that jumps back over the loop: triton 3.6 and 3.9 emit them here). On sm_80 the back
     edge is unconditional (a predicated CALL.REL.NOINC leaves the loop), so any branch counts."""
-    loop, span = (0, len(insns)), len(insns) + 1
-    for i, (op, rest, _) in enumerate(insns):
-        t = select_sass._target(rest)
-        if op.startswith("BRA") and t and label_at.get(t, i) < i:
-            lo = label_at[t]
-            if any(o.startswith(("HMMA", "HGMMA")) for o, _, _ in insns[lo:i]) and i - lo < span:
-                span, loop = i - lo, (lo, i + 1)
-    return loop
+    return select_sass._loop(insns, label_at, widest=False)
 
 
 def loop_pipeline(lines: list[str]) -> dict:
