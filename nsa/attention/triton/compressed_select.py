@@ -131,6 +131,16 @@ def _select_tile_cut(top_b, top_j, score, jt, j0, BJ: tl.constexpr, W: tl.conste
 
 
 @triton.jit
+def _halves(score, BT: tl.constexpr, TH: tl.constexpr, BJ: tl.constexpr):
+    """A tile's block scores [BT, BJ] as its two halves of TH tokens (HALVES; BT 1: the same row twice,
+    the second half's tokens all past the end)."""
+    if BT > 1:
+        return tl.split(tl.permute(tl.reshape(score, [2, TH, BJ]), (1, 2, 0)))
+    else:
+        return score, score
+
+
+@triton.jit
 def _store_top(IDX, VALID, top_b, top_j, tb, t_end, K_SEL, W: tl.constexpr):
     """The table rows of tokens `tb` (< t_end): idx, and valid where a key was placed (idx 0 else)."""
     slot = tl.arange(0, W)
@@ -239,10 +249,7 @@ def _cmp_select(
             p = tl.where(vis, tl.exp2(s - lse[:, None]), 0.0)
             score, prev = _block_scores(p, prev, BT, GP, BJ, RP, SP, A, R)
             if HALVES:
-                if BT > 1:
-                    score_a, score_b = tl.split(tl.permute(tl.reshape(score, [2, TH, BJ]), (1, 2, 0)))
-                else:
-                    score_a, score_b = score, score
+                score_a, score_b = _halves(score, BT, TH, BJ)
                 top_ab, top_aj = _select_tile_cut(top_ab, top_aj, score_a, jt_a, j0, BJ, W)
                 top_bb, top_bj = _select_tile_cut(top_bb, top_bj, score_b, jt_b, j0, BJ, W)
             else:
@@ -260,10 +267,7 @@ def _cmp_select(
             p = tl.where(vis, tl.exp2(s - lse[:, None]), 0.0)
             score, prev = _block_scores(p, prev, BT, GP, BJ, RP, SP, A, R)
             if HALVES:
-                if BT > 1:
-                    score_a, score_b = tl.split(tl.permute(tl.reshape(score, [2, TH, BJ]), (1, 2, 0)))
-                else:
-                    score_a, score_b = score, score
+                score_a, score_b = _halves(score, BT, TH, BJ)
                 top_ab, top_aj = _select_tile(top_ab, top_aj, score_a, tb_a, t_end, jb, NS, BJ, W, LS)
                 top_bb, top_bj = _select_tile(top_bb, top_bj, score_b, tb_b, t_end, jb, NS, BJ, W, LS)
             else:
