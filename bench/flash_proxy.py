@@ -1,0 +1,394 @@
+"""A GPU-free time proxy for the flash-style tiles: the compressed attention, dQ and dK/dV, the window kernels.
+
+Owns the evidence behind docs/attention.md's tile paragraphs (issue 20, task flashproxy): for each
+flash-style kernel configuration a GPU run measured (`CONFIGS`: compressed.py's `_cmp_fwd`,
+`_cmp_bwd_dq`, `_cmp_bwd_dkv` at 8 and 4 warps, window.py's three kernels, each at M7C G 6 x D 64
+and the paper's G 16 x D 128) it compiles the kernel as `gpucheck_specs` launches it under the
+launch settings of the build that measured it (gpucheck's `compile_spec`, triton 3.6 = the GPU
+images', sm_90), disassembles it (bench/select_sass.py) and counts per program the code outside the
+main loop once and per trip the main loop's path (bench/keys_proxy.py's `step_path`; the window's
+three band phases: the narrowest, unmasked loop is the trip, the two masked ones run about once a
+program and count with the rest) by class: instructions, shared-memory accesses (LDS/STS/LDSM),
+wgmma FLOPs (HGMMA.64xNx16: 2 x 64 x N x 16 a warpgroup) and mma.sync FLOPs (HMMA.16816: 4096 a
+warp), global loads, barriers; registers, shared memory and resident programs an SM.
+
+A launch's trips and programs come from the cost model's count of it (bench/attention_cost:
+`ours` with RUN_BUILDS' flags of the run; trips = the issued MMA FLOPs over one trip's), its time is
+    sum_k c_k x feature_k / (SMs x clock), stretched by the last wave, floored by DRAM,
+with non-negative constants c (SM cycles) fitted in relative error (keys_proxy.nnls_rel) over every
+measured point (`FEATURES`: warp instructions and shared-memory accesses over 4 schedulers, wgmma
+and mma.sync FLOPs, and one latency a trip per program slot). `held_out` refits without each
+configuration in turn. Prints one JSON object per line; asserts nothing.
+
+  .venv/bin/python bench/flash_proxy.py                     # calibration rows, the fit, leave-one-out
+  .venv/bin/python bench/flash_proxy.py --candidates        # bench/flash_proxy_sass.json's candidates priced
+  PYTHONPATH=/tmp/forced-leg36 .venv/bin/python bench/flash_proxy.py --recount     # re-record SASS (3.6)
+  PYTHONPATH=/tmp/forced-leg36 .venv/bin/python bench/flash_proxy.py --count cmp_dkv@64 bn_dkv=64
+
+The measured configurations' counts (and the candidates') are recorded in bench/flash_proxy_sass.json
+(`--recount` / `--count` compile again), so the fit needs no compiler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+from nsa.attention.gpusuite.modelcheck import load_by_path, load_model
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+select_sass = load_by_path("select_sass", HERE / "select_sass.py")
+keys_proxy = load_by_path("keys_proxy", HERE / "keys_proxy.py")
+
+SASS_FILE = HERE / "flash_proxy_sass.json"
+H200 = keys_proxy.H200  # 132 SMs x 4 schedulers at 1.98 GHz: the H100's too (docs/attention.md)
+# config -> (profiler name, model kernel name, module, gpucheck spec, G, D, tile keys (rows, keys, warps),
+# MMA products a trip). The measured launch settings are today's `_config` but where `RUN_OVER` says.
+CONFIGS: dict[str, tuple] = {
+    "cmp_fwd@64": ("_cmp_fwd", "cmp_fwd", "compressed", "compressed_fwd", 6, 64, 2),
+    "cmp_fwd@128": ("_cmp_fwd", "cmp_fwd", "compressed", "compressed_fwd", 16, 128, 2),
+    "cmp_dq@64": ("_cmp_bwd_dq", "cmp_bwd_dq", "compressed", "compressed_bwd_dq", 6, 64, 3),
+    "cmp_dq@128": ("_cmp_bwd_dq", "cmp_bwd_dq", "compressed", "compressed_bwd_dq", 16, 128, 3),
+    "cmp_dkv@64@w8": ("_cmp_bwd_dkv", "cmp_bwd_dkv", "compressed", "compressed_bwd_dkv", 6, 64, 4),
+    "cmp_dkv@128@w8": ("_cmp_bwd_dkv", "cmp_bwd_dkv", "compressed", "compressed_bwd_dkv", 16, 128, 4),
+    "cmp_dkv@64": ("_cmp_bwd_dkv", "cmp_bwd_dkv", "compressed", "compressed_bwd_dkv", 6, 64, 4),
+    "cmp_dkv@128": ("_cmp_bwd_dkv", "cmp_bwd_dkv", "compressed", "compressed_bwd_dkv", 16, 128, 4),
+    "win_fwd@64": ("_window_fwd", "win_fwd", "window", "window_fwd", 6, 64, 2),
+    "win_fwd@128": ("_window_fwd", "win_fwd", "window", "window_fwd", 16, 128, 2),
+    "win_dq@64": ("_window_bwd_dq", "win_bwd_dq", "window", "window_bwd_dq", 6, 64, 3),
+    "win_dq@128": ("_window_bwd_dq", "win_bwd_dq", "window", "window_bwd_dq", 16, 128, 3),
+    "win_dkdv@64": ("_window_bwd_dkdv", "win_bwd_dkdv", "window", "window_bwd_dkdv", 6, 64, 4),
+    "win_dkdv@128": ("_window_bwd_dkdv", "win_bwd_dkdv", "window", "window_bwd_dkdv", 16, 128, 4),
+}
+# `_config` keys of each compressed kernel: rows (tokens, x GP), keys, warps, stages.
+CMP_KEYS = {
+    "compressed_fwd": ("bm_fwd", "bn_fwd", "warps_fwd", "stages_fwd"),
+    "compressed_bwd_dq": ("BT", "bn_bwd", "warps", "stages_dq"),
+    "compressed_bwd_dkv": ("bt_dkv", "bn_dkv", "warps_dkv", "stages_dkv"),
+}
+WIN_KEYS = {"window_fwd": "fwd", "window_bwd_dq": "dq", "window_bwd_dkdv": "dkdv"}
+# Settings of the measured builds that differ from today's `_config` (bench/attention_cost
+# counts.py `_launch_before_ce226a4`: the compressed dK/dV ran 8 warps until ce226a4).
+RUN_OVER = {"cmp_dkv@64@w8": {"warps_dkv": 8}, "cmp_dkv@128@w8": {"warps_dkv": 8}}
+# The runs with a kernel profile (bench/gpu), the model's flags of their builds (RUN_BUILDS), and
+# which configs they measured: the compressed attention as its own kernel since 45bc233 (not in the
+# H100 run), dK/dV at 8 warps before ce226a4.
+SPEED = [
+    "2026-11-26-h100-speed.json",
+    "2026-11-26-h200-speed-after.json",
+    "2026-11-26-h200-speed-final.json",
+    "2026-11-26b-h200-speed-shipped.json",
+    "2026-11-26b-h200-speed-keys.json",
+    "2026-11-26b-h200-speed-final.json",
+]
+
+
+def run_configs(build: dict) -> list[str]:
+    """The CONFIGS a run of `build` (RUN_BUILDS' flags) measured."""
+    out = []
+    for name in CONFIGS:
+        if name.startswith("cmp_fwd") and build.get("split_cmp_fwd") is False:
+            continue  # the fused two-pass forward: not a flash tile
+        if name.startswith("cmp_dkv") and name.endswith("@w8") != bool(build.get("before_ce226a4")):
+            continue
+        out.append(name)
+    return out
+
+
+# ---- SASS ------------------------------------------------------------------------------------------
+
+_HGMMA = re.compile(r"^x(\d+)x(\d+)")
+
+
+def mma_flops(seq, warps: int) -> dict:
+    """FLOPs a program's `warps` warps issue running `seq` once: wgmma (HGMMA.64xNxK, one op a
+    warpgroup of 4 warps: 2 x 64 x N x K) and mma.sync (HMMA.16816 4096 a warp, HMMA.1688 2048)."""
+    hg = hm = 0.0
+    for op, rest, _ in seq:
+        if op.startswith("HGMMA.64"):
+            m = _HGMMA.match(rest.strip())
+            n, k = (int(m.group(1)), int(m.group(2))) if m else (64, 16)
+            hg += 2 * 64 * n * k * warps / 4
+        elif op.startswith("HMMA.16816"):
+            hm += 4096 * warps
+        elif op.startswith("HMMA.1688"):
+            hm += 2048 * warps
+    return {"hgmma_flops": hg, "hmma_flops": hm}
+
+
+def _counts(seq) -> dict:
+    c = select_sass._classes(seq)
+    ops = [x[0] for x in seq]
+    return {
+        "insns": c["insns"],
+        "smem": c["lds_sts"] + c["ldsm"],
+        "ldg": sum(op.startswith(("LDG", "LDGSTS", "UTMALDG")) for op in ops),
+        "bar": c["bar"],
+        "hgmma": sum(op.startswith("HGMMA") for op in ops),
+        "hmma": sum(op.startswith("HMMA") for op in ops),
+        "ldl_stl": c["ldl_stl"],
+    }
+
+
+def main_loop(insns, label_at) -> tuple[int, int, int]:
+    """[lo, hi) of the main loop and the number of MMA loops: the only loop around a product, or of
+    several (the window's band phases: edge, inside, diagonal) the narrowest, the unmasked one."""
+    loops = []
+    for i, (op, rest, _) in enumerate(insns):
+        t = select_sass._target(rest)
+        if op.startswith("BRA") and t and label_at.get(t, i) < i:
+            lo = label_at[t]
+            if any(o.startswith(("HMMA", "HGMMA")) for o, _, _ in insns[lo:i]):
+                loops.append((lo, i + 1))
+    outer = [a for a in loops if not any(b != a and b[0] <= a[0] and a[1] <= b[1] for b in loops)]
+    lo, hi = min(outer, key=lambda x: x[1] - x[0])
+    return lo, hi, len(outer)
+
+
+def _patched(module, over: dict, spec_name: str):
+    """`module`'s `_config` (compressed) or `_configs` (window) with `over` applied while a spec is built."""
+    if module.__name__.endswith("window"):
+        real = module._configs
+        key = WIN_KEYS[spec_name]
+
+        def cfgs(*a, **k):
+            c = real(*a, **k)
+            return {**c, key: {**c[key], **over}}
+
+        return "_configs", real, cfgs
+    real = module._config
+    return "_config", real, lambda *a, **k: {**real(*a, **k), **over}
+
+
+def build_spec(config: str, over: dict, G: int | None = None, D: int | None = None, arch: int = 90):
+    """The gpucheck spec of `config` at G x D (default: its own), bf16, l 32 d 16 l' 64 n 16 w 512, with
+    the measured build's settings (RUN_OVER) and `over` patched in."""
+    import importlib
+
+    from nsa.attention.triton.spec import GpuShape
+
+    _, _, mod, spec_name, g0, d0, _ = CONFIGS[config]
+    module = importlib.import_module(f"nsa.attention.triton.{mod}")
+    over = {**RUN_OVER.get(config, {}), **over}
+    shape = GpuShape("probe", head_dim=D or d0, group=G or g0, block_len=32, block_stride=16, sel_block=64,
+                     n_sel=16, window=512, dtype="bf16")  # fmt: skip
+    attr, real, patched = _patched(module, over, spec_name)
+    setattr(module, attr, patched)
+    try:
+        return next(s for s in module.gpucheck_specs(shape, arch) if s.name == spec_name)
+    finally:
+        setattr(module, attr, real)
+
+
+def tile(config: str, spec) -> dict:
+    """Rows (query rows of a trip), keys, warps, stages of a spec."""
+    c = spec.constexprs
+    name = CONFIGS[config][3]
+    if name in CMP_KEYS:
+        rows = c["BT"] * c["GP"] if name != "compressed_fwd" else c["BM"]
+        return {"rows": rows, "keys": c["BN"], "warps": spec.num_warps, "stages": spec.num_stages}
+    return {"rows": c["BLOCK_M"], "keys": c["BLOCK_N"], "warps": spec.num_warps, "stages": spec.num_stages}
+
+
+def compile_config(config: str, over: dict, G: int | None = None, D: int | None = None, arch: int = 90) -> dict:
+    """Compile `config` (with `over`) for sm_`arch` and count: registers, spills, shared memory,
+    resident programs an SM, per program the code outside the main loop (`once`), per trip the main
+    loop's path (`trip`), by _counts class, with the MMA FLOPs of each."""
+    import triton
+
+    from nsa.attention import gpucheck
+
+    os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"
+    if "TRITON_CACHE_DIR" not in os.environ:  # a cached kernel would print no ptxas log
+        os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="nsa-flash-proxy-")
+    spec = build_spec(config, over, G, D, arch)
+    t = tile(config, spec)
+    rec = {"config": config, "set": over, "G": G or CONFIGS[config][4], "D": D or CONFIGS[config][5],
+           "arch": arch, "triton": triton.__version__, **t}  # fmt: skip
+    try:
+        k, rep = gpucheck.compile_spec(spec, arch)
+    except Exception as e:  # out of resources: a result
+        return {**rec, "error": f"{type(e).__name__}: {str(e).strip()[:200]}"}
+    smem = int(k.metadata.shared) + rep["static_smem"]
+    insns, label_at = select_sass._parse(select_sass._disasm(k.asm["cubin"], arch))
+    lo, hi, nloops = main_loop(insns, label_at)
+    exits = [i for i, x in enumerate(insns) if x[0].startswith("EXIT")]
+    last = max(exits, default=len(insns) - 1)
+    trip = keys_proxy.step_path(insns, label_at, lo, hi)
+    once = insns[:lo] + insns[hi : last + 1]
+    sm = {**H200, "smem": 233472 if arch == 90 else 167936}
+    return {
+        **rec, "registers": rep["registers"], "spill": rep["spill_stores"] + rep["spill_loads"], "smem": smem,
+        "smem_ok": smem <= gpucheck.SMEM_LIMIT[arch], "loops": nloops,
+        "resident": select_sass.resident_programs(rep["registers"], smem, spec.num_warps, sm),
+        "trip": {**_counts(trip), **mma_flops(trip, spec.num_warps)}, "once": _counts(once),
+    }  # fmt: skip
+
+
+def _key(config: str, over: dict, G: int, D: int, arch: int = 90, triton: str = "3.6.0") -> str:
+    extra = ",".join(f"{k}={v}" for k, v in sorted(over.items()))
+    return f"{config}|{extra}|{G}x{D}|sm{arch}|{triton}"
+
+
+# ---- the measured points ---------------------------------------------------------------------------
+
+
+def _shape(rec: dict, am):
+    return am.Shape(rec["shape"], rec["B"], rec["H"], rec["Hkv"], rec["D"])
+
+
+def measured_points() -> list[dict]:
+    """(config, run, T, B, measured ms, the model's programs / issued FLOPs / DRAM bytes of the launch)."""
+    am = load_model()
+    pts = []
+    for fname in SPEED:
+        build = am.RUN_BUILDS.get(fname, {})
+        gpu = "H100" if "h100" in fname else "H200"
+        for r in json.loads((ROOT / "bench/gpu" / fname).read_text())["sections"]["speed"]["records"]:
+            d = 64 if r["D"] <= 64 else 128
+            ks = {k.name: k for k in am.ours(r["T"], _shape(r, am), cc=90, **build)}
+            for config in run_configs(build):
+                prof, mname, *_ = CONFIGS[config]
+                if CONFIGS[config][5] != d:
+                    continue
+                ms = sum(x["ms"] for x in r.get("nsa_kernels", []) if x["kernel"] == prof)
+                if not ms or mname not in ks:
+                    continue
+                k = ks[mname]
+                pts.append({"config": config, "run": fname, "gpu": gpu, "shape": r["shape"], "T": r["T"], "B": r["B"],
+                            "ms": ms, "flops": k.flops, "programs": k.programs, "dram": k.dram})  # fmt: skip
+    return pts
+
+
+# ---- the proxy -------------------------------------------------------------------------------------
+
+FEATURES = ("insn", "smem", "hgmma", "hmma", "lat")
+DRAM_BW = {"H100": 3.35e12, "H200": 4.8e12}
+
+
+def launch(p: dict, c: dict) -> dict:
+    """One launch's dynamic counts from its point (model counts) and its record `c` (SASS)."""
+    tr = c["trip"]
+    # A trip's MMA work as the model counts it (products x rows x keys x D); the SASS may issue more
+    # (8 warps on a tile too small to split: warps repeat products), which its FLOPs below keep.
+    trips = p["flops"] / (CONFIGS[c["config"]][6] * 2 * c["rows"] * c["keys"] * c["D"])
+    w = c["warps"]
+    dyn = {k: w * (trips * tr[k] + p["programs"] * c["once"][k]) for k in ("insns", "smem", "ldg", "bar")}
+    slots = H200["sms"] * max(1, c["resident"])
+    waves = -(-p["programs"] // slots)
+    stretch = waves * slots / p["programs"] if waves < 8 else 1.0
+    return {"trips": trips, "dyn": dyn, "stretch": stretch, "hgmma": trips * tr["hgmma_flops"],
+            "hmma": trips * tr["hmma_flops"], "slots": slots}  # fmt: skip
+
+
+def features(ln: dict) -> dict:
+    """SM cycles per unit constant: instructions and shared-memory accesses over an SM's 4 schedulers,
+    tensor FLOPs an SM, and `lat` one trip after another on each program slot; x the last wave's stretch."""
+    sms, s = H200["sms"], ln["stretch"]
+    return {
+        "insn": s * ln["dyn"]["insns"] / (sms * 4),
+        "smem": s * ln["dyn"]["smem"] / (sms * 4),
+        "hgmma": s * ln["hgmma"] / sms,
+        "hmma": s * ln["hmma"] / sms,
+        "lat": s * ln["trips"] / ln["slots"],
+    }
+
+
+def proxy_ms(p: dict, c: dict, f: dict) -> tuple[float, dict]:
+    x = features(launch(p, c))
+    parts = {k: f.get(k, 0.0) * x[k] / (H200["ghz"] * 1e6) for k in FEATURES}
+    dram = p["dram"] / (DRAM_BW[p.get("gpu", "H200")] * 0.8) * 1e3
+    return max(sum(parts.values()), dram), parts
+
+
+def fit(points: list[dict], sass: dict, form: tuple[str, ...] = FEATURES) -> dict:
+    clock = H200["ghz"] * 1e6
+    xs = [[features(launch(p, sass[p["key"]]))[k] for k in form] for p in points]
+    c = keys_proxy.nnls_rel(xs, [p["ms"] * clock for p in points])
+    return dict(zip(form, c))
+
+
+def predict(points: list[dict], sass: dict, f: dict) -> list[dict]:
+    out = []
+    for p in points:
+        ms, parts = proxy_ms(p, sass[p["key"]], f)
+        row = {**{k: p[k] for k in ("config", "run", "shape", "T", "B") if k in p}, "proxy_ms": round(ms, 4),
+               "bound": max(parts, key=parts.get)}  # fmt: skip
+        if "ms" in p:
+            row.update(ms=p["ms"], error=round(ms / p["ms"] - 1, 4))
+        out.append(row)
+    return out
+
+
+def held_out(points: list[dict], sass: dict, form: tuple[str, ...] = FEATURES) -> dict[str, list[float]]:
+    """Each configuration's points predicted by the constants fitted without it."""
+    out = {}
+    for config in sorted({p["config"] for p in points}):
+        f = fit([p for p in points if p["config"] != config], sass, form)
+        out[config] = [r["error"] for r in predict([p for p in points if p["config"] == config], sass, f)]
+    return out
+
+
+def with_keys(points: list[dict]) -> list[dict]:
+    for p in points:
+        c = CONFIGS[p["config"]]
+        p["key"] = _key(p["config"], {}, c[4], c[5])
+    return points
+
+
+def summary(points: list[dict], sass: dict, form: tuple[str, ...] = FEATURES) -> dict:
+    f = fit(points, sass, form)
+    errs = sorted(abs(r["error"]) for r in predict(points, sass, f))
+    loo = held_out(points, sass, form)
+    loo_all = sorted(abs(e) for es in loo.values() for e in es)
+    return {"fit": "h100+h200", "form": list(form), "cycles": {k: round(v, 6) for k, v in f.items()},
+            "points": len(errs), "configs": len(loo), "within_30pct": sum(e <= 0.30 for e in errs),
+            "max_abs_error": round(errs[-1], 3), "median_abs_error": round(errs[len(errs) // 2], 3),
+            "held_out_within_35pct": sum(e <= 0.35 for e in loo_all), "held_out_max_abs_error": round(loo_all[-1], 3),
+            "held_out_by_config": {k: round(max(abs(e) for e in v), 3) for k, v in loo.items()}}  # fmt: skip
+
+
+def _value(text: str):
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--recount", action="store_true", help="compile the measured configurations again, record")
+    ap.add_argument("--count", nargs="+", metavar=("CONFIG", "KEY=VALUE"), help="compile one candidate, record")
+    ap.add_argument("--shape", help="GxD for --count (default: the config's own)")
+    ap.add_argument("--arch", type=int, default=90, choices=(80, 90))
+    ap.add_argument("--form", help="comma-separated FEATURES to fit (default: all)")
+    args = ap.parse_args(argv)
+    sass = json.loads(SASS_FILE.read_text()) if SASS_FILE.exists() else {}
+    if args.recount or args.count:
+        todo = [(c, {}, None, None) for c in CONFIGS] if args.recount else []
+        if args.count:
+            over = {k: _value(v) for k, v in (s.split("=", 1) for s in args.count[1:])}
+            G, D = (int(x) for x in args.shape.split("x")) if args.shape else (None, None)
+            todo.append((args.count[0], over, G, D))
+        for config, over, G, D in todo:
+            rec = compile_config(config, over, G, D, args.arch)
+            sass[_key(config, over, rec["G"], rec["D"], args.arch, rec["triton"])] = rec
+            print(json.dumps({k: v for k, v in rec.items() if k not in ("trip", "once")}), flush=True)
+        SASS_FILE.write_text(json.dumps(sass, indent=1, sort_keys=True) + "\n")
+        return 0
+    form = tuple(args.form.split(",")) if args.form else FEATURES
+    points = with_keys(measured_points())
+    for r in predict(points, sass, fit(points, sass, form)):
+        print(json.dumps({"calibration": "h100+h200", **r}), flush=True)
+    print(json.dumps(summary(points, sass, form)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
