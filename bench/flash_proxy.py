@@ -136,9 +136,9 @@ def _counts(seq) -> dict:
     }
 
 
-def main_loop(insns, label_at) -> tuple[int, int, int]:
-    """[lo, hi) of the main loop and the number of MMA loops: the only loop around a product, or of
-    several (the window's band phases: edge, inside, diagonal) the narrowest, the unmasked one."""
+def mma_loops(insns, label_at) -> list[tuple[int, int]]:
+    """[lo, hi) of each outermost loop around a product, narrowest first: the only one, or the
+    window's three band phases (edge and diagonal masked, the inside unmasked: the narrowest)."""
     loops = []
     for i, (op, rest, _) in enumerate(insns):
         t = select_sass._target(rest)
@@ -147,8 +147,7 @@ def main_loop(insns, label_at) -> tuple[int, int, int]:
             if any(o.startswith(("HMMA", "HGMMA")) for o, _, _ in insns[lo:i]):
                 loops.append((lo, i + 1))
     outer = [a for a in loops if not any(b != a and b[0] <= a[0] and a[1] <= b[1] for b in loops)]
-    lo, hi = min(outer, key=lambda x: x[1] - x[0])
-    return lo, hi, len(outer)
+    return sorted(outer, key=lambda x: x[1] - x[0])
 
 
 def _patched(module, over: dict, spec_name: str):
@@ -196,7 +195,9 @@ def tile(config: str, spec) -> dict:
     return {"rows": c["BLOCK_M"], "keys": c["BLOCK_N"], "warps": spec.num_warps, "stages": spec.num_stages}
 
 
-def compile_config(config: str, over: dict, G: int | None = None, D: int | None = None, arch: int = 90) -> dict:
+def compile_config(
+    config: str, over: dict, G: int | None = None, D: int | None = None, arch: int = 90
+) -> dict:
     """Compile `config` (with `over`) for sm_`arch` and count: registers, spills, shared memory,
     resident programs an SM, per program the code outside the main loop (`once`), per trip the main
     loop's path (`trip`), by _counts class, with the MMA FLOPs of each."""
@@ -217,17 +218,22 @@ def compile_config(config: str, over: dict, G: int | None = None, D: int | None 
         return {**rec, "error": f"{type(e).__name__}: {str(e).strip()[:200]}"}
     smem = int(k.metadata.shared) + rep["static_smem"]
     insns, label_at = select_sass._parse(select_sass._disasm(k.asm["cubin"], arch))
-    lo, hi, nloops = main_loop(insns, label_at)
+    loops = mma_loops(insns, label_at)
     exits = [i for i, x in enumerate(insns) if x[0].startswith("EXIT")]
     last = max(exits, default=len(insns) - 1)
-    trip = keys_proxy.step_path(insns, label_at, lo, hi)
-    once = insns[:lo] + insns[hi : last + 1]
+    paths = [keys_proxy.step_path(insns, label_at, lo, hi) for lo, hi in loops]
+    inside = {i for lo, hi in loops for i in range(lo, hi)}
+    once = [x for i, x in enumerate(insns[: last + 1]) if i not in inside]
+    trip, masked = paths[0], paths[1:] or paths[:1]  # the masked phases: their mean trip
+    mean = {k: sum(_counts(m)[k] for m in masked) / len(masked) for k in _counts(trip)}
     sm = {**H200, "smem": 233472 if arch == 90 else 167936}
     return {
         **rec, "registers": rep["registers"], "spill": rep["spill_stores"] + rep["spill_loads"], "smem": smem,
-        "smem_ok": smem <= gpucheck.SMEM_LIMIT[arch], "loops": nloops,
+        "smem_ok": smem <= gpucheck.SMEM_LIMIT[arch], "loops": len(loops),
         "resident": select_sass.resident_programs(rep["registers"], smem, spec.num_warps, sm),
         "trip": {**_counts(trip), **mma_flops(trip, spec.num_warps)}, "once": _counts(once),
+        "masked": {**mean, **{k: sum(mma_flops(m, spec.num_warps)[k] for m in masked) / len(masked)
+                              for k in ("hgmma_flops", "hmma_flops")}},
     }  # fmt: skip
 
 
@@ -262,29 +268,77 @@ def measured_points() -> list[dict]:
                     continue
                 k = ks[mname]
                 pts.append({"config": config, "run": fname, "gpu": gpu, "shape": r["shape"], "T": r["T"], "B": r["B"],
-                            "ms": ms, "flops": k.flops, "programs": k.programs, "dram": k.dram})  # fmt: skip
+                            "ms": ms, "BH": r["B"] * r["Hkv"], "dram": k.dram})  # fmt: skip
     return pts
 
 
 # ---- the proxy -------------------------------------------------------------------------------------
 
-FEATURES = ("insn", "smem", "hgmma", "hmma", "lat")
+# What a constant multiplies (SM cycles): warp instructions and shared-memory accesses over an SM's 4
+# schedulers, wgmma / mma.sync FLOPs an SM, one latency a trip (`lat`) or a program (`prog`: its
+# prologue's loads and epilogue's stores) per program slot. FORM: the fitted ones (`--form` tries
+# others): mma.sync FLOPs and the trip latency fitted to 0 (the HMMAs are instructions of the stream).
+FEATURES = ("insn", "smem", "hgmma", "hmma", "lat", "prog")
+FORM = ("insn", "smem", "hgmma", "prog")
 DRAM_BW = {"H100": 3.35e12, "H200": 4.8e12}
 
 
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def grid_trips(c: dict, T: int, L: int = 32, S: int = 16, W: int = 512) -> dict:
+    """One (batch, KV head) sequence of a launch of record `c` at T, as the kernel walks it: programs,
+    unmasked and masked trips (the window's edge and diagonal phases; the compressed loops have one
+    phase: all unmasked). l, d and w of M7C and the paper (configs/m7c_125m.yaml)."""
+    import numpy as np
+
+    kernel, G, BM, BN = CONFIGS[c["config"]][3], c["G"], c["rows"], c["keys"]
+    nc = max(0, (T - L) // S + 1)
+    if kernel in ("compressed_fwd", "compressed_bwd_dq"):
+        pid = np.arange(_cdiv(T * G, BM))
+        t_last = np.minimum((pid * BM + BM - 1) // G, T - 1)
+        n_vis = np.where(t_last >= L - 1, np.minimum(nc, (t_last - (L - 1)) // S + 1), 0)
+        return {"programs": len(pid), "unmasked": int(_cdiv(n_vis, BN).sum()), "masked": 0}
+    if kernel == "compressed_bwd_dkv":
+        pid_n = np.arange(_cdiv(max(nc, 1), BN))
+        first = (pid_n * BN * S + L - 1) * G // BM
+        n_tiles = np.maximum(_cdiv(T * G, BM) - first, 0)
+        return {"programs": len(pid_n) * c.get("split", 8), "unmasked": int(n_tiles.sum()), "masked": 0}
+    if kernel in ("window_fwd", "window_bwd_dq"):
+        r0 = np.arange(_cdiv(T * G, BM)) * BM
+        t_lo, t_hi = r0 // G, np.minimum((r0 + BM - 1) // G, T - 1)
+        lo = (np.maximum(t_lo - W + 1, 0) // BN) * BN
+        end = _cdiv(t_hi + 1, BN) * BN
+        full_lo = np.maximum(lo, _cdiv(np.maximum(t_hi - W + 1, 0), BN) * BN)
+        b = np.minimum(full_lo, end)
+        cc = np.maximum(b, np.minimum(((t_lo + 1) // BN) * BN, end))
+        return {"programs": len(r0), "unmasked": int(((cc - b) // BN).sum()),
+                "masked": int(((b - lo) // BN + (end - cc) // BN).sum())}  # fmt: skip
+    n0 = np.arange(_cdiv(T, BN)) * BN  # window dK/dV: key tiles walking their rows
+    r_start = n0 * G
+    n_tiles = _cdiv(np.minimum(T, n0 + BN - 1 + W) * G - r_start, BM)
+    i1 = np.minimum(_cdiv((BN - 1) * G, BM), n_tiles)
+    i2 = np.maximum(i1, np.minimum((np.minimum(T, n0 + W) * G - r_start) // BM, n_tiles))
+    return {"programs": len(n0), "unmasked": int((i2 - i1).sum()), "masked": int((i1 + n_tiles - i2).sum())}
+
+
 def launch(p: dict, c: dict) -> dict:
-    """One launch's dynamic counts from its point (model counts) and its record `c` (SASS)."""
-    tr = c["trip"]
-    # A trip's MMA work as the model counts it (products x rows x keys x D); the SASS may issue more
-    # (8 warps on a tile too small to split: warps repeat products), which its FLOPs below keep.
-    trips = p["flops"] / (CONFIGS[c["config"]][6] * 2 * c["rows"] * c["keys"] * c["D"])
-    w = c["warps"]
-    dyn = {k: w * (trips * tr[k] + p["programs"] * c["once"][k]) for k in ("insns", "smem", "ldg", "bar")}
+    """One launch's dynamic counts: per sequence `grid_trips`, x B * Hkv sequences."""
+    g = grid_trips(c, p["T"])
+    bh, w = p["BH"], c["warps"]
+    tr, mk, once = c["trip"], c["masked"], c["once"]
+    dyn = {k: bh * w * (g["unmasked"] * tr[k] + g["masked"] * mk[k] + g["programs"] * once[k])
+           for k in ("insns", "smem", "ldg", "bar")}  # fmt: skip
+    programs = bh * g["programs"]
     slots = H200["sms"] * max(1, c["resident"])
-    waves = -(-p["programs"] // slots)
-    stretch = waves * slots / p["programs"] if waves < 8 else 1.0
-    return {"trips": trips, "dyn": dyn, "stretch": stretch, "hgmma": trips * tr["hgmma_flops"],
-            "hmma": trips * tr["hmma_flops"], "slots": slots}  # fmt: skip
+    waves = -(-programs // slots)
+    stretch = waves * slots / programs if waves < 8 else 1.0
+    mma = {
+        k: bh * (g["unmasked"] * tr[f"{k}_flops"] + g["masked"] * mk[f"{k}_flops"]) for k in ("hgmma", "hmma")
+    }
+    return {"trips": bh * (g["unmasked"] + g["masked"]), "dyn": dyn, "stretch": stretch, **mma, "slots": slots,
+            "programs": programs}  # fmt: skip
 
 
 def features(ln: dict) -> dict:
@@ -297,6 +351,7 @@ def features(ln: dict) -> dict:
         "hgmma": s * ln["hgmma"] / sms,
         "hmma": s * ln["hmma"] / sms,
         "lat": s * ln["trips"] / ln["slots"],
+        "prog": s * ln["programs"] / ln["slots"],
     }
 
 
@@ -307,7 +362,7 @@ def proxy_ms(p: dict, c: dict, f: dict) -> tuple[float, dict]:
     return max(sum(parts.values()), dram), parts
 
 
-def fit(points: list[dict], sass: dict, form: tuple[str, ...] = FEATURES) -> dict:
+def fit(points: list[dict], sass: dict, form: tuple[str, ...] = FORM) -> dict:
     clock = H200["ghz"] * 1e6
     xs = [[features(launch(p, sass[p["key"]]))[k] for k in form] for p in points]
     c = keys_proxy.nnls_rel(xs, [p["ms"] * clock for p in points])
@@ -326,7 +381,7 @@ def predict(points: list[dict], sass: dict, f: dict) -> list[dict]:
     return out
 
 
-def held_out(points: list[dict], sass: dict, form: tuple[str, ...] = FEATURES) -> dict[str, list[float]]:
+def held_out(points: list[dict], sass: dict, form: tuple[str, ...] = FORM) -> dict[str, list[float]]:
     """Each configuration's points predicted by the constants fitted without it."""
     out = {}
     for config in sorted({p["config"] for p in points}):
@@ -342,7 +397,7 @@ def with_keys(points: list[dict]) -> list[dict]:
     return points
 
 
-def summary(points: list[dict], sass: dict, form: tuple[str, ...] = FEATURES) -> dict:
+def summary(points: list[dict], sass: dict, form: tuple[str, ...] = FORM) -> dict:
     f = fit(points, sass, form)
     errs = sorted(abs(r["error"]) for r in predict(points, sass, f))
     loo = held_out(points, sass, form)
@@ -363,11 +418,15 @@ def _value(text: str):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--recount", action="store_true", help="compile the measured configurations again, record")
-    ap.add_argument("--count", nargs="+", metavar=("CONFIG", "KEY=VALUE"), help="compile one candidate, record")
+    ap.add_argument(
+        "--recount", action="store_true", help="compile the measured configurations again, record"
+    )
+    ap.add_argument(
+        "--count", nargs="+", metavar=("CONFIG", "KEY=VALUE"), help="compile one candidate, record"
+    )
     ap.add_argument("--shape", help="GxD for --count (default: the config's own)")
     ap.add_argument("--arch", type=int, default=90, choices=(80, 90))
-    ap.add_argument("--form", help="comma-separated FEATURES to fit (default: all)")
+    ap.add_argument("--form", help="comma-separated FEATURES to fit (default: FORM)")
     args = ap.parse_args(argv)
     sass = json.loads(SASS_FILE.read_text()) if SASS_FILE.exists() else {}
     if args.recount or args.count:
@@ -382,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({k: v for k, v in rec.items() if k not in ("trip", "once")}), flush=True)
         SASS_FILE.write_text(json.dumps(sass, indent=1, sort_keys=True) + "\n")
         return 0
-    form = tuple(args.form.split(",")) if args.form else FEATURES
+    form = tuple(args.form.split(",")) if args.form else FORM
     points = with_keys(measured_points())
     for r in predict(points, sass, fit(points, sass, form)):
         print(json.dumps({"calibration": "h100+h200", **r}), flush=True)
