@@ -46,7 +46,20 @@ ROOT = HERE.parent
 select_sass = load_by_path("select_sass", HERE / "select_sass.py")
 keys_proxy = load_by_path("keys_proxy", HERE / "keys_proxy.py")
 
+# The record: "sass" (each compiled setting's counts, by `_key`) and "spill_grid" (`spill_grid`'s rows
+# of the shipped dQ / dK/dV, per triton and arch).
 SASS_FILE = HERE / "flash_proxy_sass.json"
+
+
+def load_record() -> dict:
+    rec = json.loads(SASS_FILE.read_text()) if SASS_FILE.exists() else {}
+    return {"sass": rec.get("sass", {}), "spill_grid": rec.get("spill_grid", [])}
+
+
+def save_record(rec: dict) -> None:
+    SASS_FILE.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
+
+
 H200 = keys_proxy.H200  # 132 SMs x 4 schedulers at 1.98 GHz: the H100's too (docs/attention.md)
 # config -> (profiler name, model kernel name, module, gpucheck spec, G, D, tile keys (rows, keys, warps),
 # MMA products a trip). The measured launch settings are today's `_config` but where `RUN_OVER` says.
@@ -73,9 +86,23 @@ CMP_KEYS = {
     "compressed_bwd_dkv": ("bt_dkv", "bn_dkv", "warps_dkv", "stages_dkv"),
 }
 WIN_KEYS = {"window_fwd": "fwd", "window_bwd_dq": "dq", "window_bwd_dkdv": "dkdv"}
-# Settings of the measured builds that differ from today's `_config` (bench/attention_cost
-# counts.py `_launch_before_ce226a4`: the compressed dK/dV ran 8 warps until ce226a4).
-RUN_OVER = {"cmp_dkv@64@w8": {"warps_dkv": 8}, "cmp_dkv@128@w8": {"warps_dkv": 8}}
+# Settings of the measured builds that differ from today's `_config` on sm_90: the compressed dK/dV
+# ran 8 warps until ce226a4 (bench/attention_cost/counts.py `_launch_before_ce226a4`); every run
+# measured dK/dV at 32 keys a tile over 64 query rows (32 past head_dim 64), 2 stages, and dQ past
+# head_dim 64 at 32 rows x 32 keys, 4 warps, 2 stages (`_tiles_of_the_runs`; sm_90 ships others since
+# this proxy: compressed.py `_config` flash_hopper).
+MEASURED_DKV = {
+    64: {"bt_dkv": 8, "bn_dkv": 32, "stages_dkv": 2},
+    128: {"bt_dkv": 2, "bn_dkv": 32, "stages_dkv": 2},
+}
+MEASURED_DQ128 = {"BT": 2, "bn_bwd": 32, "warps": 4, "stages_dq": 2}
+RUN_OVER = {
+    "cmp_dkv@64@w8": {**MEASURED_DKV[64], "warps_dkv": 8},
+    "cmp_dkv@128@w8": {**MEASURED_DKV[128], "warps_dkv": 8},
+    "cmp_dkv@64": MEASURED_DKV[64],
+    "cmp_dkv@128": MEASURED_DKV[128],
+    "cmp_dq@128": MEASURED_DQ128,
+}
 # The runs with a kernel profile (bench/gpu), the model's flags of their builds (RUN_BUILDS), and
 # which configs they measured: the compressed attention as its own kernel since 45bc233 (not in the
 # H100 run), dK/dV at 8 warps before ce226a4.
@@ -361,6 +388,11 @@ FEATURES = ("insn", "smem", "hgmma", "hmma", "wgmma", "wait", "lat", "prog")
 # FLOPs and wgmma instructions are not in it: fitted alone they took 0 (HMMA is an instruction of the
 # stream) or did not improve the held-out error (bench/RESULTS.md).
 FORM = (("insn", "smem", "hgmma"), ("wait",), ("prog",))
+# The fit of FORM over the committed runs' points and the recorded counts (`fit`; the test reproduces
+# it): ~1 cycle an instruction issued, 8.9 a shared-memory access, 2,610 wgmma FLOPs a cycle an SM
+# (0.69 of the 3,784 of the dense bf16 peak), 122 cycles a program waits for each wgmma result, and
+# 2,410 cycles a program's prologue and epilogue.
+FIT = {"insn": 0.999935, "smem": 8.859645, "hgmma": 0.000382724, "wait": 121.5246, "prog": 2412.584}
 DRAM_BW = {"H100": 3.35e12, "H200": 4.8e12}
 
 
@@ -571,6 +603,156 @@ def summary(points: list[dict], sass: dict, form=FORM) -> dict:
             "held_out_by_config": {k: round(max(abs(e) for e in v), 3) for k, v in loo.items()}}  # fmt: skip
 
 
+# ---- candidates ------------------------------------------------------------------------------------
+
+# Launch settings to price against the shipped one (`_config` overrides of the CONFIGS entry, at its
+# own shape): bench/tiles_d128.py's spill-free head_dim-128 candidates (bench/RESULTS.md "d128") and
+# beside them 64 rows x 32 keys (the probe's `bt_dkv` x2 at 8 warps, measured faster) at 4 warps; at
+# head_dim 64 the compressed dK/dV (M7C's largest compressed kernel) over rows x keys x warps x stages.
+CANDIDATES: list[tuple[str, dict]] = [
+    ("cmp_fwd@128", {"bm_fwd": 128, "bn_fwd": 64, "warps_fwd": 8}),
+    ("cmp_fwd@128", {"bm_fwd": 128, "bn_fwd": 64, "warps_fwd": 8, "stages_fwd": 3}),
+    ("cmp_dq@128", {"BT": 4, "bn_bwd": 64}),
+    ("cmp_dq@128", {"BT": 8, "warps": 8}),
+    ("cmp_dq@128", {"BT": 8, "warps": 8, "stages_dq": 1}),
+    ("cmp_dkv@128", {"bn_dkv": 64, "stages_dkv": 1}),
+    ("cmp_dkv@128", {"bn_dkv": 64}),
+    ("cmp_dkv@128", {"bt_dkv": 4}),
+    ("cmp_dkv@128", {"bt_dkv": 4, "stages_dkv": 1}),
+    *[
+        ("cmp_dkv@64", {k: v for k, v in (("bt_dkv", bt), ("bn_dkv", bn), ("warps_dkv", w), ("stages_dkv", st))
+                        if v != {"bt_dkv": 8, "bn_dkv": 32, "warps_dkv": 4, "stages_dkv": 2}[k]})
+        for bt in (4, 8, 16) for bn in (32, 64) for w in (4, 8) for st in (1, 2)
+        if (bt, bn, w, st) != (8, 32, 4, 2)
+    ],
+]  # fmt: skip
+# Where each is priced: the suite's points (B * T = 64k), the paper's shape for head_dim 128, M7C's
+# for 64.
+PRICE_AT = {128: [("paper_G16_D128", 8192, 8), ("paper_G16_D128", 65536, 1)],
+            64: [("m7c", 8192, 8), ("m7c", 65536, 1)]}  # fmt: skip
+SHAPE_HEADS = {"paper_G16_D128": (64, 4, 128), "m7c": (12, 2, 64)}  # H, Hkv, D
+
+
+def domain(sass: dict) -> dict[str, tuple[float, float]]:
+    """The calibrated range of each trip ratio (per instruction: shared-memory accesses, wgmma FLOPs,
+    wgmma waits) and of the programs an SM holds, over the measured, unspilled settings."""
+    keys = {p["key"] for p in with_keys(measured_points())}
+    recs = [sass[k] for k in keys if sass[k]["spill"] == 0]
+    out = {}
+    for name, fn in _RATIOS.items():
+        vals = [fn(r) for r in recs]
+        out[name] = (min(vals), max(vals))
+    return out
+
+
+_RATIOS = {
+    "smem_per_insn": lambda r: r["trip"]["smem"] / r["trip"]["insns"],
+    "wgmma_flops_per_insn": lambda r: r["trip"]["hgmma_flops"] / r["warps"] / r["trip"]["insns"],
+    "waits_per_insn": lambda r: r["trip"]["wgwait"] / r["trip"]["insns"],
+    "resident": lambda r: r["resident"],
+}
+
+
+def price(config: str, over: dict, sass: dict, f: dict, dom: dict) -> list[dict]:
+    """The candidate (config + over) against the shipped setting (config) at PRICE_AT's points."""
+    am = load_model()
+    c0 = CONFIGS[config]
+    new, old = sass[_key(config, over, c0[4], c0[5])], sass[_key(config, {}, c0[4], c0[5])]
+    out_of = [k for k, fn in _RATIOS.items() if not dom[k][0] <= fn(new) <= dom[k][1]]
+    rows = []
+    for shape, T, B in PRICE_AT[c0[5]]:
+        H, Hkv, D = SHAPE_HEADS[shape]
+        rec = {"shape": shape, "T": T, "B": B, "H": H, "Hkv": Hkv, "D": D}
+        k = _model_kernels(am, rec, {})[c0[1]]
+        p = {"T": T, "BH": B * Hkv, "dram": k.dram, "gpu": "H200"}
+        ms_new, parts = proxy_ms(p, new, f)
+        ms_old, _ = proxy_ms(p, old, f)
+        rows.append({"candidate": config, "set": over, "shape": shape, "T": T, "B": B,
+                     "registers": new["registers"], "spill": new["spill"], "resident": new["resident"],
+                     "rows": new["rows"], "keys": new["keys"], "warps": new["warps"], "stages": new["stages"],
+                     "wgmma": new["trip"]["hgmma"] > 0, "proxy_ms": round(ms_new, 4), "shipped_ms": round(ms_old, 4),
+                     "ratio": round(ms_new / ms_old, 3), "bound": max(parts, key=parts.get),
+                     "in_domain": not out_of and new["spill"] == 0, "outside": out_of})  # fmt: skip
+    return rows
+
+
+# The settings shipped on sm_90 on this proxy's word (compressed.py `_config`), as the CONFIG_FACTOR
+# tags the cost model prices them by (bench/attention_cost/kernels.py `flash_tiles`).
+SHIPPED: dict[str, tuple[str, dict]] = {
+    "cmp_dkv@bn64": ("cmp_dkv@64", {"bt_dkv": 4, "bn_dkv": 64, "stages_dkv": 1}),
+    "cmp_dkv@bn64_d128": ("cmp_dkv@128", {"bn_dkv": 64}),
+    "cmp_dq@wg_d128": ("cmp_dq@128", {"BT": 8, "warps": 8, "stages_dq": 1}),
+}
+
+
+def config_factors(sass: dict, f: dict) -> dict[str, float]:
+    """Each SHIPPED tag's CONFIG_FACTOR: the proxy's time of the shipped setting over the measured
+    one's, divided by the cost model's own ratio for the new tile (its programs, waves and longest
+    program, the tag priced at 1), geometric mean over PRICE_AT's points, on the H200."""
+    import math
+
+    am = load_model()
+    prices = sys.modules["attention_cost.prices"]
+    out = {}
+    for tag, (config, over) in SHIPPED.items():
+        c0 = CONFIGS[config]
+        logs = []
+        for shape, T, B in PRICE_AT[c0[5]]:
+            H, Hkv, D = SHAPE_HEADS[shape]
+            rec = {"shape": shape, "T": T, "B": B, "H": H, "Hkv": Hkv, "D": D}
+            p = {"T": T, "BH": B * Hkv, "dram": _model_kernels(am, rec, {})[c0[1]].dram, "gpu": "H200"}
+            proxy = (
+                proxy_ms(p, sass[_key(config, over, c0[4], c0[5])], f)[0]
+                / proxy_ms(p, sass[_key(config, {}, c0[4], c0[5])], f)[0]
+            )
+            saved = prices.CONFIG_FACTOR.get(tag)
+            prices.CONFIG_FACTOR[tag] = 1.0
+            try:
+                gpu = am.GPUS["H200"]
+                new = _model_kernels(am, rec, {})[c0[1]].time(gpu)
+                old = _model_kernels(am, rec, {"flash_tiles": False})[c0[1]].time(gpu)
+            finally:
+                if saved is None:
+                    del prices.CONFIG_FACTOR[tag]
+                else:
+                    prices.CONFIG_FACTOR[tag] = saved
+            logs.append(math.log(proxy / (new / old)))
+        out[tag] = math.exp(sum(logs) / len(logs))
+    return out
+
+
+GRID = [(G, D) for G in (1, 2, 5, 6, 8, 16) for D in (64, 96, 128)]  # gpucheck's grid, G 5 and 8 too
+
+
+def spill_grid(arch: int = 90) -> list[dict]:
+    """The compressed dQ and dK/dV as compressed.py's `_config` ships them (no override) at every
+    GRID point on sm_`arch`, bf16: registers, spilled bytes, shared memory, the tile (the installed
+    triton: run it with PYTHONPATH=<triton 3.6> and without)."""
+    import triton
+
+    from nsa.attention import gpucheck
+    from nsa.attention.triton import compressed as cmp
+    from nsa.attention.triton.spec import GpuShape
+
+    os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"
+    os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="nsa-flash-proxy-"))
+    rows = []
+    for G, D in GRID:
+        shape = GpuShape("grid", head_dim=D, group=G, block_len=32, block_stride=16, sel_block=64, n_sel=16,
+                         window=512, dtype="bf16")  # fmt: skip
+        for spec in cmp.gpucheck_specs(shape, arch):
+            if spec.name not in ("compressed_bwd_dq", "compressed_bwd_dkv"):
+                continue
+            k, rep = gpucheck.compile_spec(spec, arch)
+            c = spec.constexprs
+            rows.append({"spill_grid": spec.name, "G": G, "D": D, "arch": arch, "triton": triton.__version__,
+                         "rows": c["BT"] * c["GP"], "keys": c["BN"], "warps": spec.num_warps,
+                         "stages": spec.num_stages, "registers": rep["registers"],
+                         "spill": rep["spill_stores"] + rep["spill_loads"],
+                         "smem": int(k.metadata.shared) + rep["static_smem"]})  # fmt: skip
+    return rows
+
+
 def _value(text: str):
     try:
         return int(text)
@@ -588,15 +770,33 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--shape", help="GxD for --count (default: the config's own)")
     ap.add_argument("--arch", type=int, default=90, choices=(80, 90))
+    ap.add_argument("--candidates", action="store_true", help="price CANDIDATES (compiles the unrecorded)")
+    ap.add_argument("--spill-grid", action="store_true", help="compile the shipped dQ / dK/dV over GRID")
+    ap.add_argument("--factors", action="store_true", help="the SHIPPED tags' CONFIG_FACTOR values")
     ap.add_argument(
         "--form",
         help="ISSUE/LATENCY/PER_PROGRAM FEATURES, comma-separated (default insn,smem,hgmma/wait/prog)",
     )
     args = ap.parse_args(argv)
-    sass = json.loads(SASS_FILE.read_text()) if SASS_FILE.exists() else {}
-    if args.recount or args.count:
+    record = load_record()
+    sass = record["sass"]
+    if args.spill_grid:
+        rows = spill_grid(args.arch)
+        for r in rows:
+            print(json.dumps(r), flush=True)
+        done = {(r["triton"], r["arch"]) for r in rows}
+        record["spill_grid"] = [
+            r for r in record["spill_grid"] if (r["triton"], r["arch"]) not in done
+        ] + rows
+        save_record(record)
+        return 0
+    if args.recount or args.count or args.candidates:
         keys = {(p["config"], json.dumps(p["set"], sort_keys=True)) for p in measured_points()}
         todo = [(c, json.loads(o), None, None) for c, o in sorted(keys)] if args.recount else []
+        if args.candidates:  # the unrecorded ones (and each candidate's shipped setting)
+            want = [(c, o) for c, o in CANDIDATES] + [(c, {}) for c, _ in CANDIDATES]
+            todo += [(c, o, None, None) for c, o in want
+                     if _key(c, o, CONFIGS[c][4], CONFIGS[c][5]) not in sass and (c, o, None, None) not in todo]  # fmt: skip
         if args.count:
             over = {k: _value(v) for k, v in (s.split("=", 1) for s in args.count[1:])}
             G, D = (int(x) for x in args.shape.split("x")) if args.shape else (None, None)
@@ -605,14 +805,25 @@ def main(argv: list[str] | None = None) -> int:
             rec = compile_config(config, over, G, D, args.arch)
             sass[_key(config, over, rec["G"], rec["D"], args.arch, rec["triton"])] = rec
             print(json.dumps({k: v for k, v in rec.items() if k not in ("trip", "once")}), flush=True)
-        SASS_FILE.write_text(json.dumps(sass, indent=1, sort_keys=True) + "\n")
-        return 0
+        save_record(record)
+        if not args.candidates:
+            return 0
     form = (
         tuple(tuple(x for x in part.split(",") if x) for part in args.form.split("/")) if args.form else FORM
     )
     if len(form) != 3 or not set(sum(form, ())) <= set(FEATURES):
         ap.error(f"--form {args.form}: three '/'-separated lists of {', '.join(FEATURES)}")
     points = with_keys(measured_points())
+    if args.factors:
+        factors = config_factors(sass, fit(points, sass, form))
+        print(json.dumps({"config_factor": {k: round(v, 3) for k, v in factors.items()}}), flush=True)
+        return 0
+    if args.candidates:
+        f, dom = fit(points, sass, form), domain(sass)
+        for config, over in CANDIDATES:
+            for r in price(config, over, sass, f, dom):
+                print(json.dumps(r), flush=True)
+        return 0
     for r in predict(points, sass, fit(points, sass, form), form):
         print(json.dumps({"calibration": "h100+h200", **r}), flush=True)
     print(json.dumps(summary(points, sass, form)), flush=True)
