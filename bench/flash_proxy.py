@@ -1,32 +1,33 @@
 """A GPU-free time proxy for the flash-style tiles: the compressed attention, dQ and dK/dV, the window kernels.
 
-Owns the evidence behind docs/attention.md's tile paragraphs (issue 20, task flashproxy): for each
-flash-style kernel configuration a GPU run measured (`CONFIGS`: compressed.py's `_cmp_fwd`,
-`_cmp_bwd_dq`, `_cmp_bwd_dkv` at 8 and 4 warps, window.py's three kernels, each at M7C G 6 x D 64
-and the paper's G 16 x D 128) it compiles the kernel as `gpucheck_specs` launches it under the
-launch settings of the build that measured it (gpucheck's `compile_spec`, triton 3.6 = the GPU
-images', sm_90), disassembles it (bench/select_sass.py) and counts per program the code outside the
-main loop once and per trip the main loop's path (bench/keys_proxy.py's `step_path`; the window's
-three band phases: the narrowest, unmasked loop is the trip, the two masked ones run about once a
-program and count with the rest) by class: instructions, shared-memory accesses (LDS/STS/LDSM),
-wgmma FLOPs (HGMMA.64xNx16: 2 x 64 x N x 16 a warpgroup) and mma.sync FLOPs (HMMA.16816: 4096 a
-warp), global loads, barriers; registers, shared memory and resident programs an SM.
+Owns the proxy behind docs/attention.md's tile paragraphs and its calibration (issue 20, task
+flashproxy). For each flash-style kernel setting a GPU measured (`CONFIGS`: compressed.py's
+`_cmp_fwd`, `_cmp_bwd_dq`, `_cmp_bwd_dkv` at 8 and 4 warps, window.py's three kernels, each at M7C
+G 6 x D 64 and the paper's G 16 x D 128, and the kernel probes' variants of the compressed ones) it
+compiles the kernel as `gpucheck_specs` launches it under the settings of the build that measured it
+(`RUN_OVER`; gpucheck's `compile_spec`, triton 3.6 = the GPU images', sm_90), disassembles it
+(bench/select_sass.py) and counts per program the code outside its loops once and per trip a main
+loop's path (bench/keys_proxy.py's `step_path`; the window's three band phases: the narrowest,
+unmasked loop and the mean of the two masked ones) by class: instructions, shared-memory accesses
+(LDS/STS/LDSM), wgmma FLOPs (HGMMA.64xNxK: 2 x 64 x N x K a warpgroup) and waits for them
+(WARPGROUP.DEPBAR), mma.sync FLOPs (HMMA.16816: 4096 a warp); registers, shared memory and the
+programs an SM holds. A launch's programs and trips come from the kernels' own loop bounds
+(`grid_trips`), its DRAM bytes from the cost model (bench/attention_cost, RUN_BUILDS' flags). Time:
+    max(issue, latency) + per-program cycles / (SMs x clock), stretched by the last wave, floored by
+    DRAM; issue = c x (warp instructions and shared-memory accesses over 4 schedulers, wgmma FLOPs
+    an SM); latency = c x a program slot's waits for wgmma results; per-program = c x programs a slot
+(`FORM`, `FIT`: non-negative, weighted relative error, each setting weighted alike, fitted by
+alternating least squares). `held_out` refits without each setting in turn. Prints one JSON object
+per line; asserts nothing. bench/flash_proxy_ship.py prices candidates with it.
 
-A launch's trips and programs come from the cost model's count of it (bench/attention_cost:
-`ours` with RUN_BUILDS' flags of the run; trips = the issued MMA FLOPs over one trip's), its time is
-    sum_k c_k x feature_k / (SMs x clock), stretched by the last wave, floored by DRAM,
-with non-negative constants c (SM cycles) fitted in relative error (keys_proxy.nnls_rel) over every
-measured point (`FEATURES`: warp instructions and shared-memory accesses over 4 schedulers, wgmma
-and mma.sync FLOPs, and one latency a trip per program slot). `held_out` refits without each
-configuration in turn. Prints one JSON object per line; asserts nothing.
-
-  .venv/bin/python bench/flash_proxy.py                     # calibration rows, the fit, leave-one-out
-  .venv/bin/python bench/flash_proxy.py --candidates        # bench/flash_proxy_sass.json's candidates priced
+  .venv/bin/python bench/flash_proxy.py                       # calibration rows, the fit, leave-one-out
+  .venv/bin/python bench/flash_proxy.py --form insn,smem,hgmma//prog     # another form (no latency)
   PYTHONPATH=/tmp/forced-leg36 .venv/bin/python bench/flash_proxy.py --recount     # re-record SASS (3.6)
   PYTHONPATH=/tmp/forced-leg36 .venv/bin/python bench/flash_proxy.py --count cmp_dkv@64 bn_dkv=64
 
-The measured configurations' counts (and the candidates') are recorded in bench/flash_proxy_sass.json
-(`--recount` / `--count` compile again), so the fit needs no compiler.
+The measured settings' counts (and the candidates') are recorded in bench/flash_proxy_sass.json
+(`--recount` / `--count` compile again; a recount reproduces the record), so the fit needs no
+compiler.
 """
 
 from __future__ import annotations
@@ -603,156 +604,6 @@ def summary(points: list[dict], sass: dict, form=FORM) -> dict:
             "held_out_by_config": {k: round(max(abs(e) for e in v), 3) for k, v in loo.items()}}  # fmt: skip
 
 
-# ---- candidates ------------------------------------------------------------------------------------
-
-# Launch settings to price against the shipped one (`_config` overrides of the CONFIGS entry, at its
-# own shape): bench/tiles_d128.py's spill-free head_dim-128 candidates (bench/RESULTS.md "d128") and
-# beside them 64 rows x 32 keys (the probe's `bt_dkv` x2 at 8 warps, measured faster) at 4 warps; at
-# head_dim 64 the compressed dK/dV (M7C's largest compressed kernel) over rows x keys x warps x stages.
-CANDIDATES: list[tuple[str, dict]] = [
-    ("cmp_fwd@128", {"bm_fwd": 128, "bn_fwd": 64, "warps_fwd": 8}),
-    ("cmp_fwd@128", {"bm_fwd": 128, "bn_fwd": 64, "warps_fwd": 8, "stages_fwd": 3}),
-    ("cmp_dq@128", {"BT": 4, "bn_bwd": 64}),
-    ("cmp_dq@128", {"BT": 8, "warps": 8}),
-    ("cmp_dq@128", {"BT": 8, "warps": 8, "stages_dq": 1}),
-    ("cmp_dkv@128", {"bn_dkv": 64, "stages_dkv": 1}),
-    ("cmp_dkv@128", {"bn_dkv": 64}),
-    ("cmp_dkv@128", {"bt_dkv": 4}),
-    ("cmp_dkv@128", {"bt_dkv": 4, "stages_dkv": 1}),
-    *[
-        ("cmp_dkv@64", {k: v for k, v in (("bt_dkv", bt), ("bn_dkv", bn), ("warps_dkv", w), ("stages_dkv", st))
-                        if v != {"bt_dkv": 8, "bn_dkv": 32, "warps_dkv": 4, "stages_dkv": 2}[k]})
-        for bt in (4, 8, 16) for bn in (32, 64) for w in (4, 8) for st in (1, 2)
-        if (bt, bn, w, st) != (8, 32, 4, 2)
-    ],
-]  # fmt: skip
-# Where each is priced: the suite's points (B * T = 64k), the paper's shape for head_dim 128, M7C's
-# for 64.
-PRICE_AT = {128: [("paper_G16_D128", 8192, 8), ("paper_G16_D128", 65536, 1)],
-            64: [("m7c", 8192, 8), ("m7c", 65536, 1)]}  # fmt: skip
-SHAPE_HEADS = {"paper_G16_D128": (64, 4, 128), "m7c": (12, 2, 64)}  # H, Hkv, D
-
-
-def domain(sass: dict) -> dict[str, tuple[float, float]]:
-    """The calibrated range of each trip ratio (per instruction: shared-memory accesses, wgmma FLOPs,
-    wgmma waits) and of the programs an SM holds, over the measured, unspilled settings."""
-    keys = {p["key"] for p in with_keys(measured_points())}
-    recs = [sass[k] for k in keys if sass[k]["spill"] == 0]
-    out = {}
-    for name, fn in _RATIOS.items():
-        vals = [fn(r) for r in recs]
-        out[name] = (min(vals), max(vals))
-    return out
-
-
-_RATIOS = {
-    "smem_per_insn": lambda r: r["trip"]["smem"] / r["trip"]["insns"],
-    "wgmma_flops_per_insn": lambda r: r["trip"]["hgmma_flops"] / r["warps"] / r["trip"]["insns"],
-    "waits_per_insn": lambda r: r["trip"]["wgwait"] / r["trip"]["insns"],
-    "resident": lambda r: r["resident"],
-}
-
-
-def price(config: str, over: dict, sass: dict, f: dict, dom: dict) -> list[dict]:
-    """The candidate (config + over) against the shipped setting (config) at PRICE_AT's points."""
-    am = load_model()
-    c0 = CONFIGS[config]
-    new, old = sass[_key(config, over, c0[4], c0[5])], sass[_key(config, {}, c0[4], c0[5])]
-    out_of = [k for k, fn in _RATIOS.items() if not dom[k][0] <= fn(new) <= dom[k][1]]
-    rows = []
-    for shape, T, B in PRICE_AT[c0[5]]:
-        H, Hkv, D = SHAPE_HEADS[shape]
-        rec = {"shape": shape, "T": T, "B": B, "H": H, "Hkv": Hkv, "D": D}
-        k = _model_kernels(am, rec, {})[c0[1]]
-        p = {"T": T, "BH": B * Hkv, "dram": k.dram, "gpu": "H200"}
-        ms_new, parts = proxy_ms(p, new, f)
-        ms_old, _ = proxy_ms(p, old, f)
-        rows.append({"candidate": config, "set": over, "shape": shape, "T": T, "B": B,
-                     "registers": new["registers"], "spill": new["spill"], "resident": new["resident"],
-                     "rows": new["rows"], "keys": new["keys"], "warps": new["warps"], "stages": new["stages"],
-                     "wgmma": new["trip"]["hgmma"] > 0, "proxy_ms": round(ms_new, 4), "shipped_ms": round(ms_old, 4),
-                     "ratio": round(ms_new / ms_old, 3), "bound": max(parts, key=parts.get),
-                     "in_domain": not out_of and new["spill"] == 0, "outside": out_of})  # fmt: skip
-    return rows
-
-
-# The settings shipped on sm_90 on this proxy's word (compressed.py `_config`), as the CONFIG_FACTOR
-# tags the cost model prices them by (bench/attention_cost/kernels.py `flash_tiles`).
-SHIPPED: dict[str, tuple[str, dict]] = {
-    "cmp_dkv@bn64": ("cmp_dkv@64", {"bt_dkv": 4, "bn_dkv": 64, "stages_dkv": 1}),
-    "cmp_dkv@bn64_d128": ("cmp_dkv@128", {"bn_dkv": 64}),
-    "cmp_dq@wg_d128": ("cmp_dq@128", {"BT": 8, "warps": 8, "stages_dq": 1}),
-}
-
-
-def config_factors(sass: dict, f: dict) -> dict[str, float]:
-    """Each SHIPPED tag's CONFIG_FACTOR: the proxy's time of the shipped setting over the measured
-    one's, divided by the cost model's own ratio for the new tile (its programs, waves and longest
-    program, the tag priced at 1), geometric mean over PRICE_AT's points, on the H200."""
-    import math
-
-    am = load_model()
-    prices = sys.modules["attention_cost.prices"]
-    out = {}
-    for tag, (config, over) in SHIPPED.items():
-        c0 = CONFIGS[config]
-        logs = []
-        for shape, T, B in PRICE_AT[c0[5]]:
-            H, Hkv, D = SHAPE_HEADS[shape]
-            rec = {"shape": shape, "T": T, "B": B, "H": H, "Hkv": Hkv, "D": D}
-            p = {"T": T, "BH": B * Hkv, "dram": _model_kernels(am, rec, {})[c0[1]].dram, "gpu": "H200"}
-            proxy = (
-                proxy_ms(p, sass[_key(config, over, c0[4], c0[5])], f)[0]
-                / proxy_ms(p, sass[_key(config, {}, c0[4], c0[5])], f)[0]
-            )
-            saved = prices.CONFIG_FACTOR.get(tag)
-            prices.CONFIG_FACTOR[tag] = 1.0
-            try:
-                gpu = am.GPUS["H200"]
-                new = _model_kernels(am, rec, {})[c0[1]].time(gpu)
-                old = _model_kernels(am, rec, {"flash_tiles": False})[c0[1]].time(gpu)
-            finally:
-                if saved is None:
-                    del prices.CONFIG_FACTOR[tag]
-                else:
-                    prices.CONFIG_FACTOR[tag] = saved
-            logs.append(math.log(proxy / (new / old)))
-        out[tag] = math.exp(sum(logs) / len(logs))
-    return out
-
-
-GRID = [(G, D) for G in (1, 2, 5, 6, 8, 16) for D in (64, 96, 128)]  # gpucheck's grid, G 5 and 8 too
-
-
-def spill_grid(arch: int = 90) -> list[dict]:
-    """The compressed dQ and dK/dV as compressed.py's `_config` ships them (no override) at every
-    GRID point on sm_`arch`, bf16: registers, spilled bytes, shared memory, the tile (the installed
-    triton: run it with PYTHONPATH=<triton 3.6> and without)."""
-    import triton
-
-    from nsa.attention import gpucheck
-    from nsa.attention.triton import compressed as cmp
-    from nsa.attention.triton.spec import GpuShape
-
-    os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"
-    os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="nsa-flash-proxy-"))
-    rows = []
-    for G, D in GRID:
-        shape = GpuShape("grid", head_dim=D, group=G, block_len=32, block_stride=16, sel_block=64, n_sel=16,
-                         window=512, dtype="bf16")  # fmt: skip
-        for spec in cmp.gpucheck_specs(shape, arch):
-            if spec.name not in ("compressed_bwd_dq", "compressed_bwd_dkv"):
-                continue
-            k, rep = gpucheck.compile_spec(spec, arch)
-            c = spec.constexprs
-            rows.append({"spill_grid": spec.name, "G": G, "D": D, "arch": arch, "triton": triton.__version__,
-                         "rows": c["BT"] * c["GP"], "keys": c["BN"], "warps": spec.num_warps,
-                         "stages": spec.num_stages, "registers": rep["registers"],
-                         "spill": rep["spill_stores"] + rep["spill_loads"],
-                         "smem": int(k.metadata.shared) + rep["static_smem"]})  # fmt: skip
-    return rows
-
-
 def _value(text: str):
     try:
         return int(text)
@@ -770,9 +621,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--shape", help="GxD for --count (default: the config's own)")
     ap.add_argument("--arch", type=int, default=90, choices=(80, 90))
-    ap.add_argument("--candidates", action="store_true", help="price CANDIDATES (compiles the unrecorded)")
-    ap.add_argument("--spill-grid", action="store_true", help="compile the shipped dQ / dK/dV over GRID")
-    ap.add_argument("--factors", action="store_true", help="the SHIPPED tags' CONFIG_FACTOR values")
     ap.add_argument(
         "--form",
         help="ISSUE/LATENCY/PER_PROGRAM FEATURES, comma-separated (default insn,smem,hgmma/wait/prog)",
@@ -780,23 +628,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     record = load_record()
     sass = record["sass"]
-    if args.spill_grid:
-        rows = spill_grid(args.arch)
-        for r in rows:
-            print(json.dumps(r), flush=True)
-        done = {(r["triton"], r["arch"]) for r in rows}
-        record["spill_grid"] = [
-            r for r in record["spill_grid"] if (r["triton"], r["arch"]) not in done
-        ] + rows
-        save_record(record)
-        return 0
-    if args.recount or args.count or args.candidates:
+    if args.recount or args.count:
         keys = {(p["config"], json.dumps(p["set"], sort_keys=True)) for p in measured_points()}
         todo = [(c, json.loads(o), None, None) for c, o in sorted(keys)] if args.recount else []
-        if args.candidates:  # the unrecorded ones (and each candidate's shipped setting)
-            want = [(c, o) for c, o in CANDIDATES] + [(c, {}) for c, _ in CANDIDATES]
-            todo += [(c, o, None, None) for c, o in want
-                     if _key(c, o, CONFIGS[c][4], CONFIGS[c][5]) not in sass and (c, o, None, None) not in todo]  # fmt: skip
         if args.count:
             over = {k: _value(v) for k, v in (s.split("=", 1) for s in args.count[1:])}
             G, D = (int(x) for x in args.shape.split("x")) if args.shape else (None, None)
@@ -806,24 +640,13 @@ def main(argv: list[str] | None = None) -> int:
             sass[_key(config, over, rec["G"], rec["D"], args.arch, rec["triton"])] = rec
             print(json.dumps({k: v for k, v in rec.items() if k not in ("trip", "once")}), flush=True)
         save_record(record)
-        if not args.candidates:
-            return 0
+        return 0
     form = (
         tuple(tuple(x for x in part.split(",") if x) for part in args.form.split("/")) if args.form else FORM
     )
     if len(form) != 3 or not set(sum(form, ())) <= set(FEATURES):
         ap.error(f"--form {args.form}: three '/'-separated lists of {', '.join(FEATURES)}")
     points = with_keys(measured_points())
-    if args.factors:
-        factors = config_factors(sass, fit(points, sass, form))
-        print(json.dumps({"config_factor": {k: round(v, 3) for k, v in factors.items()}}), flush=True)
-        return 0
-    if args.candidates:
-        f, dom = fit(points, sass, form), domain(sass)
-        for config, over in CANDIDATES:
-            for r in price(config, over, sass, f, dom):
-                print(json.dumps(r), flush=True)
-        return 0
     for r in predict(points, sass, fit(points, sass, form), form):
         print(json.dumps({"calibration": "h100+h200", **r}), flush=True)
     print(json.dumps(summary(points, sass, form)), flush=True)

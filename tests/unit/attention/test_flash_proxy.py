@@ -13,6 +13,7 @@ from nsa.attention.triton import compressed as cmp
 from tests.fixtures.bench import load_bench
 
 fp = load_bench("flash_proxy")
+ship = load_bench("flash_proxy_ship")
 
 
 @pytest.fixture(scope="module")
@@ -92,17 +93,17 @@ def test_grid_trips_walk_the_kernels_loops(config) -> None:
 
 
 def test_the_shipped_tiles_config_factors_are_the_proxys(fitted) -> None:
-    """CONFIG_FACTOR's proxy-shipped tags are flash_proxy's ratios (--factors) from the recorded
+    """CONFIG_FACTOR's proxy-shipped tags are the proxy's ratios (flash_proxy_ship.py --factors) from the recorded
     counts; each prices the shipped tile >= 10 % faster than the measured one, in the proxy's domain."""
     rec, _, f = fitted
     prices = sys.modules["attention_cost.prices"]
-    factors = fp.config_factors(rec["sass"], f)
-    assert set(factors) == set(fp.SHIPPED)
+    factors = ship.config_factors(rec["sass"], f)
+    assert set(factors) == set(ship.SHIPPED)
     for tag, v in factors.items():
         assert prices.CONFIG_FACTOR[tag] == pytest.approx(v, abs=0.002), tag
-    dom = fp.domain(rec["sass"])
-    for config, over in fp.SHIPPED.values():
-        for row in fp.price(config, over, rec["sass"], f, dom):
+    dom = ship.domain(rec["sass"])
+    for config, over in ship.SHIPPED.values():
+        for row in ship.price(config, over, rec["sass"], f, dom):
             assert row["in_domain"] and row["spill"] == 0 and row["ratio"] <= 0.9, row
 
 
@@ -138,7 +139,7 @@ def test_the_model_follows_the_shipped_tiles_tags() -> None:
 
 
 def test_the_recorded_spill_grid_is_the_shipped_tiles_without_a_spill() -> None:
-    """The record's spill grid (`--spill-grid`, triton 3.6 and 3.9, sm_90) holds the shipped dQ and
+    """The record's spill grid (flash_proxy_ship.py --spill-grid, triton 3.6 and 3.9, sm_90) holds the shipped dQ and
     dK/dV tiles of today's `_config` at every GRID point, none spilled."""
     rows = fp.load_record()["spill_grid"]
     assert {r["triton"][:3] for r in rows} == {"3.6", "3.9"}
@@ -159,4 +160,4 @@ def test_the_recorded_spill_grid_is_the_shipped_tiles_without_a_spill() -> None:
                 c["warps_dkv"],
                 c["stages_dkv"],
             )
-    assert len({(r["G"], r["D"], r["arch"], r["triton"][:3]) for r in rows}) == 2 * len(fp.GRID)
+    assert len({(r["G"], r["D"], r["arch"], r["triton"][:3]) for r in rows}) == 2 * len(ship.GRID)
