@@ -1,0 +1,492 @@
+"""A GPU-free time proxy for the selected branch's query-major gather loops: the token tiles
+(`_sel_fwd_tok_kernel` / `_sel_bwd_dq_tok_kernel`) and the forced tiles (`_sel_forced_fwd_kernel` /
+`_sel_forced_dq_kernel`), calibrated on every measured configuration of them (issue 20, `tok_pipe`).
+
+Owns the evidence behind selected.py `_config`'s `tok_pipe` (docs/attention.md, bench/RESULTS.md
+"tokgather"). From each build's SASS (bench/select_sass.py's compile and listing; triton 3.6, sm_90:
+the GPU runs' build) it reads, per key step of the loop (bench/tok_pipe_sass.py's narrowest loop):
+warp instructions `insns`, dependent global-load rounds `rounds` (clusters of synchronous LDG that a
+barrier or a conditional branch closes: each waits a full memory latency before the step goes on;
+asynchronous copies waited for with nothing left in flight, `DEPBAR.LE SB0, 0`, one round), the
+copies left in flight at the wait (`in_flight` > 0: the next step's loads overlap this step), and
+the same counts for the prologue and epilogue once a program (a loop before the key loop, the forced
+tiles' role count over the table, at NK trips). Registers and shared memory give the programs an SM
+holds (select_sass.resident_programs, H100/H200 limits).
+
+The proxy, per launch, in SM cycles summed over the GPU's SMs (Little's law: P programs an SM keep P
+steps' loads in flight, so a step's exposed latency costs 1/P of an SM's time):
+  lat    = L  x (steps x rounds + programs x rounds_pro) / (SMs x P)   memory latency, exposed
+  serial = c1 x (steps x insns + programs x insns_pro) x ceil(W/4) / (SMs x P)   a program's own stream
+  issue  = k  x warp instructions / (SMs x 4)                           the SM's 4 schedulers
+three constants (cycles; non-negative least squares on relative error, bench/keys_proxy.py's
+nnls_rel), floored by the gathered bytes through L2 (8.6 TB/s) and DRAM. A build whose loads stay in
+flight across a step (in_flight > 0: tok_pipe at 3 stages) prices its exposed latency as
+max(0, L - a step's own stream): outside the calibrated domain (no measured build has it), said so
+in its rows (`domain`).
+
+Measured points: the suites' per-kernel tables (bench/gpu/*-speed*.json, each at its build's
+settings: RUN_BUILDS, `_launch_before_ce226a4`) and the kernel probes' variants (H200, 8k x 8), whose
+number is the whole selected op: a variant's kernel time is the same build's speed run at that T
+plus the probe's change of forward (fwd kernels) or backward (fwd_bwd - fwd: dQ kernels) against
+its base row. Steps: the cost model's expected union of random tables (counts._sel_steps) for the
+token tiles, every table slot for tok_pipe 1, the forced tiles' exact key range per tile.
+
+  .venv/bin/python bench/gather_proxy.py                  # calibration rows, the fit, leave-one-out
+  .venv/bin/python bench/gather_proxy.py --price          # tok_pipe 1/2 at 2/3 stages, paper + M7C
+  PYTHONPATH=/path/to/triton-3.6 .venv/bin/python bench/gather_proxy.py --recount  # re-record SASS
+
+The SASS counts are recorded in bench/gather_proxy_sass.json (`--recount` compiles every measured
+configuration and the priced candidates again, sm_90 and sm_80). Prints one JSON object per line;
+asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+from nsa.attention.gpusuite.modelcheck import load_by_path, load_model
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+select_sass = load_by_path("select_sass", HERE / "select_sass.py")
+keys_proxy = load_by_path("keys_proxy", HERE / "keys_proxy.py")
+SASS_FILE = HERE / "gather_proxy_sass.json"
+
+GPUS = {  # SM limits (select_sass.resident_programs) and the floors' bandwidths
+    90: {"sms": 132, "sched": 4, "ghz": 1.98, "regs": 65536, "warps": 64, "blocks": 32, "smem": 233472,
+         "l2_tbs": 0.75 * 11.5, "dram_tbs": 3.35},
+    80: {"sms": 108, "sched": 4, "ghz": 1.41, "regs": 65536, "warps": 64, "blocks": 32, "smem": 167936,
+         "l2_tbs": 0.75 * 7.2, "dram_tbs": 2.039},
+}  # fmt: skip
+SHAPES = {"m7c": (6, 64), "paper": (16, 128)}  # (G, D); l' 64, n 16
+KERNELS = {  # proxy kernel -> (gpucheck spec name, profiler name, warps key, stages key)
+    "tok_fwd": ("selected_fwd", "_sel_fwd_tok_kernel", "warps_tok", "stages_tok"),
+    "tok_dq": ("selected_bwd_dq", "_sel_bwd_dq_tok_kernel", "warps_q", "stages_dq"),
+    "forced_fwd": ("selected_forced_fwd", "_sel_forced_fwd_kernel", "warps_f", "stages_f"),
+    "forced_dq": ("selected_forced_dq", "_sel_forced_dq_kernel", "warps_f", "stages_fdq"),
+}
+# The token tiles' settings of the builds before ce226a4 (every run before 2026-11-26b): the forward
+# at 8 warps past head_dim 64 (selected._config has 2 since).
+BEFORE_CE226A4 = {"paper": {"warps_tok": 8}, "m7c": {}}
+# Suite runs -> the token-tile settings they measured (over today's _config) by shape.
+SPEED = {
+    "bench/gpu/2026-11-26-h100-speed.json": BEFORE_CE226A4,
+    "bench/gpu/2026-11-26-h200-speed-after.json": BEFORE_CE226A4,
+    "bench/gpu/2026-11-26-h200-speed-final.json": BEFORE_CE226A4,
+    "bench/gpu/2026-11-26b-h200-speed-shipped.json": {"paper": {}, "m7c": {}},
+    "bench/gpu/2026-11-26b-h200-speed-keys.json": {"paper": {}},  # M7C ran key-major there
+    "bench/gpu/2026-11-26b-h200-speed-final.json": {"paper": {}},
+}
+# Kernel probes -> (their base build's speed run, the base's settings by shape). Variants of keys the
+# token tiles do not read (warps_kv, BR, ...) are skipped; "TP": "xN" multiplies the tile's tokens.
+PROBES = {
+    # the selected-op probe of the first H200 session (its compressed kernels the old fused ones; the
+    # selected ones those of the speed-after run)
+    "bench/gpu/2026-11-26-h200-probe-before.jsonl": ("bench/gpu/2026-11-26-h200-speed-after.json", BEFORE_CE226A4),
+    "bench/gpu/2026-11-26-h200-probe-final.jsonl": ("bench/gpu/2026-11-26-h200-speed-final.json", BEFORE_CE226A4),
+}  # fmt: skip
+TOK_KEYS = {"tok_fwd": ("warps_tok", "stages_tok", "TP"), "tok_dq": ("warps_q", "stages_dq", "TP")}
+
+
+def _model():
+    return load_model(HERE / "attention_model.py")
+
+
+# ---- SASS ------------------------------------------------------------------------------------------
+
+_WAIT = re.compile(r"SB0,\s*(0x[0-9a-f]+|\d+)")
+
+
+def _sync_load(op: str) -> bool:
+    return op.startswith("LDG") and not op.startswith(("LDGSTS", "LDGDEPBAR"))
+
+
+def load_rounds(seq) -> int:
+    """Dependent rounds of synchronous global loads in a stretch of SASS: clusters of LDG, a cluster
+    closed by a barrier (the loaded values are stored to shared memory before it) or a conditional
+    branch (it tests a loaded value). Each round waits a memory latency."""
+    rounds, open_ = 0, False
+    for op, _, pred in seq:
+        if _sync_load(op):
+            rounds += not open_
+            open_ = True
+        elif op.startswith("BAR.SYNC") or (op.startswith("BRA") and pred):
+            open_ = False
+    return rounds
+
+
+def _classes(seq) -> dict:
+    """Instructions, shared-memory accesses, sync-load rounds, asynchronous copies and the groups
+    their waits leave in flight."""
+    ops = [op for op, _, _ in seq if op != "NOP"]
+    waits = [_WAIT.search(rest) for op, rest, _ in seq if op.startswith("DEPBAR")]
+    return {
+        "insns": len(ops),
+        "smem": sum(op.startswith(("LDS", "STS")) for op in ops),  # LDSM included (sm_80's operands)
+        "smem_bytes": sum(_smem_bytes(op, rest) for op, rest, _ in seq),
+        "rounds": load_rounds(seq),
+        "async": sum(op.startswith(("LDGSTS", "UTMALDG", "UBLKCP")) for op in ops),
+        "in_flight": min((int(w.group(1), 0) for w in waits if w), default=0),
+        "mma": sum(op.startswith(("HMMA", "HGMMA")) for op in ops),
+    }
+
+
+_COUNTS = ("insns", "smem", "smem_bytes", "rounds")
+
+
+def _smem_bytes(op: str, rest: str) -> float:
+    """Bytes one warp's instruction moves through shared memory (0 for anything but LDS / STS / LDSM /
+    LDGSTS / HGMMA): 32 lanes x the access width (.128 16 B, .64 8 B, .U8 / .U16 1 / 2, else 4; LDSM .xN N x
+    4 B a lane); a wgmma (HGMMA.64xNx16, the 64-row tiles' products on sm_90) reads its B operand
+    (N x 16 bf16) and, where no register holds it, A (64 x 16) from shared memory by descriptor: a
+    quarter of that each warp of the warp group."""
+    if op.startswith("HGMMA"):
+        n = re.match(r"x(\d+)x16", rest.strip())
+        a_in_smem = re.match(r"x\d+x16\S*\s+R\d+,\s*gdesc", rest.strip()) is not None
+        return ((64 * 16 * 2 if a_in_smem else 0) + int(n.group(1)) * 16 * 2) / 4 if n else 0
+    if not op.startswith(("LDS", "STS", "LDGSTS")):  # cp.async writes shared memory as an STS would
+        return 0
+    if op.startswith("LDSM"):
+        n = re.search(r"\.(\d)$", op) or re.search(r"\.M88\.(\d)", op)
+        return 32 * 4 * (int(n.group(1)) if n else 1)
+    for suffix, width in ((".128", 16), (".64", 8), (".U16", 2), (".S16", 2), (".U8", 1), (".S8", 1)):
+        if suffix in op:
+            return 32 * width
+    return 32 * 4
+
+
+def paths(lines: list[str], trips: int) -> dict:
+    """A program's paths: `iter`, the key loop's body once an iteration outside its data-dependent
+    branches; `take`, the branch regions that load or multiply (the branchy token tiles' `if take:`,
+    run once a union block: empty in a branch-free loop), other short branch regions (divergent
+    fallbacks) not counted; `program`, the prologue and epilogue once (a loop before the key loop, the
+    forced tiles' role count over the table, counted `trips` times)."""
+    insns, label_at = select_sass._parse(lines)
+    lo, hi = select_sass._loop(insns, label_at, widest=False)
+    inside, take = set(), []
+    i = lo
+    while i < hi - 1:
+        op, rest, pred = insns[i]
+        end = label_at.get(select_sass._target(rest), -1) if op.startswith("BRA") and pred else -1
+        if i < end <= hi - 1:
+            region = insns[i + 1 : end]
+            inside.update(range(i + 1, end))
+            if any(_sync_load(o) or o.startswith(("LDGSTS", "HMMA", "HGMMA")) for o, _, _ in region):
+                take += region
+            i = end
+            continue
+        i += 1
+    body = [x for k, x in enumerate(insns[lo:hi], lo) if k not in inside]
+    it, tk = _classes(body), _classes(take)
+    loop = _classes(insns[lo:hi])
+    if loop["async"]:
+        it["rounds"] += loop["in_flight"] == 0  # the step's copies, waited for at its top
+    extra = dict.fromkeys(_COUNTS, 0)
+    for i, (op, r, _) in enumerate(insns[:lo]):
+        t = label_at.get(select_sass._target(r), i)
+        if op.startswith("BRA") and t < i:
+            b = _classes(insns[t : i + 1])
+            extra = {c: extra[c] + (trips - 1) * b[c] for c in _COUNTS}
+    other = _classes(insns[:lo] + insns[hi:])
+    return {
+        "iter": {c: it[c] for c in _COUNTS},
+        "take": {c: tk[c] for c in _COUNTS},
+        "program": {c: other[c] + extra[c] for c in _COUNTS},
+        "in_flight": loop["in_flight"], "async": loop["async"], "mma": loop["mma"],
+    }  # fmt: skip
+
+
+def compile_counts(kernel: str, shape: str, over: dict, arch: int = 90) -> dict:
+    """Compile `kernel` at `shape` (bf16, l' 64, n 16) on sm_`arch` under `over` (selected._config
+    keys; "TP" also sets RP) and count its paths."""
+    import triton
+
+    from nsa.attention import gpucheck
+    from nsa.attention.triton import selected as sel
+
+    G, D = SHAPES[shape]
+    spec = select_sass.patched_spec(sel, KERNELS[kernel][0], G, D, arch, _expand(over, G))
+    k, rep = gpucheck.compile_spec(spec, arch)
+    return {"registers": rep["registers"], "spill": rep["spill_stores"] + rep["spill_loads"],
+            "smem": int(k.metadata.shared) + rep["static_smem"], "warps": spec.num_warps,
+            "stages": spec.num_stages, "pipe": spec.constexprs.get("PIPE", 0), "triton": triton.__version__,
+            **paths(select_sass._disasm(k.asm["cubin"], arch), 16)}  # fmt: skip
+
+
+def _expand(over: dict, G: int) -> dict:
+    o = dict(over)
+    if "TP" in o:
+        o["RP"] = max(16, 1 << (o["TP"] * G - 1).bit_length())
+    return o
+
+
+def key(kernel: str, shape: str, over: dict, arch: int = 90) -> str:
+    return f"{kernel}:{shape}:sm{arch}:" + ",".join(f"{k}={v}" for k, v in sorted(over.items()))
+
+
+# ---- work counts -----------------------------------------------------------------------------------
+
+
+def _forced_steps(T: int, G: int, LP: int = 64, BM: int = 64, BK: int = 64) -> int:
+    """Key steps of the forced tiles of one (batch, KV head): selected_forced.py `_key_range` per tile."""
+    steps = 0
+    for r0 in range(0, T * G, BM):
+        t_hi = (min(r0 + BM, T * G) - 1) // G
+        k0 = max((r0 // G) // LP - 1, 0) * LP
+        n1p = LP if k0 > 0 else 0
+        steps += -(-(n1p + t_hi + 1 - k0) // BK)
+    return steps
+
+
+def launch(kernel: str, shape: str, T: int, B: int, over: dict, counts: dict, arch: int = 90) -> dict:
+    """One launch's iterations, steps, programs, bytes and the proxy's features (module docstring)."""
+    m = _model()
+    s = m.SHAPES[shape]
+    G, D, BH = s.G, s.D, B * s.Hkv
+    gpu = GPUS[arch]
+    k = min(s.n, -(-T // s.lp))  # a token's table entries
+    if kernel.startswith("tok"):
+        TP = over.get("TP") or m._tokens_per_tile(G)
+        programs = BH * -(-T // TP)
+        union = BH * m._sel_steps(T, s, TP)
+        # The branchy loop and tok_pipe 1 iterate over every table slot of the tile; tok_pipe 2 over the
+        # union's blocks. Only the union's steps load (tok_pipe 1 masks the rest).
+        iters = union if counts["pipe"] == 2 else BH * T * k
+        taken = union if counts["take"]["insns"] else 0
+    else:
+        programs = BH * -(-T * G // 64)
+        iters = union = BH * _forced_steps(T, G)
+        taken = 0
+    P = max(1, select_sass.resident_programs(counts["registers"], counts["smem"], counts["warps"], gpu))
+    dyn = {c: iters * counts["iter"][c] + taken * counts["take"][c] + programs * counts["program"][c]
+           for c in _COUNTS}  # fmt: skip
+    share = math.ceil(counts["warps"] / gpu["sched"])  # a program's warps on one scheduler
+    slots, sched = gpu["sms"] * P, gpu["sms"] * gpu["sched"]
+    return {
+        "iters": iters, "steps": union, "programs": programs, "resident": P,
+        "gathered_bytes": union * 64 * D * 2 * 2,
+        "lat": dyn["rounds"] / slots,
+        "serial": dyn["insns"] * share / slots,
+        "issue": dyn["insns"] * counts["warps"] / sched,
+        "smem": dyn["smem"] * counts["warps"] / sched,
+        "smem_bytes": dyn["smem_bytes"] * counts["warps"] / gpu["sms"],
+        # one iteration's own stream (instructions): what a step in flight overlaps its loads with
+        "iter_serial": (counts["iter"]["insns"] + counts["take"]["insns"]) * share,
+        "in_flight": counts["in_flight"],
+    }  # fmt: skip
+
+
+# The fitted terms tried (each: constants in cycles, non-negative): latency rounds and a program's own
+# stream over the programs an SM holds, the SM's issue and shared-memory throughput.
+FEATURES = ("lat", "serial", "issue", "smem", "smem_bytes")
+FORMS = {
+    "lat+serial": ("lat", "serial"),
+    "lat+issue": ("lat", "issue"),
+    "lat+smem": ("lat", "smem"),
+    "lat+serial+issue": ("lat", "serial", "issue"),
+    "lat+serial+smem": ("lat", "serial", "smem"),
+    "lat+smem_bytes": ("lat", "smem_bytes"),
+    "lat+serial+smem_bytes": ("lat", "serial", "smem_bytes"),
+    "all": FEATURES,
+}
+
+
+def proxy_cycles(ln: dict, f: dict) -> dict:
+    """The proxy's terms in SM cycles (constant x feature). A loop whose next step's loads are in
+    flight (in_flight > 0) exposes only the latency an iteration's own stream does not cover."""
+    parts = {t: c * ln[t] for t, c in f.items()}
+    if ln["in_flight"] and "lat" in f:
+        hidden = min(f["lat"], f.get("serial", 0.0) * ln["iter_serial"])
+        parts["lat"] = ln["lat"] * (f["lat"] - hidden)
+    return parts
+
+
+def proxy_ms(ln: dict, f: dict, arch: int = 90) -> tuple[float, str]:
+    """Milliseconds (the terms' sum, floored by the gathered bytes through L2) and the largest term."""
+    gpu = GPUS[arch]
+    parts = proxy_cycles(ln, f)
+    t = sum(parts.values()) / (gpu["ghz"] * 1e6)
+    floor = ln["gathered_bytes"] / (gpu["l2_tbs"] * 1e9)
+    return (max(t, floor), "l2" if floor > t else max(parts, key=parts.get))
+
+
+def fit(rows: list[dict], form: tuple[str, ...]) -> dict:
+    """The constants (cycles) of `form` over measured rows (launch dicts with "ms")."""
+    clock = GPUS[90]["ghz"] * 1e6
+    c = keys_proxy.nnls_rel([[r[t] for t in form] for r in rows], [r["ms"] * clock for r in rows])
+    return dict(zip(form, c))
+
+
+# ---- the measured points ---------------------------------------------------------------------------
+
+
+def _shape(name: str) -> str:
+    return "paper" if name.startswith("paper") else name
+
+
+def _speed(path: str) -> dict[tuple[str, int, int], dict[str, float]]:
+    """(shape, T, B) -> profiler kernel name -> ms of one suite run."""
+    out = {}
+    for r in json.loads((ROOT / path).read_text())["sections"]["speed"]["records"]:
+        out[(_shape(r["shape"]), r["T"], r["B"])] = {k["kernel"]: k["ms"] for k in r.get("nsa_kernels", [])}
+    return out
+
+
+def _own(kernel: str, over: dict) -> dict:
+    """The settings of `over` that `kernel` reads (the forward's warps are not the dQ's)."""
+    return {k: v for k, v in over.items() if k in TOK_KEYS.get(kernel, ())}
+
+
+def _tok_over(kernel: str, variant: dict, base: dict, shape: str) -> dict | None:
+    """The settings a probe variant gives `kernel` (None: the variant does not touch it)."""
+    mine = {k: v for k, v in variant.items() if k in TOK_KEYS[kernel]}
+    if not mine:
+        return None
+    over = {**_own(kernel, base), **mine}
+    if "TP" in mine:
+        over["TP"] = _model()._tokens_per_tile(SHAPES[shape][0]) * int(str(mine["TP"])[1:])
+    return over
+
+
+def measured_points() -> list[dict]:
+    """Every measured time of the four kernels: the suites' tables, then the probes' variants of the
+    token tiles anchored on their base build's suite run (module docstring)."""
+    pts = []
+    for path, by_shape in SPEED.items():
+        for (shape, T, B), ks in sorted(_speed(path).items()):
+            for kernel, (_, prof, _, _) in KERNELS.items():
+                if prof not in ks:
+                    continue
+                if kernel.startswith("tok") and shape not in by_shape:
+                    continue
+                over = _own(kernel, by_shape.get(shape, {})) if kernel.startswith("tok") else {}
+                pts.append({"kernel": kernel, "shape": shape, "T": T, "B": B, "over": over, "ms": ks[prof],
+                            "source": Path(path).name})  # fmt: skip
+    for path, (speed_path, by_shape) in PROBES.items():
+        anchor = _speed(speed_path)
+        rows = [json.loads(x) for x in (ROOT / path).read_text().splitlines() if x.strip()]
+        rows = [r for r in rows if r["probe"] == "selected"]
+        for r in rows:
+            shape = _shape(r["shape"])
+            base = next(
+                b
+                for b in rows
+                if b["variant"] == {} and (b["shape"], b["T"], b["B"]) == (r["shape"], r["T"], r["B"])
+            )
+            if not r["variant"] or set(r["variant"]) - {k for ks in TOK_KEYS.values() for k in ks}:
+                continue
+            for kernel in TOK_KEYS:
+                over = _tok_over(kernel, r["variant"], by_shape[shape], shape)
+                if over is None or over == _own(kernel, by_shape[shape]):
+                    continue
+                if kernel == "tok_fwd":
+                    delta = r["fwd_ms"] - base["fwd_ms"]
+                else:
+                    delta = (r["fwd_bwd_ms"] - r["fwd_ms"]) - (base["fwd_bwd_ms"] - base["fwd_ms"])
+                ms = anchor[(shape, r["T"], r["B"])][KERNELS[kernel][1]] + delta
+                pts.append({"kernel": kernel, "shape": shape, "T": r["T"], "B": r["B"], "over": over,
+                            "ms": round(ms, 4), "source": Path(path).name})  # fmt: skip
+    return pts
+
+
+def configuration(p: dict) -> str:
+    return key(p["kernel"], p["shape"], p["over"])
+
+
+# ---- rows ------------------------------------------------------------------------------------------
+
+
+def recount(points: list[dict], sass: dict, arch: int = 90) -> None:
+    for p in points:
+        k = key(p["kernel"], p["shape"], p["over"], arch)
+        if k not in sass:
+            sass[k] = compile_counts(p["kernel"], p["shape"], p["over"], arch)
+            print(json.dumps({"recorded": k, **{x: sass[k][x] for x in ("registers", "spill", "smem")}}),
+                  file=sys.stderr, flush=True)  # fmt: skip
+
+
+def rows_of(points: list[dict], sass: dict, arch: int = 90) -> list[dict]:
+    out = []
+    for p in points:
+        c = sass[key(p["kernel"], p["shape"], p["over"], arch)]
+        out.append({**p, "registers": c["registers"], "spill": c["spill"], "smem_alloc": c["smem"],
+                    "warps": c["warps"], "stages": c["stages"], "pipe": c["pipe"],
+                    **launch(p["kernel"], p["shape"], p["T"], p["B"], p["over"], c, arch)})  # fmt: skip
+    return out
+
+
+def predict(rows: list[dict], f: dict, arch: int = 90) -> list[dict]:
+    out = []
+    for r in rows:
+        ms, bound = proxy_ms(r, f, arch)
+        row = {"calibration" if "ms" in r else "prediction": f"sm{arch}", "configuration": configuration(r),
+               "kernel": r["kernel"],
+               "shape": r["shape"], "set": r["over"], "T": r["T"], "B": r["B"], "source": r.get("source"),
+               "registers": r["registers"], "smem": r["smem_alloc"], "warps": r["warps"], "stages": r["stages"],
+               "pipe": r["pipe"], "resident": r["resident"], "steps": round(r["steps"]), "iters": round(r["iters"]),
+               "parts_ms": {k: round(v / (GPUS[arch]["ghz"] * 1e6), 3) for k, v in proxy_cycles(r, f).items()},
+               "bound": bound, "proxy_ms": round(ms, 3),
+               "domain": "extrapolated: loads in flight across a step" if r["in_flight"] else "calibrated"}  # fmt: skip
+        if "ms" in r:
+            row.update(ms=r["ms"], error=round(ms / r["ms"] - 1, 3))
+        out.append(row)
+    return out
+
+
+def held_out(rows: list[dict], form: tuple[str, ...]) -> list[dict]:
+    """Leave one configuration out: its points priced by the constants fitted on the others."""
+    out = []
+    for c in sorted({configuration(r) for r in rows}):
+        f = fit([r for r in rows if configuration(r) != c], form)
+        out += predict([r for r in rows if configuration(r) == c], f)
+    return out
+
+
+def summary(name: str, rows: list[dict], form: tuple[str, ...]) -> dict:
+    f = fit(rows, form)
+    errs = sorted(abs(r["error"]) for r in predict(rows, f))
+    loo = sorted(abs(r["error"]) for r in held_out(rows, form))
+    return {"fit": name, "cycles": {k: round(v, 3) for k, v in f.items()}, "points": len(errs),
+            "configurations": len({configuration(r) for r in rows}),
+            "within_30pct": sum(e <= 0.3 for e in errs), "max_abs_error": errs[-1],
+            "median_abs_error": errs[len(errs) // 2], "held_out_within_35pct": sum(e <= 0.35 for e in loo),
+            "held_out_max_abs_error": round(loo[-1], 3)}  # fmt: skip
+
+
+def load_sass() -> dict:
+    return json.loads(SASS_FILE.read_text()) if SASS_FILE.is_file() else {}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--recount", action="store_true", help="compile the configurations, record their SASS")
+    ap.add_argument("--form", default="lat+serial+smem_bytes", choices=sorted(FORMS))
+    ap.add_argument("--rows", action="store_true", help="every point's calibration row (and held-out error)")
+    args = ap.parse_args(argv)
+    pts = measured_points()
+    sass = load_sass()
+    if args.recount:
+        os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="nsa-gather-proxy-"))
+        os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"
+        recount(pts, sass)
+        SASS_FILE.write_text(json.dumps(sass, indent=1, sort_keys=True) + "\n")
+    rows = rows_of(pts, sass)
+    for name, form in FORMS.items():
+        print(json.dumps(summary(name, rows, form)), flush=True)
+    if args.rows:
+        form = FORMS[args.form]
+        loo = {(r["configuration"], r["T"], r["B"], r["source"]): r["error"] for r in held_out(rows, form)}
+        for p in predict(rows, fit(rows, form)):
+            print(json.dumps({**p, "held_out_error": loo[(p["configuration"], p["T"], p["B"], p["source"])]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
