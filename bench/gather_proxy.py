@@ -65,7 +65,9 @@ GPUS = {  # SM limits (select_sass.resident_programs) and the floors' bandwidths
     80: {"sms": 108, "sched": 4, "ghz": 1.41, "regs": 65536, "warps": 64, "blocks": 32, "smem": 167936,
          "l2_tbs": 0.75 * 7.2, "dram_tbs": 2.039},
 }  # fmt: skip
-SHAPES = {"m7c": (6, 64), "paper": (16, 128)}  # (G, D); l' 64, n 16
+# (G, D); l' 64, n 16. The model's two shapes (its B 1, heads and KV heads), then the other head_dims
+# the token tiles run at G 16 (64 heads, 4 KV heads, as the paper's), priced only.
+SHAPES = {"m7c": (6, 64), "paper": (16, 128), "g16d64": (16, 64), "g16d96": (16, 96)}
 KERNELS = {  # proxy kernel -> (gpucheck spec name, profiler name, warps key, stages key)
     "tok_fwd": ("selected_fwd", "_sel_fwd_tok_kernel", "warps_tok", "stages_tok"),
     "tok_dq": ("selected_bwd_dq", "_sel_bwd_dq_tok_kernel", "warps_q", "stages_dq"),
@@ -101,6 +103,7 @@ TOK_KEYS = {
 # own stages key; warps and tokens as shipped.
 PIPE_VARIANTS = [(pipe, stages) for pipe in (1, 2) for stages in (2, 3)]
 PRICE_T = (8192, 65536)
+TUNE_WARPS, TUNE_TP = (2, 4), (1, 2)  # warps and tokens a tile priced around the candidates (paper shape)
 
 
 def _model():
@@ -213,19 +216,28 @@ def paths(lines: list[str], trips: int) -> dict:
 
 def compile_counts(kernel: str, shape: str, over: dict, arch: int = 90) -> dict:
     """Compile `kernel` at `shape` (bf16, l' 64, n 16) on sm_`arch` under `over` (selected._config
-    keys; "TP" also sets RP) and count its paths."""
+    keys over `run_base`, the measured loop's; "TP" also sets RP) and count its paths."""
     import triton
 
     from nsa.attention import gpucheck
     from nsa.attention.triton import selected as sel
 
     G, D = SHAPES[shape]
-    spec = select_sass.patched_spec(sel, KERNELS[kernel][0], G, D, arch, _expand(over, G))
+    spec = select_sass.patched_spec(sel, KERNELS[kernel][0], G, D, arch, _expand({**run_base(D), **over}, G))
     k, rep = gpucheck.compile_spec(spec, arch)
     return {"registers": rep["registers"], "spill": rep["spill_stores"] + rep["spill_loads"],
             "smem": int(k.metadata.shared) + rep["static_smem"], "warps": spec.num_warps,
             "stages": spec.num_stages, "pipe": spec.constexprs.get("PIPE", 0), "triton": triton.__version__,
             **paths(select_sass._disasm(k.asm["cubin"], arch), 16)}  # fmt: skip
+
+
+def run_base(D: int) -> dict:
+    """The token tiles' settings of the measured loop (every GPU run's, as 2b9778f shipped them): what
+    a point's or a candidate's `over` is applied to, whatever selected._config ships today (its
+    tok_pipe build is a candidate here: {"tok_pipe": 2, ...})."""
+    small = D <= 64
+    return {"tok_pipe": 0, "stages_tok": 2 if small else 1, "warps_tok": 4 if small else 2, "warps_q": 4,
+            "stages_dq": 1}  # fmt: skip
 
 
 def _expand(over: dict, G: int) -> dict:
@@ -256,7 +268,7 @@ def _forced_steps(T: int, G: int, LP: int = 64, BM: int = 64, BK: int = 64) -> i
 def launch(kernel: str, shape: str, T: int, B: int, over: dict, counts: dict, arch: int = 90) -> dict:
     """One launch's iterations, steps, programs, bytes and the proxy's features (module docstring)."""
     m = _model()
-    s = m.SHAPES[shape]
+    s = m.SHAPES.get(shape) or m.Shape(shape, 1, 64, 4, SHAPES[shape][1])
     G, D, BH = s.G, s.D, B * s.Hkv
     gpu = GPUS[arch]
     k = min(s.n, -(-T // s.lp))  # a token's table entries
@@ -482,40 +494,87 @@ FITTED = {"lat": 34.054, "serial": 2.0082, "smem_bytes": 0.011838}
 SHIP_BAR = {"point": 0.30, "held_out": 0.35, "gain": 0.10}
 
 
-def decision(calib: dict, priced: list[dict]) -> dict:
-    """Which tok_pipe variant the proxy would ship (None: none passes SHIP_BAR), with the evidence:
-    each variant's token-tile ratio (forward + dQ over today's) at the paper shape, sm_90."""
+def decision(calib: dict, priced: list[dict], shape: str = "paper") -> dict:
+    """Which tok_pipe build the proxy would ship (None: none passes SHIP_BAR), with the evidence: for
+    each loop (tok_pipe 0, 1, 2) and tokens a tile, each kernel at its cheapest priced stages and
+    warps (the sum over PRICE_T), the token tiles' ms (forward + dQ) over today's at the paper shape
+    on sm_90, each T."""
     ok = (
         calib["max_abs_error"] <= SHIP_BAR["point"]
         and calib["held_out_max_abs_error"] <= SHIP_BAR["held_out"]
     )
-    ms: dict[tuple, float] = {}
-    domain: dict[tuple, bool] = {}
-    for r in priced:
-        if r["shape"] != "paper" or r["calibration" if "calibration" in r else "prediction"] != "sm90":
-            continue
-        v = (r["set"].get("tok_pipe", 0), r["stages"] if r["set"] else 0)
-        ms[(v, r["T"])] = ms.get((v, r["T"]), 0.0) + r["proxy_ms"]
-        domain[v] = domain.get(v, True) and r["domain"] == "calibrated"
-    ratios = {f"tok_pipe {v[0]} @{v[1]}": {T: round(ms[(v, T)] / ms[((0, 0), T)], 3) for T in PRICE_T}
-              for v in sorted({v for v, _ in ms}) if v != (0, 0)}  # fmt: skip
-    passing = [name for name, r in ratios.items()
-               if all(x <= 1 - SHIP_BAR["gain"] for x in r.values())
-               and domain[(int(name.split()[1]), int(name.split("@")[1]))]]  # fmt: skip
-    return {"decision": "tok_pipe", "calibrated": ok, "token_tiles_ratio": ratios,
-            "ship": min(passing, key=lambda n: max(ratios[n].values())) if ok and passing else None}  # fmt: skip
+    paper = [r for r in priced if r["shape"] == shape and r.get("prediction", r.get("calibration")) == "sm90"]
+    by: dict[tuple, dict] = {}  # (pipe, TP, kernel, setting) -> {T: row}
+    for r in paper:
+        o = r["set"]
+        k = (o.get("tok_pipe", 0), o.get("TP", 1), r["kernel"], json.dumps(o, sort_keys=True))
+        by.setdefault(k, {})[r["T"]] = r
+    base = {kern: by[(0, 1, kern, "{}")] for kern in TOK_KEYS}
+    out = {}
+    for pipe, tp in sorted({(k[0], k[1]) for k in by}):
+        best = {}
+        for kern in TOK_KEYS:
+            opts = [v for k, v in by.items() if k[:3] == (pipe, tp, kern)]
+            best[kern] = min(opts, key=lambda v: sum(v[T]["proxy_ms"] for T in PRICE_T))
+        out[f"tok_pipe {pipe}, {tp} token(s)"] = {
+            "ratio": {T: round(sum(best[k][T]["proxy_ms"] for k in TOK_KEYS)
+                               / sum(base[k][T]["proxy_ms"] for k in TOK_KEYS), 3) for T in PRICE_T},
+            "settings": {k: best[k][PRICE_T[0]]["set"] for k in TOK_KEYS},
+            "kernel_ratio": {k: {T: round(best[k][T]["proxy_ms"] / base[k][T]["proxy_ms"], 4) for T in PRICE_T}
+                             for k in TOK_KEYS},
+            "calibrated_domain": all(best[k][T]["domain"] == "calibrated" for k in TOK_KEYS for T in PRICE_T),
+        }  # fmt: skip
+    passing = [n for n, v in out.items() if not n.startswith("tok_pipe 0")
+               and v["calibrated_domain"] and all(x <= 1 - SHIP_BAR["gain"] for x in v["ratio"].values())]  # fmt: skip
+    ship = min(passing, key=lambda n: max(out[n]["ratio"].values())) if ok and passing else None
+    return {"decision": "tok_pipe", "shape": shape, "calibrated": ok, "token_tiles": out, "ship": ship}
+
+
+def ship_factors(d: dict) -> dict:
+    """CONFIG_FACTOR's tags for a shipped decision `d` (bench/attention_cost/prices.py): each token-tile
+    kernel's proxy time at the shipped settings over the measured loop's, the geometric mean over
+    PRICE_T (the model prices the paper shape's token tiles per gathered byte as measured)."""
+    if not d["ship"]:
+        return {}
+    v = d["token_tiles"][d["ship"]]
+    return {
+        f"{k}@pipe": round(math.prod(v["kernel_ratio"][k].values()) ** (1 / len(PRICE_T)), 3)
+        for k in TOK_KEYS
+    }
+
+
+def shipped_settings(G: int, D: int, arch: int) -> dict:
+    """selected._config's token-tile settings for (G, D) on sm_`arch` that differ from `run_base`."""
+    from nsa.attention.triton import selected as sel
+
+    cfg = sel._config(G, D, 64, arch=arch)
+    return {k: cfg[k] for k, v in run_base(D).items() if cfg[k] != v}
 
 
 def candidates(arch: int) -> list[dict]:
     """The priced launches: each token-tile kernel at the paper shape and M7C, B 1, T in PRICE_T, as
-    shipped (tok_pipe 0) and at PIPE_VARIANTS."""
+    shipped (tok_pipe 0) and at PIPE_VARIANTS; on sm_90 where the token tiles run (G > 8) also each
+    kernel's stages, warps (TUNE_WARPS) and the tile's tokens (TUNE_TP) under tok_pipe 0 and 2."""
     out = []
     for shape in SHAPES:
         for kernel in TOK_KEYS:
-            stages_key = KERNELS[kernel][3]
-            for over in [{}] + [{"tok_pipe": p, stages_key: st} for p, st in PIPE_VARIANTS]:
-                out += [{"kernel": kernel, "shape": shape, "T": T, "B": 1, "over": over, "arch": arch}
-                        for T in PRICE_T]  # fmt: skip
+            _, _, warps_key, stages_key = KERNELS[kernel]
+            overs = [{}] + [{"tok_pipe": p, stages_key: st} for p, st in PIPE_VARIANTS]
+            if SHAPES[shape][0] > 8 and arch == 90:  # where the token tiles run (G > 8); calibrated arch
+                for pipe in (0, 2):
+                    for st in (1, 2, 3) if pipe == 0 else (2, 3):
+                        for w in TUNE_WARPS:
+                            for tp in TUNE_TP:
+                                o = {
+                                    stages_key: st,
+                                    warps_key: w,
+                                    "TP": tp,
+                                    **({"tok_pipe": 2} if pipe else {}),
+                                }
+                                if o not in overs:
+                                    overs.append(o)
+            out += [{"kernel": kernel, "shape": shape, "T": T, "B": 1, "over": o, "arch": arch}
+                    for o in overs for T in PRICE_T]  # fmt: skip
     return out
 
 
@@ -559,7 +618,11 @@ def main(argv=None) -> int:
         priced = price_rows(fit(rows, FORMS[args.form]), sass)
         for r in priced:
             print(json.dumps(r), flush=True)
-        print(json.dumps(decision(summary(args.form, rows, FORMS[args.form]), priced)), flush=True)
+        calib = summary(args.form, rows, FORMS[args.form])
+        for shape, (G, _) in SHAPES.items():
+            if G > 8:
+                d = decision(calib, priced, shape)
+                print(json.dumps({**d, "config_factor": ship_factors(d)}), flush=True)
         return 0
     for name, form in FORMS.items():
         print(json.dumps(summary(name, rows, form)), flush=True)

@@ -169,6 +169,9 @@ SEL_VARIANTS = [
     {"shape": "paper", "tok_pipe": 1, "stages_tok": 3, "stages_dq": 3},
     {"shape": "paper", "tok_pipe": 2, "stages_tok": 2, "stages_dq": 2},
     {"shape": "paper", "tok_pipe": 2, "stages_tok": 3, "stages_dq": 3},
+    # The measured loop (branchy, the dQ at 4 warps, 1 stage), since tok_pipe 2 ships at G > 8 on sm_90 on
+    # bench/gather_proxy.py's word (its 2-stage variant above is then the shipped build on Hopper).
+    {"shape": "paper", "tok_pipe": 0, "stages_tok": 1, "stages_dq": 1, "warps_q": 4},
 ]
 
 

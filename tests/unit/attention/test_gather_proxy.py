@@ -83,16 +83,41 @@ def test_fit_reproduces_its_constants_and_calibrates():
     assert all(v >= 0 for v in gp.proxy_cycles(ln, f).values())
 
 
-def test_decision_matches_what_selected_ships():
-    """The proxy prices no tok_pipe variant 10 % faster at the paper shape: `_config` keeps the
-    measured loop (tok_pipe 0) on every arch."""
+def test_decision_is_what_selected_ships_and_the_model_prices():
+    """The proxy ships tok_pipe 2 at 2 stages with the dQ at 2 warps at every G 16 shape on sm_90
+    (0.86x the token tiles at the paper shape, 8k and 64k); `_config` ships exactly those settings
+    at G > 8 on sm_90 and the measured loop on sm_80 and at G <= 8; CONFIG_FACTOR holds the proxy's
+    ratios and the cost model applies them to the paper shape on Hopper only."""
     from nsa.attention.triton import selected as sel
 
+    m = load_bench("attention_model")
     rows = gp.rows_of(gp.measured_points(), gp.load_sass())
     form = gp.FORMS["lat+serial+smem_bytes"]
+    calib = gp.summary("lat+serial+smem_bytes", rows, form)
     priced = gp.price_rows(gp.fit(rows, form), gp.load_sass())
-    d = gp.decision(gp.summary("lat+serial+smem_bytes", rows, form), priced)
-    assert d["calibrated"] and d["ship"] is None
-    assert 0.9 < d["token_tiles_ratio"]["tok_pipe 2 @2"][8192] < 1.0  # the best: faster, not enough
-    for arch in (80, 90):
-        assert sel._config(16, 128, 64, arch=arch)["tok_pipe"] == 0
+    for shape in ("paper", "g16d64", "g16d96"):
+        d = gp.decision(calib, priced, shape)
+        assert d["calibrated"] and d["ship"] == "tok_pipe 2, 1 token(s)", shape
+        v = d["token_tiles"][d["ship"]]
+        assert v["calibrated_domain"] and max(v["ratio"].values()) <= 0.9
+        G, D = gp.SHAPES[shape]
+        base = gp.run_base(D)
+        want = {k: x for s in v["settings"].values() for k, x in s.items() if k != "TP" and base.get(k) != x}
+        assert gp.shipped_settings(G, D, 90) == want, shape
+        assert d["token_tiles"]["tok_pipe 2, 1 token(s)"]["settings"]["tok_dq"]["TP"] == 1
+        if shape == "paper":
+            assert {k: m.CONFIG_FACTOR[k] for k in ("tok_fwd@pipe", "tok_dq@pipe")} == gp.ship_factors(d)
+    for G, D in ((16, 128), (6, 64), (1, 128)):
+        assert gp.shipped_settings(G, D, 80) == {}
+    assert gp.shipped_settings(6, 64, 90) == {}
+    paper = m.SHAPES["paper"]
+    kinds = {g: {k.name: k.kind for k in m.ours_on(8192, paper, m.GPUS[g])} for g in ("H100", "A100")}
+    assert kinds["H100"]["sel_fwd"].endswith("@pipe") and kinds["H100"]["sel_bwd_dq"].endswith("@pipe")
+    assert "@pipe" not in kinds["A100"]["sel_fwd"] + kinds["A100"]["sel_bwd_dq"]
+    off = {k.name: k.kind for k in m.ours_on(8192, m.SHAPES["paper"], m.GPUS["H100"], tok_pipe=0)}
+    assert "@pipe" not in off["sel_fwd"] + off["sel_bwd_dq"]
+    assert sel._config(16, 128, 64, arch=90)["tok_pipe"] == 2
+    # the measured loop stays a probe variant (bench/kernel_probe.py), as does its SASS (tok_pipe_sass)
+    probe = load_bench("kernel_probe")
+    measured = {k: v for k, v in gp.run_base(128).items() if k != "warps_tok"}
+    assert {"shape": "paper", **measured} in probe.SEL_VARIANTS
