@@ -31,8 +31,15 @@ plus the probe's change of forward (fwd kernels) or backward (fwd_bwd - fwd: dQ 
 its base row. Steps: the cost model's expected union of random tables (counts._sel_steps) for the
 token tiles, every table slot for tok_pipe 1, the forced tiles' exact key range per tile.
 
+`--price` prices the candidates (tok_pipe 1 / 2 at 2 / 3 stages at the paper shape and M7C on sm_90
+and sm_80; at G 16 on sm_90 also each kernel's stages, warps and the tile's tokens), every override
+applied to the measured loop's settings (`run_base`), and prints one "decision" row a G 16 shape:
+which build passes SHIP_BAR (calibrated, in the calibrated domain, >= 10 % faster at 8k and 64k) and
+the CONFIG_FACTOR tags it would take. selected.py `_config` ships its answer (tok_pipe 2 at G > 8 on
+sm_90; bench/RESULTS.md "tokgather"), tests/unit/attention/test_gather_proxy.py holds the two equal.
+
   .venv/bin/python bench/gather_proxy.py                  # calibration rows, the fit, leave-one-out
-  .venv/bin/python bench/gather_proxy.py --price          # tok_pipe 1/2 at 2/3 stages, paper + M7C
+  .venv/bin/python bench/gather_proxy.py --price          # the candidates' prices and the decision
   PYTHONPATH=/path/to/triton-3.6 .venv/bin/python bench/gather_proxy.py --recount  # re-record SASS
 
 The SASS counts are recorded in bench/gather_proxy_sass.json (`--recount` compiles every measured
