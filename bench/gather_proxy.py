@@ -40,6 +40,7 @@ sm_90; bench/RESULTS.md "tokgather"), tests/unit/attention/test_gather_proxy.py 
 
   .venv/bin/python bench/gather_proxy.py                  # calibration rows, the fit, leave-one-out
   .venv/bin/python bench/gather_proxy.py --price          # the candidates' prices and the decision
+  .venv/bin/python bench/gather_proxy.py --robust         # the shipped build under other fits
   PYTHONPATH=/path/to/triton-3.6 .venv/bin/python bench/gather_proxy.py --recount  # re-record SASS
 
 The SASS counts are recorded in bench/gather_proxy_sass.json (`--recount` compiles every measured
@@ -558,6 +559,40 @@ def shipped_settings(G: int, D: int, arch: int) -> dict:
     return {k: cfg[k] for k, v in run_base(D).items() if cfg[k] != v}
 
 
+def robustness(rows: list[dict], sass: dict, shape: str = "paper") -> dict:
+    """The shipped build's token-tile ratio at `shape` (sm_90) under every calibrating form and under
+    each fit with one measured configuration left out: how much the decision rests on one choice."""
+    G, D = SHAPES[shape]
+    ship = {
+        k: {**{x: v for x, v in shipped_settings(G, D, 90).items() if x in TOK_KEYS[k]}} for k in TOK_KEYS
+    }
+    tp = _model()._tokens_per_tile(G)
+
+    def norm(o: dict) -> dict:
+        return {**run_base(D), "TP": tp, **o}
+
+    for k in TOK_KEYS:  # as `candidates` spelled it (the same build, its settings written out or not)
+        ship[k] = next(c["over"] for c in candidates(90)
+                       if c["kernel"] == k and c["shape"] == shape and norm(c["over"]) == norm(ship[k]))  # fmt: skip
+    pts = [{"kernel": k, "shape": shape, "T": T, "B": 1, "over": o} for k in TOK_KEYS for o in ({}, ship[k])
+           for T in PRICE_T]  # fmt: skip
+    launches = rows_of(pts, sass)
+
+    def ratio(f: dict) -> dict:
+        ms = {(r["T"], bool(r["over"])): 0.0 for r in launches}
+        for r in launches:
+            ms[(r["T"], bool(r["over"]))] += proxy_ms(r, f)[0]
+        return {T: round(ms[(T, True)] / ms[(T, False)], 3) for T in PRICE_T}
+
+    forms = {name: ratio(fit(rows, form)) for name, form in FORMS.items()
+             if summary(name, rows, form)["max_abs_error"] <= SHIP_BAR["point"]}  # fmt: skip
+    held = [ratio(fit([r for r in rows if configuration(r) != c], FORMS["lat+serial+smem_bytes"]))
+            for c in sorted({configuration(r) for r in rows})]  # fmt: skip
+    return {"robustness": shape, "settings": ship, "calibrating_forms": forms,
+            "held_out_min": {T: min(h[T] for h in held) for T in PRICE_T},
+            "held_out_max": {T: max(h[T] for h in held) for T in PRICE_T}}  # fmt: skip
+
+
 def candidates(arch: int) -> list[dict]:
     """The priced launches: each token-tile kernel at the paper shape and M7C, B 1, T in PRICE_T, as
     shipped (tok_pipe 0) and at PIPE_VARIANTS; on sm_90 where the token tiles run (G > 8) also each
@@ -610,6 +645,7 @@ def main(argv=None) -> int:
     ap.add_argument("--form", default="lat+serial+smem_bytes", choices=sorted(FORMS))
     ap.add_argument("--rows", action="store_true", help="every point's calibration row (and held-out error)")
     ap.add_argument("--price", action="store_true", help="tok_pipe 1/2 at 2/3 stages beside today's loop")
+    ap.add_argument("--robust", action="store_true", help="the shipped build's ratio under other fits")
     args = ap.parse_args(argv)
     pts = measured_points()
     sass = load_sass()
@@ -621,6 +657,11 @@ def main(argv=None) -> int:
             recount(candidates(arch), sass, arch)
         SASS_FILE.write_text(json.dumps(sass, indent=1, sort_keys=True) + "\n")
     rows = rows_of(pts, sass)
+    if args.robust:
+        for shape, (G, _) in SHAPES.items():
+            if G > 8:
+                print(json.dumps(robustness(rows, sass, shape)), flush=True)
+        return 0
     if args.price:
         priced = price_rows(fit(rows, FORMS[args.form]), sass)
         for r in priced:
