@@ -3,8 +3,8 @@
 `_sel_forced_dq_kernel`), calibrated on every measured configuration of them (issue 20, `tok_pipe`).
 
 Owns the evidence behind selected.py `_config`'s `tok_pipe` (docs/attention.md, bench/RESULTS.md
-"tokgather"). From each build's SASS (bench/select_sass.py's compile and listing; triton 3.6, sm_90:
-the GPU runs' build) it reads, per key step of the loop (bench/tok_pipe_sass.py's narrowest loop):
+"tokgather"). From each build's SASS (bench/gather_sass.py, on bench/select_sass.py's compile and
+listing; triton 3.6, sm_90: the GPU runs' build) it reads, per key step of the loop (bench/tok_pipe_sass.py's narrowest loop):
 warp instructions `insns`, dependent global-load rounds `rounds` (clusters of synchronous LDG that a
 barrier or a conditional branch closes: each waits a full memory latency before the step goes on;
 asynchronous copies waited for with nothing left in flight, `DEPBAR.LE SB0, 0`, one round), the
@@ -54,7 +54,6 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -65,6 +64,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 select_sass = load_by_path("select_sass", HERE / "select_sass.py")
 keys_proxy = load_by_path("keys_proxy", HERE / "keys_proxy.py")
+gather_sass = load_by_path("gather_sass", HERE / "gather_sass.py")  # what the proxy reads from SASS
+SHAPES, KERNELS, _COUNTS = gather_sass.SHAPES, gather_sass.KERNELS, gather_sass._COUNTS
+compile_counts, run_base, key = gather_sass.compile_counts, gather_sass.run_base, gather_sass.key
 SASS_FILE = HERE / "gather_proxy_sass.json"
 
 GPUS = {  # SM limits (select_sass.resident_programs) and the floors' bandwidths
@@ -73,15 +75,6 @@ GPUS = {  # SM limits (select_sass.resident_programs) and the floors' bandwidths
     80: {"sms": 108, "sched": 4, "ghz": 1.41, "regs": 65536, "warps": 64, "blocks": 32, "smem": 167936,
          "l2_tbs": 0.75 * 7.2, "dram_tbs": 2.039},
 }  # fmt: skip
-# (G, D); l' 64, n 16. The model's two shapes (its B 1, heads and KV heads), then the other head_dims
-# the token tiles run at G 16 (64 heads, 4 KV heads, as the paper's), priced only.
-SHAPES = {"m7c": (6, 64), "paper": (16, 128), "g16d64": (16, 64), "g16d96": (16, 96)}
-KERNELS = {  # proxy kernel -> (gpucheck spec name, profiler name, warps key, stages key)
-    "tok_fwd": ("selected_fwd", "_sel_fwd_tok_kernel", "warps_tok", "stages_tok"),
-    "tok_dq": ("selected_bwd_dq", "_sel_bwd_dq_tok_kernel", "warps_q", "stages_dq"),
-    "forced_fwd": ("selected_forced_fwd", "_sel_forced_fwd_kernel", "warps_f", "stages_f"),
-    "forced_dq": ("selected_forced_dq", "_sel_forced_dq_kernel", "warps_f", "stages_fdq"),
-}
 # The token tiles' settings of the builds before ce226a4 (every run before 2026-11-26b): the forward
 # at 8 warps past head_dim 64 (selected._config has 2 since).
 BEFORE_CE226A4 = {"paper": {"warps_tok": 8}, "m7c": {}}
@@ -116,147 +109,6 @@ TUNE_WARPS, TUNE_TP = (2, 4), (1, 2)  # warps and tokens a tile priced around th
 
 def _model():
     return load_model(HERE / "attention_model.py")
-
-
-# ---- SASS ------------------------------------------------------------------------------------------
-
-_WAIT = re.compile(r"SB0,\s*(0x[0-9a-f]+|\d+)")
-
-
-def _sync_load(op: str) -> bool:
-    return op.startswith("LDG") and not op.startswith(("LDGSTS", "LDGDEPBAR"))
-
-
-def load_rounds(seq) -> int:
-    """Dependent rounds of synchronous global loads in a stretch of SASS: clusters of LDG, a cluster
-    closed by a barrier (the loaded values are stored to shared memory before it) or a conditional
-    branch (it tests a loaded value). Each round waits a memory latency."""
-    rounds, open_ = 0, False
-    for op, _, pred in seq:
-        if _sync_load(op):
-            rounds += not open_
-            open_ = True
-        elif op.startswith("BAR.SYNC") or (op.startswith("BRA") and pred):
-            open_ = False
-    return rounds
-
-
-def _classes(seq) -> dict:
-    """Instructions, shared-memory accesses, sync-load rounds, asynchronous copies and the groups
-    their waits leave in flight."""
-    ops = [op for op, _, _ in seq if op != "NOP"]
-    waits = [_WAIT.search(rest) for op, rest, _ in seq if op.startswith("DEPBAR")]
-    return {
-        "insns": len(ops),
-        "smem": sum(op.startswith(("LDS", "STS")) for op in ops),  # LDSM included (sm_80's operands)
-        "smem_bytes": sum(_smem_bytes(op, rest) for op, rest, _ in seq),
-        "rounds": load_rounds(seq),
-        "async": sum(op.startswith(("LDGSTS", "UTMALDG", "UBLKCP")) for op in ops),
-        "in_flight": min((int(w.group(1), 0) for w in waits if w), default=0),
-        "mma": sum(op.startswith(("HMMA", "HGMMA")) for op in ops),
-    }
-
-
-_COUNTS = ("insns", "smem", "smem_bytes", "rounds")
-
-
-def _smem_bytes(op: str, rest: str) -> float:
-    """Bytes one warp's instruction moves through shared memory (0 for anything but LDS / STS / LDSM /
-    LDGSTS / HGMMA): 32 lanes x the access width (.128 16 B, .64 8 B, .U8 / .U16 1 / 2, else 4; LDSM .xN N x
-    4 B a lane); a wgmma (HGMMA.64xNx16, the 64-row tiles' products on sm_90) reads its B operand
-    (N x 16 bf16) and, where no register holds it, A (64 x 16) from shared memory by descriptor: a
-    quarter of that each warp of the warp group."""
-    if op.startswith("HGMMA"):
-        n = re.match(r"x(\d+)x16", rest.strip())
-        a_in_smem = re.match(r"x\d+x16\S*\s+R\d+,\s*gdesc", rest.strip()) is not None
-        return ((64 * 16 * 2 if a_in_smem else 0) + int(n.group(1)) * 16 * 2) / 4 if n else 0
-    if not op.startswith(("LDS", "STS", "LDGSTS")):  # cp.async writes shared memory as an STS would
-        return 0
-    if op.startswith("LDSM"):
-        n = re.search(r"\.(\d)$", op) or re.search(r"\.M88\.(\d)", op)
-        return 32 * 4 * (int(n.group(1)) if n else 1)
-    for suffix, width in ((".128", 16), (".64", 8), (".U16", 2), (".S16", 2), (".U8", 1), (".S8", 1)):
-        if suffix in op:
-            return 32 * width
-    return 32 * 4
-
-
-def paths(lines: list[str], trips: int) -> dict:
-    """A program's paths: `iter`, the key loop's body once an iteration outside its data-dependent
-    branches; `take`, the branch regions that load or multiply (the branchy token tiles' `if take:`,
-    run once a union block: empty in a branch-free loop), other short branch regions (divergent
-    fallbacks) not counted; `program`, the prologue and epilogue once (a loop before the key loop, the
-    forced tiles' role count over the table, counted `trips` times)."""
-    insns, label_at = select_sass._parse(lines)
-    lo, hi = select_sass._loop(insns, label_at, widest=False)
-    inside, take = set(), []
-    i = lo
-    while i < hi - 1:
-        op, rest, pred = insns[i]
-        end = label_at.get(select_sass._target(rest), -1) if op.startswith("BRA") and pred else -1
-        if i < end <= hi - 1:
-            region = insns[i + 1 : end]
-            inside.update(range(i + 1, end))
-            if any(_sync_load(o) or o.startswith(("LDGSTS", "HMMA", "HGMMA")) for o, _, _ in region):
-                take += region
-            i = end
-            continue
-        i += 1
-    body = [x for k, x in enumerate(insns[lo:hi], lo) if k not in inside]
-    it, tk = _classes(body), _classes(take)
-    loop = _classes(insns[lo:hi])
-    if loop["async"]:
-        it["rounds"] += loop["in_flight"] == 0  # the step's copies, waited for at its top
-    extra = dict.fromkeys(_COUNTS, 0)
-    for i, (op, r, _) in enumerate(insns[:lo]):
-        t = label_at.get(select_sass._target(r), i)
-        if op.startswith("BRA") and t < i:
-            b = _classes(insns[t : i + 1])
-            extra = {c: extra[c] + (trips - 1) * b[c] for c in _COUNTS}
-    other = _classes(insns[:lo] + insns[hi:])
-    return {
-        "iter": {c: it[c] for c in _COUNTS},
-        "take": {c: tk[c] for c in _COUNTS},
-        "program": {c: other[c] + extra[c] for c in _COUNTS},
-        "in_flight": loop["in_flight"], "async": loop["async"], "mma": loop["mma"],
-    }  # fmt: skip
-
-
-def compile_counts(kernel: str, shape: str, over: dict, arch: int = 90) -> dict:
-    """Compile `kernel` at `shape` (bf16, l' 64, n 16) on sm_`arch` under `over` (selected._config
-    keys over `run_base`, the measured loop's; "TP" also sets RP) and count its paths."""
-    import triton
-
-    from nsa.attention import gpucheck
-    from nsa.attention.triton import selected as sel
-
-    G, D = SHAPES[shape]
-    spec = select_sass.patched_spec(sel, KERNELS[kernel][0], G, D, arch, _expand({**run_base(D), **over}, G))
-    k, rep = gpucheck.compile_spec(spec, arch)
-    return {"registers": rep["registers"], "spill": rep["spill_stores"] + rep["spill_loads"],
-            "smem": int(k.metadata.shared) + rep["static_smem"], "warps": spec.num_warps,
-            "stages": spec.num_stages, "pipe": spec.constexprs.get("PIPE", 0), "triton": triton.__version__,
-            **paths(select_sass._disasm(k.asm["cubin"], arch), 16)}  # fmt: skip
-
-
-def run_base(D: int) -> dict:
-    """The token tiles' settings of the measured loop (every GPU run's, as 2b9778f shipped them): what
-    a point's or a candidate's `over` is applied to, whatever selected._config ships today (its
-    tok_pipe build is a candidate here: {"tok_pipe": 2, ...})."""
-    small = D <= 64
-    return {"tok_pipe": 0, "stages_tok": 2 if small else 1, "warps_tok": 4 if small else 2, "warps_q": 4,
-            "stages_dq": 1}  # fmt: skip
-
-
-def _expand(over: dict, G: int) -> dict:
-    o = dict(over)
-    if "TP" in o:
-        o["RP"] = max(16, 1 << (o["TP"] * G - 1).bit_length())
-    return o
-
-
-def key(kernel: str, shape: str, over: dict, arch: int = 90) -> str:
-    return f"{kernel}:{shape}:sm{arch}:" + ",".join(f"{k}={v}" for k, v in sorted(over.items()))
 
 
 # ---- work counts -----------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """bench/gather_proxy.py, the query-major gather loops' GPU-free time proxy: what it reads from an
-nvdisasm listing (latency rounds, shared-memory bytes of LDS / STS / LDSM / cp.async / wgmma, the
+nvdisasm listing (bench/gather_sass.py) (latency rounds, shared-memory bytes of LDS / STS / LDSM / cp.async / wgmma, the
 take path of a branchy loop), the measured points it takes from the committed GPU runs, the fit of its
 constants from the recorded SASS counts, and the decision it gives selected.py's `tok_pipe` (CPU, no
 compile)."""
@@ -9,6 +9,7 @@ from __future__ import annotations
 from tests.fixtures.bench import load_bench
 
 gp = load_bench("gather_proxy")
+gs = load_bench("gather_sass")
 
 # nvdisasm's form: a prologue (a table load), a loop over entries holding an index load and a branch
 # (`if take:`) over a round of K loads, a barrier, a round of V loads, shared-memory traffic and a
@@ -40,7 +41,7 @@ _LISTING = """
 
 
 def test_paths_split_the_take_branch_and_count_rounds_and_shared_bytes():
-    got = gp.paths(_LISTING.splitlines(), trips=16)
+    got = gs.paths(_LISTING.splitlines(), trips=16)
     # Every entry: the index load (a round), the wait at the top for the copies issued with nothing
     # left in flight (a round), a 2-byte LDS and a 16-byte cp.async a lane.
     assert got["iter"] == {"insns": 7, "smem": 1, "smem_bytes": 32 * 2 + 32 * 16, "rounds": 2}
