@@ -249,7 +249,8 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
 
 # The probe variant of the token tiles' branch-free loop (bench/kernel_probe.py carries it): the
 # union's blocks, 3 stages (the next step's K/V copies stay in flight while a step computes; with 2 a
-# step waits for its own: bench/tok_pipe_sass.py). gpucheck compiles it beside the shipped loop.
+# step waits for its own: bench/tok_pipe_sass.py). gpucheck compiles it beside the shipped loop where
+# that is the branchy one (sm_80, G <= 8).
 TOK_PIPE_PROBE = {"tok_pipe": 2, "stages_tok": 3, "stages_dq": 3}
 # The union mode's [E, E] compare of a tile's E = TP*NKP entries spilled 240 B on sm_80 at E = 256
 # (G 1: 16 tokens x 16 slots, triton 3.9); at 128 (G 2) it sat at 254-255 registers past head_dim 64
@@ -572,7 +573,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         # keys kernel and dQ merge also at pdq_bits 16 (`*_pdq16`, the probe switch) in 16-bit dtypes.
         rows += keys_bwd_gpucheck_rows(cfg, G, D, LP, dt, prec)
     if not cfg["tok_pipe"]:
-        # The token tiles' branch-free loop as the probe runs it (TOK_PIPE_PROBE), not shipped yet.
+        # The token tiles' branch-free loop as the probe runs it (TOK_PIPE_PROBE), where it is not shipped.
         pc = {**t_consts, "PIPE": _pipe_mode({**cfg, **TOK_PIPE_PROBE}, _slots(shape.n_sel))}
         wt, wq = cfg["warps_tok"], cfg["warps_q"]
         rows += [
