@@ -74,6 +74,7 @@ def ours(
     pdq_bits: int | None = None,
     keys_div32: bool | None = None,
     select_cut: int | None = None,
+    tok_pipe: int | None = None,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     balanced_dkv=False the
@@ -109,7 +110,10 @@ def ours(
     backward's kind tagged `@div32` on Hopper (CONFIG_FACTOR); None: what the code ships. select_cut:
     the selection loop's integer work in 32 bits and hoisted (compressed.py `_config` "select_cut",
     shipped from G 3 on bench/select_proxy.py's word; 0: the loop every run measured), tagged `@cut`
-    (head_dim <= 64) / `@cut_d128` on Hopper; None: what the code ships."""
+    (head_dim <= 64) / `@cut_d128` on Hopper; None: what the code ships. tok_pipe: the token tiles'
+    branch-free loop (selected.py `_config` "tok_pipe", shipped at G > 8 on sm_90 on
+    bench/gather_proxy.py's word; 0: the branchy loop every run measured), the token-tile kinds
+    tagged `@pipe` (CONFIG_FACTOR); None: what the code ships."""
     launch = shipped_launch(s, cc, before_ce226a4, before_2930e5c)
     given = {
         "select_v0": select_v0,
@@ -127,6 +131,7 @@ def ours(
         "pdq_bits": pdq_bits,
         "keys_div32": keys_div32,
         "select_cut": select_cut,
+        "tok_pipe": tok_pipe,
     }
     launch.update({f: v for f, v in given.items() if v is not None})
     launch["index_once"] = not (before_ce226a4 or before_2930e5c) if index_once is None else index_once
