@@ -239,6 +239,11 @@ WHAT_IF = {
         "split_cmp_fwd": False,
         "warps_dkdv": 8,
     },
+    # the token tiles' loop as every GPU run measured it (tok_pipe ships at G > 8 on sm_90 on
+    # bench/gather_proxy.py's word: CONFIG_FACTOR "tok_fwd@pipe" / "tok_dq@pipe"), and every
+    # proxy-shipped change off: the model of measured code only
+    "tok_pipe_off": {"tok_pipe": 0},
+    "proxy_ships_off": {"keys_div32": False, "select_cut": 0, "tok_pipe": 0},
 }
 
 

@@ -4,7 +4,7 @@ Owns the GPU-free evidence behind `selected._config`'s `tok_pipe` (docs/attentio
 it compiles the forced split's token-tile forward (`_sel_fwd_tok_kernel`, spec "selected_fwd") and dQ
 (`_sel_bwd_dq_tok_kernel`, "selected_bwd_dq") as `selected.gpucheck_specs` launches them, under
 `--set KEY=VALUE` overrides of `selected._config` (default: as shipped, then tok_pipe with 2 and 3
-stages, and the tile's union at 3), disassembles the cubin with the triton wheel's `nvdisasm` (bench/select_sass.py) and reads the
+stages, the tile's union at 3, and the measured branchy loop), disassembles the cubin with the triton wheel's `nvdisasm` (bench/select_sass.py) and reads the
 key-step loop (the narrowest conditional backward branch around a tensor-core product): its asynchronous copies
 (LDGSTS: cp.async, both archs; UTMALDG/UBLKCP: TMA), its synchronous global loads (LDG), the
 cp.async waits (`DEPBAR.LE SB0, N`: N commit groups left in flight while the step computes, so N > 0
@@ -37,6 +37,9 @@ VARIANTS = [
     {"tok_pipe": 1, "stages_tok": 2, "stages_dq": 2},
     {"tok_pipe": 1, "stages_tok": 3, "stages_dq": 3},
     {"tok_pipe": 2, "stages_tok": 3, "stages_dq": 3},
+    # the loop every GPU run measured at the paper shape (tok_pipe 2 ships at G > 8 on sm_90 since
+    # bench/gather_proxy.py priced it; sm_80 ships this one)
+    {"tok_pipe": 0, "stages_tok": 1, "stages_dq": 1, "warps_q": 4},
 ]
 _WAIT = re.compile(r"SB0,\s*(0x[0-9a-f]+|\d+)")
 

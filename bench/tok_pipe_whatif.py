@@ -14,7 +14,9 @@ Two builds of the loop, both built (selected_query.py PIPE):
   count, as today; the probe's variant, selected.TOK_PIPE_PROBE);
 - `pipelined_all_slots`: tok_pipe 1, every one of a token's n table slots a step with its products,
   the forced, invalid and duplicate ones masked (n / the union's steps more MMA work; no more bytes).
-Everything else is the model as shipped. Prints one JSON object per line: `{"what_if", "assumption",
+Everything else is the model as shipped (since tokgather the model's "shipped" token tiles on Hopper
+are tok_pipe 2 at bench/gather_proxy.py's ratios, whose fit found the loops bound by shared-memory
+traffic, not by the latency this what-if assumes away). Prints one JSON object per line: `{"what_if", "assumption",
 "gpu", "shape", "T", "tok_ms", "nsa_ms", "fa2_ms", "fwd", "bwd", "fwd_bwd"}` (NSA/FA2 ratios).
 
   .venv/bin/python bench/tok_pipe_whatif.py                 # paper shape, H100 and A100, 8k-64k

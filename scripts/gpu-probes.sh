@@ -40,7 +40,8 @@ QUEUE=(
   "select_cut|120|--only cmp_fwd --shapes m7c:65536:1 paper:32768:1 --match select_cut"
   # the M7C selection at 1 warp under a register cap (bench/select_proxy.py: -28 %), 4 tokens in halves
   "select_warps|120|--only cmp_fwd --shapes m7c:65536:1 --match maxnreg_sel --match warps_sel"
-  # the paper shape's token tiles without their branch (tok_pipe: pipelined gathers)
+  # the paper shape's token tiles without their branch (tok_pipe 2 shipped on sm_90 on
+  # bench/gather_proxy.py's word, 0.862x): the measured branchy loop beside it, and the other builds
   "tok_pipe|150|--only selected --shapes paper:8192:2 --match tok_pipe"
   # the paper shape's full tiles at head_dim 128 (bench/tiles_d128.py)
   "d128_bwd|150|--only cmp_bwd --shapes paper:32768:1 --match BT --match stages_dkv"

@@ -167,6 +167,7 @@ def shipped_launch(
         "warps_cmp_dkv": c["warps_dkv"],
         "tp": sc["TP"],
         "warps_tok": sc["warps_tok"],
+        "tok_pipe": sc["tok_pipe"],  # the token tiles' branch-free loop (0: the runs' branchy one)
         "fwd_keys": sc["fwd_keys"],
         "bwd_keys": sc["bwd_keys"],
         "br_fwd_keys": sc["BR_f"],

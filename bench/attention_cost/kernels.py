@@ -76,6 +76,7 @@ def ours(
     keys_div32: bool | None = None,
     select_cut: int | None = None,
     flash_tiles: bool | None = None,
+    tok_pipe: int | None = None,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     balanced_dkv=False the
@@ -111,7 +112,10 @@ def ours(
     backward's kind tagged `@div32` on Hopper (CONFIG_FACTOR); None: what the code ships. select_cut:
     the selection loop's integer work in 32 bits and hoisted (compressed.py `_config` "select_cut",
     shipped from G 3 on bench/select_proxy.py's word; 0: the loop every run measured), tagged `@cut`
-    (head_dim <= 64) / `@cut_d128` on Hopper; None: what the code ships. flash_tiles: the compressed
+    (head_dim <= 64) / `@cut_d128` on Hopper; None: what the code ships. tok_pipe: the token tiles'
+    branch-free loop (selected.py `_config` "tok_pipe", shipped at G > 8 on sm_90 on
+    bench/gather_proxy.py's word; 0: the branchy loop every run measured), the token-tile kinds
+    tagged `@pipe` (CONFIG_FACTOR); None: what the code ships. flash_tiles: the compressed
     dQ / dK/dV tiles shipped on sm_90 on bench/flash_proxy.py's word (compressed.py `_config`: dK/dV
     64 keys a tile, dQ 128 rows at 8 warps past head_dim 64), tagged `@bn64` / `@bn64_d128` /
     `@wg_d128` on Hopper (CONFIG_FACTOR: the proxy's time over the measured tile's); False: the tiles
@@ -133,6 +137,7 @@ def ours(
         "pdq_bits": pdq_bits,
         "keys_div32": keys_div32,
         "select_cut": select_cut,
+        "tok_pipe": tok_pipe,
     }
     launch.update({f: v for f, v in given.items() if v is not None})
     launch["index_once"] = not (before_ce226a4 or before_2930e5c) if index_once is None else index_once

@@ -96,14 +96,18 @@ def selected_kernels(
     tp_tag = f"@tp{mult}" if mult > 1 else ""
     w_base = 4 if D <= 64 else 8
     w_tag = "" if launch["warps_tok"] == w_base else f"@w{launch['warps_tok']}"
+    # tok_pipe (G > 8 on sm_90): the branch-free loop at 2 stages, its dQ at 2 warps, priced by
+    # bench/gather_proxy.py's ratio to the measured loop (CONFIG_FACTOR "tok_fwd@pipe" / "tok_dq@pipe");
+    # the past builds (RUN_BUILDS) have none.
+    pipe_tag = "@pipe" if forced_tiles and launch.get("tok_pipe") else ""
     progs = BH * math.ceil(T / TP)
     if not fwd_keys:
-        ks.append(Kernel("sel_fwd", "selected", "fwd", f"tok_fwd{tp_tag}{w_tag}", 2 * sunit, 2 * suse,
+        ks.append(Kernel("sel_fwd", "selected", "fwd", f"tok_fwd{tp_tag}{w_tag}{pipe_tag}", 2 * sunit, 2 * suse,
                          2 * act + 2 * kvb + table + 4 * BH * T * G + state_in, l2=sl2,
                          programs=progs, per_sm=_per_sm(96, 128),
                          work={"gather_bytes": gathered, "programs": progs}))  # fmt: skip
     if not bwd_keys:
-        ks.append(Kernel("sel_bwd_dq", "selected", "bwd", f"tok_dq{tp_tag}", 3 * sunit, 3 * suse,
+        ks.append(Kernel("sel_bwd_dq", "selected", "bwd", f"tok_dq{tp_tag}{pipe_tag}", 3 * sunit, 3 * suse,
                          4 * act + 2 * kvb + table + state_in, l2=sl2,
                          programs=progs, per_sm=_per_sm(98, 128), launches=0,
                          work={"gather_bytes": gathered, "programs": progs}))  # fmt: skip

@@ -169,9 +169,21 @@ class SignalHandlers:
         if not self._once.acquire(blocking=False):
             return
         deadline = self.save_deadline_s
+        r = self.recorder
+        # The step in progress, read and the stop requested before the event's file write, so the
+        # event names the step the stop vote starts from (a slow disk must not shift it).
+        at, phase = r.step, r.phase
+        if deadline is not None:
+            self.stop_requested.set()
         with contextlib.suppress(Exception):
-            r = self.recorder
-            r.event("sigterm", all_ranks=True, phase=r.phase, save=deadline is not None, deadline_s=deadline)
+            r.event(
+                "sigterm",
+                step=at,
+                all_ranks=True,
+                phase=phase,
+                save=deadline is not None,
+                deadline_s=deadline,
+            )
             # A deliberate stop, told calmly (no traceback): what happens next and within how long.
             then = (
                 f"saving at the next step boundary (within {deadline:.0f}s)"
@@ -179,13 +191,12 @@ class SignalHandlers:
                 else "nothing to save yet; exiting"
             )
             print(
-                f"[nsa] rank {r.rank}: stopping on SIGTERM at step {r.step}, {then}",
+                f"[nsa] rank {r.rank}: stopping on SIGTERM at step {at}, {then}",
                 file=sys.stderr,
                 flush=True,
             )
         if deadline is None:
             os._exit(EXIT_SIGTERM)
-        self.stop_requested.set()
         threading.Thread(
             target=self._deadline, args=(deadline,), name="nsa-sigterm-deadline", daemon=True
         ).start()

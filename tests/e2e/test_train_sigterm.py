@@ -48,7 +48,6 @@ def test_sigterm_to_torchrun_saves_at_the_next_step_and_resume_continues_there(t
         while _step(run) < 3 and time.monotonic() < end and proc.poll() is None:
             time.sleep(0.1)
         assert _step(run) >= 3, "the run never reached step 3"
-        at_signal = max(_step(run, 0), _step(run, 1))
         proc.send_signal(signal.SIGTERM)  # torchrun forwards it to both workers
         out = proc.communicate(timeout=60)[0].decode()
     finally:
@@ -59,13 +58,16 @@ def test_sigterm_to_torchrun_saves_at_the_next_step_and_resume_continues_there(t
     ck = RunDir(run).newest_intact_checkpoint()
     assert ck is not None, out[-3000:]
     saved = json.loads((ck / "meta.json").read_text())["step"]
-    # The step in progress when the signal came is finished and saved; nothing else runs after.
-    assert at_signal <= saved <= at_signal + 2, (at_signal, saved)
     assert "stopped by SIGTERM at step" in out, out[-3000:]  # (torchrun prints its own SignalException)
     kinds = [e["kind"] for e in events(run)]
     assert "sigterm" in kinds and kinds[-1] == "checkpoint" and "error" not in kinds, kinds
-    sig = next(e for e in events(run) if e["kind"] == "sigterm")
-    assert sig["detail"]["save"] is True
+    sigs = [e for e in events(run) if e["kind"] == "sigterm"]
+    assert all(e["detail"]["save"] is True for e in sigs), sigs
+    # Each rank's event names the step in progress when its handler ran (not the heartbeat, which
+    # lags under load). The stop vote answers one boundary late (dist.StopVote): the first rank's step
+    # s is finished, and the save lands at boundary s + 2 (signal before that boundary's vote) or s + 3.
+    at_signal = min(e["step"] for e in sigs)
+    assert at_signal + 2 <= saved <= at_signal + 3, (at_signal, saved, sigs)
 
     p = run_train(run, [*SETS[:-1], f"train.steps={saved + 2}"], nproc=2, resume=True, timeout=120)
     assert p.returncode == 0, explain(p)

@@ -143,6 +143,16 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
     """
     DP = _p2(D)
     TP = tokens_per_program(G)
+    # The token tiles' branch-free loop (tok_pipe, below) ships where they run (G > 8: fwd_keys /
+    # bwd_keys take G <= 8 key-major) on sm_90, on bench/gather_proxy.py's word, NOT measured: its
+    # SASS proxy (fitted on every measured token- and forced-tile build, all 217 points within 18 %,
+    # each build held out within 20 %) prices tok_pipe 2 at 2 stages with the dQ at 2 warps at 0.862x
+    # the token tiles' time at the paper shape, 8k and 64k on an H100 (forward 0.958, dQ 0.795;
+    # 0.85 / 0.78 at G 16 x D 96 / 64); 3 stages no faster (1.01x: 3 programs an SM), tok_pipe 1
+    # slower (1.15-1.22x). The loops are bound by shared-memory traffic and their own instruction
+    # stream, not the gathers' latency (bench/RESULTS.md "tokgather"). sm_80 keeps the measured loop:
+    # the proxy is not calibrated there. The measured loop is a bench/kernel_probe.py variant.
+    pipe = 2 if arch >= 90 and G > 8 else 0
     # 4x the tokens at G = 6 (8 tokens, 48 of 64 rows) ran the selected forward+backward in 12.9 ms
     # instead of 15.2 at M7C 8k x 8 on an H200 (bench/kernel_probe.py), but the cost model, fitted on
     # that probe, prices it slower at B = 1 from 32k, where 8 tokens' random tables share fewer blocks
@@ -161,7 +171,8 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # fewer SASS a FLOP on sm_90 (bench/tiles_d128.py); 48-80 B spilled on sm_80 at G 6 x D 96. A
         # probe variant (bench/kernel_probe.py), not shipped.
         "BR": 32 if DP > 64 else 64,
-        "warps_q": 4,
+        # The query-major dQ kernels (the token tiles' and the any-table one): 2 warps where tok_pipe ships.
+        "warps_q": 2 if pipe else 4,
         "warps_kv": 4,
         "stages_kv": 1,
         "warps_red": 8,
@@ -169,15 +180,16 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # The token-tile forward at head_dim > 64: with 2 stages ptxas spilled 4 bytes (G 1 x D 96 / 128,
         # G 6 x D 96; gpucheck --grid, triton 3.9); its K/V loads sit behind a branch per entry and are
         # not pipelined anyway.
-        "stages_tok": 2 if DP <= 64 else 1,
-        "warps_tok": 4 if DP <= 64 else 2,
+        "stages_tok": 2 if DP <= 64 or pipe else 1,
+        "warps_tok": 2 if DP > 64 or pipe else 4,
         # The token tiles' loop without a data-dependent branch (selected_query.py PIPE), so triton
         # pipelines the gathered K/V loads under stages_tok / stages_dq >= 2: 0 the branchy loop; 1
         # every (entry, key chunk) a step, the entries not taken masked (no loads, -inf logits / zero
         # dS); 2 a step per block of the tile's union (`_pipe_mode`: 1 where the tile has more than
-        # 64 entries). A probe switch, off as the GPU measured the branchy loop (bench/kernel_probe.py;
-        # SASS, registers: bench/tok_pipe_sass.py, bench/RESULTS.md).
-        "tok_pipe": 0,
+        # 64 entries: n > 64 at G > 8, which no config uses; the proxy prices 1 slower than 0). 2 at
+        # G > 8 on sm_90 (`pipe` above, with stages_tok / stages_dq 2 and warps_q 2); 0, the branchy
+        # loop every GPU run measured, elsewhere (SASS: bench/tok_pipe_sass.py, bench/RESULTS.md).
+        "tok_pipe": pipe,
         # The key-major forward (selected_keys.py) for the forced path at G <= 8 (FSA's range): the
         # query-major tiles pad G rows to 16 and re-read every block per token; at G >= 16 they are
         # full already and the partials would cost 16 x |q| (34 GB at the paper shape, 64k).
@@ -193,8 +205,9 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         "RM": triton.next_power_of_2(merge_tokens(G, DP) * G),
         "warps_m": 8,
         # dQ holds the fp32 dq accumulator beside the forward's state: with 2 stages ptxas spilled
-        # 4 bytes on sm_90 (gpucheck, --regAllocOptLevel=2).
-        "stages_dq": 1,
+        # 4 bytes on sm_90 (gpucheck, --regAllocOptLevel=2); 2 where tok_pipe ships (no spill at 2
+        # warps on triton 3.6 / 3.9: bench/RESULTS.md "tokgather").
+        "stages_dq": 2 if pipe else 1,
         # The forced-block kernels (selected_forced.py): BM query rows per program, keys BK at a time.
         "BM": forced_rows_per_tile(key_tile < 64),
         "warps_f": 4,
@@ -236,7 +249,8 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
 
 # The probe variant of the token tiles' branch-free loop (bench/kernel_probe.py carries it): the
 # union's blocks, 3 stages (the next step's K/V copies stay in flight while a step computes; with 2 a
-# step waits for its own: bench/tok_pipe_sass.py). gpucheck compiles it beside the shipped loop.
+# step waits for its own: bench/tok_pipe_sass.py). gpucheck compiles it beside the shipped loop where
+# that is the branchy one (sm_80, G <= 8).
 TOK_PIPE_PROBE = {"tok_pipe": 2, "stages_tok": 3, "stages_dq": 3}
 # The union mode's [E, E] compare of a tile's E = TP*NKP entries spilled 240 B on sm_80 at E = 256
 # (G 1: 16 tokens x 16 slots, triton 3.9); at 128 (G 2) it sat at 254-255 registers past head_dim 64
@@ -559,7 +573,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         # keys kernel and dQ merge also at pdq_bits 16 (`*_pdq16`, the probe switch) in 16-bit dtypes.
         rows += keys_bwd_gpucheck_rows(cfg, G, D, LP, dt, prec)
     if not cfg["tok_pipe"]:
-        # The token tiles' branch-free loop as the probe runs it (TOK_PIPE_PROBE), not shipped yet.
+        # The token tiles' branch-free loop as the probe runs it (TOK_PIPE_PROBE), where it is not shipped.
         pc = {**t_consts, "PIPE": _pipe_mode({**cfg, **TOK_PIPE_PROBE}, _slots(shape.n_sel))}
         wt, wq = cfg["warps_tok"], cfg["warps_q"]
         rows += [

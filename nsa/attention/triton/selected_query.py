@@ -8,10 +8,11 @@ Owns two pairs of kernels and the count that sizes them:
   KV head), rows = TP*G (Q's rows t*G + g are contiguous), padded to 16. A program walks the union of
   its tokens' non-forced entries: each distinct block's K/V is loaded once for all TP tokens, and a
   row weights it by how many of its token's entries list it (log2 of the count added to the logits,
-  -inf when none), so duplicates count twice and any table stays exact. Their loop guards a block's
-  K/V loads with `if take:` (not pipelined); PIPE 1 / 2 (selected.py `_config` "tok_pipe", a probe
-  switch) run it without that branch, every slot a masked step or the union's blocks ranked before
-  the loop, bitwise the same results, so triton can pipeline the loads;
+  -inf when none), so duplicates count twice and any table stays exact. PIPE 0, the loop every GPU
+  run measured, guards a block's K/V loads with `if take:` (not pipelined); PIPE 1 / 2 (selected.py
+  `_config` "tok_pipe": 2 ships at G > 8 on sm_90, bench/gather_proxy.py) run it without that
+  branch, every slot a masked step or the union's blocks ranked before the loop, bitwise the same
+  results, so triton can pipeline the loads;
 - `tokens_per_program` (TP) and `key_steps`, the count in torch of the key steps both layouts take
   for a table (what the cost model and the tests use to show the tiles never take more).
 None of them syncs with the device or loops in Python over anything that grows with T.

@@ -41,6 +41,7 @@ FROM_CONFIG = {
     "warps_cmp_dkv": _cmp("warps_dkv"),
     "tp": _sel("TP"),
     "warps_tok": _sel("warps_tok"),
+    "tok_pipe": _sel("tok_pipe"),
     "fwd_keys": _sel("fwd_keys"),
     "bwd_keys": _sel("bwd_keys"),
     "br_fwd_keys": _sel("BR_f"),

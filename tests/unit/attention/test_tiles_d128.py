@@ -152,6 +152,6 @@ def test_match_runs_the_variants_that_set_a_key_beside_the_baseline(capsys):
     by_shape = {n: [r["variant"] for r in rows if r["shape"] == n] for n in ("m7c", "paper")}
     assert by_shape["m7c"][0] == {} and by_shape["paper"][0] == {}
     assert by_shape["m7c"][1:] and all("keys_div32" in v for v in by_shape["m7c"][1:])
-    assert len(by_shape["paper"][1:]) == 4 and all("tok_pipe" in v for v in by_shape["paper"][1:])
+    assert len(by_shape["paper"][1:]) == 5 and all("tok_pipe" in v for v in by_shape["paper"][1:])
     assert probe.main(["--dry-run", "--only", "selected", "--match", "keys_div33"]) == 2
     assert "keys_div33" in capsys.readouterr().err

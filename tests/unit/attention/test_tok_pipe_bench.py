@@ -58,9 +58,12 @@ def test_variants_are_shipped_then_the_pipelined_loop_at_two_and_three_stages():
     from nsa.attention.triton import selected as sel
 
     cfg = sel._config(16, 128, 64, arch=90)
-    assert tps.VARIANTS[0] == {} and not cfg["tok_pipe"]
+    assert tps.VARIANTS[0] == {}
     for v in tps.VARIANTS[1:]:
-        assert set(v) <= set(cfg) and v["tok_pipe"]
+        assert set(v) <= set(cfg) and "tok_pipe" in v
+    # the last: the branchy loop the GPU runs measured, at their settings (bench/gather_proxy.py's base)
+    gp = load_bench("gather_proxy")
+    assert tps.VARIANTS[-1] == {k: v for k, v in gp.run_base(128).items() if k != "warps_tok"}
     assert set(tps.KERNELS.values()) <= set(cfg)
 
 

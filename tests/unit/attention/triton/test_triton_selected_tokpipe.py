@@ -171,16 +171,22 @@ def test_the_kernel_probe_variant_reaches_both_launches(monkeypatch):
     assert seen == [(2, 3), (2, 3)]
 
 
-def test_tok_pipe_is_off_as_shipped_and_the_union_mode_falls_back_past_64_entries():
-    """The GPU measured the branchy loop: the branch-free one is a probe switch until a GPU times it.
-    The union mode's [E, E] compare of the tile's E = TP x NKP entries spilled at G 1 (256 entries)
-    and filled the registers at G 2 (128): there the launch takes every slot a step instead; gpucheck
-    compiles what the probe launches."""
+def test_tok_pipe_ships_at_g_over_8_on_sm90_and_the_union_mode_falls_back_past_64_entries():
+    """The union mode at 2 stages, the dQ at 2 warps, ships where the token tiles run (G > 8) on sm_90
+    (bench/gather_proxy.py's price); the branchy loop the GPU measured elsewhere (sm_80, and G <= 8,
+    where the key-major kernels run). The union mode's [E, E] compare of the tile's E = TP x NKP
+    entries spilled at G 1 (256 entries) and filled the registers at G 2 (128): there the launch takes
+    every slot a step instead; gpucheck compiles the probe's build beside a shipped branchy loop."""
     from nsa.attention.triton.spec import GpuShape
 
-    for G, D in ((16, 128), (6, 64), (1, 64)):
+    for G, D in ((16, 128), (16, 64), (6, 64), (1, 64)):
         for arch in (80, 90):
-            assert tsel._config(G, D, 64, arch=arch)["tok_pipe"] == 0
+            cfg = tsel._config(G, D, 64, arch=arch)
+            shipped = arch == 90 and G > 8
+            assert cfg["tok_pipe"] == (2 if shipped else 0), (G, D, arch)
+            assert (cfg["stages_tok"], cfg["stages_dq"], cfg["warps_q"]) == (
+                (2, 2, 2) if shipped else (2 if D <= 64 else 1, 1, 4)
+            )
     modes = {G: tsel._pipe_mode({**tsel._config(G, 64, 64), "tok_pipe": 2}, 16) for G in (1, 2, 6, 16)}
     assert modes == {1: 1, 2: 1, 6: 2, 16: 2}
     assert tsel._pipe_mode({**tsel._config(16, 128, 64), "tok_pipe": 2}, 128) == 1  # n 128: 128 entries
@@ -189,6 +195,10 @@ def test_tok_pipe_is_off_as_shipped_and_the_union_mode_falls_back_past_64_entrie
             "s", head_dim=64, group=G, block_len=32, block_stride=16, sel_block=64, n_sel=16, window=512
         )
         specs = {sp.name: sp for sp in tsel.gpucheck_specs(shape, 90)}
+        if G == 16:  # shipped: the launch's own rows hold it
+            assert specs["selected_fwd"].constexprs["PIPE"] == 2 and specs["selected_bwd_dq"].num_stages == 2
+            assert "selected_fwd_pipe" not in specs
+            continue
         assert specs["selected_fwd"].constexprs["PIPE"] == 0
         assert specs["selected_fwd_pipe"].constexprs["PIPE"] == modes[G]
         assert specs["selected_bwd_dq_pipe"].num_stages == tsel.TOK_PIPE_PROBE["stages_dq"]
