@@ -2,8 +2,8 @@
 
 Owns the pricing behind compressed.py `_config`'s sm_90 tiles (issue 20, task flashproxy): each
 `CANDIDATES` setting of the compressed attention, dQ or dK/dV (bench/tiles_d128.py's spill-free
-head_dim-128 ones, and at head_dim 64 the compressed dK/dV over rows x keys x warps x stages)
-compiled as the proxy's settings are (recorded in bench/flash_proxy_sass.json, compiled if missing),
+head_dim-128 ones, at head_dim 64 the compressed dK/dV over rows x keys x warps x stages, and the
+window's kernels) compiled as the proxy's settings are (bench/flash_proxy_sass.json, or compiled),
 priced against the measured setting at the suite's points (`PRICE_AT`) with its registers, spills
 and whether its trip lies in the calibrated range (`domain`); `SHIPPED`'s settings as the cost
 model's CONFIG_FACTOR tags (`config_factors`); `spill_grid`, the shipped dQ / dK/dV over gpucheck's
@@ -49,6 +49,15 @@ CANDIDATES: list[tuple[str, dict]] = [
         for bt in (4, 8, 16) for bn in (32, 64) for w in (4, 8) for st in (1, 2)
         if (bt, bn, w, st) != (8, 32, 4, 2)
     ],
+    # the window's (window.py `_configs` keys; priced, not shipped: bench/RESULTS.md "flashproxy")
+    ("win_fwd@128", {"BLOCK_N": 64}),
+    ("win_dq@128", {"BLOCK_M": 128}),
+    ("win_dq@128", {"BLOCK_M": 128, "BLOCK_N": 32}),
+    ("win_dkdv@128", {"BLOCK_N": 64}),
+    ("win_dkdv@128", {"BLOCK_M": 128}),
+    ("win_dkdv@64", {"BLOCK_M": 64}),
+    ("win_dkdv@64", {"BLOCK_M": 64, "BLOCK_N": 32}),
+    ("win_dkdv@64", {"num_warps": 4}),
 ]  # fmt: skip
 # Where each is priced: the suite's points (B * T = 64k), the paper's shape for head_dim 128, M7C's
 # for 64.
