@@ -227,6 +227,13 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # measured at False); the forward 1682 -> 1386 SASS a step (bench/RESULTS.md "keysdiv").
         # False is a bench/kernel_probe.py variant.
         "keys_div32": True,
+        # The keys backward's dQ partial stored in its product's own layout (selected_keys_bwd.py
+        # `_store_rows_mma`: 8-byte stores, no conversion through shared memory) instead of converted
+        # to a 16-byte-store layout first: the same values to the same addresses. bench/keys_proxy.py,
+        # M7C, triton 3.6: sm_90 654 -> 527 SASS and 40 -> 24 shared-memory accesses a step, 227 -> 193
+        # registers; sm_80 511 -> 474, 84 -> 76 (bench/RESULTS.md "keysmem"). Unmeasured; False (the
+        # converted store the GPU runs measured) is a bench/kernel_probe.py variant.
+        "keys_dq_mma": True,
         "BM_merge": 64 if DP <= 64 else 32,
         "warps_merge": 4,
         "BM_delta": 64,
@@ -557,7 +564,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         # G <= 8 with forced blocks: the key-major backward replaces selected_forced_dq, selected_bwd_dq
         # and selected_bwd_dkdv (still compiled: bwd_keys=False and forced_blocks=False run them); its
         # keys kernel and dQ merge also at pdq_bits 16 (`*_pdq16`, the probe switch) in 16-bit dtypes.
-        rows += keys_bwd_gpucheck_rows(cfg, G, D, LP, dt, prec)
+        rows += keys_bwd_gpucheck_rows(cfg, G, D, LP, dt, prec, arch)
     if not cfg["tok_pipe"]:
         # The token tiles' branch-free loop as the probe runs it (TOK_PIPE_PROBE), not shipped yet.
         pc = {**t_consts, "PIPE": _pipe_mode({**cfg, **TOK_PIPE_PROBE}, _slots(shape.n_sel))}

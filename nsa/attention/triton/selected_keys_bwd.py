@@ -32,6 +32,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from nsa.attention.triton import device_arch
+
 
 @triton.jit
 def _sel_bwd_delta_kernel(OUT, DO, DELTA, R, D: tl.constexpr, DP: tl.constexpr, BM: tl.constexpr):
@@ -141,12 +143,44 @@ def _pair_rows32(ORDER, lo, rr, nrows, bh, T, NK, NKM, NKL, G: tl.constexpr):
 
 
 @triton.jit
+def _store_rows_mma(PTR, row, x, rm, D: tl.constexpr, DP: tl.constexpr, BR: tl.constexpr,
+                    WM: tl.constexpr, WN: tl.constexpr):  # fmt: skip
+    """PTR[row[r] * D + c] = x[r, c] for the rows rm and columns c < D: `tl.store` of a [BR, DP]
+    tensor-core product, written so that the store's layout is the product's own and no layout
+    conversion (a round trip through shared memory) precedes it. Why it works: triton gives a store
+    the blocked layout its pointer's contiguity asks for (the coalesce pass), and converts the value to
+    it. The accumulator of mma.sync (sm_80) and wgmma (sm_90) puts element (r, c), r = 16 m + 8 i + a,
+    c = 8 jj + 2 b + k, in lane 4 a + b, register bits k, i, jj, m, and the warps along m (WM of them)
+    and jj (WN: `dq_product_warps`). Viewed as the 8-d tensor (b, a, wn, wm, i, j, mr, k), m = mr WM +
+    wm and jj = j WN + wn, the pointer is contiguous in k only (2 elements: 8-byte stores), and the
+    coalesce pass, filling lanes then warps from the most contiguous dimension and then in index
+    order, builds exactly that layout: the conversion is the identity. A wrong WM / WN only brings the
+    conversion back (the same values are stored either way)."""
+    MR: tl.constexpr = BR // (16 * WM)
+    J: tl.constexpr = DP // (8 * WN)
+    # (mr, wm, i, a, j, wn, b, k) -> (b, a, wn, wm, i, j, mr, k)
+    xs = tl.permute(tl.reshape(x, [MR, WM, 2, 8, J, WN, 4, 2]), [6, 3, 5, 1, 2, 4, 0, 7])
+    rs = tl.permute(tl.reshape(row, [MR, WM, 2, 8]), [3, 1, 2, 0])  # (a, wm, i, mr)
+    ms = tl.permute(tl.reshape(rm, [MR, WM, 2, 8]), [3, 1, 2, 0])
+    # The row offset multiplied after the reshape: the pointer's alignment analysis sees through
+    # arithmetic, not through a reshape, and 8-byte stores need the row offsets' divisibility.
+    rs = rs[None, :, None, :, :, None, :, None].to(tl.int64) * D
+    ms = ms[None, :, None, :, :, None, :, None]
+    b = tl.arange(0, 4)[:, None, None, None, None, None, None, None]
+    wn = tl.arange(0, WN)[None, None, :, None, None, None, None, None]
+    j = tl.arange(0, J)[None, None, None, None, None, :, None, None]
+    k = tl.arange(0, 2)[None, None, None, None, None, None, None, :]
+    c = (j * WN + wn) * 8 + b * 2 + k
+    tl.store(PTR + rs + c, xs, mask=ms & (c < D))
+
+
+@triton.jit
 def _dkdv_walk(
     Q, K, V, DO, LSE, DELTA, ORDER, START, SEG_END, PDK, PDV, PDQ,
     T, NS, NK, NP, NBLK, NSEARCH, S, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
     DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr, DIV32: tl.constexpr,
-    WRITE_DQ: tl.constexpr,
+    WRITE_DQ: tl.constexpr, DQ_WM: tl.constexpr = 0, DQ_WN: tl.constexpr = 0,
 ):  # fmt: skip
     """The key-major dK/dV program, written once for both of its kernels: BN keys (chunk nb) of one
     selection block against one segment (<= S pairs) of the (query, block) pairs that listed it; rows
@@ -218,7 +252,12 @@ def _dkdv_walk(
             # Rounded to PDQ's dtype (fp32, or q's 16-bit one with pdq_bits 16: `pdq_dtype`) once,
             # here; the merge sums in fp32.
             dq = dq.to(PDQ.dtype.element_ty)
-            if DIV32:
+            if DQ_WM:
+                if DIV32:
+                    _store_rows_mma(PDQ, prow, dq, rm, D, DP, BR, DQ_WM, DQ_WN)
+                else:
+                    _store_rows_mma(PDQ, pos * G + g, dq, rm, D, DP, BR, DQ_WM, DQ_WN)
+            elif DIV32:
                 tl.store(PDQ + prow.to(tl.int64)[:, None] * D + d[None, :], dq, mask=qm)
             else:
                 tl.store(PDQ + (pos * G + g)[:, None] * D + d[None, :], dq, mask=qm)
@@ -234,12 +273,13 @@ def _sel_bwd_keys_kernel(
     T, NS, NK, NP, NBLK, NSEARCH, S, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
     DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr, DIV32: tl.constexpr,
+    DQ_WM: tl.constexpr = 0, DQ_WN: tl.constexpr = 0,
 ):  # fmt: skip
     # The dK/dV walk with the dQ partials (WRITE_DQ). A kernel of its own name only so that profiles
     # (the GPU suite's per-kernel families, gpusuite/modelcheck.py) tell it from the dK/dV kernel.
     _dkdv_walk(
         Q, K, V, DO, LSE, DELTA, ORDER, START, SEG_END, PDK, PDV, PDQ, T, NS, NK, NP, NBLK, NSEARCH, S,
-        sm_scale, G, D, LP, DP, BN, BR, PREC, DIV32, True,
+        sm_scale, G, D, LP, DP, BN, BR, PREC, DIV32, True, DQ_WM, DQ_WN,
     )  # fmt: skip
 
 
@@ -295,15 +335,41 @@ def pdq_dtype(cfg: dict, dtype: torch.dtype) -> torch.dtype:
     return dtype if bits == 16 and dtype in (torch.bfloat16, torch.float16) else torch.float32
 
 
-def keys_bwd_gpucheck_rows(cfg: dict, G: int, D: int, LP: int, dt: str, prec: str) -> list[tuple]:
+def dq_product_warps(arch: int, BR: int, DP: int, warps: int) -> tuple[int, int]:
+    """(WM, WN): how triton lays the keys kernel's warps over its [BR, DP] dQ product, along the rows
+    and along the columns (`_store_rows_mma` needs it). Triton's rule (AccelerateMatmul, 3.6 and 3.9):
+    wgmma (sm_90, rows a multiple of 64, warps of 4) puts the warps along the rows; mma.sync, for a dot
+    chained to others as this one is, along the rows when BR >= DP, else along the columns. Checked on
+    the compiled kernels: with these values no shared memory moves the tile (bench/RESULTS.md
+    "keysmem")."""
+    if arch >= 90 and BR % 64 == 0 and warps % 4 == 0:
+        return warps, 1
+    return (warps, 1) if BR >= DP else (1, warps)
+
+
+def dq_store_consts(cfg: dict, arch: int) -> dict[str, int]:
+    """The keys kernel's DQ_WM / DQ_WN for `cfg` on sm_`arch`: `dq_product_warps` with `_config`'s
+    keys_dq_mma, (0, 0) without, or where the warps do not tile the [BR_keys, DP] product (the dQ tile
+    converted to the store's layout: the path the GPU runs measured)."""
+    wm, wn = dq_product_warps(arch, cfg["BR_keys"], cfg["DP"], cfg["warps_keys"])
+    # A tile too small for its warps (the interpreter's small head_dim at 32 rows) has no such layout.
+    if not cfg["keys_dq_mma"] or cfg["BR_keys"] % (16 * wm) or cfg["DP"] % (8 * wn):
+        return {"DQ_WM": 0, "DQ_WN": 0}
+    return {"DQ_WM": wm, "DQ_WN": wn}
+
+
+def keys_bwd_gpucheck_rows(
+    cfg: dict, G: int, D: int, LP: int, dt: str, prec: str, arch: int = 80
+) -> list[tuple]:
     """selected.py's gpucheck rows (name, kernel, argument types, constexprs, warps, stages) of these
-    kernels, as its launcher runs them with `cfg` (its `_config`); dt: the activations' triton type.
+    kernels, as its launcher runs them with `cfg` (its `_config`) on sm_`arch`; dt: the activations'
+    triton type.
     PDQ's type follows cfg's `pdq_bits`; where that is 32 and dt 16-bit, the keys kernel and the merge
     also at pdq_bits 16 (`*_pdq16`: the probe switch's kernels, two cheap compiles, so the GPU probe
     of bench/kernel_probe.py never runs a kernel gpucheck has not seen)."""
     ptr, f32, i32, i64 = f"*{dt}", "*fp32", "i32", "*i64"
     keys_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR_keys"], "PREC": prec,
-                   "DIV32": cfg["keys_div32"]}  # fmt: skip
+                   "DIV32": cfg["keys_div32"], **dq_store_consts(cfg, arch)}  # fmt: skip
     merge_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BM": cfg["BM_merge"]}
     delta_consts = {"D": D, "DP": cfg["DP"], "BM": cfg["BM_delta"]}
     delta_args = dict(OUT=ptr, DO=ptr, DELTA=f32, R=i32)
@@ -356,7 +422,7 @@ def keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP: int, scale: fl
         q, k, v, dout, lse, delta, order, start, seg_end, pdk, pdv, pdq,
         T, ns, NK, npos, BH * ns, (BH * ns).bit_length() + 1, S, scale,
         G=G, D=D, LP=LP, DP=DP, BN=BN, BR=cfg["BR_keys"], PREC=prec, DIV32=cfg["keys_div32"],
-        num_warps=cfg["warps_keys"], num_stages=cfg["stages_kv"],
+        **dq_store_consts(cfg, device_arch(q.device)), num_warps=cfg["warps_keys"], num_stages=cfg["stages_kv"],
     )  # fmt: skip
     dq = torch.empty_like(q)
     _sel_bwd_dq_merge_kernel[(triton.cdiv(T * G, cfg["BM_merge"]), BH)](

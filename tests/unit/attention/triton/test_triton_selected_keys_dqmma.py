@@ -1,0 +1,111 @@
+"""The keys backward's dQ partial stored in its product's own layout (selected.py `_config`
+"keys_dq_mma", the default; selected_keys_bwd.py `_store_rows_mma`, `dq_product_warps`) under
+TRITON_INTERPRET=1 on CPU: the 8-d store writes exactly what the plain [BR, DP] store writes, for
+every warp split the kernels use (rows permuted, rows and columns masked, nothing else touched); the
+backward's dq, dk and dv are bitwise those of the converted store the GPU runs measured
+(keys_dq_mma False, a bench/kernel_probe.py variant), with the 32-bit rows and with the int64 ones;
+and the warp split is triton's for the shipped settings (the SASS side of it: bench/RESULTS.md
+"keysmem")."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernel module is imported
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+import triton
+import triton.language as tl
+
+from nsa.attention.triton import selected as tsel
+from nsa.attention.triton import selected_keys_bwd as tkeys
+from tests.unit.attention.triton.test_triton_selected_keys_bwd import _backward, _inputs, _odd_table
+
+
+@triton.jit
+def _store_both(X, ROW, RM, OUT, D: tl.constexpr, DP: tl.constexpr, BR: tl.constexpr, WM: tl.constexpr,
+                WN: tl.constexpr):  # fmt: skip
+    # The tile X [BR, DP] to OUT's rows ROW[r] (where RM[r]) and columns < D, by `_store_rows_mma`.
+    r = tl.arange(0, BR)
+    c = tl.arange(0, DP)
+    x = tl.load(X + r[:, None] * DP + c[None, :])
+    tkeys._store_rows_mma(OUT, tl.load(ROW + r), x, tl.load(RM + r) != 0, D, DP, BR, WM, WN)
+
+
+@pytest.mark.parametrize(
+    "BR,DP,D,WM,WN",
+    [(64, 64, 64, 4, 1), (32, 64, 64, 1, 4), (32, 128, 96, 1, 8), (32, 32, 32, 2, 1), (64, 16, 16, 4, 1)],
+)
+def test_the_product_layout_store_writes_what_the_plain_store_writes(BR, DP, D, WM, WN):
+    g = torch.Generator().manual_seed(BR + DP + WM)
+    x = torch.randn(BR, DP, generator=g)
+    row = torch.randperm(2 * BR, generator=g)[:BR].to(torch.int32)  # scattered rows of a taller buffer
+    rm = (torch.rand(BR, generator=g) < 0.8).to(torch.int8)
+    out = torch.full((2 * BR, D), float("nan"))
+    _store_both[(1,)](x, row, rm, out, D=D, DP=DP, BR=BR, WM=WM, WN=WN)
+    want = torch.full((2 * BR, D), float("nan"))
+    keep = rm.bool()
+    want[row[keep].long()] = x[keep, :D]
+    assert torch.equal(out.isnan(), want.isnan()) and torch.equal(out.nan_to_num(), want.nan_to_num())
+
+
+class _Spy:
+    """The keys kernel, recording each launch's (DQ_WM, DQ_WN), then run."""
+
+    def __init__(self, real, seen: list):
+        self.real, self.seen = real, seen
+
+    def __getitem__(self, grid):
+        def launch(*a, **k):
+            self.seen.append((k["DQ_WM"], k["DQ_WN"]))
+            return self.real[grid](*a, **k)
+
+        return launch
+
+
+def _grads(monkeypatch, over: dict, q, k, v, idx, valid, lp, dout):
+    seen = []
+    with monkeypatch.context() as m:
+        base = tsel._launch_config
+        m.setattr(tsel, "_launch_config", lambda *a: {**base(*a), "bwd_keys": True, **over})
+        m.setattr(tkeys, "_sel_bwd_keys_kernel", _Spy(tkeys._sel_bwd_keys_kernel, seen))
+        return _backward(q, k, v, idx, valid, lp, dout), seen
+
+
+# BR_keys 64 at the interpreter's head_dim 16 (DP 16) takes the rows split (4, 1); the columns split
+# (1, 4) needs DP >= 32 at 32 rows, a head_dim the interpreter runs slowly: the store test holds it.
+@pytest.mark.parametrize("G,dtype,lp,div32", [(6, torch.float16, 16, True), (1, torch.float32, 8, False)])
+def test_dq_in_the_products_layout_gives_the_measured_paths_gradients_bit_for_bit(
+    monkeypatch, G, dtype, lp, div32
+):
+    T, D, n, B, Hkv = 37, 16, 4, 2, 1
+    q, k, v, dout = _inputs(B, Hkv, T, G, D, dtype, seed=400 + G)
+    idx, valid = _odd_table(T, lp, n, seed=G, B=B, Hkv=Hkv)
+    over = {"BR_keys": 64, "keys_div32": div32}
+    off, seen_off = _grads(monkeypatch, {**over, "keys_dq_mma": False}, q, k, v, idx, valid, lp, dout)
+    on, seen_on = _grads(monkeypatch, {**over, "keys_dq_mma": True}, q, k, v, idx, valid, lp, dout)
+    assert (seen_off, seen_on) == ([(0, 0)], [(4, 1)])
+    for name, a, b in zip(("dq", "dk", "dv"), on, off):
+        assert torch.equal(a, b), name
+    assert on[0][-1, -1].abs().sum() > 0  # the last sequence got a dq
+
+
+def test_the_warp_split_is_tritons_for_the_shipped_settings():
+    """M7C (G 6 x D 64): sm_90's 64 rows on one warpgroup take the rows split, sm_80's 32 rows at 4
+    warps the columns split (the compiled kernels: no shared memory moves the tile); head_dim 128 at 8
+    warps and 32 rows, the columns; the switch off or a tile its warps do not cover: the converted
+    store (0, 0)."""
+    consts = {
+        arch: tkeys.dq_store_consts(tsel._config(G, D, 64, arch=arch), arch)
+        for arch, G, D in ((90, 6, 64), (80, 6, 64))
+    }
+    assert consts == {90: {"DQ_WM": 4, "DQ_WN": 1}, 80: {"DQ_WM": 1, "DQ_WN": 4}}
+    assert tkeys.dq_store_consts(tsel._config(6, 128, 64, arch=90), 90) == {"DQ_WM": 1, "DQ_WN": 8}
+    off = {**tsel._config(6, 64, 64, arch=90), "keys_dq_mma": False}
+    assert tkeys.dq_store_consts(off, 90) == {"DQ_WM": 0, "DQ_WN": 0}
+    small = {**tsel._config(6, 16, 64, key_tile=16, arch=80), "BR_keys": 32}  # 32 rows, DP 16, 4 warps
+    assert tkeys.dq_store_consts(small, 80) == {"DQ_WM": 0, "DQ_WN": 0}
