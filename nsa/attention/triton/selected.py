@@ -228,12 +228,15 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # False is a bench/kernel_probe.py variant.
         "keys_div32": True,
         # The keys backward's dQ partial stored in its product's own layout (selected_keys_bwd.py
-        # `_store_rows_mma`: 8-byte stores, no conversion through shared memory) instead of converted
-        # to a 16-byte-store layout first: the same values to the same addresses. bench/keys_proxy.py,
-        # M7C, triton 3.6: sm_90 654 -> 527 SASS and 40 -> 24 shared-memory accesses a step, 227 -> 193
-        # registers; sm_80 511 -> 474, 84 -> 76 (bench/RESULTS.md "keysmem"). Unmeasured; False (the
-        # converted store the GPU runs measured) is a bench/kernel_probe.py variant.
-        "keys_dq_mma": True,
+        # `_store_rows_mma`: 8-byte stores, no round trip through shared memory) instead of converted
+        # to a 16-byte-store layout first: the same values to the same addresses (interpreter test:
+        # bitwise). bench/keys_proxy.py, M7C, triton 3.6 (bench/RESULTS.md "keysmem"): sm_80 511 -> 474
+        # SASS and 84 -> 76 shared-memory accesses a step, A100 12.66 -> 11.55 ms at 8k x 8 (-8.8 %),
+        # inside the proxy's calibrated range where the converted store was outside it; on by that
+        # word, unmeasured. sm_90 654 -> 527 SASS and 40 -> 24 accesses (-28.5 % priced) but further
+        # below the calibrated range than the shipped point: off there until a GPU measures it. The
+        # other value is a bench/kernel_probe.py variant on either arch (gpucheck compiles both).
+        "keys_dq_mma": arch < 90,
         "BM_merge": 64 if DP <= 64 else 32,
         "warps_merge": 4,
         "BM_delta": 64,

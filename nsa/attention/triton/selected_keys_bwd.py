@@ -366,7 +366,8 @@ def keys_bwd_gpucheck_rows(
     triton type.
     PDQ's type follows cfg's `pdq_bits`; where that is 32 and dt 16-bit, the keys kernel and the merge
     also at pdq_bits 16 (`*_pdq16`: the probe switch's kernels, two cheap compiles, so the GPU probe
-    of bench/kernel_probe.py never runs a kernel gpucheck has not seen)."""
+    of bench/kernel_probe.py never runs a kernel gpucheck has not seen); the keys kernel also at the
+    other `keys_dq_mma` (`selected_bwd_keys_dqmma` / `_dqcvt`)."""
     ptr, f32, i32, i64 = f"*{dt}", "*fp32", "i32", "*i64"
     keys_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR_keys"], "PREC": prec,
                    "DIV32": cfg["keys_div32"], **dq_store_consts(cfg, arch)}  # fmt: skip
@@ -388,6 +389,13 @@ def keys_bwd_gpucheck_rows(
             (f"selected_bwd_keys{suffix}", _sel_bwd_keys_kernel, keys_args, keys_consts, cfg["warps_keys"], cfg["stages_kv"]),
             (f"selected_bwd_dq_merge{suffix}", _sel_bwd_dq_merge_kernel, merge_args, merge_consts, cfg["warps_merge"], 1),
         ]  # fmt: skip
+        if not suffix:
+            # The keys kernel at the other keys_dq_mma too (`_dqmma`: the cut where it is not the default,
+            # sm_90; `_dqcvt`: the converted store the GPU runs measured, where it is, sm_80): the
+            # probe's other variant, a cheap compile.
+            flip = {**cfg, "keys_dq_mma": not cfg["keys_dq_mma"]}
+            rows.append((f"selected_bwd_keys_{'dqmma' if flip['keys_dq_mma'] else 'dqcvt'}", _sel_bwd_keys_kernel,
+                         keys_args, {**keys_consts, **dq_store_consts(flip, arch)}, cfg["warps_keys"], cfg["stages_kv"]))  # fmt: skip
     return rows
 
 
