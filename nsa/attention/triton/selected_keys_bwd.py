@@ -144,31 +144,41 @@ def _pair_rows32(ORDER, lo, rr, nrows, bh, T, NK, NKM, NKL, G: tl.constexpr):
 
 @triton.jit
 def _store_rows_mma(PTR, row, x, rm, D: tl.constexpr, DP: tl.constexpr, BR: tl.constexpr,
-                    WM: tl.constexpr, WN: tl.constexpr):  # fmt: skip
+                    WM: tl.constexpr, WN: tl.constexpr, ASC: tl.constexpr):  # fmt: skip
     """PTR[row[r] * D + c] = x[r, c] for the rows rm and columns c < D: `tl.store` of a [BR, DP]
     tensor-core product, written so that the store's layout is the product's own and no layout
     conversion (a round trip through shared memory) precedes it. Why it works: triton gives a store
     the blocked layout its pointer's contiguity asks for (the coalesce pass), and converts the value to
     it. The accumulator of mma.sync (sm_80) and wgmma (sm_90) puts element (r, c), r = 16 m + 8 i + a,
     c = 8 jj + 2 b + k, in lane 4 a + b, register bits k, i, jj, m, and the warps along m (WM of them)
-    and jj (WN: `dq_product_warps`). Viewed as the 8-d tensor (b, a, wn, wm, i, j, mr, k), m = mr WM +
-    wm and jj = j WN + wn, the pointer is contiguous in k only (2 elements: 8-byte stores), and the
-    coalesce pass, filling lanes then warps from the most contiguous dimension and then in index
-    order, builds exactly that layout: the conversion is the identity. A wrong WM / WN only brings the
-    conversion back (the same values are stored either way)."""
+    and jj (WN: `dq_product_warps`), m = mr WM + wm and jj = j WN + wn. Viewed as an 8-d tensor of
+    those bits, the pointer is contiguous in k only (2 elements: 8-byte stores), and the coalesce pass
+    fills lanes, then warps, from the most contiguous dimension and then through the others in index
+    order: ascending on triton 3.6, descending on 3.9 (ASC, `dq_store_consts`), hence the dimensions
+    (b, a, wn, wm, i, j, mr, k) or (mr, j, i, wm, wn, a, b, k). That builds exactly the accumulator's
+    layout: the conversion is the identity. A wrong WM / WN / ASC only brings the conversion back
+    (the same values are stored either way)."""
     MR: tl.constexpr = BR // (16 * WM)
     J: tl.constexpr = DP // (8 * WN)
-    # (mr, wm, i, a, j, wn, b, k) -> (b, a, wn, wm, i, j, mr, k)
-    xs = tl.permute(tl.reshape(x, [MR, WM, 2, 8, J, WN, 4, 2]), [6, 3, 5, 1, 2, 4, 0, 7])
-    rs = tl.permute(tl.reshape(row, [MR, WM, 2, 8]), [3, 1, 2, 0])  # (a, wm, i, mr)
-    ms = tl.permute(tl.reshape(rm, [MR, WM, 2, 8]), [3, 1, 2, 0])
-    # The row offset multiplied after the reshape: the pointer's alignment analysis sees through
+    x8 = tl.reshape(x, [MR, WM, 2, 8, J, WN, 4, 2])  # (mr, wm, i, a, j, wn, b, k)
+    r4 = tl.reshape(row, [MR, WM, 2, 8])
+    m4 = tl.reshape(rm, [MR, WM, 2, 8])
+    # The row offset is multiplied after the reshape: the pointer's alignment analysis sees through
     # arithmetic, not through a reshape, and 8-byte stores need the row offsets' divisibility.
-    rs = rs[None, :, None, :, :, None, :, None].to(tl.int64) * D
-    ms = ms[None, :, None, :, :, None, :, None]
-    b = tl.arange(0, 4)[:, None, None, None, None, None, None, None]
-    wn = tl.arange(0, WN)[None, None, :, None, None, None, None, None]
-    j = tl.arange(0, J)[None, None, None, None, None, :, None, None]
+    if ASC:
+        xs = tl.permute(x8, [6, 3, 5, 1, 2, 4, 0, 7])
+        rs = tl.permute(r4, [3, 1, 2, 0])[None, :, None, :, :, None, :, None].to(tl.int64) * D
+        ms = tl.permute(m4, [3, 1, 2, 0])[None, :, None, :, :, None, :, None]
+        b = tl.arange(0, 4)[:, None, None, None, None, None, None, None]
+        wn = tl.arange(0, WN)[None, None, :, None, None, None, None, None]
+        j = tl.arange(0, J)[None, None, None, None, None, :, None, None]
+    else:
+        xs = tl.permute(x8, [0, 4, 2, 1, 5, 3, 6, 7])
+        rs = tl.permute(r4, [0, 2, 1, 3])[:, None, :, :, None, :, None, None].to(tl.int64) * D
+        ms = tl.permute(m4, [0, 2, 1, 3])[:, None, :, :, None, :, None, None]
+        b = tl.arange(0, 4)[None, None, None, None, None, None, :, None]
+        wn = tl.arange(0, WN)[None, None, None, None, :, None, None, None]
+        j = tl.arange(0, J)[None, :, None, None, None, None, None, None]
     k = tl.arange(0, 2)[None, None, None, None, None, None, None, :]
     c = (j * WN + wn) * 8 + b * 2 + k
     tl.store(PTR + rs + c, xs, mask=ms & (c < D))
@@ -180,7 +190,7 @@ def _dkdv_walk(
     T, NS, NK, NP, NBLK, NSEARCH, S, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
     DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr, DIV32: tl.constexpr,
-    WRITE_DQ: tl.constexpr, DQ_WM: tl.constexpr = 0, DQ_WN: tl.constexpr = 0,
+    WRITE_DQ: tl.constexpr, DQ_WM: tl.constexpr = 0, DQ_WN: tl.constexpr = 0, DQ_ASC: tl.constexpr = True,
 ):  # fmt: skip
     """The key-major dK/dV program, written once for both of its kernels: BN keys (chunk nb) of one
     selection block against one segment (<= S pairs) of the (query, block) pairs that listed it; rows
@@ -254,9 +264,9 @@ def _dkdv_walk(
             dq = dq.to(PDQ.dtype.element_ty)
             if DQ_WM:
                 if DIV32:
-                    _store_rows_mma(PDQ, prow, dq, rm, D, DP, BR, DQ_WM, DQ_WN)
+                    _store_rows_mma(PDQ, prow, dq, rm, D, DP, BR, DQ_WM, DQ_WN, DQ_ASC)
                 else:
-                    _store_rows_mma(PDQ, pos * G + g, dq, rm, D, DP, BR, DQ_WM, DQ_WN)
+                    _store_rows_mma(PDQ, pos * G + g, dq, rm, D, DP, BR, DQ_WM, DQ_WN, DQ_ASC)
             elif DIV32:
                 tl.store(PDQ + prow.to(tl.int64)[:, None] * D + d[None, :], dq, mask=qm)
             else:
@@ -273,13 +283,13 @@ def _sel_bwd_keys_kernel(
     T, NS, NK, NP, NBLK, NSEARCH, S, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
     DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr, DIV32: tl.constexpr,
-    DQ_WM: tl.constexpr = 0, DQ_WN: tl.constexpr = 0,
+    DQ_WM: tl.constexpr = 0, DQ_WN: tl.constexpr = 0, DQ_ASC: tl.constexpr = True,
 ):  # fmt: skip
     # The dK/dV walk with the dQ partials (WRITE_DQ). A kernel of its own name only so that profiles
     # (the GPU suite's per-kernel families, gpusuite/modelcheck.py) tell it from the dK/dV kernel.
     _dkdv_walk(
         Q, K, V, DO, LSE, DELTA, ORDER, START, SEG_END, PDK, PDV, PDQ, T, NS, NK, NP, NBLK, NSEARCH, S,
-        sm_scale, G, D, LP, DP, BN, BR, PREC, DIV32, True, DQ_WM, DQ_WN,
+        sm_scale, G, D, LP, DP, BN, BR, PREC, DIV32, True, DQ_WM, DQ_WN, DQ_ASC,
     )  # fmt: skip
 
 
@@ -347,15 +357,19 @@ def dq_product_warps(arch: int, BR: int, DP: int, warps: int) -> tuple[int, int]
     return (warps, 1) if BR >= DP else (1, warps)
 
 
-def dq_store_consts(cfg: dict, arch: int) -> dict[str, int]:
-    """The keys kernel's DQ_WM / DQ_WN for `cfg` on sm_`arch`: `dq_product_warps` with `_config`'s
-    keys_dq_mma, (0, 0) without, or where the warps do not tile the [BR_keys, DP] product (the dQ tile
-    converted to the store's layout: the path the GPU runs measured)."""
+def dq_store_consts(cfg: dict, arch: int) -> dict[str, int | bool]:
+    """The keys kernel's DQ_WM / DQ_WN / DQ_ASC for `cfg` on sm_`arch`: `dq_product_warps` with
+    `_config`'s keys_dq_mma, (0, 0) without, or where the warps do not tile the [BR_keys, DP] product
+    (the dQ tile converted to the store's layout: the path the GPU runs measured). DQ_ASC: the order
+    in which this triton's coalesce pass takes a store pointer's equally contiguous dimensions
+    (`_store_rows_mma`): ascending on 3.6 (the GPU images'), descending on 3.9 (the venv's); the
+    versions between are unchecked and taken as 3.9."""
     wm, wn = dq_product_warps(arch, cfg["BR_keys"], cfg["DP"], cfg["warps_keys"])
+    asc = tuple(int(v) for v in triton.__version__.split(".")[:2]) < (3, 7)
     # A tile too small for its warps (the interpreter's small head_dim at 32 rows) has no such layout.
     if not cfg["keys_dq_mma"] or cfg["BR_keys"] % (16 * wm) or cfg["DP"] % (8 * wn):
-        return {"DQ_WM": 0, "DQ_WN": 0}
-    return {"DQ_WM": wm, "DQ_WN": wn}
+        return {"DQ_WM": 0, "DQ_WN": 0, "DQ_ASC": asc}
+    return {"DQ_WM": wm, "DQ_WN": wn, "DQ_ASC": asc}
 
 
 def keys_bwd_gpucheck_rows(

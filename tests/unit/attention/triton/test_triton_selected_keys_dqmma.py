@@ -28,25 +28,26 @@ from tests.unit.attention.triton.test_triton_selected_keys_bwd import _backward,
 
 @triton.jit
 def _store_both(X, ROW, RM, OUT, D: tl.constexpr, DP: tl.constexpr, BR: tl.constexpr, WM: tl.constexpr,
-                WN: tl.constexpr):  # fmt: skip
+                WN: tl.constexpr, ASC: tl.constexpr):  # fmt: skip
     # The tile X [BR, DP] to OUT's rows ROW[r] (where RM[r]) and columns < D, by `_store_rows_mma`.
     r = tl.arange(0, BR)
     c = tl.arange(0, DP)
     x = tl.load(X + r[:, None] * DP + c[None, :])
-    tkeys._store_rows_mma(OUT, tl.load(ROW + r), x, tl.load(RM + r) != 0, D, DP, BR, WM, WN)
+    tkeys._store_rows_mma(OUT, tl.load(ROW + r), x, tl.load(RM + r) != 0, D, DP, BR, WM, WN, ASC)
 
 
 @pytest.mark.parametrize(
     "BR,DP,D,WM,WN",
     [(64, 64, 64, 4, 1), (32, 64, 64, 1, 4), (32, 128, 96, 1, 8), (32, 32, 32, 2, 1), (64, 16, 16, 4, 1)],
 )
-def test_the_product_layout_store_writes_what_the_plain_store_writes(BR, DP, D, WM, WN):
+@pytest.mark.parametrize("asc", [True, False])  # triton 3.6's dimension order, 3.9's
+def test_the_product_layout_store_writes_what_the_plain_store_writes(BR, DP, D, WM, WN, asc):
     g = torch.Generator().manual_seed(BR + DP + WM)
     x = torch.randn(BR, DP, generator=g)
     row = torch.randperm(2 * BR, generator=g)[:BR].to(torch.int32)  # scattered rows of a taller buffer
     rm = (torch.rand(BR, generator=g) < 0.8).to(torch.int8)
     out = torch.full((2 * BR, D), float("nan"))
-    _store_both[(1,)](x, row, rm, out, D=D, DP=DP, BR=BR, WM=WM, WN=WN)
+    _store_both[(1,)](x, row, rm, out, D=D, DP=DP, BR=BR, WM=WM, WN=WN, ASC=asc)
     want = torch.full((2 * BR, D), float("nan"))
     keep = rm.bool()
     want[row[keep].long()] = x[keep, :D]
@@ -97,15 +98,19 @@ def test_dq_in_the_products_layout_gives_the_measured_paths_gradients_bit_for_bi
 def test_the_warp_split_is_tritons_and_the_switch_is_on_for_sm80_only():
     """M7C (G 6 x D 64): sm_90's 64 rows on one warpgroup take the rows split, sm_80's 32 rows at 4
     warps the columns split (the compiled kernels: no shared memory moves the tile); head_dim 128 at 8
-    warps and 32 rows, the columns. Shipped on sm_80 only (on sm_90 the proxy's point lies further
+    warps and 32 rows, the columns; the dimension order this triton's coalesce pass takes (DQ_ASC). Shipped on sm_80 only (on sm_90 the proxy's point lies further
     outside its calibration: bench/RESULTS.md "keysmem"). The switch off or a tile its warps do not
     cover: the converted store (0, 0)."""
+
+    def split(c: dict, arch: int) -> tuple[int, int]:
+        out = tkeys.dq_store_consts(c, arch)
+        assert out["DQ_ASC"] is (tuple(int(v) for v in triton.__version__.split(".")[:2]) < (3, 7))
+        return out["DQ_WM"], out["DQ_WN"]
+
     cfg = {arch: tsel._config(6, 64, 64, arch=arch) for arch in (80, 90)}
     assert (cfg[80]["keys_dq_mma"], cfg[90]["keys_dq_mma"]) == (True, False)
-    assert tkeys.dq_store_consts(cfg[80], 80) == {"DQ_WM": 1, "DQ_WN": 4}
-    assert tkeys.dq_store_consts(cfg[90], 90) == {"DQ_WM": 0, "DQ_WN": 0}
-    assert tkeys.dq_store_consts({**cfg[90], "keys_dq_mma": True}, 90) == {"DQ_WM": 4, "DQ_WN": 1}
-    d128 = {**tsel._config(6, 128, 64, arch=90), "keys_dq_mma": True}
-    assert tkeys.dq_store_consts(d128, 90) == {"DQ_WM": 1, "DQ_WN": 8}
+    assert split(cfg[80], 80) == (1, 4) and split(cfg[90], 90) == (0, 0)
+    assert split({**cfg[90], "keys_dq_mma": True}, 90) == (4, 1)
+    assert split({**tsel._config(6, 128, 64, arch=90), "keys_dq_mma": True}, 90) == (1, 8)
     small = {**tsel._config(6, 16, 64, key_tile=16, arch=80), "BR_keys": 32}  # 32 rows, DP 16, 4 warps
-    assert tkeys.dq_store_consts(small, 80) == {"DQ_WM": 0, "DQ_WN": 0}
+    assert split(small, 80) == (0, 0)
