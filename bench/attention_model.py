@@ -236,6 +236,9 @@ WHAT_IF = {
         "split_cmp_fwd": False,
         "warps_dkdv": 8,
     },
+    # the keys backward's dQ tile converted before its store, as every GPU run measured it (keys_dq_mma
+    # ships on sm_80 on bench/keys_proxy.py's word, read from its sm_80 SASS; Hopper keeps it off)
+    "keys_dq_mma_off": {"keys_dq_mma": False},
 }
 
 

@@ -73,6 +73,7 @@ def ours(
     index_once: bool | None = None,
     pdq_bits: int | None = None,
     keys_div32: bool | None = None,
+    keys_dq_mma: bool | None = None,
     select_cut: int | None = None,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
@@ -109,7 +110,11 @@ def ours(
     backward's kind tagged `@div32` on Hopper (CONFIG_FACTOR); None: what the code ships. select_cut:
     the selection loop's integer work in 32 bits and hoisted (compressed.py `_config` "select_cut",
     shipped from G 3 on bench/select_proxy.py's word; 0: the loop every run measured), tagged `@cut`
-    (head_dim <= 64) / `@cut_d128` on Hopper; None: what the code ships."""
+    (head_dim <= 64) / `@cut_d128` on Hopper; None: what the code ships. keys_dq_mma: the
+    keys backward's dQ partial stored in its product's own layout (selected.py `_config`
+    "keys_dq_mma", shipped on sm_80 since keysmem on bench/keys_proxy.py's word; False: the converted
+    store every committed run measured); it selects the sm_80 SASS the A100 price reads, Hopper's
+    prices do not see it; None: what the code ships."""
     launch = shipped_launch(s, cc, before_ce226a4, before_2930e5c)
     given = {
         "select_v0": select_v0,
@@ -126,6 +131,7 @@ def ours(
         "bwd_keys": bwd_keys,
         "pdq_bits": pdq_bits,
         "keys_div32": keys_div32,
+        "keys_dq_mma": keys_dq_mma,
         "select_cut": select_cut,
     }
     launch.update({f: v for f, v in given.items() if v is not None})
