@@ -239,6 +239,8 @@ WHAT_IF = {
     # the keys backward's dQ tile converted before its store, as every GPU run measured it (keys_dq_mma
     # ships on sm_80 on bench/keys_proxy.py's word, read from its sm_80 SASS; Hopper keeps it off)
     "keys_dq_mma_off": {"keys_dq_mma": False},
+    # every proxy-shipped cut off (proxy_cuts_off and keys_dq_mma): the model of measured code only
+    "measured_code_only": {"keys_div32": False, "select_cut": 0, "keys_dq_mma": False},
 }
 
 
