@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from nsa.attention.triton import selected as tsel
+from nsa.attention.triton import selected_keys as tkeys_fwd
 from nsa.attention.triton import selected_keys_bwd as tkeys
 from tests.unit.attention.triton.test_triton_selected_keys_bwd import _backward, _inputs, _odd_table
 
@@ -114,3 +115,40 @@ def test_the_warp_split_is_tritons_and_the_switch_is_on_for_sm80_only():
     assert split({**tsel._config(6, 128, 64, arch=90), "keys_dq_mma": True}, 90) == (1, 8)
     small = {**tsel._config(6, 16, 64, key_tile=16, arch=80), "BR_keys": 32}  # 32 rows, DP 16, 4 warps
     assert split(small, 80) == (0, 0)
+
+
+class _FwdSpy:
+    """The keys forward kernel, recording each launch's (O_WM, O_WN), then run."""
+
+    def __init__(self, real, seen: list):
+        self.real, self.seen = real, seen
+
+    def __getitem__(self, grid):
+        def launch(*a, **k):
+            self.seen.append((k["O_WM"], k["O_WN"]))
+            return self.real[grid](*a, **k)
+
+        return launch
+
+
+def _forward(monkeypatch, on: bool, seen: list, q, k, v, idx, valid, lp):
+    with monkeypatch.context() as m:
+        base = tsel._launch_config
+        m.setattr(tsel, "_launch_config", lambda *a: {**base(*a), "fwd_keys": True, "keys_fwd_mma": on})
+        m.setattr(tkeys_fwd, "_sel_fwd_keys_kernel", _FwdSpy(tkeys_fwd._sel_fwd_keys_kernel, seen))
+        return torch.ops.nsa_triton.selected_fwd(q, k, v, idx, valid, lp, q.shape[-1] ** -0.5, True)[:2]
+
+
+def test_the_forward_partials_in_the_products_layout_are_the_measured_paths_bit_for_bit(monkeypatch):
+    """keys_fwd_mma (a probe switch, off): the keys forward's partial output stored by
+    `_store_rows_mma` (BR_f 128 at the interpreter's DP 16: the rows split (4, 1), two row
+    repetitions) gives bitwise the out and lse of the converted store."""
+    T, D, n, B, Hkv, G, lp = 37, 16, 4, 2, 1, 6, 16
+    q, k, v, _ = _inputs(B, Hkv, T, G, D, torch.float16, seed=7)
+    idx, valid = _odd_table(T, lp, n, seed=3, B=B, Hkv=Hkv)
+    seen: list = []
+    off = _forward(monkeypatch, False, seen, q, k, v, idx, valid, lp)
+    on = _forward(monkeypatch, True, seen, q, k, v, idx, valid, lp)
+    assert seen == [(0, 0), (4, 1)]
+    assert torch.equal(off[0], on[0]) and torch.equal(off[1], on[1])
+    assert on[0][-1].abs().sum() > 0
