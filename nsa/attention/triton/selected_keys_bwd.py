@@ -7,6 +7,7 @@ Owns the three kernels that replace the forced dQ, the query-major dQ and the dK
   pairs of one selection block, BN keys of it; selected.py's `_sel_bwd_dkdv_kernel` is the same walk
   with WRITE_DQ off) that also writes each pair's dQ partial,
   (dS @ K) * scale in fp32, to PDQ [nb, BH*T*n, G, D] at the pair's flat table position and key chunk,
+  (with `_config`'s keys_dq_mma in its product's own layout: `_store_rows_mma`, `dq_store_consts`)
   stored in fp32 or, with `_config`'s pdq_bits 16, rounded to q's 16-bit dtype (`pdq_dtype`):
   s, p, dp and dS are computed once for dQ, dK and dV. Every pair goes through it, the forced entries
   (block 0, the query's own block and the one before) included;
