@@ -162,6 +162,18 @@ SEL_VARIANTS = [
     # only: the key-major kernels run at G <= 8.
     {"shape": "m7c", "keys_div32": False},
     {"shape": "m7c", "keys_div32": False, "pdq_bits": 16},
+    # The keys backward's dQ partial stored in its product's own layout (keys_dq_mma True: no round trip
+    # through shared memory; shipped on sm_80 only) or converted to a 16-byte-store layout first (False:
+    # the path every GPU run measured, the sm_90 default). bench/keys_proxy.py, M7C, triton 3.6: sm_90
+    # 2.68 -> 1.92 ms at 8k x 8 (further outside its calibration than the shipped point), A100 12.66 ->
+    # 11.55 (bench/RESULTS.md "keysmem"). The last one is the measured build on either arch.
+    {"shape": "m7c", "keys_dq_mma": True},
+    {"shape": "m7c", "keys_dq_mma": False},
+    {"shape": "m7c", "keys_dq_mma": False, "keys_div32": False},
+    # The key-major forward's partial output stored in its product's own layout (keys_fwd_mma, off):
+    # triton 3.6, M7C, 18 fewer shared-memory accesses a 128-row step (40 -> 22 on sm_90), SASS about
+    # the same (1386 -> 1374); its proxy does not calibrate (bench/RESULTS.md "keysmem").
+    {"shape": "m7c", "keys_fwd_mma": True},
     # Head_dim 128: the query-major dK/dV kernel (`_sel_bwd_dkdv_kernel`) at 128 (pair, head) rows a
     # step and 8 warps (bench/tiles_d128.py; G 16 x D 128 on sm_90, triton 3.6: 16 % fewer SASS a
     # FLOP than the shipped 32 rows at 4 warps, the same 8 resident warps an SM). ptxas: no spill on

@@ -74,6 +74,7 @@ def ours(
     index_once: bool | None = None,
     pdq_bits: int | None = None,
     keys_div32: bool | None = None,
+    keys_dq_mma: bool | None = None,
     select_cut: int | None = None,
     flash_tiles: bool | None = None,
     tok_pipe: int | None = None,
@@ -115,7 +116,11 @@ def ours(
     (head_dim <= 64) / `@cut_d128` on Hopper; None: what the code ships. tok_pipe: the token tiles'
     branch-free loop (selected.py `_config` "tok_pipe", shipped at G > 8 on sm_90 on
     bench/gather_proxy.py's word; 0: the branchy loop every run measured), the token-tile kinds
-    tagged `@pipe` (CONFIG_FACTOR); None: what the code ships. flash_tiles: the compressed
+    tagged `@pipe` (CONFIG_FACTOR); None: what the code ships. keys_dq_mma: the
+    keys backward's dQ partial stored in its product's own layout (selected.py `_config`
+    "keys_dq_mma", shipped on sm_80 since keysmem on bench/keys_proxy.py's word; False: the converted
+    store every committed run measured); it selects the sm_80 SASS the A100 price reads, Hopper's
+    prices do not see it; None: what the code ships. flash_tiles: the compressed
     dQ / dK/dV tiles shipped on sm_90 on bench/flash_proxy.py's word (compressed.py `_config`: dK/dV
     64 keys a tile, dQ 128 rows at 8 warps past head_dim 64), tagged `@bn64` / `@bn64_d128` /
     `@wg_d128` on Hopper (CONFIG_FACTOR: the proxy's time over the measured tile's); False: the tiles
@@ -136,6 +141,7 @@ def ours(
         "bwd_keys": bwd_keys,
         "pdq_bits": pdq_bits,
         "keys_div32": keys_div32,
+        "keys_dq_mma": keys_dq_mma,
         "select_cut": select_cut,
         "tok_pipe": tok_pipe,
     }

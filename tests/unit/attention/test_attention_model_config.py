@@ -52,6 +52,7 @@ FROM_CONFIG = {
     "warps_keys": _sel("warps_keys"),
     "stages_kv": _sel("stages_kv"),
     "keys_div32": _sel("keys_div32"),
+    "keys_dq_mma": _sel("keys_dq_mma"),
     "br_dkdv": _sel("BR"),
     "bm_forced": _sel("BM"),
     "bn_sel": _sel("BN"),
