@@ -124,10 +124,19 @@ CMP_BWD_VARIANTS = [
     # `bn_dkv` 64 above is it with 2 stages, -41 %); then dQ and dK/dV together. (dK/dV at 128 keys
     # and 8 warps, -40 %, spills 12 B at G 5 x D 128 on sm_80 with triton 3.6.)
     {"shape": "paper", "BT": "rows:64", "bn_bwd": 64},
-    {"shape": "paper", "BT": "rows:128", "warps": 8},
+    # (at 2 stages, as the d128 grid compiled it: sm_90 ships it at 1 since flashproxy)
+    {"shape": "paper", "BT": "rows:128", "warps": 8, "stages_dq": 2},
     {"shape": "paper", "bn_dkv": 64, "stages_dkv": 1},
     {"shape": "paper", "BT": "rows:64", "bn_bwd": 64, "bn_dkv": 64, "stages_dkv": 1},
     {"shape": "paper", "BT": "rows:128", "warps": 8, "bn_dkv": 64, "stages_dkv": 1},
+    # The tiles every GPU run measured, since sm_90 ships bench/flash_proxy.py's (dK/dV 64 keys a tile,
+    # at head_dim 64 over 32 rows unpipelined; dQ past head_dim 64 128 rows at 8 warps, unpipelined):
+    # the probe measures the proxy's word against them (flash_proxy.py predicts the shipped dK/dV
+    # 0.53-0.55x at M7C, 0.46-0.49x and the dQ 0.41-0.47x at the paper shape).
+    {"shape": "m7c", "bt_dkv": "rows:64", "bn_dkv": 32, "stages_dkv": 2},
+    {"shape": "paper", "bn_dkv": 32},
+    {"shape": "paper", "BT": "rows:32", "warps": 4, "stages_dq": 2},
+    {"shape": "paper", "BT": "rows:32", "warps": 4, "stages_dq": 2, "bn_dkv": 32},
 ]
 
 # The selected ops; "TP": "x2" doubles the token tile's tokens (rows padded to a power of two).
