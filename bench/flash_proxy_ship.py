@@ -49,6 +49,8 @@ CANDIDATES: list[tuple[str, dict]] = [
         for bt in (4, 8, 16) for bn in (32, 64) for w in (4, 8) for st in (1, 2)
         if (bt, bn, w, st) != (8, 32, 4, 2)
     ],
+    # the shipped M7C tile at 16 query parts a key tile (B 1 at 8k: bench/RESULTS.md "split16")
+    ("cmp_dkv@64", {"bt_dkv": 4, "bn_dkv": 64, "stages_dkv": 1, "split_dkv": 16}),
     # the window's (window.py `_configs` keys; priced, not shipped: bench/RESULTS.md "flashproxy")
     ("win_fwd@128", {"BLOCK_N": 64}),
     ("win_dq@128", {"BLOCK_M": 128}),
@@ -114,7 +116,7 @@ def price(config: str, over: dict, sass: dict, f: dict, dom: dict, triton: str =
 # The settings shipped on sm_90 on this proxy's word (compressed.py `_config`), as the CONFIG_FACTOR
 # tags the cost model prices them by (bench/attention_cost/kernels.py `flash_tiles`).
 SHIPPED: dict[str, tuple[str, dict]] = {
-    "cmp_dkv@bn64": ("cmp_dkv@64", {"bt_dkv": 4, "bn_dkv": 64, "stages_dkv": 1}),
+    "cmp_dkv@bn64": ("cmp_dkv@64", {"bt_dkv": 4, "bn_dkv": 64, "stages_dkv": 1, "split_dkv": 16}),
     "cmp_dkv@bn64_d128": ("cmp_dkv@128", {"bn_dkv": 64}),
     "cmp_dq@wg_d128": ("cmp_dq@128", {"BT": 8, "warps": 8, "stages_dq": 1}),
 }

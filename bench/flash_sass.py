@@ -70,8 +70,8 @@ WIN_KEYS = {"window_fwd": "fwd", "window_bwd_dq": "dq", "window_bwd_dkdv": "dkdv
 # head_dim 64 at 32 rows x 32 keys, 4 warps, 2 stages (`_tiles_of_the_runs`; sm_90 ships others since
 # this proxy: compressed.py `_config` flash_hopper).
 MEASURED_DKV = {
-    64: {"bt_dkv": 8, "bn_dkv": 32, "stages_dkv": 2},
-    128: {"bt_dkv": 2, "bn_dkv": 32, "stages_dkv": 2},
+    64: {"bt_dkv": 8, "bn_dkv": 32, "stages_dkv": 2, "split_dkv": 8},
+    128: {"bt_dkv": 2, "bn_dkv": 32, "stages_dkv": 2, "split_dkv": 8},
 }
 MEASURED_DQ128 = {"BT": 2, "bn_bwd": 32, "warps": 4, "stages_dq": 2}
 RUN_OVER = {

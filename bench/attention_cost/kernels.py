@@ -150,7 +150,11 @@ def ours(
     launch["cc"] = cc
     if flash_tiles is False:  # the compressed backward's tiles as every GPU run measured them
         runs = _tiles_of_the_runs(s)
-        launch.update(rows_cmp_dq=runs["rows_cmp_dq"], bn_cmp_dkv=runs["bn_cmp_dkv"])
+        launch.update(
+            rows_cmp_dq=runs["rows_cmp_dq"],
+            bn_cmp_dkv=runs["bn_cmp_dkv"],
+            split_cmp_dkv=runs["split_cmp_dkv"],
+        )
     B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
     bf = 2
     act = B * T * s.H * D * bf

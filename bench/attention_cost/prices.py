@@ -212,7 +212,7 @@ SEL_WARPS: dict[int, float] = {2: 0.655, 4: 1.0}
 #   a tile over 32 query rows (wgmma; unpipelined at head_dim 64), dQ past head_dim 64 at 128 rows x
 #   32 keys, 8 warps, unpipelined (wgmma). bench/flash_proxy.py (the flash tiles' SASS proxy: 369
 #   H100/H200 points of 30 settings within 29 %, each setting held out within 34 %) prices them at
-#   0.55 / 0.53x the measured tile at M7C 8k x 8 / 64k, 0.49 / 0.46x and 0.47 / 0.41x at the paper
+#   0.56 / 0.53x the measured tile at M7C 8k x 8 / 64k (16 query parts a key tile, split16), 0.49 / 0.46x and 0.47 / 0.41x at the paper
 #   shape; each factor is that ratio over the model's own count of the new tile, geometric mean
 #   (`flash_proxy_ship.py --factors`). What-if `flash_tiles_off` prices the measured tiles.
 CONFIG_FACTOR: dict[str, float] = {
@@ -223,7 +223,7 @@ CONFIG_FACTOR: dict[str, float] = {
     "cmp_sel32@cut": 0.879, "cmp_sel32@cut_d128": 0.934,
     "tok_fwd@pipe": 0.958, "tok_dq@pipe": 0.795,
     # bench/flash_proxy.py's tiles, shipped on sm_90 (below): dK/dV 64 keys (head_dim 64 / past it), dQ 128 rows
-    "cmp_dkv@bn64": 0.523, "cmp_dkv@bn64_d128": 0.474, "cmp_dq@wg_d128": 0.465,
+    "cmp_dkv@bn64": 0.545, "cmp_dkv@bn64_d128": 0.474, "cmp_dq@wg_d128": 0.465,
 }  # fmt: skip
 # A100: the tensor-core efficiency of each kind stays the published calibration's (EFF["ampere"] of
 # its generic kind: sm_80 runs these tiles as mma.sync, the instruction its peak is quoted for, so

@@ -358,8 +358,12 @@ def _config(
         "bt_dkv": bt_dkv,
         "bn_dkv": bn_dkv,
         # dK/dV: each key tile's queries in SPLIT parts (partials summed in order by a second kernel):
-        # without it tile 0 carried all T queries alone (the longest program bounded the kernel).
-        "split_dkv": 8,
+        # without it tile 0 carried all T queries alone (the longest program bounded the kernel). 16
+        # where sm_90's 64-key tile halves the key tiles at head_dim 64: at 8 the M7C launch at 8k x 1
+        # fills one wave with half the programs, each walking twice the query tiles, and
+        # bench/flash_proxy.py prices it 1.10x the measured 32-key tile there (16: 0.56x; at 64k and
+        # at B 8 within 2 % of 8). Past head_dim 64, 16 prices 1 % slower (more programs, same waves).
+        "split_dkv": 16 if flash_hopper and not big else 8,
         "W": max(16, _pow2(n_sel)),  # running top-n width of the selection kernel: >= n
         # The selection's a - 1 keys a block shares with earlier blocks [Eq. 9], padded (gathered).
         "SP": _pow2(max(1, a - 1)),
