@@ -122,3 +122,40 @@ def test_decision_is_what_selected_ships_and_the_model_prices():
     probe = load_bench("kernel_probe")
     measured = {k: v for k, v in gp.run_base(128).items() if k != "warps_tok"}
     assert {"shape": "paper", **measured} in probe.SEL_VARIANTS
+
+
+# A key step's shared-memory traffic, one of each role (tokshm): a cp.async K/V write, an LDSM of the
+# stage (K), an LDSM of Q above the stage, P through the scratch (STSM + LDSM), a row max across warps
+# (32-bit STS / LDS), the dummy LDS beside cp.async, a synchronous load staged by STS, a wgmma with A
+# (Q) and B (K) by descriptor.
+_ROLES = """
+.L_x_1:
+        /*0000*/                   LDGSTS.E.BYPASS.128 [R115+0x800], desc[UR6][R8.64], P1 ;
+        /*0010*/                   LDSM.16.M88.4 R36, [R108+UR4+0x1000] ;
+        /*0020*/                   LDSM.16.M88.4 R32, [R106+UR4+0x8000] ;
+        /*0030*/                   STSM.16.M88.4 [R96+0x9000], R8 ;
+        /*0040*/                   LDSM.16.M88.4 R80, [R94+UR4+0x9000] ;
+        /*0050*/                   STS [R100+0x9000], R35 ;
+        /*0060*/                   LDS R86, [R97+0x9000] ;
+        /*0070*/                   LDS RZ, [RZ] ;
+        /*0080*/                   LDG.E.128 R112, desc[UR8][R26.64] ;
+        /*0090*/                   STS.128 [R3+0xa000], R112 ;
+        /*00a0*/                   HGMMA.64x64x16.F32.BF16 R88, gdesc[UR12], RZ, !UPT ;
+        /*00b0*/               @P4 BRA `(.L_x_1) ;
+        /*00c0*/                   EXIT ;
+"""
+
+
+def test_smem_roles_split_a_steps_bytes_by_what_they_move():
+    got = gs.smem_roles(_ROLES.splitlines(), kv_bytes=0x8000)
+    assert got == {
+        "kv_write": 512 + 512,  # the cp.async and the STS of a synchronous load's registers
+        "kv_read": 512,
+        "invariant_read": 512 + 64 * 16 * 2 / 4,  # Q by LDSM above the stage; the wgmma's A
+        "mma_descriptor": 64 * 16 * 2 / 4,  # its B (K)
+        "conversion": 128 + 512,
+        "row_stats": 128 + 128,
+        "dummy": 128,
+    }
+    # the same byte rule as the proxy's features
+    assert sum(got.values()) == gs.paths(_ROLES.splitlines(), trips=1)["iter"]["smem_bytes"]
