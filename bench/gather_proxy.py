@@ -41,7 +41,6 @@ sm_90; bench/RESULTS.md "tokgather"), tests/unit/attention/test_gather_proxy.py 
   .venv/bin/python bench/gather_proxy.py                  # calibration rows, the fit, leave-one-out
   .venv/bin/python bench/gather_proxy.py --price          # the candidates' prices and the decision
   .venv/bin/python bench/gather_proxy.py --robust         # the shipped build under other fits
-  PYTHONPATH=/path/to/triton-3.6 .venv/bin/python bench/gather_proxy.py --smem  # shared bytes by role
   PYTHONPATH=/path/to/triton-3.6 .venv/bin/python bench/gather_proxy.py --recount  # re-record SASS
 
 The SASS counts are recorded in bench/gather_proxy_sass.json (`--recount` compiles every measured
@@ -141,9 +140,10 @@ def launch(kernel: str, shape: str, T: int, B: int, over: dict, counts: dict, ar
         # union's blocks. Only the union's steps load (tok_pipe 1 masks the rest).
         iters = union if counts["pipe"] == 2 else BH * T * k
         taken = union if counts["take"]["insns"] else 0
-    else:
-        programs = BH * -(-T * G // 64)
-        iters = union = BH * _forced_steps(T, G)
+    else:  # the forced tiles: BM rows a program (selected._config "BM", 64 on the GPU)
+        BM = over.get("BM", 64)
+        programs = BH * -(-T * G // BM)
+        iters = union = BH * _forced_steps(T, G, BM=BM)
         taken = 0
     P = max(1, select_sass.resident_programs(counts["registers"], counts["smem"], counts["warps"], gpu))
     dyn = {c: iters * counts["iter"][c] + taken * counts["take"][c] + programs * counts["program"][c]
@@ -492,32 +492,6 @@ def price_rows(f: dict, sass: dict) -> list[dict]:
     return out
 
 
-def smem_rows(shape: str = "paper", arch: int = 90) -> list[dict]:
-    """Each kernel's shared-memory bytes a key step by role (gather_sass.smem_roles), as shipped on
-    sm_`arch` at `shape` (compiles; triton 3.6 is the GPU runs'), beside its proxy price at PRICE_T:
-    which bytes a change would have to cut (bench/RESULTS.md "tokshm")."""
-    G, D = SHAPES[shape]
-    ship = shipped_settings(G, D, arch)
-    f = FITTED
-    out = []
-    for kernel in KERNELS:
-        over = {k: v for k, v in ship.items() if k in TOK_KEYS.get(kernel, ())}
-        c = compile_counts(kernel, shape, over, arch)
-        lines = gather_sass.compiled_listing(kernel, shape, over, arch)
-        roles = gather_sass.smem_roles(lines, 2 * 64 * D * 2)
-        rows = [predict(rows_of([{"kernel": kernel, "shape": shape, "T": T, "B": 1, "over": over}],
-                                {key(kernel, shape, over, arch): c}, arch), f, arch)[0] for T in PRICE_T]  # fmt: skip
-        total = sum(roles.values())
-        out.append({"smem_roles": kernel, "shape": shape, "arch": f"sm{arch}", "set": over, "warps": c["warps"],
-                    "triton": c["triton"], "bytes_per_warp_step": roles, "total_per_warp_step": total,
-                    "total_per_program_step": total * c["warps"],
-                    "share": {k: round(v / total, 3) for k, v in roles.items()},
-                    "smem_share_of_price": {r["T"]: round(r["parts_ms"]["smem_bytes"] / r["proxy_ms"], 3)
-                                            for r in rows},
-                    "proxy_ms": {r["T"]: r["proxy_ms"] for r in rows}})  # fmt: skip
-    return out
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--recount", action="store_true", help="compile the configurations, record their SASS")
@@ -525,14 +499,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", action="store_true", help="every point's calibration row (and held-out error)")
     ap.add_argument("--price", action="store_true", help="tok_pipe 1/2 at 2/3 stages beside today's loop")
     ap.add_argument("--robust", action="store_true", help="the shipped build's ratio under other fits")
-    ap.add_argument("--smem", action="store_true", help="the shipped kernels' shared bytes a step by role")
     args = ap.parse_args(argv)
-    if args.smem:
-        os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="nsa-gather-proxy-"))
-        os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"
-        for r in smem_rows():
-            print(json.dumps(r), flush=True)
-        return 0
     pts = measured_points()
     sass = load_sass()
     if args.recount:

@@ -1,10 +1,12 @@
 """bench/gather_proxy.py, the query-major gather loops' GPU-free time proxy: what it reads from an
 nvdisasm listing (bench/gather_sass.py) (latency rounds, shared-memory bytes of LDS / STS / LDSM / cp.async / wgmma, the
 take path of a branchy loop), the measured points it takes from the committed GPU runs, the fit of its
-constants from the recorded SASS counts, and the decision it gives selected.py's `tok_pipe` (CPU, no
-compile)."""
+constants from the recorded SASS counts, and the decision it gives selected.py's `tok_pipe`; the
+shared-memory breakdown by role and the candidates' record (bench/gather_smem.py) (CPU, no compile)."""
 
 from __future__ import annotations
+
+import json
 
 from tests.fixtures.bench import load_bench
 
@@ -159,3 +161,26 @@ def test_smem_roles_split_a_steps_bytes_by_what_they_move():
     }
     # the same byte rule as the proxy's features
     assert sum(got.values()) == gs.paths(_ROLES.splitlines(), trips=1)["iter"]["smem_bytes"]
+
+
+def test_smem_record_matches_the_proxy_counts_and_config_ships_only_a_passing_candidate():
+    gsm = load_bench("gather_smem")
+    rows = json.loads(gsm.RECORD.read_text())
+    roles = {r["smem_roles"]: r for r in rows if "smem_roles" in r}
+    cands = [r for r in rows if "candidate" in r]
+    assert set(roles) == set(gs.KERNELS)
+    # The breakdown is the proxy's own byte count, split: the recorded SASS counts of the same builds.
+    sass = gp.load_sass()
+    same = 0
+    for k, r in roles.items():
+        c = sass.get(gp.key(k, "paper", gsm.shipped(k)))
+        if c:
+            assert c["iter"]["smem_bytes"] + c["take"]["smem_bytes"] == r["total_per_warp_step"]
+            same += 1
+    assert same >= 3
+    assert [(r["candidate"], r["change"]) for r in cands] == gsm.CANDIDATES
+    for r in cands:
+        bar = all(x <= 1 - gsm.SHIP_GAIN for x in r["ratio"].values())
+        assert r["passes"] == (r["domain"] == "calibrated" and not r["spill"] and bar)
+        # selected._config takes a candidate's setting exactly where the proxy passes it
+        assert (gsm._setting(r["candidate"], gsm.shipped(r["candidate"])) == r["setting"]) == r["passes"]
