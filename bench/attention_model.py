@@ -213,6 +213,9 @@ WHAT_IF = {
     # CONFIG_FACTOR "cmp_sel32@cut"), and both proxy-shipped cuts off: the model of measured code only
     "select_cut_off": {"select_cut": 0},
     "proxy_cuts_off": {"keys_div32": False, "select_cut": 0},
+    # the compressed backward's tiles as every GPU run measured them (flash_tiles ships on sm_90 on
+    # bench/flash_proxy.py's word: CONFIG_FACTOR "cmp_dkv@bn64", "@bn64_d128", "cmp_dq@wg_d128")
+    "flash_tiles_off": {"flash_tiles": False},
     "before_forced_tiles": {"forced_tiles": False},  # every entry query-major (before 2026-11-25)
     # the kernels of the first H100 run
     "before_split": {"split_cmp_fwd": False, "warps_dkdv": 8, "fwd_keys": False, "bwd_keys": False},
@@ -237,10 +240,20 @@ WHAT_IF = {
         "warps_dkdv": 8,
     },
     # the token tiles' loop as every GPU run measured it (tok_pipe ships at G > 8 on sm_90 on
-    # bench/gather_proxy.py's word: CONFIG_FACTOR "tok_fwd@pipe" / "tok_dq@pipe"), and every
-    # proxy-shipped change off: the model of measured code only
+    # bench/gather_proxy.py's word: CONFIG_FACTOR "tok_fwd@pipe" / "tok_dq@pipe")
     "tok_pipe_off": {"tok_pipe": 0},
-    "proxy_ships_off": {"keys_div32": False, "select_cut": 0, "tok_pipe": 0},
+    # the keys backward's dQ tile converted before its store, as every GPU run measured it (keys_dq_mma
+    # ships on sm_80 on bench/keys_proxy.py's word, read from its sm_80 SASS; Hopper keeps it off)
+    "keys_dq_mma_off": {"keys_dq_mma": False},
+    # every proxy-shipped change off (keys_div32, select_cut, tok_pipe, keys_dq_mma, flash_tiles): the
+    # model of the code the GPUs measured, nothing else
+    "measured_code_only": {
+        "keys_div32": False,
+        "select_cut": 0,
+        "tok_pipe": 0,
+        "keys_dq_mma": False,
+        "flash_tiles": False,
+    },
 }
 
 

@@ -124,10 +124,19 @@ CMP_BWD_VARIANTS = [
     # `bn_dkv` 64 above is it with 2 stages, -41 %); then dQ and dK/dV together. (dK/dV at 128 keys
     # and 8 warps, -40 %, spills 12 B at G 5 x D 128 on sm_80 with triton 3.6.)
     {"shape": "paper", "BT": "rows:64", "bn_bwd": 64},
-    {"shape": "paper", "BT": "rows:128", "warps": 8},
+    # (at 2 stages, as the d128 grid compiled it: sm_90 ships it at 1 since flashproxy)
+    {"shape": "paper", "BT": "rows:128", "warps": 8, "stages_dq": 2},
     {"shape": "paper", "bn_dkv": 64, "stages_dkv": 1},
     {"shape": "paper", "BT": "rows:64", "bn_bwd": 64, "bn_dkv": 64, "stages_dkv": 1},
     {"shape": "paper", "BT": "rows:128", "warps": 8, "bn_dkv": 64, "stages_dkv": 1},
+    # The tiles every GPU run measured, since sm_90 ships bench/flash_proxy.py's (dK/dV 64 keys a tile,
+    # at head_dim 64 over 32 rows unpipelined; dQ past head_dim 64 128 rows at 8 warps, unpipelined):
+    # the probe measures the proxy's word against them (flash_proxy.py predicts the shipped dK/dV
+    # 0.53-0.55x at M7C, 0.46-0.49x and the dQ 0.41-0.47x at the paper shape).
+    {"shape": "m7c", "bt_dkv": "rows:64", "bn_dkv": 32, "stages_dkv": 2},
+    {"shape": "paper", "bn_dkv": 32},
+    {"shape": "paper", "BT": "rows:32", "warps": 4, "stages_dq": 2},
+    {"shape": "paper", "BT": "rows:32", "warps": 4, "stages_dq": 2, "bn_dkv": 32},
 ]
 
 # The selected ops; "TP": "x2" doubles the token tile's tokens (rows padded to a power of two).
@@ -153,6 +162,18 @@ SEL_VARIANTS = [
     # only: the key-major kernels run at G <= 8.
     {"shape": "m7c", "keys_div32": False},
     {"shape": "m7c", "keys_div32": False, "pdq_bits": 16},
+    # The keys backward's dQ partial stored in its product's own layout (keys_dq_mma True: no round trip
+    # through shared memory; shipped on sm_80 only) or converted to a 16-byte-store layout first (False:
+    # the path every GPU run measured, the sm_90 default). bench/keys_proxy.py, M7C, triton 3.6: sm_90
+    # 2.68 -> 1.92 ms at 8k x 8 (further outside its calibration than the shipped point), A100 12.66 ->
+    # 11.55 (bench/RESULTS.md "keysmem"). The last one is the measured build on either arch.
+    {"shape": "m7c", "keys_dq_mma": True},
+    {"shape": "m7c", "keys_dq_mma": False},
+    {"shape": "m7c", "keys_dq_mma": False, "keys_div32": False},
+    # The key-major forward's partial output stored in its product's own layout (keys_fwd_mma, off):
+    # triton 3.6, M7C, 18 fewer shared-memory accesses a 128-row step (40 -> 22 on sm_90), SASS about
+    # the same (1386 -> 1374); its proxy does not calibrate (bench/RESULTS.md "keysmem").
+    {"shape": "m7c", "keys_fwd_mma": True},
     # Head_dim 128: the query-major dK/dV kernel (`_sel_bwd_dkdv_kernel`) at 128 (pair, head) rows a
     # step and 8 warps (bench/tiles_d128.py; G 16 x D 128 on sm_90, triton 3.6: 16 % fewer SASS a
     # FLOP than the shipped 32 rows at 4 warps, the same 8 resident warps an SM). ptxas: no spill on

@@ -35,8 +35,9 @@ nothing.
 
 The measured settings' SASS counts (triton 3.6, the GPU runs' version, sm_90) are recorded in
 bench/keys_proxy_sass.json (`--recount` compiles them again). Those points carry `MEASURED`, the
-values of keys whose default changed after the runs (keys_div32 False: the kernels' path as
-measured, kept unchanged), so `--set keys_div32=False` prices the measured build. A compiled
+values of keys whose default changed after the runs (keys_div32 False, and keys_dq_mma False for
+the backward: the kernels' paths as measured, kept unchanged), so `--set keys_div32=False --set
+keys_dq_mma=False` prices the measured build. A compiled
 candidate's row also gives its step by opcode class (`step_ops`).
 """
 
@@ -309,7 +310,7 @@ SHIPPED = {"bwd": {"BR_keys": 64}, "fwd": {"BR_f": 128}}
 KERNEL_NAME = {k: v[1] for k, v in KERNELS.items()}
 # The keys each kernel's setting depends on (other variants change other kernels of the op).
 OWN_KEYS = {
-    "bwd": ("BR_keys", "warps_keys", "stages_kv", "pdq_bits", "keys_div32"),
+    "bwd": ("BR_keys", "warps_keys", "stages_kv", "pdq_bits", "keys_div32", "keys_dq_mma"),
     "fwd": ("BR_f", "warps_fk", "stages_fk", "keys_div32"),
 }
 
@@ -329,7 +330,7 @@ def speed_ms(kernel: str) -> dict[tuple[int, int], list[float]]:
 
 # Keys whose _config default changed after the GPU runs, at the value those runs measured (the measured
 # points carry it, so their SASS counts stay those of the measured build: bench/keys_proxy_sass.json).
-MEASURED = {"bwd": {"keys_div32": False}, "fwd": {"keys_div32": False}}
+MEASURED = {"bwd": {"keys_div32": False, "keys_dq_mma": False}, "fwd": {"keys_div32": False}}
 
 
 def _own(kernel: str, over: dict) -> dict:

@@ -10,10 +10,12 @@ spill bytes, shared memory, resident warps an SM, and the main loop's SASS (benc
 `_disasm`, bench/keys_proxy.py's `step_path`: one trip, every conditional branch falling through)
 per useful MMA FLOP of that trip (real head_dim, real rows), the MMA instructions (wgmma or
 mma.sync) and the bytes a trip loads per FLOP. The counts are relative (issue slots per FLOP, not
-time). `--measured` sets the shipped builds beside their fitted efficiencies: the SASS a FLOP does
+time). `--measured` sets the measured builds (the tiles every GPU run measured: sm_80's, since sm_90
+ships bench/flash_proxy.py's dQ / dK/dV tiles) beside their fitted efficiencies: the SASS a FLOP does
 not tell `cmp_dq@128`'s 0.22 from head_dim 64's 0.56 (equal counts); the MMA instruction (wgmma or
 mma.sync) and the bytes a FLOP differ (bench/RESULTS.md). `--what-if` prints the cost model's paper-shape NSA/FA2 if each kernel
-ran at its head_dim-64 kernel's fitted efficiency (an assumption, labelled so). Prints one JSON
+ran at its head_dim-64 kernel's fitted efficiency (an assumption, labelled so; superseded for the
+compressed backward by bench/flash_proxy.py, whose tiles the "shipped" row now prices). Prints one JSON
 object per line; asserts nothing.
 
   .venv/bin/python bench/tiles_d128.py --kernel cmp_dq --arch 90                 # the candidates
@@ -158,7 +160,7 @@ def measured(arch: int = 90) -> list[dict]:
     prices = sys.modules["attention_cost.prices"]
     rows = []
     for (G, D), kernel in itertools.product(((6, 64), (16, 128)), KERNELS):
-        s = shipped(kernel, G, D, arch)
+        s = shipped(kernel, G, D, 80)  # the tiles the GPUs measured: sm_80's (sm_90 ships flash_proxy's)
         rec = compile_candidate(kernel, G, D, arch, overrides(kernel, G, D, arch, *s.values()))
         kind = KINDS[kernel].format(d=64 if D <= 64 else 128)
         eff = prices.kind_cost(kind, am.GPUS["H100"])["eff"]
@@ -233,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
 # and 3.9, at every head_dim > 64 point checked (bench/RESULTS.md).
 CANDIDATES: dict[str, dict] = {
     "cmp_fwd": {"bm_fwd": 128, "bn_fwd": 64, "warps_fwd": 8},
-    "cmp_dq": {"BT": "rows:128", "warps": 8},
+    "cmp_dq": {"BT": "rows:128", "warps": 8, "stages_dq": 2},
     "cmp_dkv": {"bn_dkv": 64, "stages_dkv": 1},
     "sel_dkdv": {"BR": 128, "warps_kv": 8},
 }

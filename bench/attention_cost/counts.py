@@ -179,6 +179,7 @@ def shipped_launch(
         "warps_keys": sc["warps_keys"],
         "stages_kv": sc["stages_kv"],
         "keys_div32": sc["keys_div32"],
+        "keys_dq_mma": sc["keys_dq_mma"],
         "br_dkdv": sc["BR"],
         "bm_forced": sc["BM"],
         "bn_sel": sc["BN"],

@@ -20,6 +20,7 @@ from .counts import (
     _cmp_select_work,
     _p2,
     _sel_tiles,
+    _tiles_of_the_runs,
     shipped_launch,
 )
 from .prices import Kernel
@@ -73,7 +74,9 @@ def ours(
     index_once: bool | None = None,
     pdq_bits: int | None = None,
     keys_div32: bool | None = None,
+    keys_dq_mma: bool | None = None,
     select_cut: int | None = None,
+    flash_tiles: bool | None = None,
     tok_pipe: int | None = None,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
@@ -113,7 +116,15 @@ def ours(
     (head_dim <= 64) / `@cut_d128` on Hopper; None: what the code ships. tok_pipe: the token tiles'
     branch-free loop (selected.py `_config` "tok_pipe", shipped at G > 8 on sm_90 on
     bench/gather_proxy.py's word; 0: the branchy loop every run measured), the token-tile kinds
-    tagged `@pipe` (CONFIG_FACTOR); None: what the code ships."""
+    tagged `@pipe` (CONFIG_FACTOR); None: what the code ships. keys_dq_mma: the
+    keys backward's dQ partial stored in its product's own layout (selected.py `_config`
+    "keys_dq_mma", shipped on sm_80 since keysmem on bench/keys_proxy.py's word; False: the converted
+    store every committed run measured); it selects the sm_80 SASS the A100 price reads, Hopper's
+    prices do not see it; None: what the code ships. flash_tiles: the compressed
+    dQ / dK/dV tiles shipped on sm_90 on bench/flash_proxy.py's word (compressed.py `_config`: dK/dV
+    64 keys a tile, dQ 128 rows at 8 warps past head_dim 64), tagged `@bn64` / `@bn64_d128` /
+    `@wg_d128` on Hopper (CONFIG_FACTOR: the proxy's time over the measured tile's); False: the tiles
+    every GPU run measured (`_tiles_of_the_runs`); None: what the code ships."""
     launch = shipped_launch(s, cc, before_ce226a4, before_2930e5c)
     given = {
         "select_v0": select_v0,
@@ -130,12 +141,16 @@ def ours(
         "bwd_keys": bwd_keys,
         "pdq_bits": pdq_bits,
         "keys_div32": keys_div32,
+        "keys_dq_mma": keys_dq_mma,
         "select_cut": select_cut,
         "tok_pipe": tok_pipe,
     }
     launch.update({f: v for f, v in given.items() if v is not None})
     launch["index_once"] = not (before_ce226a4 or before_2930e5c) if index_once is None else index_once
     launch["cc"] = cc
+    if flash_tiles is False:  # the compressed backward's tiles as every GPU run measured them
+        runs = _tiles_of_the_runs(s)
+        launch.update(rows_cmp_dq=runs["rows_cmp_dq"], bn_cmp_dkv=runs["bn_cmp_dkv"])
     B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
     bf = 2
     act = B * T * s.H * D * bf
@@ -228,7 +243,12 @@ def ours(
     dq_rows = launch["rows_cmp_dq"]  # BT x GP (token, head) rows: 128 at M7C, 32 at G 1
     bunit = 2 * BH * T * RB * ck * D
     dq_progs = BH * math.ceil(T * RB / dq_rows)
-    ks.append(Kernel("cmp_bwd_dq", "compressed", "bwd", f"cmp_dq@{_cfg(D)}", 3 * bunit, 3 * cuse,
+    # The proxy-shipped tiles (flash_tiles) on Hopper: the factor of bench/flash_proxy.py's time over the
+    # measured tile's (CONFIG_FACTOR), past the model's own count of the new tile (programs, waves).
+    measured = _tiles_of_the_runs(s)
+    hopper_tile = cc != 80 and flash_tiles is not False
+    dq_tag = "@wg_d128" if hopper_tile and D > 64 and dq_rows != measured["rows_cmp_dq"] else ""
+    ks.append(Kernel("cmp_bwd_dq", "compressed", "bwd", f"cmp_dq@{_cfg(D)}{dq_tag}", 3 * bunit, 3 * cuse,
                      4 * act + 2 * BH * nc * D * bf, l2=dq_progs * ck * D * bf * 2,
                      programs=dq_progs, per_sm=1, work={"programs": dq_progs}))  # fmt: skip
     # dK/dV per tile of 32 compressed keys: tile i is seen by the queries after it, so tile 0 carries
@@ -242,6 +262,8 @@ def ours(
     if launch["warps_cmp_dkv"] not in (4, 8):
         raise ValueError(f"warps_cmp_dkv={launch['warps_cmp_dkv']}: priced at 8 (cmp_dkv) and 4 (@w4) only")
     dkv_tag = "@w4" if launch["warps_cmp_dkv"] == 4 else ""  # the prices were fitted at 8 warps
+    if hopper_tile and bn_dkv != measured["bn_cmp_dkv"]:
+        dkv_tag += "@bn64" if D <= 64 else "@bn64_d128"
     ks.append(Kernel("cmp_bwd_dkv", "compressed", "bwd", f"cmp_dkv@{_cfg(D)}{dkv_tag}", 4 * bunit, 4 * cuse,
                      2 * BH * nc * D * bf * 2 + 2 * part, l2=dkv_tiles * (T / 2) * RB * D * bf * 2,
                      programs=dkv_tiles * split, per_sm=2, crit=4 * 2 * T * RB * bn_dkv * D / split,

@@ -207,6 +207,14 @@ SEL_WARPS: dict[int, float] = {2: 0.655, 4: 1.0}
 #   points within 18 %, each build held out within 20 %) prices them at 0.958 / 0.795x the measured
 #   loop at the paper shape (8k and 64k alike; bench/RESULTS.md "tokgather"). What-if `tok_pipe_off`
 #   prices the measured loop.
+# - cmp_dkv@bn64 / cmp_dkv@bn64_d128 / cmp_dq@wg_d128: the compressed backward's tiles on sm_90
+#   (compressed.py `_config` flash_hopper, shipped on the proxy's word, NOT measured): dK/dV at 64 keys
+#   a tile over 32 query rows (wgmma; unpipelined at head_dim 64), dQ past head_dim 64 at 128 rows x
+#   32 keys, 8 warps, unpipelined (wgmma). bench/flash_proxy.py (the flash tiles' SASS proxy: 369
+#   H100/H200 points of 30 settings within 29 %, each setting held out within 34 %) prices them at
+#   0.55 / 0.53x the measured tile at M7C 8k x 8 / 64k, 0.49 / 0.46x and 0.47 / 0.41x at the paper
+#   shape; each factor is that ratio over the model's own count of the new tile, geometric mean
+#   (`flash_proxy_ship.py --factors`). What-if `flash_tiles_off` prices the measured tiles.
 CONFIG_FACTOR: dict[str, float] = {
     "cmp_sel@w2": SEL_WARPS[2], "cmp_sel@w4": SEL_WARPS[4], "cmp_sel@bt2": 0.899,
     "cmp_dkv@w4": 0.613, "tok_fwd@tp4": 1.451, "tok_dq@tp4": 1.387, "tok_fwd@w2": 0.618,
@@ -214,6 +222,8 @@ CONFIG_FACTOR: dict[str, float] = {
     "cmp_sel32@bt4": 0.581, "sel_keys_bwd@br32": 1.744, "sel_keys_bwd@div32": 0.625,
     "cmp_sel32@cut": 0.879, "cmp_sel32@cut_d128": 0.934,
     "tok_fwd@pipe": 0.958, "tok_dq@pipe": 0.795,
+    # bench/flash_proxy.py's tiles, shipped on sm_90 (below): dK/dV 64 keys (head_dim 64 / past it), dQ 128 rows
+    "cmp_dkv@bn64": 0.523, "cmp_dkv@bn64_d128": 0.474, "cmp_dq@wg_d128": 0.465,
 }  # fmt: skip
 # A100: the tensor-core efficiency of each kind stays the published calibration's (EFF["ampere"] of
 # its generic kind: sm_80 runs these tiles as mma.sync, the instruction its peak is quoted for, so
@@ -305,11 +315,13 @@ RUN_BUILDS: dict[str, dict] = {
     # main at 050ce66: the keys kernels and the int32 selection at its chosen tiles; the backward still
     # sorted its own reverse index (int64 keys, ~16 aten ops; the builds before 2930e5c did too)
     # (and the key-major kernels' rows in int64: keys_div32 came after; the token tiles' branchy loop)
+    # (and the compressed backward's tiles as every run measured them: flash_tiles came after)
     "2026-11-26b-h200-speed-final.json": {
         "index_once": False,
         "keys_div32": False,
         "select_cut": 0,
         "tok_pipe": 0,
+        "flash_tiles": False,
     },
 }
 

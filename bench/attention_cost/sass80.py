@@ -30,9 +30,10 @@ def select_key(G: int, D: int, bt: int, warps: int, halves: int, maxnreg: int = 
 
 
 def keys_key(G: int, D: int, st: dict) -> str:
-    """st: BR_keys, warps_keys, stages_kv, pdq_bits, keys_div32 (selected.py `_config`'s names)."""
+    """st: BR_keys, warps_keys, stages_kv, pdq_bits, keys_div32, keys_dq_mma (selected.py `_config`'s
+    names; keys_dq_mma False where absent: the converted store every run measured)."""
     return (f"G{G}xD{D}/BR{st['BR_keys']}/w{st['warps_keys']}/s{st['stages_kv']}/pdq{st['pdq_bits']}"
-            f"/div{int(bool(st['keys_div32']))}")  # fmt: skip
+            f"/div{int(bool(st['keys_div32']))}/dq{int(bool(st.get('keys_dq_mma', False)))}")  # fmt: skip
 
 
 def resident_programs(registers: int, smem: int, warps: int, sm: dict = SM80) -> int:

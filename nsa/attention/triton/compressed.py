@@ -301,9 +301,11 @@ def _config(
     # BJ selection blocks per key tile: >= 64 keys for tl.dot, and wide enough that Eq. 9's reach
     # back (hmax blocks) stays within the previous tile.
     bj = max(_pow2(max(1, 64 // rp)), _pow2(hmax))
-    # Query rows (tokens x padded G) per forward tile; chosen so that nothing spills on sm_80/sm_90
-    # (ptxas -v, docs/attention.md).
-    rows = 128 if head_dim <= 64 else 32
+    # Query rows (tokens x padded G) per dQ tile; chosen so that nothing spills on sm_80/sm_90
+    # (ptxas -v, docs/attention.md). On sm_90 past head_dim 64: 128 rows (flash_hopper, below).
+    big = head_dim > 64
+    flash_hopper = arch >= 90  # the compressed backward's tiles bench/flash_proxy.py priced (below)
+    rows = 128 if not big or flash_hopper else 32
     bt = max(1, min(32, rows // gp))
     # The selection kernel holds the top-n merge of its tokens (the int64 merge of _cmp_select_v0): 32
     # rows and at most 8 tokens per tile (G = 1 pads to 2 rows a token for tl.dot's 16). ptxas on sm_80
@@ -319,19 +321,26 @@ def _config(
     # proxy is calibrated). ptxas sm_80: 168 registers capped / 204 uncapped on 3.6, 164 / 168 on
     # 3.9, no spill at G 5-8 (bench/RESULTS.md, branch a100).
     ampere_g8 = head_dim <= 64 and arch == 80 and gpf == 8
-    # dQ: 8 warps for 128-row tiles; 4 for 32 rows (D > 64), where 8 warps left ptxas at 128 registers
-    # and spilling (G 16, D 96 on sm_80). Past head_dim 64 the 32 x 32 tile runs its products as
-    # mma.sync on sm_90 and loads 4x the K/V bytes a FLOP of head_dim 64's 128 x 64 (fitted efficiency
-    # 0.22 against 0.56); 64 x 64 at 4 warps and 128 x 32 at 8 compile without spills everywhere
-    # (bench/tiles_d128.py) and are probe variants (bench/kernel_probe.py), not shipped: unmeasured.
+    # dQ: 8 warps for 128-row tiles; 4 for 32 rows (D > 64 on sm_80), where 8 warps left ptxas at 128
+    # registers and spilling (G 16, D 96 on sm_80). Past head_dim 64 the 32 x 32 tile the GPUs measured
+    # runs its products as mma.sync on sm_90 (fitted efficiency 0.22 against head_dim 64's 0.56 on
+    # 128 x 64 wgmma tiles). SHIPPED ON sm_90 ON A PROXY'S WORD, UNMEASURED: 128 rows x 32 keys at 8
+    # warps, unpipelined (stages_dq 1: three wgmma waits a key tile instead of 18 at 2 stages),
+    # bench/flash_proxy.py (calibrated on 369 H100/H200 points: all within 29 %, each setting held out
+    # within 34 %) prices it 0.47 / 0.41x the measured tile at the paper shape 8k / 64k; ptxas: no spill
+    # at G 1/2/5/6/8/16 x D 96/128 on sm_90, triton 3.6 and 3.9 (bench/RESULTS.md "flashproxy").
+    # The measured tile is a probe variant (bench/kernel_probe.py); sm_80 keeps it (no A100 data).
     warps = 8 if bt * gp >= 64 else 4
-    bn_bwd = 64 if head_dim <= 64 else 32
-    # dK/dV: [32, D] accumulators over 64-row query tiles (32 rows past head_dim 64: with 64, ptxas
-    # spilled 8-12 B at G 16 x D 128 and G 2 x D 96 on sm_90). Past head_dim 64, 64 keys a tile
-    # (bn_dkv 64, 1 or 2 stages) compile without spills and issue ~45 % fewer SASS a FLOP (wgmma on
-    # sm_90): probe variants, not shipped.
-    bt_dkv = max(1, (64 if head_dim <= 64 else 32) // gp)
-    bn_dkv = 32
+    bn_bwd = 64 if not big else 32
+    # dK/dV: [BN, D] accumulators over query tiles of 64 rows x 32 keys (32 rows past head_dim 64: with
+    # 64, ptxas spilled 8-12 B at G 16 x D 128 and G 2 x D 96 on sm_90), as the GPUs measured them and
+    # sm_80 keeps. SHIPPED ON sm_90 ON A PROXY'S WORD, UNMEASURED: 64 keys a tile, its products wgmma
+    # (two wgmma waits a query tile at 4 warps; the 8-warp 64-key tile the H200 probed waited after
+    # each of 36 and ran 0.94x), 32 rows, unpipelined at head_dim 64 (stages_dkv 1); bench/flash_proxy.py
+    # prices it 0.55 / 0.53x the measured 4-warp tile at M7C 8k / 64k and 0.49 / 0.46x at the paper
+    # shape; ptxas: no spill over gpucheck's grid and G 5 / 8 on sm_90, triton 3.6 and 3.9.
+    bt_dkv = max(1, (32 if flash_hopper else 64 if not big else 32) // gp)
+    bn_dkv = 64 if flash_hopper else 32
     return {
         # 4 warps: the compressed backward took 5.5 ms instead of 7.8 with 8 at M7C 64k, 40.5 instead of
         # 56.6 at the paper's shape at 32k (H200, bench/kernel_probe.py).
@@ -402,8 +411,8 @@ def _config(
         # Software-pipelining stages of the attention, dQ and dK/dV key (query) loops: 2, as every GPU
         # run measured; keys for bench/tiles_d128.py and the probe's candidates (bench/kernel_probe.py).
         "stages_fwd": 2,
-        "stages_dq": 2,
-        "stages_dkv": 2,
+        "stages_dq": 1 if flash_hopper and big and bt * gp >= 64 else 2,
+        "stages_dkv": 1 if flash_hopper and not big else 2,
     }
 
 
@@ -509,7 +518,8 @@ def _bwd(
     """dQ (and delta) per query tile, then dK/dV per compressed-key tile: two launches."""
     B, Hkv, T, G, D = q.shape
     nc = kc.shape[2]
-    c = _config(G, D, n_sel, block_len, block_stride, sel_block)
+    # the arch's tiles (the forward's rule): sm_90 runs other dQ / dK/dV tiles than sm_80 (_config)
+    c = _config(G, D, n_sel, block_len, block_stride, sel_block, device_arch(q.device))
     dq = torch.empty_like(q)
     dk = torch.empty_like(kc)
     dv = torch.empty_like(vc)

@@ -201,6 +201,12 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # selected forward to 3.20 ms from 4.05 with 64 (32: 6.64; bench/kernel_probe.py, bench/RESULTS.md);
         # ptxas: no spill at head_dim 64 on sm_80/sm_90, triton 3.6 and 3.9.
         "BR_f": 128 if DP <= 64 else 32,
+        # The key-major forward's partial output stored in its product's own layout (selected_keys.py
+        # `fwd_store_consts`, the keys backward's `keys_dq_mma` cut): bitwise the same PO; triton 3.6,
+        # M7C, 40 -> 22 shared-memory accesses a 128-row step on sm_90 (80 -> 62 on sm_80) but SASS
+        # 1386 -> 1374 (1448 -> 1474): short of the >= 15 % fewer instructions its uncalibrated
+        # proxy asks for (bench/RESULTS.md "keysmem"). A probe switch, off.
+        "keys_fwd_mma": False,
         "warps_fk": 4,
         "stages_fk": 1,
         "TM": merge_tokens(G, DP),  # tokens per merge program; RM = TM*G rows padded to a power of two
@@ -245,6 +251,16 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # measured at False); the forward 1682 -> 1386 SASS a step (bench/RESULTS.md "keysdiv").
         # False is a bench/kernel_probe.py variant.
         "keys_div32": True,
+        # The keys backward's dQ partial stored in its product's own layout (selected_keys_bwd.py
+        # `_store_rows_mma`: 8-byte stores, no round trip through shared memory) instead of converted
+        # to a 16-byte-store layout first: the same values to the same addresses (interpreter test:
+        # bitwise). bench/keys_proxy.py, M7C, triton 3.6 (bench/RESULTS.md "keysmem"): sm_80 511 -> 474
+        # SASS and 84 -> 76 shared-memory accesses a step, A100 12.66 -> 11.55 ms at 8k x 8 (-8.8 %),
+        # inside the proxy's calibrated range where the converted store was outside it; on by that
+        # word, unmeasured. sm_90 654 -> 527 SASS and 40 -> 24 accesses (-28.5 % priced) but further
+        # below the calibrated range than the shipped point: off there until a GPU measures it. The
+        # other value is a bench/kernel_probe.py variant on either arch (gpucheck compiles both).
+        "keys_dq_mma": arch < 90,
         "BM_merge": 64 if DP <= 64 else 32,
         "warps_merge": 4,
         "BM_delta": 64,
@@ -565,7 +581,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         ("selected_fwd", _sel_fwd_tok_kernel, tfwd_args, t_consts, cfg["warps_tok"], cfg["stages_tok"]),
         ("selected_fwd_any", _sel_fwd_kernel, fwd_args, q_common, cfg["warps_q"], st),
         # The key-major forward (fwd_keys, G <= 8: selected_keys.KEY_MAJOR_FWD); the two above run without it.
-        *(keys_fwd_gpucheck_rows(cfg, G, D, LP, dt, prec) if cfg["fwd_keys"] else ()),
+        *(keys_fwd_gpucheck_rows(cfg, G, D, LP, dt, prec, arch) if cfg["fwd_keys"] else ()),
         ("selected_forced_dq", _sel_forced_dq_kernel, fdq_args, f_consts, cfg["warps_f"], cfg["stages_fdq"]),
         ("selected_bwd_dq", _sel_bwd_dq_tok_kernel, tdq_args, t_consts, cfg["warps_q"], cfg["stages_dq"]),
         ("selected_bwd_dq_any", _sel_bwd_dq_kernel, dq_args, q_common, cfg["warps_q"], cfg["stages_dq"]),
@@ -576,7 +592,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         # G <= 8 with forced blocks: the key-major backward replaces selected_forced_dq, selected_bwd_dq
         # and selected_bwd_dkdv (still compiled: bwd_keys=False and forced_blocks=False run them); its
         # keys kernel and dQ merge also at pdq_bits 16 (`*_pdq16`, the probe switch) in 16-bit dtypes.
-        rows += keys_bwd_gpucheck_rows(cfg, G, D, LP, dt, prec)
+        rows += keys_bwd_gpucheck_rows(cfg, G, D, LP, dt, prec, arch)
     if not cfg["tok_pipe"]:
         # The token tiles' branch-free loop as the probe runs it (TOK_PIPE_PROBE), where it is not shipped.
         pc = {**t_consts, "PIPE": _pipe_mode({**cfg, **TOK_PIPE_PROBE}, _slots(shape.n_sel))}

@@ -31,7 +31,16 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from nsa.attention.triton.selected_keys_bwd import _block_keys, _magic32, _pair_rows, _pair_rows32, _segment
+from nsa.attention.triton import device_arch
+from nsa.attention.triton.selected_keys_bwd import (
+    _block_keys,
+    _magic32,
+    _pair_rows,
+    _pair_rows32,
+    _segment,
+    _store_rows_mma,
+    dq_store_consts,
+)
 
 # As in selected.py: tl.reduce with triton's own combine functions (cheaper under the interpreter).
 _max_combine = tl.standard._elementwise_max
@@ -52,13 +61,16 @@ def _sel_fwd_keys_kernel(
     T, NS, NK, NBLK, NSEARCH, S, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
     DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr, DIV32: tl.constexpr,
+    O_WM: tl.constexpr = 0, O_WN: tl.constexpr = 0, O_ASC: tl.constexpr = True,
 ):  # fmt: skip
     # One program: BN keys (chunk nb) of one selection block against one segment (<= S pairs) of the
     # pairs that listed it; the walk is _sel_bwd_dkdv_kernel's (binary search for the block owning
     # segment s_id, then its pairs lo..hi), rows of a step are BR couples r -> (pair r // G, head r % G).
     # DIV32 (`_config`'s keys_div32, as the keys backward): the rows' step index, token and partial
     # row in 32 bits (`_pair_rows32`) and the key mask folded into the causal test; else the path the
-    # GPU runs measured (an int64 step index, the rows' partial row pos * G + g in int64).
+    # GPU runs measured (an int64 step index, the rows' partial row pos * G + g in int64). O_WM / O_WN /
+    # O_ASC (`fwd_store_consts`, `_config`'s keys_fwd_mma): the partial output stored in its
+    # product's own layout (selected_keys_bwd.py `_store_rows_mma`); 0: after a conversion.
     s_id = tl.program_id(0)
     nb = tl.program_id(1)
     blk, lo, hi, _ = _segment(SEG_END, START, s_id, NBLK, NSEARCH, S)
@@ -104,9 +116,12 @@ def _sel_fwd_keys_kernel(
             row = prow.to(tl.int64)
         else:
             row = pos * G + g
-        tl.store(
-            PO + row[:, None] * D + d[None, :], o.to(PO.dtype.element_ty), mask=rm[:, None] & dm[None, :]
-        )
+        if O_WM:
+            _store_rows_mma(PO, row, o.to(PO.dtype.element_ty), rm, D, DP, BR, O_WM, O_WN, O_ASC)
+        else:
+            tl.store(
+                PO + row[:, None] * D + d[None, :], o.to(PO.dtype.element_ty), mask=rm[:, None] & dm[None, :]
+            )
         tl.store(PL + row, lse, mask=rm)
 
 
@@ -252,7 +267,7 @@ def keys_forward(
     _sel_fwd_keys_kernel[(nseg, nb)](
         q, k, v, order, start, seg_end, po, pl, T, ns, NK, BH * ns, (BH * ns).bit_length() + 1, S, scale,
         G=G, D=D, LP=LP, DP=cfg["DP"], BN=cfg["BN"], BR=cfg["BR_f"], PREC=prec, DIV32=cfg["keys_div32"],
-        num_warps=cfg["warps_fk"], num_stages=cfg["stages_fk"],
+        **fwd_store_consts(cfg, device_arch(q.device)), num_warps=cfg["warps_fk"], num_stages=cfg["stages_fk"],
     )  # fmt: skip
     _sel_fwd_merge_kernel[(triton.cdiv(T, cfg["TM"]), BH)](
         po, pl, idx, valid8, out, lse, T, NK, nb,
@@ -264,12 +279,26 @@ def keys_forward(
 KEY_MAJOR_FWD = ("selected_fwd_index", "selected_fwd_segs", "selected_fwd_keys", "selected_fwd_merge")
 
 
-def keys_fwd_gpucheck_rows(cfg: dict, G: int, D: int, LP: int, dt: str, prec: str) -> list[tuple]:
+def fwd_store_consts(cfg: dict, arch: int) -> dict[str, int | bool]:
+    """The keys forward's O_WM / O_WN / O_ASC for `cfg` on sm_`arch` (selected_keys_bwd.py
+    `dq_store_consts` for its [BR_f, DP] output product): `_config`'s keys_fwd_mma stores each
+    step's partial output in the product's own layout (`_store_rows_mma`); off (0, 0), the store
+    after a conversion through shared memory that the GPU runs measured."""
+    c = dq_store_consts({**cfg, "keys_dq_mma": cfg["keys_fwd_mma"], "BR_keys": cfg["BR_f"],
+                         "warps_keys": cfg["warps_fk"]}, arch)  # fmt: skip
+    return {"O_WM": c["DQ_WM"], "O_WN": c["DQ_WN"], "O_ASC": c["DQ_ASC"]}
+
+
+def keys_fwd_gpucheck_rows(
+    cfg: dict, G: int, D: int, LP: int, dt: str, prec: str, arch: int = 80
+) -> list[tuple]:
     """gpucheck rows (name, kernel, argument types, constexprs, warps, stages) of `keys_forward`'s four
-    kernels, with its exact launch settings; selected.gpucheck_specs adds them where fwd_keys holds."""
+    kernels, with its exact launch settings on sm_`arch`; selected.gpucheck_specs adds them where
+    fwd_keys holds. The keys kernel also at the other keys_fwd_mma (`selected_fwd_keys_omma` /
+    `_ocvt`: the probe's variant)."""
     ptr, f32, i32, i64, i8 = f"*{dt}", "*fp32", "i32", "*i64", "*i8"
     fk_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR_f"], "PREC": prec,
-                 "DIV32": cfg["keys_div32"]}  # fmt: skip
+                 "DIV32": cfg["keys_div32"], **fwd_store_consts(cfg, arch)}  # fmt: skip
     fk_args = dict(
         Q=ptr, K=ptr, V=ptr, ORDER=i64, START=i64, SEG_END=i64, PO=ptr, PL=f32,
         T=i32, NS=i32, NK=i32, NBLK=i32, NSEARCH=i32, S=i32, sm_scale="fp32",
@@ -278,9 +307,12 @@ def keys_fwd_gpucheck_rows(cfg: dict, G: int, D: int, LP: int, dt: str, prec: st
     m_args = dict(PO=ptr, PL=f32, IDX=i64, VALID=i8, OUT=ptr, LSE=f32, T=i32, NK=i32, NB=i32)
     ix_args = dict(IDX=i64, VALID=i8, KEY="*i32", T=i32, NK=i32, NS=i32, NBLK=i32)
     sg_args = dict(START=i64, SEG_END=i64, NBLK=i32, S=i32)
+    flip = {**cfg, "keys_fwd_mma": not cfg["keys_fwd_mma"]}
     return [
         ("selected_fwd_index", _sel_fwd_index_kernel, ix_args, {"LP": LP, "BLOCK": INDEX_BLOCK}, 4, 1),
         ("selected_fwd_segs", _sel_fwd_segs_kernel, sg_args, {"BLOCK": INDEX_BLOCK}, 4, 1),
         ("selected_fwd_keys", _sel_fwd_keys_kernel, fk_args, fk_consts, cfg["warps_fk"], cfg["stages_fk"]),
         ("selected_fwd_merge", _sel_fwd_merge_kernel, m_args, m_consts, cfg["warps_m"], 1),
-    ]
+        (f"selected_fwd_keys_{'omma' if flip['keys_fwd_mma'] else 'ocvt'}", _sel_fwd_keys_kernel, fk_args,
+         {**fk_consts, **fwd_store_consts(flip, arch)}, cfg["warps_fk"], cfg["stages_fk"]),
+    ]  # fmt: skip

@@ -7,6 +7,7 @@ Owns the three kernels that replace the forced dQ, the query-major dQ and the dK
   pairs of one selection block, BN keys of it; selected.py's `_sel_bwd_dkdv_kernel` is the same walk
   with WRITE_DQ off) that also writes each pair's dQ partial,
   (dS @ K) * scale in fp32, to PDQ [nb, BH*T*n, G, D] at the pair's flat table position and key chunk,
+  (with `_config`'s keys_dq_mma in its product's own layout: `_store_rows_mma`, `dq_store_consts`)
   stored in fp32 or, with `_config`'s pdq_bits 16, rounded to q's 16-bit dtype (`pdq_dtype`):
   s, p, dp and dS are computed once for dQ, dK and dV. Every pair goes through it, the forced entries
   (block 0, the query's own block and the one before) included;
@@ -31,6 +32,8 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+
+from nsa.attention.triton import device_arch
 
 
 @triton.jit
@@ -141,12 +144,54 @@ def _pair_rows32(ORDER, lo, rr, nrows, bh, T, NK, NKM, NKL, G: tl.constexpr):
 
 
 @triton.jit
+def _store_rows_mma(PTR, row, x, rm, D: tl.constexpr, DP: tl.constexpr, BR: tl.constexpr,
+                    WM: tl.constexpr, WN: tl.constexpr, ASC: tl.constexpr):  # fmt: skip
+    """PTR[row[r] * D + c] = x[r, c] for the rows rm and columns c < D: `tl.store` of a [BR, DP]
+    tensor-core product, written so that the store's layout is the product's own and no layout
+    conversion (a round trip through shared memory) precedes it. Why it works: triton gives a store
+    the blocked layout its pointer's contiguity asks for (the coalesce pass), and converts the value to
+    it. The accumulator of mma.sync (sm_80) and wgmma (sm_90) puts element (r, c), r = 16 m + 8 i + a,
+    c = 8 jj + 2 b + k, in lane 4 a + b, register bits k, i, jj, m, and the warps along m (WM of them)
+    and jj (WN: `dq_product_warps`), m = mr WM + wm and jj = j WN + wn. Viewed as an 8-d tensor of
+    those bits, the pointer is contiguous in k only (2 elements: 8-byte stores), and the coalesce pass
+    fills lanes, then warps, from the most contiguous dimension and then through the others in index
+    order: ascending on triton 3.6, descending on 3.9 (ASC, `dq_store_consts`), hence the dimensions
+    (b, a, wn, wm, i, j, mr, k) or (mr, j, i, wm, wn, a, b, k). That builds exactly the accumulator's
+    layout: the conversion is the identity. A wrong WM / WN / ASC only brings the conversion back
+    (the same values are stored either way)."""
+    MR: tl.constexpr = BR // (16 * WM)
+    J: tl.constexpr = DP // (8 * WN)
+    x8 = tl.reshape(x, [MR, WM, 2, 8, J, WN, 4, 2])  # (mr, wm, i, a, j, wn, b, k)
+    r4 = tl.reshape(row, [MR, WM, 2, 8])
+    m4 = tl.reshape(rm, [MR, WM, 2, 8])
+    # The row offset is multiplied after the reshape: the pointer's alignment analysis sees through
+    # arithmetic, not through a reshape, and 8-byte stores need the row offsets' divisibility.
+    if ASC:
+        xs = tl.permute(x8, [6, 3, 5, 1, 2, 4, 0, 7])
+        rs = tl.permute(r4, [3, 1, 2, 0])[None, :, None, :, :, None, :, None].to(tl.int64) * D
+        ms = tl.permute(m4, [3, 1, 2, 0])[None, :, None, :, :, None, :, None]
+        b = tl.arange(0, 4)[:, None, None, None, None, None, None, None]
+        wn = tl.arange(0, WN)[None, None, :, None, None, None, None, None]
+        j = tl.arange(0, J)[None, None, None, None, None, :, None, None]
+    else:
+        xs = tl.permute(x8, [0, 4, 2, 1, 5, 3, 6, 7])
+        rs = tl.permute(r4, [0, 2, 1, 3])[:, None, :, :, None, :, None, None].to(tl.int64) * D
+        ms = tl.permute(m4, [0, 2, 1, 3])[:, None, :, :, None, :, None, None]
+        b = tl.arange(0, 4)[None, None, None, None, None, None, :, None]
+        wn = tl.arange(0, WN)[None, None, None, None, :, None, None, None]
+        j = tl.arange(0, J)[None, :, None, None, None, None, None, None]
+    k = tl.arange(0, 2)[None, None, None, None, None, None, None, :]
+    c = (j * WN + wn) * 8 + b * 2 + k
+    tl.store(PTR + rs + c, xs, mask=ms & (c < D))
+
+
+@triton.jit
 def _dkdv_walk(
     Q, K, V, DO, LSE, DELTA, ORDER, START, SEG_END, PDK, PDV, PDQ,
     T, NS, NK, NP, NBLK, NSEARCH, S, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
     DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr, DIV32: tl.constexpr,
-    WRITE_DQ: tl.constexpr,
+    WRITE_DQ: tl.constexpr, DQ_WM: tl.constexpr = 0, DQ_WN: tl.constexpr = 0, DQ_ASC: tl.constexpr = True,
 ):  # fmt: skip
     """The key-major dK/dV program, written once for both of its kernels: BN keys (chunk nb) of one
     selection block against one segment (<= S pairs) of the (query, block) pairs that listed it; rows
@@ -218,7 +263,12 @@ def _dkdv_walk(
             # Rounded to PDQ's dtype (fp32, or q's 16-bit one with pdq_bits 16: `pdq_dtype`) once,
             # here; the merge sums in fp32.
             dq = dq.to(PDQ.dtype.element_ty)
-            if DIV32:
+            if DQ_WM:
+                if DIV32:
+                    _store_rows_mma(PDQ, prow, dq, rm, D, DP, BR, DQ_WM, DQ_WN, DQ_ASC)
+                else:
+                    _store_rows_mma(PDQ, pos * G + g, dq, rm, D, DP, BR, DQ_WM, DQ_WN, DQ_ASC)
+            elif DIV32:
                 tl.store(PDQ + prow.to(tl.int64)[:, None] * D + d[None, :], dq, mask=qm)
             else:
                 tl.store(PDQ + (pos * G + g)[:, None] * D + d[None, :], dq, mask=qm)
@@ -234,12 +284,13 @@ def _sel_bwd_keys_kernel(
     T, NS, NK, NP, NBLK, NSEARCH, S, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
     DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr, DIV32: tl.constexpr,
+    DQ_WM: tl.constexpr = 0, DQ_WN: tl.constexpr = 0, DQ_ASC: tl.constexpr = True,
 ):  # fmt: skip
     # The dK/dV walk with the dQ partials (WRITE_DQ). A kernel of its own name only so that profiles
     # (the GPU suite's per-kernel families, gpusuite/modelcheck.py) tell it from the dK/dV kernel.
     _dkdv_walk(
         Q, K, V, DO, LSE, DELTA, ORDER, START, SEG_END, PDK, PDV, PDQ, T, NS, NK, NP, NBLK, NSEARCH, S,
-        sm_scale, G, D, LP, DP, BN, BR, PREC, DIV32, True,
+        sm_scale, G, D, LP, DP, BN, BR, PREC, DIV32, True, DQ_WM, DQ_WN, DQ_ASC,
     )  # fmt: skip
 
 
@@ -295,15 +346,46 @@ def pdq_dtype(cfg: dict, dtype: torch.dtype) -> torch.dtype:
     return dtype if bits == 16 and dtype in (torch.bfloat16, torch.float16) else torch.float32
 
 
-def keys_bwd_gpucheck_rows(cfg: dict, G: int, D: int, LP: int, dt: str, prec: str) -> list[tuple]:
+def dq_product_warps(arch: int, BR: int, DP: int, warps: int) -> tuple[int, int]:
+    """(WM, WN): how triton lays the keys kernel's warps over its [BR, DP] dQ product, along the rows
+    and along the columns (`_store_rows_mma` needs it). Triton's rule (AccelerateMatmul, 3.6 and 3.9):
+    wgmma (sm_90, rows a multiple of 64, warps of 4) puts the warps along the rows; mma.sync, for a dot
+    chained to others as this one is, along the rows when BR >= DP, else along the columns. Checked on
+    the compiled kernels: with these values no shared memory moves the tile (bench/RESULTS.md
+    "keysmem")."""
+    if arch >= 90 and BR % 64 == 0 and warps % 4 == 0:
+        return warps, 1
+    return (warps, 1) if BR >= DP else (1, warps)
+
+
+def dq_store_consts(cfg: dict, arch: int) -> dict[str, int | bool]:
+    """The keys kernel's DQ_WM / DQ_WN / DQ_ASC for `cfg` on sm_`arch`: `dq_product_warps` with
+    `_config`'s keys_dq_mma, (0, 0) without, or where the warps do not tile the [BR_keys, DP] product
+    (the dQ tile converted to the store's layout: the path the GPU runs measured). DQ_ASC: the order
+    in which this triton's coalesce pass takes a store pointer's equally contiguous dimensions
+    (`_store_rows_mma`): ascending on 3.6 (the GPU images'), descending on 3.9 (the venv's); the
+    versions between are unchecked and taken as 3.9."""
+    wm, wn = dq_product_warps(arch, cfg["BR_keys"], cfg["DP"], cfg["warps_keys"])
+    asc = tuple(int(v) for v in triton.__version__.split(".")[:2]) < (3, 7)
+    # A tile too small for its warps (the interpreter's small head_dim at 32 rows) has no such layout.
+    if not cfg["keys_dq_mma"] or cfg["BR_keys"] % (16 * wm) or cfg["DP"] % (8 * wn):
+        return {"DQ_WM": 0, "DQ_WN": 0, "DQ_ASC": asc}
+    return {"DQ_WM": wm, "DQ_WN": wn, "DQ_ASC": asc}
+
+
+def keys_bwd_gpucheck_rows(
+    cfg: dict, G: int, D: int, LP: int, dt: str, prec: str, arch: int = 80
+) -> list[tuple]:
     """selected.py's gpucheck rows (name, kernel, argument types, constexprs, warps, stages) of these
-    kernels, as its launcher runs them with `cfg` (its `_config`); dt: the activations' triton type.
+    kernels, as its launcher runs them with `cfg` (its `_config`) on sm_`arch`; dt: the activations'
+    triton type.
     PDQ's type follows cfg's `pdq_bits`; where that is 32 and dt 16-bit, the keys kernel and the merge
     also at pdq_bits 16 (`*_pdq16`: the probe switch's kernels, two cheap compiles, so the GPU probe
-    of bench/kernel_probe.py never runs a kernel gpucheck has not seen)."""
+    of bench/kernel_probe.py never runs a kernel gpucheck has not seen); the keys kernel also at the
+    other `keys_dq_mma` (`selected_bwd_keys_dqmma` / `_dqcvt`)."""
     ptr, f32, i32, i64 = f"*{dt}", "*fp32", "i32", "*i64"
     keys_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR_keys"], "PREC": prec,
-                   "DIV32": cfg["keys_div32"]}  # fmt: skip
+                   "DIV32": cfg["keys_div32"], **dq_store_consts(cfg, arch)}  # fmt: skip
     merge_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BM": cfg["BM_merge"]}
     delta_consts = {"D": D, "DP": cfg["DP"], "BM": cfg["BM_delta"]}
     delta_args = dict(OUT=ptr, DO=ptr, DELTA=f32, R=i32)
@@ -322,6 +404,13 @@ def keys_bwd_gpucheck_rows(cfg: dict, G: int, D: int, LP: int, dt: str, prec: st
             (f"selected_bwd_keys{suffix}", _sel_bwd_keys_kernel, keys_args, keys_consts, cfg["warps_keys"], cfg["stages_kv"]),
             (f"selected_bwd_dq_merge{suffix}", _sel_bwd_dq_merge_kernel, merge_args, merge_consts, cfg["warps_merge"], 1),
         ]  # fmt: skip
+        if not suffix:
+            # The keys kernel at the other keys_dq_mma too (`_dqmma`: the cut where it is not the default,
+            # sm_90; `_dqcvt`: the converted store the GPU runs measured, where it is, sm_80): the
+            # probe's other variant, a cheap compile.
+            flip = {**cfg, "keys_dq_mma": not cfg["keys_dq_mma"]}
+            rows.append((f"selected_bwd_keys_{'dqmma' if flip['keys_dq_mma'] else 'dqcvt'}", _sel_bwd_keys_kernel,
+                         keys_args, {**keys_consts, **dq_store_consts(flip, arch)}, cfg["warps_keys"], cfg["stages_kv"]))  # fmt: skip
     return rows
 
 
@@ -356,7 +445,7 @@ def keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP: int, scale: fl
         q, k, v, dout, lse, delta, order, start, seg_end, pdk, pdv, pdq,
         T, ns, NK, npos, BH * ns, (BH * ns).bit_length() + 1, S, scale,
         G=G, D=D, LP=LP, DP=DP, BN=BN, BR=cfg["BR_keys"], PREC=prec, DIV32=cfg["keys_div32"],
-        num_warps=cfg["warps_keys"], num_stages=cfg["stages_kv"],
+        **dq_store_consts(cfg, device_arch(q.device)), num_warps=cfg["warps_keys"], num_stages=cfg["stages_kv"],
     )  # fmt: skip
     dq = torch.empty_like(q)
     _sel_bwd_dq_merge_kernel[(triton.cdiv(T * G, cfg["BM_merge"]), BH)](

@@ -171,7 +171,9 @@ def test_the_compressed_forward_is_two_kernels_at_the_shipped_warps() -> None:
     measured_loop = {k.name: k.kind for k in m.ours(32768, shape, select_cut=0)}
     assert measured_loop["cmp_select"] == "cmp_sel32@w2@bt2@h2"
     assert kinds["A100"]["cmp_select"] == "cmp_sel32@w2@h2"
-    assert kinds["H100"]["cmp_bwd_dkv"] == kinds["A100"]["cmp_bwd_dkv"] == "cmp_dkv@64@w4"
+    # dK/dV at 64 keys a tile on sm_90 (bench/flash_proxy.py's factor), sm_80 at the measured 32
+    assert kinds["H100"]["cmp_bwd_dkv"] == "cmp_dkv@64@w4@bn64"
+    assert kinds["A100"]["cmp_bwd_dkv"] == "cmp_dkv@64@w4"
     assert kinds["H100"]["sel_fwd_keys"] == "sel_keys_fwd@64"
     # 64 rows a step on sm_90 (its price's), the rows in 32 bits (keys_div32: the proxy's factor)
     assert kinds["H100"]["sel_bwd_keys"] == "sel_keys_bwd@64@div32"

@@ -52,6 +52,7 @@ FROM_CONFIG = {
     "warps_keys": _sel("warps_keys"),
     "stages_kv": _sel("stages_kv"),
     "keys_div32": _sel("keys_div32"),
+    "keys_dq_mma": _sel("keys_dq_mma"),
     "br_dkdv": _sel("BR"),
     "bm_forced": _sel("BM"),
     "bn_sel": _sel("BN"),
@@ -131,7 +132,7 @@ def test_a_changed_config_changes_the_model_but_not_the_past_builds(monkeypatch)
         for flag, flags in (("ce226a4", (True,)), ("2930e5c", (False, True)))
     }
     before = {k.name: k.kind for k in m.ours_on(8192, s, h100)}
-    assert before["cmp_select"] == "cmp_sel32@w2@bt2@h2@cut" and before["cmp_bwd_dkv"] == "cmp_dkv@64@w4"
+    assert before["cmp_select"] == "cmp_sel32@w2@bt2@h2@cut" and before["cmp_bwd_dkv"] == "cmp_dkv@64@w4@bn64"
     assert before["sel_fwd_keys"] == "sel_keys_fwd@64" and before["sel_bwd_keys"] == "sel_keys_bwd@64@div32"
     programs = {k.name: k.programs for k in m.ours_on(8192, s, h100)}
     cmp_config, sel_config, win_configs = compressed._config, selected._config, window._configs
@@ -154,7 +155,7 @@ def test_a_changed_config_changes_the_model_but_not_the_past_builds(monkeypatch)
     assert (launch["warps_sel"], launch["bt_sel"], launch["halves_sel"]) == (8, 1, 0)
     assert (launch["warps_cmp_dkv"], launch["fwd_keys"], launch["br_bwd_keys"]) == (8, False, 32)
     after = {k.name: k.kind for k in m.ours_on(8192, s, h100)}
-    assert after["cmp_select"] == "cmp_sel32@w8@bt1" and after["cmp_bwd_dkv"] == "cmp_dkv@64"
+    assert after["cmp_select"] == "cmp_sel32@w8@bt1" and after["cmp_bwd_dkv"] == "cmp_dkv@64@bn64"
     assert "sel_fwd_keys" not in after and after["sel_fwd"] == "tok_fwd"  # the query-major forward
     assert after["sel_bwd_keys"] == "sel_keys_bwd@64@br32@div32"
     moved = {k.name: k.programs for k in m.ours_on(8192, s, h100)}

@@ -99,10 +99,12 @@ def test_modelled_counts_match_a_random_table_built_as_top_blocks_builds_it():
 def test_measured_points_anchor_the_probe_on_the_speed_runs():
     pts = kp.measured_points("bwd")
     speed = [p for p in pts if p["source"].startswith("speed")]
-    # The runs measured the int64 token division (keys_div32 False, no longer the default).
-    assert len(speed) == 10 and all(p["setting"] == {"BR_keys": 64, "keys_div32": False} for p in speed)
+    # The runs measured the int64 token division (keys_div32 False, no longer the default) and the dQ
+    # tile converted before its store (keys_dq_mma False, the default on sm_90 only).
+    measured = {"keys_div32": False, "keys_dq_mma": False}
+    assert len(speed) == 10 and all(p["setting"] == {"BR_keys": 64, **measured} for p in speed)
     tune = [p for p in pts if p["source"] == "probe-tune" and p["T"] == 8192]
-    br32 = next(p for p in tune if p["setting"] == {"BR_keys": 32, "keys_div32": False})
+    br32 = next(p for p in tune if p["setting"] == {"BR_keys": 32, **measured})
     # (13.6852 - 4.0521) - (10.204 - 4.1288) over the speed runs' mean at 8k (4.528, 4.577).
     assert br32["ms"] == pytest.approx((4.528 + 4.577) / 2 + 9.6331 - 6.0752, abs=1e-3)
     # Variants of other kernels' keys (BR_f, warps_m) are not points of this one.
@@ -167,8 +169,10 @@ def test_the_committed_calibration_and_a_bad_key(capsys):
 def test_set_parses_booleans_and_keys_div32_false_prices_the_measured_build(capsys):
     """--set keys_div32=False is the boolean (the string "False" would compile as a true constexpr):
     the measured build's setting, priced from its recorded SASS counts (no compile), as measured."""
-    assert kp.main(["--kernel", "bwd", "--predict", "m7c:8192:8", "--set", "keys_div32=False"]) == 0
+    measured = ["--set", "keys_div32=False", "--set", "keys_dq_mma=False"]
+    argv = ["--kernel", "bwd", "--predict", "m7c:8192:8", *measured]
+    assert kp.main(argv) == 0
     rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     (pred,) = [r for r in rows if "prediction" in r]
-    assert pred["setting"] == {"BR_keys": 64, "keys_div32": False}
+    assert pred["setting"] == {"BR_keys": 64, "keys_div32": False, "keys_dq_mma": False}
     assert (pred["step_insns"], pred["registers"], pred["proxy_ms"]) == (1406, 252, 4.285)

@@ -479,6 +479,7 @@ def test_gpucheck_specs_name_every_argument():
         "selected_fwd_segs",
         "selected_fwd_keys",
         "selected_fwd_merge",
+        "selected_fwd_keys_omma",  # the keys forward at the other keys_fwd_mma (the probe's variant)
         "selected_forced_dq",
         "selected_bwd_dq",
         "selected_bwd_dq_any",
@@ -487,6 +488,7 @@ def test_gpucheck_specs_name_every_argument():
         "selected_bwd_delta",  # G = 6 <= 8: the key-major backward's kernels too
         "selected_bwd_keys",
         "selected_bwd_dq_merge",
+        "selected_bwd_keys_dqcvt",  # the keys kernel at the other keys_dq_mma (the probe's variant)
         "selected_bwd_keys_pdq16",  # bf16: the same two at pdq_bits 16 (the probe switch)
         "selected_bwd_dq_merge_pdq16",
         "selected_fwd_pipe",  # the token tiles' branch-free loop (tok_pipe, the probe's stages)

@@ -328,20 +328,21 @@ def test_dkdv_and_keys_kernels_are_one_walk():
     """The dK/dV kernel of the query-major paths and the key-major backward's keys kernel are one
     program, `_dkdv_walk`, with its constexpr WRITE_DQ off / on (the dQ partials' product and store
     are the only difference): each kernel is that one call, kept under its own name for the profiles
-    (the GPU suite's families). Both uses' numerics: the tests above (keys) and bwd_keys off (dK/dV)."""
+    (the GPU suite's families). Both uses' numerics: the tests above (keys) and bwd_keys off (dK/dV).
+    The dK/dV kernel stops at WRITE_DQ (the dQ store's constexprs after it keep their defaults)."""
     import ast
     import inspect
     import textwrap
 
+    params = list(inspect.signature(getattr(tkeys._dkdv_walk, "fn", tkeys._dkdv_walk)).parameters)
+    at = params.index("WRITE_DQ")
     for kernel, write_dq in ((tsel._sel_bwd_dkdv_kernel, False), (tkeys._sel_bwd_keys_kernel, True)):
         fn = getattr(kernel, "fn", kernel)
         body = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0].body
         assert len(body) == 1 and isinstance(body[0].value, ast.Call), fn.__name__
         call = body[0].value
-        assert call.func.id == "_dkdv_walk" and ast.literal_eval(call.args[-1]) is write_dq
-        assert len(call.args) == len(
-            inspect.signature(getattr(tkeys._dkdv_walk, "fn", tkeys._dkdv_walk)).parameters
-        )
+        assert call.func.id == "_dkdv_walk" and ast.literal_eval(call.args[at]) is write_dq
+        assert len(call.args) == (len(params) if write_dq else at + 1)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])

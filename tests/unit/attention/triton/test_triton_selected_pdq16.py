@@ -150,7 +150,12 @@ def test_gpucheck_rows_type_pdq_as_the_launcher_allocates_it():
             if "PDQ" in a
         }
 
-    both = {"selected_bwd_keys": "*fp32", "selected_bwd_dq_merge": "*fp32"}
+    # and the keys kernel at the other keys_dq_mma (off on sm_90), at the default pdq_bits
+    both = {
+        "selected_bwd_keys": "*fp32",
+        "selected_bwd_dq_merge": "*fp32",
+        "selected_bwd_keys_dqmma": "*fp32",
+    }
     assert pdq_types(cfg, "bf16") == {
         **both,
         "selected_bwd_keys_pdq16": "*bf16",
@@ -160,6 +165,7 @@ def test_gpucheck_rows_type_pdq_as_the_launcher_allocates_it():
     assert pdq_types({**cfg, "pdq_bits": 16}, "fp16") == {
         "selected_bwd_keys": "*fp16",
         "selected_bwd_dq_merge": "*fp16",
+        "selected_bwd_keys_dqmma": "*fp16",
     }
 
 
