@@ -140,9 +140,10 @@ def launch(kernel: str, shape: str, T: int, B: int, over: dict, counts: dict, ar
         # union's blocks. Only the union's steps load (tok_pipe 1 masks the rest).
         iters = union if counts["pipe"] == 2 else BH * T * k
         taken = union if counts["take"]["insns"] else 0
-    else:
-        programs = BH * -(-T * G // 64)
-        iters = union = BH * _forced_steps(T, G)
+    else:  # the forced tiles: BM rows a program (selected._config "BM", 64 on the GPU)
+        BM = over.get("BM", 64)
+        programs = BH * -(-T * G // BM)
+        iters = union = BH * _forced_steps(T, G, BM=BM)
         taken = 0
     P = max(1, select_sass.resident_programs(counts["registers"], counts["smem"], counts["warps"], gpu))
     dyn = {c: iters * counts["iter"][c] + taken * counts["take"][c] + programs * counts["program"][c]

@@ -152,6 +152,17 @@ def compile_counts(kernel: str, shape: str, over: dict, arch: int = 90) -> dict:
             **paths(select_sass._disasm(k.asm["cubin"], arch), 16)}  # fmt: skip
 
 
+def compiled_listing(kernel: str, shape: str, over: dict, arch: int = 90) -> list[str]:
+    """The nvdisasm listing of `kernel` compiled as `compile_counts` compiles it."""
+    from nsa.attention import gpucheck
+    from nsa.attention.triton import selected as sel
+
+    G, D = SHAPES[shape]
+    spec = select_sass.patched_spec(sel, KERNELS[kernel][0], G, D, arch, _expand({**run_base(D), **over}, G))
+    k, _ = gpucheck.compile_spec(spec, arch)
+    return select_sass._disasm(k.asm["cubin"], arch)
+
+
 def run_base(D: int) -> dict:
     """The token tiles' settings of the measured loop (every GPU run's, as 2b9778f shipped them): what
     a point's or a candidate's `over` is applied to, whatever selected._config ships today (its
@@ -170,3 +181,62 @@ def _expand(over: dict, G: int) -> dict:
 
 def key(kernel: str, shape: str, over: dict, arch: int = 90) -> str:
     return f"{kernel}:{shape}:sm{arch}:" + ",".join(f"{k}={v}" for k, v in sorted(over.items()))
+
+
+# ---- the shared-memory bytes of a key step, by role (tokshm) ----------------------------------------
+
+_OFF = re.compile(r"\+(0x[0-9a-f]+)\]")
+ROLES = (
+    "kv_write",  # the K/V stage written: cp.async (LDGSTS) or the STS of a synchronous load's registers
+    "kv_read",  # K / V read as an MMA operand by LDSM (the gathered block's own bytes, each warp its part)
+    "invariant_read",  # Q / dO re-read every step (LDSM, or a wgmma's A by descriptor): triton sinks the load
+    "mma_descriptor",  # a wgmma's B operand (K / V) read by descriptor (its A, Q / dO, counts as invariant_read)
+    "conversion",  # P / dS (and a row vector) through a scratch buffer: the accumulator layout to an operand's
+    "row_stats",  # 32-bit STS / LDS: a row max / sum reduced across the warps that split the keys
+    "dummy",  # LDS RZ, [RZ]: the loads triton places beside cp.async (counted as one 4-byte access)
+)
+
+
+def smem_roles(lines: list[str], kv_bytes: int) -> dict:
+    """Shared-memory bytes one warp moves in one iteration of the key loop, by role (ROLES), from the
+    same listing and byte rule (`_smem_bytes`) as the proxy's. `kv_bytes`: the K/V stage's size (2 x BK
+    x D x 2 B); immediate offsets below it address the stage, above it (up to the lowest offset the loop
+    stores to) the loop-invariant operands, from there on the conversion scratch."""
+    insns, label_at = select_sass._parse(lines)
+    lo, hi = select_sass._loop(insns, label_at, widest=False)
+    body = insns[lo:hi]
+
+    def off(rest: str) -> int:
+        m = _OFF.search(rest)
+        return int(m.group(1), 16) if m else 0
+
+    def src(rest: str) -> str:
+        return rest.rsplit(",", 1)[-1].strip()
+
+    loaded = {rest.split(",", 1)[0].strip() for op, rest, _ in body if _sync_load(op)}
+    staged = {i for i, (op, r, _) in enumerate(body) if op.startswith("STS") and src(r) in loaded}
+    stores = [off(r) for i, (op, r, _) in enumerate(body) if op.startswith("STS") and i not in staged]
+    scratch = min((o for o in stores if o >= kv_bytes), default=1 << 30)
+    out = dict.fromkeys(ROLES, 0.0)
+    for i, (op, rest, _) in enumerate(body):
+        b = _smem_bytes(op, rest)
+        if not b:
+            continue
+        o = off(rest)
+        if op.startswith("LDGSTS") or i in staged:
+            role = "kv_write"
+        elif op.startswith("HGMMA"):  # A by descriptor: the loop-invariant Q / dO, each step again
+            a = re.match(r"x\d+x16\S*\s+R\d+,\s*gdesc", rest.strip()) is not None
+            out["invariant_read"] += 64 * 16 * 2 / 4 if a else 0
+            out["mma_descriptor"] += b - (64 * 16 * 2 / 4 if a else 0)
+            continue
+        elif rest.strip().startswith("RZ, [RZ]"):
+            role = "dummy"
+        elif o >= scratch:
+            role = "row_stats" if op in ("STS", "LDS") else "conversion"
+        elif op.startswith("LDSM"):
+            role = "kv_read" if o < kv_bytes else "invariant_read"
+        else:
+            role = "row_stats" if op in ("STS", "LDS") else "conversion"
+        out[role] += b
+    return out

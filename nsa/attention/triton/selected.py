@@ -172,6 +172,8 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # probe variant (bench/kernel_probe.py), not shipped.
         "BR": 32 if DP > 64 else 64,
         # The query-major dQ kernels (the token tiles' and the any-table one): 2 warps where tok_pipe ships.
+        # At 1 warp (token tiles: no dS / P conversion through shared memory, no cross-warp row
+        # statistics) ptxas spills at D 128 and the proxy prices both kernels no faster ("tokshm").
         "warps_q": 2 if pipe else 4,
         "warps_kv": 4,
         "stages_kv": 1,
@@ -215,6 +217,9 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # warps on triton 3.6 / 3.9: bench/RESULTS.md "tokgather").
         "stages_dq": 2 if pipe else 1,
         # The forced-block kernels (selected_forced.py): BM query rows per program, keys BK at a time.
+        # 128 rows write the K/V stage once for twice the rows (0.79-0.86x the shared bytes a row) but
+        # spill at 4 warps and hold 1 program an SM at 8; 2 / 8 warps at 64 rows price slower
+        # (bench/gather_smem.py, bench/RESULTS.md "tokshm").
         "BM": forced_rows_per_tile(key_tile < 64),
         "warps_f": 4,
         "stages_f": 2,

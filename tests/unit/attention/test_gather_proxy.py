@@ -1,10 +1,12 @@
 """bench/gather_proxy.py, the query-major gather loops' GPU-free time proxy: what it reads from an
 nvdisasm listing (bench/gather_sass.py) (latency rounds, shared-memory bytes of LDS / STS / LDSM / cp.async / wgmma, the
 take path of a branchy loop), the measured points it takes from the committed GPU runs, the fit of its
-constants from the recorded SASS counts, and the decision it gives selected.py's `tok_pipe` (CPU, no
-compile)."""
+constants from the recorded SASS counts, and the decision it gives selected.py's `tok_pipe`; the
+shared-memory breakdown by role and the candidates' record (bench/gather_smem.py) (CPU, no compile)."""
 
 from __future__ import annotations
+
+import json
 
 from tests.fixtures.bench import load_bench
 
@@ -122,3 +124,63 @@ def test_decision_is_what_selected_ships_and_the_model_prices():
     probe = load_bench("kernel_probe")
     measured = {k: v for k, v in gp.run_base(128).items() if k != "warps_tok"}
     assert {"shape": "paper", **measured} in probe.SEL_VARIANTS
+
+
+# A key step's shared-memory traffic, one of each role (tokshm): a cp.async K/V write, an LDSM of the
+# stage (K), an LDSM of Q above the stage, P through the scratch (STSM + LDSM), a row max across warps
+# (32-bit STS / LDS), the dummy LDS beside cp.async, a synchronous load staged by STS, a wgmma with A
+# (Q) and B (K) by descriptor.
+_ROLES = """
+.L_x_1:
+        /*0000*/                   LDGSTS.E.BYPASS.128 [R115+0x800], desc[UR6][R8.64], P1 ;
+        /*0010*/                   LDSM.16.M88.4 R36, [R108+UR4+0x1000] ;
+        /*0020*/                   LDSM.16.M88.4 R32, [R106+UR4+0x8000] ;
+        /*0030*/                   STSM.16.M88.4 [R96+0x9000], R8 ;
+        /*0040*/                   LDSM.16.M88.4 R80, [R94+UR4+0x9000] ;
+        /*0050*/                   STS [R100+0x9000], R35 ;
+        /*0060*/                   LDS R86, [R97+0x9000] ;
+        /*0070*/                   LDS RZ, [RZ] ;
+        /*0080*/                   LDG.E.128 R112, desc[UR8][R26.64] ;
+        /*0090*/                   STS.128 [R3+0xa000], R112 ;
+        /*00a0*/                   HGMMA.64x64x16.F32.BF16 R88, gdesc[UR12], RZ, !UPT ;
+        /*00b0*/               @P4 BRA `(.L_x_1) ;
+        /*00c0*/                   EXIT ;
+"""
+
+
+def test_smem_roles_split_a_steps_bytes_by_what_they_move():
+    got = gs.smem_roles(_ROLES.splitlines(), kv_bytes=0x8000)
+    assert got == {
+        "kv_write": 512 + 512,  # the cp.async and the STS of a synchronous load's registers
+        "kv_read": 512,
+        "invariant_read": 512 + 64 * 16 * 2 / 4,  # Q by LDSM above the stage; the wgmma's A
+        "mma_descriptor": 64 * 16 * 2 / 4,  # its B (K)
+        "conversion": 128 + 512,
+        "row_stats": 128 + 128,
+        "dummy": 128,
+    }
+    # the same byte rule as the proxy's features
+    assert sum(got.values()) == gs.paths(_ROLES.splitlines(), trips=1)["iter"]["smem_bytes"]
+
+
+def test_smem_record_matches_the_proxy_counts_and_config_ships_only_a_passing_candidate():
+    gsm = load_bench("gather_smem")
+    rows = json.loads(gsm.RECORD.read_text())
+    roles = {r["smem_roles"]: r for r in rows if "smem_roles" in r}
+    cands = [r for r in rows if "candidate" in r]
+    assert set(roles) == set(gs.KERNELS)
+    # The breakdown is the proxy's own byte count, split: the recorded SASS counts of the same builds.
+    sass = gp.load_sass()
+    same = 0
+    for k, r in roles.items():
+        c = sass.get(gp.key(k, "paper", gsm.shipped(k)))
+        if c:
+            assert c["iter"]["smem_bytes"] + c["take"]["smem_bytes"] == r["total_per_warp_step"]
+            same += 1
+    assert same >= 3
+    assert [(r["candidate"], r["change"]) for r in cands] == gsm.CANDIDATES
+    for r in cands:
+        bar = all(x <= 1 - gsm.SHIP_GAIN for x in r["ratio"].values())
+        assert r["passes"] == (r["domain"] == "calibrated" and not r["spill"] and bar)
+        # selected._config takes a candidate's setting exactly where the proxy passes it
+        assert (gsm._setting(r["candidate"], gsm.shipped(r["candidate"])) == r["setting"]) == r["passes"]
