@@ -213,8 +213,9 @@ WHAT_IF = {
     # CONFIG_FACTOR "cmp_sel32@cut"), and both proxy-shipped cuts off: the model of measured code only
     "select_cut_off": {"select_cut": 0},
     "proxy_cuts_off": {"keys_div32": False, "select_cut": 0},
-    # the compressed backward's tiles as every GPU run measured them (flash_tiles ships on sm_90 on
-    # bench/flash_proxy.py's word: CONFIG_FACTOR "cmp_dkv@bn64", "@bn64_d128", "cmp_dq@wg_d128")
+    # the compressed backward's and the window's tiles as every GPU run measured them (flash_tiles ships
+    # on sm_90 on bench/flash_proxy.py's word: CONFIG_FACTOR "cmp_dkv@bn64", "@bn64_d128",
+    # "cmp_dq@wg_d128", "win_dq@wg_d128", "win_dkdv@bm128_d128", "win_dkdv@w4")
     "flash_tiles_off": {"flash_tiles": False},
     "before_forced_tiles": {"forced_tiles": False},  # every entry query-major (before 2026-11-25)
     # the kernels of the first H100 run

@@ -51,7 +51,8 @@ CANDIDATES: list[tuple[str, dict]] = [
     ],
     # the shipped M7C tile at 16 query parts a key tile (B 1 at 8k: bench/RESULTS.md "split16")
     ("cmp_dkv@64", {"bt_dkv": 4, "bn_dkv": 64, "stages_dkv": 1, "split_dkv": 16}),
-    # the window's (window.py `_configs` keys; priced, not shipped: bench/RESULTS.md "flashproxy")
+    # the window's (window.py `_configs` keys over the measured tiles, flash_sass.RUN_OVER; three ship
+    # on sm_90: SHIPPED, bench/RESULTS.md "wintiles")
     ("win_fwd@128", {"BLOCK_N": 64}),
     ("win_dq@128", {"BLOCK_M": 128}),
     ("win_dq@128", {"BLOCK_M": 128, "BLOCK_N": 32}),
@@ -119,6 +120,10 @@ SHIPPED: dict[str, tuple[str, dict]] = {
     "cmp_dkv@bn64": ("cmp_dkv@64", {"bt_dkv": 4, "bn_dkv": 64, "stages_dkv": 1, "split_dkv": 16}),
     "cmp_dkv@bn64_d128": ("cmp_dkv@128", {"bn_dkv": 64}),
     "cmp_dq@wg_d128": ("cmp_dq@128", {"BT": 8, "warps": 8, "stages_dq": 1}),
+    # the window's (window.py `_configs` on sm_90 since wintiles)
+    "win_dq@wg_d128": ("win_dq@128", {"BLOCK_M": 128, "BLOCK_N": 32}),
+    "win_dkdv@bm128_d128": ("win_dkdv@128", {"BLOCK_M": 128}),
+    "win_dkdv@w4": ("win_dkdv@64", {"num_warps": 4}),
 }
 
 

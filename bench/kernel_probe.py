@@ -3,7 +3,8 @@
 Owns the GPU probe behind docs/attention.md's per-kernel fixes: the compressed forward's two kernels
 (attention, selection) and its backward under other tile sizes, warps and stages, and the selected branch's
 ops (forward, forward+backward) with one launch setting changed at a time from the shipped config
-(`selected._launch_config`, patched for the probe only). CUDA only (`--dry-run` aside); one JSON
+(`selected._launch_config`, patched for the probe only), and the window attention under other tiles
+(`window._configs`: a variant's dict is merged into one kernel's). CUDA only (`--dry-run` aside); one JSON
 object a line: `{"probe", "shape", "T", "B", "variant", "ms"}`. It measures, it asserts nothing; the shipped
 configs stay whatever the modules say. A variant's "shape" key runs it at that shape only (the
 head_dim-128 candidates of bench/tiles_d128.py: "paper"); a value "rows:N" for BT / bt_dkv is N
@@ -27,6 +28,7 @@ import triton
 from nsa.attention.gpusuite.gpu import _nsa_core_inputs, _time_cuda
 from nsa.attention.triton import compressed as cmp
 from nsa.attention.triton import selected as sel
+from nsa.attention.triton import window as win
 
 GEO = {"block_len": 32, "block_stride": 16, "sel_block": 64, "n_sel": 16, "window": 512}
 SHAPES = {"m7c": (2, 6, 64), "paper": (4, 16, 128)}  # (Hkv, G, D)
@@ -198,6 +200,17 @@ SEL_VARIANTS = [
 ]
 
 
+# The window kernels (window._configs: one dict a kernel, "fwd" / "dq" / "dkdv"; a variant's dict
+# is merged into that kernel's). The tiles every GPU run measured, since sm_90 ships
+# bench/flash_proxy.py's (bench/RESULTS.md "wintiles"; the proxy's shipped / measured: dQ past
+# head_dim 64 0.57x, dK/dV past it 0.79x, dK/dV at head_dim 64 on 4 warps 0.64x).
+WIN_VARIANTS = [
+    {},
+    {"shape": "paper", "dq": {"BLOCK_M": 64, "BLOCK_N": 64}},
+    {"shape": "paper", "dkdv": {"BLOCK_M": 64}},
+    {"shape": "m7c", "dkdv": {"num_warps": 8}},
+]
+
 # Keys of a variant that select what runs rather than change the config: the forward probe's kernel,
 # and the one shape a variant is for (its rows skipped at the others).
 META = ("kernel", "shape")
@@ -222,6 +235,8 @@ def _apply(cfg: dict, over: dict, G: int) -> dict:
             out[k] = cfg[k] * 2
         elif v == "toggle":
             out[k] = 4 if cfg[k] == 8 else 8
+        elif isinstance(v, dict) and k in cfg:  # a window kernel's dict: merged
+            out[k] = {**cfg[k], **v}
         elif k in cfg:
             out[k] = v
     return out
@@ -232,6 +247,7 @@ DEFAULT_SHAPES = {
     "cmp_fwd": ["m7c:8192:8", "m7c:65536:1", "paper:32768:2"],
     "cmp_bwd": ["m7c:65536:1", "paper:32768:2"],
     "selected": ["m7c:8192:8", "paper:8192:8"],
+    "window": ["m7c:8192:8", "paper:8192:2"],
 }
 
 
@@ -301,6 +317,33 @@ def probe_cmp_bwd(name, B, T, match=None):
         yield {"probe": "cmp_bwd", "shape": name, "T": T, "B": B, "variant": over, "ms": ms}
 
 
+def probe_window(name, B, T, match=None):
+    """The window attention alone (forward, forward+backward) under each variant's tiles."""
+    Hkv, G, D = SHAPES[name]
+    q, _, _, ks, vs = _inputs(B, T, Hkv, G, D)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, ks, vs)]
+    dout = torch.randn_like(q)
+    base = win._configs
+
+    def fwd():
+        return win.window_attention(*leaves, window=GEO["window"], scale=D**-0.5)
+
+    def fwd_bwd():
+        torch.autograd.grad(fwd(), leaves, dout)
+
+    for over in WIN_VARIANTS:
+        if not _runs_at(over, name, match):
+            continue
+        win._configs = lambda *a, _o=over, **k: _apply(base(*a, **k), _o, G)
+        try:
+            row = {"fwd_ms": _time(fwd), "fwd_bwd_ms": _time(fwd_bwd)}
+        except Exception as e:
+            row = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+        finally:
+            win._configs = base
+        yield {"probe": "window", "shape": name, "T": T, "B": B, "variant": over, **row}
+
+
 def ncu_target(name, B, T):
     """One forward + backward of the compressed and selected ops (for ncu -k regex:...)."""
     Hkv, G, D = SHAPES[name]
@@ -321,6 +364,8 @@ def _shipped(probe: str, G: int, D: int, arch: int = 90) -> dict:
     """The config a probe's variants patch, as it runs on an H100/H200 (sm_90)."""
     if probe == "selected":
         return sel._config(G, D, GEO["sel_block"], arch=arch)
+    if probe == "window":
+        return win._configs(D, arch)
     return cmp._config(G, D, GEO["n_sel"], GEO["block_len"], GEO["block_stride"], GEO["sel_block"], arch)
 
 
@@ -329,7 +374,12 @@ def dry_run(probes: list[str], shapes: dict[str, list[str]], match: list[str] | 
     row per (probe, shape, variant) with the keys it changes; exit 2 when a shape does not parse or a
     variant names a key the config lacks (`_apply` would skip it silently: the probe would time the
     shipped setting under the variant's name)."""
-    variants = {"cmp_fwd": CMP_VARIANTS, "cmp_bwd": CMP_BWD_VARIANTS, "selected": SEL_VARIANTS}
+    variants = {
+        "cmp_fwd": CMP_VARIANTS,
+        "cmp_bwd": CMP_BWD_VARIANTS,
+        "selected": SEL_VARIANTS,
+        "window": WIN_VARIANTS,
+    }
     bad = 0
     for p in probes:
         for spec in shapes[p]:
@@ -345,6 +395,10 @@ def dry_run(probes: list[str], shapes: dict[str, list[str]], match: list[str] | 
                 if not _runs_at(over, n, match):
                     continue
                 unknown = sorted(k for k in over if k not in base and k not in META)
+                unknown += sorted(  # a window kernel's dict naming a key the kernel's tiles lack
+                    f"{k}.{kk}" for k, v in over.items() if isinstance(v, dict) and k in base
+                    for kk in v if kk not in base[k]
+                )  # fmt: skip
                 cfg = _apply(base, over, G)
                 changed = {k: cfg[k] for k in cfg if cfg[k] != base[k]}
                 row = {"probe": p, "shape": n, "T": T, "B": B, "variant": over, "changes": changed}
@@ -359,7 +413,7 @@ def dry_run(probes: list[str], shapes: dict[str, list[str]], match: list[str] | 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", choices=("cmp_fwd", "cmp_bwd", "selected"), action="append")
+    ap.add_argument("--only", choices=("cmp_fwd", "cmp_bwd", "selected", "window"), action="append")
     ap.add_argument("--shapes", nargs="*", help="name:T:B (names: m7c, paper); default: per probe, below")
     ap.add_argument("--ncu-target", help="name:T:B: run the ops once (for ncu) and exit")
     ap.add_argument(
@@ -371,9 +425,14 @@ def main(argv=None) -> int:
         help="no GPU: check the shapes parse and every variant applies; print what each changes",
     )  # fmt: skip
     args = ap.parse_args(argv)
-    chosen = args.only or ["cmp_fwd", "cmp_bwd", "selected"]
+    chosen = args.only or ["cmp_fwd", "cmp_bwd", "selected", "window"]
     if args.match:  # a misspelt key would run the baselines alone, silently
-        lists = {"cmp_fwd": CMP_VARIANTS, "cmp_bwd": CMP_BWD_VARIANTS, "selected": SEL_VARIANTS}
+        lists = {
+            "cmp_fwd": CMP_VARIANTS,
+            "cmp_bwd": CMP_BWD_VARIANTS,
+            "selected": SEL_VARIANTS,
+            "window": WIN_VARIANTS,
+        }
         known = {k for p in chosen for over in lists[p] for k in over if k not in META}
         unknown = sorted(set(args.match) - known)
         if unknown:
@@ -389,7 +448,7 @@ def main(argv=None) -> int:
         n, t, b = args.ncu_target.split(":")
         ncu_target(n, int(b), int(t))
         return 0
-    probes = {"cmp_fwd": probe_cmp, "cmp_bwd": probe_cmp_bwd, "selected": probe_sel}
+    probes = {"cmp_fwd": probe_cmp, "cmp_bwd": probe_cmp_bwd, "selected": probe_sel, "window": probe_window}
     for p in chosen:
         for spec in args.shapes or DEFAULT_SHAPES[p]:
             n, t, b = spec.split(":")

@@ -38,13 +38,18 @@ QUEUE=(
   # the selection loop's integer work in 32 bits (select_cut) shipped on bench/select_proxy.py's word
   # (0.879x at M7C, 0.934x at the paper shape): the measured loop beside it
   "select_cut|120|--only cmp_fwd --shapes m7c:65536:1 paper:32768:1 --match select_cut"
+  # the compressed backward's and the window's sm_90 tiles shipped on bench/flash_proxy.py's word (the
+  # largest proxy claims: dK/dV 0.53-0.55x at M7C, dK/dV 0.46-0.49x and dQ 0.41-0.47x at the paper
+  # shape; window dQ 0.57x and dK/dV 0.79x past head_dim 64, dK/dV 0.64x at 64): the measured tiles beside them
+  "flash_tiles|120|--only cmp_bwd --shapes m7c:65536:1 paper:32768:1 --match bn_dkv --match stages_dq"
+  "window_tiles|60|--only window --shapes m7c:8192:8 paper:8192:2"
   # the M7C selection at 1 warp under a register cap (bench/select_proxy.py: -28 %), 4 tokens in halves
   "select_warps|120|--only cmp_fwd --shapes m7c:65536:1 --match maxnreg_sel --match warps_sel"
   # the paper shape's token tiles without their branch (tok_pipe 2 shipped on sm_90 on
   # bench/gather_proxy.py's word, 0.862x): the measured branchy loop beside it, and the other builds
   "tok_pipe|150|--only selected --shapes paper:8192:2 --match tok_pipe"
-  # the paper shape's full tiles at head_dim 128 (bench/tiles_d128.py)
-  "d128_bwd|150|--only cmp_bwd --shapes paper:32768:1 --match BT --match stages_dkv"
+  # the paper shape's full tiles at head_dim 128 (bench/tiles_d128.py; its compressed backward
+  # candidates: flash_tiles above)
   "d128_sel|120|--only selected --shapes paper:8192:2 --match BR"
   "d128_fwd|90|--only cmp_fwd --shapes paper:32768:1 --match bn_fwd"
 )

@@ -144,7 +144,8 @@ def shipped_launch(
     (`br_dkdv`), the forced tiles' rows (`bm_forced`) and the keys a chunk (`bn_sel`); the
     compressed attention's tile (`bm_cmp_fwd` x `bn_cmp_fwd`), dQ's rows a tile (`rows_cmp_dq`),
     dK/dV's keys a tile and parts (`bn_cmp_dkv`, `split_cmp_dkv`); the window's forward and dQ rows
-    a tile (`bm_win_fwd`, `bm_win_dq`) and dK/dV's keys (`bn_win_dkdv`).
+    a tile (`bm_win_fwd`, `bm_win_dq`) and dK/dV's keys, rows and warps (`bn_win_dkdv`, `bm_win_dkdv`,
+    `warps_win_dkdv`).
     The shipped build's are compressed.py's and selected.py's `_config` and window.py's `_configs`
     for sm_`cc` (kernel_configs), by construction. The past builds the model still prices (RUN_BUILDS, what-if rows) keep theirs,
     since the calibration reproduces measured runs of them: before_ce226a4, the kernels of the final
@@ -191,6 +192,8 @@ def shipped_launch(
         "bm_win_fwd": w["fwd"]["BLOCK_M"],
         "bm_win_dq": w["dq"]["BLOCK_M"],
         "bn_win_dkdv": w["dkdv"]["BLOCK_N"],
+        "bm_win_dkdv": w["dkdv"]["BLOCK_M"],
+        "warps_win_dkdv": w["dkdv"]["num_warps"],
     }
 
 
@@ -201,13 +204,14 @@ def _tiles_of_the_runs(s: Shape) -> dict[str, int]:
     (45bc233 on), 128 x 64 (64 x 32 past head_dim 64), its dQ tiles of BT x GP (token, head) rows,
     BT = 128 rows / GP (32 past head_dim 64) and at most 32 tokens, its dK/dV 32 keys a tile, each
     tile's queries in 8 parts; window.py's forward 128 rows, dQ 128 (64 past head_dim 64), dK/dV 64
-    keys (32 past head_dim 64)."""
+    keys x 32 rows (32 x 64 past head_dim 64) at 8 warps."""
     gp, small = _p2(s.G), s.D <= 64
     return {
         "br_dkdv": 64 if small else 32, "bm_forced": 64, "bn_sel": min(64, _p2(s.lp)),
         "bm_cmp_fwd": 128 if small else 64, "bn_cmp_fwd": 64 if small else 32,
         "rows_cmp_dq": max(1, min(32, (128 if small else 32) // gp)) * gp, "bn_cmp_dkv": 32, "split_cmp_dkv": 8,
         "bm_win_fwd": 128, "bm_win_dq": 128 if small else 64, "bn_win_dkdv": 64 if small else 32,
+        "bm_win_dkdv": 32 if small else 64, "warps_win_dkdv": 8,
     }  # fmt: skip
 
 

@@ -249,17 +249,30 @@ def _configs(head_dim: int, arch: int, interp: bool = False) -> dict[str, dict[s
             "dkdv": {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1},
         }
     big = head_dim > 64
-    stages = 3 if arch >= 90 else 2
+    hopper = arch >= 90
+    stages = 3 if hopper else 2
     # dK/dV: at 64 rows x 128 keys (D 64) and 64 x 64 (D 128) ptxas used all 255 registers and
     # spilled 8-32 B on sm_80 (triton 3.6 and 3.9; also at head_dim 96 on sm_90). 32 x 64 (D 64,
     # ~180 registers) and 64 x 32 (D > 64, ~180) leave headroom on both archs (gpucheck --grid).
+    # SHIPPED ON sm_90 ON A PROXY'S WORD, UNMEASURED (bench/flash_proxy.py, calibrated on 369 H100/H200
+    # points of the flash tiles, these kernels' measured settings among them: all within 29 %, each
+    # setting held out within 34 %; bench/RESULTS.md "wintiles"): dQ past head_dim 64 at 128 rows x 32
+    # keys (0.57x the measured 64 x 64), dK/dV past head_dim 64 at 128 rows (0.79x), dK/dV at head_dim
+    # 64 on 4 warps (0.64x: 3 programs an SM instead of 1). No spill over gpucheck's grid on sm_90,
+    # triton 3.6 and 3.9. What every GPU run measured (and sm_80 keeps) is a probe variant
+    # (bench/kernel_probe.py --only window).
     return {
         "fwd": {"BLOCK_M": 128, "BLOCK_N": 32 if big else 64, "num_warps": 8, "num_stages": stages},
-        "dq": {"BLOCK_M": 64 if big else 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": stages},
-        "dkdv": {
-            "BLOCK_M": 64 if big else 32,
-            "BLOCK_N": 32 if big else 64,
+        "dq": {
+            "BLOCK_M": 128 if hopper or not big else 64,
+            "BLOCK_N": 32 if hopper and big else 64,
             "num_warps": 8,
+            "num_stages": stages,
+        },
+        "dkdv": {
+            "BLOCK_M": (128 if hopper else 64) if big else 32,
+            "BLOCK_N": 32 if big else 64,
+            "num_warps": 4 if hopper and not big else 8,
             "num_stages": stages,
         },
     }

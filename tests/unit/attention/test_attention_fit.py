@@ -128,8 +128,8 @@ def test_the_launch_factors_are_the_final_probes_and_the_shipped_configs_predict
     paper shape, its forward at 2 warps)."""
     got = fit.config_factors(str(FINAL_PROBE))
     # 2026-11-26b's, the proxy-priced token tiles' branch-free loop (tokgather) and the flash tiles
-    # bench/flash_proxy.py prices (no probe measured them)
-    proxied = ("cmp_sel32@", "sel_keys_", "cmp_dkv@bn64", "cmp_dq@wg")
+    # and window tiles bench/flash_proxy.py prices (no probe measured them)
+    proxied = ("cmp_sel32@", "sel_keys_", "cmp_dkv@bn64", "cmp_dq@wg", "win_dq@wg", "win_dkdv@")
     later = {k for k in m.CONFIG_FACTOR if k.startswith(proxied) or k.endswith("@pipe")}
     assert set(got) == set(m.CONFIG_FACTOR) - {"cmp_sel@w2", "cmp_sel@w4"} - later
     for tag, f in got.items():
