@@ -17,6 +17,7 @@ one JSON object per line; asserts nothing.
 
   .venv/bin/python bench/dkdv_proxy.py                               # calibration rows + candidates
   PYTHONPATH=/tmp/forced-leg36 .venv/bin/python bench/dkdv_proxy.py --recount   # record 3.6 counts
+  .venv/bin/python bench/dkdv_proxy.py --refit    # diagnostic: keys_proxy's forms with M7C dK/dV points
 """
 
 from __future__ import annotations
@@ -113,13 +114,48 @@ def counts_for(sass: dict, triton: str, shape: str, over: dict, recount: bool) -
     return sass.get(k)
 
 
+def refit(keys_sass: dict, sass: dict) -> None:
+    """Diagnostic, not a proxy anything ships on: each of keys_proxy's FORMS fitted on the keys
+    backward's points plus the M7C dK/dV points, the paper shape's points held out; and what the
+    form that holds them (step+insn) prices the candidates at over the measured tile."""
+    keys = kp.rows_of("bwd", kp.measured_points("bwd"), keys_sass)
+    dk = [
+        {
+            **row(sass[_key("3.6.0", p["shape"], p["setting"])], p["shape"], p["setting"], p["T"], p["B"]),
+            "ms": p["ms"],
+        }
+        for p in measured_points()
+    ]
+    fits = {}
+    for name, form in kp.FORMS.items():
+        f = fits[name] = kp.fit(keys + [r for r in dk if r["shape"] == "m7c"], form)
+        err = {g: [kp.proxy_ms(r, f)[0] / r["ms"] - 1 for r in rs] for g, rs in
+               (("keys", keys), ("m7c", [r for r in dk if r["shape"] == "m7c"]),
+                ("paper_held_out", [r for r in dk if r["shape"] == "paper"]))}  # fmt: skip
+        print(json.dumps({"refit": name, "cycles": {k: round(v, 2) for k, v in f.items()},
+                          **{g: [round(min(e), 3), round(max(e), 3)] for g, e in err.items()}}))  # fmt: skip
+    for ver in sorted({k.split(":")[0] for k in sass}):
+        base = sass[_key(ver, "paper", MEASURED["paper"])]
+        for over in CANDIDATES:
+            c = sass[_key(ver, "paper", over)]
+            ratio = [kp.proxy_ms(row(c, sh, over, T, B), fits["step+insn"])[0]
+                     / kp.proxy_ms(row(base, sh, MEASURED["paper"], T, B), fits["step+insn"])[0]
+                     for sh, T, B in PREDICT]  # fmt: skip
+            print(json.dumps({"refit_price": "step+insn", "triton": ver, "setting": over, "spill": c["spill"],
+                              "over_measured": [round(x, 3) for x in ratio]}))  # fmt: skip
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--recount", action="store_true", help="compile missing settings with this triton")
     ap.add_argument("--triton", action="append", help="the recorded triton versions to price (default all)")
+    ap.add_argument("--refit", action="store_true", help="diagnostic: the forms refitted with the M7C dK/dV")
     args = ap.parse_args(argv)
     keys_sass = json.loads(kp.SASS_FILE.read_text())
     sass = json.loads(SASS_FILE.read_text()) if SASS_FILE.exists() else {}
+    if args.refit:
+        refit(keys_sass, sass)
+        return 0
     f, rng = keys_fit(keys_sass)
     print(json.dumps({"fit": "_sel_bwd_keys_kernel", "cycles": {k: round(v, 3) for k, v in f.items()},
                       "range_per_scheduler": {k: [round(a / (1e6 if k != "warps_per_scheduler" else 1), 3)

@@ -6,6 +6,9 @@ the recorded SASS of bench/dkdv_proxy_sass.json): it predicts M7C within 15 % bu
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 import json
 
 from nsa.attention.triton import selected as sel
@@ -14,9 +17,13 @@ from tests.fixtures.bench import load_bench
 dp = load_bench("dkdv_proxy")
 
 
-def _run(capsys) -> list[dict]:
-    assert dp.main([]) == 0
-    return [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+@functools.cache
+def _run(*argv: str) -> tuple[dict, ...]:
+    """The script's rows, run once a module (each run refits the keys proxy: ~1.5 s)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert dp.main(list(argv)) == 0
+    return tuple(json.loads(x) for x in out.getvalue().splitlines())
 
 
 def test_measured_points_are_the_runs_dkdv_rows_at_the_config_settings():
@@ -30,8 +37,8 @@ def test_measured_points_are_the_runs_dkdv_rows_at_the_config_settings():
     assert all(20 < p["ms"] < 29 for p in pts if p["shape"] == "paper")
 
 
-def test_the_keys_fit_is_keys_proxys_and_does_not_calibrate_the_paper_dkdv(capsys):
-    rows = _run(capsys)
+def test_the_keys_fit_is_keys_proxys_and_does_not_calibrate_the_paper_dkdv():
+    rows = _run()
     fit = rows[0]
     assert fit["cycles"] == {"insn": 3.006, "smem": 43.125}  # the keys proxy's constants, unchanged
     cal = [r for r in rows if "calibration" in r]
@@ -44,8 +51,8 @@ def test_the_keys_fit_is_keys_proxys_and_does_not_calibrate_the_paper_dkdv(capsy
     assert not any(r["in_range"] for r in cal if r["shape"] == "paper")
 
 
-def test_candidates_recorded_on_both_tritons_and_128_rows_at_8_warps_spill_free(capsys):
-    pred = [r for r in _run(capsys) if "prediction" in r]
+def test_candidates_recorded_on_both_tritons_and_128_rows_at_8_warps_spill_free():
+    pred = [r for r in _run() if "prediction" in r]
     seen = {
         (r["triton"], r["setting"]["BR"], r["setting"]["warps_kv"], r["setting"]["stages_kv"]) for r in pred
     }
@@ -56,3 +63,11 @@ def test_candidates_recorded_on_both_tritons_and_128_rows_at_8_warps_spill_free(
             assert r["spill"] == 0
         if r["setting"]["warps_kv"] == 4 and r["setting"]["BR"] == 128:
             assert r["spill"] > 0
+
+
+def test_refit_with_m7c_dkdv_holds_the_paper_shape_only_with_a_step_latency():
+    rows = {r["refit"]: r for r in _run("--refit") if "refit" in r}
+    # keys_proxy's own form, refitted with the M7C dK/dV points, still misses the held-out paper shape.
+    assert rows["issue+smem"]["paper_held_out"][0] > 0.3
+    # A latency a step + instructions predicts it within 15 % (a lead for a GPU probe, not a ship).
+    assert max(map(abs, rows["step+insn"]["paper_held_out"])) < 0.15
