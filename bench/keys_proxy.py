@@ -57,13 +57,15 @@ ROOT = HERE.parent
 select_sass = load_by_path("select_sass", HERE / "select_sass.py")
 
 SASS_FILE = HERE / "keys_proxy_sass.json"
-SHAPES = {"m7c": (2, 6, 64)}  # (Hkv, G, D): the key-major kernels run at G <= 8 only
+SHAPES = {"m7c": (2, 6, 64), "paper": (4, 16, 128)}  # (Hkv, G, D): the key-major kernels run at G <= 8 only;
+# the paper shape (G 16 x D 128) for the query-major path's dK/dV (bench/dkdv_proxy.py)
 LP, N_SEL = 64, 16  # l' and n (configs/m7c_125m.yaml)
 H200 = {"sms": 132, "sched": 4, "ghz": 1.98, "regs": 65536, "warps": 64, "blocks": 32, "smem": 233472,
         "dram_tbs": 4.0, "tc_tflops": 989.0}  # fmt: skip
 KERNELS = {"bwd": ("selected_bwd_keys", "_sel_bwd_keys_kernel", "BR_keys", "warps_keys", "stages_kv"),
-           "fwd": ("selected_fwd_keys", "_sel_fwd_keys_kernel", "BR_f", "warps_fk", "stages_fk")}  # fmt: skip
-PRODUCTS = {"bwd": 5, "fwd": 2}  # tensor-core products a step
+           "fwd": ("selected_fwd_keys", "_sel_fwd_keys_kernel", "BR_f", "warps_fk", "stages_fk"),
+           "dkdv": ("selected_bwd_dkdv", "_sel_bwd_dkdv_kernel", "BR", "warps_kv", "stages_kv")}  # fmt: skip
+PRODUCTS = {"bwd": 5, "fwd": 2, "dkdv": 4}  # tensor-core products a step
 
 
 # ---- SASS ------------------------------------------------------------------------------------------
@@ -216,6 +218,8 @@ def launch(kernel: str, T: int, B: int, st: dict, counts: dict, shape: str = "m7
     if kernel == "bwd":  # PDQ written, q and dO gathered (bf16), PDK/PDV written (fp32)
         pdq = 4 if st["pdq_bits"] == 32 else 2
         nbytes = rows * D * (pdq + 2 * 2) + sg["programs"] * LP * D * 4 * 2
+    elif kernel == "dkdv":  # q and dO gathered (bf16), PDK/PDV written (fp32)
+        nbytes = rows * D * 2 * 2 + sg["programs"] * LP * D * 4 * 2
     else:  # PO (bf16) and PL (fp32) written, q gathered
         nbytes = rows * (D * 2 + 4) + rows * D * 2
     flops = 2 * sg["steps"] * st["BR"] * LP * D * PRODUCTS[kernel]
