@@ -10,6 +10,7 @@ Run: .venv/bin/pytest tests/unit/attention/triton/test_compressed_select_shm.py
 
 from __future__ import annotations
 
+import json
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernel module is imported (KERNELS rule)
@@ -19,6 +20,7 @@ import torch
 
 from nsa.attention import compressed as eager
 from nsa.attention.triton import compressed as tri
+from tests.fixtures.bench import load_bench
 
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp2:RuntimeWarning")
 
@@ -51,7 +53,7 @@ def _table(monkeypatch, shm: int, q, kc, lse, bl, d, lp, n):
 # to 4 columns) and r 4; G 6 and 3 merge in halves (4 and 8 tokens a tile on sm_80's config).
 CASES = [
     (1, 1, 100, 6, 32, 2, 1, 3, 5),
-    (2, 1, 150, 3, 16, 2, 1, 4, 4),
+    (1, 1, 130, 3, 16, 2, 1, 4, 4),
 ]
 
 
@@ -75,7 +77,7 @@ def test_no_gather_neighbours_give_the_gathers_tables_bit_for_bit(monkeypatch, c
 def test_no_gather_neighbours_give_eagers_tables_ties_included(monkeypatch, zero):
     """Eager's op against the triton op with select_shm on (random inputs, and all logits 0: every
     complete block scores the same, the tie-break by j alone orders them)."""
-    B, Hkv, T, G, D, bl, d, lp, n = 1, 1, 120, 6, 32, 2, 1, 3, 6
+    B, Hkv, T, G, D, bl, d, lp, n = 1, 1, 100, 6, 32, 2, 1, 3, 6
     g = torch.Generator().manual_seed(5)
     nc = (T - bl) // d + 1
     q = torch.randn(B, Hkv, T, G, D, generator=g) * (zero != "q")
@@ -95,3 +97,15 @@ def test_the_switch_is_off_by_default_and_only_at_a_2():
     for arch in (80, 90):
         assert tri._config(6, 64, 16, 32, 16, 64, arch)["select_shm"] == 0
         assert tri._config(16, 128, 16, 32, 16, 64, arch)["select_shm"] == 0
+
+
+def test_the_probe_times_the_switch_beside_the_baseline(capsys):
+    """bench/kernel_probe.py's selection variant with select_shm on resolves to a change of the
+    launch (a dry run: no GPU), so the next GPU session measures it."""
+    probe = load_bench("kernel_probe")
+    assert {"kernel": "select", "select_shm": 1} in probe.CMP_VARIANTS
+    args = ["--only", "cmp_fwd", "--shapes", "m7c:65536:1", "--match", "select_shm", "--dry-run"]
+    assert probe.main(args) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert any(r["changes"] == {} for r in rows)
+    assert any(r["changes"].get("select_shm") == 1 for r in rows)
