@@ -382,7 +382,8 @@ def _config(
         # rotated one block on by one [BT, BJ] gather, the first block's carried (the same tables bit
         # for bit). M7C on sm_90 (triton 3.6): 39 -> 24 shared-memory accesses and 431 -> 426 SASS a
         # key tile; bench/select_proxy.py -7.5 / -9.4 % at M7C 8k / 64k, -16.7 % at the paper's shape
-        # at 32k (bench/RESULTS.md "selshm"); unmeasured, a probe variant. 0: the gathers.
+        # at 32k (bench/RESULTS.md "selshm"); unmeasured, a probe variant. Off: short of the 8 % it
+        # needed at M7C 8k, and on triton 3.9 G 16 x D 96/128 on sm_90 lose warps (12 of 16 an SM).
         "select_shm": 0,
         # The selection kernel: its top-n merge is latency-bound, so fewer warps a program (more
         # programs per SM) ran it faster on an H200 (bench/kernel_probe.py, 2026-11-26): M7C at 64k
