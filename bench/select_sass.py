@@ -14,6 +14,7 @@ for the dynamic count of bench/select_proxy.py. Prints one JSON object per line;
   .venv/bin/python bench/select_sass.py                              # M7C and paper, sm_80 and sm_90
   .venv/bin/python bench/select_sass.py --shape 6x64 --arch 90 --set select_v0=1   # the kernel before
   .venv/bin/python bench/select_sass.py --shape 6x64 --arch 90 --set select_cut=0 --paths  # by path and class
+  .venv/bin/python bench/select_sass.py --shape 6x64 --arch 90 --lines   # the loop by source line
   PYTHONPATH=/path/to/triton-3.6 .venv/bin/python bench/select_sass.py              # another triton
 """
 
@@ -33,14 +34,18 @@ from nsa.attention.gpusuite.modelcheck import load_by_path
 SHAPES = {"m7c": (6, 64), "paper": (16, 128)}  # (G, D); l 32, d 16, l' 64, n 16 (configs/m7c_125m.yaml)
 
 
-def _disasm(cubin: bytes, arch: int) -> list[str]:
+def _disasm(cubin: bytes, arch: int, line_info: bool = False) -> list[str]:
+    """nvdisasm's listing of `cubin`; `line_info`: with `//## File ..., line N` comments (-g)."""
     from triton.backends.nvidia.compiler import get_ptxas
 
     nvdisasm = Path(get_ptxas(arch).path).with_name("nvdisasm")
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "k.cubin"
         p.write_bytes(cubin)
-        out = subprocess.run([str(nvdisasm), "-c", str(p)], capture_output=True, text=True, check=True).stdout
+        flags = ["-c", "-g"] if line_info else ["-c"]
+        out = subprocess.run(
+            [str(nvdisasm), *flags, str(p)], capture_output=True, text=True, check=True
+        ).stdout
     return out.splitlines()
 
 
@@ -142,6 +147,40 @@ def split(lines: list[str]) -> dict:
     }
 
 
+def by_line(lines: list[str], source: str = "compressed_select.py") -> dict:
+    """The key-tile loop's always-run part (`split`'s `always`) of a -g listing (`_disasm` line_info)
+    by the `source` line that emitted it: {line: _classes counts}. The cubin's line table names only
+    the innermost frame, so what triton's library emits (tl.sum's shuffles and cross-warp
+    shared-memory steps, in triton/language/standard.py) goes to the last `source` line before it in
+    the listing: a heuristic that follows the order ptxas scheduled (bench/RESULTS.md "selshm")."""
+    where, cur, plain = [], None, []
+    for ln in lines:
+        m = re.search(r'//## File "([^"]+)", line (\d+)', ln)
+        if m:
+            if Path(m.group(1)).name == source:
+                cur = int(m.group(2))
+            continue
+        if _INSN.search(ln):
+            where.append(cur)
+        plain.append(ln)
+    insns, label_at = _parse(plain)
+    lo, hi = _loop(insns, label_at)
+    regions, i = [], lo
+    while i < hi - 1:  # `split`'s branch regions
+        op, rest, pred = insns[i]
+        end = label_at.get(_target(rest), -1) if op.startswith("BRA") and pred else -1
+        if i < end <= hi - 1:
+            regions.append(range(i + 1, end))
+            i = end
+            continue
+        i += 1
+    groups: dict = {}
+    for k in range(lo, hi):
+        if not any(k in r for r in regions):
+            groups.setdefault(where[k], []).append(insns[k])
+    return {line: _classes(seq) for line, seq in sorted(groups.items(), key=lambda x: x[0] or 0)}
+
+
 def resident_programs(registers: int, smem: int, warps: int, sm: dict) -> int:
     """Programs of `warps` warps an SM holds (`sm`: its "regs", "warps", "blocks" and "smem" limits):
     registers allocated per warp in 256s, shared memory with 1 KB reserved a program. The one
@@ -175,11 +214,19 @@ def patched_spec(
 
 
 def compile_select(
-    G: int, D: int, arch: int, over: dict, triton_dtype: str = "bf16", fn=None, paths: bool = False
+    G: int,
+    D: int,
+    arch: int,
+    over: dict,
+    triton_dtype: str = "bf16",
+    fn=None,
+    paths: bool = False,
+    by_source: bool = False,
 ) -> dict:
     """Compile the selection kernel as launched for G x D on sm_`arch` (`over`: _config overrides;
     `fn`: another @triton.jit kernel with `_cmp_select`'s signature, e.g. an older version of it) and
-    count its SASS; `paths` adds `split`'s prologue / epilogue / always / branches counts."""
+    count its SASS; `paths` adds `split`'s prologue / epilogue / always / branches counts, `by_source`
+    the loop's always-run part by source line (`by_line`)."""
     import triton
 
     from nsa.attention import gpucheck
@@ -209,6 +256,8 @@ def compile_select(
     rec.update(count(lines))
     if paths:
         rec["paths"] = split(lines)
+    if by_source:
+        rec["by_line"] = by_line(_disasm(k.asm["cubin"], arch, line_info=True))
     return rec
 
 
@@ -225,6 +274,7 @@ def main() -> None:
     ap.add_argument("--arch", type=int, nargs="+", default=[80, 90])
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a _config key")
     ap.add_argument("--paths", action="store_true", help="also split()'s paths, by opcode class too")
+    ap.add_argument("--lines", action="store_true", help="also the loop's always-run part by source line")
     args = ap.parse_args()
     over = {k: _value(v) for k, v in (s.split("=", 1) for s in args.set)}
     points = (
@@ -234,7 +284,12 @@ def main() -> None:
     os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"
     for G, D in points:
         for arch in args.arch:
-            print(json.dumps({**compile_select(G, D, arch, over, paths=args.paths), "set": over}), flush=True)
+            print(
+                json.dumps(
+                    {**compile_select(G, D, arch, over, paths=args.paths, by_source=args.lines), "set": over}
+                ),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -390,6 +390,14 @@ def _config(
         # registers on sm_80 (D 96, 12 warps an SM instead of 16). 0: the loop the H200 measured
         # (2026-11-26b; the same SASS as before), a probe variant (bench/kernel_probe.py).
         "select_cut": 0 if gpf <= 2 else 1,
+        # 1: `_cmp_select`'s CUT loop with Eq. 9's shared key (a = l/d = 2 only; the kernel asserts it)
+        # taken without the two [BT, BJ * RP] gathers: each block's last key's group sum by a masked sum,
+        # rotated one block on by one [BT, BJ] gather, the first block's carried (the same tables bit
+        # for bit). M7C on sm_90 (triton 3.6): 39 -> 24 shared-memory accesses and 431 -> 426 SASS a
+        # key tile; bench/select_proxy.py -7.5 / -9.4 % at M7C 8k / 64k, -16.7 % at the paper's shape
+        # at 32k (bench/RESULTS.md "selshm"); unmeasured, a probe variant. Off: short of the 8 % it
+        # needed at M7C 8k, and on triton 3.9 G 16 x D 96/128 on sm_90 lose warps (12 of 16 an SM).
+        "select_shm": 0,
         # The selection kernel: its top-n merge is latency-bound, so fewer warps a program (more
         # programs per SM) ran it faster on an H200 (bench/kernel_probe.py, 2026-11-26): M7C at 64k
         # 39.1 / 20.2 / 13.3 ms with 8 / 4 / 2 warps (and 11.9 with 2 warps and 2 tokens a tile), the
@@ -457,7 +465,7 @@ def launch_select(
         )
         return
     _cmp_select[(triton.cdiv(T, c["bt_sel"]), B * Hkv)](
-        *args, BT=c["bt_sel"], SP=c["SP"], HALVES=c["halves_sel"], CUT=c["select_cut"], **geo, num_warps=c["warps_sel"],
+        *args, BT=c["bt_sel"], SP=c["SP"], HALVES=c["halves_sel"], CUT=c["select_cut"], SHM=c["select_shm"], **geo, num_warps=c["warps_sel"],
         num_stages=2, **({"maxnreg": c["maxnreg_sel"]} if c["maxnreg_sel"] else {}),
     )  # fmt: skip
 
@@ -629,6 +637,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         "W": c["W"],
         "HALVES": c["halves_sel"],
         "CUT": c["select_cut"],
+        "SHM": c["select_shm"],
         "LS": shape.sel_block,
     }
     dq_sig = {

@@ -53,6 +53,28 @@ def _block_scores(p, prev, BT: tl.constexpr, GP: tl.constexpr, BJ: tl.constexpr,
 
 
 @triton.jit
+def _block_scores_shm(p, rot, BT: tl.constexpr, GP: tl.constexpr, BJ: tl.constexpr, RP: tl.constexpr,
+                      A: tl.constexpr, R: tl.constexpr):  # fmt: skip
+    """`_block_scores` at a = 2 (one key a block shares with the one before: SP 1) without its two
+    [BT, BJ * RP] gathers (select_shm): each block's last key's group sum taken out of Eq. 9's own
+    reshape (a masked sum over its r keys: x + 0.0 is x), rotated one block on by one [BT, BJ] gather
+    (block 0 gets the tile's last block's); block 0 takes it from the previous tile's rotation `rot`
+    instead (carried whole, so no reduction picks it out). The same float operations in the same
+    order as `_block_scores` (its neighbour sum has one term): bit-equal scores. Returns (scores,
+    this tile's rotation)."""
+    tl.static_assert(A == 2)
+    pg = tl.sum(tl.reshape(p, [BT, GP, BJ * RP]), axis=1)  # Eq. 10
+    score = _eq9_sum(pg, A - 1, 1, R, BT, BJ, RP, A, R)
+    m = tl.arange(0, RP)
+    tail = tl.sum(tl.where((m == R - 1)[None, None, :], tl.reshape(pg, [BT, BJ, RP]), 0.0), axis=2)
+    jj = tl.arange(0, BJ)
+    here = tl.gather(tail, tl.broadcast_to(((jj + BJ - 1) % BJ)[None, :], [BT, BJ]), 1)
+    near = tl.where((jj == 0)[None, :], rot, here)
+    score += _eq9_sum(near, A - 2, -1, A - 1, BT, BJ, 1, A, R)
+    return score, here
+
+
+@triton.jit
 def _merge_top(top_b, top_j, kb, kj, W: tl.constexpr, BJ: tl.constexpr):
     """The W first of the union of `top` ([.., W] bits and j, sorted like eager's keys) and the tile's
     keys (`kb` [.., BJ] bits, `kj` their j ascending, every one above all of top's), in that order.
@@ -178,6 +200,7 @@ def _cmp_select(
     LS: tl.constexpr,
     PREC: tl.constexpr,
     CUT: tl.constexpr = 0,
+    SHM: tl.constexpr = 0,
 ):
     """Block selection [Eq. 9-11] for BT tokens (all G heads of each as rows, padded to GP): per key
     tile of BJ selection blocks (r = l'/d keys each, padded to RP), the final probabilities from the
@@ -233,6 +256,7 @@ def _cmp_select(
         bound = tl.where(row_ok, tl.minimum(tq, (NC - 1) * S + (L - 1)), -1)
         jt_a = tl.where(tb_a < t_end, tb_a // LS, -1)
         jt_b = tl.where(tb_b < t_end, tb_b // LS, -1)
+        rot = tl.zeros([BT, BJ], tl.float32)  # SHM: the previous tile's last keys' sums, rotated
         j0 = pid_t * 0  # the tile's first block, an int32 of its own (jb's uses widen to 64 bits)
         for jb in range(0, n_blk_tiles):
             k0 = jb * (BJ * R)
@@ -247,7 +271,10 @@ def _cmp_select(
             if R != RP:
                 vis = vis & kc_ok[None, :]
             p = tl.where(vis, tl.exp2(s - lse[:, None]), 0.0)
-            score, prev = _block_scores(p, prev, BT, GP, BJ, RP, SP, A, R)
+            if SHM:
+                score, rot = _block_scores_shm(p, rot, BT, GP, BJ, RP, A, R)
+            else:
+                score, prev = _block_scores(p, prev, BT, GP, BJ, RP, SP, A, R)
             if HALVES:
                 score_a, score_b = _halves(score, BT, TH, BJ)
                 top_ab, top_aj = _select_tile_cut(top_ab, top_aj, score_a, jt_a, j0, BJ, W)

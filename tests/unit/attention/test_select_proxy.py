@@ -63,6 +63,27 @@ def test_split_separates_the_merge_branches_from_the_always_run_loop():
     assert whole["loop"]["insns"] == 6 + 2 + 3
 
 
+def test_by_line_attributes_the_always_run_loop_to_the_kernel_line_before_it():
+    """select_sass.by_line (`--lines`): the loop's always-run part by the kernel source line that
+    emitted it, triton's library lines (standard.py) going to the kernel line before them, the
+    merge branches left out."""
+    tagged = []
+    for ln in _LISTING.splitlines():
+        if "HMMA" in ln:
+            tagged.append('\t//## File "/x/compressed_select.py", line 7')
+        if "SHFL" in ln:
+            tagged.append('\t//## File "/y/triton/language/standard.py", line 293')
+        if "ISETP" in ln:
+            tagged.append('\t//## File "/x/compressed_select.py", line 9')
+        tagged.append(ln)
+    rows = ss.by_line(tagged)
+    # Line 7: HMMA, SHFL (standard.py) and the two forward branches; line 9: ISETP and the backedge.
+    assert set(rows) == {7, 9}
+    assert (rows[7]["insns"], rows[7]["mma"], rows[7]["shfl"], rows[7]["lds_sts"]) == (4, 1, 1, 0)
+    assert rows[9]["insns"] == 2
+    assert sum(r["insns"] for r in rows.values()) == ss.split(_LISTING.splitlines())["always"]["insns"]
+
+
 @pytest.fixture(scope="module")
 def small() -> tuple[torch.Tensor, torch.Tensor]:
     """Every token of M7C at T 640 (B 1, both KV heads): 80 windows of 8 per sequence."""
