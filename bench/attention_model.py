@@ -246,14 +246,18 @@ WHAT_IF = {
     # the keys backward's dQ tile converted before its store, as every GPU run measured it (keys_dq_mma
     # ships on sm_80 on bench/keys_proxy.py's word, read from its sm_80 SASS; Hopper keeps it off)
     "keys_dq_mma_off": {"keys_dq_mma": False},
-    # every proxy-shipped change off (keys_div32, select_cut, tok_pipe, keys_dq_mma, flash_tiles): the
-    # model of the code the GPUs measured, nothing else
+    # the selection's Eq. 9 gathers as every GPU run measured them (select_shm ships on sm_90 at the
+    # paper's shape on bench/select_proxy.py's word: CONFIG_FACTOR "cmp_sel32@shm_d128")
+    "select_shm_off": {"select_shm": 0},
+    # every proxy-shipped change off (keys_div32, select_cut, tok_pipe, keys_dq_mma, flash_tiles,
+    # select_shm): the model of the code the GPUs measured, nothing else
     "measured_code_only": {
         "keys_div32": False,
         "select_cut": 0,
         "tok_pipe": 0,
         "keys_dq_mma": False,
         "flash_tiles": False,
+        "select_shm": 0,
     },
 }
 

@@ -107,10 +107,12 @@ CMP_VARIANTS = [
     # went 32-bit and hoisted (select_cut, shipped from G 3; bench/select_proxy.py predicts the cut
     # 11-13 % faster at M7C 8k-64k, 6-7 % at the paper's shape; bench/RESULTS.md "selcut").
     {"kernel": "select", "select_cut": 0},
-    # Eq. 9's shared key without the two [BT, BJ * RP] gathers (select_shm, off: a = 2 only; the
-    # same tables): bench/select_proxy.py predicts M7C 7.5 / 9.4 % faster at 8k x 8 / 64k, the
-    # paper's shape 16.7 % at 32k x 2 (158 -> 122 registers: 12 -> 16 warps an SM; RESULTS "selshm").
-    {"kernel": "select", "select_shm": 1},
+    # Eq. 9's shared key without the two [BT, BJ * RP] gathers (select_shm, a = 2 only; the same
+    # tables): bench/select_proxy.py predicts M7C 7.5 / 9.4 % faster at 8k x 8 / 64k (off there), the
+    # paper's shape 16.7 % at 32k (shipped there on sm_90: the measured loop is the variant; RESULTS
+    # "selshm", "shmpaper").
+    {"kernel": "select", "shape": "m7c", "select_shm": 1},
+    {"kernel": "select", "shape": "paper", "select_shm": 0},
 ]
 
 # The compressed backward (dQ, dK/dV, the partial sum): keys of compressed._config; "x2" doubles one.

@@ -43,6 +43,9 @@ QUEUE=(
   # shape; window dQ 0.57x and dK/dV 0.79x past head_dim 64, dK/dV 0.64x at 64): the measured tiles beside them
   "flash_tiles|120|--only cmp_bwd --shapes m7c:65536:1 paper:32768:1 --match bn_dkv --match stages_dq"
   "window_tiles|60|--only window --shapes m7c:8192:8 paper:8192:2"
+  # the selection's Eq. 9 key without its gathers (select_shm, shipped on sm_90 at the paper's shape
+  # on bench/select_proxy.py's word: 0.83x; at M7C a variant, 0.91x)
+  "select_shm|60|--only cmp_fwd --shapes paper:32768:1 m7c:65536:1 --match select_shm"
   # the M7C selection at 1 warp under a register cap (bench/select_proxy.py: -28 %), 4 tokens in halves
   "select_warps|120|--only cmp_fwd --shapes m7c:65536:1 --match maxnreg_sel --match warps_sel"
   # the paper shape's token tiles without their branch (tok_pipe 2 shipped on sm_90 on

@@ -165,6 +165,7 @@ def shipped_launch(
         "halves_sel": 0 if v0 else c["halves_sel"],
         "maxnreg_sel": 0 if v0 else c["maxnreg_sel"],  # its register cap (0: none)
         "select_cut": 0 if v0 else c["select_cut"],  # the loop's integer work in 32 bits, hoisted
+        "select_shm": 0 if v0 else c["select_shm"],  # Eq. 9's shared key without the two gathers
         "warps_cmp_dkv": c["warps_dkv"],
         "tp": sc["TP"],
         "warps_tok": sc["warps_tok"],

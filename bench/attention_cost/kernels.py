@@ -76,6 +76,7 @@ def ours(
     keys_div32: bool | None = None,
     keys_dq_mma: bool | None = None,
     select_cut: int | None = None,
+    select_shm: int | None = None,
     flash_tiles: bool | None = None,
     tok_pipe: int | None = None,
 ) -> list[Kernel]:
@@ -124,7 +125,11 @@ def ours(
     dQ / dK/dV tiles shipped on sm_90 on bench/flash_proxy.py's word (compressed.py `_config`: dK/dV
     64 keys a tile, dQ 128 rows at 8 warps past head_dim 64), tagged `@bn64` / `@bn64_d128` /
     `@wg_d128` on Hopper (CONFIG_FACTOR: the proxy's time over the measured tile's); False: the tiles
-    every GPU run measured (`_tiles_of_the_runs`); None: what the code ships."""
+    every GPU run measured (`_tiles_of_the_runs`); None: what the code ships. (It also covers the
+    window's sm_90 tiles, `@wg_d128`, `@bm128_d128`, `@w4`.) select_shm: the selection's Eq. 9 shared
+    key without its two gathers (compressed.py `_config` "select_shm", shipped on sm_90 at the
+    paper's shape on bench/select_proxy.py's word), tagged `@shm_d128`; 0: the loop every run
+    measured; None: what the code ships."""
     launch = shipped_launch(s, cc, before_ce226a4, before_2930e5c)
     given = {
         "select_v0": select_v0,
@@ -143,6 +148,7 @@ def ours(
         "keys_div32": keys_div32,
         "keys_dq_mma": keys_dq_mma,
         "select_cut": select_cut,
+        "select_shm": select_shm,
         "tok_pipe": tok_pipe,
     }
     launch.update({f: v for f, v in given.items() if v is not None})
@@ -216,6 +222,9 @@ def ours(
         # setting's own sm_80 SASS, and its published-efficiency what-if never had it
         if launch.get("select_cut") and not v0 and cc != 80:
             tags += "@cut" if D <= 64 else "@cut_d128"
+        # Eq. 9's shared key without the gathers (select_shm, shipped on sm_90 at the paper's shape only)
+        if launch.get("select_shm") and not v0 and cc != 80:
+            tags += "@shm" if D <= 64 else "@shm_d128"
         sunit = 2 * BH * sw["steps"] * sel_rows * sw["keys"] * D
         swork = {"programs": sel_progs, "token_steps": BH * sw["steps"] * bt}
         if cc == 80:  # the A100 price: the kernel's own sm_80 SASS (sass80.py; none recorded: as published)

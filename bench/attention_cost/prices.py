@@ -226,6 +226,8 @@ CONFIG_FACTOR: dict[str, float] = {
     "cmp_dkv@bn64": 0.545, "cmp_dkv@bn64_d128": 0.474, "cmp_dq@wg_d128": 0.465,
     # and the window's on sm_90 (wintiles): dQ 128 x 32 and dK/dV 128 rows past head_dim 64, dK/dV on 4 warps at 64
     "win_dq@wg_d128": 0.568, "win_dkdv@bm128_d128": 0.786, "win_dkdv@w4": 0.638,
+    # the selection's Eq. 9 key without its gathers at the paper's shape on sm_90 (select_shm; shmpaper)
+    "cmp_sel32@shm_d128": 0.836,
 }  # fmt: skip
 # A100: the tensor-core efficiency of each kind stays the published calibration's (EFF["ampere"] of
 # its generic kind: sm_80 runs these tiles as mma.sync, the instruction its peak is quoted for, so

@@ -395,9 +395,14 @@ def _config(
         # rotated one block on by one [BT, BJ] gather, the first block's carried (the same tables bit
         # for bit). M7C on sm_90 (triton 3.6): 39 -> 24 shared-memory accesses and 431 -> 426 SASS a
         # key tile; bench/select_proxy.py -7.5 / -9.4 % at M7C 8k / 64k, -16.7 % at the paper's shape
-        # at 32k (bench/RESULTS.md "selshm"); unmeasured, a probe variant. Off: short of the 8 % it
-        # needed at M7C 8k, and on triton 3.9 G 16 x D 96/128 on sm_90 lose warps (12 of 16 an SM).
-        "select_shm": 0,
+        # at 32k (bench/RESULTS.md "selshm"). SHIPPED ON sm_90 AT 16 HEADS A TOKEN PAST head_dim 64 (the
+        # paper's shape) ON THE PROXY'S WORD, UNMEASURED: -16.7 / -16.6 % at 32k / 64k on triton 3.6
+        # (158 -> 122 registers, 12 -> 16 warps an SM), -14.3 / -14.0 % on 3.9 (128 -> 132 registers,
+        # 16 -> 12 warps an SM, still 3 a scheduler: in the proxy's domain); no spill over G 5/6/8/16 x
+        # D 64/96/128 and G 12 x D 128 (sm_90 at G 12: 122 / 135 registers, 3.6 / 3.9), sm_80 and sm_90,
+        # 3.6 and 3.9 (RESULTS "selshm", "shmpaper"). Off elsewhere: M7C fell short of the 8 % asked at
+        # 8k, sm_80 and past 16 heads a token are unpriced. 0 (the measured loop): a probe variant.
+        "select_shm": 1 if arch >= 90 and a == 2 and head_dim > 64 and gpf == 16 else 0,
         # The selection kernel: its top-n merge is latency-bound, so fewer warps a program (more
         # programs per SM) ran it faster on an H200 (bench/kernel_probe.py, 2026-11-26): M7C at 64k
         # 39.1 / 20.2 / 13.3 ms with 8 / 4 / 2 warps (and 11.9 with 2 warps and 2 tokens a tile), the

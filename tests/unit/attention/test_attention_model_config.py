@@ -38,6 +38,7 @@ FROM_CONFIG = {
     "halves_sel": _cmp("halves_sel"),
     "maxnreg_sel": _cmp("maxnreg_sel"),
     "select_cut": _cmp("select_cut"),
+    "select_shm": _cmp("select_shm"),
     "warps_cmp_dkv": _cmp("warps_dkv"),
     "tp": _sel("TP"),
     "warps_tok": _sel("warps_tok"),
