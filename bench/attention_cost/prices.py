@@ -319,13 +319,15 @@ RUN_BUILDS: dict[str, dict] = {
     # main at 050ce66: the keys kernels and the int32 selection at its chosen tiles; the backward still
     # sorted its own reverse index (int64 keys, ~16 aten ops; the builds before 2930e5c did too)
     # (and the key-major kernels' rows in int64: keys_div32 came after; the token tiles' branchy loop)
-    # (and the compressed backward's tiles as every run measured them: flash_tiles came after)
+    # (and the compressed backward's and the window's tiles as every run measured them: flash_tiles
+    # came after; and the selection's Eq. 9 gathers: select_shm came after)
     "2026-11-26b-h200-speed-final.json": {
         "index_once": False,
         "keys_div32": False,
         "select_cut": 0,
         "tok_pipe": 0,
         "flash_tiles": False,
+        "select_shm": 0,
     },
 }
 
