@@ -294,26 +294,8 @@ def proxy_ms(p: dict, c: dict, f: dict, form=FORM) -> tuple[float, dict]:
 
 
 def nnls_rel(xs: list[list[float]], ys: list[float], ws: list[float]) -> list[float]:
-    """Non-negative least squares on weighted relative error, sum w ((c . x) / y - 1)^2, over every
-    subset of the columns (keys_proxy.nnls_rel with weights)."""
-    import numpy as np
-
-    r = np.sqrt(np.array(ws))
-    A = np.array([[v / y for v in x] for x, y in zip(xs, ys)]) * r[:, None]
-    b = r.copy()
-    n = A.shape[1]
-    best, best_r = [0.0] * n, float("inf")
-    for mask in range(1, 2**n):
-        cols = [i for i in range(n) if mask >> i & 1]
-        c = np.linalg.lstsq(A[:, cols], b, rcond=None)[0]
-        if (c < 0).any():
-            continue
-        full = np.zeros(n)
-        full[cols] = c
-        res = float(((A @ full - b) ** 2).sum())
-        if res < best_r:
-            best, best_r = [float(v) for v in full], res
-    return best
+    """Non-negative least squares on weighted relative error: keys_proxy.nnls_rel with weights."""
+    return keys_proxy.nnls_rel(xs, ys, ws)
 
 
 # Starting latency constants (cycles) of the max() fit's restarts.

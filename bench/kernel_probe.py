@@ -270,6 +270,19 @@ def probe_cmp(name, B, T, match=None):
         yield {"probe": "cmp_fwd", "shape": name, "T": T, "B": B, "variant": over, "ms": ms}
 
 
+def _time_patched(module, attr: str, patched, fwd, fwd_bwd) -> dict:
+    """fwd and fwd+bwd ms with `module.attr` replaced by `patched` for the timing only (a variant
+    that does not compile, shared memory or registers, is a result: its error)."""
+    base = getattr(module, attr)
+    setattr(module, attr, patched)
+    try:
+        return {"fwd_ms": _time(fwd), "fwd_bwd_ms": _time(fwd_bwd)}
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+    finally:
+        setattr(module, attr, base)
+
+
 def probe_sel(name, B, T, match=None):
     Hkv, G, D = SHAPES[name]
     q, kc, vc, ks, vs = _inputs(B, T, Hkv, G, D)
@@ -292,13 +305,8 @@ def probe_sel(name, B, T, match=None):
     for over in SEL_VARIANTS:
         if not _runs_at(over, name, match):
             continue
-        sel._launch_config = lambda G, D, LP, *a, _o=over: _apply(base(G, D, LP, *a), _o, G)
-        try:
-            row = {"fwd_ms": _time(fwd), "fwd_bwd_ms": _time(fwd_bwd)}
-        except Exception as e:
-            row = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
-        finally:
-            sel._launch_config = base
+        patched = lambda G, D, LP, *a, _o=over: _apply(base(G, D, LP, *a), _o, G)  # noqa: E731
+        row = _time_patched(sel, "_launch_config", patched, fwd, fwd_bwd)
         yield {"probe": "selected", "shape": name, "T": T, "B": B, "variant": over, **row}
 
 
@@ -340,13 +348,8 @@ def probe_window(name, B, T, match=None):
     for over in WIN_VARIANTS:
         if not _runs_at(over, name, match):
             continue
-        win._configs = lambda *a, _o=over, **k: _apply(base(*a, **k), _o, G)
-        try:
-            row = {"fwd_ms": _time(fwd), "fwd_bwd_ms": _time(fwd_bwd)}
-        except Exception as e:
-            row = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
-        finally:
-            win._configs = base
+        patched = lambda *a, _o=over, **k: _apply(base(*a, **k), _o, G)  # noqa: E731
+        row = _time_patched(win, "_configs", patched, fwd, fwd_bwd)
         yield {"probe": "window", "shape": name, "T": T, "B": B, "variant": over, **row}
 
 

@@ -266,13 +266,14 @@ def parts_ms(ln: dict, f: dict, gpu=H200) -> dict:
     return {k: f[k] * x[k] / (gpu["ghz"] * 1e6) for k in f}
 
 
-def nnls_rel(xs: list[list[float]], ys: list[float]) -> list[float]:
-    """Non-negative least squares on relative error, sum ((c . x) / y - 1)^2, by trying every subset
-    of the columns (a handful here): negative cycles would mean nothing."""
+def nnls_rel(xs: list[list[float]], ys: list[float], ws: list[float] | None = None) -> list[float]:
+    """Non-negative least squares on relative error, sum w ((c . x) / y - 1)^2 (w 1 without `ws`), by
+    trying every subset of the columns (a handful here): negative cycles would mean nothing."""
     import numpy as np
 
-    A = np.array([[v / y for v in x] for x, y in zip(xs, ys)])
-    b = np.ones(len(ys))
+    r = np.sqrt(np.array(ws, dtype=float)) if ws is not None else np.ones(len(ys))
+    A = np.array([[v / y for v in x] for x, y in zip(xs, ys)]) * r[:, None]
+    b = r.copy()
     n = A.shape[1]
     best, best_r = [0.0] * n, float("inf")
     for mask in range(1, 2**n):
@@ -282,9 +283,9 @@ def nnls_rel(xs: list[list[float]], ys: list[float]) -> list[float]:
             continue
         full = np.zeros(n)
         full[cols] = c
-        r = float(((A @ full - b) ** 2).sum())
-        if r < best_r:
-            best, best_r = [float(v) for v in full], r
+        res = float(((A @ full - b) ** 2).sum())
+        if res < best_r:
+            best, best_r = [float(v) for v in full], res
     return best
 
 
