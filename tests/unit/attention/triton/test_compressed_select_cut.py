@@ -18,33 +18,22 @@ import pytest
 import torch
 
 from nsa.attention.triton import compressed as tri
+from tests.fixtures.launch_spy import LaunchSpy
 
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp2:RuntimeWarning")
 
 
-class _Spy:
-    """The selection kernel, recording each launch's CUT, then running it."""
-
-    def __init__(self, real, seen: list):
-        self.real, self.seen = real, seen
-
-    def __getitem__(self, grid):
-        def launch(*a, **k):
-            self.seen.append(k["CUT"])
-            return self.real[grid](*a, **k)
-
-        return launch
-
-
-def _table(monkeypatch, cut: int, q, kc, lse, bl, d, lp, n):
+def _table(monkeypatch, cut: int, q, kc, lse, bl, d, lp, n, switch=("select_cut", "CUT")):
+    """The selection table of `_config` with its `switch` (the config key, the kernel's constexpr;
+    test_compressed_select_shm.py passes SHM's) set to `cut`, checked to reach the one launch."""
     B, Hkv, T, G, D = q.shape
-    c = {**tri._config(G, D, n, bl, d, lp), "select_cut": cut}
+    c = {**tri._config(G, D, n, bl, d, lp), switch[0]: cut}
     k = min(n, -(-T // lp))
     idx = torch.full((B, Hkv, T, k), -7, dtype=torch.int64)
     valid = torch.zeros((B, Hkv, T, k), dtype=torch.bool)
     seen = []
     with monkeypatch.context() as m:
-        m.setattr(tri, "_cmp_select", _Spy(tri._cmp_select, seen))
+        m.setattr(tri, "_cmp_select", LaunchSpy(tri._cmp_select, seen, switch[1]))
         tri.launch_select(c, q, kc, lse, idx, valid, bl, d, lp, 0.125 * 1.4426950408889634, "ieee")
     assert seen == [cut]
     return idx, valid

@@ -21,32 +21,14 @@ import torch
 from nsa.attention import compressed as eager
 from nsa.attention.triton import compressed as tri
 from tests.fixtures.bench import load_bench
+from tests.unit.attention.triton.test_compressed_select_cut import _table as _cut_table
 
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp2:RuntimeWarning")
 
 
 def _table(monkeypatch, shm: int, q, kc, lse, bl, d, lp, n):
-    B, Hkv, T, G, D = q.shape
-    c = {**tri._config(G, D, n, bl, d, lp), "select_shm": shm}
-    k = min(n, -(-T // lp))
-    idx = torch.full((B, Hkv, T, k), -7, dtype=torch.int64)
-    valid = torch.zeros((B, Hkv, T, k), dtype=torch.bool)
-    seen = []
-    real = tri._cmp_select
-
-    class Spy:  # the selection kernel, recording each launch's SHM, then running it
-        def __getitem__(self, grid):
-            def launch(*a, **kw):
-                seen.append(kw["SHM"])
-                return real[grid](*a, **kw)
-
-            return launch
-
-    with monkeypatch.context() as m:
-        m.setattr(tri, "_cmp_select", Spy())
-        tri.launch_select(c, q, kc, lse, idx, valid, bl, d, lp, 0.125 * 1.4426950408889634, "ieee")
-    assert seen == [shm]
-    return idx, valid
+    """The selection table with select_shm set to `shm`, checked to reach the launch as SHM."""
+    return _cut_table(monkeypatch, shm, q, kc, lse, bl, d, lp, n, switch=("select_shm", "SHM"))
 
 
 # (B, Hkv, T, G, D, l, d, l', n), all a = 2: BJ 16 blocks a key tile, so T spans 3 tiles; r 3 (padded

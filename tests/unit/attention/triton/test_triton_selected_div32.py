@@ -24,21 +24,8 @@ import triton.language as tl
 from nsa.attention.triton import selected as tsel
 from nsa.attention.triton import selected_keys as tkeys_fwd
 from nsa.attention.triton import selected_keys_bwd as tkeys
+from tests.fixtures.launch_spy import LaunchSpy
 from tests.unit.attention.triton.test_triton_selected_keys_bwd import _backward, _inputs, _odd_table
-
-
-class _Spy:
-    """A kernel that records the DIV32 of each launch, then runs."""
-
-    def __init__(self, real, seen: list):
-        self.real, self.seen = real, seen
-
-    def __getitem__(self, grid):
-        def launch(*a, **k):
-            self.seen.append(k["DIV32"])
-            return self.real[grid](*a, **k)
-
-        return launch
 
 
 def _run(monkeypatch, div32: bool, q, k, v, idx, valid, lp, dout):
@@ -46,8 +33,8 @@ def _run(monkeypatch, div32: bool, q, k, v, idx, valid, lp, dout):
     with monkeypatch.context() as m:
         base = tsel._launch_config
         m.setattr(tsel, "_launch_config", lambda *a: {**base(*a), "bwd_keys": True, "keys_div32": div32})
-        m.setattr(tkeys, "_sel_bwd_keys_kernel", _Spy(tkeys._sel_bwd_keys_kernel, seen))
-        m.setattr(tkeys_fwd, "_sel_fwd_keys_kernel", _Spy(tkeys_fwd._sel_fwd_keys_kernel, seen))
+        m.setattr(tkeys, "_sel_bwd_keys_kernel", LaunchSpy(tkeys._sel_bwd_keys_kernel, seen, "DIV32"))
+        m.setattr(tkeys_fwd, "_sel_fwd_keys_kernel", LaunchSpy(tkeys_fwd._sel_fwd_keys_kernel, seen, "DIV32"))
         out, lse = torch.ops.nsa_triton.selected_fwd(q, k, v, idx, valid, lp, q.shape[-1] ** -0.5, True)[:2]
         return (out, lse, *_backward(q, k, v, idx, valid, lp, dout, (out, lse))), seen
 

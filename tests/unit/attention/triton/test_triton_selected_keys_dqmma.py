@@ -24,6 +24,7 @@ import triton.language as tl
 from nsa.attention.triton import selected as tsel
 from nsa.attention.triton import selected_keys as tkeys_fwd
 from nsa.attention.triton import selected_keys_bwd as tkeys
+from tests.fixtures.launch_spy import LaunchSpy
 from tests.unit.attention.triton.test_triton_selected_keys_bwd import _backward, _inputs, _odd_table
 
 
@@ -55,26 +56,14 @@ def test_the_product_layout_store_writes_what_the_plain_store_writes(BR, DP, D, 
     assert torch.equal(out.isnan(), want.isnan()) and torch.equal(out.nan_to_num(), want.nan_to_num())
 
 
-class _Spy:
-    """The keys kernel, recording each launch's (DQ_WM, DQ_WN), then run."""
-
-    def __init__(self, real, seen: list):
-        self.real, self.seen = real, seen
-
-    def __getitem__(self, grid):
-        def launch(*a, **k):
-            self.seen.append((k["DQ_WM"], k["DQ_WN"]))
-            return self.real[grid](*a, **k)
-
-        return launch
-
-
 def _grads(monkeypatch, over: dict, q, k, v, idx, valid, lp, dout):
     seen = []
     with monkeypatch.context() as m:
         base = tsel._launch_config
         m.setattr(tsel, "_launch_config", lambda *a: {**base(*a), "bwd_keys": True, **over})
-        m.setattr(tkeys, "_sel_bwd_keys_kernel", _Spy(tkeys._sel_bwd_keys_kernel, seen))
+        m.setattr(
+            tkeys, "_sel_bwd_keys_kernel", LaunchSpy(tkeys._sel_bwd_keys_kernel, seen, "DQ_WM", "DQ_WN")
+        )
         return _backward(q, k, v, idx, valid, lp, dout), seen
 
 
@@ -117,25 +106,13 @@ def test_the_warp_split_is_tritons_and_the_switch_is_on_for_sm80_only():
     assert split(small, 80) == (0, 0)
 
 
-class _FwdSpy:
-    """The keys forward kernel, recording each launch's (O_WM, O_WN), then run."""
-
-    def __init__(self, real, seen: list):
-        self.real, self.seen = real, seen
-
-    def __getitem__(self, grid):
-        def launch(*a, **k):
-            self.seen.append((k["O_WM"], k["O_WN"]))
-            return self.real[grid](*a, **k)
-
-        return launch
-
-
 def _forward(monkeypatch, on: bool, seen: list, q, k, v, idx, valid, lp):
     with monkeypatch.context() as m:
         base = tsel._launch_config
         m.setattr(tsel, "_launch_config", lambda *a: {**base(*a), "fwd_keys": True, "keys_fwd_mma": on})
-        m.setattr(tkeys_fwd, "_sel_fwd_keys_kernel", _FwdSpy(tkeys_fwd._sel_fwd_keys_kernel, seen))
+        m.setattr(
+            tkeys_fwd, "_sel_fwd_keys_kernel", LaunchSpy(tkeys_fwd._sel_fwd_keys_kernel, seen, "O_WM", "O_WN")
+        )
         return torch.ops.nsa_triton.selected_fwd(q, k, v, idx, valid, lp, q.shape[-1] ** -0.5, True)[:2]
 
 

@@ -24,6 +24,7 @@ import triton.language as tl
 from nsa.attention.triton import selected as tsel
 from nsa.attention.triton import selected_query as tq
 from nsa.attention.triton.selected_forced import online_softmax_step
+from tests.fixtures.launch_spy import LaunchSpy
 from tests.unit.attention.triton.test_triton_selected import (
     _adjacent_table,
     _compare_any_table,
@@ -147,17 +148,6 @@ def test_the_kernel_probe_variant_reaches_both_launches(monkeypatch):
     assert over in [{k: v for k, v in o.items() if k not in probe.META} for o in probe.SEL_VARIANTS]
     seen = []
 
-    def spy(kernel):
-        class _Spy:  # records the PIPE and stages each launch gets
-            def __getitem__(self, grid):
-                def launch(*a, **kw):
-                    seen.append((kw["PIPE"], kw["num_stages"]))
-                    return kernel[grid](*a, **kw)
-
-                return launch
-
-        return _Spy()
-
     G, T, D, lp = 16, 13, 16, 4
     q, k, v = _inputs(1, 1, T, G, D, torch.float32, seed=70)
     idx, valid = _odd_table(1, 1, T, lp, 4, seed=70)
@@ -165,8 +155,12 @@ def test_the_kernel_probe_variant_reaches_both_launches(monkeypatch):
     monkeypatch.setattr(
         tsel, "_launch_config", lambda G, D, LP, *a: probe._apply(base(G, D, LP, *a), over, G)
     )
-    monkeypatch.setattr(tsel, "_sel_fwd_tok_kernel", spy(tq._sel_fwd_tok_kernel))
-    monkeypatch.setattr(tsel, "_sel_bwd_dq_tok_kernel", spy(tq._sel_bwd_dq_tok_kernel))
+    monkeypatch.setattr(
+        tsel, "_sel_fwd_tok_kernel", LaunchSpy(tq._sel_fwd_tok_kernel, seen, "PIPE", "num_stages")
+    )
+    monkeypatch.setattr(
+        tsel, "_sel_bwd_dq_tok_kernel", LaunchSpy(tq._sel_bwd_dq_tok_kernel, seen, "PIPE", "num_stages")
+    )
     _compare_any_table(q, k, v, idx, valid, lp)
     assert seen == [(2, 3), (2, 3)]
 
