@@ -156,8 +156,9 @@ def ours(
     launch["cc"] = cc
     if flash_tiles is False:  # the compressed backward's tiles as every GPU run measured them
         runs = _tiles_of_the_runs(s)
-        keys = ("rows_cmp_dq", "bn_cmp_dkv", "split_cmp_dkv", "bm_win_dq", "bn_win_dkdv", "bm_win_dkdv")
-        launch.update({k: runs[k] for k in (*keys, "warps_win_dkdv")})
+        keys = ("rows_cmp_dq", "bn_cmp_dkv", "split_cmp_dkv", "bm_win_dq", "bn_win_dkdv", "bm_win_dkdv",
+                "warps_win_dkdv")  # fmt: skip
+        launch.update({k: runs[k] for k in keys})
     B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
     bf = 2
     act = B * T * s.H * D * bf
@@ -291,10 +292,9 @@ def ours(
     # The proxy-shipped window tiles on Hopper (window.py `_configs`, flash_tiles): dQ past head_dim 64
     # at 128 rows x 32 keys, dK/dV past it at 128 rows, dK/dV at head_dim 64 on 4 warps; tagged for
     # CONFIG_FACTOR (bench/flash_proxy.py's time over the measured tile's, past the model's own count).
-    win_runs = {k: measured[k] for k in ("bm_win_dq", "bm_win_dkdv", "warps_win_dkdv")}
-    wq_tag = "@wg_d128" if hopper_tile and D > 64 and launch["bm_win_dq"] != win_runs["bm_win_dq"] else ""
-    wd_tag = "@w4" if hopper_tile and launch["warps_win_dkdv"] != win_runs["warps_win_dkdv"] else ""
-    if hopper_tile and D > 64 and launch["bm_win_dkdv"] != win_runs["bm_win_dkdv"]:
+    wq_tag = "@wg_d128" if hopper_tile and D > 64 and launch["bm_win_dq"] != measured["bm_win_dq"] else ""
+    wd_tag = "@w4" if hopper_tile and launch["warps_win_dkdv"] != measured["warps_win_dkdv"] else ""
+    if hopper_tile and D > 64 and launch["bm_win_dkdv"] != measured["bm_win_dkdv"]:
         wd_tag += "@bm128_d128"
     wqprog = BH * math.ceil(T * G / launch["bm_win_dq"])  # 64 rows past head_dim 64 (the model had 128)
     ks.append(Kernel("win_bwd_dq", "window", "bwd", f"win_dq@{_cfg(D)}{wq_tag}", 3 * wunit, 3 * wuse, 4 * act + 2 * kvb,
