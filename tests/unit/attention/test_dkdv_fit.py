@@ -71,6 +71,10 @@ def test_neither_proxy_calibrates_and_the_joint_fit_does_not_hold_out():
     assert not v["gather_full_step"]["calibrates"]
     joint = next(r for r in rows if "joint_fit" in r)
     assert joint["dkdv_settings"] >= 2 and joint["held_out_max_abs"] > df.JOINT_BAR and not joint["passes"]
+    # the spill-free candidates recorded on both tritons, priced for the record only
+    cand = {(r["triton"], r["setting"]["BR"]): r for r in rows if "price" in r}
+    assert set(cand) == {(v, br) for v in ("3.6.0", "3.9.0") for br in (64, 128)}
+    assert all(r["spill"] == 0 and r["price"].startswith("uncalibrated") for r in cand.values())
     # so nothing ships: the paper shape's dK/dV keeps its measured tile on sm_90
     c = sel._config(16, 128, 64, arch=90)
     assert (c["BR"], c["warps_kv"], c["stages_kv"]) == (32, 4, 1)
