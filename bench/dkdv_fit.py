@@ -186,6 +186,10 @@ def compile_dkdv(build: str, shape: str, setting: dict, arch: int = 90) -> dict:
     counts from the listing (`counts`)."""
     os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"
     os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="nsa-dkdvfit-"))
+    if build not in BUILDS:
+        raise ValueError(
+            f"build {build!r}: not one of {BUILDS} (a point's build is a commit its runs measured)"
+        )
     _, G, D = SHAPES[shape]
     if build == "now":
         import triton
