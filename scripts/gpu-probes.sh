@@ -52,8 +52,9 @@ QUEUE=(
   # bench/gather_proxy.py's word, 0.862x): the measured branchy loop beside it, and the other builds
   "tok_pipe|150|--only selected --shapes paper:8192:2 --match tok_pipe"
   # the paper shape's full tiles at head_dim 128 (bench/tiles_d128.py; its compressed backward
-  # candidates: flash_tiles above)
-  "d128_sel|120|--only selected --shapes paper:8192:2 --match BR"
+  # candidates: flash_tiles above); the query-major dK/dV at 128 rows / 8 warps at 8k and 64k, the
+  # lengths its ship would be judged at (no proxy calibrates on that kernel: bench/RESULTS.md "dkdvfit")
+  "d128_sel|130|--only selected --shapes paper:8192:2 paper:65536:1 --match BR"
   "d128_fwd|90|--only cmp_fwd --shapes paper:32768:1 --match bn_fwd"
 )
 if [ "$LIST" = 1 ]; then
