@@ -264,6 +264,16 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # below the calibrated range than the shipped point: off there until a GPU measures it. The
         # other value is a bench/kernel_probe.py variant on either arch (gpucheck compiles both).
         "keys_dq_mma": arch < 90,
+        # The keys kernel's key mask as one compare of a column against a per-row limit (selected_keys_bwd.py
+        # ROWLIM, with keys_div32) instead of a per-column key position held across the loop: bitwise
+        # the same gradients (interpreter test). What lets 64 rows a step fit sm_80's 255 registers
+        # (keys_dq_mma on): no spill over gpucheck's grid on triton 3.6 and 3.9, where 64 rows spilled
+        # 96-176 B without it. bench/a100_proxy.py prices BR_keys 64 with it at 0.87x the shipped 32
+        # rows on an A100 (M7C 8k / 32k / 64k), but its instructions a scheduler fall 13-18 % below
+        # the keys proxy's calibrated range (bench/RESULTS.md "a100keys"): a probe switch, off, and
+        # sm_80 keeps 32 rows until a GPU measures it (the bench/kernel_probe.py variant
+        # {"BR_keys": 64, "keys_rowlim": True}; gpucheck compiles it on sm_80: `_br64`).
+        "keys_rowlim": False,
         "BM_merge": 64 if DP <= 64 else 32,
         "warps_merge": 4,
         "BM_delta": 64,
