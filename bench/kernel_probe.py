@@ -188,7 +188,7 @@ SEL_VARIANTS = [
     # a step (selected_keys_bwd.KEYS_BR64_PROBE): on an A100 sm_80's candidate (no spill where 64 rows
     # spilled without the limit; bench/a100_proxy.py 0.87x the shipped 32 rows, outside the keys proxy's
     # calibrated instructions: bench/RESULTS.md "a100keys"); on an H100/H200 (64 rows already) the
-    # limit alone (sm_90, triton 3.6, M7C: 654 -> 657 SASS a step, the same 40 shared accesses).
+    # limit alone (sm_90, triton 3.6, M7C: 535 -> 536 SASS a step, the same 32 shared accesses).
     {"shape": "m7c", "BR_keys": 64, "keys_rowlim": True},
     # Head_dim 128: the query-major dK/dV kernel (`_sel_bwd_dkdv_kernel`) at 128 (pair, head) rows a
     # step and 8 warps (bench/tiles_d128.py; G 16 x D 128 on sm_90, triton 3.6: 16 % fewer SASS a
