@@ -23,6 +23,10 @@ from nsa.attention.triton import interpreting
 from nsa.attention.triton.spec import GpuShape, KernelSpec
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# q's gradients summed inside RoPE's backward (`rope_q_fanout`); False: one output shared by the
+# branches, autograd's two adds and the plain inverse rotation, the path every GPU run measured
+# (a probe switch: read at each call).
+FUSE_Q_GRAD = True
 _Q_PERM = (0, 2, 1, 3, 4)  # q [B, T, Hkv, G, D] -> [B, Hkv, T, G, D]
 _K_PERM = (0, 2, 1, 3)  # keys [B, N, Hkv, D] -> [B, Hkv, N, D]
 
@@ -281,10 +285,13 @@ def rope_q_fanout(x: Tensor, cos: Tensor, sin: Tensor, n: int = 3) -> tuple[Tens
     consumers' gradients in float32 and rotates the sum by -angle (`nsa::triton_rope_grad_sum`).
 
     What `rope_to_layout` does not cover takes the eager function, its one output given `n` times
-    (autograd then sums the gradients, as before).
+    (autograd then sums the gradients, as before); so does everything with FUSE_Q_GRAD off (through
+    `rope_to_layout`).
     """
     if not 1 <= n <= 3:
         raise ValueError(f"nsa.attention.triton.fused.rope_q_fanout: n={n} consumers; the kernel sums 1 to 3")
+    if not FUSE_Q_GRAD:
+        return (rope_to_layout(x, cos, sin, _Q_PERM),) * n
     if not _covered(x, cos, sin, _Q_PERM):
         return (_eager_rope_to_layout(x, cos, sin, _Q_PERM),) * n
     _check_device(x, "rope_q_fanout")

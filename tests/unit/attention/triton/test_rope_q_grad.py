@@ -195,3 +195,10 @@ def test_nsa_attention_backward_adds_no_q_sized_tensors_and_matches_eager(monkey
     assert q_shape not in adds.shapes, adds.shapes
     assert launches.count(2) == 1  # the q gradient sum: X + X2 + X3, one launch
     torch.testing.assert_close(xt.grad, xe.grad, rtol=1e-4, atol=1e-5)
+    # the probe switch off: the path the GPU runs measured (autograd's two q-sized adds)
+    monkeypatch.setattr(fused, "FUSE_Q_GRAD", False)
+    launches.clear()
+    y = tri(x.clone().requires_grad_())
+    with adds:
+        y.backward(dy)
+    assert adds.shapes.count(q_shape) == 2 and 2 not in launches, (adds.shapes, launches)
