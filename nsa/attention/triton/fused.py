@@ -1,7 +1,9 @@
 """Fused element-wise passes of NSAAttention on the GPU (Triton): RoPE into the kernels' layout, gate mix.
 
 Owns `rope_to_layout` (drop-in for `nsa.attention.rope.rope_to_layout`: rotate and permute in one
-read and one write, backward the rotation by -angle written back in the input layout) and
+read and one write, backward the rotation by -angle written back in the input layout),
+`rope_q_fanout` (the same for q, one output per consumer branch: its backward sums their gradients
+in float32 inside the inverse rotation, one kernel, where autograd would add them in q's dtype) and
 `gate_mix` (drop-in for `nsa.attention.nsa._gate_mix`: Eq. 5's gated sum written into wo's
 [B, T, H*D] layout in one pass; backward one pass producing the three branch gradients and the
 gate gradient, whose row dots dy . o are summed in float32 in the kernel). Shapes or dtypes these
