@@ -2,7 +2,8 @@
 backward sums the branches' gradients in float32 inside the inverse rotation, one kernel
 (`nsa::triton_rope_grad_sum`): values and gradients equal eager's (fp32, fp16; absent gradients
 left out), bf16 rounds once (against the float64 result, where autograd's sum in bf16 rounds
-thrice), no copy of q forward, fake kernel / opcheck / torch.compile, and in NSAAttention the
+thrice), no copy of q forward, fake kernel / opcheck / torch.compile, and in NSAAttention (x's
+gradient against eager and reference.py) the
 backward adds no q-sized tensors and launches the rotation once with the three gradients.
 
 Run: .venv/bin/pytest tests/unit/attention/triton/test_rope_q_grad.py
@@ -19,6 +20,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nsa.attention import NSAAttention
+from nsa.attention.reference import nsa_reference
 from nsa.attention.rope import rope_cos_sin
 from nsa.attention.rope import rope_to_layout as eager_rope
 from nsa.attention.triton import fused
@@ -175,7 +177,7 @@ class _QSizedAdds(TorchDispatchMode):
 def test_nsa_attention_backward_adds_no_q_sized_tensors_and_matches_eager(monkeypatch):
     """The module's wiring: with the triton backend the three branches' q gradients meet in RoPE's
     backward (one launch with three gradients), not in autograd's adds (two q-sized aten.add on main);
-    x's gradient equals eager's (fp32)."""
+    x's gradient equals eager's and reference.py's (fp32)."""
     torch.manual_seed(0)
     kw = dict(dim=48, n_heads=6, n_kv_heads=1, head_dim=32, block_len=8, block_stride=4, sel_block=8,
               n_sel=3, window=8)  # fmt: skip
@@ -195,6 +197,9 @@ def test_nsa_attention_backward_adds_no_q_sized_tensors_and_matches_eager(monkey
     assert q_shape not in adds.shapes, adds.shapes
     assert launches.count(2) == 1  # the q gradient sum: X + X2 + X3, one launch
     torch.testing.assert_close(xt.grad, xe.grad, rtol=1e-4, atol=1e-5)
+    xr = x.clone().requires_grad_()
+    nsa_reference(tri, xr).backward(dy)  # reference.py's loops, differentiated by autograd
+    torch.testing.assert_close(xt.grad, xr.grad, rtol=1e-4, atol=1e-5)
     # the probe switch off: the path the GPU runs measured (autograd's two q-sized adds)
     monkeypatch.setattr(fused, "FUSE_Q_GRAD", False)
     launches.clear()
