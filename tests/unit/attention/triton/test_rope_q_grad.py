@@ -3,8 +3,8 @@ backward sums the branches' gradients in float32 inside the inverse rotation, on
 (`nsa::triton_rope_grad_sum`): values and gradients equal eager's (fp32, fp16; absent gradients
 left out), bf16 rounds once (against the float64 result, where autograd's sum in bf16 rounds
 thrice), no copy of q forward, fake kernel / opcheck / torch.compile, and in NSAAttention (x's
-gradient against eager and reference.py) the
-backward adds no q-sized tensors and launches the rotation once with the three gradients.
+gradient against eager and reference.py) the backward adds no q-sized tensors and launches the
+rotation once with the three gradients; the GPU probe of the switch (bench/kernel_probe.py).
 
 Run: .venv/bin/pytest tests/unit/attention/triton/test_rope_q_grad.py
 """
