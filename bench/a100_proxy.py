@@ -38,7 +38,7 @@ SELECT = {
     "paper": [(4, 4, 0, 0), (4, 4, 1, 0), (2, 4, 0, 0), (8, 4, 1, 0), (4, 2, 1, 0), (4, 2, 1, 168), (2, 2, 1, 0)],
 }  # fmt: skip
 KEYS = [{}, {"keys_div32": False}, {"keys_div32": True}, {"BR_keys": 16}, {"BR_keys": 16, "stages_kv": 2}, {"warps_keys": 8}, {"BR_keys": 64},
-        {"BR_keys": 64, "warps_keys": 8}, {"pdq_bits": 16}, {"pdq_bits": 16, "keys_div32": True},
+        {"BR_keys": 64, "warps_keys": 8}, {"pdq_bits": 32}, {"pdq_bits": 32, "keys_div32": False, "keys_dq_mma": False},
         {"keys_dq_mma": False}, {"keys_dq_mma": False, "keys_div32": False}]  # fmt: skip
 MERGE_T = [2048, 4096, 8192, 16384, 32768, 65536]
 POINTS = [8192, 32768, 65536]

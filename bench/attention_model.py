@@ -154,7 +154,7 @@ def transient_bytes(
 ) -> int:
     """The largest scratch one NSA op holds beyond its inputs, outputs and saved tensors (triton
     backend, bf16; fwd_keys / bwd_keys: the selected branch's key-major forward / backward, pdq_bits:
-    its backward's dQ partials, 32 fp32 or 16 bf16; None: what selected.py ships, G <= 8 and 32).
+    its backward's dQ partials, 32 fp32 or 16 bf16; None: what selected.py ships, G <= 8 and 16).
     Selection itself keeps nothing (until 2026-11-25 the forward kept float32 block scores
     [B, Hkv, T, ceil(T/l')], 512 MiB at 64k for M7C). The reverse index (selected_keys.py
     `reverse_index`): int32 sort keys and sorted keys (8 bytes an entry; cub's scratch not counted)
@@ -203,9 +203,10 @@ WHAT_IF = {
     # than the 32 selected.py ships; spills on sm_80 and at G 1 on triton 3.6)
     "keys_backward_64_rows": {"br_bwd_keys": 64},
     "keys_backward_only": {"fwd_keys": False},
-    # the key-major backward's dQ partials in bf16 (selected.py `_config` "pdq_bits": 16, a probe
-    # switch): PDQ's bytes halved in the keys kernel's write and the dQ merge's read
-    "pdq_16bit": {"pdq_bits": 16},
+    # the key-major backward's dQ partials in fp32, as every GPU run measured them (selected.py
+    # `_config` ships "pdq_bits" 16: q's 16-bit dtype, half PDQ's bytes in the keys kernel's write and
+    # the dQ merge's read; priced by the fitted DRAM terms, no proxy)
+    "pdq_fp32": {"pdq_bits": 32},
     # the key-major kernels' rows in 64 bits, as every GPU run measured them (keys_div32 ships on the
     # proxy's word: CONFIG_FACTOR "sel_keys_bwd@div32"): how much of the prediction rests on it
     "keys_div32_off": {"keys_div32": False},
@@ -225,7 +226,7 @@ WHAT_IF = {
     "before_token_tiles": {"token_tiles": False},  # one token a query-major program
     "shared_selections": {"selections": "shared"},  # adjacent tokens select the same blocks (best case)
     "selection_free": {"selection_free": True},  # the selection at no cost (a bound for its rewrite)
-    "before_ce226a4": {"before_ce226a4": True},  # the launch settings of the final H200 run
+    "before_ce226a4": {"before_ce226a4": True, "pdq_bits": 32},  # the launch settings of the final H200 run
     # ce226a4's 4x token tiles (8 tokens at G 6, D 64), probed at 8k, B = 8 only (faster there); the
     # model prices them slower at B = 1 (fewer programs than slots) and at long T, so main ships 2
     "token_tiles_x4": {
@@ -234,6 +235,7 @@ WHAT_IF = {
         "bwd_keys": False,
     },
     "before_this_session": {
+        "pdq_bits": 32,
         "forced_tiles": False,
         "fold_selection": False,
         "unpadded_cmp_bwd": False,
@@ -252,8 +254,9 @@ WHAT_IF = {
     # q's three branch gradients summed by autograd (two adds in q's dtype) and rotated back apart, as
     # every GPU run measured them (q_grad_fused ships unmeasured: priced by its DRAM bytes)
     "q_grad_sum_unfused": {"q_grad_fused": False},
-    # every change shipped unmeasured off (keys_div32, select_cut, tok_pipe, keys_dq_mma, flash_tiles,
-    # select_shm, q_grad_fused): the model of the code the GPUs measured, nothing else
+    # every change shipped unmeasured off (the proxy-shipped keys_div32, select_cut, tok_pipe,
+    # keys_dq_mma, flash_tiles, select_shm, pdq_bits 16, and q_grad_fused): the model of the code the
+    # GPUs measured
     "measured_code_only": {
         "keys_div32": False,
         "select_cut": 0,
@@ -261,6 +264,7 @@ WHAT_IF = {
         "keys_dq_mma": False,
         "flash_tiles": False,
         "select_shm": 0,
+        "pdq_bits": 32,
         "q_grad_fused": False,
     },
 }

@@ -203,7 +203,21 @@ def compile_config(
     except Exception as e:  # out of resources: a result
         return {**rec, "error": f"{type(e).__name__}: {str(e).strip()[:200]}"}
     smem = int(k.metadata.shared) + rep["static_smem"]
-    insns, label_at = select_sass._parse(select_sass._disasm(k.asm["cubin"], arch))
+    sm = {**H200, "smem": 233472 if arch == 90 else 167936}
+    return {
+        **rec, "registers": rep["registers"], "spill": rep["spill_stores"] + rep["spill_loads"], "smem": smem,
+        "smem_ok": smem <= gpucheck.SMEM_LIMIT[arch],
+        "resident": select_sass.resident_programs(rep["registers"], smem, spec.num_warps, sm),
+        **listing_counts(select_sass._disasm(k.asm["cubin"], arch), spec.num_warps),
+    }  # fmt: skip
+
+
+def listing_counts(lines: list[str], warps: int) -> dict:
+    """What the proxy reads from one nvdisasm listing of a program of `warps` warps: its main loops
+    (`mma_loops`), per trip the narrowest one's path (`trip`), the masked phases' mean trip
+    (`masked`; the trip itself where there is one loop) and the code outside the loops once (`once`),
+    by `_counts` class with the MMA FLOPs of each. bench/dkdv_fit.py counts the selected dK/dV so."""
+    insns, label_at = select_sass._parse(lines)
     loops = mma_loops(insns, label_at)
     exits = [i for i, x in enumerate(insns) if x[0].startswith("EXIT")]
     last = max(exits, default=len(insns) - 1)
@@ -212,13 +226,10 @@ def compile_config(
     once = [x for i, x in enumerate(insns[: last + 1]) if i not in inside]
     trip, masked = paths[0], paths[1:] or paths[:1]  # the masked phases: their mean trip
     mean = {k: sum(_counts(m)[k] for m in masked) / len(masked) for k in _counts(trip)}
-    sm = {**H200, "smem": 233472 if arch == 90 else 167936}
     return {
-        **rec, "registers": rep["registers"], "spill": rep["spill_stores"] + rep["spill_loads"], "smem": smem,
-        "smem_ok": smem <= gpucheck.SMEM_LIMIT[arch], "loops": len(loops),
-        "resident": select_sass.resident_programs(rep["registers"], smem, spec.num_warps, sm),
-        "trip": {**_counts(trip), **mma_flops(trip, spec.num_warps)}, "once": _counts(once),
-        "masked": {**mean, **{k: sum(mma_flops(m, spec.num_warps)[k] for m in masked) / len(masked)
+        "loops": len(loops),
+        "trip": {**_counts(trip), **mma_flops(trip, warps)}, "once": _counts(once),
+        "masked": {**mean, **{k: sum(mma_flops(m, warps)[k] for m in masked) / len(masked)
                               for k in ("hgmma_flops", "hmma_flops")}},
     }  # fmt: skip
 

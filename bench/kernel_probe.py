@@ -161,18 +161,20 @@ SEL_VARIANTS = [
     {"TP": "x2"},
     {"warps_tok": 2},
     {"warps_kv": 8},
-    # The key-major backward's dQ partials in q's 16-bit dtype (bf16 here) instead of fp32: half of
-    # PDQ's bytes written by _sel_bwd_keys_kernel and read by _sel_bwd_dq_merge_kernel (the model:
-    # bench/attention_model.py what-if "pdq_16bit"; numerics: bench/pdq_numerics.py).
-    {"pdq_bits": 16},
+    # The key-major backward's dQ partials in fp32 (pdq_bits 32: the path every GPU run measured)
+    # instead of the shipped q's 16-bit dtype (bf16 here), which halves PDQ's bytes written by
+    # _sel_bwd_keys_kernel and read by _sel_bwd_dq_merge_kernel (the model: bench/attention_model.py
+    # what-if "pdq_fp32"; numerics: bench/pdq_numerics.py).
+    {"pdq_bits": 32},
     # The key-major kernels' rows in 64 bits (keys_div32 False: the int64 step index and
     # (pos // NK) % T, the path every GPU run measured, compiled to the same SASS) instead of the
     # shipped 32-bit ones: the probe measures what bench/keys_proxy.py priced for the keys backward
-    # (M7C 8k x 8, triton 3.6: 4.29 ms for the measured build, 4.53 measured; 2.68 shipped, 2.18 with
-    # pdq_bits 16) and the forward's 1682 -> 1386 SASS a step (bench/RESULTS.md "keysdiv"). M7C
-    # only: the key-major kernels run at G <= 8.
+    # (M7C 8k x 8, triton 3.6: 4.29 ms for the measured build, 4.53 measured; 2.68 at div32 with fp32
+    # partials, 2.18 with pdq_bits 16) and the forward's 1682 -> 1386 SASS a step (bench/RESULTS.md
+    # "keysdiv"). M7C only: the key-major kernels run at G <= 8. The second is the measured build's
+    # keys backward on sm_90 (int64 rows, fp32 partials).
     {"shape": "m7c", "keys_div32": False},
-    {"shape": "m7c", "keys_div32": False, "pdq_bits": 16},
+    {"shape": "m7c", "keys_div32": False, "pdq_bits": 32},
     # The keys backward's dQ partial stored in its product's own layout (keys_dq_mma True: no round trip
     # through shared memory; shipped on sm_80 only) or converted to a 16-byte-store layout first (False:
     # the path every GPU run measured, the sm_90 default). bench/keys_proxy.py, M7C, triton 3.6: sm_90

@@ -32,8 +32,8 @@ if ! [[ "$BUDGET" =~ ^[0-9]+$ ]] || [ "$BUDGET" -lt 30 ]; then
 fi
 # name | limit (s) | bench/kernel_probe.py arguments. Why each is here: bench/RESULTS.md, 2026-11-26.
 QUEUE=(
-  # the key-major kernels' rows in 32 bits shipped on bench/keys_proxy.py's word (priced 0.625x): the
-  # measured int64 path beside it, and the 16-bit dQ partials on both
+  # the key-major kernels' rows in 32 bits shipped on bench/keys_proxy.py's word (priced 0.625x) and
+  # the dQ partials in bf16 (pdq_bits 16, priced by bytes): the measured int64 / fp32 paths beside them
   "keys_div32|150|--only selected --shapes m7c:8192:8 m7c:65536:1 --match keys_div32 --match pdq_bits"
   # the selection loop's integer work in 32 bits (select_cut) shipped on bench/select_proxy.py's word
   # (0.879x at M7C, 0.934x at the paper shape): the measured loop beside it
@@ -52,8 +52,9 @@ QUEUE=(
   # bench/gather_proxy.py's word, 0.862x): the measured branchy loop beside it, and the other builds
   "tok_pipe|150|--only selected --shapes paper:8192:2 --match tok_pipe"
   # the paper shape's full tiles at head_dim 128 (bench/tiles_d128.py; its compressed backward
-  # candidates: flash_tiles above)
-  "d128_sel|120|--only selected --shapes paper:8192:2 --match BR"
+  # candidates: flash_tiles above); the query-major dK/dV at 128 rows / 8 warps at 8k and 64k, the
+  # lengths its ship would be judged at (no proxy calibrates on that kernel: bench/RESULTS.md "dkdvfit")
+  "d128_sel|130|--only selected --shapes paper:8192:2 paper:65536:1 --match BR"
   "d128_fwd|90|--only cmp_fwd --shapes paper:32768:1 --match bn_fwd"
 )
 if [ "$LIST" = 1 ]; then

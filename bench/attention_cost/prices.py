@@ -292,17 +292,23 @@ def carry_ratio(key: str) -> float | None:
 
 # The kernel builds the committed GPU runs measured (flags of `ours`), by file name: a speed record
 # does not name its kernels' launch settings, so a fit or a check of a committed run takes them from
-# here; a run of the current kernels needs no entry (ours' defaults: what the code ships).
+# here; a run of the current kernels needs no entry (ours' defaults: what the code ships). Every run
+# stored the key-major backward's dQ partials in fp32 (pdq_bits 32: 16 shipped after them).
 RUN_BUILDS: dict[str, dict] = {
-    "2026-11-26-h100-speed.json": {"split_cmp_fwd": False, "warps_dkdv": 8, "before_ce226a4": True},
+    "2026-11-26-h100-speed.json": {
+        "split_cmp_fwd": False,
+        "warps_dkdv": 8,
+        "before_ce226a4": True,
+        "pdq_bits": 32,
+    },
     # before warps_sel 2 shipped at sm_90
-    "2026-11-26-h200-speed-after.json": {"warps_sel": 4, "before_ce226a4": True},
+    "2026-11-26-h200-speed-after.json": {"warps_sel": 4, "before_ce226a4": True, "pdq_bits": 32},
     # 76bdb6b's kernels: the selection at 2 warps for M7C and the paper shape, BTF tokens, the
     # compressed dK/dV at 8 warps, the base token tiles, their forward at 8 warps at head_dim 128
-    "2026-11-26-h200-speed-final.json": {"before_ce226a4": True},
+    "2026-11-26-h200-speed-final.json": {"before_ce226a4": True, "pdq_bits": 32},
     # the probes' base builds (bench/kernel_probe.py: each variant one setting changed from it)
-    "2026-11-26-h200-probe-after.jsonl": {"warps_sel": 4, "before_ce226a4": True},
-    "2026-11-26-h200-probe-final.jsonl": {"before_ce226a4": True},
+    "2026-11-26-h200-probe-after.jsonl": {"warps_sel": 4, "before_ce226a4": True, "pdq_bits": 32},
+    "2026-11-26-h200-probe-final.jsonl": {"before_ce226a4": True, "pdq_bits": 32},
     # main at 2b9778f: ce226a4's settings without its 4x token tiles, the selected branch query-major
     # (forced tiles + token tiles; the key-major kernels came after)
     "2026-11-26b-h200-speed-shipped.json": {
@@ -310,12 +316,13 @@ RUN_BUILDS: dict[str, dict] = {
         "bwd_keys": False,
         "select_v0": True,
         "before_2930e5c": True,
+        "pdq_bits": 32,
     },
     # the integration build of kfwd + kbwd + cmpsel (bench/RESULTS.md, 2026-11-26b): the keys
     # kernels at BR_f 128 / BR_keys 64, the int32 selection at v0's settings (before 2930e5c)
-    "2026-11-26b-h200-speed-keys.json": {"before_2930e5c": True, "br_bwd_keys": 64},
-    "2026-11-26b-h200-probe-select.jsonl": {"before_2930e5c": True},
-    "2026-11-26b-h200-probe-keys-final.jsonl": {"before_2930e5c": True, "br_bwd_keys": 64},
+    "2026-11-26b-h200-speed-keys.json": {"before_2930e5c": True, "br_bwd_keys": 64, "pdq_bits": 32},
+    "2026-11-26b-h200-probe-select.jsonl": {"before_2930e5c": True, "pdq_bits": 32},
+    "2026-11-26b-h200-probe-keys-final.jsonl": {"before_2930e5c": True, "br_bwd_keys": 64, "pdq_bits": 32},
     # main at 050ce66: the keys kernels and the int32 selection at its chosen tiles; the backward still
     # sorted its own reverse index (int64 keys, ~16 aten ops; the builds before 2930e5c did too)
     # (and the key-major kernels' rows in int64: keys_div32 came after; the token tiles' branchy loop)
@@ -329,6 +336,7 @@ RUN_BUILDS: dict[str, dict] = {
         "tok_pipe": 0,
         "flash_tiles": False,
         "select_shm": 0,
+        "pdq_bits": 32,
         "q_grad_fused": False,
     },
 }

@@ -135,9 +135,10 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
 
     bwd_keys (G <= 8, with forced blocks): the key-major backward of selected_keys_bwd.py instead of
     the forced dQ + token-tile dQ + dK/dV kernels. Memory: its dQ partials PDQ are
-    nb*B*Hkv*T*n*G*D*4 bytes (nb = ceil(l'/BN) = 1 on the GPU), allocated and freed inside the
-    backward: 3.2 GB per layer backward at M7C 64k x 1 (and at 8k x 8), against ~0.2 GB of scratch
-    for the query-major dQ; half that with pdq_bits 16 (16-bit partials in q's dtype, not shipped). Its keys kernel holds the dK/dV kernel's state plus a [BR, D] fp32 dQ
+    nb*B*Hkv*T*n*G*D*2 bytes in 16-bit training (pdq_bits 16, the partials in q's dtype; x 4 in fp32
+    or at pdq_bits 32; nb = ceil(l'/BN) = 1 on the GPU), allocated and freed inside the backward:
+    1.6 GB per layer backward at M7C 64k x 1 (and at 8k x 8), against ~0.2 GB of scratch for the
+    query-major dQ. Its keys kernel holds the dK/dV kernel's state plus a [BR, D] fp32 dQ
     product: BR = 32 (64 spilled on sm_80 at head_dim 64: 152 bytes), 8 warps past head_dim 64
     (with 4 warps it spilled on sm_80 even at BR = 16).
     """
@@ -234,13 +235,15 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # 10.20 ms instead of 13.69 with 32 (16: 13.23; 8 warps: 19.03; bench/kernel_probe.py). ptxas:
         # 244-252 registers at G 2-8 on sm_90; it spilled on sm_80 (128-152 B) and at G 1 on triton 3.6.
         "BR_keys": 64 if arch >= 90 and DP <= 64 and G >= 2 else 32,
-        # PDQ's bits (selected_keys_bwd.py `pdq_dtype`): 32, fp32 partials (what every GPU run measured);
-        # 16, the partials in q's dtype when it is bf16/fp16 (fp32 q keeps fp32): half PDQ's bytes, written
-        # by the keys kernel and read by the merge (bench/attention_model.py what-if "pdq_16bit"). A
-        # probe switch (bench/kernel_probe.py) until a GPU measures it; the merge sums in fp32 either way.
-        # Numerics: bench/pdq_numerics.py (dq's error vs float64 up by ~10-20 % rms, within the GPU
-        # suite's bf16 bound); ptxas: no spills (bench/RESULTS.md).
-        "pdq_bits": 32,
+        # PDQ's bits (selected_keys_bwd.py `pdq_dtype`): 16, the partials in q's dtype when it is
+        # bf16/fp16 (fp32 q keeps fp32); 32, fp32 partials (what every GPU run measured: the what-if
+        # "pdq_fp32" and a bench/kernel_probe.py variant). 16 halves PDQ's bytes, written by the keys
+        # kernel and read by the merge, which sums in fp32 either way: memory traffic, priced by the
+        # model's fitted DRAM terms (NSA/FA2 at M7C 8k on an H100 1.23 -> 1.14). The cost: one more
+        # rounding per partial; bench/pdq_numerics.py measures dq's rms error vs float64 up 11-19 %
+        # (bf16 0.27 -> 0.30 %), and the GPU suite's bound takes that term (gpusuite/bounds.py
+        # `dq_parts_rounded`). ptxas: no spills, 6-78 registers fewer (bench/RESULTS.md "pdq16").
+        "pdq_bits": 16,
         "warps_keys": 4 if DP <= 64 else 8,
         # The key-major kernels' rows in 32 bits (selected_keys_bwd.py `_pair_rows32`: the step index,
         # the token by a 32-bit multiply-high within the (batch, KV head), the partial row) and
@@ -591,7 +594,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     if cfg["bwd_keys"]:
         # G <= 8 with forced blocks: the key-major backward replaces selected_forced_dq, selected_bwd_dq
         # and selected_bwd_dkdv (still compiled: bwd_keys=False and forced_blocks=False run them); its
-        # keys kernel and dQ merge also at pdq_bits 16 (`*_pdq16`, the probe switch) in 16-bit dtypes.
+        # keys kernel and dQ merge also at pdq_bits 32 (`*_pdq32`, the measured path) in 16-bit dtypes.
         rows += keys_bwd_gpucheck_rows(cfg, G, D, LP, dt, prec, arch)
     if not cfg["tok_pipe"]:
         # The token tiles' branch-free loop as the probe runs it (TOK_PIPE_PROBE), where it is not shipped.

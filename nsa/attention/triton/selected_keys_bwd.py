@@ -8,7 +8,8 @@ Owns the three kernels that replace the forced dQ, the query-major dQ and the dK
   with WRITE_DQ off) that also writes each pair's dQ partial,
   (dS @ K) * scale in fp32, to PDQ [nb, BH*T*n, G, D] at the pair's flat table position and key chunk,
   (with `_config`'s keys_dq_mma in its product's own layout: `_store_rows_mma`, `dq_store_consts`)
-  stored in fp32 or, with `_config`'s pdq_bits 16, rounded to q's 16-bit dtype (`pdq_dtype`):
+  rounded once to q's 16-bit dtype (`_config`'s pdq_bits 16, shipped) or kept in fp32 (pdq_bits 32,
+  and for fp32 q; `pdq_dtype`):
   s, p, dp and dS are computed once for dQ, dK and dV. Every pair goes through it, the forced entries
   (block 0, the query's own block and the one before) included;
 - `_sel_bwd_dq_merge_kernel`: query-major, per BM (token, head) rows, dQ = the sum of PDQ over the
@@ -20,10 +21,10 @@ reduces the dK/dV partials it returns); `keys_bwd_gpucheck_rows` lists them for 
 `gpucheck_specs`; `_segment` (the lookup of a segment's block and pairs) and `_block_keys` (its key
 chunk, loaded) are shared with selected_keys.py's forward, `_dkdv_walk` with selected.py's dK/dV
 kernel.
-PDQ is transient (the launcher frees it before returning): nb*B*Hkv*T*n*G*D*4 bytes, 3.2 GB at M7C
-64k x 1 (nb = 1 on the GPU); half that at pdq_bits 16 (a probe switch, off: fp32 is what the GPU
-runs measured; bench/pdq_numerics.py measures what 16 bits cost dq). The merge sums in fp32 either
-way. The partial dK/dV and their reduction stay selected.py's.
+PDQ is transient (the launcher frees it before returning): nb*B*Hkv*T*n*G*D*2 bytes in 16-bit
+training, 1.6 GB at M7C 64k x 1 (nb = 1 on the GPU); twice that in fp32 or at pdq_bits 32 (what the
+GPU runs measured: a bench/kernel_probe.py variant; bench/pdq_numerics.py measures what 16 bits cost
+dq). The merge sums in fp32 either way. The partial dK/dV and their reduction stay selected.py's.
 """
 
 from __future__ import annotations
@@ -330,7 +331,7 @@ _TRITON_OF = {v: k for k, v in _TORCH_OF.items()}
 
 def pdq_dtype(cfg: dict, dtype: torch.dtype) -> torch.dtype:
     """PDQ's dtype for activations of `dtype` under `cfg` (selected.py's `_config`): fp32 at
-    `pdq_bits` 32 (the default, what every GPU run measured); at 16, q's own dtype when it is bf16 or
+    `pdq_bits` 32 (what every GPU run measured); at 16 (the default), q's own dtype when it is bf16 or
     fp16, fp32 for fp32 q (16-bit partials of fp32 inputs would take fp32 training's precision for
     nothing it asked for). Why q's dtype, not one 16-bit type for both: bf16 training runs without
     loss scaling and its gradients can be far below fp16's smallest subnormal (6e-8), which bf16's
@@ -379,9 +380,10 @@ def keys_bwd_gpucheck_rows(
     """selected.py's gpucheck rows (name, kernel, argument types, constexprs, warps, stages) of these
     kernels, as its launcher runs them with `cfg` (its `_config`) on sm_`arch`; dt: the activations'
     triton type.
-    PDQ's type follows cfg's `pdq_bits`; where that is 32 and dt 16-bit, the keys kernel and the merge
-    also at pdq_bits 16 (`*_pdq16`: the probe switch's kernels, two cheap compiles, so the GPU probe
-    of bench/kernel_probe.py never runs a kernel gpucheck has not seen); the keys kernel also at the
+    PDQ's type follows cfg's `pdq_bits`; where dt is 16-bit, the keys kernel and the merge also at
+    the other pdq_bits (`*_pdq32`: fp32 partials, what the GPU runs measured, at the shipped 16;
+    `*_pdq16` where a config says 32: the probe's kernels, two cheap compiles, so the GPU probe of
+    bench/kernel_probe.py never runs a kernel gpucheck has not seen); the keys kernel also at the
     other `keys_dq_mma` (`selected_bwd_keys_dqmma` / `_dqcvt`)."""
     ptr, f32, i32, i64 = f"*{dt}", "*fp32", "i32", "*i64"
     keys_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR_keys"], "PREC": prec,
@@ -391,8 +393,9 @@ def keys_bwd_gpucheck_rows(
     delta_args = dict(OUT=ptr, DO=ptr, DELTA=f32, R=i32)
     rows = [("selected_bwd_delta", _sel_bwd_delta_kernel, delta_args, delta_consts, cfg["warps_delta"], 1)]
     variants = [("", pdq_dtype(cfg, _TORCH_OF[dt]))]
-    if variants[0][1] != pdq_dtype({"pdq_bits": 16}, _TORCH_OF[dt]):
-        variants.append(("_pdq16", _TORCH_OF[dt]))
+    other = 48 - cfg["pdq_bits"]
+    if variants[0][1] != pdq_dtype({"pdq_bits": other}, _TORCH_OF[dt]):
+        variants.append((f"_pdq{other}", pdq_dtype({"pdq_bits": other}, _TORCH_OF[dt])))
     for suffix, dtype in variants:
         pdq = f"*{_TRITON_OF[dtype]}"
         keys_args = dict(

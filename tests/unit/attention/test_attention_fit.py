@@ -44,7 +44,12 @@ def h200_fit(h200) -> dict[str, dict]:
 
 def test_the_stored_h100_prices_are_the_fit_of_the_first_run(recs) -> None:
     # the kernels it measured: the fused forward, dK/dV at 8 warps, the launch settings before ce226a4
-    assert recs[0]["build"] == {"split_cmp_fwd": False, "warps_dkdv": 8, "before_ce226a4": True}
+    assert recs[0]["build"] == {
+        "split_cmp_fwd": False,
+        "warps_dkdv": 8,
+        "before_ce226a4": True,
+        "pdq_bits": 32,
+    }
     fitted = fit.fit(recs)
     assert set(fitted) == set(m.H100_COST) | set(m.H200_FINAL_COST)  # the reduce: priced on the final run
     assert set(m.H100_COST) | set(m.H200_COST) | set(m.H200_FINAL_COST) | set(m.KEYS_COST) == set(

@@ -63,8 +63,8 @@ def test_padding_costs_flops_and_long_t_favours_nsa() -> None:
 
 def test_transient_bytes_grow_linearly() -> None:
     # No [T, T/l'] score tensor any more: the largest scratch is linear in T. Query-major: the selected
-    # backward's index and partials; key-major (shipped at G <= 8): the backward's fp32 dQ partials
-    # per table entry, PDQ [BH*T*n, G, D] (3.2 GB at M7C 64k), beside delta and the partial dK/dV
+    # backward's index and partials; key-major (shipped at G <= 8): the backward's dQ partials per
+    # table entry, PDQ [BH*T*n, G, D] (fp32: 3.2 GB at M7C 64k; bf16 as shipped: 1.6 GB), beside delta and the partial dK/dV
     # (the index's order too where the backward builds it); the forward's PO / PL partials (bf16 +
     # fp32 lse) are smaller. The key-major forward's order is its op's output: not scratch.
     s = m.SHAPES["m7c"]
@@ -78,7 +78,9 @@ def test_transient_bytes_grow_linearly() -> None:
     assert pdq == 3221225472  # 3.2 GB, as selected_keys_bwd.py says
     nseg = 2 * 1024 + P // 2048
     assert m.transient_bytes(65536, s) == m.transient_bytes(65536, s, True, True)  # shipped at G 6
-    assert m.transient_bytes(65536, s, False, True) == 4 * rows + 8 * P + 2 * nseg * 64 * 64 * 4 + pdq
+    assert m.transient_bytes(65536, s, False, True, 32) == 4 * rows + 8 * P + 2 * nseg * 64 * 64 * 4 + pdq
+    # as shipped (pdq_bits 16): the partials in bf16, half that
+    assert m.transient_bytes(65536, s, False, True) == 4 * rows + 8 * P + 2 * nseg * 64 * 64 * 4 + pdq // 2
     assert m.transient_bytes(65536, s, True, False) == P * 6 * (64 * 2 + 4)  # the forward's PO + PL
     assert m.transient_bytes(65536, m.SHAPES["paper"]) == m.transient_bytes(
         65536, m.SHAPES["paper"], False, False

@@ -81,16 +81,28 @@ def test_a_launch_setting_without_a_record_is_priced_as_published(monkeypatch) -
         assert ks[name].time(A100) == ks[name].time(PUBLISHED) > 0
 
 
+def test_every_what_if_finds_its_sm80_keys_backward_in_the_record() -> None:
+    """A what-if whose keys-backward setting the A100 record lacks would silently fall back to the
+    published pricing (the test above), so its A100 row would compare two pricings, not two builds
+    (pdq_bits 16 shipping left `measured_code_only` so until its setting was recorded)."""
+    for name, flags in m.WHAT_IF.items():
+        for sname in ("m7c", "paper"):
+            s = m.SHAPES[sname]
+            fl = {f: (v(s) if callable(v) else v) for f, v in flags.items()}
+            k = {k.name: k for k in m.ours_on(8192, s, A100, **fl)}.get("sel_bwd_keys")
+            assert k is None or "warp_insns" in k.work, (name, sname)
+
+
 def test_the_what_if_keeps_the_published_pricing() -> None:
     """`a100_published_eff`: A100 priced as before (every kind of ours at its generic kind's published
     efficiency) for the shipped kernels; at the selection's sm_80 settings before 2026-11-26 (4 warps,
-    merged at once, no cap) that is today's 2.43 / 0.79 / 0.55 at M7C; 1.45 / 0.47 / 0.31 at the paper
+    merged at once, no cap) and fp32 dQ partials that is today's 2.43 / 0.79 / 0.55 at M7C; 1.45 / 0.47 / 0.31 at the paper
     shape (unchanged). The predictions take the SASS prices."""
     Ts = [8192, 32768, 65536]
     rows = {
         (r["shape"], r["T"]): r["fwd_bwd"] for r in m.what_if_rows(Ts) if r["what_if"] == "a100_published_eff"
     }
-    before = {"warps_sel": 4, "halves_sel": 0, "maxnreg_sel": 0}
+    before = {"warps_sel": 4, "halves_sel": 0, "maxnreg_sel": 0, "pdq_bits": 32}
     unfused = {"q_grad_fused": False}  # autograd's q gradient sum, as then (the pinned figures)
     for (shape, T), ratio in rows.items():
         s = m.SHAPES[shape]

@@ -64,7 +64,8 @@ def test_the_key_major_kernels_count_full_tiles_of_valid_pairs_and_their_partial
     """Rows = (valid pair, head) in tiles of BR = 64 (32 at head_dim 128): no padded heads (the
     token tiles issue 16/6 of the useful FLOPs at G 6); 2 GEMMs a step forward, 5 in the fused
     backward (dK/dV's 4 + dQ's); the forward writes PO (bf16) + PL (fp32) per row and the merge reads
-    PL twice and PO once; the backward writes fp32 PDQ that the dQ merge reads. Rows a step as
+    PL twice and PO once; the backward writes PDQ (bf16 as shipped: pdq_bits 16) that the dQ merge
+    reads. Rows a step as
     selected.py's `_config` has them: BR_f 128 (32 past head_dim 64), BR_keys 64 on sm_90 at head_dim
     64 and 32 elsewhere (registers)."""
     for sname, T in (("m7c", 8192), ("m7c", 65536), ("paper", 8192)):
@@ -85,7 +86,7 @@ def test_the_key_major_kernels_count_full_tiles_of_valid_pairs_and_their_partial
         assert fk.flops / fk.useful == pytest.approx(bk.flops / bk.useful)
         assert fk.flops / fk.useful < 1.01  # full tiles
         po = prow * (D * 2 + 4)
-        pdq = prow * D * 4
+        pdq = prow * D * 2
         act = s.B * T * s.H * D * 2
         assert fk.dram - po == pytest.approx(act + 2 * BH * T * D * 2 + BH * m._valid_pairs(T, s) * 8)
         table = BH * T * min(s.n, -(-T // s.lp)) * 9
@@ -178,8 +179,10 @@ def test_the_key_major_kernels_are_priced_from_the_keys_run_plus_their_partials(
         qm = {d: ms(T, d, fwd_keys=False, bwd_keys=False) for d in ("fwd", "bwd")}
         assert ms(T, "fwd") < 0.8 * qm["fwd"], T
         assert ms(T, "bwd") < 0.8 * qm["bwd"], T
-        # (the probe's build: the rows in int64, keys_div32 False)
-        assert ms(T, "bwd", br_bwd_keys=32, keys_div32=False) == pytest.approx(qm["bwd"], rel=0.15), T
+        # (the probe's build: the rows in int64, keys_div32 False, fp32 dQ partials)
+        assert ms(T, "bwd", br_bwd_keys=32, keys_div32=False, pdq_bits=32) == pytest.approx(
+            qm["bwd"], rel=0.15
+        ), T
 
 
 def _check_run(run) -> tuple[int, list]:
@@ -309,7 +312,7 @@ def test_a_probe_of_the_key_major_switches_prices_the_keys_kernels(tmp_path) -> 
     lines = []
     try:
         fm.KEYS_COST["sel_keys_fwd"]["eff"], fm.KEYS_COST["sel_keys_bwd"]["eff"] = 0.1, 0.2
-        for variant in ({}, {"fwd_keys": False, "bwd_keys": False}, {"bwd_keys": False}, {"pdq_bits": 16}):
+        for variant in ({}, {"fwd_keys": False, "bwd_keys": False}, {"bwd_keys": False}, {"pdq_bits": 32}):
             ks = [k for k in fm.ours(8192, s, **variant) if k.branch == "selected"]
             fwd = sum(k.time(gpu) for k in ks if k.direction == "fwd") * 1e3
             both = sum(k.time(gpu) for k in ks) * 1e3
@@ -330,14 +333,14 @@ def test_a_probe_of_the_key_major_switches_prices_the_keys_kernels(tmp_path) -> 
     assert stored == fm.KEYS_COST
     rows = fit.selected_probe_rows(str(probe))
     assert [r["variant"] for r in rows] == [
-        {}, {"fwd_keys": False, "bwd_keys": False}, {"bwd_keys": False}, {"pdq_bits": 16}
+        {}, {"fwd_keys": False, "bwd_keys": False}, {"bwd_keys": False}, {"pdq_bits": 32}
     ]  # fmt: skip
     qm = rows[1]  # the query-major path does not depend on the keys prices
     assert qm["model_fwd_bwd_ms"] == pytest.approx(qm["fwd_bwd_ms"], rel=1e-3)
     assert rows[0]["model_fwd_ms"] < rows[0]["fwd_ms"]  # the stored 0.142 against the probe's 0.1
-    # 16-bit dQ partials: priced with half PDQ's bytes, so the model's backward is the shorter one
+    # fp32 dQ partials (the measured path): priced with twice PDQ's bytes, so its backward is longer
     assert rows[3]["model_fwd_ms"] == rows[0]["model_fwd_ms"]
-    assert rows[3]["model_fwd_bwd_ms"] < rows[0]["model_fwd_bwd_ms"]
+    assert rows[3]["model_fwd_bwd_ms"] > rows[0]["model_fwd_bwd_ms"]
 
 
 def test_a_suite_run_refits_the_keys_efficiency_with_the_partials_dram_time_kept() -> None:
@@ -370,50 +373,53 @@ def test_a_suite_run_refits_the_keys_efficiency_with_the_partials_dram_time_kept
 
 
 def test_pdq_bits_halve_the_partials_bytes_of_the_keys_kernel_and_the_merge_only() -> None:
-    """selected.py `_config` "pdq_bits" (shipped 32: fp32) reaches the model (shipped_launch); at 16
-    (bf16) PDQ's bytes halve in the keys kernel's write and the dQ merge's read, every other kernel
-    unchanged; the what-if "pdq_16bit" is that switch; the past builds the calibration and the run
-    reproductions price keep fp32 partials (they say nothing: 32)."""
+    """selected.py `_config` "pdq_bits" (shipped 16: q's bf16) reaches the model (shipped_launch); at
+    16 PDQ's bytes are half fp32's in the keys kernel's write and the dQ merge's read, every other
+    kernel unchanged; the what-if "pdq_fp32" (and measured_code_only) is the measured path; every past
+    build the calibration and the run reproductions price pins fp32 partials, as the GPUs ran them."""
     from nsa.attention.triton import selected as tsel
 
     s = m.SHAPES["m7c"]
-    assert m.shipped_launch(s, 90)["pdq_bits"] == tsel._config(6, 64, 64, arch=90)["pdq_bits"] == 32
-    assert m.WHAT_IF["pdq_16bit"] == {"pdq_bits": 16}
+    for cc in (80, 90):
+        assert m.shipped_launch(s, cc)["pdq_bits"] == tsel._config(6, 64, 64, arch=cc)["pdq_bits"] == 16
+    assert m.WHAT_IF["pdq_fp32"] == {"pdq_bits": 32}
+    assert m.WHAT_IF["measured_code_only"]["pdq_bits"] == 32
+    assert all(build.get("pdq_bits") == 32 for build in m.RUN_BUILDS.values())
     for T in (8192, 65536):
         BH, G, D = s.B * s.Hkv, s.G, s.D
         pdq32 = BH * m._valid_pairs(T, s) * G * D * 4
-        a, b = _selected(T, s), _selected(T, s, pdq_bits=16)
+        a, b = _selected(T, s, pdq_bits=32), _selected(T, s)
         assert a["sel_bwd_keys"].dram - b["sel_bwd_keys"].dram == pytest.approx(pdq32 / 2)
         assert a["sel_bwd_dq_merge"].dram - b["sel_bwd_dq_merge"].dram == pytest.approx(pdq32 / 2)
         same = set(a) - {"sel_bwd_keys", "sel_bwd_dq_merge"}
         assert all(a[n].dram == b[n].dram and a[n].flops == b[n].flops for n in same)
         assert a["sel_bwd_keys"].flops == b["sel_bwd_keys"].flops
-    for build in ({"before_2930e5c": True}, m.RUN_BUILDS["2026-11-26b-h200-speed-final.json"]):
-        assert (
-            _selected(8192, s, **build)["sel_bwd_keys"].dram
-            == _selected(8192, s, **build, pdq_bits=32)["sel_bwd_keys"].dram
-        )
+    build = m.RUN_BUILDS["2026-11-26b-h200-speed-final.json"]
+    assert (
+        _selected(8192, s, **build)["sel_bwd_keys"].dram
+        > _selected(8192, s, **{**build, "pdq_bits": 16})["sel_bwd_keys"].dram
+    )
     # M7C 8k x 8 on the H200 (the measured shape): the model's saving of 16-bit partials, ~0.8 ms
     s8 = m.Shape("m7c", 8, s.H, s.Hkv, s.D)
     h200 = m.GPUS["H200"]
     saved = (
-        m.total(m.ours_on(8192, s8, h200), h200) - m.total(m.ours_on(8192, s8, h200, pdq_bits=16), h200)
+        m.total(m.ours_on(8192, s8, h200, pdq_bits=32), h200) - m.total(m.ours_on(8192, s8, h200), h200)
     ) * 1e3
     assert 0.6 < saved < 1.0, saved
 
 
 def test_transient_bytes_follow_pdq_bits_and_count_no_order_the_forward_handed_over() -> None:
-    """The key-major backward's scratch at M7C 64k: delta + the partial dK/dV + PDQ (fp32: 3.2 GB; at
-    pdq_bits 16 half), without the reverse index's order, which the key-major forward's op returned
+    """The key-major backward's scratch at M7C 64k: delta + the partial dK/dV + PDQ (bf16 as shipped:
+    1.6 GB; fp32 at pdq_bits 32, twice that), without the reverse index's order, which the key-major forward's op returned
     and autograd saved (bench/memory.py's meta kernel allocates it: counted in its peak already);
     with the forward query-major the backward builds the index and holds order (8 bytes an entry)."""
     s = m.SHAPES["m7c"]
     T, P = 65536, 2 * 65536 * 16  # table entries
     rows, nseg = 2 * T * 6, 2 * 1024 + P // 2048
     part, pdq = 2 * nseg * 64 * 64 * 4, P * 6 * 64 * 4
-    assert m.transient_bytes(T, s) == 4 * rows + part + pdq
-    assert m.transient_bytes(T, s, pdq_bits=16) == 4 * rows + part + pdq // 2
-    assert m.transient_bytes(T, s, False, True) == 4 * rows + 8 * P + part + pdq
+    assert m.transient_bytes(T, s, pdq_bits=32) == 4 * rows + part + pdq
+    assert m.transient_bytes(T, s) == m.transient_bytes(T, s, pdq_bits=16) == 4 * rows + part + pdq // 2
+    assert m.transient_bytes(T, s, False, True, pdq_bits=32) == 4 * rows + 8 * P + part + pdq
     assert (
         m.transient_bytes(T, s, pdq_bits=32) - m.transient_bytes(T, s, pdq_bits=16) == 1610612736
     )  # 1.5 GiB

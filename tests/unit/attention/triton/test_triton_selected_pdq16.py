@@ -1,8 +1,8 @@
 """The key-major backward's dQ partials in 16 bits (selected.py `_config` "pdq_bits": 16;
 selected_keys_bwd.py `pdq_dtype`) under TRITON_INTERPRET=1 on CPU.
 
-PDQ follows q's dtype at 16 bits when q is bf16/fp16 and stays fp32 for fp32 q (and at the default
-32); the keys kernel rounds each partial once, the merge sums in fp32 in a fixed order. Checked:
+PDQ follows q's dtype at 16 bits (the default) when q is bf16/fp16 and stays fp32 for fp32 q (and
+at pdq_bits 32, the path the GPU runs measured); the keys kernel rounds each partial once, the merge sums in fp32 in a fixed order. Checked:
 the buffer's dtype; dq against the eager op's autograd (fp16, G 1 and 6, a broken table: duplicates,
 invalid, negative and future entries, a token without any key, partials never initialised) while
 dK/dV stay bitwise those of fp32 partials; bf16 (honest fixture) within the GPU suite's bounds;
@@ -96,7 +96,10 @@ def test_bf16_partials_within_gpu_suite_bounds(monkeypatch, bf16_interpreter, G)
         _config(m, 16)
         assert checks._pdq_rounded(G, D, lp, torch.bfloat16, "cpu")  # 16-bit partials
         assert not checks._pdq_rounded(G, D, lp, torch.float32, "cpu")  # fp32 q keeps fp32 partials
-    assert not checks._pdq_rounded(G, D, lp, torch.bfloat16, "cpu")  # as shipped: fp32 partials
+    assert checks._pdq_rounded(G, D, lp, torch.bfloat16, "cpu")  # as shipped: 16-bit partials
+    with monkeypatch.context() as m:
+        _config(m, 32)
+        assert not checks._pdq_rounded(G, D, lp, torch.bfloat16, "cpu")  # the measured fp32 partials
     assert not checks._pdq_rounded(16, D, lp, torch.bfloat16, "cpu")  # G 16: query-major, no partials
 
 
@@ -138,10 +141,11 @@ def test_a_bad_pdq_bits_is_refused_before_any_launch(monkeypatch):
 
 def test_gpucheck_rows_type_pdq_as_the_launcher_allocates_it():
     """keys_bwd_gpucheck_rows: PDQ typed by pdq_dtype in the keys kernel and the merge; at the default
-    32 with 16-bit activations the `*_pdq16` variants come along (the probe's kernels, compiled by
-    gpucheck), not for fp32 activations (there 16 bits change nothing)."""
+    16 with 16-bit activations the `*_pdq32` variants come along (the measured fp32 path, the probe's
+    kernels, compiled by gpucheck), and at 32 the `*_pdq16` ones; not for fp32 activations (there
+    the two are the same kernels)."""
     cfg = tsel._config(6, 64, 64, arch=90)
-    assert cfg["pdq_bits"] == 32  # the GPU-measured default: fp32 partials
+    assert cfg["pdq_bits"] == 16  # shipped: the partials in q's 16-bit dtype
 
     def pdq_types(c, dt):
         return {
@@ -151,35 +155,37 @@ def test_gpucheck_rows_type_pdq_as_the_launcher_allocates_it():
         }
 
     # and the keys kernel at the other keys_dq_mma (off on sm_90), at the default pdq_bits
-    both = {
+    fp32 = {
         "selected_bwd_keys": "*fp32",
         "selected_bwd_dq_merge": "*fp32",
         "selected_bwd_keys_dqmma": "*fp32",
     }
     assert pdq_types(cfg, "bf16") == {
-        **both,
-        "selected_bwd_keys_pdq16": "*bf16",
-        "selected_bwd_dq_merge_pdq16": "*bf16",
+        "selected_bwd_keys": "*bf16",
+        "selected_bwd_dq_merge": "*bf16",
+        "selected_bwd_keys_dqmma": "*bf16",
+        "selected_bwd_keys_pdq32": "*fp32",
+        "selected_bwd_dq_merge_pdq32": "*fp32",
     }
-    assert pdq_types(cfg, "fp32") == both
-    assert pdq_types({**cfg, "pdq_bits": 16}, "fp16") == {
-        "selected_bwd_keys": "*fp16",
-        "selected_bwd_dq_merge": "*fp16",
-        "selected_bwd_keys_dqmma": "*fp16",
+    assert pdq_types(cfg, "fp32") == fp32
+    assert pdq_types({**cfg, "pdq_bits": 32}, "fp16") == {
+        **fp32,
+        "selected_bwd_keys_pdq16": "*fp16",
+        "selected_bwd_dq_merge_pdq16": "*fp16",
     }
 
 
-def test_the_kernel_probe_variant_runs_16_bit_partials(monkeypatch):
-    """bench/kernel_probe.py's selected variant {"pdq_bits": 16}, applied as probe_sel patches the
-    launch config (`_apply` over `_launch_config`), makes the backward allocate fp16 PDQ for fp16 q:
-    the next GPU session's one call measures the switch, not the default."""
+def test_the_kernel_probe_variant_runs_fp32_partials(monkeypatch):
+    """bench/kernel_probe.py's selected variant {"pdq_bits": 32}, applied as probe_sel patches the
+    launch config (`_apply` over `_launch_config`), makes the backward allocate fp32 PDQ for fp16 q:
+    the next GPU session's one call measures the measured path beside the shipped 16 bits."""
     from tests.fixtures.bench import load_bench
 
     probe = load_bench("kernel_probe")
-    over = {"pdq_bits": 16}
+    over = {"pdq_bits": 32}
     assert over in probe.SEL_VARIANTS
-    seen = _config(monkeypatch, 32)
-    shipped = tsel._launch_config  # the default (pdq_bits 32) wrapped as _config left it
+    seen = _config(monkeypatch, 16)
+    shipped = tsel._launch_config  # the default (pdq_bits 16) wrapped as _config left it
     monkeypatch.setattr(
         tsel, "_launch_config", lambda G, D, LP, *a: probe._apply(shipped(G, D, LP, *a), over, G)
     )
@@ -188,4 +194,4 @@ def test_the_kernel_probe_variant_runs_16_bit_partials(monkeypatch):
     idx, valid = _odd_table(T, lp, 3, seed=150)
     fwd = torch.ops.nsa_triton.selected_fwd(q, k, v, idx, valid, lp, 0.25, True)
     _backward(q, k, v, idx, valid, lp, dout, fwd)
-    assert seen == [torch.float16]
+    assert seen == [torch.float32]
