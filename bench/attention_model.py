@@ -251,8 +251,12 @@ WHAT_IF = {
     # the selection's Eq. 9 gathers as every GPU run measured them (select_shm ships on sm_90 at the
     # paper's shape on bench/select_proxy.py's word: CONFIG_FACTOR "cmp_sel32@shm_d128")
     "select_shm_off": {"select_shm": 0},
+    # q's three branch gradients summed by autograd (two adds in q's dtype) and rotated back apart, as
+    # every GPU run measured them (q_grad_fused ships unmeasured: priced by its DRAM bytes)
+    "q_grad_sum_unfused": {"q_grad_fused": False},
     # every change shipped unmeasured off (the proxy-shipped keys_div32, select_cut, tok_pipe,
-    # keys_dq_mma, flash_tiles, select_shm, and pdq_bits 16): the model of the code the GPUs measured
+    # keys_dq_mma, flash_tiles, select_shm, pdq_bits 16, and q_grad_fused): the model of the code the
+    # GPUs measured
     "measured_code_only": {
         "keys_div32": False,
         "select_cut": 0,
@@ -261,6 +265,7 @@ WHAT_IF = {
         "flash_tiles": False,
         "select_shm": 0,
         "pdq_bits": 32,
+        "q_grad_fused": False,
     },
 }
 

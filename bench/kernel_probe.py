@@ -4,7 +4,8 @@ Owns the GPU probe behind docs/attention.md's per-kernel fixes: the compressed f
 (attention, selection) and its backward under other tile sizes, warps and stages, and the selected branch's
 ops (forward, forward+backward) with one launch setting changed at a time from the shipped config
 (`selected._launch_config`, patched for the probe only), and the window attention under other tiles
-(`window._configs`: a variant's dict is merged into one kernel's). CUDA only (`--dry-run` aside); one JSON
+(`window._configs`: a variant's dict is merged into one kernel's), and q's RoPE with its three gradients summed
+in the inverse rotation or by autograd (`fused.FUSE_Q_GRAD`). CUDA only (`--dry-run` aside); one JSON
 object a line: `{"probe", "shape", "T", "B", "variant", "ms"}`. It measures, it asserts nothing; the shipped
 configs stay whatever the modules say. A variant's "shape" key runs it at that shape only (the
 head_dim-128 candidates of bench/tiles_d128.py: "paper"); a value "rows:N" for BT / bt_dkv is N
@@ -14,6 +15,7 @@ head_dim-128 candidates of bench/tiles_d128.py: "paper"); a value "rows:N" for B
   python bench/kernel_probe.py --only cmp_fwd --shapes m7c:8192:8
   python bench/kernel_probe.py --dry-run --only cmp_bwd --shapes paper:8192:2 paper:32768:1   # no GPU
   python bench/kernel_probe.py --only selected --shapes m7c:8192:8 --match keys_div32 --match pdq_bits
+  python bench/kernel_probe.py --only rope --shapes paper:8192:8 m7c:8192:8 --match fuse_q_grad
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import triton
 
 from nsa.attention.gpusuite.gpu import _nsa_core_inputs, _time_cuda
 from nsa.attention.triton import compressed as cmp
+from nsa.attention.triton import fused
 from nsa.attention.triton import selected as sel
 from nsa.attention.triton import window as win
 
@@ -225,6 +228,11 @@ WIN_VARIANTS = [
     {"shape": "m7c", "dkdv": {"num_warps": 8}},
 ]
 
+# q's RoPE fan-out (fused.FUSE_Q_GRAD, shipped unmeasured): the three branch gradients summed in its
+# backward's one kernel; False: autograd's two adds in q's dtype and the plain inverse rotation, the
+# path every GPU run measured.
+ROPE_VARIANTS = [{}, {"fuse_q_grad": False}]
+
 # Keys of a variant that select what runs rather than change the config: the forward probe's kernel,
 # and the one shape a variant is for (its rows skipped at the others).
 META = ("kernel", "shape")
@@ -262,6 +270,7 @@ DEFAULT_SHAPES = {
     "cmp_bwd": ["m7c:65536:1", "paper:32768:2"],
     "selected": ["m7c:8192:8", "paper:8192:8"],
     "window": ["m7c:8192:8", "paper:8192:2"],
+    "rope": ["m7c:8192:8", "paper:8192:8"],
 }
 
 
@@ -361,6 +370,29 @@ def probe_window(name, B, T, match=None):
         yield {"probe": "window", "shape": name, "T": T, "B": B, "variant": over, **row}
 
 
+def probe_rope(name, B, T, match=None):
+    """q's RoPE (`fused.rope_q_fanout`, three consumers) forward, and forward + backward with three
+    branch gradients, under FUSE_Q_GRAD as each variant sets it."""
+    from nsa.attention.rope import rope_tables
+
+    Hkv, G, D = SHAPES[name]
+    x = torch.randn(B, T, Hkv, G, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    cos, sin = rope_tables(T, D, 10000.0, torch.float32, torch.device("cuda"))
+    douts = [torch.randn(B, Hkv, T, G, D, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+
+    def fwd():
+        return fused.rope_q_fanout(x, cos, sin, 3)
+
+    def fwd_bwd():
+        torch.autograd.grad(fwd(), x, douts)
+
+    for over in ROPE_VARIANTS:
+        if not _runs_at(over, name, match):
+            continue
+        row = _time_patched(fused, "FUSE_Q_GRAD", over.get("fuse_q_grad", fused.FUSE_Q_GRAD), fwd, fwd_bwd)
+        yield {"probe": "rope", "shape": name, "T": T, "B": B, "variant": over, **row}
+
+
 def ncu_target(name, B, T):
     """One forward + backward of the compressed and selected ops (for ncu -k regex:...)."""
     Hkv, G, D = SHAPES[name]
@@ -383,6 +415,8 @@ def _shipped(probe: str, G: int, D: int, arch: int = 90) -> dict:
         return sel._config(G, D, GEO["sel_block"], arch=arch)
     if probe == "window":
         return win._configs(D, arch)
+    if probe == "rope":
+        return {"fuse_q_grad": fused.FUSE_Q_GRAD}
     return cmp._config(G, D, GEO["n_sel"], GEO["block_len"], GEO["block_stride"], GEO["sel_block"], arch)
 
 
@@ -396,6 +430,7 @@ def dry_run(probes: list[str], shapes: dict[str, list[str]], match: list[str] | 
         "cmp_bwd": CMP_BWD_VARIANTS,
         "selected": SEL_VARIANTS,
         "window": WIN_VARIANTS,
+        "rope": ROPE_VARIANTS,
     }
     bad = 0
     for p in probes:
@@ -430,7 +465,7 @@ def dry_run(probes: list[str], shapes: dict[str, list[str]], match: list[str] | 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", choices=("cmp_fwd", "cmp_bwd", "selected", "window"), action="append")
+    ap.add_argument("--only", choices=("cmp_fwd", "cmp_bwd", "selected", "window", "rope"), action="append")
     ap.add_argument("--shapes", nargs="*", help="name:T:B (names: m7c, paper); default: per probe, below")
     ap.add_argument("--ncu-target", help="name:T:B: run the ops once (for ncu) and exit")
     ap.add_argument(
@@ -442,13 +477,14 @@ def main(argv=None) -> int:
         help="no GPU: check the shapes parse and every variant applies; print what each changes",
     )  # fmt: skip
     args = ap.parse_args(argv)
-    chosen = args.only or ["cmp_fwd", "cmp_bwd", "selected", "window"]
+    chosen = args.only or ["cmp_fwd", "cmp_bwd", "selected", "window", "rope"]
     if args.match:  # a misspelt key would run the baselines alone, silently
         lists = {
             "cmp_fwd": CMP_VARIANTS,
             "cmp_bwd": CMP_BWD_VARIANTS,
             "selected": SEL_VARIANTS,
             "window": WIN_VARIANTS,
+            "rope": ROPE_VARIANTS,
         }
         known = {k for p in chosen for over in lists[p] for k in over if k not in META}
         unknown = sorted(set(args.match) - known)
@@ -465,7 +501,10 @@ def main(argv=None) -> int:
         n, t, b = args.ncu_target.split(":")
         ncu_target(n, int(b), int(t))
         return 0
-    probes = {"cmp_fwd": probe_cmp, "cmp_bwd": probe_cmp_bwd, "selected": probe_sel, "window": probe_window}
+    probes = {
+        "cmp_fwd": probe_cmp, "cmp_bwd": probe_cmp_bwd, "selected": probe_sel, "window": probe_window,
+        "rope": probe_rope,
+    }  # fmt: skip
     for p in chosen:
         for spec in args.shapes or DEFAULT_SHAPES[p]:
             n, t, b = spec.split(":")

@@ -79,6 +79,7 @@ def ours(
     select_shm: int | None = None,
     flash_tiles: bool | None = None,
     tok_pipe: int | None = None,
+    q_grad_fused: bool | None = None,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     balanced_dkv=False the
@@ -129,7 +130,11 @@ def ours(
     window's sm_90 tiles, `@wg_d128`, `@bm128_d128`, `@w4`.) select_shm: the selection's Eq. 9 shared
     key without its two gathers (compressed.py `_config` "select_shm", shipped on sm_90 at the
     paper's shape on bench/select_proxy.py's word), tagged `@shm_d128`; 0: the loop every run
-    measured; None: what the code ships."""
+    measured; None: what the code ships. q_grad_fused: q's three branch gradients summed in float32
+    inside RoPE's backward, one kernel (fused.py `rope_q_fanout`, `FUSE_Q_GRAD`), priced by its DRAM
+    bytes as every memory kernel; False: autograd's two adds (`q_grad_sum`) and the plain inverse
+    rotation, as every committed run measured them; None: what the code ships, False with
+    before_ce226a4 or before_2930e5c."""
     launch = shipped_launch(s, cc, before_ce226a4, before_2930e5c)
     given = {
         "select_v0": select_v0,
@@ -153,6 +158,8 @@ def ours(
     }
     launch.update({f: v for f, v in given.items() if v is not None})
     launch["index_once"] = not (before_ce226a4 or before_2930e5c) if index_once is None else index_once
+    if q_grad_fused is None:
+        q_grad_fused = not (before_ce226a4 or before_2930e5c)
     launch["cc"] = cc
     if flash_tiles is False:  # the compressed backward's tiles as every GPU run measured them
         runs = _tiles_of_the_runs(s)
@@ -170,7 +177,14 @@ def ours(
     # Fused RoPE into the kernels' layouts (q and 3 branches' keys), then the gated sum.
     ks.append(Kernel("rope_fwd", "fused", "fwd", "memory", dram=2 * (act + 3 * kvb), launches=2))
     ks.append(Kernel("gate_mix_fwd", "fused", "fwd", "memory", dram=4 * act + B * T * s.H * 3 * bf))
-    ks.append(Kernel("rope_bwd", "fused", "bwd", "memory", dram=2 * (act + 3 * kvb), launches=2))
+    if q_grad_fused:
+        # the keys' inverse rotations, and q's: its three branch gradients and the tables in, dx out
+        # (the sum in float32 in registers: no q-sized tensor between them)
+        ks.append(Kernel("rope_bwd", "fused", "bwd", "memory", dram=2 * 3 * kvb, launches=1))
+        tables = 2 * T * D * 4  # cos, sin [T, D] float32
+        ks.append(Kernel("rope_q_grad", "fused", "bwd", "memory", dram=4 * act + tables, launches=1))
+    else:
+        ks.append(Kernel("rope_bwd", "fused", "bwd", "memory", dram=2 * (act + 3 * kvb), launches=2))
     # Backward: dO, the gates and the three branch outputs in, three branch gradients and the gates'
     # out (until the H200 run the model counted 5 of these 8 activations: 1.26-1.30x off).
     ks.append(Kernel("gate_mix_bwd", "fused", "bwd", "memory", dram=8 * act + 2 * B * T * s.H * 3 * bf))
@@ -305,6 +319,8 @@ def ours(
     ks.append(Kernel("win_bwd_dkdv", "window", "bwd", f"win_dkdv@{_cfg(D)}{wd_tag}", 4 * 2 * BH * T * G * wdk * D,
                      2 * wuse, 2 * act + 4 * kvb, l2=wdprog * wdk * G * D * bf * 2, programs=wdprog, per_sm=1,
                      work={"programs": wdprog}))  # fmt: skip
-    # Autograd sums q's gradient from the three branches (each takes the same rotated q): two adds.
-    ks.append(Kernel("q_grad_sum", "fused", "bwd", "memory", dram=2 * 3 * act, launches=2))
+    # Autograd sums q's gradient from the three branches (each takes the same rotated q): two adds,
+    # until RoPE's backward summed them (q_grad_fused).
+    if not q_grad_fused:
+        ks.append(Kernel("q_grad_sum", "fused", "bwd", "memory", dram=2 * 3 * act, launches=2))
     return ks

@@ -327,7 +327,8 @@ RUN_BUILDS: dict[str, dict] = {
     # sorted its own reverse index (int64 keys, ~16 aten ops; the builds before 2930e5c did too)
     # (and the key-major kernels' rows in int64: keys_div32 came after; the token tiles' branchy loop)
     # (and the compressed backward's and the window's tiles as every run measured them: flash_tiles
-    # came after; and the selection's Eq. 9 gathers: select_shm came after)
+    # came after; and the selection's Eq. 9 gathers: select_shm came after; and autograd's sum of q's
+    # three gradients: q_grad_fused came after)
     "2026-11-26b-h200-speed-final.json": {
         "index_once": False,
         "keys_div32": False,
@@ -336,6 +337,7 @@ RUN_BUILDS: dict[str, dict] = {
         "flash_tiles": False,
         "select_shm": 0,
         "pdq_bits": 32,
+        "q_grad_fused": False,
     },
 }
 

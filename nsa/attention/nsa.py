@@ -81,6 +81,9 @@ class BranchOps(NamedTuple):
     window: Callable[..., Any]
     rope: Callable[..., Any]
     gate_mix: Callable[..., Any] | None  # None: the module's own _gate_mix
+    # q's RoPE as one output per branch (x, cos, sin, n) -> n tensors, whose backward sums the
+    # branches' gradients itself; None: `rope`, its one output shared (autograd sums them)
+    rope_q: Callable[..., Any] | None = None
 
 
 _EAGER = BranchOps(
@@ -110,6 +113,7 @@ def _ops(backend: str) -> BranchOps:
             window=window.window_attention,
             rope=fused.rope_to_layout,
             gate_mix=fused.gate_mix,
+            rope_q=fused.rope_q_fanout,
         )
     return _TRITON
 
@@ -222,14 +226,23 @@ class NSAAttention(nn.Module):
         return kc, vc
 
     def _branch_inputs(self, x: Tensor, ops: BranchOps) -> dict[str, Tensor]:
-        """Projections, compression and RoPE, in the kernels' layouts ([B, Hkv, T, G, D] queries)."""
+        """Projections, compression and RoPE, in the kernels' layouts ([B, Hkv, T, G, D] queries).
+
+        The rotated queries as "q" (compressed branch), "q_sel" and "q_win": one tensor; with a
+        backend's `rope_q` each branch holds its own output of it (views, no copy), so q's three
+        gradients reach RoPE's backward apart and are summed there (triton: float32, one kernel)."""
         rope_to_layout = ops.rope
         B, T, _ = x.shape
         H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
         rope_dtype = torch.promote_types(x.dtype, torch.float32)
         cos, sin = rope_tables(T, D, self.rope_theta, rope_dtype, x.device)
         # RoPE writes straight into the kernels' layouts: q [B, Hkv, T, G, D], keys [B, Hkv, T, D].
-        q = rope_to_layout(self.wq(x).view(B, T, Hkv, H // Hkv, D), cos, sin, (0, 2, 1, 3, 4))
+        xq = self.wq(x).view(B, T, Hkv, H // Hkv, D)
+        if ops.rope_q is None:
+            q = rope_to_layout(xq, cos, sin, (0, 2, 1, 3, 4))
+            q_sel = q_win = q
+        else:
+            q, q_sel, q_win = ops.rope_q(xq, cos, sin, 3)
         # unbind, not indexing: its backward is one stack, where six selects would each allocate
         # and add a zero-filled gradient of the whole projection.
         kv_c, kv_s, kv_w = (b.unbind(2) for b in self.wkv(x).view(B, T, 3, 2, Hkv, D).unbind(2))
@@ -248,6 +261,8 @@ class NSAAttention(nn.Module):
         to_heads = (0, 2, 1, 3)  # [B, N, Hkv, D] -> [B, Hkv, N, D]
         return {
             "q": q,
+            "q_sel": q_sel,
+            "q_win": q_win,
             "kc": rope_to_layout(kc, ccos, csin, to_heads),
             "vc": vc.permute(to_heads).contiguous(),
             "ks": rope_to_layout(kv_s[0], cos, sin, to_heads),
@@ -299,10 +314,9 @@ class NSAAttention(nn.Module):
         ops = self.ops_for(x.device)  # per forward: a model built on CPU may move to CUDA
         eager = ops is _EAGER
         inp = self._branch_inputs(x, ops)
-        q = inp["q"]
         o_cmp, idx, valid = self._compressed(inp, ops)
         o_sel = ops.selected(
-            q,
+            inp["q_sel"],
             inp["ks"],
             inp["vs"],
             idx,
@@ -312,7 +326,7 @@ class NSAAttention(nn.Module):
             chunk=self._sel_chunk(x) if eager else None,
             forced_blocks=True,  # the table comes from top_blocks, which always lists the forced blocks
         )
-        o_win = ops.window(q, inp["kw"], inp["vw"], window=self.window, scale=scale)
+        o_win = ops.window(inp["q_win"], inp["kw"], inp["vw"], window=self.window, scale=scale)
         g = torch.sigmoid(self.gate(x)).view(B, T, Hkv, H // Hkv, 3)
         self.last_stats = _stats(g, idx, valid, self.sel_block) if self.collect_stats else None
         mix = _gate_mix if eager else ops.gate_mix

@@ -51,7 +51,7 @@ FAMILIES = {
 }  # fmt: skip
 # In the core but not one triton family: the selected branch's reverse index (torch.sort & co.; the
 # key-major forward's sort and searchsorted too) and autograd's sum of q's gradient from the three
-# branches (two elementwise adds).
+# branches (two elementwise adds: the core's q is a leaf, `compare` prices it so for every build).
 OTHER_IN_CORE = ("sel_reverse_index", "sel_fwd_reverse_index", "q_grad_sum")
 
 
@@ -118,7 +118,9 @@ def compare(
         geometry["block_stride"], geometry["sel_block"], geometry["n_sel"], geometry["window"],
     )  # fmt: skip
     T = rec["T"]
-    kernels = model.ours(T, shape, cc=gpu.cc, **(build or {}))
+    # The core takes q as a leaf, no RoPE: autograd sums its three gradients whatever the build (in a
+    # layer RoPE's backward sums them since q_grad_fused)
+    kernels = model.ours(T, shape, cc=gpu.cc, **{**(build or {}), "q_grad_fused": False})
     predicted: dict[str, float] = {}
     core_ms = 0.0
     for k in kernels:

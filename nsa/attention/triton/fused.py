@@ -1,7 +1,9 @@
 """Fused element-wise passes of NSAAttention on the GPU (Triton): RoPE into the kernels' layout, gate mix.
 
 Owns `rope_to_layout` (drop-in for `nsa.attention.rope.rope_to_layout`: rotate and permute in one
-read and one write, backward the rotation by -angle written back in the input layout) and
+read and one write, backward the rotation by -angle written back in the input layout),
+`rope_q_fanout` (the same for q, one output per consumer branch: its backward sums their gradients
+in float32 inside the inverse rotation, one kernel, where autograd would add them in q's dtype) and
 `gate_mix` (drop-in for `nsa.attention.nsa._gate_mix`: Eq. 5's gated sum written into wo's
 [B, T, H*D] layout in one pass; backward one pass producing the three branch gradients and the
 gate gradient, whose row dots dy . o are summed in float32 in the kernel). Shapes or dtypes these
@@ -23,6 +25,10 @@ from nsa.attention.triton import interpreting
 from nsa.attention.triton.spec import GpuShape, KernelSpec
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# q's gradients summed inside RoPE's backward (`rope_q_fanout`); False: one output shared by the
+# branches, autograd's two adds and the plain inverse rotation, the path every GPU run measured
+# (a probe switch: read at each call).
+FUSE_Q_GRAD = True
 _Q_PERM = (0, 2, 1, 3, 4)  # q [B, T, Hkv, G, D] -> [B, Hkv, T, G, D]
 _K_PERM = (0, 2, 1, 3)  # keys [B, N, Hkv, D] -> [B, Hkv, N, D]
 
@@ -30,14 +36,17 @@ _K_PERM = (0, 2, 1, 3)  # keys [B, N, Hkv, D] -> [B, Hkv, N, D]
 # --------------------------------------------------------------------------------------- kernels
 @triton.jit
 def _rope_kernel(
-    X, COS, SIN, Out, T, Hkv,
+    X, X2, X3, COS, SIN, Out, T, Hkv,
     sxb, sxt, sxh, sxr, sob, sot, soh, sor,
     R: tl.constexpr, HALF: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr, NEG: tl.constexpr,
+    NX: tl.constexpr,
 ):  # fmt: skip
     """out = x*cos + rotate_half(x)*(+-sin) over [BLOCK_T tokens, R heads x HALF pairs] of one (b, h).
 
     Strides of both sides are arguments: forward reads [B, T, Hkv, R, D] (any strides) and writes
-    [B, Hkv, T, R, D]; backward (NEG: rotation by -angle) goes the other way.
+    [B, Hkv, T, R, D]; backward (NEG: rotation by -angle) goes the other way. NX > 1: x is the sum
+    X + X2 (+ X3), the gradients of q's consumers (same strides), added in float32 in that order
+    before the rotation; X2 / X3 are not read past NX (any pointer may stand in for them).
     """
     bh = tl.program_id(1)
     b = (bh // Hkv).to(tl.int64)
@@ -56,6 +65,14 @@ def _rope_kernel(
     tab = (t0 + dt)[:, None] * (2 * HALF) + j[None, :]
     x1 = tl.load(x_base + x_off, mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(x_base + x_off + HALF, mask=mask, other=0.0).to(tl.float32)
+    if NX >= 2:  # one writer per element, a fixed order: deterministic
+        x2_base = X2 + (b * sxb + h * sxh + t0.to(tl.int64) * sxt)
+        x1 += tl.load(x2_base + x_off, mask=mask, other=0.0).to(tl.float32)
+        x2 += tl.load(x2_base + x_off + HALF, mask=mask, other=0.0).to(tl.float32)
+    if NX >= 3:
+        x3_base = X3 + (b * sxb + h * sxh + t0.to(tl.int64) * sxt)
+        x1 += tl.load(x3_base + x_off, mask=mask, other=0.0).to(tl.float32)
+        x2 += tl.load(x3_base + x_off + HALF, mask=mask, other=0.0).to(tl.float32)
     c1 = tl.load(COS + tab, mask=mask, other=0.0)
     c2 = tl.load(COS + tab + HALF, mask=mask, other=0.0)
     s1 = tl.load(SIN + tab, mask=mask, other=0.0)
@@ -143,16 +160,20 @@ def _check_device(x: Tensor, what: str) -> None:
         )
 
 
-def _launch_rope(x5: Tensor, cos: Tensor, sin: Tensor, out: Tensor, out_strides, neg: bool) -> None:
-    """x5 / out as [B, T, Hkv, R, D] index spaces (strides given in that order)."""
+def _launch_rope(
+    x5: Tensor, cos: Tensor, sin: Tensor, out: Tensor, out_strides, neg: bool, more: tuple[Tensor, ...] = ()
+) -> None:
+    """x5 / out as [B, T, Hkv, R, D] index spaces (strides given in that order); `more`: up to two
+    tensors with x5's strides summed into it (the backward of q's fan-out)."""
     B, T, Hkv, R, D = x5.shape
     cfg = _rope_config(R, D, interpreting())
     launch = {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages")}
     xs = x5.stride()
+    x2, x3 = (*more, x5, x5)[:2]
     grid = (triton.cdiv(T, cfg["BLOCK_T"]), B * Hkv)
     _rope_kernel[grid](
-        x5, cos, sin, out, T, Hkv, xs[0], xs[1], xs[2], xs[3], *out_strides,
-        R=R, HALF=D // 2, NEG=neg, **cfg, **launch,
+        x5, x2, x3, cos, sin, out, T, Hkv, xs[0], xs[1], xs[2], xs[3], *out_strides,
+        R=R, HALF=D // 2, NEG=neg, NX=1 + len(more), **cfg, **launch,
     )  # fmt: skip
 
 
@@ -204,16 +225,50 @@ def _rope_backward(ctx, dout):
 torch.library.register_autograd("nsa::triton_rope_to_layout", _rope_backward, setup_context=_rope_setup)
 
 
-def rope_to_layout(x: Tensor, cos: Tensor, sin: Tensor, perm: tuple[int, ...]) -> Tensor:
-    """`apply_rope(x, cos, sin).permute(perm).contiguous()` in one kernel (drop-in for the eager one).
+@torch.library.custom_op("nsa::triton_rope_grad_sum", mutates_args=())
+@autocast_off
+def _rope_grad_sum_op(douts: list[Tensor], cos: Tensor, sin: Tensor) -> Tensor:
+    """douts: 1-3 contiguous [B, Hkv, T, R, D] gradients of one rotated tensor -> dx [B, T, Hkv, R, D]
+    contiguous: their sum (float32, in list order) rotated by -angle, in one pass."""
+    B, Hkv, T, R, D = douts[0].shape
+    dx = douts[0].new_empty(B, T, Hkv, R, D)
+    first, *more = (d.transpose(1, 2) for d in douts)
+    _launch_rope(first, cos, sin, dx, dx.stride()[:4], neg=True, more=tuple(more))
+    return dx
 
-    Covered: q [B, T, Hkv, G, D] with perm (0, 2, 1, 3, 4) and keys [B, N, Hkv, D] with (0, 2, 1, 3),
-    x in float32/float16/bfloat16, tables [T, D] float32 (NSAAttention's, rotation in float32 as the
-    eager path does). Anything else goes to the eager function.
-    """
-    perm = tuple(perm)
+
+@_rope_grad_sum_op.register_fake
+def _(douts, cos, sin):
+    B, Hkv, T, R, D = douts[0].shape
+    return douts[0].new_empty(B, T, Hkv, R, D)
+
+
+class _RopeFanOut(torch.autograd.Function):
+    """The rotated q once, handed to its `n` consumers as `n` outputs (views of one tensor: no copy),
+    so autograd gives each consumer's gradient to `backward` apart instead of summing them in q's
+    dtype (n - 1 adds, each reading two and writing one q-sized tensor, each rounding); `backward`
+    sums them in float32 inside the inverse rotation, one kernel. A consumer that gives no gradient
+    (None) is left out of the sum."""
+
+    @staticmethod
+    def forward(ctx, x5: Tensor, cos: Tensor, sin: Tensor, n: int) -> tuple[Tensor, ...]:
+        out = torch.ops.nsa.triton_rope_to_layout(x5, cos, sin)
+        ctx.save_for_backward(cos, sin)
+        ctx.set_materialize_grads(False)
+        return tuple(out.view(out.shape) for _ in range(n))
+
+    @staticmethod
+    def backward(ctx, *douts: Tensor | None) -> tuple[Tensor | None, None, None, None]:
+        cos, sin = ctx.saved_tensors
+        present = [d.contiguous() for d in douts if d is not None]
+        if not present:
+            return None, None, None, None
+        return torch.ops.nsa.triton_rope_grad_sum(present, cos, sin), None, None, None
+
+
+def _covered(x: Tensor, cos: Tensor, sin: Tensor, perm: tuple[int, ...]) -> bool:
     T, D = x.shape[1], x.shape[-1]
-    covered = (
+    return (
         ((x.dim() == 5 and perm == _Q_PERM) or (x.dim() == 4 and perm == _K_PERM))
         and x.dtype in _DTYPES
         and cos.dtype == sin.dtype == torch.float32
@@ -224,7 +279,36 @@ def rope_to_layout(x: Tensor, cos: Tensor, sin: Tensor, perm: tuple[int, ...]) -
         and x.device == cos.device
         and not (cos.requires_grad or sin.requires_grad)  # the kernel gives no table gradients
     )
-    if not covered:
+
+
+def rope_q_fanout(x: Tensor, cos: Tensor, sin: Tensor, n: int = 3) -> tuple[Tensor, ...]:
+    """q [B, T, Hkv, G, D] rotated into [B, Hkv, T, G, D] (as `rope_to_layout` with perm (0, 2, 1, 3, 4)),
+    as `n` (1-3) outputs, one per consumer: views of one tensor forward; backward one kernel sums the
+    consumers' gradients in float32 and rotates the sum by -angle (`nsa::triton_rope_grad_sum`).
+
+    What `rope_to_layout` does not cover takes the eager function, its one output given `n` times
+    (autograd then sums the gradients, as before); so does everything with FUSE_Q_GRAD off (through
+    `rope_to_layout`).
+    """
+    if not 1 <= n <= 3:
+        raise ValueError(f"nsa.attention.triton.fused.rope_q_fanout: n={n} consumers; the kernel sums 1 to 3")
+    if not FUSE_Q_GRAD:
+        return (rope_to_layout(x, cos, sin, _Q_PERM),) * n
+    if not _covered(x, cos, sin, _Q_PERM):
+        return (_eager_rope_to_layout(x, cos, sin, _Q_PERM),) * n
+    _check_device(x, "rope_q_fanout")
+    return _RopeFanOut.apply(x if x.stride(-1) == 1 else x.contiguous(), cos, sin, n)
+
+
+def rope_to_layout(x: Tensor, cos: Tensor, sin: Tensor, perm: tuple[int, ...]) -> Tensor:
+    """`apply_rope(x, cos, sin).permute(perm).contiguous()` in one kernel (drop-in for the eager one).
+
+    Covered: q [B, T, Hkv, G, D] with perm (0, 2, 1, 3, 4) and keys [B, N, Hkv, D] with (0, 2, 1, 3),
+    x in float32/float16/bfloat16, tables [T, D] float32 (NSAAttention's, rotation in float32 as the
+    eager path does). Anything else goes to the eager function.
+    """
+    perm = tuple(perm)
+    if not _covered(x, cos, sin, perm):
         return _eager_rope_to_layout(x, cos, sin, perm)
     _check_device(x, "rope_to_layout")
     x5 = x if x.dim() == 5 else x.unsqueeze(3)
@@ -317,13 +401,19 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     ptr = "*" + shape.dtype
     strides = ("T", "Hkv", "sxb", "sxt", "sxh", "sxr", "sob", "sot", "soh", "sor")
     specs = []
-    for name, r in (("rope_q", shape.group), ("rope_k", 1)):
-        for direction, neg in (("fwd", False), ("bwd", True)):
-            cfg = _rope_config(r, shape.head_dim)
-            launch = {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages")}
-            constexprs = {"R": r, "HALF": shape.head_dim // 2, "NEG": neg, **cfg}
-            sig = _signature(_rope_kernel, ptr, constexprs, strides, ("COS", "SIN"))
-            specs.append(KernelSpec(f"{name}_{direction}", _rope_kernel, sig, constexprs, **launch))
+    # rope_q_sum_bwd: the backward of q's fan-out (NSAAttention's q), its three gradients summed
+    for name, r, direction, neg, nx in (
+        ("rope_q", shape.group, "fwd", False, 1),
+        ("rope_q", shape.group, "bwd", True, 1),
+        ("rope_q", shape.group, "sum_bwd", True, 3),
+        ("rope_k", 1, "fwd", False, 1),
+        ("rope_k", 1, "bwd", True, 1),
+    ):
+        cfg = _rope_config(r, shape.head_dim)
+        launch = {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages")}
+        constexprs = {"R": r, "HALF": shape.head_dim // 2, "NEG": neg, "NX": nx, **cfg}
+        sig = _signature(_rope_kernel, ptr, constexprs, strides, ("COS", "SIN"))
+        specs.append(KernelSpec(f"{name}_{direction}", _rope_kernel, sig, constexprs, **launch))
     for name, fn in (("gate_mix_fwd", _gate_mix_fwd), ("gate_mix_bwd", _gate_mix_bwd)):
         cfg = _gate_config(shape.head_dim)
         launch = {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages")}

@@ -156,7 +156,8 @@ def test_short_t_counts_match_the_kernels_own_rule() -> None:
     dkdv = next(k for k in m.ours(T, shape, bwd_keys=False) if k.name == "sel_bwd_dkdv")
     BH = shape.B * shape.Hkv
     assert dkdv.useful == pytest.approx(4 * 2 * BH * int(valid.sum()) * shape.G * lp * shape.D)
-    assert "q_grad_sum" in {k.name for k in m.ours(T, shape)}  # autograd's sum over the 3 branches
+    # autograd's sum over the 3 branches, as the committed runs measured it (since: RoPE's backward)
+    assert "q_grad_sum" in {k.name for k in m.ours(T, shape, q_grad_fused=False)}
 
 
 def test_the_compressed_forward_is_two_kernels_at_the_shipped_warps() -> None:

@@ -423,3 +423,37 @@ def test_transient_bytes_follow_pdq_bits_and_count_no_order_the_forward_handed_o
     assert (
         m.transient_bytes(T, s, pdq_bits=32) - m.transient_bytes(T, s, pdq_bits=16) == 1610612736
     )  # 1.5 GiB
+
+
+def test_q_grad_fused_replaces_autograds_sum_in_the_shipped_build_only() -> None:
+    """fused.py `rope_q_fanout` (FUSE_Q_GRAD, shipped): q's three branch gradients and the RoPE
+    tables in, dx out, one kernel (4 q-sized passes) instead of autograd's two adds (6 passes,
+    `q_grad_sum`) and the inverse rotation (2); every committed run's build (RUN_BUILDS, the before_*
+    flags) keeps the two kernels, so the calibration and the run reproductions do not move; the
+    what-ifs `q_grad_sum_unfused` and `measured_code_only` price the measured path."""
+    from nsa.attention.triton import fused
+
+    assert fused.FUSE_Q_GRAD is True
+    for sname, s in m.SHAPES.items():
+        T = 8192
+        act, kvb = s.B * T * s.H * s.D * 2, s.B * s.Hkv * T * s.D * 2
+        ships = {k.name: k for k in m.ours(T, s) if k.branch == "fused"}
+        assert "q_grad_sum" not in ships and ships["rope_q_grad"].direction == "bwd"
+        assert ships["rope_q_grad"].dram == 4 * act + 2 * T * s.D * 4, sname
+        assert ships["rope_bwd"].dram == 2 * 3 * kvb
+        for build in (
+            *m.RUN_BUILDS.values(),
+            m.WHAT_IF["q_grad_sum_unfused"],
+            m.WHAT_IF["measured_code_only"],
+        ):
+            ran = {k.name: k for k in m.ours(T, s, **build) if k.branch == "fused"}
+            assert "rope_q_grad" not in ran, build
+            assert ran["q_grad_sum"].dram == 6 * act and ran["rope_bwd"].dram == 2 * (act + 3 * kvb), build
+        # H100, the paper shape at 8k: the two kernels' ~0.3 + ~0.15 ms become ~0.2 (4 passes of 8)
+        h100 = m.GPUS["H100"]
+        if sname == "paper":
+            old = {k.name: k.time(h100) * 1e3 for k in m.ours_on(T, s, h100, q_grad_fused=False)}
+            new = {k.name: k.time(h100) * 1e3 for k in m.ours_on(T, s, h100)}
+            before = old["q_grad_sum"] + old["rope_bwd"]
+            after = new["rope_q_grad"] + new["rope_bwd"]
+            assert 0.4 < before < 0.5 and after < 0.6 * before, (before, after)

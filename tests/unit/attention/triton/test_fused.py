@@ -139,7 +139,10 @@ def test_gpucheck_specs_cover_every_kernel(head_dim):
     shape = GpuShape("m7c", head_dim, 6, 32, 16, 64, 16, 512)
     specs = fused.gpucheck_specs(shape, 80)
     names = [s.name for s in specs]
-    assert names == ["rope_q_fwd", "rope_q_bwd", "rope_k_fwd", "rope_k_bwd", "gate_mix_fwd", "gate_mix_bwd"]
+    assert names == [
+        "rope_q_fwd", "rope_q_bwd", "rope_q_sum_bwd", "rope_k_fwd", "rope_k_bwd", "gate_mix_fwd", "gate_mix_bwd"
+    ]  # fmt: skip
+    assert specs[2].constexprs["NX"] == 3 and specs[1].constexprs["NX"] == 1
     for s in specs:
         assert {n for n, t in s.signature.items() if t == "constexpr"} == set(s.constexprs)
         assert all(t != "constexpr" or n in s.constexprs for n, t in s.signature.items())
