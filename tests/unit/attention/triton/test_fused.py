@@ -140,8 +140,11 @@ def test_gpucheck_specs_cover_every_kernel(head_dim):
     specs = fused.gpucheck_specs(shape, 80)
     names = [s.name for s in specs]
     assert names == [
-        "rope_q_fwd", "rope_q_bwd", "rope_q_sum_bwd", "rope_k_fwd", "rope_k_bwd", "gate_mix_fwd", "gate_mix_bwd"
+        "rope_q_fwd", "rope_q_bwd", "rope_q_sum_bwd", "rope_k_fwd", "rope_k_bwd", "gate_mix_fwd", "gate_mix_bwd",
+        "gate_fold_bwd",
     ]  # fmt: skip
+    assert specs[-1].signature["LC"] == specs[-1].signature["LW2"] == "*fp32"
+    assert specs[-1].signature["DO"] == specs[-1].signature["DY"] == "*bf16"
     assert specs[2].constexprs["NX"] == 3 and specs[1].constexprs["NX"] == 1
     for s in specs:
         assert {n for n, t in s.signature.items() if t == "constexpr"} == set(s.constexprs)
