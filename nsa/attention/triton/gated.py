@@ -17,6 +17,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+# The ops this node calls are registered by their modules: imported for that.
+import nsa.attention.triton.compressed
+import nsa.attention.triton.fused
+import nsa.attention.triton.selected
+import nsa.attention.triton.window  # noqa: F401
+
 # The gates folded into the lse (this module's node); False: the branch ops' own autograd and the
 # gate mix writing three g * dO copies, the path every GPU run measured (a probe switch: read at each
 # call, bench/kernel_probe.py --only gate).
