@@ -159,10 +159,12 @@ def _gate_fold_bwd(
     dy = tl.load(DY + y_off, mask=mask, other=0.0)
     tl.store(DO + o_off, dy.to(DO.dtype.element_ty), mask=mask)
     dy = dy.to(tl.float32)
-    l_off = tl.program_id(1).to(tl.int64) * T * G + tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    _fold_branch(Gt, OC, LC, LC2, DG, dy, o_off, l_off, g_off, mask, row_ok, 0)
-    _fold_branch(Gt, OS, LS, LS2, DG, dy, o_off, l_off, g_off, mask, row_ok, 1)
-    _fold_branch(Gt, OW, LW, LW2, DG, dy, o_off, l_off, g_off, mask, row_ok, 2)
+    # the lse rows: one int64 base per program, int32 offsets (int64 offsets spilled on sm_80, 3.6)
+    base = tl.program_id(1).to(tl.int64) * T * G
+    l_off = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    _fold_branch(Gt, OC, LC + base, LC2 + base, DG, dy, o_off, l_off, g_off, mask, row_ok, 0)
+    _fold_branch(Gt, OS, LS + base, LS2 + base, DG, dy, o_off, l_off, g_off, mask, row_ok, 1)
+    _fold_branch(Gt, OW, LW + base, LW2 + base, DG, dy, o_off, l_off, g_off, mask, row_ok, 2)
 
 
 # -------------------------------------------------------------------------------------- launches
