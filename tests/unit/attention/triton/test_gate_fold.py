@@ -208,3 +208,17 @@ def test_mixed_dtypes_and_the_switch_fall_back(monkeypatch):
     inp, g = _gated_inputs("cpu")
     monkeypatch.setattr(gated, "FOLD_GATE", False)
     assert gated.gated_branches(inp, g, *GEO, scale=0.25) is None
+
+
+def test_the_gpu_probe_times_both_paths(capsys):
+    """bench/kernel_probe.py --only gate: the shipped setting and FOLD_GATE off, at each shape
+    (checked by its dry run: no GPU here)."""
+    import json
+
+    from tests.fixtures.bench import load_bench
+
+    probe = load_bench("kernel_probe")
+    assert probe.main(["--only", "gate", "--dry-run", "--match", "fold_gate"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {r["shape"] for r in rows} == {"m7c", "paper"}
+    assert sorted(json.dumps(r["changes"]) for r in rows) == ['{"fold_gate": false}'] * 2 + ["{}"] * 2
