@@ -10,7 +10,10 @@ shared-memory access, a warp's latency), taken from their H200 calibration as re
 assumption: those cycles carry over from Hopper to Ampere per SM cycle (docs/attention.md, A100).
 Without `--recount` it prints, per setting and point, the proxy's A100 milliseconds (108 SMs x 4
 schedulers x 1.41 GHz, resident warps from sm_80's 64 K registers and 164 KB shared memory) and the
-tensor-core floor at 312 TFLOP/s beside it: the candidates of docs/attention.md's sm_80 settings.
+tensor-core floor at 312 TFLOP/s beside it: the candidates of docs/attention.md's sm_80 settings;
+and, per keys-backward setting, where its A100 counts lie against the keys proxy's calibrated range
+(`range_rows`: warp instructions and shared-memory accesses a scheduler, warps a scheduler, at the
+H200 points' token counts), the check a setting must pass before it ships on the proxy's word.
 Prints one JSON object per line; asserts nothing.
 
   .venv/bin/python bench/a100_proxy.py                   # candidates at M7C / paper, B = 1
@@ -26,6 +29,7 @@ import sys
 from pathlib import Path
 
 from nsa.attention.gpusuite.modelcheck import load_by_path
+from nsa.attention.triton.selected_keys_bwd import KEYS_BR64_PROBE
 
 HERE = Path(__file__).resolve().parent
 SASS_FILE = HERE / "a100_proxy_sass.json"
@@ -39,7 +43,10 @@ SELECT = {
 }  # fmt: skip
 KEYS = [{}, {"keys_div32": False}, {"keys_div32": True}, {"BR_keys": 16}, {"BR_keys": 16, "stages_kv": 2}, {"warps_keys": 8}, {"BR_keys": 64},
         {"BR_keys": 64, "warps_keys": 8}, {"pdq_bits": 32}, {"pdq_bits": 32, "keys_div32": False, "keys_dq_mma": False},
-        {"keys_dq_mma": False}, {"keys_dq_mma": False, "keys_div32": False}]  # fmt: skip
+        {"keys_dq_mma": False}, {"keys_dq_mma": False, "keys_div32": False},
+        # the per-row key limit (keys_rowlim) and the 64 rows a step it keeps unspilled (bench/RESULTS.md "a100keys")
+        {"keys_rowlim": True}, KEYS_BR64_PROBE, {**KEYS_BR64_PROBE, "pdq_bits": 32}, {**KEYS_BR64_PROBE, "stages_kv": 2},
+        {**KEYS_BR64_PROBE, "warps_keys": 8}, {"BR_keys": 128, "warps_keys": 8, "keys_rowlim": True}]  # fmt: skip
 MERGE_T = [2048, 4096, 8192, 16384, 32768, 65536]
 POINTS = [8192, 32768, 65536]
 
@@ -57,7 +64,8 @@ def keys_setting(G: int, D: int, over: dict) -> dict:
     from nsa.attention.triton import selected as sel
 
     c = {**sel._config(G, D, 64, arch=80), **over}
-    return {k: c[k] for k in ("BR_keys", "warps_keys", "stages_kv", "pdq_bits", "keys_div32", "keys_dq_mma")}
+    names = ("BR_keys", "warps_keys", "stages_kv", "pdq_bits", "keys_div32", "keys_dq_mma", "keys_rowlim")
+    return {k: c[k] for k in names}
 
 
 # The kernels priced on A100 by their Hopper fit carried over per SM cycle, scaled by their sm_80 over
@@ -174,6 +182,50 @@ def candidate_rows(rec: dict) -> list[dict]:
     return rows
 
 
+# The keys proxy's H200 calibration points run 8k x 8, 32k x 2 and 64k x 1 tokens (bench/keys_proxy.py
+# measured_points): a candidate's A100 features are compared with the calibrated ones at these.
+RANGE_POINTS = [(8192, 8), (32768, 2), (65536, 1)]
+A100_SM = {"sms": 108, "sched": 4, "ghz": 1.41, **sass80.SM80}
+
+
+def calibrated_range() -> dict:
+    """The keys proxy's calibrated range: min and max of its H200 points' warp instructions and
+    shared-memory accesses a scheduler (`keys_proxy.features`), and their warps a scheduler."""
+    kp = _sibling("keys_proxy")
+    rows = kp.rows_of("bwd", kp.measured_points("bwd"), json.loads(kp.SASS_FILE.read_text()))
+    xs = [kp.features(r) for r in rows]
+    return {"points": len(rows), "x_insn": [min(x["insn"] for x in xs), max(x["insn"] for x in xs)],
+            "x_smem": [min(x["smem"] for x in xs), max(x["smem"] for x in xs)],
+            "warps_per_scheduler": sorted({r["resident"] * r["warps"] / 4 for r in rows})}  # fmt: skip
+
+
+def range_rows(rec: dict, cal: dict) -> list[dict]:
+    """Every recorded keys setting's A100 features at RANGE_POINTS (M7C), each as a fraction of the
+    calibrated range's edge it passes (below: of the lowest, above: of the highest; 1 inside), and
+    whether all three (instructions, shared accesses, warps a scheduler) lie inside `cal`."""
+    kp = _sibling("keys_proxy")
+    rows, seen = [], set()
+    for over in KEYS:
+        st = keys_setting(6, 64, over)
+        key = keys_key(6, 64, st)
+        if key in seen:
+            continue
+        seen.add(key)
+        c = rec["keys_bwd"][key]
+        ks = {"BR": st["BR_keys"], "warps": st["warps_keys"], "pdq_bits": st["pdq_bits"]}
+        for T, B in RANGE_POINTS:
+            ln = kp.launch("bwd", T, B, ks, c)
+            ln["resident"] = kp.resident_programs(c["registers"], c["smem"], ks["warps"], A100_SM)
+            x = kp.features(ln, A100_SM)
+            wps = ln["resident"] * ks["warps"] / 4
+            edge = {f: x[f] / min(max(x[f], cal[f"x_{f}"][0]), cal[f"x_{f}"][1]) for f in ("insn", "smem")}
+            rows.append({"a100_keys_range": key, "T": T, "B": B, "spill": c["spill"], "x_insn": round(x["insn"]),
+                         "x_smem": round(x["smem"]), "warps_per_scheduler": wps,
+                         "insn_vs_range": round(edge["insn"], 3), "smem_vs_range": round(edge["smem"], 3),
+                         "inside": edge["insn"] == edge["smem"] == 1 and wps in cal["warps_per_scheduler"]})  # fmt: skip
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -191,6 +243,10 @@ def main(argv=None) -> int:
     rec = json.loads(SASS_FILE.read_text())
     print(json.dumps({"triton": rec["triton"], "fit": rec["fit"]}), flush=True)
     for r in candidate_rows(rec):
+        print(json.dumps(r), flush=True)
+    cal = calibrated_range()
+    print(json.dumps({"keys_calibrated_range": "h200", **cal}), flush=True)
+    for r in range_rows(rec, cal):
         print(json.dumps(r), flush=True)
     return 0
 

@@ -189,6 +189,12 @@ SEL_VARIANTS = [
     # triton 3.6, M7C, 18 fewer shared-memory accesses a 128-row step (40 -> 22 on sm_90), SASS about
     # the same (1386 -> 1374); its proxy does not calibrate (bench/RESULTS.md "keysmem").
     {"shape": "m7c", "keys_fwd_mma": True},
+    # The keys backward's key mask as a per-row limit (keys_rowlim, selected_keys_bwd.py ROWLIM) at 64 rows
+    # a step (selected_keys_bwd.KEYS_BR64_PROBE): on an A100 sm_80's candidate (no spill where 64 rows
+    # spilled without the limit; bench/a100_proxy.py 0.87x the shipped 32 rows, outside the keys proxy's
+    # calibrated instructions: bench/RESULTS.md "a100keys"); on an H100/H200 (64 rows already) the
+    # limit alone (sm_90, triton 3.6, M7C: 535 -> 536 SASS a step, the same 32 shared accesses).
+    {"shape": "m7c", "BR_keys": 64, "keys_rowlim": True},
     # Head_dim 128: the query-major dK/dV kernel (`_sel_bwd_dkdv_kernel`) at 128 (pair, head) rows a
     # step and 8 warps (bench/tiles_d128.py; G 16 x D 128 on sm_90, triton 3.6: 16 % fewer SASS a
     # FLOP than the shipped 32 rows at 4 warps, the same 8 resident warps an SM). ptxas: no spill on

@@ -25,11 +25,12 @@ fi
 rc=0
 echo "triton-leg: triton $LEG_TRITON: interpreter tests (representative subset) and gpucheck"
 # The subset (docs/attention.md "Triton versions"): bf16 through the honest-bf16 fixture, the whole
-# module with its parameters' gradients and head_dim 96 training, and the fp16 / head_dim 96 / G 16
-# cases of the window and compressed kernels. gpucheck: the configs' shapes and the paper's 16x128.
+# module with its parameters' gradients and head_dim 96 training, the fp16 / head_dim 96 / G 16
+# cases of the window and compressed kernels, and q's fp16 / bf16 gradient sum inside RoPE's
+# backward. gpucheck: the configs' shapes and the paper's 16x128.
 t="tests/unit/attention/triton"
 PYTHONPATH="$leg" .venv/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning \
-    "$t/test_bf16_interpreter.py" "$t/test_module_triton.py" \
+    "$t/test_bf16_interpreter.py" "$t/test_module_triton.py" "$t/test_rope_q_grad.py" \
     "$t/test_window.py" "$t/test_triton_compressed.py" -k "bf16 or module or trains or fp16 or 96 or G16" || rc=$?
 # gpucheck's records (stdout, one JSON object a line) go to a file; its summary (stderr) is shown.
 if ! PYTHONPATH="$leg" .venv/bin/python -m nsa.attention.gpucheck --shape 16x128 >"$leg.gpucheck.jsonl"; then

@@ -182,6 +182,7 @@ def shipped_launch(
         "stages_kv": sc["stages_kv"],
         "keys_div32": sc["keys_div32"],
         "keys_dq_mma": sc["keys_dq_mma"],
+        "keys_rowlim": sc["keys_rowlim"],
         "br_dkdv": sc["BR"],
         "bm_forced": sc["BM"],
         "bn_sel": sc["BN"],

@@ -30,10 +30,13 @@ def select_key(G: int, D: int, bt: int, warps: int, halves: int, maxnreg: int = 
 
 
 def keys_key(G: int, D: int, st: dict) -> str:
-    """st: BR_keys, warps_keys, stages_kv, pdq_bits, keys_div32, keys_dq_mma (selected.py `_config`'s
-    names; keys_dq_mma False where absent: the converted store every run measured)."""
+    """st: BR_keys, warps_keys, stages_kv, pdq_bits, keys_div32, keys_dq_mma, keys_rowlim (selected.py
+    `_config`'s names; keys_dq_mma False where absent: the converted store every run measured;
+    keys_rowlim False where absent, and "/rl1" only where it applies, with keys_div32: the kernel's
+    ROWLIM, selected_keys_bwd.py `rowlim`)."""
+    rl = "/rl1" if st.get("keys_rowlim") and st["keys_div32"] else ""
     return (f"G{G}xD{D}/BR{st['BR_keys']}/w{st['warps_keys']}/s{st['stages_kv']}/pdq{st['pdq_bits']}"
-            f"/div{int(bool(st['keys_div32']))}/dq{int(bool(st.get('keys_dq_mma', False)))}")  # fmt: skip
+            f"/div{int(bool(st['keys_div32']))}/dq{int(bool(st.get('keys_dq_mma', False)))}{rl}")  # fmt: skip
 
 
 def resident_programs(registers: int, smem: int, warps: int, sm: dict = SM80) -> int:

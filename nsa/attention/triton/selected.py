@@ -139,7 +139,7 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
     or at pdq_bits 32; nb = ceil(l'/BN) = 1 on the GPU), allocated and freed inside the backward:
     1.6 GB per layer backward at M7C 64k x 1 (and at 8k x 8), against ~0.2 GB of scratch for the
     query-major dQ. Its keys kernel holds the dK/dV kernel's state plus a [BR, D] fp32 dQ
-    product: BR = 32 (64 spilled on sm_80 at head_dim 64: 152 bytes), 8 warps past head_dim 64
+    product: BR = 32 (64 spilled on sm_80 at head_dim 64: 88-96 bytes; not with keys_rowlim), 8 warps past head_dim 64
     (with 4 warps it spilled on sm_80 even at BR = 16).
     """
     DP = _p2(D)
@@ -233,7 +233,9 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # product per step: BR rows per step (checked with ptxas: no spills).
         # On sm_90 at head_dim 64, 64 rows: the selected forward+backward at M7C 8k x 8 on an H200 took
         # 10.20 ms instead of 13.69 with 32 (16: 13.23; 8 warps: 19.03; bench/kernel_probe.py). ptxas:
-        # 244-252 registers at G 2-8 on sm_90; it spilled on sm_80 (128-152 B) and at G 1 on triton 3.6.
+        # 244-252 registers at G 2-8 on sm_90; it spilled on sm_80 (88-96 B) and at G 1 on triton 3.6.
+        # On sm_80 64 rows fit with keys_rowlim (below; no spill at G 1-8, triton 3.6 / 3.9) and are
+        # priced 0.87x, but outside the keys proxy's calibrated range: 32 rows stay (the probe decides).
         "BR_keys": 64 if arch >= 90 and DP <= 64 and G >= 2 else 32,
         # PDQ's bits (selected_keys_bwd.py `pdq_dtype`): 16, the partials in q's dtype when it is
         # bf16/fp16 (fp32 q keeps fp32); 32, fp32 partials (what every GPU run measured: the what-if
@@ -264,6 +266,17 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # below the calibrated range than the shipped point: off there until a GPU measures it. The
         # other value is a bench/kernel_probe.py variant on either arch (gpucheck compiles both).
         "keys_dq_mma": arch < 90,
+        # The keys kernel's key mask as one compare of a column against a per-row limit (selected_keys_bwd.py
+        # ROWLIM, with keys_div32) instead of a per-column key position held across the loop: bitwise
+        # the same gradients (interpreter test). What lets 64 rows a step fit sm_80's 255 registers
+        # (keys_dq_mma on; the converted store still spills 48 B): no spill over gpucheck's grid on
+        # triton 3.6 and 3.9, where 64 rows spilled 88-96 B without it. bench/a100_proxy.py prices
+        # BR_keys 64 with it at 0.87x the shipped 32
+        # rows on an A100 (M7C 8k / 32k / 64k), but its instructions a scheduler fall 13-18 % below
+        # the keys proxy's calibrated range (bench/RESULTS.md "a100keys"): a probe switch, off, and
+        # sm_80 keeps 32 rows until a GPU measures it (the bench/kernel_probe.py variant
+        # {"BR_keys": 64, "keys_rowlim": True}; gpucheck compiles it on sm_80: `_br64`).
+        "keys_rowlim": False,
         "BM_merge": 64 if DP <= 64 else 32,
         "warps_merge": 4,
         "BM_delta": 64,

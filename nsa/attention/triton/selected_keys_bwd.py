@@ -11,7 +11,8 @@ Owns the three kernels that replace the forced dQ, the query-major dQ and the dK
   rounded once to q's 16-bit dtype (`_config`'s pdq_bits 16, shipped) or kept in fp32 (pdq_bits 32,
   and for fp32 q; `pdq_dtype`):
   s, p, dp and dS are computed once for dQ, dK and dV. Every pair goes through it, the forced entries
-  (block 0, the query's own block and the one before) included;
+  (block 0, the query's own block and the one before) included; with `_config`'s keys_rowlim (`rowlim`:
+  ROWLIM) its key mask is a per-row limit on the column, what lets 64 rows a step fit on sm_80;
 - `_sel_bwd_dq_merge_kernel`: query-major, per BM (token, head) rows, dQ = the sum of PDQ over the
   token's n entries and the nb key chunks in a fixed order (deterministic, no atomics), skipping the
   entries that add no keys (the reverse index's keep rule: valid, block >= 0, block*l' <= t), which
@@ -193,6 +194,7 @@ def _dkdv_walk(
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
     DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr, DIV32: tl.constexpr,
     WRITE_DQ: tl.constexpr, DQ_WM: tl.constexpr = 0, DQ_WN: tl.constexpr = 0, DQ_ASC: tl.constexpr = True,
+    ROWLIM: tl.constexpr = False,
 ):  # fmt: skip
     """The key-major dK/dV program, written once for both of its kernels: BN keys (chunk nb) of one
     selection block against one segment (<= S pairs) of the (query, block) pairs that listed it; rows
@@ -230,9 +232,17 @@ def _dkdv_walk(
     dv = tl.zeros([BN, DP], tl.float32)
     r = tl.arange(0, BR)
     if DIV32:
-        # A key masked off (past the block or T) gets a column past every token: with the rows' own
-        # mask folded into their token, one compare an element instead of three masks.
-        kcol = tl.where(kmask, kpos, T)
+        if ROWLIM:
+            # The chunk's keys are kbase + n, the first klast + 1 of them in range (the block, T): a
+            # key's causal and range tests are one compare of its column n against a per-row limit
+            # (below), so no per-column key position stays live across the loop (16 registers a
+            # thread on sm_80 at 64 rows: what made them spill, bench/RESULTS.md "a100keys").
+            kbase = (blk % NS).to(tl.int32) * LP + nb * BN
+            klast = tl.minimum(LP - nb * BN, T - kbase) - 1
+        else:
+            # A key masked off (past the block or T) gets a column past every token: with the rows'
+            # own mask folded into their token, one compare an element instead of three masks.
+            kcol = tl.where(kmask, kpos, T)
         nrows = (hi - lo).to(tl.int32) * G
         nkm, nkl = _magic32(NK)
     else:
@@ -250,7 +260,11 @@ def _dkdv_walk(
         lse = tl.load(LSE + qrow, mask=rm, other=0.0)
         delta = tl.load(DELTA + qrow, mask=rm, other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-        if DIV32:
+        if ROWLIM:
+            # n <= tq - kbase (causal) and n <= klast (in range), or nothing for a masked row: the
+            # same mask as kcol's, bit for bit.
+            ok = n[None, :] <= tl.where(rm, tl.minimum(tq - kbase, klast), -1)[:, None]
+        elif DIV32:
             ok = kcol[None, :] <= tl.where(rm, tq, -1)[:, None]
         else:
             ok = rm[:, None] & kmask[None, :] & (kpos[None, :] <= tq[:, None])
@@ -285,13 +299,13 @@ def _sel_bwd_keys_kernel(
     T, NS, NK, NP, NBLK, NSEARCH, S, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
     DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr, DIV32: tl.constexpr,
-    DQ_WM: tl.constexpr = 0, DQ_WN: tl.constexpr = 0, DQ_ASC: tl.constexpr = True,
+    DQ_WM: tl.constexpr = 0, DQ_WN: tl.constexpr = 0, DQ_ASC: tl.constexpr = True, ROWLIM: tl.constexpr = False,
 ):  # fmt: skip
     # The dK/dV walk with the dQ partials (WRITE_DQ). A kernel of its own name only so that profiles
     # (the GPU suite's per-kernel families, gpusuite/modelcheck.py) tell it from the dK/dV kernel.
     _dkdv_walk(
         Q, K, V, DO, LSE, DELTA, ORDER, START, SEG_END, PDK, PDV, PDQ, T, NS, NK, NP, NBLK, NSEARCH, S,
-        sm_scale, G, D, LP, DP, BN, BR, PREC, DIV32, True, DQ_WM, DQ_WN, DQ_ASC,
+        sm_scale, G, D, LP, DP, BN, BR, PREC, DIV32, True, DQ_WM, DQ_WN, DQ_ASC, ROWLIM,
     )  # fmt: skip
 
 
@@ -374,6 +388,16 @@ def dq_store_consts(cfg: dict, arch: int) -> dict[str, int | bool]:
     return {"DQ_WM": wm, "DQ_WN": wn, "DQ_ASC": asc}
 
 
+# sm_80's 64-row candidate: 64 rows a step, the per-row key limit (ROWLIM) that keeps them unspilled.
+KEYS_BR64_PROBE = {"BR_keys": 64, "keys_rowlim": True}
+
+
+def rowlim(cfg: dict) -> bool:
+    """The keys kernel's ROWLIM for `cfg`: `_config`'s keys_rowlim, which needs the 32-bit rows (its
+    per-row limit is the DIV32 path's int32 token)."""
+    return bool(cfg.get("keys_rowlim", False) and cfg["keys_div32"])
+
+
 def keys_bwd_gpucheck_rows(
     cfg: dict, G: int, D: int, LP: int, dt: str, prec: str, arch: int = 80
 ) -> list[tuple]:
@@ -384,10 +408,11 @@ def keys_bwd_gpucheck_rows(
     the other pdq_bits (`*_pdq32`: fp32 partials, what the GPU runs measured, at the shipped 16;
     `*_pdq16` where a config says 32: the probe's kernels, two cheap compiles, so the GPU probe of
     bench/kernel_probe.py never runs a kernel gpucheck has not seen); the keys kernel also at the
-    other `keys_dq_mma` (`selected_bwd_keys_dqmma` / `_dqcvt`)."""
+    other `keys_dq_mma` (`selected_bwd_keys_dqmma` / `_dqcvt`) and, on sm_80 at head_dim <= 64, at
+    `KEYS_BR64_PROBE` (`selected_bwd_keys_br64`: 64 rows a step with ROWLIM) where cfg is not it."""
     ptr, f32, i32, i64 = f"*{dt}", "*fp32", "i32", "*i64"
     keys_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR_keys"], "PREC": prec,
-                   "DIV32": cfg["keys_div32"], **dq_store_consts(cfg, arch)}  # fmt: skip
+                   "DIV32": cfg["keys_div32"], **dq_store_consts(cfg, arch), "ROWLIM": rowlim(cfg)}  # fmt: skip
     merge_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BM": cfg["BM_merge"]}
     delta_consts = {"D": D, "DP": cfg["DP"], "BM": cfg["BM_delta"]}
     delta_args = dict(OUT=ptr, DO=ptr, DELTA=f32, R=i32)
@@ -414,6 +439,13 @@ def keys_bwd_gpucheck_rows(
             flip = {**cfg, "keys_dq_mma": not cfg["keys_dq_mma"]}
             rows.append((f"selected_bwd_keys_{'dqmma' if flip['keys_dq_mma'] else 'dqcvt'}", _sel_bwd_keys_kernel,
                          keys_args, {**keys_consts, **dq_store_consts(flip, arch)}, cfg["warps_keys"], cfg["stages_kv"]))  # fmt: skip
+            probe = {**cfg, **KEYS_BR64_PROBE}
+            if arch < 90 and cfg["DP"] <= 64 and probe != cfg and rowlim(probe):
+                # sm_80's 64-row candidate (the bench/kernel_probe.py variant): what an A100 probe
+                # would launch, so gpucheck has seen it (no spill: bench/RESULTS.md "a100keys").
+                rows.append(("selected_bwd_keys_br64", _sel_bwd_keys_kernel, keys_args,
+                             {**keys_consts, "BR": 64, **dq_store_consts(probe, arch), "ROWLIM": True},
+                             probe["warps_keys"], probe["stages_kv"]))  # fmt: skip
     return rows
 
 
@@ -448,7 +480,7 @@ def keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP: int, scale: fl
         q, k, v, dout, lse, delta, order, start, seg_end, pdk, pdv, pdq,
         T, ns, NK, npos, BH * ns, (BH * ns).bit_length() + 1, S, scale,
         G=G, D=D, LP=LP, DP=DP, BN=BN, BR=cfg["BR_keys"], PREC=prec, DIV32=cfg["keys_div32"],
-        **dq_store_consts(cfg, device_arch(q.device)), num_warps=cfg["warps_keys"], num_stages=cfg["stages_kv"],
+        **dq_store_consts(cfg, device_arch(q.device)), ROWLIM=rowlim(cfg), num_warps=cfg["warps_keys"], num_stages=cfg["stages_kv"],
     )  # fmt: skip
     dq = torch.empty_like(q)
     _sel_bwd_dq_merge_kernel[(triton.cdiv(T * G, cfg["BM_merge"]), BH)](

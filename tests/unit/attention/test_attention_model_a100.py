@@ -203,3 +203,40 @@ def test_the_shipped_sm80_selection_is_the_candidate_priced_15_percent_faster_un
     for r in keys:
         if r["spill"] == 0:
             assert r["proxy_ms"] > 0.85 * base[r["T"]], r
+
+
+def test_the_64_row_keys_candidate_is_unspilled_and_faster_but_outside_the_calibrated_range() -> None:
+    """sm_80's 64 rows a step with the per-row key limit (selected_keys_bwd.KEYS_BR64_PROBE, recorded
+    by bench/a100_proxy.py on triton 3.6): unspilled at 2 programs an SM where 64 rows without the
+    limit spill, priced >= 8 % faster than the 32 rows sm_80 ships at 8k, 32k and 64k, with its
+    shared-memory accesses and warps a scheduler inside the keys proxy's calibrated range but its
+    instructions a scheduler 13-20 % below it: why `_config` keeps 32 rows on sm_80 (bench/RESULTS.md
+    "a100keys"). The record's key names the limit only with the 32-bit rows it needs."""
+    from nsa.attention.triton.selected_keys_bwd import KEYS_BR64_PROBE
+
+    ap = load_bench("a100_proxy")
+    rec = m.a100_record()
+    sc = sel._config(6, 64, 64, arch=80)
+    assert (sc["BR_keys"], sc["keys_rowlim"]) == (32, False)  # not shipped
+    cand, shipped = ap.keys_setting(6, 64, KEYS_BR64_PROBE), ap.keys_setting(6, 64, {})
+    key = sass80.keys_key(6, 64, cand)
+    assert key.endswith("/BR64/w4/s1/pdq16/div1/dq1/rl1")
+    assert sass80.keys_key(6, 64, {**cand, "keys_div32": False}).endswith("/div0/dq1")
+    plain = sass80.keys_key(6, 64, {**cand, "keys_rowlim": False})  # 64 rows without the limit
+    assert rec["keys_bwd"][key]["spill"] == 0 < rec["keys_bwd"][plain]["spill"]
+    ms = {
+        (r["BR_keys"], r["keys_rowlim"], r["T"]): r
+        for r in ap.candidate_rows(rec)
+        if r["a100_candidate"] == "sel_bwd_keys" and r["pdq_bits"] == 16 and r["keys_dq_mma"] and r["keys_div32"]
+        and r["warps_keys"] == 4 and r["stages_kv"] == 1
+    }  # fmt: skip
+    for T in ap.POINTS:
+        new, old = ms[(64, True, T)], ms[(shipped["BR_keys"], False, T)]
+        assert new["resident_programs"] == old["resident_programs"] == 2
+        assert new["proxy_ms"] <= 0.92 * old["proxy_ms"], T
+    cal = ap.calibrated_range()
+    rows = [r for r in ap.range_rows(rec, cal) if r["a100_keys_range"] == key]
+    assert len(rows) == len(ap.RANGE_POINTS)
+    for r in rows:
+        assert 0.8 <= r["insn_vs_range"] <= 0.87 and r["smem_vs_range"] == 1 and not r["inside"], r
+        assert r["warps_per_scheduler"] in cal["warps_per_scheduler"]

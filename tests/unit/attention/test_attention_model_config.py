@@ -54,6 +54,7 @@ FROM_CONFIG = {
     "stages_kv": _sel("stages_kv"),
     "keys_div32": _sel("keys_div32"),
     "keys_dq_mma": _sel("keys_dq_mma"),
+    "keys_rowlim": _sel("keys_rowlim"),
     "br_dkdv": _sel("BR"),
     "bm_forced": _sel("BM"),
     "bn_sel": _sel("BN"),

@@ -150,7 +150,7 @@ def test_gpucheck_rows_type_pdq_as_the_launcher_allocates_it():
     def pdq_types(c, dt):
         return {
             n: a["PDQ"]
-            for n, _, a, *_ in tkeys.keys_bwd_gpucheck_rows(c, 6, 64, 64, dt, "ieee")
+            for n, _, a, *_ in tkeys.keys_bwd_gpucheck_rows(c, 6, 64, 64, dt, "ieee", arch=90)
             if "PDQ" in a
         }
 
