@@ -6,7 +6,9 @@ read and one write, backward the rotation by -angle written back in the input la
 in float32 inside the inverse rotation, one kernel, where autograd would add them in q's dtype) and
 `gate_mix` (drop-in for `nsa.attention.nsa._gate_mix`: Eq. 5's gated sum written into wo's
 [B, T, H*D] layout in one pass; backward one pass producing the three branch gradients and the
-gate gradient, whose row dots dy . o are summed in float32 in the kernel). Shapes or dtypes these
+gate gradient, whose row dots dy . o are summed in float32 in the kernel), and the op
+`nsa::triton_gate_fold_bwd` (the gate mix's backward for gated.py, the gates folded into the
+branches' lse: dy once in the branch kernels' layout, dg, lse - log2 g). Shapes or dtypes these
 kernels do not cover go to the eager functions. It must not know about the attention branches.
 """
 
