@@ -222,3 +222,43 @@ def test_the_gpu_probe_times_both_paths(capsys):
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert {r["shape"] for r in rows} == {"m7c", "paper"}
     assert sorted(json.dumps(r["changes"]) for r in rows) == ['{"fold_gate": false}'] * 2 + ["{}"] * 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_16_bit_gradients_match_the_unfolded_path(monkeypatch, bf16_interpreter, dtype):
+    """fp16 / bf16 (honest-bf16 interpreter): the node's gradients against the float32 ones no worse
+    than the unfolded path's (the branch ops' own autograd and the gate mix's g * dO copies) in the
+    same dtype, plus a rounding's worth; one selected gate exactly 0."""
+    torch.manual_seed(3)
+    inp32, g32 = _gated_inputs("cpu")
+    with torch.no_grad():
+        g32[0, 5, 0, 1, 1] = 0.0
+    dy = torch.randn(1, 12, 2 * 16)
+
+    def grads(fold: bool, dt: torch.dtype):
+        monkeypatch.setattr(gated, "FOLD_GATE", fold)
+        inp = {n: t.detach().to(dt).requires_grad_() for n, t in inp32.items()}
+        g = g32.detach().to(dt).requires_grad_()
+        mixed = gated.gated_branches(inp, g, *GEO, scale=0.25)
+        if mixed is None:  # the branches one by one, as NSAAttention then runs them
+            from nsa.attention.triton import compressed, fused, selected, window
+
+            o_c, idx, valid = compressed.compressed_attention_and_selection(
+                inp["q"], inp["kc"], inp["vc"], block_len=4, block_stride=2, sel_block=4, n_sel=3, scale=0.25
+            )
+            o_s = selected.selected_attention(
+                inp["q_sel"], inp["ks"], inp["vs"], idx, valid, sel_block=4, scale=0.25, forced_blocks=True
+            )
+            o_w = window.window_attention(inp["q_win"], inp["kw"], inp["vw"], window=5, scale=0.25)
+            y = fused.gate_mix(g, o_c, o_s, o_w)
+        else:
+            y = mixed[0]
+        return torch.autograd.grad(y, [*inp.values(), g], dy.to(dt))
+
+    want = grads(True, torch.float32)
+    unit = 2.0**-8 if dtype == torch.bfloat16 else 2.0**-11
+    for a, b, w in zip(grads(True, dtype), grads(False, dtype), want, strict=True):
+        assert a.isfinite().all()
+        err_fold = float((a.float() - w).norm() / w.norm())
+        err_copies = float((b.float() - w).norm() / w.norm())
+        assert err_fold <= err_copies + 2 * unit, (err_fold, err_copies)
