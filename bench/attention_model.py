@@ -259,9 +259,12 @@ WHAT_IF = {
     # q's three branch gradients summed by autograd (two adds in q's dtype) and rotated back apart, as
     # every GPU run measured them (q_grad_fused ships unmeasured: priced by its DRAM bytes)
     "q_grad_sum_unfused": {"q_grad_fused": False},
+    # the gate mix's backward writing three g * dO copies for the branch backwards, as every GPU run
+    # measured it (gate_folded ships unmeasured: the gates folded into their lse, priced by its DRAM bytes)
+    "gate_mix_unfolded": {"gate_folded": False},
     # every change shipped unmeasured off (the proxy-shipped keys_div32, select_cut, tok_pipe,
-    # keys_dq_mma, flash_tiles, select_shm, pdq_bits 16, q_grad_fused, and sm_80's 64 keys rows with
-    # keys_rowlim): the model of the code the GPUs measured
+    # keys_dq_mma, flash_tiles, select_shm, pdq_bits 16, q_grad_fused, gate_folded, and sm_80's 64
+    # keys rows with keys_rowlim): the model of the code the GPUs measured
     "measured_code_only": {
         "keys_div32": False,
         "keys_rowlim": False,
@@ -272,6 +275,7 @@ WHAT_IF = {
         "select_shm": 0,
         "pdq_bits": 32,
         "q_grad_fused": False,
+        "gate_folded": False,
     },
 }
 

@@ -5,7 +5,8 @@ Owns the GPU probe behind docs/attention.md's per-kernel fixes: the compressed f
 ops (forward, forward+backward) with one launch setting changed at a time from the shipped config
 (`selected._launch_config`, patched for the probe only), and the window attention under other tiles
 (`window._configs`: a variant's dict is merged into one kernel's), and q's RoPE with its three gradients summed
-in the inverse rotation or by autograd (`fused.FUSE_Q_GRAD`). CUDA only (`--dry-run` aside); one JSON
+in the inverse rotation or by autograd (`fused.FUSE_Q_GRAD`), and the three branches with the gate mix, the gates
+folded into their backwards' lse or three g * dO copies (`gated.FOLD_GATE`). CUDA only (`--dry-run` aside); one JSON
 object a line: `{"probe", "shape", "T", "B", "variant", "ms"}`. It measures, it asserts nothing; the shipped
 configs stay whatever the modules say. A variant's "shape" key runs it at that shape only (the
 head_dim-128 candidates of bench/tiles_d128.py: "paper"); a value "rows:N" for BT / bt_dkv is N
@@ -18,6 +19,7 @@ head_dim-128 candidates of bench/tiles_d128.py: "paper"); a value "rows:N" for B
   python bench/kernel_probe.py --only selected --shapes m7c:8192:8 m7c:65536:1 --match keys_rowlim   # A100
   python bench/kernel_probe.py --dry-run --arch 80 --only selected --shapes m7c:8192:8   # sm_80's configs
   python bench/kernel_probe.py --only rope --shapes paper:8192:8 m7c:8192:8 --match fuse_q_grad
+  python bench/kernel_probe.py --only gate --shapes paper:8192:2 m7c:8192:8 --match fold_gate
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ import sys
 import torch
 import triton
 
-from nsa.attention.gpusuite.gpu import _nsa_core_inputs, _time_cuda
+from nsa.attention.gpusuite.gpu import _nsa_core, _nsa_core_inputs, _time_cuda
 from nsa.attention.triton import compressed as cmp
-from nsa.attention.triton import device_arch, fused
+from nsa.attention.triton import device_arch, fused, gated
 from nsa.attention.triton import selected as sel
 from nsa.attention.triton import window as win
 from nsa.attention.triton.selected_keys_bwd import KEYS_BR32_SM80, KEYS_BR64_ROWLIM, keys_rows
@@ -240,6 +242,11 @@ WIN_VARIANTS = [
 # path every GPU run measured.
 ROPE_VARIANTS = [{}, {"fuse_q_grad": False}]
 
+# The gates folded into the branch backwards' lse (gated.FOLD_GATE, shipped unmeasured: one dO for the
+# three branch backwards); False: the gate mix's backward writing three g * dO copies, the path every
+# GPU run measured.
+GATE_VARIANTS = [{}, {"fold_gate": False}]
+
 # Keys of a variant that select what runs rather than change the config: the forward probe's kernel,
 # and the one shape a variant is for (its rows skipped at the others).
 META = ("kernel", "shape", "arch")
@@ -283,6 +290,7 @@ DEFAULT_SHAPES = {
     "selected": ["m7c:8192:8", "paper:8192:8"],
     "window": ["m7c:8192:8", "paper:8192:2"],
     "rope": ["m7c:8192:8", "paper:8192:8"],
+    "gate": ["m7c:8192:8", "paper:8192:2"],
 }
 
 
@@ -416,6 +424,30 @@ def probe_rope(name, B, T, match=None):
         yield {"probe": "rope", "shape": name, "T": T, "B": B, "variant": over, **row}
 
 
+def probe_gate(name, B, T, match=None):
+    """The three branches and the gate mix (the suite's core inputs, q shared by the branches) forward,
+    and forward + backward, under FOLD_GATE as each variant sets it (off: one op at a time)."""
+    Hkv, G, D = SHAPES[name]
+    inp = _nsa_core_inputs(B, T, Hkv, G, D, GEO, "cuda", torch.bfloat16)
+    geo = tuple(GEO[k] for k in ("block_len", "block_stride", "sel_block", "n_sel", "window"))
+    leaves = list(inp.values())
+    dy = torch.randn(B, T, Hkv * G * D, device="cuda", dtype=torch.bfloat16)
+
+    def fwd():
+        branch = {**inp, "q_sel": inp["q"], "q_win": inp["q"]}
+        mixed = gated.gated_branches(branch, inp["g"], *geo, scale=D**-0.5)
+        return _nsa_core(inp, GEO, D**-0.5) if mixed is None else mixed[0]
+
+    def fwd_bwd():
+        torch.autograd.grad(fwd(), leaves, dy)
+
+    for over in GATE_VARIANTS:
+        if not _runs_at(over, name, match):
+            continue
+        row = _time_patched(gated, "FOLD_GATE", over.get("fold_gate", gated.FOLD_GATE), fwd, fwd_bwd)
+        yield {"probe": "gate", "shape": name, "T": T, "B": B, "variant": over, **row}
+
+
 def ncu_target(name, B, T):
     """One forward + backward of the compressed and selected ops (for ncu -k regex:...)."""
     Hkv, G, D = SHAPES[name]
@@ -440,6 +472,8 @@ def _shipped(probe: str, G: int, D: int, arch: int = 90) -> dict:
         return win._configs(D, arch)
     if probe == "rope":
         return {"fuse_q_grad": fused.FUSE_Q_GRAD}
+    if probe == "gate":
+        return {"fold_gate": gated.FOLD_GATE}
     return cmp._config(G, D, GEO["n_sel"], GEO["block_len"], GEO["block_stride"], GEO["sel_block"], arch)
 
 
@@ -457,6 +491,7 @@ def dry_run(
         "selected": SEL_VARIANTS,
         "window": WIN_VARIANTS,
         "rope": ROPE_VARIANTS,
+        "gate": GATE_VARIANTS,
     }
     bad = 0
     for p in probes:
@@ -493,7 +528,9 @@ def dry_run(
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", choices=("cmp_fwd", "cmp_bwd", "selected", "window", "rope"), action="append")
+    ap.add_argument(
+        "--only", choices=("cmp_fwd", "cmp_bwd", "selected", "window", "rope", "gate"), action="append"
+    )
     ap.add_argument("--shapes", nargs="*", help="name:T:B (names: m7c, paper); default: per probe, below")
     ap.add_argument("--ncu-target", help="name:T:B: run the ops once (for ncu) and exit")
     ap.add_argument(
@@ -509,7 +546,7 @@ def main(argv=None) -> int:
         help="with --dry-run: the GPU's compute capability the configs are taken for (80: A100; default 90)",
     )  # fmt: skip
     args = ap.parse_args(argv)
-    chosen = args.only or ["cmp_fwd", "cmp_bwd", "selected", "window", "rope"]
+    chosen = args.only or ["cmp_fwd", "cmp_bwd", "selected", "window", "rope", "gate"]
     if args.match:  # a misspelt key would run the baselines alone, silently
         lists = {
             "cmp_fwd": CMP_VARIANTS,
@@ -517,6 +554,7 @@ def main(argv=None) -> int:
             "selected": SEL_VARIANTS,
             "window": WIN_VARIANTS,
             "rope": ROPE_VARIANTS,
+            "gate": GATE_VARIANTS,
         }
         known = {k for p in chosen for over in lists[p] for k in over if k not in META}
         unknown = sorted(set(args.match) - known)
@@ -535,7 +573,7 @@ def main(argv=None) -> int:
         return 0
     probes = {
         "cmp_fwd": probe_cmp, "cmp_bwd": probe_cmp_bwd, "selected": probe_sel, "window": probe_window,
-        "rope": probe_rope,
+        "rope": probe_rope, "gate": probe_gate,
     }  # fmt: skip
     for p in chosen:
         for spec in args.shapes or DEFAULT_SHAPES[p]:

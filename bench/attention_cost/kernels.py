@@ -95,6 +95,7 @@ def ours(
     flash_tiles: bool | None = None,
     tok_pipe: int | None = None,
     q_grad_fused: bool | None = None,
+    gate_folded: bool | None = None,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     balanced_dkv=False the
@@ -154,7 +155,11 @@ def ours(
     inside RoPE's backward, one kernel (fused.py `rope_q_fanout`, `FUSE_Q_GRAD`), priced by its DRAM
     bytes as every memory kernel; False: autograd's two adds (`q_grad_sum`) and the plain inverse
     rotation, as every committed run measured them; None: what the code ships, False with
-    before_ce226a4 or before_2930e5c."""
+    before_ce226a4 or before_2930e5c. gate_folded: the gates folded into the branch backwards' lse
+    (gated.py, `FOLD_GATE`): the gate mix's backward (`_gate_fold_bwd`) writes dy once in the
+    kernels' layout, dg and the three lse' (5 activation passes + the lse), priced by its DRAM bytes;
+    False: three g * dO copies (8 passes), as every committed run measured it; None: what the code
+    ships, False with before_ce226a4 or before_2930e5c."""
     launch = shipped_launch(s, cc, before_ce226a4, before_2930e5c)
     given = {
         "select_v0": select_v0,
@@ -183,6 +188,8 @@ def ours(
     launch["index_once"] = not (before_ce226a4 or before_2930e5c) if index_once is None else index_once
     if q_grad_fused is None:
         q_grad_fused = not (before_ce226a4 or before_2930e5c)
+    if gate_folded is None:
+        gate_folded = not (before_ce226a4 or before_2930e5c)
     launch["cc"] = cc
     if flash_tiles is False:  # the compressed backward's tiles as every GPU run measured them
         runs = _tiles_of_the_runs(s)
@@ -209,8 +216,15 @@ def ours(
     else:
         ks.append(Kernel("rope_bwd", "fused", "bwd", "memory", dram=2 * (act + 3 * kvb), launches=2))
     # Backward: dO, the gates and the three branch outputs in, three branch gradients and the gates'
-    # out (until the H200 run the model counted 5 of these 8 activations: 1.26-1.30x off).
-    ks.append(Kernel("gate_mix_bwd", "fused", "bwd", "memory", dram=8 * act + 2 * B * T * s.H * 3 * bf))
+    # out (until the H200 run the model counted 5 of these 8 activations: 1.26-1.30x off). Folded
+    # (gate_folded): dy and the three outputs in, one dO out (the branches' backwards share it), and
+    # the three branches' fp32 lse in and lse - log2 g out.
+    gates = 2 * B * T * s.H * 3 * bf
+    if gate_folded:
+        lses = 2 * 3 * B * T * s.H * 4
+        ks.append(Kernel("gate_mix_bwd", "fused", "bwd", "memory", dram=5 * act + gates + lses))
+    else:
+        ks.append(Kernel("gate_mix_bwd", "fused", "bwd", "memory", dram=8 * act + gates))
     # Compression MLP (cuBLAS GEMMs l*D -> 2D -> D for keys and values): small.
     mlp = 2 * 2 * BH * nc * (s.bl * D * 2 * D + 2 * D * D)
     ks.append(

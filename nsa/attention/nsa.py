@@ -84,6 +84,9 @@ class BranchOps(NamedTuple):
     # q's RoPE as one output per branch (x, cos, sin, n) -> n tensors, whose backward sums the
     # branches' gradients itself; None: `rope`, its one output shared (autograd sums them)
     rope_q: Callable[..., Any] | None = None
+    # the branches and the gate mix as one node, (inp, g, geometry) -> (y, idx, valid) or None where it
+    # does not apply (then the above one by one); None: always one by one
+    gated: Callable[..., Any] | None = None
 
 
 _EAGER = BranchOps(
@@ -105,7 +108,7 @@ def _ops(backend: str) -> BranchOps:
     if backend == "eager":
         return _EAGER
     if _TRITON is None:
-        from nsa.attention.triton import compressed, fused, selected, window
+        from nsa.attention.triton import compressed, fused, gated, selected, window
 
         _TRITON = BranchOps(
             compressed=compressed.compressed_attention_and_selection,
@@ -114,6 +117,7 @@ def _ops(backend: str) -> BranchOps:
             rope=fused.rope_to_layout,
             gate_mix=fused.gate_mix,
             rope_q=fused.rope_q_fanout,
+            gated=gated.gated_branches,
         )
     return _TRITON
 
@@ -309,11 +313,25 @@ class NSAAttention(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         B, T, _ = x.shape
-        H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
-        scale = 1.0 / math.sqrt(D)
+        H, Hkv = self.n_heads, self.n_kv_heads
         ops = self.ops_for(x.device)  # per forward: a model built on CPU may move to CUDA
-        eager = ops is _EAGER
         inp = self._branch_inputs(x, ops)
+        g = torch.sigmoid(self.gate(x)).view(B, T, Hkv, H // Hkv, 3)
+        scale = 1.0 / math.sqrt(self.head_dim)
+        mixed = None
+        if ops.gated is not None:  # the triton backend's one node (gates folded into the backwards' lse)
+            geo = (self.block_len, self.block_stride, self.sel_block, self.n_sel, self.window)
+            mixed = ops.gated(inp, g, *geo, scale=scale)
+        y, idx, valid = self._branches_mixed(x, inp, g, ops) if mixed is None else mixed
+        self.last_stats = _stats(g, idx, valid, self.sel_block) if self.collect_stats else None
+        return self.wo(y)
+
+    def _branches_mixed(
+        self, x: Tensor, inp: dict[str, Tensor], g: Tensor, ops: BranchOps
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The three branches one by one and the gate mix: sum_c g_c * o_c [Eq. 5] as [B, T, H*D], idx, valid."""
+        scale = 1.0 / math.sqrt(self.head_dim)
+        eager = ops is _EAGER
         o_cmp, idx, valid = self._compressed(inp, ops)
         o_sel = ops.selected(
             inp["q_sel"],
@@ -327,10 +345,8 @@ class NSAAttention(nn.Module):
             forced_blocks=True,  # the table comes from top_blocks, which always lists the forced blocks
         )
         o_win = ops.window(inp["q_win"], inp["kw"], inp["vw"], window=self.window, scale=scale)
-        g = torch.sigmoid(self.gate(x)).view(B, T, Hkv, H // Hkv, 3)
-        self.last_stats = _stats(g, idx, valid, self.sel_block) if self.collect_stats else None
         mix = _gate_mix if eager else ops.gate_mix
-        return self.wo(mix(g.to(o_cmp.dtype), o_cmp, o_sel, o_win))
+        return mix(g.to(o_cmp.dtype), o_cmp, o_sel, o_win), idx, valid
 
 
 def _gate_mix(g: Tensor, o_cmp: Tensor, o_sel: Tensor, o_win: Tensor) -> Tensor:

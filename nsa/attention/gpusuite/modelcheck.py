@@ -119,8 +119,11 @@ def compare(
     )  # fmt: skip
     T = rec["T"]
     # The core takes q as a leaf, no RoPE: autograd sums its three gradients whatever the build (in a
-    # layer RoPE's backward sums them since q_grad_fused)
-    kernels = model.ours(T, shape, cc=gpu.cc, **{**(build or {}), "q_grad_fused": False})
+    # layer RoPE's backward sums them since q_grad_fused); and it calls the branches and the gate mix
+    # one by one: the gate mix's backward writes three g * dO copies (in a layer they are folded into
+    # the branches' lse since gate_folded)
+    unfused = {"q_grad_fused": False, "gate_folded": False}
+    kernels = model.ours(T, shape, cc=gpu.cc, **{**(build or {}), **unfused})
     predicted: dict[str, float] = {}
     core_ms = 0.0
     for k in kernels:

@@ -14,15 +14,14 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernel modules are 
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-import nsa.attention.nsa as nsa_mod
 from nsa.attention import NSAAttention
 from nsa.attention.nsa import _gate_mix as eager_gate_mix
 from nsa.attention.reference import nsa_reference
 from nsa.attention.rope import rope_cos_sin
 from nsa.attention.rope import rope_to_layout as eager_rope
-from nsa.attention.triton import fused
-from nsa.attention.triton import window as tw
+from nsa.attention.triton import fused, gated
 from nsa.attention.triton.spec import GpuShape
 
 Q_PERM, K_PERM = (0, 2, 1, 3, 4), (0, 2, 1, 3)
@@ -111,22 +110,44 @@ def test_meta_device_shapes():
     assert fused.gate_mix(g, o, o, o).shape == (2, 4096, 768)
 
 
-def test_nsa_attention_with_triton_window_and_fusions_matches_eager_and_reference(monkeypatch):
-    """The module-level wiring: window branch, RoPE and gate mix from Triton; values and every
-    parameter gradient equal the eager module's (fp32), and the output equals reference.py's."""
+class _CustomOps(TorchDispatchMode):
+    """The names ("nsa::...") of the nsa custom ops dispatched inside it (the triton kernels' launchers)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace in ("nsa", "nsa_triton"):
+            self.names.add(func.name())
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("fold", [True, False])
+def test_nsa_attention_with_triton_window_and_fusions_matches_eager_and_reference(monkeypatch, fold):
+    """The module-level wiring: backend="triton" (its RoPE, gate mix and window branch, and the gates
+    folded into the branch backwards' lse or, FOLD_GATE off, the gate mix's own backward) runs the
+    triton ops, and its values and every parameter gradient equal the eager module's (fp32), and the
+    output equals reference.py's. (It once patched names nsa.py no longer looked up: eager vs eager.)"""
+    monkeypatch.setattr(gated, "FOLD_GATE", fold)
     torch.manual_seed(0)
-    attn = NSAAttention(64, n_heads=6, n_kv_heads=1, head_dim=64, block_len=8, block_stride=4,
-                        sel_block=8, n_sel=3, window=12)  # fmt: skip
-    x = torch.randn(2, 29, 64)
-    dy = torch.randn(2, 29, 64)
-    params = list(attn.parameters())
-    y_eager = attn(x)
-    g_eager = torch.autograd.grad(y_eager, params, dy)
-    monkeypatch.setattr(nsa_mod, "window_attention", tw.window_attention)
-    monkeypatch.setattr(nsa_mod, "rope_to_layout", fused.rope_to_layout)
-    monkeypatch.setattr(nsa_mod, "_gate_mix", fused.gate_mix)
-    y = attn(x)
-    grads = torch.autograd.grad(y, params, dy)
+    kw = dict(dim=64, n_heads=6, n_kv_heads=1, head_dim=64, block_len=8, block_stride=4, sel_block=8,
+              n_sel=3, window=12)  # fmt: skip
+    eager = NSAAttention(**kw, backend="eager")
+    attn = NSAAttention(**kw, backend="triton")
+    attn.load_state_dict(eager.state_dict())
+    x = torch.randn(1, 21, 64)
+    dy = torch.randn(1, 21, 64)
+    y_eager = eager(x)
+    g_eager = torch.autograd.grad(y_eager, list(eager.parameters()), dy)
+    ops = _CustomOps()
+    with ops:
+        y = attn(x)
+        grads = torch.autograd.grad(y, list(attn.parameters()), dy)
+    mix_bwd = "nsa::triton_gate_fold_bwd" if fold else "nsa::triton_gate_mix_bwd"
+    ran = {"nsa::triton_rope_to_layout", "nsa::triton_gate_mix", mix_bwd, "nsa::triton_window_bwd"}
+    assert ran <= ops.names, ops.names
+    assert not {"nsa::triton_gate_fold_bwd", "nsa::triton_gate_mix_bwd"} - {mix_bwd} & ops.names, ops.names
     torch.testing.assert_close(y, y_eager, rtol=1e-5, atol=1e-5)
     for (name, _), a, b in zip(attn.named_parameters(), grads, g_eager, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
@@ -140,8 +161,11 @@ def test_gpucheck_specs_cover_every_kernel(head_dim):
     specs = fused.gpucheck_specs(shape, 80)
     names = [s.name for s in specs]
     assert names == [
-        "rope_q_fwd", "rope_q_bwd", "rope_q_sum_bwd", "rope_k_fwd", "rope_k_bwd", "gate_mix_fwd", "gate_mix_bwd"
+        "rope_q_fwd", "rope_q_bwd", "rope_q_sum_bwd", "rope_k_fwd", "rope_k_bwd", "gate_mix_fwd", "gate_mix_bwd",
+        "gate_fold_bwd",
     ]  # fmt: skip
+    assert specs[-1].signature["LC"] == specs[-1].signature["LW2"] == "*fp32"
+    assert specs[-1].signature["DO"] == specs[-1].signature["DY"] == "*bf16"
     assert specs[2].constexprs["NX"] == 3 and specs[1].constexprs["NX"] == 1
     for s in specs:
         assert {n for n, t in s.signature.items() if t == "constexpr"} == set(s.constexprs)

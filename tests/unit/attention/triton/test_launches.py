@@ -36,7 +36,9 @@ def test_triton_layer_launches_are_constant_in_T_within_budget_and_sync_free() -
     # The selected branch builds its reverse index once a layer: the key-major forward's (M7C: G 6),
     # which the backward reuses (it built its own again before: 124 launches warm, 142 cold; now 107 /
     # 125 with the lse's zero gradient no longer filled either; 105 / 123 since q's three gradients
-    # are summed in RoPE's backward, not by two autograd adds, bench/RESULTS.md).
+    # are summed in RoPE's backward, not by two autograd adds; 101 / 119 since the gates are folded
+    # into the branch backwards' lse: the branch ops' own autograd no longer fills their lse's zero
+    # gradients, bench/RESULTS.md).
     assert rows[0]["triton_kernels"]["_sel_fwd_index_kernel"] == 1
     assert rows[0]["aten_ops"]["aten.sort.stable"] == 1, rows[0]["aten_ops"]
 
