@@ -236,6 +236,8 @@ WHAT_IF = {
     },
     "before_this_session": {
         "pdq_bits": 32,
+        "q_grad_fused": False,
+        "gate_folded": False,
         "forced_tiles": False,
         "fold_selection": False,
         "unpadded_cmp_bwd": False,

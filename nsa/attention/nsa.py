@@ -345,7 +345,7 @@ class NSAAttention(nn.Module):
             forced_blocks=True,  # the table comes from top_blocks, which always lists the forced blocks
         )
         o_win = ops.window(inp["q_win"], inp["kw"], inp["vw"], window=self.window, scale=scale)
-        mix = _gate_mix if eager else ops.gate_mix
+        mix = ops.gate_mix or _gate_mix  # None: the module's own (BranchOps)
         return mix(g.to(o_cmp.dtype), o_cmp, o_sel, o_win), idx, valid
 
 

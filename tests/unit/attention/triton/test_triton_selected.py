@@ -436,14 +436,23 @@ def test_nsa_attention_with_triton_selected_matches_reference(monkeypatch):
 
 
 def assert_nsa_matches_reference(monkeypatch, attn, x) -> None:
-    """`attn` (an NSAAttention) on `x` with its selected branch swapped for the Triton kernels equals
-    the loop reference: the output, and the gradients of x and of the kv projection."""
+    """`attn` (an NSAAttention) on `x` with its selected branch swapped for the Triton kernels (the
+    eager backend's ops with `selected` replaced, on x's device) equals the loop reference: the
+    output, and the gradients of x and of the kv projection; the Triton op ran, forward and backward."""
     from nsa.attention import nsa as nsa_mod
     from nsa.attention.reference import nsa_reference
 
     want = nsa_reference(attn, x)
-    monkeypatch.setattr(nsa_mod, "selected_attention", tsel.selected_attention)
+    calls = []
+
+    def selected(*args, **kwargs):
+        calls.append(kwargs.get("chunk"))
+        return tsel.selected_attention(*args, **kwargs)
+
+    ops = nsa_mod._EAGER._replace(selected=selected)
+    monkeypatch.setitem(attn._dispatch, x.device.type, ops)
     got = attn(x)
+    assert calls == [None]  # the Triton kernels took the branch (chunk: the eager op's row limit)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     gx, gw = torch.autograd.grad(got.square().sum(), (x, attn.wkv.weight))
     rx, rw = torch.autograd.grad(want.square().sum(), (x, attn.wkv.weight))
