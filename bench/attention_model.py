@@ -200,7 +200,7 @@ WHAT_IF = {
     "query_major_selected": {"fwd_keys": False, "bwd_keys": False},
     "keys_forward_only": {"bwd_keys": False},
     # the fused key-major backward at 64 (pair, head) rows a step (the lead's probe: 1.24x faster
-    # than the 32 selected.py ships; spills on sm_80 and at G 1 on triton 3.6)
+    # than 32; spills at G 1 on triton 3.6; shipped from G 2 on sm_90 and, with keys_rowlim, on sm_80)
     "keys_backward_64_rows": {"br_bwd_keys": 64},
     "keys_backward_only": {"fwd_keys": False},
     # the key-major backward's dQ partials in fp32, as every GPU run measured them (selected.py
@@ -250,6 +250,11 @@ WHAT_IF = {
     # the keys backward's dQ tile converted before its store, as every GPU run measured it (keys_dq_mma
     # ships on sm_80 on bench/keys_proxy.py's word, read from its sm_80 SASS; Hopper keeps it off)
     "keys_dq_mma_off": {"keys_dq_mma": False},
+    # sm_80's keys backward before it shipped 64 rows a step with the per-row key limit (keys_rowlim,
+    # on the lead's call, unmeasured: bench/RESULTS.md "a100ship"): without the limit 64 rows do not
+    # fit sm_80, so the launcher's rule (selected_keys_bwd.keys_rows) runs its 32 rows; Hopper ships
+    # it off already (its rows as shipped)
+    "keys_rowlim_off": {"keys_rowlim": False},
     # the selection's Eq. 9 gathers as every GPU run measured them (select_shm ships on sm_90 at the
     # paper's shape on bench/select_proxy.py's word: CONFIG_FACTOR "cmp_sel32@shm_d128")
     "select_shm_off": {"select_shm": 0},
@@ -260,10 +265,11 @@ WHAT_IF = {
     # measured it (gate_folded ships unmeasured: the gates folded into their lse, priced by its DRAM bytes)
     "gate_mix_unfolded": {"gate_folded": False},
     # every change shipped unmeasured off (the proxy-shipped keys_div32, select_cut, tok_pipe,
-    # keys_dq_mma, flash_tiles, select_shm, pdq_bits 16, q_grad_fused and gate_folded): the model of
-    # the code the GPUs measured
+    # keys_dq_mma, flash_tiles, select_shm, pdq_bits 16, q_grad_fused, gate_folded, and sm_80's 64
+    # keys rows with keys_rowlim): the model of the code the GPUs measured
     "measured_code_only": {
         "keys_div32": False,
+        "keys_rowlim": False,
         "select_cut": 0,
         "tok_pipe": 0,
         "keys_dq_mma": False,

@@ -16,6 +16,8 @@ head_dim-128 candidates of bench/tiles_d128.py: "paper"); a value "rows:N" for B
   python bench/kernel_probe.py --only cmp_fwd --shapes m7c:8192:8
   python bench/kernel_probe.py --dry-run --only cmp_bwd --shapes paper:8192:2 paper:32768:1   # no GPU
   python bench/kernel_probe.py --only selected --shapes m7c:8192:8 --match keys_div32 --match pdq_bits
+  python bench/kernel_probe.py --only selected --shapes m7c:8192:8 m7c:65536:1 --match keys_rowlim   # A100
+  python bench/kernel_probe.py --dry-run --arch 80 --only selected --shapes m7c:8192:8   # sm_80's configs
   python bench/kernel_probe.py --only rope --shapes paper:8192:8 m7c:8192:8 --match fuse_q_grad
   python bench/kernel_probe.py --only gate --shapes paper:8192:2 m7c:8192:8 --match fold_gate
 """
@@ -31,9 +33,10 @@ import triton
 
 from nsa.attention.gpusuite.gpu import _nsa_core, _nsa_core_inputs, _time_cuda
 from nsa.attention.triton import compressed as cmp
-from nsa.attention.triton import fused, gated
+from nsa.attention.triton import device_arch, fused, gated
 from nsa.attention.triton import selected as sel
 from nsa.attention.triton import window as win
+from nsa.attention.triton.selected_keys_bwd import KEYS_BR32_SM80, KEYS_BR64_ROWLIM, keys_rows
 
 GEO = {"block_len": 32, "block_stride": 16, "sel_block": 64, "n_sel": 16, "window": 512}
 SHAPES = {"m7c": (2, 6, 64), "paper": (4, 16, 128)}  # (Hkv, G, D)
@@ -189,12 +192,16 @@ SEL_VARIANTS = [
     # triton 3.6, M7C, 18 fewer shared-memory accesses a 128-row step (40 -> 22 on sm_90), SASS about
     # the same (1386 -> 1374); its proxy does not calibrate (bench/RESULTS.md "keysmem").
     {"shape": "m7c", "keys_fwd_mma": True},
-    # The keys backward's key mask as a per-row limit (keys_rowlim, selected_keys_bwd.py ROWLIM) at 64 rows
-    # a step (selected_keys_bwd.KEYS_BR64_PROBE): on an A100 sm_80's candidate (no spill where 64 rows
-    # spilled without the limit; bench/a100_proxy.py 0.87x the shipped 32 rows, outside the keys proxy's
-    # calibrated instructions: bench/RESULTS.md "a100keys"); on an H100/H200 (64 rows already) the
-    # limit alone (sm_90, triton 3.6, M7C: 535 -> 536 SASS a step, the same 32 shared accesses).
-    {"shape": "m7c", "BR_keys": 64, "keys_rowlim": True},
+    # The keys backward's key mask as a per-row limit (keys_rowlim, selected_keys_bwd.py ROWLIM). sm_80
+    # ships 64 rows a step with it at head_dim 64 (selected_keys_bwd.KEYS_BR64_ROWLIM; bench/a100_proxy.py
+    # 0.87x its 32 rows before, outside the keys proxy's calibrated instructions: bench/RESULTS.md
+    # "a100keys", "a100ship"): on an A100 the variant is sm_80's setting before (KEYS_BR32_SM80, 32 rows
+    # without the limit), to be timed beside it; on an H100/H200 (64 rows already) the limit alone
+    # (sm_90, triton 3.6, M7C: 535 -> 536 SASS a step, the same 32 shared accesses). A variant that
+    # flips a switch sm_80's 64 rows need (keys_dq_mma, keys_div32) launches 32 rows there
+    # (selected_keys_bwd.keys_rows: the row says so, "keys_rows").
+    {"shape": "m7c", "arch": 80, **KEYS_BR32_SM80},
+    {"shape": "m7c", "arch": 90, **KEYS_BR64_ROWLIM},
     # Head_dim 128: the query-major dK/dV kernel (`_sel_bwd_dkdv_kernel`) at 128 (pair, head) rows a
     # step and 8 warps (bench/tiles_d128.py; G 16 x D 128 on sm_90, triton 3.6: 16 % fewer SASS a
     # FLOP than the shipped 32 rows at 4 warps, the same 8 resident warps an SM). ptxas: no spill on
@@ -242,14 +249,19 @@ GATE_VARIANTS = [{}, {"fold_gate": False}]
 
 # Keys of a variant that select what runs rather than change the config: the forward probe's kernel,
 # and the one shape a variant is for (its rows skipped at the others).
-META = ("kernel", "shape")
+META = ("kernel", "shape", "arch")
 
 
-def _runs_at(over: dict, name: str, match: list[str] | None = None) -> bool:
-    """The variant runs at shape `name` and, under --match, names one of `match`'s keys or is a
-    baseline (no key but META's: the shipped config, always timed beside the others in the same run)."""
+def _runs_at(over: dict, name: str, match: list[str] | None = None, arch: int | None = None) -> bool:
+    """The variant runs at shape `name`, on sm_`arch` where it names one ("arch": the probe's GPU, the
+    dry run's --arch), and, under --match, names one of `match`'s keys or is a baseline (no key but
+    META's: the shipped config, always timed beside the others in the same run)."""
     keys = set(over) - set(META)
-    return over.get("shape", name) == name and (not match or not keys or bool(keys & set(match)))
+    return (
+        over.get("shape", name) == name
+        and over.get("arch", arch) == arch
+        and (not match or not keys or bool(keys & set(match)))
+    )
 
 
 def _apply(cfg: dict, over: dict, G: int) -> dict:
@@ -327,12 +339,23 @@ def probe_sel(name, B, T, match=None):
     def fwd_bwd():
         torch.autograd.grad(fwd(), leaves, dout)
 
+    arch = device_arch(q.device)
     for over in SEL_VARIANTS:
-        if not _runs_at(over, name, match):
+        if not _runs_at(over, name, match, arch):
             continue
         patched = lambda G, D, LP, *a, _o=over: _apply(base(G, D, LP, *a), _o, G)  # noqa: E731
         row = _time_patched(sel, "_launch_config", patched, fwd, fwd_bwd)
-        yield {"probe": "selected", "shape": name, "T": T, "B": B, "variant": over, **row}
+        yield {"probe": "selected", "shape": name, "T": T, "B": B, "variant": over,
+               **_keys_rows_note(patched(G, D, GEO["sel_block"], arch), arch), **row}  # fmt: skip
+
+
+def _keys_rows_note(cfg: dict, arch: int) -> dict:
+    """{"keys_rows": the keys backward's rows and limit as launched} where the launcher's rule
+    (selected_keys_bwd.keys_rows: what fits sm_`arch`) takes a variant's config to other rows, else {}."""
+    fit = keys_rows(cfg, arch)
+    if fit == cfg:
+        return {}
+    return {"keys_rows": {k: fit[k] for k in ("BR_keys", "keys_rowlim")}}
 
 
 def probe_cmp_bwd(name, B, T, match=None):
@@ -442,7 +465,7 @@ def ncu_target(name, B, T):
 
 
 def _shipped(probe: str, G: int, D: int, arch: int = 90) -> dict:
-    """The config a probe's variants patch, as it runs on an H100/H200 (sm_90)."""
+    """The config a probe's variants patch, as it runs on sm_`arch` (90: an H100/H200, 80: an A100)."""
     if probe == "selected":
         return sel._config(G, D, GEO["sel_block"], arch=arch)
     if probe == "window":
@@ -454,11 +477,14 @@ def _shipped(probe: str, G: int, D: int, arch: int = 90) -> dict:
     return cmp._config(G, D, GEO["n_sel"], GEO["block_len"], GEO["block_stride"], GEO["sel_block"], arch)
 
 
-def dry_run(probes: list[str], shapes: dict[str, list[str]], match: list[str] | None = None) -> int:
-    """Without a GPU: parse every name:T:B and apply every variant to the config it patches, one JSON
-    row per (probe, shape, variant) with the keys it changes; exit 2 when a shape does not parse or a
-    variant names a key the config lacks (`_apply` would skip it silently: the probe would time the
-    shipped setting under the variant's name)."""
+def dry_run(
+    probes: list[str], shapes: dict[str, list[str]], match: list[str] | None = None, arch: int = 90
+) -> int:
+    """Without a GPU: parse every name:T:B and apply every variant to the config it patches on
+    sm_`arch`, one JSON row per (probe, shape, variant) with the keys it changes (the selected
+    probe's as its launcher runs them: selected_keys_bwd.keys_rows); exit 2 when a shape does not
+    parse or a variant names a key the config lacks (`_apply` would skip it silently: the probe
+    would time the shipped setting under the variant's name)."""
     variants = {
         "cmp_fwd": CMP_VARIANTS,
         "cmp_bwd": CMP_BWD_VARIANTS,
@@ -477,9 +503,9 @@ def dry_run(probes: list[str], shapes: dict[str, list[str]], match: list[str] | 
                 print(f"kernel_probe: --shapes {spec!r}: expected name:T:B, name one of {sorted(SHAPES)}",
                       file=sys.stderr)  # fmt: skip
                 return 2
-            base = _shipped(p, G, D)
+            base = _shipped(p, G, D, arch)
             for over in variants[p]:
-                if not _runs_at(over, n, match):
+                if not _runs_at(over, n, match, arch):
                     continue
                 unknown = sorted(k for k in over if k not in base and k not in META)
                 unknown += sorted(  # a window kernel's dict naming a key the kernel's tiles lack
@@ -487,6 +513,8 @@ def dry_run(probes: list[str], shapes: dict[str, list[str]], match: list[str] | 
                     for kk in v if kk not in base[k]
                 )  # fmt: skip
                 cfg = _apply(base, over, G)
+                if p == "selected":
+                    cfg = keys_rows(cfg, arch)
                 changed = {k: cfg[k] for k in cfg if cfg[k] != base[k]}
                 row = {"probe": p, "shape": n, "T": T, "B": B, "variant": over, "changes": changed}
                 if unknown:
@@ -513,6 +541,10 @@ def main(argv=None) -> int:
         "--dry-run", action="store_true",
         help="no GPU: check the shapes parse and every variant applies; print what each changes",
     )  # fmt: skip
+    ap.add_argument(
+        "--arch", type=int, choices=(80, 90), default=90,
+        help="with --dry-run: the GPU's compute capability the configs are taken for (80: A100; default 90)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     chosen = args.only or ["cmp_fwd", "cmp_bwd", "selected", "window", "rope", "gate"]
     if args.match:  # a misspelt key would run the baselines alone, silently
@@ -531,7 +563,7 @@ def main(argv=None) -> int:
                   file=sys.stderr)  # fmt: skip
             return 2
     if args.dry_run:
-        return dry_run(chosen, {p: args.shapes or DEFAULT_SHAPES[p] for p in chosen}, args.match)
+        return dry_run(chosen, {p: args.shapes or DEFAULT_SHAPES[p] for p in chosen}, args.match, args.arch)
     if not torch.cuda.is_available():
         print("kernel_probe: needs a CUDA GPU", file=sys.stderr)
         return 2

@@ -18,6 +18,7 @@ from .counts import (
     _cmp_attn_work,
     _cmp_keys,
     _cmp_select_work,
+    _kernel_modules,
     _p2,
     _sel_tiles,
     _tiles_of_the_runs,
@@ -26,6 +27,19 @@ from .counts import (
 from .prices import Kernel
 from .sass80 import select_work
 from .selected import selected_kernels
+
+
+def _keys_rows_sm80(launch: dict, s: Shape, cc: int) -> dict:
+    """The keys backward's br_bwd_keys and keys_rowlim as selected_keys_bwd.keys_rows (the launcher's
+    rule of what fits sm_`cc`'s registers, through selected.py, which imports it) takes `launch`'s
+    (the past builds' say no keys_rowlim: False, and no keys_div32 / keys_dq_mma: the measured paths)."""
+    keys_rows = _kernel_modules()[1].keys_rows
+    cfg = {
+        "DP": _p2(s.D, 16), "BR_keys": launch["br_bwd_keys"], "keys_rowlim": launch.get("keys_rowlim", False),
+        "keys_div32": launch.get("keys_div32", False), "keys_dq_mma": launch.get("keys_dq_mma", False),
+    }  # fmt: skip
+    fit = keys_rows(cfg, cc)
+    return {"br_bwd_keys": fit["BR_keys"], "keys_rowlim": fit["keys_rowlim"]}
 
 
 def flash2(T: int, s: Shape, kind: str = "sdpa") -> list[Kernel]:
@@ -75,6 +89,7 @@ def ours(
     pdq_bits: int | None = None,
     keys_div32: bool | None = None,
     keys_dq_mma: bool | None = None,
+    keys_rowlim: bool | None = None,
     select_cut: int | None = None,
     select_shm: int | None = None,
     flash_tiles: bool | None = None,
@@ -123,7 +138,12 @@ def ours(
     keys backward's dQ partial stored in its product's own layout (selected.py `_config`
     "keys_dq_mma", shipped on sm_80 since keysmem on bench/keys_proxy.py's word; False: the converted
     store every committed run measured); it selects the sm_80 SASS the A100 price reads, Hopper's
-    prices do not see it; None: what the code ships. flash_tiles: the compressed
+    prices do not see it; None: what the code ships. keys_rowlim: the keys backward's key mask as a
+    per-row limit (selected.py `_config` "keys_rowlim", shipped with 64 rows a step on sm_80 at head_dim
+    <= 64; False: sm_80's 32 rows without it before); it selects the sm_80 SASS the A100 price reads.
+    On sm_80 the keys backward's rows go through selected_keys_bwd.keys_rows, the launcher's rule:
+    a setting 64 rows do not fit (no keys_rowlim, keys_div32 or keys_dq_mma) is priced at the 32 rows
+    without the limit it launches, never as a spilling 64. flash_tiles: the compressed
     dQ / dK/dV tiles shipped on sm_90 on bench/flash_proxy.py's word (compressed.py `_config`: dK/dV
     64 keys a tile, dQ 128 rows at 8 warps past head_dim 64), tagged `@bn64` / `@bn64_d128` /
     `@wg_d128` on Hopper (CONFIG_FACTOR: the proxy's time over the measured tile's); False: the tiles
@@ -157,11 +177,14 @@ def ours(
         "pdq_bits": pdq_bits,
         "keys_div32": keys_div32,
         "keys_dq_mma": keys_dq_mma,
+        "keys_rowlim": keys_rowlim,
         "select_cut": select_cut,
         "select_shm": select_shm,
         "tok_pipe": tok_pipe,
     }
     launch.update({f: v for f, v in given.items() if v is not None})
+    if cc < 90 and launch["bwd_keys"]:  # the rows a step the launcher runs on sm_80 (keys_rows)
+        launch.update(_keys_rows_sm80(launch, s, cc))
     launch["index_once"] = not (before_ce226a4 or before_2930e5c) if index_once is None else index_once
     if q_grad_fused is None:
         q_grad_fused = not (before_ce226a4 or before_2930e5c)

@@ -167,7 +167,7 @@ def selected_kernels(
                          programs=BH * math.ceil(T / launch["tm_merge"])))  # fmt: skip
     if bwd_keys:
         # nsa/attention/triton/selected_keys_bwd.py: `_sel_bwd_delta_kernel` (rowsum(dO * O), fp32),
-        # then `_sel_bwd_keys_kernel`: the dK/dV kernel (at BR_keys = 32 rows a step: registers) plus
+        # then `_sel_bwd_keys_kernel`: the dK/dV kernel (at BR_keys rows a step: launch br_bwd_keys) plus
         # dq = (dS k) * scale per step (5 GEMMs) and
         # its fp32 store to PDQ at the pair's table position; the reduction of dK/dV as before; and
         # `_sel_bwd_dq_merge_kernel` (grid (ceil(T*G / BM), BH)): per (token, head) row the kept

@@ -42,6 +42,7 @@ from nsa.attention.triton.selected_keys_bwd import (
     _dkdv_walk,
     keys_backward,
     keys_bwd_gpucheck_rows,
+    keys_rows,
     pdq_dtype,
 )
 from nsa.attention.triton.selected_query import (
@@ -139,7 +140,8 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
     or at pdq_bits 32; nb = ceil(l'/BN) = 1 on the GPU), allocated and freed inside the backward:
     1.6 GB per layer backward at M7C 64k x 1 (and at 8k x 8), against ~0.2 GB of scratch for the
     query-major dQ. Its keys kernel holds the dK/dV kernel's state plus a [BR, D] fp32 dQ
-    product: BR = 32 (64 spilled on sm_80 at head_dim 64: 88-96 bytes; not with keys_rowlim), 8 warps past head_dim 64
+    product: BR = 64 at head_dim 64 (on sm_80 with keys_rowlim: without it 88-96 bytes spilled), 32 at 8
+    warps past head_dim 64
     (with 4 warps it spilled on sm_80 even at BR = 16).
     """
     DP = _p2(D)
@@ -159,7 +161,7 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
     # that probe, prices it slower at B = 1 from 32k, where 8 tokens' random tables share fewer blocks
     # (0.83 vs 0.78 NSA/FA2 at 32k): not shipped until a long-T probe settles it. At G 16 x D 128 4x
     # was slower (90 vs 85 ms).
-    return {
+    cfg = {
         "GP": _p2(G),
         "DP": DP,
         # The forced split's query-major token tiles: TP tokens, RP = TP*G rows padded to 16.
@@ -233,10 +235,17 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # product per step: BR rows per step (checked with ptxas: no spills).
         # On sm_90 at head_dim 64, 64 rows: the selected forward+backward at M7C 8k x 8 on an H200 took
         # 10.20 ms instead of 13.69 with 32 (16: 13.23; 8 warps: 19.03; bench/kernel_probe.py). ptxas:
-        # 244-252 registers at G 2-8 on sm_90; it spilled on sm_80 (88-96 B) and at G 1 on triton 3.6.
-        # On sm_80 64 rows fit with keys_rowlim (below; no spill at G 1-8, triton 3.6 / 3.9) and are
-        # priced 0.87x, but outside the keys proxy's calibrated range: 32 rows stay (the probe decides).
-        "BR_keys": 64 if arch >= 90 and DP <= 64 and G >= 2 else 32,
+        # 244-252 registers at G 2-8 on sm_90; it spilled at G 1 on triton 3.6.
+        # On sm_80 at head_dim <= 64, 64 rows too, with keys_rowlim (below; without it 88-96 B spilled):
+        # the lead's call between two unmeasured settings (no A100 has run either; the 32 rows before
+        # are priced by the same extrapolation) for the better-evidenced one. The H200 measured this
+        # kernel at 64 over 32 rows 0.560 (8k) / 0.545 (64k) where the keys proxy priced 0.574;
+        # bench/a100_proxy.py prices sm_80's 0.87x, 13-18 % below its calibrated instructions, where
+        # a held-out check erred +8-9 % (slow: the safe side). Bitwise the same gradients; no spill at
+        # G 1/2/5/6/8 x D 64, triton 3.6 / 3.9 (bench/RESULTS.md "a100keys", "a100ship").
+        # selected_keys_bwd.keys_rows: 64 rows on sm_80 only with keys_rowlim, keys_div32 and
+        # keys_dq_mma, else 32 without the limit (what the launcher, gpucheck and the model take).
+        "BR_keys": 64 if DP <= 64 and (arch < 90 or G >= 2) else 32,
         # PDQ's bits (selected_keys_bwd.py `pdq_dtype`): 16, the partials in q's dtype when it is
         # bf16/fp16 (fp32 q keeps fp32); 32, fp32 partials (what every GPU run measured: the what-if
         # "pdq_fp32" and a bench/kernel_probe.py variant). 16 halves PDQ's bytes, written by the keys
@@ -269,19 +278,18 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # The keys kernel's key mask as one compare of a column against a per-row limit (selected_keys_bwd.py
         # ROWLIM, with keys_div32) instead of a per-column key position held across the loop: bitwise
         # the same gradients (interpreter test). What lets 64 rows a step fit sm_80's 255 registers
-        # (keys_dq_mma on; the converted store still spills 48 B): no spill over gpucheck's grid on
-        # triton 3.6 and 3.9, where 64 rows spilled 88-96 B without it. bench/a100_proxy.py prices
-        # BR_keys 64 with it at 0.87x the shipped 32
-        # rows on an A100 (M7C 8k / 32k / 64k), but its instructions a scheduler fall 13-18 % below
-        # the keys proxy's calibrated range (bench/RESULTS.md "a100keys"): a probe switch, off, and
-        # sm_80 keeps 32 rows until a GPU measures it (the bench/kernel_probe.py variant
-        # {"BR_keys": 64, "keys_rowlim": True}; gpucheck compiles it on sm_80: `_br64`).
-        "keys_rowlim": False,
+        # (with keys_dq_mma; the converted store still spills 48 B): on with them there at head_dim
+        # <= 64 (BR_keys above). sm_90 keeps the mask every run measured (64 rows fit without it; +0-4
+        # SASS a step with it). sm_80's 32 rows without it, shipped before, are the bench/kernel_probe.py
+        # variant selected_keys_bwd.KEYS_BR32_SM80 (gpucheck: `_br32`; the model: `keys_rowlim_off`).
+        "keys_rowlim": arch < 90 and DP <= 64,
         "BM_merge": 64 if DP <= 64 else 32,
         "warps_merge": 4,
         "BM_delta": 64,
         "warps_delta": 4,
     }
+    # The keys backward's rows through the one rule of what fits (selected_keys_bwd.keys_rows).
+    return keys_rows(cfg, arch)
 
 
 # The probe variant of the token tiles' branch-free loop (bench/kernel_probe.py carries it): the

@@ -12,7 +12,8 @@ Owns the three kernels that replace the forced dQ, the query-major dQ and the dK
   and for fp32 q; `pdq_dtype`):
   s, p, dp and dS are computed once for dQ, dK and dV. Every pair goes through it, the forced entries
   (block 0, the query's own block and the one before) included; with `_config`'s keys_rowlim (`rowlim`:
-  ROWLIM) its key mask is a per-row limit on the column, what lets 64 rows a step fit on sm_80;
+  ROWLIM) its key mask is a per-row limit on the column, what lets 64 rows a step fit on sm_80
+  (shipped there at head_dim <= 64; `keys_rows` is the rule for which settings 64 rows fit);
 - `_sel_bwd_dq_merge_kernel`: query-major, per BM (token, head) rows, dQ = the sum of PDQ over the
   token's n entries and the nb key chunks in a fixed order (deterministic, no atomics), skipping the
   entries that add no keys (the reverse index's keep rule: valid, block >= 0, block*l' <= t), which
@@ -35,7 +36,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from nsa.attention.triton import device_arch
+from nsa.attention.triton import device_arch, interpreting
 
 
 @triton.jit
@@ -388,8 +389,13 @@ def dq_store_consts(cfg: dict, arch: int) -> dict[str, int | bool]:
     return {"DQ_WM": wm, "DQ_WN": wn, "DQ_ASC": asc}
 
 
-# sm_80's 64-row candidate: 64 rows a step, the per-row key limit (ROWLIM) that keeps them unspilled.
-KEYS_BR64_PROBE = {"BR_keys": 64, "keys_rowlim": True}
+# sm_80's shipped keys step at head_dim <= 64 (`_config`): 64 rows a step with the per-row key limit
+# (ROWLIM) that keeps them unspilled. On sm_90, where 64 rows ship already, the probe's row limit alone.
+KEYS_BR64_ROWLIM = {"BR_keys": 64, "keys_rowlim": True}
+# sm_80's keys step before it shipped 64 rows with ROWLIM (bench/RESULTS.md "a100ship"): 32 rows a
+# step, the key mask as a per-column key position. bench/kernel_probe.py's A100 variant, gpucheck's
+# `selected_bwd_keys_br32`, the model's what-if `keys_rowlim_off`.
+KEYS_BR32_SM80 = {"BR_keys": 32, "keys_rowlim": False}
 
 
 def rowlim(cfg: dict) -> bool:
@@ -398,21 +404,41 @@ def rowlim(cfg: dict) -> bool:
     return bool(cfg.get("keys_rowlim", False) and cfg["keys_div32"])
 
 
+def keys_rows(cfg: dict, arch: int) -> dict:
+    """`cfg` with the keys kernel's rows a step as they fit sm_`arch`'s 255 registers a thread: the one
+    rule `_config`, the launcher (`keys_backward`, so a probe's patched config too), gpucheck's rows
+    and the cost model's launch (bench/attention_cost/kernels.py) all go through. On sm_80 at head_dim
+    <= 64, 64 rows or more a step fit only with ROWLIM (`rowlim`: keys_rowlim with keys_div32) and
+    the dQ partial stored in its product's layout (keys_dq_mma): without ROWLIM ptxas spilled 88-96 B,
+    with it but the converted store 48 B (G 1-8, triton 3.6 / 3.9; bench/RESULTS.md "a100keys").
+    Otherwise the setting that fits is `KEYS_BR32_SM80`, 32 rows without ROWLIM. Hopper and head_dim
+    > 64 as given (`_config` owns those: 32 rows at G 1 on sm_90, 32 at 8 warps past head_dim 64)."""
+    if arch >= 90 or cfg["DP"] > 64 or cfg["BR_keys"] < 64 or (rowlim(cfg) and cfg["keys_dq_mma"]):
+        return cfg
+    return {**cfg, **KEYS_BR32_SM80}
+
+
 def keys_bwd_gpucheck_rows(
     cfg: dict, G: int, D: int, LP: int, dt: str, prec: str, arch: int = 80
 ) -> list[tuple]:
     """selected.py's gpucheck rows (name, kernel, argument types, constexprs, warps, stages) of these
-    kernels, as its launcher runs them with `cfg` (its `_config`) on sm_`arch`; dt: the activations'
-    triton type.
+    kernels, as its launcher runs them with `cfg` (its `_config`, through `keys_rows`) on sm_`arch`;
+    dt: the activations' triton type.
     PDQ's type follows cfg's `pdq_bits`; where dt is 16-bit, the keys kernel and the merge also at
     the other pdq_bits (`*_pdq32`: fp32 partials, what the GPU runs measured, at the shipped 16;
     `*_pdq16` where a config says 32: the probe's kernels, two cheap compiles, so the GPU probe of
     bench/kernel_probe.py never runs a kernel gpucheck has not seen); the keys kernel also at the
-    other `keys_dq_mma` (`selected_bwd_keys_dqmma` / `_dqcvt`) and, on sm_80 at head_dim <= 64, at
-    `KEYS_BR64_PROBE` (`selected_bwd_keys_br64`: 64 rows a step with ROWLIM) where cfg is not it."""
+    other `keys_dq_mma` (`selected_bwd_keys_dqmma` / `_dqcvt`) with the rows that setting runs
+    (`keys_rows`: 32 without ROWLIM on sm_80 for the converted store) and, on sm_80 at head_dim
+    <= 64, at `KEYS_BR32_SM80` (`selected_bwd_keys_br32`: sm_80's setting before 64 rows shipped)
+    where cfg is not it."""
+    cfg = keys_rows(cfg, arch)
     ptr, f32, i32, i64 = f"*{dt}", "*fp32", "i32", "*i64"
-    keys_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR_keys"], "PREC": prec,
-                   "DIV32": cfg["keys_div32"], **dq_store_consts(cfg, arch), "ROWLIM": rowlim(cfg)}  # fmt: skip
+
+    def keys_consts(c: dict) -> dict:
+        return {"G": G, "D": D, "LP": LP, "DP": c["DP"], "BN": c["BN"], "BR": c["BR_keys"], "PREC": prec,
+                "DIV32": c["keys_div32"], **dq_store_consts(c, arch), "ROWLIM": rowlim(c)}  # fmt: skip
+
     merge_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BM": cfg["BM_merge"]}
     delta_consts = {"D": D, "DP": cfg["DP"], "BM": cfg["BM_delta"]}
     delta_args = dict(OUT=ptr, DO=ptr, DELTA=f32, R=i32)
@@ -429,23 +455,23 @@ def keys_bwd_gpucheck_rows(
         )  # fmt: skip
         merge_args = dict(PDQ=pdq, IDX=i64, VALID="*i8", DQ=ptr, T=i32, NK=i32, NP=i32, NB=i32)
         rows += [
-            (f"selected_bwd_keys{suffix}", _sel_bwd_keys_kernel, keys_args, keys_consts, cfg["warps_keys"], cfg["stages_kv"]),
+            (f"selected_bwd_keys{suffix}", _sel_bwd_keys_kernel, keys_args, keys_consts(cfg), cfg["warps_keys"], cfg["stages_kv"]),
             (f"selected_bwd_dq_merge{suffix}", _sel_bwd_dq_merge_kernel, merge_args, merge_consts, cfg["warps_merge"], 1),
         ]  # fmt: skip
         if not suffix:
             # The keys kernel at the other keys_dq_mma too (`_dqmma`: the cut where it is not the default,
-            # sm_90; `_dqcvt`: the converted store the GPU runs measured, where it is, sm_80): the
-            # probe's other variant, a cheap compile.
-            flip = {**cfg, "keys_dq_mma": not cfg["keys_dq_mma"]}
+            # sm_90; `_dqcvt`: the converted store the GPU runs measured, where it is, sm_80, at the 32
+            # rows without ROWLIM it runs there: 64 with ROWLIM would spill 48 B): the probe's other
+            # variant, a cheap compile.
+            flip = keys_rows({**cfg, "keys_dq_mma": not cfg["keys_dq_mma"]}, arch)
             rows.append((f"selected_bwd_keys_{'dqmma' if flip['keys_dq_mma'] else 'dqcvt'}", _sel_bwd_keys_kernel,
-                         keys_args, {**keys_consts, **dq_store_consts(flip, arch)}, cfg["warps_keys"], cfg["stages_kv"]))  # fmt: skip
-            probe = {**cfg, **KEYS_BR64_PROBE}
-            if arch < 90 and cfg["DP"] <= 64 and probe != cfg and rowlim(probe):
-                # sm_80's 64-row candidate (the bench/kernel_probe.py variant): what an A100 probe
-                # would launch, so gpucheck has seen it (no spill: bench/RESULTS.md "a100keys").
-                rows.append(("selected_bwd_keys_br64", _sel_bwd_keys_kernel, keys_args,
-                             {**keys_consts, "BR": 64, **dq_store_consts(probe, arch), "ROWLIM": True},
-                             probe["warps_keys"], probe["stages_kv"]))  # fmt: skip
+                         keys_args, keys_consts(flip), flip["warps_keys"], flip["stages_kv"]))  # fmt: skip
+            prev = keys_rows({**cfg, **KEYS_BR32_SM80}, arch)
+            if arch < 90 and cfg["DP"] <= 64 and keys_consts(prev) != keys_consts(cfg):
+                # sm_80's setting before 64 rows shipped (the bench/kernel_probe.py variant an A100 run
+                # times beside the shipped one), so gpucheck has seen it.
+                rows.append(("selected_bwd_keys_br32", _sel_bwd_keys_kernel, keys_args, keys_consts(prev),
+                             prev["warps_keys"], prev["stages_kv"]))  # fmt: skip
     return rows
 
 
@@ -464,6 +490,11 @@ def keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP: int, scale: fl
     forced ones included, through the keys kernel, then the dQ merge. Returns dQ (q's dtype) and the
     segments' fp32 partial dK/dV for selected.py's reduction; PDQ is freed on return."""
     B, Hkv, T, G, D = q.shape
+    arch = device_arch(q.device)
+    # The rows a step as they fit the GPU's registers (a probe's patched config may flip a switch that
+    # 64 rows need); the interpreter has no registers and runs any config a test asks for.
+    if not interpreting():
+        cfg = keys_rows(cfg, arch)
     BH, NK, DP, BN = B * Hkv, idx.shape[-1], cfg["DP"], cfg["BN"]
     pdq_type = pdq_dtype(cfg, q.dtype)  # a bad pdq_bits stops here, before any launch
     order, start, seg_end, S, nseg = index
@@ -480,7 +511,7 @@ def keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP: int, scale: fl
         q, k, v, dout, lse, delta, order, start, seg_end, pdk, pdv, pdq,
         T, ns, NK, npos, BH * ns, (BH * ns).bit_length() + 1, S, scale,
         G=G, D=D, LP=LP, DP=DP, BN=BN, BR=cfg["BR_keys"], PREC=prec, DIV32=cfg["keys_div32"],
-        **dq_store_consts(cfg, device_arch(q.device)), ROWLIM=rowlim(cfg), num_warps=cfg["warps_keys"], num_stages=cfg["stages_kv"],
+        **dq_store_consts(cfg, arch), ROWLIM=rowlim(cfg), num_warps=cfg["warps_keys"], num_stages=cfg["stages_kv"],
     )  # fmt: skip
     dq = torch.empty_like(q)
     _sel_bwd_dq_merge_kernel[(triton.cdiv(T * G, cfg["BM_merge"]), BH)](

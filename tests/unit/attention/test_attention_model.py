@@ -182,7 +182,11 @@ def test_the_compressed_forward_is_two_kernels_at_the_shipped_warps() -> None:
     assert kinds["H100"]["sel_bwd_keys"] == "sel_keys_bwd@64@div32"
     int64_rows = {k.name: k.kind for k in m.ours(32768, shape, keys_div32=False)}
     assert int64_rows["sel_bwd_keys"] == "sel_keys_bwd@64"
-    assert kinds["A100"]["sel_bwd_keys"] == "sel_keys_bwd@64@br32"  # 32 on sm_80: x its probed factor
+    # 64 rows on sm_80 too, with the per-row key limit (keys_rowlim); without it the launcher's rule
+    # (selected_keys_bwd.keys_rows) runs 32, priced as such (x its probed factor where published)
+    assert kinds["A100"]["sel_bwd_keys"] == "sel_keys_bwd@64"
+    no_limit = {k.name: k.kind for k in m.ours_on(32768, shape, m.GPUS["A100"], keys_rowlim=False)}
+    assert no_limit["sel_bwd_keys"] == "sel_keys_bwd@64@br32"
     assert "cmp_fwd_topn" not in kinds["H100"]
     qm = {k.name: k.kind for k in m.ours(32768, shape, fwd_keys=False, bwd_keys=False)}
     assert (qm["sel_fwd"], qm["sel_bwd_dq"], qm["sel_bwd_dkdv"]) == ("tok_fwd", "tok_dq", "sel_dkdv@64")

@@ -23,6 +23,8 @@ sass80 = sys.modules["attention_cost.sass80"]
 prices = sys.modules["attention_cost.prices"]
 A100 = m.GPUS["A100"]
 PUBLISHED = replace(A100, sass=False)
+# the keys backward's launch settings its sm_80 record is keyed by (sass80.keys_key)
+KEYS_SETTING = ("BR_keys", "warps_keys", "stages_kv", "pdq_bits", "keys_div32", "keys_dq_mma", "keys_rowlim")
 
 
 def _kernels(T: int, shape: str, gpu=A100) -> dict:
@@ -81,28 +83,42 @@ def test_a_launch_setting_without_a_record_is_priced_as_published(monkeypatch) -
         assert ks[name].time(A100) == ks[name].time(PUBLISHED) > 0
 
 
-def test_every_what_if_finds_its_sm80_keys_backward_in_the_record() -> None:
+def test_every_what_if_finds_its_sm80_keys_backward_in_the_record(monkeypatch) -> None:
     """A what-if whose keys-backward setting the A100 record lacks would silently fall back to the
     published pricing (the test above), so its A100 row would compare two pricings, not two builds
-    (pdq_bits 16 shipping left `measured_code_only` so until its setting was recorded)."""
+    (pdq_bits 16 shipping left `measured_code_only` so until its setting was recorded); and none
+    prices a setting that spills: a switch sm_80's 64 rows need, flipped (`keys_dq_mma_off`,
+    `keys_div32_off`, `keys_rowlim_off`, ...), is priced at the 32 rows the launcher runs then
+    (selected_keys_bwd.keys_rows)."""
+    cost = sys.modules["attention_cost.selected"]
+    asked = []
+    work = cost.keys_bwd_work
+    monkeypatch.setattr(cost, "keys_bwd_work", lambda T, s, st: asked.append(st) or work(T, s, st))
+    rec = m.a100_record()["keys_bwd"]
     for name, flags in m.WHAT_IF.items():
         for sname in ("m7c", "paper"):
             s = m.SHAPES[sname]
             fl = {f: (v(s) if callable(v) else v) for f, v in flags.items()}
+            asked.clear()
             k = {k.name: k for k in m.ours_on(8192, s, A100, **fl)}.get("sel_bwd_keys")
             assert k is None or "warp_insns" in k.work, (name, sname)
+            for st in asked:
+                assert rec[sass80.keys_key(s.G, s.D, st)]["spill"] == 0, (name, sname, st)
+    cvt = {k.name: k.kind for k in m.ours_on(8192, m.SHAPES["m7c"], A100, keys_dq_mma=False)}
+    assert cvt["sel_bwd_keys"] == "sel_keys_bwd@64@br32"
 
 
 def test_the_what_if_keeps_the_published_pricing() -> None:
     """`a100_published_eff`: A100 priced as before (every kind of ours at its generic kind's published
     efficiency) for the shipped kernels; at the selection's sm_80 settings before 2026-11-26 (4 warps,
     merged at once, no cap) and fp32 dQ partials that is today's 2.43 / 0.79 / 0.55 at M7C; 1.45 / 0.47 / 0.31 at the paper
-    shape (unchanged). The predictions take the SASS prices."""
+    shape (unchanged). The predictions take the SASS prices. (The pinned figures keep sm_80's keys
+    backward at the 32 rows without the per-row key limit it ran before: `keys_rowlim` False.)"""
     Ts = [8192, 32768, 65536]
     rows = {
         (r["shape"], r["T"]): r["fwd_bwd"] for r in m.what_if_rows(Ts) if r["what_if"] == "a100_published_eff"
     }
-    before = {"warps_sel": 4, "halves_sel": 0, "maxnreg_sel": 0, "pdq_bits": 32}
+    before = {"warps_sel": 4, "halves_sel": 0, "maxnreg_sel": 0, "pdq_bits": 32, "keys_rowlim": False}
     # autograd's q gradient sum and the gate mix's three g * dO copies, as then (the pinned figures)
     unfused = {"q_grad_fused": False, "gate_folded": False}
     for (shape, T), ratio in rows.items():
@@ -155,7 +171,7 @@ def test_the_record_holds_what_sm80_ships_and_the_proxies_constants() -> None:
         assert entry["spill"] == 0
         assert sass80.select_work(8192, s, m.shipped_launch(s, 80)) is not None
     sc = sel._config(6, 64, 64, arch=80)
-    st = {k: sc[k] for k in ("BR_keys", "warps_keys", "stages_kv", "pdq_bits", "keys_div32")}
+    st = {k: sc[k] for k in KEYS_SETTING}
     assert rec["keys_bwd"][sass80.keys_key(6, 64, st)]["spill"] == 0
     kp = load_bench("keys_proxy")
     rows = kp.rows_of("bwd", kp.measured_points("bwd"), json.loads(kp.SASS_FILE.read_text()))
@@ -180,7 +196,8 @@ def test_the_shipped_sm80_selection_is_the_candidate_priced_15_percent_faster_un
     """bench/a100_proxy.py's candidates from the committed record (no compile): the setting
     compressed.py ships on sm_80 at M7C (4 tokens in halves, 2 warps, capped at 168 registers) is
     unspilled, as many warps an SM as the 4-warp one before it, and priced >= 15 % faster at 8k, 32k
-    and 64k; the keys backward's shipped 32 rows unspilled, and nothing unspilled >= 15 % faster."""
+    and 64k; the keys backward's shipped 64 rows (with keys_rowlim) unspilled, and nothing unspilled
+    >= 15 % faster."""
     ap = load_bench("a100_proxy")
     rows = ap.candidate_rows(m.a100_record())
     picks = {
@@ -197,33 +214,39 @@ def test_the_shipped_sm80_selection_is_the_candidate_priced_15_percent_faster_un
         assert new["proxy_ms"] <= 0.85 * old["proxy_ms"], T
     keys = [r for r in rows if r["a100_candidate"] == "sel_bwd_keys"]
     sc = sel._config(6, 64, 64, arch=80)
-    st = {k: sc[k] for k in ("BR_keys", "warps_keys", "stages_kv", "pdq_bits", "keys_div32")}
+    st = {k: sc[k] for k in KEYS_SETTING}
     base = {r["T"]: r["proxy_ms"] for r in keys if all(r[k] == v for k, v in st.items())}
-    assert st["BR_keys"] == 32 and len(base) == len(ap.POINTS)
+    assert (st["BR_keys"], st["keys_rowlim"]) == (64, True) and len(base) == len(ap.POINTS)
     for r in keys:
         if r["spill"] == 0:
             assert r["proxy_ms"] > 0.85 * base[r["T"]], r
 
 
-def test_the_64_row_keys_candidate_is_unspilled_and_faster_but_outside_the_calibrated_range() -> None:
-    """sm_80's 64 rows a step with the per-row key limit (selected_keys_bwd.KEYS_BR64_PROBE, recorded
-    by bench/a100_proxy.py on triton 3.6): unspilled at 2 programs an SM where 64 rows without the
-    limit spill, priced >= 8 % faster than the 32 rows sm_80 ships at 8k, 32k and 64k, with its
-    shared-memory accesses and warps a scheduler inside the keys proxy's calibrated range but its
-    instructions a scheduler 13-20 % below it: why `_config` keeps 32 rows on sm_80 (bench/RESULTS.md
-    "a100keys"). The record's key names the limit only with the 32-bit rows it needs."""
-    from nsa.attention.triton.selected_keys_bwd import KEYS_BR64_PROBE
+def test_sm80_ships_64_keys_rows_with_the_limit_unspilled_and_priced_below_its_32_rows_before() -> None:
+    """sm_80's shipped keys backward at head_dim 64: 64 rows a step with the per-row key limit
+    (recorded by bench/a100_proxy.py on triton 3.6), unspilled at 2 programs an SM (64 rows without
+    the limit spilled: not launched, not recorded), priced >= 8 % faster than its 32 rows before
+    (selected_keys_bwd.KEYS_BR32_SM80) at 8k, 32k and 64k. Shipped on the lead's call outside the keys proxy's calibrated
+    range (instructions a scheduler 13-20 % below it, shared accesses and warps inside): the 32 rows
+    before lay outside it too (shared accesses up to 3 % above), so no sm_80 setting is inside
+    (bench/RESULTS.md "a100ship"). The record's key names the limit only with the 32-bit rows it needs."""
+    from nsa.attention.triton.selected_keys_bwd import KEYS_BR32_SM80
 
     ap = load_bench("a100_proxy")
     rec = m.a100_record()
-    sc = sel._config(6, 64, 64, arch=80)
-    assert (sc["BR_keys"], sc["keys_rowlim"]) == (32, False)  # not shipped
-    cand, shipped = ap.keys_setting(6, 64, KEYS_BR64_PROBE), ap.keys_setting(6, 64, {})
-    key = sass80.keys_key(6, 64, cand)
+    shipped, before = ap.keys_setting(6, 64, {}), ap.keys_setting(6, 64, KEYS_BR32_SM80)
+    assert (shipped["BR_keys"], shipped["keys_rowlim"]) == (64, True)
+    assert (before["BR_keys"], before["keys_rowlim"]) == (32, False)
+    key = sass80.keys_key(6, 64, shipped)
     assert key.endswith("/BR64/w4/s1/pdq16/div1/dq1/rl1")
-    assert sass80.keys_key(6, 64, {**cand, "keys_div32": False}).endswith("/div0/dq1")
-    plain = sass80.keys_key(6, 64, {**cand, "keys_rowlim": False})  # 64 rows without the limit
-    assert rec["keys_bwd"][key]["spill"] == 0 < rec["keys_bwd"][plain]["spill"]
+    assert sass80.keys_key(6, 64, {**shipped, "keys_div32": False}).endswith("/div0/dq1")
+    assert rec["keys_bwd"][key]["spill"] == 0
+    # 64 rows without the limit spilled (88-96 B): the launcher runs 32 rows for them, the record and
+    # bench/a100_proxy.py's KEYS hold only settings that launch as given, all unspilled
+    with pytest.raises(ValueError, match="keys_rows"):
+        ap.keys_setting(6, 64, {"keys_rowlim": False})
+    assert {sass80.keys_key(6, 64, ap.keys_setting(6, 64, o)) for o in ap.KEYS} == set(rec["keys_bwd"])
+    assert all(e["spill"] == 0 for e in rec["keys_bwd"].values())
     ms = {
         (r["BR_keys"], r["keys_rowlim"], r["T"]): r
         for r in ap.candidate_rows(rec)
@@ -231,12 +254,16 @@ def test_the_64_row_keys_candidate_is_unspilled_and_faster_but_outside_the_calib
         and r["warps_keys"] == 4 and r["stages_kv"] == 1
     }  # fmt: skip
     for T in ap.POINTS:
-        new, old = ms[(64, True, T)], ms[(shipped["BR_keys"], False, T)]
+        new, old = ms[(64, True, T)], ms[(32, False, T)]
         assert new["resident_programs"] == old["resident_programs"] == 2
         assert new["proxy_ms"] <= 0.92 * old["proxy_ms"], T
     cal = ap.calibrated_range()
-    rows = [r for r in ap.range_rows(rec, cal) if r["a100_keys_range"] == key]
-    assert len(rows) == len(ap.RANGE_POINTS)
-    for r in rows:
+    rows = ap.range_rows(rec, cal)
+    ours = [r for r in rows if r["a100_keys_range"] == key]
+    assert len(ours) == len(ap.RANGE_POINTS)
+    for r in ours:
         assert 0.8 <= r["insn_vs_range"] <= 0.87 and r["smem_vs_range"] == 1 and not r["inside"], r
         assert r["warps_per_scheduler"] in cal["warps_per_scheduler"]
+    was = [r for r in rows if r["a100_keys_range"] == sass80.keys_key(6, 64, before)]
+    assert len(was) == len(ap.RANGE_POINTS) and not all(r["inside"] for r in was)
+    assert max(r["smem_vs_range"] for r in was) <= 1.04

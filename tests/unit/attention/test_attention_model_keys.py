@@ -66,8 +66,8 @@ def test_the_key_major_kernels_count_full_tiles_of_valid_pairs_and_their_partial
     backward (dK/dV's 4 + dQ's); the forward writes PO (bf16) + PL (fp32) per row and the merge reads
     PL twice and PO once; the backward writes PDQ (bf16 as shipped: pdq_bits 16) that the dQ merge
     reads. Rows a step as
-    selected.py's `_config` has them: BR_f 128 (32 past head_dim 64), BR_keys 64 on sm_90 at head_dim
-    64 and 32 elsewhere (registers)."""
+    selected.py's `_config` has them: BR_f 128 (32 past head_dim 64), BR_keys 64 at head_dim 64 (on
+    sm_80 with the per-row key limit, keys_rowlim) and 32 past it (registers)."""
     for sname, T in (("m7c", 8192), ("m7c", 65536), ("paper", 8192)):
         s0 = m.SHAPES[sname]
         s = m.Shape(s0.name, 1, s0.H, s0.Hkv, s0.D)
@@ -76,9 +76,10 @@ def test_the_key_major_kernels_count_full_tiles_of_valid_pairs_and_their_partial
         prow = BH * m._valid_pairs(T, s) * G
         launch = m.shipped_launch(s, 90)
 
-        br_bwd = 64 if D <= 64 else 32  # sm_90 (launch's cc); 32 on sm_80
+        br_bwd = 64 if D <= 64 else 32  # sm_90 (launch's cc); on sm_80 too, with keys_rowlim
         assert launch["br_fwd_keys"] == (128 if D <= 64 else 32) and launch["br_bwd_keys"] == br_bwd
-        assert m.shipped_launch(s, 80)["br_bwd_keys"] == 32
+        a100 = m.shipped_launch(s, 80)
+        assert (a100["br_bwd_keys"], a100["keys_rowlim"]) == (br_bwd, D <= 64)
         fwd_rows, bwd_rows = (math.ceil(prow / BR) * BR for BR in (launch["br_fwd_keys"], br_bwd))
         fk, bk = ks["sel_fwd_keys"], ks["sel_bwd_keys"]
         assert fk.flops == pytest.approx(2 * 2 * fwd_rows * s.lp * D)
@@ -141,7 +142,7 @@ def test_the_key_major_kernels_are_priced_from_the_keys_run_plus_their_partials(
     step, the backward at 64): MMA efficiencies within 10 % of the key-major dK/dV's 0.142 that priced
     them before the run (A100: its published sparse backward efficiency, as for dK/dV), plus the
     partials' DRAM time at the datasheet bandwidth / 0.8 (added: stored inside a latency-bound loop);
-    the backward at the 32 rows a step selected.py ships x its probed factor; the merges and the
+    the backward at the 64 rows a step selected.py ships (sm_80 included); the merges and the
     index kernel at a fitted multiple of their DRAM time, delta at the DRAM floor. (A100 as priced
     before its sm_80 SASS prices: Gpu.sass False, test_attention_model_a100.py has those.)"""
     s = m.SHAPES["m7c"]
@@ -153,9 +154,10 @@ def test_the_key_major_kernels_are_priced_from_the_keys_run_plus_their_partials(
             k = ks[name]
             eff = m.EFF["ampere"]["gather_bwd"] if gname == "A100" else m.KEYS_COST[kind]["eff"]
             assert eff == pytest.approx(m.kind_cost(dkdv.kind, gpu)["eff"], rel=0.1)
-            # the backward at 32 rows a step on sm_80, its rows in 32 bits (keys_div32) on Hopper
+            # the backward at the runs' 64 rows a step (on sm_80 with keys_rowlim: no factor), its rows
+            # in 32 bits (keys_div32) on Hopper
             f = m.config_factor(k.kind)
-            bwd_f = m.CONFIG_FACTOR["sel_keys_bwd@br32" if gname == "A100" else "sel_keys_bwd@div32"]
+            bwd_f = 1.0 if gname == "A100" else m.CONFIG_FACTOR["sel_keys_bwd@div32"]
             assert f == (bwd_f if name == "sel_bwd_keys" else 1.0)
             assert k.programs / gpu.sms > 8  # no last-wave stretch at 64k
             mma = k.flops / (gpu.peak * eff) * (f if gname != "A100" else 1.0)

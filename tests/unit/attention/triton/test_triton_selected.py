@@ -498,7 +498,7 @@ def test_gpucheck_specs_name_every_argument():
         "selected_bwd_keys",
         "selected_bwd_dq_merge",
         "selected_bwd_keys_dqcvt",  # the keys kernel at the other keys_dq_mma (the probe's variant)
-        "selected_bwd_keys_br64",  # sm_80's 64-row candidate (keys_rowlim, the probe's variant)
+        "selected_bwd_keys_br32",  # sm_80's 32 rows without keys_rowlim, shipped before (the probe's variant)
         "selected_bwd_keys_pdq32",  # bf16: the same two at pdq_bits 32 (the measured fp32 partials)
         "selected_bwd_dq_merge_pdq32",
         "selected_fwd_pipe",  # the token tiles' branch-free loop (tok_pipe, the probe's stages)

@@ -86,8 +86,9 @@ def test_dq_in_the_products_layout_gives_the_measured_paths_gradients_bit_for_bi
 
 
 def test_the_warp_split_is_tritons_and_the_switch_is_on_for_sm80_only():
-    """M7C (G 6 x D 64): sm_90's 64 rows on one warpgroup take the rows split, sm_80's 32 rows at 4
-    warps the columns split (the compiled kernels: no shared memory moves the tile); head_dim 128 at 8
+    """M7C (G 6 x D 64): sm_90's 64 rows on one warpgroup take the rows split, sm_80's 64 rows at 4
+    warps (with keys_rowlim) too, its 32 rows before the columns split (the compiled kernels: no
+    shared memory moves the tile); head_dim 128 at 8
     warps and 32 rows, the columns; the dimension order this triton's coalesce pass takes (DQ_ASC). Shipped on sm_80 only (on sm_90 the proxy's point lies further
     outside its calibration: bench/RESULTS.md "keysmem"). The switch off or a tile its warps do not
     cover: the converted store (0, 0)."""
@@ -99,7 +100,8 @@ def test_the_warp_split_is_tritons_and_the_switch_is_on_for_sm80_only():
 
     cfg = {arch: tsel._config(6, 64, 64, arch=arch) for arch in (80, 90)}
     assert (cfg[80]["keys_dq_mma"], cfg[90]["keys_dq_mma"]) == (True, False)
-    assert split(cfg[80], 80) == (1, 4) and split(cfg[90], 90) == (0, 0)
+    assert split(cfg[80], 80) == (4, 1) and split(cfg[90], 90) == (0, 0)
+    assert split({**cfg[80], **tkeys.KEYS_BR32_SM80}, 80) == (1, 4)
     assert split({**cfg[90], "keys_dq_mma": True}, 90) == (4, 1)
     assert split({**tsel._config(6, 128, 64, arch=90), "keys_dq_mma": True}, 90) == (1, 8)
     small = {**tsel._config(6, 16, 64, key_tile=16, arch=80), "BR_keys": 32}  # 32 rows, DP 16, 4 warps
