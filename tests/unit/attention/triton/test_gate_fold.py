@@ -22,6 +22,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from nsa.attention import NSAAttention
 from nsa.attention.triton import gated
 
+# The fold kernel computes lse - log2(g) for every row and then keeps -inf where the row has no key:
+# under the interpreter numpy warns at g = 0 (log2(0) = -inf, the intended +inf lse') and at -inf -
+# (-inf) in the discarded branch of the select. IEEE results on the GPU alike; not a test failure.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:divide by zero encountered in log2:RuntimeWarning"),
+    pytest.mark.filterwarnings("ignore:invalid value encountered in subtract:RuntimeWarning"),
+]
+
 INF = float("inf")
 
 
