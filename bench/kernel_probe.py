@@ -320,6 +320,16 @@ def _time_patched(module, attr: str, patched, fwd, fwd_bwd) -> dict:
         setattr(module, attr, base)
 
 
+def _switch_rows(probe: str, module, attr: str, variants, name, B, T, match, fwd, fwd_bwd):
+    """The rows of a probe whose variants set one module-level switch, `module.attr`, by its name in
+    lower case (ROPE_VARIANTS' "fuse_q_grad", GATE_VARIANTS' "fold_gate"), each timed with it patched."""
+    for over in variants:
+        if _runs_at(over, name, match):
+            value = over.get(attr.lower(), getattr(module, attr))
+            row = _time_patched(module, attr, value, fwd, fwd_bwd)
+            yield {"probe": probe, "shape": name, "T": T, "B": B, "variant": over, **row}
+
+
 def probe_sel(name, B, T, match=None):
     Hkv, G, D = SHAPES[name]
     q, kc, vc, ks, vs = _inputs(B, T, Hkv, G, D)
@@ -417,11 +427,7 @@ def probe_rope(name, B, T, match=None):
     def fwd_bwd():
         torch.autograd.grad(fwd(), x, douts)
 
-    for over in ROPE_VARIANTS:
-        if not _runs_at(over, name, match):
-            continue
-        row = _time_patched(fused, "FUSE_Q_GRAD", over.get("fuse_q_grad", fused.FUSE_Q_GRAD), fwd, fwd_bwd)
-        yield {"probe": "rope", "shape": name, "T": T, "B": B, "variant": over, **row}
+    yield from _switch_rows("rope", fused, "FUSE_Q_GRAD", ROPE_VARIANTS, name, B, T, match, fwd, fwd_bwd)
 
 
 def probe_gate(name, B, T, match=None):
@@ -441,11 +447,7 @@ def probe_gate(name, B, T, match=None):
     def fwd_bwd():
         torch.autograd.grad(fwd(), leaves, dy)
 
-    for over in GATE_VARIANTS:
-        if not _runs_at(over, name, match):
-            continue
-        row = _time_patched(gated, "FOLD_GATE", over.get("fold_gate", gated.FOLD_GATE), fwd, fwd_bwd)
-        yield {"probe": "gate", "shape": name, "T": T, "B": B, "variant": over, **row}
+    yield from _switch_rows("gate", gated, "FOLD_GATE", GATE_VARIANTS, name, B, T, match, fwd, fwd_bwd)
 
 
 def ncu_target(name, B, T):
