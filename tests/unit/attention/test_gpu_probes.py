@@ -8,6 +8,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.fixtures.bench import load_bench
 
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "gpu-probes.sh"
@@ -52,3 +54,14 @@ def test_bad_arguments_exit_2_and_start_nothing(tmp_path):
         assert run.returncode == 2, args
         assert run.stderr.strip(), args
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("probe,switch", [("rope", "fuse_q_grad"), ("gate", "fold_gate")])
+def test_a_switch_probe_times_both_paths(capsys, probe, switch):
+    """bench/kernel_probe.py --only rope / gate: the shipped setting and its switch off (fused.FUSE_Q_GRAD,
+    gated.FOLD_GATE: the path every GPU run measured), at each shape (checked by its dry run: no GPU)."""
+    kp = load_bench("kernel_probe")
+    assert kp.main(["--only", probe, "--dry-run", "--match", switch]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {r["shape"] for r in rows} == {"m7c", "paper"}
+    assert sorted(json.dumps(r["changes"]) for r in rows) == [json.dumps({switch: False})] * 2 + ["{}"] * 2

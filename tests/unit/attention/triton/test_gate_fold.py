@@ -4,7 +4,8 @@ lse - log2 g (+inf at g = 0, -inf kept for a row without keys, never NaN) in fp3
 each branch's backward op run on that one dO with its lse' equals it run on g * dO with its lse
 (g = 0 rows, rows without keys); NSAAttention's triton backward hands the three branches one dO and
 writes no g * dO copies (three on main), with gradients equal to eager's (a zero gate included);
-meta device, opcheck and torch.compile; the GPU probe of the switch (bench/kernel_probe.py).
+meta device, opcheck and torch.compile (the GPU probe of
+the switch: tests/unit/attention/test_gpu_probes.py).
 
 Run: .venv/bin/pytest tests/unit/attention/triton/test_gate_fold.py
 """
@@ -216,20 +217,6 @@ def test_mixed_dtypes_and_the_switch_fall_back(monkeypatch):
     inp, g = _gated_inputs("cpu")
     monkeypatch.setattr(gated, "FOLD_GATE", False)
     assert gated.gated_branches(inp, g, *GEO, scale=0.25) is None
-
-
-def test_the_gpu_probe_times_both_paths(capsys):
-    """bench/kernel_probe.py --only gate: the shipped setting and FOLD_GATE off, at each shape
-    (checked by its dry run: no GPU here)."""
-    import json
-
-    from tests.fixtures.bench import load_bench
-
-    probe = load_bench("kernel_probe")
-    assert probe.main(["--only", "gate", "--dry-run", "--match", "fold_gate"]) == 0
-    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert {r["shape"] for r in rows} == {"m7c", "paper"}
-    assert sorted(json.dumps(r["changes"]) for r in rows) == ['{"fold_gate": false}'] * 2 + ["{}"] * 2
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -4,7 +4,8 @@ backward sums the branches' gradients in float32 inside the inverse rotation, on
 left out), bf16 rounds once (against the float64 result, where autograd's sum in bf16 rounds
 thrice), no copy of q forward, fake kernel / opcheck / torch.compile, and in NSAAttention (x's
 gradient against eager and reference.py) the backward adds no q-sized tensors and launches the
-rotation once with the three gradients; the GPU probe of the switch (bench/kernel_probe.py).
+rotation once with the three gradients (the GPU probe of
+the switch: tests/unit/attention/test_gpu_probes.py).
 
 Run: .venv/bin/pytest tests/unit/attention/triton/test_rope_q_grad.py
 """
@@ -207,17 +208,3 @@ def test_nsa_attention_backward_adds_no_q_sized_tensors_and_matches_eager(monkey
     with adds:
         y.backward(dy)
     assert adds.shapes.count(q_shape) == 2 and 2 not in launches, (adds.shapes, launches)
-
-
-def test_the_gpu_probe_times_both_paths(capsys):
-    """bench/kernel_probe.py --only rope: the shipped setting and FUSE_Q_GRAD off, at each shape
-    (checked by its dry run: no GPU here)."""
-    import json
-
-    from tests.fixtures.bench import load_bench
-
-    probe = load_bench("kernel_probe")
-    assert probe.main(["--only", "rope", "--dry-run", "--match", "fuse_q_grad"]) == 0
-    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert {r["shape"] for r in rows} == {"m7c", "paper"}
-    assert sorted(json.dumps(r["changes"]) for r in rows) == ['{"fuse_q_grad": false}'] * 2 + ["{}"] * 2
