@@ -185,11 +185,12 @@ def ours(
     launch.update({f: v for f, v in given.items() if v is not None})
     if cc < 90 and launch["bwd_keys"]:  # the rows a step the launcher runs on sm_80 (keys_rows)
         launch.update(_keys_rows_sm80(launch, s, cc))
-    launch["index_once"] = not (before_ce226a4 or before_2930e5c) if index_once is None else index_once
-    if q_grad_fused is None:
-        q_grad_fused = not (before_ce226a4 or before_2930e5c)
-    if gate_folded is None:
-        gate_folded = not (before_ce226a4 or before_2930e5c)
+    # index_once, q_grad_fused and gate_folded came after the past builds: None is what the code
+    # ships, False for those
+    past = before_ce226a4 or before_2930e5c
+    launch["index_once"] = not past if index_once is None else index_once
+    q_grad_fused = not past if q_grad_fused is None else q_grad_fused
+    gate_folded = not past if gate_folded is None else gate_folded
     launch["cc"] = cc
     if flash_tiles is False:  # the compressed backward's tiles as every GPU run measured them
         runs = _tiles_of_the_runs(s)
