@@ -39,6 +39,18 @@ def _table(monkeypatch, cut: int, q, kc, lse, bl, d, lp, n, switch=("select_cut"
     return idx, valid
 
 
+def _tables_off_and_on(monkeypatch, case: tuple, switch=("select_cut", "CUT")):
+    """The tables with `switch` off and on (`_table`) for `case`'s broken inputs: random queries and
+    keys seeded by T, a row log-sum-exp that is no softmax's (p may exceed 1)."""
+    B, Hkv, T, G, D, bl, d, lp, n = case
+    g = torch.Generator().manual_seed(T)
+    nc = (T - bl) // d + 1
+    q = torch.randn(B, Hkv, T, G, D, generator=g)
+    kc = torch.randn(B, Hkv, nc, D, generator=g)
+    lse = torch.randn(B, Hkv, T, G, generator=g) * 2  # no softmax's: p may exceed 1
+    return tuple(_table(monkeypatch, on, q, kc, lse, bl, d, lp, n, switch) for on in (0, 1))
+
+
 # (B, Hkv, T, G, D, l, d, l', n): d = 1 makes a key tile 64 tokens (BJ * r = 64 keys), so T 100
 # spans 2 tiles (the carried Eq. 9 neighbour, far tiles); r = 3 (padded to 4 columns) with Eq. 9
 # reaching 3 keys back over 2 tiles, B 2; G 17 (1-token tiles, the top-n's 2nd half empty).
@@ -51,14 +63,8 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"B{c[0]}H{c[1]}T{c[2]}G{c[3]}r{c[7] // c[6]}")
 def test_hoisted_loop_gives_the_measured_loops_tables_bit_for_bit(monkeypatch, case):
-    B, Hkv, T, G, D, bl, d, lp, n = case
-    g = torch.Generator().manual_seed(T)
-    nc = (T - bl) // d + 1
-    q = torch.randn(B, Hkv, T, G, D, generator=g)
-    kc = torch.randn(B, Hkv, nc, D, generator=g)
-    lse = torch.randn(B, Hkv, T, G, generator=g) * 2  # no softmax's: p may exceed 1
-    old = _table(monkeypatch, 0, q, kc, lse, bl, d, lp, n)
-    new = _table(monkeypatch, 1, q, kc, lse, bl, d, lp, n)
+    n = case[-1]
+    old, new = _tables_off_and_on(monkeypatch, case)
     assert torch.equal(new[1], old[1]) and torch.equal(new[0], old[0])
     # The tables are not trivial: late tokens hold n valid blocks, not only the forced ones.
     assert bool(old[1][..., -1, :].all()) and old[0].shape[-1] == n

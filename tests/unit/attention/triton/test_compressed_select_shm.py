@@ -21,14 +21,11 @@ import torch
 from nsa.attention import compressed as eager
 from nsa.attention.triton import compressed as tri
 from tests.fixtures.bench import load_bench
-from tests.unit.attention.triton.test_compressed_select_cut import _table as _cut_table
+from tests.unit.attention.triton.test_compressed_select_cut import _tables_off_and_on
 
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp2:RuntimeWarning")
 
-
-def _table(monkeypatch, shm: int, q, kc, lse, bl, d, lp, n):
-    """The selection table with select_shm set to `shm`, checked to reach the launch as SHM."""
-    return _cut_table(monkeypatch, shm, q, kc, lse, bl, d, lp, n, switch=("select_shm", "SHM"))
+SHM = ("select_shm", "SHM")  # the config key and the kernel's constexpr (_tables_off_and_on)
 
 
 # (B, Hkv, T, G, D, l, d, l', n), all a = 2: BJ 16 blocks a key tile, so T spans 3 tiles; r 3 (padded
@@ -41,15 +38,9 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"B{c[0]}T{c[2]}G{c[3]}r{c[7] // c[6]}")
 def test_no_gather_neighbours_give_the_gathers_tables_bit_for_bit(monkeypatch, case):
-    B, Hkv, T, G, D, bl, d, lp, n = case
+    *_, G, D, bl, d, lp, n = case
     assert tri._config(G, D, n, bl, d, lp)["halves_sel"] == 1
-    g = torch.Generator().manual_seed(T)
-    nc = (T - bl) // d + 1
-    q = torch.randn(B, Hkv, T, G, D, generator=g)
-    kc = torch.randn(B, Hkv, nc, D, generator=g)
-    lse = torch.randn(B, Hkv, T, G, generator=g) * 2  # no softmax's: p may exceed 1
-    old = _table(monkeypatch, 0, q, kc, lse, bl, d, lp, n)
-    new = _table(monkeypatch, 1, q, kc, lse, bl, d, lp, n)
+    old, new = _tables_off_and_on(monkeypatch, case, SHM)
     assert torch.equal(new[1], old[1]) and torch.equal(new[0], old[0])
     # Not trivial: late tokens hold n valid blocks, not only the forced ones.
     assert bool(old[1][..., -1, :].all()) and len(set(old[0][0, 0, -1].tolist())) == n
