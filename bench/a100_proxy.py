@@ -200,7 +200,8 @@ def candidate_rows(rec: dict) -> list[dict]:
 # The keys proxy's H200 calibration points run 8k x 8, 32k x 2 and 64k x 1 tokens (bench/keys_proxy.py
 # measured_points): a candidate's A100 features are compared with the calibrated ones at these.
 RANGE_POINTS = [(8192, 8), (32768, 2), (65536, 1)]
-A100_SM = {"sms": 108, "sched": 4, "ghz": 1.41, **sass80.SM80}
+# the model's A100 (its SMs and clock, as `prices.sass_seconds` prices it) with sm_80's occupancy limits
+A100_SM = {"sms": model.GPUS["A100"].sms, "sched": 4, "ghz": model.GPUS["A100"].clock / 1e9, **sass80.SM80}
 
 
 def calibrated_range() -> dict:
