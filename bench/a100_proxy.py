@@ -83,6 +83,18 @@ def keys_setting(G: int, D: int, over: dict) -> dict:
     return {k: c[k] for k in names}
 
 
+def _keys_settings():
+    """(setting, record key) of each distinct KEYS entry at M7C (an override that is the default
+    already, or repeats one before it, once)."""
+    seen = set()
+    for over in KEYS:
+        st = keys_setting(6, 64, over)
+        key = keys_key(6, 64, st)
+        if key not in seen:
+            seen.add(key)
+            yield st, key
+
+
 # The kernels priced on A100 by their Hopper fit carried over per SM cycle, scaled by their sm_80 over
 # sm_90 SASS a step (the key-major family the backward's proxy calibrates): kind -> (G, D) compiled.
 CARRY = {"sel_keys_fwd@64": (6, 64), "sel_dkdv@64": (6, 64), "sel_dkdv@128": (16, 128)}
@@ -134,11 +146,10 @@ def recount(old: dict | None = None) -> dict:
                     dyn = sp.dynamic_count(shape, T, 1, bt, h, c["paths"], w)
                     rates[str(T)] = dyn["merge_rate"]
                 rec["merge_rate"][mkey] = rates
-    for over in KEYS:
-        st = keys_setting(6, 64, over)
+    for st, key in _keys_settings():
         c = kp.compile_keys("bwd", st, arch=80)
-        rec["keys_bwd"][keys_key(6, 64, st)] = {k: c[k] for k in ("registers", "spill", "smem", "paths")}
-        print(json.dumps({"recorded": keys_key(6, 64, st), "registers": c["registers"], "spill": c["spill"]}),
+        rec["keys_bwd"][key] = {k: c[k] for k in ("registers", "spill", "smem", "paths")}
+        print(json.dumps({"recorded": key, "registers": c["registers"], "spill": c["spill"]}),
               file=sys.stderr, flush=True)  # fmt: skip
     for name, (G, D) in CARRY.items():
         rec["carry"][name] = {
@@ -179,13 +190,8 @@ def candidate_rows(rec: dict) -> list[dict]:
                              "resident_warps": work["resident_warps"], "warp_insns": work["warp_insns"],
                              "proxy_ms": round(ms, 3)})  # fmt: skip
     s = m.SHAPES["m7c"]
-    seen = set()
-    for over in KEYS:
-        st = keys_setting(6, 64, over)
-        if keys_key(6, 64, st) in seen:  # an override that is the default already
-            continue
-        seen.add(keys_key(6, 64, st))
-        c = rec["keys_bwd"][keys_key(6, 64, st)]
+    for st, key in _keys_settings():
+        c = rec["keys_bwd"][key]
         for T in POINTS:
             work = sass80.keys_bwd_work(T, s, st)
             ms = prices.sass_seconds(work, "keys_bwd", gpu) * 1e3
@@ -220,13 +226,8 @@ def range_rows(rec: dict, cal: dict) -> list[dict]:
     calibrated range's edge it passes (below: of the lowest, above: of the highest; 1 inside), and
     whether all three (instructions, shared accesses, warps a scheduler) lie inside `cal`."""
     kp = _sibling("keys_proxy")
-    rows, seen = [], set()
-    for over in KEYS:
-        st = keys_setting(6, 64, over)
-        key = keys_key(6, 64, st)
-        if key in seen:
-            continue
-        seen.add(key)
+    rows = []
+    for st, key in _keys_settings():
         c = rec["keys_bwd"][key]
         ks = {"BR": st["BR_keys"], "warps": st["warps_keys"], "pdq_bits": st["pdq_bits"]}
         for T, B in RANGE_POINTS:
