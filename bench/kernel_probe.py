@@ -247,6 +247,20 @@ ROPE_VARIANTS = [{}, {"fuse_q_grad": False}]
 # GPU run measured.
 GATE_VARIANTS = [{}, {"fold_gate": False}]
 
+
+def _variants() -> dict[str, list[dict]]:
+    """Each probe's variants, by the name --only takes (the probes run in this order by default);
+    read at the call, so a list patched in the module (a test's misspelt variant) is the one used."""
+    return {
+        "cmp_fwd": CMP_VARIANTS,
+        "cmp_bwd": CMP_BWD_VARIANTS,
+        "selected": SEL_VARIANTS,
+        "window": WIN_VARIANTS,
+        "rope": ROPE_VARIANTS,
+        "gate": GATE_VARIANTS,
+    }
+
+
 # Keys of a variant that select what runs rather than change the config: the forward probe's kernel,
 # and the one shape a variant is for (its rows skipped at the others).
 META = ("kernel", "shape", "arch")
@@ -487,14 +501,6 @@ def dry_run(
     probe's as its launcher runs them: selected_keys_bwd.keys_rows); exit 2 when a shape does not
     parse or a variant names a key the config lacks (`_apply` would skip it silently: the probe
     would time the shipped setting under the variant's name)."""
-    variants = {
-        "cmp_fwd": CMP_VARIANTS,
-        "cmp_bwd": CMP_BWD_VARIANTS,
-        "selected": SEL_VARIANTS,
-        "window": WIN_VARIANTS,
-        "rope": ROPE_VARIANTS,
-        "gate": GATE_VARIANTS,
-    }
     bad = 0
     for p in probes:
         for spec in shapes[p]:
@@ -506,7 +512,7 @@ def dry_run(
                       file=sys.stderr)  # fmt: skip
                 return 2
             base = _shipped(p, G, D, arch)
-            for over in variants[p]:
+            for over in _variants()[p]:
                 if not _runs_at(over, n, match, arch):
                     continue
                 unknown = sorted(k for k in over if k not in base and k not in META)
@@ -530,9 +536,7 @@ def dry_run(
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--only", choices=("cmp_fwd", "cmp_bwd", "selected", "window", "rope", "gate"), action="append"
-    )
+    ap.add_argument("--only", choices=tuple(_variants()), action="append")
     ap.add_argument("--shapes", nargs="*", help="name:T:B (names: m7c, paper); default: per probe, below")
     ap.add_argument("--ncu-target", help="name:T:B: run the ops once (for ncu) and exit")
     ap.add_argument(
@@ -548,17 +552,9 @@ def main(argv=None) -> int:
         help="with --dry-run: the GPU's compute capability the configs are taken for (80: A100; default 90)",
     )  # fmt: skip
     args = ap.parse_args(argv)
-    chosen = args.only or ["cmp_fwd", "cmp_bwd", "selected", "window", "rope", "gate"]
+    chosen = args.only or list(_variants())
     if args.match:  # a misspelt key would run the baselines alone, silently
-        lists = {
-            "cmp_fwd": CMP_VARIANTS,
-            "cmp_bwd": CMP_BWD_VARIANTS,
-            "selected": SEL_VARIANTS,
-            "window": WIN_VARIANTS,
-            "rope": ROPE_VARIANTS,
-            "gate": GATE_VARIANTS,
-        }
-        known = {k for p in chosen for over in lists[p] for k in over if k not in META}
+        known = {k for p in chosen for over in _variants()[p] for k in over if k not in META}
         unknown = sorted(set(args.match) - known)
         if unknown:
             print(f"kernel_probe: --match {unknown}: no variant of {chosen} sets it; keys: {sorted(known)}",
