@@ -8,7 +8,8 @@ in float32 inside the inverse rotation, one kernel, where autograd would add the
 [B, T, H*D] layout in one pass; backward one pass producing the three branch gradients and the
 gate gradient, whose row dots dy . o are summed in float32 in the kernel), and the op
 `nsa::triton_gate_fold_bwd` (the gate mix's backward for gated.py, the gates folded into the
-branches' lse: dy once in the branch kernels' layout, dg, lse - log2 g). Shapes or dtypes these
+branches' lse: dy once in the branch kernels' layout, dg, lse - log2 g and, asked, each branch's
+delta = rowsum(dy * o) in fp32). Shapes or dtypes these
 kernels do not cover go to the eager functions. It must not know about the attention branches.
 """
 

@@ -7,7 +7,8 @@ through P = exp2(s - lse) and delta = rowsum(dO * O): with dO_c = g_c * dO, P' =
 exp2(s - (lse_c - log2 g_c)) and delta' = rowsum(dO * O_c) give the same dS = g_c * P * (dP - delta)
 and dV = P'^T dO. So the backward runs one kernel (fused.py `nsa::triton_gate_fold_bwd`: dg, dy in
 the kernels' layout once, the three lse' = lse - log2 g), then each branch's backward op on that one
-dO with its lse': the branch kernels are the ones their own autograd runs, unchanged. The gates must
+dO with its lse': the branch kernels are the ones their own autograd runs (with FOLD_DELTA, below,
+their variants handed delta). The gates must
 be >= 0 (NSAAttention's are sigmoids): a negative gate has no lse'. It must not change a branch
 kernel, and knows the branches only through their registered ops.
 
