@@ -169,8 +169,9 @@ def test_gated_gradients_with_the_fold_delta_equal_the_unfused_path_bit_for_bit(
 
 
 def test_fake_kernels_and_opcheck_with_the_delta():
-    """The ops' fake kernels with a delta (meta device: the node's backward with FOLD_DELTA on) and
-    opcheck of the fold op asking for the deltas."""
+    """The ops' fake kernels with a delta (meta device: the node's backward with FOLD_DELTA on), and
+    opcheck of the fold op asking for the deltas and of each branch's backward op handed one (its
+    schema `Tensor? delta`, not mutated)."""
     inp = {
         n: t.to("meta").requires_grad_() for n, t in _gated_inputs(torch.bfloat16, 6, T=4096, D=64)[0].items()
     }
@@ -185,3 +186,21 @@ def test_fake_kernels_and_opcheck_with_the_delta():
     lses = [torch.randn(B, Hkv, T, G) for _ in range(3)]
     dy = torch.randn(B, T, Hkv * G * D)
     torch.library.opcheck(torch.ops.nsa.triton_gate_fold_bwd.default, (dy, g5, *outs, *lses, True))
+    torch.manual_seed(1)
+    q = torch.randn(1, 1, 16, 2, 16)
+    k, v, kc, vc = (
+        torch.randn(1, 1, 16, 16),
+        torch.randn(1, 1, 16, 16),
+        torch.randn(1, 1, 7, 16),
+        torch.randn(1, 1, 7, 16),
+    )
+    o_c, idx, valid, lse_c = torch.ops.nsa_triton.compressed_fwd(q, kc, vc, 4, 2, 4, 3, 0.25)
+    o_s, lse_s, *index = torch.ops.nsa_triton.selected_fwd(q, k, v, idx, valid, 4, 0.25, True)
+    o_w, lse_w = torch.ops.nsa.triton_window_fwd(q, k, v, 5, 0.25)
+    do = torch.randn_like(q)
+    cmp_args = (do, q, kc, vc, o_c, lse_c, 4, 2, 3, 4, 0.25, (do * o_c).sum(-1))
+    torch.library.opcheck(torch.ops.nsa_triton.compressed_bwd.default, cmp_args)
+    sel_args = (do, q, k, v, idx, valid, o_s, lse_s, *index, 4, 0.25, True, (do * o_s).sum(-1))
+    torch.library.opcheck(torch.ops.nsa_triton.selected_bwd.default, sel_args)
+    win_args = (do, q, k, v, o_w, lse_w, 5, 0.25, (do * o_w).sum(-1).view(lse_w.shape))
+    torch.library.opcheck(torch.ops.nsa.triton_window_bwd.default, win_args)
