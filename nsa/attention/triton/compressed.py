@@ -548,6 +548,13 @@ def _bwd(
     dq = torch.empty_like(q)
     dk = torch.empty_like(kc)
     dv = torch.empty_like(vc)
+    if delta is not None and (
+        delta.dtype != torch.float32 or delta.numel() != B * Hkv * T * G or not delta.is_contiguous()
+    ):
+        raise ValueError(
+            f"nsa_triton::compressed_bwd: delta {tuple(delta.shape)} {delta.dtype} must be rowsum(dO * O), float32, contiguous, "
+            f"{B * Hkv * T * G} rows ([B, Hkv, T, G]); pass None to form it here"
+        )
     have_delta = delta is not None
     if delta is None:
         delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)

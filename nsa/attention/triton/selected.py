@@ -13,9 +13,9 @@ run first as dense row tiles (selected_forced.py) and the token tiles (TP tokens
 union of the other entries, then the key-major dK/dV kernel here. Nothing syncs with the device,
 loops in Python over anything that grows with T, or builds a [T, T] tensor; the number of launches is
 the same at every T (forward: 1 kernel, 2 with forced blocks, 4 + 3 aten ops key-major; backward: 3
-kernels, 4 with forced blocks either way, + the index, 2 kernels + 3 aten ops, unless the key-major
-forward built it: its op returns the index and autograd saves it for the backward op, which sorts
-only when handed none).
+kernels, 4 with forced blocks either way, 3 key-major when handed delta (gated.py's delta fold),
+plus the index, 2 kernels + 3 aten ops, unless the key-major forward built it: its op returns the
+index and autograd saves it for the backward op, which sorts only when handed none).
 """
 
 from __future__ import annotations
@@ -424,6 +424,13 @@ def _selected_bwd(
     valid8 = valid.view(torch.int8)
     dout = dout.contiguous()
     keys = forced and cfg["bwd_keys"]  # the key-major backward (selected_keys_bwd.py)
+    if delta is not None and (
+        delta.dtype != torch.float32 or delta.numel() != BH * T * G or not delta.is_contiguous()
+    ):
+        raise ValueError(
+            f"nsa_triton::selected_bwd: delta {tuple(delta.shape)} {delta.dtype} must be rowsum(dO * O), float32, contiguous, "
+            f"{BH * T * G} rows ([B, Hkv, T, G]); pass None to form it here"
+        )
     if keys:
         pdq_dtype(cfg, q.dtype)  # a bad pdq_bits (a probe's patched config) stops before any launch
     if order.numel() == 0:

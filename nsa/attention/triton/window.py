@@ -349,6 +349,13 @@ def _window_bwd_op(
     B, Hkv, T, G, D = q.shape
     meta = _launch_meta(D, q.device)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    if delta is not None and (
+        delta.dtype != torch.float32 or delta.numel() != lse.numel() or not delta.is_contiguous()
+    ):
+        raise ValueError(
+            f"nsa::triton_window_bwd: delta {tuple(delta.shape)} {delta.dtype} must be rowsum(dO * O), float32, contiguous, "
+            f"{lse.numel()} rows (lse's); pass None to form it here"
+        )
     have_delta = delta is not None
     if delta is None:
         delta = torch.empty_like(lse)

@@ -204,3 +204,25 @@ def test_fake_kernels_and_opcheck_with_the_delta():
     torch.library.opcheck(torch.ops.nsa_triton.selected_bwd.default, sel_args)
     win_args = (do, q, k, v, o_w, lse_w, 5, 0.25, (do * o_w).sum(-1).view(lse_w.shape))
     torch.library.opcheck(torch.ops.nsa.triton_window_bwd.default, win_args)
+
+
+def test_a_delta_of_the_wrong_kind_is_refused_before_any_launch():
+    """A delta not float32, not contiguous or of another row count: a clear error naming the op."""
+    torch.manual_seed(1)
+    q = torch.randn(1, 1, 8, 2, 16)
+    k, v = torch.randn(1, 1, 8, 16), torch.randn(1, 1, 8, 16)
+    o_w, lse_w = torch.ops.nsa.triton_window_fwd(q, k, v, 5, 0.25)
+    do = torch.randn_like(q)
+    for bad in (torch.zeros(lse_w.shape, dtype=torch.float16), torch.zeros(1, 1, 4), torch.zeros(2, 8).t()):
+        with pytest.raises(
+            ValueError, match=r"nsa::triton_window_bwd: delta .* float32, contiguous, 16 rows"
+        ):
+            torch.ops.nsa.triton_window_bwd(do, q, k, v, o_w, lse_w, 5, 0.25, bad)
+    o_c, idx, valid, lse_c = torch.ops.nsa_triton.compressed_fwd(q, k, v, 4, 2, 4, 3, 0.25)
+    with pytest.raises(ValueError, match="nsa_triton::compressed_bwd: delta"):
+        torch.ops.nsa_triton.compressed_bwd(do, q, k, v, o_c, lse_c, 4, 2, 3, 4, 0.25, torch.zeros(3))
+    with pytest.raises(ValueError, match="nsa_triton::selected_bwd: delta"):
+        torch.ops.nsa_triton.selected_bwd(
+            do, q, k, v, idx, valid, o_c, lse_c, *(torch.empty(0, dtype=torch.int64),) * 3, 4, 0.25, True,
+            torch.zeros(lse_c.shape, dtype=torch.float64),
+        )  # fmt: skip
