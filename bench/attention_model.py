@@ -238,6 +238,7 @@ WHAT_IF = {
         "pdq_bits": 32,
         "q_grad_fused": False,
         "gate_folded": False,
+        "delta_folded": False,
         "forced_tiles": False,
         "fold_selection": False,
         "unpadded_cmp_bwd": False,
@@ -264,9 +265,13 @@ WHAT_IF = {
     # the gate mix's backward writing three g * dO copies for the branch backwards, as every GPU run
     # measured it (gate_folded ships unmeasured: the gates folded into their lse, priced by its DRAM bytes)
     "gate_mix_unfolded": {"gate_folded": False},
+    # each branch backward forming its own delta from its O (the selected key-major one in a kernel of
+    # its own), as every GPU run measured it (delta_folded ships unmeasured: the gate fold's kernel
+    # writes the three deltas, priced by DRAM bytes; gated.FOLD_DELTA)
+    "delta_unfolded": {"delta_folded": False},
     # every change shipped unmeasured off (the proxy-shipped keys_div32, select_cut, tok_pipe,
-    # keys_dq_mma, flash_tiles, select_shm, pdq_bits 16, q_grad_fused, gate_folded, and sm_80's 64
-    # keys rows with keys_rowlim): the model of the code the GPUs measured
+    # keys_dq_mma, flash_tiles, select_shm, pdq_bits 16, q_grad_fused, gate_folded, delta_folded, and
+    # sm_80's 64 keys rows with keys_rowlim): the model of the code the GPUs measured
     "measured_code_only": {
         "keys_div32": False,
         "keys_rowlim": False,
@@ -278,6 +283,7 @@ WHAT_IF = {
         "pdq_bits": 32,
         "q_grad_fused": False,
         "gate_folded": False,
+        "delta_folded": False,
     },
 }
 

@@ -6,7 +6,8 @@ ops (forward, forward+backward) with one launch setting changed at a time from t
 (`selected._launch_config`, patched for the probe only), and the window attention under other tiles
 (`window._configs`: a variant's dict is merged into one kernel's), and q's RoPE with its three gradients summed
 in the inverse rotation or by autograd (`fused.FUSE_Q_GRAD`), and the three branches with the gate mix, the gates
-folded into their backwards' lse or three g * dO copies (`gated.FOLD_GATE`). CUDA only (`--dry-run` aside); one JSON
+folded into their backwards' lse or three g * dO copies (`gated.FOLD_GATE`), their deltas written by the
+fold's kernel or formed by each branch from its O (`gated.FOLD_DELTA`). CUDA only (`--dry-run` aside); one JSON
 object a line: `{"probe", "shape", "T", "B", "variant", "ms"}`. It measures, it asserts nothing; the shipped
 configs stay whatever the modules say. A variant's "shape" key runs it at that shape only (the
 head_dim-128 candidates of bench/tiles_d128.py: "paper"); a value "rows:N" for BT / bt_dkv is N
@@ -245,7 +246,10 @@ ROPE_VARIANTS = [{}, {"fuse_q_grad": False}]
 # The gates folded into the branch backwards' lse (gated.FOLD_GATE, shipped unmeasured: one dO for the
 # three branch backwards); False: the gate mix's backward writing three g * dO copies, the path every
 # GPU run measured.
-GATE_VARIANTS = [{}, {"fold_gate": False}]
+# The branches' delta written by the fold's kernel (gated.FOLD_DELTA, shipped unmeasured); False: each
+# branch backward forms its own from its O (the selected key-major one in a kernel of its own), the
+# path every GPU run measured. Each variant changes one switch from the shipped pair.
+GATE_VARIANTS = [{}, {"fold_gate": False}, {"fold_delta": False}]
 
 
 def _variants() -> dict[str, list[dict]]:
@@ -334,13 +338,22 @@ def _time_patched(module, attr: str, patched, fwd, fwd_bwd) -> dict:
         setattr(module, attr, base)
 
 
-def _switch_rows(probe: str, module, attr: str, variants, name, B, T, match, fwd, fwd_bwd):
-    """The rows of a probe whose variants set one module-level switch, `module.attr`, by its name in
-    lower case (ROPE_VARIANTS' "fuse_q_grad", GATE_VARIANTS' "fold_gate"), each timed with it patched."""
+def _switch_rows(probe: str, module, attr: str, variants, name, B, T, match, fwd, fwd_bwd, more=()):
+    """The rows of a probe whose variants set module-level switches, `module.attr` (and those named
+    in `more`), by their names in lower case (ROPE_VARIANTS' "fuse_q_grad", GATE_VARIANTS'
+    "fold_gate" / "fold_delta"), each timed with them patched (a switch a variant does not name keeps
+    its shipped value)."""
     for over in variants:
         if _runs_at(over, name, match):
-            value = over.get(attr.lower(), getattr(module, attr))
-            row = _time_patched(module, attr, value, fwd, fwd_bwd)
+            shipped = {extra: getattr(module, extra) for extra in more}
+            try:  # the other switches set for this variant's timing, restored after it
+                for extra, value in shipped.items():
+                    setattr(module, extra, over.get(extra.lower(), value))
+                value = over.get(attr.lower(), getattr(module, attr))
+                row = _time_patched(module, attr, value, fwd, fwd_bwd)
+            finally:
+                for extra, value in shipped.items():
+                    setattr(module, extra, value)
             yield {"probe": probe, "shape": name, "T": T, "B": B, "variant": over, **row}
 
 
@@ -446,7 +459,8 @@ def probe_rope(name, B, T, match=None):
 
 def probe_gate(name, B, T, match=None):
     """The three branches and the gate mix (the suite's core inputs, q shared by the branches) forward,
-    and forward + backward, under FOLD_GATE as each variant sets it (off: one op at a time)."""
+    and forward + backward, under FOLD_GATE and FOLD_DELTA as each variant sets them (FOLD_GATE off: one
+    op at a time, each branch forming its own delta)."""
     Hkv, G, D = SHAPES[name]
     inp = _nsa_core_inputs(B, T, Hkv, G, D, GEO, "cuda", torch.bfloat16)
     geo = tuple(GEO[k] for k in ("block_len", "block_stride", "sel_block", "n_sel", "window"))
@@ -461,7 +475,9 @@ def probe_gate(name, B, T, match=None):
     def fwd_bwd():
         torch.autograd.grad(fwd(), leaves, dy)
 
-    yield from _switch_rows("gate", gated, "FOLD_GATE", GATE_VARIANTS, name, B, T, match, fwd, fwd_bwd)
+    yield from _switch_rows(
+        "gate", gated, "FOLD_GATE", GATE_VARIANTS, name, B, T, match, fwd, fwd_bwd, more=("FOLD_DELTA",)
+    )
 
 
 def ncu_target(name, B, T):
@@ -489,7 +505,7 @@ def _shipped(probe: str, G: int, D: int, arch: int = 90) -> dict:
     if probe == "rope":
         return {"fuse_q_grad": fused.FUSE_Q_GRAD}
     if probe == "gate":
-        return {"fold_gate": gated.FOLD_GATE}
+        return {"fold_gate": gated.FOLD_GATE, "fold_delta": gated.FOLD_DELTA}
     return cmp._config(G, D, GEO["n_sel"], GEO["block_len"], GEO["block_stride"], GEO["sel_block"], arch)
 
 

@@ -96,6 +96,7 @@ def ours(
     tok_pipe: int | None = None,
     q_grad_fused: bool | None = None,
     gate_folded: bool | None = None,
+    delta_folded: bool | None = None,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     balanced_dkv=False the
@@ -159,7 +160,14 @@ def ours(
     (gated.py, `FOLD_GATE`): the gate mix's backward (`_gate_fold_bwd`) writes dy once in the
     kernels' layout, dg and the three lse' (5 activation passes + the lse), priced by its DRAM bytes;
     False: three g * dO copies (8 passes), as every committed run measured it; None: what the code
-    ships, False with before_ce226a4 or before_2930e5c."""
+    ships, False with before_ce226a4 or before_2930e5c. delta_folded (with gate_folded only: gated.py
+    `FOLD_DELTA`): the fold kernel also stores the three branches' delta = rowsum(dO * O) (fp32), so
+    the compressed and window dQ kernels read no O tile (one activation each; they load delta where
+    they stored it, the same bytes, lse-sized traffic the model leaves out of their counts either
+    way), the selected key-major backward runs no `sel_bwd_delta` (2 activations + its delta store
+    and one launch) and the query-major forced dQ reads no O; False: each branch forms its own, as
+    every committed run measured it; None: what the code ships, False with before_ce226a4 or
+    before_2930e5c."""
     launch = shipped_launch(s, cc, before_ce226a4, before_2930e5c)
     given = {
         "select_v0": select_v0,
@@ -185,12 +193,15 @@ def ours(
     launch.update({f: v for f, v in given.items() if v is not None})
     if cc < 90 and launch["bwd_keys"]:  # the rows a step the launcher runs on sm_80 (keys_rows)
         launch.update(_keys_rows_sm80(launch, s, cc))
-    # index_once, q_grad_fused and gate_folded came after the past builds: None is what the code
-    # ships, False for those
+    # index_once, q_grad_fused, gate_folded and delta_folded came after the past builds: None is what
+    # the code ships, False for those
     past = before_ce226a4 or before_2930e5c
     launch["index_once"] = not past if index_once is None else index_once
     q_grad_fused = not past if q_grad_fused is None else q_grad_fused
     gate_folded = not past if gate_folded is None else gate_folded
+    # the deltas come from the fold kernel: without the fold (the branches one by one) each forms its own
+    delta_folded = gate_folded and (not past if delta_folded is None else delta_folded)
+    launch["delta_folded"] = delta_folded
     launch["cc"] = cc
     if flash_tiles is False:  # the compressed backward's tiles as every GPU run measured them
         runs = _tiles_of_the_runs(s)
@@ -223,7 +234,8 @@ def ours(
     gates = 2 * B * T * s.H * 3 * bf
     if gate_folded:
         lses = 2 * 3 * B * T * s.H * 4
-        ks.append(Kernel("gate_mix_bwd", "fused", "bwd", "memory", dram=5 * act + gates + lses))
+        deltas = 3 * B * T * s.H * 4 if delta_folded else 0  # the branches' fp32 deltas (delta_folded)
+        ks.append(Kernel("gate_mix_bwd", "fused", "bwd", "memory", dram=5 * act + gates + lses + deltas))
     else:
         ks.append(Kernel("gate_mix_bwd", "fused", "bwd", "memory", dram=8 * act + gates))
     # Compression MLP (cuBLAS GEMMs l*D -> 2D -> D for keys and values): small.
@@ -311,8 +323,9 @@ def ours(
     measured = _tiles_of_the_runs(s)
     hopper_tile = cc != 80 and flash_tiles is not False
     dq_tag = "@wg_d128" if hopper_tile and D > 64 and dq_rows != measured["rows_cmp_dq"] else ""
+    o_read = 0 if delta_folded else act  # the dQ kernels' O tile, for delta (none handed the fold's)
     ks.append(Kernel("cmp_bwd_dq", "compressed", "bwd", f"cmp_dq@{_cfg(D)}{dq_tag}", 3 * bunit, 3 * cuse,
-                     4 * act + 2 * BH * nc * D * bf, l2=dq_progs * ck * D * bf * 2,
+                     3 * act + o_read + 2 * BH * nc * D * bf, l2=dq_progs * ck * D * bf * 2,
                      programs=dq_progs, per_sm=1, work={"programs": dq_progs}))  # fmt: skip
     # dK/dV per tile of 32 compressed keys: tile i is seen by the queries after it, so tile 0 carries
     # T query rows while the last carries almost none. Each tile's query tiles are cut into SPLIT = 8
@@ -349,7 +362,7 @@ def ours(
     if hopper_tile and D > 64 and launch["bm_win_dkdv"] != measured["bm_win_dkdv"]:
         wd_tag += "@bm128_d128"
     wqprog = BH * math.ceil(T * G / launch["bm_win_dq"])  # 64 rows past head_dim 64 (the model had 128)
-    ks.append(Kernel("win_bwd_dq", "window", "bwd", f"win_dq@{_cfg(D)}{wq_tag}", 3 * wunit, 3 * wuse, 4 * act + 2 * kvb,
+    ks.append(Kernel("win_bwd_dq", "window", "bwd", f"win_dq@{_cfg(D)}{wq_tag}", 3 * wunit, 3 * wuse, 3 * act + o_read + 2 * kvb,
                      l2=wqprog * wk * D * bf * 2, programs=wqprog, per_sm=1, work={"programs": wqprog}))  # fmt: skip
     wbn = launch["bn_win_dkdv"]
     wdk = min(T, s.w + wbn)

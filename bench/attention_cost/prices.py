@@ -329,7 +329,7 @@ RUN_BUILDS: dict[str, dict] = {
     # (and the compressed backward's and the window's tiles as every run measured them: flash_tiles
     # came after; and the selection's Eq. 9 gathers: select_shm came after; and autograd's sum of q's
     # three gradients: q_grad_fused came after; and the gate mix's three g * dO copies: gate_folded
-    # came after)
+    # came after; and each branch backward's own delta from its O: delta_folded came after)
     "2026-11-26b-h200-speed-final.json": {
         "index_once": False,
         "keys_div32": False,
@@ -340,6 +340,7 @@ RUN_BUILDS: dict[str, dict] = {
         "pdq_bits": 32,
         "q_grad_fused": False,
         "gate_folded": False,
+        "delta_folded": False,
     },
 }
 

@@ -41,6 +41,8 @@ def selected_kernels(
     selected.py takes the key-major path only with forced blocks)."""
     fwd_keys = forced_tiles and launch["fwd_keys"]
     bwd_keys = forced_tiles and launch["bwd_keys"]
+    # delta handed in by the gate fold's kernel (kernels.py `delta_folded`): no O read for it
+    folded = launch.get("delta_folded", False)
     B, G, D, BH = s.B, s.G, s.D, s.B * s.Hkv
     bf = 2
     act = B * T * s.H * D * bf
@@ -76,7 +78,7 @@ def selected_kernels(
                              work={"programs": fprog}))  # fmt: skip
         if not bwd_keys:
             ks.append(Kernel("sel_forced_dq", "selected", "bwd", "forced_dq", 3 * fissue, 3 * fuse,
-                             3 * act + state + table, l2=fl2, programs=fprog, per_sm=_per_sm(254, 128),
+                             (2 if folded else 3) * act + state + table, l2=fl2, programs=fprog, per_sm=_per_sm(254, 128),
                              work={"programs": fprog}))  # fmt: skip
         one_token_steps = BH * _sel_steps(T, s, 1)
     state_in = BH * T * G * (D + 1) * 4 if forced_tiles else 0  # the gather kernels resume from it
@@ -176,8 +178,9 @@ def selected_kernels(
         # (fp32, launch "pdq_bits" 32, what every run measured) or 2 (16: bf16, q's dtype), in the
         # keys kernel's write and the merge's read alike (the past builds say nothing: 32).
         pdq = nb * prow * D * (2 if launch.get("pdq_bits", 32) == 16 else 4)
-        ks.append(Kernel("sel_bwd_delta", "selected", "bwd", "memory", dram=2 * act + lse,
-                         programs=math.ceil(BH * T * G / 64)))  # fmt: skip
+        if not folded:  # else the gate fold's kernel wrote delta: no launch
+            ks.append(Kernel("sel_bwd_delta", "selected", "bwd", "memory", dram=2 * act + lse,
+                             programs=math.ceil(BH * T * G / 64)))  # fmt: skip
         ks.extend(_bwd_index(fwd_keys, index, entries, BH * ns, once))
         br_tag = "@br32" if launch["br_bwd_keys"] == 32 else ""  # priced at 64 rows a step (the run's)
         # The rows in 32 bits (keys_div32): a proxy's factor on Hopper (CONFIG_FACTOR); the A100 prices

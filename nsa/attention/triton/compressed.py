@@ -142,8 +142,10 @@ def _cmp_bwd_dq(
     L: tl.constexpr,
     S: tl.constexpr,
     PREC: tl.constexpr,
+    HAVE_DELTA: tl.constexpr,
 ):
-    """dQ per query tile; also writes delta = rowsum(dO * out) for the dK/dV kernel that runs next.
+    """dQ per query tile; also writes delta = rowsum(dO * out) for the dK/dV kernel that runs next,
+    unless HAVE_DELTA: then delta was formed before (the gate fold's kernel) and Out is not read.
 
     A tile is BM = BT * GP consecutive (token, head) rows of the [T * G] rows, not BT tokens padded to
     GP heads: no group sum here, so nothing needs a token's heads in one tile, and at G = 6 a quarter
@@ -162,9 +164,12 @@ def _cmp_bwd_dq(
     row_off, tq, row_ok, dcol, qoff, qmask, n_vis = _row_tile(pid_t, T, NC, G, D, DP, BM, L, S)
     q = tl.load(Q + qoff, mask=qmask, other=0.0)
     do = tl.load(DO + qoff, mask=qmask, other=0.0)
-    o = tl.load(Out + qoff, mask=qmask, other=0.0)
-    delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), axis=1)
-    tl.store(DELTA + row_off, delta, mask=row_ok)
+    if HAVE_DELTA:
+        delta = tl.load(DELTA + row_off, mask=row_ok, other=0.0)
+    else:
+        o = tl.load(Out + qoff, mask=qmask, other=0.0)
+        delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), axis=1)
+        tl.store(DELTA + row_off, delta, mask=row_ok)
     lse = tl.load(LSE + row_off, mask=row_ok, other=0.0)
 
     dq = tl.zeros([BM, DP], tl.float32)
@@ -531,8 +536,11 @@ def _bwd(
     n_sel: int,
     sel_block: int,
     scale: float,
+    delta: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """dQ (and delta) per query tile, then dK/dV per compressed-key tile: two launches."""
+    """dQ (and delta) per query tile, then dK/dV per compressed-key tile: two launches. `delta`:
+    rowsum(dout * out) in float32 [B, Hkv, T, G], already formed (the gate fold's kernel): the dQ
+    kernel then reads it instead of out."""
     B, Hkv, T, G, D = q.shape
     nc = kc.shape[2]
     # the arch's tiles (the forward's rule): sm_90 runs other dQ / dK/dV tiles than sm_80 (_config)
@@ -540,12 +548,21 @@ def _bwd(
     dq = torch.empty_like(q)
     dk = torch.empty_like(kc)
     dv = torch.empty_like(vc)
-    delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
+    if delta is not None and (
+        delta.dtype != torch.float32 or delta.numel() != B * Hkv * T * G or not delta.is_contiguous()
+    ):
+        raise ValueError(
+            f"nsa_triton::compressed_bwd: delta {tuple(delta.shape)} {delta.dtype} must be rowsum(dO * O), float32, contiguous, "
+            f"{B * Hkv * T * G} rows ([B, Hkv, T, G]); pass None to form it here"
+        )
+    have_delta = delta is not None
+    if delta is None:
+        delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
     prec = _prec(q.dtype)
     geo = {"G": G, "GP": c["GP"], "D": D, "DP": c["DP"], "L": block_len, "S": block_stride, "PREC": prec}
     _cmp_bwd_dq[(triton.cdiv(T * G, c["BT"] * c["GP"]), B * Hkv)](
         q, kc, vc, out, dout, lse, delta, dq, T, nc, scale * _LOG2E, scale,
-        BT=c["BT"], BN=c["bn_bwd"], **geo, num_warps=c["warps"], num_stages=c["stages_dq"],
+        BT=c["BT"], BN=c["bn_bwd"], **geo, HAVE_DELTA=have_delta, num_warps=c["warps"], num_stages=c["stages_dq"],
     )  # fmt: skip
     # One program even when there is no compressed key (T < l): the launch count never depends on T.
     ntile, split, bn = triton.cdiv(max(nc, 1), c["bn_dkv"]), c["split_dkv"], c["bn_dkv"]
@@ -562,7 +579,7 @@ def _bwd(
 
 
 @_bwd.register_fake
-def _(dout, q, kc, vc, out, lse, block_len, block_stride, n_sel, sel_block, scale):
+def _(dout, q, kc, vc, out, lse, block_len, block_stride, n_sel, sel_block, scale, delta=None):
     return torch.empty_like(q), torch.empty_like(kc), torch.empty_like(vc)
 
 
@@ -607,7 +624,8 @@ def compressed_attention_and_selection(
 
 
 def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
-    """The five kernels as launched for `shape` on sm_`arch`."""
+    """The five kernels as launched for `shape` on sm_`arch` (the dQ kernel with and without a
+    precomputed delta: six specs)."""
     dt = shape.dtype
     c = _config(
         shape.group, shape.head_dim, shape.n_sel, shape.block_len, shape.block_stride, shape.sel_block, arch
@@ -660,8 +678,13 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         ("compressed_fwd", _cmp_fwd, fwd_sig, fwd_const, c["warps_fwd"], c["stages_fwd"]),
         ("compressed_select", _cmp_select, sel_sig, sel_const, c["warps_sel"], 2),
         (
-            "compressed_bwd_dq", _cmp_bwd_dq, dq_sig, {**geo, "BT": c["BT"], "BN": c["bn_bwd"]}, c["warps"],
-            c["stages_dq"],
+            "compressed_bwd_dq", _cmp_bwd_dq, dq_sig, {**geo, "BT": c["BT"], "BN": c["bn_bwd"], "HAVE_DELTA": False},
+            c["warps"], c["stages_dq"],
+        ),
+        # handed the gate fold's delta (gated.FOLD_DELTA, shipped): no O tile, no delta store
+        (
+            "compressed_bwd_dq_delta", _cmp_bwd_dq, dq_sig,
+            {**geo, "BT": c["BT"], "BN": c["bn_bwd"], "HAVE_DELTA": True}, c["warps"], c["stages_dq"],
         ),
         (
             "compressed_bwd_dkv", _cmp_bwd_dkv, dkv_sig, {**geo, "BT": c["bt_dkv"], "BN": c["bn_dkv"], **split},

@@ -8,7 +8,8 @@ in float32 inside the inverse rotation, one kernel, where autograd would add the
 [B, T, H*D] layout in one pass; backward one pass producing the three branch gradients and the
 gate gradient, whose row dots dy . o are summed in float32 in the kernel), and the op
 `nsa::triton_gate_fold_bwd` (the gate mix's backward for gated.py, the gates folded into the
-branches' lse: dy once in the branch kernels' layout, dg, lse - log2 g). Shapes or dtypes these
+branches' lse: dy once in the branch kernels' layout, dg, lse - log2 g and, asked, each branch's
+delta = rowsum(dy * o) in fp32). Shapes or dtypes these
 kernels do not cover go to the eager functions. It must not know about the attention branches.
 """
 
@@ -138,10 +139,14 @@ def _gate_mix_bwd(
 
 
 @triton.jit
-def _fold_branch(Gt, Ob, Lb, Lb2, DG, dy, o_off, l_off, g_off, mask, row_ok, C: tl.constexpr):
-    """Branch C of `_gate_fold_bwd`: its gate gradient and its lse'."""
+def _fold_branch(
+    Gt, Ob, Lb, Lb2, DG, Db, dy, o_off, l_off, g_off, mask, row_ok, C: tl.constexpr, DELTA: tl.constexpr
+):  # fmt: skip
+    """Branch C of `_gate_fold_bwd`: its gate gradient, its lse' and (DELTA) its delta."""
     dg = tl.sum(dy * tl.load(Ob + o_off, mask=mask, other=0.0).to(tl.float32), 1)
     tl.store(DG + g_off + C, dg.to(DG.dtype.element_ty), mask=row_ok)
+    if DELTA:  # rowsum(dO * O_c) in fp32 before dg's rounding: the branch backward's own delta
+        tl.store(Db + l_off, dg, mask=row_ok)
     g = tl.load(Gt + g_off + C, mask=row_ok, other=1.0).to(tl.float32)
     lse = tl.load(Lb + l_off, mask=row_ok, other=0.0)
     tl.store(Lb2 + l_off, tl.where(lse == float("-inf"), lse, lse - tl.log2(g)), mask=row_ok)
@@ -149,14 +154,16 @@ def _fold_branch(Gt, Ob, Lb, Lb2, DG, dy, o_off, l_off, g_off, mask, row_ok, C: 
 
 @triton.jit
 def _gate_fold_bwd(
-    Gt, OC, OS, OW, LC, LS, LW, DY, DG, DO, LC2, LS2, LW2, T, Hkv,
-    G: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+    Gt, OC, OS, OW, LC, LS, LW, DY, DG, DO, LC2, LS2, LW2, DC, DS, DW, T, Hkv,
+    G: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, DELTA: tl.constexpr,
 ):  # fmt: skip
     """The gate mix backward with the gates folded into the branches' lse: dO = dy once, in the
     kernels' layout (a copy: no g * dy rounding), dg_c = rowsum(dy * o_c) (float32) and, per branch,
     lse'_c = lse_c - log2(g_c) (base 2, [B, Hkv, T, G] rows): a branch backward run on dO with lse'_c
     sees P' = exp2(s - lse'_c) = g_c * P, so its dQ/dK/dV are those of g_c * dO. g_c = 0 gives
-    lse' = +inf (P' = 0); a row without keys (lse -inf) keeps -inf, the kernels' "no key" mark."""
+    lse' = +inf (P' = 0); a row without keys (lse -inf) keeps -inf, the kernels' "no key" mark.
+    DELTA: also each rowsum(dO * o_c) in fp32 (DC / DS / DW, the lse rows' layout), which is the
+    branch backward's delta on that dO (its dQ kernel then loads no O; unread when off)."""
     o_off, y_off, g_off, mask, row_ok = _gate_rows(tl.program_id(1), T, Hkv, G, D, BLOCK_R, BLOCK_D)
     dy = tl.load(DY + y_off, mask=mask, other=0.0)
     tl.store(DO + o_off, dy.to(DO.dtype.element_ty), mask=mask)
@@ -164,9 +171,15 @@ def _gate_fold_bwd(
     # the lse rows: one int64 base per program, int32 offsets (int64 offsets spilled on sm_80, 3.6)
     base = tl.program_id(1).to(tl.int64) * T * G
     l_off = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    _fold_branch(Gt, OC, LC + base, LC2 + base, DG, dy, o_off, l_off, g_off, mask, row_ok, 0)
-    _fold_branch(Gt, OS, LS + base, LS2 + base, DG, dy, o_off, l_off, g_off, mask, row_ok, 1)
-    _fold_branch(Gt, OW, LW + base, LW2 + base, DG, dy, o_off, l_off, g_off, mask, row_ok, 2)
+    _fold_branch(
+        Gt, OC, LC + base, LC2 + base, DG, DC + base, dy, o_off, l_off, g_off, mask, row_ok, 0, DELTA
+    )
+    _fold_branch(
+        Gt, OS, LS + base, LS2 + base, DG, DS + base, dy, o_off, l_off, g_off, mask, row_ok, 1, DELTA
+    )
+    _fold_branch(
+        Gt, OW, LW + base, LW2 + base, DG, DW + base, dy, o_off, l_off, g_off, mask, row_ok, 2, DELTA
+    )
 
 
 # -------------------------------------------------------------------------------------- launches
@@ -412,27 +425,35 @@ def _gate_fold_bwd_op(
     lse_cmp: Tensor,
     lse_sel: Tensor,
     lse_win: Tensor,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    with_delta: bool = False,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """dy [B, T, H*D], g [B, T, Hkv, G, 3], o_* [B, Hkv, T, G, D], lse_*: the branches' base-2 lse
     (float32, contiguous, B*Hkv*T*G rows in o's row order) -> dg, dO [B, Hkv, T, G, D] (dy in o's
-    layout) and each lse - log2(g) (`_gate_fold_bwd`). The backward of nsa.attention.triton.gated."""
+    layout), each lse - log2(g) and, with `with_delta`, each branch's delta rowsum(dO * o) (float32,
+    lse's shape), else three empty tensors (`_gate_fold_bwd`). The backward of
+    nsa.attention.triton.gated."""
     B, Hkv, T, G, D = o_cmp.shape
     lses = (lse_cmp, lse_sel, lse_win)
     dg, do = torch.empty_like(g), torch.empty_like(o_cmp)
     folded = [torch.empty_like(lse) for lse in lses]
+    deltas = [torch.empty_like(lse) if with_delta else lse.new_empty(0) for lse in lses]
     cfg = _gate_config(D)
     launch = {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages")}
     grid = (triton.cdiv(T * G, cfg["BLOCK_R"]), B * Hkv)
+    # off: the folded lse stand in for the unread delta pointers (no allocation for them)
+    dptr = deltas if with_delta else folded
     _gate_fold_bwd[grid](
-        g, o_cmp, o_sel, o_win, *lses, dy, dg, do, *folded, T, Hkv, G=G, D=D, **cfg, **launch
+        g, o_cmp, o_sel, o_win, *lses, dy, dg, do, *folded, *dptr, T, Hkv,
+        G=G, D=D, DELTA=with_delta, **cfg, **launch,
     )  # fmt: skip
-    return dg, do, folded[0], folded[1], folded[2]
+    return dg, do, *folded, *deltas
 
 
 @_gate_fold_bwd_op.register_fake
-def _(dy, g, o_cmp, o_sel, o_win, lse_cmp, lse_sel, lse_win):
+def _(dy, g, o_cmp, o_sel, o_win, lse_cmp, lse_sel, lse_win, with_delta=False):
     lses = (lse_cmp, lse_sel, lse_win)
-    return torch.empty_like(g), torch.empty_like(o_cmp), *(torch.empty_like(lse) for lse in lses)
+    deltas = (torch.empty_like(lse) if with_delta else lse.new_empty(0) for lse in lses)
+    return torch.empty_like(g), torch.empty_like(o_cmp), *(torch.empty_like(lse) for lse in lses), *deltas
 
 
 def gate_mix(g: Tensor, o_cmp: Tensor, o_sel: Tensor, o_win: Tensor) -> Tensor:
@@ -482,15 +503,18 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         constexprs = {"R": r, "HALF": shape.head_dim // 2, "NEG": neg, "NX": nx, **cfg}
         sig = _signature(_rope_kernel, ptr, constexprs, strides, ("COS", "SIN"))
         specs.append(KernelSpec(f"{name}_{direction}", _rope_kernel, sig, constexprs, **launch))
-    lses = ("LC", "LS", "LW", "LC2", "LS2", "LW2")  # gate_fold_bwd: the branches' lse, in and out
-    for name, fn in (
-        ("gate_mix_fwd", _gate_mix_fwd),
-        ("gate_mix_bwd", _gate_mix_bwd),
-        ("gate_fold_bwd", _gate_fold_bwd),
+    # gate_fold_bwd: the branches' lse, in and out, and their deltas (`_delta`: gated.FOLD_DELTA's
+    # variant, shipped; without it the measured path)
+    lses = ("LC", "LS", "LW", "LC2", "LS2", "LW2", "DC", "DS", "DW")
+    for name, fn, more in (
+        ("gate_mix_fwd", _gate_mix_fwd, {}),
+        ("gate_mix_bwd", _gate_mix_bwd, {}),
+        ("gate_fold_bwd", _gate_fold_bwd, {"DELTA": False}),
+        ("gate_fold_bwd_delta", _gate_fold_bwd, {"DELTA": True}),
     ):
         cfg = _gate_config(shape.head_dim)
         launch = {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages")}
-        constexprs = {"G": shape.group, "D": shape.head_dim, **cfg}
+        constexprs = {"G": shape.group, "D": shape.head_dim, **cfg, **more}
         sig = _signature(fn, ptr, constexprs, ("T", "Hkv"), lses)
         specs.append(KernelSpec(name, fn, sig, constexprs, **launch))
     return specs

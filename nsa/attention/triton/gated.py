@@ -7,9 +7,17 @@ through P = exp2(s - lse) and delta = rowsum(dO * O): with dO_c = g_c * dO, P' =
 exp2(s - (lse_c - log2 g_c)) and delta' = rowsum(dO * O_c) give the same dS = g_c * P * (dP - delta)
 and dV = P'^T dO. So the backward runs one kernel (fused.py `nsa::triton_gate_fold_bwd`: dg, dy in
 the kernels' layout once, the three lse' = lse - log2 g), then each branch's backward op on that one
-dO with its lse': the branch kernels are the ones their own autograd runs, unchanged. The gates must
+dO with its lse': the branch kernels are the ones their own autograd runs (with FOLD_DELTA, below,
+their variants handed delta). The gates must
 be >= 0 (NSAAttention's are sigmoids): a negative gate has no lse'. It must not change a branch
 kernel, and knows the branches only through their registered ops.
+
+delta' = rowsum(dO * O_c) is also dL/dg_c, which the fold kernel sums anyway (fp32): with FOLD_DELTA
+it stores the three (fp32, each branch's lse layout) and hands each branch's backward op its own
+(`delta=`), so no branch backward reads its O again: the compressed and window dQ kernels load no O
+tile and store no delta, the selected key-major backward skips its delta kernel (one launch fewer a
+layer), its query-major forced dQ kernel loads no O. The values are the ones those kernels form (the
+same fp32 products and row sums; bit for bit under the interpreter where the sum is the same op).
 """
 
 from __future__ import annotations
@@ -27,6 +35,10 @@ import nsa.attention.triton.window  # noqa: F401
 # gate mix writing three g * dO copies, the path every GPU run measured (a probe switch: read at each
 # call, bench/kernel_probe.py --only gate).
 FOLD_GATE = True
+# The branches' delta written once by the fold kernel and passed to their backward ops (module
+# docstring); False: each branch backward forms its own from its O, the path every GPU run measured
+# (a probe switch: read at each backward, bench/kernel_probe.py --only gate).
+FOLD_DELTA = True
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -65,16 +77,18 @@ class _GatedBranches(torch.autograd.Function):
         )
         idx, valid, order, start, seg_end = sel
         block_len, block_stride, sel_block, n_sel, window, scale = ctx.geo
-        dg, do, fl_c, fl_s, fl_w = torch.ops.nsa.triton_gate_fold_bwd(
-            dy.contiguous(), g, o_c, o_s, o_w, lse_c, lse_s, lse_w
+        fold_delta = FOLD_DELTA
+        dg, do, fl_c, fl_s, fl_w, *deltas = torch.ops.nsa.triton_gate_fold_bwd(
+            dy.contiguous(), g, o_c, o_s, o_w, lse_c, lse_s, lse_w, fold_delta
         )
+        de_c, de_s, de_w = deltas if fold_delta else (None, None, None)
         dq, dkc, dvc = torch.ops.nsa_triton.compressed_bwd(
-            do, q, kc, vc, o_c, fl_c, block_len, block_stride, n_sel, sel_block, scale
+            do, q, kc, vc, o_c, fl_c, block_len, block_stride, n_sel, sel_block, scale, de_c
         )
         dq_sel, dks, dvs = torch.ops.nsa_triton.selected_bwd(
-            do, q_sel, ks, vs, idx, valid, o_s, fl_s, order, start, seg_end, sel_block, scale, True
+            do, q_sel, ks, vs, idx, valid, o_s, fl_s, order, start, seg_end, sel_block, scale, True, de_s
         )
-        dq_win, dkw, dvw = torch.ops.nsa.triton_window_bwd(do, q_win, kw, vw, o_w, fl_w, window, scale)
+        dq_win, dkw, dvw = torch.ops.nsa.triton_window_bwd(do, q_win, kw, vw, o_w, fl_w, window, scale, de_w)
         # each q view gets its own branch's gradient: q's RoPE fan-out sums them (fused.py)
         return dq, dq_sel, dq_win, dkc, dvc, dks, dvs, dkw, dvw, dg, None
 

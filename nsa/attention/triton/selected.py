@@ -13,9 +13,9 @@ run first as dense row tiles (selected_forced.py) and the token tiles (TP tokens
 union of the other entries, then the key-major dK/dV kernel here. Nothing syncs with the device,
 loops in Python over anything that grows with T, or builds a [T, T] tensor; the number of launches is
 the same at every T (forward: 1 kernel, 2 with forced blocks, 4 + 3 aten ops key-major; backward: 3
-kernels, 4 with forced blocks either way, + the index, 2 kernels + 3 aten ops, unless the key-major
-forward built it: its op returns the index and autograd saves it for the backward op, which sorts
-only when handed none).
+kernels, 4 with forced blocks either way, 3 key-major when handed delta (gated.py's delta fold),
+plus the index, 2 kernels + 3 aten ops, unless the key-major forward built it: its op returns the
+index and autograd saves it for the backward op, which sorts only when handed none).
 """
 
 from __future__ import annotations
@@ -410,9 +410,13 @@ def _selected_bwd(
     sel_block: int,
     scale: float,
     forced: bool,
+    delta: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """dq, dk, dv. (order, start, seg_end): the forward's reverse index, or empty tensors, where this
-    op builds it (selected_keys.reverse_index: the same index, bit for bit)."""
+    op builds it (selected_keys.reverse_index: the same index, bit for bit). `delta`: rowsum(dout *
+    out) in float32 [B, Hkv, T, G], already formed (the gate fold's kernel): with forced blocks no
+    kernel reads out for it (key-major: no delta launch); the one-token dQ kernel (forced False)
+    forms its own."""
     B, Hkv, T, G, D = q.shape
     BH, NK, LP = B * Hkv, idx.shape[-1], sel_block
     cfg = _launch_config(G, D, LP, device_arch(q.device))
@@ -420,6 +424,13 @@ def _selected_bwd(
     valid8 = valid.view(torch.int8)
     dout = dout.contiguous()
     keys = forced and cfg["bwd_keys"]  # the key-major backward (selected_keys_bwd.py)
+    if delta is not None and (
+        delta.dtype != torch.float32 or delta.numel() != BH * T * G or not delta.is_contiguous()
+    ):
+        raise ValueError(
+            f"nsa_triton::selected_bwd: delta {tuple(delta.shape)} {delta.dtype} must be rowsum(dO * O), float32, contiguous, "
+            f"{BH * T * G} rows ([B, Hkv, T, G]); pass None to form it here"
+        )
     if keys:
         pdq_dtype(cfg, q.dtype)  # a bad pdq_bits (a probe's patched config) stops before any launch
     if order.numel() == 0:
@@ -433,16 +444,18 @@ def _selected_bwd(
         index = (order, start, seg_end, *index_bounds(BH, T, NK, LP))
     if keys:
         # dQ from the dK/dV kernel's products, merged per token.
-        dq, pdk, pdv = keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP, scale, cfg, prec)
+        dq, pdk, pdv = keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP, scale, cfg, prec, delta)
         return (dq, *_reduce_dkdv(pdk, pdv, index[1], index[2], k, v, index[3], LP, cfg))
     dq = torch.empty_like(q)
-    delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
+    have_delta = forced and delta is not None
+    if not have_delta:
+        delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
     if forced:
         # Writes delta and the forced entries' dQ (fp32); the query-major dQ adds the rest and stores.
         dqf = torch.empty(q.shape, dtype=torch.float32, device=q.device)
         _sel_forced_dq_kernel[(triton.cdiv(T * G, cfg["BM"]), BH)](
             q, k, v, idx, valid8, out, dout, lse, delta, dqf, T, NK, scale,
-            G=G, D=D, LP=LP, DP=cfg["DP"], BM=cfg["BM"], BK=cfg["BK"], PREC=prec,
+            G=G, D=D, LP=LP, DP=cfg["DP"], BM=cfg["BM"], BK=cfg["BK"], PREC=prec, HAVE_DELTA=have_delta,
             num_warps=cfg["warps_f"], num_stages=cfg["stages_fdq"],
         )  # fmt: skip
         _sel_bwd_dq_tok_kernel[(triton.cdiv(T, cfg["TP"]), BH)](
@@ -486,7 +499,7 @@ def _reduce_dkdv(pdk, pdv, start, seg_end, k, v, S: int, LP: int, cfg: dict) -> 
 
 
 @_selected_bwd.register_fake
-def _(dout, q, k, v, idx, valid, out, lse, order, start, seg_end, sel_block, scale, forced):
+def _(dout, q, k, v, idx, valid, out, lse, order, start, seg_end, sel_block, scale, forced, delta=None):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -566,6 +579,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         "BK": cfg["BK"], "PREC": prec, "PIPE": _pipe_mode(cfg, _slots(shape.n_sel)),
     }  # fmt: skip
     f_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BM": cfg["BM"], "BK": cfg["BK"], "PREC": prec}
+    fd_consts = {**f_consts, "HAVE_DELTA": False}
 
     def sig(names: dict[str, str], consts: dict) -> dict[str, str]:
         return {**names, **{c: "constexpr" for c in consts}}
@@ -606,7 +620,16 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         ("selected_fwd_any", _sel_fwd_kernel, fwd_args, q_common, cfg["warps_q"], st),
         # The key-major forward (fwd_keys, G <= 8: selected_keys.KEY_MAJOR_FWD); the two above run without it.
         *(keys_fwd_gpucheck_rows(cfg, G, D, LP, dt, prec, arch) if cfg["fwd_keys"] else ()),
-        ("selected_forced_dq", _sel_forced_dq_kernel, fdq_args, f_consts, cfg["warps_f"], cfg["stages_fdq"]),
+        ("selected_forced_dq", _sel_forced_dq_kernel, fdq_args, fd_consts, cfg["warps_f"], cfg["stages_fdq"]),
+        # handed the gate fold's delta (gated.FOLD_DELTA, shipped): no O tile, no delta store
+        (
+            "selected_forced_dq_delta",
+            _sel_forced_dq_kernel,
+            fdq_args,
+            {**fd_consts, "HAVE_DELTA": True},
+            cfg["warps_f"],
+            cfg["stages_fdq"],
+        ),
         ("selected_bwd_dq", _sel_bwd_dq_tok_kernel, tdq_args, t_consts, cfg["warps_q"], cfg["stages_dq"]),
         ("selected_bwd_dq_any", _sel_bwd_dq_kernel, dq_args, q_common, cfg["warps_q"], cfg["stages_dq"]),
         ("selected_bwd_dkdv", _sel_bwd_dkdv_kernel, kv_args, kv_consts, cfg["warps_kv"], cfg["stages_kv"]),

@@ -141,9 +141,10 @@ def _sel_forced_dq_kernel(
     Q, K, V, IDX, VALID, OUT, DO, LSE, DELTA, DQF,
     T, NK, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
-    DP: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+    DP: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, HAVE_DELTA: tl.constexpr,
 ):  # fmt: skip
-    # The forward's tiling; p from the final lse. Also stores delta for the two kernels that follow.
+    # The forward's tiling; p from the final lse. Also stores delta for the two kernels that follow,
+    # unless HAVE_DELTA (formed before, by the gate fold's kernel: OUT is not read).
     r0 = tl.program_id(0) * BM
     bh = tl.program_id(1).to(tl.int64)
     r = r0 + tl.arange(0, BM)
@@ -157,9 +158,12 @@ def _sel_forced_dq_kernel(
     qbase = bh * T * G * D
     q = tl.load(Q + qbase + qoff, mask=qmask, other=0.0)
     do = tl.load(DO + qbase + qoff, mask=qmask, other=0.0)
-    o = tl.load(OUT + qbase + qoff, mask=qmask, other=0.0)
-    delta = tl.reduce(do.to(tl.float32) * o.to(tl.float32), 1, _sum_combine)
-    tl.store(DELTA + bh * T * G + r, delta, mask=rm)
+    if HAVE_DELTA:
+        delta = tl.load(DELTA + bh * T * G + r, mask=rm, other=0.0)
+    else:
+        o = tl.load(OUT + qbase + qoff, mask=qmask, other=0.0)
+        delta = tl.reduce(do.to(tl.float32) * o.to(tl.float32), 1, _sum_combine)
+        tl.store(DELTA + bh * T * G + r, delta, mask=rm)
     lse = tl.load(LSE + bh * T * G + r, mask=rm, other=0.0)
     lse = tl.where(lse == float("-inf"), 0.0, lse)  # such a row has no key: every p below is 0
     K += bh * T * D

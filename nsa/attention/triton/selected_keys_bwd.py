@@ -2,7 +2,8 @@
 
 Owns the three kernels that replace the forced dQ, the query-major dQ and the dK/dV kernels when
 `_config(...)["bwd_keys"]` holds (G <= 8, FSA's range):
-- `_sel_bwd_delta_kernel`: delta = rowsum(dO * O) in fp32, per (token, head) row;
+- `_sel_bwd_delta_kernel`: delta = rowsum(dO * O) in fp32, per (token, head) row (not launched
+  when the caller hands delta in: gated.py's gate fold formed it);
 - `_sel_bwd_keys_kernel`: the dK/dV walk `_dkdv_walk` (one program per segment of the (query, block)
   pairs of one selection block, BN keys of it; selected.py's `_sel_bwd_dkdv_kernel` is the same walk
   with WRITE_DQ off) that also writes each pair's dQ partial,
@@ -483,8 +484,9 @@ def _pdq_buffer(nb: int, npos: int, G: int, D: int, dtype: torch.dtype, device: 
 
 
 def keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP: int, scale: float, cfg: dict,
-                  prec: str) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
-    """selected.py's backward with `cfg["bwd_keys"]` and forced blocks, but the dK/dV reduction: delta,
+                  prec: str, delta: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    """selected.py's backward with `cfg["bwd_keys"]` and forced blocks, but the dK/dV reduction: delta
+    (unless handed in, float32 [B, Hkv, T, G]: then no launch and `out` is not read),
     every (query, block) pair of `index` (selected_keys.py `reverse_index`: order, start, seg_end, S,
     nseg),
     forced ones included, through the keys kernel, then the dQ merge. Returns dQ (q's dtype) and the
@@ -499,10 +501,11 @@ def keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP: int, scale: fl
     pdq_type = pdq_dtype(cfg, q.dtype)  # a bad pdq_bits stops here, before any launch
     order, start, seg_end, S, nseg = index
     rows = BH * T * G
-    delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
-    _sel_bwd_delta_kernel[(triton.cdiv(rows, cfg["BM_delta"]),)](
-        out, dout, delta, rows, D=D, DP=DP, BM=cfg["BM_delta"], num_warps=cfg["warps_delta"], num_stages=1
-    )  # fmt: skip
+    if delta is None:
+        delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
+        _sel_bwd_delta_kernel[(triton.cdiv(rows, cfg["BM_delta"]),)](
+            out, dout, delta, rows, D=D, DP=DP, BM=cfg["BM_delta"], num_warps=cfg["warps_delta"], num_stages=1
+        )  # fmt: skip
     ns, nb, npos = -(-T // LP), triton.cdiv(LP, BN), BH * T * NK
     pdk = torch.empty(nseg, LP, DP, dtype=torch.float32, device=q.device)
     pdv = torch.empty_like(pdk)

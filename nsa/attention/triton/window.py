@@ -1,8 +1,8 @@
 """Sliding-window branch on the GPU: a flash-attention kernel over the band (t - window, t] (Triton).
 
 Owns `window_attention` (same arguments and results as `nsa.attention.window.window_attention`), its
-three kernels (forward; backward dQ, which also forms delta = rowsum(dO * O); backward dK/dV) and
-their launch configs. Queries are read as rows of the [T*G, D] matrix each (batch, KV head) already
+three kernels (forward; backward dQ, which also forms delta = rowsum(dO * O) unless handed it;
+backward dK/dV) and their launch configs. Queries are read as rows of the [T*G, D] matrix each (batch, KV head) already
 is in the [B, Hkv, T, G, D] layout, so a tile holds all G heads of its tokens (no padding of G, any
 G) and K/V are read once per tile for the whole group. It must not build a [T, T] tensor, use
 atomics, or sync with the host; it knows nothing of the other branches.
@@ -132,7 +132,7 @@ def _dq_tiles(
 def _window_bwd_dq(
     Q, K, V, Out, DO, LSE, DELTA, DQ, qk_scale, scale, T, W,
     G: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_N: tl.constexpr, PREC: tl.constexpr, HAVE_DELTA: tl.constexpr,
 ):  # fmt: skip
     bh = tl.program_id(1).to(tl.int64)
     R = T * G
@@ -145,10 +145,13 @@ def _window_bwd_dq(
     io = bh * R * D + rows[:, None] * D + offs_d[None, :]
     q = tl.load(Q + io, mask=io_mask, other=0.0)
     do = tl.load(DO + io, mask=io_mask, other=0.0)
-    o = tl.load(Out + io, mask=io_mask, other=0.0)
-    # This kernel owns its rows, so it forms delta for them; the dK/dV kernel (launched after) reads it.
-    delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
-    tl.store(DELTA + bh * R + rows, delta, mask=row_ok)
+    if HAVE_DELTA:  # formed by the gate fold's kernel (gated.FOLD_DELTA): O is not read
+        delta = tl.load(DELTA + bh * R + rows, mask=row_ok, other=0.0)
+    else:
+        # This kernel owns its rows, so it forms delta for them; the dK/dV kernel (launched after) reads it.
+        o = tl.load(Out + io, mask=io_mask, other=0.0)
+        delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
+        tl.store(DELTA + bh * R + rows, delta, mask=row_ok)
     lse = tl.load(LSE + bh * R + rows, mask=row_ok, other=0.0)
     k_ptr = K + bh * T * D
     v_ptr = V + bh * T * D
@@ -330,18 +333,37 @@ def _(q, k, v, window, scale):
 @torch.library.custom_op("nsa::triton_window_bwd", mutates_args=())
 @autocast_off
 def _window_bwd_op(
-    do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, window: int, scale: float
+    do: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    o: Tensor,
+    lse: Tensor,
+    window: int,
+    scale: float,
+    delta: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """dQ (and delta) first, then dK/dV: two launches, no atomics (each program owns its outputs)."""
+    """dQ (and delta) first, then dK/dV: two launches, no atomics (each program owns its outputs).
+    `delta`: rowsum(dO * o) in float32, lse's shape, already formed (the gate fold's kernel): the dQ
+    kernel then reads it instead of o."""
     B, Hkv, T, G, D = q.shape
     meta = _launch_meta(D, q.device)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    delta = torch.empty_like(lse)
+    if delta is not None and (
+        delta.dtype != torch.float32 or delta.numel() != lse.numel() or not delta.is_contiguous()
+    ):
+        raise ValueError(
+            f"nsa::triton_window_bwd: delta {tuple(delta.shape)} {delta.dtype} must be rowsum(dO * O), float32, contiguous, "
+            f"{lse.numel()} rows (lse's); pass None to form it here"
+        )
+    have_delta = delta is not None
+    if delta is None:
+        delta = torch.empty_like(lse)
     bd, prec = _block_d(D), _precision(q.dtype)
     tiles, launch = _split(meta["dq"])
     _window_bwd_dq[(triton.cdiv(T * G, tiles["BLOCK_M"]), B * Hkv)](
         q, k, v, o, do, lse, delta, dq, scale * _LOG2E, scale, T, window,
-        G=G, D=D, BLOCK_D=bd, PREC=prec, **tiles, **launch,
+        G=G, D=D, BLOCK_D=bd, PREC=prec, HAVE_DELTA=have_delta, **tiles, **launch,
     )  # fmt: skip
     tiles, launch = _split(meta["dkdv"])
     _window_bwd_dkdv[(triton.cdiv(T, tiles["BLOCK_N"]), B * Hkv)](
@@ -352,7 +374,7 @@ def _window_bwd_op(
 
 
 @_window_bwd_op.register_fake
-def _(do, q, k, v, o, lse, window, scale):
+def _(do, q, k, v, o, lse, window, scale, delta=None):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -398,7 +420,8 @@ def _signature(fn, ptr: str, constexprs: dict) -> dict[str, str]:
 
 
 def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
-    """The three kernels as `window_attention` launches them for `shape` on `arch` (80 or 90)."""
+    """The three kernels as `window_attention` launches them for `shape` on `arch` (80 or 90), and the
+    dQ kernel handed its delta (`window_bwd_dq_delta`: the gate fold's, gated.FOLD_DELTA)."""
     cfg = _configs(shape.head_dim, arch)
     common = {
         "G": shape.group,
@@ -407,13 +430,14 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         "PREC": "tf32" if shape.dtype == "fp32" else "ieee",
     }
     specs = []
-    for name, fn, key in (
-        ("window_fwd", _window_fwd, "fwd"),
-        ("window_bwd_dq", _window_bwd_dq, "dq"),
-        ("window_bwd_dkdv", _window_bwd_dkdv, "dkdv"),
+    for name, fn, key, more in (
+        ("window_fwd", _window_fwd, "fwd", {}),
+        ("window_bwd_dq", _window_bwd_dq, "dq", {"HAVE_DELTA": False}),
+        ("window_bwd_dq_delta", _window_bwd_dq, "dq", {"HAVE_DELTA": True}),
+        ("window_bwd_dkdv", _window_bwd_dkdv, "dkdv", {}),
     ):
         tiles, launch = _split(cfg[key])
-        constexprs = {**common, **tiles}
+        constexprs = {**common, **tiles, **more}
         signature = _signature(fn, "*" + shape.dtype, constexprs)
         specs.append(KernelSpec(name=name, fn=fn, signature=signature, constexprs=constexprs, **launch))
     return specs

@@ -30,7 +30,9 @@ def test_the_folded_gate_mix_backward_ships_and_every_measured_build_keeps_the_c
         act = s.B * T * s.H * s.D * 2
         gates = 2 * s.B * T * s.H * 3 * 2
         lses = 2 * 3 * s.B * T * s.H * 4
-        assert _gate_bwd(T, s).dram == 5 * act + gates + lses, sname
+        deltas = 3 * s.B * T * s.H * 4  # the branches' fp32 deltas (delta_folded, shipped)
+        assert _gate_bwd(T, s).dram == 5 * act + gates + lses + deltas, sname
+        assert _gate_bwd(T, s, delta_folded=False).dram == 5 * act + gates + lses, sname
         for build in (
             *m.RUN_BUILDS.values(),
             m.WHAT_IF["gate_mix_unfolded"],

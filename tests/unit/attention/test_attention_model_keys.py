@@ -27,6 +27,8 @@ m = modelcheck.load_model()
 QUERY_MAJOR = {"sel_forced_fwd", "sel_forced_dq", "sel_fwd", "sel_bwd_dq", "sel_bwd_dkdv"}
 KEY_MAJOR = {"sel_fwd_index", "sel_fwd_reverse_index", "sel_fwd_segs", "sel_fwd_keys", "sel_fwd_merge",
              "sel_bwd_delta", "sel_bwd_keys", "sel_bwd_dq_merge"}  # fmt: skip
+# the shipped layer hands the selected backward the gate fold's delta (delta_folded): no sel_bwd_delta
+SHIPPED_KEY_MAJOR = KEY_MAJOR - {"sel_bwd_delta"}
 
 
 def _selected(T: int, shape, **flags) -> dict:
@@ -43,7 +45,10 @@ def test_the_key_major_path_is_what_selected_config_ships_at_small_groups() -> N
         assert launch["fwd_keys"] == launch["bwd_keys"] == (G <= 8)
         names = set(_selected(8192, shape))
         if G <= 8:
-            assert names == KEY_MAJOR | {"sel_reverse_index", "sel_bwd_reduce"}, G
+            assert names == SHIPPED_KEY_MAJOR | {"sel_reverse_index", "sel_bwd_reduce"}, G
+            # each branch backward forming its own delta (the suite core; every committed run)
+            unfolded = set(_selected(8192, shape, delta_folded=False))
+            assert unfolded == KEY_MAJOR | {"sel_reverse_index", "sel_bwd_reduce"}, G
         else:  # the backward builds the index itself: the forward's two small kernels run there
             assert names == QUERY_MAJOR | {
                 "sel_fwd_index",
@@ -148,7 +153,7 @@ def test_the_key_major_kernels_are_priced_from_the_keys_run_plus_their_partials(
     s = m.SHAPES["m7c"]
     for gname in ("H100", "H200", "A100"):
         gpu = replace(m.GPUS[gname], sass=False)
-        ks = {k.name: k for k in m.ours_on(65536, s, gpu)}
+        ks = {k.name: k for k in m.ours_on(65536, s, gpu, delta_folded=False)}  # sel_bwd_delta included
         dkdv = {k.name: k for k in m.ours_on(65536, s, gpu, bwd_keys=False)}["sel_bwd_dkdv"]
         for name, kind in (("sel_fwd_keys", "sel_keys_fwd"), ("sel_bwd_keys", "sel_keys_bwd")):
             k = ks[name]

@@ -56,12 +56,31 @@ def test_bad_arguments_exit_2_and_start_nothing(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("probe,switch", [("rope", "fuse_q_grad"), ("gate", "fold_gate")])
+@pytest.mark.parametrize(
+    "probe,switch", [("rope", "fuse_q_grad"), ("gate", "fold_gate"), ("gate", "fold_delta")]
+)
 def test_a_switch_probe_times_both_paths(capsys, probe, switch):
     """bench/kernel_probe.py --only rope / gate: the shipped setting and its switch off (fused.FUSE_Q_GRAD,
-    gated.FOLD_GATE: the path every GPU run measured), at each shape (checked by its dry run: no GPU)."""
+    gated.FOLD_GATE, gated.FOLD_DELTA: the path every GPU run measured), at each shape (checked by its
+    dry run: no GPU)."""
     kp = load_bench("kernel_probe")
     assert kp.main(["--only", probe, "--dry-run", "--match", switch]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert {r["shape"] for r in rows} == {"m7c", "paper"}
     assert sorted(json.dumps(r["changes"]) for r in rows) == [json.dumps({switch: False})] * 2 + ["{}"] * 2
+
+
+def test_the_gate_probe_times_each_variant_under_its_switches(monkeypatch):
+    """bench/kernel_probe.py's gate rows (`_switch_rows` with FOLD_DELTA beside FOLD_GATE): each variant
+    timed with the switches it names set and the other at its shipped value, both restored after;
+    the timer stands in for the GPU's (it records the switches it runs under)."""
+    from nsa.attention.triton import gated
+
+    kp = load_bench("kernel_probe")
+    seen = []
+    monkeypatch.setattr(kp, "_time", lambda fn: seen.append((gated.FOLD_GATE, gated.FOLD_DELTA)) or 1.0)
+    rows = list(kp._switch_rows("gate", gated, "FOLD_GATE", kp.GATE_VARIANTS, "m7c", 8, 8192, None, None, None,
+                                more=("FOLD_DELTA",)))  # fmt: skip
+    assert [r["variant"] for r in rows] == [{}, {"fold_gate": False}, {"fold_delta": False}]
+    assert seen == [(True, True)] * 2 + [(False, True)] * 2 + [(True, False)] * 2  # fwd, fwd+bwd each
+    assert (gated.FOLD_GATE, gated.FOLD_DELTA) == (True, True)

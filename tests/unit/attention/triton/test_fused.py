@@ -162,9 +162,10 @@ def test_gpucheck_specs_cover_every_kernel(head_dim):
     names = [s.name for s in specs]
     assert names == [
         "rope_q_fwd", "rope_q_bwd", "rope_q_sum_bwd", "rope_k_fwd", "rope_k_bwd", "gate_mix_fwd", "gate_mix_bwd",
-        "gate_fold_bwd",
+        "gate_fold_bwd", "gate_fold_bwd_delta",
     ]  # fmt: skip
-    assert specs[-1].signature["LC"] == specs[-1].signature["LW2"] == "*fp32"
+    assert specs[-1].signature["LC"] == specs[-1].signature["LW2"] == specs[-1].signature["DW"] == "*fp32"
+    assert specs[-1].constexprs["DELTA"] and not specs[-2].constexprs["DELTA"]
     assert specs[-1].signature["DO"] == specs[-1].signature["DY"] == "*bf16"
     assert specs[2].constexprs["NX"] == 3 and specs[1].constexprs["NX"] == 1
     for s in specs:

@@ -53,7 +53,8 @@ def _fold_inputs(dtype: torch.dtype, B=1, Hkv=2, T=5, G=3, D=16):
 def test_fold_kernel_copies_dy_and_folds_the_gates_into_the_lse(dtype, bf16_interpreter):
     g, outs, dy, lses = _fold_inputs(dtype)
     B, Hkv, T, G, D = outs[0].shape
-    dg, do, *folded = torch.ops.nsa.triton_gate_fold_bwd(dy, g, *outs, *lses)
+    dg, do, *folded, dc, ds, dw = torch.ops.nsa.triton_gate_fold_bwd(dy, g, *outs, *lses)
+    assert dc.numel() == ds.numel() == dw.numel() == 0  # no deltas asked for
     assert do.dtype == dtype and do.shape == outs[0].shape
     assert torch.equal(do, dy.view(B, T, Hkv, G, D).permute(0, 2, 1, 3, 4))  # a copy: no rounding
     gf = g.float().permute(0, 2, 1, 3, 4)  # [B, Hkv, T, G, 3]
@@ -114,7 +115,7 @@ def test_each_branch_backward_on_the_folded_lse_equals_it_on_the_scaled_dO():
     g[0, 3, 0, 1, :] = 0.0  # a zero gate in every branch
     g[0, 9, 0, 0, 1] = 0.0  # a selected row without keys under a zero gate
     dy = torch.randn(B, T, Hkv * G * D)
-    _, do, *folded = torch.ops.nsa.triton_gate_fold_bwd(dy, g, *outs, *lses)
+    _, do, *folded, _, _, _ = torch.ops.nsa.triton_gate_fold_bwd(dy, g, *outs, *lses)
     for c, (bwd, lse, lse2) in enumerate(zip(bwds, lses, folded, strict=True)):
         scaled = do * g[..., c].permute(0, 2, 1, 3)[..., None]
         want = bwd(scaled, lse)

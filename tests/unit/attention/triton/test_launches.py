@@ -38,9 +38,26 @@ def test_triton_layer_launches_are_constant_in_T_within_budget_and_sync_free() -
     # 125 with the lse's zero gradient no longer filled either; 105 / 123 since q's three gradients
     # are summed in RoPE's backward, not by two autograd adds; 101 / 119 since the gates are folded
     # into the branch backwards' lse: the branch ops' own autograd no longer fills their lse's zero
-    # gradients, bench/RESULTS.md).
+    # gradients; 100 / 118 since the gate fold's kernel writes the branches' delta and the selected
+    # key-major backward's delta kernel no longer runs, bench/RESULTS.md).
     assert rows[0]["triton_kernels"]["_sel_fwd_index_kernel"] == 1
     assert rows[0]["aten_ops"]["aten.sort.stable"] == 1, rows[0]["aten_ops"]
+
+
+def test_the_fold_delta_saves_the_selected_delta_launch(monkeypatch) -> None:
+    """Warm M7C layer at 2k (the count is the same at every T: the test above): 101 launches with
+    gated.FOLD_DELTA off, the count before the fold delta, and 100 with it on, the key-major selected
+    backward's delta kernel the one launch fewer (its delta comes from the gate fold's kernel)."""
+    from nsa.attention.triton import gated
+
+    rows = {}
+    for fold in (False, True):
+        monkeypatch.setattr(gated, "FOLD_DELTA", fold)
+        rows[fold] = launches.count_layer("triton", 2048, warm=True)
+    assert (rows[False]["launches"], rows[True]["launches"]) == (101, 100)
+    off, on = rows[False]["triton_kernels"], rows[True]["triton_kernels"]
+    assert off.pop("_sel_bwd_delta_kernel") == 1 and off == on
+    assert rows[False]["aten_ops"] == rows[True]["aten_ops"]
 
 
 def test_counter_sees_syncs_and_ops_inside_custom_ops() -> None:

@@ -217,6 +217,7 @@ def test_gpucheck_specs_list_every_kernel_without_T():
             "compressed_fwd",
             "compressed_select",
             "compressed_bwd_dq",
+            "compressed_bwd_dq_delta",  # handed the gate fold's delta (gated.FOLD_DELTA)
             "compressed_bwd_dkv",
             "compressed_bwd_dkv_sum",
         ]

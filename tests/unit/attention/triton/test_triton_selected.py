@@ -490,6 +490,7 @@ def test_gpucheck_specs_name_every_argument():
         "selected_fwd_merge",
         "selected_fwd_keys_omma",  # the keys forward at the other keys_fwd_mma (the probe's variant)
         "selected_forced_dq",
+        "selected_forced_dq_delta",  # handed the gate fold's delta (gated.FOLD_DELTA)
         "selected_bwd_dq",
         "selected_bwd_dq_any",
         "selected_bwd_dkdv",

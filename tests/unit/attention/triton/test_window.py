@@ -104,7 +104,12 @@ def test_window_rejects_mixed_dtypes():
 def test_gpucheck_specs_cover_every_kernel_with_full_signatures(arch, head_dim):
     shape = GpuShape("m7c", head_dim, 6, 32, 16, 64, 16, 512)
     specs = tw.gpucheck_specs(shape, arch)
-    assert [s.name for s in specs] == ["window_fwd", "window_bwd_dq", "window_bwd_dkdv"]
+    assert [s.name for s in specs] == [
+        "window_fwd",
+        "window_bwd_dq",
+        "window_bwd_dq_delta",
+        "window_bwd_dkdv",
+    ]
     for s in specs:
         params = list(s.fn.arg_names) if hasattr(s.fn, "arg_names") else None
         if params is not None:
