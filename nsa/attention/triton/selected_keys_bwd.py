@@ -39,6 +39,9 @@ from torch import Tensor
 
 from nsa.attention.triton import device_arch, interpreting
 
+# As in selected.py: tl.reduce with triton's own combine function (cheaper under the interpreter).
+_sum_combine = tl.standard._sum_combine
+
 
 @triton.jit
 def _sel_bwd_delta_kernel(OUT, DO, DELTA, R, D: tl.constexpr, DP: tl.constexpr, BM: tl.constexpr):
@@ -316,10 +319,24 @@ def _sel_bwd_dq_merge_kernel(
     PDQ, IDX, VALID, DQ,
     T, NK, NP, NB,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, DP: tl.constexpr, BM: tl.constexpr,
+    TILES: tl.constexpr = False, NEP: tl.constexpr = 16,
 ):  # fmt: skip
     # One program: rows [r0, r0 + BM) of one (batch, KV head)'s [T*G, D] dQ (row r = t*G + g). Sums,
     # entry by entry and chunk by chunk (a fixed order), the partials of the entries that add keys; a
-    # row whose token has none stores zeros.
+    # row whose token has none stores zeros. TILES (`_config`'s merge_tiles): `_dq_merge_tiles`, the
+    # metadata loaded once; else the loop the GPU runs measured (each entry loads IDX and VALID, then
+    # the partials they mask).
+    if TILES:
+        _dq_merge_tiles(PDQ, IDX, VALID, DQ, T, NK, NP, NB, G, D, LP, DP, BM, NEP)
+    else:
+        _dq_merge_loop(PDQ, IDX, VALID, DQ, T, NK, NP, NB, G, D, LP, DP, BM)
+
+
+@triton.jit
+def _dq_merge_loop(
+    PDQ, IDX, VALID, DQ, T, NK, NP, NB,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, DP: tl.constexpr, BM: tl.constexpr,
+):  # fmt: skip
     r = tl.program_id(0) * BM + tl.arange(0, BM)
     bh = tl.program_id(1).to(tl.int64)
     d = tl.arange(0, DP)
@@ -339,6 +356,50 @@ def _sel_bwd_dq_merge_kernel(
             dq += tl.load(PDQ + c * chunk + off, mask=m, other=0.0).to(tl.float32)
     qoff = (bh * T * G + r)[:, None] * D + d[None, :]
     tl.store(DQ + qoff, dq.to(DQ.dtype.element_ty), mask=rm[:, None] & dm[None, :])
+
+
+@triton.jit
+def _dq_merge_tiles(
+    PDQ, IDX, VALID, DQ, T, NK, NP, NB,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, DP: tl.constexpr, BM: tl.constexpr,
+    NEP: tl.constexpr,
+):  # fmt: skip
+    """`_dq_merge_loop`'s sum with every load address known up front: the rows' table metadata as one
+    [BM, NEP] tile of (entry, chunk) couples e -> (e // NB, e % NB) (IDX, VALID -> keep), then the
+    PDQ loads unrolled in the loop's order (entry slot, then chunk), each row's keep taken out of the
+    tile by a select and a sum. The same fp32 additions in the same order: dQ bitwise the loop's (a
+    padded couple adds +0.0, and dq is never -0.0: it starts at +0.0). Two dependent memory latencies
+    a program (metadata, then PDQ), against two an entry in the loop."""
+    r = tl.program_id(0) * BM + tl.arange(0, BM)
+    bh = tl.program_id(1).to(tl.int64)
+    d = tl.arange(0, DP)
+    dm = d < D
+    rm = r < T * G
+    t = tl.where(rm, r // G, 0)
+    g = r % G
+    ebase = (bh * T + t) * NK
+    chunk = (bh * 0 + NP) * G * D  # one key chunk's partials [NP, G, D], in int64 (bh is)
+    e = tl.arange(0, NEP)
+    em = rm[:, None] & (e < NK * NB)[None, :]
+    meta = ebase[:, None] + (e // NB)[None, :]
+    j = tl.load(IDX + meta, mask=em, other=-1)
+    keep = em & (tl.load(VALID + meta, mask=em, other=0) != 0) & (j >= 0) & (j * LP <= t[:, None])
+    keep = keep.to(tl.int32)
+    base = (ebase * G + g)[:, None] * D + d[None, :]
+    dq = tl.zeros([BM, DP], tl.float32)
+    for c in tl.static_range(NEP):
+        kc = tl.reduce(tl.where(e[None, :] == c, keep, 0), 1, _sum_combine) != 0
+        off = (c % NB) * chunk + (c // NB) * G * D
+        dq += tl.load(PDQ + off + base, mask=kc[:, None] & dm[None, :], other=0.0).to(tl.float32)
+    qoff = (bh * T * G + r)[:, None] * D + d[None, :]
+    tl.store(DQ + qoff, dq.to(DQ.dtype.element_ty), mask=rm[:, None] & dm[None, :])
+
+
+def merge_slots(NK: int, nb: int) -> int:
+    """NEP: the merges' (entry, key chunk) couples of a row, NK * nb, padded to a power of two >= 16
+    (`merge_tiles`' tile width and unrolled steps). The floor keeps one compiled variant for every T,
+    as selected.py's `_slots` (top_blocks lists min(n, blocks) entries at short T); nb = 1 on the GPU."""
+    return max(16, triton.next_power_of_2(NK * nb))
 
 
 _TORCH_OF = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -420,7 +481,7 @@ def keys_rows(cfg: dict, arch: int) -> dict:
 
 
 def keys_bwd_gpucheck_rows(
-    cfg: dict, G: int, D: int, LP: int, dt: str, prec: str, arch: int = 80
+    cfg: dict, G: int, D: int, LP: int, dt: str, prec: str, arch: int = 80, NK: int = 16
 ) -> list[tuple]:
     """selected.py's gpucheck rows (name, kernel, argument types, constexprs, warps, stages) of these
     kernels, as its launcher runs them with `cfg` (its `_config`, through `keys_rows`) on sm_`arch`;
@@ -432,7 +493,8 @@ def keys_bwd_gpucheck_rows(
     other `keys_dq_mma` (`selected_bwd_keys_dqmma` / `_dqcvt`) with the rows that setting runs
     (`keys_rows`: 32 without ROWLIM on sm_80 for the converted store) and, on sm_80 at head_dim
     <= 64, at `KEYS_BR32_SM80` (`selected_bwd_keys_br32`: sm_80's setting before 64 rows shipped)
-    where cfg is not it."""
+    where cfg is not it; the dQ merge also at the other merge_tiles (`selected_bwd_dq_merge_loop` /
+    `_tiles`, the probe's variant), for tables of NK entries."""
     cfg = keys_rows(cfg, arch)
     ptr, f32, i32, i64 = f"*{dt}", "*fp32", "i32", "*i64"
 
@@ -440,7 +502,8 @@ def keys_bwd_gpucheck_rows(
         return {"G": G, "D": D, "LP": LP, "DP": c["DP"], "BN": c["BN"], "BR": c["BR_keys"], "PREC": prec,
                 "DIV32": c["keys_div32"], **dq_store_consts(c, arch), "ROWLIM": rowlim(c)}  # fmt: skip
 
-    merge_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BM": cfg["BM_merge"]}
+    merge_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BM": cfg["BM_merge"], "TILES": cfg["merge_tiles"],
+                    "NEP": merge_slots(NK, triton.cdiv(LP, cfg["BN"]))}  # fmt: skip
     delta_consts = {"D": D, "DP": cfg["DP"], "BM": cfg["BM_delta"]}
     delta_args = dict(OUT=ptr, DO=ptr, DELTA=f32, R=i32)
     rows = [("selected_bwd_delta", _sel_bwd_delta_kernel, delta_args, delta_consts, cfg["warps_delta"], 1)]
@@ -473,6 +536,9 @@ def keys_bwd_gpucheck_rows(
                 # times beside the shipped one), so gpucheck has seen it.
                 rows.append(("selected_bwd_keys_br32", _sel_bwd_keys_kernel, keys_args, keys_consts(prev),
                              prev["warps_keys"], prev["stages_kv"]))  # fmt: skip
+            # The dQ merge at the other merge_tiles (`_loop`: the loop every GPU run measured).
+            rows.append((f"selected_bwd_dq_merge_{'loop' if cfg['merge_tiles'] else 'tiles'}", _sel_bwd_dq_merge_kernel,
+                         merge_args, {**merge_consts, "TILES": not cfg["merge_tiles"]}, cfg["warps_merge"], 1))  # fmt: skip
     return rows
 
 
@@ -519,6 +585,7 @@ def keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP: int, scale: fl
     dq = torch.empty_like(q)
     _sel_bwd_dq_merge_kernel[(triton.cdiv(T * G, cfg["BM_merge"]), BH)](
         pdq, idx, valid.view(torch.int8), dq, T, NK, npos, nb,
-        G=G, D=D, LP=LP, DP=DP, BM=cfg["BM_merge"], num_warps=cfg["warps_merge"], num_stages=1,
+        G=G, D=D, LP=LP, DP=DP, BM=cfg["BM_merge"], TILES=cfg["merge_tiles"], NEP=merge_slots(NK, nb),
+        num_warps=cfg["warps_merge"], num_stages=1,
     )  # fmt: skip
     return dq, pdk, pdv
