@@ -131,7 +131,7 @@ def _sel_fwd_merge_kernel(
     PO, PL, IDX, VALID, OUT, LSE,
     T, NK, NB,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, TM: tl.constexpr, RM: tl.constexpr,
-    DP: tl.constexpr, TILES: tl.constexpr = False, NEP: tl.constexpr = 16,
+    DP: tl.constexpr, TILES: tl.constexpr = False, NEP: tl.constexpr = 16, MU: tl.constexpr = 4,
 ):  # fmt: skip
     # One program: tokens [t0, t0 + TM) of one (batch, KV head), rows r -> (token t0 + r // G, head
     # r % G), RM = TM*G padded to a power of two. TILES (`_config`'s merge_tiles): `_fwd_merge_tiles`,
@@ -139,7 +139,7 @@ def _sel_fwd_merge_kernel(
     # partials in the same fixed order (entry slot, then key chunk): the largest lse M, then
     # sum_i exp2(lse_i - M) * o_i, each step loading IDX and VALID, then the partials they mask.
     if TILES:
-        _fwd_merge_tiles(PO, PL, IDX, VALID, OUT, LSE, T, NK, NB, G, D, LP, TM, RM, DP, NEP)
+        _fwd_merge_tiles(PO, PL, IDX, VALID, OUT, LSE, T, NK, NB, G, D, LP, TM, RM, DP, NEP, MU)
     else:
         _fwd_merge_loop(PO, PL, IDX, VALID, OUT, LSE, T, NK, NB, G, D, LP, TM, RM, DP)
 
@@ -197,17 +197,18 @@ def _fwd_merge_loop(
 def _fwd_merge_tiles(
     PO, PL, IDX, VALID, OUT, LSE, T, NK, NB,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, TM: tl.constexpr, RM: tl.constexpr,
-    DP: tl.constexpr, NEP: tl.constexpr,
+    DP: tl.constexpr, NEP: tl.constexpr, MU: tl.constexpr,
 ):  # fmt: skip
-    """`_fwd_merge_loop`'s merge with every load address known up front: the rows' table metadata as
-    one [RM, NEP] tile of (entry, chunk) couples e -> (e // NB, e % NB) (IDX, VALID -> keep), PL as
-    one tile masked by it (M = its row max: max is exact, the loop's running max to the bit), the
-    weights w = exp2(PL - M) from that tile, then the PO loads unrolled in the loop's order (entry
-    slot, then chunk), each row's weight and keep taken out of the tile by a select and a sum (one
-    term and zeros: exact). l and acc take the loop's float operations in its order, so out and lse
-    are bitwise its; a padded couple (e >= NK*NB) adds +0.0 to l (never -0.0: it starts at +0.0)
-    and loads nothing. Two dependent memory latencies a program (metadata, then PL and PO), against
-    ~4 an entry in the loop."""
+    """`_fwd_merge_loop`'s merge with its load addresses known ahead: the rows' table metadata as one
+    [RM, NEP] tile of (entry, chunk) couples e -> (e // NB, e % NB) (IDX, VALID -> keep), PL as one
+    tile masked by it (M = its row max: max is exact, the loop's running max to the bit), the weights
+    w = exp2(PL - M) from that tile, then the PO loads in the loop's order (entry slot, then chunk),
+    MU of them unrolled a step (independent loads in flight together; all NEP at once held 255
+    registers on sm_80, `_config`'s MU_m), each row's weight and keep taken out of the tile by a
+    select and a sum (one term and zeros: exact). l and acc take the loop's float operations in its
+    order, so out and lse are bitwise its; a padded couple (e >= NK*NB) adds +0.0 to l (never -0.0: it
+    starts at +0.0) and loads nothing. 2 + NEP / MU dependent memory latencies a program (metadata,
+    PL, then a step's PO), against ~4 an entry in the loop."""
     t0 = tl.program_id(0) * TM
     bh = tl.program_id(1).to(tl.int64)
     r = tl.arange(0, RM)
@@ -229,17 +230,22 @@ def _fwd_merge_tiles(
     m_s = tl.where(has, m_i, 0.0)
     # The weight where kept (0 <= w <= 1), else -1: one select and sum a step gives both.
     wk = tl.where(keep, tl.exp2(pl - m_s[:, None]), -1.0)
-    po_ptr = PO + (ebase * G + g)[:, None] * D + d[None, :]
+    # The rows' partials as one scalar pointer (int64) and int32 offsets from it (< TM*NK*G*D): an
+    # int64 pointer tile held across the loop cost 2 registers an element.
+    PO += (bh * T + t0) * NK * G * D
+    prel = ((t - t0) * NK * G + g)[:, None] * D + d[None, :]
     l_i = tl.zeros([RM], tl.float32)
     acc = tl.zeros([RM, DP], tl.float32)
-    for c in tl.static_range(NEP):
-        x = tl.reduce(tl.where(e[None, :] == c, wk, 0.0), 1, _sum_combine)
-        kc = x >= 0.0
-        w = tl.where(kc, x, 0.0)  # the loop's exp2(-inf - M) = 0 where not kept
-        off = ((c % NB) * npos + c // NB) * G
-        o = tl.load(po_ptr + off * D, mask=kc[:, None] & dm[None, :], other=0.0)
-        l_i += w
-        acc += w[:, None] * o.to(tl.float32)
+    for c0 in range(0, NEP, MU):
+        for u in tl.static_range(MU):
+            c = c0 + u
+            x = tl.reduce(tl.where(e[None, :] == c, wk, 0.0), 1, _sum_combine)
+            kc = x >= 0.0
+            w = tl.where(kc, x, 0.0)  # the loop's exp2(-inf - M) = 0 where not kept
+            off = ((c % NB) * npos + c // NB) * G
+            o = tl.load(PO + off * D + prel, mask=kc[:, None] & dm[None, :], other=0.0)
+            l_i += w
+            acc += w[:, None] * o.to(tl.float32)
     out = acc / tl.where(has, l_i, 1.0)[:, None]  # zeros for a row without any key
     lse_out = tl.where(has, m_s + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
     orow = (bh * T + t) * G + g
@@ -342,7 +348,7 @@ def keys_forward(
     _sel_fwd_merge_kernel[(triton.cdiv(T, cfg["TM"]), BH)](
         po, pl, idx, valid8, out, lse, T, NK, nb,
         G=G, D=D, LP=LP, TM=cfg["TM"], RM=cfg["RM"], DP=cfg["DP"], TILES=cfg["merge_tiles"],
-        NEP=merge_slots(NK, nb), num_warps=cfg["warps_m"], num_stages=1,
+        NEP=merge_slots(NK, nb), MU=cfg["MU_m"], num_warps=cfg["warps_m"], num_stages=1,
     )  # fmt: skip
     return index
 
@@ -376,7 +382,7 @@ def keys_fwd_gpucheck_rows(
         T=i32, NS=i32, NK=i32, NBLK=i32, NSEARCH=i32, S=i32, sm_scale="fp32",
     )  # fmt: skip
     m_consts = {"G": G, "D": D, "LP": LP, "TM": cfg["TM"], "RM": cfg["RM"], "DP": cfg["DP"],
-                "TILES": cfg["merge_tiles"], "NEP": merge_slots(NK, triton.cdiv(LP, cfg["BN"]))}  # fmt: skip
+                "TILES": cfg["merge_tiles"], "NEP": merge_slots(NK, triton.cdiv(LP, cfg["BN"])), "MU": cfg["MU_m"]}  # fmt: skip
     m_args = dict(PO=ptr, PL=f32, IDX=i64, VALID=i8, OUT=ptr, LSE=f32, T=i32, NK=i32, NB=i32)
     ix_args = dict(IDX=i64, VALID=i8, KEY="*i32", T=i32, NK=i32, NS=i32, NBLK=i32)
     sg_args = dict(START=i64, SEG_END=i64, NBLK=i32, S=i32)

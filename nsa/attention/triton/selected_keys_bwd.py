@@ -319,7 +319,7 @@ def _sel_bwd_dq_merge_kernel(
     PDQ, IDX, VALID, DQ,
     T, NK, NP, NB,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, DP: tl.constexpr, BM: tl.constexpr,
-    TILES: tl.constexpr = False, NEP: tl.constexpr = 16,
+    TILES: tl.constexpr = False, NEP: tl.constexpr = 16, MU: tl.constexpr = 4,
 ):  # fmt: skip
     # One program: rows [r0, r0 + BM) of one (batch, KV head)'s [T*G, D] dQ (row r = t*G + g). Sums,
     # entry by entry and chunk by chunk (a fixed order), the partials of the entries that add keys; a
@@ -327,7 +327,7 @@ def _sel_bwd_dq_merge_kernel(
     # metadata loaded once; else the loop the GPU runs measured (each entry loads IDX and VALID, then
     # the partials they mask).
     if TILES:
-        _dq_merge_tiles(PDQ, IDX, VALID, DQ, T, NK, NP, NB, G, D, LP, DP, BM, NEP)
+        _dq_merge_tiles(PDQ, IDX, VALID, DQ, T, NK, NP, NB, G, D, LP, DP, BM, NEP, MU)
     else:
         _dq_merge_loop(PDQ, IDX, VALID, DQ, T, NK, NP, NB, G, D, LP, DP, BM)
 
@@ -362,14 +362,16 @@ def _dq_merge_loop(
 def _dq_merge_tiles(
     PDQ, IDX, VALID, DQ, T, NK, NP, NB,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, DP: tl.constexpr, BM: tl.constexpr,
-    NEP: tl.constexpr,
+    NEP: tl.constexpr, MU: tl.constexpr,
 ):  # fmt: skip
-    """`_dq_merge_loop`'s sum with every load address known up front: the rows' table metadata as one
+    """`_dq_merge_loop`'s sum with its load addresses known ahead: the rows' table metadata as one
     [BM, NEP] tile of (entry, chunk) couples e -> (e // NB, e % NB) (IDX, VALID -> keep), then the
-    PDQ loads unrolled in the loop's order (entry slot, then chunk), each row's keep taken out of the
-    tile by a select and a sum. The same fp32 additions in the same order: dQ bitwise the loop's (a
-    padded couple adds +0.0, and dq is never -0.0: it starts at +0.0). Two dependent memory latencies
-    a program (metadata, then PDQ), against two an entry in the loop."""
+    PDQ loads in the loop's order (entry slot, then chunk), MU of them unrolled a step (independent
+    loads in flight together; all NEP at once spilled on triton 3.6, `_config`'s MU_merge), each
+    row's keep taken out of the tile by a select and a sum. The same fp32 additions in the same order:
+    dQ bitwise the loop's (a padded couple adds +0.0, and dq is never -0.0: it starts at +0.0).
+    1 + NEP / MU dependent memory latencies a program (metadata, then a step's PDQ), against two an
+    entry in the loop."""
     r = tl.program_id(0) * BM + tl.arange(0, BM)
     bh = tl.program_id(1).to(tl.int64)
     d = tl.arange(0, DP)
@@ -385,12 +387,18 @@ def _dq_merge_tiles(
     j = tl.load(IDX + meta, mask=em, other=-1)
     keep = em & (tl.load(VALID + meta, mask=em, other=0) != 0) & (j >= 0) & (j * LP <= t[:, None])
     keep = keep.to(tl.int32)
-    base = (ebase * G + g)[:, None] * D + d[None, :]
+    # The rows' partials as one scalar pointer (int64) and int32 offsets from it (< BM*NK*D): an
+    # int64 offset tile held across the loop cost 2 registers an element.
+    t0 = (tl.program_id(0) * BM) // G
+    PDQ += (bh * T + t0) * NK * G * D
+    rel = ((t - t0) * NK * G + g)[:, None] * D + d[None, :]
     dq = tl.zeros([BM, DP], tl.float32)
-    for c in tl.static_range(NEP):
-        kc = tl.reduce(tl.where(e[None, :] == c, keep, 0), 1, _sum_combine) != 0
-        off = (c % NB) * chunk + (c // NB) * G * D
-        dq += tl.load(PDQ + off + base, mask=kc[:, None] & dm[None, :], other=0.0).to(tl.float32)
+    for c0 in range(0, NEP, MU):
+        for u in tl.static_range(MU):
+            c = c0 + u
+            kc = tl.reduce(tl.where(e[None, :] == c, keep, 0), 1, _sum_combine) != 0
+            off = (c % NB) * chunk + (c // NB) * G * D
+            dq += tl.load(PDQ + off + rel, mask=kc[:, None] & dm[None, :], other=0.0).to(tl.float32)
     qoff = (bh * T * G + r)[:, None] * D + d[None, :]
     tl.store(DQ + qoff, dq.to(DQ.dtype.element_ty), mask=rm[:, None] & dm[None, :])
 
@@ -503,7 +511,7 @@ def keys_bwd_gpucheck_rows(
                 "DIV32": c["keys_div32"], **dq_store_consts(c, arch), "ROWLIM": rowlim(c)}  # fmt: skip
 
     merge_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BM": cfg["BM_merge"], "TILES": cfg["merge_tiles"],
-                    "NEP": merge_slots(NK, triton.cdiv(LP, cfg["BN"]))}  # fmt: skip
+                    "NEP": merge_slots(NK, triton.cdiv(LP, cfg["BN"])), "MU": cfg["MU_merge"]}  # fmt: skip
     delta_consts = {"D": D, "DP": cfg["DP"], "BM": cfg["BM_delta"]}
     delta_args = dict(OUT=ptr, DO=ptr, DELTA=f32, R=i32)
     rows = [("selected_bwd_delta", _sel_bwd_delta_kernel, delta_args, delta_consts, cfg["warps_delta"], 1)]
@@ -586,6 +594,6 @@ def keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP: int, scale: fl
     _sel_bwd_dq_merge_kernel[(triton.cdiv(T * G, cfg["BM_merge"]), BH)](
         pdq, idx, valid.view(torch.int8), dq, T, NK, npos, nb,
         G=G, D=D, LP=LP, DP=DP, BM=cfg["BM_merge"], TILES=cfg["merge_tiles"], NEP=merge_slots(NK, nb),
-        num_warps=cfg["warps_merge"], num_stages=1,
+        MU=cfg["MU_merge"], num_warps=cfg["warps_merge"], num_stages=1,
     )  # fmt: skip
     return dq, pdk, pdv
