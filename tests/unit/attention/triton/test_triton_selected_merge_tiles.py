@@ -122,13 +122,8 @@ def test_tiles_merges_are_bitwise_the_loops_bf16(bf16_interpreter):
     _check(torch.bfloat16, torch.bfloat16, 6, 5, 2, 1, 1, 37, 32, 8, seed=7)
 
 
-def test_merge_tiles_ships_and_reaches_both_launches(monkeypatch):
-    """`_config` ships merge_tiles at every G, head_dim and arch; the launchers hand it to both merges
-    as TILES, with NEP = merge_slots (>= 16, one compile for every T)."""
-    assert all(
-        tsel._config(G, D, 64, arch=a)["merge_tiles"] for G in (1, 6, 16) for D in (64, 128) for a in (80, 90)
-    )
-    assert tkbwd.merge_slots(16, 1) == 16 and tkbwd.merge_slots(5, 1) == 16 and tkbwd.merge_slots(7, 3) == 32
+def _launched(monkeypatch) -> dict:
+    """One forward + backward of the key-major path (G 2); the merges' (TILES, NEP, MU) as launched."""
     seen = {}
 
     class Spy:
@@ -137,7 +132,7 @@ def test_merge_tiles_ships_and_reaches_both_launches(monkeypatch):
 
         def __getitem__(self, grid):
             def launch(*args, **kw):
-                seen[self.name] = (kw["TILES"], kw["NEP"])
+                seen[self.name] = (kw["TILES"], kw["NEP"], kw["MU"])
                 return self.kernel[grid](*args, **kw)
 
             return launch
@@ -151,4 +146,31 @@ def test_merge_tiles_ships_and_reaches_both_launches(monkeypatch):
     idx, valid = _odd_table(1, 1, T, lp, 3, seed=5)
     out = tsel.selected_attention(q, k, v, idx, valid, sel_block=lp, scale=0.25, forced_blocks=True)
     torch.autograd.grad(out.sum(), (q, k, v))
-    assert seen == {"fwd": (True, 16), "dq": (True, 16)}
+    return seen
+
+
+def test_merge_tiles_ships_and_reaches_both_launches(monkeypatch):
+    """`_config` ships merge_tiles at every G, head_dim and arch (4 loads a step); the launchers hand it
+    to both merges as TILES, with NEP = merge_slots (>= 16, one compile for every T) and MU."""
+    for G in (1, 6, 16):
+        for D in (64, 128):
+            for arch in (80, 90):
+                cfg = tsel._config(G, D, 64, arch=arch)
+                assert (cfg["merge_tiles"], cfg["MU_m"], cfg["MU_merge"]) == (True, 4, 4)
+    assert tkbwd.merge_slots(16, 1) == 16 and tkbwd.merge_slots(5, 1) == 16 and tkbwd.merge_slots(7, 3) == 32
+    assert _launched(monkeypatch) == {"fwd": (True, 16, 4), "dq": (True, 16, 4)}
+
+
+def test_the_kernel_probe_variant_runs_the_loops(monkeypatch):
+    """bench/kernel_probe.py's selected variant {"merge_tiles": False} (M7C), applied as probe_sel patches
+    the launch config, launches both merges' measured loops."""
+    from tests.fixtures.bench import load_bench
+
+    probe = load_bench("kernel_probe")
+    over = {"shape": "m7c", "merge_tiles": False}
+    assert over in probe.SEL_VARIANTS
+    shipped = tsel._launch_config
+    monkeypatch.setattr(
+        tsel, "_launch_config", lambda G, D, LP, *a: probe._apply(shipped(G, D, LP, *a), over, G)
+    )
+    assert _launched(monkeypatch) == {"fwd": (False, 16, 4), "dq": (False, 16, 4)}
