@@ -297,9 +297,10 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # Their (entry, chunk) loads unrolled MU at a time (a step's loads in flight together; the
         # steps in a loop), the partials addressed by int32 offsets from a scalar pointer: ptxas, G
         # 1/2/5/6/8 x D 64/96/128, sm_80 / sm_90, triton 3.6 and 3.9, no spill at MU 4 (forward
-        # 58-111 registers, dQ 64-137, 214 with fp32 partials); all 16 at once held 171-255 in the
-        # forward and spilled in the dQ merge everywhere on 3.6 (8-36 B, 4.4 KB with fp32 partials);
-        # MU 2 and 8 spilled 4-20 B at a few points (bench/RESULTS.md "mergeone").
+        # 58-111 registers, dQ 64-137, 214 with fp32 partials). With int64 pointer tiles: all 16 at
+        # once held up to 255 in the forward and spilled in the dQ merge everywhere on 3.6 (8-36 B;
+        # 56 B-4.9 KB with fp32 partials); 2, 4 or 8 a step spilled 4 B-2.8 KB at some points
+        # (bench/RESULTS.md "mergeone").
         "MU_m": 4,
         "MU_merge": 4,
         "BM_delta": 64,
