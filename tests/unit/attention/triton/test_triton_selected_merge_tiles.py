@@ -35,6 +35,8 @@ def _partials(B, Hkv, T, NK, NB, G, D, lp, dtype, pdq_dtype, seed):
     assert idx.shape[-1] == NK
     t = torch.arange(T).view(T, 1)
     keep = valid & (idx >= 0) & (idx * lp <= t)  # [B, Hkv, T, NK]
+    twice = (idx[..., :, None] == idx[..., None, :]) & keep[..., :, None] & keep[..., None, :]
+    assert (twice.sum((-1, -2)) > NK).any()  # some token lists a kept block twice
     g = torch.Generator().manual_seed(seed)
     npos = B * Hkv * T * NK
     po = torch.randn(NB, npos, G, D, generator=g)
