@@ -52,8 +52,8 @@ def _table(monkeypatch, over: dict, q, kc, lse, bl, d, lp, n):
 # to 2 of them; `_interior_end` itself is checked at every position by
 # test_interior_end_is_the_definition.
 CASES = [
-    (1, 1, 61, 6, 16, 2, 1, 4, 4, 2, 1, 0),  # M7C's sm_90 setting: 2 tokens merged in halves
-    (1, 1, 47, 16, 16, 2, 1, 4, 4, 1, 0, 1),  # 1 token a tile, Eq. 9's neighbour rotated (SHM)
+    (1, 1, 53, 6, 16, 2, 1, 4, 4, 2, 1, 0),  # M7C's sm_90 setting: 2 tokens merged in halves
+    (1, 1, 41, 16, 16, 2, 1, 4, 4, 1, 0, 1),  # 1 token a tile, Eq. 9's neighbour rotated (SHM)
 ]
 BJ = 4
 
