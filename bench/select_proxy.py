@@ -197,10 +197,9 @@ def dynamic_count(
     }
 
 
-def interior_end(t0: int, t_last: int, bj: int) -> int:
-    """`_cmp_select`'s `_interior_end` (select_split) for a program of tokens t0..t_last at the
-    proxy's geometry: its interior key tiles are [1, end), its edge tiles 0 and [end, tiles)."""
-    bl, d, lp = GEO["block_len"], GEO["block_stride"], GEO["sel_block"]
+def interior_end(t0: int, t_last: int, bj: int, bl: int = 32, d: int = 16, lp: int = 64) -> int:
+    """`_cmp_select`'s `_interior_end` (select_split) for a program of tokens t0..t_last (geometry: the
+    proxy's, GEO): its interior key tiles are [1, end), its edge tiles 0 and [end, tiles)."""
     r = lp // d
     n_tiles = -(-(t_last // lp + 1) // bj)
     vis = max(t0 - (bl - 1) + d, 0) // (bj * r * d)
@@ -216,8 +215,8 @@ def dynamic_count_split(
     `split_loops`): per program the code outside the loops once (tile 0 among it, straight-line, its
     merges counted as run: block 0 is forced, so tile 0 always merges a token's first keys), per
     interior and per edge tile its loop's always-run part (exact counts: `interior_end` of each
-    program), and each loop's merge branches on the sampled tiles of that kind that merge, scaled to
-    every program."""
+    program), and each loop's merge branches at the rate they run on the sampled tiles of its kind
+    (`merge_rate_interior` / `_edge`, the edge's without tile 0) times its exact tile count."""
     Hkv = SHAPES[shape][0]
     lp = GEO["sel_block"]
     loops = paths["loops"]["loops"]
@@ -235,15 +234,17 @@ def dynamic_count_split(
     n_br = len(loops[1]["branches"])
     th = (bt + 1) // 2 if n_br == 2 else bt
     merges = {"interior": [0.0] * n_br, "edge": [0.0] * n_br}
-    n_prog = 0
+    seen = {"interior": 0.0, "edge": 0.0}  # sampled tiles of each kind (a program's, once)
     for off in range(0, WINDOW, bt):
-        n_prog += E.shape[0]
         t0 = t[:, off]
         t_last = t[:, min(off + bt, WINDOW) - 1]
         ends = torch.tensor([interior_end(int(a), int(b), bj) for a, b in zip(t0, t_last)])
+        n_tiles = -(-(t_last // lp + 1) // bj)
         jb = torch.arange(E.shape[-1])
         interior = (jb[None, :] >= 1) & (jb[None, :] < ends[:, None])
-        edge = jb[None, :] >= ends[:, None]
+        edge = (jb[None, :] >= ends[:, None]) & (jb[None, :] < n_tiles[:, None])
+        seen["interior"] += float(interior.sum())
+        seen["edge"] += float(edge.sum())
         for r in range(n_br):
             lo = off + r * th
             grp = E[:, lo : min(lo + th, off + bt)]
@@ -251,20 +252,27 @@ def dynamic_count_split(
                 m = grp.any(1)
                 merges["interior"][r] += float((m & interior).sum())
                 merges["edge"][r] += float((m & edge).sum())
-    scale = progs / n_prog
+    # Each loop's merges a tile of its kind in the sample, times its exact count (the sample's mix of
+    # interior and edge tiles is not the launch's).
+    rate = {k: [m / max(seen[k], 1.0) for m in v] for k, v in merges.items()}
     seqs = B * Hkv
     dyn = {}
     for c in paths["loops"]["once"]:
         n = progs * paths["loops"]["once"][c] + n_int * loops[0]["always"][c] + n_edge * loops[1]["always"][c]
-        n += sum(m * scale * b[c] for m, b in zip(merges["interior"], loops[0]["branches"]))
-        n += sum(m * scale * b[c] for m, b in zip(merges["edge"], loops[1]["branches"]))
+        n += sum(r * n_int * b[c] for r, b in zip(rate["interior"], loops[0]["branches"]))
+        n += sum(r * n_edge * b[c] for r, b in zip(rate["edge"], loops[1]["branches"]))
         dyn[c] = n * seqs * warps
     return {
         "programs": progs * seqs,
         "tiles": (progs + n_int + n_edge) * seqs,
         "interior_tiles": n_int * seqs,
         "edge_tiles": (progs + n_edge) * seqs,  # tile 0 among them
-        "merge_rate": [round((a + b) * scale / max(n_int + n_edge, 1), 4) for a, b in zip(*merges.values())],
+        "merge_rate": [
+            round((a * n_int + b * n_edge) / max(n_int + n_edge, 1), 4) for a, b in zip(*rate.values())
+        ],
+        # per loop: merges a tile of its kind (the edge's without tile 0), for bench/a100_proxy.py's record
+        "merge_rate_interior": [round(a, 4) for a in rate["interior"]],
+        "merge_rate_edge": [round(b, 4) for b in rate["edge"]],
         "warp_insns": dyn["insns"],
         "dyn": dyn,
     }

@@ -276,3 +276,24 @@ def test_dynamic_count_split_is_the_program_by_program_count(small):
                         want += 13 * int(m[1:end].sum()) + 19 * int(m[end:].sum())
         assert n_int > 0 and got["interior_tiles"] == n_int
         assert got["warp_insns"] == pytest.approx(2 * want, rel=1e-9), (bt, halves)
+
+
+def test_the_a100_count_of_the_split_loop_reads_its_record():
+    """bench/attention_cost/sass80.py prices select_split from the A100 record's split entry (no
+    compile): its interior and edge tiles and tile 0 are the launch's key tiles, each counted once;
+    at M7C 64k it issues fewer instructions than the CUT loop at the same setting, more than none."""
+    from nsa.attention.gpusuite.modelcheck import load_model
+
+    m = load_model()
+    sass80, counts = sys.modules["attention_cost.sass80"], sys.modules["attention_cost.counts"]
+    s = m.SHAPES["m7c"]
+    bj = counts._sel_tiles(s)["BJ"]
+    for T, bt in [(8192, 4), (65536, 4), (3000, 2)]:
+        progs, n_int, n_edge = sass80.split_tiles(T, s, bt, bj)
+        assert progs + n_int + n_edge == counts._cmp_select_work(T, s, 1, bt)["steps"]
+        assert n_int > 0
+    launch = {"bt_sel": 4, "warps_sel": 2, "halves_sel": 1, "maxnreg_sel": 168}
+    cut = sass80.select_work(65536, s, launch)
+    split = sass80.select_work(65536, s, {**launch, "select_split": 1})
+    assert 0.8 * cut["warp_insns"] < split["warp_insns"] < 0.97 * cut["warp_insns"]
+    assert split["resident_warps"] == cut["resident_warps"]
