@@ -458,7 +458,7 @@ def candidate_rows(specs: list[str], over: dict, kernel: str, windows: int, arch
 
 
 KEEP = ("source", "variant", "arch", "shape", "T", "B", "kernel", "bt", "warps", "halves", "set", "registers", "spill",
-        "triton", "resident_warps", "merge_rate", "interior_tiles", "edge_tiles", "warp_insns", "ms", "proxy_ms", "error", "insn_only_error",
+        "triton", "resident_warps", "merge_rate", "merge_rate_interior", "merge_rate_edge", "interior_tiles", "edge_tiles", "warp_insns", "ms", "proxy_ms", "error", "insn_only_error",
         "in_domain")  # fmt: skip
 
 
