@@ -36,10 +36,12 @@ SASS_FILE = HERE / "a100_proxy_sass.json"
 SHAPES = {"m7c": (6, 64), "paper": (16, 128)}  # (G, D)
 # The selection settings recorded (tokens a tile, warps, halves, register cap): what compressed.py
 # ships on sm_80 (first; 4 / 4 / 0 before 2026-11-26's proxy-chosen setting) and the candidates. The key-major backward at M7C only (G <= 8).
+# A fifth entry 1: the shipped setting with the split loop (select_split, bench/RESULTS.md "selsplit").
 SELECT = {
     "m7c": [(4, 2, 1, 168), (4, 4, 0, 0), (4, 4, 1, 0), (4, 2, 1, 0), (4, 2, 0, 0), (2, 2, 1, 0), (2, 2, 0, 0),
-            (2, 4, 1, 0), (2, 4, 0, 0), (2, 1, 1, 0), (8, 4, 1, 0), (4, 1, 1, 0)],
-    "paper": [(4, 4, 0, 0), (4, 4, 1, 0), (2, 4, 0, 0), (8, 4, 1, 0), (4, 2, 1, 0), (4, 2, 1, 168), (2, 2, 1, 0)],
+            (2, 4, 1, 0), (2, 4, 0, 0), (2, 1, 1, 0), (8, 4, 1, 0), (4, 1, 1, 0), (4, 2, 1, 168, 1)],
+    "paper": [(4, 4, 0, 0), (4, 4, 1, 0), (2, 4, 0, 0), (8, 4, 1, 0), (4, 2, 1, 0), (4, 2, 1, 168), (2, 2, 1, 0),
+              (4, 4, 0, 0, 1)],
 }  # fmt: skip
 # The keys backward's settings recorded, each over sm_80's shipped one (64 rows a step with the per-row
 # key limit, keys_rowlim; bench/RESULTS.md "a100ship"). Only settings the launcher runs as given
@@ -133,13 +135,23 @@ def recount(old: dict | None = None) -> dict:
                  "merge_rate": dict(old["merge_rate"]) if old else {}}  # fmt: skip
     for shape, settings in SELECT.items():
         G, D = SHAPES[shape]
-        for bt, w, h, cap in settings:
-            c = sp.sass_counts(shape, "int32", bt, w, h, arch=80, over={"maxnreg_sel": cap} if cap else None)
-            key = select_key(G, D, bt, w, h, cap)
+        for bt, w, h, cap, *split in settings:
+            split = split[0] if split else 0
+            over = {**({"maxnreg_sel": cap} if cap else {}), **({"select_split": 1} if split else {})}
+            c = sp.sass_counts(shape, "int32", bt, w, h, arch=80, over=over or None)
+            key = select_key(G, D, bt, w, h, cap, split)
             rec["select"][key] = {k: c[k] for k in ("registers", "spill", "smem", "paths")}
             print(json.dumps({"recorded": key, "registers": c["registers"], "spill": c["spill"]}),
                   file=sys.stderr, flush=True)  # fmt: skip
             mkey = f"G{G}xD{D}/bt{bt}/h{h}"
+            if split and f"{mkey}/interior" not in rec["merge_rate"]:  # per loop (select_split)
+                rates = {"interior": {}, "edge": {}}
+                for T in MERGE_T:
+                    dyn = sp.dynamic_count_split(shape, T, 1, bt, c["paths"], w)
+                    for path in rates:
+                        rates[path][str(T)] = dyn[f"merge_rate_{path}"]
+                for path, table in rates.items():
+                    rec["merge_rate"][f"{mkey}/{path}"] = table
             if mkey not in rec["merge_rate"]:
                 rates = {}
                 for T in MERGE_T:
@@ -179,14 +191,22 @@ def candidate_rows(rec: dict) -> list[dict]:
     for shape, settings in SELECT.items():
         G, D = SHAPES[shape]
         s = m.SHAPES[shape]
-        for bt, w, h, cap in settings:
-            c = rec["select"][select_key(G, D, bt, w, h, cap)]
+        for bt, w, h, cap, *split in settings:
+            split = split[0] if split else 0
+            c = rec["select"][select_key(G, D, bt, w, h, cap, split)]
             for T in POINTS:
-                launch = {"bt_sel": bt, "warps_sel": w, "halves_sel": h, "maxnreg_sel": cap}
+                launch = {
+                    "bt_sel": bt,
+                    "warps_sel": w,
+                    "halves_sel": h,
+                    "maxnreg_sel": cap,
+                    "select_split": split,
+                }
                 work = sass80.select_work(T, s, launch)
                 ms = prices.sass_seconds(work, "select", gpu) * 1e3
                 rows.append({"a100_candidate": "cmp_select", "shape": shape, "T": T, "bt_sel": bt, "warps_sel": w,
-                             "halves_sel": h, "maxnreg_sel": cap, "registers": c["registers"], "spill": c["spill"],
+                             "halves_sel": h, "maxnreg_sel": cap, "select_split": split,
+                             "registers": c["registers"], "spill": c["spill"],
                              "resident_warps": work["resident_warps"], "warp_insns": work["warp_insns"],
                              "proxy_ms": round(ms, 3)})  # fmt: skip
     s = m.SHAPES["m7c"]

@@ -123,6 +123,12 @@ CMP_VARIANTS = [
     # "selshm", "shmpaper").
     {"kernel": "select", "shape": "m7c", "select_shm": 1},
     {"kernel": "select", "shape": "paper", "select_shm": 0},
+    # The CUT loop split into interior key tiles (no load mask, visibility compare or candidate / forced
+    # keys) and edge tiles (select_split; the same tables): bench/select_proxy.py predicts it -6.3 / -13.6 %
+    # at M7C 8k x 8 / 64k on sm_90 (short of the 8 % asked at 8k: not shipped), and with select_shm
+    # beside it at M7C (bench/RESULTS.md "selsplit").
+    {"kernel": "select", "select_split": 1},
+    {"kernel": "select", "shape": "m7c", "select_split": 1, "select_shm": 1},
 ]
 
 # The compressed backward (dQ, dK/dV, the partial sum): keys of compressed._config; "x2" doubles one.

@@ -197,6 +197,87 @@ def dynamic_count(
     }
 
 
+def interior_end(t0: int, t_last: int, bj: int, bl: int = 32, d: int = 16, lp: int = 64) -> int:
+    """`_cmp_select`'s `_interior_end` (select_split) for a program of tokens t0..t_last (geometry: the
+    proxy's, GEO): its interior key tiles are [1, end), its edge tiles 0 and [end, tiles)."""
+    r = lp // d
+    n_tiles = -(-(t_last // lp + 1) // bj)
+    vis = max(t0 - (bl - 1) + d, 0) // (bj * r * d)
+    cand = (t0 + lp) // (bj * lp)
+    forced = max(t0 // lp - 1, 0) // bj
+    return max(min(vis, cand, forced, n_tiles), 1)
+
+
+def dynamic_count_split(
+    shape: str, T: int, B: int, bt: int, paths: dict, warps: int, windows=512, bj: int = 16
+) -> dict:
+    """`dynamic_count` for the split loop (select_split; `paths["loops"]`, bench/select_sass.py
+    `split_loops`): per program the code outside the loops once (tile 0 among it, straight-line, its
+    merges counted as run: block 0 is forced, so tile 0 always merges a token's first keys), per
+    interior and per edge tile its loop's always-run part (exact counts: `interior_end` of each
+    program), and each loop's merge branches at the rate they run on the sampled tiles of its kind
+    (`merge_rate_interior` / `_edge`, the edge's without tile 0) times its exact tile count."""
+    Hkv = SHAPES[shape][0]
+    lp = GEO["sel_block"]
+    loops = paths["loops"]["loops"]
+    assert len(loops) == 2, "tile 0 straight-line, then the interior and the edge loops"
+    progs = -(-T // bt)
+    n_int = n_edge = 0
+    for pid in range(progs):
+        t0, t_last = pid * bt, min(pid * bt + bt - 1, T - 1)
+        n = -(-(t_last // lp + 1) // bj)
+        end = interior_end(t0, t_last, bj)
+        n_int += end - 1
+        n_edge += n - end
+    t, sc = window_scores(shape, T, B, windows)
+    E = enter_flags(block_keys(t, sc), bj)
+    n_br = len(loops[1]["branches"])
+    th = (bt + 1) // 2 if n_br == 2 else bt
+    merges = {"interior": [0.0] * n_br, "edge": [0.0] * n_br}
+    seen = {"interior": 0.0, "edge": 0.0}  # sampled tiles of each kind (a program's, once)
+    for off in range(0, WINDOW, bt):
+        t0 = t[:, off]
+        t_last = t[:, min(off + bt, WINDOW) - 1]
+        ends = torch.tensor([interior_end(int(a), int(b), bj) for a, b in zip(t0, t_last)])
+        n_tiles = -(-(t_last // lp + 1) // bj)
+        jb = torch.arange(E.shape[-1])
+        interior = (jb[None, :] >= 1) & (jb[None, :] < ends[:, None])
+        edge = (jb[None, :] >= ends[:, None]) & (jb[None, :] < n_tiles[:, None])
+        seen["interior"] += float(interior.sum())
+        seen["edge"] += float(edge.sum())
+        for r in range(n_br):
+            lo = off + r * th
+            grp = E[:, lo : min(lo + th, off + bt)]
+            if grp.shape[1]:
+                m = grp.any(1)
+                merges["interior"][r] += float((m & interior).sum())
+                merges["edge"][r] += float((m & edge).sum())
+    # Each loop's merges a tile of its kind in the sample, times its exact count (the sample's mix of
+    # interior and edge tiles is not the launch's).
+    rate = {k: [m / max(seen[k], 1.0) for m in v] for k, v in merges.items()}
+    seqs = B * Hkv
+    dyn = {}
+    for c in paths["loops"]["once"]:
+        n = progs * paths["loops"]["once"][c] + n_int * loops[0]["always"][c] + n_edge * loops[1]["always"][c]
+        n += sum(r * n_int * b[c] for r, b in zip(rate["interior"], loops[0]["branches"]))
+        n += sum(r * n_edge * b[c] for r, b in zip(rate["edge"], loops[1]["branches"]))
+        dyn[c] = n * seqs * warps
+    return {
+        "programs": progs * seqs,
+        "tiles": (progs + n_int + n_edge) * seqs,
+        "interior_tiles": n_int * seqs,
+        "edge_tiles": (progs + n_edge) * seqs,  # tile 0 among them
+        "merge_rate": [
+            round((a * n_int + b * n_edge) / max(n_int + n_edge, 1), 4) for a, b in zip(*rate.values())
+        ],
+        # per loop: merges a tile of its kind (the edge's without tile 0), for bench/a100_proxy.py's record
+        "merge_rate_interior": [round(a, 4) for a in rate["interior"]],
+        "merge_rate_edge": [round(b, 4) for b in rate["edge"]],
+        "warp_insns": dyn["insns"],
+        "dyn": dyn,
+    }
+
+
 def resident_warps(registers: int, smem: int, warps: int, gpu=H200) -> int:
     """Warps an SM of `gpu` (the H200 by default) holds of this kernel: select_sass.resident_programs
     x its warps."""
@@ -328,8 +409,11 @@ def fit(rows: list[dict]) -> dict:
 def predict(rows: list[dict], f: dict) -> list[dict]:
     out = []
     for r in rows:
-        ms = proxy_ms(r["dyn"], f, r["resident_warps"])
-        issue = proxy_ms({"insns": r["dyn"]["insns"], "lds_sts": 0}, {"insn": f["insn_only"], "smem": 0})
+        gpu = a100() if r.get("arch") == 80 else H200
+        ms = proxy_ms(r["dyn"], f, r["resident_warps"], gpu)
+        issue = proxy_ms(
+            {"insns": r["dyn"]["insns"], "lds_sts": 0}, {"insn": f["insn_only"], "smem": 0}, gpu=gpu
+        )
         row = {**r, "proxy_ms": round(ms, 3), "in_domain": in_domain(r)}
         if "ms" in r:
             row.update(error=round(ms / r["ms"] - 1, 3), insn_only_error=round(issue / r["ms"] - 1, 3))
@@ -337,32 +421,44 @@ def predict(rows: list[dict], f: dict) -> list[dict]:
     return out
 
 
-def candidate_rows(specs: list[str], over: dict, kernel: str, windows: int) -> list[dict]:
-    """Proxy rows of one launch setting (today's _config on sm_90 with `over`) at shape:T:B points."""
+def a100() -> dict:
+    """The A100 as bench/a100_proxy.py prices it (the cost model's SMs and clock, sm_80's occupancy
+    limits), in `proxy_ms`'s and `resident_warps`' form."""
+    return _sibling("a100_proxy").A100_SM
+
+
+def candidate_rows(specs: list[str], over: dict, kernel: str, windows: int, arch: int = 90) -> list[dict]:
+    """Proxy rows of one launch setting (today's _config on sm_`arch` with `over`) at shape:T:B points;
+    arch 80: sm_80's SASS, resident warps on an A100 (priced there by `main`, the H200's cycles an
+    instruction carried over per SM cycle as bench/a100_proxy.py does)."""
     from nsa.attention.triton import compressed as cmp
 
     rows, counted = [], {}
     for spec in specs:
         shape, T, B = spec.split(":")
         _, G, D = SHAPES[shape]
-        c = {**cmp._config(G, D, 16, 32, 16, 64, 90), **over}
+        c = {**cmp._config(G, D, 16, 32, 16, 64, arch), **over}
         bt, warps, halves = c["bt_sel"], c["warps_sel"], c["halves_sel"]
         if c["select_v0"]:  # the kernel before, at its own settings (it always merges in halves)
             kernel, bt, warps, halves = "v0", c["bt_sel_v0"], c["warps_sel_v0"], 1
         key = (shape, kernel, bt, warps, halves, c["BJ"], c["maxnreg_sel"])
         if key not in counted:
-            counted[key] = sass_counts(shape, kernel, bt, warps, halves, over=over)
+            cap = {"maxnreg_sel": c["maxnreg_sel"]} if c["maxnreg_sel"] else {}  # the launcher's
+            counted[key] = sass_counts(shape, kernel, bt, warps, halves, arch, over={**cap, **over})
         sc = counted[key]
-        dyn = dynamic_count(shape, int(T), int(B), bt, halves, sc["paths"], warps, windows, c["BJ"])
-        res = resident_warps(sc["registers"], sc["smem"], warps)
-        rows.append({"shape": shape, "T": int(T), "B": int(B), "kernel": kernel, "bt": bt, "warps": warps,
+        if "loops" in sc["paths"]:  # select_split: the interior and the edge tiles apart
+            dyn = dynamic_count_split(shape, int(T), int(B), bt, sc["paths"], warps, windows, c["BJ"])
+        else:
+            dyn = dynamic_count(shape, int(T), int(B), bt, halves, sc["paths"], warps, windows, c["BJ"])
+        res = resident_warps(sc["registers"], sc["smem"], warps, a100() if arch == 80 else H200)
+        rows.append({"arch": arch, "shape": shape, "T": int(T), "B": int(B), "kernel": kernel, "bt": bt, "warps": warps,
                      "halves": halves, "BJ": c["BJ"], "set": over, "registers": sc["registers"], "spill": sc["spill"],
                      "triton": sc["triton"], "resident_warps": res, **dyn})  # fmt: skip
     return rows
 
 
-KEEP = ("source", "variant", "shape", "T", "B", "kernel", "bt", "warps", "halves", "set", "registers", "spill",
-        "triton", "resident_warps", "merge_rate", "warp_insns", "ms", "proxy_ms", "error", "insn_only_error",
+KEEP = ("source", "variant", "arch", "shape", "T", "B", "kernel", "bt", "warps", "halves", "set", "registers", "spill",
+        "triton", "resident_warps", "merge_rate", "merge_rate_interior", "merge_rate_edge", "interior_tiles", "edge_tiles", "warp_insns", "ms", "proxy_ms", "error", "insn_only_error",
         "in_domain")  # fmt: skip
 
 
@@ -375,6 +471,13 @@ def main(argv=None) -> int:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="bt_sel, warps_sel, halves_sel, ..."
     )
     ap.add_argument("--kernel", default="int32", choices=sorted(KERNELS))
+    ap.add_argument(
+        "--arch",
+        type=int,
+        default=90,
+        choices=[80, 90],
+        help="80: sm_80's SASS priced on an A100 (--predict)",
+    )
     ap.add_argument(
         "--variants",
         action="store_true",
@@ -401,8 +504,9 @@ def main(argv=None) -> int:
                       "speed_points_max_abs_error": max(abs(r["error"]) for r in held)}), flush=True)  # fmt: skip
     if args.predict:
         over = {k: select_sass._value(v) for k, v in (x.split("=", 1) for x in args.set)}
-        for r in predict(candidate_rows(args.predict, over, args.kernel, args.windows), f):
-            print(json.dumps({"prediction": "h200", **{k: r[k] for k in KEEP if k in r}}), flush=True)
+        gpu = "a100" if args.arch == 80 else "h200"
+        for r in predict(candidate_rows(args.predict, over, args.kernel, args.windows, args.arch), f):
+            print(json.dumps({"prediction": gpu, **{k: r[k] for k in KEEP if k in r}}), flush=True)
     if args.variants:  # before the GPU measures them: the probe checks the proxy out of sample
         for v in _sibling("kernel_probe").CMP_VARIANTS:
             if v["kernel"] != "select":

@@ -147,12 +147,66 @@ def split(lines: list[str]) -> dict:
     }
 
 
-def by_line(lines: list[str], source: str = "compressed_select.py") -> dict:
+def _mma_loops(insns, label_at) -> list[tuple[int, int]]:
+    """[lo, hi) of every outermost backward branch around a tensor-core product, in program order:
+    the key-tile loops (one, or select_split's three: tile 0, interior tiles, edge tiles)."""
+    found = []
+    for i, (op, rest, _) in enumerate(insns):
+        t = _target(rest)
+        if op.startswith("BRA") and t and label_at.get(t, i) < i:
+            lo = label_at[t]
+            if any(o.startswith(("HMMA", "HGMMA")) for o, _, _ in insns[lo:i]):
+                found.append((lo, i + 1))
+    outer = [x for x in found if not any(y != x and y[0] <= x[0] and x[1] <= y[1] for y in found)]
+    return sorted(outer)
+
+
+def _branch_regions(insns, label_at, lo: int, hi: int) -> list[tuple[int, int]]:
+    """`split`'s branch regions of the loop [lo, hi): each outermost forward conditional branch's
+    skipped range inside it."""
+    regions, i = [], lo
+    while i < hi - 1:
+        op, rest, pred = insns[i]
+        end = label_at.get(_target(rest), -1) if op.startswith("BRA") and pred else -1
+        if i < end <= hi - 1:
+            regions.append((i + 1, end))
+            i = end
+            continue
+        i += 1
+    return regions
+
+
+def split_loops(lines: list[str]) -> dict:
+    """`split` for a kernel of several key-tile loops (select_split): `once` (every instruction outside
+    the loops, to the last EXIT: the prologue, the code between the loops and the epilogue, run once
+    a program; their guards' skips are not subtracted, at most a few instructions) and `loops`, in
+    program order, each with `split`'s `always` and `branches` (and by opcode class)."""
+    insns, label_at = _parse(lines)
+    loops = _mma_loops(insns, label_at)
+    exits = [k for k, x in enumerate(insns) if x[0].startswith("EXIT")]
+    last_exit = max(exits, default=len(insns) - 1)
+    opclasses = load_by_path("keys_proxy", Path(__file__).with_name("keys_proxy.py")).opclasses
+    inside = set()
+    out = []
+    for lo, hi in loops:
+        inside.update(range(lo, hi))
+        regions = _branch_regions(insns, label_at, lo, hi)
+        skipped = {k for a, b in regions for k in range(a, b)}
+        always = [x for k, x in enumerate(insns[lo:hi], lo) if k not in skipped]
+        out.append({"always": _classes(always), "branches": [_classes(insns[a:b]) for a, b in regions],
+                    "always_ops": opclasses(always), "branch_ops": [opclasses(insns[a:b]) for a, b in regions],
+                    "span": [lo, hi]})  # fmt: skip
+    once = [x for k, x in enumerate(insns[: last_exit + 1]) if k not in inside]
+    return {"once": _classes(once), "loops": out}
+
+
+def by_line(lines: list[str], source: str = "compressed_select.py", loop: int | None = None) -> dict:
     """The key-tile loop's always-run part (`split`'s `always`) of a -g listing (`_disasm` line_info)
     by the `source` line that emitted it: {line: _classes counts}. The cubin's line table names only
     the innermost frame, so what triton's library emits (tl.sum's shuffles and cross-warp
     shared-memory steps, in triton/language/standard.py) goes to the last `source` line before it in
-    the listing: a heuristic that follows the order ptxas scheduled (bench/RESULTS.md "selshm")."""
+    the listing: a heuristic that follows the order ptxas scheduled (bench/RESULTS.md "selshm").
+    `loop`: the `loop`-th key-tile loop (`_mma_loops`, select_split's) instead of the widest."""
     where, cur, plain = [], None, []
     for ln in lines:
         m = re.search(r'//## File "([^"]+)", line (\d+)', ln)
@@ -164,7 +218,7 @@ def by_line(lines: list[str], source: str = "compressed_select.py") -> dict:
             where.append(cur)
         plain.append(ln)
     insns, label_at = _parse(plain)
-    lo, hi = _loop(insns, label_at)
+    lo, hi = _loop(insns, label_at) if loop is None else _mma_loops(insns, label_at)[loop]
     regions, i = [], lo
     while i < hi - 1:  # `split`'s branch regions
         op, rest, pred = insns[i]
@@ -256,8 +310,13 @@ def compile_select(
     rec.update(count(lines))
     if paths:
         rec["paths"] = split(lines)
+        if over.get("select_split"):  # select_split: tile 0, the interior and the edge loops apart
+            rec["paths"]["loops"] = split_loops(lines)
     if by_source:
-        rec["by_line"] = by_line(_disasm(k.asm["cubin"], arch, line_info=True))
+        listing = _disasm(k.asm["cubin"], arch, line_info=True)
+        rec["by_line"] = by_line(listing)
+        if over.get("select_split"):  # the interior loop's and the edge loop's apart
+            rec["by_line_loops"] = [by_line(listing, loop=i) for i in range(len(_mma_loops(*_parse(lines))))]
     return rec
 
 

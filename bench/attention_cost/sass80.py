@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import itertools
 import math
+from functools import lru_cache
 
-from .counts import Shape, _cmp_select_work
+from .counts import Shape, _cmp_select_work, _sel_tiles
 from .prices import A100_SASS_FILE, a100_record
 
 # A100 SXM4 (sm_80): per SM 64 K registers (allocated per warp in 256s), 64 warps, 32 programs and
@@ -24,9 +25,14 @@ from .prices import A100_SASS_FILE, a100_record
 SM80 = {"regs": 65536, "warps": 64, "blocks": 32, "smem": 167936}
 
 
-def select_key(G: int, D: int, bt: int, warps: int, halves: int, maxnreg: int = 0) -> str:
-    """A selection setting's record: tokens a tile, warps, halves and the register cap (if any)."""
-    return f"G{G}xD{D}/bt{bt}/w{warps}/h{halves}" + (f"/r{maxnreg}" if maxnreg else "")
+def select_key(G: int, D: int, bt: int, warps: int, halves: int, maxnreg: int = 0, split: int = 0) -> str:
+    """A selection setting's record: tokens a tile, warps, halves, the register cap (if any) and the
+    split loop (select_split, if on)."""
+    return (
+        f"G{G}xD{D}/bt{bt}/w{warps}/h{halves}"
+        + (f"/r{maxnreg}" if maxnreg else "")
+        + ("/split" if split else "")
+    )
 
 
 def keys_key(G: int, D: int, st: dict) -> str:
@@ -44,10 +50,11 @@ def resident_programs(registers: int, smem: int, warps: int, sm: dict = SM80) ->
     return _bench("select_sass").resident_programs(registers, smem, warps, sm)
 
 
-def merge_rates(G: int, D: int, bt: int, halves: int, T: int) -> list[float] | None:
+def merge_rates(G: int, D: int, bt: int, halves: int, T: int, path: str = "") -> list[float] | None:
     """The share of key tiles on which each merge branch runs (bench/select_proxy.py's simulation on
-    the GPU runs' inputs), interpolated in log T between the recorded points, held beyond them."""
-    table = a100_record()["merge_rate"].get(f"G{G}xD{D}/bt{bt}/h{halves}")
+    the GPU runs' inputs), interpolated in log T between the recorded points, held beyond them;
+    `path` "interior" / "edge": of select_split's tiles of that kind (the edge's without tile 0)."""
+    table = a100_record()["merge_rate"].get(f"G{G}xD{D}/bt{bt}/h{halves}" + (f"/{path}" if path else ""))
     if not table:
         return None
     pts = sorted((int(t), r) for t, r in table.items())
@@ -65,6 +72,8 @@ def select_work(T: int, s: Shape, launch: dict) -> dict | None:
     cap (None: no record of that setting): warp instructions, shared-memory accesses and MMAs of all
     programs, and the warps an SM holds."""
     bt, w, h = launch["bt_sel"], launch["warps_sel"], launch["halves_sel"]
+    if launch.get("select_split") and not launch.get("select_v0"):
+        return _split_select_work(T, s, launch)
     rec = a100_record()["select"].get(select_key(s.G, s.D, bt, w, h, launch.get("maxnreg_sel", 0)))
     rates = merge_rates(s.G, s.D, bt, h, T)
     if rec is None or rates is None or launch.get("select_v0"):
@@ -81,6 +90,46 @@ def select_work(T: int, s: Shape, launch: dict) -> dict | None:
     return {"warp_insns": n * per_seq("insns"), "warp_smem": n * per_seq("lds_sts"),
             "warp_ldsm": n * per_seq("ldsm"), "warp_mma": n * per_seq("mma"), "resident_warps": res,
             "merge_rate": [round(r, 4) for r in rates]}  # fmt: skip
+
+
+@lru_cache(maxsize=64)
+def split_tiles(T: int, s: Shape, bt: int, bj: int) -> tuple[int, int, int]:
+    """(programs, interior key tiles, edge key tiles but tile 0) of select_split's launch for one
+    (batch, KV head): a program's interior tiles are [1, end), end by bench/select_proxy.py's
+    `interior_end` (the kernel's `_interior_end`), exact."""
+    sp = _bench("select_proxy")
+    progs, n_int, n_edge = -(-T // bt), 0, 0
+    for pid in range(progs):
+        t0, t_last = pid * bt, min(pid * bt + bt - 1, T - 1)
+        end = sp.interior_end(t0, t_last, bj, s.bl, s.d, s.lp)
+        n_int += end - 1
+        n_edge += -(-(t_last // s.lp + 1) // bj) - end
+    return progs, n_int, n_edge
+
+
+def _split_select_work(T: int, s: Shape, launch: dict) -> dict | None:
+    """`select_work` for the split loop (select_split; the record's `paths["loops"]`, bench/select_sass.py
+    `split_loops`): per program the code outside the loops (tile 0 and its merges among it), per
+    interior and per edge tile its loop's always-run part, each loop's merges at its recorded rate."""
+    bt, w, h = launch["bt_sel"], launch["warps_sel"], launch["halves_sel"]
+    rec = a100_record()["select"].get(select_key(s.G, s.D, bt, w, h, launch.get("maxnreg_sel", 0), 1))
+    r_int, r_edge = (merge_rates(s.G, s.D, bt, h, T, path) for path in ("interior", "edge"))
+    if rec is None or r_int is None or r_edge is None:
+        return None
+    p = rec["paths"]["loops"]
+    inner, edge = p["loops"]
+    progs, n_int, n_edge = split_tiles(T, s, bt, _sel_tiles(s)["BJ"])
+
+    def per_seq(c: str) -> float:
+        n = progs * p["once"][c] + n_int * inner["always"][c] + n_edge * edge["always"][c]
+        n += sum(r * n_int * b[c] for r, b in zip(r_int, inner["branches"]))
+        return n + sum(r * n_edge * b[c] for r, b in zip(r_edge, edge["branches"]))
+
+    n = s.B * s.Hkv * w
+    res = resident_programs(rec["registers"], rec["smem"], w) * w
+    return {"warp_insns": n * per_seq("insns"), "warp_smem": n * per_seq("lds_sts"),
+            "warp_ldsm": n * per_seq("ldsm"), "warp_mma": n * per_seq("mma"), "resident_warps": res,
+            "merge_rate": [round(r, 4) for r in r_int]}  # fmt: skip
 
 
 def keys_bwd_work(T: int, s: Shape, st: dict) -> dict | None:

@@ -408,6 +408,12 @@ def _config(
         # 3.6 and 3.9 (RESULTS "selshm", "shmpaper"). Off elsewhere: M7C fell short of the 8 % asked at
         # 8k, sm_80 and past 16 heads a token are unpriced. 0 (the measured loop): a probe variant.
         "select_shm": 1 if arch >= 90 and a == 2 and head_dim > 64 and gpf == 16 else 0,
+        # 1: `_cmp_select`'s CUT loop split (select_cut 1 only; the kernel asserts it): the key tiles
+        # where every key is visible to every token of the program, every block a candidate and none
+        # forced run without the key-range load mask, the visibility compares and selects and the
+        # candidate / forced keys (the same tables bit for bit); tile 0 and the causal edge keep them.
+        # 0: the CUT loop as it is (bench/RESULTS.md "selsplit").
+        "select_split": 0,
         # The selection kernel: its top-n merge is latency-bound, so fewer warps a program (more
         # programs per SM) ran it faster on an H200 (bench/kernel_probe.py, 2026-11-26): M7C at 64k
         # 39.1 / 20.2 / 13.3 ms with 8 / 4 / 2 warps (and 11.9 with 2 warps and 2 tokens a tile), the
@@ -475,7 +481,7 @@ def launch_select(
         )
         return
     _cmp_select[(triton.cdiv(T, c["bt_sel"]), B * Hkv)](
-        *args, BT=c["bt_sel"], SP=c["SP"], HALVES=c["halves_sel"], CUT=c["select_cut"], SHM=c["select_shm"], **geo, num_warps=c["warps_sel"],
+        *args, BT=c["bt_sel"], SP=c["SP"], HALVES=c["halves_sel"], CUT=c["select_cut"], SHM=c["select_shm"], SPLIT=c["select_split"], **geo, num_warps=c["warps_sel"],
         num_stages=2, **({"maxnreg": c["maxnreg_sel"]} if c["maxnreg_sel"] else {}),
     )  # fmt: skip
 
@@ -661,6 +667,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         "HALVES": c["halves_sel"],
         "CUT": c["select_cut"],
         "SHM": c["select_shm"],
+        "SPLIT": c["select_split"],
         "LS": shape.sel_block,
     }
     dq_sig = {

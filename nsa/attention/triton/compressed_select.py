@@ -153,6 +153,85 @@ def _select_tile_cut(top_b, top_j, score, jt, j0, BJ: tl.constexpr, W: tl.conste
 
 
 @triton.jit
+def _select_tile_all(top_b, top_j, score, j0, BJ: tl.constexpr, W: tl.constexpr):
+    """`_select_tile_cut` on an interior tile (SPLIT): every block a candidate of every token and none
+    forced, so each key is the score's bits: the same keys and merges, without the candidate and
+    forced compares and selects."""
+    j = j0 + tl.arange(0, BJ)
+    kb = score.to(tl.int32, bitcast=True) & 0x7FFFFFFF  # drops the sign of -0.0, as eager does
+    floor = tl.maximum(tl.min(top_b, axis=1), 0)  # see _select_tile
+    if tl.max((kb >= floor[:, None]).to(tl.int32)) > 0:
+        top_b, top_j = _merge_top(top_b, top_j, kb, j, W, BJ)
+    return top_b, top_j
+
+
+@triton.jit
+def _interior_end(t0, n_tiles, BJ: tl.constexpr, R: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
+                  LS: tl.constexpr):  # fmt: skip
+    """The end of a program's interior key tiles [1, end) (SPLIT) from its first token t0 (< T): tile
+    jb is interior iff every key of it is visible to t0, so to every later token of the program
+    (((jb + 1) * BJ * R - 1) * S + L - 1 <= t0, hence below NC: no load mask), every block is a
+    candidate ((jb + 1) * BJ - 1) * LS <= t0) and none is forced (jb >= 1 and (jb + 1) * BJ - 1 <
+    t0 // LS - 1). Tokens >= T and padded heads need no mask there: their rows' lse is +inf (p 0)
+    and their tables are never stored. At least 1, at most n_tiles; integers kept >= 0 before //."""
+    vis = tl.maximum(t0 - (L - 1) + S, 0) // (BJ * R * S)
+    cand = (t0 + LS) // (BJ * LS)
+    forced = tl.maximum(t0 // LS - 1, 0) // BJ
+    return tl.maximum(tl.minimum(tl.minimum(vis, cand), tl.minimum(forced, n_tiles)), 1)
+
+
+@triton.jit
+def _cut_tile(K, q, lse, bound, kc, kc_ok, dcol, dmask, k0, j0, NC, qk_scale, jt_a, jt_b, top_ab, top_aj,
+              top_bb, top_bj, prev, rot, EDGE: tl.constexpr, BT: tl.constexpr, GP: tl.constexpr,
+              D: tl.constexpr, DP: tl.constexpr, BJ: tl.constexpr, RP: tl.constexpr, SP: tl.constexpr,
+              W: tl.constexpr, HALVES: tl.constexpr, L: tl.constexpr, S: tl.constexpr, R: tl.constexpr, A: tl.constexpr,
+              TH: tl.constexpr, PREC: tl.constexpr, SHM: tl.constexpr):  # fmt: skip
+    """One key tile of `_cmp_select`'s CUT loop (first key k0, first block j0): the probabilities,
+    Eq. 9's block scores and the top-n merges. EDGE 0 (an interior tile, SPLIT): no key-range load
+    mask, no visibility compare or select (`lse` +inf on padded rows instead), no candidate or
+    forced keys; the same floats and merges. Returns the carried state, j0 one tile on."""
+    kptr = K + (k0 + kc)[:, None] * D + dcol[None, :]
+    if EDGE:
+        kmask = kc < NC - k0
+        if R != RP:
+            kmask = kmask & kc_ok
+        k = tl.load(kptr, mask=kmask[:, None] & dmask[None, :], other=0.0)
+    elif R != RP:  # padded key columns alias the next block's keys, maybe past NC
+        k = tl.load(kptr, mask=kc_ok[:, None] & dmask[None, :], other=0.0)
+    elif D != DP:
+        k = tl.load(kptr, mask=dmask[None, :], other=0.0)
+    else:
+        k = tl.load(kptr)
+    s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+    if EDGE:
+        vis = (k0 + kc)[None, :] * S + (L - 1) <= bound[:, None]
+        if R != RP:
+            vis = vis & kc_ok[None, :]
+        p = tl.where(vis, tl.exp2(s - lse[:, None]), 0.0)
+    else:
+        p = tl.exp2(s - lse[:, None])
+        if R != RP:
+            p = tl.where(kc_ok[None, :], p, 0.0)
+    if SHM:
+        score, rot = _block_scores_shm(p, rot, BT, GP, BJ, RP, A, R)
+    else:
+        score, prev = _block_scores(p, prev, BT, GP, BJ, RP, SP, A, R)
+    if HALVES:
+        score_a, score_b = _halves(score, BT, TH, BJ)
+        if EDGE:
+            top_ab, top_aj = _select_tile_cut(top_ab, top_aj, score_a, jt_a, j0, BJ, W)
+            top_bb, top_bj = _select_tile_cut(top_bb, top_bj, score_b, jt_b, j0, BJ, W)
+        else:
+            top_ab, top_aj = _select_tile_all(top_ab, top_aj, score_a, j0, BJ, W)
+            top_bb, top_bj = _select_tile_all(top_bb, top_bj, score_b, j0, BJ, W)
+    elif EDGE:
+        top_ab, top_aj = _select_tile_cut(top_ab, top_aj, score, jt_a, j0, BJ, W)
+    else:
+        top_ab, top_aj = _select_tile_all(top_ab, top_aj, score, j0, BJ, W)
+    return top_ab, top_aj, top_bb, top_bj, prev, rot, j0 + BJ
+
+
+@triton.jit
 def _halves(score, BT: tl.constexpr, TH: tl.constexpr, BJ: tl.constexpr):
     """A tile's block scores [BT, BJ] as its two halves of TH tokens (HALVES; BT 1: the same row twice,
     the second half's tokens all past the end)."""
@@ -201,6 +280,7 @@ def _cmp_select(
     PREC: tl.constexpr,
     CUT: tl.constexpr = 0,
     SHM: tl.constexpr = 0,
+    SPLIT: tl.constexpr = 0,
 ):
     """Block selection [Eq. 9-11] for BT tokens (all G heads of each as rows, padded to GP): per key
     tile of BJ selection blocks (r = l'/d keys each, padded to RP), the final probabilities from the
@@ -211,6 +291,7 @@ def _cmp_select(
     No V, no accumulator."""
     A: tl.constexpr = L // S
     R: tl.constexpr = LS // S
+    tl.static_assert(CUT >= SPLIT)  # SPLIT splits the CUT loop
     BM: tl.constexpr = BT * GP
     pid_t = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
@@ -258,30 +339,37 @@ def _cmp_select(
         jt_b = tl.where(tb_b < t_end, tb_b // LS, -1)
         rot = tl.zeros([BT, BJ], tl.float32)  # SHM: the previous tile's last keys' sums, rotated
         j0 = pid_t * 0  # the tile's first block, an int32 of its own (jb's uses widen to 64 bits)
-        for jb in range(0, n_blk_tiles):
-            k0 = jb * (BJ * R)
-            kmask = kc < NC - k0
-            if R != RP:
-                kmask = kmask & kc_ok
-            k = tl.load(
-                K + (k0 + kc)[:, None] * D + dcol[None, :], mask=kmask[:, None] & dmask[None, :], other=0.0
-            )
-            s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-            vis = (k0 + kc)[None, :] * S + (L - 1) <= bound[:, None]
-            if R != RP:
-                vis = vis & kc_ok[None, :]
-            p = tl.where(vis, tl.exp2(s - lse[:, None]), 0.0)
-            if SHM:
-                score, rot = _block_scores_shm(p, rot, BT, GP, BJ, RP, A, R)
-            else:
-                score, prev = _block_scores(p, prev, BT, GP, BJ, RP, SP, A, R)
-            if HALVES:
-                score_a, score_b = _halves(score, BT, TH, BJ)
-                top_ab, top_aj = _select_tile_cut(top_ab, top_aj, score_a, jt_a, j0, BJ, W)
-                top_bb, top_bj = _select_tile_cut(top_bb, top_bj, score_b, jt_b, j0, BJ, W)
-            else:
-                top_ab, top_aj = _select_tile_cut(top_ab, top_aj, score, jt_a, j0, BJ, W)
-            j0 += BJ
+        if SPLIT:
+            # Tile 0 (block 0 forced), then the interior tiles [1, lo) with no mask, candidate or
+            # forced logic (`_interior_end`), then the edge tiles [lo, n) with today's: in key order,
+            # as the running top-n and Eq. 9's carried neighbours need. Three loops, one tile body.
+            lo = _interior_end(pid_t * BT, n_blk_tiles, BJ, R, L, S, LS)
+            lse_in = tl.where(row_ok, lse, float("inf"))  # padded rows: exp2(s - inf) = 0, as masked
+            for jb in range(0, tl.minimum(n_blk_tiles, 1)):
+                top_ab, top_aj, top_bb, top_bj, prev, rot, j0 = _cut_tile(
+                    K, q, lse, bound, kc, kc_ok, dcol, dmask, jb * (BJ * R), j0, NC, qk_scale, jt_a, jt_b,
+                    top_ab, top_aj, top_bb, top_bj, prev, rot, 1, BT, GP, D, DP, BJ, RP, SP, W, HALVES, L, S, R,
+                    A, TH, PREC, SHM,
+                )  # fmt: skip
+            for jb in range(1, lo):
+                top_ab, top_aj, top_bb, top_bj, prev, rot, j0 = _cut_tile(
+                    K, q, lse_in, bound, kc, kc_ok, dcol, dmask, jb * (BJ * R), j0, NC, qk_scale, jt_a, jt_b,
+                    top_ab, top_aj, top_bb, top_bj, prev, rot, 0, BT, GP, D, DP, BJ, RP, SP, W, HALVES, L, S, R,
+                    A, TH, PREC, SHM,
+                )  # fmt: skip
+            for jb in range(lo, n_blk_tiles):
+                top_ab, top_aj, top_bb, top_bj, prev, rot, j0 = _cut_tile(
+                    K, q, lse, bound, kc, kc_ok, dcol, dmask, jb * (BJ * R), j0, NC, qk_scale, jt_a, jt_b,
+                    top_ab, top_aj, top_bb, top_bj, prev, rot, 1, BT, GP, D, DP, BJ, RP, SP, W, HALVES, L, S, R,
+                    A, TH, PREC, SHM,
+                )  # fmt: skip
+        else:
+            for jb in range(0, n_blk_tiles):
+                top_ab, top_aj, top_bb, top_bj, prev, rot, j0 = _cut_tile(
+                    K, q, lse, bound, kc, kc_ok, dcol, dmask, jb * (BJ * R), j0, NC, qk_scale, jt_a, jt_b,
+                    top_ab, top_aj, top_bb, top_bj, prev, rot, 1, BT, GP, D, DP, BJ, RP, SP, W, HALVES, L, S, R,
+                    A, TH, PREC, SHM,
+                )  # fmt: skip
     else:  # the measured path (select_cut 0)
         for jb in range(0, n_blk_tiles):
             key = (jb * BJ + cj) * R + cm

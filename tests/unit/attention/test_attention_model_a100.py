@@ -38,7 +38,12 @@ def _scaled(rec: dict, factor: float) -> dict:
         for entry in out[table].values():
             p = entry["paths"]
             # (step_ops / always_ops / branch_ops: the SASS by opcode class, breakdowns the prices do not read)
-            parts = [p[k] for k in p if k != "branches" and not k.endswith("_ops")]
+            parts = [p[k] for k in p if k not in ("branches", "loops") and not k.endswith("_ops")]
+            if "loops" in p:  # select_split's entries: the code outside the loops, each loop's paths
+                parts += [
+                    p["loops"]["once"],
+                    *(x for lp in p["loops"]["loops"] for x in (lp["always"], *lp["branches"])),
+                ]
             for part in [*parts, *p.get("branches", [])]:
                 for c in ("insns", "lds_sts"):
                     part[c] *= factor
@@ -205,7 +210,7 @@ def test_the_shipped_sm80_selection_is_the_candidate_priced_15_percent_faster_un
     picks = {
         (r["bt_sel"], r["warps_sel"], r["halves_sel"], r["maxnreg_sel"], r["T"]): r
         for r in rows
-        if r["a100_candidate"] == "cmp_select" and r["shape"] == "m7c"
+        if r["a100_candidate"] == "cmp_select" and r["shape"] == "m7c" and not r["select_split"]
     }
     c = cmp._config(6, 64, 16, 32, 16, 64, 80)
     shipped = (c["bt_sel"], c["warps_sel"], c["halves_sel"], c["maxnreg_sel"])

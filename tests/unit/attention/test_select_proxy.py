@@ -180,3 +180,120 @@ def test_fit_recovers_the_constants_of_exact_rows():
     got = sp.predict([slow, rows[0], spilled], f)
     assert abs(got[0]["error"]) < 1e-9 and abs(got[1]["error"]) < 1e-9  # 16 warps: issue still bounds
     assert not got[2]["in_domain"] and got[0]["in_domain"]
+
+
+# Two key-tile loops (select_split: the interior's, then the edge's), each with an MMA and one
+# predicated merge branch, tile 0 straight-line before them with its own merge branch.
+_LISTING_SPLIT = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   HMMA.16816.F32.BF16 R4, R8, R12, RZ ;
+        /*0020*/              @!P1 BRA `(.L_x_7) ;
+        /*0030*/                   IADD3 R7, R6, 0x1, RZ ;
+.L_x_7:
+        /*0040*/              @!P0 BRA `(.L_x_3) ;
+.L_x_1:
+        /*0050*/                   HMMA.16816.F32.BF16 R4, R8, R12, RZ ;
+        /*0060*/              @!P1 BRA `(.L_x_2) ;
+        /*0070*/                   STS [R2], R5 ;
+        /*0080*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+.L_x_2:
+        /*0090*/               @P4 BRA `(.L_x_1) ;
+.L_x_3:
+        /*00a0*/                   MOV R3, R2 ;
+.L_x_4:
+        /*00b0*/                   HMMA.16816.F32.BF16 R4, R8, R12, RZ ;
+        /*00c0*/                   ISETP.GE.AND P4, PT, R0, R3, PT ;
+        /*00d0*/              @!P2 BRA `(.L_x_5) ;
+        /*00e0*/                   LDS R6, [R2] ;
+        /*00f0*/                   IADD3 R7, R6, 0x1, RZ ;
+        /*0100*/                   SEL R7, R7, RZ, P3 ;
+.L_x_5:
+        /*0110*/               @P4 BRA `(.L_x_4) ;
+        /*0120*/                   STG.E [R8.64], R7 ;
+        /*0130*/                   EXIT ;
+.L_x_6:
+        /*0140*/                   BRA `(.L_x_6);
+"""
+
+
+def test_split_loops_gives_each_key_tile_loop_its_paths():
+    p = ss.split_loops(_LISTING_SPLIT.splitlines())
+    i, e = p["loops"]
+    # Interior: HMMA, its branch, the backedge always; STS + BAR on merges.
+    assert (i["always"]["insns"], [b["insns"] for b in i["branches"]]) == (3, [2])
+    # Edge: HMMA, ISETP, its branch, the backedge always; LDS, IADD3, SEL on merges.
+    assert (e["always"]["insns"], [b["insns"] for b in e["branches"]]) == (4, [3])
+    assert e["branches"][0]["lds_sts"] == 1 and i["branches"][0]["bar"] == 1
+    # Once: MOV, tile 0's HMMA, BRA and merge (IADD3), the guard BRA, the MOV between, STG, EXIT.
+    assert p["once"]["insns"] == 8 and p["once"]["mma"] == 1
+
+
+def _interior_end_by_definition(t0: int, t_last: int, bj: int, bl=32, d=16, lp=64) -> int:
+    """The first key tile from 1 on that some token of the program sees partly, or holds a block
+    that is no candidate or forced (block 0, t0 // l' - 1 and later), or the tile count."""
+    r, n = lp // d, -(-(t_last // lp + 1) // bj)
+    end = 1
+    while end < n:
+        blocks = range(end * bj, (end + 1) * bj)
+        if ((end + 1) * bj * r - 1) * d + bl - 1 > t0 or any(
+            j * lp > t0 or j >= t0 // lp - 1 for j in blocks
+        ):
+            break
+        end += 1
+    return end
+
+
+def test_dynamic_count_split_is_the_program_by_program_count(small):
+    """select_split's count with every token sampled equals one taken program by program: the code
+    outside the loops (tile 0's among it) once a program, the interior tiles [1, end) and the edge
+    tiles [end, n) each on their loop's path, their merge branches on the tiles that merge; at 1, 2
+    and 4 tokens a tile, merged at once and in halves."""
+    T, bj, lp = 640, 2, 64
+    t, scores = small
+    E = sp.enter_flags(sp.block_keys(t, scores), bj).reshape(2, 640, -1)  # [seq, token, tile]
+    z = {"insns": 0, "lds_sts": 0}
+    for bt, halves in [(1, 0), (2, 1), (4, 0), (4, 1)]:
+        nb = 2 if halves else 1
+        loops = [
+            {"always": {"insns": 11, "lds_sts": 1}, "branches": [{**z, "insns": 13}] * nb},
+            {"always": {"insns": 17, "lds_sts": 1}, "branches": [{**z, "insns": 19}] * nb},
+        ]
+        paths = {"loops": {"once": {**z, "insns": 7}, "loops": loops}}
+        got = sp.dynamic_count_split("m7c", T, 1, bt, paths, warps=2, windows=160, bj=bj)
+        want, n_int = 0, 0
+        for seq in range(2):
+            for pid in range(-(-T // bt)):
+                tok = list(range(pid * bt, min(T, pid * bt + bt)))
+                n = -(-((tok[-1]) // lp + 1) // bj)
+                end = _interior_end_by_definition(tok[0], tok[-1], bj)
+                assert sp.interior_end(tok[0], tok[-1], bj) == end
+                n_int += end - 1
+                groups = [tok[: (bt + 1) // 2], tok[(bt + 1) // 2 :]] if halves else [tok]
+                want += 7 + 11 * (end - 1) + 17 * (n - end)
+                for g in groups:
+                    if g:
+                        m = E[seq, g][:, :n].any(0)
+                        want += 13 * int(m[1:end].sum()) + 19 * int(m[end:].sum())
+        assert n_int > 0 and got["interior_tiles"] == n_int
+        assert got["warp_insns"] == pytest.approx(2 * want, rel=1e-9), (bt, halves)
+
+
+def test_the_a100_count_of_the_split_loop_reads_its_record():
+    """bench/attention_cost/sass80.py prices select_split from the A100 record's split entry (no
+    compile): its interior and edge tiles and tile 0 are the launch's key tiles, each counted once;
+    at M7C 64k it issues fewer instructions than the CUT loop at the same setting, more than none."""
+    from nsa.attention.gpusuite.modelcheck import load_model
+
+    m = load_model()
+    sass80, counts = sys.modules["attention_cost.sass80"], sys.modules["attention_cost.counts"]
+    s = m.SHAPES["m7c"]
+    bj = counts._sel_tiles(s)["BJ"]
+    for T, bt in [(8192, 4), (65536, 4), (3000, 2)]:
+        progs, n_int, n_edge = sass80.split_tiles(T, s, bt, bj)
+        assert progs + n_int + n_edge == counts._cmp_select_work(T, s, 1, bt)["steps"]
+        assert n_int > 0
+    launch = {"bt_sel": 4, "warps_sel": 2, "halves_sel": 1, "maxnreg_sel": 168}
+    cut = sass80.select_work(65536, s, launch)
+    split = sass80.select_work(65536, s, {**launch, "select_split": 1})
+    assert 0.8 * cut["warp_insns"] < split["warp_insns"] < 0.97 * cut["warp_insns"]
+    assert split["resident_warps"] == cut["resident_warps"]

@@ -21,6 +21,7 @@ from nsa.attention import compressed as eager
 from nsa.attention.nsa import NSAAttention, _ops
 from nsa.attention.reference import reference_selection
 from nsa.attention.triton import compressed as tri
+from nsa.attention.triton import compressed_select
 from nsa.attention.triton.spec import GpuShape
 
 TOL = {torch.float32: dict(atol=2e-5, rtol=1e-4), torch.float16: dict(atol=4e-3, rtol=1e-2)}
@@ -174,10 +175,12 @@ def test_forward_is_one_flash_pass_and_selection_one_qk_pass():
     assert fwd.count("tl.dot(") == 1  # p @ V
     assert "_select_tile" not in fwd and "_block_scores" not in fwd
     sel = inspect.getsource(tri._cmp_select.fn)
-    # One key-tile loop with one product in each of the constexpr CUT's two paths (select_cut).
-    assert sel.count("if CUT:") == 1
-    assert sel.count("for jb in range(") == 2
-    assert sel.count("tl.dot(") == 2 and "V +" not in sel
+    # One product a key tile: the measured loop's own, and the CUT loop's in its tile body (one loop,
+    # or select_split's three in key order: tile 0, the interior tiles, the edge tiles).
+    assert sel.count("if CUT:") == 1 and sel.count("if SPLIT:") == 1
+    assert sel.count("for jb in range(") == 5 and sel.count("_cut_tile(") == 4
+    assert sel.count("tl.dot(") == 1 and "V +" not in sel
+    assert inspect.getsource(compressed_select._cut_tile.fn).count("tl.dot(") == 1
 
 
 def test_attention_query_tiles_hold_no_padding_rows(monkeypatch):
