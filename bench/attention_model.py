@@ -239,6 +239,7 @@ WHAT_IF = {
         "q_grad_fused": False,
         "gate_folded": False,
         "delta_folded": False,
+        "merge_tiles": False,
         "forced_tiles": False,
         "fold_selection": False,
         "unpadded_cmp_bwd": False,
@@ -269,9 +270,13 @@ WHAT_IF = {
     # its own), as every GPU run measured it (delta_folded ships unmeasured: the gate fold's kernel
     # writes the three deltas, priced by DRAM bytes; gated.FOLD_DELTA)
     "delta_unfolded": {"delta_folded": False},
+    # the key-major merges' loops, as every GPU run measured them (merge_tiles ships unmeasured: the
+    # rows' metadata as one tile, the forward merge at the measured dQ merge's DRAM factor and one PL
+    # read; CONFIG_FACTOR "sel_fwd_merge@tiles")
+    "merge_tiles_off": {"merge_tiles": False},
     # every change shipped unmeasured off (the proxy-shipped keys_div32, select_cut, tok_pipe,
-    # keys_dq_mma, flash_tiles, select_shm, pdq_bits 16, q_grad_fused, gate_folded, delta_folded, and
-    # sm_80's 64 keys rows with keys_rowlim): the model of the code the GPUs measured
+    # keys_dq_mma, flash_tiles, select_shm, pdq_bits 16, q_grad_fused, gate_folded, delta_folded,
+    # merge_tiles, and sm_80's 64 keys rows with keys_rowlim): the model of the code the GPUs measured
     "measured_code_only": {
         "keys_div32": False,
         "keys_rowlim": False,
@@ -284,6 +289,7 @@ WHAT_IF = {
         "q_grad_fused": False,
         "gate_folded": False,
         "delta_folded": False,
+        "merge_tiles": False,
     },
 }
 

@@ -17,6 +17,7 @@ head_dim-128 candidates of bench/tiles_d128.py: "paper"); a value "rows:N" for B
   python bench/kernel_probe.py --only cmp_fwd --shapes m7c:8192:8
   python bench/kernel_probe.py --dry-run --only cmp_bwd --shapes paper:8192:2 paper:32768:1   # no GPU
   python bench/kernel_probe.py --only selected --shapes m7c:8192:8 --match keys_div32 --match pdq_bits
+  python bench/kernel_probe.py --only selected --shapes m7c:8192:8 m7c:65536:1 --match merge_tiles
   python bench/kernel_probe.py --only selected --shapes m7c:8192:8 m7c:65536:1 --match keys_rowlim   # A100
   python bench/kernel_probe.py --dry-run --arch 80 --only selected --shapes m7c:8192:8   # sm_80's configs
   python bench/kernel_probe.py --only rope --shapes paper:8192:8 m7c:8192:8 --match fuse_q_grad
@@ -230,6 +231,14 @@ SEL_VARIANTS = [
     # The measured loop (branchy, the dQ at 4 warps, 1 stage), since tok_pipe 2 ships at G > 8 on sm_90 on
     # bench/gather_proxy.py's word, NOT measured.
     {"shape": "paper", "tok_pipe": 0, "stages_tok": 1, "stages_dq": 1, "warps_q": 4},
+    # The key-major merges' loops (merge_tiles False: each entry loads IDX and VALID, then the partials
+    # they mask; the forward merge in two passes), the path every GPU run measured, since the tiles
+    # ship on the lead's pricing rule, NOT measured (bench/RESULTS.md "mergeone"): the forward row times
+    # `_sel_fwd_merge_kernel`'s change, fwd+bwd minus it `_sel_bwd_dq_merge_kernel`'s (one switch
+    # flips both merges). M7C only: the key-major kernels run at G <= 8. The second is the measured
+    # build's dQ merge (fp32 partials).
+    {"shape": "m7c", "merge_tiles": False},
+    {"shape": "m7c", "merge_tiles": False, "pdq_bits": 32},
 ]
 
 

@@ -139,7 +139,8 @@ def shipped_launch(
     (`warps_sel`, `bt_sel`), its kernel (`select_v0`) and merge in halves (`halves_sel`), the
     compressed dK/dV's warps, the token tiles' tokens (`tp`) and forward warps (`warps_tok`), and the
     selected branch's key-major forward and backward (`fwd_keys`, `bwd_keys`) with their tiles
-    (`br_fwd_keys`, `br_bwd_keys`, `tm_merge`, `bm_merge`) and the backward's dQ partials' bits
+    (`br_fwd_keys`, `br_bwd_keys`, `tm_merge`, `bm_merge`; `merge_tiles`: the merges' metadata as one
+    tile, False in the past builds) and the backward's dQ partials' bits
     (`pdq_bits`: 32, fp32; 16, bf16; the past builds' 32 where they do not say), the query-major dK/dV's rows a step
     (`br_dkdv`), the forced tiles' rows (`bm_forced`) and the keys a chunk (`bn_sel`); the
     compressed attention's tile (`bm_cmp_fwd` x `bn_cmp_fwd`), dQ's rows a tile (`rows_cmp_dq`),
@@ -176,6 +177,7 @@ def shipped_launch(
         "br_bwd_keys": sc["BR_keys"],
         "tm_merge": sc["TM"],
         "bm_merge": sc["BM_merge"],
+        "merge_tiles": sc["merge_tiles"],  # the merges' metadata as one tile (False: the runs' loops)
         "pdq_bits": sc["pdq_bits"],
         # the keys kernel's other settings (the A100 prices look its sm_80 SASS up by them: sass80.py)
         "warps_keys": sc["warps_keys"],
@@ -232,7 +234,7 @@ def _launch_before_ce226a4(s: Shape, cc: int) -> dict[str, int]:
         "bt_sel": max(1, min(8, 32 // gpf)), "warps_cmp_dkv": 8, "tp": _tokens_per_tile(s.G),
         "warps_tok": 4 if small else 8, "fwd_keys": False, "bwd_keys": False,
         "br_fwd_keys": 64 if small else 32, "br_bwd_keys": 32,
-        "tm_merge": max(1, (64 if small else 32) // s.G), "bm_merge": 64 if small else 32,
+        "tm_merge": max(1, (64 if small else 32) // s.G), "bm_merge": 64 if small else 32, "merge_tiles": False,
         "select_v0": True, "halves_sel": 0, **_tiles_of_the_runs(s),
     }  # fmt: skip
 
@@ -252,7 +254,7 @@ def _launch_before_2930e5c(s: Shape, cc: int) -> dict[str, int]:
         "warps_tok": 4 if small else 2, "fwd_keys": s.G <= 8, "bwd_keys": s.G <= 8,
         "br_fwd_keys": 128 if small else 32,
         "br_bwd_keys": 64 if small and cc >= 90 and s.G >= 2 else 32,  # 64 spills on sm_80, at G 1
-        "tm_merge": max(1, (64 if small else 32) // s.G), "bm_merge": 64 if small else 32,
+        "tm_merge": max(1, (64 if small else 32) // s.G), "bm_merge": 64 if small else 32, "merge_tiles": False,
         **_tiles_of_the_runs(s),
     }  # fmt: skip
 

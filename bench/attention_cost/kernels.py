@@ -97,6 +97,7 @@ def ours(
     q_grad_fused: bool | None = None,
     gate_folded: bool | None = None,
     delta_folded: bool | None = None,
+    merge_tiles: bool | None = None,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     balanced_dkv=False the
@@ -167,7 +168,12 @@ def ours(
     way), the selected key-major backward runs no `sel_bwd_delta` (2 activations + its delta store
     and one launch) and the query-major forced dQ reads no O; False: each branch forms its own, as
     every committed run measured it; None: what the code ships, False with before_ce226a4 or
-    before_2930e5c."""
+    before_2930e5c. merge_tiles: the key-major merges with the rows' table metadata as one tile and
+    the partials' loads unrolled (selected.py `_config` "merge_tiles", shipped on the lead's pricing
+    rule, NOT measured): the forward merge reads PL and the table once and is tagged `@tiles`
+    (CONFIG_FACTOR: the measured dQ merge's DRAM factor), the dQ merge `@tiles` at its own (1.0);
+    False: the loops every committed run measured; None: what the code ships (False in the past
+    builds, `shipped_launch`)."""
     launch = shipped_launch(s, cc, before_ce226a4, before_2930e5c)
     given = {
         "select_v0": select_v0,
@@ -189,6 +195,7 @@ def ours(
         "select_cut": select_cut,
         "select_shm": select_shm,
         "tok_pipe": tok_pipe,
+        "merge_tiles": merge_tiles,
     }
     launch.update({f: v for f, v in given.items() if v is not None})
     if cc < 90 and launch["bwd_keys"]:  # the rows a step the launcher runs on sm_80 (keys_rows)

@@ -215,6 +215,14 @@ SEL_WARPS: dict[int, float] = {2: 0.655, 4: 1.0}
 #   0.56 / 0.53x the measured tile at M7C 8k x 8 / 64k (16 query parts a key tile, split16), 0.49 / 0.46x and 0.47 / 0.41x at the paper
 #   shape; each factor is that ratio over the model's own count of the new tile, geometric mean
 #   (`flash_proxy_ship.py --factors`). What-if `flash_tiles_off` prices the measured tiles.
+# - sel_fwd_merge@tiles / sel_dq_merge@tiles: the two key-major merges with the rows' table metadata
+#   as one tile and the partials' loads unrolled (selected.py `_config` merge_tiles, shipped, NOT
+#   measured; the lead's rule, bench/RESULTS.md "mergeone"): nothing GPU-free prices memory latency,
+#   so the forward merge takes the MEASURED dQ merge's factor, 1.32x its datasheet DRAM time instead
+#   of 1.70x (an upper bound by construction: the dQ merge's loop keeps one dependent chain an entry,
+#   the tiles none), and the dQ merge keeps its 1.32x (no evidence for less). The forward merge's
+#   bytes drop by the second PL and table reads (selected.py counts them). What-if `merge_tiles_off`
+#   prices the measured loops.
 CONFIG_FACTOR: dict[str, float] = {
     "cmp_sel@w2": SEL_WARPS[2], "cmp_sel@w4": SEL_WARPS[4], "cmp_sel@bt2": 0.899,
     "cmp_dkv@w4": 0.613, "tok_fwd@tp4": 1.451, "tok_dq@tp4": 1.387, "tok_fwd@w2": 0.618,
@@ -228,6 +236,10 @@ CONFIG_FACTOR: dict[str, float] = {
     "win_dq@wg_d128": 0.568, "win_dkdv@bm128_d128": 0.786, "win_dkdv@w4": 0.638,
     # the selection's Eq. 9 key without its gathers at the paper's shape on sm_90 (select_shm; shmpaper)
     "cmp_sel32@shm_d128": 0.836,
+    # the merges' metadata as one tile (merge_tiles, mergeone): the forward merge at the measured dQ
+    # merge's DRAM factor, the dQ merge at its own
+    "sel_fwd_merge@tiles": KEYS_COST["sel_dq_merge"]["dram"] / KEYS_COST["sel_fwd_merge"]["dram"],
+    "sel_dq_merge@tiles": 1.0,
 }  # fmt: skip
 # A100: the tensor-core efficiency of each kind stays the published calibration's (EFF["ampere"] of
 # its generic kind: sm_80 runs these tiles as mma.sync, the instruction its peak is quoted for, so
@@ -293,7 +305,9 @@ def carry_ratio(key: str) -> float | None:
 # The kernel builds the committed GPU runs measured (flags of `ours`), by file name: a speed record
 # does not name its kernels' launch settings, so a fit or a check of a committed run takes them from
 # here; a run of the current kernels needs no entry (ours' defaults: what the code ships). Every run
-# stored the key-major backward's dQ partials in fp32 (pdq_bits 32: 16 shipped after them).
+# stored the key-major backward's dQ partials in fp32 (pdq_bits 32: 16 shipped after them) and ran the
+# key-major merges' loops (merge_tiles False, shipped after them: the builds before ce226a4 or 2930e5c
+# take it from their launch, counts.py `_launch_before_*`; the last one pins it here).
 RUN_BUILDS: dict[str, dict] = {
     "2026-11-26-h100-speed.json": {
         "split_cmp_fwd": False,
@@ -341,6 +355,7 @@ RUN_BUILDS: dict[str, dict] = {
         "q_grad_fused": False,
         "gate_folded": False,
         "delta_folded": False,
+        "merge_tiles": False,
     },
 }
 

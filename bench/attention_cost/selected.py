@@ -164,8 +164,15 @@ def selected_kernels(
                          2 * unit(launch["br_fwd_keys"]), 2 * useful,
                          act + 2 * kvb + npairs * 8 + po, l2=prow * D * bf + npairs * 8,
                          programs=nseg * nb, per_sm=1, work={"programs": nseg * nb}))  # fmt: skip
-        ks.append(Kernel("sel_fwd_merge", "selected", "fwd", "sel_fwd_merge",
-                         dram=nb * prow * (D * bf + 2 * 4) + 2 * table + act + lse,
+        # merge_tiles (selected.py `_config`, shipped unmeasured): the rows' metadata loaded once as a
+        # tile, PL once (its max and the weights from the same tile), the PO loads unrolled: one read
+        # of PL and of the table instead of two, priced at the measured dQ merge's DRAM factor (the
+        # lead's rule: an upper bound, that merge keeps one dependent chain an entry, this one none;
+        # CONFIG_FACTOR "sel_fwd_merge@tiles"). False: the two-pass loop every committed run measured.
+        tiles = launch.get("merge_tiles", False)
+        passes = 1 if tiles else 2
+        ks.append(Kernel("sel_fwd_merge", "selected", "fwd", "sel_fwd_merge" + ("@tiles" if tiles else ""),
+                         dram=nb * prow * (D * bf + passes * 4) + passes * table + act + lse,
                          programs=BH * math.ceil(T / launch["tm_merge"])))  # fmt: skip
     if bwd_keys:
         # nsa/attention/triton/selected_keys_bwd.py: `_sel_bwd_delta_kernel` (rowsum(dO * O), fp32),
@@ -173,7 +180,8 @@ def selected_kernels(
         # dq = (dS k) * scale per step (5 GEMMs) and
         # its fp32 store to PDQ at the pair's table position; the reduction of dK/dV as before; and
         # `_sel_bwd_dq_merge_kernel` (grid (ceil(T*G / BM), BH)): per (token, head) row the kept
-        # entries' PDQ summed in a fixed order, dq stored. Priced as the key-major dK/dV plus the
+        # entries' PDQ summed in a fixed order, dq stored (with merge_tiles the metadata as one tile,
+        # the same bytes, kind tagged `@tiles` at its measured factor). Priced as the key-major dK/dV plus the
         # partials' DRAM time (`sel_keys_bwd`); delta and the merge by DRAM. PDQ's element: 4 bytes
         # (fp32, launch "pdq_bits" 32, what every run measured) or 2 (16: bf16, q's dtype), in the
         # keys kernel's write and the merge's read alike (the past builds say nothing: 32).
@@ -216,10 +224,9 @@ def selected_kernels(
                      work={"serial_bytes": tail}))  # fmt: skip
     if bwd_keys:
         mprog = BH * math.ceil(T * G / launch["bm_merge"])
+        mkind = "sel_dq_merge" + ("@tiles" if launch.get("merge_tiles") else "")
         ks.append(
-            Kernel(
-                "sel_bwd_dq_merge", "selected", "bwd", "sel_dq_merge", dram=pdq + table + act, programs=mprog
-            )
+            Kernel("sel_bwd_dq_merge", "selected", "bwd", mkind, dram=pdq + table + act, programs=mprog)
         )
     return ks
 

@@ -285,6 +285,24 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         "keys_rowlim": arch < 90 and DP <= 64,
         "BM_merge": 64 if DP <= 64 else 32,
         "warps_merge": 4,
+        # The two merges (selected_keys.py `_fwd_merge_tiles`, selected_keys_bwd.py `_dq_merge_tiles`) with
+        # the rows' table metadata loaded once as a [rows, NEP] tile and the partials' loads unrolled
+        # (every address known up front) instead of the loops every GPU run measured, which load IDX and
+        # VALID an entry and then the partials they mask (the forward twice: a pass for the max lse, one
+        # for the sum): bitwise the same out, lse and dQ (interpreter test). Shipped on the lead's pricing
+        # rule, NOT measured: the forward merge at the measured dQ merge's 1.32x its datasheet DRAM time
+        # (was 1.70x) and one PL read, the dQ merge unchanged (bench/RESULTS.md "mergeone"). False is a
+        # bench/kernel_probe.py variant (gpucheck compiles both).
+        "merge_tiles": True,
+        # Their (entry, chunk) loads unrolled MU at a time (a step's loads in flight together; the
+        # steps in a loop), the partials addressed by int32 offsets from a scalar pointer: ptxas, G
+        # 1/2/5/6/8 x D 64/96/128, sm_80 / sm_90, triton 3.6 and 3.9, no spill at MU 4 (forward
+        # 58-111 registers, dQ 64-137, 214 with fp32 partials). With int64 pointer tiles: all 16 at
+        # once held up to 255 in the forward and spilled in the dQ merge everywhere on 3.6 (8-36 B;
+        # 56 B-4.9 KB with fp32 partials); 2, 4 or 8 a step spilled 4 B-2.8 KB at some points
+        # (bench/RESULTS.md "mergeone").
+        "MU_m": 4,
+        "MU_merge": 4,
         "BM_delta": 64,
         "warps_delta": 4,
     }
@@ -619,7 +637,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         ("selected_fwd", _sel_fwd_tok_kernel, tfwd_args, t_consts, cfg["warps_tok"], cfg["stages_tok"]),
         ("selected_fwd_any", _sel_fwd_kernel, fwd_args, q_common, cfg["warps_q"], st),
         # The key-major forward (fwd_keys, G <= 8: selected_keys.KEY_MAJOR_FWD); the two above run without it.
-        *(keys_fwd_gpucheck_rows(cfg, G, D, LP, dt, prec, arch) if cfg["fwd_keys"] else ()),
+        *(keys_fwd_gpucheck_rows(cfg, G, D, LP, dt, prec, arch, shape.n_sel) if cfg["fwd_keys"] else ()),
         ("selected_forced_dq", _sel_forced_dq_kernel, fdq_args, fd_consts, cfg["warps_f"], cfg["stages_fdq"]),
         # handed the gate fold's delta (gated.FOLD_DELTA, shipped): no O tile, no delta store
         (
@@ -639,7 +657,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         # G <= 8 with forced blocks: the key-major backward replaces selected_forced_dq, selected_bwd_dq
         # and selected_bwd_dkdv (still compiled: bwd_keys=False and forced_blocks=False run them); its
         # keys kernel and dQ merge also at pdq_bits 32 (`*_pdq32`, the measured path) in 16-bit dtypes.
-        rows += keys_bwd_gpucheck_rows(cfg, G, D, LP, dt, prec, arch)
+        rows += keys_bwd_gpucheck_rows(cfg, G, D, LP, dt, prec, arch, shape.n_sel)
     if not cfg["tok_pipe"]:
         # The token tiles' branch-free loop as the probe runs it (TOK_PIPE_PROBE), where it is not shipped.
         pc = {**t_consts, "PIPE": _pipe_mode({**cfg, **TOK_PIPE_PROBE}, _slots(shape.n_sel))}

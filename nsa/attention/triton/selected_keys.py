@@ -21,6 +21,8 @@ query-major pair when `_config(...)["fwd_keys"]` holds, G <= 8), its gpucheck ro
   slot, then chunk: deterministic, no atomics) into the output and lse the backward reads, skipping
   the entries that add no keys itself (the reverse index's rule), so PO/PL are never
   initialised. A row without any key gets zeros and lse -inf; an entry listed twice counts twice.
+  With `_config`'s merge_tiles (shipped) `_fwd_merge_tiles`: the rows' table metadata and PL loaded
+  once as tiles, the PO loads 4 a step, bitwise the measured two-pass loop `_fwd_merge_loop`.
 The partials are transient (freed when the forward returns): PO holds nb * B*Hkv*T*n * G*D elements.
 """
 
@@ -40,6 +42,7 @@ from nsa.attention.triton.selected_keys_bwd import (
     _segment,
     _store_rows_mma,
     dq_store_consts,
+    merge_slots,
 )
 
 # As in selected.py: tl.reduce with triton's own combine functions (cheaper under the interpreter).
@@ -130,11 +133,24 @@ def _sel_fwd_merge_kernel(
     PO, PL, IDX, VALID, OUT, LSE,
     T, NK, NB,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, TM: tl.constexpr, RM: tl.constexpr,
-    DP: tl.constexpr,
+    DP: tl.constexpr, TILES: tl.constexpr = False, NEP: tl.constexpr = 16, MU: tl.constexpr = 4,
 ):  # fmt: skip
     # One program: tokens [t0, t0 + TM) of one (batch, KV head), rows r -> (token t0 + r // G, head
-    # r % G), RM = TM*G padded to a power of two. Two passes over the row's partials in the same fixed
-    # order (entry slot, then key chunk): the largest lse M, then sum_i exp2(lse_i - M) * o_i.
+    # r % G), RM = TM*G padded to a power of two. TILES (`_config`'s merge_tiles): `_fwd_merge_tiles`,
+    # no dependent load in a loop; else (the loop the GPU runs measured) two passes over the row's
+    # partials in the same fixed order (entry slot, then key chunk): the largest lse M, then
+    # sum_i exp2(lse_i - M) * o_i, each step loading IDX and VALID, then the partials they mask.
+    if TILES:
+        _fwd_merge_tiles(PO, PL, IDX, VALID, OUT, LSE, T, NK, NB, G, D, LP, TM, RM, DP, NEP, MU)
+    else:
+        _fwd_merge_loop(PO, PL, IDX, VALID, OUT, LSE, T, NK, NB, G, D, LP, TM, RM, DP)
+
+
+@triton.jit
+def _fwd_merge_loop(
+    PO, PL, IDX, VALID, OUT, LSE, T, NK, NB,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, TM: tl.constexpr, RM: tl.constexpr, DP: tl.constexpr,
+):  # fmt: skip
     t0 = tl.program_id(0) * TM
     bh = tl.program_id(1).to(tl.int64)
     r = tl.arange(0, RM)
@@ -170,6 +186,68 @@ def _sel_fwd_merge_kernel(
         o = tl.load(po_ptr + off * D, mask=keep[:, None] & dm[None, :], other=0.0)
         l_i += w
         acc += w[:, None] * o.to(tl.float32)
+    out = acc / tl.where(has, l_i, 1.0)[:, None]  # zeros for a row without any key
+    lse_out = tl.where(has, m_s + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    orow = (bh * T + t) * G + g
+    tl.store(
+        OUT + orow[:, None] * D + d[None, :], out.to(OUT.dtype.element_ty), mask=rm[:, None] & dm[None, :]
+    )
+    tl.store(LSE + orow, lse_out, mask=rm)
+
+
+@triton.jit
+def _fwd_merge_tiles(
+    PO, PL, IDX, VALID, OUT, LSE, T, NK, NB,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, TM: tl.constexpr, RM: tl.constexpr,
+    DP: tl.constexpr, NEP: tl.constexpr, MU: tl.constexpr,
+):  # fmt: skip
+    """`_fwd_merge_loop`'s merge with its load addresses known ahead: the rows' table metadata as one
+    [RM, NEP] tile of (entry, chunk) couples e -> (e // NB, e % NB) (IDX, VALID -> keep), PL as one
+    tile masked by it (M = its row max: max is exact, the loop's running max to the bit), the weights
+    w = exp2(PL - M) from that tile, then the PO loads in the loop's order (entry slot, then chunk),
+    MU of them unrolled a step (independent loads in flight together; all NEP at once held 255
+    registers on sm_80, `_config`'s MU_m), each row's weight and keep taken out of the tile by a
+    select and a sum (one term and zeros: exact). l and acc take the loop's float operations in its
+    order, so out and lse are bitwise its; a padded couple (e >= NK*NB) adds +0.0 to l (never -0.0: it
+    starts at +0.0) and loads nothing. 2 + NEP / MU dependent memory latencies a program (metadata,
+    PL, then a step's PO), against ~4 an entry in the loop."""
+    t0 = tl.program_id(0) * TM
+    bh = tl.program_id(1).to(tl.int64)
+    r = tl.arange(0, RM)
+    d = tl.arange(0, DP)
+    dm = d < D
+    t = t0 + r // G
+    g = r % G
+    rm = (r < TM * G) & (t < T)
+    npos = tl.num_programs(1).to(tl.int64) * T * NK
+    ebase = (bh * T + t) * NK  # the row's token's first table position
+    e = tl.arange(0, NEP)
+    em = rm[:, None] & (e < NK * NB)[None, :]
+    meta = ebase[:, None] + (e // NB)[None, :]
+    j = tl.load(IDX + meta, mask=em, other=-1)
+    keep = em & (tl.load(VALID + meta, mask=em, other=0) != 0) & (j >= 0) & (j * LP <= t[:, None])
+    pl = tl.load(PL + ((e % NB)[None, :] * npos + meta) * G + g[:, None], mask=keep, other=float("-inf"))
+    m_i = tl.reduce(pl, 1, _max_combine)
+    has = m_i > float("-inf")
+    m_s = tl.where(has, m_i, 0.0)
+    # The weight where kept (0 <= w <= 1), else -1: one select and sum a step gives both.
+    wk = tl.where(keep, tl.exp2(pl - m_s[:, None]), -1.0)
+    # The rows' partials as one scalar pointer (int64) and int32 offsets from it (< TM*NK*G*D): an
+    # int64 pointer tile held across the loop cost 2 registers an element.
+    PO += (bh * T + t0) * NK * G * D
+    prel = ((t - t0) * NK * G + g)[:, None] * D + d[None, :]
+    l_i = tl.zeros([RM], tl.float32)
+    acc = tl.zeros([RM, DP], tl.float32)
+    for c0 in range(0, NEP, MU):
+        for u in tl.static_range(MU):
+            c = c0 + u
+            x = tl.reduce(tl.where(e[None, :] == c, wk, 0.0), 1, _sum_combine)
+            kc = x >= 0.0
+            w = tl.where(kc, x, 0.0)  # the loop's exp2(-inf - M) = 0 where not kept
+            off = ((c % NB) * npos + c // NB) * G
+            o = tl.load(PO + off * D + prel, mask=kc[:, None] & dm[None, :], other=0.0)
+            l_i += w
+            acc += w[:, None] * o.to(tl.float32)
     out = acc / tl.where(has, l_i, 1.0)[:, None]  # zeros for a row without any key
     lse_out = tl.where(has, m_s + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
     orow = (bh * T + t) * G + g
@@ -271,7 +349,8 @@ def keys_forward(
     )  # fmt: skip
     _sel_fwd_merge_kernel[(triton.cdiv(T, cfg["TM"]), BH)](
         po, pl, idx, valid8, out, lse, T, NK, nb,
-        G=G, D=D, LP=LP, TM=cfg["TM"], RM=cfg["RM"], DP=cfg["DP"], num_warps=cfg["warps_m"], num_stages=1,
+        G=G, D=D, LP=LP, TM=cfg["TM"], RM=cfg["RM"], DP=cfg["DP"], TILES=cfg["merge_tiles"],
+        NEP=merge_slots(NK, nb), MU=cfg["MU_m"], num_warps=cfg["warps_m"], num_stages=1,
     )  # fmt: skip
     return index
 
@@ -290,12 +369,13 @@ def fwd_store_consts(cfg: dict, arch: int) -> dict[str, int | bool]:
 
 
 def keys_fwd_gpucheck_rows(
-    cfg: dict, G: int, D: int, LP: int, dt: str, prec: str, arch: int = 80
+    cfg: dict, G: int, D: int, LP: int, dt: str, prec: str, arch: int = 80, NK: int = 16
 ) -> list[tuple]:
     """gpucheck rows (name, kernel, argument types, constexprs, warps, stages) of `keys_forward`'s four
-    kernels, with its exact launch settings on sm_`arch`; selected.gpucheck_specs adds them where
-    fwd_keys holds. The keys kernel also at the other keys_fwd_mma (`selected_fwd_keys_omma` /
-    `_ocvt`: the probe's variant)."""
+    kernels, with its exact launch settings on sm_`arch` for tables of NK entries; selected.gpucheck_specs
+    adds them where fwd_keys holds. The keys kernel also at the other keys_fwd_mma
+    (`selected_fwd_keys_omma` / `_ocvt`) and the merge at the other merge_tiles (`selected_fwd_merge_loop`
+    / `_tiles`): the probe's variants."""
     ptr, f32, i32, i64, i8 = f"*{dt}", "*fp32", "i32", "*i64", "*i8"
     fk_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR_f"], "PREC": prec,
                  "DIV32": cfg["keys_div32"], **fwd_store_consts(cfg, arch)}  # fmt: skip
@@ -303,7 +383,8 @@ def keys_fwd_gpucheck_rows(
         Q=ptr, K=ptr, V=ptr, ORDER=i64, START=i64, SEG_END=i64, PO=ptr, PL=f32,
         T=i32, NS=i32, NK=i32, NBLK=i32, NSEARCH=i32, S=i32, sm_scale="fp32",
     )  # fmt: skip
-    m_consts = {"G": G, "D": D, "LP": LP, "TM": cfg["TM"], "RM": cfg["RM"], "DP": cfg["DP"]}
+    m_consts = {"G": G, "D": D, "LP": LP, "TM": cfg["TM"], "RM": cfg["RM"], "DP": cfg["DP"],
+                "TILES": cfg["merge_tiles"], "NEP": merge_slots(NK, triton.cdiv(LP, cfg["BN"])), "MU": cfg["MU_m"]}  # fmt: skip
     m_args = dict(PO=ptr, PL=f32, IDX=i64, VALID=i8, OUT=ptr, LSE=f32, T=i32, NK=i32, NB=i32)
     ix_args = dict(IDX=i64, VALID=i8, KEY="*i32", T=i32, NK=i32, NS=i32, NBLK=i32)
     sg_args = dict(START=i64, SEG_END=i64, NBLK=i32, S=i32)
@@ -315,4 +396,6 @@ def keys_fwd_gpucheck_rows(
         ("selected_fwd_merge", _sel_fwd_merge_kernel, m_args, m_consts, cfg["warps_m"], 1),
         (f"selected_fwd_keys_{'omma' if flip['keys_fwd_mma'] else 'ocvt'}", _sel_fwd_keys_kernel, fk_args,
          {**fk_consts, **fwd_store_consts(flip, arch)}, cfg["warps_fk"], cfg["stages_fk"]),
+        (f"selected_fwd_merge_{'loop' if cfg['merge_tiles'] else 'tiles'}", _sel_fwd_merge_kernel, m_args,
+         {**m_consts, "TILES": not cfg["merge_tiles"]}, cfg["warps_m"], 1),
     ]  # fmt: skip

@@ -18,7 +18,9 @@ Owns the three kernels that replace the forced dQ, the query-major dQ and the dK
 - `_sel_bwd_dq_merge_kernel`: query-major, per BM (token, head) rows, dQ = the sum of PDQ over the
   token's n entries and the nb key chunks in a fixed order (deterministic, no atomics), skipping the
   entries that add no keys (the reverse index's keep rule: valid, block >= 0, block*l' <= t), which
-  the keys kernel never writes: PDQ needs no memset.
+  the keys kernel never writes: PDQ needs no memset. With `_config`'s merge_tiles (shipped)
+  `_dq_merge_tiles`: the metadata loaded once as a tile, the PDQ loads 4 a step, bitwise the
+  measured loop `_dq_merge_loop` (`merge_slots`: the tiles' width).
 `keys_backward` launches them (selected.py's `_selected_bwd` calls it with its reverse index and
 reduces the dK/dV partials it returns); `keys_bwd_gpucheck_rows` lists them for selected.py's
 `gpucheck_specs`; `_segment` (the lookup of a segment's block and pairs) and `_block_keys` (its key
@@ -38,6 +40,9 @@ import triton.language as tl
 from torch import Tensor
 
 from nsa.attention.triton import device_arch, interpreting
+
+# As in selected.py: tl.reduce with triton's own combine function (cheaper under the interpreter).
+_sum_combine = tl.standard._sum_combine
 
 
 @triton.jit
@@ -316,10 +321,24 @@ def _sel_bwd_dq_merge_kernel(
     PDQ, IDX, VALID, DQ,
     T, NK, NP, NB,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, DP: tl.constexpr, BM: tl.constexpr,
+    TILES: tl.constexpr = False, NEP: tl.constexpr = 16, MU: tl.constexpr = 4,
 ):  # fmt: skip
     # One program: rows [r0, r0 + BM) of one (batch, KV head)'s [T*G, D] dQ (row r = t*G + g). Sums,
     # entry by entry and chunk by chunk (a fixed order), the partials of the entries that add keys; a
-    # row whose token has none stores zeros.
+    # row whose token has none stores zeros. TILES (`_config`'s merge_tiles): `_dq_merge_tiles`, the
+    # metadata loaded once; else the loop the GPU runs measured (each entry loads IDX and VALID, then
+    # the partials they mask).
+    if TILES:
+        _dq_merge_tiles(PDQ, IDX, VALID, DQ, T, NK, NP, NB, G, D, LP, DP, BM, NEP, MU)
+    else:
+        _dq_merge_loop(PDQ, IDX, VALID, DQ, T, NK, NP, NB, G, D, LP, DP, BM)
+
+
+@triton.jit
+def _dq_merge_loop(
+    PDQ, IDX, VALID, DQ, T, NK, NP, NB,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, DP: tl.constexpr, BM: tl.constexpr,
+):  # fmt: skip
     r = tl.program_id(0) * BM + tl.arange(0, BM)
     bh = tl.program_id(1).to(tl.int64)
     d = tl.arange(0, DP)
@@ -339,6 +358,58 @@ def _sel_bwd_dq_merge_kernel(
             dq += tl.load(PDQ + c * chunk + off, mask=m, other=0.0).to(tl.float32)
     qoff = (bh * T * G + r)[:, None] * D + d[None, :]
     tl.store(DQ + qoff, dq.to(DQ.dtype.element_ty), mask=rm[:, None] & dm[None, :])
+
+
+@triton.jit
+def _dq_merge_tiles(
+    PDQ, IDX, VALID, DQ, T, NK, NP, NB,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, DP: tl.constexpr, BM: tl.constexpr,
+    NEP: tl.constexpr, MU: tl.constexpr,
+):  # fmt: skip
+    """`_dq_merge_loop`'s sum with its load addresses known ahead: the rows' table metadata as one
+    [BM, NEP] tile of (entry, chunk) couples e -> (e // NB, e % NB) (IDX, VALID -> keep), then the
+    PDQ loads in the loop's order (entry slot, then chunk), MU of them unrolled a step (independent
+    loads in flight together; all NEP at once spilled on triton 3.6, `_config`'s MU_merge), each
+    row's keep taken out of the tile by a select and a sum. The same fp32 additions in the same order:
+    dQ bitwise the loop's (a padded couple adds +0.0, and dq is never -0.0: it starts at +0.0).
+    1 + NEP / MU dependent memory latencies a program (metadata, then a step's PDQ), against two an
+    entry in the loop."""
+    r = tl.program_id(0) * BM + tl.arange(0, BM)
+    bh = tl.program_id(1).to(tl.int64)
+    d = tl.arange(0, DP)
+    dm = d < D
+    rm = r < T * G
+    t = tl.where(rm, r // G, 0)
+    g = r % G
+    ebase = (bh * T + t) * NK
+    chunk = (bh * 0 + NP) * G * D  # one key chunk's partials [NP, G, D], in int64 (bh is)
+    e = tl.arange(0, NEP)
+    em = rm[:, None] & (e < NK * NB)[None, :]
+    meta = ebase[:, None] + (e // NB)[None, :]
+    j = tl.load(IDX + meta, mask=em, other=-1)
+    keep = em & (tl.load(VALID + meta, mask=em, other=0) != 0) & (j >= 0) & (j * LP <= t[:, None])
+    keep = keep.to(tl.int32)
+    # The rows' partials as one scalar pointer (int64) and int32 offsets from it (< BM*NK*D): an
+    # int64 offset tile held across the loop cost 2 registers an element.
+    t0 = (tl.program_id(0) * BM) // G
+    PDQ += (bh * T + t0) * NK * G * D
+    rel = ((t - t0) * NK * G + g)[:, None] * D + d[None, :]
+    dq = tl.zeros([BM, DP], tl.float32)
+    for c0 in range(0, NEP, MU):
+        for u in tl.static_range(MU):
+            c = c0 + u
+            kc = tl.reduce(tl.where(e[None, :] == c, keep, 0), 1, _sum_combine) != 0
+            off = (c % NB) * chunk + (c // NB) * G * D
+            dq += tl.load(PDQ + off + rel, mask=kc[:, None] & dm[None, :], other=0.0).to(tl.float32)
+    qoff = (bh * T * G + r)[:, None] * D + d[None, :]
+    tl.store(DQ + qoff, dq.to(DQ.dtype.element_ty), mask=rm[:, None] & dm[None, :])
+
+
+def merge_slots(NK: int, nb: int) -> int:
+    """NEP: the merges' (entry, key chunk) couples of a row, NK * nb, padded to a power of two >= 16
+    (`merge_tiles`' tile width and unrolled steps). The floor keeps one compiled variant for every T,
+    as selected.py's `_slots` (top_blocks lists min(n, blocks) entries at short T); nb = 1 on the GPU."""
+    return max(16, triton.next_power_of_2(NK * nb))
 
 
 _TORCH_OF = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -420,7 +491,7 @@ def keys_rows(cfg: dict, arch: int) -> dict:
 
 
 def keys_bwd_gpucheck_rows(
-    cfg: dict, G: int, D: int, LP: int, dt: str, prec: str, arch: int = 80
+    cfg: dict, G: int, D: int, LP: int, dt: str, prec: str, arch: int = 80, NK: int = 16
 ) -> list[tuple]:
     """selected.py's gpucheck rows (name, kernel, argument types, constexprs, warps, stages) of these
     kernels, as its launcher runs them with `cfg` (its `_config`, through `keys_rows`) on sm_`arch`;
@@ -432,7 +503,8 @@ def keys_bwd_gpucheck_rows(
     other `keys_dq_mma` (`selected_bwd_keys_dqmma` / `_dqcvt`) with the rows that setting runs
     (`keys_rows`: 32 without ROWLIM on sm_80 for the converted store) and, on sm_80 at head_dim
     <= 64, at `KEYS_BR32_SM80` (`selected_bwd_keys_br32`: sm_80's setting before 64 rows shipped)
-    where cfg is not it."""
+    where cfg is not it; the dQ merge also at the other merge_tiles (`selected_bwd_dq_merge_loop` /
+    `_tiles`, the probe's variant), for tables of NK entries."""
     cfg = keys_rows(cfg, arch)
     ptr, f32, i32, i64 = f"*{dt}", "*fp32", "i32", "*i64"
 
@@ -440,7 +512,8 @@ def keys_bwd_gpucheck_rows(
         return {"G": G, "D": D, "LP": LP, "DP": c["DP"], "BN": c["BN"], "BR": c["BR_keys"], "PREC": prec,
                 "DIV32": c["keys_div32"], **dq_store_consts(c, arch), "ROWLIM": rowlim(c)}  # fmt: skip
 
-    merge_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BM": cfg["BM_merge"]}
+    merge_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BM": cfg["BM_merge"], "TILES": cfg["merge_tiles"],
+                    "NEP": merge_slots(NK, triton.cdiv(LP, cfg["BN"])), "MU": cfg["MU_merge"]}  # fmt: skip
     delta_consts = {"D": D, "DP": cfg["DP"], "BM": cfg["BM_delta"]}
     delta_args = dict(OUT=ptr, DO=ptr, DELTA=f32, R=i32)
     rows = [("selected_bwd_delta", _sel_bwd_delta_kernel, delta_args, delta_consts, cfg["warps_delta"], 1)]
@@ -473,6 +546,9 @@ def keys_bwd_gpucheck_rows(
                 # times beside the shipped one), so gpucheck has seen it.
                 rows.append(("selected_bwd_keys_br32", _sel_bwd_keys_kernel, keys_args, keys_consts(prev),
                              prev["warps_keys"], prev["stages_kv"]))  # fmt: skip
+            # The dQ merge at the other merge_tiles (`_loop`: the loop every GPU run measured).
+            rows.append((f"selected_bwd_dq_merge_{'loop' if cfg['merge_tiles'] else 'tiles'}", _sel_bwd_dq_merge_kernel,
+                         merge_args, {**merge_consts, "TILES": not cfg["merge_tiles"]}, cfg["warps_merge"], 1))  # fmt: skip
     return rows
 
 
@@ -519,6 +595,7 @@ def keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP: int, scale: fl
     dq = torch.empty_like(q)
     _sel_bwd_dq_merge_kernel[(triton.cdiv(T * G, cfg["BM_merge"]), BH)](
         pdq, idx, valid.view(torch.int8), dq, T, NK, npos, nb,
-        G=G, D=D, LP=LP, DP=DP, BM=cfg["BM_merge"], num_warps=cfg["warps_merge"], num_stages=1,
+        G=G, D=D, LP=LP, DP=DP, BM=cfg["BM_merge"], TILES=cfg["merge_tiles"], NEP=merge_slots(NK, nb),
+        MU=cfg["MU_merge"], num_warps=cfg["warps_merge"], num_stages=1,
     )  # fmt: skip
     return dq, pdk, pdv

@@ -55,6 +55,7 @@ FROM_CONFIG = {
     "keys_div32": _sel("keys_div32"),
     "keys_dq_mma": _sel("keys_dq_mma"),
     "keys_rowlim": _sel("keys_rowlim"),
+    "merge_tiles": _sel("merge_tiles"),
     "br_dkdv": _sel("BR"),
     "bm_forced": _sel("BM"),
     "bn_sel": _sel("BN"),
