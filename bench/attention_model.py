@@ -260,6 +260,9 @@ WHAT_IF = {
     # the selection's Eq. 9 gathers as every GPU run measured them (select_shm ships on sm_90 at the
     # paper's shape on bench/select_proxy.py's word: CONFIG_FACTOR "cmp_sel32@shm_d128")
     "select_shm_off": {"select_shm": 0},
+    # the selection's CUT loop without the interior tiles' split (select_split ships with select_shm on
+    # sm_90 at M7C's shape on bench/select_proxy.py's word: CONFIG_FACTOR "cmp_sel32@split")
+    "select_split_off": {"select_split": 0},
     # q's three branch gradients summed by autograd (two adds in q's dtype) and rotated back apart, as
     # every GPU run measured them (q_grad_fused ships unmeasured: priced by its DRAM bytes)
     "q_grad_sum_unfused": {"q_grad_fused": False},
@@ -275,8 +278,9 @@ WHAT_IF = {
     # read; CONFIG_FACTOR "sel_fwd_merge@tiles")
     "merge_tiles_off": {"merge_tiles": False},
     # every change shipped unmeasured off (the proxy-shipped keys_div32, select_cut, tok_pipe,
-    # keys_dq_mma, flash_tiles, select_shm, pdq_bits 16, q_grad_fused, gate_folded, delta_folded,
-    # merge_tiles, and sm_80's 64 keys rows with keys_rowlim): the model of the code the GPUs measured
+    # keys_dq_mma, flash_tiles, select_shm, select_split, pdq_bits 16, q_grad_fused, gate_folded,
+    # delta_folded, merge_tiles, and sm_80's 64 keys rows with keys_rowlim): the model of the code the
+    # GPUs measured
     "measured_code_only": {
         "keys_div32": False,
         "keys_rowlim": False,
@@ -285,6 +289,7 @@ WHAT_IF = {
         "keys_dq_mma": False,
         "flash_tiles": False,
         "select_shm": 0,
+        "select_split": 0,
         "pdq_bits": 32,
         "q_grad_fused": False,
         "gate_folded": False,

@@ -118,17 +118,17 @@ CMP_VARIANTS = [
     # 11-13 % faster at M7C 8k-64k, 6-7 % at the paper's shape; bench/RESULTS.md "selcut").
     {"kernel": "select", "select_cut": 0},
     # Eq. 9's shared key without the two [BT, BJ * RP] gathers (select_shm, a = 2 only; the same
-    # tables): bench/select_proxy.py predicts M7C 7.5 / 9.4 % faster at 8k x 8 / 64k (off there), the
-    # paper's shape 16.7 % at 32k (shipped there on sm_90: the measured loop is the variant; RESULTS
-    # "selshm", "shmpaper").
-    {"kernel": "select", "shape": "m7c", "select_shm": 1},
+    # tables): bench/select_proxy.py predicts M7C 7.5 / 9.4 % faster at 8k x 8 / 64k, the paper's shape
+    # 16.7 % at 32k (shipped there on sm_90: the measured loop is the variant; RESULTS "selshm",
+    # "shmpaper"). The CUT loop split into interior key tiles (no load mask, visibility compare or
+    # candidate / forced keys) and edge tiles (select_split; the same tables): -6.3 / -13.6 % at M7C
+    # 8k x 8 / 64k, -1.7 / -5.7 % at the paper's shape 8k / 64k ("selsplit"). The two ship as a pair
+    # on sm_90 at M7C's shape (-13.1 / -21.2 %, "shmsplit"): each alone, and neither, are the variants.
+    {"kernel": "select", "shape": "m7c", "select_shm": 0, "select_split": 0},
+    {"kernel": "select", "shape": "m7c", "select_split": 0},
+    {"kernel": "select", "shape": "m7c", "select_shm": 0},
     {"kernel": "select", "shape": "paper", "select_shm": 0},
-    # The CUT loop split into interior key tiles (no load mask, visibility compare or candidate / forced
-    # keys) and edge tiles (select_split; the same tables): bench/select_proxy.py predicts it -6.3 / -13.6 %
-    # at M7C 8k x 8 / 64k on sm_90 (short of the 8 % asked at 8k: not shipped), and with select_shm
-    # beside it at M7C (bench/RESULTS.md "selsplit").
-    {"kernel": "select", "select_split": 1},
-    {"kernel": "select", "shape": "m7c", "select_split": 1, "select_shm": 1},
+    {"kernel": "select", "shape": "paper", "select_split": 1},
 ]
 
 # The compressed backward (dQ, dK/dV, the partial sum): keys of compressed._config; "x2" doubles one.

@@ -300,6 +300,9 @@ def compile_select(
         signature={k: v for k, v in spec.signature.items() if k in names},
         constexprs={k: v for k, v in spec.constexprs.items() if k in names},
     )
+    # The split loop where the compiled kernel runs it (SPLIT: `_config`'s select_split on the CUT
+    # loop, shipped at M7C's shape on sm_90), not only where `over` asks for it.
+    split_run = bool(spec.constexprs.get("SPLIT"))
     opts = {"maxnreg": over["maxnreg_sel"]} if over.get("maxnreg_sel") else {}  # the launcher's cap
     k, rep = gpucheck.compile_spec(spec, arch, **opts)
     rec = {"fn": spec.fn.fn.__name__, "G": G, "D": D, "arch": arch, "warps": spec.num_warps,
@@ -310,12 +313,12 @@ def compile_select(
     rec.update(count(lines))
     if paths:
         rec["paths"] = split(lines)
-        if over.get("select_split"):  # select_split: tile 0, the interior and the edge loops apart
+        if split_run:  # select_split: tile 0, the interior and the edge loops apart
             rec["paths"]["loops"] = split_loops(lines)
     if by_source:
         listing = _disasm(k.asm["cubin"], arch, line_info=True)
         rec["by_line"] = by_line(listing)
-        if over.get("select_split"):  # the interior loop's and the edge loop's apart
+        if split_run:  # the interior loop's and the edge loop's apart
             rec["by_line_loops"] = [by_line(listing, loop=i) for i in range(len(_mma_loops(*_parse(lines))))]
     return rec
 

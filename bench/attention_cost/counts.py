@@ -167,6 +167,7 @@ def shipped_launch(
         "maxnreg_sel": 0 if v0 else c["maxnreg_sel"],  # its register cap (0: none)
         "select_cut": 0 if v0 else c["select_cut"],  # the loop's integer work in 32 bits, hoisted
         "select_shm": 0 if v0 else c["select_shm"],  # Eq. 9's shared key without the two gathers
+        "select_split": 0 if v0 else c["select_split"],  # the interior key tiles without masks
         "warps_cmp_dkv": c["warps_dkv"],
         "tp": sc["TP"],
         "warps_tok": sc["warps_tok"],

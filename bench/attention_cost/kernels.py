@@ -92,6 +92,7 @@ def ours(
     keys_rowlim: bool | None = None,
     select_cut: int | None = None,
     select_shm: int | None = None,
+    select_split: int | None = None,
     flash_tiles: bool | None = None,
     tok_pipe: int | None = None,
     q_grad_fused: bool | None = None,
@@ -152,8 +153,11 @@ def ours(
     every GPU run measured (`_tiles_of_the_runs`); None: what the code ships. (It also covers the
     window's sm_90 tiles, `@wg_d128`, `@bm128_d128`, `@w4`.) select_shm: the selection's Eq. 9 shared
     key without its two gathers (compressed.py `_config` "select_shm", shipped on sm_90 at the
-    paper's shape on bench/select_proxy.py's word), tagged `@shm_d128`; 0: the loop every run
-    measured; None: what the code ships. q_grad_fused: q's three branch gradients summed in float32
+    paper's shape and, with select_split, at M7C's on bench/select_proxy.py's word), tagged
+    `@shm_d128` / `@shm`; 0: the loop every run measured; None: what the code ships. select_split:
+    the selection's interior key tiles without masks or candidate logic (compressed.py `_config`
+    "select_split", shipped with select_shm on sm_90 at M7C's shape on the proxy's word), tagged
+    `@split` on Hopper; 0: the CUT loop every run's successor measured; None: what the code ships. q_grad_fused: q's three branch gradients summed in float32
     inside RoPE's backward, one kernel (fused.py `rope_q_fanout`, `FUSE_Q_GRAD`), priced by its DRAM
     bytes as every memory kernel; False: autograd's two adds (`q_grad_sum`) and the plain inverse
     rotation, as every committed run measured them; None: what the code ships, False with
@@ -194,6 +198,7 @@ def ours(
         "keys_rowlim": keys_rowlim,
         "select_cut": select_cut,
         "select_shm": select_shm,
+        "select_split": select_split,
         "tok_pipe": tok_pipe,
         "merge_tiles": merge_tiles,
     }
@@ -295,8 +300,13 @@ def ours(
         if launch.get("select_cut") and not v0 and cc != 80:
             tags += "@cut" if D <= 64 else "@cut_d128"
         # Eq. 9's shared key without the gathers (select_shm, shipped on sm_90 at the paper's shape only)
-        if launch.get("select_shm") and not v0 and cc != 80:
+        # (both on the CUT loop only: the kernel runs neither without it)
+        if launch.get("select_shm") and launch.get("select_cut") and not v0 and cc != 80:
             tags += "@shm" if D <= 64 else "@shm_d128"
+        # its interior key tiles unmasked (select_split, shipped with select_shm on sm_90 at M7C's shape);
+        # the A100 price reads the setting's own sm_80 SASS (sass80.py counts its two loops)
+        if launch.get("select_split") and launch.get("select_cut") and not v0 and cc != 80:
+            tags += "@split"
         sunit = 2 * BH * sw["steps"] * sel_rows * sw["keys"] * D
         swork = {"programs": sel_progs, "token_steps": BH * sw["steps"] * bt}
         if cc == 80:  # the A100 price: the kernel's own sm_80 SASS (sass80.py; none recorded: as published)

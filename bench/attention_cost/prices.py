@@ -234,8 +234,9 @@ CONFIG_FACTOR: dict[str, float] = {
     "cmp_dkv@bn64": 0.545, "cmp_dkv@bn64_d128": 0.474, "cmp_dq@wg_d128": 0.465,
     # and the window's on sm_90 (wintiles): dQ 128 x 32 and dK/dV 128 rows past head_dim 64, dK/dV on 4 warps at 64
     "win_dq@wg_d128": 0.568, "win_dkdv@bm128_d128": 0.786, "win_dkdv@w4": 0.638,
-    # the selection's Eq. 9 key without its gathers at the paper's shape on sm_90 (select_shm; shmpaper)
-    "cmp_sel32@shm_d128": 0.836,
+    # the selection's Eq. 9 key without its gathers at the paper's shape on sm_90 (select_shm; shmpaper),
+    # and at M7C's with its interior tiles unmasked (select_split; shmsplit): the pair 0.869x, M7C 8k's
+    "cmp_sel32@shm_d128": 0.836, "cmp_sel32@shm": 0.925, "cmp_sel32@split": 0.939,
     # the merges' metadata as one tile (merge_tiles, mergeone): the forward merge at the measured dQ
     # merge's DRAM factor, the dQ merge at its own
     "sel_fwd_merge@tiles": KEYS_COST["sel_dq_merge"]["dram"] / KEYS_COST["sel_fwd_merge"]["dram"],
@@ -341,9 +342,10 @@ RUN_BUILDS: dict[str, dict] = {
     # sorted its own reverse index (int64 keys, ~16 aten ops; the builds before 2930e5c did too)
     # (and the key-major kernels' rows in int64: keys_div32 came after; the token tiles' branchy loop)
     # (and the compressed backward's and the window's tiles as every run measured them: flash_tiles
-    # came after; and the selection's Eq. 9 gathers: select_shm came after; and autograd's sum of q's
-    # three gradients: q_grad_fused came after; and the gate mix's three g * dO copies: gate_folded
-    # came after; and each branch backward's own delta from its O: delta_folded came after)
+    # came after; and the selection's Eq. 9 gathers and its unsplit loop: select_shm and select_split
+    # came after; and autograd's sum of q's three gradients: q_grad_fused came after; and the gate
+    # mix's three g * dO copies: gate_folded came after; and each branch backward's own delta from its
+    # O: delta_folded came after; and the merges' loops: merge_tiles came after)
     "2026-11-26b-h200-speed-final.json": {
         "index_once": False,
         "keys_div32": False,
@@ -351,6 +353,7 @@ RUN_BUILDS: dict[str, dict] = {
         "tok_pipe": 0,
         "flash_tiles": False,
         "select_shm": 0,
+        "select_split": 0,
         "pdq_bits": 32,
         "q_grad_fused": False,
         "gate_folded": False,

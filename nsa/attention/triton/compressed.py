@@ -294,6 +294,12 @@ def _pow2(x: int) -> int:
     return 1 << max(0, x - 1).bit_length()
 
 
+def _split_of(c: dict) -> int:
+    """The selection's SPLIT constexpr: `select_split` on the CUT loop only (the kernel asserts CUT >=
+    SPLIT), so turning select_cut off (the loop the GPU measured, a probe variant) needs no second flip."""
+    return c["select_split"] if c["select_cut"] else 0
+
+
 def _config(
     group: int, head_dim: int, n_sel: int, block_len: int, block_stride: int, sel_block: int, arch: int = 80
 ):
@@ -326,6 +332,10 @@ def _config(
     # proxy is calibrated). ptxas sm_80: 168 registers capped / 204 uncapped on 3.6, 164 / 168 on
     # 3.9, no spill at G 5-8 (bench/RESULTS.md, branch a100).
     ampere_g8 = head_dim <= 64 and arch == 80 and gpf == 8
+    # M7C on an H100/H200 at head_dim 33-64: the selection with Eq. 9's shared key without its gathers
+    # (select_shm) and its interior key tiles unmasked (select_split), a pair on the proxy's word
+    # (the two settings' comments below).
+    shm_split = hopper_g8 and head_dim > 32 and a == 2
     # dQ: 8 warps for 128-row tiles; 4 for 32 rows (D > 64 on sm_80), where 8 warps left ptxas at 128
     # registers and spilling (G 16, D 96 on sm_80). Past head_dim 64 the 32 x 32 tile the GPUs measured
     # runs its products as mma.sync on sm_90 (fitted efficiency 0.22 against head_dim 64's 0.56 on
@@ -405,15 +415,23 @@ def _config(
         # (158 -> 122 registers, 12 -> 16 warps an SM), -14.3 / -14.0 % on 3.9 (128 -> 132 registers,
         # 16 -> 12 warps an SM, still 3 a scheduler: in the proxy's domain); no spill over G 5/6/8/16 x
         # D 64/96/128 and G 12 x D 128 (sm_90 at G 12: 122 / 135 registers, 3.6 / 3.9), sm_80 and sm_90,
-        # 3.6 and 3.9 (RESULTS "selshm", "shmpaper"). Off elsewhere: M7C fell short of the 8 % asked at
-        # 8k, sm_80 and past 16 heads a token are unpriced. 0 (the measured loop): a probe variant.
-        "select_shm": 1 if arch >= 90 and a == 2 and head_dim > 64 and gpf == 16 else 0,
+        # 3.6 and 3.9 (RESULTS "selshm", "shmpaper"). ALSO ON sm_90 AT 5-8 HEADS A TOKEN AT head_dim
+        # 33-64 (M7C's), WITH select_split BESIDE IT (`shm_split`, below): alone it fell short of the 8 %
+        # asked at 8k there. sm_80 and past 16 heads a token are unpriced. 0 (the measured loop): a
+        # probe variant.
+        "select_shm": 1 if arch >= 90 and a == 2 and ((head_dim > 64 and gpf == 16) or shm_split) else 0,
         # 1: `_cmp_select`'s CUT loop split (select_cut 1 only; the kernel asserts it): the key tiles
         # where every key is visible to every token of the program, every block a candidate and none
         # forced run without the key-range load mask, the visibility compares and selects and the
-        # candidate / forced keys (the same tables bit for bit); tile 0 and the causal edge keep them.
-        # 0: the CUT loop as it is (bench/RESULTS.md "selsplit").
-        "select_split": 0,
+        # candidate / forced keys (the same tables bit for bit); tile 0 and the causal edge keep them
+        # (bench/RESULTS.md "selsplit"). SHIPPED WITH select_shm ON sm_90 AT 5-8 HEADS A TOKEN AT
+        # head_dim 33-64 (M7C's) ON THE PROXY'S WORD, UNMEASURED (`shm_split`, the lead's call,
+        # RESULTS "shmsplit"): bench/select_proxy.py prices the pair 0.869 / 0.788x the shipped loop
+        # at M7C 8k / 64k on triton 3.6 (alone 0.937 / 0.864, select_shm alone 0.925 / 0.906); 96
+        # registers and 20 warps an SM instead of 128 and 16 on 3.6, 162-164 and 12 warps as before on
+        # 3.9; no spill at G 5-8 x head_dim 32 / 64 on either. Not at head_dim <= 32 (3.9: 14 -> 12
+        # warps an SM), nor alone: 6.3 % at M7C 8k, short of the 8 % asked. 0: the CUT loop as it is.
+        "select_split": 1 if shm_split else 0,
         # The selection kernel: its top-n merge is latency-bound, so fewer warps a program (more
         # programs per SM) ran it faster on an H200 (bench/kernel_probe.py, 2026-11-26): M7C at 64k
         # 39.1 / 20.2 / 13.3 ms with 8 / 4 / 2 warps (and 11.9 with 2 warps and 2 tokens a tile), the
@@ -481,7 +499,7 @@ def launch_select(
         )
         return
     _cmp_select[(triton.cdiv(T, c["bt_sel"]), B * Hkv)](
-        *args, BT=c["bt_sel"], SP=c["SP"], HALVES=c["halves_sel"], CUT=c["select_cut"], SHM=c["select_shm"], SPLIT=c["select_split"], **geo, num_warps=c["warps_sel"],
+        *args, BT=c["bt_sel"], SP=c["SP"], HALVES=c["halves_sel"], CUT=c["select_cut"], SHM=c["select_shm"], SPLIT=_split_of(c), **geo, num_warps=c["warps_sel"],
         num_stages=2, **({"maxnreg": c["maxnreg_sel"]} if c["maxnreg_sel"] else {}),
     )  # fmt: skip
 
@@ -667,7 +685,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         "HALVES": c["halves_sel"],
         "CUT": c["select_cut"],
         "SHM": c["select_shm"],
-        "SPLIT": c["select_split"],
+        "SPLIT": _split_of(c),
         "LS": shape.sel_block,
     }
     dq_sig = {

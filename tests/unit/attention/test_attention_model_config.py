@@ -39,6 +39,7 @@ FROM_CONFIG = {
     "maxnreg_sel": _cmp("maxnreg_sel"),
     "select_cut": _cmp("select_cut"),
     "select_shm": _cmp("select_shm"),
+    "select_split": _cmp("select_split"),
     "warps_cmp_dkv": _cmp("warps_dkv"),
     "tp": _sel("TP"),
     "warps_tok": _sel("warps_tok"),
@@ -87,9 +88,11 @@ def _assert_follows(launch: dict, s, cc: int) -> None:
     cfg = _kernel_configs(s, cc)
     # A new setting is read from a `_config` too. index_once (the shipped build's backward reuses the
     # forward's reverse index) is the build's, not a kernel's: `ours` adds it to shipped_launch's, and
-    # cc (the arch the launch is counted for: sm_80's SASS prices the A100's, attention_cost/sass80.py).
-    assert set(launch) - {"index_once", "cc"} == {*FROM_CONFIG, "select_v0"}
+    # cc (the arch the launch is counted for: sm_80's SASS prices the A100's, attention_cost/sass80.py);
+    # delta_folded too (the gate fold's deltas, gated.FOLD_DELTA: the autograd node's, not a kernel's).
+    assert set(launch) - {"index_once", "cc", "delta_folded"} == {*FROM_CONFIG, "select_v0"}
     assert launch.get("index_once", True) is True, (s, cc)
+    assert launch.get("delta_folded", True) is True, (s, cc)
     for ours, theirs in FROM_CONFIG.items():
         assert launch[ours] == theirs(cfg), (s, cc, ours)
     assert launch["select_v0"] is bool(cfg["compressed"]["select_v0"]) is False, (s, cc)
@@ -137,7 +140,7 @@ def test_a_changed_config_changes_the_model_but_not_the_past_builds(monkeypatch)
         for flag, flags in (("ce226a4", (True,)), ("2930e5c", (False, True)))
     }
     before = {k.name: k.kind for k in m.ours_on(8192, s, h100)}
-    assert before["cmp_select"] == "cmp_sel32@w2@bt2@h2@cut" and before["cmp_bwd_dkv"] == "cmp_dkv@64@w4@bn64"
+    assert before["cmp_select"] == "cmp_sel32@w2@bt2@h2@cut@shm@split" and before["cmp_bwd_dkv"] == "cmp_dkv@64@w4@bn64"
     assert before["sel_fwd_keys"] == "sel_keys_fwd@64" and before["sel_bwd_keys"] == "sel_keys_bwd@64@div32"
     programs = {k.name: k.programs for k in m.ours_on(8192, s, h100)}
     cmp_config, sel_config, win_configs = compressed._config, selected._config, window._configs
