@@ -173,8 +173,9 @@ def _bytes_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
     lse = B * T * Hkv * G * 4
     state = 2 * Q  # fp32 rows of head_dim: twice the bf16 queries
     # Key-major partials: one row per kept table entry (min(n, t // l' + 1) a token) and head: PO
-    # (q's dtype) + PL (fp32 lse) in the forward, PDQ (fp32) in the backward; written once, read once
-    # by the merges (PL twice).
+    # (q's dtype) + PL (fp32 lse) in the forward, PDQ (q's 16-bit dtype at pdq_bits 16, the least; fp32
+    # at 32) in the backward; written once, read once by the merges (the forward merge's tiles read PL
+    # once: merge_tiles; its measured loop read it twice).
     lp, n = geo["sel_block"], geo["n_sel"]
     kept = sum(min(n, t // lp + 1) for t in range(0, T, 16)) * 16 / T
     return {
@@ -188,9 +189,9 @@ def _bytes_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
         "_sel_fwd": 2 * Q + 2 * K + table + lse + state + lse, "_sel_bwd_dq": 4 * Q + 2 * K + table + 2 * lse + state,
         "_sel_forced_fwd": Q + 2 * K + table + state + lse, "_sel_forced_dq": 3 * Q + 2 * K + table + state + 2 * lse,
         "_sel_bwd_dkdv": 2 * Q + 4 * K + table + 2 * lse,
-        "_sel_fwd_keys": Q + 2 * K + kept * (Q + lse), "_sel_fwd_merge": kept * (Q + 2 * lse) + table + Q + lse,
-        "_sel_bwd_delta": 2 * Q + lse, "_sel_bwd_keys": 2 * Q + 4 * K + 2 * lse + kept * 2 * Q,
-        "_sel_bwd_dq_merge": kept * 2 * Q + table + Q,
+        "_sel_fwd_keys": Q + 2 * K + kept * (Q + lse), "_sel_fwd_merge": kept * (Q + lse) + table + Q + lse,
+        "_sel_bwd_delta": 2 * Q + lse, "_sel_bwd_keys": 2 * Q + 4 * K + 2 * lse + kept * Q,
+        "_sel_bwd_dq_merge": kept * Q + table + Q,
         "_sel_fwd_index": table * 17 / 9,  # idx + valid in, each entry's int64 sort key out
         "_gate_mix_fwd": 4 * Q, "_gate_mix_bwd": 8 * Q, "_rope_kernel": 2 * Q,
     }  # fmt: skip

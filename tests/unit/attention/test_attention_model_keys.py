@@ -265,7 +265,7 @@ def test_the_suites_flops_of_the_key_major_kernels_agree_with_the_model() -> Non
     assert flops["_sel_bwd_keys"] == pytest.approx(useful["sel_bwd_keys"], rel=0.05)
     assert flops["_sel_bwd_keys"] == 2.5 * flops["_sel_fwd_keys"]
     Q = 65536 * 12 * 64 * 2
-    assert nbytes["_sel_bwd_dq_merge"] > 2 * 15 * Q  # ~16 fp32 partials a row read
+    assert nbytes["_sel_bwd_dq_merge"] > 15 * Q  # ~16 partials a row read (16-bit at pdq_bits 16, the least)
     for name in KEY_MAJOR - {"sel_fwd_reverse_index"}:
         assert modelcheck.FAMILIES[name] == "_" + name
     assert "sel_fwd_reverse_index" in modelcheck.OTHER_IN_CORE
