@@ -9,8 +9,8 @@ and dV = P'^T dO. So the backward runs one kernel (fused.py `nsa::triton_gate_fo
 the kernels' layout once, the three lse' = lse - log2 g), then each branch's backward op on that one
 dO with its lse': the branch kernels are the ones their own autograd runs (with FOLD_DELTA, below,
 their variants handed delta). The gates must
-be >= 0 (NSAAttention's are sigmoids): a negative gate has no lse'. It must not change a branch
-kernel, and knows the branches only through their registered ops.
+be >= 0 (NSAAttention's are sigmoids): a negative gate has no lse'. It knows the branches only
+through their registered ops (their `delta=` argument included), never their kernels.
 
 delta' = rowsum(dO * O_c) is also dL/dg_c, which the fold kernel sums anyway (fp32): with FOLD_DELTA
 it stores the three (fp32, each branch's lse layout) and hands each branch's backward op its own
