@@ -36,6 +36,7 @@ from torch import Tensor
 from nsa.attention.triton import device_arch
 from nsa.attention.triton.selected_keys_bwd import (
     _block_keys,
+    _entry_keep,
     _magic32,
     _pair_rows,
     _pair_rows32,
@@ -140,17 +141,6 @@ def _sel_fwd_merge_kernel(
     # no dependent load in a loop; else (the loop the GPU runs measured) two passes over the row's
     # partials in the same fixed order (entry slot, then key chunk): the largest lse M, then
     # sum_i exp2(lse_i - M) * o_i, each step loading IDX and VALID, then the partials they mask.
-    if TILES:
-        _fwd_merge_tiles(PO, PL, IDX, VALID, OUT, LSE, T, NK, NB, G, D, LP, TM, RM, DP, NEP, MU)
-    else:
-        _fwd_merge_loop(PO, PL, IDX, VALID, OUT, LSE, T, NK, NB, G, D, LP, TM, RM, DP)
-
-
-@triton.jit
-def _fwd_merge_loop(
-    PO, PL, IDX, VALID, OUT, LSE, T, NK, NB,
-    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, TM: tl.constexpr, RM: tl.constexpr, DP: tl.constexpr,
-):  # fmt: skip
     t0 = tl.program_id(0) * TM
     bh = tl.program_id(1).to(tl.int64)
     r = tl.arange(0, RM)
@@ -161,6 +151,29 @@ def _fwd_merge_loop(
     rm = (r < TM * G) & (t < T)
     npos = tl.num_programs(1).to(tl.int64) * T * NK
     ebase = (bh * T + t) * NK  # the row's token's first table position
+    if TILES:
+        acc, l_i, m_s, has = _fwd_merge_tiles(
+            PO, PL, IDX, VALID, T, NK, NB, t0, bh, d, dm, t, g, rm, npos, ebase, G, D, LP, RM, DP, NEP, MU
+        )
+    else:
+        acc, l_i, m_s, has = _fwd_merge_loop(
+            PO, PL, IDX, VALID, NK, NB, d, dm, t, g, rm, npos, ebase, G, D, LP, RM, DP
+        )
+    out = acc / tl.where(has, l_i, 1.0)[:, None]  # zeros for a row without any key
+    lse_out = tl.where(has, m_s + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    orow = (bh * T + t) * G + g
+    tl.store(
+        OUT + orow[:, None] * D + d[None, :], out.to(OUT.dtype.element_ty), mask=rm[:, None] & dm[None, :]
+    )
+    tl.store(LSE + orow, lse_out, mask=rm)
+
+
+@triton.jit
+def _fwd_merge_loop(
+    PO, PL, IDX, VALID, NK, NB, d, dm, t, g, rm, npos, ebase,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, RM: tl.constexpr, DP: tl.constexpr,
+):  # fmt: skip
+    """The measured merge's two passes (the kernel's rows): (acc, l, M, has) for its epilogue."""
     # One loop over (entry, chunk) couples e -> (e // NB, e % NB), with the partials' row pointers
     # built once and moved by a scalar per step (nested loops and per-step [RM, DP] int64 offsets
     # cost registers: ptxas spilled a few bytes at head_dim 96/128).
@@ -186,20 +199,14 @@ def _fwd_merge_loop(
         o = tl.load(po_ptr + off * D, mask=keep[:, None] & dm[None, :], other=0.0)
         l_i += w
         acc += w[:, None] * o.to(tl.float32)
-    out = acc / tl.where(has, l_i, 1.0)[:, None]  # zeros for a row without any key
-    lse_out = tl.where(has, m_s + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
-    orow = (bh * T + t) * G + g
-    tl.store(
-        OUT + orow[:, None] * D + d[None, :], out.to(OUT.dtype.element_ty), mask=rm[:, None] & dm[None, :]
-    )
-    tl.store(LSE + orow, lse_out, mask=rm)
+    return acc, l_i, m_s, has
 
 
 @triton.jit
 def _fwd_merge_tiles(
-    PO, PL, IDX, VALID, OUT, LSE, T, NK, NB,
-    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, TM: tl.constexpr, RM: tl.constexpr,
-    DP: tl.constexpr, NEP: tl.constexpr, MU: tl.constexpr,
+    PO, PL, IDX, VALID, T, NK, NB, t0, bh, d, dm, t, g, rm, npos, ebase,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, RM: tl.constexpr, DP: tl.constexpr,
+    NEP: tl.constexpr, MU: tl.constexpr,
 ):  # fmt: skip
     """`_fwd_merge_loop`'s merge with its load addresses known ahead: the rows' table metadata as one
     [RM, NEP] tile of (entry, chunk) couples e -> (e // NB, e % NB) (IDX, VALID -> keep), PL as one
@@ -210,22 +217,9 @@ def _fwd_merge_tiles(
     select and a sum (one term and zeros: exact). l and acc take the loop's float operations in its
     order, so out and lse are bitwise its; a padded couple (e >= NK*NB) adds +0.0 to l (never -0.0: it
     starts at +0.0) and loads nothing. 2 + NEP / MU dependent memory latencies a program (metadata,
-    PL, then a step's PO), against ~4 an entry in the loop."""
-    t0 = tl.program_id(0) * TM
-    bh = tl.program_id(1).to(tl.int64)
-    r = tl.arange(0, RM)
-    d = tl.arange(0, DP)
-    dm = d < D
-    t = t0 + r // G
-    g = r % G
-    rm = (r < TM * G) & (t < T)
-    npos = tl.num_programs(1).to(tl.int64) * T * NK
-    ebase = (bh * T + t) * NK  # the row's token's first table position
-    e = tl.arange(0, NEP)
-    em = rm[:, None] & (e < NK * NB)[None, :]
-    meta = ebase[:, None] + (e // NB)[None, :]
-    j = tl.load(IDX + meta, mask=em, other=-1)
-    keep = em & (tl.load(VALID + meta, mask=em, other=0) != 0) & (j >= 0) & (j * LP <= t[:, None])
+    PL, then a step's PO), against ~4 an entry in the loop. Returns (acc, l, M, has) for the kernel's
+    epilogue."""
+    e, meta, keep = _entry_keep(IDX, VALID, ebase, rm, t, NK, NB, LP, NEP)
     pl = tl.load(PL + ((e % NB)[None, :] * npos + meta) * G + g[:, None], mask=keep, other=float("-inf"))
     m_i = tl.reduce(pl, 1, _max_combine)
     has = m_i > float("-inf")
@@ -248,13 +242,7 @@ def _fwd_merge_tiles(
             o = tl.load(PO + off * D + prel, mask=kc[:, None] & dm[None, :], other=0.0)
             l_i += w
             acc += w[:, None] * o.to(tl.float32)
-    out = acc / tl.where(has, l_i, 1.0)[:, None]  # zeros for a row without any key
-    lse_out = tl.where(has, m_s + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
-    orow = (bh * T + t) * G + g
-    tl.store(
-        OUT + orow[:, None] * D + d[None, :], out.to(OUT.dtype.element_ty), mask=rm[:, None] & dm[None, :]
-    )
-    tl.store(LSE + orow, lse_out, mask=rm)
+    return acc, l_i, m_s, has
 
 
 @triton.jit

@@ -328,17 +328,6 @@ def _sel_bwd_dq_merge_kernel(
     # row whose token has none stores zeros. TILES (`_config`'s merge_tiles): `_dq_merge_tiles`, the
     # metadata loaded once; else the loop the GPU runs measured (each entry loads IDX and VALID, then
     # the partials they mask).
-    if TILES:
-        _dq_merge_tiles(PDQ, IDX, VALID, DQ, T, NK, NP, NB, G, D, LP, DP, BM, NEP, MU)
-    else:
-        _dq_merge_loop(PDQ, IDX, VALID, DQ, T, NK, NP, NB, G, D, LP, DP, BM)
-
-
-@triton.jit
-def _dq_merge_loop(
-    PDQ, IDX, VALID, DQ, T, NK, NP, NB,
-    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, DP: tl.constexpr, BM: tl.constexpr,
-):  # fmt: skip
     r = tl.program_id(0) * BM + tl.arange(0, BM)
     bh = tl.program_id(1).to(tl.int64)
     d = tl.arange(0, DP)
@@ -348,6 +337,22 @@ def _dq_merge_loop(
     g = r % G
     ebase = (bh * T + t) * NK
     chunk = (bh * 0 + NP) * G * D  # one key chunk's partials [NP, G, D], in int64 (bh is)
+    if TILES:
+        dq = _dq_merge_tiles(
+            PDQ, IDX, VALID, T, NK, NB, bh, d, dm, rm, t, g, ebase, chunk, G, D, LP, BM, DP, NEP, MU
+        )
+    else:
+        dq = _dq_merge_loop(PDQ, IDX, VALID, NK, NB, d, dm, rm, t, g, ebase, chunk, G, D, LP, BM, DP)
+    qoff = (bh * T * G + r)[:, None] * D + d[None, :]
+    tl.store(DQ + qoff, dq.to(DQ.dtype.element_ty), mask=rm[:, None] & dm[None, :])
+
+
+@triton.jit
+def _dq_merge_loop(
+    PDQ, IDX, VALID, NK, NB, d, dm, rm, t, g, ebase, chunk,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, BM: tl.constexpr, DP: tl.constexpr,
+):  # fmt: skip
+    """The measured merge's loop (the kernel's rows): the rows' dQ sum in fp32."""
     dq = tl.zeros([BM, DP], tl.float32)
     for i in range(0, NK):
         j = tl.load(IDX + ebase + i, mask=rm, other=-1)
@@ -356,14 +361,13 @@ def _dq_merge_loop(
         m = keep[:, None] & dm[None, :]
         for c in range(0, NB):
             dq += tl.load(PDQ + c * chunk + off, mask=m, other=0.0).to(tl.float32)
-    qoff = (bh * T * G + r)[:, None] * D + d[None, :]
-    tl.store(DQ + qoff, dq.to(DQ.dtype.element_ty), mask=rm[:, None] & dm[None, :])
+    return dq
 
 
 @triton.jit
 def _dq_merge_tiles(
-    PDQ, IDX, VALID, DQ, T, NK, NP, NB,
-    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, DP: tl.constexpr, BM: tl.constexpr,
+    PDQ, IDX, VALID, T, NK, NB, bh, d, dm, rm, t, g, ebase, chunk,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr, BM: tl.constexpr, DP: tl.constexpr,
     NEP: tl.constexpr, MU: tl.constexpr,
 ):  # fmt: skip
     """`_dq_merge_loop`'s sum with its load addresses known ahead: the rows' table metadata as one
@@ -373,21 +377,8 @@ def _dq_merge_tiles(
     row's keep taken out of the tile by a select and a sum. The same fp32 additions in the same order:
     dQ bitwise the loop's (a padded couple adds +0.0, and dq is never -0.0: it starts at +0.0).
     1 + NEP / MU dependent memory latencies a program (metadata, then a step's PDQ), against two an
-    entry in the loop."""
-    r = tl.program_id(0) * BM + tl.arange(0, BM)
-    bh = tl.program_id(1).to(tl.int64)
-    d = tl.arange(0, DP)
-    dm = d < D
-    rm = r < T * G
-    t = tl.where(rm, r // G, 0)
-    g = r % G
-    ebase = (bh * T + t) * NK
-    chunk = (bh * 0 + NP) * G * D  # one key chunk's partials [NP, G, D], in int64 (bh is)
-    e = tl.arange(0, NEP)
-    em = rm[:, None] & (e < NK * NB)[None, :]
-    meta = ebase[:, None] + (e // NB)[None, :]
-    j = tl.load(IDX + meta, mask=em, other=-1)
-    keep = em & (tl.load(VALID + meta, mask=em, other=0) != 0) & (j >= 0) & (j * LP <= t[:, None])
+    entry in the loop. Returns the rows' dQ sum in fp32."""
+    e, _, keep = _entry_keep(IDX, VALID, ebase, rm, t, NK, NB, LP, NEP)
     keep = keep.to(tl.int32)
     # The rows' partials as one scalar pointer (int64) and int32 offsets from it (< BM*NK*D): an
     # int64 offset tile held across the loop cost 2 registers an element.
@@ -401,8 +392,20 @@ def _dq_merge_tiles(
             kc = tl.reduce(tl.where(e[None, :] == c, keep, 0), 1, _sum_combine) != 0
             off = (c % NB) * chunk + (c // NB) * G * D
             dq += tl.load(PDQ + off + rel, mask=kc[:, None] & dm[None, :], other=0.0).to(tl.float32)
-    qoff = (bh * T * G + r)[:, None] * D + d[None, :]
-    tl.store(DQ + qoff, dq.to(DQ.dtype.element_ty), mask=rm[:, None] & dm[None, :])
+    return dq
+
+
+@triton.jit
+def _entry_keep(IDX, VALID, ebase, rm, t, NK, NB, LP: tl.constexpr, NEP: tl.constexpr):
+    """Both merges' tiles (merge_tiles): the rows' table metadata as one [rows, NEP] tile of (entry,
+    chunk) couples e -> (e // NB, e % NB): (e, each couple's table position, keep: the entry adds keys,
+    valid, j >= 0 and j * l' <= t, and the couple is one of the row's NK * NB)."""
+    e = tl.arange(0, NEP)
+    em = rm[:, None] & (e < NK * NB)[None, :]
+    meta = ebase[:, None] + (e // NB)[None, :]
+    j = tl.load(IDX + meta, mask=em, other=-1)
+    keep = em & (tl.load(VALID + meta, mask=em, other=0) != 0) & (j >= 0) & (j * LP <= t[:, None])
+    return e, meta, keep
 
 
 def merge_slots(NK: int, nb: int) -> int:
