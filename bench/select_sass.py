@@ -118,16 +118,7 @@ def split(lines: list[str]) -> dict:
     warp: every warp of a program runs the same instruction stream)."""
     insns, label_at = _parse(lines)
     lo, hi = _loop(insns, label_at)
-    regions: list[tuple[int, int]] = []
-    i = lo
-    while i < hi - 1:
-        op, rest, pred = insns[i]
-        end = label_at.get(_target(rest), -1) if op.startswith("BRA") and pred else -1
-        if i < end <= hi - 1:
-            regions.append((i + 1, end))
-            i = end
-            continue
-        i += 1
+    regions = _branch_regions(insns, label_at, lo, hi)
     exits = [k for k, x in enumerate(insns) if x[0].startswith("EXIT")]
     last_exit = max(exits, default=len(insns) - 1)
     inside = set()
