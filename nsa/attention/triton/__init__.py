@@ -47,6 +47,22 @@ def device_arch(device) -> int:
     return major * 10 + minor
 
 
+def check_delta(op: str, delta, rows: int, layout: str) -> bool:
+    """A branch backward op's `delta` argument (rowsum(dO * O), already formed: gated.py's delta fold)
+    checked before any launch: float32, contiguous, `rows` rows (`layout` names them in the error).
+    True when one was given, False for None (the op forms its own)."""
+    import torch
+
+    if delta is None:
+        return False
+    if delta.dtype != torch.float32 or delta.numel() != rows or not delta.is_contiguous():
+        raise ValueError(
+            f"{op}: delta {tuple(delta.shape)} {delta.dtype} must be rowsum(dO * O), float32, contiguous, "
+            f"{rows} rows ({layout}); pass None to form it here"
+        )
+    return True
+
+
 def interpreting() -> bool:
     """True under TRITON_INTERPRET=1, where kernels run on CPU tensors (fp32/fp16 only: bf16 tl.dot is wrong)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from nsa.attention.triton import device_arch, interpreting
+from nsa.attention.triton import check_delta, device_arch, interpreting
 from nsa.attention.triton.compressed_select import _cmp_select
 from nsa.attention.triton.compressed_select_v0 import _cmp_select_v0
 from nsa.attention.triton.spec import GpuShape, KernelSpec
@@ -572,14 +572,7 @@ def _bwd(
     dq = torch.empty_like(q)
     dk = torch.empty_like(kc)
     dv = torch.empty_like(vc)
-    if delta is not None and (
-        delta.dtype != torch.float32 or delta.numel() != B * Hkv * T * G or not delta.is_contiguous()
-    ):
-        raise ValueError(
-            f"nsa_triton::compressed_bwd: delta {tuple(delta.shape)} {delta.dtype} must be rowsum(dO * O), float32, contiguous, "
-            f"{B * Hkv * T * G} rows ([B, Hkv, T, G]); pass None to form it here"
-        )
-    have_delta = delta is not None
+    have_delta = check_delta("nsa_triton::compressed_bwd", delta, B * Hkv * T * G, "[B, Hkv, T, G]")
     if delta is None:
         delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
     prec = _prec(q.dtype)

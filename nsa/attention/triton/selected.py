@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from nsa.attention.triton import device_arch, interpreting
+from nsa.attention.triton import check_delta, device_arch, interpreting
 from nsa.attention.triton.selected_forced import (
     _sel_forced_dq_kernel,
     _sel_forced_fwd_kernel,
@@ -442,13 +442,7 @@ def _selected_bwd(
     valid8 = valid.view(torch.int8)
     dout = dout.contiguous()
     keys = forced and cfg["bwd_keys"]  # the key-major backward (selected_keys_bwd.py)
-    if delta is not None and (
-        delta.dtype != torch.float32 or delta.numel() != BH * T * G or not delta.is_contiguous()
-    ):
-        raise ValueError(
-            f"nsa_triton::selected_bwd: delta {tuple(delta.shape)} {delta.dtype} must be rowsum(dO * O), float32, contiguous, "
-            f"{BH * T * G} rows ([B, Hkv, T, G]); pass None to form it here"
-        )
+    check_delta("nsa_triton::selected_bwd", delta, BH * T * G, "[B, Hkv, T, G]")
     if keys:
         pdq_dtype(cfg, q.dtype)  # a bad pdq_bits (a probe's patched config) stops before any launch
     if order.numel() == 0:

@@ -18,7 +18,7 @@ import triton.language as tl
 from torch import Tensor
 
 from nsa.attention.precision import autocast_off
-from nsa.attention.triton import device_arch, interpreting
+from nsa.attention.triton import check_delta, device_arch, interpreting
 from nsa.attention.triton.spec import GpuShape, KernelSpec
 
 _LOG2E = 1.4426950408889634
@@ -349,14 +349,7 @@ def _window_bwd_op(
     B, Hkv, T, G, D = q.shape
     meta = _launch_meta(D, q.device)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    if delta is not None and (
-        delta.dtype != torch.float32 or delta.numel() != lse.numel() or not delta.is_contiguous()
-    ):
-        raise ValueError(
-            f"nsa::triton_window_bwd: delta {tuple(delta.shape)} {delta.dtype} must be rowsum(dO * O), float32, contiguous, "
-            f"{lse.numel()} rows (lse's); pass None to form it here"
-        )
-    have_delta = delta is not None
+    have_delta = check_delta("nsa::triton_window_bwd", delta, lse.numel(), "lse's")
     if delta is None:
         delta = torch.empty_like(lse)
     bd, prec = _block_d(D), _precision(q.dtype)
