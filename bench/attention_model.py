@@ -79,6 +79,7 @@ from attention_cost.prices import (  # noqa: E402
     LAUNCH_S,
     RUN_BUILDS,
     SEL_WARPS,
+    SINCE_LAST_RUN,
     Gpu,
     Kernel,
     a100_record,
@@ -277,25 +278,11 @@ WHAT_IF = {
     # rows' metadata as one tile, the forward merge at the measured dQ merge's DRAM factor and one PL
     # read; CONFIG_FACTOR "sel_fwd_merge@tiles")
     "merge_tiles_off": {"merge_tiles": False},
-    # every change shipped unmeasured off (the proxy-shipped keys_div32, select_cut, tok_pipe,
-    # keys_dq_mma, flash_tiles, select_shm, select_split, pdq_bits 16, q_grad_fused, gate_folded,
-    # delta_folded, merge_tiles, and sm_80's 64 keys rows with keys_rowlim): the model of the code the
-    # GPUs measured
-    "measured_code_only": {
-        "keys_div32": False,
-        "keys_rowlim": False,
-        "select_cut": 0,
-        "tok_pipe": 0,
-        "keys_dq_mma": False,
-        "flash_tiles": False,
-        "select_shm": 0,
-        "select_split": 0,
-        "pdq_bits": 32,
-        "q_grad_fused": False,
-        "gate_folded": False,
-        "delta_folded": False,
-        "merge_tiles": False,
-    },
+    # every change shipped unmeasured off (prices.py SINCE_LAST_RUN: keys_div32, select_cut, tok_pipe,
+    # flash_tiles, select_shm, select_split, pdq_bits 16, q_grad_fused, gate_folded, delta_folded,
+    # merge_tiles; and sm_80's keys_dq_mma and 64 keys rows with keys_rowlim): the model of the code
+    # the GPUs measured
+    "measured_code_only": {**SINCE_LAST_RUN, "keys_rowlim": False, "keys_dq_mma": False},
 }
 
 
