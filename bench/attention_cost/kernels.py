@@ -296,17 +296,16 @@ def ours(
         tags = f"@w{launch['warps_sel']}" + (f"@bt{bt}" if bt != _sel_tiles(s)["BTF"] else "")
         tags += "@h2" if launch["halves_sel"] and not v0 else ""
         # the hoisted 32-bit loop (select_cut): the proxy's factor on Hopper; the A100 price reads the
-        # setting's own sm_80 SASS, and its published-efficiency what-if never had it
+        # setting's own sm_80 SASS (sass80.py, the split's two loops too), and its published-efficiency
+        # what-if never had it. Inside it (the kernel runs neither without it): Eq. 9's shared key
+        # without the gathers (select_shm, shipped on sm_90 at the paper's and M7C's shapes) and the
+        # interior key tiles unmasked (select_split, shipped with select_shm at M7C's).
         if launch.get("select_cut") and not v0 and cc != 80:
             tags += "@cut" if D <= 64 else "@cut_d128"
-        # Eq. 9's shared key without the gathers (select_shm, shipped on sm_90 at the paper's shape only)
-        # (both on the CUT loop only: the kernel runs neither without it)
-        if launch.get("select_shm") and launch.get("select_cut") and not v0 and cc != 80:
-            tags += "@shm" if D <= 64 else "@shm_d128"
-        # its interior key tiles unmasked (select_split, shipped with select_shm on sm_90 at M7C's shape);
-        # the A100 price reads the setting's own sm_80 SASS (sass80.py counts its two loops)
-        if launch.get("select_split") and launch.get("select_cut") and not v0 and cc != 80:
-            tags += "@split"
+            if launch.get("select_shm"):
+                tags += "@shm" if D <= 64 else "@shm_d128"
+            if launch.get("select_split"):
+                tags += "@split"
         sunit = 2 * BH * sw["steps"] * sel_rows * sw["keys"] * D
         swork = {"programs": sel_progs, "token_steps": BH * sw["steps"] * bt}
         if cc == 80:  # the A100 price: the kernel's own sm_80 SASS (sass80.py; none recorded: as published)
