@@ -113,11 +113,14 @@ def _prediction(proc: subprocess.Popen | None, timeout: float) -> dict:
 # How a run that has not exited is judged, from the rows of its metrics.jsonl (one per step: the runs
 # log every step). No new row for longer than its allowance: hung (killed, FAILED, with its log
 # tail). Before the first row the allowance is twice the run's start estimate (the first step
-# compiles: 35.9 s of the 2026-11-26c H100 NSA run's ~53 s to its first row); after it, 30 s, 18x
+# compiles: 35.9 s of the 2026-11-26c H100 NSA run's ~53 s to its first row), at least 60 s (an eager
+# run's estimate, 9-14 s, was measured with Triton's cache warm; cold, NSA's ~17 kernels compile in
+# ~12 s more: the numerics estimate); after it, 30 s, 18x
 # the slowest step any run has logged (the 64k run's first, 1.65 s on the 2026-11-26b H200). Still
 # making steps when the section's time ends: cut for time (killed, its partial figures kept, not a
 # failure). Exited: finished (exit 0 with figures) or crashed (anything else, FAILED).
 HANG_FIRST_FACTOR = 2.0
+HANG_FIRST_MIN_S = 60.0
 HANG_STEP_S = 30.0
 POLL_S = 0.5
 
@@ -189,7 +192,8 @@ def train(plan: Plan, suite) -> dict:
         t = time.monotonic()
         rec = {k: v for k, v in run.items() if k not in ("sets", "predict_memory")}
         log = suite.out_dir / f"train-{run['name']}.log"
-        first_step_s = HANG_FIRST_FACTOR * train_start_s(run["attention"], run["seq_len"], run["compile"])
+        start_s = train_start_s(run["attention"], run["seq_len"], run["compile"])
+        first_step_s = max(HANG_FIRST_MIN_S, HANG_FIRST_FACTOR * start_s)
         with open(log, "w") as out:
             proc = subprocess.Popen(train_command(run, run_dir), stdout=out, stderr=subprocess.STDOUT, env=env,
                                     cwd=REPO, start_new_session=True)  # fmt: skip
@@ -207,6 +211,7 @@ def train(plan: Plan, suite) -> dict:
         if how["stopped"] == "time":
             rec["cut_for_time"] = {"steps_logged": how["steps_logged"], "after_s": rec["seconds"]}
         elif how["stopped"] == "hang":
+            rec["hung"] = {"steps_logged": how["steps_logged"], "idle_s": how["idle_s"]}
             step = f"after step {how['steps_logged']}" if how["steps_logged"] else "before its first step"
             rec["error"] = f"hung: no new step for {how['idle_s']:.0f} s {step} of {run['steps']}, killed"
         if how["stopped"] == "hang" or (how["stopped"] == "exited" and rec["exit_code"] != 0):

@@ -184,7 +184,8 @@ def _gone(pid: int) -> bool:
 
 def _section(tmp_path, monkeypatch, mode: str, budget: float) -> dict:
     """Section f for real with one run (estimate 0.5 s) whose process is FAKE_TRAINER in `mode`;
-    the hang allowances cut to 1 s (after a step) and 1.6 s (before the first: 0.03 x 53 s)."""
+    the hang allowances cut to 1 s after a step and 2.5 s before the first (the floor: 0.01 x the
+    run's 53 s start estimate is less)."""
     import sys
 
     from nsa.attention.gpusuite import training
@@ -196,7 +197,8 @@ def _section(tmp_path, monkeypatch, mode: str, budget: float) -> dict:
         training, "train_command", lambda r, d: [sys.executable, "-c", FAKE_TRAINER, str(d), mode]
     )
     monkeypatch.setattr(training, "HANG_STEP_S", 1.0)
-    monkeypatch.setattr(training, "HANG_FIRST_FACTOR", 0.03)
+    monkeypatch.setattr(training, "HANG_FIRST_FACTOR", 0.01)
+    monkeypatch.setattr(training, "HANG_FIRST_MIN_S", 2.5)
     monkeypatch.setattr(training, "POLL_S", 0.05)
     suite = Suite(tmp_path, "full", budget, ("train",), command="test")
     suite.start_section("train")
@@ -226,17 +228,19 @@ def test_a_run_that_stops_logging_steps_is_a_hang_killed_and_failed_with_its_log
     (rec,) = res["records"]
     assert res["ok"] is False and rec["ok"] is False and "cut_for_time" not in rec
     assert rec["error"].startswith("hung: no new step for 1 s after step 3 of 12, killed")
+    assert rec["hung"]["steps_logged"] == 3 and 1.0 <= rec["hung"]["idle_s"] <= 2.0
     assert rec["seconds"] < 5.0 and rec["log_tail"][-1] == "[nsa] step 3/12"  # not the 20 s budget
     assert rec["tokens_per_s_median"] == 3000 and "FAILED (hung: no new step" in res["summary"]
 
 
-def test_a_run_that_never_logs_a_step_is_a_hang_once_past_twice_its_start_estimate(
+def test_a_run_that_never_logs_a_step_is_a_hang_once_past_its_first_step_allowance(
     tmp_path, monkeypatch
 ) -> None:
     res = _section(tmp_path, monkeypatch, "stall0", budget=20.0)
     (rec,) = res["records"]
-    assert res["ok"] is False and rec["error"].startswith("hung: no new step for 2 s before its first step")
-    assert rec["seconds"] < 6.0 and "tokens_per_s_median" not in rec
+    assert res["ok"] is False and "before its first step of 12, killed" in rec["error"]
+    assert rec["hung"]["steps_logged"] == 0 and 2.5 <= rec["hung"]["idle_s"] <= 4.0  # the floor, not 0.53 s
+    assert rec["seconds"] < 7.0 and "tokens_per_s_median" not in rec
 
 
 def test_a_run_cut_for_time_before_its_first_step_leaves_the_section_skipped(tmp_path, monkeypatch) -> None:
