@@ -113,12 +113,12 @@ def _prediction(proc: subprocess.Popen | None, timeout: float) -> dict:
 # How a run that has not exited is judged, from the rows of its metrics.jsonl (one per step: the runs
 # log every step). No new row for longer than its allowance: hung (killed, FAILED, with its log
 # tail). Before the first row the allowance is twice the run's start estimate (the first step
-# compiles: 35.9 s of the 2026-11-26c H100 NSA run's ~53 s to its first row), at least 60 s (an eager
-# run's estimate, 9-14 s, was measured with Triton's cache warm; cold, NSA's ~17 kernels compile in
-# ~12 s more: the numerics estimate); after it, 30 s, 18x
-# the slowest step any run has logged (the 64k run's first, 1.65 s on the 2026-11-26b H200). Still
-# making steps when the section's time ends: cut for time (killed, its partial figures kept, not a
-# failure). Exited: finished (exit 0 with figures) or crashed (anything else, FAILED).
+# compiles: 35.9 s of the 2026-11-26c H100 NSA run's ~53 s to its first row), at least 60 s (the
+# eager runs' 9-14 s were measured after a compiled NSA run had filled Triton's cache; cold, NSA's
+# ~17 kernels take ~12 s more: the numerics estimate). After the first row, 30 s: 18x the slowest
+# step any run has logged (the 64k run's first, 1.65 s on the 2026-11-26b H200). Still making steps
+# when the section's time ends: cut for time (killed, its partial figures kept, not a failure).
+# Exited: finished (exit 0 with figures) or crashed (anything else, FAILED).
 HANG_FIRST_FACTOR = 2.0
 HANG_FIRST_MIN_S = 60.0
 HANG_STEP_S = 30.0
