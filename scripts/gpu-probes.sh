@@ -32,36 +32,36 @@ if ! [[ "$BUDGET" =~ ^[0-9]+$ ]] || [ "$BUDGET" -lt 30 ]; then
 fi
 # name | limit (s) | bench/kernel_probe.py arguments. Why each is here: bench/RESULTS.md, 2026-11-26.
 QUEUE=(
-  # Ordered by how much of the model's prediction rests on each: NSA/FA2 on an H100 with the measured
-  # path instead (the what-ifs of bench/attention.py --model, 8k / 64k): flash_tiles (with the window's
-  # tiles) +11 / +28 % at the paper shape, +6 / +12 % at M7C; keys_div32 +13 / +8 % at M7C; tok_pipe
-  # +5 / +4 % at the paper shape; select_cut +1 / +4 % at M7C; select_shm at most 2 %. One prepared
-  # call's --budget 300 reaches the first two or three.
-  # the compressed backward's and the window's sm_90 tiles shipped on bench/flash_proxy.py's word (the
-  # largest proxy claims: dK/dV 0.53-0.55x at M7C, dK/dV 0.46-0.49x and dQ 0.41-0.47x at the paper
-  # shape; window dQ 0.57x and dK/dV 0.79x past head_dim 64, dK/dV 0.64x at 64): the measured tiles beside them
-  "flash_tiles|120|--only cmp_bwd --shapes m7c:65536:1 paper:32768:1 --match bn_dkv --match stages_dq"
-  # the key-major kernels' rows in 32 bits shipped on bench/keys_proxy.py's word (priced 0.625x) and
-  # the dQ partials in bf16 (pdq_bits 16, priced by bytes): the measured int64 / fp32 paths beside them
-  "keys_div32|150|--only selected --shapes m7c:8192:8 m7c:65536:1 --match keys_div32 --match pdq_bits"
-  # the paper shape's token tiles without their branch (tok_pipe 2 shipped on sm_90 on
-  # bench/gather_proxy.py's word, 0.862x): the measured branchy loop beside it, and the other builds
-  "tok_pipe|150|--only selected --shapes paper:8192:2 --match tok_pipe"
-  # the selection loop's integer work in 32 bits (select_cut) shipped on bench/select_proxy.py's word
-  # (0.879x at M7C, 0.934x at the paper shape): the measured loop beside it
-  "select_cut|120|--only cmp_fwd --shapes m7c:65536:1 paper:32768:1 --match select_cut"
-  # the window's sm_90 tiles of the same ship (flash_tiles above), timed on the window op alone
-  "window_tiles|60|--only window --shapes m7c:8192:8 paper:8192:2"
-  # the selection's Eq. 9 key without its gathers (select_shm, shipped on sm_90 at the paper's shape
-  # on bench/select_proxy.py's word: 0.83x; at M7C a variant, 0.91x)
-  "select_shm|60|--only cmp_fwd --shapes paper:32768:1 m7c:65536:1 --match select_shm"
-  # the M7C selection at 1 warp under a register cap (bench/select_proxy.py: -28 %), 4 tokens in halves
-  "select_warps|120|--only cmp_fwd --shapes m7c:65536:1 --match maxnreg_sel --match warps_sel"
-  # the paper shape's full tiles at head_dim 128 (bench/tiles_d128.py; its compressed backward
-  # candidates: flash_tiles above); the query-major dK/dV at 128 rows / 8 warps at 8k and 64k, the
-  # lengths its ship would be judged at (no proxy calibrates on that kernel: bench/RESULTS.md "dkdvfit")
-  "d128_sel|130|--only selected --shapes paper:8192:2 paper:65536:1 --match BR"
-  "d128_fwd|90|--only cmp_fwd --shapes paper:32768:1 --match bn_fwd"
+  # Every step of the previous queue was measured on the 2026-11-26c H100 (bench/RESULTS.md, "The H100
+  # run of 2026-11-26c", the probe table; bench/gpu/2026-11-26c-h100-probe-*.jsonl) and five settings
+  # were flipped on those numbers, each measured at one or two shapes. What is left: the flips at the
+  # shapes their probe did not cover, the shape the issue's targets are missed at first (M7C 32k
+  # 0.36 for 0.35, paper 64k 0.22 for 0.2), most wanted first: a setting shipped on one shape's number
+  # before one confirmed at another. Limits: that H100 took 10-22 s a step (nine steps in the 175 s
+  # budget), so 45-60 s each; the whole queue fits one prepared call's --budget 300.
+  # The M7C selection at 1 warp under a 168-register cap, shipped on m7c 64k alone (4.64 ms vs 5.67;
+  # 1 warp uncapped 4.75): `_cmp_select` is M7C's largest kernel at 32k (3.16 ms of 14.37) where NSA/FA2
+  # misses its target by 3 %, and the model prices it 1.33-1.42x too fast at 8k-32k
+  "select_warps|60|--only cmp_fwd --shapes m7c:8192:8 m7c:32768:2 --match warps_sel --match maxnreg_sel"
+  # The compressed backward's dQ at 2 stages past head_dim 64, shipped on paper 32k alone (10.46 ms vs
+  # 11.57, dQ + dK/dV): `_cmp_bwd_dq` is 18.2 ms of the paper shape's 160.7 at 64k, the length whose
+  # target (0.2) it misses, and the model is off on the compressed backward there by 1.25-1.73x
+  "stages_dq|60|--only cmp_bwd --shapes paper:8192:2 paper:65536:1 --match stages_dq"
+  # The paper shape's selection with select_shm off, flipped on paper 32k alone (4.58 ms vs 4.71-4.85,
+  # within the ~8 % noise of one process): `_cmp_select` is 18.2 ms at paper 64k
+  "select_shm|45|--only cmp_fwd --shapes paper:8192:2 paper:65536:1 --match select_shm"
+  # The query-major selected dK/dV at 128 rows / 8 warps past head_dim 64, shipped on paper 8k x 2 and
+  # 64k (15.09 vs 16.66 ms, 62.30 vs 64.26 fwd+bwd): the length between, where the target is met
+  # (0.33) by a margin of 6 %
+  "d128_sel|45|--only selected --shapes paper:32768:1 --match BR"
+  # The gate fold (fold_gate, fold_delta: what training runs, gated.gated_branches), measured only at
+  # 8k (m7c 8k x 8: 10.11 ms vs 10.28 / 10.28, within noise; paper 8k x 2): at 64k, where the branch
+  # backwards it feeds (their delta, their O reads) take 1.7-1.9x their 8k time for the same tokens
+  "gate_fold|45|--only gate --shapes m7c:65536:1 paper:65536:1"
+  # The key-major merges off (merge_tiles), flipped on m7c 8k x 8 and 64k (fwd+bwd 6.39 / 6.49 ms off
+  # vs 6.93 / 6.59 on, inside the noise: the same process timed the shipped build at 6.40 and 6.93):
+  # the same shapes again in the flipped build, the one step that repeats a measured shape, so last
+  "merge_tiles|45|--only selected --shapes m7c:8192:8 m7c:65536:1 --match merge_tiles"
 )
 if [ "$LIST" = 1 ]; then
   for q in "${QUEUE[@]}"; do IFS='|' read -r name limit args <<<"$q"; echo "$name $limit $args"; done

@@ -4,7 +4,7 @@ is expected to take.
 Owns `Suite` (the suite.json being written, and the clock), `BUDGET` / `SHARE`, `Item` and `Items`
 (a section's items run in order while each one's estimate fits in what is left of the section; the
 rest are listed in `skipped_for_time`, each one run is timed beside its estimate), and the estimates,
-taken from the seconds the first GPU run measured (H100, triton 3.6, 2026-11-26; bench/gpu/,
+taken from the seconds the GPU runs measured (H100 and H200, triton 3.6, 2026-11-26; bench/gpu/,
 docs/gpu-suite.md "Time budget"). It runs nothing on a GPU and imports no torch, so the budget of
 every mode is checked on CPU (tests/unit/attention/test_gpusuite_budget.py).
 """
@@ -31,8 +31,10 @@ BUDGET = {"full": 480.0, "quick": 180.0, "interpret": 600.0}
 # goes to those after it, and `--only` runs split the whole budget among themselves. Set from the
 # first GPU run (H100, --quick: env 0.3 s, numerics 27.1 s for 2 of 4 shapes, determinism 0.1 s,
 # train 52.3 s for the compiled pair; the full speed grid 72.6 s) and the estimates below: --quick
-# expects numerics ~46 s, speed ~18 s, train ~80 s (docs/gpu-suite.md "Time budget").
-# --quick leaves the sanitizer out (never measured; estimated at a minute) for the training runs.
+# expects numerics ~46 s, speed ~18 s, train ~105 s (its three runs' measured seconds; the train
+# section is last, so it gets all that the others leave; docs/gpu-suite.md "Time budget").
+# --quick leaves the sanitizer out (memcheck 19.3 s on the 2026-11-26c H100, racecheck not measured;
+# estimated at a minute) for the training runs.
 SHARE = {
     "full": {"env": 0.01, "numerics": 0.44, "determinism": 0.01, "sanitizer": 0.13, "speed": 0.17, "train": 0.24},
     "quick": {"env": 0.01, "numerics": 0.33, "determinism": 0.01, "sanitizer": 0.0, "speed": 0.2, "train": 0.45},
@@ -51,14 +53,26 @@ NUMERICS_MODULE_S = 2.0
 # estimates 79 s against the 72.6 s it took.
 SPEED_SETUP_S = {"m7c": 2.0, "paper_G16_D128": 4.5}
 SPEED_ROUND_S = {"m7c": (0.024, 0.28), "paper_G16_D128": (0.17, 1.93)}
-# Training, per run: a fresh process (imports, model, data), then torch.compile's first step (the
-# first run: 19.9 s of each compiled run's 24.9 s; 26.1 s a run with the process), or the eager
-# first step (triton's kernels come from the disk cache numerics filled: not measured yet), then the
-# steps: 88 ms (NSA) / 37 ms (dense) at 16k tokens compiled; 64k tokens of NSA with every block
-# recomputed, ~1.7 s of attention core (12 layers x 80 + 57 ms, speed at 64k) + the rest ~3 s.
-TRAIN_START_S = {True: 25.0, False: 12.0}  # compiled?
-TRAIN_STEP_S = {16384: 0.25, 65536: 3.0}  # tokens per step -> seconds (eager upper end)
-SANITIZER_TOOL_S = 30.0  # each of memcheck / racecheck over smoke.py: not measured yet
+# Training, per run: the process start and its first step (where torch.compile's inductor and, for
+# NSA, the Triton kernels compile), then the steps, the largest seconds any GPU run measured for that
+# kind of run (bench/gpu/). Keys are (attention, seq_len, compiled); each run makes 16,384 tokens a
+# step but the 64k one (65,536).
+#   dense 2048 compiled: 35.8 s for 12 steps (H100, 2026-11-26c: 12.1 s process start, first step
+#     14.6 s, then 40-44 ms); the H200 run of 2026-11-26b took 23.0 s.
+#   nsa 2048 compiled: the 2026-11-26c H100 run logged step 9 of 12 at ~54 s (first step 35.9 s,
+#     steps 2-9 0.97 s, median 118 ms) and was killed there by the budget (its estimate was 28 s);
+#     42.3 s for 12 steps on the 2026-11-26b H200.
+#   dense / nsa 2048 eager (activation checkpointing full): 10.2 s / 13.4 s for 12 steps, 72 / 187 ms
+#     a step (H200, 2026-11-26b; no H100 run has measured them yet).
+#   nsa 65536 eager (full): 17.5 s for 6 steps, median 0.81 s a step (H200, 2026-11-26b).
+# So start = seconds - (steps - 1) x step. Not measured yet: checkpointing none eager and full compiled
+# (taken as the measured setting of the same attention and compile: start as measured, the step the
+# slower of the two), and seq 8192 (the 2048 figures with the step doubled: a step is ~1 % of a run).
+TRAIN_START_S = {("dense", 2048, True): 35.3, ("nsa", 2048, True): 53.0, ("dense", 2048, False): 9.4,
+                 ("nsa", 2048, False): 11.3, ("nsa", 65536, False): 13.5}  # fmt: skip
+TRAIN_STEP_S = {("dense", 2048, True): 0.042, ("nsa", 2048, True): 0.118, ("dense", 2048, False): 0.072,
+                ("nsa", 2048, False): 0.187, ("nsa", 65536, False): 0.81}  # fmt: skip
+SANITIZER_TOOL_S = 30.0  # each of memcheck / racecheck over smoke.py: memcheck 19.3 s (H100, 2026-11-26c)
 ONE_ITEM_S = {"env": 0.3, "determinism": 0.1}  # the sections that are one item: the first run's seconds
 
 
@@ -71,9 +85,22 @@ def speed_estimate(shape: str, T: int, iters: int) -> float:
     return SPEED_SETUP_S[shape] + (iters + 4) * (a + b * T / 65536)
 
 
-def train_estimate(compiled: bool, tokens_per_step: int, steps: int) -> float:
-    step = TRAIN_STEP_S.get(tokens_per_step, TRAIN_STEP_S[65536] * tokens_per_step / 65536)
-    return TRAIN_START_S[compiled] + steps * step
+def train_start_s(attention: str, seq: int, compiled: bool) -> float:
+    """Seconds from the process start to the end of the run's first step (`TRAIN_START_S`; a length
+    not measured takes the 2048 run's)."""
+    return TRAIN_START_S.get((attention, seq, compiled), TRAIN_START_S[(attention, 2048, compiled)])
+
+
+def train_step_s(attention: str, seq: int, compiled: bool) -> float:
+    if (attention, seq, compiled) in TRAIN_STEP_S:
+        return TRAIN_STEP_S[(attention, seq, compiled)]
+    eager = TRAIN_STEP_S[(attention, 2048, False)]  # the slower of the measured settings
+    return max(eager, TRAIN_STEP_S[(attention, 2048, compiled)]) * (2.0 if seq > 2048 else 1.0)
+
+
+def train_estimate(attention: str, seq: int, compiled: bool, steps: int) -> float:
+    start, step = train_start_s(attention, seq, compiled), train_step_s(attention, seq, compiled)
+    return round(start + (steps - 1) * step, 1)
 
 
 # --------------------------------------------------------------------------------------- clock

@@ -121,10 +121,20 @@ def _nsa_core_inputs(B, T, Hkv, G, D, geo, dev, dtype):
 
 
 def _nsa_core(inp, geo, scale):
-    """The attention part of an NSA layer on the triton backend: compressed + selection, selected,
-    window, gate mix (the projections and the compression MLP are ordinary GEMMs, as for dense)."""
-    from nsa.attention.triton import compressed, fused, selected, window
+    """The attention part of an NSA layer on the triton backend, as NSAAttention.forward runs it in
+    training: the gate fold's one node (gated.gated_branches: compressed + selection, selected,
+    window and the gate mix forward; the gates folded into the branch backwards' lse) where it
+    applies, else the branches and the gate mix one by one (gated.FOLD_GATE off: the path every GPU
+    run up to 2026-11-26c timed here). q is one leaf for the three branches, so autograd sums its
+    three gradients (in a layer RoPE's backward does; modelcheck prices that `q_grad_sum`). The
+    projections and the compression MLP are ordinary GEMMs, as for dense."""
+    from nsa.attention.triton import compressed, fused, gated, selected, window
 
+    branch = {"q_sel": inp["q"], "q_win": inp["q"], **{k: v for k, v in inp.items() if k != "g"}}
+    geo_args = [geo[k] for k in ("block_len", "block_stride", "sel_block", "n_sel", "window")]
+    mixed = gated.gated_branches(branch, inp["g"], *geo_args, scale=scale)
+    if mixed is not None:
+        return mixed[0]
     o_cmp, idx, valid = compressed.compressed_attention_and_selection(
         inp["q"], inp["kc"], inp["vc"], block_len=geo["block_len"], block_stride=geo["block_stride"],
         sel_block=geo["sel_block"], n_sel=geo["n_sel"], scale=scale,
@@ -194,6 +204,9 @@ def _bytes_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
         "_sel_bwd_dq_merge": kept * Q + table + Q,
         "_sel_fwd_index": table * 17 / 9,  # idx + valid in, each entry's int64 sort key out
         "_gate_mix_fwd": 4 * Q, "_gate_mix_bwd": 8 * Q, "_rope_kernel": 2 * Q,
+        # the gate fold's backward: dy and the three outputs in, dO out; each branch's lse in, lse -
+        # log2 g and (FOLD_DELTA, shipped) its fp32 delta out
+        "_gate_fold_bwd": 5 * Q + 9 * lse,
     }  # fmt: skip
 
 
@@ -232,6 +245,15 @@ def _kernel_table(fn, flops: dict[str, float], nbytes: dict[str, float]) -> list
     return rows[:24]
 
 
+def core_path() -> str:
+    """Which path `_nsa_core` times on bf16 inputs: the gate fold's node, or the branches one by one."""
+    from nsa.attention.triton import gated
+
+    if not gated.FOLD_GATE:
+        return "branches one by one"
+    return "gated_branches, fold_delta" if gated.FOLD_DELTA else "gated_branches"
+
+
 def _measure_nsa(rec: dict, B, T, Hkv, G, D, geo, iters: int) -> None:
     inp = _nsa_core_inputs(B, T, Hkv, G, D, geo, "cuda", torch.bfloat16)
     dout = torch.randn(B, T, Hkv * G * D, device="cuda", dtype=torch.bfloat16)
@@ -246,6 +268,7 @@ def _measure_nsa(rec: dict, B, T, Hkv, G, D, geo, iters: int) -> None:
     def fwd_bwd():  # autograd.grad: no .grad accumulation kernels in the timing
         torch.autograd.grad(_nsa_core(inp, geo, scale), leaves, dout)
 
+    rec["nsa_core"] = core_path()
     rec["nsa_fwd_ms"] = round(_time_cuda(fwd, iters), 3)
     rec["nsa_fwd_bwd_ms"] = round(_time_cuda(fwd_bwd, iters), 3)
     geo_args = (B, T, Hkv, G, D, geo)

@@ -48,6 +48,10 @@ FAMILIES = {
     "sel_fwd_index": "_sel_fwd_index", "sel_fwd_segs": "_sel_fwd_segs",
     "sel_fwd_keys": "_sel_fwd_keys", "sel_fwd_merge": "_sel_fwd_merge", "sel_bwd_delta": "_sel_bwd_delta",
     "sel_bwd_keys": "_sel_bwd_keys", "sel_bwd_dq_merge": "_sel_bwd_dq_merge",
+    # the gate fold's backward (fused.py `_gate_fold_bwd`), which the speed core runs since it takes
+    # gated.gated_branches as training does (gpu.py `_nsa_core`; the model prices it as gate_mix_bwd
+    # under gate_folded)
+    "gate_fold_bwd": "_gate_fold_bwd",
 }  # fmt: skip
 # In the core but not one triton family: the selected branch's reverse index (torch.sort & co.; the
 # key-major forward's sort and searchsorted too) and autograd's sum of q's gradient from the three

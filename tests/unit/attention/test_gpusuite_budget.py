@@ -1,7 +1,7 @@
 """nsa/attention/gpusuite/budget.py: the GPU suite's clock. Each mode's real item lists (numerics
 shapes, speed cases, training runs) go through the real `Suite` / `Items` with a clock that advances
-by each item's estimate, as a GPU run would (`budget.simulate`, the suite's `--plan`); the estimates are pinned to the seconds the first H100
-run measured (bench/gpu/). And the CLI: a section whose every item was skipped for time is skipped
+by each item's estimate, as a GPU run would (`budget.simulate`, the suite's `--plan`); the estimates are pinned to the seconds the GPU
+runs measured (bench/gpu/). And the CLI: a section whose every item was skipped for time is skipped
 (ok null), not FAILED (the first --quick run recorded its speed section as failed with 0 s spent);
 and `--plan`, the same dry run as JSON."""
 
@@ -35,20 +35,24 @@ def run_of(mode: str, scale: float = 1.0) -> dict:
     return {"elapsed": dry["estimate_s"], **{n: {**empty, **sec} for n, sec in dry["sections"].items()}}
 
 
-def test_quick_runs_every_item_in_three_minutes_with_room_for_estimates_a_quarter_too_low() -> None:
-    """--quick: numerics complete, speed at M7C 8k / 32k and paper 32k, the training pair and the 64k
-    run, all within 180 s; and still all of it when every item takes 25 % longer than estimated."""
-    for scale in (1.0, 1.25):
-        run = run_of("quick", scale)
-        for name in SECTIONS:
-            assert run[name]["skipped_for_time"] == [], (scale, name, run[name])
-        assert run["elapsed"] <= 180.0, run
+def test_quick_runs_every_item_in_three_minutes_and_an_overrun_of_a_quarter_cuts_only_the_dense_reference() -> (
+    None
+):
+    """--quick: numerics complete, speed at M7C 8k / 32k and paper 32k, NSA's training run, the 64k
+    run and dense's, all within 180 s by the estimates (the training runs' are the seconds the GPU
+    runs measured, 105 s of the 180). When every item takes 25 % longer, what is cut is the last
+    training run, the dense reference, and nothing else."""
     run = run_of("quick")
+    for name in SECTIONS:
+        assert run[name]["skipped_for_time"] == [], (name, run[name])
+    assert run["elapsed"] <= 180.0, run
     assert run["speed"]["ran"] == ["m7c T8192", "m7c T32768", "paper_G16_D128 T32768"]
-    assert run["train"]["ran"] == ["dense-2048-ac_none-compiled", "nsa-2048-ac_none-compiled",
-                                   "nsa-65536-ac_full-eager"]  # fmt: skip
+    assert run["train"]["ran"] == ["nsa-2048-ac_none-compiled", "nsa-65536-ac_full-eager",
+                                   "dense-2048-ac_none-compiled"]  # fmt: skip
     assert len(run["numerics"]["ran"]) == 5 and "NSAAttention" in run["numerics"]["ran"]
-    assert run["elapsed"] <= 150.0  # 30 s of the 3 minutes left for what the estimates miss
+    slow = run_of("quick", 1.25)
+    assert [x for name in SECTIONS for x in slow[name]["skipped_for_time"]] == ["dense-2048-ac_none-compiled"]
+    assert slow["elapsed"] <= 180.0, slow
 
 
 def test_the_first_quick_runs_seconds_now_leave_speed_its_items(tmp_path) -> None:
@@ -75,7 +79,8 @@ def test_a_section_overrunning_shrinks_the_rest_and_they_list_what_they_skip() -
     for name in SECTIONS:
         planned = len(section_items(Plan.for_mode("quick"), name)) if SHARE["quick"][name] else 0
         assert len(run[name]["ran"]) + len(run[name]["skipped_for_time"]) == planned, name
-    assert run["elapsed"] <= 180.0 + 3.0 * 26.5  # at most one item (the longest) past the end
+    longest = max(it.estimate_s for name in SECTIONS for it in section_items(Plan.for_mode("quick"), name))
+    assert run["elapsed"] <= 180.0 + 3.0 * longest  # at most one item (the longest) past the end
 
 
 def test_full_mode_puts_the_64k_run_and_the_module_check_before_the_cuts() -> None:
@@ -87,8 +92,8 @@ def test_full_mode_puts_the_64k_run_and_the_module_check_before_the_cuts() -> No
     assert run["numerics"]["ran"][:5] == ["G6 D64 T1024 bf16", "G6 D64 T8192 bf16", "NSAAttention",
                                           "G16 D128 T1024 bf16", "G16 D128 T8192 bf16"]  # fmt: skip
     assert run["speed"]["skipped_for_time"] == [] and len(run["speed"]["ran"]) == 10
-    assert run["train"]["ran"][:3] == ["dense-2048-ac_none-compiled", "nsa-2048-ac_none-compiled",
-                                       "nsa-65536-ac_full-eager"]  # fmt: skip
+    assert run["train"]["ran"][:3] == ["nsa-2048-ac_none-compiled", "nsa-65536-ac_full-eager",
+                                       "dense-2048-ac_none-compiled"]  # fmt: skip
 
 
 def test_shares_split_what_is_left_among_the_chosen_sections(tmp_path) -> None:
@@ -103,16 +108,23 @@ def test_shares_split_what_is_left_among_the_chosen_sections(tmp_path) -> None:
     assert rehearsal.start_section("env") == pytest.approx(600.0)  # CPU rehearsal: no shares
 
 
-def test_estimates_reproduce_the_first_gpu_runs_seconds() -> None:
-    """The seconds the first H100 run measured (bench/gpu/2026-11-26-h100-*.json), within 20 %."""
+def test_estimates_reproduce_the_gpu_runs_seconds() -> None:
+    """The seconds the first H100 run measured (bench/gpu/2026-11-26-h100-*.json), within 20 %, and
+    the training runs' of the later runs."""
     full, quick = Plan.for_mode("full"), Plan.for_mode("quick")
     speed_grid = sum(it.estimate_s for it in speed_items(full))
     assert speed_grid == pytest.approx(72.6, rel=0.2)  # the full speed grid, 10 cases
     first_two = numerics_items(quick)[:1] + numerics_items(quick)[3:4]  # G6 D64 1k, G16 D128 1k
     module = next(it for it in numerics_items(quick) if it.label == "NSAAttention")
     assert sum(it.estimate_s for it in first_two) + module.estimate_s == pytest.approx(27.1, rel=0.2)
-    pair = [r["estimate_s"] for r in train_runs(quick)[:2]]
-    assert sum(pair) == pytest.approx(52.3, rel=0.2)  # dense + NSA at 2k, compiled, 6 steps
+    # Training: the seconds each kind of run took (bench/gpu/2026-11-26c-h100-numerics-sanitizer-train.json,
+    # 2026-11-26b-h200-train.json), within 5 %: the NSA compiled run was killed after 9 steps at 54.0 s.
+    for name, steps, seconds in (("dense-2048-ac_none-compiled", 12, 35.8), ("nsa-2048-ac_none-compiled", 9, 54.0),
+                                 ("nsa-65536-ac_full-eager", 6, 17.5), ("dense-2048-ac_full-eager", 12, 10.2),
+                                 ("nsa-2048-ac_full-eager", 12, 13.4)):  # fmt: skip
+        run = next(r for r in train_runs(full) if r["name"] == name)
+        estimate = budget.train_estimate(run["attention"], run["seq_len"], run["compile"], steps)
+        assert estimate == pytest.approx(seconds, rel=0.05), name
 
 
 def test_a_section_whose_every_item_was_skipped_for_time_is_skipped_not_failed(
