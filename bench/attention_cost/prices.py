@@ -303,19 +303,22 @@ def carry_ratio(key: str) -> float | None:
     return cycles(rec["80"]["step"]) / cycles(rec["90"]["step"])
 
 
-# The settings shipped after the last committed GPU run (bench/gpu/2026-11-26b-h200-speed-final.json,
-# main at 050ce66), each at what that run measured: RUN_BUILDS pins them for it, and the what-if
-# `measured_code_only` (bench/attention_model.py) takes them off, one list for both.
-SINCE_LAST_RUN: dict[str, int | bool] = {
+# The settings shipped after the last committed GPU run (bench/gpu/2026-11-26c-h100-speed.json, main
+# at f72f66b), each at what that run measured: RUN_BUILDS pins them for it, and the what-if
+# `measured_code_only` (bench/attention_model.py) takes them off, one list for both. Empty: that run
+# measured all that shipped before it (its suite and its probes, bench/RESULTS.md "The H100 run of
+# 2026-11-26c"). The list it emptied, what the run before it (main at 050ce66) measured:
+SINCE_LAST_RUN: dict[str, int | bool] = {}
+_SINCE_050CE66: dict[str, int | bool] = {
     "keys_div32": False, "select_cut": 0, "tok_pipe": 0, "flash_tiles": False, "select_shm": 0, "select_split": 0,
     "pdq_bits": 32, "q_grad_fused": False, "gate_folded": False, "delta_folded": False, "merge_tiles": False,
 }  # fmt: skip
 # The kernel builds the committed GPU runs measured (flags of `ours`), by file name: a speed record
 # does not name its kernels' launch settings, so a fit or a check of a committed run takes them from
 # here; a run of the current kernels needs no entry (ours' defaults: what the code ships). Every run
-# stored the key-major backward's dQ partials in fp32 (pdq_bits 32: 16 shipped after them) and ran the
-# key-major merges' loops (merge_tiles False, shipped after them: the builds before ce226a4 or 2930e5c
-# take it from their launch, counts.py `_launch_before_*`; the last one pins it here).
+# before 2026-11-26c stored the key-major backward's dQ partials in fp32 (pdq_bits 32) and ran the
+# key-major merges' loops (merge_tiles False: the builds before ce226a4 or 2930e5c take it from their
+# launch, counts.py `_launch_before_*`; 050ce66's entry pins it); the 2026-11-26c run measured both shipped.
 RUN_BUILDS: dict[str, dict] = {
     "2026-11-26-h100-speed.json": {
         "split_cmp_fwd": False,
@@ -353,7 +356,18 @@ RUN_BUILDS: dict[str, dict] = {
     # came after; and autograd's sum of q's three gradients: q_grad_fused came after; and the gate
     # mix's three g * dO copies: gate_folded came after; and each branch backward's own delta from its
     # O: delta_folded came after; and the merges' loops: merge_tiles came after)
-    "2026-11-26b-h200-speed-final.json": {"index_once": False, **SINCE_LAST_RUN},
+    # (SINCE_LAST_RUN first: a setting shipped after f72f66b is pinned at f72f66b's, also 050ce66's
+    # unless _SINCE_050CE66 names it)
+    "2026-11-26b-h200-speed-final.json": {**SINCE_LAST_RUN, "index_once": False, **_SINCE_050CE66},
+    # main at f72f66b, all of _SINCE_050CE66 as shipped; the suite's core takes q as a leaf and calls
+    # the branches and the gate mix one by one: autograd's sum of q's gradients, the gates unfolded
+    # and each branch backward's own delta (the probes measured the fused and folded paths)
+    "2026-11-26c-h100-speed.json": {
+        **SINCE_LAST_RUN,
+        "q_grad_fused": False,
+        "gate_folded": False,
+        "delta_folded": False,
+    },
 }
 
 

@@ -2,8 +2,9 @@
 `merge_tiles`; selected.py `_config` "merge_tiles", selected_keys.py `_fwd_merge_tiles`,
 selected_keys_bwd.py `_dq_merge_tiles`), priced by the lead's rule: the forward merge at the measured
 dQ merge's DRAM factor (1.32x, was 1.70x) with PL and the table read once, the dQ merge at its own
-1.32x and its bytes; nothing else moves. Every committed run's build (RUN_BUILDS), the what-ifs
-`merge_tiles_off` and `measured_code_only` and the past builds keep the loops. Pure arithmetic."""
+1.32x and its bytes; nothing else moves. Every committed run's build before 2026-11-26c
+(RUN_BUILDS), the what-if `merge_tiles_off` and the past builds keep the loops; that H100 run
+measured the tiles. Pure arithmetic."""
 
 from __future__ import annotations
 
@@ -53,10 +54,15 @@ def test_the_tiles_move_only_the_forward_merge_bytes_and_both_kinds() -> None:
 
 
 def test_every_measured_build_keeps_the_loops() -> None:
+    """Every run before 2026-11-26c ran the loops; that H100 run measured the tiles (merge_tiles as
+    shipped at f72f66b), so its build and `measured_code_only` price them."""
     s = m.SHAPES["m7c"]
-    builds = (*m.RUN_BUILDS.values(), m.WHAT_IF["merge_tiles_off"], m.WHAT_IF["measured_code_only"])
+    c_run = "2026-11-26c-h100-speed.json"
+    builds = (*(b for r, b in m.RUN_BUILDS.items() if r != c_run), m.WHAT_IF["merge_tiles_off"])
     for build in (*builds, {"before_ce226a4": True}, {"before_2930e5c": True}):
         ks = _kernels(8192, s, **build)
         assert not any(k.kind.endswith("@tiles") for k in ks.values()), build
-    assert {"sel_fwd_merge", "sel_bwd_dq_merge"} <= set(_kernels(8192, s, **m.WHAT_IF["measured_code_only"]))
+    for build in (m.RUN_BUILDS[c_run], m.WHAT_IF["measured_code_only"]):
+        ks = _kernels(8192, s, **build)
+        assert ks["sel_fwd_merge"].kind.endswith("@tiles") and ks["sel_bwd_dq_merge"].kind.endswith("@tiles")
     assert m.WHAT_IF["before_this_session"]["merge_tiles"] is False
