@@ -73,6 +73,7 @@ from attention_cost.prices import (  # noqa: E402
     EFF,
     GPUS,
     H100_COST,
+    H100C_COST,
     H200_COST,
     H200_FINAL_COST,
     KEYS_COST,
@@ -85,19 +86,21 @@ from attention_cost.prices import (  # noqa: E402
     a100_record,
     carry_ratio,
     config_factor,
+    config_price,
     kind_cost,
     kind_parts,
+    measured_config,
     total,
     warps_factor,
 )
 
 __all__ = [
-    "A100_CARRY", "A100_KIND", "A100_SASS", "ALU_EFF", "CONFIG_FACTOR", "DRAM_EFF", "EFF", "GPUS", "H100_COST", "H200_COST",
+    "A100_CARRY", "A100_KIND", "A100_SASS", "ALU_EFF", "CONFIG_FACTOR", "DRAM_EFF", "EFF", "GPUS", "H100C_COST", "H100_COST", "H200_COST",
     "H200_FINAL_COST", "KEYS_COST", "LAUNCH_S", "NSA_PAPER", "RUN_BUILDS", "SCALABLE", "SEL_WARPS", "SHAPES",
     "Gpu", "Kernel", "Shape", "_cfg", "_cmp_attn_work", "_cmp_keys", "_cmp_select_work", "_p2",
     "_per_sm", "_seg_pairs", "_sel_keys", "_sel_steps", "_sel_tiles", "_tokens_per_tile", "_union_ratio",
-    "_valid_pairs", "a100_record", "calibration_rows", "carry_ratio", "config_factor", "flash2", "kind_cost",
-    "kind_parts", "ours", "published_nsa", "shipped_launch", "shipped_warps_sel", "total", "warps_factor",
+    "_valid_pairs", "a100_record", "calibration_rows", "carry_ratio", "config_factor", "config_price", "flash2", "kind_cost",
+    "kind_parts", "measured_config", "ours", "published_nsa", "shipped_launch", "shipped_warps_sel", "total", "warps_factor",
 ]  # fmt: skip
 
 
