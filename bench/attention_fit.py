@@ -1,5 +1,6 @@
 """Fits the cost model's prices of our kernel kinds (bench/attention_model.py, H100_COST, H200_COST,
-H200_FINAL_COST and KEYS_COST) to a GPU suite's speed records, reads its launch-setting factors
+H200_FINAL_COST, KEYS_COST and H100C_COST, the latter per launch configuration: a kind's tags a run
+measured first, FIT_TERMS names them) to a GPU suite's speed records, reads its launch-setting factors
 (CONFIG_FACTOR) from a kernel probe, and checks the model against them.
 
 Owns the re-fit of issue 20, item 5: for each kernel family the suite profiles (modelcheck.FAMILIES),
@@ -29,6 +30,7 @@ key-major switches and one "keys_eff" row per key-major kernel kind.
       --probe bench/gpu/2026-11-26-h200-probe-after.jsonl
   .venv/bin/python bench/attention_fit.py bench/gpu/2026-11-26-h200-speed-final.json \
       --probe bench/gpu/2026-11-26-h200-probe-final.jsonl   # the launch settings of ce226a4
+  .venv/bin/python bench/attention_fit.py bench/gpu/2026-11-26c-h100-speed.json   # H100C_COST
   .venv/bin/python bench/attention_fit.py NEW-suite.json --families _cmp_select   # one family only
   .venv/bin/python bench/attention_fit.py NEW-suite.json --probe NEW-probe.jsonl  # fwd_keys / bwd_keys
 
@@ -101,12 +103,27 @@ FIT_TERMS: dict[str, tuple[str, ...]] = {
     "sel_fwd_merge": ("dram",),  # the key-major path's merges: DRAM time x
     "sel_dq_merge": ("dram",),
     "sel_index": ("dram",),  # the key-major forward's sort-key kernel
+    # the launch configurations the 2026-11-26c H100 run measured first (H100C_COST)
+    "cmp_sel32@cut@shm@split": ("programs", "token_steps"),
+    "cmp_dq@128@wg_d128": ("eff", "programs"),
+    "cmp_dkv@bn64": ("eff", "programs"),  # with a program's cost: the 16 query parts' prologues
+    "cmp_dkv@bn64_d128": ("eff", "programs"),
+    "tok_fwd@pipe": ("gather_bytes",),
+    "tok_dq@pipe": ("gather_bytes",),
+    "sel_fwd_merge@tiles": ("dram",),
+    "win_dq@128@wg_d128": ("eff",),
+    "win_dkdv@64@w4": ("eff",),
+    "sel_keys_bwd@div32": ("eff",),  # its partials' DRAM time kept, as sel_keys_bwd's
 }
 
 
 def fit_key(kind: str) -> str:
-    """The FIT_TERMS entry a kernel kind is priced by (a config-specific one, else the shared one;
-    launch-setting tags dropped: a record's counts are scaled by their factor instead)."""
+    """The FIT_TERMS entry a kernel kind is priced by (a measured launch configuration's, H100C_COST;
+    else a head_dim-specific one, else the shared one; the other launch-setting tags dropped: a
+    record's counts are scaled by their factor instead)."""
+    cfg = m.measured_config(kind)
+    if cfg is not None:
+        return cfg
     base, key, _ = m.kind_parts(kind)
     return key if key in FIT_TERMS else base
 
@@ -192,11 +209,11 @@ def model_families(rec: dict, gpu: m.Gpu) -> dict[str, list[m.Kernel]]:
 
 
 def _feature(k: m.Kernel, term: str, gpu: m.Gpu) -> float:
-    f = m.config_factor(k.kind)
+    f = m.config_price(k.kind)[1]  # the tags its price leaves to CONFIG_FACTOR
     if term == "eff":
         return f * k.flops / gpu.peak
-    if term == "dram":
-        return k.dram / gpu.dram
+    if term == "dram":  # kind_cost scales a fitted DRAM factor by the tags too
+        return f * k.dram / gpu.dram
     if term.startswith("serial_"):
         return k.work.get(term, 0.0) / gpu.clock
     return k.work.get(term, 0.0) * f / (gpu.sms * gpu.clock)
@@ -204,8 +221,7 @@ def _feature(k: m.Kernel, term: str, gpu: m.Gpu) -> float:
 
 def _fixed_time(k: m.Kernel, gpu: m.Gpu) -> float:
     """The time of the terms of k's price that FIT_TERMS does not fit (0 for most kinds)."""
-    _, key, _ = m.kind_parts(k.kind)
-    cost = m.kind_cost(key, gpu) or {}  # the untagged price: _feature applies the tags' factor
+    cost = m.config_price(k.kind)[0]  # the price before its tags: _feature applies their factor
     fitted = FIT_TERMS.get(fit_key(k.kind), ())
     return sum(_feature(k, t, gpu) * (1 / c if t == "eff" else c) for t, c in cost.items() if t not in fitted)
 

@@ -73,6 +73,7 @@ from attention_cost.prices import (  # noqa: E402
     EFF,
     GPUS,
     H100_COST,
+    H100C_COST,
     H200_COST,
     H200_FINAL_COST,
     KEYS_COST,
@@ -85,19 +86,21 @@ from attention_cost.prices import (  # noqa: E402
     a100_record,
     carry_ratio,
     config_factor,
+    config_price,
     kind_cost,
     kind_parts,
+    measured_config,
     total,
     warps_factor,
 )
 
 __all__ = [
-    "A100_CARRY", "A100_KIND", "A100_SASS", "ALU_EFF", "CONFIG_FACTOR", "DRAM_EFF", "EFF", "GPUS", "H100_COST", "H200_COST",
+    "A100_CARRY", "A100_KIND", "A100_SASS", "ALU_EFF", "CONFIG_FACTOR", "DRAM_EFF", "EFF", "GPUS", "H100C_COST", "H100_COST", "H200_COST",
     "H200_FINAL_COST", "KEYS_COST", "LAUNCH_S", "NSA_PAPER", "RUN_BUILDS", "SCALABLE", "SEL_WARPS", "SHAPES",
     "Gpu", "Kernel", "Shape", "_cfg", "_cmp_attn_work", "_cmp_keys", "_cmp_select_work", "_p2",
     "_per_sm", "_seg_pairs", "_sel_keys", "_sel_steps", "_sel_tiles", "_tokens_per_tile", "_union_ratio",
-    "_valid_pairs", "a100_record", "calibration_rows", "carry_ratio", "config_factor", "flash2", "kind_cost",
-    "kind_parts", "ours", "published_nsa", "shipped_launch", "shipped_warps_sel", "total", "warps_factor",
+    "_valid_pairs", "a100_record", "calibration_rows", "carry_ratio", "config_factor", "config_price", "flash2", "kind_cost",
+    "kind_parts", "measured_config", "ours", "published_nsa", "shipped_launch", "shipped_warps_sel", "total", "warps_factor",
 ]  # fmt: skip
 
 
@@ -204,19 +207,19 @@ WHAT_IF = {
     # than 32; spills at G 1 on triton 3.6; shipped from G 2 on sm_90 and, with keys_rowlim, on sm_80)
     "keys_backward_64_rows": {"br_bwd_keys": 64},
     "keys_backward_only": {"fwd_keys": False},
-    # the key-major backward's dQ partials in fp32, as every GPU run measured them (selected.py
-    # `_config` ships "pdq_bits" 16: q's 16-bit dtype, half PDQ's bytes in the keys kernel's write and
-    # the dQ merge's read; priced by the fitted DRAM terms, no proxy)
+    # the key-major backward's dQ partials in fp32, as every GPU run before 2026-11-26c measured them
+    # (selected.py `_config` ships "pdq_bits" 16: q's 16-bit dtype, half PDQ's bytes in the keys kernel's
+    # write and the dQ merge's read; priced by the fitted DRAM terms, no proxy)
     "pdq_fp32": {"pdq_bits": 32},
-    # the key-major kernels' rows in 64 bits, as every GPU run measured them (keys_div32 ships on the
-    # proxy's word: CONFIG_FACTOR "sel_keys_bwd@div32"): how much of the prediction rests on it
+    # the key-major kernels' rows in 64 bits, as every GPU run before 2026-11-26c measured them (keys_div32
+    # ships on the proxy's word: CONFIG_FACTOR "sel_keys_bwd@div32"): how much of the prediction rests on it
     "keys_div32_off": {"keys_div32": False},
-    # the selection's loop as every GPU run measured it (select_cut ships on the proxy's word:
-    # CONFIG_FACTOR "cmp_sel32@cut"), and both proxy-shipped cuts off: the model of measured code only
+    # the selection's loop as every GPU run before 2026-11-26c measured it (select_cut ships on the proxy's
+    # word: CONFIG_FACTOR "cmp_sel32@cut"), and both proxy-shipped cuts off: the model of measured code only
     "select_cut_off": {"select_cut": 0},
     "proxy_cuts_off": {"keys_div32": False, "select_cut": 0},
-    # the compressed backward's and the window's tiles as every GPU run measured them (flash_tiles ships
-    # on sm_90 on bench/flash_proxy.py's word: CONFIG_FACTOR "cmp_dkv@bn64", "@bn64_d128",
+    # the compressed backward's and the window's tiles as every GPU run before 2026-11-26c measured them
+    # (flash_tiles ships on sm_90 on bench/flash_proxy.py's word: CONFIG_FACTOR "cmp_dkv@bn64", "@bn64_d128",
     # "cmp_dq@wg_d128", "win_dq@wg_d128", "win_dkdv@bm128_d128", "win_dkdv@w4")
     "flash_tiles_off": {"flash_tiles": False},
     "before_forced_tiles": {"forced_tiles": False},  # every entry query-major (before 2026-11-25)
@@ -247,8 +250,8 @@ WHAT_IF = {
         "split_cmp_fwd": False,
         "warps_dkdv": 8,
     },
-    # the token tiles' loop as every GPU run measured it (tok_pipe ships at G > 8 on sm_90 on
-    # bench/gather_proxy.py's word: CONFIG_FACTOR "tok_fwd@pipe" / "tok_dq@pipe")
+    # the token tiles' loop as every GPU run before 2026-11-26c measured it (tok_pipe ships at G > 8 on sm_90
+    # on bench/gather_proxy.py's word: CONFIG_FACTOR "tok_fwd@pipe" / "tok_dq@pipe")
     "tok_pipe_off": {"tok_pipe": 0},
     # the keys backward's dQ tile converted before its store, as every GPU run measured it (keys_dq_mma
     # ships on sm_80 on bench/keys_proxy.py's word, read from its sm_80 SASS; Hopper keeps it off)
@@ -258,30 +261,32 @@ WHAT_IF = {
     # fit sm_80, so the launcher's rule (selected_keys_bwd.keys_rows) runs its 32 rows; Hopper ships
     # it off already (its rows as shipped)
     "keys_rowlim_off": {"keys_rowlim": False},
-    # the selection's Eq. 9 gathers as every GPU run measured them (select_shm ships on sm_90 at the
-    # paper's shape on bench/select_proxy.py's word: CONFIG_FACTOR "cmp_sel32@shm_d128")
+    # the selection's Eq. 9 gathers as every GPU run before 2026-11-26c measured them (select_shm ships on
+    # sm_90 at the paper's shape on bench/select_proxy.py's word: CONFIG_FACTOR "cmp_sel32@shm_d128")
     "select_shm_off": {"select_shm": 0},
     # the selection's CUT loop without the interior tiles' split (select_split ships with select_shm on
     # sm_90 at M7C's shape on bench/select_proxy.py's word: CONFIG_FACTOR "cmp_sel32@split")
     "select_split_off": {"select_split": 0},
-    # q's three branch gradients summed by autograd (two adds in q's dtype) and rotated back apart, as
-    # every GPU run measured them (q_grad_fused ships unmeasured: priced by its DRAM bytes)
+    # q's three branch gradients summed by autograd (two adds in q's dtype) and rotated back apart, as every
+    # GPU run measured them (q_grad_fused shipped unmeasured, the 2026-11-26c rope probe measured it: priced
+    # by its DRAM bytes)
     "q_grad_sum_unfused": {"q_grad_fused": False},
-    # the gate mix's backward writing three g * dO copies for the branch backwards, as every GPU run
-    # measured it (gate_folded ships unmeasured: the gates folded into their lse, priced by its DRAM bytes)
+    # the gate mix's backward writing three g * dO copies for the branch backwards, as every GPU run measured
+    # it (gate_folded shipped unmeasured, the 2026-11-26c gate probe measured it: the gates folded into their
+    # lse, priced by its DRAM bytes)
     "gate_mix_unfolded": {"gate_folded": False},
-    # each branch backward forming its own delta from its O (the selected key-major one in a kernel of
-    # its own), as every GPU run measured it (delta_folded ships unmeasured: the gate fold's kernel
-    # writes the three deltas, priced by DRAM bytes; gated.FOLD_DELTA)
+    # each branch backward forming its own delta from its O (the selected key-major one in a kernel of its
+    # own), as every GPU run before 2026-11-26c measured it (delta_folded shipped unmeasured, the 2026-11-26c
+    # gate probe measured it: the gate fold's kernel writes the three deltas, priced by DRAM bytes;
+    # gated.FOLD_DELTA)
     "delta_unfolded": {"delta_folded": False},
-    # the key-major merges' loops, as every GPU run measured them (merge_tiles ships unmeasured: the
-    # rows' metadata as one tile, the forward merge at the measured dQ merge's DRAM factor and one PL
-    # read; CONFIG_FACTOR "sel_fwd_merge@tiles")
+    # the key-major merges' loops, as every GPU run before 2026-11-26c measured them (merge_tiles shipped
+    # unmeasured, the 2026-11-26c run measured it: the rows' metadata as one tile, the forward merge at the
+    # measured dQ merge's DRAM factor and one PL read; CONFIG_FACTOR "sel_fwd_merge@tiles")
     "merge_tiles_off": {"merge_tiles": False},
-    # every change shipped unmeasured off (prices.py SINCE_LAST_RUN: keys_div32, select_cut, tok_pipe,
-    # flash_tiles, select_shm, select_split, pdq_bits 16, q_grad_fused, gate_folded, delta_folded,
-    # merge_tiles; and sm_80's keys_dq_mma and 64 keys rows with keys_rowlim): the model of the code
-    # the GPUs measured
+    # every change shipped unmeasured off (prices.py SINCE_LAST_RUN, empty since the 2026-11-26c H100
+    # run measured all it held; and sm_80's keys_dq_mma and 64 keys rows with keys_rowlim): the model
+    # of the code the GPUs measured
     "measured_code_only": {**SINCE_LAST_RUN, "keys_rowlim": False, "keys_dq_mma": False},
 }
 

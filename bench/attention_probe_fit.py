@@ -164,36 +164,45 @@ def selected_probe_rows(path: str, gpu_name: str = "H200") -> list[dict]:
 
 
 def keys_effs(path: str, gpu_name: str = "H200") -> dict[str, dict]:
-    """The key-major kernels' efficiencies (KEYS_COST "eff") that make the model's selected forward, then
-    forward+backward, the probe's, per probed point where the model runs that kernel (bisection, the
-    partials' DRAM term kept); their geometric mean. A first price from a probe alone; a suite run
-    (per-kernel times) re-fits them with `fit`."""
+    """The key-major kernels' efficiencies (the "eff" of the price each kernel takes: KEYS_COST, or
+    H100C_COST's where a measured launch configuration covers its kind) that make the model's selected
+    forward, then forward+backward, the probe's, per probed point where the model runs that kernel
+    (bisection, the partials' DRAM term kept); their geometric mean. A first price from a probe alone;
+    a suite run (per-kernel times) re-fits them with `fit`."""
     gpu = m.GPUS[gpu_name]
     rows = _selected_probe(path)[1]
-    saved = {k: dict(v) for k, v in m.KEYS_COST.items()}
+    tables = (m.KEYS_COST, m.H100C_COST)
+    saved = [{k: dict(v) for k, v in t.items()} for t in tables]
     out: dict[str, dict] = {}
     try:
         for kind, field, direction in (
             ("sel_keys_fwd", "fwd_ms", "fwd"),
             ("sel_keys_bwd", "fwd_bwd_ms", None),
         ):
-            effs = {}
+            effs, priced = {}, []
             for r in rows:
-                names = {k.kind.split("@")[0] for k in m.ours(r["T"], r["s"], cc=gpu.cc, **r["flags"])}
-                if kind not in names:
+                ks = [
+                    k for k in m.ours(r["T"], r["s"], cc=gpu.cc, **r["flags"]) if k.kind.split("@")[0] == kind
+                ]
+                if not ks:
                     continue
+                cfg = m.measured_config(ks[0].kind)
+                price = m.H100C_COST[cfg] if cfg else m.KEYS_COST[kind]
+                priced.append(price)
                 lo, hi = 0.005, 5.0
                 for _ in range(60):
-                    m.KEYS_COST[kind]["eff"] = mid = math.sqrt(lo * hi)
+                    price["eff"] = mid = math.sqrt(lo * hi)
                     lo, hi = (lo, mid) if _sel_ms(r, gpu, direction) < r[field] else (mid, hi)
                 key = f"{r['shape']} T{r['T']} B{r['B']} {json.dumps(r['variant'], sort_keys=True)}"
                 effs[key] = round(math.sqrt(lo * hi), 4)
             if effs:
                 mean = math.prod(effs.values()) ** (1 / len(effs))
                 out[kind] = {"effs": effs, "mean": round(mean, 4)}
-                m.KEYS_COST[kind]["eff"] = mean  # the backward's solve sees the forward's price
+                for price in priced:  # the backward's solve sees the forward's price
+                    price["eff"] = mean
     finally:
-        for k, v in saved.items():
-            m.KEYS_COST[k].clear()
-            m.KEYS_COST[k].update(v)
+        for t, s in zip(tables, saved):
+            for k, v in s.items():
+                t[k].clear()
+                t[k].update(v)
     return out

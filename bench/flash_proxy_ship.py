@@ -149,11 +149,15 @@ def config_factors(sass: dict, f: dict) -> dict[str, float]:
             )
             saved = prices.CONFIG_FACTOR.get(tag)
             prices.CONFIG_FACTOR[tag] = 1.0
+            # the tiles' prices before any run measured them (H100C_COST prices them since 2026-11-26c)
+            measured = dict(prices.H100C_COST)
+            prices.H100C_COST.clear()
             try:
                 gpu = am.GPUS["H200"]
                 new = _model_kernels(am, rec, {})[c0[1]].time(gpu)
                 old = _model_kernels(am, rec, {"flash_tiles": False})[c0[1]].time(gpu)
             finally:
+                prices.H100C_COST.update(measured)
                 if saved is None:
                     del prices.CONFIG_FACTOR[tag]
                 else:

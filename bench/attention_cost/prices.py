@@ -19,11 +19,13 @@ Two ways a kernel is priced:
   per compiled configuration, priced from the measurements (H100_COST, H200_COST and
   H200_FINAL_COST, fitted by bench/attention_fit.py on bench/gpu/2026-11-26-h100-speed.json, for the
   kernels rewritten since on bench/gpu/2026-11-26-h200-speed-after.json, the selected reduction on
-  bench/gpu/2026-11-26-h200-speed-final.json; H100 and H200 share them): time = issued MMA FLOPs /
+  bench/gpu/2026-11-26-h200-speed-final.json, the launch settings shipped on a proxy's word on the
+  H100 run that measured them first, bench/gpu/2026-11-26c-h100-speed.json, H100C_COST; H100 and
+  H200 share them): time = issued MMA FLOPs /
   (peak x eff) + SM cycles per program, per loop step, per token-step or per gathered byte /
   (SMs x clock), floored by DRAM, plus a serial tail and launches. Launch settings changed after
   the runs (ce226a4) are tags of a kind, each priced by one factor from the final kernel probe
-  (CONFIG_FACTOR). On A100 (kind_cost; docs/attention.md "Which terms carry over to A100"):
+  or a GPU-free proxy (CONFIG_FACTOR), until a run measures them (H100C_COST, `config_price`). On A100 (kind_cost; docs/attention.md "Which terms carry over to A100"):
   - the two kernels with a GPU-free time proxy calibrated on H200 points, the selection `cmp_sel32`
     and the key-major backward `sel_keys_bwd`, from their own sm_80 SASS (A100_SASS: the proxy's
     cycles an instruction and a shared-memory access, fitted on Hopper, times the launch's dynamic
@@ -242,6 +244,43 @@ CONFIG_FACTOR: dict[str, float] = {
     "sel_fwd_merge@tiles": KEYS_COST["sel_dq_merge"]["dram"] / KEYS_COST["sel_fwd_merge"]["dram"],
     "sel_dq_merge@tiles": 1.0,
 }  # fmt: skip
+# H100C_COST: launch settings shipped on a proxy's word (or a rule) that the H100 run of 2026-11-26c
+# measured first (main at f72f66b, bench/gpu/2026-11-26c-h100-speed.json), fitted on it by
+# bench/attention_fit.py where the old price (the kind's x the tags' CONFIG_FACTOR) missed it by more
+# than 30 %, or by 15-25 % one way at every T. Keyed "base[@head_dim]@tag...": a kind with all of a
+# key's tags takes its price (`config_price`), its other tags still by CONFIG_FACTOR. Read by every
+# GPU as the H100's prices are (H200 shares them; A100 takes its cycles and DRAM terms, so of these
+# only the forward merge moves there: the other tags are sm_90's). New over old price, per T 2k-64k,
+# and why (bench/RESULTS.md "The cost model re-fitted on the H100 run of 2026-11-26c"):
+# - the M7C selection (2 warps, 2 tokens, halves): x1.40-1.32. The H100 probe of this build: the cut
+#   alone 0.98 (6.80 vs 6.93 ms, m7c 64k; proxy 0.879), shm + split 0.837 / 0.892 at 64k / 8k x 8
+#   (proxy 0.869): the cut's proxy overclaimed; the rest is its H200-fitted price on the H100.
+# - the compressed dQ tile past head_dim 64 (128 rows, 8 warps): x1.27-1.74; a program costs 10,200
+#   cycles (the proxy priced its loop, 0.465x: H100 c / H200 050ce66 measured 0.71-0.55 at 8k-64k).
+# - the compressed dK/dV at 64 keys in 16 parts: x1.84-1.07 (M7C), x1.47-1.27 (paper): each part's
+#   prologue and fp32 partial (and the partial sum: 0.036 ms, was 0.013) a per-program cost the
+#   MMA-only price lacked; past head_dim 64 the MMAs too (eff 0.36 for the proxy's 0.46).
+# - the token tiles' branch-free loop (paper): fwd x0.85, dQ x0.73 (proxy 0.958 / 0.795 of the old
+#   loop: it gained more; dQ H100 c / H200 050ce66 0.58-0.66).
+# - the forward merge as one tile: x1.32 (the lead's rule took the dQ merge's 1.32x DRAM; it kept the
+#   loops' 1.74x: H100 c / H200 050ce66 1.40-1.47, the DRAM ratio 1.43; the probe: off as fast).
+# - the window dQ past head_dim 64: x1.25, not its tile (H100 c / H200 050ce66 0.55-0.58, the proxy's
+#   0.568): win_dq's one price for both head_dims was 1.29-1.31x short at 128 on 050ce66's run too.
+# - the window dK/dV on 4 warps at head_dim 64: x0.80 (the proxy's 0.638 for ~0.51).
+# - the keys backward's 32-bit rows: x0.84-0.86 (the proxy's 0.625 outside its range; its partials'
+#   DRAM time no longer scaled by the instruction cut. Probe: the branch 0.78 / 0.80 of 64-bit rows).
+H100C_COST: dict[str, dict[str, float]] = {
+    "cmp_sel32@cut@shm@split": {"programs": 1662, "token_steps": 1067},
+    "cmp_dq@128@wg_d128": {"eff": 0.410, "programs": 10220},
+    "cmp_dkv@bn64": {"eff": 0.239, "programs": 17850},
+    "cmp_dkv@bn64_d128": {"eff": 0.2235, "programs": 38230},
+    "tok_fwd@pipe": {"gather_bytes": 0.0527},
+    "tok_dq@pipe": {"gather_bytes": 0.0349},
+    "sel_fwd_merge@tiles": {"dram": 1.74},
+    "win_dq@128@wg_d128": {"eff": 0.407},
+    "win_dkdv@64@w4": {"eff": 0.383},
+    "sel_keys_bwd@div32": {"eff": 0.331, "dram": 1.25},
+}  # fmt: skip
 # A100: the tensor-core efficiency of each kind stays the published calibration's (EFF["ampere"] of
 # its generic kind: sm_80 runs these tiles as mma.sync, the instruction its peak is quoted for, so
 # the Hopper shortfall below 64-row tiles does not carry over); the cycle costs carry over per SM
@@ -303,19 +342,22 @@ def carry_ratio(key: str) -> float | None:
     return cycles(rec["80"]["step"]) / cycles(rec["90"]["step"])
 
 
-# The settings shipped after the last committed GPU run (bench/gpu/2026-11-26b-h200-speed-final.json,
-# main at 050ce66), each at what that run measured: RUN_BUILDS pins them for it, and the what-if
-# `measured_code_only` (bench/attention_model.py) takes them off, one list for both.
-SINCE_LAST_RUN: dict[str, int | bool] = {
+# The settings shipped after the last committed GPU run (bench/gpu/2026-11-26c-h100-speed.json, main
+# at f72f66b), each at what that run measured: RUN_BUILDS pins them for it, and the what-if
+# `measured_code_only` (bench/attention_model.py) takes them off, one list for both. Empty: that run
+# measured all that shipped before it (its suite and its probes, bench/RESULTS.md "The H100 run of
+# 2026-11-26c"). The list it emptied, what the run before it (main at 050ce66) measured:
+SINCE_LAST_RUN: dict[str, int | bool] = {}
+_SINCE_050CE66: dict[str, int | bool] = {
     "keys_div32": False, "select_cut": 0, "tok_pipe": 0, "flash_tiles": False, "select_shm": 0, "select_split": 0,
     "pdq_bits": 32, "q_grad_fused": False, "gate_folded": False, "delta_folded": False, "merge_tiles": False,
 }  # fmt: skip
 # The kernel builds the committed GPU runs measured (flags of `ours`), by file name: a speed record
 # does not name its kernels' launch settings, so a fit or a check of a committed run takes them from
 # here; a run of the current kernels needs no entry (ours' defaults: what the code ships). Every run
-# stored the key-major backward's dQ partials in fp32 (pdq_bits 32: 16 shipped after them) and ran the
-# key-major merges' loops (merge_tiles False, shipped after them: the builds before ce226a4 or 2930e5c
-# take it from their launch, counts.py `_launch_before_*`; the last one pins it here).
+# before 2026-11-26c stored the key-major backward's dQ partials in fp32 (pdq_bits 32) and ran the
+# key-major merges' loops (merge_tiles False: the builds before ce226a4 or 2930e5c take it from their
+# launch, counts.py `_launch_before_*`; 050ce66's entry pins it); the 2026-11-26c run measured both shipped.
 RUN_BUILDS: dict[str, dict] = {
     "2026-11-26-h100-speed.json": {
         "split_cmp_fwd": False,
@@ -353,7 +395,18 @@ RUN_BUILDS: dict[str, dict] = {
     # came after; and autograd's sum of q's three gradients: q_grad_fused came after; and the gate
     # mix's three g * dO copies: gate_folded came after; and each branch backward's own delta from its
     # O: delta_folded came after; and the merges' loops: merge_tiles came after)
-    "2026-11-26b-h200-speed-final.json": {"index_once": False, **SINCE_LAST_RUN},
+    # (SINCE_LAST_RUN first: a setting shipped after f72f66b is pinned at f72f66b's, also 050ce66's
+    # unless _SINCE_050CE66 names it)
+    "2026-11-26b-h200-speed-final.json": {**SINCE_LAST_RUN, "index_once": False, **_SINCE_050CE66},
+    # main at f72f66b, all of _SINCE_050CE66 as shipped; the suite's core takes q as a leaf and calls
+    # the branches and the gate mix one by one: autograd's sum of q's gradients, the gates unfolded
+    # and each branch backward's own delta (the probes measured the fused and folded paths)
+    "2026-11-26c-h100-speed.json": {
+        **SINCE_LAST_RUN,
+        "q_grad_fused": False,
+        "gate_folded": False,
+        "delta_folded": False,
+    },
 }
 
 
@@ -440,17 +493,37 @@ def kind_parts(kind: str) -> tuple[str, str, list[str]]:
     return base, base + "".join(f"@{c}" for c in cfg), [p for p in rest if not p.isdigit()]
 
 
-def config_factor(kind: str) -> float:
-    """The kind's time with its launch-setting tags over its fitted price's (1 without tags)."""
+def config_factor(kind: str, skip: tuple[str, ...] | list[str] = ()) -> float:
+    """The kind's time with its launch-setting tags (but `skip`) over its fitted price's (1 without)."""
     base, _, tags = kind_parts(kind)
     f = 1.0
-    for tag in tags:
+    for tag in (t for t in tags if t not in skip):
         key = f"{base}@{tag}"
         if key not in CONFIG_FACTOR:
             priced = sorted(k for k in CONFIG_FACTOR if k.startswith(base + "@"))
             raise ValueError(f"{kind}: {key} is not priced (CONFIG_FACTOR has {priced})")
         f *= CONFIG_FACTOR[key]
     return f
+
+
+def measured_config(kind: str) -> str | None:
+    """The H100C_COST key a kind is priced by: its base (and head_dim, where the key names one), all
+    of the key's tags among the kind's, the most tags; None: no measured configuration covers it."""
+    base, key, tags = kind_parts(kind)
+    keys = [c for c in H100C_COST if kind_parts(c)[1] in (base, key) and kind_parts(c)[0] == base]
+    keys = [c for c in keys if set(kind_parts(c)[2]) <= set(tags)]
+    return max(keys, key=lambda c: len(kind_parts(c)[2]), default=None)
+
+
+def config_price(kind: str) -> tuple[dict[str, float], float]:
+    """A kind's fitted price before its tags (a measured configuration's, H100C_COST, or its key's)
+    and the factor of the tags that price leaves to CONFIG_FACTOR."""
+    cfg = measured_config(kind)
+    if cfg is not None:
+        return dict(H100C_COST[cfg]), config_factor(kind, kind_parts(cfg)[2])
+    base, key, _ = kind_parts(kind)
+    table = {**H100_COST, **H200_COST, **H200_FINAL_COST, **KEYS_COST}
+    return dict(table.get(key) or table.get(base, {})), config_factor(kind)
 
 
 def warps_factor(kind: str) -> float:
@@ -467,9 +540,7 @@ def kind_cost(kind: str, gpu: Gpu) -> dict[str, float] | None:
     base, key, _ = kind_parts(kind)
     if base not in A100_KIND:
         return None
-    table = {**H100_COST, **H200_COST, **H200_FINAL_COST, **KEYS_COST}
-    fitted = dict(table.get(key) or table.get(base, {}))
-    f = config_factor(kind)
+    fitted, f = config_price(kind)
     if f != 1.0:
         fitted = {t: (c / f if t == "eff" else c * f) for t, c in fitted.items()}
     if gpu.arch == "hopper":

@@ -11,9 +11,11 @@ record: the same code runs in CI on recorded numbers. The model's Hopper prices 
 fitted on the committed GPU runs (H100: bench/gpu/2026-11-26-h100-speed.json; the kernels rewritten
 since on the H200 run bench/gpu/2026-11-26-h200-speed-after.json, the selected reduction on
 bench/gpu/2026-11-26-h200-speed-final.json, the key-major selected kernels and the int32 selection on
-bench/gpu/2026-11-26b-h200-speed-keys.json; every comparison of the five runs within 30 %), and the
-launch settings changed after them (ce226a4) by factors from the final probe, so a later run
-compares against that fit; bench/attention_fit.py re-fits them from a new suite.json.
+bench/gpu/2026-11-26b-h200-speed-keys.json), the launch settings changed after them by factors from
+probes and proxies, and those the H100 run bench/gpu/2026-11-26c-h100-speed.json measured first by
+its fit (every comparison of the committed runs within 30 % or ABS_FLOOR_MS, but the window dQ at the
+paper shape, 64k, of 2026-11-26b's final H200 run, 1.305x), so a later run compares against that fit;
+bench/attention_fit.py re-fits them from a new suite.json.
 A record is compared with the kernels the code ships (the model's defaults) unless `build` names
 other ones (the model's RUN_BUILDS: what each committed run measured). FlashAttention-2 here is
 PyTorch SDPA's flash backend, as the suite measures it.
@@ -29,6 +31,10 @@ from typing import Any
 MODEL_PATH = Path(__file__).resolve().parents[3] / "bench" / "attention_model.py"
 MODEL_NAME = "attention_model"  # its name in sys.modules: bench/attention.py imports it so
 TOLERANCE = 0.30  # the issue's: a family off by more than this corrects the model (and says why)
+# ...unless measured and predicted differ by less than this (ms): the one-program `_sel_fwd_segs`
+# took 6 us (M7C) / 10 us (paper) on the 2026-11-26c H100 run against 4 us modelled (a launch), and the
+# profiler rows are rounded to 1 us; a few microseconds of a 10-160 ms core are no price to correct.
+ABS_FLOOR_MS = 0.01
 
 # Model kernel -> the profiler name prefix of the kernel(s) it stands for, in the suite's attention
 # core (compressed + selection, selected, window, gate mix: no RoPE, no compression MLP). Since
@@ -152,7 +158,12 @@ def compare(
                 "measured_over_predicted": round(ratio, 3),
             })  # fmt: skip
     out: dict[str, Any] = {"gpu_model": key, "families": families}
-    off = [f["family"] for f in families if abs(f["measured_over_predicted"] - 1) > TOLERANCE]
+    off = [
+        f["family"]
+        for f in families
+        if abs(f["measured_over_predicted"] - 1) > TOLERANCE
+        and abs(f["measured_ms"] - f["predicted_ms"]) > ABS_FLOOR_MS
+    ]
     compared = len(families)
     fa = model.flash2(T, shape, "sdpa")
     pairs = {

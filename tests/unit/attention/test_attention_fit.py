@@ -21,6 +21,7 @@ FIRST_RUN = _BENCH / "gpu" / "2026-11-26-h100-speed.json"
 H200_RUN = _BENCH / "gpu" / "2026-11-26-h200-speed-after.json"
 H200_PROBE = _BENCH / "gpu" / "2026-11-26-h200-probe-after.jsonl"
 FINAL_PROBE = _BENCH / "gpu" / "2026-11-26-h200-probe-final.jsonl"
+C_RUN = _BENCH / "gpu" / "2026-11-26c-h100-speed.json"
 
 
 fit = load_bench("attention_fit")
@@ -52,9 +53,8 @@ def test_the_stored_h100_prices_are_the_fit_of_the_first_run(recs) -> None:
     }
     fitted = fit.fit(recs)
     assert set(fitted) == set(m.H100_COST) | set(m.H200_FINAL_COST)  # the reduce: priced on the final run
-    assert set(m.H100_COST) | set(m.H200_COST) | set(m.H200_FINAL_COST) | set(m.KEYS_COST) == set(
-        fit.FIT_TERMS
-    )
+    tables = (m.H100_COST, m.H200_COST, m.H200_FINAL_COST, m.KEYS_COST, m.H100C_COST)
+    assert set().union(*tables) == set(fit.FIT_TERMS)
     assert not set(m.H100_COST) & set(m.H200_COST) and not set(m.H200_FINAL_COST) & set(m.H100_COST)
     for kind, terms in fitted.items():
         if kind in m.H200_FINAL_COST:
@@ -62,6 +62,45 @@ def test_the_stored_h100_prices_are_the_fit_of_the_first_run(recs) -> None:
         assert set(terms) == set(m.H100_COST[kind]), kind
         for term, value in terms.items():
             assert m.H100_COST[kind][term] == pytest.approx(value, rel=0.02), (kind, term)
+
+
+def test_the_measured_configurations_are_the_fit_of_the_2026_11_26c_run() -> None:
+    """H100C_COST: the launch settings the H100 run of 2026-11-26c measured first are priced by its
+    fit (within 2 %), with the run's build (RUN_BUILDS: the suite core's unfolded gates); each one the
+    kind of a kernel the run modelled, fitted on its own family only."""
+    recs = fit.records([str(C_RUN)])
+    assert recs[0]["build"] == {"q_grad_fused": False, "gate_folded": False, "delta_folded": False}
+    fams = ["_cmp_select", "_cmp_bwd_dq", "_cmp_bwd_dkv", "_sel_fwd", "_sel_bwd_dq", "_sel_fwd_merge"]
+    fams += ["_window_bwd_dq", "_window_bwd_dkdv", "_sel_bwd_keys"]
+    got = fit.fit(recs, "H100", families=fams)
+    for cfg, terms in m.H100C_COST.items():
+        assert set(got[cfg]) == set(fit.FIT_TERMS[cfg]), cfg
+        for term, value in got[cfg].items():
+            assert terms[term] == pytest.approx(value, rel=0.02), (cfg, term)
+    assert set(m.H100C_COST) <= set(got)
+
+
+def test_a_measured_configuration_takes_its_own_price_and_leaves_the_other_tags_to_their_factors() -> None:
+    """config_price: the M7C selection's kind (2 warps, 2 tokens, halves, cut + shm + split) takes the
+    H100C price of the measured loop, times the warps, tokens and halves factors only; a kind without
+    all of a key's tags (the loop before select_split, the runs before) keeps its old price."""
+    kind = "cmp_sel32@w2@bt2@h2@cut@shm@split"
+    assert m.measured_config(kind) == "cmp_sel32@cut@shm@split"
+    price, f = m.config_price(kind)
+    assert price == m.H100C_COST["cmp_sel32@cut@shm@split"]
+    assert f == pytest.approx(m.config_factor("cmp_sel32@w2@bt2@h2"))
+    for old in ("cmp_sel32@w2@bt2@h2@cut@shm", "cmp_sel32@w2@bt2"):
+        assert m.measured_config(old) is None
+        assert m.config_price(old) == (m.KEYS_COST["cmp_sel32"], m.config_factor(old))
+    # head_dim-specific keys match their head_dim only; a later tag on top is priced by its factor
+    assert m.measured_config("win_dq@128@wg_d128") == "win_dq@128@wg_d128"
+    assert m.measured_config("win_dq@64") is None and m.measured_config("cmp_dq@64") is None
+    assert m.measured_config("cmp_dkv@128@w4@bn64_d128") == "cmp_dkv@bn64_d128"
+    assert m.config_price("cmp_dkv@128@w4@bn64_d128")[1] == pytest.approx(m.CONFIG_FACTOR["cmp_dkv@w4"])
+    h100 = m.GPUS["H100"]
+    assert m.kind_cost("cmp_dkv@128@w4@bn64_d128", h100)["eff"] == pytest.approx(
+        m.H100C_COST["cmp_dkv@bn64_d128"]["eff"] / m.CONFIG_FACTOR["cmp_dkv@w4"]
+    )
 
 
 def test_the_stored_h200_prices_are_the_fit_of_the_split_forward_run(h200_fit) -> None:

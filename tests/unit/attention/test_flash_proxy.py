@@ -125,17 +125,22 @@ def test_the_model_follows_the_shipped_tiles_tags() -> None:
         ks = am.ours_on(65536, am.SHAPES["paper"], gpu, **flags)
         assert {k.kind for k in ks if k.name.startswith("cmp_bwd")} == {"cmp_dq@128", "cmp_dkv@128@w4"}
     assert "flash_tiles" in am.RUN_BUILDS["2026-11-26b-h200-speed-final.json"]
-    # the tag scales the kind's time by its factor (the model's own count of the tile unchanged)
+    # the tag scales the kind's time by its factor (the model's own count of the tile unchanged), where
+    # no run measured it; since the 2026-11-26c H100 run the tile takes its measured price (H100C_COST)
     k = next(k for k in am.ours_on(65536, am.SHAPES["paper"], h100) if k.name == "cmp_bwd_dkv")
-    with_tag = k.time(h100)
-    saved = prices.CONFIG_FACTOR["cmp_dkv@bn64_d128"]
-    prices.CONFIG_FACTOR["cmp_dkv@bn64_d128"] = 1.0
+    assert am.measured_config(k.kind) == "cmp_dkv@bn64_d128"
+    measured_price = k.time(h100)
+    saved, measured = prices.CONFIG_FACTOR["cmp_dkv@bn64_d128"], dict(prices.H100C_COST)
+    prices.H100C_COST.clear()
     try:
+        with_tag = k.time(h100)
+        prices.CONFIG_FACTOR["cmp_dkv@bn64_d128"] = 1.0
         without = k.time(h100)
     finally:
         prices.CONFIG_FACTOR["cmp_dkv@bn64_d128"] = saved
+        prices.H100C_COST.update(measured)
     assert with_tag / without == pytest.approx(saved, rel=0.02)
-    assert math.isfinite(with_tag)
+    assert math.isfinite(with_tag) and measured_price > 1.2 * with_tag  # the proxy overclaimed
 
 
 def test_the_recorded_spill_grid_is_the_shipped_tiles_without_a_spill() -> None:
