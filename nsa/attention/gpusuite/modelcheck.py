@@ -17,8 +17,9 @@ its fit (every comparison of the committed runs within 30 % or ABS_FLOOR_MS, but
 paper shape, 64k, of 2026-11-26b's final H200 run, 1.305x), so a later run compares against that fit;
 bench/attention_fit.py re-fits them from a new suite.json.
 A record is compared with the kernels the code ships (the model's defaults) unless `build` names
-other ones (the model's RUN_BUILDS: what each committed run measured). FlashAttention-2 here is
-PyTorch SDPA's flash backend, as the suite measures it.
+other ones (the model's RUN_BUILDS: what each committed run measured), on the path the record's core
+ran (`nsa_core`: the gate fold's node or the branches one by one; `core_flags`). FlashAttention-2
+here is PyTorch SDPA's flash backend, as the suite measures it.
 """
 
 from __future__ import annotations
