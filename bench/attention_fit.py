@@ -128,10 +128,12 @@ def fit_key(kind: str) -> str:
     return key if key in FIT_TERMS else base
 
 
-def family_of(kernel_name: str) -> str | None:
+def family_of(kernel_name: str, flags: dict | None = None) -> str | None:
+    """The profiler family of a model kernel in a core with these flags (modelcheck.core_flags: on
+    the gate fold's path gate_mix_bwd is `_gate_fold_bwd`)."""
     from nsa.attention.gpusuite import modelcheck
 
-    return modelcheck.FAMILIES.get(kernel_name)
+    return modelcheck.families_of(flags or {}).get(kernel_name)
 
 
 class BadInput(ValueError):
@@ -141,6 +143,8 @@ class BadInput(ValueError):
 def records(paths: list[str]) -> list[dict]:
     """The speed records with a kernel profile of every file (scripts/gpu-suite.sh's suite.json),
     each with `build`: the model's flags for the kernels that file measured (RUN_BUILDS)."""
+    from nsa.attention.gpusuite import modelcheck
+
     out = []
     for p in paths:
         try:
@@ -155,9 +159,15 @@ def records(paths: list[str]) -> list[dict]:
                 f"{p}: no sections.speed.records; pass the suite.json of a run with the speed section"
             )
         build = m.RUN_BUILDS.get(Path(p).name, {})
-        out += [
+        recs = [
             {**r, "build": build} for r in speed["records"] if "nsa_kernels" in r and "sdpa_flash_fwd_ms" in r
         ]
+        for r in recs:  # the core's path (`nsa_core`) must be one the model prices
+            try:
+                modelcheck.core_flags(r, build)
+            except ValueError as e:
+                raise BadInput(f"{p}: {r['shape']} T{r['T']}: {e}") from e
+        out += recs
     if not out:
         raise BadInput(f"{', '.join(paths)}: no speed record with nsa_kernels and sdpa_flash_fwd_ms to fit")
     return out
@@ -167,12 +177,7 @@ def measured_families(rec: dict) -> dict[str, float]:
     """Measured ms per family (profiler rows summed by the longest matching prefix, as modelcheck)."""
     from nsa.attention.gpusuite import modelcheck
 
-    prefixes = sorted(set(modelcheck.FAMILIES.values()))
-    out: dict[str, float] = {}
-    for row in rec["nsa_kernels"]:
-        fam = next((p for p in prefixes if modelcheck._prefix_match(row["kernel"], p, prefixes)), None)
-        if fam is not None:
-            out[fam] = out.get(fam, 0.0) + row["ms"]
+    out = modelcheck.measured_families(rec)
     out["sdpa_fwd"] = rec["sdpa_flash_fwd_ms"]
     out["sdpa_bwd"] = rec["sdpa_flash_fwd_bwd_ms"] - rec["sdpa_flash_fwd_ms"]
     return out
@@ -196,11 +201,16 @@ def shape_of(rec: dict, geometry: dict | None = None) -> m.Shape:
 
 
 def model_families(rec: dict, gpu: m.Gpu) -> dict[str, list[m.Kernel]]:
-    """The model's kernels of each measured family for one record (SDPA as two pseudo-families)."""
+    """The model's kernels of each measured family for one record (SDPA as two pseudo-families), of
+    the path its core ran (modelcheck.core_flags: its `nsa_core`, else its build's, as the suite's
+    check prices it; q's gradient summed by autograd, a kernel of no family)."""
+    from nsa.attention.gpusuite import modelcheck
+
     s = shape_of(rec)
+    flags = modelcheck.core_flags(rec, rec.get("build"))
     out: dict[str, list[m.Kernel]] = {}
-    for k in m.ours(rec["T"], s, cc=gpu.cc, **rec.get("build", {})):
-        fam = family_of(k.name)
+    for k in m.ours(rec["T"], s, cc=gpu.cc, **flags):
+        fam = family_of(k.name, flags)
         if fam:
             out.setdefault(fam, []).append(k)
     fa = m.flash2(rec["T"], s)

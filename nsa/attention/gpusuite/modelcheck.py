@@ -17,8 +17,9 @@ its fit (every comparison of the committed runs within 30 % or ABS_FLOOR_MS, but
 paper shape, 64k, of 2026-11-26b's final H200 run, 1.305x), so a later run compares against that fit;
 bench/attention_fit.py re-fits them from a new suite.json.
 A record is compared with the kernels the code ships (the model's defaults) unless `build` names
-other ones (the model's RUN_BUILDS: what each committed run measured). FlashAttention-2 here is
-PyTorch SDPA's flash backend, as the suite measures it.
+other ones (the model's RUN_BUILDS: what each committed run measured), on the path the record's core
+ran (`nsa_core`: the gate fold's node or the branches one by one; `core_flags`). FlashAttention-2
+here is PyTorch SDPA's flash backend, as the suite measures it.
 """
 
 from __future__ import annotations
@@ -54,15 +55,32 @@ FAMILIES = {
     "sel_fwd_index": "_sel_fwd_index", "sel_fwd_segs": "_sel_fwd_segs",
     "sel_fwd_keys": "_sel_fwd_keys", "sel_fwd_merge": "_sel_fwd_merge", "sel_bwd_delta": "_sel_bwd_delta",
     "sel_bwd_keys": "_sel_bwd_keys", "sel_bwd_dq_merge": "_sel_bwd_dq_merge",
-    # the gate fold's backward (fused.py `_gate_fold_bwd`), which the speed core runs since it takes
-    # gated.gated_branches as training does (gpu.py `_nsa_core`; the model prices it as gate_mix_bwd
-    # under gate_folded)
-    "gate_fold_bwd": "_gate_fold_bwd",
 }  # fmt: skip
+# The same on the gate fold's path (gated.gated_branches, which the speed core takes as training does
+# since the suite's branch of 2026-11-26: gpu.py `_nsa_core`): the model's gate_mix_bwd under
+# gate_folded is the fold kernel, fused.py `_gate_fold_bwd` (dy once as dO, dg, the three lse' and,
+# with delta_folded, the three deltas); every other kernel keeps its name (the branch backwards handed
+# delta are the same jit functions, HAVE_DELTA a constexpr; the key-major delta kernel is not launched,
+# and the model drops sel_bwd_delta likewise).
+FOLDED_FAMILIES = {**FAMILIES, "gate_mix_bwd": "_gate_fold_bwd"}
+# The profiler prefixes of either path (a record's rows are summed by the longest match among them).
+PREFIXES = sorted(set(FAMILIES.values()) | set(FOLDED_FAMILIES.values()))
 # In the core but not one triton family: the selected branch's reverse index (torch.sort & co.; the
 # key-major forward's sort and searchsorted too) and autograd's sum of q's gradient from the three
-# branches (two elementwise adds: the core's q is a leaf, `compare` prices it so for every build).
+# branches (two elementwise adds: the core's q is a leaf, `compare` prices it so for every build; on
+# either path: the fold's node hands q its three gradients too, 2 aten adds counted on CPU).
 OTHER_IN_CORE = ("sel_reverse_index", "sel_fwd_reverse_index", "q_grad_sum")
+# The speed core's paths (gpu.py `core_path`, a record's `nsa_core`) as the model's flags: the gates
+# folded into the branch backwards' lse or the gate mix's three g * dO copies; the branches' deltas
+# written by the fold kernel or formed by each backward from its O.
+CORE_PATHS = {
+    "branches one by one": {"gate_folded": False, "delta_folded": False},
+    "gated_branches": {"gate_folded": True, "delta_folded": False},
+    "gated_branches, fold_delta": {"gate_folded": True, "delta_folded": True},
+}
+# A record without `nsa_core` (every committed run up to 2026-11-26c: the field came after) timed
+# the branches one by one, unless its run's build says otherwise.
+CORE_BEFORE_THE_FIELD = "branches one by one"
 
 
 def load_by_path(name: str, path: Path):
@@ -111,11 +129,47 @@ def _prefix_match(kernel: str, prefix: str, prefixes: list[str]) -> bool:
     return best == prefix
 
 
+def core_flags(rec: dict[str, Any], build: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The flags of the model's `ours` for the kernels a speed record's core ran: `build` (its run's,
+    RUN_BUILDS; None: the shipped kernels) with the core's own path. q is a leaf whatever the path:
+    autograd sums its three gradients (in a layer RoPE's backward does since q_grad_fused). The gates
+    and deltas: the record's `nsa_core` when it has one, else the build's flags where it names them,
+    else the branches one by one. ValueError for an `nsa_core` this module does not know."""
+    path = rec.get("nsa_core")
+    if path is not None and path not in CORE_PATHS:
+        raise ValueError(
+            f"nsa_core {path!r} is not a path the model prices (it knows {', '.join(CORE_PATHS)})"
+        )
+    flags = {**(build or {}), "q_grad_fused": False}
+    if path is not None:
+        return {**flags, **CORE_PATHS[path]}
+    gate = flags.get("gate_folded", CORE_PATHS[CORE_BEFORE_THE_FIELD]["gate_folded"])
+    delta = gate and flags.get("delta_folded", CORE_PATHS[CORE_BEFORE_THE_FIELD]["delta_folded"])
+    return {**flags, "gate_folded": gate, "delta_folded": delta}  # no delta fold without the gates' (`ours`)
+
+
+def families_of(flags: dict[str, Any]) -> dict[str, str]:
+    """Model kernel -> profiler prefix for a core with these flags (`core_flags`)."""
+    return FOLDED_FAMILIES if flags.get("gate_folded") else FAMILIES
+
+
+def measured_families(rec: dict[str, Any]) -> dict[str, float]:
+    """A record's profiler rows summed per family (the longest matching prefix of PREFIXES)."""
+    measured: dict[str, float] = {}
+    for row in rec.get("nsa_kernels", []):
+        fam = next((p for p in PREFIXES if _prefix_match(row["kernel"], p, PREFIXES)), None)
+        if fam is not None:
+            measured[fam] = measured.get(fam, 0.0) + row["ms"]
+    return measured
+
+
 def compare(
     rec: dict[str, Any], gpu_name: str, geometry: dict[str, int], build: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Predicted vs measured for one speed record (keys of gpusuite.gpu.speed's records); `build`:
-    flags of the model's `ours` for kernels other than the shipped ones (an older committed run)."""
+    flags of the model's `ours` for kernels other than the shipped ones (an older committed run); the
+    core's path from the record (`core_flags`). `core`: the path priced; `not_priced`: families the
+    profile has and the model of that path has not (a record whose kernels are not its path's)."""
     model = load_model()
     if model is None:
         return {"skipped": f"{MODEL_PATH} not found (run the suite from a repository checkout)"}
@@ -128,36 +182,33 @@ def compare(
         geometry["block_stride"], geometry["sel_block"], geometry["n_sel"], geometry["window"],
     )  # fmt: skip
     T = rec["T"]
-    # The core takes q as a leaf, no RoPE: autograd sums its three gradients whatever the build (in a
-    # layer RoPE's backward sums them since q_grad_fused); and it calls the branches and the gate mix
-    # one by one: the gate mix's backward writes three g * dO copies (in a layer they are folded into
-    # the branches' lse since gate_folded)
-    unfused = {"q_grad_fused": False, "gate_folded": False}
-    kernels = model.ours(T, shape, cc=gpu.cc, **{**(build or {}), **unfused})
+    try:
+        flags = core_flags(rec, build)
+    except ValueError as e:
+        return {"skipped": str(e)}
+    fams = families_of(flags)
+    kernels = model.ours(T, shape, cc=gpu.cc, **flags)
     predicted: dict[str, float] = {}
     core_ms = 0.0
     for k in kernels:
-        if k.name in FAMILIES:
-            fam = FAMILIES[k.name]
+        if k.name in fams:
+            fam = fams[k.name]
             predicted[fam] = predicted.get(fam, 0.0) + k.time(gpu) * 1e3
             core_ms += k.time(gpu) * 1e3
         elif k.name in OTHER_IN_CORE:
             core_ms += k.time(gpu) * 1e3
-    prefixes = sorted(set(FAMILIES.values()))
-    measured: dict[str, float] = {}
-    for row in rec.get("nsa_kernels", []):
-        fam = next((p for p in prefixes if _prefix_match(row["kernel"], p, prefixes)), None)
-        if fam is not None:
-            measured[fam] = measured.get(fam, 0.0) + row["ms"]
+    measured = measured_families(rec)
     families = []
-    for fam in prefixes:
+    for fam in PREFIXES:
         if fam in measured and predicted.get(fam):
             ratio = measured[fam] / predicted[fam]
             families.append({
                 "family": fam, "measured_ms": round(measured[fam], 4), "predicted_ms": round(predicted[fam], 4),
                 "measured_over_predicted": round(ratio, 3),
             })  # fmt: skip
-    out: dict[str, Any] = {"gpu_model": key, "families": families}
+    core = next(p for p, f in CORE_PATHS.items() if all(flags[k] == v for k, v in f.items()))
+    out: dict[str, Any] = {"gpu_model": key, "core": core, "families": families}
+    out["not_priced"] = sorted(f for f in measured if not predicted.get(f))
     off = [
         f["family"]
         for f in families
