@@ -36,10 +36,14 @@ SASS_FILE = HERE / "a100_proxy_sass.json"
 SHAPES = {"m7c": (6, 64), "paper": (16, 128)}  # (G, D)
 # The selection settings recorded (tokens a tile, warps, halves, register cap): what compressed.py
 # ships on sm_80 (first; 4 / 4 / 0 before 2026-11-26's proxy-chosen setting) and the candidates. The key-major backward at M7C only (G <= 8).
-# A fifth entry 1: the shipped setting with the split loop (select_split, bench/RESULTS.md "selsplit").
+# A fifth entry 1: the split loop (select_split, bench/RESULTS.md "selsplit"); a sixth 1: Eq. 9's shared
+# key without its gathers (select_shm, "selshm"): at M7C sm_80's setting the pair (shipped on sm_80
+# since RESULTS "a100shm") and each alone. Every entry is compiled with both switches as it names them
+# (absent: 0), not as `_config` ships them, so a record's key is its compile.
 SELECT = {
-    "m7c": [(4, 2, 1, 168), (4, 4, 0, 0), (4, 4, 1, 0), (4, 2, 1, 0), (4, 2, 0, 0), (2, 2, 1, 0), (2, 2, 0, 0),
-            (2, 4, 1, 0), (2, 4, 0, 0), (2, 1, 1, 0), (8, 4, 1, 0), (4, 1, 1, 0), (4, 2, 1, 168, 1)],
+    "m7c": [(4, 2, 1, 168, 1, 1), (4, 2, 1, 168), (4, 4, 0, 0), (4, 4, 1, 0), (4, 2, 1, 0), (4, 2, 0, 0),
+            (2, 2, 1, 0), (2, 2, 0, 0), (2, 4, 1, 0), (2, 4, 0, 0), (2, 1, 1, 0), (8, 4, 1, 0), (4, 1, 1, 0),
+            (4, 2, 1, 168, 1), (4, 2, 1, 168, 0, 1)],
     "paper": [(4, 4, 0, 0), (4, 4, 1, 0), (2, 4, 0, 0), (8, 4, 1, 0), (4, 2, 1, 0), (4, 2, 1, 168), (2, 2, 1, 0),
               (4, 4, 0, 0, 1)],
 }  # fmt: skip
@@ -135,11 +139,11 @@ def recount(old: dict | None = None) -> dict:
                  "merge_rate": dict(old["merge_rate"]) if old else {}}  # fmt: skip
     for shape, settings in SELECT.items():
         G, D = SHAPES[shape]
-        for bt, w, h, cap, *split in settings:
-            split = split[0] if split else 0
-            over = {**({"maxnreg_sel": cap} if cap else {}), **({"select_split": 1} if split else {})}
-            c = sp.sass_counts(shape, "int32", bt, w, h, arch=80, over=over or None)
-            key = select_key(G, D, bt, w, h, cap, split)
+        for bt, w, h, cap, *sw in settings:
+            split, shm = (*sw, 0, 0)[:2]
+            over = {**({"maxnreg_sel": cap} if cap else {}), "select_split": split, "select_shm": shm}
+            c = sp.sass_counts(shape, "int32", bt, w, h, arch=80, over=over)
+            key = select_key(G, D, bt, w, h, cap, split, shm)
             rec["select"][key] = {k: c[k] for k in ("registers", "spill", "smem", "paths")}
             print(json.dumps({"recorded": key, "registers": c["registers"], "spill": c["spill"]}),
                   file=sys.stderr, flush=True)  # fmt: skip
@@ -191,9 +195,9 @@ def candidate_rows(rec: dict) -> list[dict]:
     for shape, settings in SELECT.items():
         G, D = SHAPES[shape]
         s = m.SHAPES[shape]
-        for bt, w, h, cap, *split in settings:
-            split = split[0] if split else 0
-            c = rec["select"][select_key(G, D, bt, w, h, cap, split)]
+        for bt, w, h, cap, *sw in settings:
+            split, shm = (*sw, 0, 0)[:2]
+            c = rec["select"][select_key(G, D, bt, w, h, cap, split, shm)]
             for T in POINTS:
                 launch = {
                     "bt_sel": bt,
@@ -201,11 +205,12 @@ def candidate_rows(rec: dict) -> list[dict]:
                     "halves_sel": h,
                     "maxnreg_sel": cap,
                     "select_split": split,
+                    "select_shm": shm,
                 }
                 work = sass80.select_work(T, s, launch)
                 ms = prices.sass_seconds(work, "select", gpu) * 1e3
                 rows.append({"a100_candidate": "cmp_select", "shape": shape, "T": T, "bt_sel": bt, "warps_sel": w,
-                             "halves_sel": h, "maxnreg_sel": cap, "select_split": split,
+                             "halves_sel": h, "maxnreg_sel": cap, "select_split": split, "select_shm": shm,
                              "registers": c["registers"], "spill": c["spill"],
                              "resident_warps": work["resident_warps"], "warp_insns": work["warp_insns"],
                              "proxy_ms": round(ms, 3)})  # fmt: skip

@@ -25,14 +25,25 @@ from .prices import A100_SASS_FILE, a100_record
 SM80 = {"regs": 65536, "warps": 64, "blocks": 32, "smem": 167936}
 
 
-def select_key(G: int, D: int, bt: int, warps: int, halves: int, maxnreg: int = 0, split: int = 0) -> str:
-    """A selection setting's record: tokens a tile, warps, halves, the register cap (if any) and the
-    split loop (select_split, if on)."""
+def select_key(
+    G: int, D: int, bt: int, warps: int, halves: int, maxnreg: int = 0, split: int = 0, shm: int = 0
+) -> str:
+    """A selection setting's record: tokens a tile, warps, halves, the register cap (if any), the
+    split loop (select_split, if on) and Eq. 9's shared key without its gathers (select_shm, if on)."""
     return (
         f"G{G}xD{D}/bt{bt}/w{warps}/h{halves}"
         + (f"/r{maxnreg}" if maxnreg else "")
         + ("/split" if split else "")
+        + ("/shm" if shm else "")
     )
+
+
+def _launch_key(s: Shape, launch: dict, split: int) -> str:
+    """The record of a launch's selection setting: select_shm read where the kernel runs it (the CUT
+    loop, select_cut; compressed.py's kernel runs neither it nor the split without it)."""
+    shm = launch.get("select_shm", 0) if launch.get("select_cut", 1) else 0
+    bt, w, h = launch["bt_sel"], launch["warps_sel"], launch["halves_sel"]
+    return select_key(s.G, s.D, bt, w, h, launch.get("maxnreg_sel", 0), split, shm)
 
 
 def keys_key(G: int, D: int, st: dict) -> str:
@@ -68,13 +79,13 @@ def merge_rates(G: int, D: int, bt: int, halves: int, T: int, path: str = "") ->
 
 
 def select_work(T: int, s: Shape, launch: dict) -> dict | None:
-    """`_cmp_select`'s dynamic counts on sm_80 at the launch's tokens a tile, warps, halves and register
-    cap (None: no record of that setting): warp instructions, shared-memory accesses and MMAs of all
+    """`_cmp_select`'s dynamic counts on sm_80 at the launch's tokens a tile, warps, halves, register
+    cap, select_split and select_shm (None: no record of that setting): warp instructions, shared-memory accesses and MMAs of all
     programs, and the warps an SM holds."""
     bt, w, h = launch["bt_sel"], launch["warps_sel"], launch["halves_sel"]
-    if launch.get("select_split") and not launch.get("select_v0"):
-        return _split_select_work(T, s, launch)
-    rec = a100_record()["select"].get(select_key(s.G, s.D, bt, w, h, launch.get("maxnreg_sel", 0)))
+    if launch.get("select_split") and launch.get("select_cut", 1) and not launch.get("select_v0"):
+        return _split_select_work(T, s, launch)  # the split runs on the CUT loop only (compressed._split_of)
+    rec = a100_record()["select"].get(_launch_key(s, launch, 0))
     rates = merge_rates(s.G, s.D, bt, h, T)
     if rec is None or rates is None or launch.get("select_v0"):
         return None
@@ -112,7 +123,7 @@ def _split_select_work(T: int, s: Shape, launch: dict) -> dict | None:
     `split_loops`): per program the code outside the loops (tile 0 and its merges among it), per
     interior and per edge tile its loop's always-run part, each loop's merges at its recorded rate."""
     bt, w, h = launch["bt_sel"], launch["warps_sel"], launch["halves_sel"]
-    rec = a100_record()["select"].get(select_key(s.G, s.D, bt, w, h, launch.get("maxnreg_sel", 0), 1))
+    rec = a100_record()["select"].get(_launch_key(s, launch, 1))
     r_int, r_edge = (merge_rates(s.G, s.D, bt, h, T, path) for path in ("interior", "edge"))
     if rec is None or r_int is None or r_edge is None:
         return None

@@ -334,8 +334,9 @@ def _config(
     ampere_g8 = head_dim <= 64 and arch == 80 and gpf == 8
     # M7C on an H100/H200 at head_dim 33-64: the selection with Eq. 9's shared key without its gathers
     # (select_shm) and its interior key tiles unmasked (select_split), a pair on the proxy's word
-    # (the two settings' comments below).
-    shm_split = hopper_g8 and head_dim > 32 and a == 2
+    # (the two settings' comments below); on an A100 too (ampere_g8: at its own tokens, warps, halves
+    # and cap), on bench/a100_proxy.py's word (bench/RESULTS.md "a100shm").
+    shm_split = (hopper_g8 or ampere_g8) and head_dim > 32 and a == 2
     # dQ: 8 warps for 128-row tiles; 4 for 32 rows (D > 64 on sm_80), where 8 warps left ptxas at 128
     # registers and spilling (G 16, D 96 on sm_80). Past head_dim 64 the 32 x 32 tile the GPUs measured
     # runs its products as mma.sync on sm_90 (fitted efficiency 0.22 against head_dim 64's 0.56 on
@@ -417,9 +418,9 @@ def _config(
         # D 64/96/128 and G 12 x D 128 (sm_90 at G 12: 122 / 135 registers, 3.6 / 3.9), sm_80 and sm_90,
         # 3.6 and 3.9 (RESULTS "selshm", "shmpaper"). ALSO ON sm_90 AT 5-8 HEADS A TOKEN AT head_dim
         # 33-64 (M7C's), WITH select_split BESIDE IT (`shm_split`, below): alone it fell short of the 8 %
-        # asked at 8k there. sm_80 and past 16 heads a token are unpriced. 0 (the measured loop): a
-        # probe variant.
-        "select_shm": 1 if arch >= 90 and a == 2 and ((head_dim > 64 and gpf == 16) or shm_split) else 0,
+        # asked at 8k there. ALSO ON sm_80 AT M7C's SHAPE with select_split (`shm_split`, below). sm_80 at
+        # the paper's shape and past 16 heads a token are unpriced. 0 (the measured loop): a probe variant.
+        "select_shm": 1 if a == 2 and ((arch >= 90 and head_dim > 64 and gpf == 16) or shm_split) else 0,
         # 1: `_cmp_select`'s CUT loop split (select_cut 1 only; the kernel asserts it): the key tiles
         # where every key is visible to every token of the program, every block a candidate and none
         # forced run without the key-range load mask, the visibility compares and selects and the
@@ -430,7 +431,16 @@ def _config(
         # at M7C 8k / 64k on triton 3.6 (alone 0.937 / 0.864, select_shm alone 0.925 / 0.906); 96
         # registers and 20 warps an SM instead of 128 and 16 on 3.6, 162-164 and 12 warps as before on
         # 3.9; no spill at G 5-8 x head_dim 32 / 64 on either. Not at head_dim <= 32 (3.9: 14 -> 12
-        # warps an SM), nor alone: 6.3 % at M7C 8k, short of the 8 % asked. 0: the CUT loop as it is.
+        # warps an SM), nor alone: 6.3 % at M7C 8k, short of the 8 % asked. The H100 measured the pair
+        # 0.89 / 0.84x the CUT loop at M7C 8k x 8 / 64k (2026-11-26c, bench/gpu/2026-11-26c-h100-
+        # probe-since.jsonl). ALSO ON sm_80 AT G 5-8 x head_dim 33-64 (ampere_g8: 4 tokens in halves,
+        # 2 warps, 168-register cap) ON bench/a100_proxy.py's WORD, UNMEASURED (no A100 has run it):
+        # its sm_80 SASS (triton 3.6) prices the pair 0.855 / 0.816 / 0.807x the CUT loop at M7C 8k /
+        # 32k / 64k x 1 (0.165 / 2.106 / 7.509 ms against 0.193 / 2.580 / 9.305, the model's A100
+        # rows; alone at 8k: select_split 0.94x, select_shm 0.93x); 168 registers under the cap, 12
+        # warps an SM and no spill as the CUT loop, G 5-8 x head_dim 48 / 64, triton 3.6 and 3.9
+        # (bench/RESULTS.md "a100shm").
+        # 0: the CUT loop as it is.
         "select_split": 1 if shm_split else 0,
         # The selection kernel: its top-n merge is latency-bound, so fewer warps a program (more
         # programs per SM) ran it faster on an H200 (bench/kernel_probe.py, 2026-11-26): M7C at 64k

@@ -173,7 +173,11 @@ def test_the_record_holds_what_sm80_ships_and_the_proxies_constants() -> None:
     for shape in ("m7c", "paper"):
         s = m.SHAPES[shape]
         c = cmp._config(s.G, s.D, s.n, s.bl, s.d, s.lp, 80)
-        key = sass80.select_key(s.G, s.D, c["bt_sel"], c["warps_sel"], c["halves_sel"], c["maxnreg_sel"])
+        switches = (cmp._split_of(c), c["select_shm"] if c["select_cut"] else 0)
+        key = sass80.select_key(
+            s.G, s.D, c["bt_sel"], c["warps_sel"], c["halves_sel"], c["maxnreg_sel"], *switches
+        )
+        assert key.endswith("/split/shm") == (shape == "m7c")  # sm_80 ships the pair at M7C (a100shm)
         entry = rec["select"][key]
         assert entry["spill"] == 0
         assert sass80.select_work(8192, s, m.shipped_launch(s, 80)) is not None
@@ -210,7 +214,10 @@ def test_the_shipped_sm80_selection_is_the_candidate_priced_15_percent_faster_un
     picks = {
         (r["bt_sel"], r["warps_sel"], r["halves_sel"], r["maxnreg_sel"], r["T"]): r
         for r in rows
-        if r["a100_candidate"] == "cmp_select" and r["shape"] == "m7c" and not r["select_split"]
+        if r["a100_candidate"] == "cmp_select"
+        and r["shape"] == "m7c"
+        and not r["select_split"]
+        and not r["select_shm"]
     }
     c = cmp._config(6, 64, 16, 32, 16, 64, 80)
     shipped = (c["bt_sel"], c["warps_sel"], c["halves_sel"], c["maxnreg_sel"])
@@ -227,6 +234,57 @@ def test_the_shipped_sm80_selection_is_the_candidate_priced_15_percent_faster_un
     for r in keys:
         if r["spill"] == 0:
             assert r["proxy_ms"] > 0.85 * base[r["T"]], r
+
+
+def test_sm80_ships_the_shm_split_pair_at_m7c_priced_8_percent_faster_unspilled() -> None:
+    """bench/a100_proxy.py's candidates from the committed record (triton 3.6, no compile): at sm_80's
+    M7C setting (4 tokens in halves, 2 warps, 168 registers) select_split + select_shm is unspilled,
+    holds the 12 warps an SM of the CUT loop without them and is priced >= 8 % faster at 8k (the gate,
+    bench/RESULTS.md "a100shm": 0.855 there, 0.807 at 64k) and at every point, faster than either
+    alone; compressed.py ships it on sm_80 at M7C and the model's A100 selection reads that entry."""
+    ap = load_bench("a100_proxy")
+    rows = ap.candidate_rows(m.a100_record())
+    at = {
+        (r["select_split"], r["select_shm"], r["T"]): r
+        for r in rows
+        if r["a100_candidate"] == "cmp_select" and r["shape"] == "m7c"
+        and (r["bt_sel"], r["warps_sel"], r["halves_sel"], r["maxnreg_sel"]) == (4, 2, 1, 168)
+    }  # fmt: skip
+    for T in ap.POINTS:
+        pair, neither = at[(1, 1, T)], at[(0, 0, T)]
+        assert pair["spill"] == 0 and pair["resident_warps"] == neither["resident_warps"] == 12
+        assert pair["proxy_ms"] <= 0.92 * neither["proxy_ms"], T
+        assert pair["proxy_ms"] < min(at[(1, 0, T)]["proxy_ms"], at[(0, 1, T)]["proxy_ms"]), T
+        assert max(at[(1, 0, T)]["proxy_ms"], at[(0, 1, T)]["proxy_ms"]) < neither["proxy_ms"], T
+    s = m.SHAPES["m7c"]
+    launch = m.shipped_launch(s, 80)
+    assert (launch["select_split"], launch["select_shm"], launch["bt_sel"]) == (1, 1, 4)
+    want = sass80.select_work(8192, s, {"bt_sel": 4, "warps_sel": 2, "halves_sel": 1, "maxnreg_sel": 168,
+                                        "select_split": 1, "select_shm": 1})  # fmt: skip
+    assert _kernels(8192, "m7c")["cmp_select"].work["warp_insns"] == want["warp_insns"]
+    assert m.shipped_launch(m.SHAPES["paper"], 80)["select_shm"] == 0  # unpriced there on sm_80
+
+
+def test_every_what_if_finds_its_sm80_selection_in_the_record() -> None:
+    """A what-if whose selection setting the A100 record lacks would fall back to the published pricing
+    (two pricings, not two builds): each one's `_cmp_select` is priced from its sm_80 SASS
+    (select_split_off: select_shm alone; select_shm_off: select_split alone; select_cut_off: neither,
+    as the kernel runs them), but for the kernel before it (select_v0, never recorded)."""
+    for name, flags in m.WHAT_IF.items():
+        for sname in ("m7c", "paper"):
+            s = m.SHAPES[sname]
+            fl = {f: (v(s) if callable(v) else v) for f, v in flags.items()}
+            k = {k.name: k for k in m.ours_on(8192, s, A100, **fl)}.get("cmp_select")
+            assert k is None or "warp_insns" in k.work or k.kind.startswith("cmp_sel@"), (name, sname)
+    s = m.SHAPES["m7c"]
+    shipped = _kernels(8192, "m7c")["cmp_select"].work["warp_insns"]
+    alone = {
+        f: next(k for k in m.ours_on(8192, s, A100, **{f: 0}) if k.name == "cmp_select").work["warp_insns"]
+        for f in ("select_split", "select_shm", "select_cut")
+    }
+    assert all(v > shipped for v in alone.values())
+    launch = {"bt_sel": 4, "warps_sel": 2, "halves_sel": 1, "maxnreg_sel": 168}
+    assert alone["select_cut"] == sass80.select_work(8192, s, launch)["warp_insns"]
 
 
 def test_sm80_ships_64_keys_rows_with_the_limit_unspilled_and_priced_below_its_32_rows_before() -> None:

@@ -279,8 +279,8 @@ def test_dynamic_count_split_is_the_program_by_program_count(small):
 
 
 def test_the_a100_count_of_the_split_loop_reads_its_record():
-    """bench/attention_cost/sass80.py prices select_split from the A100 record's split entry (no
-    compile): its interior and edge tiles and tile 0 are the launch's key tiles, each counted once;
+    """bench/attention_cost/sass80.py prices select_split (and with select_shm) from the A100 record's
+    split entries (no compile): its interior and edge tiles and tile 0 are the launch's key tiles, each counted once;
     at M7C 64k it issues fewer instructions than the CUT loop at the same setting, more than none."""
     from nsa.attention.gpusuite.modelcheck import load_model
 
@@ -297,3 +297,12 @@ def test_the_a100_count_of_the_split_loop_reads_its_record():
     split = sass80.select_work(65536, s, {**launch, "select_split": 1})
     assert 0.8 * cut["warp_insns"] < split["warp_insns"] < 0.97 * cut["warp_insns"]
     assert split["resident_warps"] == cut["resident_warps"]
+    # select_shm beside it (sm_80's shipped pair, its own record): Eq. 9 without the two gathers, a
+    # quarter fewer shared-memory accesses, about the same instructions; neither switch off the CUT
+    # loop (the kernel runs them on it only, compressed._split_of)
+    pair = sass80.select_work(65536, s, {**launch, "select_split": 1, "select_shm": 1})
+    assert pair["warp_smem"] < 0.8 * split["warp_smem"]
+    assert 0.95 * split["warp_insns"] < pair["warp_insns"] < 1.05 * split["warp_insns"]
+    assert (
+        sass80.select_work(65536, s, {**launch, "select_split": 1, "select_shm": 1, "select_cut": 0}) == cut
+    )

@@ -67,10 +67,10 @@ def test_no_gather_neighbours_give_eagers_tables_ties_included(monkeypatch, zero
 
 def test_the_switch_ships_on_sm90_at_the_paper_and_m7c_shapes_only_and_only_at_a_2():
     """On sm_90 at 16 heads a token past head_dim 64 (the proxy's word, bench/RESULTS.md "shmpaper")
-    and at M7C's shape with select_split ("shmsplit"); off on sm_80, at head_dim 32 and where a != 2
-    (the kernel asserts a = 2)."""
+    and at M7C's shape with select_split ("shmsplit"; on sm_80 too, "a100shm"); off at head_dim 32,
+    at the paper's shape on sm_80 and where a != 2 (the kernel asserts a = 2)."""
     for arch in (80, 90):
-        assert tri._config(6, 64, 16, 32, 16, 64, arch)["select_shm"] == (arch == 90)
+        assert tri._config(6, 64, 16, 32, 16, 64, arch)["select_shm"] == 1
         assert tri._config(6, 32, 16, 32, 16, 64, arch)["select_shm"] == 0
         assert tri._config(6, 64, 16, 48, 16, 64, arch)["select_shm"] == 0  # a = 3
         assert tri._config(16, 128, 16, 32, 16, 64, arch)["select_shm"] == (arch == 90)
