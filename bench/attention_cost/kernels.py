@@ -155,8 +155,9 @@ def ours(
     `@wg_d128` on Hopper (CONFIG_FACTOR: the proxy's time over the measured tile's); False: the tiles
     every GPU run measured (`_tiles_of_the_runs`); None: what the code ships. (It also covers the
     window's sm_90 tiles, `@wg_d128`, `@bm128_d128`, `@w4`.) select_shm: the selection's Eq. 9 shared
-    key without its two gathers (compressed.py `_config` "select_shm", shipped on sm_90 at the
-    paper's shape and, with select_split, at M7C's on bench/select_proxy.py's word), tagged
+    key without its two gathers (compressed.py `_config` "select_shm", shipped on sm_90 with
+    select_split at M7C's shape; at the paper's from bench/select_proxy.py's word until the H100 of
+    2026-11-26c measured it slower there), tagged
     `@shm_d128` / `@shm`; 0: the loop every run measured; None: what the code ships. select_split:
     the selection's interior key tiles without masks or candidate logic (compressed.py `_config`
     "select_split", shipped with select_shm on sm_90 at M7C's shape on the proxy's word), tagged
@@ -315,8 +316,8 @@ def ours(
         # the hoisted 32-bit loop (select_cut): the proxy's factor on Hopper; the A100 price reads the
         # setting's own sm_80 SASS (sass80.py, the split's two loops too), and its published-efficiency
         # what-if never had it. Inside it (the kernel runs neither without it): Eq. 9's shared key
-        # without the gathers (select_shm, shipped on sm_90 at the paper's and M7C's shapes) and the
-        # interior key tiles unmasked (select_split, shipped with select_shm at M7C's).
+        # without the gathers (select_shm, shipped on sm_90 at M7C's shape) and the interior key
+        # tiles unmasked (select_split, shipped with select_shm there).
         if launch.get("select_cut") and not v0 and cc != 80:
             tags += "@cut" if D <= 64 else "@cut_d128"
             if launch.get("select_shm"):

@@ -439,9 +439,10 @@ def _config(
         # where every key is visible to every token of the program, every block a candidate and none
         # forced run without the key-range load mask, the visibility compares and selects and the
         # candidate / forced keys (the same tables bit for bit); tile 0 and the causal edge keep them
-        # (bench/RESULTS.md "selsplit"). SHIPPED WITH select_shm ON sm_90 AT 5-8 HEADS A TOKEN AT
-        # head_dim 33-64 (M7C's) ON THE PROXY'S WORD, UNMEASURED (`shm_split`, the lead's call,
-        # RESULTS "shmsplit"): bench/select_proxy.py prices the pair 0.869 / 0.788x the shipped loop
+        # (bench/RESULTS.md "selsplit"). Shipped with select_shm on sm_90 at 5-8 heads a token at
+        # head_dim 33-64 (M7C's; `shm_split`, the lead's call, RESULTS "shmsplit"), on the proxy's
+        # word and measured since (the H100 of 2026-11-26c: M7C 8k x 8 / 64k x 1 1.067 / 5.69 ms with
+        # the pair, 1.104 / 5.90 without the split; select_shm's comment): bench/select_proxy.py prices the pair 0.869 / 0.788x the shipped loop
         # at M7C 8k / 64k on triton 3.6 (alone 0.937 / 0.864, select_shm alone 0.925 / 0.906); 96
         # registers and 20 warps an SM instead of 128 and 16 on 3.6, 162-164 and 12 warps as before on
         # 3.9; no spill at G 5-8 x head_dim 32 / 64 on either. Not at head_dim <= 32 (3.9: 14 -> 12
