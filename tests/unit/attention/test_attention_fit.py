@@ -134,8 +134,9 @@ def test_the_launch_factors_are_the_final_probes_and_the_shipped_configs_predict
     got = fit.config_factors(str(FINAL_PROBE))
     # 2026-11-26b's, the proxy-priced token tiles' branch-free loop (tokgather), the flash tiles
     # and window tiles bench/flash_proxy.py prices and the merges' tiles (mergeone: the lead's rule)
-    # (no probe measured them)
-    proxied = ("cmp_sel32@", "sel_keys_", "cmp_dkv@bn64", "cmp_dq@wg", "win_dq@wg", "win_dkdv@")
+    # (no probe measured them), and the 2026-11-26c H100 probes' (RESULTS "flips": their own ratios)
+    proxied = ("cmp_sel32@", "sel_keys_", "cmp_dkv@bn64", "cmp_dq@wg", "win_dq@wg", "win_dkdv@", "cmp_dq@s2",
+               "sel_dkdv@br")  # fmt: skip
     later = {k for k in m.CONFIG_FACTOR if k.startswith(proxied) or k.endswith(("@pipe", "@tiles"))}
     assert set(got) == set(m.CONFIG_FACTOR) - {"cmp_sel@w2", "cmp_sel@w4"} - later
     for tag, f in got.items():
