@@ -154,7 +154,9 @@ def config_factors(sass: dict, f: dict) -> dict[str, float]:
             prices.H100C_COST.clear()
             try:
                 gpu = am.GPUS["H200"]
-                new = _model_kernels(am, rec, {})[c0[1]].time(gpu)
+                # the tile SHIPPED names (the dQ at the 1 stage the proxy priced; the 2 stages shipped
+                # since the H100 of 2026-11-26c are its measured tag @s2_d128 on top)
+                new = _model_kernels(am, rec, {"cmp_dq_stages2": False})[c0[1]].time(gpu)
                 old = _model_kernels(am, rec, {"flash_tiles": False})[c0[1]].time(gpu)
             finally:
                 prices.H100C_COST.update(measured)

@@ -86,23 +86,27 @@ CMP_VARIANTS = [
     {"kernel": "attend"},
     {"kernel": "attend", "bm_fwd": 64},
     {"kernel": "select"},
-    {"kernel": "select", "warps_sel": 4},
-    {"kernel": "select", "warps_sel": 1},
+    # (M7C ships 1 warp under a register cap on sm_90: the warps variants there run uncapped, as measured)
+    {"kernel": "select", "warps_sel": 4, "maxnreg_sel": 0},
+    {"kernel": "select", "warps_sel": 1, "maxnreg_sel": 0},
     {"kernel": "select", "bt_sel": 8},
     {"kernel": "select", "bt_sel": 2},
-    {"kernel": "select", "bt_sel": 4},  # M7C on sm_90: 2 warps, 12-24 B spilled (bench/select_sass.py)
-    {"kernel": "select", "bt_sel": 4, "warps_sel": 4},
+    {"kernel": "select", "bt_sel": 4},  # M7C on sm_90 at 2 warps: 12-24 B spilled (bench/select_sass.py)
+    {"kernel": "select", "bt_sel": 4, "warps_sel": 4, "maxnreg_sel": 0},
     {"kernel": "select", "halves_sel": 1},
     {"kernel": "select", "halves_sel": 0},  # since 2026-11-26b M7C on sm_90 ships halves
     # 8 tokens a tile merged in halves: bench/select_proxy.py predicts the paper's shape 16 % faster
     # than shipped at 64k (208 registers, 2 warps a scheduler: outside its calibrated range).
     {"kernel": "select", "bt_sel": 8, "halves_sel": 1},
     # 1 warp a program under a 168-register cap (12 warps an SM, no spill on triton 3.6): the proxy
-    # (bench/select_proxy.py) predicts M7C 28 % faster at 64k (4.90 ms against 6.81), 29-31 % at
-    # 2k-32k, like `warps_sel` 1 uncapped above (4.87; 10 warps an SM, at its latency bound); and 4
-    # tokens a tile in halves under the cap (M7C 14 %; 210 registers uncapped).
+    # (bench/select_proxy.py) predicted M7C 28 % faster at 64k, like `warps_sel` 1 uncapped above; the
+    # H100 of 2026-11-26c measured 4.64 ms against 5.67 at 2 warps (uncapped 4.75), and M7C ships it on
+    # sm_90 (compressed._config one_warp; its cap 224 on triton 3.9). The 2 warps uncapped shipped
+    # before (the 2026-11-26c run's) are the M7C variant; and 4 tokens a tile in halves at 2 warps
+    # under the cap (5.27 ms there; 210 registers uncapped).
     {"kernel": "select", "warps_sel": 1, "maxnreg_sel": 168},
-    {"kernel": "select", "bt_sel": 4, "halves_sel": 1, "maxnreg_sel": 168},
+    {"kernel": "select", "shape": "m7c", "warps_sel": 2, "maxnreg_sel": 0},
+    {"kernel": "select", "bt_sel": 4, "halves_sel": 1, "warps_sel": 2, "maxnreg_sel": 168},
     # The selection kernel before 2026-11-26b (compressed_select_v0.py) at its shipped settings, and
     # at 4 warps: the comparison of the int32 merge with the int64 one, in the same run.
     {"kernel": "select", "select_v0": 1},
@@ -124,10 +128,13 @@ CMP_VARIANTS = [
     # candidate / forced keys) and edge tiles (select_split; the same tables): -6.3 / -13.6 % at M7C
     # 8k x 8 / 64k, -1.7 / -5.7 % at the paper's shape 8k / 64k ("selsplit"). The two ship as a pair
     # on sm_90 at M7C's shape (-13.1 / -21.2 %, "shmsplit"): each alone, and neither, are the variants.
+    # The H100 of 2026-11-26c: the pair 1.067 / 5.69 ms at M7C 8k x 8 / 64k, neither 1.196 / 6.80. At
+    # the paper's shape select_shm (shipped there on the proxy's word) measured slower: 4.71 ms against
+    # 4.58 off at 32k x 1; off since, on is the variant.
     {"kernel": "select", "shape": "m7c", "select_shm": 0, "select_split": 0},
     {"kernel": "select", "shape": "m7c", "select_split": 0},
     {"kernel": "select", "shape": "m7c", "select_shm": 0},
-    {"kernel": "select", "shape": "paper", "select_shm": 0},
+    {"kernel": "select", "shape": "paper", "select_shm": 1},
     {"kernel": "select", "shape": "paper", "select_split": 1},
 ]
 
@@ -148,8 +155,10 @@ CMP_BWD_VARIANTS = [
     # `bn_dkv` 64 above is it with 2 stages, -41 %); then dQ and dK/dV together. (dK/dV at 128 keys
     # and 8 warps, -40 %, spills 12 B at G 5 x D 128 on sm_80 with triton 3.6.)
     {"shape": "paper", "BT": "rows:64", "bn_bwd": 64},
-    # (at 2 stages, as the d128 grid compiled it: sm_90 ships it at 1 since flashproxy)
-    {"shape": "paper", "BT": "rows:128", "warps": 8, "stages_dq": 2},
+    # (bench/tiles_d128.py's 128 rows x 32 keys at 8 warps and 2 stages ships on sm_90 since the H100 of
+    # 2026-11-26c measured it 10.46 ms against 11.57 at 1 stage, paper 32k x 1; the 1 stage shipped
+    # before is the variant)
+    {"shape": "paper", "BT": "rows:128", "warps": 8, "stages_dq": 1},
     {"shape": "paper", "bn_dkv": 64, "stages_dkv": 1},
     {"shape": "paper", "BT": "rows:64", "bn_bwd": 64, "bn_dkv": 64, "stages_dkv": 1},
     {"shape": "paper", "BT": "rows:128", "warps": 8, "bn_dkv": 64, "stages_dkv": 1},
@@ -212,10 +221,10 @@ SEL_VARIANTS = [
     {"shape": "m7c", "arch": 90, **KEYS_BR64_ROWLIM},
     # Head_dim 128: the query-major dK/dV kernel (`_sel_bwd_dkdv_kernel`) at 128 (pair, head) rows a
     # step and 8 warps (bench/tiles_d128.py; G 16 x D 128 on sm_90, triton 3.6: 16 % fewer SASS a
-    # FLOP than the shipped 32 rows at 4 warps, the same 8 resident warps an SM). ptxas: no spill on
-    # sm_90 at every head_dim > 64 point checked, nor on sm_80 at G 16; on sm_80 it spills 48-80 B at
-    # G 6 x D 96, where NSAAttention runs the key-major backward instead (bwd_keys, G <= 8).
-    {"shape": "paper", "BR": 128, "warps_kv": 8},
+    # FLOP than 32 rows at 4 warps, the same 8 resident warps an SM) ships on sm_90 since the H100 of
+    # 2026-11-26c measured the selected forward+backward 15.09 / 62.30 ms with it against 16.66 / 64.26
+    # (paper 8k x 2 / 64k x 1): the 32 rows at 4 warps shipped before are the variant.
+    {"shape": "paper", "BR": 32, "warps_kv": 4},
     # The token tiles' loop without `if take:` (tok_pipe; they run at G >= 9 as shipped: the paper
     # shape), so triton pipelines the gathered K/V loads (cp.async, bench/tok_pipe_sass.py): with 2
     # stages a step waits for its own loads (DEPBAR.LE 0), with 3 the next step's stay in flight while
@@ -231,14 +240,14 @@ SEL_VARIANTS = [
     # The measured loop (branchy, the dQ at 4 warps, 1 stage), since tok_pipe 2 ships at G > 8 on sm_90 on
     # bench/gather_proxy.py's word, NOT measured.
     {"shape": "paper", "tok_pipe": 0, "stages_tok": 1, "stages_dq": 1, "warps_q": 4},
-    # The key-major merges' loops (merge_tiles False: each entry loads IDX and VALID, then the partials
-    # they mask; the forward merge in two passes), the path every GPU run measured, since the tiles
-    # ship on the lead's pricing rule, NOT measured (bench/RESULTS.md "mergeone"): the forward row times
-    # `_sel_fwd_merge_kernel`'s change, fwd+bwd minus it `_sel_bwd_dq_merge_kernel`'s (one switch
-    # flips both merges). M7C only: the key-major kernels run at G <= 8. The second is the measured
-    # build's dQ merge (fp32 partials).
-    {"shape": "m7c", "merge_tiles": False},
-    {"shape": "m7c", "merge_tiles": False, "pdq_bits": 32},
+    # The key-major merges' metadata as tiles (merge_tiles True: the rows' IDX / VALID / PL loaded once,
+    # the partials' loads unrolled; bench/RESULTS.md "mergeone"), shipped on a pricing rule until the
+    # H100 of 2026-11-26c measured the forward no faster (M7C 8k x 8: 3.11-3.34 ms against 2.93-3.17
+    # with the loops that ship again): the forward row times `_sel_fwd_merge_kernel`'s change,
+    # fwd+bwd minus it `_sel_bwd_dq_merge_kernel`'s (one switch flips both merges). M7C only: the
+    # key-major kernels run at G <= 8. The second with the dQ merge's fp32 partials.
+    {"shape": "m7c", "merge_tiles": True},
+    {"shape": "m7c", "merge_tiles": True, "pdq_bits": 32},
 ]
 
 

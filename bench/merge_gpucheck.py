@@ -2,9 +2,10 @@
 they run (FSA's range, G <= 8).
 
 Owns a `gpucheck_specs(shape, arch)` for nsa.attention.gpucheck: selected.py's own `gpucheck_specs`
-kept to `_sel_fwd_merge_kernel` and `_sel_bwd_dq_merge_kernel`, at the shipped merge_tiles (True: the
-metadata as one tile, the partials' loads unrolled) and the other (the `*_merge_loop` rows: the loops
-every GPU run measured), the dQ merge also at pdq_bits 32 (`_pdq32`). 15 (G, D) points x 2 archs,
+kept to `_sel_fwd_merge_kernel` and `_sel_bwd_dq_merge_kernel`, at the shipped merge_tiles (False
+since the H100 of 2026-11-26c: the loops every GPU run measured) and the other (the `*_merge_tiles`
+rows: the metadata as one tile, the partials' loads unrolled; the `*_merge_loop` rows while the tiles
+shipped), the dQ merge also at pdq_bits 32 (`_pdq32`). 15 (G, D) points x 2 archs,
 for the registers/spills table of bench/RESULTS.md ("mergeone"). Prints gpucheck's JSON records;
 exit 1 on a spill or a failed compile (gpucheck's codes). Run without TRITON_INTERPRET.
 

@@ -143,7 +143,8 @@ def shipped_launch(
     tile, False in the past builds) and the backward's dQ partials' bits
     (`pdq_bits`: 32, fp32; 16, bf16; the past builds' 32 where they do not say), the query-major dK/dV's rows a step
     (`br_dkdv`), the forced tiles' rows (`bm_forced`) and the keys a chunk (`bn_sel`); the
-    compressed attention's tile (`bm_cmp_fwd` x `bn_cmp_fwd`), dQ's rows a tile (`rows_cmp_dq`),
+    compressed attention's tile (`bm_cmp_fwd` x `bn_cmp_fwd`), dQ's rows a tile and stages
+    (`rows_cmp_dq`, `stages_cmp_dq`),
     dK/dV's keys a tile and parts (`bn_cmp_dkv`, `split_cmp_dkv`); the window's forward and dQ rows
     a tile (`bm_win_fwd`, `bm_win_dq`) and dK/dV's keys, rows and warps (`bn_win_dkdv`, `bm_win_dkdv`,
     `warps_win_dkdv`).
@@ -192,6 +193,7 @@ def shipped_launch(
         "bm_cmp_fwd": c["bm_fwd"],
         "bn_cmp_fwd": c["bn_fwd"],
         "rows_cmp_dq": c["BT"] * c["GP"],
+        "stages_cmp_dq": c["stages_dq"],
         "bn_cmp_dkv": c["bn_dkv"],
         "split_cmp_dkv": c["split_dkv"],
         "bm_win_fwd": w["fwd"]["BLOCK_M"],

@@ -99,6 +99,9 @@ def ours(
     gate_folded: bool | None = None,
     delta_folded: bool | None = None,
     merge_tiles: bool | None = None,
+    select_one_warp: bool | None = None,
+    cmp_dq_stages2: bool | None = None,
+    dkdv_rows128: bool | None = None,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     balanced_dkv=False the
@@ -152,8 +155,9 @@ def ours(
     `@wg_d128` on Hopper (CONFIG_FACTOR: the proxy's time over the measured tile's); False: the tiles
     every GPU run measured (`_tiles_of_the_runs`); None: what the code ships. (It also covers the
     window's sm_90 tiles, `@wg_d128`, `@bm128_d128`, `@w4`.) select_shm: the selection's Eq. 9 shared
-    key without its two gathers (compressed.py `_config` "select_shm", shipped on sm_90 at the
-    paper's shape and, with select_split, at M7C's on bench/select_proxy.py's word), tagged
+    key without its two gathers (compressed.py `_config` "select_shm", shipped on sm_90 with
+    select_split at M7C's shape; at the paper's from bench/select_proxy.py's word until the H100 of
+    2026-11-26c measured it slower there), tagged
     `@shm_d128` / `@shm`; 0: the loop every run measured; None: what the code ships. select_split:
     the selection's interior key tiles without masks or candidate logic (compressed.py `_config`
     "select_split", shipped with select_shm on sm_90 at M7C's shape on the proxy's word), tagged
@@ -177,7 +181,15 @@ def ours(
     rule, NOT measured): the forward merge reads PL and the table once and is tagged `@tiles`
     (CONFIG_FACTOR: the measured dQ merge's DRAM factor), the dQ merge `@tiles` at its own (1.0);
     False: the loops every committed run measured; None: what the code ships (False in the past
-    builds, `shipped_launch`)."""
+    builds, `shipped_launch`; False since the H100 of 2026-11-26c). The three settings that H100's
+    probes measured faster, shipped after it on sm_90 (each priced by the measured ratio, CONFIG_FACTOR):
+    select_one_warp: the selection at 1 warp a program under a register cap at M7C's shape
+    (compressed.py `_config` one_warp), tagged `@w1`; False: the 2 warps uncapped that run measured.
+    cmp_dq_stages2: the compressed dQ's 128-row tile past head_dim 64 at 2 stages, tagged `@s2_d128`;
+    False: 1 stage, as that run measured it. dkdv_rows128: the query-major dK/dV past head_dim 64 at
+    128 rows a step and 8 warps (selected.py `_config` BR / warps_kv), tagged `@br128`; False: 32 rows
+    at 4 warps, as every run measured it (and the 8-warp builds before 4e22175, `warps_dkdv` 8).
+    None: what the code ships."""
     launch = shipped_launch(s, cc, before_ce226a4, before_2930e5c)
     given = {
         "select_v0": select_v0,
@@ -203,6 +215,12 @@ def ours(
         "merge_tiles": merge_tiles,
     }
     launch.update({f: v for f, v in given.items() if v is not None})
+    if select_one_warp is False and warps_sel is None and launch["warps_sel"] == 1:  # 2 without one_warp
+        launch.update(warps_sel=2, maxnreg_sel=0)
+    if cmp_dq_stages2 is not None:
+        launch["stages_cmp_dq"] = 2 if cmp_dq_stages2 else 1
+    if (dkdv_rows128 is False or warps_dkdv == 8) and launch["br_dkdv"] == 128:
+        launch["br_dkdv"] = 32  # the rows every run measured past head_dim 64
     if cc < 90 and launch["bwd_keys"]:  # the rows a step the launcher runs on sm_80 (keys_rows)
         launch.update(_keys_rows_sm80(launch, s, cc))
     # index_once, q_grad_fused, gate_folded and delta_folded came after the past builds: None is what
@@ -298,8 +316,8 @@ def ours(
         # the hoisted 32-bit loop (select_cut): the proxy's factor on Hopper; the A100 price reads the
         # setting's own sm_80 SASS (sass80.py, the split's two loops too), and its published-efficiency
         # what-if never had it. Inside it (the kernel runs neither without it): Eq. 9's shared key
-        # without the gathers (select_shm, shipped on sm_90 at the paper's and M7C's shapes) and the
-        # interior key tiles unmasked (select_split, shipped with select_shm at M7C's).
+        # without the gathers (select_shm, shipped on sm_90 at M7C's shape) and the interior key
+        # tiles unmasked (select_split, shipped with select_shm there).
         if launch.get("select_cut") and not v0 and cc != 80:
             tags += "@cut" if D <= 64 else "@cut_d128"
             if launch.get("select_shm"):
@@ -339,6 +357,8 @@ def ours(
     measured = _tiles_of_the_runs(s)
     hopper_tile = cc != 80 and flash_tiles is not False
     dq_tag = "@wg_d128" if hopper_tile and D > 64 and dq_rows != measured["rows_cmp_dq"] else ""
+    if dq_tag and launch.get("stages_cmp_dq") == 2:  # 2 stages (1 as the 2026-11-26c H100 measured it)
+        dq_tag += "@s2_d128"
     o_read = 0 if delta_folded else act  # the dQ kernels' O tile, for delta (none handed the fold's)
     ks.append(Kernel("cmp_bwd_dq", "compressed", "bwd", f"cmp_dq@{_cfg(D)}{dq_tag}", 3 * bunit, 3 * cuse,
                      3 * act + o_read + 2 * BH * nc * D * bf, l2=dq_progs * ck * D * bf * 2,

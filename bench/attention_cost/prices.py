@@ -217,14 +217,17 @@ SEL_WARPS: dict[int, float] = {2: 0.655, 4: 1.0}
 #   0.56 / 0.53x the measured tile at M7C 8k x 8 / 64k (16 query parts a key tile, split16), 0.49 / 0.46x and 0.47 / 0.41x at the paper
 #   shape; each factor is that ratio over the model's own count of the new tile, geometric mean
 #   (`flash_proxy_ship.py --factors`). What-if `flash_tiles_off` prices the measured tiles.
-# - sel_fwd_merge@tiles / sel_dq_merge@tiles: the two key-major merges with the rows' table metadata
-#   as one tile and the partials' loads unrolled (selected.py `_config` merge_tiles, shipped, NOT
-#   measured; the lead's rule, bench/RESULTS.md "mergeone"): nothing GPU-free prices memory latency,
-#   so the forward merge takes the MEASURED dQ merge's factor, 1.32x its datasheet DRAM time instead
-#   of 1.70x (an upper bound by construction: the dQ merge's loop keeps one dependent chain an entry,
-#   the tiles none), and the dQ merge keeps its 1.32x (no evidence for less). The forward merge's
-#   bytes drop by the second PL and table reads (selected.py counts them). What-if `merge_tiles_off`
-#   prices the measured loops.
+# - sel_fwd_merge@tiles / sel_dq_merge@tiles: the merges' metadata as one tile (selected.py `_config`
+#   merge_tiles, bench/RESULTS.md "mergeone"), shipped on the lead's rule (the forward merge at the
+#   dQ merge's 1.32x its DRAM time, was 1.70x) until the H100 of 2026-11-26c measured it no faster.
+# The H100 of 2026-11-26c's probes (bench/gpu/2026-11-26c-h100-probe-*.jsonl, each setting in the same
+# process as that run's build; derivations: bench/RESULTS.md "flips"), each the measured ratio to the
+# kind that run measured: cmp_sel32@w1, 1 warp capped, M7C 64k 4.640 / 5.665 ms x @w2's (64k only);
+# cmp_sel32@shm_d128, off since, 4.709 / 4.578 (paper 32k; the proxy's 0.836 before); cmp_dq@s2_d128,
+# the backward 10.462 / 11.566 at paper 32k, all of it dQ's at its share of the run's (9.731 of 21.991
+# ms); sel_dkdv@br128, fwd+bwd at paper 8k x 2 / 64k x 1 put on the kernel (6.710 / 27.764 ms in the
+# run): 0.767 / 0.929; sel_fwd_merge@tiles, off since, six same-process forward pairs at M7C 8k / 64k
+# on the run's merge (0.867 / 0.900 ms): 0.93-1.55 (noisy), the dQ merge's (+-0.3 ms on 0.55) no data.
 CONFIG_FACTOR: dict[str, float] = {
     "cmp_sel@w2": SEL_WARPS[2], "cmp_sel@w4": SEL_WARPS[4], "cmp_sel@bt2": 0.899,
     "cmp_dkv@w4": 0.613, "tok_fwd@tp4": 1.451, "tok_dq@tp4": 1.387, "tok_fwd@w2": 0.618,
@@ -236,13 +239,13 @@ CONFIG_FACTOR: dict[str, float] = {
     "cmp_dkv@bn64": 0.545, "cmp_dkv@bn64_d128": 0.474, "cmp_dq@wg_d128": 0.465,
     # and the window's on sm_90 (wintiles): dQ 128 x 32 and dK/dV 128 rows past head_dim 64, dK/dV on 4 warps at 64
     "win_dq@wg_d128": 0.568, "win_dkdv@bm128_d128": 0.786, "win_dkdv@w4": 0.638,
-    # the selection's Eq. 9 key without its gathers at the paper's shape on sm_90 (select_shm; shmpaper),
+    # the selection's Eq. 9 key without its gathers at the paper's shape (select_shm, off since: above),
     # and at M7C's with its interior tiles unmasked (select_split; shmsplit): the pair 0.869x, M7C 8k's
-    "cmp_sel32@shm_d128": 0.836, "cmp_sel32@shm": 0.925, "cmp_sel32@split": 0.939,
-    # the merges' metadata as one tile (merge_tiles, mergeone): the forward merge at the measured dQ
-    # merge's DRAM factor, the dQ merge at its own
-    "sel_fwd_merge@tiles": KEYS_COST["sel_dq_merge"]["dram"] / KEYS_COST["sel_fwd_merge"]["dram"],
-    "sel_dq_merge@tiles": 1.0,
+    "cmp_sel32@shm_d128": 4.709 / 4.5781, "cmp_sel32@shm": 0.925, "cmp_sel32@split": 0.939,
+    # the 2026-11-26c H100's (above)
+    "sel_fwd_merge@tiles": 1.27, "sel_dq_merge@tiles": 1.0,
+    "cmp_dq@s2_d128": 1 - (1 - 10.4618 / 11.5659) / (9.731 / 21.991),
+    "sel_dkdv@br128": math.sqrt((1 - (16.6562 - 15.0949) / 6.710) * (1 - (64.256 - 62.2955) / 27.764)),
 }  # fmt: skip
 # H100C_COST: launch settings shipped on a proxy's word (or a rule) that the H100 run of 2026-11-26c
 # measured first (main at f72f66b, bench/gpu/2026-11-26c-h100-speed.json), fitted on it by
@@ -281,6 +284,7 @@ H100C_COST: dict[str, dict[str, float]] = {
     "win_dkdv@64@w4": {"eff": 0.383},
     "sel_keys_bwd@div32": {"eff": 0.331, "dram": 1.25},
 }  # fmt: skip
+CONFIG_FACTOR["cmp_sel32@w1"] = CONFIG_FACTOR["cmp_sel32@w2"] * 4.6404 / 5.665
 # A100: the tensor-core efficiency of each kind stays the published calibration's (EFF["ampere"] of
 # its generic kind: sm_80 runs these tiles as mma.sync, the instruction its peak is quoted for, so
 # the Hopper shortfall below 64-row tiles does not carry over); the cycle costs carry over per SM
@@ -344,10 +348,14 @@ def carry_ratio(key: str) -> float | None:
 
 # The settings shipped after the last committed GPU run (bench/gpu/2026-11-26c-h100-speed.json, main
 # at f72f66b), each at what that run measured: RUN_BUILDS pins them for it, and the what-if
-# `measured_code_only` (bench/attention_model.py) takes them off, one list for both. Empty: that run
-# measured all that shipped before it (its suite and its probes, bench/RESULTS.md "The H100 run of
-# 2026-11-26c"). The list it emptied, what the run before it (main at 050ce66) measured:
-SINCE_LAST_RUN: dict[str, int | bool] = {}
+# `measured_code_only` (bench/attention_model.py) takes them off, one list for both. That run measured
+# all that shipped before it (its suite and its probes, bench/RESULTS.md "The H100 run of 2026-11-26c");
+# what is listed are its probes' verdicts, flipped after it ("flips"). Below, the list it emptied:
+# what the run before it (main at 050ce66) measured.
+SINCE_LAST_RUN: dict[str, int | bool] = {
+    # flipped after it on its probes (bench/RESULTS.md "flips"), at the values it measured
+    "select_one_warp": False, "cmp_dq_stages2": False, "dkdv_rows128": False,
+}  # fmt: skip
 _SINCE_050CE66: dict[str, int | bool] = {
     "keys_div32": False, "select_cut": 0, "tok_pipe": 0, "flash_tiles": False, "select_shm": 0, "select_split": 0,
     "pdq_bits": 32, "q_grad_fused": False, "gate_folded": False, "delta_folded": False, "merge_tiles": False,
@@ -403,6 +411,9 @@ RUN_BUILDS: dict[str, dict] = {
     # and each branch backward's own delta (the probes measured the fused and folded paths)
     "2026-11-26c-h100-speed.json": {
         **SINCE_LAST_RUN,
+        # flipped back after it on its probes ("flips"): select_shm at the paper's shape, the merge tiles
+        "select_shm": 1,
+        "merge_tiles": True,
         "q_grad_fused": False,
         "gate_folded": False,
         "delta_folded": False,

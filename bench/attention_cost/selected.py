@@ -214,6 +214,8 @@ def selected_kernels(
         if warps_dkdv not in (4, 8):
             raise ValueError(f"warps_dkdv={warps_dkdv}: priced at 4 (sel_dkdv) and 8 (sel_dkdv_w8) only")
         dkind = f"sel_dkdv{'_w8' if warps_dkdv == 8 else ''}@{_cfg(D)}"
+        if BR == 128:  # 128 rows a step at 8 warps (sm_90 past head_dim 64; the runs' 32 at 4: untagged)
+            dkind += "@br128"
         ks.append(Kernel("sel_bwd_dkdv", "selected", "bwd", dkind, 4 * kunit,
                          4 * useful, 2 * kvb + part, l2=prow * D * bf * 2 + prow * 8, programs=nseg,
                          per_sm=1, work={"programs": nseg}))  # fmt: skip

@@ -28,6 +28,7 @@ from nsa.attention.triton import check_delta, device_arch, interpreting
 from nsa.attention.triton.compressed_select import _cmp_select
 from nsa.attention.triton.compressed_select_v0 import _cmp_select_v0
 from nsa.attention.triton.spec import GpuShape, KernelSpec
+from nsa.versions import release
 
 _LOG2E = math.log2(math.e)
 _TL = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -300,6 +301,15 @@ def _split_of(c: dict) -> int:
     return c["select_split"] if c["select_cut"] else 0
 
 
+def _one_warp_cap() -> int:
+    """The selection's register cap at 1 warp a program (`_config` one_warp; ptxas .maxnreg), per
+    triton: 168 on 3.6 (the GPU images'; what the H100 measured: 12 warps an SM, no spill at G 5/6/8 x
+    D 48/64 on sm_90), 224 on 3.9 (236 registers uncapped; capped at 168 it spilled 1096-1184 B, at
+    216 / 220 60-124 B; at 224 none, 221-224 registers, 9 warps an SM; bench/RESULTS.md "flips").
+    The versions between are unchecked and taken as 3.9."""
+    return 168 if release(triton.__version__) < (3, 7) else 224
+
+
 def _config(
     group: int, head_dim: int, n_sel: int, block_len: int, block_stride: int, sel_block: int, arch: int = 80
 ):
@@ -337,15 +347,22 @@ def _config(
     # (the two settings' comments below); on an A100 too (ampere_g8: at its own tokens, warps, halves
     # and cap), on bench/a100_proxy.py's word (bench/RESULTS.md "a100shm").
     shm_split = (hopper_g8 or ampere_g8) and head_dim > 32 and a == 2
+    # The selection at 1 warp a program under a register cap at shm_split's scope on sm_90: on the H100
+    # of 2026-11-26c (triton 3.6) it ran M7C 64k x 1 in 4.64 ms against 5.67 at the 2 warps shipped
+    # before (1 warp uncapped 4.75; bench/gpu/2026-11-26c-h100-probe-queue.jsonl, the same process).
+    # Measured at 64k only. The cap: `_one_warp_cap`. Not on sm_80 (ampere_g8 keeps its 2 warps in
+    # halves under 168 registers, which bench/a100_proxy.py priced; 1 warp there is unpriced).
+    one_warp = shm_split and arch >= 90
     # dQ: 8 warps for 128-row tiles; 4 for 32 rows (D > 64 on sm_80), where 8 warps left ptxas at 128
     # registers and spilling (G 16, D 96 on sm_80). Past head_dim 64 the 32 x 32 tile the GPUs measured
     # runs its products as mma.sync on sm_90 (fitted efficiency 0.22 against head_dim 64's 0.56 on
-    # 128 x 64 wgmma tiles). SHIPPED ON sm_90 ON A PROXY'S WORD, UNMEASURED: 128 rows x 32 keys at 8
-    # warps, unpipelined (stages_dq 1: three wgmma waits a key tile instead of 18 at 2 stages),
-    # bench/flash_proxy.py (calibrated on 369 H100/H200 points: all within 29 %, each setting held out
-    # within 34 %) prices it 0.47 / 0.41x the measured tile at the paper shape 8k / 64k; ptxas: no spill
-    # at G 1/2/5/6/8/16 x D 96/128 on sm_90, triton 3.6 and 3.9 (bench/RESULTS.md "flashproxy").
-    # The measured tile is a probe variant (bench/kernel_probe.py); sm_80 keeps it (no A100 data).
+    # 128 x 64 wgmma tiles). On sm_90: 128 rows x 32 keys at 8 warps (bench/flash_proxy.py's tile,
+    # "flashproxy"), at 2 stages: the H100 of 2026-11-26c ran the compressed backward (dQ + dK/dV) at
+    # the paper's shape 32k x 1 in 10.46 ms with it against 11.57 unpipelined (stages_dq 1, shipped
+    # before on the proxy's word) and 15.06 with the 32-row tile the GPUs measured before
+    # (bench/gpu/2026-11-26c-h100-probe-queue.jsonl, the same process). ptxas: no spill at G
+    # 1/2/5/6/8/16 x D 96/128 on sm_90, triton 3.6 and 3.9 (bench/RESULTS.md "flips"). Both others
+    # are probe variants (bench/kernel_probe.py); sm_80 keeps the 32-row tile (no A100 data).
     warps = 8 if bt * gp >= 64 else 4
     bn_bwd = 64 if not big else 32
     # dK/dV: [BN, D] accumulators over query tiles of 64 rows x 32 keys (32 rows past head_dim 64: with
@@ -357,6 +374,7 @@ def _config(
     # shape; ptxas: no spill over gpucheck's grid and G 5 / 8 on sm_90, triton 3.6 and 3.9.
     bt_dkv = max(1, (32 if flash_hopper else 64 if not big else 32) // gp)
     bn_dkv = 64 if flash_hopper else 32
+    warps_sel = 2 if (head_dim <= 64 and (gpf >= 16 or (arch >= 90 and gpf == 8))) or ampere_g8 else 4
     return {
         # 4 warps: the compressed backward took 5.5 ms instead of 7.8 with 8 at M7C 64k, 40.5 instead of
         # 56.6 at the paper's shape at 32k (H200, bench/kernel_probe.py).
@@ -389,12 +407,11 @@ def _config(
         # sm_90 at M7C (2 tokens a tile, 2 warps) halves ran the selection at 64k in 7.00 ms instead
         # of 7.36 on an H200 (bench/kernel_probe.py, 2026-11-26b; ptxas: no spill, triton 3.6 and 3.9).
         "halves_sel": 1 if btf >= 8 or (head_dim > 64 and btf >= 4) or hopper_g8 or ampere_g8 else 0,
-        # A register cap for the selection (ptxas .maxnreg; 0: none), for bench/select_proxy.py's
-        # candidates at M7C on sm_90 (bench/kernel_probe.py): 1 warp a program (193 registers, 10 warps
-        # an SM) or 4 tokens a tile in halves (210, 8 warps) capped at 168 hold 12 warps an SM with no
-        # spill on triton 3.6; triton 3.9 spills 48 B at 1 warp capped so (none at 184). Shipped on sm_80
-        # at M7C (ampere_g8: 4 tokens in halves at 2 warps, 12 warps an SM instead of 8 uncapped).
-        "maxnreg_sel": 168 if ampere_g8 else 0,
+        # A register cap for the selection (ptxas .maxnreg; 0: none). Shipped on sm_80 at M7C (ampere_g8:
+        # 4 tokens in halves at 2 warps, 12 warps an SM instead of 8 uncapped) and on sm_90 at M7C's
+        # 1 warp a program (one_warp, `_one_warp_cap`: 168 on triton 3.6, 224 on 3.9). 4 tokens a tile
+        # in halves capped at 168 (210 registers uncapped) is a probe variant (5.27 ms at M7C 64k).
+        "maxnreg_sel": 168 if ampere_g8 else _one_warp_cap() if one_warp else 0,
         # 1: launch `_cmp_select_v0` (compressed_select_v0.py, the kernel before 2026-11-26b) at its own
         # shipped settings instead, for the GPU probe's comparison (bench/kernel_probe.py).
         "select_v0": 0,
@@ -411,23 +428,24 @@ def _config(
         # rotated one block on by one [BT, BJ] gather, the first block's carried (the same tables bit
         # for bit). M7C on sm_90 (triton 3.6): 39 -> 24 shared-memory accesses and 431 -> 426 SASS a
         # key tile; bench/select_proxy.py -7.5 / -9.4 % at M7C 8k / 64k, -16.7 % at the paper's shape
-        # at 32k (bench/RESULTS.md "selshm"). SHIPPED ON sm_90 AT 16 HEADS A TOKEN PAST head_dim 64 (the
-        # paper's shape) ON THE PROXY'S WORD, UNMEASURED: -16.7 / -16.6 % at 32k / 64k on triton 3.6
-        # (158 -> 122 registers, 12 -> 16 warps an SM), -14.3 / -14.0 % on 3.9 (128 -> 132 registers,
-        # 16 -> 12 warps an SM, still 3 a scheduler: in the proxy's domain); no spill over G 5/6/8/16 x
-        # D 64/96/128 and G 12 x D 128 (sm_90 at G 12: 122 / 135 registers, 3.6 / 3.9), sm_80 and sm_90,
-        # 3.6 and 3.9 (RESULTS "selshm", "shmpaper"). ALSO ON sm_90 AT 5-8 HEADS A TOKEN AT head_dim
-        # 33-64 (M7C's), WITH select_split BESIDE IT (`shm_split`, below): alone it fell short of the 8 %
-        # asked at 8k there. ALSO ON sm_80 AT M7C's SHAPE with select_split (`shm_split`, below). sm_80 at
-        # the paper's shape and past 16 heads a token are unpriced. 0 (the measured loop): a probe variant.
-        "select_shm": 1 if a == 2 and ((arch >= 90 and head_dim > 64 and gpf == 16) or shm_split) else 0,
+        # at 32k (bench/RESULTS.md "selshm"). Shipped on sm_90 at 5-8 heads a token at head_dim 33-64
+        # (M7C's) with select_split beside it (`shm_split`, below), where the H100 of 2026-11-26c
+        # measured the pair faster: 1.067 / 5.69 ms at M7C 8k x 8 / 64k x 1 against 1.196 / 6.80 without
+        # either, 1.211 / 6.35 without select_shm (bench/gpu/2026-11-26c-h100-probe-since.jsonl); on
+        # sm_80 at M7C's shape too, on bench/a100_proxy.py's word, unmeasured (`shm_split`; RESULTS
+        # "a100shm"). Not at 16 heads a token past head_dim 64 (the paper's shape), where it shipped on
+        # the proxy's word before: the same H100 ran the selection at 32k x 1 in 4.71 ms with it and
+        # 4.58 without (4.82-4.85 with it in the probe queue's processes; triton 3.6). sm_80 at the
+        # paper's shape is unpriced. 1 at the paper's shape is a probe variant (bench/kernel_probe.py).
+        "select_shm": 1 if shm_split else 0,
         # 1: `_cmp_select`'s CUT loop split (select_cut 1 only; the kernel asserts it): the key tiles
         # where every key is visible to every token of the program, every block a candidate and none
         # forced run without the key-range load mask, the visibility compares and selects and the
         # candidate / forced keys (the same tables bit for bit); tile 0 and the causal edge keep them
-        # (bench/RESULTS.md "selsplit"). SHIPPED WITH select_shm ON sm_90 AT 5-8 HEADS A TOKEN AT
-        # head_dim 33-64 (M7C's) ON THE PROXY'S WORD, UNMEASURED (`shm_split`, the lead's call,
-        # RESULTS "shmsplit"): bench/select_proxy.py prices the pair 0.869 / 0.788x the shipped loop
+        # (bench/RESULTS.md "selsplit"). Shipped with select_shm on sm_90 at 5-8 heads a token at
+        # head_dim 33-64 (M7C's; `shm_split`, the lead's call, RESULTS "shmsplit"), on the proxy's
+        # word and measured since (the H100 of 2026-11-26c: M7C 8k x 8 / 64k x 1 1.067 / 5.69 ms with
+        # the pair, 1.104 / 5.90 without the split; select_shm's comment): bench/select_proxy.py prices the pair 0.869 / 0.788x the shipped loop
         # at M7C 8k / 64k on triton 3.6 (alone 0.937 / 0.864, select_shm alone 0.925 / 0.906); 96
         # registers and 20 warps an SM instead of 128 and 16 on 3.6, 162-164 and 12 warps as before on
         # 3.9; no spill at G 5-8 x head_dim 32 / 64 on either. Not at head_dim <= 32 (3.9: 14 -> 12
@@ -448,8 +466,9 @@ def _config(
         # paper's shape at 32k 34.3 / 22.8 / 14.5. 2 warps only where ptxas keeps it unspilled
         # (gpucheck --grid, triton 3.6 and 3.9): head_dim 64 with 16 heads a token, or 8 on sm_90;
         # 2 spilled 4-200 B at G 1, 2, 6 on sm_80 and at head_dim > 64 (G 16 x D 128 too, 8 B), so 4 there,
-        # but at G 5-8 x head_dim <= 64 on sm_80 merged in halves under a 168-register cap (ampere_g8).
-        "warps_sel": 2 if (head_dim <= 64 and (gpf >= 16 or (arch >= 90 and gpf == 8))) or ampere_g8 else 4,
+        # but at G 5-8 x head_dim <= 64 on sm_80 merged in halves under a 168-register cap (ampere_g8),
+        # and at M7C's shape on sm_90 1 warp under a cap (one_warp, above).
+        "warps_sel": 1 if one_warp else warps_sel,
         # 4 tokens a tile at 16 heads a token past head_dim 64: the paper's shape at 32k x 2 took 9.28 ms
         # instead of 16.20 with 2 (8: 10.85) on an H200 (bench/kernel_probe.py, 2026-11-26b); measured
         # on sm_90 only, shipped on sm_80 too (the same K tile serves twice the tokens; ptxas: 164-168
@@ -465,9 +484,10 @@ def _config(
         "bn_fwd": 64 if head_dim <= 64 else 32,
         "warps_fwd": 4,
         # Software-pipelining stages of the attention, dQ and dK/dV key (query) loops: 2, as every GPU
-        # run measured; keys for bench/tiles_d128.py and the probe's candidates (bench/kernel_probe.py).
+        # run measured (dQ's 128-row tile on sm_90 too: above); keys for bench/tiles_d128.py and the
+        # probe's candidates (bench/kernel_probe.py).
         "stages_fwd": 2,
-        "stages_dq": 1 if flash_hopper and big and bt * gp >= 64 else 2,
+        "stages_dq": 2,
         "stages_dkv": 1 if flash_hopper and not big else 2,
     }
 

@@ -131,8 +131,9 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
     steps of <= 64); BR: (pair, head) rows per step of the dK/dV kernel. The dK/dV kernel holds two
     fp32 [BN, D] accumulators: 4 warps (on an H200 its forward+backward took 15.2 ms instead of
     17.6 with 8 at M7C, 85 instead of 103 at G 16 x D 128: bench/kernel_probe.py; ptxas: 214-255
-    registers, no spill), no software pipelining, and at head_dim 128 half the rows (with 2 stages,
-    or 64 rows at head_dim 128, ptxas spilled on sm_90). dQ runs unpipelined too.
+    registers, no spill), no software pipelining, and past head_dim 64 half the rows on sm_80 (with 2
+    stages, or 64 rows at head_dim 128, ptxas spilled on sm_90), 128 rows at 8 warps on sm_90 (BR,
+    below). dQ runs unpipelined too.
 
     bwd_keys (G <= 8, with forced blocks): the key-major backward of selected_keys_bwd.py instead of
     the forced dQ + token-tile dQ + dK/dV kernels. Memory: its dQ partials PDQ are
@@ -169,16 +170,19 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         "RP": _p2(TP * G, TILE_ROWS),
         "BK": min(key_tile, _p2(LP)),
         "BN": min(key_tile, _p2(LP)),
-        # Past head_dim 64, 128 rows at 8 warps (warps_kv): no spill on sm_90 (triton 3.6 and 3.9) at any
-        # head_dim > 64 point checked, nor on sm_80 at G 16, the same 8 resident warps an SM and 16-21 %
-        # fewer SASS a FLOP on sm_90 (bench/tiles_d128.py); 48-80 B spilled on sm_80 at G 6 x D 96. A
-        # probe variant (bench/kernel_probe.py), not shipped.
-        "BR": 32 if DP > 64 else 64,
+        # Past head_dim 64 on sm_90, 128 rows at 8 warps (warps_kv): the H100 of 2026-11-26c ran the
+        # selected forward+backward at the paper's shape in 15.09 / 62.30 ms at 8k x 2 / 64k x 1 against
+        # 16.66 / 64.26 with the 32 rows at 4 warps shipped before (bench/gpu/2026-11-26c-h100-probe-queue.jsonl,
+        # the same process); the same 8 resident warps an SM and 16-21 % fewer SASS a FLOP
+        # (bench/tiles_d128.py). ptxas: no spill on sm_90 at G 1/2/5/6/8/16 x D 96/128, triton 3.6 and
+        # 3.9 (bench/RESULTS.md "flips"). Not on sm_80 (no A100 data; 48-80 B spilled at G 6 x D 96
+        # there). The 32 rows at 4 warps are a probe variant (bench/kernel_probe.py).
+        "BR": 128 if DP > 64 and arch >= 90 else 32 if DP > 64 else 64,
         # The query-major dQ kernels (the token tiles' and the any-table one): 2 warps where tok_pipe ships.
         # At 1 warp (token tiles: no dS / P conversion through shared memory, no cross-warp row
         # statistics) ptxas spills at D 128 and the proxy prices both kernels no faster ("tokshm").
         "warps_q": 2 if pipe else 4,
-        "warps_kv": 4,
+        "warps_kv": 8 if DP > 64 and arch >= 90 else 4,
         "stages_kv": 1,
         "warps_red": 8,
         "stages": 2,
@@ -287,13 +291,16 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         "warps_merge": 4,
         # The two merges (selected_keys.py `_fwd_merge_tiles`, selected_keys_bwd.py `_dq_merge_tiles`) with
         # the rows' table metadata loaded once as a [rows, NEP] tile and the partials' loads unrolled
-        # (every address known up front) instead of the loops every GPU run measured, which load IDX and
-        # VALID an entry and then the partials they mask (the forward twice: a pass for the max lse, one
-        # for the sum): bitwise the same out, lse and dQ (interpreter test). Shipped on the lead's pricing
-        # rule, NOT measured: the forward merge at the measured dQ merge's 1.32x its datasheet DRAM time
-        # (was 1.70x) and one PL read, the dQ merge unchanged (bench/RESULTS.md "mergeone"). False is a
-        # bench/kernel_probe.py variant (gpucheck compiles both).
-        "merge_tiles": True,
+        # (every address known up front) instead of the loops, which load IDX and VALID an entry and then
+        # the partials they mask (the forward twice: a pass for the max lse, one for the sum): bitwise
+        # the same out, lse and dQ (interpreter test). Off (the loops) on every arch: the H100 of
+        # 2026-11-26c ran the selected forward at M7C 8k x 8 in 2.93-3.17 ms with the loops against
+        # 3.11-3.34 with the tiles, at 64k x 1 3.17-3.59 against 3.41-3.52 (forward+backward 6.39 /
+        # 6.49 against 6.93 / 6.59 in the same processes; bench/gpu/2026-11-26c-h100-probe-*.jsonl):
+        # no gain anywhere, where they had shipped on a price the H100 did not bear out (the forward
+        # merge at the dQ merge's 1.32x its datasheet DRAM time; its fit on the run: 1.74x). No A100
+        # data either way. True is a bench/kernel_probe.py variant (gpucheck compiles both).
+        "merge_tiles": False,
         # Their (entry, chunk) loads unrolled MU at a time (a step's loads in flight together; the
         # steps in a loop), the partials addressed by int32 offsets from a scalar pointer: ptxas, G
         # 1/2/5/6/8 x D 64/96/128, sm_80 / sm_90, triton 3.6 and 3.9, no spill at MU 4 (forward

@@ -21,8 +21,9 @@ query-major pair when `_config(...)["fwd_keys"]` holds, G <= 8), its gpucheck ro
   slot, then chunk: deterministic, no atomics) into the output and lse the backward reads, skipping
   the entries that add no keys itself (the reverse index's rule), so PO/PL are never
   initialised. A row without any key gets zeros and lse -inf; an entry listed twice counts twice.
-  With `_config`'s merge_tiles (shipped) `_fwd_merge_tiles`: the rows' table metadata and PL loaded
-  once as tiles, the PO loads 4 a step, bitwise the measured two-pass loop `_fwd_merge_loop`.
+  The two-pass loop `_fwd_merge_loop` ships (every GPU run's); with `_config`'s merge_tiles (a probe
+  variant since the H100 of 2026-11-26c measured it no faster) `_fwd_merge_tiles`: the rows' table
+  metadata and PL loaded once as tiles, the PO loads 4 a step, bitwise the loop.
 The partials are transient (freed when the forward returns): PO holds nb * B*Hkv*T*n * G*D elements.
 """
 

@@ -18,9 +18,10 @@ Owns the three kernels that replace the forced dQ, the query-major dQ and the dK
 - `_sel_bwd_dq_merge_kernel`: query-major, per BM (token, head) rows, dQ = the sum of PDQ over the
   token's n entries and the nb key chunks in a fixed order (deterministic, no atomics), skipping the
   entries that add no keys (the reverse index's keep rule: valid, block >= 0, block*l' <= t), which
-  the keys kernel never writes: PDQ needs no memset. With `_config`'s merge_tiles (shipped)
-  `_dq_merge_tiles`: the metadata loaded once as a tile, the PDQ loads 4 a step, bitwise the
-  measured loop `_dq_merge_loop` (`merge_slots`: the tiles' width).
+  the keys kernel never writes: PDQ needs no memset. The loop `_dq_merge_loop` ships (every GPU
+  run's); with `_config`'s merge_tiles (a probe variant since the H100 of 2026-11-26c measured it no
+  faster) `_dq_merge_tiles`: the metadata loaded once as a tile, the PDQ loads 4 a step, bitwise the
+  loop (`merge_slots`: the tiles' width).
 `keys_backward` launches them (selected.py's `_selected_bwd` calls it with its reverse index and
 reduces the dK/dV partials it returns); `keys_bwd_gpucheck_rows` lists them for selected.py's
 `gpucheck_specs`; `_segment` (the lookup of a segment's block and pairs) and `_block_keys` (its key

@@ -69,7 +69,10 @@ def test_the_measured_configurations_are_the_fit_of_the_2026_11_26c_run() -> Non
     fit (within 2 %), with the run's build (RUN_BUILDS: the suite core's unfolded gates); each one the
     kind of a kernel the run modelled, fitted on its own family only."""
     recs = fit.records([str(C_RUN)])
-    assert recs[0]["build"] == {"q_grad_fused": False, "gate_folded": False, "delta_folded": False}
+    core = {"q_grad_fused": False, "gate_folded": False, "delta_folded": False}
+    # and the probes' verdicts flipped after it, at the values it ran ("flips")
+    flipped = {"select_one_warp": False, "cmp_dq_stages2": False, "dkdv_rows128": False}
+    assert recs[0]["build"] == {**core, **flipped, "select_shm": 1, "merge_tiles": True}
     fams = ["_cmp_select", "_cmp_bwd_dq", "_cmp_bwd_dkv", "_sel_fwd", "_sel_bwd_dq", "_sel_fwd_merge"]
     fams += ["_window_bwd_dq", "_window_bwd_dkdv", "_sel_bwd_keys"]
     got = fit.fit(recs, "H100", families=fams)
@@ -173,8 +176,9 @@ def test_the_launch_factors_are_the_final_probes_and_the_shipped_configs_predict
     got = fit.config_factors(str(FINAL_PROBE))
     # 2026-11-26b's, the proxy-priced token tiles' branch-free loop (tokgather), the flash tiles
     # and window tiles bench/flash_proxy.py prices and the merges' tiles (mergeone: the lead's rule)
-    # (no probe measured them)
-    proxied = ("cmp_sel32@", "sel_keys_", "cmp_dkv@bn64", "cmp_dq@wg", "win_dq@wg", "win_dkdv@")
+    # (no probe measured them), and the 2026-11-26c H100 probes' (RESULTS "flips": their own ratios)
+    proxied = ("cmp_sel32@", "sel_keys_", "cmp_dkv@bn64", "cmp_dq@wg", "win_dq@wg", "win_dkdv@", "cmp_dq@s2",
+               "sel_dkdv@br")  # fmt: skip
     later = {k for k in m.CONFIG_FACTOR if k.startswith(proxied) or k.endswith(("@pipe", "@tiles"))}
     assert set(got) == set(m.CONFIG_FACTOR) - {"cmp_sel@w2", "cmp_sel@w4"} - later
     for tag, f in got.items():

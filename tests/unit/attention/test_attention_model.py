@@ -165,14 +165,15 @@ def test_the_compressed_forward_is_two_kernels_at_the_shipped_warps() -> None:
     at the warps compressed.py ships for the GPU); the fused kernel only where a build asks for it."""
     shape = m.SHAPES["m7c"]
     kinds = {g: {k.name: k.kind for k in m.ours_on(32768, shape, m.GPUS[g])} for g in ("A100", "H100")}
-    # sm_90: 2 warps, 2 tokens a tile (ce226a4), merged in halves (2930e5c); sm_80: BTF = 4 tokens merged
+    # sm_90: 1 warp under a register cap (2026-11-26c's H100 probe; 2 warps before), 2 tokens a tile
+    # (ce226a4), merged in halves (2930e5c); sm_80: BTF = 4 tokens merged
     # in halves at 2 warps under a register cap (proxy-chosen, 2026-11-26; 4 warps at once before);
     # the int32 merge (cmp_sel32) since 2026-11-26b
     # (@cut: the loop's integer work in 32 bits and hoisted, select_cut: the proxy's factor on Hopper;
     # @shm@split: Eq. 9's key without gathers and the interior tiles unmasked, shipped as a pair at M7C)
     assert kinds["H100"]["cmp_fwd"] == "cmp_attn@64"
-    assert kinds["H100"]["cmp_select"] == "cmp_sel32@w2@bt2@h2@cut@shm@split"
-    measured_loop = {k.name: k.kind for k in m.ours(32768, shape, select_cut=0)}
+    assert kinds["H100"]["cmp_select"] == "cmp_sel32@w1@bt2@h2@cut@shm@split"
+    measured_loop = {k.name: k.kind for k in m.ours(32768, shape, select_cut=0, select_one_warp=False)}
     assert measured_loop["cmp_select"] == "cmp_sel32@w2@bt2@h2"
     assert kinds["A100"]["cmp_select"] == "cmp_sel32@w2@h2"
     # dK/dV at 64 keys a tile on sm_90 (bench/flash_proxy.py's factor), sm_80 at the measured 32

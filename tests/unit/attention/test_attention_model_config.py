@@ -63,6 +63,7 @@ FROM_CONFIG = {
     "bm_cmp_fwd": _cmp("bm_fwd"),
     "bn_cmp_fwd": _cmp("bn_fwd"),
     "rows_cmp_dq": lambda cfg: cfg["compressed"]["BT"] * cfg["compressed"]["GP"],  # its grid's rows a tile
+    "stages_cmp_dq": _cmp("stages_dq"),
     "bn_cmp_dkv": _cmp("bn_dkv"),
     "split_cmp_dkv": _cmp("split_dkv"),
     "bm_win_fwd": _win("fwd", "BLOCK_M"),
@@ -141,7 +142,7 @@ def test_a_changed_config_changes_the_model_but_not_the_past_builds(monkeypatch)
     }
     before = {k.name: k.kind for k in m.ours_on(8192, s, h100)}
     assert (
-        before["cmp_select"] == "cmp_sel32@w2@bt2@h2@cut@shm@split"
+        before["cmp_select"] == "cmp_sel32@w1@bt2@h2@cut@shm@split"
         and before["cmp_bwd_dkv"] == "cmp_dkv@64@w4@bn64"
     )
     assert before["sel_fwd_keys"] == "sel_keys_fwd@64" and before["sel_bwd_keys"] == "sel_keys_bwd@64@div32"

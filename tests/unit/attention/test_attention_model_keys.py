@@ -69,15 +69,15 @@ def test_the_key_major_kernels_count_full_tiles_of_valid_pairs_and_their_partial
     """Rows = (valid pair, head) in tiles of BR = 64 (32 at head_dim 128): no padded heads (the
     token tiles issue 16/6 of the useful FLOPs at G 6); 2 GEMMs a step forward, 5 in the fused
     backward (dK/dV's 4 + dQ's); the forward writes PO (bf16) + PL (fp32) per row and the merge reads
-    PL and the table once and PO once (merge_tiles, shipped; the measured loop: PL and the table
-    twice); the backward writes PDQ (bf16 as shipped: pdq_bits 16) that the dQ merge reads. Rows a
+    PL and the table once and PO once with merge_tiles (a probe variant since the 2026-11-26c H100;
+    the loop that ships: PL and the table twice); the backward writes PDQ (bf16 as shipped: pdq_bits 16) that the dQ merge reads. Rows a
     step as
     selected.py's `_config` has them: BR_f 128 (32 past head_dim 64), BR_keys 64 at head_dim 64 (on
     sm_80 with the per-row key limit, keys_rowlim) and 32 past it (registers)."""
     for sname, T in (("m7c", 8192), ("m7c", 65536), ("paper", 8192)):
         s0 = m.SHAPES[sname]
         s = m.Shape(s0.name, 1, s0.H, s0.Hkv, s0.D)
-        ks = _selected(T, s, fwd_keys=True, bwd_keys=True)
+        ks = _selected(T, s, fwd_keys=True, bwd_keys=True, merge_tiles=True)
         BH, G, D = s.B * s.Hkv, s.G, s.D
         prow = BH * m._valid_pairs(T, s) * G
         launch = m.shipped_launch(s, 90)
@@ -98,7 +98,7 @@ def test_the_key_major_kernels_count_full_tiles_of_valid_pairs_and_their_partial
         assert fk.dram - po == pytest.approx(act + 2 * BH * T * D * 2 + BH * m._valid_pairs(T, s) * 8)
         table = BH * T * min(s.n, -(-T // s.lp)) * 9
         assert ks["sel_fwd_merge"].dram == pytest.approx(prow * (D * 2 + 4) + table + act + 4 * BH * T * G)
-        loop = _selected(T, s, fwd_keys=True, bwd_keys=True, merge_tiles=False)
+        loop = _selected(T, s, fwd_keys=True, bwd_keys=True)
         assert loop["sel_fwd_merge"].dram == pytest.approx(
             prow * (D * 2 + 8) + 2 * table + act + 4 * BH * T * G
         )
@@ -152,10 +152,10 @@ def test_the_key_major_kernels_are_priced_from_the_keys_run_plus_their_partials(
     them before the run (A100: its published sparse backward efficiency, as for dK/dV), plus the
     partials' DRAM time at the datasheet bandwidth / 0.8 (added: stored inside a latency-bound loop);
     the backward at the 64 rows a step selected.py ships (sm_80 included); the merges and the
-    index kernel at a fitted multiple of their DRAM time (the shipped merge_tiles: the forward merge
-    at the 1.74x the 2026-11-26c H100 run measured, the dQ merge at its 1.32x; their loops at 1.70x /
-    1.32x), delta at the DRAM floor; the backward's 32-bit rows (keys_div32) on Hopper at that run's
-    price (H100C_COST). (A100 as priced before its sm_80 SASS prices: Gpu.sass False,
+    index kernel at a fitted multiple of their DRAM time (their loops, shipped, at 1.70x / 1.32x;
+    merge_tiles, a probe variant, at the forward merge's 1.74x the 2026-11-26c H100 run measured and
+    the dQ merge's 1.32x), delta at the DRAM floor; the backward's 32-bit rows (keys_div32) on Hopper at
+    that run's price (H100C_COST). (A100 as priced before its sm_80 SASS prices: Gpu.sass False,
     test_attention_model_a100.py has those.)"""
     s = m.SHAPES["m7c"]
     for gname in ("H100", "H200", "A100"):
@@ -179,12 +179,12 @@ def test_the_key_major_kernels_are_priced_from_the_keys_run_plus_their_partials(
             mma = k.flops / (gpu.peak * eff) * (f if gname != "A100" else 1.0)
             want = mma + dram * f * k.dram / gpu.dram + m.LAUNCH_S
             assert k.time(gpu) == pytest.approx(want, rel=1e-9), (gname, name)
-        loops = {k.name: k for k in m.ours_on(65536, s, gpu, delta_folded=False, merge_tiles=False)}
+        tiles = {k.name: k for k in m.ours_on(65536, s, gpu, delta_folded=False, merge_tiles=True)}
         for name, kind in (("sel_fwd_merge", "sel_fwd_merge"), ("sel_bwd_dq_merge", "sel_dq_merge")):
-            k, loop = ks[name], loops[name]
+            k, loop = tiles[name], ks[name]
             assert (k.kind, loop.kind) == (f"{kind}@tiles", kind)
-            tiles = m.H100C_COST["sel_fwd_merge@tiles"] if kind == "sel_fwd_merge" else m.KEYS_COST[kind]
-            want = tiles["dram"] * k.dram / gpu.dram + m.LAUNCH_S
+            price = m.H100C_COST["sel_fwd_merge@tiles"] if kind == "sel_fwd_merge" else m.KEYS_COST[kind]
+            want = price["dram"] * k.dram / gpu.dram + m.LAUNCH_S
             assert k.time(gpu) == pytest.approx(want), (gname, name)
             want = m.KEYS_COST[kind]["dram"] * loop.dram / gpu.dram + m.LAUNCH_S
             assert loop.time(gpu) == pytest.approx(want), (gname, name)

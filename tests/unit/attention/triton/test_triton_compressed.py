@@ -232,8 +232,9 @@ def test_gpucheck_specs_list_every_kernel_without_T():
 
 def test_the_loops_stages_come_from_the_config(monkeypatch):
     """The attention, dQ and dK/dV kernels' software-pipelining stages are `_config` keys (stages_fwd,
-    stages_dq, stages_dkv; 2 as the GPU measured, sm_80's still; sm_90 ships dQ past head_dim 64 and
-    dK/dV at head_dim 64 unpipelined, bench/flash_proxy.py's tiles), and gpucheck compiles what the
+    stages_dq, stages_dkv; 2 as the GPU measured, sm_80's still, and sm_90's dQ past head_dim 64 since
+    the H100 of 2026-11-26c; sm_90 ships dK/dV at head_dim 64 unpipelined, bench/flash_proxy.py's
+    tiles), and gpucheck compiles what the
     config says: bench/tiles_d128.py and the probe's candidates change them through the config alone."""
     shape = GpuShape("paper", head_dim=128, group=16, block_len=32, block_stride=16, sel_block=64, n_sel=16,
                      window=512)  # fmt: skip
@@ -244,7 +245,7 @@ def test_the_loops_stages_come_from_the_config(monkeypatch):
     }
     assert {tri._config(16, 128, 16, 32, 16, 64, 80)[k] for k in names.values()} == {2}
     shipped = tri._config(16, 128, 16, 32, 16, 64, 90)
-    assert [shipped[k] for k in names.values()] == [2, 1, 2]
+    assert [shipped[k] for k in names.values()] == [2, 2, 2]
     assert tri._config(6, 64, 16, 32, 16, 64, 90)["stages_dkv"] == 1
     real = tri._config
     monkeypatch.setattr(tri, "_config", lambda *a, **k: {**real(*a, **k), "stages_fwd": 1, "stages_dq": 3,
@@ -291,12 +292,12 @@ def test_the_head_dim_128_probe_candidates_match_eager(monkeypatch):
 @pytest.mark.parametrize("G, D, T", [(2, 64, 140), (4, 128, 140)])
 def test_the_sm90_backward_tiles_match_eager(monkeypatch, G, D, T):
     """The dQ and dK/dV tiles `_config` ships on sm_90 only (bench/flash_proxy.py: dK/dV 64 keys a tile,
-    32 rows, unpipelined at head_dim 64; dQ 128 rows x 32 keys at 8 warps past it), launched as on an
+    32 rows, unpipelined at head_dim 64; dQ 128 rows x 32 keys at 8 warps and 2 stages past it), launched as on an
     H100 (the backward reads the device's arch like the forward), give eager's gradients under the
     interpreter: 69 compressed keys (two key tiles of 64), T not a multiple of any tile; G 4 fills
     dQ's 128 rows (32 tokens), G 2 costs the interpreter least at head_dim 64."""
     c = tri._config(G, D, 4, 4, 2, 8, 90)
-    assert c["bn_dkv"] == 64 and (D <= 64 or (c["BT"] * c["GP"], c["warps"], c["stages_dq"]) == (128, 8, 1))
+    assert c["bn_dkv"] == 64 and (D <= 64 or (c["BT"] * c["GP"], c["warps"], c["stages_dq"]) == (128, 8, 2))
     seen = []
     real = tri._config
     monkeypatch.setattr(tri, "device_arch", lambda device: 90)

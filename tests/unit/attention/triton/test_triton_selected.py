@@ -489,7 +489,7 @@ def test_gpucheck_specs_name_every_argument():
         "selected_fwd_keys",
         "selected_fwd_merge",
         "selected_fwd_keys_omma",  # the keys forward at the other keys_fwd_mma (the probe's variant)
-        "selected_fwd_merge_loop",  # the merge at the other merge_tiles (the loop the GPUs measured)
+        "selected_fwd_merge_tiles",  # the merge at the other merge_tiles (the probe's variant)
         "selected_forced_dq",
         "selected_forced_dq_delta",  # handed the gate fold's delta (gated.FOLD_DELTA)
         "selected_bwd_dq",
@@ -501,7 +501,7 @@ def test_gpucheck_specs_name_every_argument():
         "selected_bwd_dq_merge",
         "selected_bwd_keys_dqcvt",  # the keys kernel at the other keys_dq_mma (the probe's variant)
         "selected_bwd_keys_br32",  # sm_80's 32 rows without keys_rowlim, shipped before (the probe's variant)
-        "selected_bwd_dq_merge_loop",  # the dQ merge at the other merge_tiles (the loop the GPUs measured)
+        "selected_bwd_dq_merge_tiles",  # the dQ merge at the other merge_tiles (the probe's variant)
         "selected_bwd_keys_pdq32",  # bf16: the same two at pdq_bits 32 (the measured fp32 partials)
         "selected_bwd_dq_merge_pdq32",
         "selected_fwd_pipe",  # the token tiles' branch-free loop (tok_pipe, the probe's stages)

@@ -151,28 +151,29 @@ def _launched(monkeypatch) -> dict:
     return seen
 
 
-def test_merge_tiles_ships_and_reaches_both_launches(monkeypatch):
-    """`_config` ships merge_tiles at every G, head_dim and arch (4 loads a step); the launchers hand it
+def test_the_loops_ship_and_merge_tiles_reaches_both_launches(monkeypatch):
+    """`_config` ships the loops (merge_tiles False) at every G, head_dim and arch since the H100 of
+    2026-11-26c measured the tiles no faster (4 loads a step where they run); the launchers hand it
     to both merges as TILES, with NEP = merge_slots (>= 16, one compile for every T) and MU."""
     for G in (1, 6, 16):
         for D in (64, 128):
             for arch in (80, 90):
                 cfg = tsel._config(G, D, 64, arch=arch)
-                assert (cfg["merge_tiles"], cfg["MU_m"], cfg["MU_merge"]) == (True, 4, 4)
+                assert (cfg["merge_tiles"], cfg["MU_m"], cfg["MU_merge"]) == (False, 4, 4)
     assert tkbwd.merge_slots(16, 1) == 16 and tkbwd.merge_slots(5, 1) == 16 and tkbwd.merge_slots(7, 3) == 32
-    assert _launched(monkeypatch) == {"fwd": (True, 16, 4), "dq": (True, 16, 4)}
+    assert _launched(monkeypatch) == {"fwd": (False, 16, 4), "dq": (False, 16, 4)}
 
 
-def test_the_kernel_probe_variant_runs_the_loops(monkeypatch):
-    """bench/kernel_probe.py's selected variant {"merge_tiles": False} (M7C), applied as probe_sel patches
-    the launch config, launches both merges' measured loops."""
+def test_the_kernel_probe_variant_runs_the_tiles(monkeypatch):
+    """bench/kernel_probe.py's selected variant {"merge_tiles": True} (M7C), applied as probe_sel patches
+    the launch config, launches both merges' tiles."""
     from tests.fixtures.bench import load_bench
 
     probe = load_bench("kernel_probe")
-    over = {"shape": "m7c", "merge_tiles": False}
+    over = {"shape": "m7c", "merge_tiles": True}
     assert over in probe.SEL_VARIANTS
     shipped = tsel._launch_config
     monkeypatch.setattr(
         tsel, "_launch_config", lambda G, D, LP, *a: probe._apply(shipped(G, D, LP, *a), over, G)
     )
-    assert _launched(monkeypatch) == {"fwd": (False, 16, 4), "dq": (False, 16, 4)}
+    assert _launched(monkeypatch) == {"fwd": (True, 16, 4), "dq": (True, 16, 4)}

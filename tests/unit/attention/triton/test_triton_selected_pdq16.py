@@ -155,18 +155,18 @@ def test_gpucheck_rows_type_pdq_as_the_launcher_allocates_it():
         }
 
     # and the keys kernel at the other keys_dq_mma (off on sm_90) and the dQ merge at the other
-    # merge_tiles (the loop), at the default pdq_bits
+    # merge_tiles (the tiles, the probe's variant), at the default pdq_bits
     fp32 = {
         "selected_bwd_keys": "*fp32",
         "selected_bwd_dq_merge": "*fp32",
         "selected_bwd_keys_dqmma": "*fp32",
-        "selected_bwd_dq_merge_loop": "*fp32",
+        "selected_bwd_dq_merge_tiles": "*fp32",
     }
     assert pdq_types(cfg, "bf16") == {
         "selected_bwd_keys": "*bf16",
         "selected_bwd_dq_merge": "*bf16",
         "selected_bwd_keys_dqmma": "*bf16",
-        "selected_bwd_dq_merge_loop": "*bf16",
+        "selected_bwd_dq_merge_tiles": "*bf16",
         "selected_bwd_keys_pdq32": "*fp32",
         "selected_bwd_dq_merge_pdq32": "*fp32",
     }
