@@ -69,8 +69,9 @@ def test_variants_are_shipped_then_the_pipelined_loop_at_two_and_three_stages():
 
 def test_whatif_reprices_only_the_token_tiles_and_labels_the_assumption():
     """At the paper's 8k on an H100: the shipped row is the model's own (its token tiles' time, NSA's
-    total); the pipelined rows change only the token tiles, cheaper than per gathered byte, the loop
-    as built (every slot a step) between the union and the shipped price."""
+    total); the pipelined rows change only the token tiles, the union cheaper than the shipped loop
+    and than every slot a step. (The shipped tiles are priced as the H100 of 2026-11-26c measured them
+    since, H100C_COST: below the every-slot assumption, which the proxy's price was above.)"""
     m = twi._model()
     s, gpu = m.SHAPES["paper"], m.GPUS["H100"]
     ks = m.ours_on(8192, s, gpu)
@@ -79,7 +80,7 @@ def test_whatif_reprices_only_the_token_tiles_and_labels_the_assumption():
     assert abs(got["shipped"]["tok_ms"] - tok) < 1e-3 and got["shipped"]["assumption"] == "model as shipped"
     assert abs(got["shipped"]["nsa_ms"] - m.total(ks, gpu) * 1e3) < 1e-3
     union, slots = got["pipelined_union"], got["pipelined_all_slots"]
-    assert union["tok_ms"] < slots["tok_ms"] < got["shipped"]["tok_ms"]
+    assert union["tok_ms"] < min(slots["tok_ms"], got["shipped"]["tok_ms"])
     for r in (union, slots):
         assert "not measured" in r["assumption"]
         rest = r["nsa_ms"] - r["tok_ms"]
