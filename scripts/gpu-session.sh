@@ -99,14 +99,17 @@ OUT="$(cd "$OUT" && pwd)"
 if [ -n "$(ls -A "$OUT")" ]; then
   die "$OUT is not empty: the device returns at most 8 files from it, give an empty folder"
 fi
+WORK="$(realpath -m "$WORK")"
 case "$WORK" in
   "$OUT" | "$OUT"/*) die "--work $WORK is inside OUT: the steps' files would come back one by one" ;;
+esac
+case "$OUT" in
+  "$WORK"/*) die "OUT $OUT is inside --work $WORK, which is emptied first" ;;
 esac
 if [ -d "$WORK" ] && [ -n "$(ls -A "$WORK")" ] && [ ! -f "$WORK/.gpu-session" ]; then
   die "--work $WORK has files this script did not write: give an empty or new folder"
 fi
 rm -rf "$WORK" && mkdir -p "$WORK" && touch "$WORK/.gpu-session" || die "cannot make $WORK"
-WORK="$(cd "$WORK" && pwd)"
 LOG="$WORK/session.log"
 say() { echo "$*" | tee -a "$LOG"; }
 

@@ -127,6 +127,7 @@ def check_returned(out: Path) -> set[str]:
         (("{out}", "--budget"), "--budget needs seconds"),
         (("{out}", "--quick"), "unknown argument --quick"),
         (("{out}", "--work", "{out}/w"), "inside OUT"),
+        (("{out}/o", "--work", "{out}"), "inside --work"),
     ],
 )
 def test_bad_arguments_exit_2_with_a_message(tmp_path, args, message) -> None:
