@@ -38,13 +38,26 @@ fi
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 if ! "$PY" -c "import pydantic, yaml" 2>/dev/null; then
-  if [ ! -d "$WHEELS" ]; then
-    echo "gpu-suite: $PY cannot import pydantic/yaml and there is no wheel folder at $WHEELS." >&2
+  shopt -s nullglob
+  whls=("$WHEELS"/*.whl)
+  shopt -u nullglob
+  if [ ${#whls[@]} -eq 0 ]; then
+    echo "gpu-suite: $PY cannot import pydantic/yaml and there are no wheels (*.whl) in $WHEELS." >&2
     echo "Fix: prepare it with pip download (docs/gpu-suite.md), or pass --wheels DIR." >&2
     exit 2
   fi
-  "$PY" -m pip install -q --no-index --find-links "$WHEELS" --target "$OUT/pydeps" pydantic pyyaml
+  # --no-deps, every wheel in the folder: with --target pip ignores what the image has installed, so
+  # resolving pydantic's dependencies asks the folder for typing-extensions and pyyaml too, and the
+  # folder the 2026-11-26c H100 run used (pydantic, pydantic_core, annotated_types, typing_inspection:
+  # the image has the rest) fails with "No matching distribution found for typing-extensions"
+  # (reproduced on CPU, 2026-11-26, with pip's --python-version 3.12 --platform manylinux2014_x86_64).
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$OUT/pydeps" "${whls[@]}"
   export PYTHONPATH="$PYTHONPATH:$OUT/pydeps"
+  if ! "$PY" -c "import pydantic, yaml"; then
+    echo "gpu-suite: pydantic/yaml still do not import with the wheels of $WHEELS installed (above: why)." >&2
+    echo "Fix: add the missing wheels to it (docs/gpu-suite.md)." >&2
+    exit 2
+  fi
 fi
 for a in "$@"; do
   if [ "$a" = "--interpret" ]; then export TRITON_INTERPRET=1; fi

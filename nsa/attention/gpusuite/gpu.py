@@ -327,8 +327,10 @@ def _speed_iters(plan: Plan) -> int:
 def speed_items(plan: Plan) -> list[Item]:
     """One item per (shape, T) of the plan, with its estimated seconds."""
     iters = _speed_iters(plan)
-    return [Item(f"{name} T{T}", speed_estimate(name, T, iters), (name, H, Hkv, D, T))
-            for name, H, Hkv, D, T in plan.speed_cases]  # fmt: skip
+    cases = plan.speed_cases
+    first = [all(c[0] != name for c in cases[:i]) for i, (name, *_) in enumerate(cases)]  # compiles
+    return [Item(f"{name} T{T}", speed_estimate(name, T, iters, first[i]), (name, H, Hkv, D, T))
+            for i, (name, H, Hkv, D, T) in enumerate(cases)]  # fmt: skip
 
 
 def speed(plan: Plan, suite) -> dict:

@@ -8,6 +8,7 @@ and `--plan`, the same dry run as JSON."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,8 @@ from nsa.attention.gpusuite.budget import SECTIONS, SHARE, Items, Suite
 from nsa.attention.gpusuite.checks import Plan, numerics_items
 from nsa.attention.gpusuite.gpu import speed_items
 from nsa.attention.gpusuite.training import train_runs
+
+BENCH_GPU = Path(__file__).resolve().parents[3] / "bench" / "gpu"
 
 
 class Clock:
@@ -35,30 +38,32 @@ def run_of(mode: str, scale: float = 1.0) -> dict:
     return {"elapsed": dry["estimate_s"], **{n: {**empty, **sec} for n, sec in dry["sections"].items()}}
 
 
-def test_quick_runs_every_item_in_three_minutes_and_an_overrun_of_a_quarter_cuts_only_the_dense_reference() -> (
-    None
-):
-    """--quick: numerics complete, speed at M7C 8k / 32k and paper 32k, NSA's training run, the 64k
-    run and dense's, all within 180 s by the estimates (the training runs' are the seconds the GPU
-    runs measured, 105 s of the 180). When every item takes 25 % longer, what is cut is the last
-    training run, the dense reference, and nothing else."""
+def test_quick_fits_three_minutes_and_an_overrun_of_a_quarter_cuts_only_the_dense_reference_more() -> None:
+    """--quick: numerics complete, speed at M7C 8k / 32k, NSA's training run, the 64k run and dense's,
+    within 180 s by the estimates (the training runs' are the seconds the GPU runs measured, 105 s of
+    the 180). The paper's 32k speed record does not fit the ~41 s speed gets: a shape's first record
+    compiles (the --quick run of 2026-11-26b took 41.1 s for the three, 25.5 s the paper's), and it is
+    estimated at 28.3 s after M7C's 25.8. When every item takes 25 % longer, what is cut beside it is
+    the last training run, the dense reference, and nothing else."""
     run = run_of("quick")
     for name in SECTIONS:
-        assert run[name]["skipped_for_time"] == [], (name, run[name])
+        assert run[name]["skipped_for_time"] == ([] if name != "speed" else ["paper_G16_D128 T32768"]), name
     assert run["elapsed"] <= 180.0, run
-    assert run["speed"]["ran"] == ["m7c T8192", "m7c T32768", "paper_G16_D128 T32768"]
+    assert run["speed"]["ran"] == ["m7c T8192", "m7c T32768"]
     assert run["train"]["ran"] == ["nsa-2048-ac_none-compiled", "nsa-65536-ac_full-eager",
                                    "dense-2048-ac_none-compiled"]  # fmt: skip
     assert len(run["numerics"]["ran"]) == 5 and "NSAAttention" in run["numerics"]["ran"]
     slow = run_of("quick", 1.25)
-    assert [x for name in SECTIONS for x in slow[name]["skipped_for_time"]] == ["dense-2048-ac_none-compiled"]
+    skipped = [x for name in SECTIONS for x in slow[name]["skipped_for_time"]]
+    assert skipped == ["paper_G16_D128 T32768", "dense-2048-ac_none-compiled"]
     assert slow["elapsed"] <= 180.0, slow
 
 
 def test_the_first_quick_runs_seconds_now_leave_speed_its_items(tmp_path) -> None:
     """The first --quick run's timeline (env 0.3 s, numerics 27.1 s, determinism 0.1 s): speed got
     0.22 x 180 = 39.6 s and asked for 40 before each shape, so it measured nothing. Now a section
-    gets its share of what is left, and each shape only needs its own estimate."""
+    gets its share of what is left, and each record only needs its own estimate (the first of each
+    shape with its compiles: M7C 8k 23.9 s, the paper's 32k 28.4 s)."""
     clock = Clock()
     suite = Suite(tmp_path, "quick", 180.0, SECTIONS, clock=clock, command="test")
     for name, seconds in (("env", 0.3), ("numerics", 27.1), ("determinism", 0.1), ("sanitizer", 0.0)):
@@ -85,13 +90,16 @@ def test_a_section_overrunning_shrinks_the_rest_and_they_list_what_they_skip() -
 
 def test_full_mode_puts_the_64k_run_and_the_module_check_before_the_cuts() -> None:
     """The full grid does not fit 8 minutes by the estimates (numerics alone ~260 s): what is cut is
-    the tail, and the whole NSAAttention check, M7C's and the paper's kernels, the speed grid, the
-    shipped training pair and the 64k run are not."""
+    the tail, and the whole NSAAttention check, M7C's and the paper's kernels, M7C's speed grid and
+    the paper's to 16k, the shipped training pair and the 64k run are not. The paper's 32k and 64k
+    speed records (13.2 + 19.0 s) do not fit the ~87 s speed gets at its share (its grid is estimated
+    at 107 s, the first records' compiles in: the runs took 62.0-90.6 s)."""
     run = run_of("full")
     assert run["elapsed"] <= 480.0 + 30.0
     assert run["numerics"]["ran"][:5] == ["G6 D64 T1024 bf16", "G6 D64 T8192 bf16", "NSAAttention",
                                           "G16 D128 T1024 bf16", "G16 D128 T8192 bf16"]  # fmt: skip
-    assert run["speed"]["skipped_for_time"] == [] and len(run["speed"]["ran"]) == 10
+    assert run["speed"]["skipped_for_time"] == ["paper_G16_D128 T32768", "paper_G16_D128 T65536"]
+    assert len(run["speed"]["ran"]) == 8
     assert run["train"]["ran"][:3] == ["nsa-2048-ac_none-compiled", "nsa-65536-ac_full-eager",
                                        "dense-2048-ac_none-compiled"]  # fmt: skip
 
@@ -109,11 +117,23 @@ def test_shares_split_what_is_left_among_the_chosen_sections(tmp_path) -> None:
 
 
 def test_estimates_reproduce_the_gpu_runs_seconds() -> None:
-    """The seconds the first H100 run measured (bench/gpu/2026-11-26-h100-*.json), within 20 %, and
-    the training runs' of the later runs."""
+    """The seconds the first H100 run measured (bench/gpu/2026-11-26-h100-*.json), within 20 %, the
+    training runs' of the later runs, and every speed record any run timed (its upper envelope)."""
     full, quick = Plan.for_mode("full"), Plan.for_mode("quick")
+    grids = []
+    for path in sorted(BENCH_GPU.glob("*.json")):
+        doc = json.loads(path.read_text())
+        timed = doc["sections"].get("speed", {}).get("items")
+        if not timed:  # the first runs' files (schema 1) have no per-item seconds
+            continue
+        estimate = {it.label: it.estimate_s for it in speed_items(Plan.for_mode(doc["mode"]))}
+        for item in timed:  # each record, its shape's first with the compiles, within its estimate
+            assert item["seconds"] <= estimate[item["item"]], (path.name, item)
+        if doc["mode"] == "full" and len(timed) == 10:
+            grids.append(sum(item["seconds"] for item in timed))
+    assert len(grids) >= 4  # 2026-11-26 H200, 2026-11-26b H200 x 2, 2026-11-26c H100
     speed_grid = sum(it.estimate_s for it in speed_items(full))
-    assert speed_grid == pytest.approx(72.6, rel=0.2)  # the full speed grid, 10 cases
+    assert max(grids) <= speed_grid <= 1.25 * max(grids), (grids, speed_grid)
     first_two = numerics_items(quick)[:1] + numerics_items(quick)[3:4]  # G6 D64 1k, G16 D128 1k
     module = next(it for it in numerics_items(quick) if it.label == "NSAAttention")
     assert sum(it.estimate_s for it in first_two) + module.estimate_s == pytest.approx(27.1, rel=0.2)
@@ -154,6 +174,6 @@ def test_plan_prints_the_dry_run_as_json_and_writes_nothing(tmp_path, capsys) ->
     assert main([str(tmp_path / "s"), "--quick", "--plan"]) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert [x.get("section") for x in lines] == [*SECTIONS, None]
-    assert lines[4]["ran"] == ["m7c T8192", "m7c T32768", "paper_G16_D128 T32768"]
+    assert lines[4]["ran"] == ["m7c T8192", "m7c T32768"]  # the paper's 32k: see the --quick test
     assert lines[-1]["mode"] == "quick" and 0 < lines[-1]["estimate_s"] <= 180.0
     assert not (tmp_path / "s").exists()
