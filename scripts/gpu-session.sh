@@ -95,7 +95,7 @@ if [ "$PLAN" = 1 ]; then  # each step as if every one before it used all of its 
 fi
 
 mkdir -p "$OUT" || die "cannot make $OUT"
-OUT="$(cd "$OUT" && pwd)"
+OUT="$(cd "$OUT" && pwd -P)"  # physical, as realpath gives WORK below: the two checks compare them
 if [ -n "$(ls -A "$OUT")" ]; then
   die "$OUT is not empty: the device returns at most 8 files from it, give an empty folder"
 fi
@@ -106,6 +106,9 @@ esac
 case "$OUT" in
   "$WORK"/*) die "OUT $OUT is inside --work $WORK, which is emptied first" ;;
 esac
+if [ -e "$WORK" ] && [ ! -d "$WORK" ]; then  # rm -rf below would delete it
+  die "--work $WORK is a file, not a folder: give an empty or new folder"
+fi
 if [ -d "$WORK" ] && [ -n "$(ls -A "$WORK")" ] && [ ! -f "$WORK/.gpu-session" ]; then
   die "--work $WORK has files this script did not write: give an empty or new folder"
 fi

@@ -190,6 +190,23 @@ def test_a_work_folder_this_script_did_not_make_is_not_emptied(tmp_path, stub) -
     assert (tmp_path / "w" / "precious.txt").read_text() == "keep"
 
 
+def test_a_work_path_that_is_a_file_is_refused_not_deleted(tmp_path, stub) -> None:
+    (tmp_path / "precious.txt").write_text("keep")
+    res = session(tmp_path / "o", "--work", str(tmp_path / "precious.txt"), env=stub)
+    assert res.returncode == 2 and "is a file" in res.stderr, res
+    assert (tmp_path / "precious.txt").read_text() == "keep"
+
+
+def test_out_inside_work_through_a_symlink_is_refused(tmp_path, stub) -> None:
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / ".gpu-session").touch()  # a work folder an earlier session made
+    (tmp_path / "w" / "o").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "w" / "o")
+    res = session(tmp_path / "link", "--work", str(tmp_path / "w"), env=stub)
+    assert res.returncode == 2 and "inside --work" in res.stderr, res
+    assert (tmp_path / "w" / "o").is_dir()
+
+
 def test_no_pydantic_and_no_wheels_exits_2_and_says_how_to_fix_it(tmp_path, stub) -> None:
     (tmp_path / "empty").mkdir()
     res = session(
