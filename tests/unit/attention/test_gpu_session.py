@@ -306,3 +306,17 @@ def test_gpu_suite_installs_a_wheel_folder_no_deps_and_refuses_one_without_wheel
     res = subprocess.run([str(SUITE), str(tmp_path / "s2"), "--wheels", str(tmp_path / "none")],
                          capture_output=True, text=True, env=stub, timeout=60)  # fmt: skip
     assert res.returncode == 2 and "no wheels" in res.stderr, res.stderr
+
+
+def test_gpu_suite_bad_wheel_arguments_exit_2_with_a_message(tmp_path, stub) -> None:
+    """--wheels without its folder, and a wheel pip refuses, are bad input (2 and how to fix it), not
+    set -e's bare exit 1 (the missing value's `${2:?}`, pip's own status)."""
+    res = subprocess.run([str(SUITE), str(tmp_path / "s"), "--wheels"], capture_output=True, text=True,
+                         env=stub, timeout=60)  # fmt: skip
+    assert res.returncode == 2 and "--wheels needs a folder" in res.stderr and "usage:" in res.stderr, res
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "broken-1.0-py3-none-any.whl").write_text("not a zip")
+    res = subprocess.run([str(SUITE), str(tmp_path / "s"), "--wheels", str(tmp_path / "bad")],
+                         capture_output=True, text=True, env=stub, timeout=120)  # fmt: skip
+    assert res.returncode == 2 and "could not install the wheels" in res.stderr, res
+    assert not any(c["argv"][:2] == ["-m", "nsa.attention.gpusuite"] for c in calls(tmp_path))
