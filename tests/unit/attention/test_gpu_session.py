@@ -124,6 +124,7 @@ def check_returned(out: Path) -> set[str]:
         (("--plan",), "the first argument is OUT"),
         (("{out}", "--budget", "100"), "at least 300"),
         (("{out}", "--budget", "5m"), "whole seconds"),
+        (("{out}", "--budget", "541", "--plan"), "at most 540"),
         (("{out}", "--budget"), "--budget needs seconds"),
         (("{out}", "--quick"), "unknown argument --quick"),
         (("{out}", "--work", "{out}/w"), "inside OUT"),
