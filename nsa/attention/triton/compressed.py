@@ -747,5 +747,6 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     out = []
     for name, fn, sig, const, warps, stages in specs:
         full = {**sig, **{k: "constexpr" for k in const}}
-        out.append(KernelSpec(name, fn, full, const, num_warps=warps, num_stages=stages))
+        cap = c["maxnreg_sel"] if fn is _cmp_select else 0  # the launcher's (`_cmp_select` launch above)
+        out.append(KernelSpec(name, fn, full, const, num_warps=warps, num_stages=stages, maxnreg=cap))
     return out
