@@ -261,11 +261,12 @@ WHAT_IF = {
     # fit sm_80, so the launcher's rule (selected_keys_bwd.keys_rows) runs its 32 rows; Hopper ships
     # it off already (its rows as shipped)
     "keys_rowlim_off": {"keys_rowlim": False},
-    # the selection's Eq. 9 gathers as every GPU run before 2026-11-26c measured them (select_shm ships on
-    # sm_90 at the paper's shape on bench/select_proxy.py's word: CONFIG_FACTOR "cmp_sel32@shm_d128")
+    # the selection's Eq. 9 gathers as every GPU run before 2026-11-26c measured them (select_shm ships
+    # with select_split at M7C's shape, on sm_90 measured by the 2026-11-26c H100, on sm_80 on
+    # bench/a100_proxy.py's word; off at the paper's shape since that H100 measured it slower there)
     "select_shm_off": {"select_shm": 0},
-    # the selection's CUT loop without the interior tiles' split (select_split ships with select_shm on
-    # sm_90 at M7C's shape on bench/select_proxy.py's word: CONFIG_FACTOR "cmp_sel32@split")
+    # the selection's CUT loop without the interior tiles' split (select_split ships with select_shm at
+    # M7C's shape on sm_90 and sm_80, above: CONFIG_FACTOR "cmp_sel32@split")
     "select_split_off": {"select_split": 0},
     # q's three branch gradients summed by autograd (two adds in q's dtype) and rotated back apart, as every
     # GPU run measured them (q_grad_fused shipped unmeasured, the 2026-11-26c rope probe measured it: priced
@@ -280,13 +281,15 @@ WHAT_IF = {
     # gate probe measured it: the gate fold's kernel writes the three deltas, priced by DRAM bytes;
     # gated.FOLD_DELTA)
     "delta_unfolded": {"delta_folded": False},
-    # the key-major merges' loops, as every GPU run before 2026-11-26c measured them (merge_tiles shipped
-    # unmeasured, the 2026-11-26c run measured it: the rows' metadata as one tile, the forward merge at the
-    # measured dQ merge's DRAM factor and one PL read; CONFIG_FACTOR "sel_fwd_merge@tiles")
+    # the key-major merges' loops, as every GPU run but 2026-11-26c's measured them: what ships again since
+    # that H100 measured the tiles no faster (merge_tiles shipped unmeasured before it), so the same as
+    # main's rows now; the tiles are `merge_tiles=True` (kind "sel_fwd_merge@tiles")
     "merge_tiles_off": {"merge_tiles": False},
-    # every change shipped unmeasured off (prices.py SINCE_LAST_RUN, empty since the 2026-11-26c H100
-    # run measured all it held; and sm_80's keys_dq_mma and 64 keys rows with keys_rowlim): the model
-    # of the code the GPUs measured
+    # every change shipped since the last GPU run off (prices.py SINCE_LAST_RUN: the 2026-11-26c H100
+    # measured all it held before; it holds the flips shipped after that run on its probes, at the
+    # values the run measured; and sm_80's keys_dq_mma and 64 keys rows with keys_rowlim): the model
+    # of the code the GPUs measured (on sm_80 the proxy-chosen selection settings stay: no A100 has
+    # run any of the kernels)
     "measured_code_only": {**SINCE_LAST_RUN, "keys_rowlim": False, "keys_dq_mma": False},
 }
 

@@ -281,7 +281,7 @@ def compile_select(
     if over.get("select_v0"):  # the kernel before it, at its own shipped tokens and warps
         c = {**cmp._config(G, D, 16, 32, 16, 64, arch), **over}
         const = {**spec.constexprs, "BT": c["bt_sel_v0"]}
-        spec = replace(spec, fn=cmp._cmp_select_v0, constexprs=const, num_warps=c["warps_sel_v0"])
+        spec = replace(spec, fn=cmp._cmp_select_v0, constexprs=const, num_warps=c["warps_sel_v0"], maxnreg=0)
     if fn is not None:
         spec = replace(spec, fn=fn)
     # Another kernel version may lack some of today's constexprs (v0: SP and HALVES).
@@ -294,7 +294,9 @@ def compile_select(
     # The split loop where the compiled kernel runs it (SPLIT: `_config`'s select_split on the CUT
     # loop, shipped at M7C's shape on sm_90), not only where `over` asks for it.
     split_run = bool(spec.constexprs.get("SPLIT"))
-    opts = {"maxnreg": over["maxnreg_sel"]} if over.get("maxnreg_sel") else {}  # the launcher's cap
+    # the launcher's cap: `_config`'s maxnreg_sel with `over` patched in (patched_spec's spec.maxnreg;
+    # sm_80's and sm_90's M7C selection ship one; `over` maxnreg_sel 0 compiles uncapped)
+    opts = {"maxnreg": spec.maxnreg} if spec.maxnreg else {}
     k, rep = gpucheck.compile_spec(spec, arch, **opts)
     rec = {"fn": spec.fn.fn.__name__, "G": G, "D": D, "arch": arch, "warps": spec.num_warps,
            "BT": spec.constexprs["BT"], "registers": rep["registers"],

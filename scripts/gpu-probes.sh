@@ -20,7 +20,9 @@ BUDGET=420
 LIST=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --budget) BUDGET="${2:?--budget needs seconds}"; shift 2 ;;
+    --budget)
+      if [ $# -lt 2 ]; then echo "gpu-probes: --budget needs seconds (usage: scripts/gpu-probes.sh OUT_DIR [--budget S] [--list])" >&2; exit 2; fi
+      BUDGET="$2"; shift 2 ;;
     --budget=*) BUDGET="${1#--budget=}"; shift ;;
     --list) LIST=1; shift ;;
     *) echo "gpu-probes: unknown argument $1 (usage: scripts/gpu-probes.sh OUT_DIR [--budget S] [--list])" >&2; exit 2 ;;

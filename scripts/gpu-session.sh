@@ -16,7 +16,7 @@
 # (this summary), quick.json / speed.json / train.json (the suites' suite.json), probes.jsonl (the
 # probe rows, each with its "step"), logs.tar.gz (probe .jsonl/.err, train logs and metrics, each
 # step's output): 6 files, so a call killed at its limit still returns what finished.
-#   --budget S  whole seconds for the four steps (at least 300)
+#   --budget S  whole seconds for the four steps (300-540: the call's 600 s less 60 for the rest)
 #   --wheels D  the wheel folder (default .whl/ in the checkout)
 #   --work D    where the steps write before packing (default /tmp/gpu-session; emptied first when
 #               this script made it, refused when it holds other files)
@@ -49,6 +49,9 @@ done
 if ! [[ "$BUDGET" =~ ^[0-9]+$ ]] || [ "$BUDGET" -lt 300 ]; then
   die "--budget $BUDGET: give whole seconds, at least 300 (below it the quick step's share runs nothing)"
 fi
+if [ "$BUDGET" -gt 540 ]; then  # the call's timeout is BUDGET + 60 (the wheels, the packing), at most 600
+  die "--budget $BUDGET: at most 540, one device call runs at most 600 s (a longer budget's last steps would be killed)"
+fi
 
 # name | weight (its seconds at --budget 540) | margin | what it runs (OUTDIR and --budget B are added).
 # The weights, from the 2026-11-26c H100 call (bench/RESULTS.md, "The H100 run of 2026-11-26c"):
@@ -69,7 +72,6 @@ STEPS=(
   "train|40|15|scripts/gpu-suite.sh|--only env --only train"
 )
 CALL_TIMEOUT=$((BUDGET + 60))
-[ "$CALL_TIMEOUT" -gt 600 ] && CALL_TIMEOUT=600
 declare -A DIR=([quick]=q [speed]=s [probes]=p [train]=t)
 
 weight_left() {  # the weights of step $1 and those after it
@@ -95,7 +97,7 @@ if [ "$PLAN" = 1 ]; then  # each step as if every one before it used all of its 
 fi
 
 mkdir -p "$OUT" || die "cannot make $OUT"
-OUT="$(cd "$OUT" && pwd)"
+OUT="$(cd "$OUT" && pwd -P)"  # physical, as realpath gives WORK below: the two checks compare them
 if [ -n "$(ls -A "$OUT")" ]; then
   die "$OUT is not empty: the device returns at most 8 files from it, give an empty folder"
 fi
@@ -106,6 +108,9 @@ esac
 case "$OUT" in
   "$WORK"/*) die "OUT $OUT is inside --work $WORK, which is emptied first" ;;
 esac
+if [ -e "$WORK" ] && [ ! -d "$WORK" ]; then  # rm -rf below would delete it
+  die "--work $WORK is a file, not a folder: give an empty or new folder"
+fi
 if [ -d "$WORK" ] && [ -n "$(ls -A "$WORK")" ] && [ ! -f "$WORK/.gpu-session" ]; then
   die "--work $WORK has files this script did not write: give an empty or new folder"
 fi

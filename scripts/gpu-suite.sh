@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU suite: scripts/gpu-suite.sh OUT_DIR [--quick|--interpret] [--only SECTION ...] [--budget S] [--wheels DIR]
+# The GPU suite: scripts/gpu-suite.sh OUT_DIR [--quick|--interpret] [--only SECTION ...] [--budget S] [--wheels DIR] [--plan]
 #
 # Run it first on any GPU that becomes available (docs/gpu-suite.md). It uses the python, torch and
 # triton already installed there and installs nothing from the network: what `nsa` needs beyond
@@ -12,8 +12,9 @@
 #   --budget S   another wall-clock budget in seconds, split among the chosen sections (docs/gpu-suite.md)
 #   --plan       print what would run in the budget by the estimates (JSON; no GPU, writes no file)
 set -euo pipefail
+usage="usage: scripts/gpu-suite.sh OUT_DIR [--quick|--interpret] [--only SECTION ...] [--budget S] [--wheels DIR] [--plan]"
 if [ $# -lt 1 ] || [ "${1:0:1}" = "-" ]; then
-  echo "usage: scripts/gpu-suite.sh OUT_DIR [--quick|--interpret] [--only SECTION ...] [--budget S] [--wheels DIR]" >&2
+  echo "$usage" >&2
   exit 2
 fi
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
@@ -22,7 +23,9 @@ WHEELS="$REPO/.whl"
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --wheels) WHEELS="${2:?--wheels needs a folder}"; shift 2 ;;
+    --wheels)
+      if [ $# -lt 2 ]; then echo "gpu-suite: --wheels needs a folder" >&2; echo "$usage" >&2; exit 2; fi
+      WHEELS="$2"; shift 2 ;;
     --wheels=*) WHEELS="${1#--wheels=}"; shift ;;
     *) args+=("$1"); shift ;;
   esac
@@ -51,7 +54,11 @@ if ! "$PY" -c "import pydantic, yaml" 2>/dev/null; then
   # folder the 2026-11-26c H100 run used (pydantic, pydantic_core, annotated_types, typing_inspection:
   # the image has the rest) fails with "No matching distribution found for typing-extensions"
   # (reproduced on CPU, 2026-11-26, with pip's --python-version 3.12 --platform manylinux2014_x86_64).
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$OUT/pydeps" "${whls[@]}"
+  if ! "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$OUT/pydeps" "${whls[@]}"; then
+    echo "gpu-suite: pip could not install the wheels of $WHEELS into $OUT/pydeps (above: why)." >&2
+    echo "Fix: wheels for this python and platform (docs/gpu-suite.md), or pass --wheels DIR." >&2
+    exit 2
+  fi
   export PYTHONPATH="$PYTHONPATH:$OUT/pydeps"
   if ! "$PY" -c "import pydantic, yaml"; then
     echo "gpu-suite: pydantic/yaml still do not import with the wheels of $WHEELS installed (above: why)." >&2

@@ -178,8 +178,9 @@ def ours(
     every committed run measured it; None: what the code ships, False with before_ce226a4 or
     before_2930e5c. merge_tiles: the key-major merges with the rows' table metadata as one tile and
     the partials' loads unrolled (selected.py `_config` "merge_tiles", shipped on the lead's pricing
-    rule, NOT measured): the forward merge reads PL and the table once and is tagged `@tiles`
-    (CONFIG_FACTOR: the measured dQ merge's DRAM factor), the dQ merge `@tiles` at its own (1.0);
+    rule until the H100 of 2026-11-26c measured it no faster; a probe variant since): the forward
+    merge reads PL and the table once and is tagged `@tiles` (priced by H100C_COST's fitted 1.74x its
+    DRAM time on every GPU), the dQ merge `@tiles` at its own (1.0);
     False: the loops every committed run measured; None: what the code ships (False in the past
     builds, `shipped_launch`; False since the H100 of 2026-11-26c). The three settings that H100's
     probes measured faster, shipped after it on sm_90 (each priced by the measured ratio, CONFIG_FACTOR):

@@ -190,33 +190,31 @@ SEL_WARPS: dict[int, float] = {2: 0.655, 4: 1.0}
 #   model prices the 4x tiles ~1.2x slower there than 2 tokens (not measured).
 # - tok_fwd@w2: the token-tile forward at 2 warps where its price is at 8 (head_dim > 64): paper
 #   8k fwd 20.58 vs 31.60 ms, fwd+bwd 74.30 vs 85.34 (the dQ kernel keeps 4 warps).
-# - sel_keys_bwd@div32: the key-major backward's rows in 32 bits (selected.py `_config` keys_div32,
-#   shipped on the proxy's word, NOT measured): bench/keys_proxy.py prices the kernel at 0.625x the
-#   measured build (1406 -> 654 SASS a step, triton 3.6 sm_90; 2.680 / 4.285 ms at M7C 8k x 8, 2.803 /
-#   4.484 at 32k x 2, 2.824 / 4.517 at 64k x 1; bench/RESULTS.md "keysdiv"). Outside the proxy's
-#   calibrated range (0.50e9 warp instructions a launch against 0.87-1.79e9): the what-if
-#   `keys_div32_off` prices the measured path beside it. The forward's cut (1682 -> 1386 a step) is
-#   not priced: its proxy does not calibrate.
+# - sel_keys_bwd@div32: the key-major backward's rows in 32 bits (selected.py `_config` keys_div32, shipped on
+#   the proxy's word; measured since, H100C_COST below): bench/keys_proxy.py prices the kernel at 0.625x the
+#   measured build (1406 -> 654 SASS a step, triton 3.6 sm_90; 2.680 / 4.285 ms at M7C 8k x 8, 2.803 / 4.484
+#   at 32k x 2, 2.824 / 4.517 at 64k x 1; bench/RESULTS.md "keysdiv"). Outside the proxy's calibrated range
+#   (0.50e9 warp instructions a launch against 0.87-1.79e9): the what-if `keys_div32_off` prices the measured
+#   path beside it. The forward's cut (1682 -> 1386 a step) is not priced: its proxy does not calibrate.
 # - cmp_sel32@cut / @cut_d128: the selection loop's integer work in 32 bits and hoisted (compressed.py
-#   `_config` select_cut, shipped from G 3 on the proxy's word, NOT measured): bench/select_proxy.py
-#   prices it at 0.886 / 0.878 / 0.873x the measured loop at M7C 8k x 8 / 32k / 64k (553 -> 431 SASS a
-#   key tile, 128 registers, triton 3.6 sm_90; geometric mean 0.879) and 0.936 / 0.933x at the paper
-#   shape 32k / 64k (565 -> 460; 0.934), within its calibrated settings (bench/RESULTS.md
-#   "select_cut"). What-if `select_cut_off` prices the measured loop.
-# - tok_fwd@pipe / tok_dq@pipe: the token tiles' branch-free loop (selected.py `_config` tok_pipe 2,
-#   2 stages, the dQ at 2 warps; shipped at G > 8 on sm_90 on the proxy's word, NOT measured):
-#   bench/gather_proxy.py (a SASS proxy fitted on every measured token- and forced-tile build: 217
-#   points within 18 %, each build held out within 20 %) prices them at 0.958 / 0.795x the measured
-#   loop at the paper shape (8k and 64k alike; bench/RESULTS.md "tokgather"). What-if `tok_pipe_off`
-#   prices the measured loop.
-# - cmp_dkv@bn64 / cmp_dkv@bn64_d128 / cmp_dq@wg_d128: the compressed backward's tiles on sm_90
-#   (compressed.py `_config` flash_hopper, shipped on the proxy's word, NOT measured): dK/dV at 64 keys
-#   a tile over 32 query rows (wgmma; unpipelined at head_dim 64), dQ past head_dim 64 at 128 rows x
-#   32 keys, 8 warps, unpipelined (wgmma). bench/flash_proxy.py (the flash tiles' SASS proxy: 369
-#   H100/H200 points of 30 settings within 29 %, each setting held out within 34 %) prices them at
-#   0.56 / 0.53x the measured tile at M7C 8k x 8 / 64k (16 query parts a key tile, split16), 0.49 / 0.46x and 0.47 / 0.41x at the paper
-#   shape; each factor is that ratio over the model's own count of the new tile, geometric mean
-#   (`flash_proxy_ship.py --factors`). What-if `flash_tiles_off` prices the measured tiles.
+#   `_config` select_cut, shipped from G 3 on the proxy's word; measured since, H100C_COST below):
+#   bench/select_proxy.py prices it at 0.886 / 0.878 / 0.873x the measured loop at M7C 8k x 8 / 32k / 64k (553
+#   -> 431 SASS a key tile, 128 registers, triton 3.6 sm_90; geometric mean 0.879) and 0.936 / 0.933x at the
+#   paper shape 32k / 64k (565 -> 460; 0.934), within its calibrated settings (bench/RESULTS.md "select_cut").
+#   What-if `select_cut_off` prices the measured loop.
+# - tok_fwd@pipe / tok_dq@pipe: the token tiles' branch-free loop (selected.py `_config` tok_pipe 2, 2 stages,
+#   the dQ at 2 warps; shipped at G > 8 on sm_90 on the proxy's word; measured since, H100C_COST below):
+#   bench/gather_proxy.py (a SASS proxy fitted on every measured token- and forced-tile build: 217 points
+#   within 18 %, each build held out within 20 %) prices them at 0.958 / 0.795x the measured loop at the paper
+#   shape (8k and 64k alike; bench/RESULTS.md "tokgather"). What-if `tok_pipe_off` prices the measured loop.
+# - cmp_dkv@bn64 / cmp_dkv@bn64_d128 / cmp_dq@wg_d128: the compressed backward's tiles on sm_90 (compressed.py
+#   `_config` flash_hopper, shipped on the proxy's word; measured since, H100C_COST below): dK/dV at 64 keys a
+#   tile over 32 query rows (wgmma; unpipelined at head_dim 64), dQ past head_dim 64 at 128 rows x 32 keys, 8
+#   warps, unpipelined (wgmma). bench/flash_proxy.py (the flash tiles' SASS proxy: 369 H100/H200 points of 30
+#   settings within 29 %, each setting held out within 34 %) prices them at 0.56 / 0.53x the measured tile at
+#   M7C 8k x 8 / 64k (16 query parts a key tile, split16), 0.49 / 0.46x and 0.47 / 0.41x at the paper shape;
+#   each factor is that ratio over the model's own count of the new tile, geometric mean (`flash_proxy_ship.py
+#   --factors`). What-if `flash_tiles_off` prices the measured tiles.
 # - sel_fwd_merge@tiles / sel_dq_merge@tiles: the merges' metadata as one tile (selected.py `_config`
 #   merge_tiles, bench/RESULTS.md "mergeone"), shipped on the lead's rule (the forward merge at the
 #   dQ merge's 1.32x its DRAM time, was 1.70x) until the H100 of 2026-11-26c measured it no faster.
@@ -247,14 +245,16 @@ CONFIG_FACTOR: dict[str, float] = {
     "cmp_dq@s2_d128": 1 - (1 - 10.4618 / 11.5659) / (9.731 / 21.991),
     "sel_dkdv@br128": math.sqrt((1 - (16.6562 - 15.0949) / 6.710) * (1 - (64.256 - 62.2955) / 27.764)),
 }  # fmt: skip
-# H100C_COST: launch settings shipped on a proxy's word (or a rule) that the H100 run of 2026-11-26c
-# measured first (main at f72f66b, bench/gpu/2026-11-26c-h100-speed.json), fitted on it by
-# bench/attention_fit.py where the old price (the kind's x the tags' CONFIG_FACTOR) missed it by more
-# than 30 %, or by 15-25 % one way at every T. Keyed "base[@head_dim]@tag...": a kind with all of a
-# key's tags takes its price (`config_price`), its other tags still by CONFIG_FACTOR. Read by every
-# GPU as the H100's prices are (H200 shares them; A100 takes its cycles and DRAM terms, so of these
-# only the forward merge moves there: the other tags are sm_90's). New over old price, per T 2k-64k,
-# and why (bench/RESULTS.md "The cost model re-fitted on the H100 run of 2026-11-26c"):
+# H100C_COST: launch settings shipped on a proxy's word (or a rule) that the H100 run of 2026-11-26c measured
+# first (main at f72f66b, bench/gpu/2026-11-26c-h100-speed.json), fitted on it by bench/attention_fit.py where
+# the old price (the kind's x the tags' CONFIG_FACTOR) missed it by more than 30 %, or by 15-25 % one way at
+# every T. Keyed "base[@head_dim]@tag...": a kind with all of a key's tags takes its price (`config_price`),
+# its other tags still by CONFIG_FACTOR. Read by every GPU as the H100's prices are (H200 shares them; A100
+# takes its cycles and DRAM terms, so of these only the forward merge could move there, and merge_tiles ships
+# off since the flips: the other tags are sm_90's). A tag priced here takes no CONFIG_FACTOR of its own
+# (`config_price`: the forward merge's 1.27 above prices nothing while this table holds
+# `sel_fwd_merge@tiles`). New over old price, per T 2k-64k, and why (bench/RESULTS.md "The cost model
+# re-fitted on the H100 run of 2026-11-26c"):
 # - the M7C selection (2 warps, 2 tokens, halves): x1.40-1.32. The H100 probe of this build: the cut
 #   alone 0.98 (6.80 vs 6.93 ms, m7c 64k; proxy 0.879), shm + split 0.837 / 0.892 at 64k / 8k x 8
 #   (proxy 0.869): the cut's proxy overclaimed; the rest is its H200-fitted price on the H100.

@@ -164,11 +164,11 @@ def selected_kernels(
                          2 * unit(launch["br_fwd_keys"]), 2 * useful,
                          act + 2 * kvb + npairs * 8 + po, l2=prow * D * bf + npairs * 8,
                          programs=nseg * nb, per_sm=1, work={"programs": nseg * nb}))  # fmt: skip
-        # merge_tiles (selected.py `_config`, shipped unmeasured): the rows' metadata loaded once as a
-        # tile, PL once (its max and the weights from the same tile), the PO loads unrolled: one read
-        # of PL and of the table instead of two, priced at the measured dQ merge's DRAM factor (the
-        # lead's rule: an upper bound, that merge keeps one dependent chain an entry, this one none;
-        # CONFIG_FACTOR "sel_fwd_merge@tiles"). False: the two-pass loop every committed run measured.
+        # merge_tiles (selected.py `_config`, a probe variant since the H100 of 2026-11-26c measured it
+        # no faster): the rows' metadata loaded once as a tile, PL once (its max and the weights from
+        # the same tile), the PO loads unrolled: one read of PL and of the table instead of two, priced
+        # by the kind "sel_fwd_merge@tiles" (H100C_COST: 1.74x its DRAM time, fitted on that run).
+        # False: the two-pass loop every committed run but 2026-11-26c's measured, shipped again.
         tiles = launch.get("merge_tiles", False)
         passes = 1 if tiles else 2
         ks.append(Kernel("sel_fwd_merge", "selected", "fwd", "sel_fwd_merge" + ("@tiles" if tiles else ""),

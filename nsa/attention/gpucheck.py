@@ -161,13 +161,16 @@ def check_spec(spec: KernelSpec, arch: int) -> dict:
 
     rec: dict = {"kernel": spec.name, "arch": arch, "gpu": GPU_NAME.get(arch, f"sm_{arch}")}
     rec.update(num_warps=spec.num_warps, num_stages=spec.num_stages)
+    if spec.maxnreg:
+        rec["maxnreg"] = spec.maxnreg
     rec["constexprs"] = {k: v for k, v in spec.constexprs.items() if isinstance(v, int | float | str | bool)}
     if not isinstance(spec.fn, triton.runtime.jit.JITFunction):
         rec.update(ok=False, error=f"{spec.name}.fn is {type(spec.fn).__name__}, not a @triton.jit function")
         return rec
     t0 = time.perf_counter()
     try:
-        k, rep = compile_spec(spec, arch)
+        # under the launcher's register cap: the registers and spills of what runs (a cap can spill)
+        k, rep = compile_spec(spec, arch, **({"maxnreg": spec.maxnreg} if spec.maxnreg else {}))
     except Exception as e:  # a compile failure is a result to report, not a crash of the check
         rec.update(ok=False, error=f"{type(e).__name__}: {str(e).strip()[:1500]}")
         return rec
@@ -187,7 +190,7 @@ def check_spec(spec: KernelSpec, arch: int) -> dict:
 
 def _key(spec: KernelSpec, arch: int) -> tuple:
     return (spec.fn, arch, tuple(sorted(spec.signature.items())), repr(sorted(spec.constexprs.items())),
-            spec.num_warps, spec.num_stages)  # fmt: skip
+            spec.num_warps, spec.num_stages, spec.maxnreg)  # fmt: skip
 
 
 _JOBS: list[tuple[KernelSpec, int]] = []  # read by forked workers (JITFunctions do not pickle)

@@ -31,7 +31,8 @@ BUDGET = {"full": 480.0, "quick": 180.0, "interpret": 600.0}
 # goes to those after it, and `--only` runs split the whole budget among themselves. Set from the
 # first GPU run (H100, --quick: env 0.3 s, numerics 27.1 s for 2 of 4 shapes, determinism 0.1 s,
 # train 52.3 s for the compiled pair; the full speed grid 72.6 s) and the estimates below: --quick
-# expects numerics ~46 s, speed ~18 s, train ~105 s (its three runs' measured seconds; the train
+# expects numerics ~46 s, speed ~26 s (2 of its 3 records: the paper's 32k is cut, its first record's
+# compiles), train ~105 s (its three runs' measured seconds; the train
 # section is last, so it gets all that the others leave; docs/gpu-suite.md "Time budget").
 # --quick leaves the sanitizer out (memcheck 19.3 s on the 2026-11-26c H100, racecheck not measured;
 # estimated at a minute) for the training runs. The full run's speed share, 0.23, fits the whole grid
@@ -59,7 +60,8 @@ NUMERICS_MODULE_S = 2.0
 # run's m7c 32k, 7 rounds, took 1.7 s: estimated 1.8); the first record of a shape took 5.4-23.7 s
 # (m7c, 2k; the 2026-11-26c H100 10.3) and 5.4-25.5 s (paper, at 2k or the --quick 32k; the H100 24.0)
 # where the old estimates said 2.3-12.4, so `SPEED_FIRST_S` is the largest excess over the later
-# records' line: m7c 22.3 s (2026-11-26b H200, 23.7 s at 2k), paper 16.3 s (2026-11-26c H100, 24.0 s).
+# records' line, rounded up: m7c 22.3 s (2026-11-26b H200, 23.7 s at 2k), paper 16.3 s (2026-11-26c
+# H100, 24.0 s).
 # The full grid is estimated at 107 s (the runs took 62.0-90.6 s).
 SPEED_SETUP_S = {"m7c": 1.4, "paper_G16_D128": 7.4}
 SPEED_ROUND_S = {"m7c": (0.0, 0.128), "paper_G16_D128": (0.0, 1.30)}

@@ -367,11 +367,13 @@ def _config(
     bn_bwd = 64 if not big else 32
     # dK/dV: [BN, D] accumulators over query tiles of 64 rows x 32 keys (32 rows past head_dim 64: with
     # 64, ptxas spilled 8-12 B at G 16 x D 128 and G 2 x D 96 on sm_90), as the GPUs measured them and
-    # sm_80 keeps. SHIPPED ON sm_90 ON A PROXY'S WORD, UNMEASURED: 64 keys a tile, its products wgmma
+    # sm_80 keeps. On sm_90 (shipped on a proxy's word, measured since): 64 keys a tile, its products wgmma
     # (two wgmma waits a query tile at 4 warps; the 8-warp 64-key tile the H200 probed waited after
     # each of 36 and ran 0.94x), 32 rows, unpipelined at head_dim 64 (stages_dkv 1); bench/flash_proxy.py
     # prices it 0.55 / 0.53x the measured 4-warp tile at M7C 8k / 64k and 0.49 / 0.46x at the paper
-    # shape; ptxas: no spill over gpucheck's grid and G 5 / 8 on sm_90, triton 3.6 and 3.9.
+    # shape; ptxas: no spill over gpucheck's grid and G 5 / 8 on sm_90, triton 3.6 and 3.9. The H100
+    # of 2026-11-26c ran the compressed backward at M7C 64k x 1 in 4.10 ms with the sm_90 tiles against
+    # 5.79 with the ones the GPUs measured before (bench/gpu/2026-11-26c-h100-probe-queue.jsonl).
     bt_dkv = max(1, (32 if flash_hopper else 64 if not big else 32) // gp)
     bn_dkv = 64 if flash_hopper else 32
     warps_sel = 2 if (head_dim <= 64 and (gpf >= 16 or (arch >= 90 and gpf == 8))) or ampere_g8 else 4
@@ -418,7 +420,9 @@ def _config(
         # 1: `_cmp_select`'s loop with its integer work in 32 bits and hoisted (CUT; the same tables
         # bit for bit): 15-24 % fewer SASS a key tile, bench/select_proxy.py -11 to -13 % at M7C 8k-64k
         # on an H200 (paper shape -6 %), no spill and no point with fewer warps an SM over gpucheck's
-        # grid on triton 3.6 and 3.9, sm_80 and sm_90 (bench/RESULTS.md "selcut"); unmeasured. Not at
+        # grid on triton 3.6 and 3.9, sm_80 and sm_90 (bench/RESULTS.md "selcut"). The H100 of
+        # 2026-11-26c: M7C 64k x 1 5.73 ms against 6.93 with it off (select_split off with it), the
+        # paper's 32k x 1 4.82 against 4.92 (bench/gpu/2026-11-26c-h100-probe-queue.jsonl). Not at
         # 1-2 heads a token (gpf 2): there triton 3.9 spilled 12 B on sm_90 (D 64) and took 140
         # registers on sm_80 (D 96, 12 warps an SM instead of 16). 0: the loop the H200 measured
         # (2026-11-26b; the same SASS as before), a probe variant (bench/kernel_probe.py).
@@ -743,5 +747,6 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
     out = []
     for name, fn, sig, const, warps, stages in specs:
         full = {**sig, **{k: "constexpr" for k in const}}
-        out.append(KernelSpec(name, fn, full, const, num_warps=warps, num_stages=stages))
+        cap = c["maxnreg_sel"] if fn is _cmp_select else 0  # the launcher's (`_cmp_select` launch above)
+        out.append(KernelSpec(name, fn, full, const, num_warps=warps, num_stages=stages, maxnreg=cap))
     return out

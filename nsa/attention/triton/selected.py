@@ -148,7 +148,10 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
     DP = _p2(D)
     TP = tokens_per_program(G)
     # The token tiles' branch-free loop (tok_pipe, below) ships where they run (G > 8: fwd_keys /
-    # bwd_keys take G <= 8 key-major) on sm_90, on bench/gather_proxy.py's word, NOT measured: its
+    # bwd_keys take G <= 8 key-major) on sm_90, on bench/gather_proxy.py's word (measured since: the H100
+    # of 2026-11-26c ran the selected forward+backward at the paper's shape 8k x 2 in 16.61 ms with it,
+    # 20.31 with the loop the GPUs measured before, 17.06 the best other build;
+    # bench/gpu/2026-11-26c-h100-probe-queue.jsonl): its
     # SASS proxy (fitted on every measured token- and forced-tile build, all 217 points within 18 %,
     # each build held out within 20 %) prices tok_pipe 2 at 2 stages with the dQ at 2 warps at 0.862x
     # the token tiles' time at the paper shape, 8k and 64k on an H100 (forward 0.958, dQ 0.795;
@@ -255,7 +258,9 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # "pdq_fp32" and a bench/kernel_probe.py variant). 16 halves PDQ's bytes, written by the keys
         # kernel and read by the merge, which sums in fp32 either way: memory traffic, priced by the
         # model's fitted DRAM terms (NSA/FA2 at M7C 8k on an H100 1.23 -> 1.14). The cost: one more
-        # rounding per partial; bench/pdq_numerics.py measures dq's rms error vs float64 up 11-19 %
+        # rounding per partial; the H100 of 2026-11-26c ran the selected forward+backward at M7C 8k x 8 /
+        # 64k x 1 in 6.40 / 6.60 ms at 16, 7.29 / 7.70 at 32 (bench/gpu/2026-11-26c-h100-probe-queue.jsonl);
+        # bench/pdq_numerics.py measures dq's rms error vs float64 up 11-19 %
         # (bf16 0.27 -> 0.30 %), and the GPU suite's bound takes that term (gpusuite/bounds.py
         # `dq_parts_rounded`). ptxas: no spills, 6-78 registers fewer (bench/RESULTS.md "pdq16").
         "pdq_bits": 16,
@@ -264,7 +269,9 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # the token by a 32-bit multiply-high within the (batch, KV head), the partial row) and
         # the key mask folded into the causal test, instead of the int64 step index and
         # (pos // NK) % T the GPU runs measured: bitwise the same outputs and gradients (interpreter
-        # test); ptxas: no spill. On by bench/keys_proxy.py's word, unmeasured: the keys backward at
+        # test); ptxas: no spill. On by bench/keys_proxy.py's word, measured since (the H100 of
+        # 2026-11-26c: the selected forward+backward at M7C 8k x 8 / 64k x 1 6.40 / 6.60 ms, off 8.18 /
+        # 8.25; bench/gpu/2026-11-26c-h100-probe-queue.jsonl). The proxy: the keys backward at
         # M7C 8k x 8 on an H200 (triton 3.6 sm_90) 1406 -> 654 SASS a step, 4.29 -> 2.68 ms (4.53
         # measured at False); the forward 1682 -> 1386 SASS a step (bench/RESULTS.md "keysdiv").
         # False is a bench/kernel_probe.py variant.

@@ -38,3 +38,4 @@ class KernelSpec:
     constexprs: dict[str, Any] = field(default_factory=dict)
     num_warps: int = 4
     num_stages: int = 2
+    maxnreg: int = 0  # the launcher's register cap (ptxas .maxnreg; 0: none), which gpucheck compiles with

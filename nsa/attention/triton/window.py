@@ -257,7 +257,11 @@ def _configs(head_dim: int, arch: int, interp: bool = False) -> dict[str, dict[s
     # dK/dV: at 64 rows x 128 keys (D 64) and 64 x 64 (D 128) ptxas used all 255 registers and
     # spilled 8-32 B on sm_80 (triton 3.6 and 3.9; also at head_dim 96 on sm_90). 32 x 64 (D 64,
     # ~180 registers) and 64 x 32 (D > 64, ~180) leave headroom on both archs (gpucheck --grid).
-    # SHIPPED ON sm_90 ON A PROXY'S WORD, UNMEASURED (bench/flash_proxy.py, calibrated on 369 H100/H200
+    # Shipped on sm_90 on a proxy's word, measured since: the H100 of 2026-11-26c ran the window
+    # forward+backward at M7C 8k x 8 in 1.89 ms against 2.49 with the dK/dV at the 8 warps measured
+    # before, at the paper's 8k x 2 in 4.55 against 5.53 with dQ's 64 x 64 tile and 5.43 with dK/dV's
+    # 64 rows (bench/gpu/2026-11-26c-h100-probe-queue.jsonl)
+    # (bench/flash_proxy.py, calibrated on 369 H100/H200
     # points of the flash tiles, these kernels' measured settings among them: all within 29 %, each
     # setting held out within 34 %; bench/RESULTS.md "wintiles"): dQ past head_dim 64 at 128 rows x 32
     # keys (0.57x the measured 64 x 64), dK/dV past head_dim 64 at 128 rows (0.79x), dK/dV at head_dim

@@ -50,7 +50,7 @@ def test_every_step_of_the_queue_runs_real_variants_beside_the_baseline(tmp_path
 
 
 def test_bad_arguments_exit_2_and_start_nothing(tmp_path):
-    for args in (["--budget", "5"], ["--budget", "x"], ["--bogus"], []):
+    for args in (["--budget", "5"], ["--budget", "x"], ["--budget"], ["--bogus"], []):
         run = subprocess.run([str(SCRIPT), *([str(tmp_path / "o")] if args != [] else []), *args],
                              capture_output=True, text=True)  # fmt: skip
         assert run.returncode == 2, args

@@ -124,6 +124,7 @@ def check_returned(out: Path) -> set[str]:
         (("--plan",), "the first argument is OUT"),
         (("{out}", "--budget", "100"), "at least 300"),
         (("{out}", "--budget", "5m"), "whole seconds"),
+        (("{out}", "--budget", "541", "--plan"), "at most 540"),
         (("{out}", "--budget"), "--budget needs seconds"),
         (("{out}", "--quick"), "unknown argument --quick"),
         (("{out}", "--work", "{out}/w"), "inside OUT"),
@@ -188,6 +189,23 @@ def test_a_work_folder_this_script_did_not_make_is_not_emptied(tmp_path, stub) -
     res = session(tmp_path / "o", "--work", str(tmp_path / "w"), env=stub)
     assert res.returncode == 2 and "did not write" in res.stderr
     assert (tmp_path / "w" / "precious.txt").read_text() == "keep"
+
+
+def test_a_work_path_that_is_a_file_is_refused_not_deleted(tmp_path, stub) -> None:
+    (tmp_path / "precious.txt").write_text("keep")
+    res = session(tmp_path / "o", "--work", str(tmp_path / "precious.txt"), env=stub)
+    assert res.returncode == 2 and "is a file" in res.stderr, res
+    assert (tmp_path / "precious.txt").read_text() == "keep"
+
+
+def test_out_inside_work_through_a_symlink_is_refused(tmp_path, stub) -> None:
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / ".gpu-session").touch()  # a work folder an earlier session made
+    (tmp_path / "w" / "o").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "w" / "o")
+    res = session(tmp_path / "link", "--work", str(tmp_path / "w"), env=stub)
+    assert res.returncode == 2 and "inside --work" in res.stderr, res
+    assert (tmp_path / "w" / "o").is_dir()
 
 
 def test_no_pydantic_and_no_wheels_exits_2_and_says_how_to_fix_it(tmp_path, stub) -> None:
@@ -289,3 +307,17 @@ def test_gpu_suite_installs_a_wheel_folder_no_deps_and_refuses_one_without_wheel
     res = subprocess.run([str(SUITE), str(tmp_path / "s2"), "--wheels", str(tmp_path / "none")],
                          capture_output=True, text=True, env=stub, timeout=60)  # fmt: skip
     assert res.returncode == 2 and "no wheels" in res.stderr, res.stderr
+
+
+def test_gpu_suite_bad_wheel_arguments_exit_2_with_a_message(tmp_path, stub) -> None:
+    """--wheels without its folder, and a wheel pip refuses, are bad input (2 and how to fix it), not
+    set -e's bare exit 1 (the missing value's `${2:?}`, pip's own status)."""
+    res = subprocess.run([str(SUITE), str(tmp_path / "s"), "--wheels"], capture_output=True, text=True,
+                         env=stub, timeout=60)  # fmt: skip
+    assert res.returncode == 2 and "--wheels needs a folder" in res.stderr and "usage:" in res.stderr, res
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "broken-1.0-py3-none-any.whl").write_text("not a zip")
+    res = subprocess.run([str(SUITE), str(tmp_path / "s"), "--wheels", str(tmp_path / "bad")],
+                         capture_output=True, text=True, env=stub, timeout=120)  # fmt: skip
+    assert res.returncode == 2 and "could not install the wheels" in res.stderr, res
+    assert not any(c["argv"][:2] == ["-m", "nsa.attention.gpusuite"] for c in calls(tmp_path))

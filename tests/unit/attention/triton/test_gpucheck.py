@@ -48,6 +48,10 @@ def test_every_kernel_compiles_for_a100_and_h100_at_both_configs() -> None:
         assert 0 <= r["smem_bytes"] <= gpucheck.SMEM_LIMIT[r["arch"]]
     # M7C's geometry reaches the kernels: G=6, D=64 wherever a kernel takes them as constexprs.
     assert all(r["constexprs"].get("G", 6) == 6 and r["constexprs"].get("D", 64) == 64 for r in recs)
+    # the M7C selection compiled under its launcher's register cap on both archs (a cap can spill)
+    sel = {r["arch"]: r for r in recs if r["kernel"] == "compressed_select" and r["config"] == "m7c_125m"}
+    assert sel[80]["maxnreg"] == 168 and sel[90]["maxnreg"] >= 168
+    assert all(r["registers"] <= r["maxnreg"] for r in sel.values())
 
 
 BAD_KERNELS = """
@@ -153,3 +157,48 @@ def test_grid_points_keep_the_config_geometry_and_bad_points_are_refused() -> No
     assert (s.block_len, s.block_stride, s.sel_block, s.n_sel, s.window, s.dtype) == (
         m7c.block_len, m7c.block_stride, m7c.sel_block, m7c.n_sel, m7c.window, m7c.dtype,
     )  # fmt: skip
+
+
+def test_check_spec_compiles_under_the_launchers_register_cap(monkeypatch) -> None:
+    """The selection launches with `maxnreg` (compressed._config maxnreg_sel: sm_80's and sm_90's
+    capped M7C selection); gpucheck compiled it uncapped, so a cap that spills went unchecked there."""
+    import types
+
+    import triton
+
+    from nsa.attention.triton import compressed
+    from nsa.attention.triton.spec import GpuShape
+
+    m7c = GpuShape(
+        "m7c", head_dim=64, group=6, block_len=32, block_stride=16, sel_block=64, n_sel=16, window=512
+    )
+    paper = GpuShape("paper", head_dim=128, group=16, block_len=32, block_stride=16, sel_block=64, n_sel=16,
+                     window=512)  # fmt: skip
+    for shape, arch in ((m7c, 80), (m7c, 90), (paper, 90)):
+        specs = {s.name: s for s in compressed.gpucheck_specs(shape, arch)}
+        want = compressed._config(shape.group, shape.head_dim, 16, 32, 16, 64, arch)["maxnreg_sel"]
+        assert specs["compressed_select"].maxnreg == want, (shape.name, arch)
+        assert all(s.maxnreg == 0 for n, s in specs.items() if n != "compressed_select")
+    assert (
+        compressed.gpucheck_specs(m7c, 90)[1].maxnreg > 0
+        and compressed.gpucheck_specs(paper, 90)[1].maxnreg == 0
+    )
+    seen = []
+
+    def fake_compile(spec, arch, **options):
+        seen.append(options)
+        return types.SimpleNamespace(metadata=types.SimpleNamespace(shared=0)), {
+            "registers": 100, "spill_stores": 0, "spill_loads": 0, "static_smem": 0,
+        }  # fmt: skip
+
+    monkeypatch.setattr(gpucheck, "compile_spec", fake_compile)
+    monkeypatch.setattr(triton.runtime.jit, "JITFunction", object)  # the conftest's interpreted fns pass
+    spec = next(s for s in compressed.gpucheck_specs(m7c, 80) if s.name == "compressed_select")
+    rec = gpucheck.check_spec(spec, 80)
+    assert seen == [{"maxnreg": 168}] and rec["maxnreg"] == 168 and rec["ok"]
+    uncapped = next(s for s in compressed.gpucheck_specs(paper, 90) if s.name == "compressed_select")
+    assert "maxnreg" not in gpucheck.check_spec(uncapped, 90) and seen[-1] == {}
+    # configs that differ only in the cap are two compilations
+    from dataclasses import replace
+
+    assert gpucheck._key(spec, 80) != gpucheck._key(replace(spec, maxnreg=0), 80)
