@@ -113,13 +113,14 @@ def core_inputs(B: int, T: int, dtype: torch.dtype):
     return mod, x, (cos, sin, ccos, csin)
 
 
-def run_core(mod, x: dict, tables, backward: bool = True, autocast: bool = True):
+def run_core(mod, x: dict, tables, backward: bool = True, autocast: bool = True, dy=None):
     """NSAAttention._branch_inputs' custom ops and forward's gated node, as the module calls them; the
-    forward under bf16 autocast and the backward outside it, as the trainer runs them."""
+    forward under bf16 autocast and the backward outside it, as the trainer runs them. `dy`: y's
+    gradient (made here where None: a fill the timed loops keep out of their time)."""
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         y = _core_fwd(mod, x, tables)
     if backward:
-        y.backward(torch.ones_like(y))
+        y.backward(torch.ones_like(y) if dy is None else dy)
     return y
 
 
@@ -144,6 +145,44 @@ def _core_fwd(mod, x: dict, tables):
     return y
 
 
+def dispatch_overhead(B: int, T: int, dtype: torch.dtype, reps: int) -> dict:
+    """Microseconds a custom op call costs over its Python body (the same arguments, launches no-op,
+    grad off as inside an autograd node or a compiled graph): torch.library's dispatch (the autograd
+    kernel, redispatch, the backend wrapper's aliasing check, the dynamo-disable wrapper). Two ops:
+    the gate mix (4 tensor arguments) and the window forward (3 tensors and 2 scalars)."""
+    from torch._library.custom_ops import _maybe_get_opdef
+
+    # imported: they register the ops
+    import nsa.attention.triton.fused
+    import nsa.attention.triton.window  # noqa: F401
+
+    Hkv, D, G = M7C["n_kv_heads"], M7C["head_dim"], M7C["n_heads"] // M7C["n_kv_heads"]
+    o = torch.randn(B, Hkv, T, G, D).to(dtype)
+    g = torch.rand(B, T, Hkv, G, 3).to(dtype)
+    k = torch.randn(B, Hkv, T, D).to(dtype)
+    calls = {
+        "nsa::triton_gate_mix": (g, o, o, o),
+        "nsa::triton_window_fwd": (o, k, k, 512, 0.125),
+    }
+    out = {}
+    with no_launch(collections.Counter()), torch.no_grad():
+        for name, args in calls.items():
+            ns, op_name = name.split("::")
+            op = getattr(getattr(torch.ops, ns), op_name).default
+            body = _maybe_get_opdef(name)._init_fn
+            times = {}
+            for what, fn in (("op", op), ("body", body)):
+                fn(*args)
+                ts = []
+                for _ in range(reps):
+                    t0 = time.perf_counter()
+                    fn(*args)
+                    ts.append((time.perf_counter() - t0) * 1e6)
+                times[what] = statistics.median(ts)
+            out[name] = {"op_us": round(times["op"], 1), "body_us": round(times["body"], 1)}
+    return out
+
+
 def measure(B: int, T: int, dtype: torch.dtype, reps: int, profile: int = 0) -> dict:
     mod, x, tables = core_inputs(B, T, dtype)
     fwd, bwd = collections.Counter(), collections.Counter()
@@ -158,24 +197,30 @@ def measure(B: int, T: int, dtype: torch.dtype, reps: int, profile: int = 0) -> 
         aten_b = _AtenCount()
         with aten_b:
             y.backward(torch.ones_like(y))
-    times_f, times_b = [], []
+    times_f, times_b, times_ng, cpu_fb = [], [], [], []
+    dy = torch.ones_like(y)
     with no_launch(collections.Counter()):
         for _ in range(reps):
             for v in x.values():
                 v.grad = None
-            t0 = time.perf_counter()
+            c0, t0 = time.thread_time(), time.perf_counter()
             y = run_core(mod, x, tables, backward=False)
             t1 = time.perf_counter()
-            y.backward(torch.ones_like(y))
-            t2 = time.perf_counter()
+            y.backward(dy)
+            c2, t2 = time.thread_time(), time.perf_counter()
+            with torch.no_grad():  # the ops alone, no autograd nodes: as a compiled graph calls them
+                run_core(mod, x, tables, backward=False)
+            t3 = time.perf_counter()
             times_f.append((t1 - t0) * 1e6)
             times_b.append((t2 - t1) * 1e6)
+            times_ng.append((t3 - t2) * 1e6)
+            cpu_fb.append((c2 - c0) * 1e6)
         prof_rows = []
         if profile:
             pr = cProfile.Profile()
             pr.enable()
             for _ in range(reps):
-                run_core(mod, x, tables)
+                run_core(mod, x, tables, dy=dy)
             pr.disable()
             buf = io.StringIO()
             st = pstats.Stats(pr, stream=buf)
@@ -203,6 +248,10 @@ def measure(B: int, T: int, dtype: torch.dtype, reps: int, profile: int = 0) -> 
         "aten_ops": {"fwd": aten_f.n, "bwd": aten_b.n},
         "host_us": {"fwd": round(mf), "bwd": round(mb), "total": round(mf + mb)},
         "host_us_min": {"fwd": round(min(times_f)), "bwd": round(min(times_b))},
+        # this thread's CPU time (forward + backward): what a shared, loaded machine's wall time
+        # adds waits to; the least disturbed figure on a busy VM
+        "host_cpu_us": {"median": round(statistics.median(cpu_fb)), "min": round(min(cpu_fb))},
+        "fwd_no_grad_us": round(statistics.median(times_ng)),
         "us_per_triton_launch": round((mf + mb) / max(1, nf + nb), 1),
         "kernels_fwd": dict(sorted(fwd.items())),
         "kernels_bwd": dict(sorted(bwd.items())),
@@ -210,6 +259,7 @@ def measure(B: int, T: int, dtype: torch.dtype, reps: int, profile: int = 0) -> 
     }
     if profile:
         row["profile"] = prof_rows
+    row["dispatch"] = dispatch_overhead(B, T, dtype, max(reps, 20))
     return row
 
 

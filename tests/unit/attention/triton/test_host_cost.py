@@ -102,3 +102,15 @@ def test_frozen_config_takes_unhashable_arguments_uncached() -> None:
         return {"n": len(a)}
 
     assert cfg([1, 2]) == {"n": 2}  # a list stands in for a fake kernel's SymInt
+
+
+@pytest.mark.timeout(300)
+def test_step_host_dry_run_times_a_cpu_step() -> None:
+    path = Path(__file__).resolve().parents[4] / "bench" / "step_host.py"
+    spec = importlib.util.spec_from_file_location("step_host", path)
+    step_host = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(step_host)
+    sets = ["train.device=cpu", "parallel.compile=false", "model.nsa.backend=eager"]
+    row = step_host.run(str(path.parents[1] / "configs" / "tiny.yaml"), sets, 2, 1, 0)
+    assert row["device"] == "cpu" and row["gpu_ms"] is None and row["steps"] == 2
+    assert 0 < row["issue_ms"]["min"] <= row["wall_ms"]["max"]
