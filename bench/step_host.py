@@ -27,6 +27,9 @@ import argparse
 import json
 import statistics
 import time
+from pathlib import Path
+
+_REPO = Path(__file__).resolve().parents[1]
 
 
 def build(config: str, sets: list[str]):
@@ -79,6 +82,16 @@ def build(config: str, sets: list[str]):
     return step, sync, dev, row
 
 
+def _alloc_counts(dev) -> dict:
+    import torch
+
+    if dev.type != "cuda":
+        return {}
+    st = torch.cuda.memory_stats(dev)
+    keys = ("num_alloc_retries", "num_device_alloc", "num_device_free", "num_sync_all_streams")
+    return {k: int(st.get(k, 0)) for k in keys}
+
+
 def _ms(xs: list[float]) -> dict:
     return {"median": round(statistics.median(xs), 2), "min": round(min(xs), 2), "max": round(max(xs), 2)}
 
@@ -119,6 +132,7 @@ def run(config: str, sets: list[str], steps: int, warmup: int, prof_steps: int) 
     sync()
     row["warmup_s"] = round(time.perf_counter() - t0, 1)
     issue, wall, gpu = [], [], []
+    mem0 = _alloc_counts(dev)
     for _ in range(steps):
         if dev.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -135,6 +149,10 @@ def run(config: str, sets: list[str], steps: int, warmup: int, prof_steps: int) 
         if dev.type == "cuda":
             gpu.append(start.elapsed_time(end))
     row.update(steps=steps, issue_ms=_ms(issue), wall_ms=_ms(wall), gpu_ms=_ms(gpu) if gpu else None)
+    # the caching allocator's device mallocs / frees and retries during the timed steps: nonzero
+    # means cudaMalloc / cudaFree (which synchronize) inside steps, another way to stall the GPU
+    mem1 = _alloc_counts(dev)
+    row["allocator_during_steps"] = {k: mem1[k] - mem0[k] for k in mem0} if mem0 else None
     if dev.type == "cuda" and prof_steps:
         try:
             p = profile_steps(step, sync, prof_steps)
@@ -147,7 +165,7 @@ def run(config: str, sets: list[str], steps: int, warmup: int, prof_steps: int) 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="configs/m7c_125m.yaml")
+    ap.add_argument("--config", default=str(_REPO / "configs" / "m7c_125m.yaml"))
     ap.add_argument("--set", action="append", default=[], dest="sets", help="config override key=value")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps first (the compiles)")
@@ -160,7 +178,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.dry_run:
         sets = [*args.sets, "train.device=cpu", "parallel.compile=false", "model.nsa.backend=eager"]
-        row = run("configs/tiny.yaml", sets, 2, 1, 0)
+        row = run(str(_REPO / "configs" / "tiny.yaml"), sets, 2, 1, 0)
         row["dry_run"] = True
     else:
         row = run(args.config, args.sets, args.steps, args.warmup, args.profile_steps)
