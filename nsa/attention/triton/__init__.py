@@ -77,20 +77,27 @@ def next_pow2(n: int) -> int:
     return 1 << (n - 1).bit_length() if n > 0 else 0
 
 
-def frozen_config(fn):
+def frozen_config(fn=None, *, extra=None):
     """`fn` (a launch config of hashable arguments, a dict) computed once per arguments: each call
     returns a fresh copy of the cached dict, so a caller may change its copy (probes and tests build
-    theirs from it). The configs are pure functions of their arguments and of module constants; a
-    probe that patches the module's config function replaces this wrapper, so it sees its own.
-    Unhashable arguments (symbolic sizes) are computed uncached. The
-    selected branch's `_config` cost ~38 us a call on the 2-core CI VM, three calls a layer
+    theirs from it). The configs are pure functions of their arguments, of module constants and of
+    what `extra()` returns (joined to the cache key each call: e.g. the installed triton's version,
+    which a test patches); a probe that patches the module's config function replaces this wrapper,
+    so it sees its own. Unhashable arguments (symbolic sizes) are computed uncached. The selected
+    branch's `_config` cost ~38 us a call on the 2-core CI VM, three calls a layer
     (bench/RESULTS.md "Host cost of the NSA layer")."""
-    cached = functools.lru_cache(maxsize=256)(fn)
+    if fn is None:
+        return functools.partial(frozen_config, extra=extra)
+
+    @functools.lru_cache(maxsize=256)
+    def cached(key, args, kwargs):
+        return fn(*args, **dict(kwargs))
 
     @functools.wraps(fn)
     def config(*args, **kwargs):
+        key = extra() if extra is not None else None
         try:
-            return dict(cached(*args, **kwargs))
+            return dict(cached(key, args, tuple(sorted(kwargs.items()))))
         except TypeError:  # an unhashable argument: a SymInt of a fake kernel under dynamic shapes
             return fn(*args, **kwargs)
 

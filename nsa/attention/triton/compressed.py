@@ -310,7 +310,8 @@ def _one_warp_cap() -> int:
     return 168 if release(triton.__version__) < (3, 7) else 224
 
 
-@frozen_config
+# keyed on the triton version too: `_one_warp_cap` reads it
+@frozen_config(extra=lambda: triton.__version__)
 def _config(
     group: int, head_dim: int, n_sel: int, block_len: int, block_stride: int, sel_block: int, arch: int = 80
 ):

@@ -114,3 +114,15 @@ def test_step_host_dry_run_times_a_cpu_step() -> None:
     row = step_host.run(str(path.parents[1] / "configs" / "tiny.yaml"), sets, 2, 1, 0)
     assert row["device"] == "cpu" and row["gpu_ms"] is None and row["steps"] == 2
     assert 0 < row["issue_ms"]["min"] <= row["wall_ms"]["max"]
+
+
+def test_frozen_config_keys_on_extra() -> None:
+    state = {"v": "3.6.0"}
+
+    @frozen_config(extra=lambda: state["v"])
+    def cfg(a: int) -> dict:
+        return {"a": a, "v": state["v"]}
+
+    assert cfg(1)["v"] == "3.6.0"
+    state["v"] = "3.9.0"  # a patched triton version reaches the config
+    assert cfg(1)["v"] == "3.9.0"
