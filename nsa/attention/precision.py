@@ -28,6 +28,11 @@ def autocast_off(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         dev = next(a.device.type for a in args if isinstance(a, Tensor))
+        # Already off (the trainer's backward runs outside its autocast region; fp32 runs): the context
+        # would only cost its enter/exit, ~14 us a call on the 2-core CI VM, with up to twelve calls
+        # a layer forward+backward in the triton backend (bench/RESULTS.md "Host cost of the NSA layer").
+        if not torch.is_autocast_enabled(dev):
+            return fn(*args, **kwargs)
         with torch.autocast(dev, enabled=False):
             return fn(*args, **kwargs)
 

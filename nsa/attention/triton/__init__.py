@@ -63,6 +63,48 @@ def check_delta(op: str, delta, rows: int, layout: str) -> bool:
     return True
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for the launchers' grids: `triton.cdiv`'s value in plain Python. Triton's host
+    helpers are `constexpr_function`s (3.6 and 3.9): ~6 us a call on the 2-core CI VM, against
+    ~0.1 here, and a layer's launchers called them 57 times a forward+backward (bench/host_cost.py,
+    bench/RESULTS.md "Host cost of the NSA layer")."""
+    return -(-a // b)
+
+
+def next_pow2(n: int) -> int:
+    """`triton.next_power_of_2(n)` in plain Python (0 for n <= 0, as triton's), for the host configs
+    (`cdiv` says why)."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
+def frozen_config(fn=None, *, extra=None):
+    """`fn` (a launch config of hashable arguments, a dict) computed once per arguments: each call
+    returns a fresh copy of the cached dict, so a caller may change its copy (probes and tests build
+    theirs from it). The configs are pure functions of their arguments, of module constants and of
+    what `extra()` returns (joined to the cache key each call: e.g. the installed triton's version,
+    which a test patches); a probe that patches the module's config function replaces this wrapper,
+    so it sees its own. Unhashable arguments (symbolic sizes) are computed uncached. The selected
+    branch's `_config` cost ~38 us a call on the 2-core CI VM, three calls a layer
+    (bench/RESULTS.md "Host cost of the NSA layer")."""
+    if fn is None:
+        return functools.partial(frozen_config, extra=extra)
+
+    @functools.lru_cache(maxsize=256)
+    def cached(key, args, kwargs):
+        return fn(*args, **dict(kwargs))
+
+    @functools.wraps(fn)
+    def config(*args, **kwargs):
+        key = extra() if extra is not None else None
+        try:
+            return dict(cached(key, args, tuple(sorted(kwargs.items()))))
+        except TypeError:  # an unhashable argument: a SymInt of a fake kernel under dynamic shapes
+            return fn(*args, **kwargs)
+
+    config.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
+    return config
+
+
 def interpreting() -> bool:
     """True under TRITON_INTERPRET=1, where kernels run on CPU tensors (fp32/fp16 only: bf16 tl.dot is wrong)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from nsa.attention.triton import check_delta, device_arch, interpreting
+from nsa.attention.triton import cdiv, check_delta, device_arch, frozen_config, interpreting
 from nsa.attention.triton.compressed_select import _cmp_select
 from nsa.attention.triton.compressed_select_v0 import _cmp_select_v0
 from nsa.attention.triton.spec import GpuShape, KernelSpec
@@ -310,6 +310,8 @@ def _one_warp_cap() -> int:
     return 168 if release(triton.__version__) < (3, 7) else 224
 
 
+# keyed on the triton version too: `_one_warp_cap` reads it
+@frozen_config(extra=lambda: triton.__version__)
 def _config(
     group: int, head_dim: int, n_sel: int, block_len: int, block_stride: int, sel_block: int, arch: int = 80
 ):
@@ -528,11 +530,11 @@ def launch_select(
     geo = {"G": G, "GP": c["GPF"], "D": D, "DP": c["DP"], "BJ": c["BJ"], "RP": c["RP"], "W": c["W"],
            "L": block_len, "S": block_stride, "LS": sel_block, "PREC": prec}  # fmt: skip
     if c["select_v0"]:
-        _cmp_select_v0[(triton.cdiv(T, c["bt_sel_v0"]), B * Hkv)](
+        _cmp_select_v0[(cdiv(T, c["bt_sel_v0"]), B * Hkv)](
             *args, BT=c["bt_sel_v0"], **geo, num_warps=c["warps_sel_v0"], num_stages=2
         )
         return
-    _cmp_select[(triton.cdiv(T, c["bt_sel"]), B * Hkv)](
+    _cmp_select[(cdiv(T, c["bt_sel"]), B * Hkv)](
         *args, BT=c["bt_sel"], SP=c["SP"], HALVES=c["halves_sel"], CUT=c["select_cut"], SHM=c["select_shm"], SPLIT=_split_of(c), **geo, num_warps=c["warps_sel"],
         num_stages=2, **({"maxnreg": c["maxnreg_sel"]} if c["maxnreg_sel"] else {}),
     )  # fmt: skip
@@ -560,7 +562,7 @@ def _fwd(
     idx = torch.empty(B, Hkv, T, k, dtype=torch.int64, device=q.device)
     valid = torch.empty(B, Hkv, T, k, dtype=torch.bool, device=q.device)
     prec = _prec(q.dtype)
-    _cmp_fwd[(triton.cdiv(T * G, c["bm_fwd"]), B * Hkv)](
+    _cmp_fwd[(cdiv(T * G, c["bm_fwd"]), B * Hkv)](
         q, kc, vc, out, lse, T, nc, scale * _LOG2E,
         G=G, D=D, DP=c["DP"], BM=c["bm_fwd"], BN=c["bn_fwd"], L=block_len, S=block_stride, PREC=prec,
         num_warps=c["warps_fwd"], num_stages=c["stages_fwd"],
@@ -611,12 +613,12 @@ def _bwd(
         delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
     prec = _prec(q.dtype)
     geo = {"G": G, "GP": c["GP"], "D": D, "DP": c["DP"], "L": block_len, "S": block_stride, "PREC": prec}
-    _cmp_bwd_dq[(triton.cdiv(T * G, c["BT"] * c["GP"]), B * Hkv)](
+    _cmp_bwd_dq[(cdiv(T * G, c["BT"] * c["GP"]), B * Hkv)](
         q, kc, vc, out, dout, lse, delta, dq, T, nc, scale * _LOG2E, scale,
         BT=c["BT"], BN=c["bn_bwd"], **geo, HAVE_DELTA=have_delta, num_warps=c["warps"], num_stages=c["stages_dq"],
     )  # fmt: skip
     # One program even when there is no compressed key (T < l): the launch count never depends on T.
-    ntile, split, bn = triton.cdiv(max(nc, 1), c["bn_dkv"]), c["split_dkv"], c["bn_dkv"]
+    ntile, split, bn = cdiv(max(nc, 1), c["bn_dkv"]), c["split_dkv"], c["bn_dkv"]
     pdk = torch.empty(B * Hkv, ntile, split, bn, c["DP"], dtype=torch.float32, device=q.device)
     pdv = torch.empty_like(pdk)
     _cmp_bwd_dkv[(ntile * split, B * Hkv)](

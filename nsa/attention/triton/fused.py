@@ -24,7 +24,7 @@ from torch import Tensor
 
 from nsa.attention.precision import autocast_off
 from nsa.attention.rope import rope_to_layout as _eager_rope_to_layout
-from nsa.attention.triton import interpreting
+from nsa.attention.triton import cdiv, interpreting, next_pow2
 from nsa.attention.triton.spec import GpuShape, KernelSpec
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -186,7 +186,7 @@ def _gate_fold_bwd(
 def _rope_config(r: int, head_dim: int, interp: bool = False) -> dict[str, int]:
     """~2k (token, pair) elements per program, 8 per thread: each loads two halves of x and four
     table slices, so larger tiles only cost registers (occupancy) in a bandwidth-bound pass."""
-    block_c = triton.next_power_of_2(r * (head_dim // 2))
+    block_c = next_pow2(r * (head_dim // 2))
     block_t = max(1, min(64, (1024 if interp else 2048) // block_c))
     warps = max(1, min(8, block_t * block_c // 256))
     return {"BLOCK_T": block_t, "BLOCK_C": block_c, "num_warps": warps, "num_stages": 1}
@@ -194,7 +194,7 @@ def _rope_config(r: int, head_dim: int, interp: bool = False) -> dict[str, int]:
 
 def _gate_config(head_dim: int) -> dict[str, int]:
     """Rows per program so one [rows, D] tile is ~2k elements (the backward holds dy and one o at once)."""
-    block_d = triton.next_power_of_2(head_dim)
+    block_d = next_pow2(head_dim)
     block_r = max(1, 2048 // block_d)
     return {"BLOCK_R": block_r, "BLOCK_D": block_d, "num_warps": 4, "num_stages": 1}
 
@@ -217,7 +217,7 @@ def _launch_rope(
     launch = {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages")}
     xs = x5.stride()
     x2, x3 = (*more, x5, x5)[:2]
-    grid = (triton.cdiv(T, cfg["BLOCK_T"]), B * Hkv)
+    grid = (cdiv(T, cfg["BLOCK_T"]), B * Hkv)
     _rope_kernel[grid](
         x5, x2, x3, cos, sin, out, T, Hkv, xs[0], xs[1], xs[2], xs[3], *out_strides,
         R=R, HALF=D // 2, NEG=neg, NX=1 + len(more), **cfg, **launch,
@@ -372,7 +372,7 @@ def _gate_mix_op(g: Tensor, o_cmp: Tensor, o_sel: Tensor, o_win: Tensor) -> Tens
     y = o_cmp.new_empty(B, T, Hkv * G * D)
     cfg = _gate_config(D)
     launch = {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages")}
-    grid = (triton.cdiv(T * G, cfg["BLOCK_R"]), B * Hkv)
+    grid = (cdiv(T * G, cfg["BLOCK_R"]), B * Hkv)
     _gate_mix_fwd[grid](g, o_cmp, o_sel, o_win, y, T, Hkv, G=G, D=D, **cfg, **launch)
     return y
 
@@ -393,7 +393,7 @@ def _gate_mix_bwd_op(
     d_o = [torch.empty_like(o_cmp) for _ in range(3)]
     cfg = _gate_config(D)
     launch = {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages")}
-    grid = (triton.cdiv(T * G, cfg["BLOCK_R"]), B * Hkv)
+    grid = (cdiv(T * G, cfg["BLOCK_R"]), B * Hkv)
     _gate_mix_bwd[grid](g, o_cmp, o_sel, o_win, dy, dg, *d_o, T, Hkv, G=G, D=D, **cfg, **launch)
     return dg, d_o[0], d_o[1], d_o[2]
 
@@ -439,7 +439,7 @@ def _gate_fold_bwd_op(
     deltas = [torch.empty_like(lse) if with_delta else lse.new_empty(0) for lse in lses]
     cfg = _gate_config(D)
     launch = {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages")}
-    grid = (triton.cdiv(T * G, cfg["BLOCK_R"]), B * Hkv)
+    grid = (cdiv(T * G, cfg["BLOCK_R"]), B * Hkv)
     # off: the folded lse stand in for the unread delta pointers (no allocation for them)
     dptr = deltas if with_delta else folded
     _gate_fold_bwd[grid](

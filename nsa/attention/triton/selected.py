@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from nsa.attention.triton import check_delta, device_arch, interpreting
+from nsa.attention.triton import cdiv, check_delta, device_arch, frozen_config, interpreting, next_pow2
 from nsa.attention.triton.selected_forced import (
     _sel_forced_dq_kernel,
     _sel_forced_fwd_kernel,
@@ -115,9 +115,10 @@ def _sel_bwd_reduce_kernel(
 
 
 def _p2(x: int, lo: int = 16) -> int:
-    return max(lo, triton.next_power_of_2(x))
+    return max(lo, next_pow2(x))
 
 
+@frozen_config
 def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict[str, int | bool]:
     """Tiles and warps (checked with ptxas for sm_80/sm_90 at head_dim 64 and 128: no spills).
 
@@ -220,7 +221,7 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         "warps_fk": 4,
         "stages_fk": 1,
         "TM": merge_tokens(G, DP),  # tokens per merge program; RM = TM*G rows padded to a power of two
-        "RM": triton.next_power_of_2(merge_tokens(G, DP) * G),
+        "RM": next_pow2(merge_tokens(G, DP) * G),
         "warps_m": 8,
         # dQ holds the fp32 dq accumulator beside the forward's state: with 2 stages ptxas spilled
         # 4 bytes on sm_90 (gpucheck, --regAllocOptLevel=2); 2 where tok_pipe ships (no spill at 2
@@ -395,12 +396,12 @@ def _selected_fwd(
     if forced:
         of = torch.empty(q.shape, dtype=torch.float32, device=q.device)
         lsef = torch.empty_like(lse)
-        _sel_forced_fwd_kernel[(triton.cdiv(T * G, cfg["BM"]), B * Hkv)](
+        _sel_forced_fwd_kernel[(cdiv(T * G, cfg["BM"]), B * Hkv)](
             q, k, v, idx, valid8, of, lsef, T, NK, scale,
             G=G, D=D, LP=sel_block, DP=cfg["DP"], BM=cfg["BM"], BK=cfg["BK"], PREC=prec,
             num_warps=cfg["warps_f"], num_stages=cfg["stages_f"],
         )  # fmt: skip
-        _sel_fwd_tok_kernel[(triton.cdiv(T, cfg["TP"]), B * Hkv)](
+        _sel_fwd_tok_kernel[(cdiv(T, cfg["TP"]), B * Hkv)](
             q, k, v, idx, valid8, out, lse, of, lsef, T, NK, scale,
             G=G, D=D, LP=sel_block, TP=cfg["TP"], RP=cfg["RP"], NKP=_slots(NK), DP=cfg["DP"], BK=cfg["BK"],
             PREC=prec, PIPE=_pipe_mode(cfg, _slots(NK)), num_warps=cfg["warps_tok"], num_stages=cfg["stages_tok"],
@@ -479,12 +480,12 @@ def _selected_bwd(
     if forced:
         # Writes delta and the forced entries' dQ (fp32); the query-major dQ adds the rest and stores.
         dqf = torch.empty(q.shape, dtype=torch.float32, device=q.device)
-        _sel_forced_dq_kernel[(triton.cdiv(T * G, cfg["BM"]), BH)](
+        _sel_forced_dq_kernel[(cdiv(T * G, cfg["BM"]), BH)](
             q, k, v, idx, valid8, out, dout, lse, delta, dqf, T, NK, scale,
             G=G, D=D, LP=LP, DP=cfg["DP"], BM=cfg["BM"], BK=cfg["BK"], PREC=prec, HAVE_DELTA=have_delta,
             num_warps=cfg["warps_f"], num_stages=cfg["stages_fdq"],
         )  # fmt: skip
-        _sel_bwd_dq_tok_kernel[(triton.cdiv(T, cfg["TP"]), BH)](
+        _sel_bwd_dq_tok_kernel[(cdiv(T, cfg["TP"]), BH)](
             q, k, v, idx, valid8, dout, lse, delta, dq, dqf, T, NK, scale,
             G=G, D=D, LP=LP, TP=cfg["TP"], RP=cfg["RP"], NKP=_slots(NK), DP=cfg["DP"], BK=cfg["BK"],
             PREC=prec, PIPE=_pipe_mode(cfg, _slots(NK)), num_warps=cfg["warps_q"], num_stages=cfg["stages_dq"],
@@ -501,7 +502,7 @@ def _selected_bwd(
     DP, BN = cfg["DP"], cfg["BN"]
     pdk = torch.empty(nseg, LP, DP, dtype=torch.float32, device=q.device)
     pdv = torch.empty_like(pdk)
-    nb = triton.cdiv(LP, BN)
+    nb = cdiv(LP, BN)
     nsearch = (BH * ns).bit_length() + 1
     _sel_bwd_dkdv_kernel[(nseg, nb)](
         q, k, v, dout, lse, delta, order, start, seg_end, pdk, pdv, T, ns, NK, BH * ns, nsearch, S, scale,
@@ -517,7 +518,7 @@ def _reduce_dkdv(pdk, pdv, start, seg_end, k, v, S: int, LP: int, cfg: dict) -> 
     B, Hkv, T, D = k.shape
     ns, BN = -(-T // LP), cfg["BN"]
     dk, dv = torch.empty_like(k), torch.empty_like(v)
-    _sel_bwd_reduce_kernel[(B * Hkv * ns, triton.cdiv(LP, BN))](
+    _sel_bwd_reduce_kernel[(B * Hkv * ns, cdiv(LP, BN))](
         pdk, pdv, start, seg_end, dk, dv, T, ns, S, D=D, LP=LP, DP=cfg["DP"], BN=BN,
         num_warps=cfg["warps_red"], num_stages=1,
     )  # fmt: skip

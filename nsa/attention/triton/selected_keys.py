@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from nsa.attention.triton import device_arch
+from nsa.attention.triton import cdiv, device_arch, next_pow2
 from nsa.attention.triton.selected_keys_bwd import (
     _block_keys,
     _entry_keep,
@@ -277,7 +277,7 @@ INDEX_BLOCK = 1024  # table entries per program of _sel_fwd_index_kernel, blocks
 def _seg_pairs(T: int) -> int:
     """S, (query, block) pairs per segment of the key-major kernels: bounds a program's work (block 0 is
     listed by every query) while keeping the partial-dK/dV buffer small: T/4 pairs, clamped to [16, 2048]."""
-    return min(2048, max(16, triton.next_power_of_2(T) // 4))
+    return min(2048, max(16, next_pow2(T) // 4))
 
 
 def index_bounds(BH: int, T: int, NK: int, LP: int) -> tuple[int, int]:
@@ -305,7 +305,7 @@ def reverse_index(idx: Tensor, valid8: Tensor, LP: int) -> tuple[Tensor, Tensor,
     # int32 sort keys (global block ids <= NBLK): a radix sort of half the key bits of int64 ones, the
     # same stable order (entries that add no keys get NBLK and sort last).
     key = torch.empty(npos, dtype=torch.int32, device=idx.device)
-    _sel_fwd_index_kernel[(triton.cdiv(npos, INDEX_BLOCK),)](
+    _sel_fwd_index_kernel[(cdiv(npos, INDEX_BLOCK),)](
         idx, valid8, key, T, NK, ns, nblk, LP=LP, BLOCK=INDEX_BLOCK, num_warps=4, num_stages=1
     )
     skey, order = torch.sort(key, stable=True)
@@ -328,7 +328,7 @@ def keys_forward(
     index = reverse_index(idx, valid8, LP)
     order, start, seg_end, S, nseg = index
     ns = -(-T // LP)
-    nb = triton.cdiv(LP, cfg["BN"])
+    nb = cdiv(LP, cfg["BN"])
     po = torch.empty(nb, BH * T * NK, G, D, dtype=q.dtype, device=q.device)
     pl = torch.empty(nb, BH * T * NK, G, dtype=torch.float32, device=q.device)
     _sel_fwd_keys_kernel[(nseg, nb)](
@@ -336,7 +336,7 @@ def keys_forward(
         G=G, D=D, LP=LP, DP=cfg["DP"], BN=cfg["BN"], BR=cfg["BR_f"], PREC=prec, DIV32=cfg["keys_div32"],
         **fwd_store_consts(cfg, device_arch(q.device)), num_warps=cfg["warps_fk"], num_stages=cfg["stages_fk"],
     )  # fmt: skip
-    _sel_fwd_merge_kernel[(triton.cdiv(T, cfg["TM"]), BH)](
+    _sel_fwd_merge_kernel[(cdiv(T, cfg["TM"]), BH)](
         po, pl, idx, valid8, out, lse, T, NK, nb,
         G=G, D=D, LP=LP, TM=cfg["TM"], RM=cfg["RM"], DP=cfg["DP"], TILES=cfg["merge_tiles"],
         NEP=merge_slots(NK, nb), MU=cfg["MU_m"], num_warps=cfg["warps_m"], num_stages=1,
@@ -373,7 +373,7 @@ def keys_fwd_gpucheck_rows(
         T=i32, NS=i32, NK=i32, NBLK=i32, NSEARCH=i32, S=i32, sm_scale="fp32",
     )  # fmt: skip
     m_consts = {"G": G, "D": D, "LP": LP, "TM": cfg["TM"], "RM": cfg["RM"], "DP": cfg["DP"],
-                "TILES": cfg["merge_tiles"], "NEP": merge_slots(NK, triton.cdiv(LP, cfg["BN"])), "MU": cfg["MU_m"]}  # fmt: skip
+                "TILES": cfg["merge_tiles"], "NEP": merge_slots(NK, cdiv(LP, cfg["BN"])), "MU": cfg["MU_m"]}  # fmt: skip
     m_args = dict(PO=ptr, PL=f32, IDX=i64, VALID=i8, OUT=ptr, LSE=f32, T=i32, NK=i32, NB=i32)
     ix_args = dict(IDX=i64, VALID=i8, KEY="*i32", T=i32, NK=i32, NS=i32, NBLK=i32)
     sg_args = dict(START=i64, SEG_END=i64, NBLK=i32, S=i32)

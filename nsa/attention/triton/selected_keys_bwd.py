@@ -40,7 +40,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from nsa.attention.triton import device_arch, interpreting
+from nsa.attention.triton import cdiv, device_arch, interpreting, next_pow2
 
 # As in selected.py: tl.reduce with triton's own combine function (cheaper under the interpreter).
 _sum_combine = tl.standard._sum_combine
@@ -413,7 +413,7 @@ def merge_slots(NK: int, nb: int) -> int:
     """NEP: the merges' (entry, key chunk) couples of a row, NK * nb, padded to a power of two >= 16
     (`merge_tiles`' tile width and unrolled steps). The floor keeps one compiled variant for every T,
     as selected.py's `_slots` (top_blocks lists min(n, blocks) entries at short T); nb = 1 on the GPU."""
-    return max(16, triton.next_power_of_2(NK * nb))
+    return max(16, next_pow2(NK * nb))
 
 
 _TORCH_OF = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -517,7 +517,7 @@ def keys_bwd_gpucheck_rows(
                 "DIV32": c["keys_div32"], **dq_store_consts(c, arch), "ROWLIM": rowlim(c)}  # fmt: skip
 
     merge_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BM": cfg["BM_merge"], "TILES": cfg["merge_tiles"],
-                    "NEP": merge_slots(NK, triton.cdiv(LP, cfg["BN"])), "MU": cfg["MU_merge"]}  # fmt: skip
+                    "NEP": merge_slots(NK, cdiv(LP, cfg["BN"])), "MU": cfg["MU_merge"]}  # fmt: skip
     delta_consts = {"D": D, "DP": cfg["DP"], "BM": cfg["BM_delta"]}
     delta_args = dict(OUT=ptr, DO=ptr, DELTA=f32, R=i32)
     rows = [("selected_bwd_delta", _sel_bwd_delta_kernel, delta_args, delta_consts, cfg["warps_delta"], 1)]
@@ -583,10 +583,10 @@ def keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP: int, scale: fl
     rows = BH * T * G
     if delta is None:
         delta = torch.empty(B, Hkv, T, G, dtype=torch.float32, device=q.device)
-        _sel_bwd_delta_kernel[(triton.cdiv(rows, cfg["BM_delta"]),)](
+        _sel_bwd_delta_kernel[(cdiv(rows, cfg["BM_delta"]),)](
             out, dout, delta, rows, D=D, DP=DP, BM=cfg["BM_delta"], num_warps=cfg["warps_delta"], num_stages=1
         )  # fmt: skip
-    ns, nb, npos = -(-T // LP), triton.cdiv(LP, BN), BH * T * NK
+    ns, nb, npos = -(-T // LP), cdiv(LP, BN), BH * T * NK
     pdk = torch.empty(nseg, LP, DP, dtype=torch.float32, device=q.device)
     pdv = torch.empty_like(pdk)
     pdq = _pdq_buffer(nb, npos, G, D, pdq_type, q.device)
@@ -597,7 +597,7 @@ def keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP: int, scale: fl
         **dq_store_consts(cfg, arch), ROWLIM=rowlim(cfg), num_warps=cfg["warps_keys"], num_stages=cfg["stages_kv"],
     )  # fmt: skip
     dq = torch.empty_like(q)
-    _sel_bwd_dq_merge_kernel[(triton.cdiv(T * G, cfg["BM_merge"]), BH)](
+    _sel_bwd_dq_merge_kernel[(cdiv(T * G, cfg["BM_merge"]), BH)](
         pdq, idx, valid.view(torch.int8), dq, T, NK, npos, nb,
         G=G, D=D, LP=LP, DP=DP, BM=cfg["BM_merge"], TILES=cfg["merge_tiles"], NEP=merge_slots(NK, nb),
         MU=cfg["MU_merge"], num_warps=cfg["warps_merge"], num_stages=1,

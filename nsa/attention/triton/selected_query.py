@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from nsa.attention.triton import next_pow2
 from nsa.attention.triton.selected_forced import online_softmax_step
 
 # As in selected.py: tl.reduce with triton's own combine functions (cheaper under the interpreter).
@@ -400,7 +401,7 @@ def key_steps(
     """
     B, Hkv, T, NK = idx.shape
     tp = tokens_per_program(group)
-    per_block = -(-sel_block // min(key_tile, max(16, triton.next_power_of_2(sel_block))))
+    per_block = -(-sel_block // min(key_tile, max(16, next_pow2(sel_block))))
     jt = (torch.arange(T, device=idx.device) // sel_block).view(T, 1)
     ok = valid & (idx >= 1) & (idx <= jt - 2)
     j = torch.where(ok, idx, -1)

@@ -18,7 +18,7 @@ import triton.language as tl
 from torch import Tensor
 
 from nsa.attention.precision import autocast_off
-from nsa.attention.triton import check_delta, device_arch, interpreting
+from nsa.attention.triton import cdiv, check_delta, device_arch, interpreting, next_pow2
 from nsa.attention.triton.spec import GpuShape, KernelSpec
 
 _LOG2E = 1.4426950408889634
@@ -287,7 +287,7 @@ def _configs(head_dim: int, arch: int, interp: bool = False) -> dict[str, dict[s
 
 def _block_d(head_dim: int) -> int:
     """head_dim padded to a power of two >= 16 (tl.dot's smallest K); the columns past it are masked."""
-    return max(16, triton.next_power_of_2(head_dim))
+    return max(16, next_pow2(head_dim))
 
 
 def _check(q: Tensor, k: Tensor, v: Tensor) -> None:
@@ -320,7 +320,7 @@ def _window_fwd_op(q: Tensor, k: Tensor, v: Tensor, window: int, scale: float) -
     o = torch.empty_like(q)
     lse = torch.empty(B, Hkv, T * G, dtype=torch.float32, device=q.device)
     tiles, launch = _split(_launch_meta(D, q.device)["fwd"])
-    grid = (triton.cdiv(T * G, tiles["BLOCK_M"]), B * Hkv)
+    grid = (cdiv(T * G, tiles["BLOCK_M"]), B * Hkv)
     _window_fwd[grid](
         q, k, v, o, lse, scale * _LOG2E, T, window,
         G=G, D=D, BLOCK_D=_block_d(D), PREC=_precision(q.dtype), **tiles, **launch,
@@ -358,12 +358,12 @@ def _window_bwd_op(
         delta = torch.empty_like(lse)
     bd, prec = _block_d(D), _precision(q.dtype)
     tiles, launch = _split(meta["dq"])
-    _window_bwd_dq[(triton.cdiv(T * G, tiles["BLOCK_M"]), B * Hkv)](
+    _window_bwd_dq[(cdiv(T * G, tiles["BLOCK_M"]), B * Hkv)](
         q, k, v, o, do, lse, delta, dq, scale * _LOG2E, scale, T, window,
         G=G, D=D, BLOCK_D=bd, PREC=prec, HAVE_DELTA=have_delta, **tiles, **launch,
     )  # fmt: skip
     tiles, launch = _split(meta["dkdv"])
-    _window_bwd_dkdv[(triton.cdiv(T, tiles["BLOCK_N"]), B * Hkv)](
+    _window_bwd_dkdv[(cdiv(T, tiles["BLOCK_N"]), B * Hkv)](
         q, k, v, do, lse, delta, dk, dv, scale * _LOG2E, scale, T, window,
         G=G, D=D, BLOCK_D=bd, PREC=prec, **tiles, **launch,
     )  # fmt: skip

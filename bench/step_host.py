@@ -1,0 +1,189 @@
+"""Is a training step bound by the host issuing it? Its CPU issue time against its GPU time, on one GPU.
+
+Owns the probe of issue 20's hypothesis (bench/RESULTS.md "Host cost of the NSA layer"): the
+compiled M7C NSA step took 96-172 ms on the H100 of 2026-11-26c where dense took 40-44 ms and NSA's
+attention core should add ~13 ms; bench/host_cost.py measured (on CPU, launches no-op) a few ms of
+Python per NSA layer forward+backward. This times full optimizer steps built as bench/train.py's
+`one` builds them (the config's `Transformer`, `parallelize` with its compile, bf16 autocast,
+fused AdamW, gradient clipping; random tokens) and reports per step:
+
+- issue_ms: wall time until the step's Python returns, no sync (the host issuing the work);
+- gpu_ms: CUDA events recorded before and after the step's work on the current stream (the GPU's
+  span of the step, idle gaps included); wall_ms: until a synchronize after it;
+- from torch.profiler over `--profile-steps` steps: the GPU's kernel time a step (busy_ms, the sum
+  of every CUDA kernel's time) and its share of gpu_ms, and kernel launches a step.
+
+Host-bound reads as issue_ms ~ gpu_ms ~ wall_ms with busy_ms well below gpu_ms (the GPU waits on
+the launches); GPU-bound as issue_ms << wall_ms and busy_ms ~ gpu_ms. One JSON row; never asserts.
+
+    python bench/step_host.py --config configs/m7c_125m.yaml                      # NSA, compiled (GPU)
+    python bench/step_host.py --config configs/m7c_125m.yaml --set model.attention=dense
+    .venv/bin/python bench/step_host.py --dry-run     # no GPU: configs/tiny.yaml on CPU, eager
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+_REPO = Path(__file__).resolve().parents[1]
+
+
+def build(config: str, sets: list[str]):
+    """(step, sync, row): one optimizer step as bench/train.py's `one` runs it, a device sync, and
+    the row's description of the run."""
+    import torch
+
+    torch.set_flush_denormal(True)  # as nsa-train does
+    from nsa.model import Transformer
+    from nsa.train.config import load_config
+    from nsa.train.dist import DistInfo, choose_device
+    from nsa.train.parallelize import parallelize
+
+    cfg = load_config(config, sets)
+    t = cfg.train
+    dev = choose_device(t.device, 0)
+    info = DistInfo(0, 0, 1, dev, None)
+    torch.manual_seed(0)
+    model = Transformer(cfg.model, cfg.resolved_vocab_size()).to(dev)
+    wrapped = parallelize(model, info, cfg.parallel, None)
+    bf16 = t.dtype == "bf16" or (t.dtype == "auto" and dev.type == "cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
+    x = torch.randint(0, cfg.resolved_vocab_size(), (t.batch_size, t.seq_len + 1), device=dev)
+
+    def step() -> None:
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = wrapped(x[:, :-1], x[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    def sync() -> None:
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    row = {
+        "bench": "train/step_host",
+        "config": config,
+        "sets": sets,
+        "attention": cfg.model.attention,
+        "backend": getattr(getattr(cfg.model, "nsa", None), "backend", None),
+        "compile": cfg.parallel.compile,
+        "seq_len": t.seq_len,
+        "batch": t.batch_size,
+        "dtype": "bf16" if bf16 else "fp32",
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+    }
+    return step, sync, dev, row
+
+
+def _alloc_counts(dev) -> dict:
+    import torch
+
+    if dev.type != "cuda":
+        return {}
+    st = torch.cuda.memory_stats(dev)
+    keys = ("num_alloc_retries", "num_device_alloc", "num_device_free", "num_sync_all_streams")
+    return {k: int(st.get(k, 0)) for k in keys}
+
+
+def _ms(xs: list[float]) -> dict:
+    return {"median": round(statistics.median(xs), 2), "min": round(min(xs), 2), "max": round(max(xs), 2)}
+
+
+def profile_steps(step, sync, n: int) -> dict:
+    """GPU kernel time and launches a step from torch.profiler (CUDA activity)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            step()
+        sync()
+    busy_us, kernels, launch_cpu_us = 0.0, 0, 0.0
+    for ev in prof.key_averages():
+        dev_us = getattr(ev, "self_device_time_total", None)
+        if dev_us is None:
+            dev_us = getattr(ev, "self_cuda_time_total", 0.0)
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            busy_us += dev_us
+            kernels += ev.count
+        if ev.key in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC"):
+            launch_cpu_us += ev.self_cpu_time_total
+    return {
+        "busy_ms_per_step": round(busy_us / 1e3 / n, 2),
+        "kernels_per_step": round(kernels / n, 1),
+        "launch_api_cpu_ms_per_step": round(launch_cpu_us / 1e3 / n, 2),
+    }
+
+
+def run(config: str, sets: list[str], steps: int, warmup: int, prof_steps: int) -> dict:
+    import torch
+
+    step, sync, dev, row = build(config, sets)
+    t0 = time.perf_counter()
+    for _ in range(warmup):  # compiles (inductor, Triton) land here
+        step()
+    sync()
+    row["warmup_s"] = round(time.perf_counter() - t0, 1)
+    issue, wall, gpu = [], [], []
+    mem0 = _alloc_counts(dev)
+    for _ in range(steps):
+        if dev.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        t0 = time.perf_counter()
+        step()
+        t1 = time.perf_counter()
+        if dev.type == "cuda":
+            end.record()
+        sync()
+        t2 = time.perf_counter()
+        issue.append((t1 - t0) * 1e3)
+        wall.append((t2 - t0) * 1e3)
+        if dev.type == "cuda":
+            gpu.append(start.elapsed_time(end))
+    row.update(steps=steps, issue_ms=_ms(issue), wall_ms=_ms(wall), gpu_ms=_ms(gpu) if gpu else None)
+    # the caching allocator's device mallocs / frees and retries during the timed steps: nonzero
+    # means cudaMalloc / cudaFree (which synchronize) inside steps, another way to stall the GPU
+    mem1 = _alloc_counts(dev)
+    row["allocator_during_steps"] = {k: mem1[k] - mem0[k] for k in mem0} if mem0 else None
+    if dev.type == "cuda" and prof_steps:
+        try:
+            p = profile_steps(step, sync, prof_steps)
+            p["busy_share_of_gpu_ms"] = round(p["busy_ms_per_step"] / statistics.median(gpu), 3)
+            row["profiler"] = p
+        except Exception as e:  # the timings above stand without it
+            row["profiler"] = f"{type(e).__name__}: {str(e)[:200]}"
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default=str(_REPO / "configs" / "m7c_125m.yaml"))
+    ap.add_argument("--set", action="append", default=[], dest="sets", help="config override key=value")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3, help="untimed steps first (the compiles)")
+    ap.add_argument("--profile-steps", type=int, default=2, help="steps under torch.profiler (0: none)")
+    ap.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="no GPU: configs/tiny.yaml on CPU, eager, 2 steps (checks the probe runs; no GPU fields)",
+    )
+    args = ap.parse_args()
+    if args.dry_run:
+        sets = [*args.sets, "train.device=cpu", "parallel.compile=false", "model.nsa.backend=eager"]
+        row = run(str(_REPO / "configs" / "tiny.yaml"), sets, 2, 1, 0)
+        row["dry_run"] = True
+    else:
+        row = run(args.config, args.sets, args.steps, args.warmup, args.profile_steps)
+    print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
