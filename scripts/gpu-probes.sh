@@ -40,7 +40,9 @@ QUEUE=(
   # shapes their probe did not cover, the shape the issue's targets are missed at first (M7C 32k
   # 0.36 for 0.35, paper 64k 0.22 for 0.2), most wanted first: a setting shipped on one shape's number
   # before one confirmed at another. Limits: that H100 took 10-22 s a step (nine steps in the 175 s
-  # budget), so 45-60 s each; the whole queue fits one prepared call's --budget 300.
+  # budget), so 45-60 s each (the training steps 45-75 s: their compiles); the whole queue fits the
+  # default --budget 420; scripts/gpu-session.sh's 280 reaches the first five at those limits, all of
+  # them at that H100's pace.
   # The M7C selection at 1 warp under a 168-register cap, shipped on m7c 64k alone (4.64 ms vs 5.67;
   # 1 warp uncapped 4.75): `_cmp_select` is M7C's largest kernel at 32k (3.16 ms of 14.37) where NSA/FA2
   # misses its target by 3 %, and the model prices it 1.33-1.42x too fast at 8k-32k
@@ -56,6 +58,14 @@ QUEUE=(
   # 64k (15.09 vs 16.66 ms, 62.30 vs 64.26 fwd+bwd): the length between, where the target is met
   # (0.33) by a margin of 6 %
   "d128_sel|45|--only selected --shapes paper:32768:1 --match BR"
+  # A training step's host issue time against its GPU time (bench/step_host.py; "@SCRIPT ARGS" runs
+  # bench/SCRIPT instead of kernel_probe.py): the 125M M7C model, compiled, 8 x 2048 tokens, took
+  # 96-172 ms a step with NSA on the 2026-11-26c H100 against dense's 40-44, where the attention core
+  # explains ~13 ms of the gap; the layer's ~25 launches and its torch.library dispatch cost ~3.2 ms
+  # of host CPU on this project's CPU VM (bench/RESULTS.md "Host cost of the NSA layer"). Host-bound if
+  # issue_ms ~ gpu_ms and the profiler's busy share is well below 1; the dense step beside it.
+  "step_host_nsa|75|@step_host.py --config configs/m7c_125m.yaml --steps 10 --warmup 3"
+  "step_host_dense|45|@step_host.py --config configs/m7c_125m.yaml --steps 10 --warmup 3 --set model.attention=dense"
   # The gate fold (fold_gate, fold_delta: what training runs, gated.gated_branches), measured only at
   # 8k (m7c 8k x 8: 10.11 ms vs 10.28 / 10.28, within noise; paper 8k x 2): at 64k, where the branch
   # backwards it feeds (their delta, their O reads) take 1.7-1.9x their 8k time for the same tokens
@@ -92,8 +102,10 @@ for q in "${QUEUE[@]}"; do
   [ "$limit" -gt "$left" ] && limit=$left
   t0=$SECONDS
   rc=0
+  script=kernel_probe.py
+  if [ "${args:0:1}" = "@" ]; then script="${args%% *}"; script="${script#@}"; args="${args#* }"; fi
   # shellcheck disable=SC2086  # the arguments are words
-  timeout "$limit" "$PY" "$REPO/bench/kernel_probe.py" $args >"$OUT/$name.jsonl" 2>"$OUT/$name.err" || rc=$?
+  (cd "$REPO" && timeout "$limit" "$PY" "$REPO/bench/$script" $args) >"$OUT/$name.jsonl" 2>"$OUT/$name.err" || rc=$?
   rows=$(grep -c '^{' "$OUT/$name.jsonl" || true)
   echo "{\"step\": \"$name\", \"rc\": $rc, \"seconds\": $((SECONDS - t0)), \"rows\": $rows}"
 done

@@ -59,7 +59,7 @@ if args[:2] == ["-m", "nsa.attention.gpusuite"]:
     (out / "suite.json").write_text(json.dumps(doc))
     print("gpu-suite: PASSED")
     sys.exit(0)
-if args and args[0].endswith("bench/kernel_probe.py"):
+if args and args[0].endswith(("bench/kernel_probe.py", "bench/step_host.py")):
     print(json.dumps({{"probe": args[2], "ms": 1.0}}))
     print("probe log", file=sys.stderr)
     sys.exit(0)
@@ -234,8 +234,9 @@ def test_a_whole_session_packs_every_step_into_six_plain_files(tmp_path, stub) -
     site = str(tmp_path / "w" / "site")
     # every step's program ran with the checkout first on PYTHONPATH and the wheels' site on it
     steps = [
-        c for c in log if c["argv"][:2] == ["-m", "nsa.attention.gpusuite"] or "kernel_probe" in c["argv"][0]
-    ]
+        c for c in log
+        if c["argv"][:2] == ["-m", "nsa.attention.gpusuite"] or any(b in c["argv"][0] for b in ("kernel_probe", "step_host"))
+    ]  # fmt: skip
     queue = subprocess.run([str(REPO / "scripts" / "gpu-probes.sh"), str(tmp_path), "--list"], capture_output=True,
                            text=True, check=True).stdout.split("\n")  # fmt: skip
     names = [line.split(" ")[0] for line in queue if line]
