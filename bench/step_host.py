@@ -33,39 +33,16 @@ _REPO = Path(__file__).resolve().parents[1]
 
 
 def build(config: str, sets: list[str]):
-    """(step, sync, row): one optimizer step as bench/train.py's `one` runs it, a device sync, and
-    the row's description of the run."""
+    """(step, sync, dev, row): one optimizer step as bench/train.py's `one` runs it (its `setup`), a
+    device sync, the device, and the row's description of the run."""
     import torch
 
-    torch.set_flush_denormal(True)  # as nsa-train does
-    from nsa.model import Transformer
-    from nsa.train.config import load_config
-    from nsa.train.dist import DistInfo, choose_device
-    from nsa.train.parallelize import parallelize
+    from nsa.attention.gpusuite.modelcheck import load_by_path
 
-    cfg = load_config(config, sets)
+    cfg, _, dev, bf16, step, sync = load_by_path("bench_train", _REPO / "bench" / "train.py").setup(
+        config, sets
+    )
     t = cfg.train
-    dev = choose_device(t.device, 0)
-    info = DistInfo(0, 0, 1, dev, None)
-    torch.manual_seed(0)
-    model = Transformer(cfg.model, cfg.resolved_vocab_size()).to(dev)
-    wrapped = parallelize(model, info, cfg.parallel, None)
-    bf16 = t.dtype == "bf16" or (t.dtype == "auto" and dev.type == "cuda")
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
-    x = torch.randint(0, cfg.resolved_vocab_size(), (t.batch_size, t.seq_len + 1), device=dev)
-
-    def step() -> None:
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
-            loss = wrapped(x[:, :-1], x[:, 1:])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    def sync() -> None:
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-
     row = {
         "bench": "train/step_host",
         "config": config,

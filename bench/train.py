@@ -36,7 +36,9 @@ import sys
 import time
 
 
-def one(config: str, sets: list[str], steps: int, warmup: int) -> dict:
+def setup(config: str, sets: list[str]):
+    """One process's model, as nsa-train builds it, and its optimizer step on a fixed batch:
+    (cfg, model, dev, bf16, step, sync). bench/step_host.py times the same step."""
     import torch
 
     torch.set_flush_denormal(True)  # as nsa-train does
@@ -51,14 +53,10 @@ def one(config: str, sets: list[str], steps: int, warmup: int) -> dict:
     info = DistInfo(0, 0, 1, dev, None)
     torch.manual_seed(0)
     model = Transformer(cfg.model, cfg.resolved_vocab_size()).to(dev)
-    n_params = model.num_params()
     wrapped = parallelize(model, info, cfg.parallel, None)
     bf16 = t.dtype == "bf16" or (t.dtype == "auto" and dev.type == "cuda")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
-    vocab = cfg.resolved_vocab_size()
-    x = torch.randint(0, vocab, (t.batch_size, t.seq_len + 1), device=dev)
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
+    x = torch.randint(0, cfg.resolved_vocab_size(), (t.batch_size, t.seq_len + 1), device=dev)
 
     def step() -> None:
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
@@ -71,6 +69,18 @@ def one(config: str, sets: list[str], steps: int, warmup: int) -> dict:
     def sync() -> None:
         if dev.type == "cuda":
             torch.cuda.synchronize()
+
+    return cfg, model, dev, bf16, step, sync
+
+
+def one(config: str, sets: list[str], steps: int, warmup: int) -> dict:
+    import torch
+
+    cfg, model, dev, bf16, step, sync = setup(config, sets)
+    t = cfg.train
+    n_params = model.num_params()
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
 
     for _ in range(warmup):
         step()
