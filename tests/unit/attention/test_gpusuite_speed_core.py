@@ -10,29 +10,19 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from nsa.attention.gpusuite.gpu import _nsa_core, _nsa_core_inputs, core_path
 from nsa.attention.triton import gated
+from tests.fixtures.dispatch import OpNames
 
 GEO = {"block_len": 8, "block_stride": 4, "sel_block": 8, "n_sel": 3, "window": 8}
-
-
-class _Ops(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(func._schema.name)
-        return func(*args, **(kwargs or {}))
 
 
 def _run(inp: dict) -> tuple[list[str], torch.Tensor, tuple]:
     leaves = list(inp.values())
     y = _nsa_core(inp, GEO, 16**-0.5)
     dout = torch.randn(y.shape, generator=torch.Generator().manual_seed(1))
-    spy = _Ops()
+    spy = OpNames()
     with spy:
         grads = torch.autograd.grad(y, leaves, dout)
     return spy.names, y.detach(), grads

@@ -19,9 +19,9 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernel modules are 
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from nsa.attention.triton import gated
+from tests.fixtures.dispatch import OpNames
 
 # As in test_gate_fold.py: the fold kernel's lse - log2(g) warns under numpy at g = 0 and -inf rows.
 pytestmark = [
@@ -86,17 +86,9 @@ def _branch_ops(G: int):
     return (o_c, o_s, o_w), (lse_c, lse_s, lse_w), (cmp_bwd, sel_bwd, win_bwd)
 
 
-class _Launches(TorchDispatchMode):
-    """The nsa ops dispatched (the selected key-major delta kernel is seen by its launch count in
-    test_launches.py; here: that O is never needed, by handing the ops a NaN-filled O)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(func._schema.name)
-        return func(*args, **(kwargs or {}))
+# The nsa ops dispatched, by tests.fixtures.dispatch.OpNames (the selected key-major delta kernel is
+# seen by its launch count in test_launches.py; here: that O is never needed, by handing the ops a
+# NaN-filled O).
 
 
 @pytest.mark.parametrize("G", [2, 10])  # the selected branch key-major (G <= 8) and query-major forced
@@ -155,7 +147,7 @@ def test_gated_gradients_with_the_fold_delta_equal_the_unfused_path_bit_for_bit(
         inp = {n: t.clone().requires_grad_() for n, t in inp0.items()}
         g = g0.clone().requires_grad_()
         y, _, _ = gated.gated_branches(inp, g, *GEO, scale=0.25)
-        spy = _Launches()
+        spy = OpNames()
         with spy:
             out = torch.autograd.grad(y, [*inp.values(), g], dy)
         return out, spy.names
