@@ -178,7 +178,7 @@ def transient_bytes(
     BH = s.B * s.Hkv
     ns = -(-T // s.lp)
     npairs = BH * T * min(s.n, ns)
-    seg = _seg_pairs(T)
+    seg = _seg_pairs(T, npairs, launch["seg_target"])  # the shipped segments (seg_target)
     nseg = BH * ns + math.ceil(npairs / seg)
     nb = -(-s.lp // launch["bn_sel"])  # key chunks of a block
     rows = BH * T * s.G
