@@ -210,7 +210,8 @@ def selected_kernels(
                   "warps_keys": launch.get("warps_keys", 4 if D <= 64 else 8),
                   "stages_kv": launch.get("stages_kv", 1), "keys_div32": launch.get("keys_div32", False),
                   "keys_dq_mma": launch.get("keys_dq_mma", False),
-                  "keys_rowlim": launch.get("keys_rowlim", False)}  # fmt: skip
+                  "keys_rowlim": launch.get("keys_rowlim", False),
+                  "seg_target": launch.get("seg_target", 0)}  # fmt: skip
             kwork.update(keys_bwd_work(T, s, st) or {})
         ks.append(Kernel("sel_bwd_keys", "selected", "bwd", f"sel_keys_bwd@{_cfg(D)}{br_tag}",
                          5 * unit(launch["br_bwd_keys"]), 5 * useful,

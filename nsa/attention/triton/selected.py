@@ -328,7 +328,7 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # even spread of 45 steps a program slot. At 512: S 512 at 8k x 1, 1024 at 16k x 1, unchanged at
         # B*T >= 32k; the keys kernels' schedule (bench/attention_cost/balance.py, its stretch fitted on
         # the H100 of 2026-11-26c's 8k x 8 / 16k x 4 points) prices NSA/FA2 at M7C 8k x 1 on an H100
-        # 1.229 -> 1.071 (A100 1.732 -> 1.590), 16k 0.630 -> 0.614, 32k / 64k unchanged; 256 / 1024
+        # 1.229 -> 1.071 (A100 1.732 -> 1.595), 16k 0.630 -> 0.614, 32k / 64k unchanged; 256 / 1024
         # price 1.104 / 1.098 at 8k (bench/RESULTS.md "selkeys"). Unmeasured. A pair's partials are the
         # same computation at another row of another tile, dK/dV sums its segments' fp32 partials in
         # other groupings: equal to rounding (interpreter test). G > 8 (the query-major dK/dV) keeps
