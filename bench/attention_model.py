@@ -42,6 +42,7 @@ def _package():
 
 
 _package()
+from attention_cost.balance import balance_factor  # noqa: E402
 from attention_cost.calibration import NSA_PAPER, SCALABLE, calibration_rows, published_nsa  # noqa: E402
 from attention_cost.counts import (  # noqa: E402
     SHAPES,
@@ -99,7 +100,7 @@ __all__ = [
     "H200_FINAL_COST", "KEYS_COST", "LAUNCH_S", "NSA_PAPER", "RUN_BUILDS", "SCALABLE", "SEL_WARPS", "SHAPES",
     "Gpu", "Kernel", "Shape", "_cfg", "_cmp_attn_work", "_cmp_keys", "_cmp_select_work", "_p2",
     "_per_sm", "_seg_pairs", "_sel_keys", "_sel_steps", "_sel_tiles", "_tokens_per_tile", "_union_ratio",
-    "_valid_pairs", "a100_record", "calibration_rows", "carry_ratio", "config_factor", "config_price", "flash2", "kind_cost",
+    "_valid_pairs", "a100_record", "balance_factor", "calibration_rows", "carry_ratio", "config_factor", "config_price", "flash2", "kind_cost",
     "kind_parts", "measured_config", "ours", "published_nsa", "shipped_launch", "shipped_warps_sel", "total", "warps_factor",
 ]  # fmt: skip
 
@@ -177,7 +178,7 @@ def transient_bytes(
     BH = s.B * s.Hkv
     ns = -(-T // s.lp)
     npairs = BH * T * min(s.n, ns)
-    seg = _seg_pairs(T)
+    seg = _seg_pairs(T, npairs, launch["seg_target"])  # the shipped segments (seg_target)
     nseg = BH * ns + math.ceil(npairs / seg)
     nb = -(-s.lp // launch["bn_sel"])  # key chunks of a block
     rows = BH * T * s.G
@@ -285,6 +286,10 @@ WHAT_IF = {
     # that H100 measured the tiles no faster (merge_tiles shipped unmeasured before it), so the same as
     # main's rows now; the tiles are `merge_tiles=True` (kind "sel_fwd_merge@tiles")
     "merge_tiles_off": {"merge_tiles": False},
+    # the reverse index's segments of T/4 pairs (to 2048) alone, as every GPU run measured them: at B = 1
+    # and 8k M7C's two sequences make 286 programs, the longest (block 0's, 96 steps forward) 2.1x the even
+    # spread (seg_target ships unmeasured: the keys kernels' schedule, bench/attention_cost/balance.py)
+    "seg_target_off": {"seg_target": 0},
     # every change shipped since the last GPU run off (prices.py SINCE_LAST_RUN: the 2026-11-26c H100
     # measured all it held before; it holds the flips shipped after that run on its probes, at the
     # values the run measured; and sm_80's keys_dq_mma and 64 keys rows with keys_rowlim): the model

@@ -18,6 +18,7 @@ head_dim-128 candidates of bench/tiles_d128.py: "paper"); a value "rows:N" for B
   python bench/kernel_probe.py --dry-run --only cmp_bwd --shapes paper:8192:2 paper:32768:1   # no GPU
   python bench/kernel_probe.py --only selected --shapes m7c:8192:8 --match keys_div32 --match pdq_bits
   python bench/kernel_probe.py --only selected --shapes m7c:8192:8 m7c:65536:1 --match merge_tiles
+  python bench/kernel_probe.py --only selected --shapes m7c:8192:1 m7c:16384:1 --match seg_target
   python bench/kernel_probe.py --only selected --shapes m7c:8192:8 m7c:65536:1 --match keys_rowlim   # A100
   python bench/kernel_probe.py --dry-run --arch 80 --only selected --shapes m7c:8192:8   # sm_80's configs
   python bench/kernel_probe.py --only rope --shapes paper:8192:8 m7c:8192:8 --match fuse_q_grad
@@ -251,6 +252,13 @@ SEL_VARIANTS = [
     # key-major kernels run at G <= 8. The second with the dQ merge's fp32 partials.
     {"shape": "m7c", "merge_tiles": True},
     {"shape": "m7c", "merge_tiles": True, "pdq_bits": 32},
+    # The reverse index's segments of T/4 pairs (to 2048) alone (seg_target 0: what every GPU run measured)
+    # instead of the shipped at most B*Hkv*T*n / 512 (selected.py `_config`; S 512 at M7C 8k x 1, 1024 at
+    # 16k x 1, the same S at B*T >= 32k): shipped on the keys kernels' schedule (bench/attention_cost/
+    # balance.py: at 8k x 1 the 32 longest of 286 programs run 2.1x the even spread), unmeasured. Run at
+    # m7c:8192:1 and m7c:16384:1 (fwd: `_sel_fwd_keys_kernel`; fwd+bwd adds `_sel_bwd_keys_kernel` and the
+    # reduce over 4x the segments).
+    {"shape": "m7c", "seg_target": 0},
 ]
 
 

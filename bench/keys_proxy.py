@@ -179,14 +179,17 @@ def pairs_per_block(T: int, n: int = N_SEL, lp: int = LP) -> list[int]:
     return [round(c) for c in cnt]
 
 
-def segments(T: int, B: int, Hkv: int, G: int, BR: int, n: int = N_SEL, cnt: list[int] | None = None) -> dict:
+def segments(
+    T: int, B: int, Hkv: int, G: int, BR: int, n: int = N_SEL, cnt: list[int] | None = None, target: int = 0
+) -> dict:
     """programs (the static grid, reverse_index's NSEG), used segments, steps (BR-row trips summed over
     programs) and pairs of one launch (one key chunk: BN = l'); `cnt`: pairs per block of one
-    sequence (default: `pairs_per_block`), the same for every (batch, KV head)."""
+    sequence (default: `pairs_per_block`), the same for every (batch, KV head); `target`: selected.py
+    `_config`'s seg_target (0: T/4 alone, what the measured runs had at their shapes)."""
     from nsa.attention.triton.selected_keys import index_bounds
 
     bh = B * Hkv
-    S, nseg = index_bounds(bh, T, n, LP)  # the kernels' S and static grid
+    S, nseg = index_bounds(bh, T, n, LP, target)  # the kernels' S and static grid
     cnt = pairs_per_block(T, n) if cnt is None else cnt
     used = steps = pairs = 0
     for c in cnt:

@@ -43,6 +43,12 @@ QUEUE=(
   # budget), so 45-60 s each (the training steps 45-75 s: their compiles); the whole queue fits the
   # default --budget 420; scripts/gpu-session.sh's 280 reaches the first five at those limits, all of
   # them at that H100's pace.
+  # The reverse index's segments at most B*Hkv*T*n / 512 pairs (selected.py seg_target), shipped unmeasured
+  # for B = 1: at M7C 8k x 1 the keys kernels' 286 programs of T/4 = 2048 pairs hold 32 that run 2.1x the
+  # even spread (bench/attention_cost/balance.py); the model prices NSA/FA2 there 1.229 -> 1.071 on an
+  # H100. No run has measured B = 1 below 64k: the shipped S (512 / 1024) against seg_target 0 (T/4),
+  # and 8k x 8, where S is the same (the control)
+  "seg_target|45|--only selected --shapes m7c:8192:1 m7c:16384:1 m7c:8192:8 --match seg_target"
   # The M7C selection at 1 warp under a 168-register cap, shipped on m7c 64k alone (4.64 ms vs 5.67;
   # 1 warp uncapped 4.75): `_cmp_select` is M7C's largest kernel at 32k (3.16 ms of 14.37) where NSA/FA2
   # misses its target by 3 %, and the model prices it 1.33-1.42x too fast at 8k-32k

@@ -181,6 +181,7 @@ def shipped_launch(
         "bm_merge": sc["BM_merge"],
         "merge_tiles": sc["merge_tiles"],  # the merges' metadata as one tile (False: the runs' loops)
         "pdq_bits": sc["pdq_bits"],
+        "seg_target": sc["seg_target"],  # the index's segments: >= ~seg_target a launch (0: T/4 alone)
         # the keys kernel's other settings (the A100 prices look its sm_80 SASS up by them: sass80.py)
         "warps_keys": sc["warps_keys"],
         "stages_kv": sc["stages_kv"],
@@ -283,11 +284,11 @@ def _sel_steps(T: int, s: Shape, TP: int, shared: bool = False) -> float:
     return steps
 
 
-def _seg_pairs(T: int) -> int:
+def _seg_pairs(T: int, pairs: int = 0, target: int = 0) -> int:
     """(query, block) pairs a segment of the key-major selected kernels (one program each): the kernels'
-    own rule, selected_keys.py's `_seg_pairs` (T/4, clamped to [16, 2048]: a rule of T, not a
-    `_config` entry)."""
-    return _kernel_modules()[2]._seg_pairs(T)
+    own rule, selected_keys.py's `_seg_pairs` (T/4, clamped to [16, 2048]; with selected.py `_config`'s
+    seg_target, launch "seg_target", also at most the table's `pairs` / target; 0 in the past builds)."""
+    return _kernel_modules()[2]._seg_pairs(T, pairs, target)
 
 
 def _valid_pairs(T: int, s: Shape) -> float:

@@ -102,6 +102,7 @@ def ours(
     select_one_warp: bool | None = None,
     cmp_dq_stages2: bool | None = None,
     dkdv_rows128: bool | None = None,
+    seg_target: int | None = None,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     balanced_dkv=False the
@@ -190,6 +191,9 @@ def ours(
     False: 1 stage, as that run measured it. dkdv_rows128: the query-major dK/dV past head_dim 64 at
     128 rows a step and 8 warps (selected.py `_config` BR / warps_kv), tagged `@br128`; False: 32 rows
     at 4 warps, as every run measured it (and the 8-warp builds before 4e22175, `warps_dkdv` 8).
+    seg_target: the reverse index's segments at most B*Hkv*T*n / seg_target pairs besides T/4
+    (selected.py `_config` "seg_target", shipped unmeasured; bench/attention_cost/balance.py prices
+    the key-major grids' program lengths); 0: T/4 alone, as every run measured it.
     None: what the code ships."""
     launch = shipped_launch(s, cc, before_ce226a4, before_2930e5c)
     given = {
@@ -214,6 +218,7 @@ def ours(
         "select_split": select_split,
         "tok_pipe": tok_pipe,
         "merge_tiles": merge_tiles,
+        "seg_target": seg_target,
     }
     launch.update({f: v for f, v in given.items() if v is not None})
     if select_one_warp is False and warps_sel is None and launch["warps_sel"] == 1:  # 2 without one_warp

@@ -46,6 +46,8 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
+from .balance import balance_factor
+
 
 @dataclass(frozen=True)
 class Gpu:
@@ -101,8 +103,7 @@ DRAM_EFF, ALU_EFF, LAUNCH_S = 0.8, 0.3, 4e-6
 # H100_COST: fitted on the first GPU run (H100, bench/gpu/2026-11-26-h100-speed.json, the kernels of
 # RUN_BUILDS' entry for it): every kind whose kernel has not changed since, and the two that have
 # (kept for that run's check and the `before_split` what-if): `cmp_fused` + `cmp_topn`, the fused
-# two-pass compressed forward (before 45bc233), and `sel_dkdv_w8`, the key-major dK/dV at 8 warps
-# (before 4e22175).
+# two-pass compressed forward (before 45bc233), and `sel_dkdv_w8`, the key-major dK/dV at 8 warps (before 4e22175).
 H100_COST: dict[str, dict[str, float]] = {
     "cmp_fused": {"programs": 4600, "steps": 2510},  # the fused forward (_cmp_select_work, 2 passes)
     "cmp_topn": {"token_steps": 1950},  # its top-n merge, per token per pass-2 step
@@ -353,8 +354,8 @@ def carry_ratio(key: str) -> float | None:
 # what is listed are its probes' verdicts, flipped after it ("flips"). Below, the list it emptied:
 # what the run before it (main at 050ce66) measured.
 SINCE_LAST_RUN: dict[str, int | bool] = {
-    # flipped after it on its probes (bench/RESULTS.md "flips"), at the values it measured
-    "select_one_warp": False, "cmp_dq_stages2": False, "dkdv_rows128": False,
+    # flipped after it on its probes (bench/RESULTS.md "flips") or shipped since (seg_target), at its values
+    "select_one_warp": False, "cmp_dq_stages2": False, "dkdv_rows128": False, "seg_target": 0,
 }  # fmt: skip
 _SINCE_050CE66: dict[str, int | bool] = {
     "keys_div32": False, "select_cut": 0, "tok_pipe": 0, "flash_tiles": False, "select_shm": 0, "select_split": 0,
@@ -437,6 +438,7 @@ class Kernel:
     programs: int = 0  # 0: a bandwidth-bound grid the model does not size (waves not counted)
     per_sm: int = 1  # resident programs per SM (registers / shared memory)
     crit: float = 0.0  # FLOPs of the longest program (load imbalance)
+    steps: tuple = ()  # a key-major grid's steps a program (balance.py's factor replaces the waves')
     launches: int = 1
     extra: dict = field(default_factory=dict)
     work: dict = field(default_factory=dict)  # counts the fitted cycle costs apply to (COST)
@@ -479,7 +481,9 @@ class Kernel:
             )
         slots = gpu.sms * self.per_sm
         waves = math.ceil(self.programs / slots)
-        if self.flops and self.programs and waves < 8:  # a short grid idles part of the GPU in its last wave
+        if self.steps:  # the programs' lengths scheduled on the SMs' slots (balance.py)
+            t *= balance_factor(self.steps, slots, "fwd" if "_fwd" in self.kind else "bwd")
+        elif self.flops and self.programs and waves < 8:  # a short grid idles SMs in its last wave
             t *= waves * slots / self.programs
         if self.crit:  # the longest program runs alone on its SM at the end
             t = max(t, self.crit / (gpu.peak * eff / gpu.sms))

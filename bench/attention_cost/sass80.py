@@ -150,7 +150,9 @@ def keys_bwd_work(T: int, s: Shape, st: dict) -> dict | None:
     rec = a100_record()["keys_bwd"].get(keys_key(s.G, s.D, st))
     if rec is None:
         return None
-    sg = _bench("keys_proxy").segments(T, s.B, s.Hkv, s.G, st["BR_keys"], n=s.n)
+    sg = _bench("keys_proxy").segments(
+        T, s.B, s.Hkv, s.G, st["BR_keys"], n=s.n, target=st.get("seg_target", 0)
+    )
     p = rec["paths"]
     w = st["warps_keys"]
 

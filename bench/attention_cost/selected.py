@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from .balance import segment_steps
 from .counts import (
     Shape,
     _cfg,
@@ -131,9 +132,16 @@ def selected_kernels(
     # 64), full tiles for any G; each row's q (and dO) gathered by the sorted pair list; a program
     # per segment of <= seg pairs of one block x nb key chunks (nb = 1: BN = l' = 64).
     BR = launch["br_dkdv"]
-    seg = _seg_pairs(T)
+    seg = _seg_pairs(T, BH * T * k, launch.get("seg_target", 0))
     nseg = BH * ns + math.ceil(BH * T * k / seg)
     nb = -(-s.lp // launch["bn_sel"])
+
+    # The keys kernels' programs, scheduled (balance.py: a program walks one segment; at B = 1 and 8k
+    # the few longest, block 0's and the early blocks', set the launch's time): 2 an SM (180-227
+    # registers at 128 threads, sm_80 / sm_90).
+    def steps(br: int) -> tuple[int, ...]:
+        return segment_steps(T, BH, G, s.n, s.lp, br, seg, nseg) if nb == 1 else ()
+
     prow = npairs * G
 
     def unit(br: int) -> float:  # one GEMM over every row tile of br rows and the block's keys
@@ -163,7 +171,8 @@ def selected_kernels(
         ks.append(Kernel("sel_fwd_keys", "selected", "fwd", f"sel_keys_fwd@{_cfg(D)}",
                          2 * unit(launch["br_fwd_keys"]), 2 * useful,
                          act + 2 * kvb + npairs * 8 + po, l2=prow * D * bf + npairs * 8,
-                         programs=nseg * nb, per_sm=1, work={"programs": nseg * nb}))  # fmt: skip
+                         programs=nseg * nb, per_sm=2, work={"programs": nseg * nb},
+                         steps=steps(launch["br_fwd_keys"])))  # fmt: skip
         # merge_tiles (selected.py `_config`, a probe variant since the H100 of 2026-11-26c measured it
         # no faster): the rows' metadata loaded once as a tile, PL once (its max and the weights from
         # the same tile), the PO loads unrolled: one read of PL and of the table instead of two, priced
@@ -201,13 +210,14 @@ def selected_kernels(
                   "warps_keys": launch.get("warps_keys", 4 if D <= 64 else 8),
                   "stages_kv": launch.get("stages_kv", 1), "keys_div32": launch.get("keys_div32", False),
                   "keys_dq_mma": launch.get("keys_dq_mma", False),
-                  "keys_rowlim": launch.get("keys_rowlim", False)}  # fmt: skip
+                  "keys_rowlim": launch.get("keys_rowlim", False),
+                  "seg_target": launch.get("seg_target", 0)}  # fmt: skip
             kwork.update(keys_bwd_work(T, s, st) or {})
         ks.append(Kernel("sel_bwd_keys", "selected", "bwd", f"sel_keys_bwd@{_cfg(D)}{br_tag}",
                          5 * unit(launch["br_bwd_keys"]), 5 * useful,
                          2 * act + 2 * kvb + 2 * lse + npairs * 8 + part + pdq,
-                         l2=prow * D * bf * 2 + prow * 8, programs=nseg * nb, per_sm=1,
-                         work=kwork))  # fmt: skip
+                         l2=prow * D * bf * 2 + prow * 8, programs=nseg * nb, per_sm=2,
+                         work=kwork, steps=steps(launch["br_bwd_keys"])))  # fmt: skip
     else:
         ks.extend(_bwd_index(fwd_keys, index, entries, BH * ns, once))
         # dK/dV key-major: partial dK/dV per segment in fp32, summed by the reduction kernel.

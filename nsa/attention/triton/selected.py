@@ -320,6 +320,20 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         "MU_merge": 4,
         "BM_delta": 64,
         "warps_delta": 4,
+        # The reverse index's segments (selected_keys.py `_seg_pairs`, one key-major program each): at
+        # most B*Hkv*T*n / seg_target pairs (powers of two) besides T/4 clamped to [16, 2048]; 0, T/4
+        # alone, what every GPU run measured (a bench/kernel_probe.py variant). Every run was at B*T =
+        # 64k (2,300-9,000 programs); at B = 1 and 8k M7C's two sequences make 286 programs of S = 2048
+        # whose 32 longest (block 0's 4, the early blocks' 28: 96 steps of 128 rows forward) run 2.1x the
+        # even spread of 45 steps a program slot. At 512: S 512 at 8k x 1, 1024 at 16k x 1, unchanged at
+        # B*T >= 32k; the keys kernels' schedule (bench/attention_cost/balance.py, its stretch fitted on
+        # the H100 of 2026-11-26c's 8k x 8 / 16k x 4 points) prices NSA/FA2 at M7C 8k x 1 on an H100
+        # 1.229 -> 1.071 (A100 1.732 -> 1.595), 16k 0.630 -> 0.614, 32k / 64k unchanged; 256 / 1024
+        # price 1.104 / 1.098 at 8k (bench/RESULTS.md "selkeys"). Unmeasured. A pair's partials are the
+        # same computation at another row of another tile, dK/dV sums its segments' fp32 partials in
+        # other groupings: equal to rounding (interpreter test). G > 8 (the query-major dK/dV) keeps
+        # T/4: its price has no schedule.
+        "seg_target": 512 if G <= 8 else 0,
     }
     # The keys backward's rows through the one rule of what fits (selected_keys_bwd.keys_rows).
     return keys_rows(cfg, arch)
@@ -461,14 +475,14 @@ def _selected_bwd(
     if keys:
         pdq_dtype(cfg, q.dtype)  # a bad pdq_bits (a probe's patched config) stops before any launch
     if order.numel() == 0:
-        index = reverse_index(idx, valid8, LP)
+        index = reverse_index(idx, valid8, LP, cfg["seg_target"])
     else:
         if order.shape != (BH * T * NK,) or start.shape != (BH * -(-T // LP) + 1,):
             raise ValueError(
                 f"nsa_triton::selected_bwd: reverse index of shapes {tuple(order.shape)} / {tuple(start.shape)} "
                 f"for a table {tuple(idx.shape)} at sel_block {LP}; pass the forward's index or empty tensors"
             )
-        index = (order, start, seg_end, *index_bounds(BH, T, NK, LP))
+        index = (order, start, seg_end, *index_bounds(BH, T, NK, LP, cfg["seg_target"]))
     if keys:
         # dQ from the dK/dV kernel's products, merged per token.
         dq, pdk, pdv = keys_backward(dout, q, k, v, idx, valid, out, lse, index, LP, scale, cfg, prec, delta)

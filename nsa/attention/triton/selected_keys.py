@@ -274,20 +274,29 @@ def _sel_fwd_segs_kernel(START, SEG_END, NBLK, S, BLOCK: tl.constexpr):
 INDEX_BLOCK = 1024  # table entries per program of _sel_fwd_index_kernel, blocks per step of the scan
 
 
-def _seg_pairs(T: int) -> int:
+def _seg_pairs(T: int, pairs: int = 0, target: int = 0) -> int:
     """S, (query, block) pairs per segment of the key-major kernels: bounds a program's work (block 0 is
-    listed by every query) while keeping the partial-dK/dV buffer small: T/4 pairs, clamped to [16, 2048]."""
-    return min(2048, max(16, next_pow2(T) // 4))
+    listed by every query) while keeping the partial-dK/dV buffer small: T/4 pairs, clamped to [16, 2048].
+    With `target` (selected.py `_config`'s seg_target; 0: off) also at most the table's `pairs` (B*Hkv*T*n)
+    / target, rounded to powers of two (floor 16): at least ~target segments a launch, so a short grid
+    (B = 1 at 8k: 2 (batch, KV head) sequences at M7C) is not as long as its few longest programs."""
+    S = min(2048, max(16, next_pow2(T) // 4))
+    if target and pairs:
+        S = min(S, max(16, next_pow2(pairs) // next_pow2(target)))
+    return S
 
 
-def index_bounds(BH: int, T: int, NK: int, LP: int) -> tuple[int, int]:
-    """(S, NSEG) of `reverse_index` for a table [BH, T, NK]: pairs per segment and the static bound on
-    the segments, from the shape alone (the backward takes them so for the forward's index)."""
-    S = _seg_pairs(T)
+def index_bounds(BH: int, T: int, NK: int, LP: int, target: int = 0) -> tuple[int, int]:
+    """(S, NSEG) of `reverse_index` for a table [BH, T, NK] and `_config`'s seg_target: pairs per segment
+    and the static bound on the segments, from the shape alone (the backward takes them so for the
+    forward's index, with the same config)."""
+    S = _seg_pairs(T, BH * T * NK, target)
     return S, BH * -(-T // LP) + -(-(BH * T * NK) // S)
 
 
-def reverse_index(idx: Tensor, valid8: Tensor, LP: int) -> tuple[Tensor, Tensor, Tensor, int, int]:
+def reverse_index(
+    idx: Tensor, valid8: Tensor, LP: int, target: int = 0
+) -> tuple[Tensor, Tensor, Tensor, int, int]:
     """The selected branch's reverse index, the only one: the (query, block) pairs sorted by block, cut
     into segments of at most S pairs, in 2 kernels and 3 aten ops (sort, arange, searchsorted), no
     host sync. Built once per layer call: the key-major forward's, shared with the backward (selected.py
@@ -295,13 +304,14 @@ def reverse_index(idx: Tensor, valid8: Tensor, LP: int) -> tuple[Tensor, Tensor,
 
     Returns order [BH*T*n] (each sorted pair's flat position in the table [BH, T, n]; entries that add
     no keys -- invalid, block < 0 or after the query -- sort last), start [BH*Ns + 1] (where block b's
-    pairs begin), seg_end [BH*Ns] (cumulative count of S-pair segments), S (`_seg_pairs(T)`) and NSEG
+    pairs begin), seg_end [BH*Ns] (cumulative count of S-pair segments), S (`_seg_pairs`, at `target`:
+    `_config`'s seg_target) and NSEG
     = BH*Ns + ceil(BH*T*n / S), a static bound on the segments (a block with c pairs uses ceil(c/S) <
     c/S + 1 of them): the key-major grids. S and NSEG are Python ints of the static shape."""
     B, Hkv, T, NK = idx.shape
     BH, ns = B * Hkv, -(-T // LP)
     nblk, npos = BH * ns, BH * T * NK
-    S, nseg = index_bounds(BH, T, NK, LP)
+    S, nseg = index_bounds(BH, T, NK, LP, target)
     # int32 sort keys (global block ids <= NBLK): a radix sort of half the key bits of int64 ones, the
     # same stable order (entries that add no keys get NBLK and sort last).
     key = torch.empty(npos, dtype=torch.int32, device=idx.device)
@@ -325,7 +335,7 @@ def keys_forward(
     tuple), which the backward reuses."""
     B, Hkv, T, G, D = q.shape
     BH, NK = B * Hkv, idx.shape[-1]
-    index = reverse_index(idx, valid8, LP)
+    index = reverse_index(idx, valid8, LP, cfg["seg_target"])
     order, start, seg_end, S, nseg = index
     ns = -(-T // LP)
     nb = cdiv(LP, cfg["BN"])

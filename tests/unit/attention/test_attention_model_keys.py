@@ -177,7 +177,11 @@ def test_the_key_major_kernels_are_priced_from_the_keys_run_plus_their_partials(
                 assert m.measured_config(k.kind) == "sel_keys_bwd@div32"
                 eff, dram, f = *m.H100C_COST["sel_keys_bwd@div32"].values(), 1.0
             mma = k.flops / (gpu.peak * eff) * (f if gname != "A100" else 1.0)
-            want = mma + dram * f * k.dram / gpu.dram + m.LAUNCH_S
+            # the programs' lengths scheduled on 2 slots an SM (balance.py), relative to the fitted runs'
+            assert k.per_sm == 2 and len(k.steps) == k.programs
+            stretch = m.balance_factor(k.steps, gpu.sms * 2, name[4:7])
+            assert 0.95 < stretch < 1.0  # 64k x 1: a schedule more even than the fitted runs' mean
+            want = (mma + dram * f * k.dram / gpu.dram) * stretch + m.LAUNCH_S
             assert k.time(gpu) == pytest.approx(want, rel=1e-9), (gname, name)
         tiles = {k.name: k for k in m.ours_on(65536, s, gpu, delta_folded=False, merge_tiles=True)}
         for name, kind in (("sel_fwd_merge", "sel_fwd_merge"), ("sel_bwd_dq_merge", "sel_dq_merge")):
@@ -487,3 +491,30 @@ def test_q_grad_fused_replaces_autograds_sum_in_the_shipped_build_only() -> None
             before = old["q_grad_sum"] + old["rope_bwd"]
             after = new["rope_q_grad"] + new["rope_bwd"]
             assert 0.4 < before < 0.5 and after < 0.6 * before, (before, after)
+
+
+def test_the_keys_kernels_schedule_is_fitted_on_the_run_and_prices_the_short_grid() -> None:
+    """bench/attention_cost/balance.py: its table model is bench/keys_proxy.py's, its ALPHA and REF are
+    what bench/keys_balance.py fits on the 2026-11-26c H100 run, and at M7C 8k x 1 the T/4 segments'
+    longest programs stretch the keys kernels (r > 2) where seg_target's (S 512) do not (r < 1.15);
+    the shipped build (seg_target 512) prices the selected branch below the T/4 build at 8k and 16k
+    and the same from 32k."""
+    balance = vars(sys.modules[m.balance_factor.__module__])  # the module the model prices with
+    kp, kb = load_bench("keys_proxy"), load_bench("keys_balance")
+    for T in (2048, 8192, 65536):
+        assert balance["pairs_per_block"](T, 16, 64) == kp.pairs_per_block(T)
+    fit = kb.fit()
+    assert next(r["alpha"] for r in fit if "alpha" in r) == pytest.approx(balance["ALPHA"], abs=0.005)
+    for r in (r for r in fit if "ref" in r):
+        assert r["value"] == pytest.approx(balance["REF"][r["ref"]], abs=0.001)
+    b1 = {(r["T"], r["seg_target"]): r for r in kb.b1((0, 512))}
+    assert b1[(8192, 0)]["S"] == 2048 and b1[(8192, 0)]["fwd_r"] > 2 and b1[(8192, 0)]["bwd_r"] > 2
+    assert b1[(8192, 512)]["S"] == 512 and b1[(8192, 512)]["fwd_r"] < 1.15 and b1[(8192, 512)]["bwd_r"] < 1.15
+    s, gpu = m.SHAPES["m7c"], m.GPUS["H100"]
+    for T in (8192, 16384, 32768, 65536):
+        on, off = (
+            sum(k.time(gpu) for k in m.ours(T, s, seg_target=t) if k.branch == "selected") for t in (None, 0)
+        )
+        assert (
+            on < 0.85 * off if T == 8192 else on < off if T == 16384 else on == pytest.approx(off, rel=1e-12)
+        )

@@ -134,7 +134,7 @@ def test_merge_reads_only_written_partials_and_runs_are_bitwise_equal():
     cfg = tsel._launch_config(G, D, lp)
     assert cfg["fwd_keys"]
     valid8 = valid.view(torch.int8)
-    order, start, seg_end, S, nseg = tkeys.reverse_index(idx, valid8, lp)
+    order, start, seg_end, S, nseg = tkeys.reverse_index(idx, valid8, lp, cfg["seg_target"])  # the launcher's
     nb = -(-lp // cfg["BN"])
     assert nb == 2
     po = torch.full((nb, T * n, G, D), float("nan"))

@@ -267,7 +267,8 @@ def test_forward_index_is_the_backwards(monkeypatch, keys):
     idx, valid = _odd_table(T, lp, 4, seed=90)
     scale = D**-0.5
     out, lse, *index = torch.ops.nsa_triton.selected_fwd(q, k, v, idx, valid, lp, scale, True)
-    want = tkeys_index.reverse_index(idx, valid.view(torch.int8), lp)
+    target = tsel._launch_config(6, D, lp)["seg_target"]  # the launcher's segments
+    want = tkeys_index.reverse_index(idx, valid.view(torch.int8), lp, target)
     assert all(torch.equal(a, b) for a, b in zip(index, want[:3], strict=True))
     shared = torch.ops.nsa_triton.selected_bwd(dout, q, k, v, idx, valid, out, lse, *index, lp, scale, True)
     own = _backward(q, k, v, idx, valid, lp, dout, (out, lse))
