@@ -19,6 +19,14 @@ the launches); GPU-bound as issue_ms << wall_ms and busy_ms ~ gpu_ms. One JSON r
     python bench/step_host.py --config configs/m7c_125m.yaml                      # NSA, compiled (GPU)
     python bench/step_host.py --config configs/m7c_125m.yaml --set model.attention=dense
     .venv/bin/python bench/step_host.py --dry-run     # no GPU: configs/tiny.yaml on CPU, eager
+    .venv/bin/python bench/step_host.py --syncs --config configs/tiny.yaml   # no GPU: sync sites
+
+`--syncs` needs no GPU: it runs the real trainer (nsa-train's `main`) on the meta device standing in
+for the GPU, with the NSA triton ops bound there as on CUDA (their fake kernels run), under
+nsa.train.hostsync.HostSyncs, for `--steps` and 2 x `--steps` optimizer steps each logging once at
+its end; the difference is what the extra ordinary steps synced (0 expected). Eager and fp32 (dynamo
+does not trace under a dispatch mode, autocast has no meta kernels); the fused AdamW's device check
+is told meta is fine (its meta kernel exists). Prints one JSON row with every site.
 """
 
 from __future__ import annotations
@@ -140,6 +148,42 @@ def run(config: str, sets: list[str], steps: int, warmup: int, prof_steps: int) 
     return row
 
 
+def trainer_syncs(config: str, sets: list[str], steps: int, run_dir: str) -> dict:
+    """Sync sites (nsa.train.hostsync) of `steps` trainer steps on the meta device, logging once at the end."""
+    from unittest import mock
+
+    import torch
+    import torch.optim.adam as adam
+
+    import nsa.attention.nsa as nsa_attention
+    from nsa.train import trainer
+    from nsa.train.cli import main as train_main
+    from nsa.train.dist import DistInfo
+    from nsa.train.hostsync import HostSyncs
+
+    real_resolve = nsa_attention.resolve_backend
+
+    def resolve(backend: str, device) -> str:  # meta stands in for CUDA: what CUDA would run
+        if torch.device(device).type == "meta" and backend in ("auto", "triton"):
+            return "triton"
+        return real_resolve(backend, device)
+
+    meta = DistInfo(0, 0, 1, torch.device("meta"), None)
+    fixed = ["train.device=cpu", "train.dtype=fp32", "train.warmup_steps=0", "parallel.compile=false", "train.eval_every=0",
+             "train.save_every=0", "train.save_final=false", "telemetry.tensorboard=false"]  # fmt: skip
+    argv = ["--config", config, "--run-dir", run_dir]
+    for s in [*sets, *fixed, f"train.steps={steps}", f"train.log_every={steps}"]:
+        argv += ["--set", s]
+    with (
+        mock.patch.object(trainer, "init_distributed", lambda *a: meta),
+        mock.patch.object(nsa_attention, "resolve_backend", resolve),
+        mock.patch.object(adam, "_device_dtype_check_for_fused", lambda *a, **k: None),
+        HostSyncs() as spy,
+    ):
+        rc = train_main(argv)
+    return {"rc": rc, "sites": dict(spy.sites), "syncs": sum(spy.syncs().values())}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=str(_REPO / "configs" / "m7c_125m.yaml"))
@@ -152,7 +196,25 @@ def main() -> None:
         action="store_true",
         help="no GPU: configs/tiny.yaml on CPU, eager, 2 steps (checks the probe runs; no GPU fields)",
     )
+    ap.add_argument(
+        "--syncs",
+        action="store_true",
+        help="no GPU: host syncs of --steps and 2 x --steps trainer steps on the meta device, by call site",
+    )
     args = ap.parse_args()
+    if args.syncs:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            a, b = (
+                trainer_syncs(args.config, args.sets, n, f"{d}/r{n}") for n in (args.steps, 2 * args.steps)
+            )
+        extra = {k: b["sites"].get(k, 0) - a["sites"].get(k, 0) for k in {*a["sites"], *b["sites"]}}
+        row = {"bench": "train/step_syncs", "config": args.config, "sets": args.sets, "steps": args.steps,
+               "rc": [a["rc"], b["rc"]], "syncs": [a["syncs"], b["syncs"]], "sites": b["sites"],
+               "per_extra_step": {k: v / args.steps for k, v in sorted(extra.items()) if v}}  # fmt: skip
+        print(json.dumps(row), flush=True)
+        return
     if args.dry_run:
         sets = [*args.sets, "train.device=cpu", "parallel.compile=false", "model.nsa.backend=eager"]
         row = run(str(_REPO / "configs" / "tiny.yaml"), sets, 2, 1, 0)
