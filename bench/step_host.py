@@ -58,6 +58,7 @@ def build(config: str, sets: list[str]):
         "attention": cfg.model.attention,
         "backend": getattr(getattr(cfg.model, "nsa", None), "backend", None),
         "compile": cfg.parallel.compile,
+        "compile_mode": cfg.parallel.compile_mode,
         "seq_len": t.seq_len,
         "batch": t.batch_size,
         "dtype": "bf16" if bf16 else "fp32",
@@ -216,7 +217,8 @@ def main() -> None:
         print(json.dumps(row), flush=True)
         return
     if args.dry_run:
-        sets = [*args.sets, "train.device=cpu", "parallel.compile=false", "model.nsa.backend=eager"]
+        sets = [*args.sets, "train.device=cpu", "parallel.compile=false", "parallel.compile_mode=default",
+                "model.nsa.backend=eager"]  # fmt: skip
         row = run(str(_REPO / "configs" / "tiny.yaml"), sets, 2, 1, 0)
         row["dry_run"] = True
     else:

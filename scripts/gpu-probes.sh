@@ -74,6 +74,11 @@ QUEUE=(
   # vs 6.93 / 6.59 on, inside the noise: the same process timed the shipped build at 6.40 and 6.93):
   # the same shapes again in the flipped build, the one step that repeats a measured shape, so last
   "merge_tiles|45|--only selected --shapes m7c:8192:8 m7c:65536:1 --match merge_tiles"
+  # The same NSA step with CUDA graphs per block (parallel.compile_mode=reduce-overhead: no host issue
+  # of the blocks' launches; never run on a GPU yet): against step_host_nsa's issue_ms / gpu_ms above,
+  # whether replaying graphs closes the NSA-dense gap (bench/RESULTS.md "Host syncs and host cost of
+  # the compiled training step"). Last: run when the kernel steps leave time (their real 10-22 s each)
+  "step_host_cudagraphs|75|@step_host.py --config configs/m7c_125m.yaml --steps 10 --warmup 3 --set parallel.compile_mode=reduce-overhead"
 )
 if [ "$LIST" = 1 ]; then
   for q in "${QUEUE[@]}"; do IFS='|' read -r name limit args <<<"$q"; echo "$name $limit $args"; done
