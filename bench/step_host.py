@@ -11,7 +11,10 @@ fused AdamW, gradient clipping; random tokens) and reports per step:
 - gpu_ms: CUDA events recorded before and after the step's work on the current stream (the GPU's
   span of the step, idle gaps included); wall_ms: until a synchronize after it;
 - from torch.profiler over `--profile-steps` steps: the GPU's kernel time a step (busy_ms, the sum
-  of every CUDA kernel's time) and its share of gpu_ms, and kernel launches a step.
+  of every CUDA kernel's time) and its share of gpu_ms, kernel launches a step and the 15 largest
+  kernels by time (top_kernels);
+- sync_debug: the synchronizing CUDA calls of one step under torch.cuda.set_sync_debug_mode("warn")
+  (0 expected: the `--syncs` check below found none on CPU).
 
 Host-bound reads as issue_ms ~ gpu_ms ~ wall_ms with busy_ms well below gpu_ms (the GPU waits on
 the launches); GPU-bound as issue_ms << wall_ms and busy_ms ~ gpu_ms. One JSON row; never asserts.
@@ -92,6 +95,7 @@ def profile_steps(step, sync, n: int) -> dict:
             step()
         sync()
     busy_us, kernels, launch_cpu_us = 0.0, 0, 0.0
+    top = []
     for ev in prof.key_averages():
         dev_us = getattr(ev, "self_device_time_total", None)
         if dev_us is None:
@@ -99,13 +103,41 @@ def profile_steps(step, sync, n: int) -> dict:
         if ev.device_type == torch.autograd.DeviceType.CUDA:
             busy_us += dev_us
             kernels += ev.count
+            top.append((dev_us, ev.count, ev.key))
         if ev.key in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC"):
             launch_cpu_us += ev.self_cpu_time_total
     return {
         "busy_ms_per_step": round(busy_us / 1e3 / n, 2),
         "kernels_per_step": round(kernels / n, 1),
         "launch_api_cpu_ms_per_step": round(launch_cpu_us / 1e3 / n, 2),
+        # where the GPU time goes: NSA's step against dense's names the kernels (copies, the
+        # attention's own) that fill the gap the attention benchmark does not see
+        "top_kernels": [
+            {"kernel": k[:100], "ms_per_step": round(us / 1e3 / n, 3), "calls_per_step": round(c / n, 1)}
+            for us, c, k in sorted(top, reverse=True)[:15]
+        ],
     }
+
+
+def sync_check(step, sync) -> dict:
+    """One step under torch.cuda's sync debug mode ("warn"): every synchronizing CUDA call it makes
+    (a copy to the host, `.item()`, a blocking copy...) raises a warning; none expected
+    (bench/RESULTS.md "Host syncs and host cost of the compiled training step", checked on CPU)."""
+    import warnings
+
+    import torch
+
+    sync()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            step()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    sync()
+    msgs = [str(w.message).splitlines()[0][:200] for w in caught if "synchroniz" in str(w.message).lower()]
+    return {"syncs": len(msgs), "first": msgs[:3]}
 
 
 def run(config: str, sets: list[str], steps: int, warmup: int, prof_steps: int) -> dict:
@@ -139,6 +171,11 @@ def run(config: str, sets: list[str], steps: int, warmup: int, prof_steps: int) 
     # means cudaMalloc / cudaFree (which synchronize) inside steps, another way to stall the GPU
     mem1 = _alloc_counts(dev)
     row["allocator_during_steps"] = {k: mem1[k] - mem0[k] for k in mem0} if mem0 else None
+    if dev.type == "cuda":
+        try:
+            row["sync_debug"] = sync_check(step, sync)
+        except Exception as e:  # the timings above stand without it
+            row["sync_debug"] = f"{type(e).__name__}: {str(e)[:200]}"
     if dev.type == "cuda" and prof_steps:
         try:
             p = profile_steps(step, sync, prof_steps)
