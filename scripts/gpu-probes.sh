@@ -78,7 +78,7 @@ QUEUE=(
   # of the blocks' launches; never run on a GPU yet): against step_host_nsa's issue_ms / gpu_ms above,
   # whether replaying graphs closes the NSA-dense gap (bench/RESULTS.md "Host syncs and host cost of
   # the compiled training step"). Last: run when the kernel steps leave time (their real 10-22 s each)
-  "step_host_cudagraphs|75|@step_host.py --config configs/m7c_125m.yaml --steps 10 --warmup 3 --set parallel.compile_mode=reduce-overhead"
+  "step_host_cudagraphs|75|@step_host.py --config configs/m7c_125m.yaml --steps 10 --warmup 3 --set parallel.compile_mode=reduce-overhead --set train.grad_accum=1"
 )
 if [ "$LIST" = 1 ]; then
   for q in "${QUEUE[@]}"; do IFS='|' read -r name limit args <<<"$q"; echo "$name $limit $args"; done

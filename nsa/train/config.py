@@ -246,7 +246,8 @@ class ParallelConfig(_Strict):
     compile_mode: Literal["default", "reduce-overhead"] = Field(
         "default",
         description="torch.compile mode: default, or reduce-overhead = CUDA graphs per block (a block's "
-        "launches replayed by one graph launch: no host issue cost; inductor on CUDA only; GPU-unmeasured).",
+        "launches replayed by one graph launch: no host issue cost; inductor on CUDA, grad_accum 1 only; "
+        "GPU-unmeasured).",
     )
 
     @model_validator(mode="after")
@@ -597,6 +598,17 @@ def _cross_checks(cfg: TrainConfig, source: str, world_size: int | None) -> None
             "reduce-overhead",
             "records CUDA graphs, and train.device=cpu has none (inductor would skip them)",
             "set parallel.compile_mode=default, or train.device=cuda",
+        )
+    if cfg.parallel.compile_mode == "reduce-overhead" and t.grad_accum > 1:
+        # CUDA graph trees hand a block's gradient output to .grad on the first micro-batch and
+        # overwrite it on the next: an error or silently wrong sums (pytorch/pytorch#169545, open).
+        raise ConfigError(
+            source,
+            "parallel.compile_mode",
+            "reduce-overhead",
+            f"cannot accumulate gradients (train.grad_accum={t.grad_accum}): the CUDA graphs overwrite the "
+            "first micro-batch's gradient buffers on the next (pytorch/pytorch#169545)",
+            "set train.grad_accum=1 (a larger train.batch_size instead), or parallel.compile_mode=default",
         )
     if t.eval_every and cfg.data.val_fraction == 0:
         raise ConfigError(

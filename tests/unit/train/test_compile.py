@@ -118,6 +118,7 @@ def test_compile_mode_reduce_overhead_is_checked_at_load_and_exits_2(tmp_path: P
             "parallel.compile_backend=aot_eager",
         ("parallel.compile=true", "parallel.compile_mode=reduce-overhead", "train.device=cpu"): "train.device=cpu",
         ("parallel.compile=true", "parallel.compile_mode=max-autotune"): "'default' or 'reduce-overhead'",
+        ("parallel.compile=true", "parallel.compile_mode=reduce-overhead", "train.grad_accum=2"): "grad_accum=2",
     }  # fmt: skip
     for sets, says in bad.items():
         with pytest.raises(ConfigError) as ei:
@@ -137,8 +138,8 @@ def test_compile_mode_reduce_overhead_is_checked_at_load_and_exits_2(tmp_path: P
 
 def test_reduce_overhead_reaches_each_block_and_marks_every_micro_batch(tmp_path: Path, monkeypatch) -> None:
     """No CUDA graphs on CPU: nn.Module.compile and the step mark are spies, the blocks run eager.
-    Each block is compiled with mode reduce-overhead; each micro-batch (2 steps x 2) and each eval
-    batch starts with torch.compiler.cudagraph_mark_step_begin."""
+    Each block is compiled with mode reduce-overhead; each step's micro-batch (one: no accumulation
+    under CUDA graphs) and each eval batch starts with torch.compiler.cudagraph_mark_step_begin."""
     import torch
 
     from nsa.train import trainer
@@ -151,7 +152,7 @@ def test_reduce_overhead_reaches_each_block_and_marks_every_micro_batch(tmp_path
     monkeypatch.setenv("NSA_MALLOC", "system")
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     sets = ["train.device=auto", "train.seq_len=32", "train.batch_size=2", "model.n_layers=2", "train.steps=2",
-            "train.grad_accum=2", "train.log_every=2", "train.eval_every=2", "train.eval_batches=3",
+            "train.grad_accum=1", "train.log_every=2", "train.eval_every=2", "train.eval_batches=3",
             "train.warmup_steps=0", "train.save_final=false", "telemetry.tensorboard=false",
             "parallel.compile=true", "parallel.compile_mode=reduce-overhead"]  # fmt: skip
     argv = ["--config", str(REPO / "configs" / "tiny.yaml"), "--run-dir", str(tmp_path / "r")]
@@ -159,4 +160,4 @@ def test_reduce_overhead_reaches_each_block_and_marks_every_micro_batch(tmp_path
         argv += ["--set", s]
     assert main(argv) == 0
     assert modes == [{"backend": "inductor", "mode": "reduce-overhead"}] * 2
-    assert len(marks) == 2 * 2 + 3
+    assert len(marks) == 2 + 3
