@@ -16,9 +16,12 @@ of) for the pure host part.
 
   TRITON_INTERPRET=1 .venv/bin/python bench/host_cost.py                      # M7C, B 8, T 2048, bf16
   TRITON_INTERPRET=1 .venv/bin/python bench/host_cost.py --B 1 --T 128 --profile 25
+  TRITON_INTERPRET=1 .venv/bin/python bench/host_cost.py --block nsa,dense:inductor --B 1 --T 64 --dtype fp32
 
 Prints one JSON row: launches fwd / bwd (triton and aten), host microseconds per layer (median of
 --reps) and per triton launch, and with --profile N the N largest cumulative cProfile entries.
+`--block ATTENTIONS:COMPILE` times whole M7C blocks (width 64) instead, eager or compiled per block
+as the trainer compiles them, NSA beside dense in alternating rounds (`block_cost`).
 """
 
 from __future__ import annotations
@@ -35,9 +38,11 @@ import pstats
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 
+_REPO = Path(__file__).resolve().parents[1]
 M7C = dict(dim=768, n_heads=12, n_kv_heads=2, head_dim=64)
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -263,6 +268,145 @@ def measure(B: int, T: int, dtype: torch.dtype, reps: int, profile: int = 0) -> 
     return row
 
 
+def block_cost(
+    attentions: list[str],
+    compile_backend: str,
+    B: int,
+    T: int,
+    reps: int,
+    rounds: int = 3,
+    profile: int = 0,
+    autocast: bool = True,
+) -> dict:
+    """Host CPU time of one whole M7C block (norms, attention, MLP) forward + backward, eager or
+    compiled per block as the trainer compiles it (`block.compile(backend=...)`), NSA (triton ops,
+    launches no-op) and / or dense, built in one process and timed in alternating rounds (the VM's
+    load drifts). The trainer's dtypes: fp32 weights, the forward under bf16 autocast, the backward
+    outside it (`autocast` False: fp32 throughout). The model width is 64, not 768 (M7C's 12 heads,
+    2 KV heads, head_dim 64 kept): the launches and op calls are the same, and at 768 the projections
+    and MLP GEMMs alone took ~0.1 s a block on this VM's CPU (bf16 ~6x slower than fp32 there),
+    hiding the host cost. At --B 1 --T 64 the aten / inductor kernels that do run on CPU have next to
+    no data, so NSA minus dense is the host cost NSA's layer adds (before triton's launcher).
+    `python_calls`: Python and C function calls a block step makes (sys.setprofile events), a count
+    the machine's load does not change."""
+    from nsa.model import Block
+    from nsa.train.config import load_config
+
+    built = {}
+    counts: collections.Counter = collections.Counter()
+    for att in attentions:
+        sets = [f"model.attention={att}", "model.nsa.backend=triton", "model.dim=64"]
+        cfg = load_config(str(_REPO / "configs" / "m7c_125m.yaml"), sets)
+        torch.manual_seed(0)
+        block = Block(cfg.model)
+        if compile_backend != "none":
+            block.compile(backend=compile_backend)
+        x = torch.randn(B, T, cfg.model.dim).requires_grad_()
+        with no_launch(counts):
+            t0 = time.perf_counter()
+            for _ in range(2):  # the compile, imports, caches
+                _block_step(block, x, autocast)
+            warm_s = time.perf_counter() - t0
+            counts.clear()
+            _block_step(block, x, autocast)
+            launches = sum(counts.values())
+            calls = _python_calls(lambda b=block, x=x: _block_step(b, x, autocast))
+        built[att] = (
+            block,
+            x,
+            {"warm_s": round(warm_s, 1), "triton_launches": launches, "python_calls": calls},
+        )
+    cpu: dict[str, list[float]] = {a: [] for a in attentions}
+    wall: dict[str, list[float]] = {a: [] for a in attentions}
+    rows: dict[str, dict] = {}
+    with no_launch(counts):
+        for _ in range(rounds):
+            for att, (block, x, _) in built.items():
+                c, w = [], []
+                for _ in range(reps):
+                    c0, t0 = time.thread_time(), time.perf_counter()
+                    _block_step(block, x, autocast)
+                    c.append((time.thread_time() - c0) * 1e6)
+                    w.append((time.perf_counter() - t0) * 1e6)
+                cpu[att].append(statistics.median(c))
+                wall[att].append(statistics.median(w))
+        for att, (block, x, info) in built.items():
+            rows[att] = {
+                **info,
+                # median over rounds of each round's median, and the range of the round medians
+                "host_cpu_us": round(statistics.median(cpu[att])),
+                "host_cpu_us_rounds": [round(v) for v in sorted(cpu[att])],
+                "wall_us": round(statistics.median(wall[att])),
+            }
+            if profile:
+                rows[att]["profile"] = _profile(
+                    lambda b=block, x=x: _block_step(b, x, autocast), reps, profile
+                )
+    row = {
+        "measured": "CPU, TRITON_INTERPRET=1, kernel launches no-op",
+        "what": "one M7C block (dim 64) fwd+bwd",
+        "compile": compile_backend,
+        "dtype": "bf16 autocast" if autocast else "fp32",
+        "B": B,
+        "T": T,
+        "torch": torch.__version__,
+        "reps": reps,
+        "rounds": rounds,
+        "blocks": rows,
+    }
+    if "nsa" in rows and "dense" in rows:
+        row["nsa_minus_dense"] = {
+            k: rows["nsa"][k] - rows["dense"][k] for k in ("host_cpu_us", "python_calls", "triton_launches")
+        }
+    return row
+
+
+def _python_calls(fn) -> int:
+    n = 0
+
+    def count(frame, event, arg):
+        nonlocal n
+        if event in ("call", "c_call"):
+            n += 1
+
+    sys.setprofile(count)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return n
+
+
+def _block_step(block, x, autocast: bool = True) -> None:
+    x.grad = None
+    for p in block.parameters():
+        p.grad = None
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        y = block(x)
+    y.float().sum().backward()
+
+
+def _profile(fn, reps: int, top: int) -> list[dict]:
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(reps):
+        fn()
+    pr.disable()
+    st = pstats.Stats(pr, stream=io.StringIO())
+    rows = []
+    for (file, line, name), (_cc, nc, tt, ct, _callers) in st.stats.items():
+        rows.append(
+            {
+                "fn": f"{os.path.relpath(file) if file.startswith('/') else file}:{line}:{name}",
+                "calls_per_layer": round(nc / reps, 1),
+                "self_us": round(tt / reps * 1e6, 1),
+                "cum_us": round(ct / reps * 1e6, 1),
+            }
+        )
+    rows.sort(key=lambda r: -r["cum_us"])
+    return rows[:top]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--B", type=int, default=8)
@@ -272,10 +416,26 @@ def main() -> None:
     ap.add_argument(
         "--profile", type=int, default=0, help="also list the N largest cumulative cProfile entries"
     )
+    ap.add_argument(
+        "--block",
+        default=None,
+        metavar="ATTENTION:COMPILE",
+        help="whole M7C blocks instead: ATTENTIONS:COMPILE, e.g. nsa,dense:inductor (none|aot_eager|inductor)",
+    )
+    ap.add_argument("--rounds", type=int, default=3, help="--block: alternating rounds of --reps each")
     args = ap.parse_args()
     if os.environ.get("TRITON_INTERPRET") != "1":
         sys.exit("bench/host_cost.py: the triton ops take CPU tensors only under TRITON_INTERPRET=1")
     torch.set_num_threads(1)
+    torch.set_flush_denormal(True)  # as nsa-train does
+    if args.block:
+        attentions, _, backend = args.block.partition(":")
+        row = block_cost(
+            attentions.split(","), backend or "none", args.B, args.T, args.reps, args.rounds, args.profile,
+            args.dtype == "bf16",
+        )  # fmt: skip
+        print(json.dumps(row), flush=True)
+        return
     print(json.dumps(measure(args.B, args.T, _DTYPES[args.dtype], args.reps, args.profile)), flush=True)
 
 

@@ -58,7 +58,11 @@ def setup(config: str, sets: list[str]):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
     x = torch.randint(0, cfg.resolved_vocab_size(), (t.batch_size, t.seq_len + 1), device=dev)
 
+    cudagraphs = cfg.parallel.compile and cfg.parallel.compile_mode == "reduce-overhead"
+
     def step() -> None:
+        if cudagraphs:  # as nsa-train marks each micro-batch
+            torch.compiler.cudagraph_mark_step_begin()
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
             loss = wrapped(x[:, :-1], x[:, 1:])
         loss.backward()

@@ -40,9 +40,9 @@ QUEUE=(
   # shapes their probe did not cover, the shape the issue's targets are missed at first (M7C 32k
   # 0.36 for 0.35, paper 64k 0.22 for 0.2), most wanted first: a setting shipped on one shape's number
   # before one confirmed at another. Limits: that H100 took 10-22 s a step (nine steps in the 175 s
-  # budget), so 45-60 s each (the training steps 45-75 s: their compiles); the whole queue fits the
-  # default --budget 420; scripts/gpu-session.sh's 280 reaches the first five at those limits, all of
-  # them at that H100's pace.
+  # budget), so 45-60 s each (the training steps 45-75 s: their compiles); the steps run in
+  # this order until --budget (default 420) is spent: at their limits all but the last add up to 465 s;
+  # scripts/gpu-session.sh's 280 reaches the first five at those limits, all of them at that H100's pace.
   # The reverse index's segments at most B*Hkv*T*n / 512 pairs (selected.py seg_target), shipped unmeasured
   # for B = 1: at M7C 8k x 1 the keys kernels' 286 programs of T/4 = 2048 pairs hold 32 that run 2.1x the
   # even spread (bench/attention_cost/balance.py); the model prices NSA/FA2 there 1.229 -> 1.071 on an
@@ -80,6 +80,11 @@ QUEUE=(
   # vs 6.93 / 6.59 on, inside the noise: the same process timed the shipped build at 6.40 and 6.93):
   # the same shapes again in the flipped build, the one step that repeats a measured shape, so last
   "merge_tiles|45|--only selected --shapes m7c:8192:8 m7c:65536:1 --match merge_tiles"
+  # The same NSA step with CUDA graphs per block (parallel.compile_mode=reduce-overhead: no host issue
+  # of the blocks' launches; never run on a GPU yet): against step_host_nsa's issue_ms / gpu_ms above,
+  # whether replaying graphs closes the NSA-dense gap (bench/RESULTS.md "Host syncs and host cost of
+  # the compiled training step"). Last: run when the kernel steps leave time (their real 10-22 s each)
+  "step_host_cudagraphs|75|@step_host.py --config configs/m7c_125m.yaml --steps 10 --warmup 3 --set parallel.compile_mode=reduce-overhead --set train.grad_accum=1"
 )
 if [ "$LIST" = 1 ]; then
   for q in "${QUEUE[@]}"; do IFS='|' read -r name limit args <<<"$q"; echo "$name $limit $args"; done

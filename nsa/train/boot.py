@@ -45,7 +45,8 @@ def banner(
     layout = (
         p.strategy if info.distributed else "single"
     ) + f"; activation_checkpointing={p.activation_checkpointing}"
-    layout += f"; compile={p.compile_backend if p.compile else 'off'}"
+    mode = f" {p.compile_mode}" if p.compile and p.compile_mode != "default" else ""
+    layout += f"; compile={p.compile_backend if p.compile else 'off'}{mode}"
     keys = flops["keys_per_query"]
     flop_line = (
         f"{flops['flops_per_token'] / 1e9:.3f} GFLOP/token (attention {flops['attention_flops_per_token'] / 1e9:.3f}; "

@@ -243,6 +243,24 @@ class ParallelConfig(_Strict):
     compile_backend: Literal["inductor", "aot_eager", "eager"] = Field(
         "inductor", description="torch.compile backend: inductor (fast code), aot_eager/eager (debugging)."
     )
+    compile_mode: Literal["default", "reduce-overhead"] = Field(
+        "default",
+        description="torch.compile mode: default, or reduce-overhead = CUDA graphs per block (a block's "
+        "launches replayed by one graph launch: no host issue cost; inductor on CUDA, grad_accum 1 only; "
+        "GPU-unmeasured).",
+    )
+
+    @model_validator(mode="after")
+    def _cudagraphs(self) -> ParallelConfig:
+        if self.compile_mode == "reduce-overhead" and not (
+            self.compile and self.compile_backend == "inductor"
+        ):
+            raise ValueError(
+                f"parallel.compile_mode=reduce-overhead records CUDA graphs of inductor's compiled blocks, but "
+                f"parallel.compile={str(self.compile).lower()} and parallel.compile_backend={self.compile_backend}; "
+                "set parallel.compile=true and parallel.compile_backend=inductor, or parallel.compile_mode=default"
+            )
+        return self
 
     @field_validator("activation_checkpointing", mode="before")
     @classmethod
@@ -573,6 +591,25 @@ def _cross_checks(cfg: TrainConfig, source: str, world_size: int | None) -> None
                 f"but batch_size x world_size x grad_accum = {t.batch_size} x {world_size} x {t.grad_accum} = {got}",
                 fix,
             )
+    if cfg.parallel.compile_mode == "reduce-overhead" and t.device == "cpu":
+        raise ConfigError(
+            source,
+            "parallel.compile_mode",
+            "reduce-overhead",
+            "records CUDA graphs, and train.device=cpu has none (inductor would skip them)",
+            "set parallel.compile_mode=default, or train.device=cuda",
+        )
+    if cfg.parallel.compile_mode == "reduce-overhead" and t.grad_accum > 1:
+        # CUDA graph trees hand a block's gradient output to .grad on the first micro-batch and
+        # overwrite it on the next: an error or silently wrong sums (pytorch/pytorch#169545, open).
+        raise ConfigError(
+            source,
+            "parallel.compile_mode",
+            "reduce-overhead",
+            f"cannot accumulate gradients (train.grad_accum={t.grad_accum}): the CUDA graphs overwrite the "
+            "first micro-batch's gradient buffers on the next (pytorch/pytorch#169545)",
+            "set train.grad_accum=1 (a larger train.batch_size instead), or parallel.compile_mode=default",
+        )
     if t.eval_every and cfg.data.val_fraction == 0:
         raise ConfigError(
             source,

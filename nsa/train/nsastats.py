@@ -26,10 +26,18 @@ def set_collect(model: nn.Module, on: bool) -> None:
 
 def read(model: nn.Module) -> dict[str, float]:
     """Per-layer stats folded over layers: `*max*` keys by max, `*min*` by min, the rest by mean."""
-    per_key: dict[str, list[float]] = {}
+    keys: list[str] = []
+    vals: list[torch.Tensor] = []
     for a in _attn_modules(model):
         for k, v in (getattr(a, "last_stats", None) or {}).items():
-            per_key.setdefault(k, []).append(float(v))
+            keys.append(k)
+            vals.append(v.detach().float().reshape(()))
+    # One copy to the host for all of them: float() of each was a sync apiece, 60 a stats step at
+    # M7C's 12 layers (bench/step_host.py --syncs, bench/RESULTS.md "Host syncs of a training step").
+    host = torch.stack(vals).tolist() if vals else []
+    per_key: dict[str, list[float]] = {}
+    for k, v in zip(keys, host, strict=True):
+        per_key.setdefault(k, []).append(v)
     fold = {"max": max, "min": min}
     out = {}
     for k, vs in per_key.items():

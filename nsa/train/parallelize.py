@@ -82,8 +82,11 @@ def parallelize(
     if cfg.compile:
         # Per block, not the whole model: one graph per block shape, compiled once and reused by
         # every layer; the DDP/FSDP hooks stay outside the compiled regions.
+        # reduce-overhead: inductor records each block's forward and backward as CUDA graphs, replayed
+        # by one launch (the trainer marks each micro-batch's start: cudagraph_mark_step_begin).
+        mode = None if cfg.compile_mode == "default" else cfg.compile_mode
         for block in model.blocks:
-            block.compile(backend=cfg.compile_backend)
+            block.compile(backend=cfg.compile_backend, mode=mode)
     if not info.distributed:
         return model
     if cfg.strategy == "fsdp":

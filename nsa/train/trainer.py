@@ -156,6 +156,7 @@ class Run:
             else contextlib.nullcontext
         )
         self.optimizer = self._optimizer()
+        self.cudagraphs = cfg.parallel.compile and cfg.parallel.compile_mode == "reduce-overhead"
         self.stats = StepStats(info.device)
         self.stop_vote = StopVote(info)
         # The fused AdamW kernel skips the update (and its step count) where found_inf is 1: a
@@ -314,6 +315,8 @@ class Run:
             x = x.to(info.device, non_blocking=True)
             y = y.to(info.device, non_blocking=True)
             rec.beat("forward_backward", step)
+            if self.cudagraphs:  # a new iteration: the CUDA graphs' previous outputs may be overwritten
+                torch.compiler.cudagraph_mark_step_begin()
             collect = want_stats and micro == 0
             # Compiled blocks cannot write module attributes from inside a checkpointed region (dynamo
             # refuses the side effect and compiles nothing): their stats come from an eager pass.
@@ -417,6 +420,8 @@ class Run:
         try:
             for _ in range(t.eval_batches):
                 x, y = loader.next_batch()
+                if self.cudagraphs:
+                    torch.compiler.cudagraph_mark_step_begin()
                 with self.autocast():
                     total += self.model(x.to(info.device), y.to(info.device)).float()
                 self.rec.beat("eval", step)

@@ -41,10 +41,12 @@ def test_every_step_of_the_queue_runs_real_variants_beside_the_baseline(tmp_path
         "step_host_dense",
         "gate_fold",
         "merge_tiles",
+        "step_host_cudagraphs",
     ]
-    # limits from that H100's 10-22 s a step; the whole queue within the default --budget 420 but its
-    # last step (seg_target's 45 s added)
-    assert all(45 <= limit <= 75 for _, limit, _ in queue) and sum(limit for _, limit, _ in queue) <= 420 + 45
+    # limits from that H100's 10-22 s a step: the steps run in this order until the --budget (default
+    # 420) is spent; at their limits all but the last (the CUDA-graph step, run on what the others' real
+    # times leave) fit 420 plus seg_target's 45
+    assert all(45 <= limit <= 75 for _, limit, _ in queue) and sum(limit for _, limit, _ in queue[:-1]) <= 420 + 45
     for name, _, args in queue:
         if args[0].startswith("@"):  # another bench script (the training step's host time): its dry run
             script = Path(__file__).resolve().parents[3] / "bench" / args[0][1:]

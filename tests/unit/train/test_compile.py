@@ -100,3 +100,64 @@ def test_compile_that_compiles_nothing_is_an_error(tmp_path: Path) -> None:
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
     assert [e["detail"]["error"] for e in events if e["kind"] == "error"] == ["compile"]
     assert "first_step" not in [e["kind"] for e in events]
+
+
+def test_compile_mode_reduce_overhead_is_checked_at_load_and_exits_2(tmp_path: Path) -> None:
+    import pytest
+
+    from nsa.train.cli import main
+    from nsa.train.config import ConfigError, load_config
+
+    tiny = REPO / "configs" / "tiny.yaml"
+    assert load_config(tiny).parallel.compile_mode == "default"
+    ok = load_config(tiny, ["parallel.compile=true", "parallel.compile_mode=reduce-overhead"])
+    assert ok.parallel.compile_mode == "reduce-overhead"
+    bad = {
+        ("parallel.compile_mode=reduce-overhead",): "parallel.compile=false",
+        ("parallel.compile=true", "parallel.compile_backend=aot_eager", "parallel.compile_mode=reduce-overhead"):
+            "parallel.compile_backend=aot_eager",
+        ("parallel.compile=true", "parallel.compile_mode=reduce-overhead", "train.device=cpu"): "train.device=cpu",
+        ("parallel.compile=true", "parallel.compile_mode=max-autotune"): "'default' or 'reduce-overhead'",
+        ("parallel.compile=true", "parallel.compile_mode=reduce-overhead", "train.grad_accum=2"): "grad_accum=2",
+    }  # fmt: skip
+    for sets, says in bad.items():
+        with pytest.raises(ConfigError) as ei:
+            load_config(tiny, list(sets))
+        e = str(ei.value)
+        assert str(tiny) in e and "compile_mode" in e and says in e and "Fix:" in e, e
+    argv = [
+        "--config",
+        str(tiny),
+        "--run-dir",
+        str(tmp_path / "r"),
+        "--set",
+        "parallel.compile_mode=reduce-overhead",
+    ]
+    assert main(argv) == 2
+
+
+def test_reduce_overhead_reaches_each_block_and_marks_every_micro_batch(tmp_path: Path, monkeypatch) -> None:
+    """No CUDA graphs on CPU: nn.Module.compile and the step mark are spies, the blocks run eager.
+    Each block is compiled with mode reduce-overhead; each step's micro-batch (one: no accumulation
+    under CUDA graphs) and each eval batch starts with torch.compiler.cudagraph_mark_step_begin."""
+    import torch
+
+    from nsa.train import trainer
+    from nsa.train.cli import main
+
+    modes, marks = [], []
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: modes.append(kw))
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    monkeypatch.setattr(trainer, "compile_counts", lambda: {"graphs": 1, "breaks": 0})
+    monkeypatch.setenv("NSA_MALLOC", "system")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    sets = ["train.device=auto", "train.seq_len=32", "train.batch_size=2", "model.n_layers=2", "train.steps=2",
+            "train.grad_accum=1", "train.log_every=2", "train.eval_every=2", "train.eval_batches=3",
+            "train.warmup_steps=0", "train.save_final=false", "telemetry.tensorboard=false",
+            "parallel.compile=true", "parallel.compile_mode=reduce-overhead"]  # fmt: skip
+    argv = ["--config", str(REPO / "configs" / "tiny.yaml"), "--run-dir", str(tmp_path / "r")]
+    for s in sets:
+        argv += ["--set", s]
+    assert main(argv) == 0
+    assert modes == [{"backend": "inductor", "mode": "reduce-overhead"}] * 2
+    assert len(marks) == 2 + 3

@@ -4,7 +4,10 @@ Counted with the attention's list of syncing ops (bench/attention_launches.py: `
 and friends; the attention's custom ops are covered by its own none-found test) around the real
 trainer, in process: a run of 2 steps and a run of
 6 steps, each logging once at its end, make the same number of syncs, so the 4 extra ordinary steps
-made none. Non-finite steps are skipped on the device and reported at the next log step.
+made none. Non-finite steps are skipped on the device and reported at the next log step. The same
+on the meta device standing in for CUDA (nsa.train.hostsync, bench/step_host.py's `trainer_syncs`),
+with the NSA triton ops bound there: it also sees `.tolist()` / `.cpu()` reads and the copies between
+host and device that a CPU run hides.
 
 Run: .venv/bin/pytest tests/unit/train/test_step_syncs.py
 """
@@ -77,3 +80,57 @@ def test_a_nonfinite_step_is_skipped_on_device_and_stops_at_the_log_step(
         "not finite at step 2 (1 of the last 3 steps; their updates were skipped)" in err["detail"]["message"]
     )
     assert not (run / "metrics.jsonl").exists()  # stopped before logging the window that held it
+
+
+_step_host_spec = importlib.util.spec_from_file_location("step_host", REPO / "bench" / "step_host.py")
+step_host = importlib.util.module_from_spec(_step_host_spec)
+_step_host_spec.loader.exec_module(step_host)
+
+
+def test_host_syncs_sees_reads_copies_and_data_dependent_ops_on_the_stand_in_device() -> None:
+    import torch
+
+    from nsa.train.hostsync import HostSyncs
+
+    m = torch.ones(4, device="meta")
+    with HostSyncs() as spy:
+        assert m.sum().item() == 0.0 and float(m[0]) == 0.0 and not bool(m[1]) and m.tolist() == [0.0] * 4
+        assert torch.equal(m.cpu(), torch.zeros(4))
+        torch.tensor([1.0, 2.0], device="meta")
+        torch.ones(3).to("meta")
+        torch.ones(3).to("meta", non_blocking=True)
+        torch.empty(3, device="meta").copy_(torch.ones(3))
+        torch.ones(3).sum().item()  # host-only work is not a sync
+        (torch.ones(3) > 0).nonzero()
+    kinds = {k.split(" @ ")[0]: v for k, v in spy.sites.items()}
+    assert kinds == {
+        "read .item()": 1, "read .float()": 1, "read .bool()": 1, "read .tolist()": 1, "read .cpu()": 1,
+        "blocking copy to device (torch.tensor of Python data)": 1, "blocking copy to device (_to_copy)": 1,
+        "async copy to device (_to_copy)": 1, "blocking copy to device (copy_)": 1,
+    }, kinds  # fmt: skip
+    assert all(k.endswith("test_host_syncs_sees_reads_copies_and_data_dependent_ops_on_the_stand_in_device")
+               for k in spy.sites)  # fmt: skip
+    assert sum(spy.syncs().values()) == 8
+
+
+def test_a_triton_micro_batch_on_the_meta_device_waits_for_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The real trainer with the NSA triton ops bound on the meta device (as on CUDA; their fake kernels
+    run), 2 micro-batches a step: 2 and 4 steps logging once make the same syncs, all at the first step
+    or the log step, and every copy a step makes to the device is asynchronous (pinned on CUDA). Unlike
+    the CPU run above, this sees copies between host and device and `.tolist()` / `.cpu()` reads."""
+    monkeypatch.setenv("NSA_MALLOC", "system")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    config = str(REPO / "configs" / "tiny.yaml")
+    sets = ["train.grad_accum=2", "train.seq_len=64", "train.batch_size=2", "telemetry.nsa_stats_every=0"]
+    short, long = (step_host.trainer_syncs(config, sets, n, str(tmp_path / f"r{n}")) for n in (2, 4))
+    assert "attention: nsa (triton)" in capsys.readouterr().out
+    assert short["rc"] == long["rc"] == 0
+    assert short["syncs"] == long["syncs"], (short["sites"], long["sites"])
+    where = {k.split(" @ ")[1].split(" ")[1] for k in long["sites"] if not k.startswith("async")}
+    # boot (the model's move), the first step's loss, the log step's window and NSA stats: no _step
+    assert where == {"_train", "_after_first_step", "read"}, long["sites"]
+    step_copies = {k: v for k, v in long["sites"].items() if k.endswith(" _step")}
+    assert set(step_copies) and all(k.startswith("async copy") for k in step_copies), step_copies
+    assert sum(step_copies.values()) == 2 * 2 * 4  # x and y of each micro-batch

@@ -96,6 +96,17 @@ def test_host_cost_counts_one_m7c_layer() -> None:
     assert len(row["profile"]) == 3
 
 
+def test_block_cost_times_whole_blocks_side_by_side() -> None:
+    """bench/host_cost.py --block: NSA and dense M7C blocks (width 64) in one process, eager here (the
+    compiled rows take minutes of inductor on this VM): NSA's 25 launches, its extra Python calls."""
+    row = host_cost.block_cost(["nsa", "dense"], "none", 1, 64, reps=1, rounds=1, autocast=False)
+    nsa, dense = row["blocks"]["nsa"], row["blocks"]["dense"]
+    assert (nsa["triton_launches"], dense["triton_launches"]) == (25, 0)
+    assert nsa["python_calls"] > dense["python_calls"] > 0
+    assert row["nsa_minus_dense"]["python_calls"] == nsa["python_calls"] - dense["python_calls"]
+    assert len(nsa["host_cpu_us_rounds"]) == 1 and nsa["host_cpu_us"] > 0
+
+
 def test_frozen_config_takes_unhashable_arguments_uncached() -> None:
     @frozen_config
     def cfg(a) -> dict:
