@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import sys
+import sysconfig
 from pathlib import Path
 
 import torch
@@ -51,6 +52,8 @@ ATEN_SYNCS = frozenset(
     }
 )  # fmt: skip
 _ROOT = str(Path(__file__).resolve().parents[2])
+# Installed packages, torch's frames among them: inside _ROOT too where the venv is the checkout's .venv.
+_LIBS = tuple({sysconfig.get_path("purelib"), sysconfig.get_path("platlib"), sys.prefix, sys.base_prefix})
 
 
 def call_site() -> str:
@@ -58,7 +61,7 @@ def call_site() -> str:
     f = sys._getframe(1)
     while f is not None:
         name = f.f_code.co_filename
-        if name.startswith(_ROOT) and not name.endswith("hostsync.py"):
+        if name.startswith(_ROOT) and not name.endswith("hostsync.py") and not name.startswith(_LIBS):
             return f"{name[len(_ROOT) + 1 :]}:{f.f_lineno} {f.f_code.co_name}"
         f = f.f_back
     return "?"
