@@ -181,15 +181,10 @@ def _interior_end(t0, n_tiles, BJ: tl.constexpr, R: tl.constexpr, L: tl.constexp
 
 
 @triton.jit
-def _cut_tile(K, q, lse, bound, kc, kc_ok, dcol, dmask, k0, j0, NC, qk_scale, jt_a, jt_b, top_ab, top_aj,
-              top_bb, top_bj, prev, rot, EDGE: tl.constexpr, BT: tl.constexpr, GP: tl.constexpr,
-              D: tl.constexpr, DP: tl.constexpr, BJ: tl.constexpr, RP: tl.constexpr, SP: tl.constexpr,
-              W: tl.constexpr, HALVES: tl.constexpr, L: tl.constexpr, S: tl.constexpr, R: tl.constexpr, A: tl.constexpr,
-              TH: tl.constexpr, PREC: tl.constexpr, SHM: tl.constexpr):  # fmt: skip
-    """One key tile of `_cmp_select`'s CUT loop (first key k0, first block j0): the probabilities,
-    Eq. 9's block scores and the top-n merges. EDGE 0 (an interior tile, SPLIT): no key-range load
-    mask, no visibility compare or select (`lse` +inf on padded rows instead), no candidate or
-    forced keys; the same floats and merges. Returns the carried state, j0 one tile on."""
+def _load_k(K, kc, kc_ok, dcol, dmask, k0, NC, EDGE: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
+            R: tl.constexpr, RP: tl.constexpr):  # fmt: skip
+    """The key tile of a CUT loop step (first key k0): EDGE 0 (an interior tile, SPLIT) without the
+    key-range load mask."""
     kptr = K + (k0 + kc)[:, None] * D + dcol[None, :]
     if EDGE:
         kmask = kc < NC - k0
@@ -202,6 +197,16 @@ def _cut_tile(K, q, lse, bound, kc, kc_ok, dcol, dmask, k0, j0, NC, qk_scale, jt
         k = tl.load(kptr, mask=dmask[None, :], other=0.0)
     else:
         k = tl.load(kptr)
+    return k
+
+
+@triton.jit
+def _tile_scores(k, q, lse, bound, kc, kc_ok, k0, qk_scale, prev, rot, EDGE: tl.constexpr, BT: tl.constexpr,
+                 GP: tl.constexpr, BJ: tl.constexpr, RP: tl.constexpr, SP: tl.constexpr, L: tl.constexpr,
+                 S: tl.constexpr, R: tl.constexpr, A: tl.constexpr, PREC: tl.constexpr, SHM: tl.constexpr):  # fmt: skip
+    """One token group's block scores on a loaded key tile `k`: its probabilities (EDGE 0: no
+    visibility compare or select, `lse` +inf on padded rows instead) and Eq. 9-10. Returns (scores
+    [BT, BJ], prev, rot)."""
     s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
     if EDGE:
         vis = (k0 + kc)[None, :] * S + (L - 1) <= bound[:, None]
@@ -216,6 +221,14 @@ def _cut_tile(K, q, lse, bound, kc, kc_ok, dcol, dmask, k0, j0, NC, qk_scale, jt
         score, rot = _block_scores_shm(p, rot, BT, GP, BJ, RP, A, R)
     else:
         score, prev = _block_scores(p, prev, BT, GP, BJ, RP, SP, A, R)
+    return score, prev, rot
+
+
+@triton.jit
+def _tile_select(score, j0, jt_a, jt_b, top_ab, top_aj, top_bb, top_bj, EDGE: tl.constexpr, BT: tl.constexpr,
+                 BJ: tl.constexpr, W: tl.constexpr, HALVES: tl.constexpr, TH: tl.constexpr):  # fmt: skip
+    """One token group's top-n merges of a key tile's block scores (HALVES: its two halves, one
+    after the other; EDGE 0: no candidate or forced keys)."""
     if HALVES:
         score_a, score_b = _halves(score, BT, TH, BJ)
         if EDGE:
@@ -228,7 +241,48 @@ def _cut_tile(K, q, lse, bound, kc, kc_ok, dcol, dmask, k0, j0, NC, qk_scale, jt
         top_ab, top_aj = _select_tile_cut(top_ab, top_aj, score, jt_a, j0, BJ, W)
     else:
         top_ab, top_aj = _select_tile_all(top_ab, top_aj, score, j0, BJ, W)
+    return top_ab, top_aj, top_bb, top_bj
+
+
+@triton.jit
+def _cut_tile(K, q, lse, bound, kc, kc_ok, dcol, dmask, k0, j0, NC, qk_scale, jt_a, jt_b, top_ab, top_aj,
+              top_bb, top_bj, prev, rot, EDGE: tl.constexpr, BT: tl.constexpr, GP: tl.constexpr,
+              D: tl.constexpr, DP: tl.constexpr, BJ: tl.constexpr, RP: tl.constexpr, SP: tl.constexpr,
+              W: tl.constexpr, HALVES: tl.constexpr, L: tl.constexpr, S: tl.constexpr, R: tl.constexpr, A: tl.constexpr,
+              TH: tl.constexpr, PREC: tl.constexpr, SHM: tl.constexpr):  # fmt: skip
+    """One key tile of `_cmp_select`'s CUT loop (first key k0, first block j0): the probabilities,
+    Eq. 9's block scores and the top-n merges. EDGE 0 (an interior tile, SPLIT): no key-range load
+    mask, no visibility compare or select (`lse` +inf on padded rows instead), no candidate or
+    forced keys; the same floats and merges. Returns the carried state, j0 one tile on."""
+    k = _load_k(K, kc, kc_ok, dcol, dmask, k0, NC, EDGE, D, DP, R, RP)
+    score, prev, rot = _tile_scores(k, q, lse, bound, kc, kc_ok, k0, qk_scale, prev, rot, EDGE, BT, GP, BJ, RP, SP,
+                                    L, S, R, A, PREC, SHM)  # fmt: skip
+    top_ab, top_aj, top_bb, top_bj = _tile_select(score, j0, jt_a, jt_b, top_ab, top_aj, top_bb, top_bj, EDGE, BT,
+                                                  BJ, W, HALVES, TH)  # fmt: skip
     return top_ab, top_aj, top_bb, top_bj, prev, rot, j0 + BJ
+
+
+@triton.jit
+def _cut_tile2(K, q, lse, bound, kc, kc_ok, dcol, dmask, k0, j0, NC, qk_scale, jt_a, jt_b, jt2_a, jt2_b, top_ab,
+               top_aj, top_bb, top_bj, top2_ab, top2_aj, top2_bb, top2_bj, prev, rot, EDGE: tl.constexpr,
+               BT: tl.constexpr, BP: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
+               BJ: tl.constexpr, RP: tl.constexpr, SP: tl.constexpr, W: tl.constexpr, HALVES: tl.constexpr,
+               L: tl.constexpr, S: tl.constexpr, R: tl.constexpr, A: tl.constexpr, TH: tl.constexpr,
+               PREC: tl.constexpr, SHM: tl.constexpr):  # fmt: skip
+    """`_cut_tile` for a program of two token groups of BT (PAIR; BP = 2 x BT tokens): one key tile
+    load and one QK product over all BP x GP rows, Eq. 9-10 on all of them (each token's floats as in
+    `_cut_tile`: the group sum and Eq. 9 are per token), then the scores split by rows into the two
+    groups (register selects, no data moved) and each group's merges as `_cut_tile`'s, one after the
+    other: the merge's [.., W, BJ] tensors stay those of BT tokens (of TH in halves)."""
+    k = _load_k(K, kc, kc_ok, dcol, dmask, k0, NC, EDGE, D, DP, R, RP)
+    score, prev, rot = _tile_scores(k, q, lse, bound, kc, kc_ok, k0, qk_scale, prev, rot, EDGE, BP, GP, BJ, RP, SP,
+                                    L, S, R, A, PREC, SHM)  # fmt: skip
+    score1, score2 = _halves(score, BP, BT, BJ)
+    top_ab, top_aj, top_bb, top_bj = _tile_select(score1, j0, jt_a, jt_b, top_ab, top_aj, top_bb, top_bj, EDGE, BT,
+                                                  BJ, W, HALVES, TH)  # fmt: skip
+    top2_ab, top2_aj, top2_bb, top2_bj = _tile_select(score2, j0, jt2_a, jt2_b, top2_ab, top2_aj, top2_bb, top2_bj,
+                                                      EDGE, BT, BJ, W, HALVES, TH)  # fmt: skip
+    return top_ab, top_aj, top_bb, top_bj, top2_ab, top2_aj, top2_bb, top2_bj, prev, rot, j0 + BJ
 
 
 @triton.jit
@@ -281,6 +335,7 @@ def _cmp_select(
     CUT: tl.constexpr = 0,
     SHM: tl.constexpr = 0,
     SPLIT: tl.constexpr = 0,
+    PAIR: tl.constexpr = 0,
 ):
     """Block selection [Eq. 9-11] for BT tokens (all G heads of each as rows, padded to GP): per key
     tile of BJ selection blocks (r = l'/d keys each, padded to RP), the final probabilities from the
@@ -292,7 +347,9 @@ def _cmp_select(
     A: tl.constexpr = L // S
     R: tl.constexpr = LS // S
     tl.static_assert(CUT >= SPLIT)  # SPLIT splits the CUT loop
-    BM: tl.constexpr = BT * GP
+    tl.static_assert(CUT >= PAIR)  # PAIR pairs the CUT loop's token groups
+    BP: tl.constexpr = BT * (1 + PAIR)  # the program's tokens: PAIR: two groups of BT (`_cut_tile2`)
+    BM: tl.constexpr = BP * GP
     pid_t = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     Q += bh * T * G * D
@@ -302,7 +359,7 @@ def _cmp_select(
     VALID += bh * T * K_SEL
 
     rows = tl.arange(0, BM)
-    tq = pid_t * BT + rows // GP
+    tq = pid_t * BP + rows // GP
     gq = rows % GP
     row_ok = (gq < G) & (tq < T)
     row_off = tq * G + gq
@@ -311,21 +368,21 @@ def _cmp_select(
     q = tl.load(Q + row_off[:, None] * D + dcol[None, :], mask=row_ok[:, None] & dmask[None, :], other=0.0)
     lse = tl.load(LSE + row_off, mask=row_ok, other=0.0)
 
-    t_last = tl.minimum(pid_t * BT + BT - 1, T - 1)
+    t_last = tl.minimum(pid_t * BP + BP - 1, T - 1)
     n_blk_tiles = tl.cdiv(t_last // LS + 1, BJ)
     cols = tl.arange(0, BJ * RP)  # key r * j + m of block j in column j * RP + m
     cj = cols // RP
     cm = cols % RP
 
     TH: tl.constexpr = (BT + 1) // 2 if HALVES else BT
-    t_end = tl.minimum(T, pid_t * BT + BT)
-    tb_a = pid_t * BT + tl.arange(0, TH)
+    t_end = tl.minimum(T, pid_t * BP + BP)
+    tb_a = pid_t * BP + tl.arange(0, TH)
     tb_b = tb_a + TH
     top_ab = tl.full([TH, W], -1, tl.int32)
     top_aj = tl.zeros([TH, W], tl.int32)
     top_bb = tl.full([TH, W], -1, tl.int32)
     top_bj = tl.zeros([TH, W], tl.int32)
-    prev = tl.zeros([BT, BJ * RP], tl.float32)
+    prev = tl.zeros([BP, BJ * RP], tl.float32)
     if CUT:
         # The loop's integer work in 32 bits, with what is loop-invariant hoisted (bench/RESULTS.md
         # "selcut"): a column's key is k0 + kc (k0 = jb * BJ * R, a scalar), and causal visibility
@@ -337,13 +394,54 @@ def _cmp_select(
         bound = tl.where(row_ok, tl.minimum(tq, (NC - 1) * S + (L - 1)), -1)
         jt_a = tl.where(tb_a < t_end, tb_a // LS, -1)
         jt_b = tl.where(tb_b < t_end, tb_b // LS, -1)
-        rot = tl.zeros([BT, BJ], tl.float32)  # SHM: the previous tile's last keys' sums, rotated
+        rot = tl.zeros([BP, BJ], tl.float32)  # SHM: the previous tile's last keys' sums, rotated
         j0 = pid_t * 0  # the tile's first block, an int32 of its own (jb's uses widen to 64 bits)
-        if SPLIT:
+        if PAIR:
+            # The second group of BT tokens (the program's last BT: rows BT * GP on, in q, lse and
+            # bound above) merged into running top-n of its own; each key tile's product, Eq. 9-10
+            # for both (`_cut_tile2`). The key tiles are the program's (its last token's count; the
+            # interior ones `_interior_end` of its first token, so of every later one); the edge
+            # tiles mask each token's own candidates, as within one group.
+            tb2_a = tb_a + BT
+            tb2_b = tb_b + BT
+            jt2_a = tl.where(tb2_a < t_end, tb2_a // LS, -1)
+            jt2_b = tl.where(tb2_b < t_end, tb2_b // LS, -1)
+            top2_ab = tl.full([TH, W], -1, tl.int32)
+            top2_aj = tl.zeros([TH, W], tl.int32)
+            top2_bb = tl.full([TH, W], -1, tl.int32)
+            top2_bj = tl.zeros([TH, W], tl.int32)
+            if SPLIT:
+                lo = _interior_end(pid_t * BP, n_blk_tiles, BJ, R, L, S, LS)
+            else:
+                lo = tl.minimum(n_blk_tiles, 1)
+            lse_in = tl.where(row_ok, lse, float("inf"))  # padded rows: exp2(s - inf) = 0, as masked
+            for jb in range(0, tl.minimum(n_blk_tiles, 1)):
+                top_ab, top_aj, top_bb, top_bj, top2_ab, top2_aj, top2_bb, top2_bj, prev, rot, j0 = _cut_tile2(
+                    K, q, lse, bound, kc, kc_ok, dcol, dmask, jb * (BJ * R), j0, NC, qk_scale, jt_a, jt_b, jt2_a,
+                    jt2_b, top_ab, top_aj, top_bb, top_bj, top2_ab, top2_aj, top2_bb, top2_bj, prev, rot, 1, BT, BP,
+                    GP, D, DP, BJ, RP, SP, W, HALVES, L, S, R, A, TH, PREC, SHM,
+                )  # fmt: skip
+            if SPLIT:
+                for jb in range(1, lo):
+                    top_ab, top_aj, top_bb, top_bj, top2_ab, top2_aj, top2_bb, top2_bj, prev, rot, j0 = _cut_tile2(
+                        K, q, lse_in, bound, kc, kc_ok, dcol, dmask, jb * (BJ * R), j0, NC, qk_scale, jt_a, jt_b,
+                        jt2_a, jt2_b, top_ab, top_aj, top_bb, top_bj, top2_ab, top2_aj, top2_bb, top2_bj, prev, rot,
+                        0, BT, BP, GP, D, DP, BJ, RP, SP, W, HALVES, L, S, R, A, TH, PREC, SHM,
+                    )  # fmt: skip
+            for jb in range(lo, n_blk_tiles):
+                top_ab, top_aj, top_bb, top_bj, top2_ab, top2_aj, top2_bb, top2_bj, prev, rot, j0 = _cut_tile2(
+                    K, q, lse, bound, kc, kc_ok, dcol, dmask, jb * (BJ * R), j0, NC, qk_scale, jt_a, jt_b, jt2_a,
+                    jt2_b, top_ab, top_aj, top_bb, top_bj, top2_ab, top2_aj, top2_bb, top2_bj, prev, rot, 1, BT, BP,
+                    GP, D, DP, BJ, RP, SP, W, HALVES, L, S, R, A, TH, PREC, SHM,
+                )  # fmt: skip
+            _store_top(IDX, VALID, top2_ab, top2_aj, tb2_a, t_end, K_SEL, W)
+            if HALVES:
+                _store_top(IDX, VALID, top2_bb, top2_bj, tb2_b, t_end, K_SEL, W)
+        elif SPLIT:
             # Tile 0 (block 0 forced), then the interior tiles [1, lo) with no mask, candidate or
             # forced logic (`_interior_end`), then the edge tiles [lo, n) with today's: in key order,
             # as the running top-n and Eq. 9's carried neighbours need. Three loops, one tile body.
-            lo = _interior_end(pid_t * BT, n_blk_tiles, BJ, R, L, S, LS)
+            lo = _interior_end(pid_t * BP, n_blk_tiles, BJ, R, L, S, LS)
             lse_in = tl.where(row_ok, lse, float("inf"))  # padded rows: exp2(s - inf) = 0, as masked
             for jb in range(0, tl.minimum(n_blk_tiles, 1)):
                 top_ab, top_aj, top_bb, top_bj, prev, rot, j0 = _cut_tile(
