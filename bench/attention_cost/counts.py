@@ -169,6 +169,7 @@ def shipped_launch(
         "select_cut": 0 if v0 else c["select_cut"],  # the loop's integer work in 32 bits, hoisted
         "select_shm": 0 if v0 else c["select_shm"],  # Eq. 9's shared key without the two gathers
         "select_split": 0 if v0 else c["select_split"],  # the interior key tiles without masks
+        "select_pair": 0 if v0 else c["select_pair"],  # two token groups a program, one key tile load
         "warps_cmp_dkv": c["warps_dkv"],
         "tp": sc["TP"],
         "warps_tok": sc["warps_tok"],
