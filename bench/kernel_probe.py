@@ -142,7 +142,7 @@ CMP_VARIANTS = [
     # Two token groups of 2 a program at M7C's shipped 1 warp (select_pair; the same tables): one key tile
     # load and one QK product for 4 tokens, half the L2 reads (17.4 -> 8.7 GB at 64k x 1), 0.91 / 0.88x
     # the SASS a token of the interior / edge tiles' always-run part, the merges 1.02x (triton 3.6 sm_90,
-    # 168 registers under the cap, no spill; 3.9 spills: not shipped). The model prices it 0.93x at 64k
+    # 168 registers under the cap, no spill; 3.9 spills: not shipped). The model prices it 0.94x at 64k
     # (the what-if `select_pair`, issue-bound; bench/RESULTS.md "selpair"): the GPU tells whether the L2
     # reads it halves cost more than the model's cycles say.
     {"kernel": "select", "shape": "m7c", "select_pair": 1},

@@ -76,8 +76,8 @@ QUEUE=(
   "merge_tiles|45|--only selected --shapes m7c:8192:8 m7c:65536:1 --match merge_tiles"
   # The M7C selection with two token groups a program on one key tile load (select_pair, not shipped: a
   # probe variant; it spills on triton 3.9), beside the shipped 1-warp build: `_cmp_select` is M7C's
-  # largest kernel at 64k (4.97 ms of 18.77 modelled, 4.64 measured); the model prices the pair 0.93x
-  # there, 0.88x at 8k, from its SASS alone (bench/RESULTS.md "selpair"); past the default budget
+  # largest kernel at 64k (4.97 ms of 18.77 modelled, 4.64 measured); the model prices the pair 0.94x
+  # there, 0.89x at 8k, from its SASS alone (bench/RESULTS.md "selpair"); past the default budget
   # (420 s) unless the steps before it run short: give --budget 465 to be sure of it
   "select_pair|45|--only cmp_fwd --shapes m7c:8192:8 m7c:65536:1 --match select_pair"
 )

@@ -286,9 +286,9 @@ H100C_COST: dict[str, dict[str, float]] = {
 }  # fmt: skip
 CONFIG_FACTOR["cmp_sel32@w1"] = CONFIG_FACTOR["cmp_sel32@w2"] * 4.6404 / 5.665
 # cmp_sel32@pair (select_pair, the what-if; unshipped, unmeasured): the 1-warp M7C kind's time x its sm_90 SASS a
-# token a key tile, triton 3.6 (always-run part 0.91 / 0.88x interior / edge, merges 1.02x, at a merge every
-# second tile: 0.947 / 0.921x; bench/RESULTS.md "selpair"); issue-bound: half the L2 reads unpriced.
-CONFIG_FACTOR["cmp_sel32@pair"] = 0.94
+# token a key tile, triton 3.6 (always-run part 0.91 / 0.88x interior / edge, merges 1.02x, merging 0.62-0.99 of
+# the token tiles: 0.95-0.96 / 0.93-0.94x; bench/RESULTS.md "selpair"); issue-bound: half the L2 reads unpriced.
+CONFIG_FACTOR["cmp_sel32@pair"] = 0.95
 # A100: the tensor-core efficiency of each kind stays the published calibration's (EFF["ampere"] of
 # its generic kind: sm_80 runs these tiles as mma.sync, the instruction its peak is quoted for, so
 # the Hopper shortfall below 64-row tiles does not carry over); the cycle costs carry over per SM
