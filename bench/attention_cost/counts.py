@@ -12,6 +12,7 @@ still prices keep their settings written out here. Pure arithmetic otherwise, no
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -116,6 +117,23 @@ def _cmp_select_work(T: int, s: Shape, passes: int = 1, bt: int | None = None) -
     return {"tiles": -(-T // BT), "steps": steps, "tokens": BT, "rows": BT * c["GPF"], "keys": BJ * c["RP"]}
 
 
+# The selection's one-key insertion (compressed.py `_config` select_insert): the share of a token's key tiles
+# where exactly one key enters its running top-16 (`ONE`) and where two or more do (`MORE`), by eager's
+# Eq. 9-11 on the GPU runs' inputs (M7C, bench/select_proxy.py's windows: 32 of 8 tokens, 1 sequence;
+# bench/RESULTS.md "selinsert"), per T; and the kernel's SASS a token a key tile (sm_90, 1 warp, triton 3.6,
+# the interior tiles' loop): always-run part 296.5 -> 299, a merge 310 -> 313, an insertion 37.
+INSERT_ONE = {2048: 0.0, 4096: 0.0, 8192: 0.027, 16384: 0.114, 32768: 0.267, 65536: 0.286}
+INSERT_MORE = {2048: 1.0, 4096: 1.0, 8192: 0.963, 16384: 0.815, 32768: 0.556, 65536: 0.343}
+
+
+def insert_factor(T: int) -> float:
+    """The selection's SASS a token a key tile with select_insert over without it at length T (the
+    nearest tabulated T, by log2; the shares grow with T, so the ends hold past them)."""
+    near = min(INSERT_ONE, key=lambda t: abs(math.log2(t) - math.log2(max(T, 1))))
+    one, more = INSERT_ONE[near], INSERT_MORE[near]
+    return (299 + 313 * more + 37 * one) / (296.5 + 310 * (one + more))
+
+
 @lru_cache(maxsize=256)
 def _cmp_attn_work(T: int, s: Shape, BM: int, BN: int) -> dict[str, float]:
     """_cmp_fwd's structure for one (batch, KV head) since 45bc233: flash tiles of BM consecutive
@@ -170,6 +188,7 @@ def shipped_launch(
         "select_shm": 0 if v0 else c["select_shm"],  # Eq. 9's shared key without the two gathers
         "select_split": 0 if v0 else c["select_split"],  # the interior key tiles without masks
         "select_pair": 0 if v0 else c["select_pair"],  # two token groups a program, one key tile load
+        "select_insert": 0 if v0 else c["select_insert"],  # one entering key inserted, not merged
         "warps_cmp_dkv": c["warps_dkv"],
         "tp": sc["TP"],
         "warps_tok": sc["warps_tok"],

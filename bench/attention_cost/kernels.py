@@ -22,6 +22,7 @@ from .counts import (
     _p2,
     _sel_tiles,
     _tiles_of_the_runs,
+    insert_factor,
     shipped_launch,
 )
 from .prices import Kernel
@@ -94,6 +95,7 @@ def ours(
     select_shm: int | None = None,
     select_split: int | None = None,
     select_pair: int | None = None,
+    select_insert: int | None = None,
     flash_tiles: bool | None = None,
     tok_pipe: int | None = None,
     q_grad_fused: bool | None = None,
@@ -214,6 +216,7 @@ def ours(
         "select_shm": select_shm,
         "select_split": select_split,
         "select_pair": select_pair,
+        "select_insert": select_insert,
         "tok_pipe": tok_pipe,
         "merge_tiles": merge_tiles,
     }
@@ -336,7 +339,10 @@ def ours(
             if pair:
                 tags += "@pair"
         sunit = 2 * BH * sw["steps"] * sel_rows * sw["keys"] * D
-        swork = {"programs": sel_progs, "token_steps": BH * sw["steps"] * sw["tokens"]}
+        # select_insert (shipped at M7C's 1 warp on sm_90, priced where counted, as select_pair): a token
+        # tile's SASS x counts.insert_factor(T), on its token steps
+        ins = insert_factor(T) if priced and launch.get("select_insert") else 1.0
+        swork = {"programs": sel_progs, "token_steps": BH * sw["steps"] * sw["tokens"] * ins}
         if cc == 80:  # the A100 price: the kernel's own sm_80 SASS (sass80.py; none recorded: as published)
             swork.update(select_work(T, s, launch) or {})
         if not selection_free:

@@ -358,7 +358,7 @@ def carry_ratio(key: str) -> float | None:
 # what the run before it (main at 050ce66) measured.
 SINCE_LAST_RUN: dict[str, int | bool] = {
     # flipped after it on its probes (bench/RESULTS.md "flips"), at the values it measured
-    "select_one_warp": False, "cmp_dq_stages2": False, "dkdv_rows128": False,
+    "select_one_warp": False, "cmp_dq_stages2": False, "dkdv_rows128": False, "select_insert": 0,
 }  # fmt: skip
 _SINCE_050CE66: dict[str, int | bool] = {
     "keys_div32": False, "select_cut": 0, "tok_pipe": 0, "flash_tiles": False, "select_shm": 0, "select_split": 0,

@@ -307,6 +307,12 @@ def _pair_of(c: dict) -> int:
     return c["select_pair"] if c["select_cut"] else 0
 
 
+def _insert_of(c: dict) -> int:
+    """The selection's INSERT constexpr: `select_insert` on the CUT loop only (the kernel asserts CUT
+    >= INSERT), as `_split_of`."""
+    return c["select_insert"] if c["select_cut"] else 0
+
+
 def _one_warp_cap() -> int:
     """The selection's register cap at 1 warp a program (`_config` one_warp; ptxas .maxnreg), per
     triton: 168 on 3.6 (the GPU images'; what the H100 measured: 12 warps an SM, no spill at G 5/6/8 x
@@ -482,6 +488,18 @@ def _config(
         # registers): not shipped, a probe variant (bench/kernel_probe.py) and a what-if of the model
         # (`select_pair`; bench/RESULTS.md "selpair").
         "select_pair": 0,
+        # 1: `_cmp_select`'s merges take the one-key insertion where no token of the group has two keys
+        # entering (INSERT, `_merge_or_insert`; the CUT loop only, the kernel asserts it; the same tables
+        # bit for bit, tests/.../test_compressed_select_insert.py): 37 SASS for the 310-343 of a merge, for
+        # 3-9 more a key tile in the test (sm_90, 1 warp, triton 3.6). On the GPU runs' inputs (M7C, one
+        # token's tile: bench/RESULTS.md "selinsert") 29 / 27 / 11 / 3 % of the token tiles at 64k / 32k /
+        # 16k / 8k merge one key, 34 / 56 / 82 / 96 % more: the model prices the selection 0.85 / 0.88 /
+        # 0.96 / 1.00x (bench/attention_cost/counts.py `insert_factor`). Shipped at M7C's 1 warp on sm_90
+        # (one_warp) on that price, UNMEASURED: 168 registers under the cap and no spill at G 5/6/8 x D
+        # 48/64 on triton 3.6; on 3.9 193-197 registers (221-224 without), no spill. sm_80 (ampere_g8: 4
+        # tokens in halves, 2 warps) unpriced: no spill on 3.6, but 8304 SASS for 4534; off there.
+        # 0: every entering tile merged (the path the H100 of 2026-11-26c measured), a probe variant.
+        "select_insert": 1 if one_warp else 0,
         # The selection kernel: its top-n merge is latency-bound, so fewer warps a program (more
         # programs per SM) ran it faster on an H200 (bench/kernel_probe.py, 2026-11-26): M7C at 64k
         # 39.1 / 20.2 / 13.3 ms with 8 / 4 / 2 warps (and 11.9 with 2 warps and 2 tokens a tile), the
@@ -552,7 +570,7 @@ def launch_select(
         return
     pair = _pair_of(c)
     _cmp_select[(cdiv(T, c["bt_sel"] * (1 + pair)), B * Hkv)](
-        *args, BT=c["bt_sel"], SP=c["SP"], HALVES=c["halves_sel"], CUT=c["select_cut"], SHM=c["select_shm"], SPLIT=_split_of(c), PAIR=pair, **geo, num_warps=c["warps_sel"],
+        *args, BT=c["bt_sel"], SP=c["SP"], HALVES=c["halves_sel"], CUT=c["select_cut"], SHM=c["select_shm"], SPLIT=_split_of(c), PAIR=pair, INSERT=_insert_of(c), **geo, num_warps=c["warps_sel"],
         num_stages=2, **({"maxnreg": c["maxnreg_sel"]} if c["maxnreg_sel"] else {}),
     )  # fmt: skip
 
@@ -733,6 +751,7 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         "SHM": c["select_shm"],
         "SPLIT": _split_of(c),
         "PAIR": _pair_of(c),
+        "INSERT": _insert_of(c),
         "LS": shape.sel_block,
     }
     dq_sig = {

@@ -41,6 +41,7 @@ FROM_CONFIG = {
     "select_shm": _cmp("select_shm"),
     "select_split": _cmp("select_split"),
     "select_pair": _cmp("select_pair"),
+    "select_insert": _cmp("select_insert"),
     "warps_cmp_dkv": _cmp("warps_dkv"),
     "tp": _sel("TP"),
     "warps_tok": _sel("warps_tok"),

@@ -39,7 +39,7 @@ def test_every_step_of_the_queue_runs_real_variants_beside_the_baseline(tmp_path
         "step_host_dense",
         "gate_fold",
         "merge_tiles",
-        "select_pair",
+        "select_insert",
     ]
     # limits from that H100's 10-22 s a step; the whole queue within one prepared call's --budget 300
     assert all(45 <= limit <= 75 for _, limit, _ in queue) and sum(limit for _, limit, _ in queue) <= 465
