@@ -147,10 +147,12 @@ CMP_VARIANTS = [
     # (the what-if `select_pair`, issue-bound; bench/RESULTS.md "selpair"): the GPU tells whether the L2
     # reads it halves cost more than the model's cycles say.
     {"kernel": "select", "shape": "m7c", "select_pair": 1, "select_insert": 0},
-    # The one-key insertion off (select_insert, shipped at M7C's 1 warp on sm_90 on the model's price:
-    # 0.85 / 0.88x the selection at 64k / 32k, ~1.0 at 8k; RESULTS "selinsert"): every entering tile
-    # merged, as the H100 of 2026-11-26c measured it.
+    # The one- and two-key insertion off (select_insert 2, shipped at M7C's 1 warp on sm_90 on the model's
+    # price: 0.79 / 0.81 / 0.96x the selection at 64k / 32k / 8k; RESULTS "selinsert"): every entering
+    # tile merged, as the H100 of 2026-11-26c measured it; and the one-key insertion alone (0.85 / 0.88 /
+    # 1.00x).
     {"kernel": "select", "shape": "m7c", "select_insert": 0},
+    {"kernel": "select", "shape": "m7c", "select_insert": 1},
 ]
 
 # The compressed backward (dQ, dK/dV, the partial sum): keys of compressed._config; "x2" doubles one.

@@ -74,11 +74,11 @@ QUEUE=(
   # vs 6.93 / 6.59 on, inside the noise: the same process timed the shipped build at 6.40 and 6.93):
   # the same shapes again in the flipped build, the one step that repeats a measured shape, so last
   "merge_tiles|45|--only selected --shapes m7c:8192:8 m7c:65536:1 --match merge_tiles"
-  # The M7C selection's one-key insertion (select_insert, shipped at 1 warp on sm_90 on the model's price:
-  # 0.85 / 0.88x at 64k / 32k, ~1.0 at 8k, unmeasured) off, and two token groups a program on one key
-  # tile load (select_pair, a probe variant: it spills on triton 3.9; priced 0.94x at 64k), beside the
-  # shipped build: `_cmp_select` is M7C's largest kernel at 64k (4.23 ms of 18.04 modelled; 4.64
-  # measured without the insertion); bench/RESULTS.md "selpair / selinsert". Past the default budget
+  # The M7C selection's one- and two-key insertion (select_insert 2, shipped at 1 warp on sm_90 on the
+  # model's price: 0.79 / 0.81 / 0.96x at 64k / 32k / 8k, unmeasured) off and at one key, and two token
+  # groups a program on one key tile load (select_pair, a probe variant: it spills on triton 3.9; priced
+  # 0.94x at 64k), beside the shipped build: `_cmp_select` is M7C's largest kernel at 64k (3.96 ms of
+  # 17.77 modelled; 4.64 measured without the insertion); bench/RESULTS.md "selpair / selinsert". Past the default budget
   # (420 s) unless the steps before it run short: give --budget 465 to be sure of it
   "select_insert|45|--only cmp_fwd --shapes m7c:8192:8 m7c:32768:2 m7c:65536:1 --match select_insert --match select_pair"
 )

@@ -341,7 +341,7 @@ def ours(
         sunit = 2 * BH * sw["steps"] * sel_rows * sw["keys"] * D
         # select_insert (shipped at M7C's 1 warp on sm_90, priced where counted, as select_pair): a token
         # tile's SASS x counts.insert_factor(T), on its token steps
-        ins = insert_factor(T) if priced and launch.get("select_insert") else 1.0
+        ins = insert_factor(T, launch["select_insert"]) if priced and launch.get("select_insert") else 1.0
         swork = {"programs": sel_progs, "token_steps": BH * sw["steps"] * sw["tokens"] * ins}
         if cc == 80:  # the A100 price: the kernel's own sm_80 SASS (sass80.py; none recorded: as published)
             swork.update(select_work(T, s, launch) or {})

@@ -488,18 +488,19 @@ def _config(
         # registers): not shipped, a probe variant (bench/kernel_probe.py) and a what-if of the model
         # (`select_pair`; bench/RESULTS.md "selpair").
         "select_pair": 0,
-        # 1: `_cmp_select`'s merges take the one-key insertion where no token of the group has two keys
-        # entering (INSERT, `_merge_or_insert`; the CUT loop only, the kernel asserts it; the same tables
-        # bit for bit, tests/.../test_compressed_select_insert.py): 37 SASS for the 310-343 of a merge, for
-        # 3-9 more a key tile in the test (sm_90, 1 warp, triton 3.6). On the GPU runs' inputs (M7C, one
-        # token's tile: bench/RESULTS.md "selinsert") 29 / 27 / 11 / 3 % of the token tiles at 64k / 32k /
-        # 16k / 8k merge one key, 34 / 56 / 82 / 96 % more: the model prices the selection 0.85 / 0.88 /
-        # 0.96 / 1.00x (bench/attention_cost/counts.py `insert_factor`). Shipped at M7C's 1 warp on sm_90
-        # (one_warp) on that price, UNMEASURED: 168 registers under the cap and no spill at G 5/6/8 x D
-        # 48/64 on triton 3.6; on 3.9 193-197 registers (221-224 without), no spill. sm_80 (ampere_g8: 4
-        # tokens in halves, 2 warps) unpriced: no spill on 3.6, but 8304 SASS for 4534; off there.
-        # 0: every entering tile merged (the path the H100 of 2026-11-26c measured), a probe variant.
-        "select_insert": 1 if one_warp else 0,
+        # 1 / 2: `_cmp_select`'s merges take the one-key insertion where no token of the group has two keys
+        # entering, and (2) the two-key one where none has three (INSERT, `_merge_or_insert`; the CUT loop
+        # only, the kernel asserts it; the same tables bit for bit, tests/.../test_compressed_select_insert.py):
+        # 37 / 76 SASS for the 310-351 of a merge, for 2.5-6.5 more a token a key tile (sm_90, 1 warp,
+        # triton 3.6). On the GPU runs' inputs (M7C, a token's tile: bench/RESULTS.md "selinsert") one key
+        # enters 29 / 27 / 11 / 3 % of the token tiles at 64k / 32k / 16k / 8k, two 13 / 16 / 16 / 10 %,
+        # more 22 / 40 / 65 / 86 %: the model prices the selection 0.79 / 0.81 / 0.89 / 0.96x with 2
+        # (bench/attention_cost/counts.py `insert_factor`). Shipped at 2 at M7C's 1 warp on sm_90 (one_warp)
+        # on that price, UNMEASURED: 168 registers under the cap and no spill at G 5/6/8 x D 48/64 on triton
+        # 3.6; on 3.9 193-199 registers (221-224 without), no spill. sm_80 (ampere_g8: 4 tokens in halves,
+        # 2 warps) unpriced: 1 compiles unspilled on 3.6, but to 8304 SASS for 4534; off there.
+        # 0: every entering tile merged (the path the H100 of 2026-11-26c measured), 1: a probe variant each.
+        "select_insert": 2 if one_warp else 0,
         # The selection kernel: its top-n merge is latency-bound, so fewer warps a program (more
         # programs per SM) ran it faster on an H200 (bench/kernel_probe.py, 2026-11-26): M7C at 64k
         # 39.1 / 20.2 / 13.3 ms with 8 / 4 / 2 warps (and 11.9 with 2 warps and 2 tokens a tile), the

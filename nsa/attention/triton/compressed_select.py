@@ -160,6 +160,38 @@ def _insert_one(top_b, top_j, kb, kj, enter, W: tl.constexpr):
 
 
 @triton.jit
+def _insert_two(top_b, top_j, kb, kj, enter, W: tl.constexpr):
+    """`_insert_one` for up to two entering keys a token (INS 2): the one ahead (larger bits, or equal
+    and the later j) at r1 = top entries with larger bits, the other at r2 = its own count + 1 (every
+    top entry ahead of the first is ahead of it: r2 > r1), the entries between moving one slot down
+    and those after two; a token with one key as in `_insert_one`, with none its top kept."""
+    b1 = tl.max(tl.where(enter, kb, -1), axis=1)
+    j1 = tl.max(tl.where(enter & (kb == b1[:, None]), kj[None, :], -1), axis=1)
+    rest = enter & (kj[None, :] != j1[:, None])
+    b2 = tl.max(tl.where(rest, kb, -1), axis=1)
+    j2 = tl.max(tl.where(rest, kj[None, :], -1), axis=1)
+    r1 = tl.sum((top_b > b1[:, None]).to(tl.int32), axis=1)
+    r2 = tl.sum((top_b > b2[:, None]).to(tl.int32), axis=1) + 1
+    pos = tl.arange(0, W)[None, :]
+    src1 = tl.broadcast_to(tl.maximum(pos - 1, 0), top_b.shape)
+    src2 = tl.broadcast_to(tl.maximum(pos - 2, 0), top_b.shape)
+    d1_b, d1_j = tl.gather(top_b, src1, 1), tl.gather(top_j, src1, 1)
+    d2_b, d2_j = tl.gather(top_b, src2, 1), tl.gather(top_j, src2, 1)
+    one = (b2 < 0)[:, None]  # no second key: the slots past r1 move one down only
+    keep = (pos < r1[:, None]) | (b1 < 0)[:, None]
+    at1 = pos == r1[:, None]
+    at2 = (pos == r2[:, None]) & ~one
+    down1 = one | (pos < r2[:, None])
+    new_b = tl.where(
+        keep, top_b, tl.where(at1, b1[:, None], tl.where(at2, b2[:, None], tl.where(down1, d1_b, d2_b)))
+    )
+    new_j = tl.where(
+        keep, top_j, tl.where(at1, j1[:, None], tl.where(at2, j2[:, None], tl.where(down1, d1_j, d2_j)))
+    )
+    return new_b, new_j
+
+
+@triton.jit
 def _merge_or_insert(top_b, top_j, kb, kj, W: tl.constexpr, BJ: tl.constexpr, INS: tl.constexpr):
     """The merge test and merge of a tile's keys `kb` (block ids `kj`) into the running top-W (see
     `_select_tile`): INS 1 takes `_insert_one` where no token of the group has two keys entering
@@ -167,7 +199,15 @@ def _merge_or_insert(top_b, top_j, kb, kj, W: tl.constexpr, BJ: tl.constexpr, IN
     "selinsert"), `_merge_top` where one has; INS 0 `_merge_top` whenever one enters."""
     floor = tl.maximum(tl.min(top_b, axis=1), 0)
     enter = kb >= floor[:, None]
-    if INS:
+    if INS == 2:
+        n_in = tl.max(tl.sum(enter.to(tl.int32), axis=1))
+        if n_in > 2:
+            top_b, top_j = _merge_top(top_b, top_j, kb, kj, W, BJ)
+        elif n_in > 1:
+            top_b, top_j = _insert_two(top_b, top_j, kb, kj, enter, W)
+        elif n_in > 0:
+            top_b, top_j = _insert_one(top_b, top_j, kb, kj, enter, W)
+    elif INS:
         n_in = tl.max(tl.sum(enter.to(tl.int32), axis=1))
         if n_in > 1:
             top_b, top_j = _merge_top(top_b, top_j, kb, kj, W, BJ)
@@ -388,7 +428,7 @@ def _cmp_select(
     R: tl.constexpr = LS // S
     tl.static_assert(CUT >= SPLIT)  # SPLIT splits the CUT loop
     tl.static_assert(CUT >= PAIR)  # PAIR pairs the CUT loop's token groups
-    tl.static_assert(CUT >= INSERT)  # INSERT: the CUT loop's merges (`_merge_or_insert`)
+    tl.static_assert(CUT > 0 or INSERT == 0)  # INSERT: the CUT loop's merges (`_merge_or_insert`)
     BP: tl.constexpr = BT * (1 + PAIR)  # the program's tokens: PAIR: two groups of BT (`_cut_tile2`)
     BM: tl.constexpr = BP * GP
     pid_t = tl.program_id(0)
