@@ -269,6 +269,14 @@ WHAT_IF = {
     # the selection's CUT loop without the interior tiles' split (select_split ships with select_shm at
     # M7C's shape on sm_90 and sm_80, above: CONFIG_FACTOR "cmp_sel32@split")
     "select_split_off": {"select_split": 0},
+    # the selection's two token groups a program on one key tile load (compressed.py `_config` select_pair,
+    # not shipped: spills on triton 3.9; Hopper only, sm_80 unpriced): CONFIG_FACTOR "cmp_sel32@pair"
+    # (its price is the build's without select_insert, shipped since: that off beside it; the pair with it
+    # spills 32 B under the cap)
+    "select_pair": {"select_pair": 1, "select_insert": 0},
+    # every entering tile merged, as the H100 of 2026-11-26c measured it (select_insert ships at M7C's 1
+    # warp on sm_90 on its SASS and the GPU runs' inputs' entry counts: counts.insert_factor)
+    "select_insert_off": {"select_insert": 0},
     # q's three branch gradients summed by autograd (two adds in q's dtype) and rotated back apart, as every
     # GPU run measured them (q_grad_fused shipped unmeasured, the 2026-11-26c rope probe measured it: priced
     # by its DRAM bytes)

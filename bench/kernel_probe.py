@@ -140,6 +140,20 @@ CMP_VARIANTS = [
     {"kernel": "select", "shape": "m7c", "select_shm": 0},
     {"kernel": "select", "shape": "paper", "select_shm": 1},
     {"kernel": "select", "shape": "paper", "select_split": 1},
+    # Two token groups of 2 a program at M7C's 1 warp (select_pair; the same tables; without select_insert,
+    # beside which it spills 32 B under the cap, as priced): one key tile
+    # load and one QK product for 4 tokens, half the L2 reads (17.4 -> 8.7 GB at 64k x 1), 0.91 / 0.88x
+    # the SASS a token of the interior / edge tiles' always-run part, the merges 1.02x (triton 3.6 sm_90,
+    # 168 registers under the cap, no spill; 3.9 spills: not shipped). The model prices it 0.94x at 64k
+    # (the what-if `select_pair`, issue-bound; bench/RESULTS.md "selpair"): the GPU tells whether the L2
+    # reads it halves cost more than the model's cycles say.
+    {"kernel": "select", "shape": "m7c", "select_pair": 1, "select_insert": 0},
+    # The one- and two-key insertion off (select_insert 2, shipped at M7C's 1 warp on sm_90 on the model's
+    # price: 0.79 / 0.81 / 0.96x the selection at 64k / 32k / 8k; RESULTS "selinsert"): every entering
+    # tile merged, as the H100 of 2026-11-26c measured it; and the one-key insertion alone (0.85 / 0.88 /
+    # 1.00x).
+    {"kernel": "select", "shape": "m7c", "select_insert": 0},
+    {"kernel": "select", "shape": "m7c", "select_insert": 1},
 ]
 
 # The compressed backward (dQ, dK/dV, the partial sum): keys of compressed._config; "x2" doubles one.

@@ -41,14 +41,22 @@ QUEUE=(
   # 0.36 for 0.35, paper 64k 0.22 for 0.2), most wanted first: a setting shipped on one shape's number
   # before one confirmed at another. Limits: that H100 took 10-22 s a step (nine steps in the 175 s
   # budget), so 45-60 s each (the training steps 45-75 s: their compiles); the steps run in
-  # this order until --budget (default 420) is spent: at their limits all but the last add up to 465 s;
-  # scripts/gpu-session.sh's 280 reaches the first five at those limits, all of them at that H100's pace.
+  # this order until --budget (default 420) is spent: at their limits the steps up to step_host_dense (the
+  # checks of shipped settings first) add up to 420 s, the whole queue to 585; scripts/gpu-session.sh's
+  # 280 reaches the first five at those limits, all of them at that H100's pace.
   # The reverse index's segments at most B*Hkv*T*n / 512 pairs (selected.py seg_target), shipped unmeasured
   # for B = 1: at M7C 8k x 1 the keys kernels' 286 programs of T/4 = 2048 pairs hold 32 that run 2.1x the
   # even spread (bench/attention_cost/balance.py); the model prices NSA/FA2 there 1.229 -> 1.071 on an
   # H100. No run has measured B = 1 below 64k: the shipped S (512 / 1024) against seg_target 0 (T/4),
   # and 8k x 8, where S is the same (the control)
   "seg_target|45|--only selected --shapes m7c:8192:1 m7c:16384:1 m7c:8192:8 --match seg_target"
+  # The M7C selection's one- and two-key insertion (select_insert 2, shipped at 1 warp on sm_90 on the
+  # model's price: 0.79 / 0.81 / 0.96x at 64k / 32k / 8k, unmeasured) off and at one key, and two token
+  # groups a program on one key tile load (select_pair, a probe variant: it spills on triton 3.9; priced
+  # 0.94x at 64k), beside the shipped build: `_cmp_select` is M7C's largest kernel at 64k (3.96 ms of
+  # 17.77 modelled; 4.64 measured without the insertion); bench/RESULTS.md "selpair / selinsert". Second: it confirms a shipped setting
+  # on the kernel the 64k target is missed by
+  "select_insert|45|--only cmp_fwd --shapes m7c:8192:8 m7c:32768:2 m7c:65536:1 --match select_insert --match select_pair"
   # The M7C selection at 1 warp under a 168-register cap, shipped on m7c 64k alone (4.64 ms vs 5.67;
   # 1 warp uncapped 4.75): `_cmp_select` is M7C's largest kernel at 32k (3.16 ms of 14.37) where NSA/FA2
   # misses its target by 3 %, and the model prices it 1.33-1.42x too fast at 8k-32k

@@ -12,6 +12,7 @@ still prices keep their settings written out here. Pure arithmetic otherwise, no
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -116,6 +117,26 @@ def _cmp_select_work(T: int, s: Shape, passes: int = 1, bt: int | None = None) -
     return {"tiles": -(-T // BT), "steps": steps, "tokens": BT, "rows": BT * c["GPF"], "keys": BJ * c["RP"]}
 
 
+# The selection's one- and two-key insertion (compressed.py `_config` select_insert 1 / 2): the share of a
+# token's key tiles where exactly one key enters its running top-16 (`ONE`), two (`TWO`), more (`MORE`), by
+# eager's Eq. 9-11 on the GPU runs' inputs (M7C, bench/select_proxy.py's windows: 32 of 8 tokens, 1 sequence;
+# bench/RESULTS.md "selinsert"), per T; and the kernel's SASS a token a key tile (sm_90, 1 warp, triton 3.6,
+# the interior tiles' loop): always-run part 296.5 -> 299 (1) / 301 (2), a merge 310 -> 313, an insertion
+# of one key 37, of two 76.
+INSERT_ONE = {2048: 0.0, 4096: 0.0, 8192: 0.027, 16384: 0.114, 32768: 0.267, 65536: 0.286}
+INSERT_TWO = {2048: 0.083, 4096: 0.042, 8192: 0.103, 16384: 0.161, 32768: 0.16, 65536: 0.125}
+INSERT_MORE = {2048: 0.917, 4096: 0.958, 8192: 0.859, 16384: 0.654, 32768: 0.395, 65536: 0.218}
+
+
+def insert_factor(T: int, keys: int = 2) -> float:
+    """The selection's SASS a token a key tile with select_insert `keys` (1 or 2) over without it at
+    length T (the nearest tabulated T, by log2; the shares grow with T, so the ends hold past them)."""
+    near = min(INSERT_ONE, key=lambda t: abs(math.log2(t) - math.log2(max(T, 1))))
+    one, two, more = INSERT_ONE[near], INSERT_TWO[near], INSERT_MORE[near]
+    new = 299 + 313 * (two + more) + 37 * one if keys == 1 else 301 + 313 * more + 76 * two + 37 * one
+    return new / (296.5 + 310 * (one + two + more))
+
+
 @lru_cache(maxsize=256)
 def _cmp_attn_work(T: int, s: Shape, BM: int, BN: int) -> dict[str, float]:
     """_cmp_fwd's structure for one (batch, KV head) since 45bc233: flash tiles of BM consecutive
@@ -169,6 +190,8 @@ def shipped_launch(
         "select_cut": 0 if v0 else c["select_cut"],  # the loop's integer work in 32 bits, hoisted
         "select_shm": 0 if v0 else c["select_shm"],  # Eq. 9's shared key without the two gathers
         "select_split": 0 if v0 else c["select_split"],  # the interior key tiles without masks
+        "select_pair": 0 if v0 else c["select_pair"],  # two token groups a program, one key tile load
+        "select_insert": 0 if v0 else c["select_insert"],  # one entering key inserted, not merged
         "warps_cmp_dkv": c["warps_dkv"],
         "tp": sc["TP"],
         "warps_tok": sc["warps_tok"],

@@ -22,6 +22,7 @@ from .counts import (
     _p2,
     _sel_tiles,
     _tiles_of_the_runs,
+    insert_factor,
     shipped_launch,
 )
 from .prices import Kernel
@@ -93,6 +94,8 @@ def ours(
     select_cut: int | None = None,
     select_shm: int | None = None,
     select_split: int | None = None,
+    select_pair: int | None = None,
+    select_insert: int | None = None,
     flash_tiles: bool | None = None,
     tok_pipe: int | None = None,
     q_grad_fused: bool | None = None,
@@ -216,6 +219,8 @@ def ours(
         "select_cut": select_cut,
         "select_shm": select_shm,
         "select_split": select_split,
+        "select_pair": select_pair,
+        "select_insert": select_insert,
         "tok_pipe": tok_pipe,
         "merge_tiles": merge_tiles,
         "seg_target": seg_target,
@@ -314,7 +319,13 @@ def ours(
         # shared-memory work that hides nothing at a few programs an SM, priced per program and per
         # token per key tile (cmp_sel, its MMA inside; the warps' factor SEL_WARPS). No V, no output.
         bt = launch["bt_sel"]
-        sw = _cmp_select_work(T, s, 1, bt)
+        # select_pair (a what-if, priced where its SASS was counted: the CUT loop at 1 warp on sm_90,
+        # M7C's; elsewhere, sm_80 and the paper shape's 4 warps among them, unpriced and left off): two
+        # groups of bt tokens a program on one key tile load, the programs and their key tiles those
+        # of 2 x bt tokens (half the L2 bytes), the merges per group; tagged `@pair` (CONFIG_FACTOR).
+        priced = cc != 80 and launch.get("select_cut") and launch["warps_sel"] == 1
+        pair = launch.get("select_pair", 0) if priced else 0
+        sw = _cmp_select_work(T, s, 1, bt * (1 + pair))
         sel_rows, sel_progs = sw["rows"], BH * sw["tiles"]
         v0 = launch["select_v0"]  # the int64 merge (before 2026-11-26b) or compressed_select.py's int32 one
         tags = f"@w{launch['warps_sel']}" + (f"@bt{bt}" if bt != _sel_tiles(s)["BTF"] else "")
@@ -330,8 +341,13 @@ def ours(
                 tags += "@shm" if D <= 64 else "@shm_d128"
             if launch.get("select_split"):
                 tags += "@split"
+            if pair:
+                tags += "@pair"
         sunit = 2 * BH * sw["steps"] * sel_rows * sw["keys"] * D
-        swork = {"programs": sel_progs, "token_steps": BH * sw["steps"] * bt}
+        # select_insert (shipped at M7C's 1 warp on sm_90, priced where counted, as select_pair): a token
+        # tile's SASS x counts.insert_factor(T), on its token steps
+        ins = insert_factor(T, launch["select_insert"]) if priced and launch.get("select_insert") else 1.0
+        swork = {"programs": sel_progs, "token_steps": BH * sw["steps"] * sw["tokens"] * ins}
         if cc == 80:  # the A100 price: the kernel's own sm_80 SASS (sass80.py; none recorded: as published)
             swork.update(select_work(T, s, launch) or {})
         if not selection_free:

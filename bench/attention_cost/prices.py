@@ -286,6 +286,10 @@ H100C_COST: dict[str, dict[str, float]] = {
     "sel_keys_bwd@div32": {"eff": 0.331, "dram": 1.25},
 }  # fmt: skip
 CONFIG_FACTOR["cmp_sel32@w1"] = CONFIG_FACTOR["cmp_sel32@w2"] * 4.6404 / 5.665
+# cmp_sel32@pair (select_pair, the what-if; unshipped, unmeasured): the 1-warp M7C kind's time x its sm_90 SASS a
+# token a key tile, triton 3.6 (always-run part 0.91 / 0.88x interior / edge, merges 1.02x, merging 0.62-0.99 of
+# the token tiles: 0.95-0.96 / 0.93-0.94x; bench/RESULTS.md "selpair"); issue-bound: half the L2 reads unpriced.
+CONFIG_FACTOR["cmp_sel32@pair"] = 0.95
 # A100: the tensor-core efficiency of each kind stays the published calibration's (EFF["ampere"] of
 # its generic kind: sm_80 runs these tiles as mma.sync, the instruction its peak is quoted for, so
 # the Hopper shortfall below 64-row tiles does not carry over); the cycle costs carry over per SM
@@ -354,8 +358,9 @@ def carry_ratio(key: str) -> float | None:
 # what is listed are its probes' verdicts, flipped after it ("flips"). Below, the list it emptied:
 # what the run before it (main at 050ce66) measured.
 SINCE_LAST_RUN: dict[str, int | bool] = {
-    # flipped after it on its probes (bench/RESULTS.md "flips") or shipped since (seg_target), at its values
-    "select_one_warp": False, "cmp_dq_stages2": False, "dkdv_rows128": False, "seg_target": 0,
+    # flipped after it on its probes (bench/RESULTS.md "flips") or shipped since, at its values
+    "select_one_warp": False, "cmp_dq_stages2": False, "dkdv_rows128": False,
+    "seg_target": 0, "select_insert": 0,
 }  # fmt: skip
 _SINCE_050CE66: dict[str, int | bool] = {
     "keys_div32": False, "select_cut": 0, "tok_pipe": 0, "flash_tiles": False, "select_shm": 0, "select_split": 0,

@@ -301,6 +301,18 @@ def _split_of(c: dict) -> int:
     return c["select_split"] if c["select_cut"] else 0
 
 
+def _pair_of(c: dict) -> int:
+    """The selection's PAIR constexpr: `select_pair` on the CUT loop only (the kernel asserts CUT >=
+    PAIR), as `_split_of`."""
+    return c["select_pair"] if c["select_cut"] else 0
+
+
+def _insert_of(c: dict) -> int:
+    """The selection's INSERT constexpr: `select_insert` on the CUT loop only (the kernel asserts CUT
+    >= INSERT), as `_split_of`."""
+    return c["select_insert"] if c["select_cut"] else 0
+
+
 def _one_warp_cap() -> int:
     """The selection's register cap at 1 warp a program (`_config` one_warp; ptxas .maxnreg), per
     triton: 168 on 3.6 (the GPU images'; what the H100 measured: 12 warps an SM, no spill at G 5/6/8 x
@@ -466,6 +478,29 @@ def _config(
         # (bench/RESULTS.md "a100shm").
         # 0: the CUT loop as it is.
         "select_split": 1 if shm_split else 0,
+        # 1: `_cmp_select`'s CUT loop over two groups of bt_sel tokens a program (PAIR; the kernel
+        # asserts CUT): one key tile load and one QK product over both groups' rows, each group's
+        # merges on its own (the same tables bit for bit; tests/.../test_compressed_select_pair.py).
+        # Half the programs' key tile loads (the model's 17.4 GB of L2 reads at M7C 64k to 8.7). At
+        # M7C's 1 warp on sm_90 (triton 3.6, under the 168 cap): 168 registers, no spill at G 5/6/8 x
+        # D 64 (20 B at D 48), 6850 SASS in the loops for 4 tokens against 3759 for 2 (0.911x a
+        # token; 0.81-0.95x by path); on triton 3.9 (cap 224) it spills 3580 B (2708 uncapped, 255
+        # registers): not shipped, a probe variant (bench/kernel_probe.py) and a what-if of the model
+        # (`select_pair`; bench/RESULTS.md "selpair").
+        "select_pair": 0,
+        # 1 / 2: `_cmp_select`'s merges take the one-key insertion where no token of the group has two keys
+        # entering, and (2) the two-key one where none has three (INSERT, `_merge_or_insert`; the CUT loop
+        # only, the kernel asserts it; the same tables bit for bit, tests/.../test_compressed_select_insert.py):
+        # 37 / 76 SASS for the 310-351 of a merge, for 2.5-6.5 more a token a key tile (sm_90, 1 warp,
+        # triton 3.6). On the GPU runs' inputs (M7C, a token's tile: bench/RESULTS.md "selinsert") one key
+        # enters 29 / 27 / 11 / 3 % of the token tiles at 64k / 32k / 16k / 8k, two 13 / 16 / 16 / 10 %,
+        # more 22 / 40 / 65 / 86 %: the model prices the selection 0.79 / 0.81 / 0.89 / 0.96x with 2
+        # (bench/attention_cost/counts.py `insert_factor`). Shipped at 2 at M7C's 1 warp on sm_90 (one_warp)
+        # on that price, UNMEASURED: 168 registers under the cap and no spill at G 5/6/8 x D 48/64 on triton
+        # 3.6; on 3.9 193-199 registers (221-224 without), no spill. sm_80 (ampere_g8: 4 tokens in halves,
+        # 2 warps) unpriced: 1 compiles unspilled on 3.6, but to 8304 SASS for 4534; off there.
+        # 0: every entering tile merged (the path the H100 of 2026-11-26c measured), 1: a probe variant each.
+        "select_insert": 2 if one_warp else 0,
         # The selection kernel: its top-n merge is latency-bound, so fewer warps a program (more
         # programs per SM) ran it faster on an H200 (bench/kernel_probe.py, 2026-11-26): M7C at 64k
         # 39.1 / 20.2 / 13.3 ms with 8 / 4 / 2 warps (and 11.9 with 2 warps and 2 tokens a tile), the
@@ -534,8 +569,9 @@ def launch_select(
             *args, BT=c["bt_sel_v0"], **geo, num_warps=c["warps_sel_v0"], num_stages=2
         )
         return
-    _cmp_select[(cdiv(T, c["bt_sel"]), B * Hkv)](
-        *args, BT=c["bt_sel"], SP=c["SP"], HALVES=c["halves_sel"], CUT=c["select_cut"], SHM=c["select_shm"], SPLIT=_split_of(c), **geo, num_warps=c["warps_sel"],
+    pair = _pair_of(c)
+    _cmp_select[(cdiv(T, c["bt_sel"] * (1 + pair)), B * Hkv)](
+        *args, BT=c["bt_sel"], SP=c["SP"], HALVES=c["halves_sel"], CUT=c["select_cut"], SHM=c["select_shm"], SPLIT=_split_of(c), PAIR=pair, INSERT=_insert_of(c), **geo, num_warps=c["warps_sel"],
         num_stages=2, **({"maxnreg": c["maxnreg_sel"]} if c["maxnreg_sel"] else {}),
     )  # fmt: skip
 
@@ -715,6 +751,8 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         "CUT": c["select_cut"],
         "SHM": c["select_shm"],
         "SPLIT": _split_of(c),
+        "PAIR": _pair_of(c),
+        "INSERT": _insert_of(c),
         "LS": shape.sel_block,
     }
     dq_sig = {

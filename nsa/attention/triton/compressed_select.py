@@ -4,7 +4,8 @@ Owns the kernel that turns the compressed attention's saved row log-sum-exp into
 table: per (batch, KV head, token tile), all G heads of each token as rows, it recomputes each key
 tile's final probabilities (1 QK product), sums them over the group [Eq. 10], maps them onto float32
 selection-block scores [Eq. 9] and keeps a running top-n per token [Eq. 11] in the order of eager's
-`topk` on the key (float bits << 32) | j, on int32 bits with the tie-break by j done by position.
+`topk` on the key (float bits << 32) | j, on int32 bits with the tie-break by j done by position
+(a lone entering key put at its rank instead: `_insert_one`).
 Launched, configured and checked by `nsa.attention.triton.compressed` (docs/attention.md,
 "compressed branch and selection"); `_cmp_select_v0` (compressed_select_v0.py) is the kernel it
 replaced, kept for one GPU comparison."""
@@ -137,32 +138,108 @@ def _select_tile(top_b, top_j, score, tb, t_end, jb, NS, BJ: tl.constexpr, W: tl
 
 
 @triton.jit
-def _select_tile_cut(top_b, top_j, score, jt, j0, BJ: tl.constexpr, W: tl.constexpr):
+def _insert_one(top_b, top_j, kb, kj, enter, W: tl.constexpr):
+    """`_merge_top` where at most one key of each token enters (`enter`: kb >= the token's floor; the
+    others are below its W-th key, or non-candidates at -1 where fillers remain, whose place among
+    the fillers no table shows): that key x goes in at its rank, r = top entries with larger bits
+    (ties go to x, the later j), the entries from r on move one slot down and the last drops out.
+    Tokens where none enters keep their top. The same valid entries in the same slots as the merge,
+    for one gather of the top a slot on instead of its [.., W, BJ] ranks and placements."""
+    xb = tl.max(tl.where(enter, kb, -1), axis=1)
+    xj = tl.max(tl.where(enter, kj[None, :], -1), axis=1)
+    r = tl.sum((top_b > xb[:, None]).to(tl.int32), axis=1)
+    pos = tl.arange(0, W)[None, :]
+    src = tl.broadcast_to(tl.maximum(pos - 1, 0), top_b.shape)
+    down_b = tl.gather(top_b, src, 1)
+    down_j = tl.gather(top_j, src, 1)
+    at = pos == r[:, None]
+    keep = (pos < r[:, None]) | (xb < 0)[:, None]
+    new_b = tl.where(keep, top_b, tl.where(at, xb[:, None], down_b))
+    new_j = tl.where(keep, top_j, tl.where(at, xj[:, None], down_j))
+    return new_b, new_j
+
+
+@triton.jit
+def _insert_two(top_b, top_j, kb, kj, enter, W: tl.constexpr):
+    """`_insert_one` for up to two entering keys a token (INS 2): the one ahead (larger bits, or equal
+    and the later j) at r1 = top entries with larger bits, the other at r2 = its own count + 1 (every
+    top entry ahead of the first is ahead of it: r2 > r1), the entries between moving one slot down
+    and those after two; a token with one key as in `_insert_one`, with none its top kept."""
+    b1 = tl.max(tl.where(enter, kb, -1), axis=1)
+    j1 = tl.max(tl.where(enter & (kb == b1[:, None]), kj[None, :], -1), axis=1)
+    rest = enter & (kj[None, :] != j1[:, None])
+    b2 = tl.max(tl.where(rest, kb, -1), axis=1)
+    j2 = tl.max(tl.where(rest, kj[None, :], -1), axis=1)
+    r1 = tl.sum((top_b > b1[:, None]).to(tl.int32), axis=1)
+    r2 = tl.sum((top_b > b2[:, None]).to(tl.int32), axis=1) + 1
+    pos = tl.arange(0, W)[None, :]
+    src1 = tl.broadcast_to(tl.maximum(pos - 1, 0), top_b.shape)
+    src2 = tl.broadcast_to(tl.maximum(pos - 2, 0), top_b.shape)
+    d1_b, d1_j = tl.gather(top_b, src1, 1), tl.gather(top_j, src1, 1)
+    d2_b, d2_j = tl.gather(top_b, src2, 1), tl.gather(top_j, src2, 1)
+    one = (b2 < 0)[:, None]  # no second key: the slots past r1 move one down only
+    keep = (pos < r1[:, None]) | (b1 < 0)[:, None]
+    at1 = pos == r1[:, None]
+    at2 = (pos == r2[:, None]) & ~one
+    down1 = one | (pos < r2[:, None])
+    new_b = tl.where(
+        keep, top_b, tl.where(at1, b1[:, None], tl.where(at2, b2[:, None], tl.where(down1, d1_b, d2_b)))
+    )
+    new_j = tl.where(
+        keep, top_j, tl.where(at1, j1[:, None], tl.where(at2, j2[:, None], tl.where(down1, d1_j, d2_j)))
+    )
+    return new_b, new_j
+
+
+@triton.jit
+def _merge_or_insert(top_b, top_j, kb, kj, W: tl.constexpr, BJ: tl.constexpr, INS: tl.constexpr):
+    """The merge test and merge of a tile's keys `kb` (block ids `kj`) into the running top-W (see
+    `_select_tile`): INS 1 takes `_insert_one` where no token of the group has two keys entering
+    (29 / 27 % of the token tiles at M7C 64k / 32k on the GPU runs' inputs, 3 % at 8k; bench/RESULTS.md
+    "selinsert"), `_merge_top` where one has; INS 0 `_merge_top` whenever one enters."""
+    floor = tl.maximum(tl.min(top_b, axis=1), 0)
+    enter = kb >= floor[:, None]
+    if INS == 2:
+        n_in = tl.max(tl.sum(enter.to(tl.int32), axis=1))
+        if n_in > 2:
+            top_b, top_j = _merge_top(top_b, top_j, kb, kj, W, BJ)
+        elif n_in > 1:
+            top_b, top_j = _insert_two(top_b, top_j, kb, kj, enter, W)
+        elif n_in > 0:
+            top_b, top_j = _insert_one(top_b, top_j, kb, kj, enter, W)
+    elif INS:
+        n_in = tl.max(tl.sum(enter.to(tl.int32), axis=1))
+        if n_in > 1:
+            top_b, top_j = _merge_top(top_b, top_j, kb, kj, W, BJ)
+        elif n_in > 0:
+            top_b, top_j = _insert_one(top_b, top_j, kb, kj, enter, W)
+    elif tl.max(enter.to(tl.int32)) > 0:
+        top_b, top_j = _merge_top(top_b, top_j, kb, kj, W, BJ)
+    return top_b, top_j
+
+
+@triton.jit
+def _select_tile_cut(top_b, top_j, score, jt, j0, BJ: tl.constexpr, W: tl.constexpr, INS: tl.constexpr = 0):
     """`_select_tile` with its tokens' blocks hoisted (CUT): `jt` is t // l' of each token, -1 past
     the tile's end (no candidate). A block is a candidate iff j <= t // l' (j * l' <= t; then j < Ns,
-    as t < T), forced iff a candidate with j == 0 or j >= t // l' - 1: the same keys and merges."""
+    as t < T), forced iff a candidate with j == 0 or j >= t // l' - 1: the same keys and merges
+    (INS: `_merge_or_insert`)."""
     j = j0 + tl.arange(0, BJ)
     cand = j[None, :] <= jt[:, None]
     bits = score.to(tl.int32, bitcast=True) & 0x7FFFFFFF  # drops the sign of -0.0, as eager does
     forced = (j[None, :] == 0) | (j[None, :] >= jt[:, None] - 1)
     kb = tl.where(cand, tl.where(forced, 0x7F800000, bits), -1)
-    floor = tl.maximum(tl.min(top_b, axis=1), 0)  # see _select_tile
-    if tl.max((kb >= floor[:, None]).to(tl.int32)) > 0:
-        top_b, top_j = _merge_top(top_b, top_j, kb, j, W, BJ)
-    return top_b, top_j
+    return _merge_or_insert(top_b, top_j, kb, j, W, BJ, INS)  # see _select_tile
 
 
 @triton.jit
-def _select_tile_all(top_b, top_j, score, j0, BJ: tl.constexpr, W: tl.constexpr):
+def _select_tile_all(top_b, top_j, score, j0, BJ: tl.constexpr, W: tl.constexpr, INS: tl.constexpr = 0):
     """`_select_tile_cut` on an interior tile (SPLIT): every block a candidate of every token and none
     forced, so each key is the score's bits: the same keys and merges, without the candidate and
     forced compares and selects."""
     j = j0 + tl.arange(0, BJ)
     kb = score.to(tl.int32, bitcast=True) & 0x7FFFFFFF  # drops the sign of -0.0, as eager does
-    floor = tl.maximum(tl.min(top_b, axis=1), 0)  # see _select_tile
-    if tl.max((kb >= floor[:, None]).to(tl.int32)) > 0:
-        top_b, top_j = _merge_top(top_b, top_j, kb, j, W, BJ)
-    return top_b, top_j
+    return _merge_or_insert(top_b, top_j, kb, j, W, BJ, INS)  # see _select_tile
 
 
 @triton.jit
@@ -181,15 +258,10 @@ def _interior_end(t0, n_tiles, BJ: tl.constexpr, R: tl.constexpr, L: tl.constexp
 
 
 @triton.jit
-def _cut_tile(K, q, lse, bound, kc, kc_ok, dcol, dmask, k0, j0, NC, qk_scale, jt_a, jt_b, top_ab, top_aj,
-              top_bb, top_bj, prev, rot, EDGE: tl.constexpr, BT: tl.constexpr, GP: tl.constexpr,
-              D: tl.constexpr, DP: tl.constexpr, BJ: tl.constexpr, RP: tl.constexpr, SP: tl.constexpr,
-              W: tl.constexpr, HALVES: tl.constexpr, L: tl.constexpr, S: tl.constexpr, R: tl.constexpr, A: tl.constexpr,
-              TH: tl.constexpr, PREC: tl.constexpr, SHM: tl.constexpr):  # fmt: skip
-    """One key tile of `_cmp_select`'s CUT loop (first key k0, first block j0): the probabilities,
-    Eq. 9's block scores and the top-n merges. EDGE 0 (an interior tile, SPLIT): no key-range load
-    mask, no visibility compare or select (`lse` +inf on padded rows instead), no candidate or
-    forced keys; the same floats and merges. Returns the carried state, j0 one tile on."""
+def _load_k(K, kc, kc_ok, dcol, dmask, k0, NC, EDGE: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
+            R: tl.constexpr, RP: tl.constexpr):  # fmt: skip
+    """The key tile of a CUT loop step (first key k0): EDGE 0 (an interior tile, SPLIT) without the
+    key-range load mask."""
     kptr = K + (k0 + kc)[:, None] * D + dcol[None, :]
     if EDGE:
         kmask = kc < NC - k0
@@ -202,6 +274,16 @@ def _cut_tile(K, q, lse, bound, kc, kc_ok, dcol, dmask, k0, j0, NC, qk_scale, jt
         k = tl.load(kptr, mask=dmask[None, :], other=0.0)
     else:
         k = tl.load(kptr)
+    return k
+
+
+@triton.jit
+def _tile_scores(k, q, lse, bound, kc, kc_ok, k0, qk_scale, prev, rot, EDGE: tl.constexpr, BT: tl.constexpr,
+                 GP: tl.constexpr, BJ: tl.constexpr, RP: tl.constexpr, SP: tl.constexpr, L: tl.constexpr,
+                 S: tl.constexpr, R: tl.constexpr, A: tl.constexpr, PREC: tl.constexpr, SHM: tl.constexpr):  # fmt: skip
+    """One token group's block scores on a loaded key tile `k`: its probabilities (EDGE 0: no
+    visibility compare or select, `lse` +inf on padded rows instead) and Eq. 9-10. Returns (scores
+    [BT, BJ], prev, rot)."""
     s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
     if EDGE:
         vis = (k0 + kc)[None, :] * S + (L - 1) <= bound[:, None]
@@ -216,19 +298,69 @@ def _cut_tile(K, q, lse, bound, kc, kc_ok, dcol, dmask, k0, j0, NC, qk_scale, jt
         score, rot = _block_scores_shm(p, rot, BT, GP, BJ, RP, A, R)
     else:
         score, prev = _block_scores(p, prev, BT, GP, BJ, RP, SP, A, R)
+    return score, prev, rot
+
+
+@triton.jit
+def _tile_select(score, j0, jt_a, jt_b, top_ab, top_aj, top_bb, top_bj, EDGE: tl.constexpr, BT: tl.constexpr,
+                 BJ: tl.constexpr, W: tl.constexpr, HALVES: tl.constexpr, TH: tl.constexpr,
+                 INS: tl.constexpr = 0):  # fmt: skip
+    """One token group's top-n merges of a key tile's block scores (HALVES: its two halves, one
+    after the other; EDGE 0: no candidate or forced keys)."""
     if HALVES:
         score_a, score_b = _halves(score, BT, TH, BJ)
         if EDGE:
-            top_ab, top_aj = _select_tile_cut(top_ab, top_aj, score_a, jt_a, j0, BJ, W)
-            top_bb, top_bj = _select_tile_cut(top_bb, top_bj, score_b, jt_b, j0, BJ, W)
+            top_ab, top_aj = _select_tile_cut(top_ab, top_aj, score_a, jt_a, j0, BJ, W, INS)
+            top_bb, top_bj = _select_tile_cut(top_bb, top_bj, score_b, jt_b, j0, BJ, W, INS)
         else:
-            top_ab, top_aj = _select_tile_all(top_ab, top_aj, score_a, j0, BJ, W)
-            top_bb, top_bj = _select_tile_all(top_bb, top_bj, score_b, j0, BJ, W)
+            top_ab, top_aj = _select_tile_all(top_ab, top_aj, score_a, j0, BJ, W, INS)
+            top_bb, top_bj = _select_tile_all(top_bb, top_bj, score_b, j0, BJ, W, INS)
     elif EDGE:
-        top_ab, top_aj = _select_tile_cut(top_ab, top_aj, score, jt_a, j0, BJ, W)
+        top_ab, top_aj = _select_tile_cut(top_ab, top_aj, score, jt_a, j0, BJ, W, INS)
     else:
-        top_ab, top_aj = _select_tile_all(top_ab, top_aj, score, j0, BJ, W)
+        top_ab, top_aj = _select_tile_all(top_ab, top_aj, score, j0, BJ, W, INS)
+    return top_ab, top_aj, top_bb, top_bj
+
+
+@triton.jit
+def _cut_tile(K, q, lse, bound, kc, kc_ok, dcol, dmask, k0, j0, NC, qk_scale, jt_a, jt_b, top_ab, top_aj,
+              top_bb, top_bj, prev, rot, EDGE: tl.constexpr, BT: tl.constexpr, GP: tl.constexpr,
+              D: tl.constexpr, DP: tl.constexpr, BJ: tl.constexpr, RP: tl.constexpr, SP: tl.constexpr,
+              W: tl.constexpr, HALVES: tl.constexpr, L: tl.constexpr, S: tl.constexpr, R: tl.constexpr, A: tl.constexpr,
+              TH: tl.constexpr, PREC: tl.constexpr, SHM: tl.constexpr, INS: tl.constexpr = 0):  # fmt: skip
+    """One key tile of `_cmp_select`'s CUT loop (first key k0, first block j0): the probabilities,
+    Eq. 9's block scores and the top-n merges. EDGE 0 (an interior tile, SPLIT): no key-range load
+    mask, no visibility compare or select (`lse` +inf on padded rows instead), no candidate or
+    forced keys; the same floats and merges. Returns the carried state, j0 one tile on."""
+    k = _load_k(K, kc, kc_ok, dcol, dmask, k0, NC, EDGE, D, DP, R, RP)
+    score, prev, rot = _tile_scores(k, q, lse, bound, kc, kc_ok, k0, qk_scale, prev, rot, EDGE, BT, GP, BJ, RP, SP,
+                                    L, S, R, A, PREC, SHM)  # fmt: skip
+    top_ab, top_aj, top_bb, top_bj = _tile_select(score, j0, jt_a, jt_b, top_ab, top_aj, top_bb, top_bj, EDGE, BT,
+                                                  BJ, W, HALVES, TH, INS)  # fmt: skip
     return top_ab, top_aj, top_bb, top_bj, prev, rot, j0 + BJ
+
+
+@triton.jit
+def _cut_tile2(K, q, lse, bound, kc, kc_ok, dcol, dmask, k0, j0, NC, qk_scale, jt_a, jt_b, jt2_a, jt2_b, top_ab,
+               top_aj, top_bb, top_bj, top2_ab, top2_aj, top2_bb, top2_bj, prev, rot, EDGE: tl.constexpr,
+               BT: tl.constexpr, BP: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
+               BJ: tl.constexpr, RP: tl.constexpr, SP: tl.constexpr, W: tl.constexpr, HALVES: tl.constexpr,
+               L: tl.constexpr, S: tl.constexpr, R: tl.constexpr, A: tl.constexpr, TH: tl.constexpr,
+               PREC: tl.constexpr, SHM: tl.constexpr, INS: tl.constexpr = 0):  # fmt: skip
+    """`_cut_tile` for a program of two token groups of BT (PAIR; BP = 2 x BT tokens): one key tile
+    load and one QK product over all BP x GP rows, Eq. 9-10 on all of them (each token's floats as in
+    `_cut_tile`: the group sum and Eq. 9 are per token), then the scores split by rows into the two
+    groups (register selects, no data moved) and each group's merges as `_cut_tile`'s, one after the
+    other: the merge's [.., W, BJ] tensors stay those of BT tokens (of TH in halves)."""
+    k = _load_k(K, kc, kc_ok, dcol, dmask, k0, NC, EDGE, D, DP, R, RP)
+    score, prev, rot = _tile_scores(k, q, lse, bound, kc, kc_ok, k0, qk_scale, prev, rot, EDGE, BP, GP, BJ, RP, SP,
+                                    L, S, R, A, PREC, SHM)  # fmt: skip
+    score1, score2 = _halves(score, BP, BT, BJ)
+    top_ab, top_aj, top_bb, top_bj = _tile_select(score1, j0, jt_a, jt_b, top_ab, top_aj, top_bb, top_bj, EDGE, BT,
+                                                  BJ, W, HALVES, TH, INS)  # fmt: skip
+    top2_ab, top2_aj, top2_bb, top2_bj = _tile_select(score2, j0, jt2_a, jt2_b, top2_ab, top2_aj, top2_bb, top2_bj,
+                                                      EDGE, BT, BJ, W, HALVES, TH, INS)  # fmt: skip
+    return top_ab, top_aj, top_bb, top_bj, top2_ab, top2_aj, top2_bb, top2_bj, prev, rot, j0 + BJ
 
 
 @triton.jit
@@ -281,18 +413,24 @@ def _cmp_select(
     CUT: tl.constexpr = 0,
     SHM: tl.constexpr = 0,
     SPLIT: tl.constexpr = 0,
+    PAIR: tl.constexpr = 0,
+    INSERT: tl.constexpr = 0,
 ):
     """Block selection [Eq. 9-11] for BT tokens (all G heads of each as rows, padded to GP): per key
     tile of BJ selection blocks (r = l'/d keys each, padded to RP), the final probabilities from the
     forward's row statistics (one QK product), summed over the group [Eq. 10], weighted into float32
     block scores [Eq. 9] (the a - 1 keys a block shares with earlier ones gathered, SP a block, from
     this tile and the previous one, carried) and merged into a running top-W per token [Eq. 11]
-    (HALVES: the tile's tokens in two halves, one after the other, to bound the merge's registers).
-    No V, no accumulator."""
+    (HALVES: the tile's tokens in two halves, one after the other, to bound the merge's registers;
+    INSERT: a lone entering key inserted instead of merged, `_merge_or_insert`; PAIR: two groups of
+    BT tokens a program on one key tile load, `_cut_tile2`). No V, no accumulator."""
     A: tl.constexpr = L // S
     R: tl.constexpr = LS // S
     tl.static_assert(CUT >= SPLIT)  # SPLIT splits the CUT loop
-    BM: tl.constexpr = BT * GP
+    tl.static_assert(CUT >= PAIR)  # PAIR pairs the CUT loop's token groups
+    tl.static_assert(CUT > 0 or INSERT == 0)  # INSERT: the CUT loop's merges (`_merge_or_insert`)
+    BP: tl.constexpr = BT * (1 + PAIR)  # the program's tokens: PAIR: two groups of BT (`_cut_tile2`)
+    BM: tl.constexpr = BP * GP
     pid_t = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     Q += bh * T * G * D
@@ -302,7 +440,7 @@ def _cmp_select(
     VALID += bh * T * K_SEL
 
     rows = tl.arange(0, BM)
-    tq = pid_t * BT + rows // GP
+    tq = pid_t * BP + rows // GP
     gq = rows % GP
     row_ok = (gq < G) & (tq < T)
     row_off = tq * G + gq
@@ -311,21 +449,21 @@ def _cmp_select(
     q = tl.load(Q + row_off[:, None] * D + dcol[None, :], mask=row_ok[:, None] & dmask[None, :], other=0.0)
     lse = tl.load(LSE + row_off, mask=row_ok, other=0.0)
 
-    t_last = tl.minimum(pid_t * BT + BT - 1, T - 1)
+    t_last = tl.minimum(pid_t * BP + BP - 1, T - 1)
     n_blk_tiles = tl.cdiv(t_last // LS + 1, BJ)
     cols = tl.arange(0, BJ * RP)  # key r * j + m of block j in column j * RP + m
     cj = cols // RP
     cm = cols % RP
 
     TH: tl.constexpr = (BT + 1) // 2 if HALVES else BT
-    t_end = tl.minimum(T, pid_t * BT + BT)
-    tb_a = pid_t * BT + tl.arange(0, TH)
+    t_end = tl.minimum(T, pid_t * BP + BP)
+    tb_a = pid_t * BP + tl.arange(0, TH)
     tb_b = tb_a + TH
     top_ab = tl.full([TH, W], -1, tl.int32)
     top_aj = tl.zeros([TH, W], tl.int32)
     top_bb = tl.full([TH, W], -1, tl.int32)
     top_bj = tl.zeros([TH, W], tl.int32)
-    prev = tl.zeros([BT, BJ * RP], tl.float32)
+    prev = tl.zeros([BP, BJ * RP], tl.float32)
     if CUT:
         # The loop's integer work in 32 bits, with what is loop-invariant hoisted (bench/RESULTS.md
         # "selcut"): a column's key is k0 + kc (k0 = jb * BJ * R, a scalar), and causal visibility
@@ -337,38 +475,79 @@ def _cmp_select(
         bound = tl.where(row_ok, tl.minimum(tq, (NC - 1) * S + (L - 1)), -1)
         jt_a = tl.where(tb_a < t_end, tb_a // LS, -1)
         jt_b = tl.where(tb_b < t_end, tb_b // LS, -1)
-        rot = tl.zeros([BT, BJ], tl.float32)  # SHM: the previous tile's last keys' sums, rotated
+        rot = tl.zeros([BP, BJ], tl.float32)  # SHM: the previous tile's last keys' sums, rotated
         j0 = pid_t * 0  # the tile's first block, an int32 of its own (jb's uses widen to 64 bits)
-        if SPLIT:
+        if PAIR:
+            # The second group of BT tokens (the program's last BT: rows BT * GP on, in q, lse and
+            # bound above) merged into running top-n of its own; each key tile's product, Eq. 9-10
+            # for both (`_cut_tile2`). The key tiles are the program's (its last token's count; the
+            # interior ones `_interior_end` of its first token, so of every later one); the edge
+            # tiles mask each token's own candidates, as within one group.
+            tb2_a = tb_a + BT
+            tb2_b = tb_b + BT
+            jt2_a = tl.where(tb2_a < t_end, tb2_a // LS, -1)
+            jt2_b = tl.where(tb2_b < t_end, tb2_b // LS, -1)
+            top2_ab = tl.full([TH, W], -1, tl.int32)
+            top2_aj = tl.zeros([TH, W], tl.int32)
+            top2_bb = tl.full([TH, W], -1, tl.int32)
+            top2_bj = tl.zeros([TH, W], tl.int32)
+            if SPLIT:
+                lo = _interior_end(pid_t * BP, n_blk_tiles, BJ, R, L, S, LS)
+            else:
+                lo = tl.minimum(n_blk_tiles, 1)
+            lse_in = tl.where(row_ok, lse, float("inf"))  # padded rows: exp2(s - inf) = 0, as masked
+            for jb in range(0, tl.minimum(n_blk_tiles, 1)):
+                top_ab, top_aj, top_bb, top_bj, top2_ab, top2_aj, top2_bb, top2_bj, prev, rot, j0 = _cut_tile2(
+                    K, q, lse, bound, kc, kc_ok, dcol, dmask, jb * (BJ * R), j0, NC, qk_scale, jt_a, jt_b, jt2_a,
+                    jt2_b, top_ab, top_aj, top_bb, top_bj, top2_ab, top2_aj, top2_bb, top2_bj, prev, rot, 1, BT, BP,
+                    GP, D, DP, BJ, RP, SP, W, HALVES, L, S, R, A, TH, PREC, SHM, INSERT,
+                )  # fmt: skip
+            if SPLIT:
+                for jb in range(1, lo):
+                    top_ab, top_aj, top_bb, top_bj, top2_ab, top2_aj, top2_bb, top2_bj, prev, rot, j0 = _cut_tile2(
+                        K, q, lse_in, bound, kc, kc_ok, dcol, dmask, jb * (BJ * R), j0, NC, qk_scale, jt_a, jt_b,
+                        jt2_a, jt2_b, top_ab, top_aj, top_bb, top_bj, top2_ab, top2_aj, top2_bb, top2_bj, prev, rot,
+                        0, BT, BP, GP, D, DP, BJ, RP, SP, W, HALVES, L, S, R, A, TH, PREC, SHM, INSERT,
+                    )  # fmt: skip
+            for jb in range(lo, n_blk_tiles):
+                top_ab, top_aj, top_bb, top_bj, top2_ab, top2_aj, top2_bb, top2_bj, prev, rot, j0 = _cut_tile2(
+                    K, q, lse, bound, kc, kc_ok, dcol, dmask, jb * (BJ * R), j0, NC, qk_scale, jt_a, jt_b, jt2_a,
+                    jt2_b, top_ab, top_aj, top_bb, top_bj, top2_ab, top2_aj, top2_bb, top2_bj, prev, rot, 1, BT, BP,
+                    GP, D, DP, BJ, RP, SP, W, HALVES, L, S, R, A, TH, PREC, SHM, INSERT,
+                )  # fmt: skip
+            _store_top(IDX, VALID, top2_ab, top2_aj, tb2_a, t_end, K_SEL, W)
+            if HALVES:
+                _store_top(IDX, VALID, top2_bb, top2_bj, tb2_b, t_end, K_SEL, W)
+        elif SPLIT:
             # Tile 0 (block 0 forced), then the interior tiles [1, lo) with no mask, candidate or
             # forced logic (`_interior_end`), then the edge tiles [lo, n) with today's: in key order,
             # as the running top-n and Eq. 9's carried neighbours need. Three loops, one tile body.
-            lo = _interior_end(pid_t * BT, n_blk_tiles, BJ, R, L, S, LS)
+            lo = _interior_end(pid_t * BP, n_blk_tiles, BJ, R, L, S, LS)
             lse_in = tl.where(row_ok, lse, float("inf"))  # padded rows: exp2(s - inf) = 0, as masked
             for jb in range(0, tl.minimum(n_blk_tiles, 1)):
                 top_ab, top_aj, top_bb, top_bj, prev, rot, j0 = _cut_tile(
                     K, q, lse, bound, kc, kc_ok, dcol, dmask, jb * (BJ * R), j0, NC, qk_scale, jt_a, jt_b,
                     top_ab, top_aj, top_bb, top_bj, prev, rot, 1, BT, GP, D, DP, BJ, RP, SP, W, HALVES, L, S, R,
-                    A, TH, PREC, SHM,
+                    A, TH, PREC, SHM, INSERT,
                 )  # fmt: skip
             for jb in range(1, lo):
                 top_ab, top_aj, top_bb, top_bj, prev, rot, j0 = _cut_tile(
                     K, q, lse_in, bound, kc, kc_ok, dcol, dmask, jb * (BJ * R), j0, NC, qk_scale, jt_a, jt_b,
                     top_ab, top_aj, top_bb, top_bj, prev, rot, 0, BT, GP, D, DP, BJ, RP, SP, W, HALVES, L, S, R,
-                    A, TH, PREC, SHM,
+                    A, TH, PREC, SHM, INSERT,
                 )  # fmt: skip
             for jb in range(lo, n_blk_tiles):
                 top_ab, top_aj, top_bb, top_bj, prev, rot, j0 = _cut_tile(
                     K, q, lse, bound, kc, kc_ok, dcol, dmask, jb * (BJ * R), j0, NC, qk_scale, jt_a, jt_b,
                     top_ab, top_aj, top_bb, top_bj, prev, rot, 1, BT, GP, D, DP, BJ, RP, SP, W, HALVES, L, S, R,
-                    A, TH, PREC, SHM,
+                    A, TH, PREC, SHM, INSERT,
                 )  # fmt: skip
         else:
             for jb in range(0, n_blk_tiles):
                 top_ab, top_aj, top_bb, top_bj, prev, rot, j0 = _cut_tile(
                     K, q, lse, bound, kc, kc_ok, dcol, dmask, jb * (BJ * R), j0, NC, qk_scale, jt_a, jt_b,
                     top_ab, top_aj, top_bb, top_bj, prev, rot, 1, BT, GP, D, DP, BJ, RP, SP, W, HALVES, L, S, R,
-                    A, TH, PREC, SHM,
+                    A, TH, PREC, SHM, INSERT,
                 )  # fmt: skip
     else:  # the measured path (select_cut 0)
         for jb in range(0, n_blk_tiles):

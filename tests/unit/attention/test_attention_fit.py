@@ -71,8 +71,9 @@ def test_the_measured_configurations_are_the_fit_of_the_2026_11_26c_run() -> Non
     recs = fit.records([str(C_RUN)])
     core = {"q_grad_fused": False, "gate_folded": False, "delta_folded": False}
     # and the probes' verdicts flipped after it, at the values it ran ("flips"), and the index's segments
-    # shipped since (seg_target: T/4 alone then, the same S at that run's B*T = 64k shapes)
+    # shipped since (seg_target: T/4 alone then, the same S at that run's B*T = 64k shapes; select_insert)
     flipped = {"select_one_warp": False, "cmp_dq_stages2": False, "dkdv_rows128": False, "seg_target": 0}
+    flipped["select_insert"] = 0
     assert recs[0]["build"] == {**core, **flipped, "select_shm": 1, "merge_tiles": True}
     fams = ["_cmp_select", "_cmp_bwd_dq", "_cmp_bwd_dkv", "_sel_fwd", "_sel_bwd_dq", "_sel_fwd_merge"]
     fams += ["_window_bwd_dq", "_window_bwd_dkdv", "_sel_bwd_keys"]

@@ -40,6 +40,8 @@ FROM_CONFIG = {
     "select_cut": _cmp("select_cut"),
     "select_shm": _cmp("select_shm"),
     "select_split": _cmp("select_split"),
+    "select_pair": _cmp("select_pair"),
+    "select_insert": _cmp("select_insert"),
     "warps_cmp_dkv": _cmp("warps_dkv"),
     "tp": _sel("TP"),
     "warps_tok": _sel("warps_tok"),

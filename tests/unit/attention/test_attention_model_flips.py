@@ -122,13 +122,14 @@ def test_the_model_tags_the_shipped_kinds_and_prices_them_by_the_factor():
     assert _kinds(65536, "m7c", select_one_warp=False, warps_sel=4)["cmp_select"].startswith("cmp_sel32@w4")
     # the tag scales the kernel's time by its factor on Hopper, the counts unchanged
     h100 = m.GPUS["H100"]
-    for sname, name, flag, tag in (
-        ("m7c", "cmp_select", {"select_one_warp": False}, None),
-        ("paper", "cmp_bwd_dq", {"cmp_dq_stages2": False}, "cmp_dq@s2_d128"),
-        ("paper", "sel_bwd_dkdv", {"dkdv_rows128": False}, "sel_dkdv@br128"),
+    # (the M7C selection's one-key insertion, shipped at 1 warp since, off on both sides)
+    for sname, name, flag, tag, base in (
+        ("m7c", "cmp_select", {"select_one_warp": False}, None, {"select_insert": 0}),
+        ("paper", "cmp_bwd_dq", {"cmp_dq_stages2": False}, "cmp_dq@s2_d128", {}),
+        ("paper", "sel_bwd_dkdv", {"dkdv_rows128": False}, "sel_dkdv@br128", {}),
     ):
-        new = next(k for k in m.ours_on(65536, m.SHAPES[sname], h100) if k.name == name)
-        old = next(k for k in m.ours_on(65536, m.SHAPES[sname], h100, **flag) if k.name == name)
+        new = next(k for k in m.ours_on(65536, m.SHAPES[sname], h100, **base) if k.name == name)
+        old = next(k for k in m.ours_on(65536, m.SHAPES[sname], h100, **base, **flag) if k.name == name)
         want = (
             m.CONFIG_FACTOR["cmp_sel32@w1"] / m.CONFIG_FACTOR["cmp_sel32@w2"]
             if tag is None
