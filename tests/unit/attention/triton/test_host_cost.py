@@ -127,6 +127,29 @@ def test_step_host_dry_run_times_a_cpu_step() -> None:
     assert 0 < row["issue_ms"]["min"] <= row["wall_ms"]["max"]
 
 
+def test_step_host_checks_the_real_config_first_and_exits_2(monkeypatch, capsys) -> None:
+    """--dry-run steps configs/tiny.yaml, but a probe's own --config with its --set must load: the CUDA
+    graphs entry without train.grad_accum=1 (m7c_125m.yaml accumulates 8) exits 2 with the key and
+    fix, not a traceback on the leased GPU; a bad --config as well, and --syncs."""
+    path = Path(__file__).resolve().parents[4] / "bench" / "step_host.py"
+    spec = importlib.util.spec_from_file_location("step_host", path)
+    step_host = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(step_host)
+    for argv, says in (
+        (["--dry-run", "--set", "parallel.compile_mode=reduce-overhead"], "train.grad_accum=1"),
+        (["--dry-run", "--config", str(path.parent / "missing.yaml")], "missing.yaml"),
+        (["--syncs", "--set", "parallel.compile_mod=x"], "parallel.compile_mode"),
+    ):
+        monkeypatch.setattr("sys.argv", ["step_host.py", *argv])
+        with pytest.raises(SystemExit) as ei:
+            step_host.main()
+        err = capsys.readouterr().err
+        assert ei.value.code == 2 and err.startswith("step_host: config error in ") and says in err, (
+            argv,
+            err,
+        )
+
+
 def test_frozen_config_keys_on_extra() -> None:
     state = {"v": "3.6.0"}
 
