@@ -30,6 +30,7 @@ import argparse
 import collections
 import contextlib
 import cProfile
+import functools
 import io
 import json
 import math
@@ -220,26 +221,9 @@ def measure(B: int, T: int, dtype: torch.dtype, reps: int, profile: int = 0) -> 
             times_b.append((t2 - t1) * 1e6)
             times_ng.append((t3 - t2) * 1e6)
             cpu_fb.append((c2 - c0) * 1e6)
-        prof_rows = []
-        if profile:
-            pr = cProfile.Profile()
-            pr.enable()
-            for _ in range(reps):
-                run_core(mod, x, tables, dy=dy)
-            pr.disable()
-            buf = io.StringIO()
-            st = pstats.Stats(pr, stream=buf)
-            for (file, line, fn), (_cc, nc, tt, ct, _callers) in st.stats.items():
-                prof_rows.append(
-                    {
-                        "fn": f"{os.path.relpath(file) if file.startswith('/') else file}:{line}:{fn}",
-                        "calls_per_layer": round(nc / reps, 1),
-                        "self_us": round(tt / reps * 1e6, 1),
-                        "cum_us": round(ct / reps * 1e6, 1),
-                    }
-                )
-            prof_rows.sort(key=lambda r: -r["cum_us"])
-            prof_rows = prof_rows[:profile]
+        prof_rows = (
+            _profile(functools.partial(run_core, mod, x, tables, dy=dy), reps, profile) if profile else []
+        )
     nf, nb = sum(fwd.values()), sum(bwd.values())
     mf, mb = statistics.median(times_f), statistics.median(times_b)
     row = {
@@ -387,6 +371,8 @@ def _block_step(block, x, autocast: bool = True) -> None:
 
 
 def _profile(fn, reps: int, top: int) -> list[dict]:
+    """The `top` largest cumulative cProfile entries of `reps` calls of `fn`, per call (`measure`'s
+    layer, `block_cost`'s block)."""
     pr = cProfile.Profile()
     pr.enable()
     for _ in range(reps):
