@@ -107,6 +107,19 @@ def test_block_cost_times_whole_blocks_side_by_side() -> None:
     assert len(nsa["host_cpu_us_rounds"]) == 1 and nsa["host_cpu_us"] > 0
 
 
+def test_block_argument_is_checked_before_anything_runs() -> None:
+    assert host_cost.block_arg("nsa,dense:inductor") == (["nsa", "dense"], "inductor")
+    assert host_cost.block_arg("dense") == (["dense"], "none")
+    for bad, says in (
+        ("foo:inductor", "'foo'"),
+        ("nsa,nsa", "distinct"),
+        ("nsa:bogus", "'bogus'"),
+        (":none", "''"),
+    ):
+        with pytest.raises(ValueError, match=says):
+            host_cost.block_arg(bad)
+
+
 def test_frozen_config_takes_unhashable_arguments_uncached() -> None:
     @frozen_config
     def cfg(a) -> dict:
