@@ -40,10 +40,11 @@ PROLOGUE = 1.0  # steps a program costs beyond its rows (binary search, K/V load
 REF = {"fwd": 1.044, "bwd": 1.037}
 
 
-def pairs_per_block(T: int, n: int, lp: int) -> list[float]:
-    """(query, block) pairs listing each selection block of one (batch, KV head): bench/keys_proxy.py's
-    `pairs_per_block` (a query of block m lists every block 0..m while m < n; past that the forced 0,
-    m - 1 and m, and n - 3 of the m - 2 others spread evenly, as random scores spread them)."""
+def pairs_per_block(T: int, n: int, lp: int) -> list[int]:
+    """(query, block) pairs listing each selection block of one (batch, KV head), modelled (also
+    bench/keys_proxy.py's `pairs_per_block`): a query of block m lists every block 0..m while m < n;
+    past that the forced 0, m - 1 and m, and n - 3 of the m - 2 others spread evenly, as random
+    scores spread them."""
     ns = -(-T // lp)
     cnt = [0.0] * ns
     for m in range(ns):
