@@ -30,6 +30,7 @@ import argparse
 import collections
 import contextlib
 import cProfile
+import functools
 import io
 import json
 import math
@@ -220,26 +221,9 @@ def measure(B: int, T: int, dtype: torch.dtype, reps: int, profile: int = 0) -> 
             times_b.append((t2 - t1) * 1e6)
             times_ng.append((t3 - t2) * 1e6)
             cpu_fb.append((c2 - c0) * 1e6)
-        prof_rows = []
-        if profile:
-            pr = cProfile.Profile()
-            pr.enable()
-            for _ in range(reps):
-                run_core(mod, x, tables, dy=dy)
-            pr.disable()
-            buf = io.StringIO()
-            st = pstats.Stats(pr, stream=buf)
-            for (file, line, fn), (_cc, nc, tt, ct, _callers) in st.stats.items():
-                prof_rows.append(
-                    {
-                        "fn": f"{os.path.relpath(file) if file.startswith('/') else file}:{line}:{fn}",
-                        "calls_per_layer": round(nc / reps, 1),
-                        "self_us": round(tt / reps * 1e6, 1),
-                        "cum_us": round(ct / reps * 1e6, 1),
-                    }
-                )
-            prof_rows.sort(key=lambda r: -r["cum_us"])
-            prof_rows = prof_rows[:profile]
+        prof_rows = (
+            _profile(functools.partial(run_core, mod, x, tables, dy=dy), reps, profile) if profile else []
+        )
     nf, nb = sum(fwd.values()), sum(bwd.values())
     mf, mb = statistics.median(times_f), statistics.median(times_b)
     row = {
@@ -387,6 +371,8 @@ def _block_step(block, x, autocast: bool = True) -> None:
 
 
 def _profile(fn, reps: int, top: int) -> list[dict]:
+    """The `top` largest cumulative cProfile entries of `reps` calls of `fn`, per call (`measure`'s
+    layer, `block_cost`'s block)."""
     pr = cProfile.Profile()
     pr.enable()
     for _ in range(reps):
@@ -407,6 +393,28 @@ def _profile(fn, reps: int, top: int) -> list[dict]:
     return rows[:top]
 
 
+BLOCK_ATTENTIONS = ("nsa", "dense")
+BLOCK_COMPILES = ("none", "aot_eager", "inductor")
+
+
+def block_arg(text: str) -> tuple[list[str], str]:
+    """--block's `ATTENTIONS:COMPILE` (`nsa,dense:inductor`; no COMPILE: none) as (attentions, backend);
+    ValueError naming the bad part and the choices (a typo once ran to a ConfigError or dynamo's
+    InvalidBackend traceback after the imports)."""
+    names, _, backend = text.partition(":")
+    attentions = names.split(",")
+    bad = [a for a in attentions if a not in BLOCK_ATTENTIONS]
+    if bad or len(set(attentions)) != len(attentions):
+        raise ValueError(
+            f"--block {text}: attentions {names!r}, give distinct ones of {', '.join(BLOCK_ATTENTIONS)}, "
+            "comma-separated (e.g. nsa,dense:inductor)"
+        )
+    backend = backend or "none"
+    if backend not in BLOCK_COMPILES:
+        raise ValueError(f"--block {text}: compile {backend!r}, give one of {', '.join(BLOCK_COMPILES)}")
+    return attentions, backend
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--B", type=int, default=8)
@@ -419,19 +427,28 @@ def main() -> None:
     ap.add_argument(
         "--block",
         default=None,
-        metavar="ATTENTION:COMPILE",
-        help="whole M7C blocks instead: ATTENTIONS:COMPILE, e.g. nsa,dense:inductor (none|aot_eager|inductor)",
+        metavar="ATTENTIONS:COMPILE",
+        help="whole M7C blocks instead: ATTENTIONS:COMPILE, e.g. nsa,dense:inductor (none|aot_eager|inductor); "
+        "--dtype bf16 (autocast) or fp32",
     )
     ap.add_argument("--rounds", type=int, default=3, help="--block: alternating rounds of --reps each")
     args = ap.parse_args()
+    if args.block:
+        try:
+            attentions, backend = block_arg(args.block)
+        except ValueError as e:
+            ap.error(str(e))
+        if args.dtype not in ("bf16", "fp32"):
+            ap.error(f"--block runs the trainer's bf16 autocast or fp32, not --dtype {args.dtype}")
+        if args.rounds < 1 or args.reps < 1:
+            ap.error(f"--block needs --rounds and --reps >= 1 (got {args.rounds}, {args.reps})")
     if os.environ.get("TRITON_INTERPRET") != "1":
         sys.exit("bench/host_cost.py: the triton ops take CPU tensors only under TRITON_INTERPRET=1")
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)  # as nsa-train does
     if args.block:
-        attentions, _, backend = args.block.partition(":")
         row = block_cost(
-            attentions.split(","), backend or "none", args.B, args.T, args.reps, args.rounds, args.profile,
+            attentions, backend, args.B, args.T, args.reps, args.rounds, args.profile,
             args.dtype == "bf16",
         )  # fmt: skip
         print(json.dumps(row), flush=True)

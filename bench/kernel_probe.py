@@ -269,7 +269,7 @@ SEL_VARIANTS = [
     # The reverse index's segments of T/4 pairs (to 2048) alone (seg_target 0: what every GPU run measured)
     # instead of the shipped at most B*Hkv*T*n / 512 (selected.py `_config`; S 512 at M7C 8k x 1, 1024 at
     # 16k x 1, the same S at B*T >= 32k): shipped on the keys kernels' schedule (bench/attention_cost/
-    # balance.py: at 8k x 1 the 32 longest of 286 programs run 2.1x the even spread), unmeasured. Run at
+    # balance.py: at 8k x 1 the 34 longest of 286 programs run 2.1x the even spread), unmeasured. Run at
     # m7c:8192:1 and m7c:16384:1 (fwd: `_sel_fwd_keys_kernel`; fwd+bwd adds `_sel_bwd_keys_kernel` and the
     # reduce over 4x the segments).
     {"shape": "m7c", "seg_target": 0},

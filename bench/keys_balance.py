@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from nsa.attention.gpusuite.modelcheck import load_by_path
 
+HERE = Path(__file__).resolve().parent
+# bench/attention_cost as bench/attention_model.py loads it, by path: the balance module the model
+# prices with. Never bench/ on sys.path: a test that loads this file left it there, and the worker's
+# next `import launcher` got bench/launcher.py (modelcheck.load_by_path).
+load_by_path("attention_model", HERE / "attention_model.py")
 from attention_cost import balance  # noqa: E402
 
 RUN = HERE / "gpu" / "2026-11-26c-h100-speed.json"

@@ -55,6 +55,8 @@ from nsa.attention.gpusuite.modelcheck import load_by_path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 select_sass = load_by_path("select_sass", HERE / "select_sass.py")
+load_by_path("attention_model", HERE / "attention_model.py")  # bench/attention_cost, by path
+from attention_cost import balance  # noqa: E402  (the cost model's schedule: pairs_per_block)
 
 SASS_FILE = HERE / "keys_proxy_sass.json"
 SHAPES = {"m7c": (2, 6, 64), "paper": (4, 16, 128)}  # (Hkv, G, D): the key-major kernels run at G <= 8 only;
@@ -162,21 +164,9 @@ def compile_keys(kernel: str, over: dict, G: int = 6, D: int = 64, arch: int = 9
 def pairs_per_block(T: int, n: int = N_SEL, lp: int = LP) -> list[int]:
     """(query, block) pairs listing each selection block of one (batch, KV head) sequence, modelled:
     a query of block m lists every block 0..m while m < n; past that the forced 0, m - 1, m and
-    n - 3 of the m - 2 others, spread evenly (random scores pick them alike)."""
-    ns = -(-T // lp)
-    cnt = [0.0] * ns
-    for m in range(ns):
-        tok = min(lp, T - m * lp)
-        if m < n:
-            for j in range(m + 1):
-                cnt[j] += tok
-            continue
-        for j in (0, m - 1, m):
-            cnt[j] += tok
-        share = tok * (n - 3) / (m - 2)
-        for j in range(1, m - 1):
-            cnt[j] += share
-    return [round(c) for c in cnt]
+    n - 3 of the m - 2 others, spread evenly (random scores pick them alike). The cost model's
+    schedule counts the same table: bench/attention_cost/balance.py owns it (no torch there)."""
+    return balance.pairs_per_block(T, n, lp)
 
 
 def segments(

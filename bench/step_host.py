@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -207,7 +208,8 @@ def trainer_syncs(config: str, sets: list[str], steps: int, run_dir: str) -> dic
         return real_resolve(backend, device)
 
     meta = DistInfo(0, 0, 1, torch.device("meta"), None)
-    fixed = ["train.device=cpu", "train.dtype=fp32", "train.warmup_steps=0", "parallel.compile=false", "train.eval_every=0",
+    fixed = ["train.device=cpu", "train.dtype=fp32", "train.warmup_steps=0", "parallel.compile=false",
+             "parallel.compile_mode=default", "train.eval_every=0",
              "train.save_every=0", "train.save_final=false", "telemetry.tensorboard=false"]  # fmt: skip
     argv = ["--config", config, "--run-dir", run_dir]
     for s in [*sets, *fixed, f"train.steps={steps}", f"train.log_every={steps}"]:
@@ -232,7 +234,8 @@ def main() -> None:
     ap.add_argument(
         "--dry-run",
         action="store_true",
-        help="no GPU: configs/tiny.yaml on CPU, eager, 2 steps (checks the probe runs; no GPU fields)",
+        help="no GPU: checks --config with its --set loads (exit 2 if not), then steps configs/tiny.yaml on CPU, "
+        "eager, 2 steps (checks the probe runs; no GPU fields)",
     )
     ap.add_argument(
         "--syncs",
@@ -240,6 +243,16 @@ def main() -> None:
         help="no GPU: host syncs of --steps and 2 x --steps trainer steps on the meta device, by call site",
     )
     args = ap.parse_args()
+    from nsa.train.config import ConfigError, load_config
+
+    # The config as given, with its --set, is checked first, also by --dry-run (which then steps
+    # configs/tiny.yaml): a bad key or combination (compile_mode reduce-overhead with train.grad_accum
+    # > 1...) exits 2 here, not with a traceback on a leased GPU.
+    try:
+        load_config(args.config, args.sets)
+    except ConfigError as e:
+        print(f"step_host: {e}", file=sys.stderr)
+        sys.exit(2)
     if args.syncs:
         import tempfile
 
@@ -252,7 +265,7 @@ def main() -> None:
                "rc": [a["rc"], b["rc"]], "syncs": [a["syncs"], b["syncs"]], "sites": b["sites"],
                "per_extra_step": {k: v / args.steps for k, v in sorted(extra.items()) if v}}  # fmt: skip
         print(json.dumps(row), flush=True)
-        return
+        sys.exit(max(a["rc"], b["rc"]))  # a trainer that failed: its sites are not a step's
     if args.dry_run:
         sets = [*args.sets, "train.device=cpu", "parallel.compile=false", "parallel.compile_mode=default",
                 "model.nsa.backend=eager"]  # fmt: skip

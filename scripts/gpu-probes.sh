@@ -45,7 +45,7 @@ QUEUE=(
   # checks of shipped settings first) add up to 420 s, the whole queue to 585; scripts/gpu-session.sh's
   # 280 reaches the first five at those limits, all of them at that H100's pace.
   # The reverse index's segments at most B*Hkv*T*n / 512 pairs (selected.py seg_target), shipped unmeasured
-  # for B = 1: at M7C 8k x 1 the keys kernels' 286 programs of T/4 = 2048 pairs hold 32 that run 2.1x the
+  # for B = 1: at M7C 8k x 1 the keys kernels' 286 programs of T/4 = 2048 pairs hold 34 that run 2.1x the
   # even spread (bench/attention_cost/balance.py); the model prices NSA/FA2 there 1.229 -> 1.071 on an
   # H100. No run has measured B = 1 below 64k: the shipped S (512 / 1024) against seg_target 0 (T/4),
   # and 8k x 8, where S is the same (the control)

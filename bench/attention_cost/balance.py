@@ -8,8 +8,8 @@ arithmetic, no torch: prices.py applies the factor (`Kernel.steps`) in place of 
 Why: a program of `_sel_fwd_keys_kernel` / `_sel_bwd_keys_kernel` / `_sel_bwd_dkdv_kernel` walks one
 segment of at most S (query, block) pairs of one selection block. Block 0 is listed by every token
 and the early blocks by most (random top-n over the candidates before a token), so at T = 8k a
-(batch, KV head) has 4 + 12 segments of S = 2048 pairs (96 steps of 128 rows forward) while the
-mean segment holds ~860 pairs. At B*T = 64k (every GPU run) 2,300-9,000 programs hide that; at B = 1
+(batch, KV head) has 4 + 13 segments of 96 steps of 128 rows forward (S = 2048 pairs; one 2047) while
+the mean segment holds ~860 pairs. At B*T = 64k (every GPU run) 2,300-9,000 programs hide that; at B = 1
 and 8k the 286 programs of M7C's two sequences fill 132 SMs x 2 programs once, and the launch lasts
 as long as its longest programs: an even spread is 45 steps a program slot, the longest 96.
 
@@ -40,10 +40,11 @@ PROLOGUE = 1.0  # steps a program costs beyond its rows (binary search, K/V load
 REF = {"fwd": 1.044, "bwd": 1.037}
 
 
-def pairs_per_block(T: int, n: int, lp: int) -> list[float]:
-    """(query, block) pairs listing each selection block of one (batch, KV head): bench/keys_proxy.py's
-    `pairs_per_block` (a query of block m lists every block 0..m while m < n; past that the forced 0,
-    m - 1 and m, and n - 3 of the m - 2 others spread evenly, as random scores spread them)."""
+def pairs_per_block(T: int, n: int, lp: int) -> list[int]:
+    """(query, block) pairs listing each selection block of one (batch, KV head), modelled (also
+    bench/keys_proxy.py's `pairs_per_block`): a query of block m lists every block 0..m while m < n;
+    past that the forced 0, m - 1 and m, and n - 3 of the m - 2 others spread evenly, as random
+    scores spread them."""
     ns = -(-T // lp)
     cnt = [0.0] * ns
     for m in range(ns):

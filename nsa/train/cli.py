@@ -202,6 +202,19 @@ def fsdp_cpu_problem(strategy: str, device: str, gpu: bool, torch_version: str |
     return None
 
 
+def cudagraphs_problem(compile_mode: str, device: str, gpu: bool, source: str = "the config") -> str | None:
+    """parallel.compile_mode=reduce-overhead on the CPU: train.device=cpu is refused at load, and
+    'auto' on a host without an NVIDIA GPU here (inductor would skip the graphs with a warning and
+    train as `default`), torch-free."""
+    if compile_mode != "reduce-overhead" or not _on_cpu(device, gpu):
+        return None
+    return (
+        f"config error in {source}: parallel.compile_mode = 'reduce-overhead': records CUDA graphs, but "
+        f"train.device={device} runs on the CPU here (no NVIDIA GPU). Fix: set parallel.compile_mode=default, "
+        "or run on a GPU host."
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     problem = check_config_env(args.config)
@@ -259,9 +272,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ValueError as e:
         return fail(str(e))
-    problem = backend_problem(
-        cfg.model.attention, cfg.model.nsa.backend, cfg.train.device, malloc.gpu_present()
-    ) or fsdp_cpu_problem(cfg.parallel.strategy, cfg.train.device, malloc.gpu_present())
+    problem = (
+        backend_problem(cfg.model.attention, cfg.model.nsa.backend, cfg.train.device, malloc.gpu_present())
+        or fsdp_cpu_problem(cfg.parallel.strategy, cfg.train.device, malloc.gpu_present())
+        or cudagraphs_problem(cfg.parallel.compile_mode, cfg.train.device, malloc.gpu_present(), args.config)
+    )
     if problem:
         return fail(problem)
     rd = RunDir(args.run_dir)

@@ -20,6 +20,7 @@ cudaFree of the caching allocator: bench/step_host.py counts them on a GPU).
 from __future__ import annotations
 
 import collections
+import os
 import sys
 import sysconfig
 from pathlib import Path
@@ -52,8 +53,20 @@ ATEN_SYNCS = frozenset(
     }
 )  # fmt: skip
 _ROOT = str(Path(__file__).resolve().parents[2])
-# Installed packages, torch's frames among them: inside _ROOT too where the venv is the checkout's .venv.
-_LIBS = tuple({sysconfig.get_path("purelib"), sysconfig.get_path("platlib"), sys.prefix, sys.base_prefix})
+
+
+def _lib_dirs(root: str, paths) -> tuple[str, ...]:
+    """The folders of installed code a call site skips, each as a `dir/` prefix: torch's frames lie
+    inside `root` where the venv is the checkout's .venv (CI, scripts/setup.sh). Not a folder that
+    holds the checkout itself: a system python's prefix /usr with the checkout under /usr/src would
+    hide every frame (and "/w/nsa" is no prefix of "/w/nsa-launch/...")."""
+    dirs = {os.path.join(p, "") for p in paths if p}
+    return tuple(sorted(d for d in dirs if not os.path.join(root, "").startswith(d)))
+
+
+_LIBS = _lib_dirs(
+    _ROOT, [*(sysconfig.get_path(k) for k in ("purelib", "platlib", "stdlib")), sys.prefix, sys.base_prefix]
+)
 
 
 def call_site() -> str:
@@ -61,7 +74,11 @@ def call_site() -> str:
     f = sys._getframe(1)
     while f is not None:
         name = f.f_code.co_filename
-        if name.startswith(_ROOT) and not name.endswith("hostsync.py") and not name.startswith(_LIBS):
+        if (
+            name.startswith(_ROOT + os.sep)
+            and not name.endswith("hostsync.py")
+            and not name.startswith(_LIBS)
+        ):
             return f"{name[len(_ROOT) + 1 :]}:{f.f_lineno} {f.f_code.co_name}"
         f = f.f_back
     return "?"

@@ -324,15 +324,16 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # most B*Hkv*T*n / seg_target pairs (powers of two) besides T/4 clamped to [16, 2048]; 0, T/4
         # alone, what every GPU run measured (a bench/kernel_probe.py variant). Every run was at B*T =
         # 64k (2,300-9,000 programs); at B = 1 and 8k M7C's two sequences make 286 programs of S = 2048
-        # whose 32 longest (block 0's 4, the early blocks' 28: 96 steps of 128 rows forward) run 2.1x the
+        # whose 34 longest (block 0's 8, the early blocks' 26: 96 steps of 128 rows forward) run 2.1x the
         # even spread of 45 steps a program slot. At 512: S 512 at 8k x 1, 1024 at 16k x 1, unchanged at
         # B*T >= 32k; the keys kernels' schedule (bench/attention_cost/balance.py, its stretch fitted on
         # the H100 of 2026-11-26c's 8k x 8 / 16k x 4 points) prices NSA/FA2 at M7C 8k x 1 on an H100
         # 1.229 -> 1.071 (A100 1.732 -> 1.595), 16k 0.630 -> 0.614, 32k / 64k unchanged; 256 / 1024
-        # price 1.104 / 1.098 at 8k (bench/RESULTS.md "selkeys"). Unmeasured. A pair's partials are the
-        # same computation at another row of another tile, dK/dV sums its segments' fp32 partials in
-        # other groupings: equal to rounding (interpreter test). G > 8 (the query-major dK/dV) keeps
-        # T/4: its price has no schedule.
+        # (S 1024 / 256) price 1.098 / 1.104 at 8k (bench/attention_model.py `ours(seg_target=...)`;
+        # bench/RESULTS.md "selkeys" has the two swapped, "review1" corrects). Unmeasured. A pair's
+        # partials are the same computation at another row of another tile, dK/dV sums its segments'
+        # fp32 partials in other groupings: equal to rounding (interpreter test). G > 8 (the query-major
+        # dK/dV) keeps T/4: its price has no schedule.
         "seg_target": 512 if G <= 8 else 0,
     }
     # The keys backward's rows through the one rule of what fits (selected_keys_bwd.keys_rows).

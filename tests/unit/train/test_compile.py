@@ -105,7 +105,8 @@ def test_compile_that_compiles_nothing_is_an_error(tmp_path: Path) -> None:
 def test_compile_mode_reduce_overhead_is_checked_at_load_and_exits_2(tmp_path: Path) -> None:
     import pytest
 
-    from nsa.train.cli import main
+    from nsa import malloc
+    from nsa.train.cli import cudagraphs_problem, main
     from nsa.train.config import ConfigError, load_config
 
     tiny = REPO / "configs" / "tiny.yaml"
@@ -134,6 +135,17 @@ def test_compile_mode_reduce_overhead_is_checked_at_load_and_exits_2(tmp_path: P
         "parallel.compile_mode=reduce-overhead",
     ]
     assert main(argv) == 2
+    # train.device auto on a host without a GPU (this one): refused before torch, not trained as `default`
+    auto = ["parallel.compile=true", "parallel.compile_mode=reduce-overhead", "train.device=auto"]
+    argv = ["--config", str(tiny), "--run-dir", str(tmp_path / "r")] + [a for s in auto for a in ("--set", s)]
+    if not malloc.gpu_present():
+        assert main(argv) == 2
+        assert not (tmp_path / "r").exists()
+    says = cudagraphs_problem("reduce-overhead", "auto", gpu=False, source="c.yaml")
+    assert says.startswith("config error in c.yaml: parallel.compile_mode = ") and "train.device=auto" in says
+    assert "Fix: " in says
+    assert cudagraphs_problem("reduce-overhead", "auto", gpu=True) is None
+    assert cudagraphs_problem("default", "cpu", gpu=False) is None
 
 
 def test_reduce_overhead_reaches_each_block_and_marks_every_micro_batch(tmp_path: Path, monkeypatch) -> None:
@@ -142,13 +154,14 @@ def test_reduce_overhead_reaches_each_block_and_marks_every_micro_batch(tmp_path
     under CUDA graphs) and each eval batch starts with torch.compiler.cudagraph_mark_step_begin."""
     import torch
 
-    from nsa.train import trainer
+    from nsa.train import cli, trainer
     from nsa.train.cli import main
 
     modes, marks = [], []
     monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: modes.append(kw))
     monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
     monkeypatch.setattr(trainer, "compile_counts", lambda: {"graphs": 1, "breaks": 0})
+    monkeypatch.setattr(cli, "cudagraphs_problem", lambda *a: None)  # the spies stand in for CUDA
     monkeypatch.setenv("NSA_MALLOC", "system")
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     sets = ["train.device=auto", "train.seq_len=32", "train.batch_size=2", "model.n_layers=2", "train.steps=2",

@@ -113,6 +113,31 @@ def test_host_syncs_sees_reads_copies_and_data_dependent_ops_on_the_stand_in_dev
     assert sum(spy.syncs().values()) == 8
 
 
+def test_a_call_site_skips_installed_frames_in_the_checkout_not_a_prefix_that_holds_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A frame of a venv inside the checkout (torch's, on CI) is not the call site; a python prefix
+    above the checkout (/usr with it under /usr/src) hides nothing; "/w/nsa" is no prefix of "/w/nsa-x"."""
+    import os
+
+    from nsa.train import hostsync
+
+    root = hostsync._ROOT
+    venv = os.path.join(root, ".venv", "lib", "site-packages")
+    libs = hostsync._lib_dirs(root, [venv, os.path.dirname(root), root + "-sibling"])
+    assert libs == tuple(sorted([os.path.join(venv, ""), os.path.join(root + "-sibling", "")])), libs
+    ns: dict = {}
+    exec(compile("def installed(f):\n    return f()\n", os.path.join(venv, "lib.py"), "exec"), ns)
+    monkeypatch.setattr(hostsync, "_LIBS", libs)
+    site = ns["installed"](hostsync.call_site)
+    assert site.startswith("tests/unit/train/test_step_syncs.py:"), site
+    assert site.endswith(
+        " test_a_call_site_skips_installed_frames_in_the_checkout_not_a_prefix_that_holds_it"
+    )
+    monkeypatch.setattr(hostsync, "_LIBS", ())  # as before the fix: the venv's frame is named
+    assert ns["installed"](hostsync.call_site).startswith(".venv/lib/site-packages/lib.py:2 installed")
+
+
 def test_a_triton_micro_batch_on_the_meta_device_waits_for_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -107,6 +107,19 @@ def test_block_cost_times_whole_blocks_side_by_side() -> None:
     assert len(nsa["host_cpu_us_rounds"]) == 1 and nsa["host_cpu_us"] > 0
 
 
+def test_block_argument_is_checked_before_anything_runs() -> None:
+    assert host_cost.block_arg("nsa,dense:inductor") == (["nsa", "dense"], "inductor")
+    assert host_cost.block_arg("dense") == (["dense"], "none")
+    for bad, says in (
+        ("foo:inductor", "'foo'"),
+        ("nsa,nsa", "distinct"),
+        ("nsa:bogus", "'bogus'"),
+        (":none", "''"),
+    ):
+        with pytest.raises(ValueError, match=says):
+            host_cost.block_arg(bad)
+
+
 def test_frozen_config_takes_unhashable_arguments_uncached() -> None:
     @frozen_config
     def cfg(a) -> dict:
@@ -125,6 +138,29 @@ def test_step_host_dry_run_times_a_cpu_step() -> None:
     row = step_host.run(str(path.parents[1] / "configs" / "tiny.yaml"), sets, 2, 1, 0)
     assert row["device"] == "cpu" and row["gpu_ms"] is None and row["steps"] == 2
     assert 0 < row["issue_ms"]["min"] <= row["wall_ms"]["max"]
+
+
+def test_step_host_checks_the_real_config_first_and_exits_2(monkeypatch, capsys) -> None:
+    """--dry-run steps configs/tiny.yaml, but a probe's own --config with its --set must load: the CUDA
+    graphs entry without train.grad_accum=1 (m7c_125m.yaml accumulates 8) exits 2 with the key and
+    fix, not a traceback on the leased GPU; a bad --config as well, and --syncs."""
+    path = Path(__file__).resolve().parents[4] / "bench" / "step_host.py"
+    spec = importlib.util.spec_from_file_location("step_host", path)
+    step_host = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(step_host)
+    for argv, says in (
+        (["--dry-run", "--set", "parallel.compile_mode=reduce-overhead"], "train.grad_accum=1"),
+        (["--dry-run", "--config", str(path.parent / "missing.yaml")], "missing.yaml"),
+        (["--syncs", "--set", "parallel.compile_mod=x"], "parallel.compile_mode"),
+    ):
+        monkeypatch.setattr("sys.argv", ["step_host.py", *argv])
+        with pytest.raises(SystemExit) as ei:
+            step_host.main()
+        err = capsys.readouterr().err
+        assert ei.value.code == 2 and err.startswith("step_host: config error in ") and says in err, (
+            argv,
+            err,
+        )
 
 
 def test_frozen_config_keys_on_extra() -> None:
