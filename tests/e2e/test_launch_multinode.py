@@ -57,6 +57,9 @@ def test_two_nodes_one_worker_each_finish(sshd, tmux_server, tmp_path, monkeypat
         "--wait",
     )
     assert res.exit_code == 0, res.output
+    # the all-reduce preflight of a multi-node `up` (on by default with > 1 node) ran across both
+    # nodes over SSH; the pod tests (here and in test_launch_recovery) skip it with --no-allreduce-check
+    assert "all-reduce ok across 2 ranks (gloo)" in res.output, res.output
     rec = resolve_run("mn-e2e")
     assert [n.label for n in rec.nodes] == [f"{sshd.aliases[0]}", f"{sshd.aliases[1]}"] or len(rec.nodes) == 2
     rd_a, rd_b = RunDir(a / "runs" / "mn-e2e"), RunDir(b / "runs" / "mn-e2e")
@@ -78,7 +81,9 @@ def test_two_node_pod_is_rented_trained_on_and_terminated(fake_prime, tmux_serve
     home = isolate(monkeypatch, tmp_path, tmux_server)
     profile = pod_profile(tmp_path)
     up = ("up", "--profile", str(profile), "--provision", "prime", "--gpu-type", "CPU_NODE", "--python", PYTHON,
-          "--ssh-config", str(fake_prime.ssh_config), "--set", "train.steps=4", "--set", "train.save_every=4")  # fmt: skip
+          "--ssh-config", str(fake_prime.ssh_config), "--set", "train.steps=4", "--set", "train.save_every=4",
+          # the preflight's own torchrun on both nodes: checked over SSH by the test above
+          "--no-allreduce-check")  # fmt: skip
     fake_prime.no_multinode = True  # single-node offers in stock, but no cluster
     res = invoke(*up, "--name", "mn-none")
     assert res.exit_code == 1, res.output
