@@ -176,11 +176,18 @@ def test_forward_is_one_flash_pass_and_selection_one_qk_pass():
     assert "_select_tile" not in fwd and "_block_scores" not in fwd
     sel = inspect.getsource(tri._cmp_select.fn)
     # One product a key tile: the measured loop's own, and the CUT loop's in its tile body (one loop,
-    # or select_split's three in key order: tile 0, the interior tiles, the edge tiles).
-    assert sel.count("if CUT:") == 1 and sel.count("if SPLIT:") == 1
-    assert sel.count("for jb in range(") == 5 and sel.count("_cut_tile(") == 4
+    # or select_split's three in key order: tile 0, the interior tiles, the edge tiles), whose tile
+    # loads its keys once and takes one product in `_tile_scores`; select_pair's body (`_cut_tile2`)
+    # the same for both its token groups (their rows one product), in the same three loops.
+    assert sel.count("if CUT:") == 1 and sel.count("if PAIR:") == 1 and sel.count("if SPLIT:") == 3
+    assert (
+        sel.count("for jb in range(") == 8 and sel.count("_cut_tile(") == 4 and sel.count("_cut_tile2(") == 3
+    )
     assert sel.count("tl.dot(") == 1 and "V +" not in sel
-    assert inspect.getsource(compressed_select._cut_tile.fn).count("tl.dot(") == 1
+    assert inspect.getsource(compressed_select._tile_scores.fn).count("tl.dot(") == 1
+    for body in (compressed_select._cut_tile, compressed_select._cut_tile2):
+        src = inspect.getsource(body.fn)
+        assert src.count("tl.dot(") == 0 and src.count("_tile_scores(") == 1 and src.count("_load_k(") == 1
 
 
 def test_attention_query_tiles_hold_no_padding_rows(monkeypatch):
