@@ -135,11 +135,7 @@ def test_sigkilled_rank_is_named_and_status_prints_gloo_text(tmux_server, tmp_pa
     run = f"sigkill-{os.getpid()}"
     cleanup_local_run(run)
     try:
-        # --max-restarts 0: the kill comes at step 3 of every attempt; the wrapper's restart and its
-        # crash-loop stop (test_launch_recovery's) would only add a second torchrun start here.
-        res = _up(
-            run, "--set", "train.steps=50", "--env", "NSA_FAULT=kill:step=3:rank=1", "--max-restarts", "0", "--wait"
-        )  # fmt: skip
+        res = _up(run, "--set", "train.steps=50", "--env", "NSA_FAULT=kill:step=3:rank=1", "--wait")
         assert res.exit_code == 1, res.output
         st = status(run)
         assert st["state"] == "failed" and st["exit_code"] == 1
