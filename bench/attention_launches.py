@@ -26,6 +26,8 @@ import sys
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from nsa.train.hostsync import ATEN_SYNCS
+
 # Ops that move no data on a device (metadata, allocation) and so launch no kernel.
 _NO_KERNEL = {
     "empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided", "detach", "alias",
@@ -33,12 +35,9 @@ _NO_KERNEL = {
     "split_with_sizes", "chunk", "unsafe_split", "unsafe_chunk", "tensor_split", "_unsafe_view",
     "promote_types", "result_type",
 }  # fmt: skip
-# Ops that make the host wait for the device (a value or a data-dependent shape comes back).
-_SYNC = {
-    "_local_scalar_dense", "item", "nonzero", "nonzero_static_host", "masked_select", "unique",
-    "_unique", "_unique2", "unique_dim", "unique_consecutive", "is_nonzero", "equal", "allclose",
-    "bincount", "histc", "_assert_async", "masked_scatter",
-}  # fmt: skip
+# Ops that make the host wait for the device (a value or a data-dependent shape comes back): the
+# trainer's sync finder's list, one for both.
+_SYNC = ATEN_SYNCS
 M7C = dict(dim=768, n_heads=12, n_kv_heads=2, head_dim=64)
 
 

@@ -44,7 +44,7 @@ READS = frozenset(
         "__format__",
     }
 )
-# aten ops whose output size depends on the data, or that return a host value (bench/attention_launches.py's list)
+# aten ops whose output size depends on the data, or that return a host value (bench/attention_launches.py's too)
 ATEN_SYNCS = frozenset(
     {
         "_local_scalar_dense", "item", "nonzero", "nonzero_static_host", "masked_select", "unique", "_unique",
