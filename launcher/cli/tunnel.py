@@ -20,6 +20,7 @@ from launcher.cli.app import Application
 from launcher.core.errors import EXIT_RUNTIME, LaunchError
 from launcher.core.format import LIVE_STATES
 from launcher.run.control import (
+    RunStopped,
     Tunnel,
     fetch_status,
     forget_tunnel,
@@ -104,7 +105,9 @@ def follow(app: Application, rec: RunRecord, tun: Tunnel, poll_s: float = POLL_S
         old_url, local_port = tun.url, tun.local_port
         tun.close()
         try:
-            tun = open_tunnel(rec, port=local_port)
+            tun = open_tunnel(rec, port=local_port, live_only=True)
+        except RunStopped:  # a kill began after the status said live: the next poll says how it ended
+            continue
         except LaunchError as e:  # the host is slow to give the port back, or TB fails: retry
             app.say(f"reopening the tunnel failed: {e.message}; retrying in {poll_s:.0f}s")
             continue

@@ -169,8 +169,8 @@ class LauncherBackend:
     def restart(self, run: str) -> str:
         return record_id(self._api.restart_run(self._record(run)))
 
-    def open_tunnel(self, run: str, port: int = 6006) -> Tunnel:
-        return self._api.open_tunnel(self._record(run), port=port)
+    def open_tunnel(self, run: str, port: int = 6006, live_only: bool = False) -> Tunnel:
+        return self._api.open_tunnel(self._record(run), port=port, live_only=live_only)
 
     def gpu_processes(self, run: str) -> list[dict[str, Any]] | None:
         return self._api.gpu_processes(self._record(run))

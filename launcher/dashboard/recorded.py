@@ -151,13 +151,19 @@ class RecordedBackend:
             if t.run == run:
                 t.stopped = True
 
-    def open_tunnel(self, run: str, port: int = 6006) -> RecordedTunnel:
+    def open_tunnel(self, run: str, port: int = 6006, live_only: bool = False) -> RecordedTunnel:
         with self._lock:
             self.calls.append(("open_tunnel", run))
         with self._lock:
             killed = run in self._killed
-        # A killed run has no TensorBoard on its host: a tunnel opened to it (a reopen that raced the
-        # kill) forwards to a port nobody answers, as a real one would.
+        if live_only and killed:  # as the host agent refuses a reopen for a killed run
+            from launcher.run.control import RunStopped
+
+            raise RunStopped(
+                f"{run}: run is being stopped or was killed", "`nsa-launch restart` the run first"
+            )
+        # A killed run has no TensorBoard on its host: a tunnel opened to it forwards to a port nobody
+        # answers, as a real one would.
         t = RecordedTunnel(
             url=f"http://127.0.0.1:{port}/",
             local_port=port,

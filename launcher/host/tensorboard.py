@@ -5,6 +5,11 @@ server took it first), proving the listener is ours (procs.listens_on, not just 
 and `tensorboard.json` in the run dir, which lets the next call reuse a live server. TensorBoard runs
 in the run's tmux session (window `tb`) through tmux.py, with an explicit environment (the allowlist
 and the run's tag; no secret). It must not stop the run.
+
+A request with `live_only` (a tunnel reopening after the run's TensorBoard stopped) starts nothing
+for a run being killed or killed: a kill stops TensorBoard first and the run seconds later, and a
+reopen in between would start a TensorBoard the kill no longer sees, which then outlived the run
+and held its tunnel open for good. The check is made before the start and again once it serves.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ TB_PORT_TRIES = 3  # TensorBoard starts again on the next free port if another t
 def cmd_tensorboard(req: dict[str, Any]) -> dict[str, Any]:
     """Start (or reuse) TensorBoard on 127.0.0.1 for the run, in a tmux window; reply with its port."""
     rd = RunDir(req["run_dir"])
+    live_only = bool(req.get("live_only"))
+    if live_only and (stopped := _stopped(rd)):
+        return stopped
     state = read_json(rd.root / TB_STATE)
     if state and procs.alive(int(state.get("pid", 0))) and _serves(int(state["pid"]), int(state["port"])):
         return {"ok": True, "port": int(state["port"]), "reused": True}
@@ -46,6 +54,9 @@ def cmd_tensorboard(req: dict[str, Any]) -> dict[str, Any]:
             # Ours must be the one listening: a TensorBoard started at the same moment (a tunnel to
             # another run) may have taken the port first, and ours then fails to bind and exits.
             if _serves(pid, port):
+                if live_only and (stopped := _stopped(rd)):  # the kill began while it started
+                    _stop_tree(pid)
+                    return stopped
                 atomic_write_json(rd.root / TB_STATE, {"port": port, "pid": pid, "time": time.time()})
                 return {"ok": True, "port": port, "reused": False}
             if not procs.alive(pid):
@@ -82,6 +93,22 @@ def _tensorboard_window(req: dict[str, Any], rd: RunDir, port: int, log: Path) -
     cmd = f"exec {shlex.join(argv)} >{shlex.quote(str(log))} 2>&1"
     name = tmux.session_name(req["run"], int(req.get("node", 0)))
     return tmux.open_tb_window(req, name, cmd, {procs.TAG: str(rd.root)})
+
+
+def _stopped(rd: RunDir) -> dict[str, Any] | None:
+    """The refusal of a `live_only` start when the run is being killed or was killed; None else."""
+    if not (rd.stop_requested_file.exists() or rd.killed_file.exists()):
+        return None
+    return {
+        "ok": False,
+        "stopped": True,
+        "error": f"run in {rd.root} is being stopped or was killed: its TensorBoard is not started again",
+        "fix": "`nsa-launch restart` the run first",
+    }
+
+
+def _stop_tree(pid: int) -> None:
+    procs.term_then_kill(lambda: {p for p in {pid} | procs.descendants(pid) if procs.alive(p)}, 5.0)
 
 
 def _named_view(rd: RunDir, run: str) -> Path:

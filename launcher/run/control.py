@@ -607,8 +607,15 @@ def live_tunnel(run: str) -> str | None:
     return url if http_answers(port, timeout=1.0) else None
 
 
-def open_tunnel(rec: RunRecord, port: int = 6006, timeout: float = 90.0) -> Tunnel:
-    """Start TensorBoard for the run on its host (127.0.0.1 only) and forward a local port to it."""
+class RunStopped(RuntimeFailure):
+    """`open_tunnel(live_only=True)` of a run being killed or killed: no TensorBoard was started."""
+
+
+def open_tunnel(rec: RunRecord, port: int = 6006, timeout: float = 90.0, live_only: bool = False) -> Tunnel:
+    """Start TensorBoard for the run on its host (127.0.0.1 only) and forward a local port to it.
+
+    `live_only` (a reopen after the run's TensorBoard stopped): raise RunStopped, starting nothing,
+    when the run is being killed or was killed; a TensorBoard started then would outlive the kill."""
     node = rec.nodes[0]
     t = transport_for(node.host)
     reply = agent_call(
@@ -623,9 +630,12 @@ def open_tunnel(rec: RunRecord, port: int = 6006, timeout: float = 90.0) -> Tunn
             "port": port,
             "tmux_socket": rec.tmux_socket,
             "timeout_s": timeout,
+            "live_only": live_only,
         },
         timeout=timeout + 30,
     )
+    if reply.get("stopped"):
+        raise RunStopped(f"{node.label}: {reply.get('error')}", reply.get("fix", ""))
     if not reply.get("ok"):
         raise RuntimeFailure(f"{node.label}: {reply.get('error')}", reply.get("fix", ""))
     remote_port = int(reply["port"])

@@ -95,3 +95,43 @@ def test_tensorboard_moves_on_when_another_listener_took_its_port(tmux_server, t
         assert again == {"ok": True, "port": reply["port"], "reused": True}
     finally:
         thief.close()
+
+
+def test_a_reopen_starts_no_tensorboard_for_a_run_being_killed(tmux_server, tmp_path, monkeypatch):
+    """A tunnel's reopen (`live_only`) raced a kill: TensorBoard stopped first, the run seconds later.
+    Started then, TensorBoard would outlive the kill and hold the tunnel open for good."""
+    run_dir = tmp_path / "run"
+    (run_dir / "tb").mkdir(parents=True)
+    rd = tensorboard.RunDir(str(run_dir))
+    req = {
+        "run": "tbkill",
+        "run_dir": str(run_dir),
+        "python": sys.executable,
+        "port": first_free_port(37000, 2000),
+        "tmux_socket": tmux_server.socket_name,
+        "timeout_s": 90,
+        "live_only": True,
+    }
+    # the kill had begun before the reopen: nothing starts
+    rd.stop_requested_file.write_text("{}")
+    reply = tensorboard.cmd_tensorboard(req)
+    assert reply["ok"] is False and reply["stopped"] is True and "restart" in reply["fix"], reply
+    assert not (run_dir / tensorboard.TB_STATE).exists() and not (run_dir / tensorboard.TB_LOG).exists()
+    rd.stop_requested_file.unlink()
+
+    # the kill begins while TensorBoard starts: the one started is stopped again, and refused
+    real_serves = tensorboard._serves
+    started: list[int] = []
+
+    def kill_meanwhile(pid: int, port: int) -> bool:
+        ok = real_serves(pid, port)
+        if ok and not started:
+            started.append(pid)
+            rd.killed_file.write_text("{}")
+        return ok
+
+    monkeypatch.setattr(tensorboard, "_serves", kill_meanwhile)
+    reply = tensorboard.cmd_tensorboard(req)
+    assert reply["ok"] is False and reply["stopped"] is True, reply
+    assert started and not procs.alive(started[0])
+    assert not (run_dir / tensorboard.TB_STATE).exists()  # nothing to reuse

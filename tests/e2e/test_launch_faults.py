@@ -85,8 +85,15 @@ def test_kill_checkpoints_at_the_next_step_and_restart_resumes_there(tmux_server
             assert tunnel.stdout.readline().startswith("http://127.0.0.1:")
             res = invoke("kill", "--run", run)
             assert res.exit_code == 0 and "verified none is left" in res.output, res.output
-            assert tunnel.wait(timeout=60) == 1
+            try:
+                code = tunnel.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                tunnel.kill()
+                raise AssertionError(
+                    f"the tunnel outlived the kill; it said: {tunnel.stderr.read()}"
+                ) from None
             said = " ".join(tunnel.stderr.read().split())  # the terminal width may wrap it
+            assert code == 1, said
             assert f"tunnel closed: run {run} is killed" in said and f"nsa-launch tunnel --run {run}" in said
         finally:
             if tunnel.poll() is None:

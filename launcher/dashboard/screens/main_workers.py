@@ -168,7 +168,7 @@ class MainWorkers:
                 port = getattr(old, "local_port", 6006)
                 if old is not None:
                     await in_daemon_thread(old.close, name="dashboard-tunnel-close")
-                t = await in_daemon_thread(self.backend.open_tunnel, run, port, name="dashboard-tunnel")
+                t = await in_daemon_thread(self.backend.open_tunnel, run, port, True, name="dashboard-tunnel")
                 self.post_message(
                     ActionDone(
                         "tunnel_open", run, True, f"TensorBoard reopened: {t.url}", url=t.url, handle=t
