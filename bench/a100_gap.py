@@ -44,6 +44,16 @@ SASS_FILE = HERE / "a100_gap_sass.json"
 H100C = ROOT / "bench/gpu/2026-11-26c-h100-speed.json"
 TS = [8192, 32768]
 SM90_SHIPPED = {"BR_keys": 64}  # sm_90's keys backward as shipped (the rest its _config's)
+# The keys backward's settings its SASS depends on (bench/attention_cost/sass80.py keys_key's, and the dQ store's)
+KEYS_SETTING = ("BR_keys", "warps_keys", "stages_kv", "pdq_bits", "keys_div32", "keys_dq_mma", "keys_rowlim")
+
+
+def keys_config(arch: int) -> dict:
+    """selected.py `_config`'s keys backward settings at M7C (G 6, head_dim 64, l' 64) on sm_`arch`."""
+    from nsa.attention.triton import selected as sel
+
+    c = sel._config(6, 64, 64, arch=arch)
+    return {k: c[k] for k in KEYS_SETTING}
 
 
 def _kp():
@@ -73,6 +83,7 @@ def recount() -> dict:
             out["triton"] = c["triton"]
     c = kp.compile_keys("bwd", SM90_SHIPPED)
     out["sm90_shipped"] = {k: c[k] for k in ("registers", "spill", "smem", "paths", "triton")}
+    out["sm90_shipped"]["setting"] = keys_config(90)
     return out
 
 
@@ -125,12 +136,18 @@ def _sm80_step(model) -> dict:
 def keys_step_rows(model, rec: dict) -> list[dict]:
     f = model.a100_record()["fit"]["keys_bwd"]
     s80 = _sm80_step(model)
+    if rec["sm90_shipped"]["setting"] != keys_config(90):
+        raise SystemExit(
+            f"bench/a100_gap_sass.json: its sm_90 keys backward {rec['sm90_shipped']['setting']} is not what "
+            f"selected.py ships now ({keys_config(90)}): run PYTHONPATH=<triton 3.6> bench/a100_gap.py --recount"
+        )
     s90 = rec["sm90_shipped"]["paths"]["step"]
     rows = []
     c80, c90 = _cycles(s80, f), _cycles(s90, f)
     for arch, s, c in ((80, s80, c80), (90, s90, c90)):
         tot = sum(c.values())
-        rows.append({"keys_step": f"sm_{arch}", "rows": 64, "warps": 4, "insns": s["insns"],
+        cfg = keys_config(arch)
+        rows.append({"keys_step": f"sm_{arch}", "rows": cfg["BR_keys"], "warps": cfg["warps_keys"], "insns": s["insns"],
                      "smem": s["lds_sts"], "ldsm": s["ldsm"], "mma": s["mma"],
                      "cycles_a_warp": round(tot), "insn_cycles": round(c["insn"]), "smem_cycles": round(c["smem"]),
                      "smem_share": round(c["smem"] / tot, 3)})  # fmt: skip
