@@ -54,7 +54,8 @@ NSA_ENV: dict[str, EnvVar] = {
             "NSA_FAULT",
             "str",
             "Test-only fault injection read by nsa-train: <stall|nan|kill|ckpt>[:step=N][:rank=R][:once] "
-            "(once: only the first time in a run dir; e.g. stall:step=3:rank=1 makes rank 1 hang at step 3 to exercise the watchdog). Never set it "
+            "(once: only the first time in a run dir; e.g. stall:step=3:rank=1 makes rank 1 hang at step 3 to exercise the watchdog), "
+            "or pace[:step=N][:rank=R][:ms=M] (each step from N takes at least M ms, default 250, the rest slept). Never set it "
             "for a real run.",
         ),
     )

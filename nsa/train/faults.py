@@ -3,7 +3,10 @@
 Kinds: `stall` (the rank stops making progress at step N, as a hung collective or data source
 would), `nan` (the loss of step N becomes NaN), `kill` (the rank SIGKILLs itself before step N, an
 honest interruption for resume tests), `ckpt` (the rank's write of the checkpoint of step N fails
-with an OSError after its first file, as a full or failing disk would). Without `rank`, every rank is hit; without `step`, step 1.
+with an OSError after its first file, as a full or failing disk would), `pace` (from step N on, each
+step takes at least `ms` milliseconds, default 250, the rest slept: a run the tests keep going while
+they act on it leaves the CPU to the rest of the suite instead of training two ranks flat out).
+Without `rank`, every rank is hit; without `step`, step 1.
 `:once` fires only the first time in a run dir (a marker file `.fault-<kind>-step<N>-rank<R>`), so a
 run that resumes past the fault recovers instead of hitting it again (the launcher's restart tests).
 Owns parsing (a bad value is a clear error at boot, not a silently ignored variable) and firing.
@@ -17,7 +20,8 @@ import signal
 import time
 from dataclasses import dataclass
 
-KINDS = ("stall", "nan", "kill", "ckpt")
+KINDS = ("stall", "nan", "kill", "ckpt", "pace")
+PACE_MS = 250  # `pace` without `ms`
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,8 @@ class Fault:
     step: int = 1
     rank: int | None = None
     once: bool = False
+    ms: int = PACE_MS  # `pace` only
+
 
     def hits(self, step: int, rank: int) -> bool:
         return step == self.step and (self.rank is None or self.rank == rank)
@@ -46,7 +52,10 @@ def parse_fault(text: str | None) -> Fault | None:
     """Parse NSA_FAULT; raises ValueError naming the variable, the value and the expected form."""
     if not text:
         return None
-    form = "expected NSA_FAULT=<stall|nan|kill|ckpt>[:step=N][:rank=R][:once], e.g. stall:step=3:rank=1"
+    form = (
+        "expected NSA_FAULT=<stall|nan|kill|ckpt>[:step=N][:rank=R][:once] or pace[:step=N][:rank=R][:ms=M], "
+        "e.g. stall:step=3:rank=1"
+    )
     kind, *opts = text.split(":")
     if kind not in KINDS:
         raise ValueError(f"NSA_FAULT={text!r}: unknown kind {kind!r}; {form}")
@@ -57,14 +66,34 @@ def parse_fault(text: str | None) -> Fault | None:
             once = True
             continue
         key, sep, val = opt.partition("=")
-        if not sep or key not in ("step", "rank") or not val.isdigit():
+        keys = ("step", "rank", "ms") if kind == "pace" else ("step", "rank")
+        if not sep or key not in keys or not val.isdigit():
             raise ValueError(f"NSA_FAULT={text!r}: bad option {opt!r}; {form}")
         fields[key] = int(val)
-    return Fault(kind, step=fields.get("step", 1), rank=fields.get("rank"), once=once)
+    if kind == "pace" and (once or fields.get("ms", PACE_MS) < 1):
+        raise ValueError(f"NSA_FAULT={text!r}: pace takes no `once` and ms >= 1; {form}")
+    return Fault(kind, step=fields.get("step", 1), rank=fields.get("rank"), once=once, ms=fields.get("ms", PACE_MS))
 
 
 def fault_from_env() -> Fault | None:
     return parse_fault(os.environ.get("NSA_FAULT"))
+
+
+class Pacer:
+    """`pace`: sleeps at each step's start until `ms` have passed since the previous step's start."""
+
+    def __init__(self, fault: Fault):
+        self.fault = fault
+        self.last: float | None = None
+
+    def wait(self, step: int, rank: int) -> None:
+        f = self.fault
+        if step < f.step or (f.rank is not None and f.rank != rank):
+            return
+        now = time.monotonic()
+        if self.last is not None:
+            time.sleep(max(0.0, self.last + f.ms / 1000 - now))
+        self.last = time.monotonic()
 
 
 def stall_forever() -> None:

@@ -40,7 +40,7 @@ from nsa.train.dist import (
     init_distributed,
     teardown,
 )
-from nsa.train.faults import Fault, fault_from_env, kill_self, stall_forever
+from nsa.train.faults import Fault, Pacer, fault_from_env, kill_self, stall_forever
 from nsa.train.flops import flops_account, peak_for
 from nsa.train.lr import lr_at
 from nsa.train.parallelize import compile_break_reasons, compile_counts, grad_sync, parallelize
@@ -80,6 +80,7 @@ class Run:
         self.resume = resume
         self.term_save_s = term_save_s
         self.fault: Fault | None = fault_from_env()
+        self.pacer = Pacer(self.fault) if self.fault is not None and self.fault.kind == "pace" else None
         self.verbose = os.environ.get("NSA_LOG_LEVEL", "info") in ("debug", "info")
         self.bad_step: int | None = None
         self.saver: AsyncSaver | None = None  # set by _train when ckpt.async
@@ -296,7 +297,9 @@ class Run:
         the non-finite flag stay on the device until the next log step reads them."""
         info, rec, t = self.info, self.rec, self.cfg.train
         fault = self.fault
-        if fault is not None and fault.hits(step + 1, info.rank) and fault.arm(self.rd.root, info.rank):
+        if self.pacer is not None:
+            self.pacer.wait(step + 1, info.rank)
+        elif fault is not None and fault.hits(step + 1, info.rank) and fault.arm(self.rd.root, info.rank):
             if fault.kind == "kill":
                 kill_self()
             if fault.kind == "stall":

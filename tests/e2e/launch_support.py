@@ -24,6 +24,10 @@ from launcher.config.profiles import PROJECT_ROOT
 from launcher.host import procs
 
 PYTHON = sys.executable
+# For a run a test keeps going while it acts on it (kill, restart, tunnel, dashboard): each step
+# takes at least 400 ms, the rest slept, so its two ranks leave the CPU to the other pytest worker
+# instead of training flat out (NSA_FAULT=pace, docs/training.md "Fault injection").
+PACED = ("--env", "NSA_FAULT=pace:ms=400")
 
 
 def isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tmux_server: Any) -> Path:

@@ -20,7 +20,7 @@ import pytest
 from launcher.run.api import resolve_run
 from nsa.runfiles import RunDir, verify_checkpoint
 from tests.dashboard.terminal import DashboardTerminal, row, row_step
-from tests.e2e.launch_support import cleanup_local_run, invoke, isolate, run_processes, wait_for
+from tests.e2e.launch_support import PACED, cleanup_local_run, invoke, isolate, run_processes, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -29,7 +29,7 @@ def test_dashboard_shows_local_run_advancing_and_kills_it(tmux_server, tmp_path,
     home = isolate(monkeypatch, tmp_path, tmux_server)
     run = f"dash-local-{os.getpid()}"
     cleanup_local_run(run)
-    res = invoke("up", "--name", run, "--set", "train.steps=3000", "--set", "train.save_every=10")
+    res = invoke("up", "--name", run, "--set", "train.steps=3000", "--set", "train.save_every=10", *PACED)
     assert res.exit_code == 0, res.output
     rec = resolve_run(run)
     term = DashboardTerminal(tmux_server.socket_name)

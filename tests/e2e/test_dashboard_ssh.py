@@ -15,7 +15,7 @@ import pytest
 from launcher.run.api import resolve_run
 from nsa.runfiles import RunDir
 from tests.dashboard.terminal import DashboardTerminal, row, row_step
-from tests.e2e.launch_support import PYTHON, invoke, isolate, run_processes, wait_for
+from tests.e2e.launch_support import PACED, PYTHON, invoke, isolate, run_processes, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -25,7 +25,7 @@ def test_dashboard_over_ssh_shows_lost_then_recovers_then_kills(sshd, tmux_serve
     run = f"dash-ssh-{os.getpid()}"
     res = invoke(
         "up", "--host", sshd.alias, "--ssh-config", str(sshd.ssh_config), "--python", PYTHON,
-        "--workdir", str(tmp_path / "host"), "--name", run, "--set", "train.steps=3000",
+        "--workdir", str(tmp_path / "host"), "--name", run, "--set", "train.steps=3000", *PACED,
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     rec = resolve_run(run)

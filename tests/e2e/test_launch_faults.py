@@ -23,6 +23,7 @@ import pytest
 from launcher.run.api import resolve_run
 from nsa.runfiles import RunDir
 from tests.e2e.launch_support import (
+    PACED,
     PYTHON,
     cleanup_local_run,
     invoke,
@@ -72,7 +73,7 @@ def test_kill_checkpoints_at_the_next_step_and_restart_resumes_there(tmux_server
     run = f"killsave-{os.getpid()}"
     cleanup_local_run(run)
     try:
-        res = _up(run, "--set", "train.steps=100000", "--set", "train.save_every=0")
+        res = _up(run, "--set", "train.steps=100000", "--set", "train.save_every=0", *PACED)
         assert res.exit_code == 0, res.output
         rd = RunDir(resolve_run(run).run_dir)
         wait_for(lambda: status(run)["step"] >= 3, 90, "step 3")

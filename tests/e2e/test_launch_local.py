@@ -18,7 +18,15 @@ from click.testing import CliRunner
 from launcher.cli import cli
 from launcher.run.api import gpu_processes, kill_gpu_process, open_tunnel, resolve_run
 from nsa.runfiles import RunDir
-from tests.e2e.launch_support import cleanup_local_run, invoke, isolate, run_processes, status, wait_for
+from tests.e2e.launch_support import (
+    PACED,
+    cleanup_local_run,
+    invoke,
+    isolate,
+    run_processes,
+    status,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -42,6 +50,7 @@ def test_local_up_restart_tunnel_kill(tmux_server, tmp_path, monkeypatch):
         "train.steps=3000",
         "--set",
         "train.save_every=10",
+        *PACED,
         "--secret",
         "HF_TOKEN",
     )

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from launcher.run.api import open_tunnel, resolve_run, stream_log
-from tests.e2e.launch_support import PYTHON, invoke, isolate, run_processes, status, wait_for
+from tests.e2e.launch_support import PACED, PYTHON, invoke, isolate, run_processes, status, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -50,6 +50,7 @@ def test_up_status_logs_tunnel_kill_over_ssh(sshd, tmux_server, tmp_path, monkey
         "ssh-e2e",
         "--set",
         "train.steps=2000",
+        *PACED,
         "--env",
         f"NCCL_SOCKET_IFNAME={env_value}",
     )

@@ -27,7 +27,7 @@ import pytest
 
 from launcher.config.profiles import PROJECT_ROOT
 from launcher.run.api import resolve_run, restart_run
-from tests.e2e.launch_support import PYTHON, invoke, isolate, run_processes, status, wait_for
+from tests.e2e.launch_support import PACED, PYTHON, invoke, isolate, run_processes, status, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 CLI = str(Path(sys.executable).parent / "nsa-launch")
@@ -75,7 +75,7 @@ def test_waits_ctrl_c_restart_kill_and_runs(sshd, tmux_server, tmp_path, monkeyp
     host = ["--host", sshd.alias, "--ssh-config", str(sshd.ssh_config), "--workdir", str(wd)]
     up = _cli(
         "up", *host, "--python", str(_slow_python(tmp_path)), "--name", "ux", "--wait",
-        "--set", "train.steps=3000", "--set", "train.save_every=10", "--env", "MY_TAG=nsa-demo",
+        "--set", "train.steps=3000", "--set", "train.save_every=10", "--env", "MY_TAG=nsa-demo", *PACED,
     )  # fmt: skip
     try:
         seen = _read_until(up.stderr, "nsa-launch dashboard", 180)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from nsa.runfiles import RunDir, iter_jsonl
 from nsa.telemetry import Recorder
 from nsa.telemetry.manifest import build_manifest, masked_env
-from nsa.train.faults import Fault, parse_fault
+from nsa.train.faults import Fault, Pacer, parse_fault
 
 
 def test_heartbeat_every_phase_and_progress_clock(tmp_path: Path) -> None:
@@ -67,6 +68,21 @@ def test_fault_grammar() -> None:
     assert parse_fault("stall:step=3:rank=1") == Fault("stall", 3, 1)
     assert parse_fault("nan") == Fault("nan", 1, None)
     assert Fault("kill", 2, None).hits(2, 5) and not Fault("kill", 2, 0).hits(2, 5)
-    for bad in ("hang", "stall:step=x", "nan:when=3"):
+    for bad in ("hang", "stall:step=x", "nan:when=3", "kill:ms=5", "pace:ms=0", "pace:once", "pace:ms=-1"):
         with pytest.raises(ValueError, match="NSA_FAULT"):
             parse_fault(bad)
+    assert parse_fault("pace") == Fault("pace", 1, None, ms=250)
+    assert parse_fault("pace:step=3:rank=1:ms=40") == Fault("pace", 3, 1, ms=40)
+
+
+def test_pace_holds_each_step_to_its_length_from_its_step_on_and_only_on_its_rank() -> None:
+    pacer = Pacer(Fault("pace", step=3, rank=1, ms=60))
+    t0 = time.monotonic()
+    for step in (1, 2, 3):  # not before step 3; the first paced step has nothing to wait for
+        pacer.wait(step, 1)
+    for step in (4, 5):
+        pacer.wait(step, 0)  # another rank: never held
+    assert time.monotonic() - t0 < 0.05
+    pacer.wait(4, 1)
+    pacer.wait(5, 1)
+    assert time.monotonic() - t0 >= 0.12  # two steps of 60 ms after step 3's start
