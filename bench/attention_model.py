@@ -275,7 +275,8 @@ WHAT_IF = {
     # spills 32 B under the cap)
     "select_pair": {"select_pair": 1, "select_insert": 0},
     # every entering tile merged, as the H100 of 2026-11-26c measured it (select_insert ships at M7C's 1
-    # warp on sm_90 on its SASS and the GPU runs' inputs' entry counts: counts.insert_factor)
+    # warp and the paper's 4 tokens at once on sm_90 on its SASS and the GPU runs' inputs' entry counts:
+    # counts.insert_factor)
     "select_insert_off": {"select_insert": 0},
     # q's three branch gradients summed by autograd (two adds in q's dtype) and rotated back apart, as every
     # GPU run measured them (q_grad_fused shipped unmeasured, the 2026-11-26c rope probe measured it: priced

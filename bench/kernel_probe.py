@@ -154,6 +154,10 @@ CMP_VARIANTS = [
     # 1.00x).
     {"kernel": "select", "shape": "m7c", "select_insert": 0},
     {"kernel": "select", "shape": "m7c", "select_insert": 1},
+    # At the paper's shape (select_insert 2 shipped on sm_90 under a 168-register cap on triton 3.6, the
+    # model's price 0.76 / 0.89x the selection at 64k / 32k, 1.10x at 8k; RESULTS "paperins"): off and
+    # uncapped, the build the H100 of 2026-11-26c measured.
+    {"kernel": "select", "shape": "paper", "select_insert": 0, "maxnreg_sel": 0},
 ]
 
 # The compressed backward (dQ, dK/dV, the partial sum): keys of compressed._config; "x2" doubles one.

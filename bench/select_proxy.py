@@ -14,7 +14,9 @@ scheduler; where fewer hide less latency, lat x warp instructions / (warps a sch
 clock) if that is longer, lat fitted on the unspilled points at 2 warps a scheduler (registers,
 shared memory and warps a program set the warps an SM holds). Spilled registers are not priced:
 the domain (`in_domain`) is no spill. The constants from the probe's points alone are checked on
-the speed runs' points (out of sample). Prints one JSON object per line; asserts nothing.
+the speed runs' points (out of sample). Prints one JSON object per line; asserts nothing. A build
+whose merges the count does not model (select_insert's insertion paths) is refused: `--predict`
+exits 2 with the reason, `--variants` names it in place of its rows.
 
   .venv/bin/python bench/select_proxy.py                       # the calibration rows and the fit
   .venv/bin/python bench/select_proxy.py --predict m7c:65536:1 --set bt_sel=4   # a candidate
@@ -61,6 +63,22 @@ SHAPES = {"m7c": (2, 6, 64), "paper": (4, 16, 128)}  # (Hkv, G, D), as the suite
 H200 = {"sms": 132, "sched": 4, "ghz": 1.98, "regs": 65536, "warps": 64, "blocks": 32, "smem": 233472}
 W_TOP = 16  # the running top-W (compressed._config's W at n = 16)
 WINDOW = 8  # tokens per sampled window: every BT in 1, 2, 4, 8 tiles it exactly
+
+
+class Unpredictable(ValueError):
+    """A build whose dynamic count the proxy does not model (`--predict` exits 2 with the reason)."""
+
+
+def _check_merges(branches: list, where: str) -> None:
+    """The count's paths: a loop's data-dependent branches are its merges, one for the tile's tokens
+    at once or two for its halves. Anything else (select_insert's insertion paths, or a listing whose
+    key-tile loop the SASS split did not find) would be priced as merges it is not."""
+    if len(branches) not in (1, 2):
+        raise Unpredictable(
+            f"{where}: {len(branches)} data-dependent branches in a key-tile loop, the count expects 1 or 2"
+            " (the merge of the tile's tokens, or of each half)"
+        )
+
 
 # The kernels the GPU measured: name -> git commit of compressed_select.py (None: the module as it is).
 KERNELS = {"int32": None, "int32_f3f507d": "f3f507d", "v0": "v0"}
@@ -168,6 +186,7 @@ def dynamic_count(
     for pid in range(progs):  # exact: the loop count depends on the program's last token only
         t_last = min(pid * bt + bt - 1, T - 1)
         tiles += -(-(t_last // lp + 1) // bj)
+    _check_merges(paths["branches"], "the key-tile loop")
     E = enter_flags(block_keys(*window_scores(shape, T, B, windows)), bj)
     n_br = len(paths["branches"])
     # The merge branches: one group of the tile's tokens each (two halves, or all BT at once).
@@ -220,7 +239,14 @@ def dynamic_count_split(
     Hkv = SHAPES[shape][0]
     lp = GEO["sel_block"]
     loops = paths["loops"]["loops"]
-    assert len(loops) == 2, "tile 0 straight-line, then the interior and the edge loops"
+    if len(loops) != 2:  # tile 0 straight-line, then the interior and the edge loops
+        raise Unpredictable(
+            f"{len(loops)} key-tile loops in the split build's SASS, the count expects 2 (at 1 warp, ptxas lays"
+            " the merges out after the loop and jumps back into it, on triton 3.6 and 3.9 alike: its loops"
+            " are not found; --set warps_sel=2 --set maxnreg_sel=0 counts the 2-warp build before it)"
+        )
+    for name, loop in zip(("interior", "edge"), loops):
+        _check_merges(loop["branches"], f"the {name} loop")
     progs = -(-T // bt)
     n_int = n_edge = 0
     for pid in range(progs):
@@ -427,34 +453,57 @@ def a100() -> dict:
     return _sibling("a100_proxy").A100_SM
 
 
-def candidate_rows(specs: list[str], over: dict, kernel: str, windows: int, arch: int = 90) -> list[dict]:
+def candidate_rows(
+    specs: list[str], over: dict, kernel: str, windows: int, arch: int = 90, skipped: list | None = None
+) -> list[dict]:
     """Proxy rows of one launch setting (today's _config on sm_`arch` with `over`) at shape:T:B points;
     arch 80: sm_80's SASS, resident warps on an A100 (priced there by `main`, the H200's cycles an
-    instruction carried over per SM cycle as bench/a100_proxy.py does)."""
-    from nsa.attention.triton import compressed as cmp
-
+    instruction carried over per SM cycle as bench/a100_proxy.py does). A point whose build the count
+    does not model raises `Unpredictable`, or with `skipped` (a list) is appended to it as (spec,
+    reason) and left out."""
     rows, counted = [], {}
     for spec in specs:
-        shape, T, B = spec.split(":")
-        _, G, D = SHAPES[shape]
-        c = {**cmp._config(G, D, 16, 32, 16, 64, arch), **over}
-        bt, warps, halves = c["bt_sel"], c["warps_sel"], c["halves_sel"]
-        if c["select_v0"]:  # the kernel before, at its own settings (it always merges in halves)
-            kernel, bt, warps, halves = "v0", c["bt_sel_v0"], c["warps_sel_v0"], 1
-        key = (shape, kernel, bt, warps, halves, c["BJ"], c["maxnreg_sel"])
-        if key not in counted:
-            cap = {"maxnreg_sel": c["maxnreg_sel"]} if c["maxnreg_sel"] else {}  # the launcher's
-            counted[key] = sass_counts(shape, kernel, bt, warps, halves, arch, over={**cap, **over})
-        sc = counted[key]
-        if "loops" in sc["paths"]:  # select_split: the interior and the edge tiles apart
-            dyn = dynamic_count_split(shape, int(T), int(B), bt, sc["paths"], warps, windows, c["BJ"])
-        else:
-            dyn = dynamic_count(shape, int(T), int(B), bt, halves, sc["paths"], warps, windows, c["BJ"])
-        res = resident_warps(sc["registers"], sc["smem"], warps, a100() if arch == 80 else H200)
-        rows.append({"arch": arch, "shape": shape, "T": int(T), "B": int(B), "kernel": kernel, "bt": bt, "warps": warps,
-                     "halves": halves, "BJ": c["BJ"], "set": over, "registers": sc["registers"], "spill": sc["spill"],
-                     "triton": sc["triton"], "resident_warps": res, **dyn})  # fmt: skip
+        try:
+            rows.append(_candidate_row(spec, over, kernel, windows, arch, counted))
+        except Unpredictable as e:
+            if skipped is None:
+                raise
+            skipped.append((spec, str(e)))
     return rows
+
+
+def _candidate_row(spec: str, over: dict, kernel: str, windows: int, arch: int, counted: dict) -> dict:
+    """`candidate_rows`' row of one shape:T:B point (`counted`: the SASS of the settings compiled)."""
+    from nsa.attention.triton import compressed as cmp
+
+    shape, T, B = spec.split(":")
+    _, G, D = SHAPES[shape]
+    c = {**cmp._config(G, D, 16, 32, 16, 64, arch), **over}
+    if c["select_insert"] and not c["select_v0"]:
+        # Its merges take one of four paths by the tile's entering keys (none, one, two, more): the
+        # count knows one merge a group (and triton 3.9 lists the paths as four branches, read as merges).
+        raise Unpredictable(
+            f"{spec} on sm_{arch}: the build launches select_insert {c['select_insert']} (compressed._config"
+            " with --set), whose one- and two-key insertion paths the proxy's dynamic count does not model;"
+            " --set select_insert=0 counts the build without them (every entering tile merged), the cost"
+            " model prices the insertion (bench/attention_cost/counts.py insert_factor)"
+        )
+    bt, warps, halves = c["bt_sel"], c["warps_sel"], c["halves_sel"]
+    if c["select_v0"]:  # the kernel before, at its own settings (it always merges in halves)
+        kernel, bt, warps, halves = "v0", c["bt_sel_v0"], c["warps_sel_v0"], 1
+    key = (shape, kernel, bt, warps, halves, c["BJ"], c["maxnreg_sel"])
+    if key not in counted:
+        cap = {"maxnreg_sel": c["maxnreg_sel"]} if c["maxnreg_sel"] else {}  # the launcher's
+        counted[key] = sass_counts(shape, kernel, bt, warps, halves, arch, over={**cap, **over})
+    sc = counted[key]
+    if "loops" in sc["paths"]:  # select_split: the interior and the edge tiles apart
+        dyn = dynamic_count_split(shape, int(T), int(B), bt, sc["paths"], warps, windows, c["BJ"])
+    else:
+        dyn = dynamic_count(shape, int(T), int(B), bt, halves, sc["paths"], warps, windows, c["BJ"])
+    res = resident_warps(sc["registers"], sc["smem"], warps, a100() if arch == 80 else H200)
+    return {"arch": arch, "shape": shape, "T": int(T), "B": int(B), "kernel": kernel, "bt": bt, "warps": warps,
+            "halves": halves, "BJ": c["BJ"], "set": over, "registers": sc["registers"], "spill": sc["spill"],
+            "triton": sc["triton"], "resident_warps": res, **dyn}  # fmt: skip
 
 
 KEEP = ("source", "variant", "arch", "shape", "T", "B", "kernel", "bt", "warps", "halves", "set", "registers", "spill",
@@ -484,6 +533,14 @@ def main(argv=None) -> int:
         help="predict bench/kernel_probe.py's selection variants at its shapes",
     )
     args = ap.parse_args(argv)
+    cands = None
+    if args.predict:  # compiled and counted first: a build the count does not model exits before the fit
+        over = {k: select_sass._value(v) for k, v in (x.split("=", 1) for x in args.set)}
+        try:
+            cands = candidate_rows(args.predict, over, args.kernel, args.windows, args.arch)
+        except Unpredictable as e:
+            print(f"select_proxy.py --predict: {e}", file=sys.stderr)
+            return 2
     points = measured_points()
     if args.recount:
         SASS_FILE.write_text(json.dumps(recount(points), indent=1, sort_keys=True) + "\n")
@@ -502,19 +559,24 @@ def main(argv=None) -> int:
                       "median_abs_error": errs[len(errs) // 2],
                       "probe_only_fit": {k: round(v, 3) for k, v in f_probe.items()},
                       "speed_points_max_abs_error": max(abs(r["error"]) for r in held)}), flush=True)  # fmt: skip
-    if args.predict:
-        over = {k: select_sass._value(v) for k, v in (x.split("=", 1) for x in args.set)}
+    if cands is not None:
         gpu = "a100" if args.arch == 80 else "h200"
-        for r in predict(candidate_rows(args.predict, over, args.kernel, args.windows, args.arch), f):
+        for r in predict(cands, f):
             print(json.dumps({"prediction": gpu, **{k: r[k] for k in KEEP if k in r}}), flush=True)
     if args.variants:  # before the GPU measures them: the probe checks the proxy out of sample
         for v in _sibling("kernel_probe").CMP_VARIANTS:
             if v["kernel"] != "select":
                 continue
             over = {k: x for k, x in v.items() if k != "kernel"}
-            for r in predict(candidate_rows(PROBE_SHAPES, over, "int32", args.windows), f):
+            skipped: list = []  # points the count does not model: named, the others predicted
+            for r in predict(candidate_rows(PROBE_SHAPES, over, "int32", args.windows, skipped=skipped), f):
                 print(
                     json.dumps({"prediction": "h200", "variant": v, **{k: r[k] for k in KEEP if k in r}}),
+                    flush=True,
+                )
+            for spec, why in skipped:
+                print(
+                    json.dumps({"prediction": "h200", "variant": v, "point": spec, "unpredictable": why}),
                     flush=True,
                 )
     return 0

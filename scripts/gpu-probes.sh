@@ -55,8 +55,10 @@ QUEUE=(
   # groups a program on one key tile load (select_pair, a probe variant: it spills on triton 3.9; priced
   # 0.94x at 64k), beside the shipped build: `_cmp_select` is M7C's largest kernel at 64k (3.96 ms of
   # 17.77 modelled; 4.64 measured without the insertion); bench/RESULTS.md "selpair / selinsert". Second: it confirms a shipped setting
-  # on the kernel the 64k target is missed by
-  "select_insert|45|--only cmp_fwd --shapes m7c:8192:8 m7c:32768:2 m7c:65536:1 --match select_insert --match select_pair"
+  # on the kernel the 64k target is missed by. Also the paper shape's insertion (shipped on sm_90 under a
+  # 168-register cap, unmeasured: 0.76x the selection at 64k, 1.10x at 8k; RESULTS "paperins") off, at
+  # 8k x 2 and 64k x 1, its priced loss and gain (no step of its own: the queue's limits fill its 420 s)
+  "select_insert|45|--only cmp_fwd --shapes m7c:8192:8 m7c:32768:2 m7c:65536:1 paper:8192:2 paper:65536:1 --match select_insert --match select_pair"
   # The M7C selection at 1 warp under a 168-register cap, shipped on m7c 64k alone (4.64 ms vs 5.67;
   # 1 warp uncapped 4.75): `_cmp_select` is M7C's largest kernel at 32k (3.16 ms of 14.37) where NSA/FA2
   # misses its target by 3 %, and the model prices it 1.33-1.42x too fast at 8k-32k

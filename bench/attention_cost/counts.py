@@ -126,11 +126,27 @@ def _cmp_select_work(T: int, s: Shape, passes: int = 1, bt: int | None = None) -
 INSERT_ONE = {2048: 0.0, 4096: 0.0, 8192: 0.027, 16384: 0.114, 32768: 0.267, 65536: 0.286}
 INSERT_TWO = {2048: 0.083, 4096: 0.042, 8192: 0.103, 16384: 0.161, 32768: 0.16, 65536: 0.125}
 INSERT_MORE = {2048: 0.917, 4096: 0.958, 8192: 0.859, 16384: 0.654, 32768: 0.395, 65536: 0.218}
+# The paper's shape (head_dim past 64; sm_90: 4 tokens a tile merged at once, 4 warps, the 168-register cap
+# on triton 3.6): the paths go by the most keys entering one of the tile's 4 tokens, so the shares are of a
+# program's key tiles (eager's, bench/select_proxy.py's windows: 256 of 8 tokens over the 4 KV heads, B 1,
+# bench/RESULTS.md "paperins"): (none, one, two, more) per T; its SASS a key tile a warp (triton 3.6, sm_90):
+# without the insertion (158 registers, uncapped) always-run 460, a merge 808; with 2 (capped) 534, a merge
+# 897, an insertion of one key 37, of two 76; with 1 (capped) 531, 893, 38.
+INSERT_PAPER = {
+    8192: (0.0, 0.0004, 0.0352, 0.9644), 16384: (0.0009, 0.0214, 0.1059, 0.8718),
+    32768: (0.0185, 0.1328, 0.2203, 0.6284), 65536: (0.0821, 0.2966, 0.2344, 0.3868),
+}  # fmt: skip
 
 
-def insert_factor(T: int, keys: int = 2) -> float:
+def insert_factor(T: int, keys: int = 2, d128: bool = False) -> float:
     """The selection's SASS a token a key tile with select_insert `keys` (1 or 2) over without it at
-    length T (the nearest tabulated T, by log2; the shares grow with T, so the ends hold past them)."""
+    length T (the nearest tabulated T, by log2; the shares grow with T, so the ends hold past them);
+    `d128`: the paper's shape's build (head_dim past 64, INSERT_PAPER), a key tile of its 4 tokens."""
+    if d128:
+        near = min(INSERT_PAPER, key=lambda t: abs(math.log2(t) - math.log2(max(T, 1))))
+        _, one, two, more = INSERT_PAPER[near]
+        new = 534 + 897 * more + 76 * two + 37 * one if keys == 2 else 531 + 893 * (two + more) + 38 * one
+        return new / (460 + 808 * (one + two + more))
     near = min(INSERT_ONE, key=lambda t: abs(math.log2(t) - math.log2(max(T, 1))))
     one, two, more = INSERT_ONE[near], INSERT_TWO[near], INSERT_MORE[near]
     new = 299 + 313 * (two + more) + 37 * one if keys == 1 else 301 + 313 * more + 76 * two + 37 * one

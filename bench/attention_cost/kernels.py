@@ -344,9 +344,15 @@ def ours(
             if pair:
                 tags += "@pair"
         sunit = 2 * BH * sw["steps"] * sel_rows * sw["keys"] * D
-        # select_insert (shipped at M7C's 1 warp on sm_90, priced where counted, as select_pair): a token
-        # tile's SASS x counts.insert_factor(T), on its token steps
-        ins = insert_factor(T, launch["select_insert"]) if priced and launch.get("select_insert") else 1.0
+        # select_insert (shipped at M7C's 1 warp and at the paper's 4 tokens merged at once on sm_90, priced
+        # where counted: those two builds of the CUT loop): a tile's SASS x counts.insert_factor(T), on its
+        # token steps
+        paper_ins = cc != 80 and launch.get("select_cut") and D > 64 and bt == 4 and not launch["halves_sel"]
+        ins = (
+            insert_factor(T, launch["select_insert"], d128=D > 64)
+            if (priced or paper_ins) and launch.get("select_insert")
+            else 1.0
+        )
         swork = {"programs": sel_progs, "token_steps": BH * sw["steps"] * sw["tokens"] * ins}
         if cc == 80:  # the A100 price: the kernel's own sm_80 SASS (sass80.py; none recorded: as published)
             swork.update(select_work(T, s, launch) or {})

@@ -322,6 +322,16 @@ def _one_warp_cap() -> int:
     return 168 if release(triton.__version__) < (3, 7) else 224
 
 
+def _paper_insert_cap() -> int:
+    """The selection's register cap at the paper's shape on sm_90 with select_insert (`_config`
+    paper_insert; ptxas .maxnreg), per triton: 168 on 3.6 (the GPU images'; 201 uncapped, 8 warps an SM
+    instead of the 12 of the build without it at 158; capped 168, no spill at G 9/12/16 x D 96/128: 12
+    warps), none on 3.9 (capped at 168 it spilled 12 B at G 12/16 x D 96/128; uncapped 184-229, no
+    spill, 8 warps an SM against 16 without the insertion at 128: unpriced there, its SASS not split by
+    bench/select_sass.py). bench/RESULTS.md "paperins"."""
+    return 168 if release(triton.__version__) < (3, 7) else 0
+
+
 # keyed on the triton version too: `_one_warp_cap` reads it
 @frozen_config(extra=lambda: triton.__version__)
 def _config(
@@ -367,6 +377,12 @@ def _config(
     # Measured at 64k only. The cap: `_one_warp_cap`. Not on sm_80 (ampere_g8 keeps its 2 warps in
     # halves under 168 registers, which bench/a100_proxy.py priced; 1 warp there is unpriced).
     one_warp = shm_split and arch >= 90
+    # The paper's shape on an H100/H200 (G 9-16, head_dim 65-128: 4 tokens a tile merged at once, 4
+    # warps): the one- and two-key insertion under `_paper_insert_cap` (select_insert's comment).
+    paper_insert = arch >= 90 and gpf == 16 and 64 < head_dim <= 128
+    sel_cap = (
+        168 if ampere_g8 else _one_warp_cap() if one_warp else _paper_insert_cap() if paper_insert else 0
+    )
     # dQ: 8 warps for 128-row tiles; 4 for 32 rows (D > 64 on sm_80), where 8 warps left ptxas at 128
     # registers and spilling (G 16, D 96 on sm_80). Past head_dim 64 the 32 x 32 tile the GPUs measured
     # runs its products as mma.sync on sm_90 (fitted efficiency 0.22 against head_dim 64's 0.56 on
@@ -425,9 +441,10 @@ def _config(
         "halves_sel": 1 if btf >= 8 or (head_dim > 64 and btf >= 4) or hopper_g8 or ampere_g8 else 0,
         # A register cap for the selection (ptxas .maxnreg; 0: none). Shipped on sm_80 at M7C (ampere_g8:
         # 4 tokens in halves at 2 warps, 12 warps an SM instead of 8 uncapped) and on sm_90 at M7C's
-        # 1 warp a program (one_warp, `_one_warp_cap`: 168 on triton 3.6, 224 on 3.9). 4 tokens a tile
-        # in halves capped at 168 (210 registers uncapped) is a probe variant (5.27 ms at M7C 64k).
-        "maxnreg_sel": 168 if ampere_g8 else _one_warp_cap() if one_warp else 0,
+        # 1 warp a program (one_warp, `_one_warp_cap`: 168 on triton 3.6, 224 on 3.9), and at the paper's
+        # shape on sm_90 with the insertion (paper_insert, `_paper_insert_cap`: 168 on 3.6, none on 3.9).
+        # 4 tokens a tile in halves capped at 168 (210 registers uncapped) is a probe variant (5.27 ms at M7C 64k).
+        "maxnreg_sel": sel_cap,
         # 1: launch `_cmp_select_v0` (compressed_select_v0.py, the kernel before 2026-11-26b) at its own
         # shipped settings instead, for the GPU probe's comparison (bench/kernel_probe.py).
         "select_v0": 0,
@@ -499,8 +516,15 @@ def _config(
         # on that price, UNMEASURED: 168 registers under the cap and no spill at G 5/6/8 x D 48/64 on triton
         # 3.6; on 3.9 193-199 registers (221-224 without), no spill. sm_80 (ampere_g8: 4 tokens in halves,
         # 2 warps) unpriced: 1 compiles unspilled on 3.6, but to 8304 SASS for 4534; off there.
+        # At the paper's shape on sm_90 (paper_insert: 4 tokens merged at once, 4 warps; the paths by the
+        # most keys entering one of the 4 tokens) also 2, on the model's price, UNMEASURED: sm_90, triton 3.6
+        # under the 168 cap, always-run 460 -> 534 SASS a tile a warp, merge 808 -> 897, insertion 37 / 76;
+        # on the GPU runs' inputs (4-token groups, bench/RESULTS.md "paperins") one / two / more keys enter
+        # 30 / 23 / 39 % of the tiles at 64k, 13 / 22 / 63 % at 32k, 0 / 4 / 96 % at 8k: 0.76 / 0.89 /
+        # 1.05 / 1.10x the selection at 64k / 32k / 16k / 8k (`insert_factor`; the proxy's cycles
+        # 0.78 / 0.91, 12 warps an SM either way).
         # 0: every entering tile merged (the path the H100 of 2026-11-26c measured), 1: a probe variant each.
-        "select_insert": 2 if one_warp else 0,
+        "select_insert": 2 if one_warp or paper_insert else 0,
         # The selection kernel: its top-n merge is latency-bound, so fewer warps a program (more
         # programs per SM) ran it faster on an H200 (bench/kernel_probe.py, 2026-11-26): M7C at 64k
         # 39.1 / 20.2 / 13.3 ms with 8 / 4 / 2 warps (and 11.9 with 2 warps and 2 tokens a tile), the

@@ -306,3 +306,69 @@ def test_the_a100_count_of_the_split_loop_reads_its_record():
     assert (
         sass80.select_work(65536, s, {**launch, "select_split": 1, "select_shm": 1, "select_cut": 0}) == cut
     )
+
+
+def test_predict_refuses_the_shipped_insertion_build_with_exit_2(capsys, monkeypatch):
+    """--predict on the shipped M7C selection on sm_90 (1 warp, select_insert 2) exits 2 naming the
+    setting and the way to predict without it, before compiling or fitting anything (it asserted 2
+    loops on triton 3.6's SASS and crashed, and on 3.9 priced the insertion paths as merges of halves);
+    --variants names such a point instead of its rows; the build without the insertion is counted."""
+    from nsa.attention.triton import compressed as cmp
+
+    assert cmp._config(6, 64, 16, 32, 16, 64, 90)["select_insert"] == 2  # the shipped build
+    monkeypatch.setattr(sp, "sass_counts", lambda *a, **k: pytest.fail("compiled"))
+    monkeypatch.setattr(sp, "measured_points", lambda: pytest.fail("fitted"))
+    assert sp.main(["--predict", "m7c:8192:1"]) == 2
+    err = capsys.readouterr().err
+    assert "m7c:8192:1 on sm_90" in err and "select_insert 2" in err and "--set select_insert=0" in err
+    skipped: list = []
+    with pytest.raises(sp.Unpredictable, match="select_insert 1"):
+        sp.candidate_rows(["m7c:8192:1"], {"select_insert": 1}, "int32", 8)
+    assert sp.candidate_rows(["m7c:8192:1", "m7c:65536:1"], {}, "int32", 8, skipped=skipped) == []
+    assert [s for s, _ in skipped] == ["m7c:8192:1", "m7c:65536:1"]
+    # without it (the paper's 4-warp build): counted (the compile stubbed by a recorded split)
+    z = {"insns": 0, "lds_sts": 0}
+    paths = {"prologue": {**z, "insns": 5}, "epilogue": {**z, "insns": 3}, "always": {**z, "insns": 11},
+             "branches": [{**z, "insns": 13}]}  # fmt: skip
+    rec = {"registers": 128, "spill": 0, "smem": 0, "triton": "x", "paths": paths}
+    monkeypatch.setattr(sp, "sass_counts", lambda *a, **k: rec)
+    (row,) = sp.candidate_rows(["paper:2048:1"], {"select_insert": 0}, "int32", 8, skipped=skipped)
+    assert row["warps"] == 4 and row["warp_insns"] > 0 and len(skipped) == 2
+
+
+def test_the_count_refuses_a_loop_whose_branches_are_not_its_merges(small):
+    """A key-tile loop with other than 1 or 2 data-dependent branches (triton 3.9's listing of the
+    insertion build: 4 a loop) or a split build's SASS with other than 2 loops (3.6's: the insertion
+    paths laid out after the loop, jumping back, read as 64 overlapping loops) is refused, not priced
+    as merges of halves."""
+    z = {"insns": 1, "lds_sts": 0}
+    four = {"always": z, "branches": [z] * 4}
+    with pytest.raises(sp.Unpredictable, match="4 data-dependent branches"):
+        sp.dynamic_count_split("m7c", 640, 1, 2, {"loops": {"once": z, "loops": [four, four]}}, 1, 160, 2)
+    with pytest.raises(sp.Unpredictable, match="64 key-tile loops"):
+        sp.dynamic_count_split("m7c", 640, 1, 2, {"loops": {"once": z, "loops": [four] * 64}}, 1, 160, 2)
+    paths = {"prologue": z, "epilogue": z, "always": z, "branches": [z] * 3}
+    with pytest.raises(sp.Unpredictable, match="3 data-dependent branches"):
+        sp.dynamic_count("m7c", 640, 1, 2, 1, paths, 1, 160, 2)
+
+
+def test_entry_counts_are_the_merge_test_and_groups_take_their_most():
+    """bench/select_entries.py (the insertion's shares): a token's count of entering keys is nonzero
+    exactly where `enter_flags` merges its tile; a group's share is of the most of its tokens' counts,
+    over the tiles its program walks, and the four shares sum to 1 (M7C at 4k: 64 blocks, tiles of 4,
+    so the top-16 fills and some tiles take one or two keys)."""
+    se = load_bench("select_entries")
+    t, scores = sp.window_scores("m7c", 4096, 1, 64)
+    keys = sp.block_keys(t, scores)
+    counts = se.entry_counts(t, keys, bj=4)
+    assert torch.equal(counts > 0, sp.enter_flags(keys, 4))
+    one = se.shares(t, counts, 1, bj=4)
+    four = se.shares(t, counts, 4, bj=4)
+    for sh in (one, four):
+        assert sum(sh[k] for k in ("none", "one", "two", "more")) == pytest.approx(1, abs=1e-3)
+    most = counts.reshape(64, 2, 4, -1).amax(2)  # [window, group, tile]
+    walked = torch.arange(most.shape[-1]) < -(-(t[:, 3::4] // 64 + 1) // 4)[..., None]
+    assert four["tiles"] == int(walked.sum())
+    assert four["two"] == pytest.approx(float(((most == 2) & walked).sum()) / four["tiles"], abs=1e-4)
+    assert one["one"] > 0 and one["two"] > 0
+    assert four["none"] < one["none"] and four["more"] > one["more"]  # a group merges where one token does

@@ -124,9 +124,11 @@ def _table(monkeypatch, over: dict, q, kc, lse, bl, d, lp, n):
     return idx, valid
 
 
-def _entries(q, kc, bl, d, lp, n) -> tuple[int, int]:
+def _entries(q, kc, bl, d, lp, n, group: int = 1) -> tuple[int, int]:
     """Token tiles where exactly one / two keys enter the running top-n, by eager's Eq. 9-11
-    arithmetic (the kernel's floats differ in the last bits: counts to show the paths run)."""
+    arithmetic (the kernel's floats differ in the last bits: counts to show the paths run); `group`:
+    of each `group` consecutive tokens merged at once, the most keys entering one of them (the
+    kernel's `n_in`), tiles to the group's last token."""
     T, nc = q.shape[2], kc.shape[2]
     s = torch.einsum("tgd,kd->tgk", q[0, 0].double(), kc[0, 0].double()) * SCALE
     seen = torch.arange(nc)[None, :] * d + (bl - 1) <= torch.arange(T)[:, None]
@@ -140,10 +142,11 @@ def _entries(q, kc, bl, d, lp, n) -> tuple[int, int]:
     keys = torch.where(j * lp <= t[:, None], bits, -1)
     top = torch.full((T, n), -1, dtype=torch.int64)
     one = two = 0
+    last = torch.clamp((t // group) * group + group - 1, max=T - 1)[::group]  # each group's last token
     for jb in range(-(-ns // BJ)):
         kb = keys[:, jb * BJ : (jb + 1) * BJ]
-        live = jb * BJ * lp <= t
-        cnt = (kb >= top[:, -1:].clamp(min=0)).sum(1)[live]
+        cnt = (kb >= top[:, -1:].clamp(min=0)).sum(1)  # 0 where no candidate (keys -1)
+        cnt = torch.nn.functional.pad(cnt, (0, -T % group)).view(-1, group).amax(1)[jb * BJ * lp <= last]
         one, two = one + int((cnt == 1).sum()), two + int((cnt == 2).sum())
         top = torch.cat([top, kb], 1).topk(n, dim=1).values
     return one, two
@@ -181,3 +184,29 @@ def test_insert_needs_the_cut_loop():
     c = tri._config(6, 64, 16, 32, 16, 64, 90)
     assert tri._insert_of({**c, "select_insert": 1}) == 1
     assert tri._insert_of({**c, "select_insert": 1, "select_cut": 0}) == 0
+
+
+def test_insertion_at_the_papers_setting_gives_the_merges_tables(monkeypatch):
+    """The paper's sm_90 setting (select_insert 2 at G 16 past head_dim 64: 4 tokens a tile merged at
+    once, the CUT loop unsplit, no SHM): the paths go by the most keys entering one of the 4 tokens,
+    so tokens with fewer (or none) take the group's insertion. A top-4 over 14 blocks (as above), G 16,
+    bf16, T no multiple of 4 or l'."""
+    T, G, D, bl, d, lp, n = 53, 16, 16, 2, 1, 4, 4
+    g = torch.Generator().manual_seed(9)
+    nc = (T - bl) // d + 1
+    q = torch.randn(1, 1, T, G, D, generator=g).bfloat16()
+    kc = torch.randn(1, 1, nc, D, generator=g).bfloat16()
+    s = torch.einsum("tgd,kd->tgk", q[0, 0].double(), kc[0, 0].double()) * SCALE * math.log2(math.e)
+    seen = torch.arange(nc)[None, :] * d + (bl - 1) <= torch.arange(T)[:, None]
+    s = s.masked_fill(~seen[:, None, :], float("-inf"))
+    lse = torch.logsumexp(s * math.log(2), dim=-1) / math.log(2)
+    lse = torch.where(torch.isfinite(lse), lse, 0.0).float()[None, None]
+    shipped = tri._config(16, 128, 16, 32, 16, 64, 90)
+    over = {k: shipped[k] for k in ("bt_sel", "halves_sel", "select_shm", "select_split")}
+    assert over == {"bt_sel": 4, "halves_sel": 0, "select_shm": 0, "select_split": 0}
+    assert shipped["select_insert"] == 2 and shipped["warps_sel"] == 4
+    old, new = (_table(monkeypatch, {**over, "select_insert": on}, q, kc, lse, bl, d, lp, n) for on in (0, 2))
+    assert torch.equal(new[1], old[1]) and torch.equal(new[0], old[0])
+    one, two = _entries(q, kc, bl, d, lp, n, group=4)
+    assert one >= 5 and two >= 5, (one, two)
+    assert bool(old[1][..., -1, :].all()) and len(set(old[0][0, 0, -1].tolist())) == n
