@@ -42,7 +42,9 @@ class Backend(Protocol):
     def restart(self, run: str) -> str:
         """Restart from the newest intact checkpoint (the run checkpoints on the kill); returns the run id now running."""
 
-    def open_tunnel(self, run: str, port: int = 6006) -> Tunnel: ...
+    def open_tunnel(self, run: str, port: int = 6006, live_only: bool = False) -> Tunnel:
+        """TensorBoard for the run at a local URL; `live_only` (a reopen): RunStopped, nothing started,
+        for a run being killed or killed."""
 
     def gpu_processes(self, run: str) -> list[dict[str, Any]] | None:
         """Processes holding GPU memory on the run's host(s) (`launcher.host.gpuprocs.gpu_processes` rows:
