@@ -19,12 +19,15 @@ JSON object per line:
     (token, head) rows (the query-major path's `selected_forced.py` forward, priced by its fitted
     kind `forced_fwd`), its state handed to the merge in fp32 (o + lse: what the kernel writes
     today) or as one more 16-bit partial (normalised o in q's dtype + fp32 lse, as PO / PL);
+  - `forced_merge` / `forced_merge_s256`: that pass run after the keys kernel, merging each row's
+    other partials itself (the merge's launch and the state gone; its bytes at its fitted price), the
+    keys grid's segments as shipped or of 256 pairs;
   - `merge_at_dram`: the merge at the DRAM floor (0.8 of peak) instead of its fitted 1.70x: a bound
     on any rewrite of the merge;
   - `no_partials`: no PO / PL written or read (the merge gone, the keys kernel without its partial
     stores): a bound on any fusion of the merge;
-  - `merge_into_gate`: the merge hands its rows to the gate mix in registers (no selected output
-    written, none read): the bytes of one activation twice;
+  - `merge_into_gate`: the gate mix computed by the merge (it reads no selected output; the merge
+    still writes it, which the backward's delta reads): one activation's bytes;
   - `query_major` / `query_major_shared`: the query-major forward (forced tiles + token tiles at
     TP 8), tables with independent (random) selections or adjacent tokens selecting alike;
   - `seg_target_256` / `seg_target_1024`, `br_fwd_keys_64`: other segment targets and rows a step
@@ -142,8 +145,10 @@ def _steps_no_forced(T: int, s, BR: int, S: int) -> tuple[int, ...]:
     return tuple(per_seq * (s.B * s.Hkv))
 
 
-def forced_dense(model, T: int, s, gpu, ks, sixteen: bool) -> list:
-    """The forward with its forced entries as a dense causal tile pass (see the module's doc)."""
+def forced_dense(model, T: int, s, gpu, ks, sixteen: bool, fused: bool = False, S: int = 0) -> list:
+    """The forward with its forced entries as a dense causal tile pass (see the module's doc); fused:
+    that pass also merges the partials (no state stored, the merge's bytes and fitted time kept, its
+    launch gone); S: the keys grid's segment (0: what ships)."""
     launch = model.shipped_launch(s, gpu.cc)
     BH, G, D = s.B * s.Hkv, s.G, s.D
     f = _forced_rows(T, s) / _prow(T, s)
@@ -153,13 +158,13 @@ def forced_dense(model, T: int, s, gpu, ks, sixteen: bool) -> list:
     state = rows_forced * ((D * 2 + 4) if sixteen else (D + 1) * 4)
     for k in ks:
         if k.name == "sel_fwd_keys":
-            S = model._seg_pairs(T, BH * T * min(s.n, -(-T // s.lp)), launch.get("seg_target", 0))
+            S = S or model._seg_pairs(T, BH * T * min(s.n, -(-T // s.lp)), launch.get("seg_target", 0))
             steps = _steps_no_forced(T, s, launch["br_fwd_keys"], S)
             npairs8 = BH * _prow(T, s) / G * 8
             k = replace(k, flops=k.flops * (1 - f), useful=k.useful * (1 - f),
                         dram=k.dram - f * (po + npairs8), programs=len(steps), steps=steps)  # fmt: skip
         elif k.name == "sel_fwd_merge":
-            k = replace(k, dram=k.dram - f * po + state)
+            k = replace(k, dram=k.dram - f * po + (0 if fused else state), launches=0 if fused else 1)
         out.append(k)
     # selected.py's forced forward (selected_forced.py): grid (ceil(T*G/64), BH), 64 rows, l' keys of
     # block 0, the previous and the own block (causal)
@@ -173,7 +178,7 @@ def forced_dense(model, T: int, s, gpu, ks, sixteen: bool) -> list:
     table = BH * T * min(s.n, ns) * 9
     regs = 168 if gpu.cc == 80 else 124
     out.append(model.Kernel("sel_forced_fwd", "selected", "fwd", "forced_fwd", 2 * fissue, 2 * fuse,
-                            act + state + table, l2=fprog * fk * D * 2 * 2, programs=fprog,
+                            act + (0 if fused else state) + table, l2=fprog * fk * D * 2 * 2, programs=fprog,
                             per_sm=model._per_sm(regs, 128), work={"programs": fprog}))  # fmt: skip
     return out
 
@@ -187,7 +192,6 @@ def lever_rows(model, T: int, gname: str) -> list[dict]:
     base = model.ours_on(T, s, gpu)
     fa = model.flash2(T, s)
     fa_f, fa_all = model.total(fa, gpu, "fwd"), model.total(fa, gpu)
-    by = {k.name: k for k in base}
     launch = model.shipped_launch(s, gpu.cc)
     po = _po_bytes(T, s, launch)
     act = s.B * T * s.H * s.D * 2
@@ -195,15 +199,15 @@ def lever_rows(model, T: int, gname: str) -> list[dict]:
         "shipped": base,
         "forced_dense": forced_dense(model, T, s, gpu, base, sixteen=False),
         "forced_dense16": forced_dense(model, T, s, gpu, base, sixteen=True),
+        "forced_merge": forced_dense(model, T, s, gpu, base, sixteen=True, fused=True),
+        "forced_merge_s256": forced_dense(model, T, s, gpu, base, sixteen=True, fused=True, S=256),
         "merge_at_dram": _edit(base, "sel_fwd_merge", kind="memory"),
         "no_partials": [
             replace(k, dram=k.dram - po) if k.name == "sel_fwd_keys" else k
             for k in base
             if k.name != "sel_fwd_merge"
         ],
-        "merge_into_gate": [
-            replace(k, dram=k.dram - act) if k.name in ("sel_fwd_merge", "gate_mix_fwd") else k for k in base
-        ],
+        "merge_into_gate": [replace(k, dram=k.dram - act) if k.name == "gate_mix_fwd" else k for k in base],
         "query_major": model.ours_on(T, s, gpu, fwd_keys=False),
         "query_major_shared": model.ours_on(T, s, gpu, fwd_keys=False, selections="shared"),
         "seg_target_256": model.ours_on(T, s, gpu, seg_target=256),
