@@ -22,6 +22,12 @@ JSON object per line:
   - `forced_merge` / `forced_merge_s256`: that pass run after the keys kernel, merging each row's
     other partials itself (the merge's launch and the state gone; its bytes at its fitted price), the
     keys grid's segments as shipped or of 256 pairs;
+  - `forced_merge_nomask`: `forced_merge_s256` with the keys forward's step mask-free throughout
+    (with the forced entries gone no row of it sees its own block, and the last, partial block is
+    listed only by its own tokens), priced by the keys proxy's terms (`NOMASK`);
+  - `unmasked_steps` / `unmasked_steps_bwd`: the keys forward's (and backward's) steps whose rows all
+    lie past the block's last key run without the causal / range mask (its share of the step's
+    sm_90 SASS, compiled with and without it: `STEP_SASS`), priced by the keys proxy's terms;
   - `merge_at_dram`: the merge at the DRAM floor (0.8 of peak) instead of its fitted 1.70x: a bound
     on any rewrite of the merge;
   - `no_partials`: no PO / PL written or read (the merge gone, the keys kernel without its partial
@@ -183,6 +189,51 @@ def forced_dense(model, T: int, s, gpu, ks, sixteen: bool, fused: bool = False, 
     return out
 
 
+# One step of the keys kernels on sm_90 (triton 3.6, M7C bf16, the shipped settings: the forward's
+# 128 rows, the backward's 64), warp SASS and shared-memory accesses, as compiled (measured on CPU,
+# bench/RESULTS.md "fwd8k"): the shipped step, and the same step with its causal / range mask taken
+# out (`ok`: the compare, the predicates kept in registers, P2R / ISETP.NE to restore them, the
+# selects), what a step whose every row sees every key of its block needs. The forward's mask is
+# 28 % of its step (1386 -> 1000), the backward's 13 % (535 -> 467).
+STEP_SASS = {"fwd": ((1386, 40), (1000, 37)), "bwd": ((535, 32), (467, 32))}
+# The forward's step without any mask over the shipped step (the keys proxy's terms): what a keys
+# forward that never sees a block's own tokens runs (the forced pass takes them: `forced_merge_nomask`)
+NOMASK = (STEP_SASS["fwd"][1][0] * 2.865 + STEP_SASS["fwd"][1][1] * 7.751) / (
+    STEP_SASS["fwd"][0][0] * 2.865 + STEP_SASS["fwd"][0][1] * 7.751
+)
+STEP_TEST = 6  # instructions a step for the test that picks the path (a scalar compare: an estimate)
+ISSUE, SMEM = 2.865, 7.751  # bench/keys_proxy.py's issue+smem fit on both keys kernels (H200 cycles)
+
+
+def unmasked_ratio(kernel: str, T: int, s, ks) -> float:
+    """The keys kernel's step cycles (the keys proxy's terms) with its unmasked steps on the cheap
+    path, over the shipped step's: masked are the steps holding a token of the block itself (the
+    first 64 pairs of each block's list: its first 384 rows, 3 steps of 128 forward, 6 of 64
+    backward); every other row's token lies past the block."""
+    (mi, ms), (ui, us) = STEP_SASS[kernel]
+    name, br = ("sel_fwd_keys", 128) if kernel == "fwd" else ("sel_bwd_keys", 64)
+    k = next(k for k in ks if k.name == name)
+    per_seq = sum(k.steps) / (s.B * s.Hkv)
+    frac = min(1.0, -(-T // s.lp) * math.ceil(s.lp * s.G / br) / per_seq)
+    base = mi * ISSUE + ms * SMEM
+    return (
+        frac * ((mi + STEP_TEST) * ISSUE + ms * SMEM) / base
+        + (1 - frac) * ((ui + STEP_TEST) * ISSUE + us * SMEM) / base
+    )
+
+
+def unmasked(T: int, s, gpu, ks, bwd: bool) -> list:
+    """The keys kernels' steps past the block's last key without the mask: the MMA-term (the fitted
+    efficiency's part, which the proxy says is issue) scaled by `unmasked_ratio`; the A100's
+    backward is priced from its sm_80 SASS, which was not counted: left as it is."""
+    out = []
+    for k in ks:
+        if k.name == "sel_fwd_keys" or (bwd and k.name == "sel_bwd_keys" and gpu.cc != 80):
+            k = replace(k, flops=k.flops * unmasked_ratio("fwd" if "fwd" in k.name else "bwd", T, s, ks))
+        out.append(k)
+    return out
+
+
 def _edit(ks, name: str, **kw) -> list:
     return [replace(k, **kw) if k.name == name else k for k in ks]
 
@@ -195,12 +246,18 @@ def lever_rows(model, T: int, gname: str) -> list[dict]:
     launch = model.shipped_launch(s, gpu.cc)
     po = _po_bytes(T, s, launch)
     act = s.B * T * s.H * s.D * 2
+    fm256 = forced_dense(model, T, s, gpu, base, sixteen=True, fused=True, S=256)
     levers = {
         "shipped": base,
         "forced_dense": forced_dense(model, T, s, gpu, base, sixteen=False),
         "forced_dense16": forced_dense(model, T, s, gpu, base, sixteen=True),
         "forced_merge": forced_dense(model, T, s, gpu, base, sixteen=True, fused=True),
-        "forced_merge_s256": forced_dense(model, T, s, gpu, base, sixteen=True, fused=True, S=256),
+        "forced_merge_s256": fm256,
+        "unmasked_steps": unmasked(T, s, gpu, base, bwd=False),
+        "unmasked_steps_bwd": unmasked(T, s, gpu, base, bwd=True),
+        "forced_merge_nomask": [
+            replace(k, flops=k.flops * NOMASK) if k.name == "sel_fwd_keys" else k for k in fm256
+        ],
         "merge_at_dram": _edit(base, "sel_fwd_merge", kind="memory"),
         "no_partials": [
             replace(k, dram=k.dram - po) if k.name == "sel_fwd_keys" else k

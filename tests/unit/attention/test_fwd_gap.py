@@ -27,16 +27,21 @@ def test_the_forward_rows_add_up_and_the_partials_are_its_largest_part() -> None
 
 def test_the_levers_order_as_the_section_says() -> None:
     """H100 8k: the partial-free bound beats every lever that keeps them, none of which saves 5 %;
-    the forced pass that merges saves more than the one handing a state over; shipped is 0."""
+    the forced pass that merges saves more than the one handing a state over, and more again with the
+    keys forward mask-free; the unmasked steps save in the backward too; shipped is 0."""
     rows = {r["lever"]: r for r in fg.lever_rows(m, 8192, "H100")}
     assert rows["shipped"]["saved_of_fwd_bwd"] == 0.0
     bound = rows["no_partials"]["saved_of_fwd_bwd"]
     assert bound > 0.05
-    keeping = ("forced_dense", "forced_dense16", "forced_merge", "forced_merge_s256", "merge_at_dram",
-               "merge_into_gate", "query_major", "query_major_shared", "br_fwd_keys_64")  # fmt: skip
+    keeping = ("forced_dense", "forced_dense16", "forced_merge", "forced_merge_s256", "forced_merge_nomask",
+               "unmasked_steps", "unmasked_steps_bwd", "merge_at_dram", "merge_into_gate", "query_major",
+               "query_major_shared", "br_fwd_keys_64")  # fmt: skip
     for name in keeping:
         assert rows[name]["saved_of_fwd_bwd"] < min(0.05, bound), rows[name]
     assert rows["forced_merge"]["saved_of_fwd_bwd"] > rows["forced_dense16"]["saved_of_fwd_bwd"]
+    saved = {k: r["saved_of_fwd_bwd"] for k, r in rows.items()}
+    assert saved["forced_merge_nomask"] > saved["forced_merge_s256"] > 0
+    assert saved["unmasked_steps_bwd"] > saved["unmasked_steps"] > 0
 
 
 def test_the_model_reads_the_measured_forward_within_30_percent() -> None:
