@@ -41,8 +41,11 @@ JSON object per line:
 
   .venv/bin/python bench/fwd_gap.py            # every row
   .venv/bin/python bench/fwd_gap.py --T 8192   # one length
+  PYTHONPATH=/path/to/triton-3.6 .venv/bin/python bench/fwd_gap.py --step-sass   # STEP_SASS again
 
-Asserts nothing; reads bench/gpu/2026-11-26c-h100-speed.json for the check rows.
+Asserts nothing; reads bench/gpu/2026-11-26c-h100-speed.json for the check rows. `--step-sass` compiles
+(no GPU) each keys kernel's sm_90 step as shipped and from a temporary copy of its source without the
+step's mask, and says whether the counts are STEP_SASS's (recorded with triton 3.6).
 """
 
 from __future__ import annotations
@@ -325,10 +328,91 @@ def check_rows(model) -> list[dict]:
     return rows
 
 
+# The `ok` mask of each keys kernel's step, and the step without it (--step-sass compiles both).
+UNMASK = {
+    "fwd": ("selected_keys.py", "selected_fwd_keys", [
+        ("""        if DIV32:
+            ok = kcol[None, :] <= tq[:, None]  # masked rows are not stored
+        else:
+            ok = kmask[None, :] & (kpos[None, :] <= tq[:, None])
+        s = tl.where(ok, s, float("-inf"))
+        m = tl.reduce(s, 1, _max_combine)
+        m = tl.where(m == float("-inf"), 0.0, m)  # a row without a key of this chunk: p = 0 below
+        p = tl.where(ok, tl.exp2(s - m[:, None]), 0.0)
+        l_i = tl.reduce(p, 1, _sum_combine)
+        has = l_i > 0
+        o = tl.dot(p.to(v.dtype), v, input_precision=PREC) / tl.where(has, l_i, 1.0)[:, None]
+        lse = tl.where(has, m + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))""",
+         """        m = tl.reduce(s, 1, _max_combine)
+        p = tl.exp2(s - m[:, None])
+        l_i = tl.reduce(p, 1, _sum_combine)
+        o = tl.dot(p.to(v.dtype), v, input_precision=PREC) / l_i[:, None]
+        lse = m + tl.log2(l_i)"""),
+    ]),
+    "bwd": ("selected_keys_bwd.py", "selected_bwd_keys", [
+        ("        p = tl.where(ok, tl.exp2(s - lse[:, None]), 0.0)\n",
+         "        p = tl.exp2(s - lse[:, None])\n"),
+    ]),
+}  # fmt: skip
+
+
+def step_sass() -> list[dict]:
+    """Compile each keys kernel as shipped on sm_90 and again from a copy of its source with the
+    step's mask taken out (a temporary module; the package is not touched): the step's warp SASS,
+    shared accesses and registers of both, against STEP_SASS (triton 3.6 for the recorded counts)."""
+    import importlib.util
+    import os
+    import tempfile
+    from dataclasses import replace as dc_replace
+
+    import triton
+
+    from nsa.attention import gpucheck
+    from nsa.attention.gpusuite.modelcheck import load_by_path
+    from nsa.attention.triton import selected as sel
+
+    kp = load_by_path("keys_proxy", HERE / "keys_proxy.py")
+    os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"
+    os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="nsa-fwd-gap-"))
+    src_dir = Path(sel.__file__).resolve().parent
+    rows = []
+    for kernel, (fname, spec_name, edits) in UNMASK.items():
+        spec = kp.select_sass.patched_spec(sel, spec_name, 6, 64, 90, {}, sel_block=64, n_sel=16)
+        text = (src_dir / fname).read_text()
+        for old, new in edits:
+            if text.count(old) != 1:
+                raise SystemExit(f"{fname}: the step's mask is not where --step-sass looks for it")
+            text = text.replace(old, new)
+        tmp = Path(tempfile.mkdtemp(prefix="nsa-fwd-gap-src-")) / f"unmasked_{fname}"
+        tmp.write_text(text)
+        ms = importlib.util.spec_from_file_location(f"unmasked_{kernel}", tmp)
+        mod = importlib.util.module_from_spec(ms)
+        ms.loader.exec_module(mod)
+        out = {"step_sass": kernel, "triton": triton.__version__}
+        for tag, fn in (("shipped", spec.fn), ("unmasked", getattr(mod, spec.fn.__name__))):
+            k, rep = gpucheck.compile_spec(dc_replace(spec, fn=fn), 90)
+            pth = kp.paths(kp.select_sass._disasm(k.asm["cubin"], 90))
+            out[tag] = {"insns": pth["step"]["insns"], "lds_sts": pth["step"]["lds_sts"],
+                        "registers": rep["registers"], "spill": rep["spill_stores"] + rep["spill_loads"]}  # fmt: skip
+        rec = STEP_SASS[kernel]
+        out["as_recorded"] = [[out[t]["insns"], out[t]["lds_sts"]] for t in ("shipped", "unmasked")] == [
+            list(r) for r in rec
+        ]
+        rows.append(out)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--T", type=int, nargs="+", default=TS)
+    p.add_argument(
+        "--step-sass", action="store_true", help="compile the keys steps with and without their mask"
+    )
     a = p.parse_args(argv)
+    if a.step_sass:
+        for r in step_sass():
+            print(json.dumps(r))
+        return 0
     model = load_model()
     rows = []
     for g in ("H100", "A100"):
