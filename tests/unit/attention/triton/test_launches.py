@@ -22,8 +22,12 @@ BUDGET = 150
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_triton_layer_launches_are_constant_in_T_within_budget_and_sync_free() -> None:
-    # Cold counts (first pass: the RoPE tables are built too), the stricter of the two.
-    rows = [launches.count_layer("triton", T, warm=False) for T in (2048, 8192, 32768, 65536)]
+    # Cold counts (first pass: the RoPE tables are built too), the stricter of the two. The T's span
+    # both regimes of the reverse index's segment length S (selected_keys._seg_pairs at M7C's
+    # seg_target 512: T/16 at 2k and 8k, the 2048 clamp at 64k); 32k, S's boundary, was a fourth
+    # point, of the clamped regime (~18 of this test's 61 s, CI of 2026-11-27; bench/attention_launches.py
+    # still counts it by default).
+    rows = [launches.count_layer("triton", T, warm=False) for T in (2048, 8192, 65536)]
     counts = {r["T"]: r["launches"] for r in rows}
     assert len(set(counts.values())) == 1, counts
     assert all(r["syncs"] == {} for r in rows), [r["syncs"] for r in rows]
