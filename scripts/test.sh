@@ -3,8 +3,9 @@
 # (and then only pytest runs).
 #
 # Without arguments the main run (the newest triton, the venv's) is joined by the triton version leg,
-# scripts/triton-leg.sh (docs/attention.md "Triton versions": the kernel tests under the interpreter and
-# gpucheck on triton 3.6, the oldest triton the package accepts, installed once into .venv/triton-legs).
+# scripts/triton-leg.sh (docs/attention.md "Triton versions": gpucheck's whole grid on the venv's triton,
+# which the main run compiles only the compressed module of, then the kernel tests under the interpreter
+# and gpucheck on triton 3.6, the oldest triton the package accepts, installed once into .venv/triton-legs).
 # The leg starts beside the main run at a lower CPU priority (nice 10): its install (mostly waiting on
 # the network and the disk), tests and compilations take the CPU the main run leaves idle while its
 # end-to-end tests wait on subprocesses, instead of ~1 minute after it. Its output goes to
@@ -18,14 +19,14 @@ fi
 rc=0
 legs=".venv/triton-legs"
 mkdir -p "$legs"
-echo "test: the triton 3.6 leg (scripts/triton-leg.sh) runs beside the main run; log $legs/leg.log"
+echo "test: the triton leg (scripts/triton-leg.sh: the newest triton's gpucheck, then triton 3.6) runs beside the main run; log $legs/leg.log"
 # Its own process group (setsid), so an interrupted run stops the leg's pip, pytest and compilers too;
 # one torch thread, as the main run's workers (tests/conftest.py).
 OMP_NUM_THREADS=1 setsid nice -n 10 scripts/triton-leg.sh >"$legs/leg.log" 2>&1 &
 leg_pid=$!
 trap '[ -z "$leg_pid" ] || kill -- -"$leg_pid" 2>/dev/null || true' EXIT
 # Ctrl-C (pytest then exits by itself) or a TERM ends the whole run, the leg included, at once.
-trap 'echo "test: interrupted; the triton 3.6 leg stopped too" >&2; exit 130' INT TERM
+trap 'echo "test: interrupted; the triton leg stopped too" >&2; exit 130' INT TERM
 # Two worker processes (pytest-xdist), each test file whole on one of them, in collection order
 # (--dist loadfile: a file's module-scoped fixtures are built once, as in a serial run;
 # --no-loadscope-reorder: the long end-to-end files first, the many short unit files fill in at the
@@ -38,7 +39,7 @@ wait "$leg_pid" || leg_rc=$?
 leg_pid=""
 cat "$legs/leg.log"
 if [ "$leg_rc" -ne 0 ]; then
-    echo "test: the triton 3.6 leg failed (above); rerun it alone: scripts/triton-leg.sh" >&2
+    echo "test: the triton leg failed (above); rerun it alone: scripts/triton-leg.sh" >&2
     rc=1
 fi
 exit "$rc"
