@@ -32,7 +32,6 @@ class Fault:
     once: bool = False
     ms: int = PACE_MS  # `pace` only
 
-
     def hits(self, step: int, rank: int) -> bool:
         return step == self.step and (self.rank is None or self.rank == rank)
 
@@ -72,7 +71,9 @@ def parse_fault(text: str | None) -> Fault | None:
         fields[key] = int(val)
     if kind == "pace" and (once or fields.get("ms", PACE_MS) < 1):
         raise ValueError(f"NSA_FAULT={text!r}: pace takes no `once` and ms >= 1; {form}")
-    return Fault(kind, step=fields.get("step", 1), rank=fields.get("rank"), once=once, ms=fields.get("ms", PACE_MS))
+    return Fault(
+        kind, step=fields.get("step", 1), rank=fields.get("rank"), once=once, ms=fields.get("ms", PACE_MS)
+    )
 
 
 def fault_from_env() -> Fault | None:
