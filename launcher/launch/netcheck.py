@@ -70,8 +70,7 @@ def run_check(
     results = []
     for i, o in enumerate(outs):
         code, text = o if o is not None else (None, "no answer")
-        lines = [ln for ln in (text or "").splitlines() if ln.startswith("NETCHECK ")]
-        parsed = [json.loads(ln.split(" ", 1)[1]) for ln in lines]
+        parsed = parse_lines(text or "")
         results.append((i, code, parsed, text or ""))
     for i, code, parsed, text in results:
         bad = [p for p in parsed if not p.get("ok")]
@@ -93,6 +92,21 @@ def run_check(
     if ok is None:
         raise RuntimeFailure("the all-reduce preflight printed no result", NCCL_FIX)
     return ok
+
+
+def parse_lines(text: str) -> list[dict[str, Any]]:
+    """Every `NETCHECK {...}` object in the output, also two ranks' glued on one line (an older
+    trainer on the host printed its text and its newline in two writes); text that is not one is skipped."""
+    dec = json.JSONDecoder()
+    out = []
+    for part in text.split("NETCHECK ")[1:]:
+        try:
+            obj, _ = dec.raw_decode(part)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out
 
 
 def describe(r: dict[str, Any]) -> str:

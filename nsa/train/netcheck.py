@@ -58,13 +58,21 @@ def main(argv: list[str] | None = None) -> int:
                "seconds": round(sec, 6), "algbw_gbps": round(algbw, 3),
                "busbw_gbps": round(algbw * 2 * (n - 1) / n, 3)}  # fmt: skip
         if rank == 0:
-            print("NETCHECK " + json.dumps(out), flush=True)
+            _say(out)
         dist.destroy_process_group()
         return 0
     except Exception as e:  # every failure is reported as one line, then exit 1
         msg = f"{type(e).__name__}: {e}".splitlines()[0][:500]
-        print("NETCHECK " + json.dumps({"ok": False, "rank": rank, "error": msg}), flush=True)
+        _say({"ok": False, "rank": rank, "error": msg})
         return 1
+
+
+def _say(obj: dict) -> None:
+    """One `NETCHECK {...}` line in ONE write: the ranks share torchrun's stdout, and under
+    PYTHONUNBUFFERED print() writes the text and its newline apart, so two ranks failing at once
+    could glue their lines together (seen on CI: rank 1's object followed by rank 0's on one line)."""
+    sys.stdout.write("NETCHECK " + json.dumps(obj) + "\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
