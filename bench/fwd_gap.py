@@ -364,7 +364,6 @@ def step_sass() -> list[dict]:
     """Compile each keys kernel as shipped on sm_90 and again from a copy of its source with the
     step's mask taken out (a temporary module; the package is not touched): the step's warp SASS,
     shared accesses and registers of both, against STEP_SASS (triton 3.6 for the recorded counts)."""
-    import importlib.util
     import os
     import tempfile
     from dataclasses import replace as dc_replace
@@ -389,9 +388,7 @@ def step_sass() -> list[dict]:
             text = text.replace(old, new)
         tmp = Path(tempfile.mkdtemp(prefix="nsa-fwd-gap-src-")) / f"unmasked_{fname}"
         tmp.write_text(text)
-        ms = importlib.util.spec_from_file_location(f"unmasked_{kernel}", tmp)
-        mod = importlib.util.module_from_spec(ms)
-        ms.loader.exec_module(mod)
+        mod = load_by_path(f"unmasked_{kernel}", tmp)
         out = {"step_sass": kernel, "triton": triton.__version__}
         for tag, fn in (("shipped", spec.fn), ("unmasked", getattr(mod, spec.fn.__name__))):
             k, rep = gpucheck.compile_spec(dc_replace(spec, fn=fn), 90)

@@ -95,8 +95,9 @@ def run_check(
 
 
 def parse_lines(text: str) -> list[dict[str, Any]]:
-    """Every `NETCHECK {...}` object in the output, also two ranks' glued on one line (an older
-    trainer on the host printed its text and its newline in two writes); text that is not one is skipped."""
+    """Every `NETCHECK {...}` object in the output, also two ranks' glued on one line (nsa.train.netcheck
+    wrote a line's text and its newline apart before its `_say`; a host not yet synced may still); text
+    that is not one is skipped."""
     dec = json.JSONDecoder()
     out = []
     for part in text.split("NETCHECK ")[1:]:
