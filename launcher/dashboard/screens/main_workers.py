@@ -27,6 +27,7 @@ from launcher.dashboard.messages import (
     WatchNote,
 )
 from launcher.dashboard.workers import Backoff, LogInbox, in_daemon_thread, pump_log
+from launcher.run.control import RunStopped
 
 CHART_POINTS = 500  # plotting more points than a terminal has columns only costs CPU
 FINAL_STATES = ("finished", "failed", "killed")
@@ -168,7 +169,23 @@ class MainWorkers:
                 port = getattr(old, "local_port", 6006)
                 if old is not None:
                     await in_daemon_thread(old.close, name="dashboard-tunnel-close")
-                t = await in_daemon_thread(self.backend.open_tunnel, run, port, True, name="dashboard-tunnel")
+                try:
+                    t = await in_daemon_thread(
+                        self.backend.open_tunnel, run, port, True, name="dashboard-tunnel"
+                    )
+                except RunStopped:
+                    # A kill began after the status poll that said the run lives (its TensorBoard dies
+                    # first): no TensorBoard was started, and the next polls show how the run ended.
+                    self.post_message(
+                        ActionDone(
+                            "tunnel_close",
+                            run,
+                            True,
+                            f"tunnel closed: {run} is being stopped, so its TensorBoard was not restarted; "
+                            f"t (or `nsa-launch tunnel --run {run}`) opens one to view the run",
+                        )
+                    )
+                    return
                 self.post_message(
                     ActionDone(
                         "tunnel_open", run, True, f"TensorBoard reopened: {t.url}", url=t.url, handle=t
