@@ -102,7 +102,9 @@ class MainScreen(MainWorkers, Screen):
         self.side_pane = SIDE_PANES[0]
         self._last_watch_note: str | None = None
         self.restarting: set[str] = set()  # runs the dashboard is restarting: shown as such
-        self.tunnel_state: dict[str, str] = {}  # open tunnels: run -> "live", "reopening" or "down"
+        # open tunnels: run -> "live", "reopening", "down" or "stopping" (a reopen the host refused)
+        self.tunnel_state: dict[str, str] = {}
+        self.tunnel_waits: set[str] = set()  # runs whose refused reopen was said
 
     def compose(self) -> ComposeResult:
         yield SummaryBar(id="summary")
@@ -184,8 +186,11 @@ class MainScreen(MainWorkers, Screen):
             if run in self.restarting:
                 self.tunnel_state[run] = "down"  # reopened once the restart is through
             elif state in fmt.LIVE_STATES:
+                if self.tunnel_state.get(run) != "stopping":  # else said when the host refused
+                    self.notify(
+                        f"TensorBoard of {run} stopped (restarted?): reopening the tunnel", markup=False
+                    )
                 self.tunnel_state[run] = "reopening"
-                self.notify(f"TensorBoard of {run} stopped (restarted?): reopening the tunnel", markup=False)
                 self.run_action("tunnel_reopen", run)
             else:
                 self.tunnel_state.pop(run, None)
@@ -243,12 +248,21 @@ class MainScreen(MainWorkers, Screen):
         self.query_one("#tps", MetricChart).set_points([p[0] for p in tps_pts], [p[1] for p in tps_pts])
 
     def on_action_done(self, msg: ActionDone) -> None:
+        if msg.action in ("tunnel_open", "tunnel_close"):
+            self.tunnel_waits.discard(msg.run)
         if msg.action == "tunnel_open" and msg.ok:
             self.tunnels[msg.run] = msg.handle
             self.tunnel_state[msg.run] = "live"
         elif msg.action == "tunnel_close" or (msg.action in ("tunnel_open", "tunnel_reopen") and not msg.ok):
             self.tunnels.pop(msg.run, None)
             self.tunnel_state.pop(msg.run, None)
+        elif msg.action == "tunnel_wait":  # a reopen the host refused: the run is being stopped
+            if self.tunnels.get(msg.run) is not None:
+                self.tunnel_state[msg.run] = "stopping"  # the next polls close or reopen it
+            if msg.run in self.tunnel_waits:
+                self._refresh_summary()
+                return  # said once: a slow kill is refused at each poll until its status says so
+            self.tunnel_waits.add(msg.run)
         elif msg.action == "restart":
             self.restarting.discard(msg.run)
             if msg.new_run:

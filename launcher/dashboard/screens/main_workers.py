@@ -173,18 +173,11 @@ class MainWorkers:
                     t = await in_daemon_thread(
                         self.backend.open_tunnel, run, port, True, name="dashboard-tunnel"
                     )
-                except RunStopped:
+                except RunStopped as e:
                     # A kill began after the status poll that said the run lives (its TensorBoard dies
-                    # first): no TensorBoard was started, and the next polls show how the run ended.
-                    self.post_message(
-                        ActionDone(
-                            "tunnel_close",
-                            run,
-                            True,
-                            f"tunnel closed: {run} is being stopped, so its TensorBoard was not restarted; "
-                            f"t (or `nsa-launch tunnel --run {run}`) opens one to view the run",
-                        )
-                    )
+                    # first): no TensorBoard was started. Follow the status, as `nsa-launch tunnel`
+                    # does: the next polls close the tunnel if the run ends, reopen it if it lives on.
+                    self.post_message(ActionDone("tunnel_wait", run, True, f"TensorBoard not restarted: {e}"))
                     return
                 self.post_message(
                     ActionDone(
