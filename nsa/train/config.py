@@ -611,9 +611,10 @@ def _cross_checks(cfg: TrainConfig, source: str, world_size: int | None) -> None
         )
     if cfg.parallel.compile_mode == "reduce-overhead" and world_size is not None and world_size > 1:
         # Gradient accumulation is safe under CUDA graphs because the trainer owns the .grad buffers
-        # (trainer.py `_step`). Across ranks it is unknown: FSDP2 all-gathers each block's parameters
-        # into new storage every step (a CUDA graph replays fixed addresses; pytorch/pytorch#164264),
-        # and DDP's reducer beside the graphs' pool was never run here (no multi-GPU host to check).
+        # (trainer.py `_step`). Across ranks it is unknown: FSDP2 frees and re-gathers each block's
+        # unsharded parameters every step while a graph replays fixed addresses (pytorch/pytorch#164264
+        # lists what CUDA graphs lack under FSDP2), and DDP's reducer beside the graphs was never run
+        # here (no multi-GPU host to check).
         raise ConfigError(
             source,
             "parallel.compile_mode",
