@@ -13,17 +13,21 @@ when a run fails or a step differs, 2 on bad arguments or a config that does not
 Why these tolerances: both modes run the same inductor and triton kernels (reduce-overhead only
 replays them from CUDA graphs), so step 1's loss (before any update) and grad norm differ only by
 the backward kernels' atomic-add order (bf16 autocast, fp32 accumulation): far below 1 %. The bug
-this guards against keeps only the last micro-batch's gradient (accum x it, or an error "accessing
-tensor output of CUDAGraphs that has been overwritten"): with 4 micro-batches of different text,
-step 1's grad norm moves by more than 1 % unless their gradients are nearly parallel; the loss of
-the following steps moves with it.
+this guards against leaves in .grad a replayed buffer that each micro-batch overwrites (1-2 x the last
+micro-batch's gradient instead of the sum of 4, or the error "accessing tensor output of CUDAGraphs that
+has been overwritten"): step 1's grad norm moves by more than 1 % unless the 4 micro-batches' gradients
+are nearly parallel, and the loss of the following steps moves with it. `--control` runs the second
+mode a third time with the trainer's own buffers switched off (as before the fix): under CUDA graphs
+it must differ or fail, else the check could not see the bug and exits 1.
 
-    # the lead's device call (H100; torch 2.11 image, pydantic from .whl/ as scripts/gpu-session.sh installs it):
+    # the lead's device call (H100; torch 2.11 image, pydantic from .whl/ as scripts/gpu-session.sh
+    # installs it; carry .whl; ~60-90 s estimated, --control adds one warm run):
     python3 -c "import pydantic, yaml" 2>/dev/null || python3 -m pip install -q --no-index --no-deps \
-        --target /tmp/site .whl/*.whl; PYTHONPATH=.:/tmp/site python3 bench/graphs_check.py
+        --no-compile --no-cache-dir --target /tmp/site .whl/*.whl; \
+        PYTHONPATH=.:/tmp/site PYTHONUNBUFFERED=1 python3 bench/graphs_check.py --timeout 150
     # no GPU: the comparison machinery on CPU (reduce-overhead is refused there, exit 2)
     .venv/bin/python bench/graphs_check.py --config configs/tiny.yaml --modes default,default \
-        --steps 3 --grad-accum 2 --batch-size 2 --seq-len 64 --set model.nsa.backend=eager
+        --steps 3 --grad-accum 2 --batch-size 2 --seq-len 64 --set model.nsa.backend=eager --skip 1
 """
 
 from __future__ import annotations
@@ -112,9 +116,20 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], str | None]:
     return modes, None
 
 
-def train(args: argparse.Namespace, mode: str, run_dir: Path) -> dict:
+# --control: the trainer with its own .grad buffers switched off, as before this fix. Under CUDA
+# graphs it must differ from `default` (or fail): that shows the check can see the bug it guards against.
+CONTROL = """import sys
+from nsa.train import trainer
+trainer.own_grads = lambda params: None  # .grad left to AccumulateGrad: pytorch/pytorch#169545
+from nsa.train.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def train(args: argparse.Namespace, mode: str, run_dir: Path, control: bool = False) -> dict:
     """One run of the trainer; its per-step metrics (loss, grad norm, step ms) or its failure."""
-    cmd = [sys.executable, "-m", "nsa.train", "--config", args.config, "--run-dir", str(run_dir)]
+    head = ["-c", CONTROL] if control else ["-m", "nsa.train"]
+    cmd = [sys.executable, *head, "--config", args.config, "--run-dir", str(run_dir)]
     for s in fixed_sets(args, mode):
         cmd += ["--set", s]
     env = {
@@ -218,6 +233,11 @@ def main(argv: list[str] | None = None) -> int:
         "--gnorm-rtol", type=float, default=0.01, help="relative grad-norm difference allowed per step"
     )
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
+    ap.add_argument(
+        "--control",
+        action="store_true",
+        help="a third run: the second mode without the trainer's own .grad buffers, which must differ or fail",
+    )
     ap.add_argument("--run-dir", default=None, help="keep the two runs' dirs here (default: a temporary dir)")
     args = ap.parse_args(argv)
     modes, problem = check_args(args)
@@ -227,7 +247,21 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.run_dir or tmp)
         runs = [train(args, mode, root / f"{i}-{mode}") for i, mode in enumerate(modes)]
+        control = (
+            train(args, modes[1], root / f"2-{modes[1]}-control", control=True) if args.control else None
+        )
     rows, summary = compare(runs[0], runs[1], args.loss_rtol, args.gnorm_rtol, args.skip)
+    if control is not None:
+        c_rows, c_sum = compare(runs[0], control, args.loss_rtol, args.gnorm_rtol, args.skip)
+        detected = control["rc"] != 0 or bool(c_sum["steps_differing"])
+        summary["control"] = {
+            "what": f"{modes[1]} without the trainer's own .grad buffers: must differ from {modes[0]} or fail",
+            "rc": control["rc"], "steps_differing": c_sum["steps_differing"], "detected": detected,
+            "max_grad_norm_rel_diff": c_sum["max_grad_norm_rel_diff"],
+            "grad_norm_step1": [r.get("grad_norm") for r in c_rows[:1]],
+            "stderr_tail": control.get("stderr_tail", "")[-600:],
+        }  # fmt: skip
+        summary["ok"] = summary["ok"] and detected
     summary.update(config=args.config, sets=args.sets, grad_accum=args.grad_accum, batch_size=args.batch_size,
                    seq_len=args.seq_len, steps=args.steps)  # fmt: skip
     for row in rows:

@@ -77,7 +77,7 @@ def _train(tmp_path: Path, name: str) -> list[dict]:
     from nsa.train.cli import main
 
     sets = ["train.device=cpu", "model.nsa.backend=eager", "train.seq_len=32", "train.batch_size=2",
-            "model.n_layers=1", "train.steps=3", "train.grad_accum=3", "train.log_every=1", "train.eval_every=0",
+            "model.n_layers=1", "train.steps=2", "train.grad_accum=3", "train.log_every=1", "train.eval_every=0",
             "train.warmup_steps=0", "train.save_final=false", "telemetry.tensorboard=false",
             "telemetry.nsa_stats_every=100"]  # fmt: skip
     argv = ["--config", str(REPO / "configs" / "tiny.yaml"), "--run-dir", str(tmp_path / name)]
@@ -88,7 +88,7 @@ def _train(tmp_path: Path, name: str) -> list[dict]:
 
 
 def test_the_trainers_own_buffer_path_sums_as_the_ordinary_path(tmp_path: Path, monkeypatch) -> None:
-    """The trainer's CUDA-graphs path forced on CPU (eager, 3 micro-batches a step, 3 steps): the
+    """The trainer's CUDA-graphs path forced on CPU (eager, 3 micro-batches a step, 2 steps): the
     same losses and grad norms as the ordinary path, bit for bit (0 + g1 is g1), with .grad buffers
     allocated before the first backward and the same tensors every step (zeroed in place)."""
     from nsa.train import trainer
@@ -115,10 +115,10 @@ def test_the_trainers_own_buffer_path_sums_as_the_ordinary_path(tmp_path: Path, 
     owned = _train(tmp_path, "owned")
 
     assert [(r["loss"], r["grad_norm"]) for r in owned] == [(r["loss"], r["grad_norm"]) for r in plain]
-    assert len(plain) == 3 and plain[0]["grad_norm"] > 0
-    assert len(marks) == 3 * 3 and zeroing == [False] * 3 and len(buffers) == 3
+    assert len(plain) == 2 and plain[0]["grad_norm"] > 0
+    assert len(marks) == 2 * 3 and zeroing == [False] * 2 and len(buffers) == 2
     assert all(g is not None for g in buffers[0])
-    assert all(a is b for a, b in zip(buffers[0], buffers[2], strict=True))
+    assert all(a is b for a, b in zip(buffers[0], buffers[1], strict=True))
 
 
 def _graphs_check():
@@ -227,3 +227,41 @@ def test_the_docs_list_every_compile_mode_and_the_check() -> None:
     assert f"`compile_mode: {'|'.join(choices)}`" in doc
     for name in ("own_grads", "bench/graphs_check.py", "pytorch/pytorch#169545", "`compile_mode: auto`"):
         assert name in doc, name
+
+
+def test_graphs_check_control_switches_the_own_buffers_off_and_must_see_a_difference(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """--control's trainer source replaces trainer.own_grads with a no-op; a control that agrees with
+    the first run (here on CPU, no CUDA graphs: nothing to see) fails the check, exit 1."""
+    import sys
+
+    import pytest
+
+    from nsa.train import trainer
+    from nsa.train.cli import main as train_main
+
+    gc = _graphs_check()
+    real = trainer.own_grads
+    monkeypatch.setattr(trainer, "own_grads", real)  # restored after the test
+    monkeypatch.setattr(sys, "argv", ["-c", "--config", str(REPO / "configs" / "tiny.yaml"), "--check"])
+    with pytest.raises(SystemExit) as ei:
+        exec(compile(gc.CONTROL, "<control>", "exec"), {})
+    assert ei.value.code == 0 and trainer.own_grads is not real
+    monkeypatch.setattr(trainer, "own_grads", real)
+    capsys.readouterr()
+
+    monkeypatch.setenv("NSA_MALLOC", "system")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    cmds = []
+    monkeypatch.setattr(
+        gc, "run_trainer", lambda cmd, env, timeout: (cmds.append(cmd[1:3]), train_main(cmd[3:]), "")[1:]
+    )
+    argv = ["--config", str(REPO / "configs" / "tiny.yaml"), "--modes", "default,default", "--steps", "1",
+            "--skip", "0", "--grad-accum", "2", "--batch-size", "1", "--seq-len", "32", "--control",
+            "--set", "model.nsa.backend=eager", "--set", "model.n_layers=1", "--set", "train.device=cpu"]  # fmt: skip
+    assert gc.main(argv) == 1
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert [c[0] for c in cmds] == ["-m", "-m", "-c"] and cmds[2][1] == gc.CONTROL
+    assert summary["control"]["detected"] is False and summary["control"]["steps_differing"] == []
+    assert summary["steps_differing"] == [] and summary["ok"] is False
