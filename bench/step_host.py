@@ -63,7 +63,10 @@ def build(config: str, sets: list[str]):
         "backend": getattr(getattr(cfg.model, "nsa", None), "backend", None),
         "compile": cfg.parallel.compile,
         "compile_mode": cfg.parallel.compile_mode,
-        "compile_mode_resolved": cfg.parallel.resolved_compile_mode(dev.type, 1),  # auto on this device
+        # what the blocks got on this device (compile_mode auto resolved; one process: world 1)
+        "compile_mode_resolved": cfg.parallel.resolved_compile_mode(dev.type, 1)
+        if cfg.parallel.compile
+        else "off",
         "seq_len": t.seq_len,
         "batch": t.batch_size,
         "dtype": "bf16" if bf16 else "fp32",
