@@ -141,7 +141,7 @@ def train(args: argparse.Namespace, mode: str, run_dir: Path, control: bool = Fa
     wall = round(time.perf_counter() - t0, 1)
     metrics = run_dir / "metrics.jsonl"
     steps = [json.loads(x) for x in metrics.read_text().splitlines()] if metrics.exists() else []
-    res = {"mode": mode, "rc": rc, "wall_s": wall, "steps": steps}
+    res = {"mode": mode, "control": control, "rc": rc, "wall_s": wall, "steps": steps}
     if rc != 0:
         res["stderr_tail"] = err[-1500:]
     return res
@@ -154,6 +154,17 @@ def run_trainer(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[in
     except subprocess.TimeoutExpired as e:
         return "timeout", (e.stderr.decode() if isinstance(e.stderr, bytes) else e.stderr) or ""
     return out.returncode, out.stderr
+
+
+def announce(run: dict) -> dict:
+    """One line as soon as a run ends: what a call cut short by its time limit still shows."""
+    first = run["steps"][0] if run["steps"] else {}
+    print(json.dumps({
+        "bench": "train/graphs_check_run", "mode": run["mode"], "control": run["control"],
+        "rc": run["rc"], "wall_s": run["wall_s"], "steps_logged": len(run["steps"]),
+        "step1_loss": first.get("loss"), "step1_grad_norm": first.get("grad_norm"),
+    }), flush=True)  # fmt: skip
+    return run
 
 
 def rel(a: float, b: float) -> float:
@@ -246,9 +257,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.run_dir or tmp)
-        runs = [train(args, mode, root / f"{i}-{mode}") for i, mode in enumerate(modes)]
+        runs = [announce(train(args, mode, root / f"{i}-{mode}")) for i, mode in enumerate(modes)]
         control = (
-            train(args, modes[1], root / f"2-{modes[1]}-control", control=True) if args.control else None
+            announce(train(args, modes[1], root / f"2-{modes[1]}-control", control=True))
+            if args.control
+            else None
         )
     rows, summary = compare(runs[0], runs[1], args.loss_rtol, args.gnorm_rtol, args.skip)
     if control is not None:

@@ -166,7 +166,10 @@ def test_graphs_check_compares_two_runs_and_fails_on_a_difference(
             "--run-dir", str(tmp_path)]  # fmt: skip
     assert gc.main(argv) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
-    rows, summary = lines[:-1], lines[-1]
+    announced = [x for x in lines if x["bench"] == "train/graphs_check_run"]
+    rows, summary = [x for x in lines if x["bench"] == "train/graphs_check"], lines[-1]
+    assert [(a["mode"], a["rc"], a["steps_logged"]) for a in announced] == [("default", 0, 2)] * 2
+    assert lines.index(announced[1]) == 1  # each run's line as it ends, before the comparison
     assert [r["step"] for r in rows] == [1, 2] and all(r["ok"] for r in rows)
     assert (
         summary["ok"]
