@@ -6,8 +6,8 @@ graphs (nsa/train/parallelize.py `own_grads`) so that accumulating micro-batches
 instead of keeping a graph-pool tensor the next replay overwrites (pytorch/pytorch#169545). This runs
 the real trainer (`python -m nsa.train`, one subprocess per mode, each its own compile and graph pool)
 on the same config, seed and data (the bundled `sample` corpus: no network), logging every step, and
-prints one JSON line per step with both modes' loss and grad norm, their relative differences and
-each mode's step ms, then one summary line. Exit 0 when every step agrees within the tolerances, 1
+prints one JSON line as each run ends, then one per step with both modes' loss and grad norm, their
+relative differences and each mode's step ms, then one summary line. Exit 0 when every step agrees within the tolerances, 1
 when a run fails or a step differs, 2 on bad arguments or a config that does not load.
 
 Why these tolerances: both modes run the same inductor and triton kernels (reduce-overhead only
