@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -89,7 +90,8 @@ def _train(tmp_path: Path, name: str) -> list[dict]:
 
 def test_the_trainers_own_buffer_path_sums_as_the_ordinary_path(tmp_path: Path, monkeypatch) -> None:
     """The trainer's CUDA-graphs path forced on CPU (eager, 3 micro-batches a step, 2 steps): the
-    same losses and grad norms as the ordinary path, bit for bit (0 + g1 is g1), with .grad buffers
+    same losses and grad norms as the ordinary path (0 + g1 is g1: equal but for CPU BLAS run-to-run
+    rounding, which MKL allows without its reproducibility mode), with .grad buffers
     allocated before the first backward and the same tensors every step (zeroed in place)."""
     from nsa.train import trainer
 
@@ -114,7 +116,9 @@ def test_the_trainers_own_buffer_path_sums_as_the_ordinary_path(tmp_path: Path, 
     monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
     owned = _train(tmp_path, "owned")
 
-    assert [(r["loss"], r["grad_norm"]) for r in owned] == [(r["loss"], r["grad_norm"]) for r in plain]
+    for a, b in zip(owned, plain, strict=True):
+        for key in ("loss", "grad_norm"):
+            assert math.isclose(a[key], b[key], rel_tol=1e-5), (key, owned, plain)
     assert len(plain) == 2 and plain[0]["grad_norm"] > 0
     assert len(marks) == 2 * 3 and zeroing == [False] * 2 and len(buffers) == 2
     assert all(g is not None for g in buffers[0])
@@ -164,18 +168,19 @@ def test_graphs_check_compares_two_runs_and_fails_on_a_difference(
             "--skip", "1", "--grad-accum", "2", "--batch-size", "2", "--seq-len", "32",
             "--set", "model.nsa.backend=eager", "--set", "model.n_layers=1", "--set", "train.device=cpu",
             "--run-dir", str(tmp_path)]  # fmt: skip
-    assert gc.main(argv) == 0
-    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+    rc, out = gc.main(argv), capsys.readouterr()
+    assert rc == 0, (out.out[-3000:], out.err[-3000:])
+    lines = [json.loads(x) for x in out.out.splitlines() if x.startswith("{")]
     announced = [x for x in lines if x["bench"] == "train/graphs_check_run"]
     rows, summary = [x for x in lines if x["bench"] == "train/graphs_check"], lines[-1]
-    assert [(a["mode"], a["rc"], a["steps_logged"]) for a in announced] == [("default", 0, 2)] * 2
-    assert lines.index(announced[1]) == 1  # each run's line as it ends, before the comparison
-    assert [r["step"] for r in rows] == [1, 2] and all(r["ok"] for r in rows)
+    assert [(a["mode"], a["rc"], a["steps_logged"]) for a in announced] == [("default", 0, 2)] * 2, lines
+    assert lines.index(announced[1]) == 1, lines  # each run's line as it ends, before the comparison
+    assert [r["step"] for r in rows] == [1, 2] and all(r["ok"] for r in rows), lines
     assert (
         summary["ok"]
         and summary["modes"] == ["default#1", "default#2"]
-        and summary["max_grad_norm_rel_diff"] == 0
-    )
+        and summary["max_grad_norm_rel_diff"] <= 1e-5
+    ), summary
 
     runs = [
         {"mode": m, "rc": 0, "wall_s": 1.0,
@@ -268,3 +273,18 @@ def test_graphs_check_control_switches_the_own_buffers_off_and_must_see_a_differ
     assert [c[0] for c in cmds] == ["-m", "-m", "-c"] and cmds[2][1] == gc.CONTROL
     assert summary["control"]["detected"] is False and summary["control"]["steps_differing"] == []
     assert summary["steps_differing"] == [] and summary["ok"] is False
+
+
+def test_nsa_train_refuses_cuda_graphs_on_several_ranks_with_exit_2(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    from nsa.train.cli import main
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    tiny = str(REPO / "configs" / "tiny.yaml")
+    argv = ["--config", tiny, "--run-dir", str(tmp_path / "r"), "--set", "parallel.compile=true"]
+    assert main([*argv, "--set", "parallel.compile_mode=reduce-overhead", "--set", "train.grad_accum=2"]) == 2
+    err = capsys.readouterr().err
+    assert f"config error in {tiny}" in err and "world_size=2 parallel.strategy=ddp" in err and "Fix: " in err
+    assert not (tmp_path / "r").exists()
+    assert main([*argv, "--set", "parallel.compile_mode=auto", "--check"]) == 0  # auto: default there
