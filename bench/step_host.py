@@ -63,6 +63,10 @@ def build(config: str, sets: list[str]):
         "backend": getattr(getattr(cfg.model, "nsa", None), "backend", None),
         "compile": cfg.parallel.compile,
         "compile_mode": cfg.parallel.compile_mode,
+        # what the blocks got on this device (compile_mode auto resolved; one process: world 1)
+        "compile_mode_resolved": cfg.parallel.resolved_compile_mode(dev.type, 1)
+        if cfg.parallel.compile
+        else "off",
         "seq_len": t.seq_len,
         "batch": t.batch_size,
         "dtype": "bf16" if bf16 else "fp32",
@@ -246,8 +250,8 @@ def main() -> None:
     from nsa.train.config import ConfigError, load_config
 
     # The config as given, with its --set, is checked first, also by --dry-run (which then steps
-    # configs/tiny.yaml): a bad key or combination (compile_mode reduce-overhead with train.grad_accum
-    # > 1...) exits 2 here, not with a traceback on a leased GPU.
+    # configs/tiny.yaml): a bad key or combination (compile_mode reduce-overhead with
+    # compile_backend aot_eager...) exits 2 here, not with a traceback on a leased GPU.
     try:
         load_config(args.config, args.sets)
     except ConfigError as e:

@@ -45,7 +45,7 @@ def setup(config: str, sets: list[str]):
     from nsa.model import Transformer
     from nsa.train.config import load_config
     from nsa.train.dist import DistInfo, choose_device
-    from nsa.train.parallelize import parallelize
+    from nsa.train.parallelize import cudagraphs, own_grads, parallelize
 
     cfg = load_config(config, sets)
     t = cfg.train
@@ -58,17 +58,18 @@ def setup(config: str, sets: list[str]):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
     x = torch.randint(0, cfg.resolved_vocab_size(), (t.batch_size, t.seq_len + 1), device=dev)
 
-    cudagraphs = cfg.parallel.compile and cfg.parallel.compile_mode == "reduce-overhead"
+    graphs = cudagraphs(cfg.parallel, info)  # compile_mode auto resolved as nsa-train resolves it
 
     def step() -> None:
-        if cudagraphs:  # as nsa-train marks each micro-batch
+        if graphs:  # as nsa-train marks each micro-batch and owns the .grad buffers
+            own_grads(model.parameters())
             torch.compiler.cudagraph_mark_step_begin()
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
             loss = wrapped(x[:, :-1], x[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=not graphs)
 
     def sync() -> None:
         if dev.type == "cuda":

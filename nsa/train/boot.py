@@ -20,6 +20,7 @@ from nsa.telemetry.manifest import build_manifest
 from nsa.train import memory
 from nsa.train.config import TrainConfig
 from nsa.train.dist import DistInfo
+from nsa.train.parallelize import compile_mode
 
 
 def attention_desc(cfg: TrainConfig, device: torch.device) -> str:
@@ -45,7 +46,10 @@ def banner(
     layout = (
         p.strategy if info.distributed else "single"
     ) + f"; activation_checkpointing={p.activation_checkpointing}"
-    mode = f" {p.compile_mode}" if p.compile and p.compile_mode != "default" else ""
+    resolved = compile_mode(p, info)  # `auto` resolved on this device and world
+    mode = f" {resolved}" if p.compile and (resolved != "default" or p.compile_mode == "auto") else ""
+    mode += " (auto)" if p.compile and p.compile_mode == "auto" else ""
+    mode += "; grads in trainer-owned buffers" if resolved == "reduce-overhead" else ""
     layout += f"; compile={p.compile_backend if p.compile else 'off'}{mode}"
     keys = flops["keys_per_query"]
     flop_line = (

@@ -205,13 +205,13 @@ def fsdp_cpu_problem(strategy: str, device: str, gpu: bool, torch_version: str |
 def cudagraphs_problem(compile_mode: str, device: str, gpu: bool, source: str = "the config") -> str | None:
     """parallel.compile_mode=reduce-overhead on the CPU: train.device=cpu is refused at load, and
     'auto' on a host without an NVIDIA GPU here (inductor would skip the graphs with a warning and
-    train as `default`), torch-free."""
+    train as `default`), torch-free. compile_mode=auto is never refused: it resolves to default there."""
     if compile_mode != "reduce-overhead" or not _on_cpu(device, gpu):
         return None
     return (
         f"config error in {source}: parallel.compile_mode = 'reduce-overhead': records CUDA graphs, but "
-        f"train.device={device} runs on the CPU here (no NVIDIA GPU). Fix: set parallel.compile_mode=default, "
-        "or run on a GPU host."
+        f"train.device={device} runs on the CPU here (no NVIDIA GPU). Fix: set parallel.compile_mode=default "
+        "(or auto: CUDA graphs where there is a GPU), or run on a GPU host."
     )
 
 

@@ -243,11 +243,12 @@ class ParallelConfig(_Strict):
     compile_backend: Literal["inductor", "aot_eager", "eager"] = Field(
         "inductor", description="torch.compile backend: inductor (fast code), aot_eager/eager (debugging)."
     )
-    compile_mode: Literal["default", "reduce-overhead"] = Field(
+    compile_mode: Literal["default", "reduce-overhead", "auto"] = Field(
         "default",
-        description="torch.compile mode: default, or reduce-overhead = CUDA graphs per block (a block's "
-        "launches replayed by one graph launch: no host issue cost; inductor on CUDA, grad_accum 1 only; "
-        "GPU-unmeasured).",
+        description="torch.compile mode: default; reduce-overhead = CUDA graphs per block (a block's "
+        "launches replayed by one graph launch: no host issue cost; inductor, CUDA, one rank; gradient "
+        "accumulation in trainer-owned .grad buffers); auto = reduce-overhead where all of that holds, "
+        "else default (the boot banner's world line says which).",
     )
 
     @model_validator(mode="after")
@@ -258,9 +259,18 @@ class ParallelConfig(_Strict):
             raise ValueError(
                 f"parallel.compile_mode=reduce-overhead records CUDA graphs of inductor's compiled blocks, but "
                 f"parallel.compile={str(self.compile).lower()} and parallel.compile_backend={self.compile_backend}; "
-                "set parallel.compile=true and parallel.compile_backend=inductor, or parallel.compile_mode=default"
+                "set parallel.compile=true and parallel.compile_backend=inductor, or parallel.compile_mode=default "
+                "(or auto)"
             )
         return self
+
+    def resolved_compile_mode(self, device_type: str, world_size: int) -> str:
+        """The torch.compile mode the blocks get on this device and world: `auto` is reduce-overhead
+        where CUDA graphs are known to work for this trainer (inductor on CUDA, one rank), else default."""
+        if self.compile_mode != "auto":
+            return self.compile_mode
+        ok = self.compile and self.compile_backend == "inductor" and device_type == "cuda" and world_size == 1
+        return "reduce-overhead" if ok else "default"
 
     @field_validator("activation_checkpointing", mode="before")
     @classmethod
@@ -599,16 +609,20 @@ def _cross_checks(cfg: TrainConfig, source: str, world_size: int | None) -> None
             "records CUDA graphs, and train.device=cpu has none (inductor would skip them)",
             "set parallel.compile_mode=default, or train.device=cuda",
         )
-    if cfg.parallel.compile_mode == "reduce-overhead" and t.grad_accum > 1:
-        # CUDA graph trees hand a block's gradient output to .grad on the first micro-batch and
-        # overwrite it on the next: an error or silently wrong sums (pytorch/pytorch#169545, open).
+    if cfg.parallel.compile_mode == "reduce-overhead" and world_size is not None and world_size > 1:
+        # Gradient accumulation is safe under CUDA graphs because the trainer owns the .grad buffers
+        # (trainer.py `_step`). Across ranks it is unknown: FSDP2 frees and re-gathers each block's
+        # unsharded parameters every step while a graph replays fixed addresses (pytorch/pytorch#164264
+        # lists what CUDA graphs lack under FSDP2), and DDP's reducer beside the graphs was never run
+        # here (no multi-GPU host to check).
         raise ConfigError(
             source,
             "parallel.compile_mode",
             "reduce-overhead",
-            f"cannot accumulate gradients (train.grad_accum={t.grad_accum}): the CUDA graphs overwrite the "
-            "first micro-batch's gradient buffers on the next (pytorch/pytorch#169545)",
-            "set train.grad_accum=1 (a larger train.batch_size instead), or parallel.compile_mode=default",
+            f"is for one rank: with world_size={world_size} parallel.strategy={cfg.parallel.strategy} would "
+            "run beside CUDA graphs, a combination not known to work (FSDP2's per-step all-gathers, "
+            "pytorch/pytorch#164264; DDP's reducer never checked here)",
+            "set parallel.compile_mode=default, or auto (reduce-overhead on one GPU, default on several)",
         )
     if t.eval_every and cfg.data.val_fraction == 0:
         raise ConfigError(

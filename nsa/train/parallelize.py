@@ -14,7 +14,7 @@ block recomputed the LAST block in backward, and DDP saw its parameters "marked 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -83,8 +83,10 @@ def parallelize(
         # Per block, not the whole model: one graph per block shape, compiled once and reused by
         # every layer; the DDP/FSDP hooks stay outside the compiled regions.
         # reduce-overhead: inductor records each block's forward and backward as CUDA graphs, replayed
-        # by one launch (the trainer marks each micro-batch's start: cudagraph_mark_step_begin).
-        mode = None if cfg.compile_mode == "default" else cfg.compile_mode
+        # by one launch (the trainer marks each micro-batch's start: cudagraph_mark_step_begin, and
+        # owns the .grad buffers: own_grads). `auto` resolves here, on the run's device and world.
+        resolved = compile_mode(cfg, info)
+        mode = None if resolved == "default" else resolved
         for block in model.blocks:
             block.compile(backend=cfg.compile_backend, mode=mode)
     if not info.distributed:
@@ -100,6 +102,34 @@ def parallelize(
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     return DDP(model, device_ids=[info.device.index] if info.device.type == "cuda" else None)
+
+
+def compile_mode(cfg: ParallelConfig, info: DistInfo) -> str:
+    """The mode the blocks are compiled with ("default" or "reduce-overhead"; "off" without compile)."""
+    if not cfg.compile:
+        return "off"
+    return cfg.resolved_compile_mode(info.device.type, info.world_size)
+
+
+def cudagraphs(cfg: ParallelConfig, info: DistInfo) -> bool:
+    return compile_mode(cfg, info) == "reduce-overhead"
+
+
+def own_grads(params: Iterable[torch.Tensor]) -> None:
+    """Give every trainable parameter without one a zeroed .grad buffer of its own (once; then the
+    optimizer zeroes them in place, `zero_grad(set_to_none=False)`).
+
+    Why, under CUDA graphs: a compiled block's backward returns each parameter's gradient in the CUDA
+    graph pool, and the next replay overwrites it. With `.grad` None, autograd's AccumulateGrad STEALS
+    that output as `.grad` (no copy: accumulate_grad.h, case 1.1), so the second micro-batch of an
+    accumulation overwrites the first's gradient (an error or wrong sums, pytorch/pytorch#169545).
+    With `.grad` defined and no grad mode in backward, AccumulateGrad adds in place,
+    `variable_grad += new_grad` (case 2.3): the pool tensor is only read, before the next replay
+    (same stream). Torch 2.13's own error text for this case says the same: preallocate zeroed .grad.
+    """
+    for p in params:
+        if p.requires_grad and p.grad is None:
+            p.grad = torch.zeros_like(p)
 
 
 @contextlib.contextmanager

@@ -43,7 +43,14 @@ from nsa.train.dist import (
 from nsa.train.faults import Fault, Pacer, fault_from_env, kill_self, stall_forever
 from nsa.train.flops import flops_account, peak_for
 from nsa.train.lr import lr_at
-from nsa.train.parallelize import compile_break_reasons, compile_counts, grad_sync, parallelize
+from nsa.train.parallelize import (
+    compile_break_reasons,
+    compile_counts,
+    cudagraphs,
+    grad_sync,
+    own_grads,
+    parallelize,
+)
 from nsa.train.resume import ResumeMismatch, agreed_resume_point
 from nsa.train.stepstats import StepStats, Window
 
@@ -157,7 +164,12 @@ class Run:
             else contextlib.nullcontext
         )
         self.optimizer = self._optimizer()
-        self.cudagraphs = cfg.parallel.compile and cfg.parallel.compile_mode == "reduce-overhead"
+        self.cudagraphs = cudagraphs(cfg.parallel, info)
+        # Under CUDA graphs the trainer owns the .grad buffers (parallelize.own_grads): accumulation
+        # adds each micro-batch's gradient into them instead of keeping a graph-pool tensor that the
+        # next micro-batch's replay overwrites (pytorch/pytorch#169545).
+        self.own_grads = self.cudagraphs
+        self.params = [p for p in self.wrapped.parameters() if p.requires_grad]
         self.stats = StepStats(info.device)
         self.stop_vote = StopVote(info)
         # The fused AdamW kernel skips the update (and its step count) where found_inf is 1: a
@@ -310,6 +322,8 @@ class Run:
         loss_sum = torch.zeros((), device=info.device)
         stats: dict[str, float] = {}
         pin = info.device.type == "cuda"
+        if self.own_grads:  # allocated before the first backward (a no-op after: zeroed in place below)
+            own_grads(self.params)
         for micro in range(t.grad_accum):
             rec.beat("data_wait", step)
             x, y = loader.next_batch()
@@ -338,6 +352,8 @@ class Run:
             elif collect:
                 stats = self._read_stats()
                 self._set_collect_stats(False)
+            # An in-place add into loss_sum, a tensor of this step (the loss is computed outside the
+            # compiled blocks, so not a graph-pool output anyway: nothing of a replay is kept).
             loss_sum += loss.detach().float()
         rec.beat("optimizer", step)
         max_norm = t.grad_clip if t.grad_clip > 0 else float("inf")
@@ -347,7 +363,9 @@ class Run:
         # The norm of all-reduced gradients is the same on every rank: all skip the same steps.
         self.stats.add(step + 1, loss_sum / t.grad_accum, gn)
         self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        # Own buffers are zeroed in place (one foreach kernel); else freed (set_to_none: less memory
+        # between steps, and the next backward writes them without a zeroing pass).
+        self.optimizer.zero_grad(set_to_none=not self.own_grads)
         return stats
 
     def _check_finite(self, w: Window) -> None:

@@ -141,15 +141,24 @@ def test_step_host_dry_run_times_a_cpu_step() -> None:
 
 
 def test_step_host_checks_the_real_config_first_and_exits_2(monkeypatch, capsys) -> None:
-    """--dry-run steps configs/tiny.yaml, but a probe's own --config with its --set must load: the CUDA
-    graphs entry without train.grad_accum=1 (m7c_125m.yaml accumulates 8) exits 2 with the key and
-    fix, not a traceback on the leased GPU; a bad --config as well, and --syncs."""
+    """--dry-run steps configs/tiny.yaml, but a probe's own --config with its --set must load: CUDA
+    graphs with a backend other than inductor exit 2 with the key and fix, not a traceback on the
+    leased GPU; a bad --config as well, and --syncs."""
     path = Path(__file__).resolve().parents[4] / "bench" / "step_host.py"
     spec = importlib.util.spec_from_file_location("step_host", path)
     step_host = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(step_host)
     for argv, says in (
-        (["--dry-run", "--set", "parallel.compile_mode=reduce-overhead"], "train.grad_accum=1"),
+        (
+            [
+                "--dry-run",
+                "--set",
+                "parallel.compile_mode=reduce-overhead",
+                "--set",
+                "parallel.compile_backend=eager",
+            ],
+            "parallel.compile_backend=inductor",
+        ),
         (["--dry-run", "--config", str(path.parent / "missing.yaml")], "missing.yaml"),
         (["--syncs", "--set", "parallel.compile_mod=x"], "parallel.compile_mode"),
     ):
