@@ -380,6 +380,11 @@ def _config(
     # The paper's shape on an H100/H200 (G 9-16, head_dim 65-128: 4 tokens a tile merged at once, 4
     # warps): the one- and two-key insertion under `_paper_insert_cap` (select_insert's comment).
     paper_insert = arch >= 90 and gpf == 16 and 64 < head_dim <= 128
+    # select_shm at the same scope (a = 2: the kernel asserts it), with the insertion, under its cap: the
+    # H100 of 2026-11-27 (triton 3.6) ran the paper's selection at 8k x 2 / 64k x 1 in 0.751 / 14.01 ms
+    # with it against 0.796 / 14.47 without (bench/gpu/2026-11-27-h100-probe-queue.jsonl, step
+    # select_shm, the same process; select_shm's comment).
+    paper_shm = paper_insert and a == 2
     sel_cap = (
         168 if ampere_g8 else _one_warp_cap() if one_warp else _paper_insert_cap() if paper_insert else 0
     )
@@ -468,11 +473,15 @@ def _config(
         # measured the pair faster: 1.067 / 5.69 ms at M7C 8k x 8 / 64k x 1 against 1.196 / 6.80 without
         # either, 1.211 / 6.35 without select_shm (bench/gpu/2026-11-26c-h100-probe-since.jsonl); on
         # sm_80 at M7C's shape too, on bench/a100_proxy.py's word, unmeasured (`shm_split`; RESULTS
-        # "a100shm"). Not at 16 heads a token past head_dim 64 (the paper's shape), where it shipped on
-        # the proxy's word before: the same H100 ran the selection at 32k x 1 in 4.71 ms with it and
-        # 4.58 without (4.82-4.85 with it in the probe queue's processes; triton 3.6). sm_80 at the
-        # paper's shape is unpriced. 1 at the paper's shape is a probe variant (bench/kernel_probe.py).
-        "select_shm": 1 if shm_split else 0,
+        # "a100shm"). At 16 heads a token past head_dim 64 (the paper's shape) on sm_90 (`paper_shm`,
+        # the insertion's scope; the split stays off there): shipped on the proxy's word first, off
+        # after the H100 of 2026-11-26c ran the selection at 32k x 1 in 4.71 ms with it and 4.58
+        # without (before the insertion; "flips"), on again since the H100 of 2026-11-27 measured it
+        # faster beside select_insert 2 under the 168 cap: 0.751 / 14.01 ms at 8k x 2 / 64k x 1
+        # against 0.796 / 14.47 off (bench/gpu/2026-11-27-h100-probe-queue.jsonl, the same process;
+        # bench/RESULTS.md "selshm2"). sm_80 at the paper's shape is unpriced. 0 at the paper's
+        # shape (the build that run measured) is a probe variant (bench/kernel_probe.py).
+        "select_shm": 1 if shm_split or paper_shm else 0,
         # 1: `_cmp_select`'s CUT loop split (select_cut 1 only; the kernel asserts it): the key tiles
         # where every key is visible to every token of the program, every block a candidate and none
         # forced run without the key-range load mask, the visibility compares and selects and the
