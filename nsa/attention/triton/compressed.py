@@ -374,7 +374,12 @@ def _config(
     # The selection at 1 warp a program under a register cap at shm_split's scope on sm_90: on the H100
     # of 2026-11-26c (triton 3.6) it ran M7C 64k x 1 in 4.64 ms against 5.67 at the 2 warps shipped
     # before (1 warp uncapped 4.75; bench/gpu/2026-11-26c-h100-probe-queue.jsonl, the same process).
-    # Measured at 64k only. The cap: `_one_warp_cap`. Not on sm_80 (ampere_g8 keeps its 2 warps in
+    # Measured at 64k only then; the H100 of 2026-11-27 (bench/gpu/2026-11-27-h100-probe-queue.jsonl,
+    # step select_warps, the same process, with select_insert 2 shipped since): shipped 0.986 / 2.739 ms
+    # at M7C 8k x 8 / 32k x 2 (its variant 0.982 / 2.746), 1 warp uncapped 0.981 / 2.689, 2 warps
+    # uncapped 1.032 / 2.800, 4 tokens in halves at 2 warps capped 1.016 / 2.650 (within 3 % either
+    # way: kept), 4 warps 1.305 / 3.651. The cap:
+    # `_one_warp_cap`. Not on sm_80 (ampere_g8 keeps its 2 warps in
     # halves under 168 registers, which bench/a100_proxy.py priced; 1 warp there is unpriced).
     one_warp = shm_split and arch >= 90
     # The paper's shape on an H100/H200 (G 9-16, head_dim 65-128: 4 tokens a tile merged at once, 4
@@ -397,7 +402,10 @@ def _config(
     # before on the proxy's word) and 15.06 with the 32-row tile the GPUs measured before
     # (bench/gpu/2026-11-26c-h100-probe-queue.jsonl, the same process). ptxas: no spill at G
     # 1/2/5/6/8/16 x D 96/128 on sm_90, triton 3.6 and 3.9 (bench/RESULTS.md "flips"). Both others
-    # are probe variants (bench/kernel_probe.py); sm_80 keeps the 32-row tile (no A100 data).
+    # are probe variants (bench/kernel_probe.py); sm_80 keeps the 32-row tile (no A100 data). Confirmed
+    # at 8k and 64k by the H100 of 2026-11-27: 2.35 / 39.88 ms at paper 8k x 2 / 64k x 1 against 2.54 /
+    # 44.21 at 1 stage and 2.73 / 57.93 with the 32-row tile (bench/gpu/2026-11-27-h100-probe-queue.jsonl,
+    # step stages_dq, the same process).
     warps = 8 if bt * gp >= 64 else 4
     bn_bwd = 64 if not big else 32
     # dK/dV: [BN, D] accumulators over query tiles of 64 rows x 32 keys (32 rows past head_dim 64: with
@@ -532,6 +540,11 @@ def _config(
         # 30 / 23 / 39 % of the tiles at 64k, 13 / 22 / 63 % at 32k, 0 / 4 / 96 % at 8k: 0.76 / 0.89 /
         # 1.05 / 1.10x the selection at 64k / 32k / 16k / 8k (`insert_factor`; the proxy's cycles
         # 0.78 / 0.91, 12 warps an SM either way).
+        # Measured since by the H100 of 2026-11-27 (bench/gpu/2026-11-27-h100-probe-queue.jsonl, step
+        # select_insert, the same process; ms, shipped vs 1 / 0): M7C 8k x 8 0.998 vs 0.966 / 0.980, 32k x 2
+        # 2.725 vs 2.702 / 2.721, 64k x 1 4.074 vs 4.181 / 4.537 (within 1-3 % at 8k-32k, 0.90x at 64k:
+        # kept); the paper's 8k x 2 0.799 vs 0.723 off and uncapped, 64k x 1 14.53 vs 17.28 (the model
+        # priced 1.05 / 0.76x, measured 1.10 / 0.84x: kept, the 64k target's length).
         # 0: every entering tile merged (the path the H100 of 2026-11-26c measured), 1: a probe variant each.
         "select_insert": 2 if one_warp or paper_insert else 0,
         # The selection kernel: its top-n merge is latency-bound, so fewer warps a program (more
