@@ -281,6 +281,9 @@ WHAT_IF = {
     # warp and the paper's 4 tokens at once on sm_90 on its SASS and the GPU runs' inputs' entry counts:
     # counts.insert_factor)
     "select_insert_off": {"select_insert": 0},
+    # the selection's key tile as one bulk copy through a tensor descriptor (compressed.py `_config`
+    # select_tma, not shipped: unmeasured; sm_90 at head_dim <= 64): CONFIG_FACTOR "cmp_sel32@tma"
+    "select_tma": {"select_tma": 1},
     # q's three branch gradients summed by autograd (two adds in q's dtype) and rotated back apart, as every
     # GPU run measured them (q_grad_fused shipped unmeasured, the 2026-11-26c rope probe measured it: priced
     # by its DRAM bytes)

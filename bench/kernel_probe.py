@@ -160,6 +160,10 @@ CMP_VARIANTS = [
     # model's price 0.76 / 0.89x the selection at 64k / 32k, 1.10x at 8k; RESULTS "paperins"): off and
     # uncapped, the build the H100 of 2026-11-26c measured (select_shm on, as shipped again since).
     {"kernel": "select", "shape": "paper", "select_insert": 0, "maxnreg_sel": 0},
+    # M7C's key tile as one bulk copy through a tensor descriptor (select_tma; the same tables, unmeasured):
+    # the kernel's sm_90 SASS 7,648 against 8,123 and 126 registers against the 168 cap (16 warps an SM
+    # instead of 12) on triton 3.6; the model prices the SASS alone, 0.94x (RESULTS "selshm2").
+    {"kernel": "select", "shape": "m7c", "select_tma": 1},
 ]
 
 # The compressed backward (dQ, dK/dV, the partial sum): keys of compressed._config; "x2" doubles one.

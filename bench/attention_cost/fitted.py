@@ -214,3 +214,8 @@ CONFIG_FACTOR["cmp_sel32@w1"] = CONFIG_FACTOR["cmp_sel32@w2"] * 4.6404 / 5.665
 # token a key tile, triton 3.6 (always-run part 0.91 / 0.88x interior / edge, merges 1.02x, merging 0.62-0.99 of
 # the token tiles: 0.95-0.96 / 0.93-0.94x; bench/RESULTS.md "selpair"); issue-bound: half the L2 reads unpriced.
 CONFIG_FACTOR["cmp_sel32@pair"] = 0.95
+# cmp_sel32@tma (select_tma, the what-if; unshipped, unmeasured): M7C's 1-warp selection with its key tile as one bulk
+# copy, the kernel's sm_90 SASS 7,648 against 8,123 (triton 3.6, G 6 x D 64; 3.9: 4,949 against 5,319), priced as
+# that ratio alone, issue-bound; not priced: 126 registers against the 168 cap on 3.6 (16 warps an SM instead of 12;
+# 3.9: 168 against 193, 12 instead of 10) nor the copies' latency off the warps (bench/RESULTS.md "selshm2").
+CONFIG_FACTOR["cmp_sel32@tma"] = 7648 / 8123

@@ -313,6 +313,15 @@ def _insert_of(c: dict) -> int:
     return c["select_insert"] if c["select_cut"] else 0
 
 
+def _tma_of(c: dict, dtype: torch.dtype, D: int, block_stride: int, sel_block: int) -> int:
+    """The selection's TMA constexpr: `select_tma` where the kernel can take its key tile as one bulk
+    copy (the CUT loop, one token group a program, 16-bit keys, head_dim a power of two >= 16, r = l'/d
+    unpadded: the tile is BJ * r whole rows of K, contiguous; the kernel asserts it)."""
+    ok = c["select_cut"] and not _pair_of(c) and dtype in (torch.bfloat16, torch.float16)
+    ok = ok and c["DP"] == D and c["RP"] == sel_block // block_stride
+    return c.get("select_tma", 0) if ok else 0
+
+
 def _one_warp_cap() -> int:
     """The selection's register cap at 1 warp a program (`_config` one_warp; ptxas .maxnreg), per
     triton: 168 on 3.6 (the GPU images'; what the H100 measured: 12 warps an SM, no spill at G 5/6/8 x
@@ -547,6 +556,13 @@ def _config(
         # priced 1.05 / 0.76x, measured 1.10 / 0.84x: kept, the 64k target's length).
         # 0: every entering tile merged (the path the H100 of 2026-11-26c measured), 1: a probe variant each.
         "select_insert": 2 if one_warp or paper_insert else 0,
+        # 1: `_cmp_select`'s key tile as one bulk copy through a tensor descriptor (TMA, sm_90; `_tma_of`:
+        # the CUT loop unpaired, 16-bit keys, head_dim a power of two, r = l'/d unpadded) instead of a
+        # 64-bit pointer and a mask an element: at M7C's 1 warp on sm_90 (triton 3.6) `_load_k` is ~183-212
+        # of the loop's SASS a key tile (the pointers' arithmetic 97, the masked load 68); the tables are
+        # the same bit for bit (tests/.../test_compressed_select_tma.py). Unmeasured: a probe variant
+        # (bench/kernel_probe.py), off (bench/RESULTS.md "selshm2").
+        "select_tma": 0,
         # The selection kernel: its top-n merge is latency-bound, so fewer warps a program (more
         # programs per SM) ran it faster on an H200 (bench/kernel_probe.py, 2026-11-26): M7C at 64k
         # 39.1 / 20.2 / 13.3 ms with 8 / 4 / 2 warps (and 11.9 with 2 warps and 2 tokens a tile), the
@@ -616,8 +632,14 @@ def launch_select(
         )
         return
     pair = _pair_of(c)
+    tma = _tma_of(c, q.dtype, D, block_stride, sel_block)
+    if tma:  # the keys as a [B * Hkv * Nc, D] tensor descriptor, a key tile a block (`_load_k`)
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        keys = TensorDescriptor.from_tensor(kc.reshape(-1, D), [c["BJ"] * c["RP"], c["DP"]])
+        args = (q, keys, *args[2:])
     _cmp_select[(cdiv(T, c["bt_sel"] * (1 + pair)), B * Hkv)](
-        *args, BT=c["bt_sel"], SP=c["SP"], HALVES=c["halves_sel"], CUT=c["select_cut"], SHM=c["select_shm"], SPLIT=_split_of(c), PAIR=pair, INSERT=_insert_of(c), **geo, num_warps=c["warps_sel"],
+        *args, BT=c["bt_sel"], SP=c["SP"], HALVES=c["halves_sel"], CUT=c["select_cut"], SHM=c["select_shm"], SPLIT=_split_of(c), PAIR=pair, INSERT=_insert_of(c), TMA=tma, **geo, num_warps=c["warps_sel"],
         num_stages=2, **({"maxnreg": c["maxnreg_sel"]} if c["maxnreg_sel"] else {}),
     )  # fmt: skip
 
@@ -801,6 +823,12 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         "INSERT": _insert_of(c),
         "LS": shape.sel_block,
     }
+    # select_tma: K a tensor descriptor of key-tile blocks (launch_select's, at 16-bit keys)
+    kdt = torch.float32 if dt == "fp32" else torch.bfloat16
+    sel_tma = _tma_of(c, kdt, shape.head_dim, shape.block_stride, shape.sel_block)
+    sel_const["TMA"] = sel_tma
+    if sel_tma:
+        sel_sig["K"] = f"tensordesc<{dt}[{c['BJ'] * c['RP']}, {c['DP']}]>"
     dq_sig = {
         "Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "Out": f"*{dt}", "DO": f"*{dt}", "LSE": "*fp32",
         "DELTA": "*fp32", "DQ": f"*{dt}", "T": "i32", "NC": "i32", "qk_scale": "fp32", "scale": "fp32",
