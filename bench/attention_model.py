@@ -264,8 +264,11 @@ WHAT_IF = {
     "keys_rowlim_off": {"keys_rowlim": False},
     # the selection's Eq. 9 gathers as every GPU run before 2026-11-26c measured them (select_shm ships
     # with select_split at M7C's shape, on sm_90 measured by the 2026-11-26c H100, on sm_80 on
-    # bench/a100_proxy.py's word; off at the paper's shape since that H100 measured it slower there)
+    # bench/a100_proxy.py's word; at the paper's shape on sm_90 since the 2026-11-27 H100 measured it faster)
     "select_shm_off": {"select_shm": 0},
+    # select_shm off at the paper's shape alone, as the H100 of 2026-11-27 measured it (on since there,
+    # on that run's probe: CONFIG_FACTOR "cmp_sel32@shm_d128")
+    "paper_shm_off": {"paper_shm": False},
     # the selection's CUT loop without the interior tiles' split (select_split ships with select_shm at
     # M7C's shape on sm_90 and sm_80, above: CONFIG_FACTOR "cmp_sel32@split")
     "select_split_off": {"select_split": 0},
@@ -278,6 +281,9 @@ WHAT_IF = {
     # warp and the paper's 4 tokens at once on sm_90 on its SASS and the GPU runs' inputs' entry counts:
     # counts.insert_factor)
     "select_insert_off": {"select_insert": 0},
+    # the selection's key tile as one bulk copy through a tensor descriptor (compressed.py `_config`
+    # select_tma, not shipped: unmeasured; sm_90 at head_dim <= 64): CONFIG_FACTOR "cmp_sel32@tma"
+    "select_tma": {"select_tma": 1},
     # q's three branch gradients summed by autograd (two adds in q's dtype) and rotated back apart, as every
     # GPU run measured them (q_grad_fused shipped unmeasured, the 2026-11-26c rope probe measured it: priced
     # by its DRAM bytes)
@@ -299,7 +305,7 @@ WHAT_IF = {
     # and 8k M7C's two sequences make 286 programs, the longest (block 0's, 96 steps forward) 2.1x the even
     # spread (seg_target ships unmeasured: the keys kernels' schedule, bench/attention_cost/balance.py)
     "seg_target_off": {"seg_target": 0},
-    # every change shipped since the last GPU run off (prices.py SINCE_LAST_RUN: the 2026-11-26c H100
+    # every change shipped since the last GPU run off (prices.py SINCE_LAST_RUN: the 2026-11-27 H100
     # measured all it held before; it holds the flips shipped after that run on its probes, at the
     # values the run measured; and sm_80's keys_dq_mma and 64 keys rows with keys_rowlim): the model
     # of the code the GPUs measured (on sm_80 the proxy-chosen selection settings stay: no A100 has

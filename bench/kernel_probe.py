@@ -134,11 +134,13 @@ CMP_VARIANTS = [
     # on sm_90 at M7C's shape (-13.1 / -21.2 %, "shmsplit"): each alone, and neither, are the variants.
     # The H100 of 2026-11-26c: the pair 1.067 / 5.69 ms at M7C 8k x 8 / 64k, neither 1.196 / 6.80. At
     # the paper's shape select_shm (shipped there on the proxy's word) measured slower: 4.71 ms against
-    # 4.58 off at 32k x 1; off since, on is the variant.
+    # 4.58 off at 32k x 1 (before the insertion); off after it, the H100 of 2026-11-27 measured it on
+    # faster beside select_insert 2 (0.751 / 14.01 ms against 0.796 / 14.47 at 8k x 2 / 64k x 1): on
+    # since, off (that run's build) is the variant.
     {"kernel": "select", "shape": "m7c", "select_shm": 0, "select_split": 0},
     {"kernel": "select", "shape": "m7c", "select_split": 0},
     {"kernel": "select", "shape": "m7c", "select_shm": 0},
-    {"kernel": "select", "shape": "paper", "select_shm": 1},
+    {"kernel": "select", "shape": "paper", "select_shm": 0},
     {"kernel": "select", "shape": "paper", "select_split": 1},
     # Two token groups of 2 a program at M7C's 1 warp (select_pair; the same tables; without select_insert,
     # beside which it spills 32 B under the cap, as priced): one key tile
@@ -156,8 +158,12 @@ CMP_VARIANTS = [
     {"kernel": "select", "shape": "m7c", "select_insert": 1},
     # At the paper's shape (select_insert 2 shipped on sm_90 under a 168-register cap on triton 3.6, the
     # model's price 0.76 / 0.89x the selection at 64k / 32k, 1.10x at 8k; RESULTS "paperins"): off and
-    # uncapped, the build the H100 of 2026-11-26c measured.
+    # uncapped, the build the H100 of 2026-11-26c measured (select_shm on, as shipped again since).
     {"kernel": "select", "shape": "paper", "select_insert": 0, "maxnreg_sel": 0},
+    # M7C's key tile as one bulk copy through a tensor descriptor (select_tma; the same tables, unmeasured):
+    # the kernel's sm_90 SASS 7,648 against 8,123 and 126 registers against the 168 cap (16 warps an SM
+    # instead of 12) on triton 3.6; the model prices the SASS alone, 0.94x (RESULTS "selshm2").
+    {"kernel": "select", "shape": "m7c", "select_tma": 1},
 ]
 
 # The compressed backward (dQ, dK/dV, the partial sum): keys of compressed._config; "x2" doubles one.

@@ -34,66 +34,29 @@ if ! [[ "$BUDGET" =~ ^[0-9]+$ ]] || [ "$BUDGET" -lt 30 ]; then
 fi
 # name | limit (s) | bench/kernel_probe.py arguments. Why each is here: bench/RESULTS.md, 2026-11-26.
 QUEUE=(
-  # Every step of the previous queue was measured on the 2026-11-26c H100 (bench/RESULTS.md, "The H100
-  # run of 2026-11-26c", the probe table; bench/gpu/2026-11-26c-h100-probe-*.jsonl) and five settings
-  # were flipped on those numbers, each measured at one or two shapes. What is left: the flips at the
-  # shapes their probe did not cover, the shape the issue's targets are missed at first (M7C 32k
-  # 0.36 for 0.35, paper 64k 0.22 for 0.2), most wanted first: a setting shipped on one shape's number
-  # before one confirmed at another. Limits: that H100 took 10-22 s a step (nine steps in the 175 s
-  # budget), so 45-60 s each (the training steps 45-75 s: their compiles); the steps run in
-  # this order until --budget (default 420) is spent: at their limits the steps up to step_host_dense (the
-  # checks of shipped settings first) add up to 420 s, the whole queue to 585; scripts/gpu-session.sh's
-  # 280 reaches the first five at those limits, all of them at that H100's pace.
-  # The reverse index's segments at most B*Hkv*T*n / 512 pairs (selected.py seg_target), shipped unmeasured
-  # for B = 1: at M7C 8k x 1 the keys kernels' 286 programs of T/4 = 2048 pairs hold 34 that run 2.1x the
-  # even spread (bench/attention_cost/balance.py); the model prices NSA/FA2 there 1.229 -> 1.071 on an
-  # H100. No run has measured B = 1 below 64k: the shipped S (512 / 1024) against seg_target 0 (T/4),
-  # and 8k x 8, where S is the same (the control)
-  "seg_target|45|--only selected --shapes m7c:8192:1 m7c:16384:1 m7c:8192:8 --match seg_target"
-  # The M7C selection's one- and two-key insertion (select_insert 2, shipped at 1 warp on sm_90 on the
-  # model's price: 0.79 / 0.81 / 0.96x at 64k / 32k / 8k, unmeasured) off and at one key, and two token
-  # groups a program on one key tile load (select_pair, a probe variant: it spills on triton 3.9; priced
-  # 0.94x at 64k), beside the shipped build: `_cmp_select` is M7C's largest kernel at 64k (3.96 ms of
-  # 17.77 modelled; 4.64 measured without the insertion); bench/RESULTS.md "selpair / selinsert". Second: it confirms a shipped setting
-  # on the kernel the 64k target is missed by. Also the paper shape's insertion (shipped on sm_90 under a
-  # 168-register cap, unmeasured: 0.76x the selection at 64k, 1.10x at 8k; RESULTS "paperins") off, at
-  # 8k x 2 and 64k x 1, its priced loss and gain (no step of its own: the queue's limits fill its 420 s)
-  "select_insert|45|--only cmp_fwd --shapes m7c:8192:8 m7c:32768:2 m7c:65536:1 paper:8192:2 paper:65536:1 --match select_insert --match select_pair"
-  # The M7C selection at 1 warp under a 168-register cap, shipped on m7c 64k alone (4.64 ms vs 5.67;
-  # 1 warp uncapped 4.75): `_cmp_select` is M7C's largest kernel at 32k (3.16 ms of 14.37) where NSA/FA2
-  # misses its target by 3 %, and the model prices it 1.33-1.42x too fast at 8k-32k
-  "select_warps|60|--only cmp_fwd --shapes m7c:8192:8 m7c:32768:2 --match warps_sel --match maxnreg_sel"
-  # The compressed backward's dQ at 2 stages past head_dim 64, shipped on paper 32k alone (10.46 ms vs
-  # 11.57, dQ + dK/dV): `_cmp_bwd_dq` is 18.2 ms of the paper shape's 160.7 at 64k, the length whose
-  # target (0.2) it misses, and the model is off on the compressed backward there by 1.25-1.73x
-  "stages_dq|60|--only cmp_bwd --shapes paper:8192:2 paper:65536:1 --match stages_dq"
-  # The paper shape's selection with select_shm off, flipped on paper 32k alone (4.58 ms vs 4.71-4.85,
-  # within the ~8 % noise of one process): `_cmp_select` is 18.2 ms at paper 64k
-  "select_shm|45|--only cmp_fwd --shapes paper:8192:2 paper:65536:1 --match select_shm"
-  # The query-major selected dK/dV at 128 rows / 8 warps past head_dim 64, shipped on paper 8k x 2 and
-  # 64k (15.09 vs 16.66 ms, 62.30 vs 64.26 fwd+bwd): the length between, where the target is met
-  # (0.33) by a margin of 6 %
-  "d128_sel|45|--only selected --shapes paper:32768:1 --match BR"
+  # Every step of the previous queue was measured on the H100 of 2026-11-27 (bench/gpu/2026-11-27-h100-
+  # probe-queue.jsonl): every shipped setting kept, select_shm flipped on at the paper shape (bench/RESULTS.md
+  # "selshm2"). What is left, most wanted first: the lever built for M7C's 64k target (17.65 ms for 15.66;
+  # the selection its largest kernel, 4.10 ms), the flip at the length its probe did not cover, and the
+  # paper shape's split loop beside it (64k: 152.2 ms for 151.0). Limits: that H100 took 10-22 s a step.
+  # The M7C selection's key tile as one bulk copy through a tensor descriptor (select_tma, a probe variant:
+  # 7,648 SASS for 8,123 and 126 registers for the 168 cap, 16 warps an SM instead of 12, on triton 3.6;
+  # the model prices the SASS alone 0.94x the selection), at 64k x 1 and 8k x 8, beside the shipped build
+  "select_tma|45|--only cmp_fwd --shapes m7c:65536:1 m7c:8192:8 --match select_tma"
+  # select_shm at the paper shape (on since 2026-11-27's probe at 8k x 2 / 64k x 1: 0.751 / 14.01 ms
+  # against 0.796 / 14.47 off) at 32k x 1, where the 2026-11-26c H100 measured it slower before the insertion
+  "select_shm|45|--only cmp_fwd --shapes paper:32768:1 --match select_shm"
+  # The paper shape's selection with its interior key tiles unmasked (select_split, a probe variant: the
+  # proxy priced it -1.7 / -5.7 % at 8k / 64k before select_shm and the insertion), at 64k x 1 and 8k x 2
+  "select_split|45|--only cmp_fwd --shapes paper:65536:1 paper:8192:2 --match select_split"
   # A training step's host issue time against its GPU time (bench/step_host.py; "@SCRIPT ARGS" runs
-  # bench/SCRIPT instead of kernel_probe.py): the 125M M7C model, compiled, 8 x 2048 tokens, took
-  # 96-172 ms a step with NSA on the 2026-11-26c H100 against dense's 40-44, where the attention core
-  # explains ~13 ms of the gap; the layer's ~25 launches and its torch.library dispatch cost ~3.2 ms
-  # of host CPU on this project's CPU VM (bench/RESULTS.md "Host cost of the NSA layer"). Host-bound if
-  # issue_ms ~ gpu_ms and the profiler's busy share is well below 1; the dense step beside it.
+  # bench/SCRIPT instead of kernel_probe.py): the 125M M7C model, compiled, 8 x 2048 tokens; the H100 of
+  # 2026-11-27 measured NSA's step at 73.6 ms, the GPU busy 50.9 of it (host-bound), dense 35.6;
+  # the dense step beside it
   "step_host_nsa|75|@step_host.py --config configs/m7c_125m.yaml --steps 10 --warmup 3"
   "step_host_dense|45|@step_host.py --config configs/m7c_125m.yaml --steps 10 --warmup 3 --set model.attention=dense"
-  # The gate fold (fold_gate, fold_delta: what training runs, gated.gated_branches), measured only at
-  # 8k (m7c 8k x 8: 10.11 ms vs 10.28 / 10.28, within noise; paper 8k x 2): at 64k, where the branch
-  # backwards it feeds (their delta, their O reads) take 1.7-1.9x their 8k time for the same tokens
-  "gate_fold|45|--only gate --shapes m7c:65536:1 paper:65536:1"
-  # The key-major merges off (merge_tiles), flipped on m7c 8k x 8 and 64k (fwd+bwd 6.39 / 6.49 ms off
-  # vs 6.93 / 6.59 on, inside the noise: the same process timed the shipped build at 6.40 and 6.93):
-  # the same shapes again in the flipped build, the one step that repeats a measured shape, so last
-  "merge_tiles|45|--only selected --shapes m7c:8192:8 m7c:65536:1 --match merge_tiles"
-  # The same NSA step with CUDA graphs per block (parallel.compile_mode=reduce-overhead: no host issue
-  # of the blocks' launches; never run on a GPU yet): against step_host_nsa's issue_ms / gpu_ms above,
-  # whether replaying graphs closes the NSA-dense gap (bench/RESULTS.md "Host syncs and host cost of
-  # the compiled training step"). Last: run when the kernel steps leave time (their real 10-22 s each)
+  # The same NSA step with CUDA graphs per block (parallel.compile_mode=reduce-overhead; 51.8 ms on the
+  # H100 of 2026-11-27, the GPU busy 50.45)
   "step_host_cudagraphs|75|@step_host.py --config configs/m7c_125m.yaml --steps 10 --warmup 3 --set parallel.compile_mode=reduce-overhead --set train.grad_accum=1"
 )
 if [ "$LIST" = 1 ]; then

@@ -208,6 +208,7 @@ def shipped_launch(
         "select_split": 0 if v0 else c["select_split"],  # the interior key tiles without masks
         "select_pair": 0 if v0 else c["select_pair"],  # two token groups a program, one key tile load
         "select_insert": 0 if v0 else c["select_insert"],  # one entering key inserted, not merged
+        "select_tma": 0 if v0 else c["select_tma"],  # the key tile as one bulk copy (TMA)
         "warps_cmp_dkv": c["warps_dkv"],
         "tp": sc["TP"],
         "warps_tok": sc["warps_tok"],

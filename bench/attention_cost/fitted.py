@@ -141,7 +141,8 @@ SEL_WARPS: dict[int, float] = {2: 0.655, 4: 1.0}
 # The H100 of 2026-11-26c's probes (bench/gpu/2026-11-26c-h100-probe-*.jsonl, each setting in the same
 # process as that run's build; derivations: bench/RESULTS.md "flips"), each the measured ratio to the
 # kind that run measured: cmp_sel32@w1, 1 warp capped, M7C 64k 4.640 / 5.665 ms x @w2's (64k only);
-# cmp_sel32@shm_d128, off since, 4.709 / 4.578 (paper 32k; the proxy's 0.836 before); cmp_dq@s2_d128,
+# cmp_sel32@shm_d128, off after it, 4.709 / 4.578 (paper 32k; the proxy's 0.836 before), on again since
+# the H100 of 2026-11-27 measured it beside the insertion (below); cmp_dq@s2_d128,
 # the backward 10.462 / 11.566 at paper 32k, all of it dQ's at its share of the run's (9.731 of 21.991
 # ms); sel_dkdv@br128, fwd+bwd at paper 8k x 2 / 64k x 1 put on the kernel (6.710 / 27.764 ms in the
 # run): 0.767 / 0.929; sel_fwd_merge@tiles, off since, six same-process forward pairs at M7C 8k / 64k
@@ -157,9 +158,13 @@ CONFIG_FACTOR: dict[str, float] = {
     "cmp_dkv@bn64": 0.545, "cmp_dkv@bn64_d128": 0.474, "cmp_dq@wg_d128": 0.465,
     # and the window's on sm_90 (wintiles): dQ 128 x 32 and dK/dV 128 rows past head_dim 64, dK/dV on 4 warps at 64
     "win_dq@wg_d128": 0.568, "win_dkdv@bm128_d128": 0.786, "win_dkdv@w4": 0.638,
-    # the selection's Eq. 9 key without its gathers at the paper's shape (select_shm, off since: above),
-    # and at M7C's with its interior tiles unmasked (select_split; shmsplit): the pair 0.869x, M7C 8k's
-    "cmp_sel32@shm_d128": 4.709 / 4.5781, "cmp_sel32@shm": 0.925, "cmp_sel32@split": 0.939,
+    # the selection's Eq. 9 key without its gathers at the paper's shape (select_shm: on / off in the same
+    # process on the H100 of 2026-11-27, beside select_insert 2 under the 168 cap, 0.7509 / 0.7962 ms at
+    # 8k x 2 and 14.0094 / 14.4662 at 64k x 1, geometric mean; bench/gpu/2026-11-27-h100-probe-queue.jsonl.
+    # The 2026-11-26c H100, before the insertion: 4.709 / 4.578 at 32k x 1), and at M7C's with its
+    # interior tiles unmasked (select_split; shmsplit): the pair 0.869x, M7C 8k's
+    "cmp_sel32@shm_d128": math.sqrt(0.7509 / 0.7962 * 14.0094 / 14.4662),
+    "cmp_sel32@shm": 0.925, "cmp_sel32@split": 0.939,
     # the 2026-11-26c H100's (above)
     "sel_fwd_merge@tiles": 1.27, "sel_dq_merge@tiles": 1.0,
     "cmp_dq@s2_d128": 1 - (1 - 10.4618 / 11.5659) / (9.731 / 21.991),
@@ -209,3 +214,8 @@ CONFIG_FACTOR["cmp_sel32@w1"] = CONFIG_FACTOR["cmp_sel32@w2"] * 4.6404 / 5.665
 # token a key tile, triton 3.6 (always-run part 0.91 / 0.88x interior / edge, merges 1.02x, merging 0.62-0.99 of
 # the token tiles: 0.95-0.96 / 0.93-0.94x; bench/RESULTS.md "selpair"); issue-bound: half the L2 reads unpriced.
 CONFIG_FACTOR["cmp_sel32@pair"] = 0.95
+# cmp_sel32@tma (select_tma, the what-if; unshipped, unmeasured): M7C's 1-warp selection with its key tile as one bulk
+# copy, the kernel's sm_90 SASS 7,648 against 8,123 (triton 3.6, G 6 x D 64; 3.9: 4,949 against 5,319), priced as
+# that ratio alone, issue-bound; not priced: 126 registers against the 168 cap on 3.6 (16 warps an SM instead of 12;
+# 3.9: 168 against 193, 12 instead of 10) nor the copies' latency off the warps (bench/RESULTS.md "selshm2").
+CONFIG_FACTOR["cmp_sel32@tma"] = 7648 / 8123

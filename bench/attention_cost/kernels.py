@@ -96,6 +96,7 @@ def ours(
     select_split: int | None = None,
     select_pair: int | None = None,
     select_insert: int | None = None,
+    select_tma: int | None = None,
     flash_tiles: bool | None = None,
     tok_pipe: int | None = None,
     q_grad_fused: bool | None = None,
@@ -106,6 +107,7 @@ def ours(
     cmp_dq_stages2: bool | None = None,
     dkdv_rows128: bool | None = None,
     seg_target: int | None = None,
+    paper_shm: bool | None = None,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     balanced_dkv=False the
@@ -197,6 +199,12 @@ def ours(
     seg_target: the reverse index's segments at most B*Hkv*T*n / seg_target pairs besides T/4
     (selected.py `_config` "seg_target", shipped unmeasured; bench/attention_cost/balance.py prices
     the key-major grids' program lengths); 0: T/4 alone, as every run measured it.
+    select_tma: the selection's key tile as one bulk copy through a tensor descriptor (compressed.py
+    `_config` "select_tma", off: unmeasured), tagged `@tma` on sm_90 at head_dim <= 64 (CONFIG_FACTOR:
+    its SASS); None: what the code ships (0).
+    paper_shm: select_shm past head_dim 64 (compressed.py `_config` paper_shm: on sm_90 at the paper's
+    shape, beside select_insert 2; flipped on after the H100 of 2026-11-27 measured it faster there),
+    tagged `@shm_d128`; False: off there (a given select_shm is kept), as that run measured it.
     None: what the code ships."""
     launch = shipped_launch(s, cc, before_ce226a4, before_2930e5c)
     given = {
@@ -221,6 +229,7 @@ def ours(
         "select_split": select_split,
         "select_pair": select_pair,
         "select_insert": select_insert,
+        "select_tma": select_tma,
         "tok_pipe": tok_pipe,
         "merge_tiles": merge_tiles,
         "seg_target": seg_target,
@@ -228,6 +237,8 @@ def ours(
     launch.update({f: v for f, v in given.items() if v is not None})
     if select_one_warp is False and warps_sel is None and launch["warps_sel"] == 1:  # 2 without one_warp
         launch.update(warps_sel=2, maxnreg_sel=0)
+    if paper_shm is False and select_shm is None and s.D > 64:  # off past head_dim 64, as 2026-11-27's run
+        launch["select_shm"] = 0
     if cmp_dq_stages2 is not None:
         launch["stages_cmp_dq"] = 2 if cmp_dq_stages2 else 1
     if (dkdv_rows128 is False or warps_dkdv == 8) and launch["br_dkdv"] == 128:
@@ -343,6 +354,9 @@ def ours(
                 tags += "@split"
             if pair:
                 tags += "@pair"
+            # the key tile as one bulk copy (select_tma, a what-if; sm_90 at head_dim <= 64, unpaired)
+            if launch.get("select_tma") and D <= 64 and cc >= 90 and not pair:
+                tags += "@tma"
         sunit = 2 * BH * sw["steps"] * sel_rows * sw["keys"] * D
         # select_insert (shipped at M7C's 1 warp and at the paper's 4 tokens merged at once on sm_90, priced
         # where counted: those two builds of the CUT loop): a tile's SASS x counts.insert_factor(T), on its

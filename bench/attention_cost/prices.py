@@ -162,14 +162,18 @@ def carry_ratio(key: str) -> float | None:
     return cycles(rec["80"]["step"]) / cycles(rec["90"]["step"])
 
 
-# The settings shipped after the last committed GPU run (bench/gpu/2026-11-26c-h100-speed.json, main
-# at f72f66b), each at what that run measured: RUN_BUILDS pins them for it, and the what-if
+# The settings shipped after the last committed GPU run (bench/gpu/2026-11-27-h100-speed.json, main
+# at 301ad1f), each at what that run measured: RUN_BUILDS pins them for it, and the what-if
 # `measured_code_only` (bench/attention_model.py) takes them off, one list for both. That run measured
-# all that shipped before it (its suite and its probes, bench/RESULTS.md "The H100 run of 2026-11-26c");
-# what is listed are its probes' verdicts, flipped after it ("flips"). Below, the list it emptied:
-# what the run before it (main at 050ce66) measured.
+# all that shipped before it (its suite and its probes, bench/gpu/2026-11-27-h100-probe-queue.jsonl);
+# what is listed are its probes' verdicts, flipped after it (bench/RESULTS.md "selshm2"). Below, the
+# lists it emptied: what the runs before it (main at f72f66b, 050ce66) measured.
 SINCE_LAST_RUN: dict[str, int | bool] = {
-    # flipped after it on its probes (bench/RESULTS.md "flips") or shipped since, at its values
+    # flipped after it on its probes: select_shm at the paper's shape on sm_90
+    "paper_shm": False,
+}  # fmt: skip
+_SINCE_F72F66B: dict[str, int | bool] = {
+    # flipped after the H100 of 2026-11-26c on its probes ("flips") or shipped since, at its values
     "select_one_warp": False, "cmp_dq_stages2": False, "dkdv_rows128": False,
     "seg_target": 0, "select_insert": 0,
 }  # fmt: skip
@@ -220,14 +224,20 @@ RUN_BUILDS: dict[str, dict] = {
     # came after; and autograd's sum of q's three gradients: q_grad_fused came after; and the gate
     # mix's three g * dO copies: gate_folded came after; and each branch backward's own delta from its
     # O: delta_folded came after; and the merges' loops: merge_tiles came after)
-    # (SINCE_LAST_RUN first: a setting shipped after f72f66b is pinned at f72f66b's, also 050ce66's
-    # unless _SINCE_050CE66 names it)
-    "2026-11-26b-h200-speed-final.json": {**SINCE_LAST_RUN, "index_once": False, **_SINCE_050CE66},
+    # (SINCE_LAST_RUN and _SINCE_F72F66B first: a setting shipped after f72f66b is pinned at
+    # f72f66b's, also 050ce66's unless _SINCE_050CE66 names it)
+    "2026-11-26b-h200-speed-final.json": {
+        **SINCE_LAST_RUN,
+        **_SINCE_F72F66B,
+        "index_once": False,
+        **_SINCE_050CE66,
+    },
     # main at f72f66b, all of _SINCE_050CE66 as shipped; the suite's core takes q as a leaf and calls
     # the branches and the gate mix one by one: autograd's sum of q's gradients, the gates unfolded
     # and each branch backward's own delta (the probes measured the fused and folded paths)
     "2026-11-26c-h100-speed.json": {
         **SINCE_LAST_RUN,
+        **_SINCE_F72F66B,
         # flipped back after it on its probes ("flips"): select_shm at the paper's shape, the merge tiles
         "select_shm": 1,
         "merge_tiles": True,
@@ -235,6 +245,11 @@ RUN_BUILDS: dict[str, dict] = {
         "gate_folded": False,
         "delta_folded": False,
     },
+    # main at 301ad1f, all of _SINCE_F72F66B as shipped, the 16-bit dQ partials, the gate and delta
+    # folds (its records name their core's path, `nsa_core`, which modelcheck.core_flags reads); the
+    # core takes q as a leaf (autograd's sum); its probes' base build is the same
+    "2026-11-27-h100-speed.json": {**SINCE_LAST_RUN, "q_grad_fused": False},
+    "2026-11-27-h100-probe-queue.jsonl": {**SINCE_LAST_RUN, "q_grad_fused": False},
 }
 
 

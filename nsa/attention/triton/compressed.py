@@ -313,6 +313,15 @@ def _insert_of(c: dict) -> int:
     return c["select_insert"] if c["select_cut"] else 0
 
 
+def _tma_of(c: dict, dtype: torch.dtype, D: int, block_stride: int, sel_block: int) -> int:
+    """The selection's TMA constexpr: `select_tma` where the kernel can take its key tile as one bulk
+    copy (the CUT loop, one token group a program, 16-bit keys, head_dim a power of two >= 16, r = l'/d
+    unpadded: the tile is BJ * r whole rows of K, contiguous; the kernel asserts it)."""
+    ok = c["select_cut"] and not _pair_of(c) and dtype in (torch.bfloat16, torch.float16)
+    ok = ok and c["DP"] == D and c["RP"] == sel_block // block_stride
+    return c.get("select_tma", 0) if ok else 0
+
+
 def _one_warp_cap() -> int:
     """The selection's register cap at 1 warp a program (`_config` one_warp; ptxas .maxnreg), per
     triton: 168 on 3.6 (the GPU images'; what the H100 measured: 12 warps an SM, no spill at G 5/6/8 x
@@ -374,12 +383,22 @@ def _config(
     # The selection at 1 warp a program under a register cap at shm_split's scope on sm_90: on the H100
     # of 2026-11-26c (triton 3.6) it ran M7C 64k x 1 in 4.64 ms against 5.67 at the 2 warps shipped
     # before (1 warp uncapped 4.75; bench/gpu/2026-11-26c-h100-probe-queue.jsonl, the same process).
-    # Measured at 64k only. The cap: `_one_warp_cap`. Not on sm_80 (ampere_g8 keeps its 2 warps in
+    # Measured at 64k only then; the H100 of 2026-11-27 (bench/gpu/2026-11-27-h100-probe-queue.jsonl,
+    # step select_warps, the same process, with select_insert 2 shipped since): shipped 0.986 / 2.739 ms
+    # at M7C 8k x 8 / 32k x 2 (its variant 0.982 / 2.746), 1 warp uncapped 0.981 / 2.689, 2 warps
+    # uncapped 1.032 / 2.800, 4 tokens in halves at 2 warps capped 1.016 / 2.650 (within 3 % either
+    # way: kept), 4 warps 1.305 / 3.651. The cap:
+    # `_one_warp_cap`. Not on sm_80 (ampere_g8 keeps its 2 warps in
     # halves under 168 registers, which bench/a100_proxy.py priced; 1 warp there is unpriced).
     one_warp = shm_split and arch >= 90
     # The paper's shape on an H100/H200 (G 9-16, head_dim 65-128: 4 tokens a tile merged at once, 4
     # warps): the one- and two-key insertion under `_paper_insert_cap` (select_insert's comment).
     paper_insert = arch >= 90 and gpf == 16 and 64 < head_dim <= 128
+    # select_shm at the same scope (a = 2: the kernel asserts it), with the insertion, under its cap: the
+    # H100 of 2026-11-27 (triton 3.6) ran the paper's selection at 8k x 2 / 64k x 1 in 0.751 / 14.01 ms
+    # with it against 0.796 / 14.47 without (bench/gpu/2026-11-27-h100-probe-queue.jsonl, step
+    # select_shm, the same process; select_shm's comment).
+    paper_shm = paper_insert and a == 2
     sel_cap = (
         168 if ampere_g8 else _one_warp_cap() if one_warp else _paper_insert_cap() if paper_insert else 0
     )
@@ -392,7 +411,10 @@ def _config(
     # before on the proxy's word) and 15.06 with the 32-row tile the GPUs measured before
     # (bench/gpu/2026-11-26c-h100-probe-queue.jsonl, the same process). ptxas: no spill at G
     # 1/2/5/6/8/16 x D 96/128 on sm_90, triton 3.6 and 3.9 (bench/RESULTS.md "flips"). Both others
-    # are probe variants (bench/kernel_probe.py); sm_80 keeps the 32-row tile (no A100 data).
+    # are probe variants (bench/kernel_probe.py); sm_80 keeps the 32-row tile (no A100 data). Confirmed
+    # at 8k and 64k by the H100 of 2026-11-27: 2.35 / 39.88 ms at paper 8k x 2 / 64k x 1 against 2.54 /
+    # 44.21 at 1 stage and 2.73 / 57.93 with the 32-row tile (bench/gpu/2026-11-27-h100-probe-queue.jsonl,
+    # step stages_dq, the same process).
     warps = 8 if bt * gp >= 64 else 4
     bn_bwd = 64 if not big else 32
     # dK/dV: [BN, D] accumulators over query tiles of 64 rows x 32 keys (32 rows past head_dim 64: with
@@ -468,11 +490,15 @@ def _config(
         # measured the pair faster: 1.067 / 5.69 ms at M7C 8k x 8 / 64k x 1 against 1.196 / 6.80 without
         # either, 1.211 / 6.35 without select_shm (bench/gpu/2026-11-26c-h100-probe-since.jsonl); on
         # sm_80 at M7C's shape too, on bench/a100_proxy.py's word, unmeasured (`shm_split`; RESULTS
-        # "a100shm"). Not at 16 heads a token past head_dim 64 (the paper's shape), where it shipped on
-        # the proxy's word before: the same H100 ran the selection at 32k x 1 in 4.71 ms with it and
-        # 4.58 without (4.82-4.85 with it in the probe queue's processes; triton 3.6). sm_80 at the
-        # paper's shape is unpriced. 1 at the paper's shape is a probe variant (bench/kernel_probe.py).
-        "select_shm": 1 if shm_split else 0,
+        # "a100shm"). At 16 heads a token past head_dim 64 (the paper's shape) on sm_90 (`paper_shm`,
+        # the insertion's scope; the split stays off there): shipped on the proxy's word first, off
+        # after the H100 of 2026-11-26c ran the selection at 32k x 1 in 4.71 ms with it and 4.58
+        # without (before the insertion; "flips"), on again since the H100 of 2026-11-27 measured it
+        # faster beside select_insert 2 under the 168 cap: 0.751 / 14.01 ms at 8k x 2 / 64k x 1
+        # against 0.796 / 14.47 off (bench/gpu/2026-11-27-h100-probe-queue.jsonl, the same process;
+        # bench/RESULTS.md "selshm2"). sm_80 at the paper's shape is unpriced. 0 at the paper's
+        # shape (the build that run measured) is a probe variant (bench/kernel_probe.py).
+        "select_shm": 1 if shm_split or paper_shm else 0,
         # 1: `_cmp_select`'s CUT loop split (select_cut 1 only; the kernel asserts it): the key tiles
         # where every key is visible to every token of the program, every block a candidate and none
         # forced run without the key-range load mask, the visibility compares and selects and the
@@ -523,8 +549,20 @@ def _config(
         # 30 / 23 / 39 % of the tiles at 64k, 13 / 22 / 63 % at 32k, 0 / 4 / 96 % at 8k: 0.76 / 0.89 /
         # 1.05 / 1.10x the selection at 64k / 32k / 16k / 8k (`insert_factor`; the proxy's cycles
         # 0.78 / 0.91, 12 warps an SM either way).
+        # Measured since by the H100 of 2026-11-27 (bench/gpu/2026-11-27-h100-probe-queue.jsonl, step
+        # select_insert, the same process; ms, shipped vs 1 / 0): M7C 8k x 8 0.998 vs 0.966 / 0.980, 32k x 2
+        # 2.725 vs 2.702 / 2.721, 64k x 1 4.074 vs 4.181 / 4.537 (within 1-3 % at 8k-32k, 0.90x at 64k:
+        # kept); the paper's 8k x 2 0.799 vs 0.723 off and uncapped, 64k x 1 14.53 vs 17.28 (the model
+        # priced 1.05 / 0.76x, measured 1.10 / 0.84x: kept, the 64k target's length).
         # 0: every entering tile merged (the path the H100 of 2026-11-26c measured), 1: a probe variant each.
         "select_insert": 2 if one_warp or paper_insert else 0,
+        # 1: `_cmp_select`'s key tile as one bulk copy through a tensor descriptor (TMA, sm_90; `_tma_of`:
+        # the CUT loop unpaired, 16-bit keys, head_dim a power of two, r = l'/d unpadded) instead of a
+        # 64-bit pointer and a mask an element: at M7C's 1 warp on sm_90 (triton 3.6) `_load_k` is ~183-212
+        # of the loop's SASS a key tile (the pointers' arithmetic 97, the masked load 68); the tables are
+        # the same bit for bit (tests/.../test_compressed_select_tma.py). Unmeasured: a probe variant
+        # (bench/kernel_probe.py), off (bench/RESULTS.md "selshm2").
+        "select_tma": 0,
         # The selection kernel: its top-n merge is latency-bound, so fewer warps a program (more
         # programs per SM) ran it faster on an H200 (bench/kernel_probe.py, 2026-11-26): M7C at 64k
         # 39.1 / 20.2 / 13.3 ms with 8 / 4 / 2 warps (and 11.9 with 2 warps and 2 tokens a tile), the
@@ -594,8 +632,14 @@ def launch_select(
         )
         return
     pair = _pair_of(c)
+    tma = _tma_of(c, q.dtype, D, block_stride, sel_block)
+    if tma:  # the keys as a [B * Hkv * Nc, D] tensor descriptor, a key tile a block (`_load_k`)
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        keys = TensorDescriptor.from_tensor(kc.reshape(-1, D), [c["BJ"] * c["RP"], c["DP"]])
+        args = (q, keys, *args[2:])
     _cmp_select[(cdiv(T, c["bt_sel"] * (1 + pair)), B * Hkv)](
-        *args, BT=c["bt_sel"], SP=c["SP"], HALVES=c["halves_sel"], CUT=c["select_cut"], SHM=c["select_shm"], SPLIT=_split_of(c), PAIR=pair, INSERT=_insert_of(c), **geo, num_warps=c["warps_sel"],
+        *args, BT=c["bt_sel"], SP=c["SP"], HALVES=c["halves_sel"], CUT=c["select_cut"], SHM=c["select_shm"], SPLIT=_split_of(c), PAIR=pair, INSERT=_insert_of(c), TMA=tma, **geo, num_warps=c["warps_sel"],
         num_stages=2, **({"maxnreg": c["maxnreg_sel"]} if c["maxnreg_sel"] else {}),
     )  # fmt: skip
 
@@ -779,6 +823,12 @@ def gpucheck_specs(shape: GpuShape, arch: int) -> list[KernelSpec]:
         "INSERT": _insert_of(c),
         "LS": shape.sel_block,
     }
+    # select_tma: K a tensor descriptor of key-tile blocks (launch_select's, at 16-bit keys)
+    kdt = torch.float32 if dt == "fp32" else torch.bfloat16
+    sel_tma = _tma_of(c, kdt, shape.head_dim, shape.block_stride, shape.sel_block)
+    sel_const["TMA"] = sel_tma
+    if sel_tma:
+        sel_sig["K"] = f"tensordesc<{dt}[{c['BJ'] * c['RP']}, {c['DP']}]>"
     dq_sig = {
         "Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "Out": f"*{dt}", "DO": f"*{dt}", "LSE": "*fp32",
         "DELTA": "*fp32", "DQ": f"*{dt}", "T": "i32", "NC": "i32", "qk_scale": "fp32", "scale": "fp32",

@@ -259,21 +259,27 @@ def _interior_end(t0, n_tiles, BJ: tl.constexpr, R: tl.constexpr, L: tl.constexp
 
 @triton.jit
 def _load_k(K, kc, kc_ok, dcol, dmask, k0, NC, EDGE: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
-            R: tl.constexpr, RP: tl.constexpr):  # fmt: skip
+            R: tl.constexpr, RP: tl.constexpr, kt=0, TMA: tl.constexpr = 0):  # fmt: skip
     """The key tile of a CUT loop step (first key k0): EDGE 0 (an interior tile, SPLIT) without the
-    key-range load mask."""
-    kptr = K + (k0 + kc)[:, None] * D + dcol[None, :]
-    if EDGE:
-        kmask = kc < NC - k0
-        if R != RP:
-            kmask = kmask & kc_ok
-        k = tl.load(kptr, mask=kmask[:, None] & dmask[None, :], other=0.0)
-    elif R != RP:  # padded key columns alias the next block's keys, maybe past NC
-        k = tl.load(kptr, mask=kc_ok[:, None] & dmask[None, :], other=0.0)
-    elif D != DP:
-        k = tl.load(kptr, mask=dmask[None, :], other=0.0)
+    key-range load mask. TMA (select_tma): K is a tensor descriptor over the [B * Hkv * NC, D] keys,
+    the tile its rows kt + k0 on (kt = the sequence's first row), one bulk copy instead of a pointer and
+    a mask an element; rows past NC are the next sequence's keys (or zeros past the last), finite, and
+    only an EDGE tile reaches them, where visibility (key < NC) zeroes their p."""
+    if TMA:
+        k = K.load([kt + k0, 0])
     else:
-        k = tl.load(kptr)
+        kptr = K + (k0 + kc)[:, None] * D + dcol[None, :]
+        if EDGE:
+            kmask = kc < NC - k0
+            if R != RP:
+                kmask = kmask & kc_ok
+            k = tl.load(kptr, mask=kmask[:, None] & dmask[None, :], other=0.0)
+        elif R != RP:  # padded key columns alias the next block's keys, maybe past NC
+            k = tl.load(kptr, mask=kc_ok[:, None] & dmask[None, :], other=0.0)
+        elif D != DP:
+            k = tl.load(kptr, mask=dmask[None, :], other=0.0)
+        else:
+            k = tl.load(kptr)
     return k
 
 
@@ -327,12 +333,14 @@ def _cut_tile(K, q, lse, bound, kc, kc_ok, dcol, dmask, k0, j0, NC, qk_scale, jt
               top_bb, top_bj, prev, rot, EDGE: tl.constexpr, BT: tl.constexpr, GP: tl.constexpr,
               D: tl.constexpr, DP: tl.constexpr, BJ: tl.constexpr, RP: tl.constexpr, SP: tl.constexpr,
               W: tl.constexpr, HALVES: tl.constexpr, L: tl.constexpr, S: tl.constexpr, R: tl.constexpr, A: tl.constexpr,
-              TH: tl.constexpr, PREC: tl.constexpr, SHM: tl.constexpr, INS: tl.constexpr = 0):  # fmt: skip
+              TH: tl.constexpr, PREC: tl.constexpr, SHM: tl.constexpr, INS: tl.constexpr = 0, kt=0,
+              TMA: tl.constexpr = 0):  # fmt: skip
     """One key tile of `_cmp_select`'s CUT loop (first key k0, first block j0): the probabilities,
     Eq. 9's block scores and the top-n merges. EDGE 0 (an interior tile, SPLIT): no key-range load
     mask, no visibility compare or select (`lse` +inf on padded rows instead), no candidate or
-    forced keys; the same floats and merges. Returns the carried state, j0 one tile on."""
-    k = _load_k(K, kc, kc_ok, dcol, dmask, k0, NC, EDGE, D, DP, R, RP)
+    forced keys; the same floats and merges (TMA: the tile by `_load_k`'s bulk copy). Returns the
+    carried state, j0 one tile on."""
+    k = _load_k(K, kc, kc_ok, dcol, dmask, k0, NC, EDGE, D, DP, R, RP, kt, TMA)
     score, prev, rot = _tile_scores(k, q, lse, bound, kc, kc_ok, k0, qk_scale, prev, rot, EDGE, BT, GP, BJ, RP, SP,
                                     L, S, R, A, PREC, SHM)  # fmt: skip
     top_ab, top_aj, top_bb, top_bj = _tile_select(score, j0, jt_a, jt_b, top_ab, top_aj, top_bb, top_bj, EDGE, BT,
@@ -415,6 +423,7 @@ def _cmp_select(
     SPLIT: tl.constexpr = 0,
     PAIR: tl.constexpr = 0,
     INSERT: tl.constexpr = 0,
+    TMA: tl.constexpr = 0,
 ):
     """Block selection [Eq. 9-11] for BT tokens (all G heads of each as rows, padded to GP): per key
     tile of BJ selection blocks (r = l'/d keys each, padded to RP), the final probabilities from the
@@ -423,19 +432,23 @@ def _cmp_select(
     this tile and the previous one, carried) and merged into a running top-W per token [Eq. 11]
     (HALVES: the tile's tokens in two halves, one after the other, to bound the merge's registers;
     INSERT: a lone entering key inserted instead of merged, `_merge_or_insert`; PAIR: two groups of
-    BT tokens a program on one key tile load, `_cut_tile2`). No V, no accumulator."""
+    BT tokens a program on one key tile load, `_cut_tile2`; TMA: K a tensor descriptor, each key tile
+    one bulk copy, `_load_k`). No V, no accumulator."""
     A: tl.constexpr = L // S
     R: tl.constexpr = LS // S
     tl.static_assert(CUT >= SPLIT)  # SPLIT splits the CUT loop
     tl.static_assert(CUT >= PAIR)  # PAIR pairs the CUT loop's token groups
     tl.static_assert(CUT > 0 or INSERT == 0)  # INSERT: the CUT loop's merges (`_merge_or_insert`)
+    tl.static_assert(TMA == 0 or (CUT > 0 and PAIR == 0 and RP == LS // S and DP == D))  # `_load_k`
     BP: tl.constexpr = BT * (1 + PAIR)  # the program's tokens: PAIR: two groups of BT (`_cut_tile2`)
     BM: tl.constexpr = BP * GP
     pid_t = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     Q += bh * T * G * D
     LSE += bh * T * G
-    K += bh * NC * D
+    kt = (bh * NC).to(tl.int32)  # TMA: the sequence's first key row of the descriptor
+    if not TMA:
+        K += bh * NC * D
     IDX += bh * T * K_SEL
     VALID += bh * T * K_SEL
 
@@ -528,26 +541,26 @@ def _cmp_select(
                 top_ab, top_aj, top_bb, top_bj, prev, rot, j0 = _cut_tile(
                     K, q, lse, bound, kc, kc_ok, dcol, dmask, jb * (BJ * R), j0, NC, qk_scale, jt_a, jt_b,
                     top_ab, top_aj, top_bb, top_bj, prev, rot, 1, BT, GP, D, DP, BJ, RP, SP, W, HALVES, L, S, R,
-                    A, TH, PREC, SHM, INSERT,
+                    A, TH, PREC, SHM, INSERT, kt, TMA,
                 )  # fmt: skip
             for jb in range(1, lo):
                 top_ab, top_aj, top_bb, top_bj, prev, rot, j0 = _cut_tile(
                     K, q, lse_in, bound, kc, kc_ok, dcol, dmask, jb * (BJ * R), j0, NC, qk_scale, jt_a, jt_b,
                     top_ab, top_aj, top_bb, top_bj, prev, rot, 0, BT, GP, D, DP, BJ, RP, SP, W, HALVES, L, S, R,
-                    A, TH, PREC, SHM, INSERT,
+                    A, TH, PREC, SHM, INSERT, kt, TMA,
                 )  # fmt: skip
             for jb in range(lo, n_blk_tiles):
                 top_ab, top_aj, top_bb, top_bj, prev, rot, j0 = _cut_tile(
                     K, q, lse, bound, kc, kc_ok, dcol, dmask, jb * (BJ * R), j0, NC, qk_scale, jt_a, jt_b,
                     top_ab, top_aj, top_bb, top_bj, prev, rot, 1, BT, GP, D, DP, BJ, RP, SP, W, HALVES, L, S, R,
-                    A, TH, PREC, SHM, INSERT,
+                    A, TH, PREC, SHM, INSERT, kt, TMA,
                 )  # fmt: skip
         else:
             for jb in range(0, n_blk_tiles):
                 top_ab, top_aj, top_bb, top_bj, prev, rot, j0 = _cut_tile(
                     K, q, lse, bound, kc, kc_ok, dcol, dmask, jb * (BJ * R), j0, NC, qk_scale, jt_a, jt_b,
                     top_ab, top_aj, top_bb, top_bj, prev, rot, 1, BT, GP, D, DP, BJ, RP, SP, W, HALVES, L, S, R,
-                    A, TH, PREC, SHM, INSERT,
+                    A, TH, PREC, SHM, INSERT, kt, TMA,
                 )  # fmt: skip
     else:  # the measured path (select_cut 0)
         for jb in range(0, n_blk_tiles):

@@ -33,7 +33,9 @@ import nsa.attention.triton.window  # noqa: F401
 
 # The gates folded into the lse (this module's node); False: the branch ops' own autograd and the
 # gate mix writing three g * dO copies, the path every GPU run measured (a probe switch: read at each
-# call, bench/kernel_probe.py --only gate).
+# call, bench/kernel_probe.py --only gate). The H100 of 2026-11-27 at 64k x 1, forward+backward (step
+# gate_fold, bench/gpu/2026-11-27-h100-probe-queue.jsonl, the same process): M7C 17.77 ms against 18.05
+# unfolded and 18.25 with FOLD_DELTA off; the paper shape 150.90 against 150.35 / 151.34 (within 0.4 %).
 FOLD_GATE = True
 # The branches' delta written once by the fold kernel and passed to their backward ops (module
 # docstring); False: each branch backward forms its own from its O, the path every GPU run measured

@@ -180,7 +180,9 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # the same process); the same 8 resident warps an SM and 16-21 % fewer SASS a FLOP
         # (bench/tiles_d128.py). ptxas: no spill on sm_90 at G 1/2/5/6/8/16 x D 96/128, triton 3.6 and
         # 3.9 (bench/RESULTS.md "flips"). Not on sm_80 (no A100 data; 48-80 B spilled at G 6 x D 96
-        # there). The 32 rows at 4 warps are a probe variant (bench/kernel_probe.py).
+        # there). The 32 rows at 4 warps are a probe variant (bench/kernel_probe.py). Confirmed at the
+        # length between by the H100 of 2026-11-27: paper 32k x 1 forward+backward 30.99 ms against
+        # 32.44 (bench/gpu/2026-11-27-h100-probe-queue.jsonl, step d128_sel, the same process).
         "BR": 128 if DP > 64 and arch >= 90 else 32 if DP > 64 else 64,
         # The query-major dQ kernels (the token tiles' and the any-table one): 2 warps where tok_pipe ships.
         # At 1 warp (token tiles: no dS / P conversion through shared memory, no cross-warp row
@@ -307,7 +309,9 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # 6.49 against 6.93 / 6.59 in the same processes; bench/gpu/2026-11-26c-h100-probe-*.jsonl):
         # no gain anywhere, where they had shipped on a price the H100 did not bear out (the forward
         # merge at the dQ merge's 1.32x its datasheet DRAM time; its fit on the run: 1.74x). No A100
-        # data either way. True is a bench/kernel_probe.py variant (gpucheck compiles both).
+        # data either way. True is a bench/kernel_probe.py variant (gpucheck compiles both). The H100 of
+        # 2026-11-27 again, forward+backward: loops 6.11 / 6.42 ms against tiles 6.52 / 6.45 at M7C 8k x 8 /
+        # 64k x 1 (bench/gpu/2026-11-27-h100-probe-queue.jsonl, step merge_tiles, the same process).
         "merge_tiles": False,
         # Their (entry, chunk) loads unrolled MU at a time (a step's loads in flight together; the
         # steps in a loop), the partials addressed by int32 offsets from a scalar pointer: ptxas, G
@@ -330,7 +334,11 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # the H100 of 2026-11-26c's 8k x 8 / 16k x 4 points) prices NSA/FA2 at M7C 8k x 1 on an H100
         # 1.229 -> 1.071 (A100 1.732 -> 1.595), 16k 0.630 -> 0.614, 32k / 64k unchanged; 256 / 1024
         # (S 1024 / 256) price 1.098 / 1.104 at 8k (bench/attention_model.py `ours(seg_target=...)`;
-        # bench/RESULTS.md "selkeys" has the two swapped, "review1" corrects). Unmeasured. A pair's
+        # bench/RESULTS.md "selkeys" has the two swapped, "review1" corrects). Measured since by the H100
+        # of 2026-11-27 (bench/gpu/2026-11-27-h100-probe-queue.jsonl, step seg_target, the same process):
+        # M7C 8k x 1 forward 0.70 ms / forward+backward 1.46 against 0.89 / 1.68 at T/4 alone, 16k x 1
+        # 1.09 / 2.09 against 1.10 / 2.13, 8k x 8 (the same S, the control) 2.89 / 6.21 against 2.88 /
+        # 6.13. A pair's
         # partials are the same computation at another row of another tile, dK/dV sums its segments'
         # fp32 partials in other groupings: equal to rounding (interpreter test). G > 8 (the query-major
         # dK/dV) keeps T/4: its price has no schedule.

@@ -42,6 +42,7 @@ FROM_CONFIG = {
     "select_split": _cmp("select_split"),
     "select_pair": _cmp("select_pair"),
     "select_insert": _cmp("select_insert"),
+    "select_tma": _cmp("select_tma"),
     "warps_cmp_dkv": _cmp("warps_dkv"),
     "tp": _sel("TP"),
     "warps_tok": _sel("warps_tok"),

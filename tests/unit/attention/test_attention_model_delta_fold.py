@@ -51,7 +51,9 @@ def test_the_fold_moves_exactly_the_delta_bytes_and_launch() -> None:
 def test_every_measured_build_keeps_each_branch_delta() -> None:
     s = m.SHAPES["m7c"]
     unfolded = _bytes(8192, s, delta_folded=False)
-    for build in (*m.RUN_BUILDS.values(), m.WHAT_IF["delta_unfolded"]):
+    # (the runs before 2026-11-27: that H100's speed core ran the folds, its records say so, nsa_core)
+    before = [b for r, b in m.RUN_BUILDS.items() if not r.startswith("2026-11-27")]
+    for build in (*before, m.WHAT_IF["delta_unfolded"]):
         assert _bytes(8192, s, **build) == _bytes(8192, s, **{**build, "delta_folded": False}), build
     assert "sel_bwd_delta" in unfolded
     # the 2026-11-26c H100 gate probe measured the fold (fold_delta, 10.28 ms vs 10.28 at m7c 8k x 8)

@@ -3,7 +3,7 @@
 register cap (`@w1`), select_shm off at the paper's shape, the compressed dQ past head_dim 64 at 2
 stages (`@s2_d128`), the query-major selected dK/dV past head_dim 64 at 128 rows and 8 warps
 (`@br128`), the key-major merges' loops (merge_tiles off). Each new tag's CONFIG_FACTOR is the ratio
-the probe measured against the kind that run measured; SINCE_LAST_RUN takes each flipped switch at
+the probe measured against the kind that run measured; RUN_BUILDS takes each flipped switch at
 that run's value. Pure arithmetic on the recorded probe rows."""
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ m = modelcheck.load_model()
 GPU_DIR = Path(__file__).resolve().parents[3] / "bench" / "gpu"
 
 
-def _rows() -> list[dict]:
+def _rows(*names: str) -> list[dict]:
     rows = []
-    for name in ("2026-11-26c-h100-probe-queue.jsonl", "2026-11-26c-h100-probe-since.jsonl"):
+    for name in names or ("2026-11-26c-h100-probe-queue.jsonl", "2026-11-26c-h100-probe-since.jsonl"):
         rows += [json.loads(line) for line in (GPU_DIR / name).read_text().splitlines() if line.strip()]
     return rows
 
@@ -53,7 +53,7 @@ def test_the_configs_ship_the_flips_on_sm90_only_where_measured():
     )
     assert (m7c80["warps_sel"], m7c80["maxnreg_sel"]) == (2, 168)  # sm_80's own capped 2 warps
     assert compressed._config(6, 32, 16, 32, 16, 64, 90)["warps_sel"] == 2  # head_dim 32: not shm_split's
-    assert (paper["warps_sel"], paper["maxnreg_sel"], paper["select_shm"]) == (4, 0, 0)
+    assert (paper["warps_sel"], paper["maxnreg_sel"] in (0, 168), paper["select_shm"]) == (4, True, 1)
     assert (paper["BT"] * paper["GP"], paper["warps"], paper["stages_dq"]) == (128, 8, 2)
     assert paper80["stages_dq"] == 2 and paper80["BT"] * paper80["GP"] == 32
     s90, s80 = (selected._config(16, 128, 64, arch=a) for a in (90, 80))
@@ -78,10 +78,22 @@ def test_the_new_tags_are_the_probes_ratios():
     capped = _ms("cmp_fwd", "m7c", 65536, {"kernel": "select", "warps_sel": 1, "maxnreg_sel": 168})
     assert capped == [4.6404] and 5.665 in shipped
     assert f["cmp_sel32@w1"] / f["cmp_sel32@w2"] == pytest.approx(capped[0] / 5.665)
-    # select_shm at the paper's shape: on / off in the same process
+    # select_shm at the paper's shape: on / off in the same process (2026-11-26c, without the insertion)
     off = _ms("cmp_fwd", "paper", 32768, {"kernel": "select", "shape": "paper", "select_shm": 0})
     assert off == [4.5781] and 4.709 in _ms("cmp_fwd", "paper", 32768, {"kernel": "select"})
-    assert f["cmp_sel32@shm_d128"] == pytest.approx(4.709 / off[0]) and f["cmp_sel32@shm_d128"] > 1
+    # on since the 2026-11-27 H100's probe beside the insertion: its on / off ratio, 8k x 2 and 64k x 1
+    ratios = []
+    for T, B in ((8192, 2), (65536, 1)):
+        rows = [r for r in _rows("2026-11-27-h100-probe-queue.jsonl") if r["step"] == "select_shm"]
+        rows = [r for r in rows if (r["shape"], r["T"], r["B"]) == ("paper", T, B)]
+        shipped = [r["ms"] for r in rows if r["variant"] == {"kernel": "select"}]
+        on = [
+            r["ms"] for r in rows if r["variant"] == {"kernel": "select", "shape": "paper", "select_shm": 1}
+        ]
+        assert len(shipped) == len(on) == 1 and on[0] < shipped[0]
+        ratios.append(on[0] / shipped[0])
+    assert f["cmp_sel32@shm_d128"] == pytest.approx(math.sqrt(ratios[0] * ratios[1]))
+    assert 0.94 < f["cmp_sel32@shm_d128"] < 0.97
     # the compressed backward at 2 stages: 10.46 / 11.57 ms, all of it dQ's
     two = _ms("cmp_bwd", "paper", 32768, {"shape": "paper", "BT": "rows:128", "warps": 8, "stages_dq": 2})
     assert two == [10.4618] and 11.5659 in _ms("cmp_bwd", "paper", 32768, {})
@@ -98,7 +110,8 @@ def test_the_new_tags_are_the_probes_ratios():
 def test_the_model_tags_the_shipped_kinds_and_prices_them_by_the_factor():
     m7c, paper = _kinds(65536, "m7c"), _kinds(65536, "paper")
     assert m7c["cmp_select"] == "cmp_sel32@w1@bt2@h2@cut@shm@split"
-    assert paper["cmp_select"] == "cmp_sel32@w4@bt4@cut_d128"  # select_shm off
+    assert paper["cmp_select"] == "cmp_sel32@w4@bt4@cut_d128@shm_d128"  # select_shm on since 2026-11-27
+    assert _kinds(65536, "paper", paper_shm=False)["cmp_select"] == "cmp_sel32@w4@bt4@cut_d128"
     assert paper["cmp_bwd_dq"] == "cmp_dq@128@wg_d128@s2_d128"
     assert paper["sel_bwd_dkdv"] == "sel_dkdv@128@br128"
     assert (m7c["sel_fwd_merge"], m7c["sel_bwd_dq_merge"]) == ("sel_fwd_merge", "sel_dq_merge")
@@ -107,7 +120,7 @@ def test_the_model_tags_the_shipped_kinds_and_prices_them_by_the_factor():
     assert (a100["cmp_bwd_dq"], a100["sel_bwd_dkdv"]) == ("cmp_dq@128", "sel_dkdv@128")
     assert _kinds(65536, "m7c", "A100")["cmp_select"] == "cmp_sel32@w2@h2"
     # each switch at the 2026-11-26c run's value: the kind that run measured
-    before = {**m.SINCE_LAST_RUN}
+    before = {**m.RUN_BUILDS["2026-11-26c-h100-speed.json"]}
     assert {k: before[k] for k in ("select_one_warp", "cmp_dq_stages2", "dkdv_rows128")} == dict.fromkeys(
         ("select_one_warp", "cmp_dq_stages2", "dkdv_rows128"), False
     )

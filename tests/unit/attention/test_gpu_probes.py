@@ -28,20 +28,14 @@ def _queue(tmp_path) -> list[tuple[str, int, list[str]]]:
 def test_every_step_of_the_queue_runs_real_variants_beside_the_baseline(tmp_path, capsys):
     probe = load_bench("kernel_probe")
     queue = _queue(tmp_path)
-    # what the 2026-11-26c H100 left unmeasured: the flips at the shapes their probe did not cover, the
-    # ones shipped on one shape's number first; then the gate fold at 64k and the merges' confirmation
-    # (first: the two settings shipped unmeasured this session, the B = 1 segments and the selection's insertion)
+    # what the 2026-11-27 H100 left unmeasured: the M7C selection's bulk-copied key tile (built for the
+    # 64k target), the paper shape's select_shm flip at 32k, its split loop; then the training steps' host time
     assert [n for n, _, _ in queue] == [
-        "seg_target",
-        "select_insert",
-        "select_warps",
-        "stages_dq",
+        "select_tma",
         "select_shm",
-        "d128_sel",
+        "select_split",
         "step_host_nsa",
         "step_host_dense",
-        "gate_fold",
-        "merge_tiles",
         "step_host_cudagraphs",
     ]
     # limits from that H100's 10-22 s a step, upper bounds: the steps run in this order until --budget

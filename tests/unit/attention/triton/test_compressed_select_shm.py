@@ -65,25 +65,28 @@ def test_no_gather_neighbours_give_eagers_tables_ties_included(monkeypatch, zero
     assert len(free) == n - 3 and (zero != "q" or free == sorted(free, reverse=True))
 
 
-def test_the_switch_ships_at_m7c_shapes_only_and_only_at_a_2():
+def test_the_switch_ships_at_m7c_shapes_and_the_papers_on_sm90_only_at_a_2():
     """At M7C's shape with select_split: on sm_90 ("shmsplit", measured faster by the H100 of
-    2026-11-26c) and on sm_80 ("a100shm", the proxy's word); off at the paper's shape since that H100
-    measured it slower there (it had shipped on the proxy's word, "shmpaper"); off at head_dim 32 and
-    where a != 2 (the kernel asserts a = 2)."""
+    2026-11-26c) and on sm_80 ("a100shm", the proxy's word); at the paper's shape on sm_90 alone (with
+    the insertion, no split: the H100 of 2026-11-27 measured it faster there, "selshm2"; off on sm_80,
+    unpriced); off at head_dim 32 and where a != 2 (the kernel asserts a = 2)."""
     for arch in (80, 90):
         assert tri._config(6, 64, 16, 32, 16, 64, arch)["select_shm"] == 1
         assert tri._config(6, 32, 16, 32, 16, 64, arch)["select_shm"] == 0
         assert tri._config(6, 64, 16, 48, 16, 64, arch)["select_shm"] == 0  # a = 3
-        assert tri._config(16, 128, 16, 32, 16, 64, arch)["select_shm"] == 0
         assert tri._config(16, 128, 16, 48, 16, 64, arch)["select_shm"] == 0  # a = 3
+    paper = tri._config(16, 128, 16, 32, 16, 64, 90)
+    assert (paper["select_shm"], paper["select_split"], paper["select_insert"]) == (1, 0, 2)
+    assert tri._config(12, 96, 16, 32, 16, 64, 90)["select_shm"] == 1  # padded to 16 heads, head_dim 65-128
+    assert tri._config(16, 128, 16, 32, 16, 64, 80)["select_shm"] == 0
 
 
 def test_the_probe_times_the_switch_beside_the_baseline(capsys):
-    """bench/kernel_probe.py's selection variants with select_shm off (M7C) and on (the paper's shape)
+    """bench/kernel_probe.py's selection variants with select_shm off (M7C and the paper's shape)
     resolve to a change of the launch (a dry run: no GPU), so the next GPU session measures it."""
     probe = load_bench("kernel_probe")
     assert {"kernel": "select", "shape": "m7c", "select_split": 0} in probe.CMP_VARIANTS
-    assert {"kernel": "select", "shape": "paper", "select_shm": 1} in probe.CMP_VARIANTS
+    assert {"kernel": "select", "shape": "paper", "select_shm": 0} in probe.CMP_VARIANTS
     args = [
         "--only",
         "cmp_fwd",
@@ -98,4 +101,4 @@ def test_the_probe_times_the_switch_beside_the_baseline(capsys):
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert any(r["changes"] == {} for r in rows)
     assert any(r["shape"] == "m7c" and r["changes"].get("select_shm") == 0 for r in rows)
-    assert any(r["shape"] == "paper" and r["changes"].get("select_shm") == 1 for r in rows)
+    assert any(r["shape"] == "paper" and r["changes"].get("select_shm") == 0 for r in rows)
