@@ -27,15 +27,13 @@ leg_pid=$!
 trap '[ -z "$leg_pid" ] || kill -- -"$leg_pid" 2>/dev/null || true' EXIT
 # Ctrl-C (pytest then exits by itself) or a TERM ends the whole run, the leg included, at once.
 trap 'echo "test: interrupted; the triton leg stopped too" >&2; exit 130' INT TERM
-# Three worker processes (pytest-xdist) on CI's two cores, each test file whole on one of them, in
-# collection order (--dist loadfile: a file's module-scoped fixtures are built once, as in a serial
-# run; --no-loadscope-reorder: the long end-to-end files first, the many short unit files fill in at
-# the end). Most end-to-end time is spent waiting on subprocesses (sshd, tmux, torchrun's gloo
-# rendezvous, TensorBoard): with two workers the idle fresh-clone CI kept only 1.4 of its 2 cores busy
-# (pytest 19m41s at 4c5c86f), so a third worker fills the idle 0.6 core; the e2e and dashboard tiers
-# passed twice under -n 3 on the shared 2-core VM at load 4-10 (bench/RESULTS.md "citime: three
-# workers"). Each worker's torch runs one intra-op thread (tests/conftest.py).
-.venv/bin/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder || rc=$?
+# Two worker processes (pytest-xdist), each test file whole on one of them, in collection order
+# (--dist loadfile: a file's module-scoped fixtures are built once, as in a serial run;
+# --no-loadscope-reorder: the long end-to-end files first, the many short unit files fill in at the
+# end). Most end-to-end time is spent waiting on subprocesses, so a second worker fits on two cores
+# (bench/RESULTS.md "The test suite in two workers"). Each worker's torch runs one intra-op thread
+# (tests/conftest.py).
+.venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder || rc=$?
 leg_rc=0
 wait "$leg_pid" || leg_rc=$?
 leg_pid=""

@@ -19,7 +19,7 @@ from tests.fixtures.tmux import TmuxUnavailable, private_tmux_server
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
-# In a pytest-xdist worker (scripts/test.sh runs three), one torch intra-op thread: torch's default of
+# In a pytest-xdist worker (scripts/test.sh runs two), one torch intra-op thread: torch's default of
 # one per core puts two OpenMP teams on the same cores, and a team whose thread is descheduled makes
 # every parallel op wait. On a busy 2-core VM a gradcheck of tiny tensors took 122 s with two threads
 # and 7-12 s with one (bench/RESULTS.md "The test suite in two workers"). Set before any test imports
