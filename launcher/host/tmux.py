@@ -87,9 +87,12 @@ def train_pane_pid(req: dict[str, Any], run: str, node: int = 0) -> int | None:
     # wrapper, and called a run "failed" in the moment between torchrun's exit and the wrapper
     # writing exit_code.
     fmt = "#{pane_pid} #{pane_dead} #{window_name}"
+    # `=NAME:`, not `=NAME`: list-panes -s reads its target as a window, and tmux 3.3a resolved a bare
+    # `=nsa-reuse` to the session `nsa-reuse2` when no `nsa-reuse` existed, so `kill --run reuse` after
+    # reuse had finished stopped the live run reuse2 (found by tests/e2e/test_host_env.py, 2026-11-27).
     try:
         out = _tmux(
-            req, "list-panes", "-s", "-t", "=" + session_name(run, node), "-F", fmt, check=False
+            req, "list-panes", "-s", "-t", f"={session_name(run, node)}:", "-F", fmt, check=False
         ).stdout
     except TmuxError:
         return None

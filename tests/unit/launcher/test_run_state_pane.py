@@ -50,3 +50,17 @@ def test_a_live_wrapper_without_its_exit_code_is_running_in_any_locale(
         assert state.run_status(req, time.time())["state"] == "finished"
     finally:
         tmux.end_sessions(req, tmux.session_name(run))
+
+
+def test_a_run_never_sees_the_pane_of_a_run_whose_name_extends_its_own(tmux_server, tmp_path):
+    """`kill --run reuse` after reuse finished looked up the pane of `nsa-reuse`, and tmux answered with
+    the live `nsa-reuse2`'s: the kill stopped the other run (tests/e2e/test_host_env.py, where it cost
+    15 s, 2026-11-27)."""
+    req = {"tmux_socket": tmux_server.socket_name}
+    pane = tmux.start_session(req, tmux.session_name("reuse2"), "exec sleep 30", str(tmp_path))
+    try:
+        assert tmux.train_pane_pid(req, "reuse2") == pane
+        assert tmux.train_pane_pid(req, "reuse") is None
+        assert tmux.train_pane_pid(req, "reuse2", node=1) is None
+    finally:
+        tmux.end_sessions(req, tmux.session_name("reuse2"))
