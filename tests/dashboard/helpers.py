@@ -22,6 +22,16 @@ async def wait_for(pilot, cond: Callable[[], bool], timeout: float = 10.0, what:
         await pilot.pause(0.02)
 
 
+async def select_run(pilot, app, run: str) -> None:
+    """After the first status poll, move the runs table's cursor to `run` and wait until it is selected."""
+    from launcher.dashboard.widgets.runs_table import RunsTable
+
+    await wait_for(pilot, lambda: app.main.polls >= 1, what="first status poll")
+    table = app.main.query_one(RunsTable)
+    table.move_cursor(row=table.get_row_index(run))
+    await wait_for(pilot, lambda: app.main.selected == run, what=f"selection of {run}")
+
+
 def notifications(app) -> list[str]:
     return [n.message for n in app._notifications]
 

@@ -15,21 +15,14 @@ from launcher.dashboard.screens.gpu_procs import GpuProcsScreen
 from launcher.dashboard.widgets.events_list import EventsList
 from launcher.dashboard.widgets.metric_chart import MetricChart
 from launcher.dashboard.widgets.runs_table import RunsTable
-from tests.dashboard.helpers import RECORDED_NOW, RECORDING, notifications, plain, wait_for
+from tests.dashboard.helpers import RECORDED_NOW, RECORDING, notifications, plain, select_run, wait_for
 
 GLOO_ERROR = "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer"
 
 
-async def _select(pilot, app, run: str) -> None:
-    await wait_for(pilot, lambda: app.main.polls >= 1, what="first status poll")
-    table = app.main.query_one(RunsTable)
-    table.move_cursor(row=table.get_row_index(run))
-    await wait_for(pilot, lambda: app.main.selected == run, what=f"selection of {run}")
-
-
 async def test_g_lists_gpu_processes_and_x_kills_the_stray_one(app, backend):
     async with app.run_test(size=(160, 48)) as pilot:
-        await _select(pilot, app, "m7c-2xa100")
+        await select_run(pilot, app, "m7c-2xa100")
         assert "SYNTHETIC" in str(app.main.query_one(RunsTable).get_cell("m7c-2xa100", "run"))
         await pilot.press("g")
         await wait_for(pilot, lambda: isinstance(app.screen, GpuProcsScreen), what="the GPU process view")
@@ -59,7 +52,7 @@ async def test_g_lists_gpu_processes_and_x_kills_the_stray_one(app, backend):
 
 async def test_g_on_a_cpu_host_says_there_is_no_nvml(app, backend):
     async with app.run_test(size=(160, 48)) as pilot:
-        await _select(pilot, app, "tiny-cpu-120")
+        await select_run(pilot, app, "tiny-cpu-120")
         await pilot.press("g")
         await wait_for(pilot, lambda: isinstance(app.screen, GpuProcsScreen), what="the view")
         await wait_for(pilot, lambda: app.screen.polls >= 1, what="the answer")
@@ -73,7 +66,7 @@ async def test_palette_screenshot_is_saved(backend, tmp_path):
     shots = tmp_path / "shots"  # does not exist yet: the app makes it
     app = make_app(backend, refresh_s=0.1, clock=lambda: RECORDED_NOW, screenshot_dir=shots)
     async with app.run_test(size=(120, 40)) as pilot:
-        await _select(pilot, app, "tiny-cpu-120")
+        await select_run(pilot, app, "tiny-cpu-120")
         await pilot.press("ctrl+p")
         await pilot.pause(0.2)
         await pilot.press(*"screenshot")
@@ -97,7 +90,7 @@ async def test_gloo_error_text_in_alerts_and_tables_is_shown_verbatim(tmp_path):
     backend = RecordedBackend(tmp_path)
     app = make_app(backend, refresh_s=0.1, clock=lambda: RECORDED_NOW)
     async with app.run_test(size=(160, 48)) as pilot:
-        await _select(pilot, app, "m7c-2xa100")
+        await select_run(pilot, app, "m7c-2xa100")
         backend.advance()
         await wait_for(pilot, lambda: any(GLOO_ERROR in m for m in notifications(app)), what="the alert")
         await pilot.pause(0.2)
@@ -108,7 +101,7 @@ async def test_gloo_error_text_in_alerts_and_tables_is_shown_verbatim(tmp_path):
 
 async def test_events_are_human_and_chart_steps_are_integers(app):
     async with app.run_test(size=(160, 48)) as pilot:
-        await _select(pilot, app, "tiny-cpu-120")
+        await select_run(pilot, app, "tiny-cpu-120")
         events = plain(app.main.query_one(EventsList))
         assert "loss=3.08" in events and "3.0797014236450195" not in events  # eval, step 120
         assert "path=checkpoints/step-00000120 seconds=100ms" in events  # recorded: "seconds": 0.1

@@ -5,23 +5,15 @@ closed when the status says the run ended (reopened if it lives on, e.g. restart
 
 from __future__ import annotations
 
-from launcher.dashboard.widgets.runs_table import RunsTable
 from launcher.dashboard.widgets.summary_bar import SummaryBar
-from tests.dashboard.helpers import notifications, plain, wait_for
+from tests.dashboard.helpers import notifications, plain, select_run, wait_for
 
 RUN = "m7c-2xa100"
 
 
-async def _select(pilot, app) -> None:
-    await wait_for(pilot, lambda: app.main.polls >= 1, what="first status poll")
-    table = app.main.query_one(RunsTable)
-    table.move_cursor(row=table.get_row_index(RUN))
-    await wait_for(pilot, lambda: app.main.selected == RUN, what=f"selection of {RUN}")
-
-
 async def test_a_refused_reopen_is_said_once_and_the_status_closes_the_tunnel(app, backend):
     async with app.run_test(size=(160, 48)) as pilot:
-        await _select(pilot, app)
+        await select_run(pilot, app, RUN)
         await pilot.press("t")
         await wait_for(pilot, lambda: RUN in app.main.tunnels, what="tunnel open")
         url = app.main.tunnels[RUN].url
@@ -60,7 +52,7 @@ async def test_a_run_restarted_from_outside_gets_its_tunnel_back_after_the_refus
 
     monkeypatch.setattr(backend, "snapshot", slow_status)
     async with app.run_test(size=(160, 48)) as pilot:
-        await _select(pilot, app)
+        await select_run(pilot, app, RUN)
         await pilot.press("t")
         await wait_for(pilot, lambda: RUN in app.main.tunnels, what="tunnel open")
         first = app.main.tunnels[RUN]
