@@ -574,7 +574,7 @@ def _config(
         # Shipped at M7C's 1 warp on sm_90 (one_warp; `_tma_of` decides per launch) since the H100 of
         # 2026-11-27 (triton 3.6) ran M7C's selection at 64k x 1 in 3.852 ms with it against 4.146
         # without (0.929x; bench/gpu/2026-11-27b-h100-probe-select.jsonl, the same process). Unmeasured
-        # at 8k x 8 and at the paper's shape (off there: 4 warps, unbuilt for TMA's price). 0: the
+        # at 8k x 8; off at the paper's shape (4 warps a program there: unmeasured, unpriced). 0: the
         # pointer loads that run measured, a probe variant (bench/kernel_probe.py).
         "select_tma": 1 if one_warp else 0,
         # The selection kernel: its top-n merge is latency-bound, so fewer warps a program (more
