@@ -281,9 +281,13 @@ WHAT_IF = {
     # warp and the paper's 4 tokens at once on sm_90 on its SASS and the GPU runs' inputs' entry counts:
     # counts.insert_factor)
     "select_insert_off": {"select_insert": 0},
-    # the selection's key tile as one bulk copy through a tensor descriptor (compressed.py `_config`
-    # select_tma, not shipped: unmeasured; sm_90 at head_dim <= 64): CONFIG_FACTOR "cmp_sel32@tma"
-    "select_tma": {"select_tma": 1},
+    # the selection's key tile by pointer loads, as every suite run measured it (compressed.py `_config`
+    # select_tma, shipped at M7C's 1 warp on sm_90 since the H100 of 2026-11-27 measured it 0.929x at 64k):
+    # CONFIG_FACTOR "cmp_sel32@tma"
+    "select_tma_off": {"select_tma": 0},
+    # the paper shape's selection without its split loop, as every suite run measured it (select_split on
+    # there on sm_90 since the same call measured it 0.908x at 64k): CONFIG_FACTOR "cmp_sel32@split_d128"
+    "paper_split_off": {"paper_split": False},
     # q's three branch gradients summed by autograd (two adds in q's dtype) and rotated back apart, as every
     # GPU run measured them (q_grad_fused shipped unmeasured, the 2026-11-26c rope probe measured it: priced
     # by its DRAM bytes)

@@ -136,12 +136,14 @@ CMP_VARIANTS = [
     # the paper's shape select_shm (shipped there on the proxy's word) measured slower: 4.71 ms against
     # 4.58 off at 32k x 1 (before the insertion); off after it, the H100 of 2026-11-27 measured it on
     # faster beside select_insert 2 (0.751 / 14.01 ms against 0.796 / 14.47 at 8k x 2 / 64k x 1): on
-    # since, off (that run's build) is the variant.
+    # since, off (that run's build) is the variant. select_split at the paper's shape (beside select_shm
+    # and the insertion): the H100 of 2026-11-27 ran it 12.73 ms against 14.02 without at 64k x 1
+    # (bench/gpu/2026-11-27b-h100-probe-select.jsonl): on since, off (that run's build) is the variant.
     {"kernel": "select", "shape": "m7c", "select_shm": 0, "select_split": 0},
     {"kernel": "select", "shape": "m7c", "select_split": 0},
     {"kernel": "select", "shape": "m7c", "select_shm": 0},
     {"kernel": "select", "shape": "paper", "select_shm": 0},
-    {"kernel": "select", "shape": "paper", "select_split": 1},
+    {"kernel": "select", "shape": "paper", "select_split": 0},
     # Two token groups of 2 a program at M7C's 1 warp (select_pair; the same tables; without select_insert,
     # beside which it spills 32 B under the cap, as priced): one key tile
     # load and one QK product for 4 tokens, half the L2 reads (17.4 -> 8.7 GB at 64k x 1), 0.91 / 0.88x
@@ -160,10 +162,12 @@ CMP_VARIANTS = [
     # model's price 0.76 / 0.89x the selection at 64k / 32k, 1.10x at 8k; RESULTS "paperins"): off and
     # uncapped, the build the H100 of 2026-11-26c measured (select_shm on, as shipped again since).
     {"kernel": "select", "shape": "paper", "select_insert": 0, "maxnreg_sel": 0},
-    # M7C's key tile as one bulk copy through a tensor descriptor (select_tma; the same tables, unmeasured):
-    # the kernel's sm_90 SASS 7,648 against 8,123 and 126 registers against the 168 cap (16 warps an SM
-    # instead of 12) on triton 3.6; the model prices the SASS alone, 0.94x (RESULTS "selshm2").
-    {"kernel": "select", "shape": "m7c", "select_tma": 1},
+    # M7C's key tile as one bulk copy through a tensor descriptor (select_tma; the same tables): the
+    # kernel's sm_90 SASS 7,648 against 8,123 and 126 registers against the 168 cap (16 warps an SM
+    # instead of 12) on triton 3.6 (RESULTS "selshm2"); the H100 of 2026-11-27 ran it 3.852 ms against
+    # 4.146 with the pointer loads at M7C 64k x 1 (bench/gpu/2026-11-27b-h100-probe-select.jsonl): shipped
+    # at M7C's 1 warp on sm_90 since, the pointer loads (that run's build) are the variant.
+    {"kernel": "select", "shape": "m7c", "select_tma": 0},
 ]
 
 # The compressed backward (dQ, dK/dV, the partial sum): keys of compressed._config; "x2" doubles one.

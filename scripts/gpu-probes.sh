@@ -36,18 +36,20 @@ fi
 QUEUE=(
   # Every step of the previous queue was measured on the H100 of 2026-11-27 (bench/gpu/2026-11-27-h100-
   # probe-queue.jsonl): every shipped setting kept, select_shm flipped on at the paper shape (bench/RESULTS.md
-  # "selshm2"). What is left, most wanted first: the lever built for M7C's 64k target (17.65 ms for 15.66;
-  # the selection its largest kernel, 4.10 ms), the flip at the length its probe did not cover, and the
-  # paper shape's split loop beside it (64k: 152.2 ms for 151.0). Limits: that H100 took 10-22 s a step.
-  # The M7C selection's key tile as one bulk copy through a tensor descriptor (select_tma, a probe variant:
-  # 7,648 SASS for 8,123 and 126 registers for the 168 cap, 16 warps an SM instead of 12, on triton 3.6;
-  # the model prices the SASS alone 0.94x the selection), at 64k x 1 and 8k x 8, beside the shipped build
+  # "selshm2"); its second call measured select_tma at M7C 64k x 1 and select_split at paper 64k x 1 faster
+  # (bench/gpu/2026-11-27b-h100-probe-select.jsonl): both shipped since ("flips2"). What is left, most wanted
+  # first: the two flips against the old setting at the lengths not measured yet (M7C's 64k target 17.65 ms
+  # for 15.66, the selection its largest kernel; paper 64k 152.2 ms for 151.0), and select_shm at the
+  # length its probe did not cover. Limits: that H100 took 10-22 s a step.
+  # The M7C selection's key tile as one bulk copy through a tensor descriptor (select_tma, shipped at M7C's
+  # 1 warp on sm_90: 3.852 ms against 4.146 at 64k x 1), against the pointer loads (the variant), at
+  # 8k x 8 (unmeasured) and 64k x 1 again
   "select_tma|45|--only cmp_fwd --shapes m7c:65536:1 m7c:8192:8 --match select_tma"
   # select_shm at the paper shape (on since 2026-11-27's probe at 8k x 2 / 64k x 1: 0.751 / 14.01 ms
   # against 0.796 / 14.47 off) at 32k x 1, where the 2026-11-26c H100 measured it slower before the insertion
   "select_shm|45|--only cmp_fwd --shapes paper:32768:1 --match select_shm"
-  # The paper shape's selection with its interior key tiles unmasked (select_split, a probe variant: the
-  # proxy priced it -1.7 / -5.7 % at 8k / 64k before select_shm and the insertion), at 64k x 1 and 8k x 2
+  # The paper shape's selection with its interior key tiles unmasked (select_split, shipped there on sm_90:
+  # 12.73 ms against 14.02 at 64k x 1), against the unsplit loop (the variant), at 8k x 2 (unmeasured) and 64k x 1
   "select_split|45|--only cmp_fwd --shapes paper:65536:1 paper:8192:2 --match select_split"
   # A training step's host issue time against its GPU time (bench/step_host.py; "@SCRIPT ARGS" runs
   # bench/SCRIPT instead of kernel_probe.py): the 125M M7C model, compiled, 8 x 2048 tokens; the H100 of

@@ -214,8 +214,11 @@ CONFIG_FACTOR["cmp_sel32@w1"] = CONFIG_FACTOR["cmp_sel32@w2"] * 4.6404 / 5.665
 # token a key tile, triton 3.6 (always-run part 0.91 / 0.88x interior / edge, merges 1.02x, merging 0.62-0.99 of
 # the token tiles: 0.95-0.96 / 0.93-0.94x; bench/RESULTS.md "selpair"); issue-bound: half the L2 reads unpriced.
 CONFIG_FACTOR["cmp_sel32@pair"] = 0.95
-# cmp_sel32@tma (select_tma, the what-if; unshipped, unmeasured): M7C's 1-warp selection with its key tile as one bulk
-# copy, the kernel's sm_90 SASS 7,648 against 8,123 (triton 3.6, G 6 x D 64; 3.9: 4,949 against 5,319), priced as
-# that ratio alone, issue-bound; not priced: 126 registers against the 168 cap on 3.6 (16 warps an SM instead of 12;
-# 3.9: 168 against 193, 12 instead of 10) nor the copies' latency off the warps (bench/RESULTS.md "selshm2").
-CONFIG_FACTOR["cmp_sel32@tma"] = 7648 / 8123
+# cmp_sel32@tma (select_tma, shipped at M7C's 1 warp on sm_90): M7C's 1-warp selection with its key tile as one
+# bulk copy; the H100 of 2026-11-27 (its second call, bench/gpu/2026-11-27b-h100-probe-select.jsonl, the same
+# process) ran it 3.8515 ms against 4.1458 with the pointer loads at M7C 64k x 1 (0.929; 8k unmeasured). Priced
+# by its SASS alone before (7,648 / 8,123 = 0.942, triton 3.6; bench/RESULTS.md "selshm2"), "flips2".
+CONFIG_FACTOR["cmp_sel32@tma"] = 3.8515 / 4.1458
+# cmp_sel32@split_d128 (select_split at the paper's shape on sm_90, beside select_shm and select_insert 2): the same
+# call ran the paper's selection at 64k x 1 in 12.7294 ms with it against 14.0155 without (0.908; 8k unmeasured).
+CONFIG_FACTOR["cmp_sel32@split_d128"] = 12.7294 / 14.0155

@@ -108,6 +108,7 @@ def ours(
     dkdv_rows128: bool | None = None,
     seg_target: int | None = None,
     paper_shm: bool | None = None,
+    paper_split: bool | None = None,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     balanced_dkv=False the
@@ -200,12 +201,15 @@ def ours(
     (selected.py `_config` "seg_target", shipped unmeasured; bench/attention_cost/balance.py prices
     the key-major grids' program lengths); 0: T/4 alone, as every run measured it.
     select_tma: the selection's key tile as one bulk copy through a tensor descriptor (compressed.py
-    `_config` "select_tma", off: unmeasured), tagged `@tma` on sm_90 at head_dim <= 64 (CONFIG_FACTOR:
-    its SASS); None: what the code ships (0).
+    `_config` "select_tma", shipped at M7C's 1 warp on sm_90 since the H100 of 2026-11-27 measured it
+    faster at 64k), tagged `@tma` on sm_90 at head_dim <= 64 (CONFIG_FACTOR: that probe's ratio); 0:
+    the pointer loads every run measured; None: what the code ships.
     paper_shm: select_shm past head_dim 64 (compressed.py `_config` paper_shm: on sm_90 at the paper's
     shape, beside select_insert 2; flipped on after the H100 of 2026-11-27 measured it faster there),
     tagged `@shm_d128`; False: off there (a given select_shm is kept), as that run measured it.
-    None: what the code ships."""
+    paper_split: select_split past head_dim 64 (compressed.py `_config`: on sm_90 at paper_shm's scope
+    since the H100 of 2026-11-27's second call measured it faster at 64k), tagged `@split_d128`; False:
+    off there (a given select_split is kept), as every run measured it. None: what the code ships."""
     launch = shipped_launch(s, cc, before_ce226a4, before_2930e5c)
     given = {
         "select_v0": select_v0,
@@ -239,6 +243,8 @@ def ours(
         launch.update(warps_sel=2, maxnreg_sel=0)
     if paper_shm is False and select_shm is None and s.D > 64:  # off past head_dim 64, as 2026-11-27's run
         launch["select_shm"] = 0
+    if paper_split is False and select_split is None and s.D > 64:  # off past head_dim 64, as every run
+        launch["select_split"] = 0
     if cmp_dq_stages2 is not None:
         launch["stages_cmp_dq"] = 2 if cmp_dq_stages2 else 1
     if (dkdv_rows128 is False or warps_dkdv == 8) and launch["br_dkdv"] == 128:
@@ -351,10 +357,10 @@ def ours(
             if launch.get("select_shm"):
                 tags += "@shm" if D <= 64 else "@shm_d128"
             if launch.get("select_split"):
-                tags += "@split"
+                tags += "@split" if D <= 64 else "@split_d128"
             if pair:
                 tags += "@pair"
-            # the key tile as one bulk copy (select_tma, a what-if; sm_90 at head_dim <= 64, unpaired)
+            # the key tile as one bulk copy (select_tma, shipped at M7C's 1 warp; sm_90 at head_dim <= 64, unpaired)
             if launch.get("select_tma") and D <= 64 and cc >= 90 and not pair:
                 tags += "@tma"
         sunit = 2 * BH * sw["steps"] * sel_rows * sw["keys"] * D

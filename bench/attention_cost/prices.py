@@ -168,9 +168,13 @@ def carry_ratio(key: str) -> float | None:
 # all that shipped before it (its suite and its probes, bench/gpu/2026-11-27-h100-probe-queue.jsonl);
 # what is listed are its probes' verdicts, flipped after it (bench/RESULTS.md "selshm2"). Below, the
 # lists it emptied: what the runs before it (main at f72f66b, 050ce66) measured.
+# flipped after its second call's probes (bench/gpu/2026-11-27b-h100-probe-select.jsonl, main at b94bec6:
+# paper_shm as shipped): select_tma at M7C's 1 warp and select_split at the paper's shape, on sm_90 ("flips2")
+_SINCE_B94BEC6: dict[str, int | bool] = {"select_tma": 0, "paper_split": False}
 SINCE_LAST_RUN: dict[str, int | bool] = {
     # flipped after it on its probes: select_shm at the paper's shape on sm_90
     "paper_shm": False,
+    **_SINCE_B94BEC6,
 }  # fmt: skip
 _SINCE_F72F66B: dict[str, int | bool] = {
     # flipped after the H100 of 2026-11-26c on its probes ("flips") or shipped since, at its values
@@ -250,6 +254,8 @@ RUN_BUILDS: dict[str, dict] = {
     # core takes q as a leaf (autograd's sum); its probes' base build is the same
     "2026-11-27-h100-speed.json": {**SINCE_LAST_RUN, "q_grad_fused": False},
     "2026-11-27-h100-probe-queue.jsonl": {**SINCE_LAST_RUN, "q_grad_fused": False},
+    # main at b94bec6 (select_shm on at the paper's shape): the lead's second call's two selection probes
+    "2026-11-27b-h100-probe-select.jsonl": {**_SINCE_B94BEC6, "q_grad_fused": False},
 }
 
 

@@ -519,8 +519,16 @@ def _config(
         # rows; alone at 8k: select_split 0.94x, select_shm 0.93x); 168 registers under the cap, 12
         # warps an SM and no spill as the CUT loop, G 5-8 x head_dim 48 / 64, triton 3.6 and 3.9
         # (bench/RESULTS.md "a100shm").
-        # 0: the CUT loop as it is.
-        "select_split": 1 if shm_split else 0,
+        # At the paper's shape on sm_90 (`paper_shm`'s scope: 9-16 heads a token, head_dim 65-128, a = 2,
+        # beside select_shm and select_insert 2): on since the H100 of 2026-11-27 (triton 3.6) ran the
+        # paper's selection at 64k x 1 in 12.73 ms with it against 14.02 without (0.908x;
+        # bench/gpu/2026-11-27b-h100-probe-select.jsonl, the same process; 8k unmeasured). ptxas sm_90
+        # with it at G 16/12/9 x D 128 and G 16 x D 96: triton 3.6 128 registers under the 168 cap (129 at
+        # G 16 x D 128 without it: 16 warps an SM instead of 12), triton 3.9 uncapped 139 / 147 / 144 / 138
+        # (136-141 without: 12 warps an SM either way), no spill on either (bench/RESULTS.md "flips2";
+        # "selshm2" had 168 / 189 with it). sm_80 at the paper's shape is unpriced.
+        # 0: the CUT loop as it is (at the paper's shape the build that run measured, a probe variant).
+        "select_split": 1 if shm_split or paper_shm else 0,
         # 1: `_cmp_select`'s CUT loop over two groups of bt_sel tokens a program (PAIR; the kernel
         # asserts CUT): one key tile load and one QK product over both groups' rows, each group's
         # merges on its own (the same tables bit for bit; tests/.../test_compressed_select_pair.py).
@@ -560,9 +568,15 @@ def _config(
         # the CUT loop unpaired, 16-bit keys, head_dim a power of two, r = l'/d unpadded) instead of a
         # 64-bit pointer and a mask an element: at M7C's 1 warp on sm_90 (triton 3.6) `_load_k` is ~183-212
         # of the loop's SASS a key tile (the pointers' arithmetic 97, the masked load 68); the tables are
-        # the same bit for bit (tests/.../test_compressed_select_tma.py). Unmeasured: a probe variant
-        # (bench/kernel_probe.py), off (bench/RESULTS.md "selshm2").
-        "select_tma": 0,
+        # the same bit for bit (tests/.../test_compressed_select_tma.py). ptxas sm_90, G 6/5/8 x D 64: 126 /
+        # 126 / 124 registers on triton 3.6 against 168 (the cap; 16 warps an SM instead of 12), 168 /
+        # 168 / 167 on 3.9 against 193-199 (under its 224 cap), no spill (bench/RESULTS.md "selshm2").
+        # Shipped at M7C's 1 warp on sm_90 (one_warp; `_tma_of` decides per launch) since the H100 of
+        # 2026-11-27 (triton 3.6) ran M7C's selection at 64k x 1 in 3.852 ms with it against 4.146
+        # without (0.929x; bench/gpu/2026-11-27b-h100-probe-select.jsonl, the same process). Unmeasured
+        # at 8k x 8; off at the paper's shape (4 warps a program there: unmeasured, unpriced). 0: the
+        # pointer loads that run measured, a probe variant (bench/kernel_probe.py).
+        "select_tma": 1 if one_warp else 0,
         # The selection kernel: its top-n merge is latency-bound, so fewer warps a program (more
         # programs per SM) ran it faster on an H200 (bench/kernel_probe.py, 2026-11-26): M7C at 64k
         # 39.1 / 20.2 / 13.3 ms with 8 / 4 / 2 warps (and 11.9 with 2 warps and 2 tokens a tile), the

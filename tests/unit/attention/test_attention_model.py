@@ -170,9 +170,10 @@ def test_the_compressed_forward_is_two_kernels_at_the_shipped_warps() -> None:
     # in halves at 2 warps under a register cap (proxy-chosen, 2026-11-26; 4 warps at once before);
     # the int32 merge (cmp_sel32) since 2026-11-26b
     # (@cut: the loop's integer work in 32 bits and hoisted, select_cut: the proxy's factor on Hopper;
-    # @shm@split: Eq. 9's key without gathers and the interior tiles unmasked, shipped as a pair at M7C)
+    # @shm@split: Eq. 9's key without gathers and the interior tiles unmasked, shipped as a pair at M7C;
+    # @tma: the key tile as one bulk copy, since the second 2026-11-27 H100 call)
     assert kinds["H100"]["cmp_fwd"] == "cmp_attn@64"
-    assert kinds["H100"]["cmp_select"] == "cmp_sel32@w1@bt2@h2@cut@shm@split"
+    assert kinds["H100"]["cmp_select"] == "cmp_sel32@w1@bt2@h2@cut@shm@split@tma"
     measured_loop = {k.name: k.kind for k in m.ours(32768, shape, select_cut=0, select_one_warp=False)}
     assert measured_loop["cmp_select"] == "cmp_sel32@w2@bt2@h2"
     assert kinds["A100"]["cmp_select"] == "cmp_sel32@w2@h2"

@@ -54,6 +54,12 @@ def test_the_configs_ship_the_flips_on_sm90_only_where_measured():
     assert (m7c80["warps_sel"], m7c80["maxnreg_sel"]) == (2, 168)  # sm_80's own capped 2 warps
     assert compressed._config(6, 32, 16, 32, 16, 64, 90)["warps_sel"] == 2  # head_dim 32: not shm_split's
     assert (paper["warps_sel"], paper["maxnreg_sel"] in (0, 168), paper["select_shm"]) == (4, True, 1)
+    # the second 2026-11-27 call's flips: the key tile as one bulk copy at M7C's 1 warp, the split loop at
+    # the paper's shape (select_shm's scope there), on sm_90 only, on triton 3.6 and 3.9 alike
+    assert (m7c["select_tma"], paper["select_split"], paper["select_tma"]) == (1, 1, 0)
+    assert (m7c80["select_tma"], paper80["select_split"], paper80["select_shm"]) == (0, 0, 0)
+    assert compressed._config(6, 32, 16, 32, 16, 64, 90)["select_tma"] == 0  # not one_warp's scope
+    assert compressed._config(16, 64, 16, 32, 16, 64, 90)["select_split"] == 0  # head_dim 64 at G 16
     assert (paper["BT"] * paper["GP"], paper["warps"], paper["stages_dq"]) == (128, 8, 2)
     assert paper80["stages_dq"] == 2 and paper80["BT"] * paper80["GP"] == 32
     s90, s80 = (selected._config(16, 128, 64, arch=a) for a in (90, 80))
@@ -94,6 +100,19 @@ def test_the_new_tags_are_the_probes_ratios():
         ratios.append(on[0] / shipped[0])
     assert f["cmp_sel32@shm_d128"] == pytest.approx(math.sqrt(ratios[0] * ratios[1]))
     assert 0.94 < f["cmp_sel32@shm_d128"] < 0.97
+    # the second call's two probes (main at b94bec6, the same process): select_tma at M7C 64k x 1 and
+    # select_split at the paper's 64k x 1, each its on / off ratio
+    second = _rows("2026-11-27b-h100-probe-select.jsonl")
+    for shape, key, tag in (
+        ("m7c", "select_tma", "cmp_sel32@tma"),
+        ("paper", "select_split", "cmp_sel32@split_d128"),
+    ):
+        rows = [r for r in second if (r["probe"], r["shape"], r["T"], r["B"]) == ("cmp_fwd", shape, 65536, 1)]
+        shipped = [r["ms"] for r in rows if r["variant"] == {"kernel": "select"}]
+        on = [r["ms"] for r in rows if r["variant"] == {"kernel": "select", "shape": shape, key: 1}]
+        assert len(shipped) == len(on) == 1 and on[0] < shipped[0], shape
+        assert f[tag] == pytest.approx(on[0] / shipped[0]), tag
+    assert (round(f["cmp_sel32@tma"], 3), round(f["cmp_sel32@split_d128"], 3)) == (0.929, 0.908)
     # the compressed backward at 2 stages: 10.46 / 11.57 ms, all of it dQ's
     two = _ms("cmp_bwd", "paper", 32768, {"shape": "paper", "BT": "rows:128", "warps": 8, "stages_dq": 2})
     assert two == [10.4618] and 11.5659 in _ms("cmp_bwd", "paper", 32768, {})
@@ -109,9 +128,18 @@ def test_the_new_tags_are_the_probes_ratios():
 
 def test_the_model_tags_the_shipped_kinds_and_prices_them_by_the_factor():
     m7c, paper = _kinds(65536, "m7c"), _kinds(65536, "paper")
-    assert m7c["cmp_select"] == "cmp_sel32@w1@bt2@h2@cut@shm@split"
-    assert paper["cmp_select"] == "cmp_sel32@w4@bt4@cut_d128@shm_d128"  # select_shm on since 2026-11-27
-    assert _kinds(65536, "paper", paper_shm=False)["cmp_select"] == "cmp_sel32@w4@bt4@cut_d128"
+    assert m7c["cmp_select"] == "cmp_sel32@w1@bt2@h2@cut@shm@split@tma"  # select_tma on since 2026-11-27b
+    # select_shm on since 2026-11-27, select_split since 2026-11-27b
+    assert paper["cmp_select"] == "cmp_sel32@w4@bt4@cut_d128@shm_d128@split_d128"
+    assert _kinds(65536, "paper", paper_split=False)["cmp_select"] == "cmp_sel32@w4@bt4@cut_d128@shm_d128"
+    assert _kinds(65536, "m7c", select_tma=0)["cmp_select"] == "cmp_sel32@w1@bt2@h2@cut@shm@split"
+    # as the 2026-11-27 run measured: neither flip, select_shm off at the paper's shape
+    assert _kinds(65536, "paper", **m.SINCE_LAST_RUN)["cmp_select"] == "cmp_sel32@w4@bt4@cut_d128"
+    assert _kinds(65536, "m7c", **m.SINCE_LAST_RUN)["cmp_select"] == "cmp_sel32@w1@bt2@h2@cut@shm@split"
+    # the second call's base build (b94bec6): select_shm on at the paper's shape, neither flip
+    b94 = m.RUN_BUILDS["2026-11-27b-h100-probe-select.jsonl"]
+    assert _kinds(65536, "paper", **b94)["cmp_select"] == "cmp_sel32@w4@bt4@cut_d128@shm_d128"
+    assert _kinds(65536, "m7c", **b94)["cmp_select"] == "cmp_sel32@w1@bt2@h2@cut@shm@split"
     assert paper["cmp_bwd_dq"] == "cmp_dq@128@wg_d128@s2_d128"
     assert paper["sel_bwd_dkdv"] == "sel_dkdv@128@br128"
     assert (m7c["sel_fwd_merge"], m7c["sel_bwd_dq_merge"]) == ("sel_fwd_merge", "sel_dq_merge")
@@ -125,7 +153,7 @@ def test_the_model_tags_the_shipped_kinds_and_prices_them_by_the_factor():
         ("select_one_warp", "cmp_dq_stages2", "dkdv_rows128"), False
     )
     flags = {"select_one_warp": False, "cmp_dq_stages2": False, "dkdv_rows128": False, "select_shm": 1,
-             "merge_tiles": True}  # fmt: skip
+             "merge_tiles": True, "select_tma": 0, "paper_split": False}  # fmt: skip
     run_m7c, run_paper = _kinds(65536, "m7c", **flags), _kinds(65536, "paper", **flags)
     assert run_m7c["cmp_select"] == "cmp_sel32@w2@bt2@h2@cut@shm@split"
     assert run_m7c["sel_fwd_merge"] == "sel_fwd_merge@tiles"

@@ -140,14 +140,15 @@ def test_select_proxy_candidate_settings_give_the_same_tables():
 
 
 def test_the_papers_sm90_setting_resolves_ties_like_eager():
-    """The paper's shape as sm_90 launches it (4 tokens a tile merged at once, the CUT loop unsplit, the
-    one- and two-key insertion, select_insert 2, Eq. 9's shared key without its gathers, select_shm 1
-    since 2026-11-27): eager's tables on exact ties (CASES' paper case; a = 2)."""
+    """The paper's shape as sm_90 launches it (4 tokens a tile merged at once, the CUT loop split since
+    the second 2026-11-27 call, select_split 1, the one- and two-key insertion, select_insert 2, Eq. 9's
+    shared key without its gathers, select_shm 1 since 2026-11-27): eager's tables on exact ties (CASES'
+    paper case; a = 2)."""
     T, G, D, bl, d, lp, n = 150, 16, 128, 4, 2, 4, 5
     sm90 = tri._config(G, D, 16, 32, 16, 64, 90)
     keys = ("bt_sel", "halves_sel", "select_cut", "select_shm", "select_split", "select_insert")
     over = {k: sm90[k] for k in keys}
-    assert over == {"bt_sel": 4, "halves_sel": 0, "select_cut": 1, "select_shm": 1, "select_split": 0,
+    assert over == {"bt_sel": 4, "halves_sel": 0, "select_cut": 1, "select_shm": 1, "select_split": 1,
                     "select_insert": 2}  # fmt: skip
     q, kc = _tied_inputs(T, G, D, bl, d, lp, seed=T)
     e_idx, e_valid = _exact_table(q, kc, bl, d, lp, n)

@@ -188,7 +188,7 @@ def test_insert_needs_the_cut_loop():
 
 def test_insertion_at_the_papers_setting_gives_the_merges_tables(monkeypatch):
     """The paper's sm_90 setting (select_insert 2 at G 16 past head_dim 64: 4 tokens a tile merged at
-    once, the CUT loop unsplit, SHM since 2026-11-27): the paths go by the most keys entering one of the 4 tokens,
+    once, SHM since 2026-11-27, the CUT loop split since that day's second call): the paths go by the most keys entering one of the 4 tokens,
     so tokens with fewer (or none) take the group's insertion. A top-4 over 14 blocks (as above), G 16,
     bf16, T no multiple of 4 or l'."""
     T, G, D, bl, d, lp, n = 53, 16, 16, 2, 1, 4, 4
@@ -203,13 +203,16 @@ def test_insertion_at_the_papers_setting_gives_the_merges_tables(monkeypatch):
     lse = torch.where(torch.isfinite(lse), lse, 0.0).float()[None, None]
     shipped = tri._config(16, 128, 16, 32, 16, 64, 90)
     over = {k: shipped[k] for k in ("bt_sel", "halves_sel", "select_shm", "select_split")}
-    assert over == {"bt_sel": 4, "halves_sel": 0, "select_shm": 1, "select_split": 0}
+    assert over == {"bt_sel": 4, "halves_sel": 0, "select_shm": 1, "select_split": 1}
     assert shipped["select_insert"] == 2 and shipped["warps_sel"] == 4
     old, new = (_table(monkeypatch, {**over, "select_insert": on}, q, kc, lse, bl, d, lp, n) for on in (0, 2))
     assert torch.equal(new[1], old[1]) and torch.equal(new[0], old[0])
     # and the build the H100 of 2026-11-27 measured (the gathers' Eq. 9, select_shm 0) beside it
     gathers = _table(monkeypatch, {**over, "select_shm": 0, "select_insert": 2}, q, kc, lse, bl, d, lp, n)
     assert torch.equal(new[1], gathers[1]) and torch.equal(new[0], gathers[0])
+    # and the unsplit loop (select_split 0, the build the second 2026-11-27 call measured against it)
+    unsplit = _table(monkeypatch, {**over, "select_split": 0, "select_insert": 2}, q, kc, lse, bl, d, lp, n)
+    assert torch.equal(new[1], unsplit[1]) and torch.equal(new[0], unsplit[0])
     one, two = _entries(q, kc, bl, d, lp, n, group=4)
     assert one >= 5 and two >= 5, (one, two)
     assert bool(old[1][..., -1, :].all()) and len(set(old[0][0, 0, -1].tolist())) == n

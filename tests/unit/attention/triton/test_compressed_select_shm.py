@@ -68,7 +68,8 @@ def test_no_gather_neighbours_give_eagers_tables_ties_included(monkeypatch, zero
 def test_the_switch_ships_at_m7c_shapes_and_the_papers_on_sm90_only_at_a_2():
     """At M7C's shape with select_split: on sm_90 ("shmsplit", measured faster by the H100 of
     2026-11-26c) and on sm_80 ("a100shm", the proxy's word); at the paper's shape on sm_90 alone (with
-    the insertion, no split: the H100 of 2026-11-27 measured it faster there, "selshm2"; off on sm_80,
+    the insertion and, since that H100's second call, the split: it measured it faster there, "selshm2",
+    "flips2"; off on sm_80,
     unpriced); off at head_dim 32 and where a != 2 (the kernel asserts a = 2)."""
     for arch in (80, 90):
         assert tri._config(6, 64, 16, 32, 16, 64, arch)["select_shm"] == 1
@@ -76,7 +77,7 @@ def test_the_switch_ships_at_m7c_shapes_and_the_papers_on_sm90_only_at_a_2():
         assert tri._config(6, 64, 16, 48, 16, 64, arch)["select_shm"] == 0  # a = 3
         assert tri._config(16, 128, 16, 48, 16, 64, arch)["select_shm"] == 0  # a = 3
     paper = tri._config(16, 128, 16, 32, 16, 64, 90)
-    assert (paper["select_shm"], paper["select_split"], paper["select_insert"]) == (1, 0, 2)
+    assert (paper["select_shm"], paper["select_split"], paper["select_insert"]) == (1, 1, 2)
     assert tri._config(12, 96, 16, 32, 16, 64, 90)["select_shm"] == 1  # padded to 16 heads, head_dim 65-128
     assert tri._config(16, 128, 16, 32, 16, 64, 80)["select_shm"] == 0
 

@@ -140,19 +140,28 @@ def test_interior_end_is_the_definition(geo):
         assert max(want) >= 6  # the interior reaches far tiles
 
 
-def test_the_switch_ships_with_select_shm_at_m7c_shapes_only():
+def test_the_switch_ships_with_select_shm_at_m7c_shapes_and_the_papers_on_sm90():
     """On sm_90 and sm_80 at 5-8 heads a token and head_dim 33-64 (a = 2), with select_shm beside it (the
     pair on the proxy's word: sm_90 bench/RESULTS.md "shmsplit", sm_80 "a100shm", at each arch's own
-    tokens, warps and halves); off at head_dim <= 32 or > 64, at other groups and where a != 2.
-    Turning select_cut off (the measured loop) takes the split off with it."""
+    tokens, warps and halves), and at the paper's shape on sm_90 (select_shm's scope there, beside the
+    insertion: the H100 of 2026-11-27 measured it 12.73 ms against 14.02 at paper 64k x 1); off at
+    head_dim <= 32, at other groups and where a != 2. Turning select_cut off (the measured loop) takes
+    the split off with it."""
     for arch in (80, 90):
-        for G, D in ((1, 64), (4, 64), (6, 32), (6, 128), (16, 64), (16, 128)):
+        for G, D in ((1, 64), (4, 64), (6, 32), (6, 128), (16, 64)):
             assert tri._config(G, D, 16, 32, 16, 64, arch)["select_split"] == 0, (G, D, arch)
         for G, D in ((5, 64), (6, 64), (6, 48), (8, 64)):
             c = tri._config(G, D, 16, 32, 16, 64, arch)
             assert c["select_split"] == c["select_shm"] == 1, (G, D, arch)
             assert tri._split_of(c) == 1 and tri._split_of({**c, "select_cut": 0}) == 0
         assert tri._config(6, 64, 16, 48, 16, 64, arch)["select_split"] == 0  # a = 3
+    assert (
+        tri._config(16, 128, 16, 32, 16, 64, 80)["select_split"] == 0
+    )  # sm_80 at the paper's shape: unpriced
+    for G, D in ((16, 128), (12, 128), (9, 128), (16, 96)):
+        c = tri._config(G, D, 16, 32, 16, 64, 90)
+        assert (c["select_split"], c["select_shm"], c["select_insert"]) == (1, 1, 2), (G, D)
+    assert tri._config(16, 128, 16, 48, 16, 64, 90)["select_split"] == 0  # a = 3
     # sm_80's pair runs at its own setting: 4 tokens a tile in halves, 2 warps, 168 registers
     c = tri._config(6, 64, 16, 32, 16, 64, 80)
     assert (c["bt_sel"], c["halves_sel"], c["warps_sel"], c["maxnreg_sel"]) == (4, 1, 2, 168)
