@@ -54,12 +54,12 @@ QUEUE=(
   # A training step's host issue time against its GPU time (bench/step_host.py; "@SCRIPT ARGS" runs
   # bench/SCRIPT instead of kernel_probe.py): the 125M M7C model, compiled, 8 x 2048 tokens; the H100 of
   # 2026-11-27 measured NSA's step at 73.6 ms, the GPU busy 50.9 of it (host-bound), dense 35.6;
-  # the dense step beside it
-  "step_host_nsa|75|@step_host.py --config configs/m7c_125m.yaml --steps 10 --warmup 3"
-  "step_host_dense|45|@step_host.py --config configs/m7c_125m.yaml --steps 10 --warmup 3 --set model.attention=dense"
-  # The same NSA step with CUDA graphs per block (parallel.compile_mode=reduce-overhead; 51.8 ms on the
-  # H100 of 2026-11-27, the GPU busy 50.45)
-  "step_host_cudagraphs|75|@step_host.py --config configs/m7c_125m.yaml --steps 10 --warmup 3 --set parallel.compile_mode=reduce-overhead --set train.grad_accum=1"
+  # the dense step beside it. Both with compile_mode default: the config's `auto` takes CUDA graphs on one GPU
+  "step_host_nsa|75|@step_host.py --config configs/m7c_125m.yaml --steps 10 --warmup 3 --set parallel.compile_mode=default"
+  "step_host_dense|45|@step_host.py --config configs/m7c_125m.yaml --steps 10 --warmup 3 --set model.attention=dense --set parallel.compile_mode=default"
+  # The NSA step as m7c_125m.yaml ships it (compile_mode auto: CUDA graphs per block on one GPU; 51.8 ms on
+  # the H100 of 2026-11-27, the GPU busy 50.45; bench/step_host.py's step is one micro-batch)
+  "step_host_cudagraphs|75|@step_host.py --config configs/m7c_125m.yaml --steps 10 --warmup 3"
 )
 if [ "$LIST" = 1 ]; then
   for q in "${QUEUE[@]}"; do IFS='|' read -r name limit args <<<"$q"; echo "$name $limit $args"; done
