@@ -247,8 +247,8 @@ class ParallelConfig(_Strict):
         "default",
         description="torch.compile mode: default; reduce-overhead = CUDA graphs per block (a block's "
         "launches replayed by one graph launch: no host issue cost; inductor, CUDA, one rank; gradient "
-        "accumulation in trainer-owned .grad buffers); auto = reduce-overhead where all of that holds, "
-        "else default (the boot banner's world line says which).",
+        "accumulation in trainer-owned .grad buffers); auto = reduce-overhead where all of that holds "
+        "and activation_checkpointing is none, else default (the boot banner's world line says which).",
     )
 
     @model_validator(mode="after")
@@ -266,10 +266,12 @@ class ParallelConfig(_Strict):
 
     def resolved_compile_mode(self, device_type: str, world_size: int) -> str:
         """The torch.compile mode the blocks get on this device and world: `auto` is reduce-overhead
-        where CUDA graphs are known to work for this trainer (inductor on CUDA, one rank), else default."""
+        where CUDA graphs are known to work for this trainer (inductor on CUDA, one rank, no activation
+        checkpointing: what bench/graphs_check.py ran on the H100), else default."""
         if self.compile_mode != "auto":
             return self.compile_mode
         ok = self.compile and self.compile_backend == "inductor" and device_type == "cuda" and world_size == 1
+        ok = ok and self.activation_checkpointing == "none"  # graphs with recomputation: never run on a GPU
         return "reduce-overhead" if ok else "default"
 
     @field_validator("activation_checkpointing", mode="before")

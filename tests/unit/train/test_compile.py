@@ -142,13 +142,15 @@ def test_compile_mode_reduce_overhead_is_checked_at_load_and_exits_2(tmp_path: P
             f"world_size=2 parallel.strategy={strategy}" in e
             and "Fix: set parallel.compile_mode=default" in e
         )
-    # auto: never refused; reduce-overhead only with compile, inductor, CUDA and one rank
+    # auto: never refused; reduce-overhead only with compile, inductor, CUDA, one rank and no recomputation
     for sets, device, world, want in (
         (["parallel.compile=true"], "cuda", 1, "reduce-overhead"),
         (["parallel.compile=true"], "cpu", 1, "default"),
         (["parallel.compile=true"], "cuda", 2, "default"),
         (["parallel.compile=true", "parallel.compile_backend=aot_eager"], "cuda", 1, "default"),
         (["parallel.compile=false"], "cuda", 1, "default"),
+        (["parallel.compile=true", "parallel.activation_checkpointing=full"], "cuda", 1, "default"),
+        (["parallel.compile=true", "parallel.activation_checkpointing=selective"], "cuda", 1, "default"),
     ):
         p = load_config(
             tiny, [*sets, "parallel.compile_mode=auto", "train.device=cpu"], world_size=world
