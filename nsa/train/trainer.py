@@ -439,13 +439,12 @@ class Run:
         self.model.eval()
         total = torch.zeros((), device=info.device)
         try:
-            for _ in range(t.eval_batches):
-                x, y = loader.next_batch()
-                if self.cudagraphs:
-                    torch.compiler.cudagraph_mark_step_begin()
-                with self.autocast():
-                    total += self.model(x.to(info.device), y.to(info.device)).float()
-                self.rec.beat("eval", step)
+            with self._eval_stance():
+                for _ in range(t.eval_batches):
+                    x, y = loader.next_batch()
+                    with self.autocast():
+                        total += self.model(x.to(info.device), y.to(info.device)).float()
+                    self.rec.beat("eval", step)
         finally:
             loader.close()
             self.model.train()
@@ -455,12 +454,23 @@ class Run:
         self.print0(f"[nsa] step {step} eval loss {val:.4f}")
         return val
 
+    def _eval_stance(self) -> contextlib.AbstractContextManager[Any]:
+        """Evals run the blocks eager under CUDA graphs: a no-grad forward through graphed blocks would
+        compile and record graphs of its own (grad mode and, for the long-context eval, each length
+        are new guards) in the graphs' memory pool, for a pass made every `eval_every` steps, and that
+        path never ran on a GPU here (bench/graphs_check.py checks training steps). Eager evals cost a
+        little time every `eval_every` steps and nothing else."""
+        return torch.compiler.set_stance("force_eager") if self.cudagraphs else contextlib.nullcontext()
+
     def _long_context_eval(self, step: int) -> None:
         """Passkey + loss by position on every rank (FSDP needs them all); rank 0 writes eval/*.json."""
         from nsa.eval.longctx import during_training
 
         self.rec.beat("eval", step)
-        acc = during_training(self.model, self.cfg, self.info, self.rd.root, self.rec, step, self.autocast)
+        with self._eval_stance():
+            acc = during_training(
+                self.model, self.cfg, self.info, self.rd.root, self.rec, step, self.autocast
+            )
         self.print0(f"[nsa] step {step} passkey accuracy {acc:.2f} (eval/passkey.json)")
 
     def _log(self, step: int, w: Window, lr: float, tokens: int, tps: float, step_time: float, loader: Any,

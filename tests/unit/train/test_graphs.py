@@ -290,3 +290,50 @@ def test_nsa_train_refuses_cuda_graphs_on_several_ranks_with_exit_2(
     assert f"config error in {tiny}" in err and "world_size=2 parallel.strategy=ddp" in err and "Fix: " in err
     assert not (tmp_path / "r").exists()
     assert main([*argv, "--set", "parallel.compile_mode=auto", "--check"]) == 0  # auto: default there
+
+
+def test_evals_run_the_blocks_eager_under_cuda_graphs(tmp_path: Path, monkeypatch) -> None:
+    """With the CUDA-graphs flag (forced on CPU; compiled blocks, aot_eager) the periodic eval compiles
+    nothing: its no-grad forward in eval mode would otherwise be a graph of its own (grad mode and
+    `training` are guards), which under reduce-overhead would record CUDA graphs of its own. Without
+    the flag the same run compiles that graph at the first eval."""
+    from torch._dynamo.utils import counters
+
+    from nsa.train import trainer
+    from nsa.train.cli import main
+
+    monkeypatch.setenv("NSA_MALLOC", "system")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: None)
+    sets = ["train.device=cpu", "model.nsa.backend=eager", "train.seq_len=32", "train.batch_size=2",
+            "model.n_layers=1", "train.steps=2", "train.log_every=1", "train.eval_every=1", "train.eval_batches=1",
+            "train.warmup_steps=0", "train.save_final=false", "telemetry.tensorboard=false",
+            "telemetry.nsa_stats_every=100", "parallel.compile=true", "parallel.compile_backend=aot_eager"]  # fmt: skip
+    real_eval = trainer.Run._eval
+
+    def compiled_by_evals(name: str, graphed: bool) -> list[int]:
+        torch._dynamo.reset()
+        counters.clear()
+        new: list[int] = []
+
+        def spy(self, step):
+            before = counters["stats"]["unique_graphs"]
+            try:
+                return real_eval(self, step)
+            finally:
+                new.append(counters["stats"]["unique_graphs"] - before)
+
+        with monkeypatch.context() as m:
+            m.setattr(trainer.Run, "_eval", spy)
+            if graphed:
+                m.setattr(trainer, "cudagraphs", lambda *a: True)
+            argv = ["--config", str(REPO / "configs" / "tiny.yaml"), "--run-dir", str(tmp_path / name)]
+            for s in sets:
+                argv += ["--set", s]
+            assert main(argv) == 0
+        metrics = [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        assert sum("loss/val" in r for r in metrics) == 2, metrics  # both evals ran and scored
+        return new
+
+    assert compiled_by_evals("graphed", True) == [0, 0]
+    assert compiled_by_evals("plain", False)[0] == 1  # the check can see an eval that compiles
