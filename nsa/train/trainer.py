@@ -168,7 +168,6 @@ class Run:
         # Under CUDA graphs the trainer owns the .grad buffers (parallelize.own_grads): accumulation
         # adds each micro-batch's gradient into them instead of keeping a graph-pool tensor that the
         # next micro-batch's replay overwrites (pytorch/pytorch#169545).
-        self.own_grads = self.cudagraphs
         self.params = [p for p in self.wrapped.parameters() if p.requires_grad]
         self.stats = StepStats(info.device)
         self.stop_vote = StopVote(info)
@@ -322,7 +321,7 @@ class Run:
         loss_sum = torch.zeros((), device=info.device)
         stats: dict[str, float] = {}
         pin = info.device.type == "cuda"
-        if self.own_grads:  # allocated before the first backward (a no-op after: zeroed in place below)
+        if self.cudagraphs:  # own .grad buffers, allocated before the first backward (then zeroed in place)
             own_grads(self.params)
         for micro in range(t.grad_accum):
             rec.beat("data_wait", step)
@@ -365,7 +364,7 @@ class Run:
         self.optimizer.step()
         # Own buffers are zeroed in place (one foreach kernel); else freed (set_to_none: less memory
         # between steps, and the next backward writes them without a zeroing pass).
-        self.optimizer.zero_grad(set_to_none=not self.own_grads)
+        self.optimizer.zero_grad(set_to_none=not self.cudagraphs)
         return stats
 
     def _check_finite(self, w: Window) -> None:
