@@ -309,6 +309,9 @@ WHAT_IF = {
     # and 8k M7C's two sequences make 286 programs, the longest (block 0's, 96 steps forward) 2.1x the even
     # spread (seg_target ships unmeasured: the keys kernels' schedule, bench/attention_cost/balance.py)
     "seg_target_off": {"seg_target": 0},
+    # the key-major forward's masked walk over every pair and its separate merge, as every GPU run measured
+    # them (fwd_forced_merge ships unmeasured: the forced pairs as one merging dense pass, the walk mask-free)
+    "fwd_forced_merge_off": {"fwd_forced_merge": False},
     # every change shipped since the last GPU run off (prices.py SINCE_LAST_RUN: the 2026-11-27 H100
     # measured all it held before; it holds the flips shipped after that run on its probes, at the
     # values the run measured; and sm_80's keys_dq_mma and 64 keys rows with keys_rowlim): the model

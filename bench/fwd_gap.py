@@ -13,7 +13,12 @@ JSON object per line:
   model of that run's build (RUN_BUILDS), and the forward as a whole (its core's families summed,
   and the suite's measured `nsa_fwd_ms`, which also holds RoPE-free core ops the model leaves out).
 - `lever` rows (H100 and A100, M7C, B = 1): each lever's NSA forward ms, fwd and fwd+bwd NSA/FA2,
-  and the saving as a share of NSA's fwd+bwd (the issue's "5 %" test):
+  and the saving as a share of NSA's fwd+bwd (the issue's "5 %" test), each against `masked_walk`,
+  the build analysed (`BUILD`: the key-major forward's masked walk over every pair and its separate
+  merge, what every GPU run measured, before `fwd_forced_merge` shipped):
+  - `fwd_forced_merge`: the model as it stands, i.e. what ships since (the merging forced pass, the
+    keys walk mask-free over the other pairs); `forced_merge_nomask_shipped_s` this module's estimate
+    of the same (`forced_merge` below with NOMASK);
   - `forced_dense` / `forced_dense16`: the forced entries (block 0, the previous and the own block:
     3 of a token's 16) left out of the key-major forward, run as one dense causal tile pass per 64
     (token, head) rows (the query-major path's `selected_forced.py` forward, priced by its fitted
@@ -53,12 +58,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 from nsa.attention.gpusuite.modelcheck import core_flags, load_model
 
+load_model()  # attention_cost's modules in sys.modules (the constants below)
 HERE = Path(__file__).resolve().parent
+# The build this analysis is of: the key-major forward's masked walk over every pair and its separate
+# merge (what every GPU run measured); its lever `fwd_forced_merge` is what ships since (the model's
+# `ours` as it stands).
+BUILD = {"fwd_forced_merge": False}
 H100C = HERE / "gpu/2026-11-26c-h100-speed.json"
 TS = [8192, 16384, 32768, 65536]
 
@@ -69,7 +80,7 @@ def _ms(k, gpu) -> float:
 
 def fwd_rows(model, T: int, gname: str) -> list[dict]:
     gpu, shape = model.GPUS[gname], model.SHAPES["m7c"]
-    ks = model.ours_on(T, shape, gpu)
+    ks = model.ours_on(T, shape, gpu, **BUILD)
     fa = model.flash2(T, shape)
     fa_f = model.total(fa, gpu, "fwd") * 1e3
     nsa_f = model.total(ks, gpu, "fwd") * 1e3
@@ -129,26 +140,9 @@ def _partials(model, T: int, s, gpu, ks) -> dict:
     return {"write": write, "merge": _ms(merge, gpu)}
 
 
-def _pairs_no_forced(T: int, n: int, lp: int) -> list[int]:
-    """balance.py's `pairs_per_block` without the forced entries (block 0, m - 1, m of block m's
-    tokens): what a key-major grid walks when the forced blocks run as a dense tile pass."""
-    ns = -(-T // lp)
-    cnt = [0.0] * ns
-    for m in range(ns):
-        tok = min(lp, T - m * lp)
-        if m < n:
-            for j in range(1, m - 1):
-                cnt[j] += tok
-            continue
-        share = tok * (n - 3) / (m - 2)
-        for j in range(1, m - 1):
-            cnt[j] += share
-    return [round(c) for c in cnt]
-
-
 def _steps_no_forced(T: int, s, BR: int, S: int) -> tuple[int, ...]:
     per_seq = []
-    for c in _pairs_no_forced(T, s.n, s.lp):
+    for c in sys.modules["attention_cost.balance"].pairs_per_block_no_forced(T, s.n, s.lp):
         for i in range(-(-c // S)):
             per_seq.append(-(-(min(S, c - i * S) * s.G) // BR))
     return tuple(per_seq * (s.B * s.Hkv))
@@ -192,18 +186,10 @@ def forced_dense(model, T: int, s, gpu, ks, sixteen: bool, fused: bool = False, 
     return out
 
 
-# One step of the keys kernels on sm_90 (triton 3.6, M7C bf16, the shipped settings: the forward's
-# 128 rows, the backward's 64), warp SASS and shared-memory accesses, as compiled (measured on CPU,
-# bench/RESULTS.md "fwd8k"): the shipped step, and the same step with its causal / range mask taken
-# out (`ok`: the compare, the predicates kept in registers, P2R / ISETP.NE to restore them, the
-# selects), what a step whose every row sees every key of its block needs. The forward's mask is
-# 28 % of its step (1386 -> 1000), the backward's 13 % (535 -> 467).
-STEP_SASS = {"fwd": ((1386, 40), (1000, 37)), "bwd": ((535, 32), (467, 32))}
-# The forward's step without any mask over the shipped step (the keys proxy's terms): what a keys
-# forward that never sees a block's own tokens runs (the forced pass takes them: `forced_merge_nomask`)
-NOMASK = (STEP_SASS["fwd"][1][0] * 2.865 + STEP_SASS["fwd"][1][1] * 7.751) / (
-    STEP_SASS["fwd"][0][0] * 2.865 + STEP_SASS["fwd"][0][1] * 7.751
-)
+# The keys steps' SASS with and without their mask and the keys proxy's terms: the model's (bench/
+# attention_cost/selected.py, which prices the shipped FREE walk by NOMASK).
+_SEL = sys.modules["attention_cost.selected"]
+STEP_SASS, NOMASK, ISSUE, SMEM = _SEL.STEP_SASS, _SEL.NOMASK, _SEL.KEYS_ISSUE, _SEL.KEYS_SMEM
 # Instructions a step for the test that picks the path: a prototype testing the rows' smallest token
 # (tl.min over the step, a cross-thread reduction) against the block's last key compiled to 1,044 on
 # the unmasked path (triton 3.6, sm_90; 218 registers, no spill): 44 over the mask-free step. Applied
@@ -247,15 +233,16 @@ def _edit(ks, name: str, **kw) -> list:
 
 def lever_rows(model, T: int, gname: str) -> list[dict]:
     gpu, s = model.GPUS[gname], model.SHAPES["m7c"]
-    base = model.ours_on(T, s, gpu)
+    base = model.ours_on(T, s, gpu, **BUILD)
     fa = model.flash2(T, s)
     fa_f, fa_all = model.total(fa, gpu, "fwd"), model.total(fa, gpu)
     launch = model.shipped_launch(s, gpu.cc)
     po = _po_bytes(T, s, launch)
     act = s.B * T * s.H * s.D * 2
     fm256 = forced_dense(model, T, s, gpu, base, sixteen=True, fused=True, S=256)
+    fm = forced_dense(model, T, s, gpu, base, sixteen=True, fused=True)
     levers = {
-        "shipped": base,
+        "masked_walk": base,  # the analysed build (BUILD): every lever's base
         "forced_dense": forced_dense(model, T, s, gpu, base, sixteen=False),
         "forced_dense16": forced_dense(model, T, s, gpu, base, sixteen=True),
         "forced_merge": forced_dense(model, T, s, gpu, base, sixteen=True, fused=True),
@@ -265,6 +252,13 @@ def lever_rows(model, T: int, gname: str) -> list[dict]:
         "forced_merge_nomask": [
             replace(k, flops=k.flops * NOMASK) if k.name == "sel_fwd_keys" else k for k in fm256
         ],
+        # What selected.py's `fwd_forced_merge` builds and ships (2026-11-27): the merging forced pass
+        # and the keys kernel mask-free over the non-forced pairs, at the shipped segments; the
+        # model's own pricing of it (`fm` + NOMASK is this section's estimate of the same)
+        "fwd_forced_merge": model.ours_on(T, s, gpu),
+        "forced_merge_nomask_shipped_s": [
+            replace(k, flops=k.flops * NOMASK) if k.name == "sel_fwd_keys" else k for k in fm
+        ],
         "merge_at_dram": _edit(base, "sel_fwd_merge", kind="memory"),
         "no_partials": [
             replace(k, dram=k.dram - po) if k.name == "sel_fwd_keys" else k
@@ -272,11 +266,11 @@ def lever_rows(model, T: int, gname: str) -> list[dict]:
             if k.name != "sel_fwd_merge"
         ],
         "merge_into_gate": [replace(k, dram=k.dram - act) if k.name == "gate_mix_fwd" else k for k in base],
-        "query_major": model.ours_on(T, s, gpu, fwd_keys=False),
-        "query_major_shared": model.ours_on(T, s, gpu, fwd_keys=False, selections="shared"),
-        "seg_target_256": model.ours_on(T, s, gpu, seg_target=256),
-        "seg_target_1024": model.ours_on(T, s, gpu, seg_target=1024),
-        "br_fwd_keys_64": model.ours_on(T, s, gpu, br_fwd_keys=64),
+        "query_major": model.ours_on(T, s, gpu, fwd_keys=False, **BUILD),
+        "query_major_shared": model.ours_on(T, s, gpu, fwd_keys=False, selections="shared", **BUILD),
+        "seg_target_256": model.ours_on(T, s, gpu, seg_target=256, **BUILD),
+        "seg_target_1024": model.ours_on(T, s, gpu, seg_target=1024, **BUILD),
+        "br_fwd_keys_64": model.ours_on(T, s, gpu, br_fwd_keys=64, **BUILD),
     }
     t0 = model.total(base, gpu)
     rows = []
@@ -332,27 +326,12 @@ def check_rows(model) -> list[dict]:
     return rows
 
 
-# The `ok` mask of each keys kernel's step, and the step without it (--step-sass compiles both).
+# The `ok` mask of each keys kernel's step, and the step without it (--step-sass compiles both): the
+# forward's masked walk is its gpucheck variant `selected_fwd_keys_masked` and its mask-free step the
+# shipped FREE walk (selected.py `_config` fwd_forced_merge, built from this measurement); the backward's
+# from a copy of its source with the mask taken out.
 UNMASK = {
-    "fwd": ("selected_keys.py", "selected_fwd_keys", [
-        ("""        if DIV32:
-            ok = kcol[None, :] <= tq[:, None]  # masked rows are not stored
-        else:
-            ok = kmask[None, :] & (kpos[None, :] <= tq[:, None])
-        s = tl.where(ok, s, float("-inf"))
-        m = tl.reduce(s, 1, _max_combine)
-        m = tl.where(m == float("-inf"), 0.0, m)  # a row without a key of this chunk: p = 0 below
-        p = tl.where(ok, tl.exp2(s - m[:, None]), 0.0)
-        l_i = tl.reduce(p, 1, _sum_combine)
-        has = l_i > 0
-        o = tl.dot(p.to(v.dtype), v, input_precision=PREC) / tl.where(has, l_i, 1.0)[:, None]
-        lse = tl.where(has, m + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))""",
-         """        m = tl.reduce(s, 1, _max_combine)
-        p = tl.exp2(s - m[:, None])
-        l_i = tl.reduce(p, 1, _sum_combine)
-        o = tl.dot(p.to(v.dtype), v, input_precision=PREC) / l_i[:, None]
-        lse = m + tl.log2(l_i)"""),
-    ]),
+    "fwd": ("selected_keys.py", "selected_fwd_keys_masked", "selected_fwd_keys"),
     "bwd": ("selected_keys_bwd.py", "selected_bwd_keys", [
         ("        p = tl.where(ok, tl.exp2(s - lse[:, None]), 0.0)\n",
          "        p = tl.exp2(s - lse[:, None])\n"),
@@ -381,17 +360,21 @@ def step_sass() -> list[dict]:
     rows = []
     for kernel, (fname, spec_name, edits) in UNMASK.items():
         spec = kp.select_sass.patched_spec(sel, spec_name, 6, 64, 90, {}, sel_block=64, n_sel=16)
-        text = (src_dir / fname).read_text()
-        for old, new in edits:
-            if text.count(old) != 1:
-                raise SystemExit(f"{fname}: the step's mask is not where --step-sass looks for it")
-            text = text.replace(old, new)
-        tmp = Path(tempfile.mkdtemp(prefix="nsa-fwd-gap-src-")) / f"unmasked_{fname}"
-        tmp.write_text(text)
-        mod = load_by_path(f"unmasked_{kernel}", tmp)
+        if isinstance(edits, str):  # the mask-free step is another spec of the same kernel
+            free = kp.select_sass.patched_spec(sel, edits, 6, 64, 90, {}, sel_block=64, n_sel=16)
+        else:
+            text = (src_dir / fname).read_text()
+            for old, new in edits:
+                if text.count(old) != 1:
+                    raise SystemExit(f"{fname}: the step's mask is not where --step-sass looks for it")
+                text = text.replace(old, new)
+            tmp = Path(tempfile.mkdtemp(prefix="nsa-fwd-gap-src-")) / f"unmasked_{fname}"
+            tmp.write_text(text)
+            mod = load_by_path(f"unmasked_{kernel}", tmp)
+            free = dc_replace(spec, fn=getattr(mod, spec.fn.__name__))
         out = {"step_sass": kernel, "triton": triton.__version__}
-        for tag, fn in (("shipped", spec.fn), ("unmasked", getattr(mod, spec.fn.__name__))):
-            k, rep = gpucheck.compile_spec(dc_replace(spec, fn=fn), 90)
+        for tag, sp in (("shipped", spec), ("unmasked", free)):
+            k, rep = gpucheck.compile_spec(sp, 90)
             pth = kp.paths(kp.select_sass._disasm(k.asm["cubin"], 90))
             out[tag] = {"insns": pth["step"]["insns"], "lds_sts": pth["step"]["lds_sts"],
                         "registers": rep["registers"], "spill": rep["spill_stores"] + rep["spill_loads"]}  # fmt: skip

@@ -287,6 +287,13 @@ SEL_VARIANTS = [
     # m7c:8192:1 and m7c:16384:1 (fwd: `_sel_fwd_keys_kernel`; fwd+bwd adds `_sel_bwd_keys_kernel` and the
     # reduce over 4x the segments).
     {"shape": "m7c", "seg_target": 0},
+    # The key-major forward's forced pairs as one dense pass that merges the other pairs' partials, the
+    # keys kernel over those alone without a mask (fwd_forced_merge; bench/RESULTS.md "forcedmerge"):
+    # shipped 2026-11-27 on the cost model's price (NSA fwd+bwd 3.5 / 3.2 % faster at M7C 8k / 64k on an
+    # H100, bench/fwd_gap.py lever `fwd_forced_merge`), unmeasured; the variant is the masked walk over
+    # every pair and the separate merge every GPU run measured. The forward row times the change (the
+    # backward is the same kernels either way).
+    {"shape": "m7c", "fwd_forced_merge": False},
 ]
 
 

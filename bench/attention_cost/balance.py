@@ -61,13 +61,33 @@ def pairs_per_block(T: int, n: int, lp: int) -> list[int]:
     return [round(c) for c in cnt]
 
 
+def pairs_per_block_no_forced(T: int, n: int, lp: int) -> list[int]:
+    """`pairs_per_block` without the forced entries (block 0, m - 1 and m of block m's tokens): what
+    the key-major forward walks with selected.py's fwd_forced_merge (the merging forced pass takes
+    them)."""
+    ns = -(-T // lp)
+    cnt = [0.0] * ns
+    for m in range(ns):
+        tok = min(lp, T - m * lp)
+        if m < n:
+            for j in range(1, m - 1):
+                cnt[j] += tok
+            continue
+        share = tok * (n - 3) / (m - 2)
+        for j in range(1, m - 1):
+            cnt[j] += share
+    return [round(c) for c in cnt]
+
+
 @lru_cache(maxsize=256)
-def segment_steps(T: int, BH: int, G: int, n: int, lp: int, BR: int, S: int, nseg: int) -> tuple[int, ...]:
+def segment_steps(
+    T: int, BH: int, G: int, n: int, lp: int, BR: int, S: int, nseg: int, forced: bool = True
+) -> tuple[int, ...]:
     """BR-row steps of every program of a key-major launch in grid order (BH sequences' blocks in
-    order, each block's pairs in S-pair segments), then the static grid's spare programs (0 steps) up
-    to nseg."""
+    order, each block's pairs in S-pair segments; forced False: the non-forced pairs alone), then the
+    static grid's spare programs (0 steps) up to nseg."""
     per_seq = []
-    for c in pairs_per_block(T, n, lp):
+    for c in (pairs_per_block if forced else pairs_per_block_no_forced)(T, n, lp):
         for i in range(-(-c // S)):
             per_seq.append(-(-(min(S, c - i * S) * G) // BR))
     steps = per_seq * BH

@@ -220,6 +220,8 @@ def shipped_launch(
         "tm_merge": sc["TM"],
         "bm_merge": sc["BM_merge"],
         "merge_tiles": sc["merge_tiles"],  # the merges' metadata as one tile (False: the runs' loops)
+        # the forward's forced pairs as one merging dense pass, the keys walk mask-free (False: the runs')
+        "fwd_forced_merge": sc["fwd_forced_merge"],
         "pdq_bits": sc["pdq_bits"],
         "seg_target": sc["seg_target"],  # the index's segments: >= ~seg_target a launch (0: T/4 alone)
         # the keys kernel's other settings (the A100 prices look its sm_80 SASS up by them: sass80.py)

@@ -109,6 +109,7 @@ def ours(
     seg_target: int | None = None,
     paper_shm: bool | None = None,
     paper_split: bool | None = None,
+    fwd_forced_merge: bool | None = None,
 ) -> list[Kernel]:
     """The triton backend as it stands (nsa/attention/triton/*.py), fwd and bwd, one layer.
     balanced_dkv=False the
@@ -209,7 +210,11 @@ def ours(
     tagged `@shm_d128`; False: off there (a given select_shm is kept), as that run measured it.
     paper_split: select_split past head_dim 64 (compressed.py `_config`: on sm_90 at paper_shm's scope
     since the H100 of 2026-11-27's second call measured it faster at 64k), tagged `@split_d128`; False:
-    off there (a given select_split is kept), as every run measured it. None: what the code ships."""
+    off there (a given select_split is kept), as every run measured it. None: what the code ships.
+    fwd_forced_merge: the key-major forward's forced pairs as one dense pass that merges the other
+    pairs' partials, the keys kernel over those alone and mask-free (selected.py `_config`
+    "fwd_forced_merge", shipped 2026-11-27 unmeasured); False: the masked walk over every pair and the
+    separate merge every run measured."""
     launch = shipped_launch(s, cc, before_ce226a4, before_2930e5c)
     given = {
         "select_v0": select_v0,
@@ -237,6 +242,7 @@ def ours(
         "tok_pipe": tok_pipe,
         "merge_tiles": merge_tiles,
         "seg_target": seg_target,
+        "fwd_forced_merge": fwd_forced_merge,
     }
     launch.update({f: v for f, v in given.items() if v is not None})
     if select_one_warp is False and warps_sel is None and launch["warps_sel"] == 1:  # 2 without one_warp

@@ -171,10 +171,14 @@ def carry_ratio(key: str) -> float | None:
 # flipped after its second call's probes (bench/gpu/2026-11-27b-h100-probe-select.jsonl, main at b94bec6:
 # paper_shm as shipped): select_tma at M7C's 1 warp and select_split at the paper's shape, on sm_90 ("flips2")
 _SINCE_B94BEC6: dict[str, int | bool] = {"select_tma": 0, "paper_split": False}
+# shipped after main at 8898d3c (the end of the session of 2026-11-27's H100), unmeasured: the key-major
+# forward's merging forced pass and its mask-free keys walk (bench/RESULTS.md "forcedmerge")
+_SINCE_8898D3C: dict[str, int | bool] = {"fwd_forced_merge": False}
 SINCE_LAST_RUN: dict[str, int | bool] = {
     # flipped after it on its probes: select_shm at the paper's shape on sm_90
     "paper_shm": False,
     **_SINCE_B94BEC6,
+    **_SINCE_8898D3C,
 }  # fmt: skip
 _SINCE_F72F66B: dict[str, int | bool] = {
     # flipped after the H100 of 2026-11-26c on its probes ("flips") or shipped since, at its values
@@ -255,7 +259,7 @@ RUN_BUILDS: dict[str, dict] = {
     "2026-11-27-h100-speed.json": {**SINCE_LAST_RUN, "q_grad_fused": False},
     "2026-11-27-h100-probe-queue.jsonl": {**SINCE_LAST_RUN, "q_grad_fused": False},
     # main at b94bec6 (select_shm on at the paper's shape): the lead's second call's two selection probes
-    "2026-11-27b-h100-probe-select.jsonl": {**_SINCE_B94BEC6, "q_grad_fused": False},
+    "2026-11-27b-h100-probe-select.jsonl": {**_SINCE_B94BEC6, **_SINCE_8898D3C, "q_grad_fused": False},
 }
 
 

@@ -27,6 +27,30 @@ from .counts import (
 from .prices import Kernel
 from .sass80 import keys_bwd_work
 
+# One step of the keys kernels on sm_90 (triton 3.6, M7C bf16, the shipped settings: the forward's
+# 128 rows, the backward's 64), warp SASS and shared-memory accesses, as compiled (measured on CPU,
+# bench/RESULTS.md "fwd8k", bench/fwd_gap.py --step-sass): the masked step, and the same step with its
+# causal / range mask taken out (`ok`: the compare, the predicates kept in registers, P2R / ISETP.NE
+# to restore them, the selects), what a step whose every row sees every key of its block needs. The
+# forward's mask is 28 % of its step (1386 -> 1000), the backward's 13 % (535 -> 467).
+STEP_SASS = {"fwd": ((1386, 40), (1000, 37)), "bwd": ((535, 32), (467, 32))}
+KEYS_ISSUE, KEYS_SMEM = (
+    2.865,
+    7.751,
+)  # bench/keys_proxy.py's issue+smem fit on both keys kernels (H200 cycles)
+# The forward's step without any mask over the masked step (the keys proxy's terms): what the keys
+# forward runs with fwd_forced_merge (FREE: no row of it sees its own block).
+NOMASK = (STEP_SASS["fwd"][1][0] * KEYS_ISSUE + STEP_SASS["fwd"][1][1] * KEYS_SMEM) / (
+    STEP_SASS["fwd"][0][0] * KEYS_ISSUE + STEP_SASS["fwd"][0][1] * KEYS_SMEM
+)
+
+
+def forced_share(T: int, s: Shape) -> float:
+    """The forced entries' share (block 0, the previous and the own block) of a sequence's valid
+    (pair, head) rows: min(3, j + 1) of min(n, j + 1) entries for the tokens of block j."""
+    blocks = [(j, min(T, (j + 1) * s.lp) - j * s.lp) for j in range(-(-T // s.lp))]
+    return sum(min(3, j + 1) * t for j, t in blocks) / sum(min(s.n, j + 1) * t for j, t in blocks)
+
 
 def selected_kernels(
     T: int,
@@ -168,11 +192,26 @@ def selected_kernels(
                          programs=math.ceil(entries / 1024)))  # fmt: skip
         ks.append(Kernel("sel_fwd_reverse_index", "selected", "fwd", "memory", dram=index, launches=3))
         ks.append(Kernel("sel_fwd_segs", "selected", "fwd", "memory", dram=16 * BH * ns, programs=1))
+        # fwd_forced_merge (selected.py `_config`, shipped 2026-11-27, unmeasured): the keys kernel walks
+        # the non-forced pairs alone (a share 1 - f of the rows, their partials and gathers; the grid's
+        # static bound unchanged, its spare programs exit), mask-free (NOMASK on its MMA-term: the
+        # fitted efficiency's part, which the keys proxy says is issue); `_sel_fwd_forced_merge_kernel`
+        # then runs the forced blocks as selected_forced.py's dense causal pass (its fitted kind
+        # `forced_fwd`, at the 168 registers ptxas gives it) and reads the other partials as the merge
+        # did (its fitted DRAM price, no launch of its own): `sel_fwd_forced_merge` + `_reads`, one
+        # kernel (modelcheck's family `_sel_fwd_forced_merge`). The design and its lever: bench/RESULTS.md
+        # "fwd8k", "forcedmerge".
+        free = launch.get("fwd_forced_merge", False)
+        f = forced_share(T, s) if free else 0.0
+        steps_f = (
+            segment_steps(T, BH, G, s.n, s.lp, launch["br_fwd_keys"], seg, nseg, forced=False)
+            if free and nb == 1
+            else steps(launch["br_fwd_keys"])
+        )
         ks.append(Kernel("sel_fwd_keys", "selected", "fwd", f"sel_keys_fwd@{_cfg(D)}",
-                         2 * unit(launch["br_fwd_keys"]), 2 * useful,
-                         act + 2 * kvb + npairs * 8 + po, l2=prow * D * bf + npairs * 8,
-                         programs=nseg * nb, per_sm=2, work={"programs": nseg * nb},
-                         steps=steps(launch["br_fwd_keys"])))  # fmt: skip
+                         2 * unit(launch["br_fwd_keys"]) * (1 - f) * (NOMASK if free else 1.0), 2 * useful * (1 - f),
+                         act + 2 * kvb + (npairs * 8 + po) * (1 - f), l2=(prow * D * bf + npairs * 8) * (1 - f),
+                         programs=nseg * nb, per_sm=2, work={"programs": nseg * nb}, steps=steps_f))  # fmt: skip
         # merge_tiles (selected.py `_config`, a probe variant since the H100 of 2026-11-26c measured it
         # no faster): the rows' metadata loaded once as a tile, PL once (its max and the weights from
         # the same tile), the PO loads unrolled: one read of PL and of the table instead of two, priced
@@ -180,9 +219,23 @@ def selected_kernels(
         # False: the two-pass loop every committed run but 2026-11-26c's measured, shipped again.
         tiles = launch.get("merge_tiles", False)
         passes = 1 if tiles else 2
-        ks.append(Kernel("sel_fwd_merge", "selected", "fwd", "sel_fwd_merge" + ("@tiles" if tiles else ""),
-                         dram=nb * prow * (D * bf + passes * 4) + passes * table + act + lse,
-                         programs=BH * math.ceil(T / launch["tm_merge"])))  # fmt: skip
+        merge_dram = nb * prow * (D * bf + passes * 4) + passes * table + act + lse
+        if free:
+            fk = min(T, min(3, ns) * s.lp)  # keys of block 0, the previous and the own block
+            bmf = launch["bm_forced"]
+            fprog = BH * math.ceil(T * G / bmf)
+            ks.append(Kernel("sel_fwd_forced_merge", "selected", "fwd", "forced_fwd",
+                             2 * 2 * fprog * bmf * fk * D, 2 * 2 * BH * T * G * (fk - s.lp / 2) * D, act + table,
+                             l2=fprog * fk * D * bf * 2, programs=fprog, per_sm=_per_sm(168, 128),
+                             work={"programs": fprog}))  # fmt: skip
+            # its one pass over the partials: each non-forced entry's PL once and PO once (an online
+            # softmax from the forced state), the table once more, out and lse written
+            ks.append(Kernel("sel_fwd_forced_merge_reads", "selected", "fwd", "sel_fwd_merge",
+                             dram=(1 - f) * nb * prow * (D * bf + 4) + table + act + lse, launches=0,
+                             programs=fprog))  # fmt: skip
+        else:
+            ks.append(Kernel("sel_fwd_merge", "selected", "fwd", "sel_fwd_merge" + ("@tiles" if tiles else ""),
+                             dram=merge_dram, programs=BH * math.ceil(T / launch["tm_merge"])))  # fmt: skip
     if bwd_keys:
         # nsa/attention/triton/selected_keys_bwd.py: `_sel_bwd_delta_kernel` (rowsum(dO * O), fp32),
         # then `_sel_bwd_keys_kernel`: the dK/dV kernel (at BR_keys rows a step: launch br_bwd_keys) plus

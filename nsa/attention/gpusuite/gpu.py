@@ -157,8 +157,10 @@ def _flops_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
     other_pairs = sum((min(n, t // lp + 1) - min(3, t // lp + 1)) * lp for t in range(0, T, 16)) * 16
     sel_pairs = forced_pairs + other_pairs
     per = B * H * D
-    # The key-major path (G <= 8, selected.py's fwd_keys / bwd_keys) takes every pair in one kernel a
-    # direction: the forward QK + PV, the fused backward dK/dV's four products + dQ's.
+    # The key-major path (G <= 8, selected.py's fwd_keys / bwd_keys): the fused backward takes every
+    # pair (dK/dV's four products + dQ's); the forward's keys walk the non-forced pairs (QK + PV) and
+    # the merging forced pass the forced ones (fwd_forced_merge, shipped 2026-11-27; every earlier run's
+    # `_sel_fwd_keys` took every pair: 4 * per * sel_pairs).
     return {
         "_window_fwd": 4 * per * win_pairs, "_window_bwd_dq": 6 * per * win_pairs,
         "_window_bwd_dkdv": 8 * per * win_pairs,
@@ -169,7 +171,8 @@ def _flops_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
         "_sel_fwd": 4 * per * other_pairs, "_sel_bwd_dq": 6 * per * other_pairs,
         "_sel_forced_fwd": 4 * per * forced_pairs, "_sel_forced_dq": 6 * per * forced_pairs,
         "_sel_bwd_dkdv": 8 * per * sel_pairs,
-        "_sel_fwd_keys": 4 * per * sel_pairs, "_sel_bwd_keys": 10 * per * sel_pairs,
+        "_sel_fwd_keys": 4 * per * other_pairs, "_sel_fwd_forced_merge": 4 * per * forced_pairs,
+        "_sel_bwd_keys": 10 * per * sel_pairs,
     }  # fmt: skip
 
 
@@ -188,6 +191,8 @@ def _bytes_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
     # once: merge_tiles; its measured loop read it twice).
     lp, n = geo["sel_block"], geo["n_sel"]
     kept = sum(min(n, t // lp + 1) for t in range(0, T, 16)) * 16 / T
+    # the non-forced ones (fwd_forced_merge: the keys forward's and the merging pass's partials)
+    other = kept - sum(min(3, t // lp + 1) for t in range(0, T, 16)) * 16 / T
     return {
         "_window_fwd": 2 * Q + 2 * K + lse, "_window_bwd_dq": 4 * Q + 2 * K + 2 * lse,
         "_window_bwd_dkdv": 2 * Q + 4 * K + 2 * lse,
@@ -199,7 +204,8 @@ def _bytes_model(B, T, Hkv, G, D, geo) -> dict[str, float]:
         "_sel_fwd": 2 * Q + 2 * K + table + lse + state + lse, "_sel_bwd_dq": 4 * Q + 2 * K + table + 2 * lse + state,
         "_sel_forced_fwd": Q + 2 * K + table + state + lse, "_sel_forced_dq": 3 * Q + 2 * K + table + state + 2 * lse,
         "_sel_bwd_dkdv": 2 * Q + 4 * K + table + 2 * lse,
-        "_sel_fwd_keys": Q + 2 * K + kept * (Q + lse), "_sel_fwd_merge": kept * (Q + lse) + table + Q + lse,
+        "_sel_fwd_keys": other * Q + 2 * K + other * (Q + lse), "_sel_fwd_merge": kept * (Q + lse) + table + Q + lse,
+        "_sel_fwd_forced_merge": Q + 2 * K + table + other * (Q + lse) + Q + lse,
         "_sel_bwd_delta": 2 * Q + lse, "_sel_bwd_keys": 2 * Q + 4 * K + 2 * lse + kept * Q,
         "_sel_bwd_dq_merge": kept * Q + table + Q,
         "_sel_fwd_index": table * 17 / 9,  # idx + valid in, each entry's int64 sort key out

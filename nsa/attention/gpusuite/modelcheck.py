@@ -55,6 +55,8 @@ FAMILIES = {
     "sel_fwd_index": "_sel_fwd_index", "sel_fwd_segs": "_sel_fwd_segs",
     "sel_fwd_keys": "_sel_fwd_keys", "sel_fwd_merge": "_sel_fwd_merge", "sel_bwd_delta": "_sel_bwd_delta",
     "sel_bwd_keys": "_sel_bwd_keys", "sel_bwd_dq_merge": "_sel_bwd_dq_merge",
+    # with fwd_forced_merge the merge's place: one kernel, the model's dense pass and its partial reads
+    "sel_fwd_forced_merge": "_sel_fwd_forced_merge", "sel_fwd_forced_merge_reads": "_sel_fwd_forced_merge",
 }  # fmt: skip
 # The same on the gate fold's path (gated.gated_branches, which the speed core takes as training does
 # since the suite's branch of 2026-11-26: gpu.py `_nsa_core`): the model's gate_mix_bwd under

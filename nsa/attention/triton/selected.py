@@ -313,6 +313,22 @@ def _config(G: int, D: int, LP: int, key_tile: int = 64, arch: int = 80) -> dict
         # 2026-11-27 again, forward+backward: loops 6.11 / 6.42 ms against tiles 6.52 / 6.45 at M7C 8k x 8 /
         # 64k x 1 (bench/gpu/2026-11-27-h100-probe-queue.jsonl, step merge_tiles, the same process).
         "merge_tiles": False,
+        # The key-major forward's forced pairs (block 0, the token's own block and the one before) as
+        # one dense causal pass that also merges the other pairs' partials (selected_keys.py
+        # `_sel_fwd_forced_merge_kernel`, replacing `_sel_fwd_merge_kernel`: the forced pairs' partials
+        # never cross DRAM), and the keys kernel over the other pairs alone, mask-free (FREE: each of
+        # their rows sees the whole block; 1,386 -> 1,000 SASS a 128-row step on sm_90, triton 3.6,
+        # bench/RESULTS.md "fwd8k"). Ships at G <= 8 (fwd_keys), head_dim <= 64, on sm_80 and sm_90 on the cost model's
+        # price, UNMEASURED (bench/fwd_gap.py lever `fwd_forced_merge`: NSA fwd+bwd 3.5 / 3.9 / 3.2 %
+        # faster at M7C 8k / 32k / 64k on an H100, 5.2 / 3.4 / 2.7 % on an A100); ptxas (M7C, triton
+        # 3.6 / 3.9): the FREE keys kernel 166 / 167 registers on sm_90 (3 programs an SM where the
+        # masked one's 184 hold 2), 186 / 190 on sm_80 (209 / 200), the merging pass 168, no spill
+        # (bench/RESULTS.md "forcedmerge"). At head_dim <= 64 only: past it the merging pass holds the
+        # forced pass's [64, 128] fp32 state beside a partial's rows and spilled 8 B on sm_80 at G 2 x
+        # D 128 (255 registers, triton 3.9). False (the masked walk over every pair and the separate
+        # merge, what every GPU run measured) is a bench/kernel_probe.py variant; what-if
+        # `fwd_forced_merge_off`.
+        "fwd_forced_merge": DP <= 64,
         # Their (entry, chunk) loads unrolled MU at a time (a step's loads in flight together; the
         # steps in a loop), the partials addressed by int32 offsets from a scalar pointer: ptxas, G
         # 1/2/5/6/8 x D 64/96/128, sm_80 / sm_90, triton 3.6 and 3.9, no spill at MU 4 (forward

@@ -35,13 +35,14 @@ import triton.language as tl
 from torch import Tensor
 
 from nsa.attention.triton import cdiv, device_arch, next_pow2
+from nsa.attention.triton.selected_forced import _key_range, _role_bias, _step_keys, online_softmax_step
 from nsa.attention.triton.selected_keys_bwd import (
     _block_keys,
     _entry_keep,
     _magic32,
     _pair_rows,
     _pair_rows32,
-    _segment,
+    _segment_from,
     _store_rows_mma,
     dq_store_consts,
     merge_slots,
@@ -62,11 +63,11 @@ def merge_tokens(G: int, DP: int) -> int:
 
 @triton.jit
 def _sel_fwd_keys_kernel(
-    Q, K, V, ORDER, START, SEG_END, PO, PL,
+    Q, K, V, ORDER, BEGIN, START, SEG_END, PO, PL,
     T, NS, NK, NBLK, NSEARCH, S, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
     DP: tl.constexpr, BN: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr, DIV32: tl.constexpr,
-    O_WM: tl.constexpr = 0, O_WN: tl.constexpr = 0, O_ASC: tl.constexpr = True,
+    O_WM: tl.constexpr = 0, O_WN: tl.constexpr = 0, O_ASC: tl.constexpr = True, FREE: tl.constexpr = False,
 ):  # fmt: skip
     # One program: BN keys (chunk nb) of one selection block against one segment (<= S pairs) of the
     # pairs that listed it; the walk is _sel_bwd_dkdv_kernel's (binary search for the block owning
@@ -76,9 +77,13 @@ def _sel_fwd_keys_kernel(
     # GPU runs measured (an int64 step index, the rows' partial row pos * G + g in int64). O_WM / O_WN /
     # O_ASC (`fwd_store_consts`, `_config`'s keys_fwd_mma): the partial output stored in its
     # product's own layout (selected_keys_bwd.py `_store_rows_mma`); 0: after a conversion.
+    # FREE (`_config`'s fwd_forced_merge): the walk takes each block's non-forced pairs only (BEGIN,
+    # SEG_END: `reverse_index` with `forward`), whose tokens lie at least a block past the block's last
+    # key (t >= (j + 2) * l'; the block ends before T): every row sees every key, so no mask and no
+    # row without a key; `_sel_fwd_forced_merge_kernel` runs the forced blocks. Else BEGIN = START.
     s_id = tl.program_id(0)
     nb = tl.program_id(1)
-    blk, lo, hi, _ = _segment(SEG_END, START, s_id, NBLK, NSEARCH, S)
+    blk, lo, hi, _ = _segment_from(SEG_END, BEGIN, START, s_id, NBLK, NSEARCH, S)
     bh, kpos, kmask, k, v = _block_keys(K, V, blk, nb, NS, T, D, LP, DP, BN)
     d = tl.arange(0, DP)
     dm = d < D
@@ -105,18 +110,27 @@ def _sel_fwd_keys_kernel(
         qoff = (tq * G + g)[:, None] * D + d[None, :]
         q = tl.load(Q + qoff, mask=rm[:, None] & dm[None, :], other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-        if DIV32:
-            ok = kcol[None, :] <= tq[:, None]  # masked rows are not stored
+        if FREE:
+            if LP % BN != 0:  # the chunk runs past the block's l' keys
+                s = tl.where(kmask[None, :], s, float("-inf"))
+            m = tl.reduce(s, 1, _max_combine)
+            p = tl.exp2(s - m[:, None])
+            l_i = tl.reduce(p, 1, _sum_combine)
+            o = tl.dot(p.to(v.dtype), v, input_precision=PREC) / l_i[:, None]
+            lse = m + tl.log2(l_i)
         else:
-            ok = kmask[None, :] & (kpos[None, :] <= tq[:, None])
-        s = tl.where(ok, s, float("-inf"))
-        m = tl.reduce(s, 1, _max_combine)
-        m = tl.where(m == float("-inf"), 0.0, m)  # a row without a key of this chunk: p = 0 below
-        p = tl.where(ok, tl.exp2(s - m[:, None]), 0.0)
-        l_i = tl.reduce(p, 1, _sum_combine)
-        has = l_i > 0
-        o = tl.dot(p.to(v.dtype), v, input_precision=PREC) / tl.where(has, l_i, 1.0)[:, None]
-        lse = tl.where(has, m + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+            if DIV32:
+                ok = kcol[None, :] <= tq[:, None]  # masked rows are not stored
+            else:
+                ok = kmask[None, :] & (kpos[None, :] <= tq[:, None])
+            s = tl.where(ok, s, float("-inf"))
+            m = tl.reduce(s, 1, _max_combine)
+            m = tl.where(m == float("-inf"), 0.0, m)  # a row without a key of this chunk: p = 0 below
+            p = tl.where(ok, tl.exp2(s - m[:, None]), 0.0)
+            l_i = tl.reduce(p, 1, _sum_combine)
+            has = l_i > 0
+            o = tl.dot(p.to(v.dtype), v, input_precision=PREC) / tl.where(has, l_i, 1.0)[:, None]
+            lse = tl.where(has, m + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
         if DIV32:
             row = prow.to(tl.int64)
         else:
@@ -167,6 +181,72 @@ def _sel_fwd_merge_kernel(
         OUT + orow[:, None] * D + d[None, :], out.to(OUT.dtype.element_ty), mask=rm[:, None] & dm[None, :]
     )
     tl.store(LSE + orow, lse_out, mask=rm)
+
+
+@triton.jit
+def _sel_fwd_forced_merge_kernel(
+    Q, K, V, IDX, VALID, PO, PL, OUT, LSE,
+    T, NK, NB, sm_scale,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
+    DP: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    # `_config`'s fwd_forced_merge: the forward's last kernel, on selected_forced.py's grid (BM
+    # consecutive (token, head) rows of one (batch, KV head)). The forced blocks as that file's dense
+    # causal pass (role biases: exact for any table), then the row's other entries' partials (the FREE
+    # keys kernel's, tokens t >= (j + 2) * l') folded into the same online softmax state, in a fixed
+    # order (entry slot, then key chunk: deterministic, no atomics), and out / lse stored. It replaces
+    # `_sel_fwd_merge_kernel`: the forced pairs never cross DRAM as partials.
+    r0 = tl.program_id(0) * BM
+    bh = tl.program_id(1).to(tl.int64)
+    r = r0 + tl.arange(0, BM)
+    d = tl.arange(0, DP)
+    dm = d < D
+    rm = r < T * G
+    t = tl.where(rm, r // G, 0)
+    g = r % G
+    jt = t // LP
+    qoff = r[:, None] * D + d[None, :]
+    qmask = rm[:, None] & dm[None, :]
+    q = tl.load(Q + bh * T * G * D + qoff, mask=qmask, other=0.0)
+    K += bh * T * D
+    V += bh * T * D
+    ebase = (bh * T + t) * NK  # the row's token's first table position
+    b_own, b_prev, b_first = _role_bias(IDX, VALID, ebase, rm, jt, NK, BM)
+    n1, n1p, k0, k1 = _key_range(r0, T, G, LP, BM, BK)
+    qk_scale = sm_scale * 1.4426950408889634  # base-2 softmax
+    m_i = tl.full([BM], float("-inf"), tl.float32)
+    l_i = tl.zeros([BM], tl.float32)
+    acc = tl.zeros([BM, DP], tl.float32)
+    kk = tl.arange(0, BK)
+    for c in range(0, n1p + k1 - k0, BK):
+        k, v, bias, ok = _step_keys(K, V, c, n1, n1p, k0, k1, kk, d, dm, t, jt, b_own, b_prev, b_first, D, LP)
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+        s = tl.where(ok, s + bias, float("-inf"))
+        m_i, l_i, acc = online_softmax_step(s, v, m_i, l_i, acc, PREC)
+    # The partials: (entry, chunk) couples e -> (e // NB, e % NB); a kept entry's partial lse is
+    # finite (its row saw the whole chunk).
+    npos = tl.num_programs(1).to(tl.int64) * T * NK
+    pl_ptr = PL + ebase * G + g
+    po_ptr = PO + (ebase * G + g)[:, None] * D + d[None, :]
+    for e in range(0, NK * NB):
+        i = e // NB
+        j = tl.load(IDX + ebase + i, mask=rm, other=-1)
+        keep = rm & (tl.load(VALID + ebase + i, mask=rm, other=0) != 0) & (j >= 1) & ((j + 2) * LP <= t)
+        off = ((e % NB) * npos + i) * G
+        pl = tl.load(pl_ptr + off, mask=keep, other=float("-inf"))
+        po = tl.load(po_ptr + off * D, mask=keep[:, None] & dm[None, :], other=0.0)
+        m_new = tl.maximum(m_i, pl)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        w = tl.exp2(pl - m_safe)  # 0 where not kept
+        l_i = l_i * alpha + w
+        acc = acc * alpha[:, None] + w[:, None] * po.to(tl.float32)
+        m_i = m_new
+    has = l_i > 0
+    out = acc / tl.where(has, l_i, 1.0)[:, None]  # zeros for a row without any key
+    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    tl.store(OUT + bh * T * G * D + qoff, out.to(OUT.dtype.element_ty), mask=qmask)
+    tl.store(LSE + bh * T * G + r, lse, mask=rm)
 
 
 @triton.jit
@@ -258,17 +338,42 @@ def _sel_fwd_index_kernel(IDX, VALID, KEY, T, NK, NS, NBLK, LP: tl.constexpr, BL
 
 
 @triton.jit
-def _sel_fwd_segs_kernel(START, SEG_END, NBLK, S, BLOCK: tl.constexpr):
+def _sel_fwd_segs_kernel(
+    START, SEG_END, ORDER, BEGIN, SEG_END_F, NBLK, S, T, NK, NS, NSEARCH,
+    BLOCK: tl.constexpr, LP: tl.constexpr, FWD: tl.constexpr,
+):  # fmt: skip
     # One program: SEG_END = cumsum(ceil(count_b / S)) over the blocks, BLOCK at a time with a carry
-    # (4 aten ops' work in one launch; NBLK = B*Hkv*ceil(T/l') is small).
+    # (4 aten ops' work in one launch; NBLK = B*Hkv*ceil(T/l') is small). FWD (`_config`'s
+    # fwd_forced_merge): also the forward's pairs, block b = bh*NS + j's non-forced ones, those of
+    # tokens t >= (j + 2) * l' for j >= 1 (none for j = 0: every token lists block 0 as forced): a
+    # block's pairs are sorted by token (the stable sort of flat table positions), so they are a
+    # suffix, found by a binary search; BEGIN[b] its first pair, SEG_END_F its segments' cumsum.
     b = tl.arange(0, BLOCK)
     carry = tl.sum(b * 0, 0).to(tl.int64)
+    carry_f = carry
     for c in range(0, NBLK, BLOCK):
         bm = (c + b) < NBLK
-        cnt = tl.load(START + c + b + 1, mask=bm, other=0) - tl.load(START + c + b, mask=bm, other=0)
-        nseg = (cnt + S - 1) // S
+        s0 = tl.load(START + c + b, mask=bm, other=0)
+        s1 = tl.load(START + c + b + 1, mask=bm, other=0)
+        nseg = (s1 - s0 + S - 1) // S
         tl.store(SEG_END + c + b, carry + tl.cumsum(nseg, 0), mask=bm)
         carry += tl.sum(nseg, 0)
+        if FWD:
+            j = (c + b) % NS
+            lo = s0
+            hi = tl.where(j == 0, s0, s1)  # block 0: no search, every pair is forced
+            for _ in range(0, NSEARCH):
+                active = lo < hi
+                mid = (lo + hi) // 2
+                pos = tl.load(ORDER + mid, mask=bm & active, other=0)
+                late = ((pos // NK) % T) >= (j + 2) * LP
+                hi = tl.where(active & late, mid, hi)
+                lo = tl.where(active & ~late, mid + 1, lo)
+            first = tl.where(j == 0, s1, lo)
+            tl.store(BEGIN + c + b, first, mask=bm)
+            nseg_f = (s1 - first + S - 1) // S
+            tl.store(SEG_END_F + c + b, carry_f + tl.cumsum(nseg_f, 0), mask=bm)
+            carry_f += tl.sum(nseg_f, 0)
 
 
 INDEX_BLOCK = 1024  # table entries per program of _sel_fwd_index_kernel, blocks per step of the scan
@@ -294,9 +399,7 @@ def index_bounds(BH: int, T: int, NK: int, LP: int, target: int = 0) -> tuple[in
     return S, BH * -(-T // LP) + -(-(BH * T * NK) // S)
 
 
-def reverse_index(
-    idx: Tensor, valid8: Tensor, LP: int, target: int = 0
-) -> tuple[Tensor, Tensor, Tensor, int, int]:
+def reverse_index(idx: Tensor, valid8: Tensor, LP: int, target: int = 0, forward: bool = False) -> tuple:
     """The selected branch's reverse index, the only one: the (query, block) pairs sorted by block, cut
     into segments of at most S pairs, in 2 kernels and 3 aten ops (sort, arange, searchsorted), no
     host sync. Built once per layer call: the key-major forward's, shared with the backward (selected.py
@@ -307,7 +410,11 @@ def reverse_index(
     pairs begin), seg_end [BH*Ns] (cumulative count of S-pair segments), S (`_seg_pairs`, at `target`:
     `_config`'s seg_target) and NSEG
     = BH*Ns + ceil(BH*T*n / S), a static bound on the segments (a block with c pairs uses ceil(c/S) <
-    c/S + 1 of them): the key-major grids. S and NSEG are Python ints of the static shape."""
+    c/S + 1 of them): the key-major grids. S and NSEG are Python ints of the static shape.
+
+    With `forward` (`_config`'s fwd_forced_merge) two more, from the same launches: begin [BH*Ns]
+    (block b's first non-forced pair: its pairs of tokens t >= (j + 2) * l', j >= 1) and seg_end_f
+    (their segments' cumsum), the FREE keys forward's walk (NSEG bounds it too)."""
     B, Hkv, T, NK = idx.shape
     BH, ns = B * Hkv, -(-T // LP)
     nblk, npos = BH * ns, BH * T * NK
@@ -321,7 +428,14 @@ def reverse_index(
     skey, order = torch.sort(key, stable=True)
     start = torch.searchsorted(skey, torch.arange(nblk + 1, dtype=torch.int32, device=idx.device))
     seg_end = torch.empty(nblk, dtype=torch.int64, device=idx.device)
-    _sel_fwd_segs_kernel[(1,)](start, seg_end, nblk, S, BLOCK=INDEX_BLOCK, num_warps=4, num_stages=1)
+    # The forward's pairs (FWD), else the kernel's unused pointers.
+    begin, seg_end_f = (torch.empty_like(seg_end) for _ in range(2)) if forward else (start, seg_end)
+    _sel_fwd_segs_kernel[(1,)](
+        start, seg_end, order, begin, seg_end_f,
+        nblk, S, T, NK, ns, npos.bit_length() + 1, BLOCK=INDEX_BLOCK, LP=LP, FWD=forward, num_warps=4, num_stages=1,
+    )  # fmt: skip
+    if forward:
+        return order, start, seg_end, S, nseg, begin, seg_end_f
     return order, start, seg_end, S, nseg
 
 
@@ -335,23 +449,33 @@ def keys_forward(
     tuple), which the backward reuses."""
     B, Hkv, T, G, D = q.shape
     BH, NK = B * Hkv, idx.shape[-1]
-    index = reverse_index(idx, valid8, LP, cfg["seg_target"])
-    order, start, seg_end, S, nseg = index
+    free = bool(cfg["fwd_forced_merge"])
+    index = reverse_index(idx, valid8, LP, cfg["seg_target"], forward=free)
+    order, start, seg_end, S, nseg = index[:5]
+    begin, walk = index[5:] if free else (start, seg_end)
     ns = -(-T // LP)
     nb = cdiv(LP, cfg["BN"])
     po = torch.empty(nb, BH * T * NK, G, D, dtype=q.dtype, device=q.device)
     pl = torch.empty(nb, BH * T * NK, G, dtype=torch.float32, device=q.device)
     _sel_fwd_keys_kernel[(nseg, nb)](
-        q, k, v, order, start, seg_end, po, pl, T, ns, NK, BH * ns, (BH * ns).bit_length() + 1, S, scale,
+        q, k, v, order, begin, start, walk, po, pl, T, ns, NK, BH * ns, (BH * ns).bit_length() + 1, S, scale,
         G=G, D=D, LP=LP, DP=cfg["DP"], BN=cfg["BN"], BR=cfg["BR_f"], PREC=prec, DIV32=cfg["keys_div32"],
-        **fwd_store_consts(cfg, device_arch(q.device)), num_warps=cfg["warps_fk"], num_stages=cfg["stages_fk"],
+        **fwd_store_consts(cfg, device_arch(q.device)), FREE=free,
+        num_warps=cfg["warps_fk"], num_stages=cfg["stages_fk"],
     )  # fmt: skip
-    _sel_fwd_merge_kernel[(cdiv(T, cfg["TM"]), BH)](
-        po, pl, idx, valid8, out, lse, T, NK, nb,
-        G=G, D=D, LP=LP, TM=cfg["TM"], RM=cfg["RM"], DP=cfg["DP"], TILES=cfg["merge_tiles"],
-        NEP=merge_slots(NK, nb), MU=cfg["MU_m"], num_warps=cfg["warps_m"], num_stages=1,
-    )  # fmt: skip
-    return index
+    if free:
+        _sel_fwd_forced_merge_kernel[(cdiv(T * G, cfg["BM"]), BH)](
+            q, k, v, idx, valid8, po, pl, out, lse, T, NK, nb, scale,
+            G=G, D=D, LP=LP, DP=cfg["DP"], BM=cfg["BM"], BK=cfg["BK"], PREC=prec,
+            num_warps=cfg["warps_f"], num_stages=cfg["stages_f"],
+        )  # fmt: skip
+    else:
+        _sel_fwd_merge_kernel[(cdiv(T, cfg["TM"]), BH)](
+            po, pl, idx, valid8, out, lse, T, NK, nb,
+            G=G, D=D, LP=LP, TM=cfg["TM"], RM=cfg["RM"], DP=cfg["DP"], TILES=cfg["merge_tiles"],
+            NEP=merge_slots(NK, nb), MU=cfg["MU_m"], num_warps=cfg["warps_m"], num_stages=1,
+        )  # fmt: skip
+    return index[:5]
 
 
 KEY_MAJOR_FWD = ("selected_fwd_index", "selected_fwd_segs", "selected_fwd_keys", "selected_fwd_merge")
@@ -374,25 +498,47 @@ def keys_fwd_gpucheck_rows(
     kernels, with its exact launch settings on sm_`arch` for tables of NK entries; selected.gpucheck_specs
     adds them where fwd_keys holds. The keys kernel also at the other keys_fwd_mma
     (`selected_fwd_keys_omma` / `_ocvt`) and the merge at the other merge_tiles (`selected_fwd_merge_loop`
-    / `_tiles`): the probe's variants."""
+    / `_tiles`): the probe's variants. fwd_forced_merge's pair: where it holds, `selected_fwd_keys` is
+    the FREE walk and `selected_fwd_forced_merge` ends the forward, and the masked walk
+    (`selected_fwd_keys_masked`) and the separate merge (`selected_fwd_merge`) are the variants; else
+    the other way round (`selected_fwd_keys_free`, `selected_fwd_forced_merge` the variants), at head_dim
+    <= 64 only (past it the switch is off and its kernels are not compiled)."""
     ptr, f32, i32, i64, i8 = f"*{dt}", "*fp32", "i32", "*i64", "*i8"
+    free = bool(cfg["fwd_forced_merge"])
     fk_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BN": cfg["BN"], "BR": cfg["BR_f"], "PREC": prec,
-                 "DIV32": cfg["keys_div32"], **fwd_store_consts(cfg, arch)}  # fmt: skip
+                 "DIV32": cfg["keys_div32"], **fwd_store_consts(cfg, arch), "FREE": free}  # fmt: skip
     fk_args = dict(
-        Q=ptr, K=ptr, V=ptr, ORDER=i64, START=i64, SEG_END=i64, PO=ptr, PL=f32,
+        Q=ptr, K=ptr, V=ptr, ORDER=i64, BEGIN=i64, START=i64, SEG_END=i64, PO=ptr, PL=f32,
         T=i32, NS=i32, NK=i32, NBLK=i32, NSEARCH=i32, S=i32, sm_scale="fp32",
     )  # fmt: skip
+    fm_args = dict(Q=ptr, K=ptr, V=ptr, IDX=i64, VALID=i8, PO=ptr, PL=f32, OUT=ptr, LSE=f32,
+                   T=i32, NK=i32, NB=i32, sm_scale="fp32")  # fmt: skip
+    fm_consts = {"G": G, "D": D, "LP": LP, "DP": cfg["DP"], "BM": cfg["BM"], "BK": cfg["BK"], "PREC": prec}
     m_consts = {"G": G, "D": D, "LP": LP, "TM": cfg["TM"], "RM": cfg["RM"], "DP": cfg["DP"],
                 "TILES": cfg["merge_tiles"], "NEP": merge_slots(NK, cdiv(LP, cfg["BN"])), "MU": cfg["MU_m"]}  # fmt: skip
     m_args = dict(PO=ptr, PL=f32, IDX=i64, VALID=i8, OUT=ptr, LSE=f32, T=i32, NK=i32, NB=i32)
     ix_args = dict(IDX=i64, VALID=i8, KEY="*i32", T=i32, NK=i32, NS=i32, NBLK=i32)
-    sg_args = dict(START=i64, SEG_END=i64, NBLK=i32, S=i32)
+    sg_args = dict(START=i64, SEG_END=i64, ORDER=i64, BEGIN=i64, SEG_END_F=i64, NBLK=i32, S=i32, T=i32, NK=i32,
+                   NS=i32, NSEARCH=i32)  # fmt: skip
+    sg_consts = {"BLOCK": INDEX_BLOCK, "LP": LP, "FWD": free}
     flip = {**cfg, "keys_fwd_mma": not cfg["keys_fwd_mma"]}
+    merge = ("selected_fwd_merge", _sel_fwd_merge_kernel, m_args, m_consts, cfg["warps_m"], 1)
+    forced = ("selected_fwd_forced_merge", _sel_fwd_forced_merge_kernel, fm_args, fm_consts, cfg["warps_f"],
+              cfg["stages_f"])  # fmt: skip
+    # The other side of fwd_forced_merge, where it can ship (head_dim <= 64: `_config`).
+    other = [
+        (f"selected_fwd_keys_{'masked' if free else 'free'}", _sel_fwd_keys_kernel, fk_args,
+         {**fk_consts, "FREE": not free}, cfg["warps_fk"], cfg["stages_fk"]),
+        (f"selected_fwd_segs_{'all' if free else 'fwd'}", _sel_fwd_segs_kernel, sg_args,
+         {**sg_consts, "FWD": not free}, 4, 1),
+        merge if free else forced,
+    ] if cfg["DP"] <= 64 else []  # fmt: skip
     return [
         ("selected_fwd_index", _sel_fwd_index_kernel, ix_args, {"LP": LP, "BLOCK": INDEX_BLOCK}, 4, 1),
-        ("selected_fwd_segs", _sel_fwd_segs_kernel, sg_args, {"BLOCK": INDEX_BLOCK}, 4, 1),
+        ("selected_fwd_segs", _sel_fwd_segs_kernel, sg_args, sg_consts, 4, 1),
         ("selected_fwd_keys", _sel_fwd_keys_kernel, fk_args, fk_consts, cfg["warps_fk"], cfg["stages_fk"]),
-        ("selected_fwd_merge", _sel_fwd_merge_kernel, m_args, m_consts, cfg["warps_m"], 1),
+        forced if free else merge,
+        *other,
         (f"selected_fwd_keys_{'omma' if flip['keys_fwd_mma'] else 'ocvt'}", _sel_fwd_keys_kernel, fk_args,
          {**fk_consts, **fwd_store_consts(flip, arch)}, cfg["warps_fk"], cfg["stages_fk"]),
         (f"selected_fwd_merge_{'loop' if cfg['merge_tiles'] else 'tiles'}", _sel_fwd_merge_kernel, m_args,

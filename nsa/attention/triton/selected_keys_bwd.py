@@ -64,6 +64,14 @@ def _segment(SEG_END, START, s_id, NBLK, NSEARCH, S):
     """The block of segment s_id and the pair range [lo, hi) it takes (empty for the static grid's
     spare segments, used False): the first block b with SEG_END[b] > s_id (binary search); block b
     owns segments [SEG_END[b] - ceil(count/S), SEG_END[b])."""
+    return _segment_from(SEG_END, START, START, s_id, NBLK, NSEARCH, S)
+
+
+@triton.jit
+def _segment_from(SEG_END, BEGIN, START, s_id, NBLK, NSEARCH, S):
+    """`_segment` over a suffix of each block's pairs: block b's pairs [BEGIN[b], START[b + 1]), cut
+    into the segments SEG_END counts (the key-major forward's non-forced pairs, selected_keys.py
+    `reverse_index` with `forward`; BEGIN = START: every pair)."""
     lo_b = s_id * 0
     hi_b = lo_b + NBLK
     for _ in range(0, NSEARCH):
@@ -74,7 +82,7 @@ def _segment(SEG_END, START, s_id, NBLK, NSEARCH, S):
         hi_b = tl.where(active & ~right, mid, hi_b)
     used = lo_b < NBLK
     blk = tl.minimum(lo_b, NBLK - 1)
-    b0 = tl.load(START + blk)
+    b0 = tl.load(BEGIN + blk)
     b1 = tl.load(START + blk + 1)
     seg0 = tl.load(SEG_END + blk) - (b1 - b0 + S - 1) // S
     lo = b0 + (s_id - seg0) * S

@@ -77,6 +77,8 @@ def test_the_measured_configurations_are_the_fit_of_the_2026_11_26c_run() -> Non
     # (and select_shm at the paper's shape, flipped on after the 2026-11-27 run: given here, it is kept;
     # select_tma at M7C and select_split at the paper's shape, flipped on after that run's second call)
     flipped |= {"select_tma": 0, "paper_split": False}
+    # (and the key-major forward's merging forced pass, shipped after main at 8898d3c)
+    flipped["fwd_forced_merge"] = False
     assert recs[0]["build"] == {**core, **flipped, "paper_shm": False, "select_shm": 1, "merge_tiles": True}
     fams = ["_cmp_select", "_cmp_bwd_dq", "_cmp_bwd_dkv", "_sel_fwd", "_sel_bwd_dq", "_sel_fwd_merge"]
     fams += ["_window_bwd_dq", "_window_bwd_dkdv", "_sel_bwd_keys"]

@@ -120,13 +120,14 @@ def test_the_what_if_keeps_the_published_pricing() -> None:
     M7C (2.43 / 0.79 / 0.55 before bench/attention_cost/balance.py scheduled the keys kernels' programs:
     B = 1 at 8k has a few long ones); 1.45 / 0.47 / 0.31 at the paper shape (unchanged). The predictions take the SASS prices. (The pinned figures keep sm_80's keys
     backward at the 32 rows without the per-row key limit it ran before: `keys_rowlim` False, and the
-    key-major merges' loops: `merge_tiles` False.)"""
+    key-major merges' loops: `merge_tiles` False, and the masked keys walk with its separate merge:
+    `fwd_forced_merge` False.)"""
     Ts = [8192, 32768, 65536]
     rows = {
         (r["shape"], r["T"]): r["fwd_bwd"] for r in m.what_if_rows(Ts) if r["what_if"] == "a100_published_eff"
     }
     before = {"warps_sel": 4, "halves_sel": 0, "maxnreg_sel": 0, "pdq_bits": 32, "keys_rowlim": False,
-              "merge_tiles": False, "seg_target": 0}  # fmt: skip
+              "merge_tiles": False, "seg_target": 0, "fwd_forced_merge": False}  # fmt: skip
     # autograd's q gradient sum and the gate mix's three g * dO copies, as then (the pinned figures)
     unfused = {"q_grad_fused": False, "gate_folded": False}
     for (shape, T), ratio in rows.items():

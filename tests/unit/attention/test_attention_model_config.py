@@ -60,6 +60,7 @@ FROM_CONFIG = {
     "keys_dq_mma": _sel("keys_dq_mma"),
     "keys_rowlim": _sel("keys_rowlim"),
     "merge_tiles": _sel("merge_tiles"),
+    "fwd_forced_merge": _sel("fwd_forced_merge"),
     "seg_target": _sel("seg_target"),
     "br_dkdv": _sel("BR"),
     "bm_forced": _sel("BM"),

@@ -142,7 +142,10 @@ def test_the_model_tags_the_shipped_kinds_and_prices_them_by_the_factor():
     assert _kinds(65536, "m7c", **b94)["cmp_select"] == "cmp_sel32@w1@bt2@h2@cut@shm@split"
     assert paper["cmp_bwd_dq"] == "cmp_dq@128@wg_d128@s2_d128"
     assert paper["sel_bwd_dkdv"] == "sel_dkdv@128@br128"
-    assert (m7c["sel_fwd_merge"], m7c["sel_bwd_dq_merge"]) == ("sel_fwd_merge", "sel_dq_merge")
+    # the forward's merging forced pass (fwd_forced_merge: its dense pass at forced_fwd, its partial
+    # reads at the merge's price) and the dQ merge's loop
+    assert (m7c["sel_fwd_forced_merge"], m7c["sel_fwd_forced_merge_reads"]) == ("forced_fwd", "sel_fwd_merge")
+    assert m7c["sel_bwd_dq_merge"] == "sel_dq_merge" and "sel_fwd_merge" not in m7c
     # sm_80 runs none of the sm_90 settings
     a100 = _kinds(65536, "paper", "A100")
     assert (a100["cmp_bwd_dq"], a100["sel_bwd_dkdv"]) == ("cmp_dq@128", "sel_dkdv@128")
@@ -153,7 +156,7 @@ def test_the_model_tags_the_shipped_kinds_and_prices_them_by_the_factor():
         ("select_one_warp", "cmp_dq_stages2", "dkdv_rows128"), False
     )
     flags = {"select_one_warp": False, "cmp_dq_stages2": False, "dkdv_rows128": False, "select_shm": 1,
-             "merge_tiles": True, "select_tma": 0, "paper_split": False}  # fmt: skip
+             "merge_tiles": True, "select_tma": 0, "paper_split": False, "fwd_forced_merge": False}  # fmt: skip
     run_m7c, run_paper = _kinds(65536, "m7c", **flags), _kinds(65536, "paper", **flags)
     assert run_m7c["cmp_select"] == "cmp_sel32@w2@bt2@h2@cut@shm@split"
     assert run_m7c["sel_fwd_merge"] == "sel_fwd_merge@tiles"

@@ -27,8 +27,11 @@ m = modelcheck.load_model()
 QUERY_MAJOR = {"sel_forced_fwd", "sel_forced_dq", "sel_fwd", "sel_bwd_dq", "sel_bwd_dkdv"}
 KEY_MAJOR = {"sel_fwd_index", "sel_fwd_reverse_index", "sel_fwd_segs", "sel_fwd_keys", "sel_fwd_merge",
              "sel_bwd_delta", "sel_bwd_keys", "sel_bwd_dq_merge"}  # fmt: skip
-# the shipped layer hands the selected backward the gate fold's delta (delta_folded): no sel_bwd_delta
-SHIPPED_KEY_MAJOR = KEY_MAJOR - {"sel_bwd_delta"}
+# the shipped layer hands the selected backward the gate fold's delta (delta_folded): no sel_bwd_delta;
+# and its forward ends in the merging forced pass (fwd_forced_merge: one kernel, its dense pass and its
+# partial reads in the model), not the separate merge
+FORCED_MERGE = {"sel_fwd_forced_merge", "sel_fwd_forced_merge_reads"}
+SHIPPED_KEY_MAJOR = KEY_MAJOR - {"sel_bwd_delta", "sel_fwd_merge"} | FORCED_MERGE
 
 
 def _selected(T: int, shape, **flags) -> dict:
@@ -47,7 +50,8 @@ def test_the_key_major_path_is_what_selected_config_ships_at_small_groups() -> N
         if G <= 8:
             assert names == SHIPPED_KEY_MAJOR | {"sel_reverse_index", "sel_bwd_reduce"}, G
             # each branch backward forming its own delta (the suite core; every committed run)
-            unfolded = set(_selected(8192, shape, delta_folded=False))
+            # and the separate merge after the masked walk (fwd_forced_merge off: every committed run)
+            unfolded = set(_selected(8192, shape, delta_folded=False, fwd_forced_merge=False))
             assert unfolded == KEY_MAJOR | {"sel_reverse_index", "sel_bwd_reduce"}, G
         else:  # the backward builds the index itself: the forward's two small kernels run there
             assert names == QUERY_MAJOR | {
@@ -77,7 +81,7 @@ def test_the_key_major_kernels_count_full_tiles_of_valid_pairs_and_their_partial
     for sname, T in (("m7c", 8192), ("m7c", 65536), ("paper", 8192)):
         s0 = m.SHAPES[sname]
         s = m.Shape(s0.name, 1, s0.H, s0.Hkv, s0.D)
-        ks = _selected(T, s, fwd_keys=True, bwd_keys=True, merge_tiles=True)
+        ks = _selected(T, s, fwd_keys=True, bwd_keys=True, merge_tiles=True, fwd_forced_merge=False)
         BH, G, D = s.B * s.Hkv, s.G, s.D
         prow = BH * m._valid_pairs(T, s) * G
         launch = m.shipped_launch(s, 90)
@@ -98,7 +102,7 @@ def test_the_key_major_kernels_count_full_tiles_of_valid_pairs_and_their_partial
         assert fk.dram - po == pytest.approx(act + 2 * BH * T * D * 2 + BH * m._valid_pairs(T, s) * 8)
         table = BH * T * min(s.n, -(-T // s.lp)) * 9
         assert ks["sel_fwd_merge"].dram == pytest.approx(prow * (D * 2 + 4) + table + act + 4 * BH * T * G)
-        loop = _selected(T, s, fwd_keys=True, bwd_keys=True)
+        loop = _selected(T, s, fwd_keys=True, bwd_keys=True, fwd_forced_merge=False)
         assert loop["sel_fwd_merge"].dram == pytest.approx(
             prow * (D * 2 + 8) + 2 * table + act + 4 * BH * T * G
         )
@@ -160,7 +164,8 @@ def test_the_key_major_kernels_are_priced_from_the_keys_run_plus_their_partials(
     s = m.SHAPES["m7c"]
     for gname in ("H100", "H200", "A100"):
         gpu = replace(m.GPUS[gname], sass=False)
-        ks = {k.name: k for k in m.ours_on(65536, s, gpu, delta_folded=False)}  # sel_bwd_delta included
+        # sel_bwd_delta included; the masked walk and its separate merge (the runs' fwd_forced_merge off)
+        ks = {k.name: k for k in m.ours_on(65536, s, gpu, delta_folded=False, fwd_forced_merge=False)}
         dkdv = {k.name: k for k in m.ours_on(65536, s, gpu, bwd_keys=False)}["sel_bwd_dkdv"]
         for name, kind in (("sel_fwd_keys", "sel_keys_fwd"), ("sel_bwd_keys", "sel_keys_bwd")):
             k = ks[name]
@@ -183,7 +188,8 @@ def test_the_key_major_kernels_are_priced_from_the_keys_run_plus_their_partials(
             assert 0.95 < stretch < 1.0  # 64k x 1: a schedule more even than the fitted runs' mean
             want = (mma + dram * f * k.dram / gpu.dram) * stretch + m.LAUNCH_S
             assert k.time(gpu) == pytest.approx(want, rel=1e-9), (gname, name)
-        tiles = {k.name: k for k in m.ours_on(65536, s, gpu, delta_folded=False, merge_tiles=True)}
+        tiles = {k.name: k for k in m.ours_on(65536, s, gpu, delta_folded=False, merge_tiles=True,
+                                              fwd_forced_merge=False)}  # fmt: skip
         for name, kind in (("sel_fwd_merge", "sel_fwd_merge"), ("sel_bwd_dq_merge", "sel_dq_merge")):
             k, loop = tiles[name], ks[name]
             assert (k.kind, loop.kind) == (f"{kind}@tiles", kind)
@@ -273,12 +279,15 @@ def test_the_suites_flops_of_the_key_major_kernels_agree_with_the_model() -> Non
     nbytes = _bytes_model(1, 65536, 2, 6, 64, GEO)
     useful = {k.name: k.useful for k in m.ours(65536, m.SHAPES["m7c"])}
     assert flops["_sel_fwd_keys"] == pytest.approx(useful["sel_fwd_keys"], rel=0.05)
+    assert flops["_sel_fwd_forced_merge"] == pytest.approx(useful["sel_fwd_forced_merge"], rel=0.05)
     assert flops["_sel_bwd_keys"] == pytest.approx(useful["sel_bwd_keys"], rel=0.05)
-    assert flops["_sel_bwd_keys"] == 2.5 * flops["_sel_fwd_keys"]
+    # the backward takes every pair, the forward splits them between the keys walk and the forced pass
+    assert flops["_sel_bwd_keys"] == 2.5 * (flops["_sel_fwd_keys"] + flops["_sel_fwd_forced_merge"])
     Q = 65536 * 12 * 64 * 2
     assert nbytes["_sel_bwd_dq_merge"] > 15 * Q  # ~16 partials a row read (16-bit at pdq_bits 16, the least)
     for name in KEY_MAJOR - {"sel_fwd_reverse_index"}:
         assert modelcheck.FAMILIES[name] == "_" + name
+    assert {modelcheck.FAMILIES[name] for name in FORCED_MERGE} == {"_sel_fwd_forced_merge"}
     assert "sel_fwd_reverse_index" in modelcheck.OTHER_IN_CORE
 
 

@@ -28,9 +28,15 @@ def test_the_forward_rows_add_up_and_the_partials_are_its_largest_part() -> None
 def test_the_levers_order_as_the_section_says() -> None:
     """H100 8k: the partial-free bound beats every lever that keeps them, none of which saves 5 %;
     the forced pass that merges saves more than the one handing a state over, and more again with the
-    keys forward mask-free; the unmasked steps save in the backward too; shipped is 0."""
+    keys forward mask-free; the unmasked steps save in the backward too; the base is 0; what ships since
+    (fwd_forced_merge, the model as it stands) saves what this module's estimate of it does, within 0.5 %."""
     rows = {r["lever"]: r for r in fg.lever_rows(m, 8192, "H100")}
-    assert rows["shipped"]["saved_of_fwd_bwd"] == 0.0
+    assert rows["masked_walk"]["saved_of_fwd_bwd"] == 0.0
+    ship, est = (
+        rows["fwd_forced_merge"]["saved_of_fwd_bwd"],
+        rows["forced_merge_nomask_shipped_s"]["saved_of_fwd_bwd"],
+    )
+    assert ship > 0.03 and abs(ship - est) < 0.005
     bound = rows["no_partials"]["saved_of_fwd_bwd"]
     assert bound > 0.05
     keeping = ("forced_dense", "forced_dense16", "forced_merge", "forced_merge_s256", "forced_merge_nomask",

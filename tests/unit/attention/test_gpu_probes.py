@@ -29,9 +29,11 @@ def test_every_step_of_the_queue_runs_real_variants_beside_the_baseline(tmp_path
     probe = load_bench("kernel_probe")
     queue = _queue(tmp_path)
     # what the 2026-11-27 H100 left unmeasured: the M7C selection's bulk-copied key tile (built for the
-    # 64k target), the paper shape's select_shm flip at 32k, its split loop; then the training steps' host time
+    # 64k target), the key-major forward's merging forced pass (shipped after it), the paper shape's
+    # select_shm flip at 32k, its split loop; then the training steps' host time
     assert [n for n, _, _ in queue] == [
         "select_tma",
+        "fwd_forced_merge",
         "select_shm",
         "select_split",
         "step_host_nsa",

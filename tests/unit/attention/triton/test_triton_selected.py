@@ -487,7 +487,10 @@ def test_gpucheck_specs_name_every_argument():
         "selected_fwd_index",  # G = 6: the key-major forward (fwd_keys, test_triton_selected_keys.py)
         "selected_fwd_segs",
         "selected_fwd_keys",
-        "selected_fwd_merge",
+        "selected_fwd_forced_merge",  # fwd_forced_merge: the merging forced pass ends the forward
+        "selected_fwd_keys_masked",  # its probe variant: the masked walk over every pair,
+        "selected_fwd_segs_all",  # the segments of every pair alone,
+        "selected_fwd_merge",  # and the separate merge
         "selected_fwd_keys_omma",  # the keys forward at the other keys_fwd_mma (the probe's variant)
         "selected_fwd_merge_tiles",  # the merge at the other merge_tiles (the probe's variant)
         "selected_forced_dq",

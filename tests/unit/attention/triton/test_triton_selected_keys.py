@@ -120,10 +120,13 @@ def test_key_major_forward_bf16_within_rounding_bounds(keys_only, bf16_interpret
         assert got[name].dtype == torch.bfloat16 and res["within_bound"], f"{name}: {res}"
 
 
-def test_merge_reads_only_written_partials_and_runs_are_bitwise_equal():
+def test_merge_reads_only_written_partials_and_runs_are_bitwise_equal(monkeypatch):
     """The launcher twice: out and lse bitwise equal. The kernels by hand with PO/PL full of NaN: the
     merge skips every entry that adds no keys by itself (same out/lse, bit for bit), and a row of
-    the second key chunk that sees no key (t < j*l' + 16) has partial lse -inf."""
+    the second key chunk that sees no key (t < j*l' + 16) has partial lse -inf. The masked walk over
+    every pair and the separate merge: `_config`'s fwd_forced_merge off (its own test file has it on)."""
+    shipped = tsel._config
+    monkeypatch.setattr(tsel, "_config", lambda *a, **kw: {**shipped(*a, **kw), "fwd_forced_merge": False})
     G, T, D, lp = 2, 70, 16, 32
     q, k, v = _inputs(T, G, D, torch.float32, seed=3)
     idx, valid = _odd_table(1, 1, T, lp, 3, seed=4)
@@ -141,7 +144,7 @@ def test_merge_reads_only_written_partials_and_runs_are_bitwise_equal():
     pl = torch.full((nb, T * n, G), float("nan"))
     ns = -(-T // lp)
     tkeys._sel_fwd_keys_kernel[(nseg, nb)](
-        q, k, v, order, start, seg_end, po, pl, T, ns, n, ns, ns.bit_length() + 1, S, 0.3,
+        q, k, v, order, start, start, seg_end, po, pl, T, ns, n, ns, ns.bit_length() + 1, S, 0.3,
         G=G, D=D, LP=lp, DP=cfg["DP"], BN=cfg["BN"], BR=cfg["BR_f"], PREC="ieee", DIV32=cfg["keys_div32"],
     )  # fmt: skip
     out, lse = torch.empty_like(q), torch.empty(1, 1, T, G)
@@ -212,14 +215,14 @@ def _count_forward(T: int, G: int, D: int = 64, lp: int = 64):
 
 
 def test_forward_launches_are_constant_in_T_and_sync_free():
-    """The key-major forward: 4 kernels + 3 aten ops (sort, arange, searchsorted) at every T, no
-    sync (kernels counted and skipped, as bench/attention_launches.py does); G = 16 keeps the 2
+    """The key-major forward: 4 kernels (the index, its segments, the keys walk, the merging forced
+    pass) + 3 aten ops (sort, arange, searchsorted) at every T, no sync (kernels counted and skipped, as bench/attention_launches.py does); G = 16 keeps the 2
     query-major kernels."""
     rows = [_count_forward(T, 6) for T in (200, 3000)]
     for c in rows:
         assert dict(c.triton) == {
             "_sel_fwd_index_kernel": 1, "_sel_fwd_segs_kernel": 1, "_sel_fwd_keys_kernel": 1,
-            "_sel_fwd_merge_kernel": 1,
+            "_sel_fwd_forced_merge_kernel": 1,
         }  # fmt: skip
         assert c.aten == 3 and not c.syncs, (c.ops, c.syncs)
     wide = _count_forward(200, 16)
@@ -244,6 +247,15 @@ def test_config_switch_and_gpucheck_rows():
             if G <= 8:
                 assert specs["selected_fwd_keys"].constexprs["BR"] == cfg["BR_f"]
                 assert specs["selected_fwd_merge"].constexprs["TM"] == cfg["TM"]
+                # fwd_forced_merge at head_dim <= 64: its kernels and the masked walk's; none past it
+                free = D <= 64
+                assert cfg["fwd_forced_merge"] is free
+                assert specs["selected_fwd_keys"].constexprs["FREE"] is free
+                assert specs["selected_fwd_segs"].constexprs["FWD"] is free
+                assert ("selected_fwd_forced_merge" in specs) is ("selected_fwd_keys_masked" in specs) is free
+                if free:
+                    assert specs["selected_fwd_forced_merge"].constexprs["BM"] == cfg["BM"]
+                    assert specs["selected_fwd_keys_masked"].constexprs["FREE"] is False
 
 
 def test_nsa_attention_on_the_key_major_forward_matches_reference(keys_only, monkeypatch):

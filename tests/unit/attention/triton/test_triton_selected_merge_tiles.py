@@ -139,6 +139,10 @@ def _launched(monkeypatch) -> dict:
 
             return launch
 
+    # The separate forward merge runs where fwd_forced_merge is off (it ships on: the merging forced
+    # pass takes its place; merge_tiles is that merge's switch).
+    shipped = tsel._config
+    monkeypatch.setattr(tsel, "_config", lambda *a, **kw: {**shipped(*a, **kw), "fwd_forced_merge": False})
     monkeypatch.setattr(tkeys, "_sel_fwd_merge_kernel", Spy("fwd", tkeys._sel_fwd_merge_kernel))
     monkeypatch.setattr(tkbwd, "_sel_bwd_dq_merge_kernel", Spy("dq", tkbwd._sel_bwd_dq_merge_kernel))
     G, T, D, lp = 2, 40, 16, 16

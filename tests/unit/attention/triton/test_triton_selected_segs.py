@@ -54,9 +54,9 @@ def _run(monkeypatch, target: int, q, k, v, idx, valid, lp, dout, own_index: boo
         for mod, name in ((tkeys, "reverse_index"), (tsel, "reverse_index"), (tsel, "index_bounds")):
             real = getattr(mod, name)
 
-            def spy(*a, _real=real, _name=name):
-                got = _real(*a)
-                seen.append((_name, got[-2]))  # S
+            def spy(*a, _real=real, _name=name, **kw):
+                got = _real(*a, **kw)
+                seen.append((_name, got[3] if _name == "reverse_index" else got[0]))  # S
                 return got
 
             m.setattr(mod, name, spy)
