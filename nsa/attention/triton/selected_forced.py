@@ -97,15 +97,14 @@ def _step_keys(K, V, c, n1, n1p, k0, k1, kk, d, dm, t, jt, b_own, b_prev, b_firs
 
 
 @triton.jit
-def _sel_forced_fwd_kernel(
-    Q, K, V, IDX, VALID, OF, LSEF,
-    T, NK, sm_scale,
+def forced_pass(
+    Q, K, V, IDX, VALID, r0, bh, T, NK, sm_scale,
     G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
     DP: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    # One program: rows [r0, r0 + BM) of one (batch, KV head)'s [T*G, D] queries.
-    r0 = tl.program_id(0) * BM
-    bh = tl.program_id(1).to(tl.int64)
+    """The forced blocks of rows [r0, r0 + BM) of (batch, KV head) bh's [T*G, D] queries as one dense
+    causal online softmax: (rows, in range, their tokens, head_dim columns, columns in range, the
+    base-2 state m, l, acc). Also the key-major forward's merging pass (selected_keys.py)."""
     r = r0 + tl.arange(0, BM)
     d = tl.arange(0, DP)
     dm = d < D
@@ -113,8 +112,7 @@ def _sel_forced_fwd_kernel(
     t = tl.where(rm, r // G, 0)
     jt = t // LP
     qoff = r[:, None] * D + d[None, :]
-    qmask = rm[:, None] & dm[None, :]
-    q = tl.load(Q + bh * T * G * D + qoff, mask=qmask, other=0.0)
+    q = tl.load(Q + bh * T * G * D + qoff, mask=rm[:, None] & dm[None, :], other=0.0)
     K += bh * T * D
     V += bh * T * D
     b_own, b_prev, b_first = _role_bias(IDX, VALID, (bh * T + t) * NK, rm, jt, NK, BM)
@@ -129,6 +127,23 @@ def _sel_forced_fwd_kernel(
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
         s = tl.where(ok, s + bias, float("-inf"))
         m_i, l_i, acc = online_softmax_step(s, v, m_i, l_i, acc, PREC)
+    return r, rm, t, d, dm, m_i, l_i, acc
+
+
+@triton.jit
+def _sel_forced_fwd_kernel(
+    Q, K, V, IDX, VALID, OF, LSEF,
+    T, NK, sm_scale,
+    G: tl.constexpr, D: tl.constexpr, LP: tl.constexpr,
+    DP: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    # One program: rows [r0, r0 + BM) of one (batch, KV head)'s [T*G, D] queries.
+    bh = tl.program_id(1).to(tl.int64)
+    r, rm, _t, d, dm, m_i, l_i, acc = forced_pass(
+        Q, K, V, IDX, VALID, tl.program_id(0) * BM, bh, T, NK, sm_scale, G, D, LP, DP, BM, BK, PREC
+    )
+    qoff = r[:, None] * D + d[None, :]
+    qmask = rm[:, None] & dm[None, :]
     has = l_i > 0
     o = acc / tl.where(has, l_i, 1.0)[:, None]
     lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))

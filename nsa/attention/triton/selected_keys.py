@@ -35,7 +35,7 @@ import triton.language as tl
 from torch import Tensor
 
 from nsa.attention.triton import cdiv, device_arch, next_pow2
-from nsa.attention.triton.selected_forced import _key_range, _role_bias, _step_keys, online_softmax_step
+from nsa.attention.triton.selected_forced import forced_pass
 from nsa.attention.triton.selected_keys_bwd import (
     _block_keys,
     _entry_keep,
@@ -196,33 +196,14 @@ def _sel_fwd_forced_merge_kernel(
     # keys kernel's, tokens t >= (j + 2) * l') folded into the same online softmax state, in a fixed
     # order (entry slot, then key chunk: deterministic, no atomics), and out / lse stored. It replaces
     # `_sel_fwd_merge_kernel`: the forced pairs never cross DRAM as partials.
-    r0 = tl.program_id(0) * BM
     bh = tl.program_id(1).to(tl.int64)
-    r = r0 + tl.arange(0, BM)
-    d = tl.arange(0, DP)
-    dm = d < D
-    rm = r < T * G
-    t = tl.where(rm, r // G, 0)
+    r, rm, t, d, dm, m_i, l_i, acc = forced_pass(
+        Q, K, V, IDX, VALID, tl.program_id(0) * BM, bh, T, NK, sm_scale, G, D, LP, DP, BM, BK, PREC
+    )
     g = r % G
-    jt = t // LP
     qoff = r[:, None] * D + d[None, :]
     qmask = rm[:, None] & dm[None, :]
-    q = tl.load(Q + bh * T * G * D + qoff, mask=qmask, other=0.0)
-    K += bh * T * D
-    V += bh * T * D
     ebase = (bh * T + t) * NK  # the row's token's first table position
-    b_own, b_prev, b_first = _role_bias(IDX, VALID, ebase, rm, jt, NK, BM)
-    n1, n1p, k0, k1 = _key_range(r0, T, G, LP, BM, BK)
-    qk_scale = sm_scale * 1.4426950408889634  # base-2 softmax
-    m_i = tl.full([BM], float("-inf"), tl.float32)
-    l_i = tl.zeros([BM], tl.float32)
-    acc = tl.zeros([BM, DP], tl.float32)
-    kk = tl.arange(0, BK)
-    for c in range(0, n1p + k1 - k0, BK):
-        k, v, bias, ok = _step_keys(K, V, c, n1, n1p, k0, k1, kk, d, dm, t, jt, b_own, b_prev, b_first, D, LP)
-        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-        s = tl.where(ok, s + bias, float("-inf"))
-        m_i, l_i, acc = online_softmax_step(s, v, m_i, l_i, acc, PREC)
     # The partials: (entry, chunk) couples e -> (e // NB, e % NB); a kept entry's partial lse is
     # finite (its row saw the whole chunk).
     npos = tl.num_programs(1).to(tl.int64) * T * NK

@@ -3,11 +3,11 @@
 kernel's FREE walk over the non-forced pairs, `reverse_index(..., forward=True)`) under
 TRITON_INTERPRET=1 on CPU tensors.
 
-Forward and gradients (through the unchanged backward) against the eager op in fp32 and fp16, bf16
-within rounding bounds, on tables with duplicates, invalid, negative, missing and future entries and
-a token without any key; the keys kernel writes partials for the non-forced pairs only and the
-merging pass reads nothing else (PO/PL full of NaN beforehand); the forward's begin / seg_end_f are
-their aten formula.
+It ships at G <= 8 and head_dim <= 64, so test_triton_selected_keys.py's forward and gradients against
+the eager op (fp32, fp16, bf16 within bounds, tables with duplicated, invalid, negative, missing and
+future entries) run it; here: the keys kernel writes partials for the non-forced pairs only and the
+merging pass reads nothing else (PO/PL full of NaN beforehand), and the forward's begin / seg_end_f are
+their formula.
 """
 
 from __future__ import annotations
@@ -21,14 +21,10 @@ import torch
 
 pytest.importorskip("triton")
 
-from nsa.attention import selected as eager
-from nsa.attention.selection import top_blocks
 from nsa.attention.triton import selected as tsel
 from nsa.attention.triton import selected_keys as tkeys
 from tests.fixtures.launch_spy import LaunchSpy
 from tests.unit.attention.triton.test_triton_selected_keys import _inputs, _odd_table
-
-TOL = {torch.float32: 2e-5, torch.float16: 2e-3}
 
 
 @pytest.fixture
@@ -45,53 +41,6 @@ def forced_merge(monkeypatch):
     seen: list = []
     monkeypatch.setattr(tkeys, "_sel_fwd_keys_kernel", LaunchSpy(tkeys._sel_fwd_keys_kernel, seen, "FREE"))
     return seen
-
-
-# (G, dtype, T, D, l', n): l' 8 gives many blocks (non-forced pairs from t = 16 on); l' 32 runs two
-# key chunks of the interpreter's 16 keys; T 45 / 70 are multiples of no l'.
-CASES = [(6, torch.float32, 45, 32, 8, 5), (2, torch.float16, 70, 32, 32, 3)]
-
-
-@pytest.mark.parametrize("G,dtype,T,D,lp,n", CASES)
-def test_forced_merge_forward_matches_eager(forced_merge, G, dtype, T, D, lp, n):
-    q, k, v = _inputs(T, G, D, dtype, seed=G + T)
-    idx, valid = _odd_table(1, 1, T, lp, n, seed=G)
-    scale = D**-0.5
-    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
-    out = tsel.selected_attention(*leaves, idx, valid, sel_block=lp, scale=scale, forced_blocks=True)
-    assert forced_merge == [True]
-    qf, kf, vf = (x.float().requires_grad_() for x in (q, k, v))
-    want = eager.selected_attention(qf, kf, vf, idx, valid, sel_block=lp, scale=scale, chunk=7)
-    tol = TOL[dtype]
-    assert out.dtype == dtype
-    torch.testing.assert_close(out.float(), want, rtol=tol, atol=tol)
-    assert out[:, :, 3].abs().max() == 0 and out[:, :, 9].abs().max() == 0  # no key: zeros
-    w = torch.randn(out.shape, generator=torch.Generator().manual_seed(6))
-    got = torch.autograd.grad((out.float() * w).sum(), leaves)
-    ref = torch.autograd.grad((want * w).sum(), (qf, kf, vf))
-    for name, a, b in zip("qkv", got, ref):
-        torch.testing.assert_close(
-            a.float(), b, rtol=tol * 5, atol=tol * 5, msg=lambda m, n=name: f"d{n}: {m}"
-        )
-
-
-def test_forced_merge_bf16_within_rounding_bounds(forced_merge, bf16_interpreter):
-    """bf16 as the GPU does it (conftest fixture): partials stored in bf16, merged in fp32 with the
-    forced blocks' state; output and gradients within nsa.attention.gpusuite.bounds' bounds."""
-    from nsa.attention.gpusuite import bounds
-
-    G, T, D, lp, n = 6, 45, 64, 8, 4
-    g = torch.Generator().manual_seed(56)
-    q, dout = (torch.randn(1, 1, T, G, D, generator=g).bfloat16() for _ in range(2))
-    k, v = (torch.randn(1, 1, T, D, generator=g).bfloat16() for _ in range(2))
-    idx, valid = top_blocks(torch.rand(1, 1, T, -(-T // lp), generator=g), torch.arange(T), lp, n)
-    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
-    out = tsel.selected_attention(*leaves, idx, valid, sel_block=lp, scale=D**-0.5, forced_blocks=True)
-    got = {"out": out, **dict(zip(("dq", "dk", "dv"), torch.autograd.grad(out, leaves, dout)))}
-    vis = bounds.selected_visible(idx, valid, T, lp)
-    for name, want in bounds.attention_bounds(q, k, v, dout, vis, D**-0.5, torch.bfloat16).items():
-        res = bounds.check(got[name], want)
-        assert got[name].dtype == torch.bfloat16 and res["within_bound"], f"{name}: {res}"
 
 
 def _forward_pairs(idx, valid, lp):

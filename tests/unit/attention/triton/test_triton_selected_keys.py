@@ -25,6 +25,7 @@ from nsa.attention import selected as eager
 from nsa.attention.selection import top_blocks
 from nsa.attention.triton import selected as tsel
 from nsa.attention.triton import selected_keys as tkeys
+from tests.fixtures.launch_spy import LaunchSpy
 from tests.unit.attention.triton.test_triton_selected import assert_nsa_matches_reference
 
 TOL = {torch.float32: 2e-5, torch.float16: 2e-3}
@@ -68,9 +69,11 @@ def _odd_table(B, Hkv, T, lp, n, seed):
 
 
 # (G, dtype, B, Hkv, T, D, l', n): T = 45 / 37 / 41 are multiples of no l'; l' = 32 runs two key
-# chunks per block (the interpreter's key tile is 16); B*Hkv = 2 in one case.
+# chunks per block (the interpreter's key tile is 16); B*Hkv = 2 in one case. head_dim <= 64 runs the
+# shipped fwd_forced_merge (the merging forced pass, the keys walk mask-free); head_dim 96 the masked
+# walk over every pair and the separate merge, which ship past head_dim 64.
 CASES = [
-    (1, torch.float32, 1, 2, 37, 32, 16, 4),
+    (1, torch.float32, 1, 2, 37, 96, 16, 4),
     (2, torch.float16, 1, 1, 41, 32, 32, 5),
     (6, torch.float32, 1, 1, 45, 32, 8, 5),
     (6, torch.float16, 1, 1, 45, 64, 16, 4),
@@ -78,12 +81,20 @@ CASES = [
 
 
 @pytest.mark.parametrize("G,dtype,B,Hkv,T,D,lp,n", CASES)
-def test_key_major_forward_matches_eager(keys_only, G, dtype, B, Hkv, T, D, lp, n):
+def test_key_major_forward_matches_eager(keys_only, monkeypatch, G, dtype, B, Hkv, T, D, lp, n):
     q, k, v = _inputs(T, G, D, dtype, seed=G + T, B=B, Hkv=Hkv)
     idx, valid = _odd_table(B, Hkv, T, lp, n, seed=G)
     scale = D**-0.5
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    # the keys walk's FREE and which kernel ends the forward: fwd_forced_merge at head_dim <= 64
+    seen: dict = {"_sel_fwd_keys_kernel": [], "_sel_fwd_merge_kernel": [], "_sel_fwd_forced_merge_kernel": []}
+    for name, got in seen.items():
+        monkeypatch.setattr(
+            tkeys, name, LaunchSpy(getattr(tkeys, name), got, "FREE" if "keys" in name else "G")
+        )
     out = tsel.selected_attention(*leaves, idx, valid, sel_block=lp, scale=scale, forced_blocks=True)
+    free = D <= 64
+    assert list(seen.values()) == [[free], [] if free else [G], [G] if free else []], seen
     qf, kf, vf = (x.float().requires_grad_() for x in (q, k, v))
     want = eager.selected_attention(qf, kf, vf, idx, valid, sel_block=lp, scale=scale, chunk=7)
     tol = TOL[dtype]
