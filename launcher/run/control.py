@@ -350,6 +350,15 @@ def _restart_locked(
             f"run {rec.run} finished (step {st.get('step')}/{st.get('total_steps')}): nothing to resume",
             "start a new run: nsa-launch up --name NEW (raise train.steps with --set to train longer)",
         )
+    # Every local input before the kill: a secret found missing after it left the run stopped, with
+    # exit 2 saying nothing was started.
+    try:
+        secrets = resolve_secrets(rec.secrets, os.environ) if rec.secrets else {}
+    except LaunchError as e:
+        raise LaunchError(
+            f"run {rec.run} was started with --secret {' --secret '.join(rec.secrets)}: {e.message}",
+            f"{e.fix}, then `nsa-launch restart --run {rec.run}` again (the run was not stopped)",
+        ) from None
     if st["state"] == "killed" and st.get("error"):
         say(f"{rec.run} was killed and then: {st['error']}")
     say(f"stopping {rec.run} on {rec.host} (state {st['state']})")
@@ -362,7 +371,6 @@ def _restart_locked(
     say(f"stopped: {res['message']}")
     if res.get("final_save_failed"):
         say(f"{final_save_line(res)}; resuming from the newest intact checkpoint")
-    secrets = resolve_secrets(rec.secrets, os.environ) if rec.secrets else {}
     if sync:
         _resync(rec, say)
     for i, node in enumerate(rec.nodes):
