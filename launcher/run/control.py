@@ -575,8 +575,11 @@ def http_answers(port: int, timeout: float = 3.0) -> bool:
         return False
 
 
-def _tunnel_file(run: str) -> Any:
-    return registry.home() / "tunnels" / f"{run}.json"
+def _tunnel_file(run: str, pid: int | None = None) -> Any:
+    """This process's record of its tunnel to `run`. One file per tunnel process: with one file per
+    run, a second tunnel overwrote the first's record and removed it on closing, and `status` said
+    no tunnel while the first still served. Run names hold no dot, so `RUN.*.json` is only RUN's."""
+    return registry.home() / "tunnels" / f"{run}.{os.getpid() if pid is None else pid}.json"
 
 
 def record_tunnel(run: str, tun: Tunnel) -> None:
@@ -585,7 +588,7 @@ def record_tunnel(run: str, tun: Tunnel) -> None:
 
     path = _tunnel_file(run)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"pid": os.getpid(), "url": tun.url, "local_port": tun.local_port}))
     tmp.replace(path)
 
@@ -596,23 +599,34 @@ def forget_tunnel(run: str) -> None:
 
 
 def live_tunnel(run: str) -> str | None:
-    """The URL of an `nsa-launch tunnel` to the run that answers now; None (and the stale record
-    removed) when its process is gone or TensorBoard no longer answers through it."""
+    """The URL of an `nsa-launch tunnel` to the run that answers now (the newest such record); None
+    when none does. A record whose process is gone is removed."""
     import json
 
-    try:
-        rec = json.loads(_tunnel_file(run).read_text())
-        pid, url, port = int(rec["pid"]), str(rec["url"]), int(rec["local_port"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        forget_tunnel(run)
-        return None
-    except PermissionError:
-        pass
-    return url if http_answers(port, timeout=1.0) else None
+    def mtime(path: Any) -> float:
+        try:
+            return path.stat().st_mtime
+        except OSError:  # removed meanwhile: its tunnel closed
+            return 0.0
+
+    paths = sorted((registry.home() / "tunnels").glob(f"{run}.*.json"), key=mtime, reverse=True)
+    for path in paths:
+        try:
+            rec = json.loads(path.read_text())
+            pid, url, port = int(rec["pid"]), str(rec["url"]), int(rec["local_port"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            continue
+        except PermissionError:
+            pass
+        if http_answers(port, timeout=1.0):
+            return url
+    return None
 
 
 class RunStopped(RuntimeFailure):
