@@ -33,8 +33,14 @@ KEYS = (
 class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > Vertical { width: 84; height: auto; border: thick $accent; background: $panel; padding: 1 2; }
+    HelpScreen > Vertical {
+        width: 84; height: auto; border: thick $accent; background: $panel; padding: 1 2;
+        max-width: 100%; max-height: 100%; overflow-y: auto;
+    }
     """
+    # max-width/max-height: at 80x24 the fixed 84 x 26 box ran off the screen's right and bottom
+    # edges, cutting every long line mid-word ("asks fir") and the closing hint; it now wraps and
+    # scrolls inside the screen.
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "dismiss", "close"),
         Binding("question_mark", "dismiss", "close"),
