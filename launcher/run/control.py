@@ -145,6 +145,11 @@ def fetch_status(records: list[RunRecord]) -> list[dict[str, Any]]:
         st = _merge(rec, parts)
         if st["state"] != "lost":
             _remember_contact(st)
+        else:  # also when the host answered that the run dir is gone: where the run was last seen
+            seen = last_contact(rec.run)
+            for key, field_ in (("last_contact", "time"), ("last_step", "step"), ("last_state", "state")):
+                if st.get(key) is None:
+                    st[key] = seen.get(field_)
         st.update(pod_fields(rec))
         st["recovery"] = _recovery(rec)
         if st["recovery"] and st["state"] == "lost":  # what is being done about it, wherever it shows
@@ -262,7 +267,27 @@ def kill_run(rec: RunRecord) -> dict[str, Any]:
     """CONT, TERM, grace, KILL on every node; verified. Idempotent. Holds the run's write lock
     (launcher/run/locks.py): a kill during a restart of the same run stops with the holder's name."""
     with changing(rec.run, "kill"):
-        return kill_nodes(rec, rec.nodes)
+        res = kill_nodes(rec, rec.nodes)
+    if res["killed"]:
+        _remember_killed(rec.run, res)
+    return res
+
+
+def _remember_killed(run: str, res: dict[str, Any]) -> None:
+    """Keep `killed` as the run's last known state: a run killed here and later lost (its host shut
+    down) read `last contact ... (running); the run may go on on its host`."""
+    import json
+
+    seen = last_contact(run)
+    step = res.get("last_step", seen.get("step"))
+    path = _seen_file(run)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**seen, "time": time.time(), "step": step, "state": "killed"}))
+        tmp.replace(path)
+    except OSError:  # a read-only home must not fail a kill that worked
+        pass
 
 
 # How long a kill or restart waits for another writer of the run (a pull takes seconds); a restart
