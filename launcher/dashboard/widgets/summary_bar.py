@@ -41,7 +41,10 @@ class SummaryBar(Static):
         now: float | None = None,
     ) -> None:
         parts: list[tuple[str, str, str]] = []
-        parts.append(("runs", f"{len(statuses)} run{'s' if len(statuses) != 1 else ''}", "bold"))
+        if not statuses:  # a first open, before any `up`: an empty table said nothing of what to do
+            parts.append(("runs", "0 runs yet: `nsa-launch up` starts one, and it shows here", "bold"))
+        else:
+            parts.append(("runs", f"{len(statuses)} run{'s' if len(statuses) != 1 else ''}", "bold"))
         counts = Counter(str(s.get("state", "?")) for s in statuses)
         for state in fmt.STATE_STYLE:
             if counts.get(state):

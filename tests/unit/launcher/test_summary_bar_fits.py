@@ -57,3 +57,21 @@ def test_parts_give_way_in_order_and_a_long_error_ends_in_an_ellipsis():
     error = [("runs", "3 runs", ""), ("age", "  · updated 1s ago", ""), ("error", "  · " + "x" * 100, "")]
     shown = fit(error, 78).plain
     assert len(shown) == 78 and shown.endswith("…") and "updated" not in shown
+
+
+async def test_no_runs_yet_says_how_to_start_one():
+    from textual.app import App
+
+    class One(App):
+        def compose(self):
+            yield SummaryBar()
+
+    app = One()
+    async with app.run_test(size=(80, 3)) as pilot:
+        bar = app.query_one(SummaryBar)
+        bar.show([], 0.0, None, None)
+        await pilot.pause()
+        assert "0 runs yet: `nsa-launch up` starts one" in _row(bar), _row(bar)
+        bar.show([{"run": "a", "state": "running"}], 0.0, None, None)
+        await pilot.pause()
+        assert _row(bar).lstrip().startswith("1 run  1 running"), _row(bar)
