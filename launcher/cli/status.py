@@ -57,6 +57,9 @@ def status(ctx: click.Context, run: str | None, all_runs_: bool, as_json: bool) 
         from launcher.core import format as fmt
 
         click.secho(f"error: run {s['run']} is lost: {s['error']}", fg="red", err=True)
+        if s.get("last_state") in ("finished", "failed", "killed"):
+            click.echo(f"  {fmt.lost_detail(s)}: it had ended there, so nothing of it runs", err=True)
+            continue
         click.echo(
             f"  {fmt.lost_detail(s)}; the run may go on on its host. Nothing here retries: "
             f"`nsa-launch watch --run {s['run']}` (or the dashboard) keeps the mirror and, for a rented pod, "

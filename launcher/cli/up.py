@@ -123,6 +123,10 @@ def up(
         **{k: v for k, v in kw.items() if v is not None and v is not False},
     )  # type: ignore[arg-type]
     plan = plan_run(opts)
+    if not provision:
+        from launcher.launch.plan import check_resume_target
+
+        check_resume_target(plan)  # `up --resume --name R` of a run that ran elsewhere: say where
     app.say(
         f"run {plan.run}: profile {plan.profile.name} ({plan.profile.world_size} workers), "
         f"config {plan.config_path.name} [{plan.config_hash}], {plan.total_steps} steps"

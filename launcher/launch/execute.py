@@ -130,15 +130,52 @@ def execute(
                 "manifest": manifest(plan, i, t.label, argv),
                 "files": {INPUT_CONFIG: plan.config_text},
             }
-            reply = agent_call(t, node.workdir, node.python, "start", req, timeout=60)
+            with _ctrl_c_after():
+                reply = agent_call(t, node.workdir, node.python, "start", req, timeout=60)
+                if reply.get("ok"):
+                    started.append(i)
             if not reply.get("ok"):
                 raise LaunchError(f"{t.label}: {reply.get('error')}", reply.get("fix", ""))
-            started.append(i)
         registry.save(rec)
-    except BaseException:
+    except BaseException as e:
         kill_nodes(rec, [nodes[i] for i in started])
+        if isinstance(e, KeyboardInterrupt) and started:
+            where = ", ".join(nodes[i].label for i in started)
+            raise KeyboardInterrupt(
+                f"interrupted while starting {plan.run}: stopped it again on {where} (verified), so "
+                f"nothing of it runs; its run dir stays there ({nodes[0].run_dir})"
+            ) from None
         raise
     return rec, time.monotonic() - t0
+
+
+class _ctrl_c_after:
+    """Hold a Ctrl-C (SIGINT) until the block is done, then raise it.
+
+    The agent's `start` runs on the host in a process of its own. A Ctrl-C that abandoned the wait
+    for its reply left the run started there and unknown here (no record: `kill` could not name it),
+    a training run nobody could see or stop; held, the start completes, lands in `started`, and the
+    rollback above stops it. The wait is bounded by the call's timeout (60 s)."""
+
+    def __enter__(self) -> None:
+        import signal
+        import threading
+
+        self.got = False
+        self.held = threading.current_thread() is threading.main_thread()  # signals reach it only
+        if self.held:
+            self.old = signal.signal(signal.SIGINT, self._hold)
+
+    def _hold(self, signum: int, frame: object) -> None:
+        self.got = True
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        import signal
+
+        if self.held:
+            signal.signal(signal.SIGINT, self.old)
+        if self.got and exc_type is None:
+            raise KeyboardInterrupt
 
 
 def max_restarts(plan: Plan) -> int:

@@ -152,6 +152,32 @@ def plan_run(opts: UpOptions, environ: dict[str, str] | None = None) -> Plan:
     )
 
 
+def check_resume_target(plan: Plan) -> None:
+    """`nsa-launch up --resume`: the run's record names the profile and hosts it ran with.
+
+    `up --resume` takes its profile and hosts from its options, as every `up` does; without them, the
+    documented `up --resume --name R` looked for a remote run on this machine (`run dir .../runs/R has
+    no manifest.json`). Say where R ran and how to continue it. Only the CLI asks: a pod replacement
+    (launcher/recover/replace.py) resumes a run on new hosts on purpose."""
+    rec = registry.load(plan.run) if plan.opts.resume else None
+    if rec is None:
+        return
+    profile, hosts, opts = plan.profile, plan.hosts, plan.opts
+    was = [n.host.label for n in rec.nodes]
+    if [h.label for h in hosts] == was and profile.name == rec.profile:
+        return
+    args = f"--profile {rec.profile}" + "".join(f" --host {n.host.target}" for n in rec.nodes)
+    cfg = rec.nodes[0].host.ssh_config
+    args += f" --ssh-config {cfg}" if cfg else ""
+    scratch = " --from-scratch" if opts.from_scratch else ""
+    raise LaunchError(
+        f"run {rec.run} ran on {', '.join(was)} (profile {rec.profile}); this `up --resume` names "
+        f"{', '.join(h.label for h in hosts)} (profile {profile.name})",
+        f"name them as it was launched: nsa-launch up --resume{scratch} --name {rec.run} {args} (with its "
+        f"--workdir, --python and --set too); or `nsa-launch restart --run {rec.run}`, which continues it where it is",
+    )
+
+
 def _bind_hosts(profile: Profile, opts: UpOptions) -> tuple[list[HostSpec], list[str], list[str | None]]:
     targets = list(opts.hosts) or [h.target for h in profile.hosts]
     if not targets and default_target():

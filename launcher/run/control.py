@@ -145,6 +145,11 @@ def fetch_status(records: list[RunRecord]) -> list[dict[str, Any]]:
         st = _merge(rec, parts)
         if st["state"] != "lost":
             _remember_contact(st)
+        else:  # also when the host answered that the run dir is gone: where the run was last seen
+            seen = last_contact(rec.run)
+            for key, field_ in (("last_contact", "time"), ("last_step", "step"), ("last_state", "state")):
+                if st.get(key) is None:
+                    st[key] = seen.get(field_)
         st.update(pod_fields(rec))
         st["recovery"] = _recovery(rec)
         if st["recovery"] and st["state"] == "lost":  # what is being done about it, wherever it shows
@@ -262,7 +267,27 @@ def kill_run(rec: RunRecord) -> dict[str, Any]:
     """CONT, TERM, grace, KILL on every node; verified. Idempotent. Holds the run's write lock
     (launcher/run/locks.py): a kill during a restart of the same run stops with the holder's name."""
     with changing(rec.run, "kill"):
-        return kill_nodes(rec, rec.nodes)
+        res = kill_nodes(rec, rec.nodes)
+    if res["killed"]:
+        _remember_killed(rec.run, res)
+    return res
+
+
+def _remember_killed(run: str, res: dict[str, Any]) -> None:
+    """Keep `killed` as the run's last known state: a run killed here and later lost (its host shut
+    down) read `last contact ... (running); the run may go on on its host`."""
+    import json
+
+    seen = last_contact(run)
+    step = res.get("last_step", seen.get("step"))
+    path = _seen_file(run)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**seen, "time": time.time(), "step": step, "state": "killed"}))
+        tmp.replace(path)
+    except OSError:  # a read-only home must not fail a kill that worked
+        pass
 
 
 # How long a kill or restart waits for another writer of the run (a pull takes seconds); a restart
@@ -350,6 +375,15 @@ def _restart_locked(
             f"run {rec.run} finished (step {st.get('step')}/{st.get('total_steps')}): nothing to resume",
             "start a new run: nsa-launch up --name NEW (raise train.steps with --set to train longer)",
         )
+    # Every local input before the kill: a secret found missing after it left the run stopped, with
+    # exit 2 saying nothing was started.
+    try:
+        secrets = resolve_secrets(rec.secrets, os.environ) if rec.secrets else {}
+    except LaunchError as e:
+        raise LaunchError(
+            f"run {rec.run} was started with --secret {' --secret '.join(rec.secrets)}: {e.message}",
+            f"{e.fix}, then `nsa-launch restart --run {rec.run}` again (the run was not stopped)",
+        ) from None
     if st["state"] == "killed" and st.get("error"):
         say(f"{rec.run} was killed and then: {st['error']}")
     say(f"stopping {rec.run} on {rec.host} (state {st['state']})")
@@ -362,7 +396,6 @@ def _restart_locked(
     say(f"stopped: {res['message']}")
     if res.get("final_save_failed"):
         say(f"{final_save_line(res)}; resuming from the newest intact checkpoint")
-    secrets = resolve_secrets(rec.secrets, os.environ) if rec.secrets else {}
     if sync:
         _resync(rec, say)
     for i, node in enumerate(rec.nodes):
@@ -567,8 +600,11 @@ def http_answers(port: int, timeout: float = 3.0) -> bool:
         return False
 
 
-def _tunnel_file(run: str) -> Any:
-    return registry.home() / "tunnels" / f"{run}.json"
+def _tunnel_file(run: str, pid: int | None = None) -> Any:
+    """This process's record of its tunnel to `run`. One file per tunnel process: with one file per
+    run, a second tunnel overwrote the first's record and removed it on closing, and `status` said
+    no tunnel while the first still served. Run names hold no dot, so `RUN.*.json` is only RUN's."""
+    return registry.home() / "tunnels" / f"{run}.{os.getpid() if pid is None else pid}.json"
 
 
 def record_tunnel(run: str, tun: Tunnel) -> None:
@@ -577,7 +613,7 @@ def record_tunnel(run: str, tun: Tunnel) -> None:
 
     path = _tunnel_file(run)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"pid": os.getpid(), "url": tun.url, "local_port": tun.local_port}))
     tmp.replace(path)
 
@@ -588,23 +624,34 @@ def forget_tunnel(run: str) -> None:
 
 
 def live_tunnel(run: str) -> str | None:
-    """The URL of an `nsa-launch tunnel` to the run that answers now; None (and the stale record
-    removed) when its process is gone or TensorBoard no longer answers through it."""
+    """The URL of an `nsa-launch tunnel` to the run that answers now (the newest such record); None
+    when none does. A record whose process is gone is removed."""
     import json
 
-    try:
-        rec = json.loads(_tunnel_file(run).read_text())
-        pid, url, port = int(rec["pid"]), str(rec["url"]), int(rec["local_port"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        forget_tunnel(run)
-        return None
-    except PermissionError:
-        pass
-    return url if http_answers(port, timeout=1.0) else None
+    def mtime(path: Any) -> float:
+        try:
+            return path.stat().st_mtime
+        except OSError:  # removed meanwhile: its tunnel closed
+            return 0.0
+
+    paths = sorted((registry.home() / "tunnels").glob(f"{run}.*.json"), key=mtime, reverse=True)
+    for path in paths:
+        try:
+            rec = json.loads(path.read_text())
+            pid, url, port = int(rec["pid"]), str(rec["url"]), int(rec["local_port"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            continue
+        except PermissionError:
+            pass
+        if http_answers(port, timeout=1.0):
+            return url
+    return None
 
 
 class RunStopped(RuntimeFailure):

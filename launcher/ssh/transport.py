@@ -129,6 +129,19 @@ class LocalTransport(Transport):
         raise LaunchError(f"{self.label}: no forward to this machine; use port {remote_port} itself")
 
 
+def _quiet_paramiko_log() -> None:
+    """paramiko's transport thread logs a failed handshake (a port that is not sshd, a dropped
+    connection) with its traceback at ERROR. No handler is configured here, so Python's last-resort
+    handler printed those ~25 lines to stderr above our own error, which says the same with the fix
+    (and inside the dashboard, over its screen). A NullHandler on the "paramiko" logger stops that;
+    a program that configures logging still gets the records through its root handlers."""
+    import logging
+
+    log = logging.getLogger("paramiko")
+    if not any(isinstance(h, logging.NullHandler) for h in log.handlers):
+        log.addHandler(logging.NullHandler())
+
+
 class SSHTransport(Transport):
     """A host over SSH. The host key must match known_hosts; new keys only with accept_new_host_key."""
 
@@ -136,6 +149,7 @@ class SSHTransport(Transport):
         import fabric
         import paramiko
 
+        _quiet_paramiko_log()
         self.spec = spec
         self._paramiko = paramiko
         self._lock = threading.RLock()

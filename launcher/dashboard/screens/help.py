@@ -7,7 +7,7 @@ from typing import ClassVar
 from rich.table import Table
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
+from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
@@ -33,8 +33,14 @@ KEYS = (
 class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > Vertical { width: 84; height: auto; border: thick $accent; background: $panel; padding: 1 2; }
+    HelpScreen > VerticalScroll {
+        width: 84; height: auto; border: thick $accent; background: $panel; padding: 1 2;
+        max-width: 100%; max-height: 100%; overflow-y: auto;
+    }
     """
+    # max-width/max-height: at 80x24 the fixed 84 x 26 box ran off the screen's right and bottom
+    # edges, cutting every long line mid-word ("asks fir") and the closing hint; it now wraps and
+    # scrolls inside the screen (focused, so ↑ ↓ PgUp PgDn End scroll it).
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "dismiss", "close"),
         Binding("question_mark", "dismiss", "close"),
@@ -46,7 +52,7 @@ class HelpScreen(ModalScreen[None]):
         table.add_column()
         for key, what in KEYS:
             table.add_row(key, what)
-        with Vertical():
+        with VerticalScroll(id="help-box"):
             yield Static("[b]nsa-launch dashboard — keys[/b]\n")
             yield Static(table, id="keys")
             yield Static("\n[dim]Escape or ? closes this help.[/dim]")
