@@ -403,16 +403,38 @@ def _dotted(loc: Iterable[Any]) -> str:
     return ".".join(str(p) for p in loc)
 
 
+def _renamed(errors: list[dict]) -> tuple[dict, dict] | None:
+    """(unknown, missing) where a key of a section is unknown and close to one of its required keys
+    that is missing: a misspelt required key, whose fix is a rename (pydantic names the missing key
+    first, which alone would say "add" it)."""
+    for m in (e for e in errors if e["type"] == "missing"):
+        for x in (e for e in errors if e["type"] == "extra_forbidden"):
+            same = tuple(x["loc"][:-1]) == tuple(m["loc"][:-1])
+            if same and difflib.get_close_matches(
+                str(x["loc"][-1])[:SHOWN_MAX], [str(m["loc"][-1])], cutoff=0.6
+            ):
+                return x, m
+    return None
+
+
 def _from_validation_error(file: str, err: ValidationError, raw: dict[str, Any]) -> ConfigError:
-    e = err.errors(include_url=False)[0]
+    errors = err.errors(include_url=False)
+    pair = _renamed(errors)
+    e = pair[0] if pair else errors[0]
     loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-after")))
     key = _dotted(loc)
     value = e.get("input")
     if e["type"] == "extra_forbidden":
         known = _known_keys(loc[:-1])
-        near = difflib.get_close_matches(str(loc[-1])[:SHOWN_MAX], known, n=1, cutoff=0.6)
         section = _dotted(loc[:-1]) or "the top level"
-        hint = f"did you mean {_dotted((*loc[:-1], near[0]))!r}?" if near else "remove it"
+        if pair:
+            wanted = _dotted(pair[1]["loc"])
+            return ConfigError(
+                file, key, value, f"unknown key in {section}, and the required key {wanted} is missing",
+                f"rename {key} to {wanted}",
+            )  # fmt: skip
+        near = difflib.get_close_matches(str(loc[-1])[:SHOWN_MAX], known, n=1, cutoff=0.6)
+        hint = f"did you mean {_dotted((*loc[:-1], near[0]))!r}?" if near else "remove it."
         return ConfigError(
             file, key, value, f"unknown key in {section}", f"{hint} Known keys there: {', '.join(known)}"
         )
@@ -573,7 +595,9 @@ def load_config(
         cfg = TrainConfig.model_validate(raw)
     except ValidationError as e:
         first = _from_validation_error(source, e, raw)
-        others = sorted({_dotted(x["loc"]) or "(top level)" for x in e.errors()[1:]} - {first.key})
+        pair = _renamed(e.errors())
+        led = {first.key} | ({_dotted(pair[1]["loc"])} if pair else set())  # said in the first already
+        others = sorted({_dotted(x["loc"]) or "(top level)" for x in e.errors()} - led)
         if others:
             first.problem += f" (also wrong: {', '.join(others)})"
         raise first from None

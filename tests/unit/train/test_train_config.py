@@ -90,6 +90,20 @@ def test_unknown_key_in_file_suggests_the_right_one(tmp_path: Path) -> None:
     assert str(p) in str(e) and "\n" not in str(e)
 
 
+def test_a_misspelt_required_key_is_a_rename_not_an_addition(tmp_path: Path) -> None:
+    """`stpes:` for the required `steps:` makes pydantic report steps missing first; the fix is to
+    rename the key the user wrote, not to add another (the qa walk of 2026-11-27). An unknown key
+    with nothing close keeps "remove it." and the known keys."""
+    p = tmp_path / "c.yaml"
+    p.write_text("train: {stpes: 3, seq_len: 64, batch_size: 2}\n")
+    e = _err(p)
+    assert e.key == "train.stpes" and e.value == 3
+    assert "required key train.steps is missing" in e.problem and e.fix == "rename train.stpes to train.steps"
+    assert "also wrong" not in e.problem
+    p.write_text("train: {steps: 3, seq_len: 64, batch_size: 2, zzz: 1}\n")
+    assert _err(p).fix.startswith("remove it. Known keys there: batch_size,")
+
+
 def test_every_problem_is_named_at_once(tmp_path: Path) -> None:
     p = tmp_path / "c.yaml"
     p.write_text("model: {dimm: 3}\ntrain: {seq_len: 64, batch_size: 0}\n")
