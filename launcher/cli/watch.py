@@ -20,11 +20,27 @@ from launcher.core.errors import EXIT_OK, EXIT_RUNTIME
     "every half checkpoint interval (train.save_every x the measured step time, 5-60 s).",
 )
 @click.option(
-    "--lost-after", default=60.0, show_default=True, help="Seconds unreachable before a pod is replaced."
+    "--lost-after",
+    type=click.FloatRange(min=0.0),
+    default=60.0,
+    show_default=True,
+    help="Seconds unreachable before a pod is replaced (0: at the first failed check).",
 )
-@click.option("--poll", default=5.0, show_default=True, help="Seconds between status checks.")
-@click.option("--max-replacements", default=3, show_default=True, help="Pods to rent at most.")
-@click.option("--ready-timeout", default=900.0, show_default=True, help="Seconds to wait for a new pod.")
+@click.option(
+    "--poll", type=click.FloatRange(min=0.0, min_open=True), default=5.0, show_default=True,
+    help="Seconds between status checks.",
+)  # fmt: skip
+@click.option(
+    "--max-replacements",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="Pods to rent at most.",
+)
+@click.option(
+    "--ready-timeout", type=click.FloatRange(min=0.0, min_open=True), default=900.0, show_default=True,
+    help="Seconds to wait for a new pod.",
+)  # fmt: skip
 @click.option("--yes", "-y", is_flag=True, help="Terminate pods rented for the run but not in use, unasked.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final status as JSON.")
 @click.pass_obj
@@ -63,7 +79,9 @@ def watch(
     )  # fmt: skip
     if as_json:
         app.emit_json(st)
-    app.say(f"run {rec.run} {st['state']} at step {st['step']} (loss {st['loss']})")
+    loss = st.get("loss")
+    loss = f"{loss:.4f}" if isinstance(loss, (int, float)) else "not reported"
+    app.say(f"run {rec.run} {st['state']} at step {st.get('step')} (loss {loss})")
     problem = (st.get("mirror") or {}).get("problem")
     if problem:
         app.say(f"mirror of {rec.run}: {problem}; `nsa-launch pull --run {rec.run}` to try again")

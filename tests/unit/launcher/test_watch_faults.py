@@ -304,3 +304,16 @@ def test_pods_down_waits_for_the_writer_that_holds_the_run(fake, tmp_path):
         for p in (holder, down):
             if p is not None and p.poll() is None:
                 p.kill()
+
+
+@pytest.mark.parametrize("flag,value", [("--poll", "0"), ("--lost-after", "-5"), ("--ready-timeout", "0"),
+                                        ("--max-replacements", "-1")])  # fmt: skip
+def test_watch_refuses_non_positive_intervals_before_it_starts(tmp_path, flag, value):
+    """A zero poll or timeout (a --poll 0 spins) or a negative one is bad input (--lost-after 0 is
+    meaningful: replace at the first failed check): exit 2 naming the option, before any run is looked
+    up (the qa walk of 2026-11-27)."""
+    env = {**os.environ, "NSA_LAUNCH_HOME": str(tmp_path / "home")}
+    p = subprocess.run([sys.executable, "-c", "from launcher.cli import main; main()", "watch", flag, value],
+                       capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    assert p.returncode == 2 and flag in p.stderr, p.stderr[-2000:]
+    assert not (tmp_path / "home").exists() or not any((tmp_path / "home").rglob("*.json"))
