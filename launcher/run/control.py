@@ -154,8 +154,26 @@ def fetch_status(records: list[RunRecord]) -> list[dict[str, Any]]:
         st["recovery"] = _recovery(rec)
         if st["recovery"] and st["state"] == "lost":  # what is being done about it, wherever it shows
             st["error"] = f"{st['error']}; {st['recovery']['text']}"
-        out.append(st)
+        # A trainer's error (a hub URL with its token, an exception quoting an env value) reaches the
+        # status's error and events verbatim: the run's secrets set here are masked in every string
+        # of it, for status, --json, the dashboard and watch alike (logs does the same to its lines).
+        out.append(_scrubbed(st, local_secret_values(rec)))
     return out
+
+
+def _scrubbed(obj: Any, secrets: dict[str, str]) -> Any:
+    """`obj` (a status: dicts, lists, strings) with every secret value masked (envspec.scrub)."""
+    from launcher.config.envspec import scrub
+
+    if not secrets:
+        return obj
+    if isinstance(obj, str):
+        return scrub(obj, secrets)
+    if isinstance(obj, dict):
+        return {k: _scrubbed(v, secrets) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_scrubbed(v, secrets) for v in obj]
+    return obj
 
 
 def pod_fields(rec: RunRecord) -> dict[str, Any]:
