@@ -131,7 +131,8 @@ def plan_run(opts: UpOptions, environ: dict[str, str] | None = None) -> Plan:
     if registry.exists(run) and not opts.resume:
         raise LaunchError(
             f"a run named {run!r} was already launched from this machine",
-            "pick another --name, or `nsa-launch restart --run " + run + "` to continue it",
+            "pick another --name; a run of that name that stopped before its last step continues with "
+            f"`nsa-launch restart --run {run}` (a finished one has nothing to continue)",
         )
     return Plan(
         opts=opts,

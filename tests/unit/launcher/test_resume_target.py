@@ -50,3 +50,16 @@ def test_resume_without_the_runs_host_names_it_and_touches_nothing(tmp_path, mon
     # a pod replacement resumes the run on a new host on purpose: plan_run itself does not refuse it
     moved = plan_run(UpOptions(hosts=["root@127.0.0.2:22"], resume=True, name=run))
     assert [h.label for h in moved.hosts] == ["root@127.0.0.2:22"]
+
+
+def test_a_name_in_use_says_restart_continues_only_a_run_that_stopped_early(tmp_path, monkeypatch):
+    """`up --name R` for an R launched before: exit 2 before any host; the fix names restart for a run
+    that stopped before its last step, not as the way to "continue" any run (restart refuses a
+    finished one: the qa walk of 2026-11-27)."""
+    monkeypatch.setenv("NSA_LAUNCH_HOME", str(tmp_path / "home"))
+    registry.save(_record("taken"))
+    res = invoke("up", "--name", "taken")
+    assert res.exit_code == 2, res.output
+    assert "a run named 'taken' was already launched from this machine" in res.output
+    assert "stopped before its last step continues with `nsa-launch restart --run taken`" in res.output
+    assert "a finished one has nothing to continue" in res.output
