@@ -40,7 +40,12 @@ TERMINAL = ("finished", "failed", "killed", "lost")
     "--name",
     help="Run id (letters, digits, - and _). Default: <config>-<MMDD>-<4 hex>, at most 24 characters.",
 )
-@click.option("--resume", is_flag=True, help="Continue the named run from its newest intact checkpoint.")
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue the named run from its newest intact checkpoint, with the config, --set, --env and "
+    "--secret it was launched with (each one given here replaces the recorded one).",
+)
 @click.option(
     "--from-scratch",
     is_flag=True,
@@ -122,11 +127,16 @@ def up(
         secrets=list(secrets),
         **{k: v for k, v in kw.items() if v is not None and v is not False},
     )  # type: ignore[arg-type]
+    from launcher.launch.plan import with_recorded_inputs
+
+    opts, recorded = with_recorded_inputs(opts)  # `up --resume --name R`: R's own config, --set, --env
     plan = plan_run(opts)
     if not provision:
         from launcher.launch.plan import check_resume_target
 
         check_resume_target(plan)  # `up --resume --name R` of a run that ran elsewhere: say where
+    if recorded:
+        app.say(f"resuming {plan.run} with what it was launched with: {', '.join(recorded)}")
     app.say(
         f"run {plan.run}: profile {plan.profile.name} ({plan.profile.world_size} workers), "
         f"config {plan.config_path.name} [{plan.config_hash}], {plan.total_steps} steps"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import secrets as pysecrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +151,33 @@ def plan_run(opts: UpOptions, environ: dict[str, str] | None = None) -> Plan:
         pythons=pythons,
         tmux_socket=os.environ.get("NSA_LAUNCH_TMUX_SOCKET") or None,
     )
+
+
+def with_recorded_inputs(opts: UpOptions) -> tuple[UpOptions, list[str]]:
+    """`up --resume --name R` of a run launched from this machine: the config, `--set`s, `--env`s and
+    `--secret`s it was launched with, for each of the four this `up` does not give (a given one
+    replaces the recorded one, on purpose). Without this a resume took the profile's default config
+    and no `--set`/`--env`: the run dir's config was overwritten with another (a different model, or
+    a crash at the checkpoint load) while its wrapper kept the old overrides, and an `--env` was lost
+    (the qa walk of 2026-11-27). Returns the options and, to say, what was taken from the record."""
+    rec = registry.load(opts.name) if opts.resume and opts.name and registry.exists(opts.name) else None
+    if rec is None:
+        return opts, []
+    taken = []
+    new = replace(opts)
+    if opts.config is None and rec.config:
+        new.config, taken = rec.config, [f"config {rec.config}"]
+    if not opts.sets:
+        profile = load_profile(opts.profile)
+        new.sets = [o for o in rec.overrides if o not in profile.overrides]
+        taken += [f"--set {o}" for o in new.sets]
+    if not opts.env and rec.env:
+        new.env = [f"{k}={v}" for k, v in rec.env.items()]
+        taken += [f"--env {k}" for k in rec.env]
+    if not opts.secrets and rec.secrets:
+        new.secrets = list(rec.secrets)
+        taken += [f"--secret {k}" for k in rec.secrets]
+    return new, taken
 
 
 def check_resume_target(plan: Plan) -> None:

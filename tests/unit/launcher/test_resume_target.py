@@ -63,3 +63,39 @@ def test_a_name_in_use_says_restart_continues_only_a_run_that_stopped_early(tmp_
     assert "a run named 'taken' was already launched from this machine" in res.output
     assert "stopped before its last step continues with `nsa-launch restart --run taken`" in res.output
     assert "a finished one has nothing to continue" in res.output
+
+
+def test_resume_takes_the_runs_own_config_sets_env_and_secrets_unless_given(tmp_path, monkeypatch):
+    """`up --resume --name R` without --config / --set / --env / --secret plans R's own (the record's):
+    before, it planned the profile's default config and no overrides, which the host wrote over R's
+    run dir config while R's wrapper kept its old --set lines, and R's --env was lost (the qa walk of
+    2026-11-27). A given option replaces the recorded one. The CLI says what it took."""
+    from launcher.launch.plan import with_recorded_inputs
+
+    monkeypatch.setenv("NSA_LAUNCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("WANDB_API_KEY", "wk-local")
+    cfg = str(tmp_path / "mine.yaml")  # the run's own config file, not the profile's configs/tiny.yaml
+    (tmp_path / "mine.yaml").write_text((PROJECT_ROOT / "configs" / "tiny.yaml").read_text())
+    rec = _record("own")
+    rec.config, rec.overrides = cfg, ["train.steps=37", "train.device=cpu"]
+    rec.env, rec.secrets = {"NSA_FAULT": "pace:ms=400"}, ["WANDB_API_KEY"]
+    registry.save(rec)
+    opts, taken = with_recorded_inputs(UpOptions(hosts=[HOST], resume=True, name="own"))
+    plan = plan_run(opts)
+    assert str(plan.config_path) == cfg and plan.total_steps == 37  # not the profile's tiny.yaml
+    assert "train.steps=37" in plan.overrides and plan.env["NSA_FAULT"] == "pace:ms=400"
+    assert plan.secret_values == {"WANDB_API_KEY": "wk-local"}
+    assert taken == [f"config {cfg}", "--set train.steps=37", "--env NSA_FAULT", "--secret WANDB_API_KEY"]
+    given = UpOptions(
+        hosts=[HOST], resume=True, name="own", config="configs/tiny.yaml", sets=["train.steps=3"]
+    )
+    opts, taken = with_recorded_inputs(given)
+    assert (opts.config, opts.sets) == ("configs/tiny.yaml", ["train.steps=3"])
+    assert taken == ["--env NSA_FAULT", "--secret WANDB_API_KEY"]
+    # not a resume, or a run this machine never launched: nothing taken
+    assert with_recorded_inputs(UpOptions(hosts=[HOST], name="own")) == (
+        UpOptions(hosts=[HOST], name="own"),
+        [],
+    )
+    fresh = UpOptions(hosts=[HOST], resume=True, name="elsewhere")
+    assert with_recorded_inputs(fresh) == (fresh, [])
