@@ -41,14 +41,15 @@ QUEUE=(
   # first: the two flips against the old setting at the lengths not measured yet (M7C's 64k target 17.65 ms
   # for 15.66, the selection its largest kernel; paper 64k 152.2 ms for 151.0), and select_shm at the
   # length its probe did not cover. Limits: that H100 took 10-22 s a step.
-  # The M7C selection's key tile as one bulk copy through a tensor descriptor (select_tma, shipped at M7C's
-  # 1 warp on sm_90: 3.852 ms against 4.146 at 64k x 1), against the pointer loads (the variant), at
-  # 8k x 8 (unmeasured) and 64k x 1 again
-  "select_tma|45|--only cmp_fwd --shapes m7c:65536:1 m7c:8192:8 --match select_tma"
+  # First: it ships on every G <= 8 x head_dim <= 64 layer (M7C's training config) on a price alone.
   # The key-major forward's forced pairs as one dense pass merging the rest, the keys kernel unmasked
   # (fwd_forced_merge, shipped 2026-11-27 at G <= 8 on the cost model's price: NSA fwd+bwd 3.5 / 3.2 % faster
   # at M7C 8k / 64k on an H100, unmeasured), against the masked walk and separate merge every run measured
   "fwd_forced_merge|45|--only selected --shapes m7c:8192:1 m7c:65536:1 --match fwd_forced_merge"
+  # The M7C selection's key tile as one bulk copy through a tensor descriptor (select_tma, shipped at M7C's
+  # 1 warp on sm_90: 3.852 ms against 4.146 at 64k x 1), against the pointer loads (the variant), at
+  # 8k x 8 (unmeasured) and 64k x 1 again
+  "select_tma|45|--only cmp_fwd --shapes m7c:65536:1 m7c:8192:8 --match select_tma"
   # select_shm at the paper shape (on since 2026-11-27's probe at 8k x 2 / 64k x 1: 0.751 / 14.01 ms
   # against 0.796 / 14.47 off) at 32k x 1, where the 2026-11-26c H100 measured it slower before the insertion
   "select_shm|45|--only cmp_fwd --shapes paper:32768:1 --match select_shm"

@@ -28,12 +28,12 @@ def _queue(tmp_path) -> list[tuple[str, int, list[str]]]:
 def test_every_step_of_the_queue_runs_real_variants_beside_the_baseline(tmp_path, capsys):
     probe = load_bench("kernel_probe")
     queue = _queue(tmp_path)
-    # what the 2026-11-27 H100 left unmeasured: the M7C selection's bulk-copied key tile (built for the
-    # 64k target), the key-major forward's merging forced pass (shipped after it), the paper shape's
-    # select_shm flip at 32k, its split loop; then the training steps' host time
+    # what the 2026-11-27 H100 left unmeasured: the key-major forward's merging forced pass (shipped
+    # after it, on M7C's every layer), the M7C selection's bulk-copied key tile (built for the 64k
+    # target), the paper shape's select_shm flip at 32k, its split loop; then the training steps' host time
     assert [n for n, _, _ in queue] == [
-        "select_tma",
         "fwd_forced_merge",
+        "select_tma",
         "select_shm",
         "select_split",
         "step_host_nsa",
