@@ -59,7 +59,7 @@ fi
 #     (G16 D128; the first shape took 26.4 s for an estimate of 13, its compiles); 60 s runs it.
 #   speed 135: the full grid is estimated at 107 s (budget.py, the upper envelope of the timed
 #     records) and needs --budget 115 (`--plan`); that call's --budget 100 took 88 s.
-#   probes 290: the queue's limits add up to 585 s (scripts/gpu-probes.sh --list; a step starts with
+#   probes 290: the queue's limits add up to 375 s (scripts/gpu-probes.sh --list; a step starts with
 #     30 s left: its 280 reaches the first five at their limits), but that H100 took 10-22 s a step:
 #     what it leaves goes to train.
 #   train 40 and all that is left: NSA at the shipped setting 54.3 s, the 64k run 17.6 s (budget.py).
