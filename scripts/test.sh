@@ -3,9 +3,10 @@
 # (and then only pytest runs).
 #
 # Without arguments the main run (the newest triton, the venv's) is joined by the triton version leg,
-# scripts/triton-leg.sh (docs/attention.md "Triton versions": gpucheck's whole grid on the venv's triton,
-# which the main run compiles only the compressed module of, then the kernel tests under the interpreter
-# and gpucheck on triton 3.6, the oldest triton the package accepts, installed once into .venv/triton-legs).
+# scripts/triton-leg.sh (docs/attention.md "Triton versions": gpucheck on the venv's triton for the
+# modules the main run does not compile (it compiles the compressed one), then the kernel tests under the
+# interpreter and gpucheck on triton 3.6, the oldest triton the package accepts, installed once into
+# .venv/triton-legs).
 # The leg starts beside the main run at a lower CPU priority (nice 10): its install (mostly waiting on
 # the network and the disk), tests and compilations take the CPU the main run leaves idle while its
 # end-to-end tests wait on subprocesses, instead of ~1 minute after it. Its output goes to
@@ -19,7 +20,7 @@ fi
 rc=0
 legs=".venv/triton-legs"
 mkdir -p "$legs"
-echo "test: the triton leg (scripts/triton-leg.sh: the newest triton's gpucheck, then triton 3.6) runs beside the main run; log $legs/leg.log"
+echo "test: the triton leg (scripts/triton-leg.sh: the newest triton's gpucheck but the compressed module, then triton 3.6) runs beside the main run; log $legs/leg.log"
 # Its own process group (setsid), so an interrupted run stops the leg's pip, pytest and compilers too;
 # one torch thread, as the main run's workers (tests/conftest.py).
 OMP_NUM_THREADS=1 setsid nice -n 10 scripts/triton-leg.sh >"$legs/leg.log" 2>&1 &
