@@ -127,15 +127,17 @@ def up(
         secrets=list(secrets),
         **{k: v for k, v in kw.items() if v is not None and v is not False},
     )  # type: ignore[arg-type]
-    from launcher.launch.plan import with_recorded_inputs
-
-    opts, recorded = with_recorded_inputs(opts)  # `up --resume --name R`: R's own config, --set, --env
     plan = plan_run(opts)
     if not provision:
         from launcher.launch.plan import check_resume_target
 
         check_resume_target(plan)  # `up --resume --name R` of a run that ran elsewhere: say where
+    from launcher.launch.plan import with_recorded_inputs
+
+    # `up --resume --name R` (where R ran, checked above first): R's own config, --set, --env, --secret
+    opts, recorded = with_recorded_inputs(opts)
     if recorded:
+        plan = plan_run(opts)
         app.say(f"resuming {plan.run} with what it was launched with: {', '.join(recorded)}")
     app.say(
         f"run {plan.run}: profile {plan.profile.name} ({plan.profile.world_size} workers), "

@@ -44,6 +44,14 @@ def test_resume_without_the_runs_host_names_it_and_touches_nothing(tmp_path, mon
         assert f"nsa-launch restart --run {run}" in res.output
         assert "preflight" not in res.output and "no manifest.json" not in res.output
     assert not (PROJECT_ROOT / "runs" / run).exists()
+    # where it ran is said first, before the run's recorded inputs are planned (here its config is gone)
+    rec = registry.load(run)
+    rec.config = str(tmp_path / "gone.yaml")
+    registry.save(rec)
+    res = invoke("up", "--resume", "--name", run)
+    assert res.exit_code == 2 and f"run {run} ran on {HOST} (profile cpu)" in res.output, res.output
+    rec.config = "configs/tiny.yaml"
+    registry.save(rec)
     # named as it was launched, the check passes (the host is only contacted later, by execute)
     plan = plan_run(UpOptions(hosts=[HOST], resume=True, name=run))
     check_resume_target(plan)
