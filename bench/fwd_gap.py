@@ -126,11 +126,6 @@ def _prow(T: int, s) -> float:
     )
 
 
-def _forced_rows(T: int, s) -> float:
-    """(forced pair, head) rows of one (batch, KV head): block 0, the previous and the own block."""
-    return float(sum(min(3, j + 1) * (min(T, (j + 1) * s.lp) - j * s.lp) for j in range(-(-T // s.lp)))) * s.G
-
-
 def _partials(model, T: int, s, gpu, ks) -> dict:
     by = {k.name: k for k in ks}
     keys, merge = by["sel_fwd_keys"], by["sel_fwd_merge"]
@@ -154,7 +149,7 @@ def forced_dense(model, T: int, s, gpu, ks, sixteen: bool, fused: bool = False, 
     launch gone); S: the keys grid's segment (0: what ships)."""
     launch = model.shipped_launch(s, gpu.cc)
     BH, G, D = s.B * s.Hkv, s.G, s.D
-    f = _forced_rows(T, s) / _prow(T, s)
+    f = _SEL.forced_share(T, s)
     po = _po_bytes(T, s, launch)
     out = []
     rows_forced = BH * T * G

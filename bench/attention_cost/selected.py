@@ -217,16 +217,10 @@ def selected_kernels(
         # the same tile), the PO loads unrolled: one read of PL and of the table instead of two, priced
         # by the kind "sel_fwd_merge@tiles" (H100C_COST: 1.74x its DRAM time, fitted on that run).
         # False: the two-pass loop every committed run but 2026-11-26c's measured, shipped again.
-        tiles = launch.get("merge_tiles", False)
-        passes = 1 if tiles else 2
-        merge_dram = nb * prow * (D * bf + passes * 4) + passes * table + act + lse
         if free:
-            fk = min(T, min(3, ns) * s.lp)  # keys of block 0, the previous and the own block
-            bmf = launch["bm_forced"]
-            fprog = BH * math.ceil(T * G / bmf)
-            ks.append(Kernel("sel_fwd_forced_merge", "selected", "fwd", "forced_fwd",
-                             2 * 2 * fprog * bmf * fk * D, 2 * 2 * BH * T * G * (fk - s.lp / 2) * D, act + table,
-                             l2=fprog * fk * D * bf * 2, programs=fprog, per_sm=_per_sm(168, 128),
+            # the forced tiles' work and grid (above: fwd_keys implies forced_tiles), no state stored
+            ks.append(Kernel("sel_fwd_forced_merge", "selected", "fwd", "forced_fwd", 2 * fissue, 2 * fuse,
+                             act + table, l2=fl2, programs=fprog, per_sm=_per_sm(168, 128),
                              work={"programs": fprog}))  # fmt: skip
             # its one pass over the partials: each non-forced entry's PL once and PO once (an online
             # softmax from the forced state), the table once more, out and lse written
@@ -234,8 +228,11 @@ def selected_kernels(
                              dram=(1 - f) * nb * prow * (D * bf + 4) + table + act + lse, launches=0,
                              programs=fprog))  # fmt: skip
         else:
+            tiles = launch.get("merge_tiles", False)
+            passes = 1 if tiles else 2
             ks.append(Kernel("sel_fwd_merge", "selected", "fwd", "sel_fwd_merge" + ("@tiles" if tiles else ""),
-                             dram=merge_dram, programs=BH * math.ceil(T / launch["tm_merge"])))  # fmt: skip
+                             dram=nb * prow * (D * bf + passes * 4) + passes * table + act + lse,
+                             programs=BH * math.ceil(T / launch["tm_merge"])))  # fmt: skip
     if bwd_keys:
         # nsa/attention/triton/selected_keys_bwd.py: `_sel_bwd_delta_kernel` (rowsum(dO * O), fp32),
         # then `_sel_bwd_keys_kernel`: the dK/dV kernel (at BR_keys rows a step: launch br_bwd_keys) plus
