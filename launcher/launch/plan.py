@@ -153,14 +153,19 @@ def plan_run(opts: UpOptions, environ: dict[str, str] | None = None) -> Plan:
     )
 
 
-def with_recorded_inputs(opts: UpOptions) -> tuple[UpOptions, list[str]]:
+def with_recorded_inputs(
+    opts: UpOptions, rec: registry.RunRecord | None = None
+) -> tuple[UpOptions, list[str]]:
     """`up --resume --name R` of a run launched from this machine: the config, `--set`s, `--env`s and
     `--secret`s it was launched with, for each of the four this `up` does not give (a given one
     replaces the recorded one, on purpose). Without this a resume took the profile's default config
     and no `--set`/`--env`: the run dir's config was overwritten with another (a different model, or
     a crash at the checkpoint load) while its wrapper kept the old overrides, and an `--env` was lost
-    (the qa walk of 2026-11-27). Returns the options and, to say, what was taken from the record."""
-    rec = registry.load(opts.name) if opts.resume and opts.name and registry.exists(opts.name) else None
+    (the qa walk of 2026-11-27). `rec`: R's record, else read from the registry (a pod replacement,
+    launcher/recover/replace.py, passes the one it holds). Returns the options and, to say, what was
+    taken from the record."""
+    if rec is None and opts.resume and opts.name and registry.exists(opts.name):
+        rec = registry.load(opts.name)
     if rec is None:
         return opts, []
     taken = []

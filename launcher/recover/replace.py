@@ -72,7 +72,7 @@ def replace_host(
     """Rent a pod like the run's, restore the mirror there and resume; then terminate the old pod."""
     from launcher.config.profiles import load_profile
     from launcher.launch.execute import execute, wait_first_heartbeat
-    from launcher.launch.plan import UpOptions, plan_run
+    from launcher.launch.plan import UpOptions, plan_run, with_recorded_inputs
     from launcher.providers.pods import load_pod, provision, terminate
     from launcher.providers.prime import PrimeClient
     from launcher.recover.mirror import FILES, mirror_dir, missing_parts, push
@@ -111,21 +111,19 @@ def replace_host(
         raise
     progress.set("restoring", new_pod=new.id, new_host=hosts[0].label)
     try:
-        sets = [o for o in rec.overrides if o not in profile.overrides]
         opts = UpOptions(
             profile=profile_arg,
             hosts=[h.target for h in hosts],
             ssh_config=ssh_config,
-            config=rec.config,
-            sets=sets,
-            env=[f"{k}={v}" for k, v in rec.env.items()],
-            secrets=list(rec.secrets),
             name=rec.run,
             resume=True,
             python=node0.python if node0.python.startswith("/") else None,
             workdir=rec.workdir_arg,
             accept_new_host_key=True,
         )
+        opts, _ = with_recorded_inputs(
+            opts, rec
+        )  # the run's config, --set, --env, --secret, as `up --resume`
         plan = plan_run(opts)
         plan.hosts = hosts
         man = json.loads((mirror_dir(rec.run) / "manifest.json").read_text())
