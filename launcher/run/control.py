@@ -69,13 +69,16 @@ def _remember_contact(st: dict[str, Any]) -> None:
             return
     except (OSError, ValueError, TypeError):
         pass
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({k: st.get(k) for k in ("time", "step", "loss", "state")} | {"time": now}))
-        tmp.replace(path)
-    except OSError:  # a read-only home must not break status
-        pass
+    _write_seen(str(st["run"]), {k: st.get(k) for k in ("time", "step", "loss", "state")} | {"time": now})
+
+
+def _write_seen(run: str, seen: dict[str, Any]) -> None:
+    """The run's last known contact, written whole (nsa.runfiles.atomic_write_json); a read-only home
+    must not fail a status or a kill that worked."""
+    from nsa.runfiles import atomic_write_json
+
+    with contextlib.suppress(OSError):
+        atomic_write_json(_seen_file(run), seen)
 
 
 def last_contact(run: str) -> dict[str, Any]:
@@ -294,18 +297,9 @@ def kill_run(rec: RunRecord) -> dict[str, Any]:
 def _remember_killed(run: str, res: dict[str, Any]) -> None:
     """Keep `killed` as the run's last known state: a run killed here and later lost (its host shut
     down) read `last contact ... (running); the run may go on on its host`."""
-    import json
-
     seen = last_contact(run)
     step = res.get("last_step", seen.get("step"))
-    path = _seen_file(run)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({**seen, "time": time.time(), "step": step, "state": "killed"}))
-        tmp.replace(path)
-    except OSError:  # a read-only home must not fail a kill that worked
-        pass
+    _write_seen(run, {**seen, "time": time.time(), "step": step, "state": "killed"})
 
 
 # How long a kill or restart waits for another writer of the run (a pull takes seconds); a restart
@@ -627,13 +621,9 @@ def _tunnel_file(run: str, pid: int | None = None) -> Any:
 
 def record_tunnel(run: str, tun: Tunnel) -> None:
     """Say, for `status`, that this process holds a tunnel to the run's TensorBoard at `tun.url`."""
-    import json
+    from nsa.runfiles import atomic_write_json
 
-    path = _tunnel_file(run)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"pid": os.getpid(), "url": tun.url, "local_port": tun.local_port}))
-    tmp.replace(path)
+    atomic_write_json(_tunnel_file(run), {"pid": os.getpid(), "url": tun.url, "local_port": tun.local_port})
 
 
 def forget_tunnel(run: str) -> None:
