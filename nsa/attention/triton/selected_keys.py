@@ -308,53 +308,62 @@ def _fwd_merge_tiles(
 
 
 @triton.jit
-def _sel_fwd_index_kernel(IDX, VALID, KEY, T, NK, NS, NBLK, LP: tl.constexpr, BLOCK: tl.constexpr):
+def _sel_fwd_index_kernel(
+    IDX, VALID, KEY, T, NK, NS, NBLK, LP: tl.constexpr, BLOCK: tl.constexpr, FWD: tl.constexpr,
+):  # fmt: skip
     # The sort key of every table entry (one launch instead of ~9 aten ops): its global
-    # block bh*NS + j when the entry adds keys (valid, j >= 0, j*LP <= t), else NBLK (sorts last).
+    # block gb = bh*NS + j when the entry adds keys (valid, j >= 0, j*LP <= t), else NBLK (sorts last).
+    # FWD (`_config`'s fwd_forced_merge): 2*gb + late instead (else 2*NBLK), late = the pair is one the
+    # FREE keys walk runs, its token t >= (j + 2) * LP with j >= 1 (block 0 and a token's own block and
+    # the one before are forced). A block's forced tokens all precede its late ones, and the stable sort
+    # keeps a block's pairs in table (token) order either way, so the order is the same as without FWD,
+    # and one searchsorted over 2*NBLK + 1 keys finds each block's start and first late pair (begin).
     pos = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     pm = pos // NK // T < NBLK // NS
     j = tl.load(IDX + pos, mask=pm, other=-1)
-    ok = (tl.load(VALID + pos, mask=pm, other=0) != 0) & (j >= 0) & (j * LP <= (pos // NK) % T)
-    tl.store(KEY + pos, tl.where(ok, j + pos // (T * NK) * NS, NBLK).to(tl.int32), mask=pm)
+    t = (pos // NK) % T
+    ok = (tl.load(VALID + pos, mask=pm, other=0) != 0) & (j >= 0) & (j * LP <= t)
+    gb = j + pos // (T * NK) * NS
+    if FWD:
+        key = tl.where(ok, 2 * gb + ((j >= 1) & (t >= (j + 2) * LP)).to(tl.int64), 2 * NBLK)
+    else:
+        key = tl.where(ok, gb, NBLK)
+    tl.store(KEY + pos, key.to(tl.int32), mask=pm)
 
 
 @triton.jit
 def _sel_fwd_segs_kernel(
-    START, SEG_END, ORDER, BEGIN, SEG_END_F, NBLK, S, T, NK, NS, NSEARCH,
-    BLOCK: tl.constexpr, LP: tl.constexpr, FWD: tl.constexpr,
+    BOUNDS, START, SEG_END, BEGIN, SEG_END_F, NBLK, S,
+    BLOCK: tl.constexpr, FWD: tl.constexpr,
 ):  # fmt: skip
     # One program: SEG_END = cumsum(ceil(count_b / S)) over the blocks, BLOCK at a time with a carry
-    # (4 aten ops' work in one launch; NBLK = B*Hkv*ceil(T/l') is small). FWD (`_config`'s
-    # fwd_forced_merge): also the forward's pairs, block b = bh*NS + j's non-forced ones, those of
-    # tokens t >= (j + 2) * l' for j >= 1 (none for j = 0: every token lists block 0 as forced): a
-    # block's pairs are sorted by token (the stable sort of flat table positions), so they are a
-    # suffix, found by a binary search; BEGIN[b] its first pair, SEG_END_F its segments' cumsum.
+    # (4 aten ops' work in one launch; NBLK = B*Hkv*ceil(T/l') is small). BOUNDS is the searchsorted of
+    # the sorted keys: START itself without FWD (read, not written). FWD (`_config`'s fwd_forced_merge):
+    # BOUNDS holds 2*NBLK + 1 entries (`_sel_fwd_index_kernel`'s keys 2*gb + late), block b's pairs
+    # BOUNDS[2b]..BOUNDS[2b+2], its late ones (those the FREE keys walk runs) from BEGIN[b] =
+    # BOUNDS[2b+1]; this writes START (the backward's index, NBLK + 1 entries), BEGIN and SEG_END_F,
+    # the late pairs' segments' cumsum.
     b = tl.arange(0, BLOCK)
     carry = tl.sum(b * 0, 0).to(tl.int64)
     carry_f = carry
     for c in range(0, NBLK, BLOCK):
         bm = (c + b) < NBLK
-        s0 = tl.load(START + c + b, mask=bm, other=0)
-        s1 = tl.load(START + c + b + 1, mask=bm, other=0)
-        nseg = (s1 - s0 + S - 1) // S
-        tl.store(SEG_END + c + b, carry + tl.cumsum(nseg, 0), mask=bm)
-        carry += tl.sum(nseg, 0)
         if FWD:
-            j = (c + b) % NS
-            lo = s0
-            hi = tl.where(j == 0, s0, s1)  # block 0: no search, every pair is forced
-            for _ in range(0, NSEARCH):
-                active = lo < hi
-                mid = (lo + hi) // 2
-                pos = tl.load(ORDER + mid, mask=bm & active, other=0)
-                late = ((pos // NK) % T) >= (j + 2) * LP
-                hi = tl.where(active & late, mid, hi)
-                lo = tl.where(active & ~late, mid + 1, lo)
-            first = tl.where(j == 0, s1, lo)
+            s0 = tl.load(BOUNDS + 2 * (c + b), mask=bm, other=0)
+            first = tl.load(BOUNDS + 2 * (c + b) + 1, mask=bm, other=0)
+            s1 = tl.load(BOUNDS + 2 * (c + b) + 2, mask=bm, other=0)
+            tl.store(START + c + b, s0, mask=bm)
+            tl.store(START + c + b + 1, s1, mask=bm & (c + b == NBLK - 1))
             tl.store(BEGIN + c + b, first, mask=bm)
             nseg_f = (s1 - first + S - 1) // S
             tl.store(SEG_END_F + c + b, carry_f + tl.cumsum(nseg_f, 0), mask=bm)
             carry_f += tl.sum(nseg_f, 0)
+        else:
+            s0 = tl.load(BOUNDS + c + b, mask=bm, other=0)
+            s1 = tl.load(BOUNDS + c + b + 1, mask=bm, other=0)
+        nseg = (s1 - s0 + S - 1) // S
+        tl.store(SEG_END + c + b, carry + tl.cumsum(nseg, 0), mask=bm)
+        carry += tl.sum(nseg, 0)
 
 
 INDEX_BLOCK = 1024  # table entries per program of _sel_fwd_index_kernel, blocks per step of the scan
@@ -400,20 +409,24 @@ def reverse_index(idx: Tensor, valid8: Tensor, LP: int, target: int = 0, forward
     BH, ns = B * Hkv, -(-T // LP)
     nblk, npos = BH * ns, BH * T * NK
     S, nseg = index_bounds(BH, T, NK, LP, target)
-    # int32 sort keys (global block ids <= NBLK): a radix sort of half the key bits of int64 ones, the
-    # same stable order (entries that add no keys get NBLK and sort last).
+    # int32 sort keys (global block ids <= NBLK; with `forward` 2 * id + late <= 2 * NBLK): a radix sort
+    # of half the key bits of int64 ones, the same stable order (entries that add no keys sort last).
+    # With `forward`, the searchsorted's odd bounds are each block's begin: no search of the pairs (the
+    # scan's binary search of each block's pairs before 2026-11-27's thirteenth session: ~20 dependent
+    # loads a block step in its one program, on the forward's path).
     key = torch.empty(npos, dtype=torch.int32, device=idx.device)
     _sel_fwd_index_kernel[(cdiv(npos, INDEX_BLOCK),)](
-        idx, valid8, key, T, NK, ns, nblk, LP=LP, BLOCK=INDEX_BLOCK, num_warps=4, num_stages=1
+        idx, valid8, key, T, NK, ns, nblk, LP=LP, BLOCK=INDEX_BLOCK, FWD=forward, num_warps=4, num_stages=1
     )
     skey, order = torch.sort(key, stable=True)
-    start = torch.searchsorted(skey, torch.arange(nblk + 1, dtype=torch.int32, device=idx.device))
+    nkeys = 2 * nblk if forward else nblk
+    bounds = torch.searchsorted(skey, torch.arange(nkeys + 1, dtype=torch.int32, device=idx.device))
     seg_end = torch.empty(nblk, dtype=torch.int64, device=idx.device)
-    # The forward's pairs (FWD), else the kernel's unused pointers.
+    # The forward's pairs (FWD: start written from bounds), else the kernel's unused pointers.
+    start = torch.empty(nblk + 1, dtype=torch.int64, device=idx.device) if forward else bounds
     begin, seg_end_f = (torch.empty_like(seg_end) for _ in range(2)) if forward else (start, seg_end)
     _sel_fwd_segs_kernel[(1,)](
-        start, seg_end, order, begin, seg_end_f,
-        nblk, S, T, NK, ns, npos.bit_length() + 1, BLOCK=INDEX_BLOCK, LP=LP, FWD=forward, num_warps=4, num_stages=1,
+        bounds, start, seg_end, begin, seg_end_f, nblk, S, BLOCK=INDEX_BLOCK, FWD=forward, num_warps=4, num_stages=1,
     )  # fmt: skip
     if forward:
         return order, start, seg_end, S, nseg, begin, seg_end_f
@@ -499,9 +512,9 @@ def keys_fwd_gpucheck_rows(
                 "TILES": cfg["merge_tiles"], "NEP": merge_slots(NK, cdiv(LP, cfg["BN"])), "MU": cfg["MU_m"]}  # fmt: skip
     m_args = dict(PO=ptr, PL=f32, IDX=i64, VALID=i8, OUT=ptr, LSE=f32, T=i32, NK=i32, NB=i32)
     ix_args = dict(IDX=i64, VALID=i8, KEY="*i32", T=i32, NK=i32, NS=i32, NBLK=i32)
-    sg_args = dict(START=i64, SEG_END=i64, ORDER=i64, BEGIN=i64, SEG_END_F=i64, NBLK=i32, S=i32, T=i32, NK=i32,
-                   NS=i32, NSEARCH=i32)  # fmt: skip
-    sg_consts = {"BLOCK": INDEX_BLOCK, "LP": LP, "FWD": free}
+    sg_args = dict(BOUNDS=i64, START=i64, SEG_END=i64, BEGIN=i64, SEG_END_F=i64, NBLK=i32, S=i32)
+    ix_consts = {"LP": LP, "BLOCK": INDEX_BLOCK, "FWD": free}
+    sg_consts = {"BLOCK": INDEX_BLOCK, "FWD": free}
     flip = {**cfg, "keys_fwd_mma": not cfg["keys_fwd_mma"]}
     merge = ("selected_fwd_merge", _sel_fwd_merge_kernel, m_args, m_consts, cfg["warps_m"], 1)
     forced = ("selected_fwd_forced_merge", _sel_fwd_forced_merge_kernel, fm_args, fm_consts, cfg["warps_f"],
@@ -510,12 +523,14 @@ def keys_fwd_gpucheck_rows(
     other = [
         (f"selected_fwd_keys_{'masked' if free else 'free'}", _sel_fwd_keys_kernel, fk_args,
          {**fk_consts, "FREE": not free}, cfg["warps_fk"], cfg["stages_fk"]),
+        (f"selected_fwd_index_{'all' if free else 'fwd'}", _sel_fwd_index_kernel, ix_args,
+         {**ix_consts, "FWD": not free}, 4, 1),
         (f"selected_fwd_segs_{'all' if free else 'fwd'}", _sel_fwd_segs_kernel, sg_args,
          {**sg_consts, "FWD": not free}, 4, 1),
         merge if free else forced,
     ] if cfg["DP"] <= 64 else []  # fmt: skip
     return [
-        ("selected_fwd_index", _sel_fwd_index_kernel, ix_args, {"LP": LP, "BLOCK": INDEX_BLOCK}, 4, 1),
+        ("selected_fwd_index", _sel_fwd_index_kernel, ix_args, ix_consts, 4, 1),
         ("selected_fwd_segs", _sel_fwd_segs_kernel, sg_args, sg_consts, 4, 1),
         ("selected_fwd_keys", _sel_fwd_keys_kernel, fk_args, fk_consts, cfg["warps_fk"], cfg["stages_fk"]),
         forced if free else merge,

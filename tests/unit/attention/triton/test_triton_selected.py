@@ -489,6 +489,7 @@ def test_gpucheck_specs_name_every_argument():
         "selected_fwd_keys",
         "selected_fwd_forced_merge",  # fwd_forced_merge: the merging forced pass ends the forward
         "selected_fwd_keys_masked",  # its probe variant: the masked walk over every pair,
+        "selected_fwd_index_all",  # the sort keys and
         "selected_fwd_segs_all",  # the segments of every pair alone,
         "selected_fwd_merge",  # and the separate merge
         "selected_fwd_keys_omma",  # the keys forward at the other keys_fwd_mma (the probe's variant)

@@ -263,6 +263,7 @@ def test_config_switch_and_gpucheck_rows():
                 assert cfg["fwd_forced_merge"] is free
                 assert specs["selected_fwd_keys"].constexprs["FREE"] is free
                 assert specs["selected_fwd_segs"].constexprs["FWD"] is free
+                assert specs["selected_fwd_index"].constexprs["FWD"] is free
                 assert ("selected_fwd_forced_merge" in specs) is ("selected_fwd_keys_masked" in specs) is free
                 if free:
                     assert specs["selected_fwd_forced_merge"].constexprs["BM"] == cfg["BM"]
