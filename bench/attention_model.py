@@ -85,6 +85,7 @@ from attention_cost.prices import (  # noqa: E402
     Gpu,
     Kernel,
     a100_record,
+    carry_key,
     carry_ratio,
     config_factor,
     config_price,
@@ -100,7 +101,7 @@ __all__ = [
     "H200_FINAL_COST", "KEYS_COST", "LAUNCH_S", "NSA_PAPER", "RUN_BUILDS", "SCALABLE", "SEL_WARPS", "SHAPES",
     "Gpu", "Kernel", "Shape", "_cfg", "_cmp_attn_work", "_cmp_keys", "_cmp_select_work", "_p2",
     "_per_sm", "_seg_pairs", "_sel_keys", "_sel_steps", "_sel_tiles", "_tokens_per_tile", "_union_ratio",
-    "_valid_pairs", "a100_record", "balance_factor", "calibration_rows", "carry_ratio", "config_factor", "config_price", "flash2", "kind_cost",
+    "_valid_pairs", "a100_record", "balance_factor", "calibration_rows", "carry_key", "carry_ratio", "config_factor", "config_price", "flash2", "kind_cost",
     "kind_parts", "measured_config", "ours", "published_nsa", "shipped_launch", "shipped_warps_sel", "total", "warps_factor",
 ]  # fmt: skip
 
@@ -363,11 +364,11 @@ def a100_rows(Ts: list[int], shape_names=("m7c", "paper")) -> list[dict]:
         shape = SHAPES[sname]
         for T in Ts:
             for k in ours_on(T, shape, gpu):
-                base, key, _ = kind_parts(k.kind)
+                base = kind_parts(k.kind)[0]
                 cost = kind_cost(k.kind, gpu) or {}
                 if "sass" in cost and "warp_insns" in k.work:
                     by = "sass"
-                elif base in A100_CARRY and "eff" in cost and carry_ratio(key):
+                elif base in A100_CARRY and "eff" in cost and carry_ratio(carry_key(k.kind)):
                     by = "carry"
                 else:
                     by = "published"
@@ -380,7 +381,7 @@ def a100_rows(Ts: list[int], shape_names=("m7c", "paper")) -> list[dict]:
                     r.update(tensor_ms=round(tensor, 4), sass_plus_tensor_ms=round(ms + tensor, 4),
                              resident_warps=k.work["resident_warps"])  # fmt: skip
                 if by == "carry":
-                    r["sass_ratio"] = round(carry_ratio(key), 3)
+                    r["sass_ratio"] = round(carry_ratio(carry_key(k.kind)), 3)
                 rows.append(r)
     return rows
 

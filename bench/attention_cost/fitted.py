@@ -154,6 +154,10 @@ CONFIG_FACTOR: dict[str, float] = {
     "cmp_sel32@bt4": 0.581, "sel_keys_bwd@br32": 1.744, "sel_keys_bwd@div32": 0.625,
     "cmp_sel32@cut": 0.879, "cmp_sel32@cut_d128": 0.934,
     "tok_fwd@pipe": 0.958, "tok_dq@pipe": 0.795,
+    # fwd_forced_merge's mask-free keys walk: its step is priced in the kernel's FLOP term (NOMASK,
+    # attention_cost/selected.py), the tag only picks its own sm_80 / sm_90 SASS ratio on A100 (prices.py
+    # `kind_cost`, bench/a100_proxy.py CARRY)
+    "sel_keys_fwd@free": 1.0,
     # bench/flash_proxy.py's tiles, shipped on sm_90 (below): dK/dV 64 keys (head_dim 64 / past it), dQ 128 rows
     "cmp_dkv@bn64": 0.545, "cmp_dkv@bn64_d128": 0.474, "cmp_dq@wg_d128": 0.465,
     # and the window's on sm_90 (wintiles): dQ 128 x 32 and dK/dV 128 rows past head_dim 64, dK/dV on 4 warps at 64

@@ -148,6 +148,12 @@ def sass_seconds(work: dict, proxy: str, gpu: Gpu) -> float:
     return t
 
 
+def carry_key(kind: str) -> str:
+    """The carry record of a kind: its own where its tags change the compiled step (the keys forward's
+    mask-free walk, "sel_keys_fwd@64@free"), else its key's ("sel_dkdv@64")."""
+    return kind if kind in a100_record()["carry"] else kind_parts(kind)[1]
+
+
 def carry_ratio(key: str) -> float | None:
     """sm_80 over sm_90 scheduler cycles of one loop step of a carried-over kind ("base@cfg"), both
     at the key-major backward proxy's constants; None: no record."""
@@ -393,7 +399,7 @@ def kind_cost(kind: str, gpu: Gpu) -> dict[str, float] | None:
     (on A100 the efficiency is the published calibration's, not our kernel's: left as it is). On A100
     (gpu.sass) {"sass": proxy} for A100_SASS's kinds (Kernel.time prices their SASS counts), and
     A100_CARRY's Hopper efficiency carried over per SM cycle / their SASS ratio a step."""
-    base, key, _ = kind_parts(kind)
+    base = kind_parts(kind)[0]
     if base not in A100_KIND:
         return None
     fitted, f = config_price(kind)
@@ -403,7 +409,7 @@ def kind_cost(kind: str, gpu: Gpu) -> dict[str, float] | None:
         return fitted
     if gpu.sass and base in A100_SASS:
         return {"sass": A100_SASS[base]}
-    ratio = carry_ratio(key) if gpu.sass and base in A100_CARRY else None
+    ratio = carry_ratio(carry_key(kind)) if gpu.sass and base in A100_CARRY else None
     if ratio:  # the Hopper fit per SM cycle: the same cycles a FLOP x the SASS ratio
         hopper = GPUS["H100"]
         per_cycle = (hopper.peak / (hopper.sms * hopper.clock)) / (gpu.peak / (gpu.sms * gpu.clock))

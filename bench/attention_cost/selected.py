@@ -208,7 +208,7 @@ def selected_kernels(
             if free and nb == 1
             else steps(launch["br_fwd_keys"])
         )
-        ks.append(Kernel("sel_fwd_keys", "selected", "fwd", f"sel_keys_fwd@{_cfg(D)}",
+        ks.append(Kernel("sel_fwd_keys", "selected", "fwd", f"sel_keys_fwd@{_cfg(D)}{'@free' if free else ''}",
                          2 * unit(launch["br_fwd_keys"]) * (1 - f) * (NOMASK if free else 1.0), 2 * useful * (1 - f),
                          act + 2 * kvb + (npairs * 8 + po) * (1 - f), l2=(prow * D * bf + npairs * 8) * (1 - f),
                          programs=nseg * nb, per_sm=2, work={"programs": nseg * nb}, steps=steps_f))  # fmt: skip

@@ -180,7 +180,7 @@ def test_the_compressed_forward_is_two_kernels_at_the_shipped_warps() -> None:
     # dK/dV at 64 keys a tile on sm_90 (bench/flash_proxy.py's factor), sm_80 at the measured 32
     assert kinds["H100"]["cmp_bwd_dkv"] == "cmp_dkv@64@w4@bn64"
     assert kinds["A100"]["cmp_bwd_dkv"] == "cmp_dkv@64@w4"
-    assert kinds["H100"]["sel_fwd_keys"] == "sel_keys_fwd@64"
+    assert kinds["H100"]["sel_fwd_keys"] == "sel_keys_fwd@64@free"  # fwd_forced_merge's mask-free walk
     # 64 rows a step on sm_90 (its price's), the rows in 32 bits (keys_div32: the proxy's factor)
     assert kinds["H100"]["sel_bwd_keys"] == "sel_keys_bwd@64@div32"
     int64_rows = {k.name: k.kind for k in m.ours(32768, shape, keys_div32=False)}

@@ -164,6 +164,10 @@ def test_a100_rows_say_how_each_kernel_is_priced() -> None:
     want = m.KEYS_COST["sel_keys_fwd"]["eff"] * per_cycle / m.carry_ratio("sel_keys_fwd@64")
     assert m.kind_cost("sel_keys_fwd@64", A100)["eff"] == pytest.approx(want)
     assert m.kind_cost("sel_keys_fwd@64", PUBLISHED)["eff"] == m.EFF["ampere"]["gather_bwd"]
+    # The shipped mask-free walk (fwd_forced_merge) by its own step's ratio, not the masked walk's
+    free = m.KEYS_COST["sel_keys_fwd"]["eff"] * per_cycle / m.carry_ratio("sel_keys_fwd@64@free")
+    assert m.kind_cost("sel_keys_fwd@64@free", A100)["eff"] == pytest.approx(free)
+    assert m.carry_ratio("sel_keys_fwd@64@free") != pytest.approx(m.carry_ratio("sel_keys_fwd@64"), rel=1e-3)
 
 
 def test_the_record_holds_what_sm80_ships_and_the_proxies_constants() -> None:

@@ -150,7 +150,9 @@ def test_a_changed_config_changes_the_model_but_not_the_past_builds(monkeypatch)
         before["cmp_select"] == "cmp_sel32@w1@bt2@h2@cut@shm@split@tma"
         and before["cmp_bwd_dkv"] == "cmp_dkv@64@w4@bn64"
     )
-    assert before["sel_fwd_keys"] == "sel_keys_fwd@64" and before["sel_bwd_keys"] == "sel_keys_bwd@64@div32"
+    assert (
+        before["sel_fwd_keys"] == "sel_keys_fwd@64@free" and before["sel_bwd_keys"] == "sel_keys_bwd@64@div32"
+    )
     programs = {k.name: k.programs for k in m.ours_on(8192, s, h100)}
     cmp_config, sel_config, win_configs = compressed._config, selected._config, window._configs
 
