@@ -586,6 +586,11 @@ def disk_full_cause(rd: RunDir, text: str) -> str | None:
     )
 
 
+def _who(ev: dict[str, Any]) -> str:
+    """Who said an event: "rank N", or "the trainer" for one written before (or without) a rank."""
+    return "the trainer" if ev.get("rank") is None else f"rank {ev['rank']}"
+
+
 def _event_text(ev: dict[str, Any]) -> str:
     d = ev.get("detail") or {}
     if ev.get("kind") == "stalled":
@@ -633,11 +638,11 @@ def failure_cause(rd: RunDir, exit_code: int | None = None, log_text: str | None
         elif errors and code >= 0:
             # A rank that exited by itself but said nothing stopped because a peer said why (a NaN loss
             # is all-reduced and reported by rank 0). A signalled rank's peers only report its death.
-            line += f"; rank {errors[0].get('rank')}: {_event_text(errors[0])}"
+            line += f"; {_who(errors[0])}: {_event_text(errors[0])}"
         return _one_line(line)
     if errors:
         first = errors[0]
-        return _one_line(f"rank {first.get('rank')}: {_event_text(first)}")
+        return _one_line(f"{_who(first)}: {_event_text(first)}")
     if exit_code:
         return f"torchrun exited with code {exit_code} and no rank said why; see train.log"
     return None

@@ -115,3 +115,17 @@ def test_a_stalled_rank_outranks_a_root_cause_that_is_its_peers_connection_error
     # Two plain runtime failures: torchrun's root cause stands.
     plain = text.replace("exitcode  : 3 (pid: 23468)", "exitcode  : 1 (pid: 23468)")
     assert torchrun_root_cause(plain) == {"rank": 0, "host": "localhost", "exitcode": 1}
+
+
+def test_an_error_event_without_a_rank_is_the_trainers(tmp_path) -> None:
+    """An error written before the rank is known (or by a process without one) is "the trainer's",
+    not "rank None"'s, both as the first error and as the peer that said why."""
+    rd = _run_dir(tmp_path, events=None)
+    rd.append_event("error", step=0, error="ValueError: bad data")
+    cause = failure_cause(rd, exit_code=1, log_text="")
+    assert cause == "the trainer: ValueError: bad data at step 0", cause
+    text = rd.train_log.read_text().replace(
+        "exitcode  : -9 (pid: 21076)  (SIGKILL)", "exitcode  : 1 (pid: 21076)"
+    )
+    cause = failure_cause(rd, exit_code=1, log_text=text)
+    assert "; the trainer: ValueError: bad data at step 0" in cause and "None" not in cause, cause
