@@ -113,14 +113,17 @@ KERNEL_SPEC = {"sel_keys_fwd@64": "selected_fwd_keys_masked", "sel_keys_fwd@64@f
 
 def step_counts(spec_name: str, G: int, D: int, arch: int) -> dict:
     """One loop trip's SASS counts (keys_proxy.paths' `step`) of a selected.py kernel as gpucheck
-    launches it at G x D bf16 on sm_`arch`, with its registers and spills."""
+    launches it at G x D bf16 on sm_`arch` with sm_80's `_config` (the A100 kind carries no sm_90
+    launch tag, so both sides compile its settings: sm_90 ships 128 rows a dK/dV step at head_dim 128,
+    the tagged `sel_dkdv@br128`, where sm_80 and the fit's untagged kind run 32), with its registers
+    and spills."""
     import os
 
     from nsa.attention import gpucheck
     from nsa.attention.triton import selected as sel
 
     kp, ss = _sibling("keys_proxy"), sys.modules["select_sass"]
-    spec = ss.patched_spec(sel, spec_name, G, D, arch, {})
+    spec = ss.patched_spec(sel, spec_name, G, D, arch, {} if arch == 80 else sel._config(G, D, 64, arch=80))
     os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"
     k, rep = gpucheck.compile_spec(spec, arch)
     step = kp.paths(ss._disasm(k.asm["cubin"], arch))["step"]
