@@ -28,6 +28,11 @@ PYTHON = sys.executable
 # takes at least 400 ms, the rest slept, so its two ranks leave the CPU to the other pytest worker
 # instead of training flat out (NSA_FAULT=pace, docs/training.md "Fault injection").
 PACED = ("--env", "NSA_FAULT=pace:ms=400")
+# For a run whose test is not about ranks (what a user sees, kill/restart/tunnel, the dashboard, a
+# crash loop, bad input): the `cpu` profile with one worker, so each start of the run costs one trainer
+# rank less, 5.3-6.4 s of CPU on the 2-core VM (bench/RESULTS.md "citime2", "e2etime"). Tests about
+# ranks (a rank dying or hanging, DDP, world size 2, the `cpu` profile itself) keep the default profile.
+CPU1 = ("--profile", str(Path(__file__).resolve().parents[1] / "fixtures" / "cpu1.yaml"))
 
 
 def isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tmux_server: Any) -> Path:

@@ -1,4 +1,4 @@
-"""The dashboard in a real terminal (tmux) over a real local run (cpu profile: torchrun, gloo).
+"""The dashboard in a real terminal (tmux) over a real local run (torchrun, gloo; one worker, CPU1).
 
 `nsa-launch up` starts the run; `nsa-launch dashboard` runs as a separate process in a tmux pane;
 the test reads the screen with capture-pane: the run appears, its step advances, the dashboard pulls
@@ -20,7 +20,7 @@ import pytest
 from launcher.run.api import resolve_run
 from nsa.runfiles import RunDir, verify_checkpoint
 from tests.dashboard.terminal import DashboardTerminal, row, row_step
-from tests.e2e.launch_support import PACED, cleanup_local_run, invoke, isolate, run_processes, wait_for
+from tests.e2e.launch_support import CPU1, PACED, cleanup_local_run, invoke, isolate, run_processes, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -29,7 +29,9 @@ def test_dashboard_shows_local_run_advancing_and_kills_it(tmux_server, tmp_path,
     home = isolate(monkeypatch, tmp_path, tmux_server)
     run = f"dash-local-{os.getpid()}"
     cleanup_local_run(run)
-    res = invoke("up", "--name", run, "--set", "train.steps=3000", "--set", "train.save_every=10", *PACED)
+    res = invoke(
+        "up", *CPU1, "--name", run, "--set", "train.steps=3000", "--set", "train.save_every=10", *PACED
+    )
     assert res.exit_code == 0, res.output
     rec = resolve_run(run)
     term = DashboardTerminal(tmux_server.socket_name)

@@ -3,7 +3,7 @@
 `nsa-launch up --host` starts a real run over SSH; `nsa-launch dashboard` runs as its own process in
 a tmux pane. The test stops sshd (every connection dropped): the run shows `lost` while training
 goes on untouched; sshd comes back: the dashboard recovers by itself and the step moves on; then
-`k` + `y` kills the run over SSH and no process of it is left.
+`k` + `y` kills the run over SSH and no process of it is left. One worker (launch_support.CPU1).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from launcher.run.api import resolve_run
 from nsa.runfiles import RunDir
 from tests.dashboard.terminal import DashboardTerminal, row, row_step
-from tests.e2e.launch_support import PACED, PYTHON, invoke, isolate, run_processes, wait_for
+from tests.e2e.launch_support import CPU1, PACED, PYTHON, invoke, isolate, run_processes, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -24,7 +24,7 @@ def test_dashboard_over_ssh_shows_lost_then_recovers_then_kills(sshd, tmux_serve
     home = isolate(monkeypatch, tmp_path, tmux_server)
     run = f"dash-ssh-{os.getpid()}"
     res = invoke(
-        "up", "--host", sshd.alias, "--ssh-config", str(sshd.ssh_config), "--python", PYTHON,
+        "up", *CPU1, "--host", sshd.alias, "--ssh-config", str(sshd.ssh_config), "--python", PYTHON,
         "--workdir", str(tmp_path / "host"), "--name", run, "--set", "train.steps=3000", *PACED,
     )  # fmt: skip
     assert res.exit_code == 0, res.output

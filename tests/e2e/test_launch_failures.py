@@ -1,7 +1,9 @@
 """Failures reach the user with the truth (local transport, real torchrun, faults injected through
 the trainer's test-only NSA_FAULT): a run that dies before its first heartbeat fails `up` fast with
 the log tail; a run that fails later makes `up --wait` exit 1 with the true exit code (pipefail
-through tee); a rank that hangs shows as `stalled`, and kill still clears it."""
+through tee); a rank that hangs shows as `stalled`, and kill still clears it. The first two runs have
+one worker (launch_support.CPU1: a bad input and a loss that is not finite on every rank are not about
+ranks); the stall keeps two, rank 1 hung while rank 0 waits for it."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.launch_support import cleanup_local_run, invoke, isolate, run_processes, status, wait_for
+from tests.e2e.launch_support import CPU1, cleanup_local_run, invoke, isolate, run_processes, status, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -26,7 +28,7 @@ def test_failures_are_reported_truthfully(tmux_server, tmp_path, monkeypatch):
         # Input only the host can judge (no GPU for train.device=cuda) fails before the first step,
         # naming the cause in the message and in the fix, never a bare "fix the error above".
         assert not Path("/dev/nvidiactl").exists(), "this case needs a host without an NVIDIA GPU"
-        res = invoke("up", "--name", runs[0], "--set", "train.device=cuda")
+        res = invoke("up", *CPU1, "--name", runs[0], "--set", "train.device=cuda")
         assert res.exit_code == 1, res.output
         assert "before its first step" in res.output, res.output
         assert "train.device is 'cuda'" in res.output, res.output  # the cause, from the log
@@ -38,7 +40,7 @@ def test_failures_are_reported_truthfully(tmux_server, tmp_path, monkeypatch):
         # (then its crash-loop stop) would only add a second torchrun start (~13 s on the 2-core CI VM)
         # to what is asserted here; restarts and the crash loop are test_launch_recovery's.
         res = invoke(
-            "up", "--name", runs[1], "--env", "NSA_FAULT=nan:step=3", "--max-restarts", "0", "--wait"
+            "up", *CPU1, "--name", runs[1], "--env", "NSA_FAULT=nan:step=3", "--max-restarts", "0", "--wait"
         )
         assert res.exit_code == 1, res.output
         st = status(runs[1])

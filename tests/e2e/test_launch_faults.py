@@ -4,7 +4,8 @@ checkpoints at the next step boundary and `restart` resumes exactly there; a ran
 shows `failed` with rank, signal and "likely out of memory", and `status` prints the real gloo
 error text without crashing; a full disk (a workdir over the loopback sshd) is named with its path
 and MB free, with an exit code and no stray exit_code.tmp. Each runs once here; bench/faults.py
-repeats them for the fault matrix."""
+repeats them for the fault matrix. The environment and kill/restart cases run one worker
+(launch_support.CPU1: neither is about ranks; test_train_sigterm checks the save at a SIGTERM on two)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import pytest
 from launcher.run.api import resolve_run
 from nsa.runfiles import RunDir
 from tests.e2e.launch_support import (
+    CPU1,
     PACED,
     PYTHON,
     cleanup_local_run,
@@ -56,7 +58,7 @@ def test_tmux_server_environment_never_reaches_the_workers(tmux_server, tmp_path
     run = f"envleak-{os.getpid()}"
     cleanup_local_run(run)
     try:
-        res = _up(run, "--set", "train.steps=3", "--set", "train.save_every=0", "--wait")
+        res = _up(run, *CPU1, "--set", "train.steps=3", "--set", "train.save_every=0", "--wait")
         assert res.exit_code == 0, res.output
         assert f"run {run} finished: step 3/3" in res.output and "wall time" in res.output, res.output
         rd = RunDir(resolve_run(run).run_dir)
@@ -73,7 +75,7 @@ def test_kill_checkpoints_at_the_next_step_and_restart_resumes_there(tmux_server
     run = f"killsave-{os.getpid()}"
     cleanup_local_run(run)
     try:
-        res = _up(run, "--set", "train.steps=100000", "--set", "train.save_every=0", *PACED)
+        res = _up(run, *CPU1, "--set", "train.steps=100000", "--set", "train.save_every=0", *PACED)
         assert res.exit_code == 0, res.output
         rd = RunDir(resolve_run(run).run_dir)
         wait_for(lambda: status(run)["step"] >= 3, 90, "step 3")
@@ -143,7 +145,13 @@ def test_sigkilled_rank_is_named_and_status_prints_gloo_text(tmux_server, tmp_pa
     run = f"sigkill-{os.getpid()}"
     cleanup_local_run(run)
     try:
-        res = _up(run, "--set", "train.steps=50", "--env", "NSA_FAULT=kill:step=3:rank=1", "--wait")
+        # --max-restarts 0: the fault fires at step 3 on every attempt, so the wrapper's restart (then its
+        # crash-loop stop) would only add a second torchrun start of two ranks (12 s of CPU) to what is
+        # asserted here; restarts and the crash loop are test_launch_recovery's.
+        res = _up(
+            run, "--set", "train.steps=50", "--env", "NSA_FAULT=kill:step=3:rank=1", "--max-restarts", "0",
+            "--wait",
+        )  # fmt: skip
         assert res.exit_code == 1, res.output
         st = status(run)
         assert st["state"] == "failed" and st["exit_code"] == 1
@@ -185,6 +193,9 @@ def test_disk_full_is_named_with_path_and_mb_free(sshd, tmux_server, tmp_path, m
         res = _up(
             run, *host, "--python", PYTHON,
             "--set", "train.steps=100000", "--set", "train.save_every=1", "--set", "train.keep_last=1000",
+            # no restart by the wrapper: each would start torchrun and two ranks again (up to 3, ~12 s of
+            # CPU each) only to meet the same full disk; what is named is the first failure's cause
+            "--max-restarts", "0",
         )  # fmt: skip
         assert res.exit_code in (0, 1), res.output
         st = wait_for(

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.assets.trainrun import run_train, train_losses
-from tests.e2e.launch_support import PYTHON, cleanup_local_run, invoke, isolate, status, wait_for
+from tests.e2e.launch_support import CPU1, PYTHON, cleanup_local_run, invoke, isolate, status, wait_for
 from tests.e2e.prime_support import listening
 from tests.fixtures.fake_prime import pod_profile
 
@@ -96,9 +96,15 @@ def test_crash_is_restarted_on_the_host_with_the_same_final_loss(
 def test_crash_loop_stops_before_the_budget_is_spent(tmux_server, tmp_path, monkeypatch):
     isolate(monkeypatch, tmp_path, tmux_server)
     run = f"loop-{os.getpid()}"
-    sets = ["--set", "train.steps=6", "--set", "train.save_every=2", "--set", "train.eval_every=100"]
+    sets = ["--set", "train.steps=6", "--set", "train.save_every=3", "--set", "train.eval_every=100"]
     try:
-        res = invoke("up", "--name", run, *sets, "--env", "NSA_FAULT=kill:step=4:rank=1", "--wait")
+        # One worker (CPU1), its only rank killed: the wrapper's crash-loop stop is not about ranks (the
+        # restart after rank 1 of two is SIGKILLed is the test above), and each of its two starts costs a
+        # trainer rank less. The failed step is the newest heartbeat of any rank (launcher/host/restarts.py):
+        # two ranks killed at step 4 read 3 (rank 0 beat step 3 as it began step 4 and waited for the
+        # dead rank), the only rank killed as step 5 begins reads 3 too (its last beat, in step 4's
+        # optimizer). Saved at step 3, the restart resumes there and dies at the same step again.
+        res = invoke("up", *CPU1, "--name", run, *sets, "--env", "NSA_FAULT=kill:step=5:rank=0", "--wait")
         assert res.exit_code == 1, res.output
         st = status(run)
         assert st["state"] == "failed"

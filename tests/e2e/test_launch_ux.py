@@ -2,7 +2,8 @@
 the first-heartbeat ticker, the next-commands hint, Ctrl-C on `up --wait` and `logs -f` (the run keeps
 going, exit 130), `restarting` after a restart, restart re-syncing (or not) and refusing a finished
 run, kill's confirmation on a terminal, `runs` with states and `runs forget`, `ssh-close`, and a
-user's own --env variable reaching the workers.
+user's own --env variable reaching the workers. Nothing here is about ranks: the runs have one worker
+(launch_support.CPU1), which saves a trainer rank at each of the four starts.
 
 The host python is a wrapper that starts torchrun late (a real delay, as a slow host's imports would
 be), so the waits are long enough to be seen; agent calls go straight to the interpreter. The delay is
@@ -27,7 +28,7 @@ import pytest
 
 from launcher.config.profiles import PROJECT_ROOT
 from launcher.run.api import resolve_run, restart_run
-from tests.e2e.launch_support import PACED, PYTHON, invoke, isolate, run_processes, status, wait_for
+from tests.e2e.launch_support import CPU1, PACED, PYTHON, invoke, isolate, run_processes, status, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 CLI = str(Path(sys.executable).parent / "nsa-launch")
@@ -74,7 +75,7 @@ def test_waits_ctrl_c_restart_kill_and_runs(sshd, tmux_server, tmp_path, monkeyp
     wd = tmp_path / "wd"
     host = ["--host", sshd.alias, "--ssh-config", str(sshd.ssh_config), "--workdir", str(wd)]
     up = _cli(
-        "up", *host, "--python", str(_slow_python(tmp_path)), "--name", "ux", "--wait",
+        "up", *CPU1, *host, "--python", str(_slow_python(tmp_path)), "--name", "ux", "--wait",
         "--set", "train.steps=3000", "--set", "train.save_every=10", "--env", "MY_TAG=nsa-demo", *PACED,
     )  # fmt: skip
     try:
@@ -185,7 +186,7 @@ def test_restart_refuses_a_finished_run(sshd, tmux_server, tmp_path, monkeypatch
     isolate(monkeypatch, tmp_path, tmux_server)
     wd = tmp_path / "wd"
     host = ["--host", sshd.alias, "--ssh-config", str(sshd.ssh_config), "--workdir", str(wd)]
-    res = invoke("up", *host, "--python", PYTHON, "--name", "done", "--set", "train.steps=2", "--wait")
+    res = invoke("up", *CPU1, *host, "--python", PYTHON, "--name", "done", "--set", "train.steps=2", "--wait")
     assert res.exit_code == 0, res.output
     assert "eta - s" not in res.output
     res = invoke("restart", "--run", "done")

@@ -4,7 +4,7 @@
 it kept. `kill` kept nothing, so a run killed and then lost read `last contact ... (running); the run
 may go on on its host`, and a run dir gone from an answering host read `no contact with its host
 from here yet`. Real tmux and torchrun on the local transport; the run dir is moved aside to make
-the run lost (the host answers that it is gone).
+the run lost (the host answers that it is gone). One worker (launch_support.CPU1).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import shutil
 import pytest
 
 from launcher.run.api import resolve_run
-from tests.e2e.launch_support import PACED, cleanup_local_run, invoke, isolate, status
+from tests.e2e.launch_support import CPU1, PACED, cleanup_local_run, invoke, isolate, status
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # one paced run: ~20 s on a loaded 2-core VM
 
@@ -25,7 +25,7 @@ def test_killed_then_lost_says_it_had_ended(tmux_server, tmp_path, monkeypatch):
     isolate(monkeypatch, tmp_path, tmux_server)
     run = f"lost-killed-{os.getpid()}"
     cleanup_local_run(run)
-    res = invoke("up", "--name", run, "--set", "train.steps=3000", *PACED)
+    res = invoke("up", *CPU1, "--name", run, "--set", "train.steps=3000", *PACED)
     assert res.exit_code == 0, res.output
     rec = resolve_run(run)
     aside = tmp_path / "aside"

@@ -3,7 +3,8 @@
 A run started with `--secret HF_TOKEN`, restarted from a shell where HF_TOKEN is not set: restart
 used to kill the run first and only then find the secret missing, so exit 2 ("bad input, nothing
 started") came with the run stopped. It must refuse before it touches the run: the same processes
-alive, no `killed` mark, state `running`, and the secret's value in no message or record.
+alive, no `killed` mark, state `running`, and the secret's value in no message or record. One worker
+(launch_support.CPU1).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 
 from launcher.run.api import resolve_run
 from nsa.runfiles import RunDir
-from tests.e2e.launch_support import PACED, cleanup_local_run, invoke, isolate, run_processes, status
+from tests.e2e.launch_support import CPU1, PACED, cleanup_local_run, invoke, isolate, run_processes, status
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # one paced run: ~25 s on a loaded 2-core VM
 
@@ -25,7 +26,7 @@ def test_restart_without_the_runs_secret_refuses_before_killing(tmux_server, tmp
     cleanup_local_run(run)
     secret = "hf_qa_restart_secret_0815"
     monkeypatch.setenv("HF_TOKEN", secret)
-    res = invoke("up", "--name", run, "--set", "train.steps=3000", *PACED, "--secret", "HF_TOKEN")
+    res = invoke("up", *CPU1, "--name", run, "--set", "train.steps=3000", *PACED, "--secret", "HF_TOKEN")
     assert res.exit_code == 0, res.output
     rec = resolve_run(run)
     try:

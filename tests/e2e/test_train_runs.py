@@ -228,13 +228,29 @@ def test_resume_on_fewer_ranks_continues_both_data_streams(family, tmp_path: Pat
     assert after == {k: v + 2 * ACCUM for k, v in before.items()}  # each advanced by its share, no gap
 
 
-def test_resume_on_more_ranks_shares_the_stream(tmp_path: Path) -> None:
-    """1 rank -> 2: the one stream is shared batch by batch; both rank files agree on its position."""
-    run = tmp_path / "run"
-    quick = ["train.log_every=1", "train.eval_every=0", "train.seq_len=32", "telemetry.tensorboard=false"]
-    p = run_train(run, [*quick, "train.steps=2", "train.grad_accum=2", "train.warmup_steps=0"])
+# --- one 1-rank run shared by two tests ------------------------------------------------------------
+QUICK1 = ["train.log_every=1", "train.eval_every=0", "train.seq_len=32", "telemetry.tensorboard=false"]
+
+
+@pytest.fixture(scope="module")
+def one_rank(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    """2 steps on 1 rank under NSA_MALLOC=system: its banner is test_malloc_system_stays_on_glibc's, its
+    checkpoint the start of test_resume_on_more_ranks_shares_the_stream (which resumes a copy). The
+    allocator changes no number the resume checks; sharing the run saves a trainer start (~6 s of CPU)."""
+    run = tmp_path_factory.mktemp("one_rank") / "run"
+    sets = [*QUICK1, "train.steps=2", "train.grad_accum=2", "train.warmup_steps=0"]
+    p = run_train(run, sets, env=clean_env(NSA_MALLOC="system"))
     assert p.returncode == 0, explain(p)
-    p = run_train(run, [*quick, "train.steps=4", "train.warmup_steps=0"], nproc=2, resume=True)
+    return run, p
+
+
+def test_resume_on_more_ranks_shares_the_stream(one_rank, tmp_path: Path) -> None:
+    """1 rank -> 2: the one stream is shared batch by batch; both rank files agree on its position."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(one_rank[0], run)
+    p = run_train(run, [*QUICK1, "train.steps=4", "train.warmup_steps=0"], nproc=2, resume=True)
     assert p.returncode == 0, explain(p)
     final = run / "checkpoints" / "step-00000004"
     assert _streams(final, 0) == _streams(final, 1) == {(0, 1): 8}  # 2 steps x 2 + 2 steps x 2 ranks
@@ -280,8 +296,6 @@ def test_fsdp2_checkpoint_resumes_exactly(family, tmp_path: Path) -> None:
     assert all(got[s] == want[s] for s in got), (got, want)
 
 
-def test_malloc_system_stays_on_glibc(tmp_path: Path) -> None:
-    env = clean_env(NSA_MALLOC="system")
-    p = run_train(tmp_path / "run", ["train.steps=2", "train.eval_every=0"], env=env)
-    assert p.returncode == 0, explain(p)
+def test_malloc_system_stays_on_glibc(one_rank) -> None:
+    _, p = one_rank  # run with NSA_MALLOC=system
     assert "malloc: glibc (NSA_MALLOC=system)" in p.stdout

@@ -8,7 +8,8 @@ profile: an orphaned tmux session and two ranks). `up` now lets the start finish
 again (verified), and says so.
 
 The host python is a wrapper that holds the agent's reply for 2 s after its `start` did its work
-(as a slow link would) and says when, so the Ctrl-C lands there every time.
+(as a slow link would) and says when, so the Ctrl-C lands there every time. One worker
+(launch_support.CPU1): what is stopped is the start, whatever its ranks.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from launcher.config.profiles import PROJECT_ROOT
-from tests.e2e.launch_support import cleanup_local_run, run_processes, wait_for
+from tests.e2e.launch_support import CPU1, cleanup_local_run, run_processes, wait_for
 
 pytestmark = pytest.mark.e2e
 CLI = str(Path(sys.executable).parent / "nsa-launch")
@@ -45,7 +46,7 @@ def test_ctrl_c_during_the_agents_start_stops_what_it_started(tmux_server, tmp_p
     env = {**os.environ, "NSA_LAUNCH_HOME": str(home), "NSA_LAUNCH_TMUX_SOCKET": tmux_server.socket_name}
     env.pop("NSA_LAUNCH_HOST", None)
     up = subprocess.Popen(
-        [CLI, "up", "--name", run, "--python", str(python), "--set", "train.steps=3000",
+        [CLI, "up", *CPU1, "--name", run, "--python", str(python), "--set", "train.steps=3000",
          "--env", "NSA_FAULT=pace:ms=400"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
