@@ -128,15 +128,19 @@ def test_select_v0_switch_gives_the_same_tables():
     assert torch.equal(valid, e_valid) and torch.equal(idx, e_idx)
 
 
-def test_select_proxy_candidate_settings_give_the_same_tables():
+def test_select_proxy_candidate_settings_are_the_m7c_case_s_own():
     """bench/select_proxy.py's candidate for the GPU probe (4 tokens a tile merged in halves under a
-    register cap, `maxnreg_sel`; the interpreter ignores the cap, the launcher must pass it through):
-    same tables."""
-    T, G, D, bl, d, lp, n = 140, 6, 64, 4, 2, 4, 6
-    q, kc = _tied_inputs(T, G, D, bl, d, lp, seed=T)
-    e_idx, e_valid = _exact_table(q, kc, bl, d, lp, n)
-    idx, valid = _kernel_table(q, kc, bl, d, lp, n, bt_sel=4, halves_sel=1, maxnreg_sel=168)
-    assert torch.equal(valid, e_valid) and torch.equal(idx, e_idx)
+    register cap, `maxnreg_sel`; the interpreter ignores the cap) is what `_config` ships on sm_80 (the
+    interpreter's arch) at M7C's G 6 x D 64 with a = 2, so CASES' T 292 case runs it on exact ties
+    against eager's tables, through three key tiles and the interior loop. This test ran the same
+    launch again at T 140 (two key tiles, nothing T 292 does not run: the kernel's constexprs are the
+    same, T is a runtime argument; 30 s of CI, 2026-11-27); it now pins that the case still runs the
+    candidate, so a change of the shipped setting cannot leave the candidate untested."""
+    T, G, D, bl, d, lp, n = CASES[0]
+    assert (G, D, bl // d) == (6, 64, 2)
+    c = tri._config(G, D, n, bl, d, lp)
+    assert (c["bt_sel"], c["halves_sel"], c["maxnreg_sel"]) == (4, 1, 168)
+    assert 2 * c["BJ"] * lp < T  # three key tiles: the interior loop runs
 
 
 def test_the_papers_sm90_setting_resolves_ties_like_eager():
