@@ -41,8 +41,9 @@ if [ ! -e "$leg/.complete" ]; then
 fi
 echo "triton-leg: triton $LEG_TRITON: interpreter tests (representative subset) and gpucheck"
 # The subset (docs/attention.md "Triton versions"): bf16 through the honest-bf16 fixture, the whole
-# module with its parameters' gradients and head_dim 96 training, the fp16 / head_dim 96 / G 16
-# cases of the window and compressed kernels, and q's fp16 / bf16 gradient sum inside RoPE's
+# module with its parameters' gradients and head_dim 96 training, the window kernel's fp16 / head_dim
+# 96 / G 16 cases, the compressed kernels' G 16 (fp16) and head_dim 96 cases (their ids say
+# "float16", so "fp16" selects none of the others), and q's fp16 / bf16 gradient sum inside RoPE's
 # backward. gpucheck: the configs' shapes and the paper's 16x128.
 t="tests/unit/attention/triton"
 PYTHONPATH="$leg" .venv/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning \
