@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+import signal
 import sys
 import time
 import traceback
@@ -67,6 +68,45 @@ class Terminated(Exception):
     """SIGTERM was handled at a step boundary (checkpoint written): the rank exits 143."""
 
 
+class CtrlC:
+    """Ctrl-C (SIGINT) stops the run as SIGTERM does: a checkpoint at the next step boundary, exit 143.
+
+    Python's default turned Ctrl-C into a KeyboardInterrupt wherever the main thread was: a
+    traceback, no checkpoint (the steps since the last save lost) and nothing in events.jsonl saying
+    why the run ended. The handler sends this process SIGTERM, so Ctrl-C takes SIGTERM's one path
+    (telemetry.SignalHandlers: `sigterm` event, agreed stop, save, 143). Every further SIGINT is that
+    same request again: under torchrun a worker gets one from the terminal and one from torchrun's
+    agent, which forwards the signal it got. A SIGINT the process inherited as ignored (nohup, a
+    background job of a script) stays ignored.
+    """
+
+    def __init__(self, rank: int):
+        self.rank = rank
+        self.previous: Any = None
+        self.seen = False
+
+    def install(self) -> CtrlC:
+        self.previous = signal.getsignal(signal.SIGINT)
+        if self.previous is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        if not self.seen:
+            self.seen = True
+            print(
+                f"[nsa] rank {self.rank}: Ctrl-C (SIGINT): stopping as on SIGTERM",
+                file=sys.stderr,
+                flush=True,
+            )
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def uninstall(self) -> None:
+        if self.previous is not None and self.previous is not signal.SIG_IGN:
+            with contextlib.suppress(Exception):
+                signal.signal(signal.SIGINT, self.previous)
+
+
 class Run:
     """One rank's run. `execute()` returns the process exit code."""
 
@@ -106,6 +146,7 @@ class Run:
         rec.beat("boot", 0)
         signals = self.signals = SignalHandlers(rec)
         signals.install()
+        sigint = CtrlC(rank).install()
         watchdog = Watchdog(rec, self.cfg.telemetry.stall_seconds, self.cfg.telemetry.stall_abort)
         watchdog.start()
         info: DistInfo | None = None
@@ -139,6 +180,7 @@ class Run:
         finally:
             watchdog.stop()
             rec.close(0 if ok else 1)
+            sigint.uninstall()
             signals.uninstall()
             if info is not None:
                 teardown(info, sync=ok)
