@@ -250,6 +250,11 @@ class Run:
         if loader is None:
             loader = datastreams.fresh(cfg.data, **data_kw)
         self.loader = loader
+        try:
+            self._check_val_split()
+        except BaseException:
+            loader.close()
+            raise
         tokens_per_step = cfg.tokens_per_step(info.world_size)
         self.peak = peak_for(torch.cuda.get_device_name(info.device)) if info.device.type == "cuda" else None
         self._boot_files(n_params, vocab, use_bf16, loader, ckpt_dir)
@@ -494,6 +499,30 @@ class Run:
         self.rec.event("eval", step=step, loss=val)
         self.print0(f"[nsa] step {step} eval loss {val:.4f}")
         return val
+
+    def _check_val_split(self) -> None:
+        """The held-out batches the evals will read exist, before step 1: a corpus with no `val`
+        documents for this rank (one short file, val_fraction too small for it) used to train until
+        the first eval and stop there with a DataError, `eval_every` steps later, and again at every
+        resume. One batch is read the way the eval reads it (the long-context eval reads rank 0 of 1)."""
+        cfg, info, t = self.cfg, self.info, self.cfg.train
+        if t.eval_every:
+            rank, world, batch = info.rank, info.world_size, t.batch_size
+        elif cfg.eval.long_context_every:
+            rank, world, batch = 0, 1, 1
+        else:
+            return
+        self.rec.beat("data_wait", 0)
+        with build_loader(
+            cfg.data,
+            seq_len=t.seq_len,
+            batch_size=batch,
+            rank=rank,
+            world_size=world,
+            split="val",
+            seed=t.seed,
+        ) as probe:
+            probe.next_batch()
 
     def _eval_stance(self) -> contextlib.AbstractContextManager[Any]:
         """Evals run the blocks eager under CUDA graphs: a no-grad forward through graphed blocks would
