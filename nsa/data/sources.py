@@ -14,6 +14,7 @@ from __future__ import annotations
 import glob
 import gzip
 import json
+import os
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,6 +63,25 @@ def resolve_paths(patterns: list[str], what: str = "data.paths") -> list[str]:
         if not _suffix(f):
             raise DataError(f"{what}: {f!r} has an unsupported extension; use one of {', '.join(SUFFIXES)}")
     return sorted(dict.fromkeys(files))
+
+
+def preflight(cfg: DataConfig) -> None:
+    """What can be checked of the local files without reading them, or a DataError: for `files`, the
+    paths resolve (they exist, globs match, extensions are supported) and not every file is empty.
+
+    nsa-train calls it on the training host before torch starts, so a mistyped path is exit 2 in a
+    fraction of a second with no run dir made (the loader found it only after torch and the process
+    group had started, and left a run dir behind). Config validation on the laptop does not: the
+    files live on the host. The loader checks all of it again when built.
+    """
+    if cfg.source != "files":
+        return
+    files = resolve_paths(cfg.paths)
+    if all(Path(f).is_file() for f in files) and not any(os.stat(f).st_size for f in files):
+        raise DataError(
+            f"data.paths: every file is empty ({len(files)} file(s), e.g. {files[0]!r}): no text to train on; "
+            "fix the paths or fill the files"
+        )
 
 
 def file_shard(
