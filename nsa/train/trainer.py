@@ -31,7 +31,7 @@ from nsa.runfiles import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_SIGTERM, Run
 from nsa.telemetry import Recorder, SignalHandlers, Watchdog
 from nsa.train import boot, ckpt, datastreams, nsastats
 from nsa.train.ckpt_async import AsyncSaver
-from nsa.train.config import TrainConfig
+from nsa.train.config import TrainConfig, load_config
 from nsa.train.dist import (
     DistInfo,
     Printer,
@@ -54,6 +54,16 @@ from nsa.train.parallelize import (
 )
 from nsa.train.resume import ResumeMismatch, agreed_resume_point
 from nsa.train.stepstats import StepStats, Window
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 class Diverged(RuntimeError):
@@ -162,7 +172,8 @@ class Run:
             return EXIT_SIGTERM
         except (DataError, ResumeMismatch, ckpt.NoIntactCheckpoint) as e:
             rec.event("error", all_ranks=True, error=type(e).__name__, message=str(e))
-            print(f"[nsa] rank {rank}: {e}", file=sys.stderr, flush=True)
+            if not getattr(e, "quiet", False):  # quiet: rank 0 prints the same paragraph with the details
+                print(f"[nsa] rank {rank}: {e}", file=sys.stderr, flush=True)
             return EXIT_BAD_INPUT
         except Diverged as e:
             rec.event("error", step=self.bad_step, error="diverged", message=str(e))
@@ -230,7 +241,12 @@ class Run:
                     f"[nsa] warning: resuming {ckpt_dir.name} (config {meta.get('config_hash')}) with a changed "
                     f"config ({cfg.config_hash()}); the result will differ from an uninterrupted run"
                 )
-            meta, rank_state = ckpt.load(ckpt_dir, info, self.wrapped, self.optimizer)
+            try:
+                meta, rank_state = ckpt.load(ckpt_dir, info, self.wrapped, self.optimizer)
+            except ckpt.ShapeMismatch as e:
+                err = ResumeMismatch(self._shape_mismatch(ckpt_dir, meta, str(e)))
+                err.quiet = e.quiet  # type: ignore[attr-defined]
+                raise err from None
             saved = rank_state.get("data_streams") or [
                 {"loader": rank_state["loader"], "key": (info.rank, info.world_size)}
             ]
@@ -345,6 +361,31 @@ class Run:
         the save's collectives while another starts the next step's, and both would hang.
         """
         return self.stop_vote.poll(self.signals.stop_requested.is_set())
+
+    def _shape_mismatch(self, ckpt_dir: Path, meta: dict[str, Any], error: str) -> str:
+        """One paragraph for a checkpoint whose tensors do not fit this model (a changed `model:` on
+        --resume): it was a RuntimeError of every tensor, exit 1, which nsa-launch restarted in a loop.
+        Names the model keys changed since the checkpoint's config (the run dir's config.yaml, when its
+        hash is the checkpoint's)."""
+        changed = ""
+        try:
+            old = load_config(self.rd.config)
+        except Exception:  # no config.yaml, or one this version cannot read: say what is known
+            old = None
+        if old is not None and old.config_hash() == meta.get("config_hash"):
+            a, b = _flat(old.model.model_dump()), _flat(self.cfg.model.model_dump())
+            diff = [
+                f"model.{k}: {a.get(k)!r} -> {b.get(k)!r}"
+                for k in sorted(a.keys() | b.keys())
+                if a.get(k) != b.get(k)
+            ]
+            if diff:
+                changed = f" Changed since it was written ({self.rd.config}): {', '.join(diff[:6])}."
+        return (
+            f"--resume: {ckpt_dir.name} does not fit this model ({error}): it was written by config "
+            f"{meta.get('config_hash')}, this run is {self.cfg.config_hash()}.{changed} Fix: resume with the "
+            "model settings the run was started with, or start a new --run-dir without --resume"
+        )
 
     def _resume_point(self) -> Path | None:
         return agreed_resume_point(self.rd, self.info, self.rec)
