@@ -250,20 +250,23 @@ def cudagraphs_problem(compile_mode: str, device: str, gpu: bool, source: str = 
 
 
 def data_problem(cfg: TrainConfig, config: str) -> str | None:
-    """data.source=files whose paths do not resolve on this host (missing, a glob matching nothing,
-    an unsupported extension, every file empty): found here in milliseconds, torch-free, instead of
-    by the loader after torch and the process group had started (nsa.data.sources.preflight)."""
+    """Local data named in the config that is not there on this host (data.paths of `files`: missing,
+    a glob matching nothing, an unsupported extension, every file empty; data.hf_path written as a
+    local directory that does not exist): found here in milliseconds, torch-free, instead of by the
+    loader after torch and the process group had started (nsa.data.sources.preflight)."""
     from nsa.data import DataError
     from nsa.data.sources import preflight
 
     try:
         preflight(cfg.data)
     except DataError as e:
-        relative = any(not Path(p).expanduser().is_absolute() for p in cfg.data.paths)
+        key = "data.hf_path" if cfg.data.source == "fineweb_edu" else "data.paths"
+        paths = [cfg.data.hf_path] if key == "data.hf_path" else cfg.data.paths
+        relative = any(not Path(p).expanduser().is_absolute() for p in paths)
         where = f" (relative paths are read from the working directory, {os.getcwd()})" if relative else ""
-        shown = repr(cfg.data.paths)
-        shown = shown if len(shown) <= 200 else f"{shown[:200]}... ({len(cfg.data.paths)} paths)"
-        return f"data error in {config}: data.paths = {shown}: {str(e).removeprefix('data.paths: ')}{where}"
+        shown = repr(cfg.data.hf_path if key == "data.hf_path" else paths)
+        shown = shown if len(shown) <= 200 else f"{shown[:200]}... ({len(paths)} paths)"
+        return f"data error in {config}: {key} = {shown}: {str(e).removeprefix(key + ': ')}{where}"
     return None
 
 

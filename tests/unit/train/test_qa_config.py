@@ -67,6 +67,16 @@ def test_data_paths_that_do_not_resolve_are_exit_2_before_the_run_dir_exists(
     assert rc == 0, err  # one file with text is enough (and --check never reads the data)
 
 
+def test_hf_path_written_as_a_missing_directory_is_exit_2_before_the_run_dir_exists(cli, tmp_path) -> None:
+    run = tmp_path / "run"
+    for path, detail in ((str(tmp_path / "fineweb"), "data.hf_path = "), ("./fineweb", "working directory")):
+        rc, err = cli(
+            "--run-dir", str(run), "--set", "data.source=fineweb_edu", "--set", f"data.hf_path={path}"
+        )
+        assert rc == 2 and f"local directory {path!r} does not exist" in err and detail in err, err
+        assert "org/name" in err and not run.exists(), err
+
+
 def test_resume_of_a_dir_that_is_not_a_run_dir_is_exit_2(cli, tmp_path) -> None:
     typo = tmp_path / "runs" / "tyni"
     rc, err = cli("--run-dir", str(typo), "--resume")
