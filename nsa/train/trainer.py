@@ -37,6 +37,7 @@ from nsa.train.dist import (
     Printer,
     StopVote,
     all_gather_objects,
+    all_reduce_max,
     all_reduce_mean,
     init_distributed,
     teardown,
@@ -554,16 +555,23 @@ class Run:
         else:
             return
         self.rec.beat("data_wait", 0)
-        with build_loader(
-            cfg.data,
-            seq_len=t.seq_len,
-            batch_size=batch,
-            rank=rank,
-            world_size=world,
-            split="val",
-            seed=t.seed,
-        ) as probe:
-            probe.next_batch()
+        problem: DataError | None = None
+        try:
+            with build_loader(
+                cfg.data, seq_len=t.seq_len, batch_size=batch, rank=rank, world_size=world, split="val",
+                seed=t.seed,
+            ) as probe:  # fmt: skip
+                probe.next_batch()
+        except DataError as e:
+            problem = e
+        # Agreed: a rank without held-out documents (one val document, two ranks) left the others
+        # in their first step's all-reduce until torchrun's SIGTERM, which they reported too.
+        if all_reduce_max(1.0 if problem else 0.0, info):
+            if problem is not None:
+                raise problem
+            quiet = DataError("another rank found no held-out batch (it says why)")
+            quiet.quiet = True  # type: ignore[attr-defined]
+            raise quiet
 
     def _eval_stance(self) -> contextlib.AbstractContextManager[Any]:
         """Evals run the blocks eager under CUDA graphs: a no-grad forward through graphed blocks would
