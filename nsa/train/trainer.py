@@ -142,6 +142,7 @@ class Run:
         self.verbose = os.environ.get("NSA_LOG_LEVEL", "info") in ("debug", "info")
         self.bad_step: int | None = None
         self.saver: AsyncSaver | None = None  # set by _train when ckpt.async
+        self._pending: list[Any] = []  # the first training batch, read (and agreed) before step 1
 
     # --- life cycle ---------------------------------------------------------------------------
     def execute(self) -> int:
@@ -268,7 +269,9 @@ class Run:
             loader = datastreams.fresh(cfg.data, **data_kw)
         self.loader = loader
         try:
-            self._check_val_split()
+            self._pending = [self._agreed(loader.next_batch, "training batch")]  # step 1's first micro-batch
+            if t.eval_every or cfg.eval.long_context_every:
+                self._agreed(self._val_batch, "held-out batch")
         except BaseException:
             loader.close()
             raise
@@ -414,7 +417,7 @@ class Run:
             own_grads(self.params)
         for micro in range(t.grad_accum):
             rec.beat("data_wait", step)
-            x, y = loader.next_batch()
+            x, y = self._pending.pop() if self._pending else loader.next_batch()
             if pin:  # page-locked: the copy below runs asynchronously, beside the previous kernels
                 x, y = x.pin_memory(), y.pin_memory()
             x = x.to(info.device, non_blocking=True)
@@ -542,36 +545,39 @@ class Run:
         self.print0(f"[nsa] step {step} eval loss {val:.4f}")
         return val
 
-    def _check_val_split(self) -> None:
-        """The held-out batches the evals will read exist, before step 1: a corpus with no `val`
-        documents for this rank (one short file, val_fraction too small for it) used to train until
-        the first eval and stop there with a DataError, `eval_every` steps later, and again at every
-        resume. One batch is read the way the eval reads it (the long-context eval reads rank 0 of 1)."""
-        cfg, info, t = self.cfg, self.info, self.cfg.train
-        if t.eval_every:
-            rank, world, batch = info.rank, info.world_size, t.batch_size
-        elif cfg.eval.long_context_every:
-            rank, world, batch = 0, 1, 1
-        else:
-            return
-        self.rec.beat("data_wait", 0)
+    def _agreed(self, fetch: Any, what: str) -> Any:
+        """`fetch()`'s result, or the DataError of any rank on every rank: agreed before step 1.
+
+        A rank whose data failed at its first batch (an empty file of its shard, no held-out document
+        for it) exited 2 while its peers waited in step 1's all-reduce until torchrun's SIGTERM: a
+        `sigterm` event, a gloo "Connection closed by peer" traceback and exit 1 or 143 beside the
+        one real error. Now every rank exits 2 and only the rank that failed says why.
+        """
         problem: DataError | None = None
+        got = None
+        self.rec.beat("data_wait", 0)
         try:
-            with build_loader(
-                cfg.data, seq_len=t.seq_len, batch_size=batch, rank=rank, world_size=world, split="val",
-                seed=t.seed,
-            ) as probe:  # fmt: skip
-                probe.next_batch()
+            got = fetch()
         except DataError as e:
             problem = e
-        # Agreed: a rank without held-out documents (one val document, two ranks) left the others
-        # in their first step's all-reduce until torchrun's SIGTERM, which they reported too.
-        if all_reduce_max(1.0 if problem else 0.0, info):
+        if all_reduce_max(1.0 if problem else 0.0, self.info):
             if problem is not None:
                 raise problem
-            quiet = DataError("another rank found no held-out batch (it says why)")
+            quiet = DataError(f"another rank found no {what} (it says why)")
             quiet.quiet = True  # type: ignore[attr-defined]
             raise quiet
+        return got
+
+    def _val_batch(self) -> Any:
+        """One held-out batch read the way the eval reads it (the long-context eval reads rank 0 of 1):
+        a corpus with no `val` documents for this rank used to train until the first eval, `eval_every`
+        steps later, stop there with a DataError, and again at every resume."""
+        cfg, info, t = self.cfg, self.info, self.cfg.train
+        rank, world, batch = (info.rank, info.world_size, t.batch_size) if t.eval_every else (0, 1, 1)
+        with build_loader(
+            cfg.data, seq_len=t.seq_len, batch_size=batch, rank=rank, world_size=world, split="val", seed=t.seed
+        ) as probe:  # fmt: skip
+            return probe.next_batch()
 
     def _eval_stance(self) -> contextlib.AbstractContextManager[Any]:
         """Evals run the blocks eager under CUDA graphs: a no-grad forward through graphed blocks would

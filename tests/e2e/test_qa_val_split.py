@@ -64,3 +64,21 @@ def test_one_rank_without_val_documents_stops_both_ranks_with_exit_2_under_torch
     errors = {e["rank"]: e["detail"]["error"] for e in events(run) if e["kind"] == "error"}
     assert errors == {0: "DataError", 1: "DataError"}, events(run)
     assert "sigterm" not in [e["kind"] for e in events(run)] and not (run / "config.yaml").exists()
+
+
+def test_no_training_documents_is_exit_2_before_the_run_is_announced(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """The first training batch is read before boot too: a corpus of blank lines (not empty on disk,
+    so nsa-train's pre-flight passes it) stops before config.yaml and the `boot` event."""
+    for k in ("CONFIG", "WORLD_SIZE", "RANK", "NSA_FAULT"):
+        monkeypatch.delenv(k, raising=False)
+    (tmp_path / "blank.jsonl").write_text("\n\n  \n")
+    run = tmp_path / "run"
+    argv = ["--config", str(TINY), "--run-dir", str(run), "--set", "data.source=files"]
+    argv += ["--set", f"data.paths=[{tmp_path / 'blank.jsonl'}]", "--set", "telemetry.tensorboard=false"]
+    argv += ["--set", "train.eval_every=0"]  # no held-out check: the training batch alone
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "got no 'train' documents" in err, err
+    assert [e["kind"] for e in events(run)] == ["error"] and not (run / "config.yaml").exists()
