@@ -68,7 +68,7 @@ class DataConfig(BaseModel):
     val_fraction: float = Field(default=0.05, ge=0.0, lt=0.5)
     """Fraction of documents held out for validation, chosen by a hash of each document's text, so the
     train and val streams are disjoint whatever the sharding, order or epoch. 0 = no held-out split
-    (every document trains; only with `train.eval_every: 0`)."""
+    (every document trains; only with `train.eval_every: 0` and `eval.long_context_every: 0`)."""
 
     seed: int = 0
     """Base seed for the per-epoch file order and the synthetic generator; combined with the `seed`

@@ -14,12 +14,13 @@ from __future__ import annotations
 import glob
 import gzip
 import json
+import os
 import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from nsa.data.config import DataConfig, DataError
+from nsa.data.config import DEFAULT_HF_PATH, DataConfig, DataError
 
 SAMPLE_DIR = Path(__file__).with_name("sample")
 SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet", ".txt", ".txt.gz")
@@ -62,6 +63,36 @@ def resolve_paths(patterns: list[str], what: str = "data.paths") -> list[str]:
         if not _suffix(f):
             raise DataError(f"{what}: {f!r} has an unsupported extension; use one of {', '.join(SUFFIXES)}")
     return sorted(dict.fromkeys(files))
+
+
+def preflight(cfg: DataConfig) -> None:
+    """What can be checked of the local files without reading them, or a DataError: for `files`, the
+    paths resolve (they exist, globs match, extensions are supported) and not every file is empty;
+    for `fineweb_edu`, an `hf_path` written as a path (/, ./, ../, ~) is a directory.
+
+    nsa-train calls it on the training host before torch starts, so a mistyped path is exit 2 in a
+    fraction of a second with no run dir made (the loader found it only after torch and the process
+    group had started, and left a run dir behind). Config validation on the laptop does not: the
+    files live on the host. The loader checks all of it again when built.
+    """
+    if cfg.source == "fineweb_edu":
+        # A hub id is `org/name`; a path is written as one. Not there, `datasets` failed only once the
+        # loader opened it (57 s into a start on the loaded dev machine), saying to check hf_name/hf_split.
+        p = cfg.hf_path
+        if p.startswith(("/", "./", "../", "~")) and not Path(p).expanduser().is_dir():
+            raise DataError(
+                f"data.hf_path: local directory {p!r} does not exist; fix the path, or give a hub dataset "
+                f"id (org/name, e.g. {DEFAULT_HF_PATH!r})"
+            )
+        return
+    if cfg.source != "files":
+        return
+    files = resolve_paths(cfg.paths)
+    if all(Path(f).is_file() for f in files) and not any(os.stat(f).st_size for f in files):
+        raise DataError(
+            f"data.paths: every file is empty ({len(files)} file(s), e.g. {files[0]!r}): no text to train on; "
+            "fix the paths or fill the files"
+        )
 
 
 def file_shard(

@@ -305,6 +305,31 @@ def choose_resume(run_dir: RunDir) -> tuple[Path | None, list[tuple[Path, str]]]
     return None, skipped
 
 
+class ShapeMismatch(ValueError):
+    """A checkpoint whose tensors do not fit the model being trained (bad input: exit 2)."""
+
+    def __init__(self, message: str, quiet: bool = False):
+        super().__init__(message)
+        self.quiet = quiet  # another rank printed the details
+
+
+def fit_problem(saved: dict[str, Any], expected: dict[str, Any]) -> str:
+    """'' when the saved model state has exactly the expected names and shapes, else the first few
+    differences in one line."""
+
+    def shape(t: Any) -> str:
+        return "[" + ", ".join(str(d) for d in t.shape) + "]"
+
+    diffs = [f"{k} {shape(saved[k])} in the checkpoint, {shape(v)} here"
+             for k, v in expected.items() if k in saved and tuple(saved[k].shape) != tuple(v.shape)]  # fmt: skip
+    diffs += [f"{k} missing from the checkpoint" for k in expected if k not in saved]
+    diffs += [f"{k} in the checkpoint, not in this model" for k in saved if k not in expected]
+    if not diffs:
+        return ""
+    more = f"; and {len(diffs) - 3} more" if len(diffs) > 3 else ""
+    return "; ".join(diffs[:3]) + more
+
+
 def read_meta(ckpt: Path) -> dict[str, Any]:
     return json.loads((ckpt / "meta.json").read_text())
 
@@ -331,6 +356,12 @@ def load(
         optim_sd = torch.load(ckpt / "optim.pt", map_location="cpu", weights_only=True)
     else:
         model_sd, optim_sd = {}, {}
+    # Shapes and names first, agreed by every rank: a checkpoint of another model (a changed `model:`
+    # on --resume) failed inside the load with a RuntimeError per tensor (exit 1, restarted in a loop by
+    # nsa-launch), or, under FSDP2's broadcast, with an unrelated-looking size error on every rank.
+    problem = fit_problem(model_sd, getattr(model, "module", model).state_dict()) if info.is_main else ""
+    if all_reduce_max(1.0 if problem else 0.0, info):
+        raise ShapeMismatch(problem or "rank 0 names the tensors", quiet=not info.is_main)
     bcast = info.distributed
     set_model_state_dict(model, model_sd, options=_full_options(broadcast_from_rank0=bcast))
     set_optimizer_state_dict(model, optimizer, optim_sd, options=_full_options(broadcast_from_rank0=bcast))

@@ -17,13 +17,14 @@ import importlib.metadata
 import importlib.util
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from nsa.runfiles import EXIT_BAD_INPUT, RunDir
-from nsa.train.config import ConfigError, load_config
+from nsa.train.config import ConfigError, TrainConfig, load_config
 from nsa.versions import release
 
 
@@ -104,6 +105,39 @@ def check_log_level(text: str | None) -> str | None:
     if text is None or text in choices:
         return None
     return f"NSA_LOG_LEVEL={text!r} is not one of {', '.join(choices)}. Fix: use one of them, or unset it."
+
+
+# What libgomp accepts: a positive count, or a comma-separated list of them (nested levels).
+_OMP_THREADS = re.compile(r"\s*[1-9][0-9]{0,5}(\s*,\s*[1-9][0-9]{0,5})*\s*")
+
+
+def check_omp_threads(text: str | None) -> str | None:
+    """OMP_NUM_THREADS (README, docs/env.md) must be a thread count: libgomp printed one line for
+    `abc` or `0` and the run went on with torch's default of one thread per core, unnoticed."""
+    if not text or _OMP_THREADS.fullmatch(text):  # unset or empty: torch's default
+        return None
+    return (
+        f"OMP_NUM_THREADS={text[:200]!r} is not a positive number of threads (libgomp would ignore it and "
+        "torch use one thread per core). Fix: set e.g. OMP_NUM_THREADS=4, or unset it."
+    )
+
+
+def resume_problem(rd: RunDir, arg: str) -> str | None:
+    """--resume names a run dir: one that exists and holds a run's files. A mistyped path used to start
+    a new run from step 0 there, said by one line after the boot banner."""
+    if not rd.root.is_dir():
+        return (
+            f"--resume: --run-dir {arg!r} does not exist, so there is nothing to resume. Fix: pass the run "
+            "dir of the run to continue, or drop --resume to start a new run there."
+        )
+    marks = (rd.manifest, rd.config, rd.events, rd.checkpoints_dir)
+    if not any(p.exists() for p in marks):
+        return (
+            f"--resume: --run-dir {arg!r} is not a run dir (it has none of manifest.json, config.yaml, "
+            "events.jsonl, checkpoints/). Fix: pass the run dir of the run to continue, or drop --resume "
+            "and use a new --run-dir."
+        )
+    return None
 
 
 MIN_FREE_MB = 4.0
@@ -215,6 +249,27 @@ def cudagraphs_problem(compile_mode: str, device: str, gpu: bool, source: str = 
     )
 
 
+def data_problem(cfg: TrainConfig, config: str) -> str | None:
+    """Local data named in the config that is not there on this host (data.paths of `files`: missing,
+    a glob matching nothing, an unsupported extension, every file empty; data.hf_path written as a
+    local directory that does not exist): found here in milliseconds, torch-free, instead of by the
+    loader after torch and the process group had started (nsa.data.sources.preflight)."""
+    from nsa.data import DataError
+    from nsa.data.sources import preflight
+
+    try:
+        preflight(cfg.data)
+    except DataError as e:
+        key = "data.hf_path" if cfg.data.source == "fineweb_edu" else "data.paths"
+        paths = [cfg.data.hf_path] if key == "data.hf_path" else cfg.data.paths
+        relative = any(not Path(p).expanduser().is_absolute() for p in paths)
+        where = f" (relative paths are read from the working directory, {os.getcwd()})" if relative else ""
+        shown = repr(cfg.data.hf_path if key == "data.hf_path" else paths)
+        shown = shown if len(shown) <= 200 else f"{shown[:200]}... ({len(paths)} paths)"
+        return f"data error in {config}: {key} = {shown}: {str(e).removeprefix(key + ': ')}{where}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     problem = check_config_env(args.config)
@@ -247,7 +302,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     term_save_s, problem = term_save_seconds(os.environ.get("NSA_TERM_SAVE_S"))
     if problem:
         return fail(problem)
-    problem = check_log_level(os.environ.get("NSA_LOG_LEVEL"))
+    problem = check_log_level(os.environ.get("NSA_LOG_LEVEL")) or check_omp_threads(
+        os.environ.get("OMP_NUM_THREADS")
+    )
     if problem:
         return fail(problem)
     from nsa.telemetry.wandb_sink import problem as wandb_problem
@@ -279,9 +336,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if problem:
         return fail(problem)
+    problem = data_problem(cfg, args.config)
+    if problem:
+        return fail(problem)
     rd = RunDir(args.run_dir)
     if rd.root.exists() and not rd.root.is_dir():
         return fail(f"--run-dir {args.run_dir!r} exists and is not a directory. Fix: pass a directory path.")
+    problem = resume_problem(rd, args.run_dir) if args.resume else None
+    if problem:
+        return fail(problem)
     if not args.resume and rd.checkpoints():
         return fail(
             f"--run-dir {args.run_dir!r} already holds checkpoints ({rd.checkpoints()[0]}); starting over "

@@ -658,6 +658,16 @@ def _cross_checks(cfg: TrainConfig, source: str, world_size: int | None) -> None
             f"leaves nothing to evaluate, but train.eval_every={t.eval_every}",
             "set train.eval_every=0 (no held-out eval) or data.val_fraction > 0, e.g. 0.05",
         )
+    if cfg.eval.long_context_every and cfg.data.val_fraction == 0:
+        # Its loss-by-position half reads held-out batches: it failed at the first such eval.
+        raise ConfigError(
+            source,
+            "data.val_fraction",
+            0,
+            f"leaves no held-out text, but eval.long_context_every={cfg.eval.long_context_every} reads it "
+            "(loss by position)",
+            "set eval.long_context_every=0 or data.val_fraction > 0, e.g. 0.05",
+        )
     try:
         vocab = vocab_size_for(cfg.data)
     except Exception as e:  # the data package names the source and the fix in its own error

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+import signal
 import sys
 import time
 import traceback
@@ -30,12 +31,13 @@ from nsa.runfiles import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_SIGTERM, Run
 from nsa.telemetry import Recorder, SignalHandlers, Watchdog
 from nsa.train import boot, ckpt, datastreams, nsastats
 from nsa.train.ckpt_async import AsyncSaver
-from nsa.train.config import TrainConfig
+from nsa.train.config import TrainConfig, load_config
 from nsa.train.dist import (
     DistInfo,
     Printer,
     StopVote,
     all_gather_objects,
+    all_reduce_max,
     all_reduce_mean,
     init_distributed,
     teardown,
@@ -55,6 +57,16 @@ from nsa.train.resume import ResumeMismatch, agreed_resume_point
 from nsa.train.stepstats import StepStats, Window
 
 
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
 class Diverged(RuntimeError):
     pass
 
@@ -65,6 +77,45 @@ class CompiledNothing(RuntimeError):
 
 class Terminated(Exception):
     """SIGTERM was handled at a step boundary (checkpoint written): the rank exits 143."""
+
+
+class CtrlC:
+    """Ctrl-C (SIGINT) stops the run as SIGTERM does: a checkpoint at the next step boundary, exit 143.
+
+    Python's default turned Ctrl-C into a KeyboardInterrupt wherever the main thread was: a
+    traceback, no checkpoint (the steps since the last save lost) and nothing in events.jsonl saying
+    why the run ended. The handler sends this process SIGTERM, so Ctrl-C takes SIGTERM's one path
+    (telemetry.SignalHandlers: `sigterm` event, agreed stop, save, 143). Every further SIGINT is that
+    same request again: under torchrun a worker gets one from the terminal and one from torchrun's
+    agent, which forwards the signal it got. A SIGINT the process inherited as ignored (nohup, a
+    background job of a script) stays ignored.
+    """
+
+    def __init__(self, rank: int):
+        self.rank = rank
+        self.previous: Any = None
+        self.seen = False
+
+    def install(self) -> CtrlC:
+        self.previous = signal.getsignal(signal.SIGINT)
+        if self.previous is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        if not self.seen:
+            self.seen = True
+            print(
+                f"[nsa] rank {self.rank}: Ctrl-C (SIGINT): stopping as on SIGTERM",
+                file=sys.stderr,
+                flush=True,
+            )
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def uninstall(self) -> None:
+        if self.previous is not None and self.previous is not signal.SIG_IGN:
+            with contextlib.suppress(Exception):
+                signal.signal(signal.SIGINT, self.previous)
 
 
 class Run:
@@ -91,6 +142,7 @@ class Run:
         self.verbose = os.environ.get("NSA_LOG_LEVEL", "info") in ("debug", "info")
         self.bad_step: int | None = None
         self.saver: AsyncSaver | None = None  # set by _train when ckpt.async
+        self._pending: list[Any] = []  # the first training batch, read (and agreed) before step 1
 
     # --- life cycle ---------------------------------------------------------------------------
     def execute(self) -> int:
@@ -106,6 +158,7 @@ class Run:
         rec.beat("boot", 0)
         signals = self.signals = SignalHandlers(rec)
         signals.install()
+        sigint = CtrlC(rank).install()
         watchdog = Watchdog(rec, self.cfg.telemetry.stall_seconds, self.cfg.telemetry.stall_abort)
         watchdog.start()
         info: DistInfo | None = None
@@ -121,7 +174,8 @@ class Run:
             return EXIT_SIGTERM
         except (DataError, ResumeMismatch, ckpt.NoIntactCheckpoint) as e:
             rec.event("error", all_ranks=True, error=type(e).__name__, message=str(e))
-            print(f"[nsa] rank {rank}: {e}", file=sys.stderr, flush=True)
+            if not getattr(e, "quiet", False):  # quiet: rank 0 prints the same paragraph with the details
+                print(f"[nsa] rank {rank}: {e}", file=sys.stderr, flush=True)
             return EXIT_BAD_INPUT
         except Diverged as e:
             rec.event("error", step=self.bad_step, error="diverged", message=str(e))
@@ -139,6 +193,7 @@ class Run:
         finally:
             watchdog.stop()
             rec.close(0 if ok else 1)
+            sigint.uninstall()
             signals.uninstall()
             if info is not None:
                 teardown(info, sync=ok)
@@ -188,7 +243,12 @@ class Run:
                     f"[nsa] warning: resuming {ckpt_dir.name} (config {meta.get('config_hash')}) with a changed "
                     f"config ({cfg.config_hash()}); the result will differ from an uninterrupted run"
                 )
-            meta, rank_state = ckpt.load(ckpt_dir, info, self.wrapped, self.optimizer)
+            try:
+                meta, rank_state = ckpt.load(ckpt_dir, info, self.wrapped, self.optimizer)
+            except ckpt.ShapeMismatch as e:
+                err = ResumeMismatch(self._shape_mismatch(ckpt_dir, meta, str(e)))
+                err.quiet = e.quiet  # type: ignore[attr-defined]
+                raise err from None
             saved = rank_state.get("data_streams") or [
                 {"loader": rank_state["loader"], "key": (info.rank, info.world_size)}
             ]
@@ -208,6 +268,13 @@ class Run:
         if loader is None:
             loader = datastreams.fresh(cfg.data, **data_kw)
         self.loader = loader
+        try:
+            self._pending = [self._agreed(loader.next_batch, "training batch")]  # step 1's first micro-batch
+            if t.eval_every or cfg.eval.long_context_every:
+                self._agreed(self._val_batch, "held-out batch")
+        except BaseException:
+            loader.close()
+            raise
         tokens_per_step = cfg.tokens_per_step(info.world_size)
         self.peak = peak_for(torch.cuda.get_device_name(info.device)) if info.device.type == "cuda" else None
         self._boot_files(n_params, vocab, use_bf16, loader, ckpt_dir)
@@ -299,6 +366,31 @@ class Run:
         """
         return self.stop_vote.poll(self.signals.stop_requested.is_set())
 
+    def _shape_mismatch(self, ckpt_dir: Path, meta: dict[str, Any], error: str) -> str:
+        """One paragraph for a checkpoint whose tensors do not fit this model (a changed `model:` on
+        --resume): it was a RuntimeError of every tensor, exit 1, which nsa-launch restarted in a loop.
+        Names the model keys changed since the checkpoint's config (the run dir's config.yaml, when its
+        hash is the checkpoint's)."""
+        changed = ""
+        try:
+            old = load_config(self.rd.config)
+        except Exception:  # no config.yaml, or one this version cannot read: say what is known
+            old = None
+        if old is not None and old.config_hash() == meta.get("config_hash"):
+            a, b = _flat(old.model.model_dump()), _flat(self.cfg.model.model_dump())
+            diff = [
+                f"model.{k}: {a.get(k)!r} -> {b.get(k)!r}"
+                for k in sorted(a.keys() | b.keys())
+                if a.get(k) != b.get(k)
+            ]
+            if diff:
+                changed = f" Changed since it was written ({self.rd.config}): {', '.join(diff[:6])}."
+        return (
+            f"--resume: {ckpt_dir.name} does not fit this model ({error}): it was written by config "
+            f"{meta.get('config_hash')}, this run is {self.cfg.config_hash()}.{changed} Fix: resume with the "
+            "model settings the run was started with, or start a new --run-dir without --resume"
+        )
+
     def _resume_point(self) -> Path | None:
         return agreed_resume_point(self.rd, self.info, self.rec)
 
@@ -325,7 +417,7 @@ class Run:
             own_grads(self.params)
         for micro in range(t.grad_accum):
             rec.beat("data_wait", step)
-            x, y = loader.next_batch()
+            x, y = self._pending.pop() if self._pending else loader.next_batch()
             if pin:  # page-locked: the copy below runs asynchronously, beside the previous kernels
                 x, y = x.pin_memory(), y.pin_memory()
             x = x.to(info.device, non_blocking=True)
@@ -452,6 +544,40 @@ class Run:
         self.rec.event("eval", step=step, loss=val)
         self.print0(f"[nsa] step {step} eval loss {val:.4f}")
         return val
+
+    def _agreed(self, fetch: Any, what: str) -> Any:
+        """`fetch()`'s result, or the DataError of any rank on every rank: agreed before step 1.
+
+        A rank whose data failed at its first batch (an empty file of its shard, no held-out document
+        for it) exited 2 while its peers waited in step 1's all-reduce until torchrun's SIGTERM: a
+        `sigterm` event, a gloo "Connection closed by peer" traceback and exit 1 or 143 beside the
+        one real error. Now every rank exits 2 and only the rank that failed says why.
+        """
+        problem: DataError | None = None
+        got = None
+        self.rec.beat("data_wait", 0)
+        try:
+            got = fetch()
+        except DataError as e:
+            problem = e
+        if all_reduce_max(1.0 if problem else 0.0, self.info):
+            if problem is not None:
+                raise problem
+            quiet = DataError(f"another rank found no {what} (it says why)")
+            quiet.quiet = True  # type: ignore[attr-defined]
+            raise quiet
+        return got
+
+    def _val_batch(self) -> Any:
+        """One held-out batch read the way the eval reads it (the long-context eval reads rank 0 of 1):
+        a corpus with no `val` documents for this rank used to train until the first eval, `eval_every`
+        steps later, stop there with a DataError, and again at every resume."""
+        cfg, info, t = self.cfg, self.info, self.cfg.train
+        rank, world, batch = (info.rank, info.world_size, t.batch_size) if t.eval_every else (0, 1, 1)
+        with build_loader(
+            cfg.data, seq_len=t.seq_len, batch_size=batch, rank=rank, world_size=world, split="val", seed=t.seed
+        ) as probe:  # fmt: skip
+            return probe.next_batch()
 
     def _eval_stance(self) -> contextlib.AbstractContextManager[Any]:
         """Evals run the blocks eager under CUDA graphs: a no-grad forward through graphed blocks would
