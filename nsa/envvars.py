@@ -48,7 +48,7 @@ NSA_ENV: dict[str, EnvVar] = {
             "float",
             "Seconds nsa-train may spend, after SIGTERM, reaching the next step boundary and saving a "
             "checkpoint there before it exits 143 (default 120). nsa-launch sets it below its kill grace. "
-            "A rank that reaches no step boundary within max(10 s, 3 step times) exits at once without one.",
+            "A rank that reaches no step boundary within max(10 s, 6 step times) exits at once without one.",
         ),
         EnvVar(
             "NSA_FAULT",
