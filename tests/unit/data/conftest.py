@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-ID_RE = re.compile(r"^<doc (\d+)>")
-
-
-def doc_text(i: int) -> str:
-    # Lengths vary from a few bytes to several windows so packing crosses document boundaries.
-    words = " ".join(f"w{i}x{k}" for k in range((i * 7) % 23 + 1))
-    return f"<doc {i}> {words}"
+from tests.unit.data.data_support import doc_text
 
 
 def write_corpus(root: Path, n_files: int, docs_per_file: int, fmt: str = "jsonl") -> list[str]:
@@ -37,28 +30,6 @@ def write_corpus(root: Path, n_files: int, docs_per_file: int, fmt: str = "jsonl
             pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=7)
         paths.append(str(path))
     return paths
-
-
-def stream_of(batches: list) -> list[int]:
-    """Reassemble the token stream from consecutive batches (stride T: y holds every next token)."""
-    toks = [int(batches[0][0].flatten()[0])]
-    for _, y in batches:
-        toks.extend(int(t) for t in y.flatten())
-    return toks
-
-
-def doc_ids(tokens: list[int], eod: int = 256) -> list[int]:
-    """Ids of the documents that START inside a byte-token stream (the first one may be partial)."""
-    out = []
-    start = 0
-    for j, t in enumerate([*tokens, eod]):
-        if t == eod:
-            text = bytes(tokens[start:j]).decode("utf-8", "replace")
-            m = ID_RE.match(text)
-            if m:
-                out.append(int(m.group(1)))
-            start = j + 1
-    return out
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import doc_ids, stream_of
 
 from nsa.data import DataConfig, DataError, build_loader
 from nsa.data.loader import is_transient
+from tests.unit.data.data_support import doc_ids, stream_of
 
 
 def first(cfg, **kw):

@@ -15,7 +15,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import doc_text
+
+from tests.unit.data.data_support import doc_text
 
 README = """---
 license: odc-by
@@ -37,7 +38,7 @@ SCRIPT = textwrap.dedent(
     import io, json, sys, time
     import torch
     sys.path.insert(0, sys.argv[2])
-    from conftest import doc_ids, stream_of
+    from tests.unit.data.data_support import doc_ids, stream_of
     from nsa.data import DataConfig, DataError, build_loader
 
     root, out = sys.argv[1], {}

@@ -7,9 +7,9 @@ import io
 
 import pytest
 import torch
-from conftest import doc_ids, stream_of
 
 from nsa.data import DataConfig, build_loader
+from tests.unit.data.data_support import doc_ids, stream_of
 
 
 def take(loader, n):
