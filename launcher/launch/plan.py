@@ -89,6 +89,14 @@ def default_run_id(config_stem: str, now: float | None = None, suffix: str | Non
     return f"{stem}-{day}-{suffix or pysecrets.token_hex(2)}"
 
 
+def _overrides_label(profile: Profile, opts: UpOptions) -> str:
+    """Where a config error's overrides came from: the profile's own (its `overrides:`) apart from --set."""
+    parts = [f"profile {profile.name}'s overrides {' '.join(profile.overrides)}"] if profile.overrides else []
+    if opts.sets:
+        parts.append(f"--set {' '.join(opts.sets)}")
+    return "; ".join(parts)
+
+
 def plan_run(opts: UpOptions, environ: dict[str, str] | None = None) -> Plan:
     """Validate every input locally. Raises LaunchError naming the file/key/value and the fix."""
     environ = dict(os.environ) if environ is None else environ
@@ -105,7 +113,12 @@ def plan_run(opts: UpOptions, environ: dict[str, str] | None = None) -> Plan:
             f"cannot import the config schema nsa.train.config ({e})", "reinstall the project"
         ) from e
     try:
-        cfg = load_config(config_path, overrides=overrides, world_size=profile.world_size)
+        cfg = load_config(
+            config_path,
+            overrides=overrides,
+            world_size=profile.world_size,
+            overrides_label=_overrides_label(profile, opts),
+        )
     except ConfigError as e:
         raise LaunchError(e.summary, e.fix) from None
     env = envspec.validate_env(profile.env, f"profile {profile.source}: env")

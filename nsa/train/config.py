@@ -537,11 +537,13 @@ def load_config(
     path: str | Path | None,
     overrides: Sequence[str] = (),
     world_size: int | None = None,
+    overrides_label: str | None = None,
 ) -> TrainConfig:
     """Read, override, validate. `path=None` validates overrides alone (no file). Raises ConfigError.
 
     With `world_size` the global-batch cross-check runs too (the launcher knows it from the profile;
-    the trainer from torchrun).
+    the trainer from torchrun). `overrides_label` says where the overrides came from in an error's
+    source (default "--set K=V ..."; the launcher names a profile's own overrides apart from --set).
     """
     file = str(path) if path is not None else "<no file>"
     raw: dict[str, Any] = {}
@@ -590,7 +592,8 @@ def load_config(
         keypath, value = parse_override(text)
         _apply_override(raw, keypath, value, text)
     # Overrides are validated in the same pass as the file; name them as the source when one is bad.
-    source = file if not overrides else f"{file} (with --set {' '.join(overrides)})"
+    label = overrides_label or f"--set {' '.join(overrides)}"
+    source = file if not overrides else f"{file} (with {label})"
     try:
         cfg = TrainConfig.model_validate(raw)
     except ValidationError as e:
