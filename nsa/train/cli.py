@@ -13,6 +13,7 @@ bad input exits 2 with one clear paragraph and nothing started. It must not hold
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import importlib.util
 import math
@@ -23,7 +24,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from nsa.runfiles import EXIT_BAD_INPUT, RunDir
+from nsa.runfiles import EXIT_BAD_INPUT, EXIT_SIGTERM, RunDir
 from nsa.train.config import ConfigError, TrainConfig, load_config
 from nsa.versions import release
 
@@ -353,6 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     problem = check_disk(rd)
     if problem:
         return fail(problem)
+    created = not rd.root.exists()
     try:
         rd.root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -361,7 +363,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if alloc.lib and argv is None:  # as a program only: never exec a caller that passed argv (tests)
         malloc.reexec_with(alloc.lib)  # same PID, LD_PRELOAD set; returns if already preloaded
 
-    from nsa.train.trainer import Run  # imports torch: only after the input is known to be good
+    try:
+        from nsa.train.trainer import Run  # imports torch: only after the input is known to be good
+    except KeyboardInterrupt:
+        # Ctrl-C while torch loads (~3 s; the trainer's own SIGINT handling starts with the run): as
+        # SIGTERM before the loop, exit 143 at once, with one line instead of torch's import traceback,
+        # and the run dir this call made removed while still empty.
+        if created:
+            with contextlib.suppress(OSError):
+                rd.root.rmdir()
+        print("nsa-train: interrupted (Ctrl-C) while loading torch; the run had not started", file=sys.stderr)
+        return EXIT_SIGTERM
 
     run = Run(cfg, rd.root, args.config, args.resume, malloc_note=alloc.note, term_save_s=term_save_s)
     code = run.execute()
