@@ -102,13 +102,16 @@ def _keys_settings():
 
 
 # The kernels priced on A100 by their Hopper fit carried over per SM cycle, scaled by their sm_80 over
-# sm_90 SASS a step (the key-major family the backward's proxy calibrates): kind -> (G, D) compiled.
-# The keys forward twice: the masked walk over every pair (what every GPU run measured; gpucheck's
-# variant `selected_fwd_keys_masked` since fwd_forced_merge ships) and the shipped mask-free walk (@free).
-CARRY = {"sel_keys_fwd@64": (6, 64), "sel_keys_fwd@64@free": (6, 64), "sel_dkdv@64": (6, 64),
-         "sel_dkdv@128": (16, 128)}  # fmt: skip
-KERNEL_SPEC = {"sel_keys_fwd@64": "selected_fwd_keys_masked", "sel_keys_fwd@64@free": "selected_fwd_keys",
-               "sel_dkdv@64": "selected_bwd_dkdv", "sel_dkdv@128": "selected_bwd_dkdv"}  # fmt: skip
+# sm_90 SASS a step (the key-major family the backward's proxy calibrates): kind -> (gpucheck spec
+# compiled, G, D). The keys forward twice: the masked walk over every pair (what every GPU run measured;
+# gpucheck's variant `selected_fwd_keys_masked` since fwd_forced_merge ships) and the shipped mask-free
+# walk (@free).
+CARRY = {
+    "sel_keys_fwd@64": ("selected_fwd_keys_masked", 6, 64),
+    "sel_keys_fwd@64@free": ("selected_fwd_keys", 6, 64),
+    "sel_dkdv@64": ("selected_bwd_dkdv", 6, 64),
+    "sel_dkdv@128": ("selected_bwd_dkdv", 16, 128),
+}
 
 
 def step_counts(spec_name: str, G: int, D: int, arch: int) -> dict:
@@ -174,8 +177,8 @@ def recount(old: dict | None = None) -> dict:
         rec["keys_bwd"][key] = {k: c[k] for k in ("registers", "spill", "smem", "paths")}
         print(json.dumps({"recorded": key, "registers": c["registers"], "spill": c["spill"]}),
               file=sys.stderr, flush=True)  # fmt: skip
-    for name, (G, D) in CARRY.items():
-        rec["carry"][name] = {str(arch): step_counts(KERNEL_SPEC[name], G, D, arch) for arch in (80, 90)}
+    for name, (spec, G, D) in CARRY.items():
+        rec["carry"][name] = {str(arch): step_counts(spec, G, D, arch) for arch in (80, 90)}
     if old:
         rec["fit"] = old["fit"]
         return rec
