@@ -6,21 +6,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
-# A Ctrl-C that lands while `launcher.cli` is imported: an import hook raising KeyboardInterrupt there,
-# as Python's SIGINT handler would (deterministic, unlike a timed signal).
-INTERRUPTED_IMPORT = """
-import sys
-class Interrupt:
-    @staticmethod
-    def find_spec(name, path=None, target=None):
-        if name == "launcher.cli":
-            raise KeyboardInterrupt
-        return None
-sys.meta_path.insert(0, Interrupt)
-sys.argv = ["nsa-launch", "--help"]
-from launcher.entry import main
-main()
-"""
+from tests.fixtures.interrupt import ctrl_c_while_importing
+
+INTERRUPTED_IMPORT = ctrl_c_while_importing(
+    "launcher.cli", 'sys.argv = ["nsa-launch", "--help"]\nfrom launcher.entry import main\nmain()'
+)
 
 
 def test_ctrl_c_during_the_command_roots_import_is_one_line_and_exit_130() -> None:

@@ -7,22 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.fixtures.interrupt import ctrl_c_while_importing
 
-# The Ctrl-C lands while nsa.train.trainer (torch) is imported: an import hook raising KeyboardInterrupt
-# there, as Python's SIGINT handler would (deterministic, unlike a timed signal).
-CODE = """
-import sys
-class Interrupt:
-    @staticmethod
-    def find_spec(name, path=None, target=None):
-        if name == "nsa.train.trainer":
-            raise KeyboardInterrupt
-        return None
-sys.meta_path.insert(0, Interrupt)
-from nsa.train.cli import main
-sys.exit(main(["--config", sys.argv[1], "--run-dir", sys.argv[2]]))
-"""
+ROOT = Path(__file__).resolve().parents[3]
+CODE = ctrl_c_while_importing(
+    "nsa.train.trainer",
+    'from nsa.train.cli import main\nsys.exit(main(["--config", sys.argv[1], "--run-dir", sys.argv[2]]))',
+)
 
 
 def test_ctrl_c_while_torch_loads_is_one_line_exit_143_and_no_run_dir(tmp_path) -> None:
