@@ -92,6 +92,7 @@ from attention_cost.prices import (  # noqa: E402
     kind_cost,
     kind_parts,
     measured_config,
+    nearby_config,
     total,
     warps_factor,
 )
@@ -102,7 +103,7 @@ __all__ = [
     "Gpu", "Kernel", "Shape", "_cfg", "_cmp_attn_work", "_cmp_keys", "_cmp_select_work", "_p2",
     "_per_sm", "_seg_pairs", "_sel_keys", "_sel_steps", "_sel_tiles", "_tokens_per_tile", "_union_ratio",
     "_valid_pairs", "a100_record", "balance_factor", "calibration_rows", "carry_key", "carry_ratio", "config_factor", "config_price", "flash2", "kind_cost",
-    "kind_parts", "measured_config", "ours", "published_nsa", "shipped_launch", "shipped_warps_sel", "total", "warps_factor",
+    "kind_parts", "measured_config", "nearby_config", "ours", "published_nsa", "shipped_launch", "shipped_warps_sel", "total", "warps_factor",
 ]  # fmt: skip
 
 

@@ -377,13 +377,36 @@ def measured_config(kind: str) -> str | None:
     return max(keys, key=lambda c: len(kind_parts(c)[2]), default=None)
 
 
+def nearby_config(kind: str) -> tuple[str, list[str]] | None:
+    """The H100C_COST key a kind lacks only some tags of (it has at least one other, and every
+    missing one has its CONFIG_FACTOR) and those missing tags: the measured build with a setting
+    turned off, as the what-ifs do (M7C's selection without select_split, or without select_shm).
+    Its old price would be an older build's fit (the H200's, 1.32-1.40x short of the H100 for the
+    selection) and undercut the measured configuration it is one switch away from. None: no such key."""
+    base, key, tags = kind_parts(kind)
+    near = []
+    for c in H100C_COST:
+        cbase, ckey, ctags = kind_parts(c)
+        missing = [t for t in ctags if t not in tags]
+        priced = all(f"{base}@{t}" in CONFIG_FACTOR for t in missing)
+        if cbase == base and ckey in (base, key) and 0 < len(missing) < len(ctags) and priced:
+            near.append((len(ctags) - len(missing), c, missing))
+    return max(near)[1:] if near else None
+
+
 def config_price(kind: str) -> tuple[dict[str, float], float]:
     """A kind's fitted price before its tags (a measured configuration's, H100C_COST, or its key's)
-    and the factor of the tags that price leaves to CONFIG_FACTOR."""
+    and the factor of the tags that price leaves to CONFIG_FACTOR. A kind a setting or two short of a
+    measured configuration (`nearby_config`) takes that measurement over its missing tags' factors."""
     cfg = measured_config(kind)
     if cfg is not None:
         return dict(H100C_COST[cfg]), config_factor(kind, kind_parts(cfg)[2])
     base, key, _ = kind_parts(kind)
+    near = nearby_config(kind)
+    if near is not None:
+        cfg, missing = near
+        off = math.prod(CONFIG_FACTOR[f"{base}@{t}"] for t in missing)
+        return dict(H100C_COST[cfg]), config_factor(kind, kind_parts(cfg)[2]) / off
     table = {**H100_COST, **H200_COST, **H200_FINAL_COST, **KEYS_COST}
     return dict(table.get(key) or table.get(base, {})), config_factor(kind)
 

@@ -92,16 +92,24 @@ def test_the_measured_configurations_are_the_fit_of_the_2026_11_26c_run() -> Non
 
 def test_a_measured_configuration_takes_its_own_price_and_leaves_the_other_tags_to_their_factors() -> None:
     """config_price: the M7C selection's kind (2 warps, 2 tokens, halves, cut + shm + split) takes the
-    H100C price of the measured loop, times the warps, tokens and halves factors only; a kind without
-    all of a key's tags (the loop before select_split, the runs before) keeps its old price."""
+    H100C price of the measured loop, times the warps, tokens and halves factors only; a kind with none
+    of a key's tags (the runs before the cut) keeps its old price; one with some (the measured loop with
+    select_split or select_shm off, the what-ifs) takes the measured price over the missing tags' factors."""
     kind = "cmp_sel32@w2@bt2@h2@cut@shm@split"
     assert m.measured_config(kind) == "cmp_sel32@cut@shm@split"
     price, f = m.config_price(kind)
     assert price == m.H100C_COST["cmp_sel32@cut@shm@split"]
     assert f == pytest.approx(m.config_factor("cmp_sel32@w2@bt2@h2"))
-    for old in ("cmp_sel32@w2@bt2@h2@cut@shm", "cmp_sel32@w2@bt2"):
-        assert m.measured_config(old) is None
+    for old in ("cmp_sel32@w2@bt2", "cmp_sel32@w2@bt2@h2"):
+        assert m.measured_config(old) is None and m.nearby_config(old) is None
         assert m.config_price(old) == (m.KEYS_COST["cmp_sel32"], m.config_factor(old))
+    for off, missing in (("split", "cmp_sel32@split"), ("shm", "cmp_sel32@shm")):
+        near = "cmp_sel32@w2@bt2@h2@cut@" + ("shm" if off == "split" else "split")
+        assert m.measured_config(near) is None
+        assert m.nearby_config(near) == ("cmp_sel32@cut@shm@split", [off])
+        price, f = m.config_price(near)
+        assert price == m.H100C_COST["cmp_sel32@cut@shm@split"]
+        assert f == pytest.approx(m.config_factor("cmp_sel32@w2@bt2@h2") / m.CONFIG_FACTOR[missing])
     # head_dim-specific keys match their head_dim only; a later tag on top is priced by its factor
     assert m.measured_config("win_dq@128@wg_d128") == "win_dq@128@wg_d128"
     assert m.measured_config("win_dq@64") is None and m.measured_config("cmp_dq@64") is None
@@ -270,3 +278,18 @@ def test_the_cli_prints_the_launch_factors_of_the_final_probe(capsys, monkeypatc
     assert [r["fit"] for r in rows if "fit" in r] == ["sel_reduce"]
     checks = [r for r in rows if "check" in r]
     assert len(checks) == 10 and all(abs(r["measured_over_model"] - 1) < 0.2 for r in checks)
+
+
+def test_turning_a_measured_selection_setting_off_never_prices_faster_than_shipped() -> None:
+    """The H100 measured select_shm + select_split 0.84-0.89x the loop without them; the what-ifs that
+    turn one off must price above the shipped build (before `nearby_config` they took the H200-fitted
+    old price, 1.32-1.40x short on the H100, and came out 1-4 % faster than what ships)."""
+    Ts = [8192, 65536]
+    pred = {(r["gpu"], r["shape"], r["T"]): r["fwd_bwd"] for r in m.prediction_rows(Ts)}
+    for r in m.what_if_rows(Ts):
+        if (
+            r["what_if"] in ("select_split_off", "select_shm_off")
+            and r["gpu"] != "A100"
+            and r["shape"] == "m7c"
+        ):
+            assert r["fwd_bwd"] > pred[(r["gpu"], r["shape"], r["T"])], r
