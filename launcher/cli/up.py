@@ -191,12 +191,13 @@ def up(
     except KeyboardInterrupt:
         raise KeyboardInterrupt(keeps_going(rec.run, rec.host, "stopped waiting")) from None
     if down_when_done and pod is not None:
-        from launcher.providers.pods import terminate
+        from launcher.providers.pods import terminate_or_shout
         from launcher.recover.mirror import pull
 
         if st["state"] == "finished":
             pull(rec, say=app.say)
-            terminate(client, pod, app.say)  # type: ignore[arg-type]
+            if not terminate_or_shout(client, pod, app.say):  # type: ignore[arg-type]
+                raise SystemExit(EXIT_RUNTIME)
         else:
             app.say(
                 f"run {rec.run} {st['state']}: pod {pod.id} kept for inspection; `nsa-launch pods down {rec.run}`"
@@ -238,10 +239,10 @@ def _terminate(app: Application, client, pod, why: str) -> None:
     """A pod `up` rented is terminated when up fails before the run is going: nothing left billing."""
     if pod is None:
         return
-    from launcher.providers.pods import terminate
+    from launcher.providers.pods import terminate_or_shout
 
     app.say(f"{why}; terminating pod {pod.id} so nothing is left billing")
-    terminate(client, pod, app.say)
+    terminate_or_shout(client, pod, app.say)  # never raises: the error that ended `up` is reported
 
 
 def _wait_end(app: Application, rec):

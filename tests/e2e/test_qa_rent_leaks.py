@@ -1,0 +1,78 @@
+"""Money leaks when the API itself misbehaves around a rented pod (QA, a user renting by the hour):
+a create call that times out after the API made the pod, a malformed answer while waiting, and a
+DELETE that fails while the pod is being terminated. Each must end with the pod terminated, or with
+its id and the exact command that terminates it said loudly and a live record `pods ls` shows.
+Against the FAKE Prime API (tests/fixtures/fake_prime.py); no pod here needs its sshd."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.e2e.launch_support import invoke
+from tests.e2e.prime_support import ledger
+from tests.fixtures.fake_prime import Fate
+
+pytestmark = [pytest.mark.e2e]
+
+
+@pytest.fixture
+def home(fake_prime, tmp_path, monkeypatch):
+    monkeypatch.setattr("launcher.providers.pods.POLL_S", 0.1)
+    monkeypatch.setattr("launcher.providers.pods.TRANSIENT_S", 1.0)
+    fake_prime.start_delay_s = 0.1
+    return tmp_path / "nsa-launch-home"
+
+
+def create(api, *args: str):
+    return invoke("pods", "create", "--gpu-type", "CPU_NODE", "--ssh-config", str(api.ssh_config), *args)
+
+
+def test_create_timeout_malformed_answer_and_failing_delete_leave_nothing_billing_unseen(
+    fake_prime, home, monkeypatch
+):
+    # 1. The API makes the pod but its answer comes after our timeout: the id never reached us. The
+    #    pod is found by the name nsa-launch gave it and terminated (it used to bill, in no ledger).
+    import launcher.providers.prime as prime
+
+    timeout = prime.TIMEOUT_S
+    monkeypatch.setattr(prime, "TIMEOUT_S", 0.5)
+    fake_prime.create_reply_delay_s = 1.5
+    res = create(fake_prime, "--name", "slow")
+    assert res.exit_code == 1, res.output
+    assert "timed out" in res.output and "found pod" in res.output and "nsa-slow" in res.output
+    assert not fake_prime.pods, res.output
+    (rec,) = ledger(home).values()
+    assert rec["name"] == "nsa-slow" and rec["terminated"] is not None
+    fake_prime.create_reply_delay_s = 0.0
+    monkeypatch.setattr(prime, "TIMEOUT_S", timeout)
+
+    # 2. A 200 whose body is not a pod (a proxy's page) while waiting is retried as a 5xx is, not a
+    #    traceback; the pod then fails, and the DELETE answers 503 twice: retried until it is gone.
+    fake_prime.next_fate = Fate("ERROR", failure="host lost")
+    fake_prime.inject("GET", "/pods/*", 200, "<html>bad gateway</html>")
+    for _ in range(2):
+        fake_prime.inject("DELETE", "/pods/*", 503, "Service Unavailable")
+    res = create(fake_prime, "--name", "flaky")
+    assert res.exit_code == 1 and "is ERROR: host lost" in res.output, res.output
+    assert not fake_prime.pods and not fake_prime.injected, res.output
+    assert all(r["terminated"] for r in ledger(home).values())
+
+    # 3. The DELETE keeps failing: `up` cannot end the billing itself, so it says so, loudly, with the
+    #    pod's id and the command that does, keeps the pod live in the ledger, and exits with the
+    #    original failure (not the DELETE's).
+    fake_prime.next_fate = Fate("ERROR", failure="host lost")
+    for _ in range(50):
+        fake_prime.inject("DELETE", "/pods/*", 500, "Internal Server Error")
+    res = create(fake_prime, "--name", "stuck")
+    assert res.exit_code == 1 and "is ERROR: host lost" in res.output, res.output
+    (pod_id,) = fake_prime.pods
+    assert f"POD {pod_id} IS STILL BILLING" in res.output, res.output
+    assert f"nsa-launch pods down {pod_id} --yes" in res.output
+    assert ledger(home)[pod_id]["terminated"] is None
+    rows = json.loads(invoke("pods", "ls", "--json").stdout)
+    assert [r["id"] for r in rows] == [pod_id] and rows[0]["in_ledger"]
+    fake_prime.injected.clear()
+    res = invoke("pods", "down", pod_id, "--yes")
+    assert res.exit_code == 0 and f"terminated pod {pod_id}" in res.output and not fake_prime.pods
