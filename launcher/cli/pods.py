@@ -198,7 +198,13 @@ def offers(app: Application, profile: str | None, gpu_type: str | None, as_json:
 @click.option("--gpu-type", help="Prime GPU type (e.g. A100_80GB). Default: the profile's expect.gpu_name.")
 @click.option("--name", help="Pod name after the nsa- prefix (letters, digits, dashes). Default: <time>.")
 @click.option("--ssh-config", type=click.Path(), help="OpenSSH config (key, known_hosts) for the pod.")
-@click.option("--ready-timeout", default=900.0, show_default=True, help="Seconds to wait for SSH.")
+@click.option(
+    "--ready-timeout",
+    default=900.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds to wait for SSH.",
+)
 @offer_options
 @click.pass_obj
 def create(

@@ -74,7 +74,11 @@ TERMINAL = ("finished", "failed", "killed", "lost")
 )
 @click.option("--gpu-type", help="With --provision: Prime GPU type (default: the profile's expect.gpu_name).")
 @click.option(
-    "--ready-timeout", default=900.0, show_default=True, help="With --provision: seconds to wait for SSH."
+    "--ready-timeout",
+    default=900.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="With --provision: seconds to wait for SSH.",
 )
 @click.option(
     "--down-when-done",
@@ -113,6 +117,15 @@ def up(
         app.abort(f"{' '.join(given)} need --provision prime", "add --provision prime")
     if provision and hosts:
         app.abort("--provision rents the host, so --host cannot be given too", "drop --host or --provision")
+    if provision and kw.get("resume"):
+        # A pod rented now holds no run dir: the resume failed on it after the rent (billed, nothing run).
+        run = kw.get("name") or "RUN"
+        app.abort(
+            f"--resume continues run {run} in its run dir, and a pod rented now has none: nothing to resume there",
+            f"where its pod still runs: `nsa-launch restart --run {run}`; where the pod is gone: `nsa-launch "
+            f"watch --run {run}` rents a replacement and resumes from the local mirror (docs/launcher.md "
+            "'Recovery'); or start anew without --resume",
+        )
     client = None
     if provision:
         from launcher.config.profiles import load_profile
