@@ -323,6 +323,11 @@ def provision(
             # try: the pod it interrupts is then in the ledger and terminated below.
             say(f"created pod {pod.id} ({pod.name})")
             pod, hosts = wait_ready(client, pod, say, timeout, ssh_config, profile.nodes)
+            rec.ssh = pod.ssh
+            save_pod(rec)
+            # inside the try: a Ctrl-C or an unusable known_hosts here left the pod billing, untold
+            for h in hosts:
+                record_host_key(h, say)
         except BaseException as e:
             if rec is None:  # the API never gave an id: nothing of ours to terminate
                 raise
@@ -330,10 +335,6 @@ def provision(
                 say(f"{e or 'interrupted'}; terminating pod {rec.id} so nothing is left billing")
             terminate_or_shout(client, rec, say)
             raise
-    rec.ssh = pod.ssh
-    save_pod(rec)
-    for h in hosts:
-        record_host_key(h, say)
     return rec, hosts
 
 
@@ -344,9 +345,24 @@ def record_host_key(spec: HostSpec, say: Callable[[str], None]) -> None:
     then fails; that failure is said, not raised (the pod is up; the key may still be on its way)."""
     from launcher.ssh.transport import SSHTransport
 
-    t = SSHTransport(spec, accept_new_host_key=True)
+    def unusable(e: OSError) -> LaunchError:  # UserKnownHostsFile a directory, or not ours to write
+        if not e.filename:  # not a file: the connection itself
+            return RuntimeFailure(f"SSH to {spec.target} failed: {e}", "check the pod: `nsa-launch pods ls`")
+        return LaunchError(
+            f"cannot record the host key of {spec.target}: known_hosts {e.filename or ''} is unusable "
+            f"({e.strerror or e})",
+            f"make UserKnownHostsFile in {spec.ssh_config or '~/.ssh/config'} name a file you can write "
+            "(or drop the line: ~/.ssh/known_hosts), then rent again",
+        )
+
+    try:
+        t = SSHTransport(spec, accept_new_host_key=True)
+    except OSError as e:
+        raise unusable(e) from None
     try:
         t.connect()
+    except OSError as e:
+        raise unusable(e) from None
     except LaunchError as e:
         if t.recorded_host_key is None:
             say(f"  could not record the host key of {t.label}: {e.message}")
@@ -428,8 +444,11 @@ def terminate_or_shout(client: PrimeClient, rec: PodRecord, say: Callable[[str],
     try:
         terminate(client, rec, say)
         return True
-    except (LaunchError, KeyboardInterrupt) as e:
-        what = e.message if isinstance(e, LaunchError) else "interrupted"
+    except (Exception, KeyboardInterrupt) as e:
+        if rec.terminated is not None:  # the DELETE went through; what failed came after it
+            say(f"terminated pod {rec.id}, but then: {e}")
+            return True
+        what = e.message if isinstance(e, LaunchError) else (str(e) or type(e).__name__)
         price = f" at ${rec.price_hr:.2f}/h" if rec.price_hr is not None else ""
         say(
             f"!!! POD {rec.id} IS STILL BILLING{price}: terminating it failed ({what}). "
@@ -474,7 +493,7 @@ def forget_host_key(ssh: str, ssh_config: str | None = None) -> None:
     try:
         spec = parse_target(ssh, ssh_config)
         files = SSHTransport(spec).known_hosts
-    except LaunchError:
+    except (LaunchError, OSError):  # OSError: an unusable known_hosts, nothing to forget there
         return
     port = spec.port or 22
     entry = f"[{spec.host}]:{port}" if port != 22 else spec.host

@@ -76,3 +76,18 @@ def test_create_timeout_malformed_answer_and_failing_delete_leave_nothing_billin
     fake_prime.injected.clear()
     res = invoke("pods", "down", pod_id, "--yes")
     assert res.exit_code == 0 and f"terminated pod {pod_id}" in res.output and not fake_prime.pods
+
+
+def test_a_pod_whose_host_key_cannot_be_recorded_is_terminated(fake_prime, home, tmp_path):
+    # A user's ssh config whose UserKnownHostsFile names a directory: found only once the pod answers.
+    # The pod was left billing, outside the code that terminates it, with a traceback for an error.
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(fake_prime.ssh_config.read_text().replace(str(fake_prime.known_hosts), str(tmp_path)))
+    res = invoke("pods", "create", "--gpu-type", "CPU_NODE", "--ssh-config", str(cfg))
+    assert res.exit_code == 2, res.output
+    assert (
+        f"known_hosts {tmp_path} is unusable" in res.output and f"UserKnownHostsFile in {cfg}" in res.output
+    )
+    (rec,) = ledger(home).values()
+    assert rec["terminated"] is not None and f"terminated pod {rec['id']}" in res.output
+    assert not fake_prime.pods
