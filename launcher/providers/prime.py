@@ -359,7 +359,7 @@ class PrimeClient:
         out: list[dict[str, Any]] = []
         while True:
             resp = self._request("GET", path, {**params, "offset": len(out), "limit": PAGE_SIZE})
-            data = resp.get("data") or []
+            data = _parsed(f"a page of {path}", lambda r: list(r["data"] or []), resp)
             out.extend(data)
             if not data or len(out) >= int(resp.get("total_count", 0)):
                 return out
@@ -377,7 +377,7 @@ class PrimeClient:
         while True:
             params = {"gpu_type": gpu_type, "gpu_count": str(gpu_count), "page": page, "page_size": PAGE_SIZE}
             resp = self._request("GET", path, params)
-            items = resp.get("items", [])
+            items = _parsed(f"a page of {path}", lambda r: list(r["items"] or []), resp)
             out.extend(Offer.from_api(i) for i in items)
             if not items or len(out) >= int(resp.get("totalCount", 0)):
                 return out

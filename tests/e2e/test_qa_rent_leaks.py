@@ -45,6 +45,16 @@ def test_create_timeout_malformed_answer_and_failing_delete_leave_nothing_billin
     assert not fake_prime.pods, res.output
     (rec,) = ledger(home).values()
     assert rec["name"] == "nsa-slow" and rec["terminated"] is not None
+    # ... and when the list of pods comes back unreadable too, it says loudly that one may be billing,
+    # by its name, and how to find and end it (an answer without `data` read as "no pods" before).
+    fake_prime.inject("GET", "/pods/", 200, "<html>bad gateway</html>")
+    res = create(fake_prime, "--name", "slow2")
+    assert res.exit_code == 1 and "A POD NAMED nsa-slow2 MAY BE BILLING" in res.output, res.output
+    assert "nsa-launch pods ls --all" in res.output and "pods down POD_ID --force --yes" in res.output
+    (stray,) = fake_prime.pods
+    rows = json.loads(invoke("pods", "ls", "--json").stdout)
+    assert [(r["id"], r["name"], r["in_ledger"]) for r in rows] == [(stray, "nsa-slow2", False)]
+    assert invoke("pods", "down", stray, "--force", "--yes").exit_code == 0 and not fake_prime.pods
     fake_prime.create_reply_delay_s = 0.0
     monkeypatch.setattr(prime, "TIMEOUT_S", timeout)
 
