@@ -190,7 +190,9 @@ def up(
             if rec is None:  # nothing started yet: nothing may keep billing
                 _terminate(app, client, pod, "up was interrupted")
                 raise
-            raise KeyboardInterrupt(keeps_going(rec.run, rec.host, "stopped waiting")) from None
+            raise KeyboardInterrupt(
+                keeps_going(rec.run, rec.host, "stopped waiting") + _bills_on(pod, rec.run, down_when_done)
+            ) from None
         except BaseException:
             _terminate(app, client, pod, "up failed")
             raise
@@ -202,7 +204,9 @@ def up(
             return
         st = _wait_end(app, rec)
     except KeyboardInterrupt:
-        raise KeyboardInterrupt(keeps_going(rec.run, rec.host, "stopped waiting")) from None
+        raise KeyboardInterrupt(
+            keeps_going(rec.run, rec.host, "stopped waiting") + _bills_on(pod, rec.run, down_when_done)
+        ) from None
     if down_when_done and pod is not None:
         from launcher.providers.pods import terminate_or_shout
         from launcher.recover.mirror import pull
@@ -246,6 +250,21 @@ def _start(app: Application, plan):
         f"torchrun started on {len(rec.nodes)} node(s) in {fmt.duration(started_s)}; waiting for the first heartbeat"
     )
     return rec
+
+
+def _bills_on(pod, run: str, down_when_done: bool) -> str:
+    """What a Ctrl-C on `up` leaves billing: the rented pod, and that --down-when-done went with `up`."""
+    if pod is None:
+        return ""
+    gone = (
+        " (--down-when-done ended with this `up`: nothing terminates it when the run ends)"
+        if down_when_done
+        else ""
+    )
+    return (
+        f". Pod {pod.id} bills on{gone}: `nsa-launch pods down {run}` pulls the newest checkpoint and "
+        "terminates it"
+    )
 
 
 def _terminate(app: Application, client, pod, why: str) -> None:
