@@ -196,30 +196,41 @@ def up(
         except BaseException:
             _terminate(app, client, pod, "up failed")
             raise
-    try:  # from here on a Ctrl-C, even one landing while the next steps print, leaves the run going
-        app.say(f"run {rec.run} is {st['state']} (step {st['step']}/{rec.total_steps}) on {rec.host}")
-        app.print(rec.run)
-        app.say(next_steps(rec.run))
-        if not (wait or down_when_done):
-            return
-        st = _wait_end(app, rec)
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt(
-            keeps_going(rec.run, rec.host, "stopped waiting") + _bills_on(pod, rec.run, down_when_done)
-        ) from None
-    if down_when_done and pod is not None:
-        from launcher.providers.pods import terminate_or_shout
-        from launcher.recover.mirror import pull
-
-        if st["state"] == "finished":
-            pull(rec, say=app.say)
-            if not terminate_or_shout(client, pod, app.say):  # type: ignore[arg-type]
-                raise SystemExit(EXIT_RUNTIME)
-        else:
-            app.say(
-                f"run {rec.run} {st['state']}: pod {pod.id} kept for inspection; `nsa-launch pods down {rec.run}`"
-            )
+    # SIGTERM / SIGHUP while waiting on a rented pod are a Ctrl-C too: they killed `up` without a word
+    # before, and --down-when-done with it (the pod billed on after the run ended).
+    with signals_as_interrupt() if pod is not None else contextlib.nullcontext():
+        try:  # from here on a Ctrl-C, even one landing while the next steps print, leaves the run going
+            app.say(f"run {rec.run} is {st['state']} (step {st['step']}/{rec.total_steps}) on {rec.host}")
+            app.print(rec.run)
+            app.say(next_steps(rec.run))
+            if not (wait or down_when_done):
+                return
+            st = _wait_end(app, rec)
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(
+                keeps_going(rec.run, rec.host, "stopped waiting") + _bills_on(pod, rec.run, down_when_done)
+            ) from None
+        if down_when_done and pod is not None:
+            _down_when_done(app, client, pod, rec, st)
     raise SystemExit(EXIT_OK if st["state"] == "finished" else EXIT_RUNTIME)
+
+
+def _down_when_done(app: Application, client, pod, rec, st: dict) -> None:
+    """Pull the finished run's checkpoint, then terminate its pod. A pod whose run did not finish is
+    kept (its checkpoints are only there) and said to bill on, with the command."""
+    from launcher.providers.pods import terminate_or_shout
+    from launcher.recover.mirror import pull
+
+    price = f" at ${pod.price_hr:.2f}/h" if pod.price_hr is not None else ""
+    if st["state"] != "finished":
+        app.say(
+            f"run {rec.run} {st['state']}: pod {pod.id} kept for inspection, billing{price}; "
+            f"`nsa-launch pods down {rec.run}` pulls its newest checkpoint and terminates it"
+        )
+        return
+    pull(rec, say=app.say)
+    if not terminate_or_shout(client, pod, app.say):
+        raise SystemExit(EXIT_RUNTIME)
 
 
 def _rent(app: Application, client, plan, gpu_type, ready_timeout, choice):

@@ -1,6 +1,6 @@
-"""What a run on a rented pod leaves billing, as a user renting by the hour meets it (QA): Ctrl-C on
-`up --provision --down-when-done` stops watching (the run goes on) and says the pod bills on and that
---down-when-done went with it; `kill` stops the trainer, not the billing, and says which pod bills on,
+"""What a run on a rented pod leaves billing, as a user renting by the hour meets it (QA): SIGTERM (as
+Ctrl-C) on `up --provision --down-when-done` stops watching (the run goes on) and says the pod bills on
+and that --down-when-done went with it; `kill` stops the trainer, not the billing, and says which pod bills on,
 at what price, and the command that ends it; the run's record, `status --json`, the ledger and every
 process's command line (the pod's environment too) hold no API key. `up --provision prime` against
 the FAKE Prime API (tests/fixtures/fake_prime.py), a real sshd per pod, real tmux and torchrun (one
@@ -51,13 +51,14 @@ def test_ctrl_c_and_kill_of_a_provisioned_run_say_the_pod_bills_on_and_no_record
     try:
         wait_for(lambda: "nsa-launch dashboard" in err.read_text() or up.poll() is not None, 180,
                  "up's next steps (the run going)")  # fmt: skip
-        up.send_signal(signal.SIGINT)
+        up.send_signal(signal.SIGTERM)  # `kill PID` (SIGHUP, a closed terminal, is handled alike)
         assert up.wait(timeout=60) == 130, err.read_text()
     finally:
         if up.poll() is None:
             up.kill()
     (pod_id,) = fake_prime.pods
-    # It used to say only that the run keeps going: the pod then billed on after the run ended.
+    # It died without a word (a Ctrl-C said only that the run keeps going): the pod billed on after the
+    # run ended.
     said = err.read_text()
     assert f"Pod {pod_id} bills on (--down-when-done ended with this `up`" in said, said
     assert f"nsa-launch pods down {run}" in said
