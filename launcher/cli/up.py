@@ -44,7 +44,7 @@ TERMINAL = ("finished", "failed", "killed", "lost")
     "--resume",
     is_flag=True,
     help="Continue the named run from its newest intact checkpoint, with the config, --set, --env and "
-    "--secret it was launched with (each one given here replaces the recorded one).",
+    "--secret it was launched with (each one given here replaces the recorded one). Not with --provision.",
 )
 @click.option(
     "--from-scratch",
@@ -70,7 +70,7 @@ TERMINAL = ("finished", "failed", "killed", "lost")
     "--provision",
     type=click.Choice(["prime"]),
     help="Rent the host from Prime Intellect (docs/launcher.md 'Renting pods') instead of --host; "
-    "terminated if up fails.",
+    "terminated if up fails before the run is going (after that, and after `kill`: `pods down RUN`).",
 )
 @click.option("--gpu-type", help="With --provision: Prime GPU type (default: the profile's expect.gpu_name).")
 @click.option(

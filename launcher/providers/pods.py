@@ -414,7 +414,7 @@ def _end_made_anyway(
         )
         return
     if not found:
-        say(f"no pod {name} was made: nothing is billing")
+        say(f"the API lists no pod {name}: it made none")
     for p in found:
         rec = PodRecord(
             id=p.id, run=run, gpu_type=offer.gpu_type, gpu_count=offer.gpu_count,
