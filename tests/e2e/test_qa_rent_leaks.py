@@ -1,6 +1,7 @@
 """Money leaks when the API itself misbehaves around a rented pod (QA, a user renting by the hour):
-a create call that times out after the API made the pod, a malformed answer while waiting, and a
-DELETE that fails while the pod is being terminated. Each must end with the pod terminated, or with
+a create call that times out after the API made the pod, a malformed answer while waiting, a DELETE
+that fails while the pod is being terminated, a pod still PROVISIONING at --ready-timeout, and a
+known_hosts that cannot take the new pod's key. Each must end with the pod terminated, or with
 its id and the exact command that terminates it said loudly and a live record `pods ls` shows.
 Against the FAKE Prime API (tests/fixtures/fake_prime.py); no pod here needs its sshd."""
 
@@ -86,6 +87,15 @@ def test_create_timeout_malformed_answer_and_failing_delete_leave_nothing_billin
     fake_prime.injected.clear()
     res = invoke("pods", "down", pod_id, "--yes")
     assert res.exit_code == 0 and f"terminated pod {pod_id}" in res.output and not fake_prime.pods
+
+    # 4. A pod still PROVISIONING at --ready-timeout: the message names what it waited for, the pod goes.
+    fake_prime.start_delay_s = 30.0
+    res = create(fake_prime, "--name", "slowpod", "--ready-timeout", "0.5")
+    assert (
+        res.exit_code == 1 and "waiting for pod" in res.output and "(last status PROVISIONING)" in res.output
+    )
+    assert "--ready-timeout" in res.output and not fake_prime.pods, res.output
+    assert all(r["terminated"] for r in ledger(home).values())
 
 
 def test_a_pod_whose_host_key_cannot_be_recorded_is_terminated(fake_prime, home, tmp_path):
