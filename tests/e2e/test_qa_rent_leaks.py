@@ -3,7 +3,7 @@ a create call that times out after the API made the pod, a malformed answer whil
 that fails while the pod is being terminated, a pod still PROVISIONING at --ready-timeout, and a
 known_hosts that cannot take the new pod's key. Each must end with the pod terminated, or with
 its id and the exact command that terminates it said loudly and a live record `pods ls` shows.
-Against the FAKE Prime API (tests/fixtures/fake_prime.py); no pod here needs its sshd."""
+Against the FAKE Prime API (tests/fixtures/fake_prime.py); only the known_hosts test brings a pod up (sshd)."""
 
 from __future__ import annotations
 
