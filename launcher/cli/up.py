@@ -202,7 +202,7 @@ def up(
         try:  # from here on a Ctrl-C, even one landing while the next steps print, leaves the run going
             app.say(f"run {rec.run} is {st['state']} (step {st['step']}/{rec.total_steps}) on {rec.host}")
             app.print(rec.run)
-            app.say(next_steps(rec.run))
+            app.say(next_steps(rec.run, pod is not None))
             if not (wait or down_when_done):
                 return
             st = _wait_end(app, rec)
@@ -350,8 +350,9 @@ def run_summary(st: dict, run: str, host: str) -> str:
     return "\n".join(lines) + "\nnext:\n" + "\n".join(f"  nsa-launch {c}" for c in cmds)
 
 
-def next_steps(run: str) -> str:
-    """One command a line: joined with `|` they read like a shell pipe."""
+def next_steps(run: str, rented: bool = False) -> str:
+    """One command a line: joined with `|` they read like a shell pipe. A run on a rented pod gets the
+    command that ends the billing too: `kill` stops the trainer, not the pod."""
     cmds = [
         f"status --run {run}",
         f"logs -f --run {run}",
@@ -359,6 +360,10 @@ def next_steps(run: str) -> str:
         f"kill --run {run}",
         "dashboard",
     ]
+    if rented:
+        cmds.append(
+            f"pods down {run}      # pulls the newest checkpoint, then terminates the pod: billing ends"
+        )
     return "next:\n" + "\n".join(f"  nsa-launch {c}" for c in cmds)
 
 

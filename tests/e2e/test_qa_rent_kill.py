@@ -51,6 +51,8 @@ def test_ctrl_c_and_kill_of_a_provisioned_run_say_the_pod_bills_on_and_no_record
     try:
         wait_for(lambda: "nsa-launch dashboard" in err.read_text() or up.poll() is not None, 180,
                  "up's next steps (the run going)")  # fmt: skip
+        # the next steps of a run on a rented pod name the command that ends the billing
+        assert f"nsa-launch pods down {run}      # pulls the newest checkpoint" in err.read_text()
         up.send_signal(signal.SIGTERM)  # `kill PID` (SIGHUP, a closed terminal, is handled alike)
         assert up.wait(timeout=60) == 130, err.read_text()
     finally:
