@@ -24,7 +24,9 @@ def kill(app: Application, run: str | None, yes: bool, as_json: bool) -> None:
     verify none is left. Idempotent. Exits 1 when the final save failed (it names the newest saved
     step N and the lost steps N+1..M) or a process survives.
 
-    On a terminal it first shows which run it will stop and asks; --yes skips the question."""
+    On a terminal it first shows which run it will stop and asks; --yes skips the question. A run on a
+    pod `up --provision` rented keeps its pod (and its checkpoints there): kill says that the pod bills
+    on and that `nsa-launch pods down RUN` pulls the checkpoint and terminates it."""
     rec = resolve_run(run)
     if not yes and sys.stdin.isatty():
         which = "" if run else " (the most recent run; pick another with --run)"
@@ -38,6 +40,12 @@ def kill(app: Application, run: str | None, yes: bool, as_json: bool) -> None:
         app.emit_json({"run": rec.run, **res})
     else:
         app.say(f"{rec.run}: {res['message']}")
+    if rec.pod_id:  # a rented pod bills on after its trainer stops: say so, with the command that ends it
+        from launcher.providers.pods import still_billing
+
+        billing = still_billing(rec.run)
+        if billing:
+            app.say(f"{rec.run}: {billing}")
     if not res["killed"]:
         app.abort(
             f"{rec.run}: processes survive: {res['remaining_pids']}",

@@ -29,7 +29,7 @@ def offer_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--region", help="Only offers in this region (e.g. eu_north) or data centre (e.g. FIN-01)."),
         click.option("--provider", "provider_name", help="Only offers of this provider (e.g. datacrunch)."),
         click.option("--image", help="Pod image, one the offer lists (default: the offer's first)."),
-        click.option("--disk", type=click.IntRange(min=1), help="Disk in GB, within the offer's range (default: its default)."),
+        click.option("--disk", type=click.IntRange(min=1), help="Disk in GB, within the offer's range and at least the profile's expect.min_free_disk_gb (default: the offer's)."),
         click.option("--team", help="Team id to bill (default: PRIME_TEAM_ID, else team_id in ~/.prime/config.json)."),
         click.option("--ssh-key-id", help="Account SSH key id for the pod (default: your primary key)."),
     ]  # fmt: skip
@@ -198,7 +198,13 @@ def offers(app: Application, profile: str | None, gpu_type: str | None, as_json:
 @click.option("--gpu-type", help="Prime GPU type (e.g. A100_80GB). Default: the profile's expect.gpu_name.")
 @click.option("--name", help="Pod name after the nsa- prefix (letters, digits, dashes). Default: <time>.")
 @click.option("--ssh-config", type=click.Path(), help="OpenSSH config (key, known_hosts) for the pod.")
-@click.option("--ready-timeout", default=900.0, show_default=True, help="Seconds to wait for SSH.")
+@click.option(
+    "--ready-timeout",
+    default=900.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds to wait for SSH.",
+)
 @offer_options
 @click.pass_obj
 def create(

@@ -44,7 +44,7 @@ TERMINAL = ("finished", "failed", "killed", "lost")
     "--resume",
     is_flag=True,
     help="Continue the named run from its newest intact checkpoint, with the config, --set, --env and "
-    "--secret it was launched with (each one given here replaces the recorded one).",
+    "--secret it was launched with (each one given here replaces the recorded one). Not with --provision.",
 )
 @click.option(
     "--from-scratch",
@@ -70,11 +70,15 @@ TERMINAL = ("finished", "failed", "killed", "lost")
     "--provision",
     type=click.Choice(["prime"]),
     help="Rent the host from Prime Intellect (docs/launcher.md 'Renting pods') instead of --host; "
-    "terminated if up fails.",
+    "terminated if up fails before the run is going (after that, and after `kill`: `pods down RUN`).",
 )
 @click.option("--gpu-type", help="With --provision: Prime GPU type (default: the profile's expect.gpu_name).")
 @click.option(
-    "--ready-timeout", default=900.0, show_default=True, help="With --provision: seconds to wait for SSH."
+    "--ready-timeout",
+    default=900.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="With --provision: seconds to wait for SSH.",
 )
 @click.option(
     "--down-when-done",
@@ -113,6 +117,15 @@ def up(
         app.abort(f"{' '.join(given)} need --provision prime", "add --provision prime")
     if provision and hosts:
         app.abort("--provision rents the host, so --host cannot be given too", "drop --host or --provision")
+    if provision and kw.get("resume"):
+        # A pod rented now holds no run dir: the resume failed on it after the rent (billed, nothing run).
+        run = kw.get("name") or "RUN"
+        app.abort(
+            f"--resume continues run {run} in its run dir, and a pod rented now has none: nothing to resume there",
+            f"where its pod still runs: `nsa-launch restart --run {run}`; where the pod is gone: `nsa-launch "
+            f"watch --run {run}` rents a replacement and resumes from the local mirror (docs/launcher.md "
+            "'Recovery'); or start anew without --resume",
+        )
     client = None
     if provision:
         from launcher.config.profiles import load_profile
@@ -177,31 +190,47 @@ def up(
             if rec is None:  # nothing started yet: nothing may keep billing
                 _terminate(app, client, pod, "up was interrupted")
                 raise
-            raise KeyboardInterrupt(keeps_going(rec.run, rec.host, "stopped waiting")) from None
+            raise KeyboardInterrupt(
+                keeps_going(rec.run, rec.host, "stopped waiting") + _bills_on(pod, rec.run, down_when_done)
+            ) from None
         except BaseException:
             _terminate(app, client, pod, "up failed")
             raise
-    try:  # from here on a Ctrl-C, even one landing while the next steps print, leaves the run going
-        app.say(f"run {rec.run} is {st['state']} (step {st['step']}/{rec.total_steps}) on {rec.host}")
-        app.print(rec.run)
-        app.say(next_steps(rec.run))
-        if not (wait or down_when_done):
-            return
-        st = _wait_end(app, rec)
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt(keeps_going(rec.run, rec.host, "stopped waiting")) from None
-    if down_when_done and pod is not None:
-        from launcher.providers.pods import terminate
-        from launcher.recover.mirror import pull
-
-        if st["state"] == "finished":
-            pull(rec, say=app.say)
-            terminate(client, pod, app.say)  # type: ignore[arg-type]
-        else:
-            app.say(
-                f"run {rec.run} {st['state']}: pod {pod.id} kept for inspection; `nsa-launch pods down {rec.run}`"
-            )
+    # SIGTERM / SIGHUP while waiting on a rented pod are a Ctrl-C too: they killed `up` without a word
+    # before, and --down-when-done with it (the pod billed on after the run ended).
+    with signals_as_interrupt() if pod is not None else contextlib.nullcontext():
+        try:  # from here on a Ctrl-C, even one landing while the next steps print, leaves the run going
+            app.say(f"run {rec.run} is {st['state']} (step {st['step']}/{rec.total_steps}) on {rec.host}")
+            app.print(rec.run)
+            app.say(next_steps(rec.run, pod is not None))
+            if not (wait or down_when_done):
+                return
+            st = _wait_end(app, rec)
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(
+                keeps_going(rec.run, rec.host, "stopped waiting") + _bills_on(pod, rec.run, down_when_done)
+            ) from None
+        if down_when_done and pod is not None:
+            _down_when_done(app, client, pod, rec, st)
     raise SystemExit(EXIT_OK if st["state"] == "finished" else EXIT_RUNTIME)
+
+
+def _down_when_done(app: Application, client, pod, rec, st: dict) -> None:
+    """Pull the finished run's checkpoint, then terminate its pod. A pod whose run did not finish is
+    kept (its checkpoints are only there) and said to bill on, with the command."""
+    from launcher.providers.pods import terminate_or_shout
+    from launcher.recover.mirror import pull
+
+    price = f" at ${pod.price_hr:.2f}/h" if pod.price_hr is not None else ""
+    if st["state"] != "finished":
+        app.say(
+            f"run {rec.run} {st['state']}: pod {pod.id} kept for inspection, billing{price}; "
+            f"`nsa-launch pods down {rec.run}` pulls its newest checkpoint and terminates it"
+        )
+        return
+    pull(rec, say=app.say)
+    if not terminate_or_shout(client, pod, app.say):
+        raise SystemExit(EXIT_RUNTIME)
 
 
 def _rent(app: Application, client, plan, gpu_type, ready_timeout, choice):
@@ -234,14 +263,29 @@ def _start(app: Application, plan):
     return rec
 
 
+def _bills_on(pod, run: str, down_when_done: bool) -> str:
+    """What a Ctrl-C on `up` leaves billing: the rented pod, and that --down-when-done went with `up`."""
+    if pod is None:
+        return ""
+    gone = (
+        " (--down-when-done ended with this `up`: nothing terminates it when the run ends)"
+        if down_when_done
+        else ""
+    )
+    return (
+        f". Pod {pod.id} bills on{gone}: `nsa-launch pods down {run}` pulls the newest checkpoint and "
+        "terminates it"
+    )
+
+
 def _terminate(app: Application, client, pod, why: str) -> None:
     """A pod `up` rented is terminated when up fails before the run is going: nothing left billing."""
     if pod is None:
         return
-    from launcher.providers.pods import terminate
+    from launcher.providers.pods import terminate_or_shout
 
     app.say(f"{why}; terminating pod {pod.id} so nothing is left billing")
-    terminate(client, pod, app.say)
+    terminate_or_shout(client, pod, app.say)  # never raises: the error that ended `up` is reported
 
 
 def _wait_end(app: Application, rec):
@@ -306,8 +350,9 @@ def run_summary(st: dict, run: str, host: str) -> str:
     return "\n".join(lines) + "\nnext:\n" + "\n".join(f"  nsa-launch {c}" for c in cmds)
 
 
-def next_steps(run: str) -> str:
-    """One command a line: joined with `|` they read like a shell pipe."""
+def next_steps(run: str, rented: bool = False) -> str:
+    """One command a line: joined with `|` they read like a shell pipe. A run on a rented pod gets the
+    command that ends the billing too: `kill` stops the trainer, not the pod."""
     cmds = [
         f"status --run {run}",
         f"logs -f --run {run}",
@@ -315,6 +360,10 @@ def next_steps(run: str) -> str:
         f"kill --run {run}",
         "dashboard",
     ]
+    if rented:
+        cmds.append(
+            f"pods down {run}      # pulls the newest checkpoint, then terminates the pod: billing ends"
+        )
     return "next:\n" + "\n".join(f"  nsa-launch {c}" for c in cmds)
 
 

@@ -145,6 +145,15 @@ def shelf(client: PrimeClient, profile: Profile, gpu_type: str | None, choice: O
     """Every in-stock offer of the profile's GPUs (per node for one node; for N nodes the multi-node
     offers, whose gpuCount is the total, as `prime` lists them), split by the choice. No stock at
     all: RuntimeFailure (exit 1); a value no offer has: LaunchError (exit 2)."""
+    need = profile.expect.min_free_disk_gb
+    if choice.disk is not None and need and choice.disk < need:
+        # the pod's preflight would refuse it (free disk < the profile's need) after it was rented
+        raise LaunchError(
+            f"--disk {choice.disk} GB is less than profile {profile.name}'s expect.min_free_disk_gb "
+            f"({need:g} GB): `up` would stop at the pod's disk check after renting it",
+            f"pass --disk above {need:g} (the image takes part of the disk too), or lower "
+            "expect.min_free_disk_gb in the profile",
+        )
     types = gpu_type_for(client, profile, gpu_type)
     multinode = profile.nodes > 1
     count = profile.nproc_per_node * profile.nodes

@@ -109,19 +109,32 @@ def run_cost(run: str) -> dict[str, Any] | None:
     }
 
 
+def still_billing(run: str) -> str | None:
+    """What `kill` says of a provisioned run: its pods that bill on (the ledger's live ones), or None.
+    `kill` stops the trainer only, so the run's checkpoints stay on the pod for `pods down` to pull."""
+    live = [r for r in pods_of_run(run) if r.terminated is None]
+    if not live:
+        return None
+    each = []
+    for r in live:
+        price = f" at ${r.price_hr:.2f}/h" if r.price_hr is not None else ""
+        cost = r.cost()
+        each.append(f"pod {r.id}{price}" + (f" (${cost:.2f} so far)" if cost is not None else ""))
+    return (
+        f"{', '.join(each)} still billing: kill stops the trainer, not the pod. "
+        f"`nsa-launch pods down {run}` pulls the newest checkpoint and terminates it"
+    )
+
+
 def _poll(client: PrimeClient, pod: Pod, since: list[float | None]) -> Pod:
     """GET the pod; a 5xx, a 429 or a network error is retried for TRANSIENT_S (`since` holds when the
     current run of failures began), anything else raised."""
     try:
         new = client.get_pod(pod.id)
     except LaunchError as e:
-        # an HTTP error is PrimeAPIError (5xx and 429 pass); no network at all is a bare RuntimeFailure
-        passing = (
-            e.status == 429 or e.status >= 500
-            if isinstance(e, PrimeAPIError)
-            else isinstance(e, RuntimeFailure)
-        )
-        if not passing:
+        # an HTTP error is PrimeAPIError (5xx and 429 pass); no network at all, or an unreadable
+        # answer (MalformedAnswer), is a bare RuntimeFailure
+        if not _passing(e):
             raise
         since[0] = since[0] if since[0] is not None else time.monotonic()
         if time.monotonic() - since[0] > TRANSIENT_S:
@@ -154,7 +167,7 @@ def wait_ready(
         if elapsed > timeout:
             raise RuntimeFailure(
                 f"gave up after {timeout:.0f} s waiting for {waiting_for} (last status {pod.status})",
-                "the pod was terminated; try again, another --gpu-type, or a longer --ready-timeout",
+                "try again, another --gpu-type, or a longer --ready-timeout",
             )
         if elapsed - last_say >= 5.0:
             inst = f", installation {pod.installation_status}" if pod.installation_status else ""
@@ -165,15 +178,14 @@ def wait_ready(
         if why:
             raise RuntimeFailure(
                 f"pod {pod.id} {why} (after {elapsed:.0f} s of starting)",
-                "the pod was terminated; try again, or another offer: --provider / --region / --image "
-                "(`nsa-launch pods offers`)",
+                "try again, or another offer: --provider / --region / --image (`nsa-launch pods offers`)",
             )
         if pod.status == UNKNOWN:
             unknown_since = unknown_since if unknown_since is not None else time.monotonic()
             if time.monotonic() - unknown_since > unknown_grace:
                 raise RuntimeFailure(
                     f"pod {pod.id} has been UNKNOWN to the API for {unknown_grace:.0f} s",
-                    "the pod was terminated; try again, or another --provider (`nsa-launch pods offers`)",
+                    "try again, or another --provider (`nsa-launch pods offers`)",
                 )
         else:
             unknown_since = None
@@ -281,10 +293,18 @@ def provision(
     with signals_as_interrupt():
         try:
             with _deferred_signals():  # rent, then record: nothing may come between
-                pod = client.create_pod(
-                    offer, pod_name(name), choice.image, disk=choice.disk, ssh_key_id=choice.ssh_key_id,
-                    max_price=choice.max_price,
-                )  # fmt: skip
+                asked = time.time()
+                try:
+                    pod = client.create_pod(
+                        offer, pod_name(name), choice.image, disk=choice.disk, ssh_key_id=choice.ssh_key_id,
+                        max_price=choice.max_price,
+                    )  # fmt: skip
+                except LaunchError as e:
+                    if _outcome_known(e):
+                        raise
+                    # A timeout, a 5xx or an unreadable answer: the API may have made the pod anyway.
+                    _end_made_anyway(client, offer, pod_name(name), run, asked, ssh_config, choice, say, e)
+                    raise
                 rec = PodRecord(
                     id=pod.id,
                     run=run,
@@ -303,17 +323,18 @@ def provision(
             # try: the pod it interrupts is then in the ledger and terminated below.
             say(f"created pod {pod.id} ({pod.name})")
             pod, hosts = wait_ready(client, pod, say, timeout, ssh_config, profile.nodes)
+            rec.ssh = pod.ssh
+            save_pod(rec)
+            # inside the try: a Ctrl-C or an unusable known_hosts here left the pod billing, untold
+            for h in hosts:
+                record_host_key(h, say)
         except BaseException as e:
             if rec is None:  # the API never gave an id: nothing of ours to terminate
                 raise
             if isinstance(e, KeyboardInterrupt):
                 say(f"{e or 'interrupted'}; terminating pod {rec.id} so nothing is left billing")
-            terminate(client, rec, say)
+            terminate_or_shout(client, rec, say)
             raise
-    rec.ssh = pod.ssh
-    save_pod(rec)
-    for h in hosts:
-        record_host_key(h, say)
     return rec, hosts
 
 
@@ -324,9 +345,24 @@ def record_host_key(spec: HostSpec, say: Callable[[str], None]) -> None:
     then fails; that failure is said, not raised (the pod is up; the key may still be on its way)."""
     from launcher.ssh.transport import SSHTransport
 
-    t = SSHTransport(spec, accept_new_host_key=True)
+    def unusable(e: OSError) -> LaunchError:  # UserKnownHostsFile a directory, or not ours to write
+        if not e.filename:  # not a file: the connection itself
+            return RuntimeFailure(f"SSH to {spec.target} failed: {e}", "check the pod: `nsa-launch pods ls`")
+        return LaunchError(
+            f"cannot record the host key of {spec.target}: known_hosts {e.filename or ''} is unusable "
+            f"({e.strerror or e})",
+            f"make UserKnownHostsFile in {spec.ssh_config or '~/.ssh/config'} name a file you can write "
+            "(or drop the line: ~/.ssh/known_hosts), then rent again",
+        )
+
+    try:
+        t = SSHTransport(spec, accept_new_host_key=True)
+    except OSError as e:
+        raise unusable(e) from None
     try:
         t.connect()
+    except OSError as e:
+        raise unusable(e) from None
     except LaunchError as e:
         if t.recorded_host_key is None:
             say(f"  could not record the host key of {t.label}: {e.message}")
@@ -337,18 +373,110 @@ def record_host_key(spec: HostSpec, say: Callable[[str], None]) -> None:
     say(f"  {t.recorded_host_key or f'the host key of {t.label} is already in {t.known_hosts[0]}'}")
 
 
+def _outcome_known(e: LaunchError) -> bool:
+    """Did the API answer a create call with a refusal (a 4xx: no pod was made)? A timeout, a dropped
+    connection, a 5xx or an unreadable answer leave it unknown whether the pod exists."""
+    if isinstance(e, PrimeAPIError):
+        return e.status < 500
+    return not isinstance(e, RuntimeFailure)
+
+
+def _passing(e: BaseException) -> bool:
+    """An API error worth retrying: 429, 5xx, no network, an unreadable answer (RuntimeFailure)."""
+    if isinstance(e, PrimeAPIError):
+        return e.status == 429 or e.status >= 500
+    return isinstance(e, RuntimeFailure)
+
+
+def _end_made_anyway(
+    client: PrimeClient,
+    offer: Any,
+    name: str,
+    run: str | None,
+    asked: float,
+    ssh_config: str | None,
+    choice: OfferChoice,
+    say: Callable[[str], None],
+    why: LaunchError,
+) -> None:
+    """After a create call whose outcome is unknown, find the pod the API made anyway (the name
+    nsa-launch gave it, made since the call, in no ledger), record it and terminate it: its id never
+    reached us, so nothing else would ever end its billing. When the API cannot be asked, say so loudly."""
+    say(f"creating the pod failed ({why.message}); looking for a pod {name} the API made anyway")
+    try:
+        found = [p for p in client.list_pods() if p.name == name and load_pod(p.id) is None
+                 and _created_since(p.created_at, asked)]  # fmt: skip
+    except (LaunchError, KeyboardInterrupt) as e:
+        what = e.message if isinstance(e, LaunchError) else "interrupted"
+        say(
+            f"!!! A POD NAMED {name} MAY BE BILLING: the API could not be asked ({what}). Look: "
+            f"`nsa-launch pods ls --all`; terminate it: `nsa-launch pods down POD_ID --force --yes`"
+        )
+        return
+    if not found:
+        say(f"the API lists no pod {name}: it made none")
+    for p in found:
+        rec = PodRecord(
+            id=p.id, run=run, gpu_type=offer.gpu_type, gpu_count=offer.gpu_count,
+            price_hr=p.price_hr if p.price_hr is not None else offer.price_hr, created=asked, ssh=p.ssh,
+            ssh_config=ssh_config, name=p.name, choice=asdict(choice), offer=describe(offer),
+        )  # fmt: skip
+        save_pod(rec)
+        say(f"found pod {p.id} ({p.name}), made though the call failed: terminating it")
+        terminate_or_shout(client, rec, say)
+
+
+def _created_since(created_at: str, asked: float, skew_s: float = 300.0) -> bool:
+    """createdAt (ISO 8601) no earlier than the call, give or take clock skew; unreadable: True."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(created_at.replace("Z", "+00:00")).timestamp() >= asked - skew_s
+    except (ValueError, AttributeError):
+        return True
+
+
+def terminate_or_shout(client: PrimeClient, rec: PodRecord, say: Callable[[str], None]) -> bool:
+    """terminate(), for the paths where the pod must not outlive a failure: when even the retried
+    DELETE fails (or a second Ctrl-C cuts it), say loudly that the pod bills on, its id and the exact
+    command that ends it; the ledger keeps it live, so `pods ls` and `status` show it. Never raises:
+    the caller's own error is the one to report."""
+    try:
+        terminate(client, rec, say)
+        return True
+    except (Exception, KeyboardInterrupt) as e:
+        if rec.terminated is not None:  # the DELETE went through; what failed came after it
+            say(f"terminated pod {rec.id}, but then: {e}")
+            return True
+        what = e.message if isinstance(e, LaunchError) else (str(e) or type(e).__name__)
+        price = f" at ${rec.price_hr:.2f}/h" if rec.price_hr is not None else ""
+        say(
+            f"!!! POD {rec.id} IS STILL BILLING{price}: terminating it failed ({what}). "
+            f"Terminate it: nsa-launch pods down {rec.id} --yes --no-pull"
+        )
+        return False
+
+
 def terminate(client: PrimeClient, rec: PodRecord, say: Callable[[str], None]) -> None:
-    """Delete the pod (a pod already gone counts as terminated), record the time once, forget its host
-    keys. A record already terminated is left as it is: its cost is counted once."""
+    """Delete the pod (a pod already gone counts as terminated; a 5xx, 429 or lost connection is
+    retried for TRANSIENT_S), record the time once, forget its host keys. A record already terminated
+    is left as it is: its cost is counted once."""
     if rec.terminated is not None:
         cost = rec.cost()
         say(f"pod {rec.id} was already terminated" + (f" (cost ${cost:.2f})" if cost is not None else ""))
         return
-    try:
-        client.delete_pod(rec.id)
-    except PrimeAPIError as e:
-        if e.status != 404:
-            raise
+    t0 = time.monotonic()
+    while True:
+        try:
+            client.delete_pod(rec.id)
+            break
+        except LaunchError as e:
+            if isinstance(e, PrimeAPIError) and e.status == 404:
+                break
+            if not _passing(e) or time.monotonic() - t0 > TRANSIENT_S:
+                raise
+            say(f"  terminating pod {rec.id}: {e.message}; retrying")
+            time.sleep(POLL_S)
     rec.terminated = time.time()
     save_pod(rec)
     for s in rec.ssh:
@@ -365,7 +493,7 @@ def forget_host_key(ssh: str, ssh_config: str | None = None) -> None:
     try:
         spec = parse_target(ssh, ssh_config)
         files = SSHTransport(spec).known_hosts
-    except LaunchError:
+    except (LaunchError, OSError):  # OSError: an unusable known_hosts, nothing to forget there
         return
     port = spec.port or 22
     entry = f"[{spec.host}]:{port}" if port != 22 else spec.host

@@ -19,6 +19,7 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from launcher.core.errors import LaunchError, RuntimeFailure
 from launcher.providers.prime_errors import (  # noqa: F401 (PrimeAPIError, http_error: re-exported)
     DEFAULT_BASE_URL,
     KEYS_URL,
+    STATUS_URL,
     PrimeAPIError,
     error_fields,
     http_error,
@@ -149,6 +151,10 @@ class Offer:
 
     @classmethod
     def from_api(cls, d: dict[str, Any]) -> Offer:
+        return _parsed("an offer", cls._from_api, d)
+
+    @classmethod
+    def _from_api(cls, d: dict[str, Any]) -> Offer:
         prices = d.get("prices") or {}
         # api/availability.py Prices.price: the community price when there is one, else on-demand.
         price = prices.get("communityPrice")
@@ -223,6 +229,10 @@ class Pod:
 
     @classmethod
     def from_api(cls, d: dict[str, Any]) -> Pod:
+        return _parsed("a pod", cls._from_api, d)
+
+    @classmethod
+    def _from_api(cls, d: dict[str, Any]) -> Pod:
         conn = d.get("sshConnection")
         if isinstance(conn, str):
             ssh = [conn]
@@ -244,6 +254,22 @@ class Pod:
             is_spot=d.get("isSpot"),
             team_id=d.get("teamId"),
         )
+
+
+class MalformedAnswer(RuntimeFailure):
+    """A 2xx whose body is not what the schema says (not JSON, a pod without an id: a proxy's page, an
+    API change). Exit 1, and passing while a pod is polled, as a 5xx is: the next answer may be right."""
+
+
+def _parsed(what: str, make: Callable[[dict[str, Any]], Any], d: Any) -> Any:
+    try:
+        return make(d)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise MalformedAnswer(
+            f"the Prime Intellect API answered with {what} nsa-launch cannot read ({type(e).__name__}: {e}; "
+            f"got {str(d)[:200]})",
+            f"retry; if it persists, {STATUS_URL} shows outages (or the API changed: report it)",
+        ) from None
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -268,13 +294,13 @@ class PrimeClient:
         self,
         key: str | None = None,
         url: str | None = None,
-        timeout: float = TIMEOUT_S,
+        timeout: float | None = None,
         team: str | None = None,
     ):
         self.config = load_config()
         self.key = key if key is not None else api_key()
         self.url = url or self.config.base_url
-        self.timeout = timeout
+        self.timeout = TIMEOUT_S if timeout is None else timeout
         self.team = team or self.config.team_id  # pods/create: `team` from the config when not given
 
     # --- HTTP ---------------------------------------------------------------------------------
@@ -292,7 +318,15 @@ class PrimeClient:
             try:
                 with _OPENER.open(req, timeout=self.timeout) as resp:
                     raw = resp.read()
-                return json.loads(raw) if raw else {}
+                try:
+                    return json.loads(raw) if raw else {}
+                except ValueError:
+                    raise MalformedAnswer(
+                        f"Prime Intellect API {method} {path} answered {resp.status} with a body that is not "
+                        f"JSON: {raw[:200]!r}",
+                        f"retry; if it persists, {STATUS_URL} shows outages, or PRIME_API_BASE_URL / base_url "
+                        "names something that is not the API",
+                    ) from None
             except urllib.error.HTTPError as e:
                 location = e.headers.get("Location")
                 if e.code not in (301, 302, 303, 307, 308) or not location:
@@ -309,6 +343,8 @@ class PrimeClient:
                 url = new
             except (urllib.error.URLError, OSError) as e:
                 reason = getattr(e, "reason", e)
+                if isinstance(reason, TimeoutError) or isinstance(e, TimeoutError):
+                    reason = f"{method} {path} timed out after {self.timeout:g} s"
                 raise RuntimeFailure(
                     f"cannot reach the Prime Intellect API at {self.url}: {reason}",
                     "check the network, or PRIME_API_BASE_URL / base_url in ~/.prime/config.json if you set it",
@@ -323,7 +359,7 @@ class PrimeClient:
         out: list[dict[str, Any]] = []
         while True:
             resp = self._request("GET", path, {**params, "offset": len(out), "limit": PAGE_SIZE})
-            data = resp.get("data") or []
+            data = _parsed(f"a page of {path}", lambda r: list(r["data"] or []), resp)
             out.extend(data)
             if not data or len(out) >= int(resp.get("total_count", 0)):
                 return out
@@ -341,7 +377,7 @@ class PrimeClient:
         while True:
             params = {"gpu_type": gpu_type, "gpu_count": str(gpu_count), "page": page, "page_size": PAGE_SIZE}
             resp = self._request("GET", path, params)
-            items = resp.get("items", [])
+            items = _parsed(f"a page of {path}", lambda r: list(r["items"] or []), resp)
             out.extend(Offer.from_api(i) for i in items)
             if not items or len(out) >= int(resp.get("totalCount", 0)):
                 return out
