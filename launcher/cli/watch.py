@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import sys
+from typing import Any
 
 import click
 
@@ -10,24 +12,36 @@ from launcher.cli.app import Application
 from launcher.core.errors import EXIT_OK, EXIT_RUNTIME
 
 
+class Seconds(click.FloatRange):
+    """A number of seconds within the range, and finite: click's FloatRange lets `nan` through (nan < 0
+    is False), and a `--lost-after nan` never replaced a lost pod (waited >= nan is never true), a
+    `pull --wait nan` waited forever; `inf` sleeps overflow or never end."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number of seconds.", param, ctx)
+        return rv
+
+
 @click.command()
 @click.option("--run", "-r", help="Run id. Default: the most recent run.")
 @click.option(
     "--pull-every",
-    type=click.FloatRange(min=0.0, min_open=True),
+    type=Seconds(min=0.0, min_open=True),
     default=None,
     help="Seconds between pulls of the mirror. Default: on every new checkpoint the status shows, and "
     "every half checkpoint interval (train.save_every x the measured step time, 5-60 s).",
 )
 @click.option(
     "--lost-after",
-    type=click.FloatRange(min=0.0),
+    type=Seconds(min=0.0),
     default=60.0,
     show_default=True,
     help="Seconds unreachable before a pod is replaced (0: at the first failed check).",
 )
 @click.option(
-    "--poll", type=click.FloatRange(min=0.0, min_open=True), default=5.0, show_default=True,
+    "--poll", type=Seconds(min=0.0, min_open=True), default=5.0, show_default=True,
     help="Seconds between status checks.",
 )  # fmt: skip
 @click.option(
@@ -38,7 +52,7 @@ from launcher.core.errors import EXIT_OK, EXIT_RUNTIME
     help="Pods to rent at most.",
 )
 @click.option(
-    "--ready-timeout", type=click.FloatRange(min=0.0, min_open=True), default=900.0, show_default=True,
+    "--ready-timeout", type=Seconds(min=0.0, min_open=True), default=900.0, show_default=True,
     help="Seconds to wait for a new pod.",
 )  # fmt: skip
 @click.option("--yes", "-y", is_flag=True, help="Terminate pods rented for the run but not in use, unasked.")

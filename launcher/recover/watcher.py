@@ -37,6 +37,7 @@ __all__ = [
     "lost_advice",
     "pod_gone",
     "replace_host",
+    "signals_as_interrupt",
     "watch",
 ]
 
@@ -336,7 +337,7 @@ def watch(
         run, say, who="nsa-launch watch", pull_every_s=pull_every_s, lost_after_s=lost_after_s,
         max_replacements=max_replacements, ready_timeout=ready_timeout, confirm=confirm,
     )  # fmt: skip
-    restore = _signals_as_interrupt()
+    restore = signals_as_interrupt()
     try:
         while True:
             st = w.tick(fetch_status([w.refresh()])[0])
@@ -351,10 +352,11 @@ def watch(
         w.close()
 
 
-def _signals_as_interrupt() -> Callable[[], None]:
+def signals_as_interrupt() -> Callable[[], None]:
     """SIGTERM and SIGHUP (a closed terminal, `kill`, a container stop) raise KeyboardInterrupt, as
     Ctrl-C does, so a replacement under way terminates the pod it rented and not yet moved the run
-    to (replace_host's and provision's cleanup) instead of dying with it billing. Returns the undo;
+    to (replace_host's and provision's cleanup) instead of dying with it billing, and a pull under
+    way stops its rsync and removes its .tmp- copy (`watch`, `pull`). Returns the undo;
     a no-op off the main thread (the dashboard's workers), where Python cannot take signals."""
     import signal
     import threading
