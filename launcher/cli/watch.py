@@ -49,7 +49,7 @@ class Seconds(click.FloatRange):
     type=click.IntRange(min=0),
     default=3,
     show_default=True,
-    help="Pods to rent at most.",
+    help="Pods to rent at most; a replacement pod that fails counts, and watch tries again.",
 )
 @click.option(
     "--ready-timeout", type=Seconds(min=0.0, min_open=True), default=900.0, show_default=True,

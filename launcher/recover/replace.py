@@ -15,6 +15,7 @@ write lock (launcher/run/locks.py). It must not parse CLI arguments or import to
 from __future__ import annotations
 
 import json
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -26,6 +27,16 @@ from launcher.core.errors import LaunchError, RuntimeFailure
 from launcher.run import registry
 from launcher.run.recovery_status import Progress
 from launcher.run.registry import RunRecord
+
+
+class ReplacementFailed(RuntimeFailure):
+    """A replacement that rented (or tried to rent) a pod and failed; that pod is terminated and the
+    run record is as it was. `new_pod`: its id, None when the API never gave one. The watcher counts
+    it against --max-replacements and tries again; a failure before renting is raised as it is."""
+
+    def __init__(self, err: LaunchError, new_pod: str | None):
+        self.new_pod = new_pod
+        super().__init__(err.message, err.fix)
 
 
 @dataclass
@@ -83,6 +94,7 @@ def replace_host(
     t0 = time.monotonic()
     progress = Progress(rec, lost_at or time.time())
     progress.set("verifying the mirror")
+    renting = False
     try:
         gap = missing_parts(rec, hashes=True)  # every node's part, hashed, before anything is rented
         if gap is not None:
@@ -102,12 +114,15 @@ def replace_host(
         progress.set("provisioning")
         node0 = rec.nodes[0]
         ssh_config = node0.host.ssh_config
+        renting = True  # from here a failure has cost a pod: the watcher counts it and tries again
         new, hosts = provision(
             client, profile, old.gpu_type if old else None, f"nsa-{rec.run}"[:64], rec.run, say, ready_timeout,
             ssh_config,
         )  # fmt: skip
-    except BaseException:
+    except BaseException as e:
         progress.clear()
+        if renting and isinstance(e, LaunchError):  # provision terminated the pod it rented, named in e
+            raise ReplacementFailed(e, None) from e
         raise
     progress.set("restoring", new_pod=new.id, new_host=hosts[0].label)
     try:
@@ -165,13 +180,17 @@ def replace_host(
         if not ok:
             raise RuntimeFailure(f"the run did not resume on pod {new.id}: {line}", "see `nsa-launch logs`")
         say(f"run {rec.run} {line} on pod {new.id}")
-    except BaseException:
+    except BaseException as e:
         say(f"replacing the host failed; terminating pod {new.id} so nothing is left billing")
         try:
             terminate(client, new, say)
         finally:
             registry.save(rec)  # the run is where it was: the old pod (kept: it may come back)
             progress.clear()
+        if isinstance(e, LaunchError):
+            raise ReplacementFailed(e, new.id) from e
+        if isinstance(e, (OSError, subprocess.SubprocessError)):  # a transfer, a file of the mirror
+            raise ReplacementFailed(RuntimeFailure(f"{type(e).__name__}: {e}", "see above"), new.id) from e
         raise
     old = load_pod(rec.pod_id) if rec.pod_id else None
     try:

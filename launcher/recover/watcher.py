@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from launcher.core.errors import LaunchError
-from launcher.recover.replace import Replacement, pod_gone, replace_host
+from launcher.recover.replace import Replacement, ReplacementFailed, pod_gone, replace_host
 from launcher.run import registry
 from launcher.run.locks import RunLocked, WatchLock, run_lock
 from launcher.run.registry import RunRecord
@@ -144,6 +144,7 @@ class Watcher:
         self.lost_since: float | None = None
         self.lost_at: float | None = None  # wall time, for the recovery status
         self.replacements: list[dict[str, Any]] = []
+        self.failed: list[dict[str, Any]] = []  # replacements whose new pod failed (terminated)
         self.advised = False
         self.swept = False
         self.waiting_on: str | None = None
@@ -217,16 +218,38 @@ class Watcher:
                 if again["state"] != "lost":
                     self.lost_since = None
                     return again
-            if len(self.replacements) >= self.max_replacements:
+            rented = len(self.replacements) + len(self.failed)
+            if rented >= self.max_replacements:
                 n = len(self.replacements) + 1
+                failed = (
+                    f" ({len(self.failed)} replacement pod{'s' if len(self.failed) != 1 else ''} failed, the last: "
+                    f"{self.failed[-1]['error']})"
+                    if self.failed
+                    else ""
+                )
                 raise LaunchError(
-                    f"run {self.run} lost its host {n} time{'s' if n != 1 else ''}; stopped replacing",
+                    f"run {self.run} lost its host {n} time{'s' if n != 1 else ''}; stopped replacing{failed}",
                     "look at the pods' history (`nsa-launch pods ls`) before renting again",
                     exit_code=1,
                 )
             why = gone or f"unreachable for {waited:.0f} s ({st['error']})"
             self.say(f"run {self.run} lost its host: {why}; replacing it")
-            r = replace_host(rec, self.say, self.ready_timeout, lost_at=self.lost_at)
+            try:
+                r = replace_host(rec, self.say, self.ready_timeout, lost_at=self.lost_at)
+            except ReplacementFailed as e:
+                # The new pod is terminated and the record put back: a pod that fails to come up
+                # (ERROR, no SSH, a resume that never booted) must not leave a lost run unwatched
+                # overnight. Counted against --max-replacements; tried again after --lost-after.
+                self.failed.append({"old_pod": rec.pod_id, "new_pod": e.new_pod, "error": e.message,
+                                    "time": time.time()})  # fmt: skip
+                more = "watch tries again" if rented + 1 < self.max_replacements else "no replacement left"
+                self.say(
+                    f"replacing the host of {self.run} failed (pod {rented + 1} of {self.max_replacements} "
+                    f"--max-replacements): {e.message}; {more}"
+                )
+                self.refresh()
+                self.lost_since = now
+                return st
             self.replacements.append(r.__dict__)
             self.say(f"run {self.run} resumed on pod {r.new_pod} from {r.checkpoint} in {r.seconds:.0f} s")
             self.refresh()
@@ -344,6 +367,7 @@ def watch(
             # a run that ended is left once its final pull ran here (or another watcher holds it)
             if st["state"] in TERMINAL and (w.final is not None or not w.lock.held):
                 st["replacements"] = w.replacements
+                st["replacements_failed"] = w.failed
                 st["mirror"] = {**(w.final or {}), "problem": mirror_problem(w.final)}
                 return st
             time.sleep(poll_s)
