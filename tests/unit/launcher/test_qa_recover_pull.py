@@ -156,3 +156,51 @@ def test_seconds_that_are_not_a_finite_number_are_bad_input(home, args):
     assert res.exit_code == 2, res.output
     assert f"Invalid value for '{args[1]}'" in res.output and "finite" in res.output, res.output
     assert "unknown run" not in res.output
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """Bind-mounts a dir read-only over itself (a full quota, a disk remounted read-only after an
+    error); root only, as chmod does not stop root."""
+    mounted: list[Path] = []
+
+    def make(path: Path) -> None:
+        r = subprocess.run(
+            ["mount", "--bind", "-o", "ro", str(path), str(path)], capture_output=True, text=True
+        )
+        if r.returncode != 0:
+            pytest.skip(f"cannot bind-mount read-only here: {r.stderr.strip()}")
+        mounted.append(path)
+
+    yield make
+    for path in mounted:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def test_a_read_only_mirror_is_named_with_the_fix_that_applies(home, tmp_path, read_only):
+    """Before: a read-only mirror dir was reported as "free space there" (an OSError) or "check the
+    host is reachable" (rsync's receiver failing here), sending the user to the wrong machine."""
+    from launcher.ssh.hosts import local_host
+
+    rd = tmp_path / "run"
+    _ckpt(rd, 4, b"w4" * 1000)
+    (rd / "train.log").write_text("[nsa] step 4\n")
+    node = registry.NodeRecord(local_host(), str(PROJECT_ROOT), sys.executable, str(rd))
+    rec = registry.RunRecord(run=RUN, profile="cpu", created=1.0, nodes=[node])
+    registry.save(rec)
+    assert pull(rec, lambda _: None)["pulled"] == "step-00000004"
+    read_only(mirror_dir(RUN))
+    with (rd / "train.log").open("a") as f:
+        f.write("[nsa] step 8\n")  # the run files' rsync writes first
+    with pytest.raises(PullFailed) as e:
+        pull(rec, lambda _: None)
+    assert "Read-only file system" in e.value.message and "reachable" not in e.value.fix, e.value.fix
+    assert f"make {mirror_dir(RUN)} writable" in e.value.fix, e.value.fix
+    (rd / "train.log").write_text("[nsa] step 4\n")
+    os.utime(rd / "train.log", ns=((mirror_dir(RUN) / "train.log").stat().st_mtime_ns,) * 2)
+    _ckpt(rd, 8, b"w8" * 1000)  # the run files unchanged: the checkpoint's copy fails
+    with pytest.raises(PullFailed) as e:
+        pull(rec, lambda _: None)
+    assert "Read-only file system" in e.value.message and "free space" not in e.value.fix, e.value.fix
+    assert f"make {mirror_dir(RUN)} writable" in e.value.fix, e.value.fix
+    assert e.value.mirror_checkpoint == "step-00000004" and _latest() == "step-00000004"
