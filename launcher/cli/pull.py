@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from launcher.cli.app import Application
-from launcher.cli.watch import Seconds
+from launcher.cli.watch import Seconds, stopped_line
 
 
 @click.command()
@@ -28,12 +28,10 @@ def pull(app: Application, run: str | None, wait_s: float, as_json: bool) -> Non
     that is changing the run. Exit 1 when the pull failed (the mirror is then as it was). Ctrl-C,
     SIGTERM and SIGHUP stop the copy under way (exit 130; the mirror is as it was).
     """
-    from launcher.recover.mirror import mirror_dir
     from launcher.recover.mirror import pull as do_pull
     from launcher.recover.watcher import signals_as_interrupt
     from launcher.run.control import resolve_run
     from launcher.run.locks import run_lock
-    from nsa.runfiles import RunDir
 
     rec = resolve_run(run)
     # Without this a SIGTERM killed only this process: its rsync went on copying the checkpoint into
@@ -44,11 +42,7 @@ def pull(app: Application, run: str | None, wait_s: float, as_json: bool) -> Non
         with run_lock(rec.run, "nsa-launch pull", timeout=wait_s):
             res = do_pull(rec, say=app.say)
     except KeyboardInterrupt as e:
-        how = str(e).removeprefix("stopped by ") or "Ctrl-C"
-        ck = RunDir(mirror_dir(rec.run)).latest_checkpoint()
-        raise KeyboardInterrupt(
-            f"pull of {rec.run} stopped by {how}; the mirror keeps {ck.name if ck else 'no checkpoint'}"
-        ) from None
+        raise KeyboardInterrupt(stopped_line("pull", rec.run, e)) from None
     finally:
         restore()
     if as_json:

@@ -24,6 +24,17 @@ class Seconds(click.FloatRange):
         return rv
 
 
+def stopped_line(what: str, run: str, e: KeyboardInterrupt) -> str:
+    """ "pull of R stopped by SIGTERM; the mirror keeps step-12": what a stopped pull or watch leaves
+    (a bare "stopped by SIGTERM" said nothing of the mirror until the qa walk of 2026-11-27)."""
+    from launcher.recover.mirror import mirror_dir
+    from nsa.runfiles import RunDir
+
+    how = str(e).removeprefix("stopped by ").removeprefix("got ") or "Ctrl-C"
+    ck = RunDir(mirror_dir(run)).latest_checkpoint()
+    return f"{what} of {run} stopped by {how}; the mirror keeps {ck.name if ck else 'no checkpoint'}"
+
+
 @click.command()
 @click.option("--run", "-r", help="Run id. Default: the most recent run.")
 @click.option(
@@ -87,10 +98,15 @@ def watch(
         return sys.stdin.isatty() and click.confirm(question, default=False, err=True)
 
     rec = resolve_run(run)
-    st = do_watch(
-        rec.run, app.say, poll_s=poll, pull_every_s=pull_every, lost_after_s=lost_after,
-        max_replacements=max_replacements, ready_timeout=ready_timeout, confirm=confirm,
-    )  # fmt: skip
+    try:
+        st = do_watch(
+            rec.run, app.say, poll_s=poll, pull_every_s=pull_every, lost_after_s=lost_after,
+            max_replacements=max_replacements, ready_timeout=ready_timeout, confirm=confirm,
+        )  # fmt: skip
+    except KeyboardInterrupt as e:
+        raise KeyboardInterrupt(stopped_line("watch", rec.run, e) + (
+            f"; the run itself goes on, unwatched: `nsa-launch watch --run {rec.run}` to watch it again"
+        )) from None  # fmt: skip
     if as_json:
         app.emit_json(st)
     loss = st.get("loss")

@@ -204,3 +204,36 @@ def test_a_read_only_mirror_is_named_with_the_fix_that_applies(home, tmp_path, r
     assert "Read-only file system" in e.value.message and "free space" not in e.value.fix, e.value.fix
     assert f"make {mirror_dir(RUN)} writable" in e.value.fix, e.value.fix
     assert e.value.mirror_checkpoint == "step-00000004" and _latest() == "step-00000004"
+
+
+def test_sigterm_of_watch_mid_rsync_stops_the_rsync_and_says_what_the_mirror_keeps(home, tmp_path, sshd):
+    """watch took SIGTERM as Ctrl-C already (its rsync stopped); it now also says what the mirror
+    keeps and that the run goes on unwatched, instead of a bare "stopped by SIGTERM"."""
+    rd = tmp_path / "run"
+    _ckpt(rd, 4, b"w4" * 1000)
+    rec = _record(rd, sshd)
+    assert pull(rec, lambda _: None)["pulled"] == "step-00000004"
+    _ckpt(rd, 8, os.urandom(BIG))
+    p = subprocess.Popen(
+        [sys.executable, "-c", "from launcher.cli import main; main()", "watch", "--run", RUN, "--poll", "0.2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    stray: list[int] = []
+    try:
+        rsync = _rsync_of("step-00000008", home)
+        os.kill(rsync, signal.SIGSTOP)
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+        time.sleep(0.5)
+        stray = _procs_with(str(mirror_dir(RUN) / "checkpoints" / ".tmp-"))
+        assert stray == [], f"rsync left running after watch ended: {stray}"
+        assert p.returncode == 130, (p.returncode, err[-2000:])
+        assert f"watch of {RUN} stopped by SIGTERM; the mirror keeps step-00000004" in err, err[-2000:]
+        assert f"`nsa-launch watch --run {RUN}` to watch it again" in err, err[-2000:]
+        _mirror_as_it_was("step-00000004")
+    finally:
+        for pid in stray:
+            os.kill(pid, signal.SIGKILL)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
