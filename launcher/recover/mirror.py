@@ -198,16 +198,25 @@ def _fetch(t: Transport, run: str, run_dir: str, ckpt: str, dest: Path) -> Path:
 
 
 def _commit(run: str, dest: Path, tmp: Path, ckpt: str) -> None:
-    """Rename a verified, fsynced .tmp- copy into place, then (only then) name it in `latest`."""
-    from nsa.runfiles import CHECKPOINTS_DIR, LATEST
+    """Rename a verified, fsynced .tmp- copy into place, then (only then) name it in `latest`; a copy
+    that could not be named is removed again (the mirror as it was)."""
+    from nsa.runfiles import CHECKPOINTS_DIR, LATEST, RunDir
 
     final = dest / CHECKPOINTS_DIR / ckpt
     if final.exists():  # an older damaged copy of the same step: never the newest verified one
         shutil.rmtree(final)
     tmp.rename(final)
-    fsync_dir(final.parent)
-    _remember(run, final)
-    durable_write_text(dest / CHECKPOINTS_DIR / LATEST, ckpt + "\n")
+    try:
+        fsync_dir(final.parent)
+        _remember(run, final)
+        durable_write_text(dest / CHECKPOINTS_DIR / LATEST, ckpt + "\n")
+    except BaseException:
+        # A disk that fills here (the copy fitted, verified.json or `latest` did not) must not keep an
+        # unnamed copy: it held a checkpoint's worth of the full disk, and the next pull copied it again
+        # beside it (the qa walk of 2026-11-27). Taken back unless `latest` names it.
+        if RunDir(dest).latest_checkpoint() != final:
+            shutil.rmtree(final, ignore_errors=True)
+        raise
 
 
 def _prune(dest: Path, keep: str) -> None:

@@ -237,3 +237,40 @@ def test_sigterm_of_watch_mid_rsync_stops_the_rsync_and_says_what_the_mirror_kee
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_a_mirror_disk_that_fills_at_the_commit_is_left_as_it_was(tmp_path, monkeypatch):
+    """The checkpoint's copy fits the mirror's disk but the bookkeeping after its rename does not
+    (verified.json, `latest`). Before: the new step dir stayed, unnamed, holding a checkpoint's worth
+    of the full disk, and the next pull copied it again beside it (the mirror not as it was)."""
+    from launcher.ssh.hosts import local_host
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], capture_output=True, text=True
+    )
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        monkeypatch.setenv("NSA_LAUNCH_HOME", str(disk / "home"))
+        rd = tmp_path / "run"
+        _ckpt(rd, 4, b"w4" * 1000)
+        node = registry.NodeRecord(local_host(), str(PROJECT_ROOT), sys.executable, str(rd))
+        rec = registry.RunRecord(run=RUN, profile="cpu", created=1.0, nodes=[node])
+        registry.save(rec)
+        assert pull(rec, lambda _: None)["pulled"] == "step-00000004"
+        ck8 = _ckpt(rd, 8, os.urandom(100 * 4096))
+        # tmpfs counts whole pages: leave exactly the pages of step-8's files (model.pt, manifest)
+        need = sum(-(-f.stat().st_size // 4096) for f in ck8.iterdir())
+        st = os.statvfs(disk)
+        (disk / "filler").write_bytes(b"\0" * ((st.f_bavail - need) * st.f_frsize))
+        with pytest.raises(PullFailed) as e:
+            pull(rec, lambda _: None)
+        assert "No space left on device" in e.value.message and "free space" in e.value.fix, e.value.message
+        _mirror_as_it_was("step-00000004")
+        # one checkpoint's worth freed (and a page for the bookkeeping): the next pull lands
+        os.truncate(disk / "filler", max(0, (disk / "filler").stat().st_size - (need + 4) * st.f_frsize))
+        assert pull(rec, lambda _: None)["pulled"] == "step-00000008"
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
