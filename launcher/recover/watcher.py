@@ -59,7 +59,8 @@ def lost_advice(rec: RunRecord) -> str:
     return (
         f"the host of {rec.run} does not answer. If it comes back, the run goes on (its wrapper restarts "
         f"crashes there). If it is gone: {where}; runs started with `nsa-launch up --provision prime` are "
-        "replaced by `nsa-launch watch`, others need a new host and a new `nsa-launch up`"
+        f"replaced by `nsa-launch watch`; others need a new host and a new `nsa-launch up` (from step 0), "
+        f"or `nsa-launch restart --run {rec.run} --host NEW`, which resumes there from the mirror"
     )
 
 
