@@ -1,6 +1,6 @@
 """`restart --host` (a run moved off a lost plain SSH host, from the mirror) on bad input: exit 2 (1
 for a mirror with nothing to move) naming the option or the run and the fix, before anything is
-copied, started or recorded. The move itself runs end to end in tests/e2e/test_qa_recover_move.py.
+copied, started or recorded. The move itself runs end to end in tests/e2e/test_qa_recover_new_host.py.
 Real parts: the registry and mirror on disk, the CLI in-process."""
 
 from __future__ import annotations

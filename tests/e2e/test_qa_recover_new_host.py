@@ -23,7 +23,7 @@ STEPS = 12
 SETS = [f"train.steps={STEPS}", "train.save_every=4", "train.eval_every=100", "train.log_every=1"]
 
 
-def test_a_lost_plain_ssh_host_is_left_for_a_new_host_from_the_mirror(
+def test_a_run_whose_plain_ssh_host_is_lost_moves_to_a_new_host_from_the_mirror(
     fake_prime, tmux_server, tmp_path, monkeypatch
 ):
     from launcher.providers.pods import provision
@@ -64,7 +64,12 @@ def test_a_lost_plain_ssh_host_is_left_for_a_new_host_from_the_mirror(
     )
     rec = json.loads((home / "runs" / f"{run}.json").read_text())
     assert rec["nodes"][0]["host"]["target"] == host2 and rec.get("provider") is None, rec
-    st = wait_for(lambda: (s := status(run))["state"] in ("finished", "failed") and s, 240, "the run to end")
+    st = wait_for(
+        lambda: (s := status(run))["state"] in ("finished", "failed") and s,
+        240,
+        "the run to end",
+        interval=1.0,
+    )  # each look is an agent call over SSH
     assert f"{run}: moved to {st['host']} from {mirrored}" in res.output, res.output
     assert st["state"] == "finished" and st["step"] == STEPS, st
     assert invoke("pull", "--run", run).exit_code == 0
@@ -77,4 +82,5 @@ def test_a_lost_plain_ssh_host_is_left_for_a_new_host_from_the_mirror(
     moved = [e for e in ev if e["kind"] == "host_replaced"]
     assert (
         len(moved) == 1 and moved[0]["detail"]["old_pod"] is None and moved[0]["detail"]["host"] == st["host"]
-    )
+    ), moved
+    assert moved[0]["detail"]["old_host"] != st["host"]
