@@ -105,7 +105,7 @@ def watch(
         )  # fmt: skip
     except KeyboardInterrupt as e:
         raise KeyboardInterrupt(stopped_line("watch", rec.run, e) + (
-            f"; the run itself goes on, unwatched: `nsa-launch watch --run {rec.run}` to watch it again"
+            f"; nothing watches the run now: `nsa-launch watch --run {rec.run}` to watch it again"
         )) from None  # fmt: skip
     if as_json:
         app.emit_json(st)

@@ -208,7 +208,7 @@ def test_a_read_only_mirror_is_named_with_the_fix_that_applies(home, tmp_path, r
 
 def test_sigterm_of_watch_mid_rsync_stops_the_rsync_and_says_what_the_mirror_keeps(home, tmp_path, sshd):
     """watch took SIGTERM as Ctrl-C already (its rsync stopped); it now also says what the mirror
-    keeps and that the run goes on unwatched, instead of a bare "stopped by SIGTERM"."""
+    keeps and that nothing watches the run now, instead of a bare "stopped by SIGTERM"."""
     rd = tmp_path / "run"
     _ckpt(rd, 4, b"w4" * 1000)
     rec = _record(rd, sshd)
@@ -229,7 +229,9 @@ def test_sigterm_of_watch_mid_rsync_stops_the_rsync_and_says_what_the_mirror_kee
         assert stray == [], f"rsync left running after watch ended: {stray}"
         assert p.returncode == 130, (p.returncode, err[-2000:])
         assert f"watch of {RUN} stopped by SIGTERM; the mirror keeps step-00000004" in err, err[-2000:]
-        assert f"`nsa-launch watch --run {RUN}` to watch it again" in err, err[-2000:]
+        assert f"nothing watches the run now: `nsa-launch watch --run {RUN}` to watch it again" in err, err[
+            -2000:
+        ]
         _mirror_as_it_was("step-00000004")
     finally:
         for pid in stray:
