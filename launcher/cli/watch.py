@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import sys
+from typing import Any
 
 import click
 
@@ -10,24 +12,47 @@ from launcher.cli.app import Application
 from launcher.core.errors import EXIT_OK, EXIT_RUNTIME
 
 
+class Seconds(click.FloatRange):
+    """A number of seconds within the range, and finite: click's FloatRange lets `nan` through (nan < 0
+    is False), and a `--lost-after nan` never replaced a lost pod (waited >= nan is never true), a
+    `pull --wait nan` waited forever; `inf` sleeps overflow or never end."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number of seconds.", param, ctx)
+        return rv
+
+
+def stopped_line(what: str, run: str, e: KeyboardInterrupt) -> str:
+    """ "pull of R stopped by SIGTERM; the mirror keeps step-12": what a stopped pull or watch leaves
+    (a bare "stopped by SIGTERM" said nothing of the mirror until the qa walk of 2026-11-27)."""
+    from launcher.recover.mirror import mirror_dir
+    from nsa.runfiles import RunDir
+
+    how = str(e).removeprefix("stopped by ").removeprefix("got ") or "Ctrl-C"
+    ck = RunDir(mirror_dir(run)).latest_checkpoint()
+    return f"{what} of {run} stopped by {how}; the mirror keeps {ck.name if ck else 'no checkpoint'}"
+
+
 @click.command()
 @click.option("--run", "-r", help="Run id. Default: the most recent run.")
 @click.option(
     "--pull-every",
-    type=click.FloatRange(min=0.0, min_open=True),
+    type=Seconds(min=0.0, min_open=True),
     default=None,
     help="Seconds between pulls of the mirror. Default: on every new checkpoint the status shows, and "
     "every half checkpoint interval (train.save_every x the measured step time, 5-60 s).",
 )
 @click.option(
     "--lost-after",
-    type=click.FloatRange(min=0.0),
+    type=Seconds(min=0.0),
     default=60.0,
     show_default=True,
     help="Seconds unreachable before a pod is replaced (0: at the first failed check).",
 )
 @click.option(
-    "--poll", type=click.FloatRange(min=0.0, min_open=True), default=5.0, show_default=True,
+    "--poll", type=Seconds(min=0.0, min_open=True), default=5.0, show_default=True,
     help="Seconds between status checks.",
 )  # fmt: skip
 @click.option(
@@ -35,10 +60,10 @@ from launcher.core.errors import EXIT_OK, EXIT_RUNTIME
     type=click.IntRange(min=0),
     default=3,
     show_default=True,
-    help="Pods to rent at most.",
+    help="Pods to rent at most; a replacement pod that fails counts, and watch tries again.",
 )
 @click.option(
-    "--ready-timeout", type=click.FloatRange(min=0.0, min_open=True), default=900.0, show_default=True,
+    "--ready-timeout", type=Seconds(min=0.0, min_open=True), default=900.0, show_default=True,
     help="Seconds to wait for a new pod.",
 )  # fmt: skip
 @click.option("--yes", "-y", is_flag=True, help="Terminate pods rented for the run but not in use, unasked.")
@@ -73,10 +98,15 @@ def watch(
         return sys.stdin.isatty() and click.confirm(question, default=False, err=True)
 
     rec = resolve_run(run)
-    st = do_watch(
-        rec.run, app.say, poll_s=poll, pull_every_s=pull_every, lost_after_s=lost_after,
-        max_replacements=max_replacements, ready_timeout=ready_timeout, confirm=confirm,
-    )  # fmt: skip
+    try:
+        st = do_watch(
+            rec.run, app.say, poll_s=poll, pull_every_s=pull_every, lost_after_s=lost_after,
+            max_replacements=max_replacements, ready_timeout=ready_timeout, confirm=confirm,
+        )  # fmt: skip
+    except KeyboardInterrupt as e:
+        raise KeyboardInterrupt(stopped_line("watch", rec.run, e) + (
+            f"; nothing watches the run now: `nsa-launch watch --run {rec.run}` to watch it again"
+        )) from None  # fmt: skip
     if as_json:
         app.emit_json(st)
     loss = st.get("loss")

@@ -20,6 +20,7 @@ re-reads the run record under it. It must not start or stop runs.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -197,16 +198,25 @@ def _fetch(t: Transport, run: str, run_dir: str, ckpt: str, dest: Path) -> Path:
 
 
 def _commit(run: str, dest: Path, tmp: Path, ckpt: str) -> None:
-    """Rename a verified, fsynced .tmp- copy into place, then (only then) name it in `latest`."""
-    from nsa.runfiles import CHECKPOINTS_DIR, LATEST
+    """Rename a verified, fsynced .tmp- copy into place, then (only then) name it in `latest`; a copy
+    that could not be named is removed again (the mirror as it was)."""
+    from nsa.runfiles import CHECKPOINTS_DIR, LATEST, RunDir
 
     final = dest / CHECKPOINTS_DIR / ckpt
     if final.exists():  # an older damaged copy of the same step: never the newest verified one
         shutil.rmtree(final)
     tmp.rename(final)
-    fsync_dir(final.parent)
-    _remember(run, final)
-    durable_write_text(dest / CHECKPOINTS_DIR / LATEST, ckpt + "\n")
+    try:
+        fsync_dir(final.parent)
+        _remember(run, final)
+        durable_write_text(dest / CHECKPOINTS_DIR / LATEST, ckpt + "\n")
+    except BaseException:
+        # A disk that fills here (the copy fitted, verified.json or `latest` did not) must not keep an
+        # unnamed copy: it held a checkpoint's worth of the full disk, and the next pull copied it again
+        # beside it (the qa walk of 2026-11-27). Taken back unless `latest` names it.
+        if RunDir(dest).latest_checkpoint() != final:
+            shutil.rmtree(final, ignore_errors=True)
+        raise
 
 
 def _prune(dest: Path, keep: str) -> None:
@@ -280,7 +290,7 @@ def _pull(rec: RunRecord, say: Callable[[str], None]) -> dict[str, Any]:
             _bring(rec, t, have.name, others, parts_only=True)  # node 0's is here; a part was lost
     except (LaunchError, OSError) as e:
         if isinstance(e, OSError):  # this machine's side: a full disk, a permission
-            e = RuntimeFailure(f"writing the mirror {dest} failed: {e}", "free space there, then pull again")
+            e = RuntimeFailure(f"writing the mirror {dest} failed: {e}", _write_fix(e, dest))
         raise PullFailed(e, have.name if have else None, state["host_newest"]) from None
     now = newest_verified(rec.run)
     named = RunDir(dest).latest_checkpoint()
@@ -309,6 +319,16 @@ def _pull(rec: RunRecord, say: Callable[[str], None]) -> dict[str, Any]:
         + f", files in {dest} ({res['seconds']} s)"
     )
     return res
+
+
+def _write_fix(e: OSError, dest: Path) -> str:
+    """What to do about a failed write to the mirror: a full disk and a read-only one need different
+    things (a read-only mirror was told "free space there" until the qa walk of 2026-11-27)."""
+    if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return f"make {dest} writable on this machine (or set $NSA_LAUNCH_HOME to a writable disk), then pull again"
+    if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return "free space there, then pull again"
+    return "fix that on this machine, then pull again"
 
 
 def _bring(

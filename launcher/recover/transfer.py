@@ -12,6 +12,7 @@ it must not decide what to copy.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -25,6 +26,8 @@ STALL_S = 120.0  # no byte moved for this long: the transfer is stuck (a dead li
 TRIES = 3  # tries of one transfer, while each one moves bytes
 PARTIAL_DIR = ".rsync-partial"
 _NO_SPACE = ("No space left on device", "ENOSPC", "Disk quota exceeded")
+# rsync's receiver (this machine, on a pull) refused a write: not the host's fault, not a full disk.
+_NOT_WRITABLE = re.compile(r"\[(?:receiver|generator)\].*(?:Read-only file system|Permission denied)")
 
 
 def _ssh_e(t: SSHTransport) -> list[str]:
@@ -103,11 +106,12 @@ def rsync_pull(t: Transport, remote: list[str], dest: Path, *, stall_s: float | 
     if no_space(err):  # what it moved only fills the disk further
         shutil.rmtree(dest / PARTIAL_DIR, ignore_errors=True)
     names = ", ".join(Path(r.rstrip("/")).name for r in remote)
-    fix = (
-        "free space on this machine (the mirror is under $NSA_LAUNCH_HOME), then `nsa-launch pull`"
-        if no_space(err)
-        else "check the host is reachable (`nsa-launch status`), then `nsa-launch pull` again"
-    )
+    if no_space(err):
+        fix = "free space on this machine (the mirror is under $NSA_LAUNCH_HOME), then `nsa-launch pull`"
+    elif _NOT_WRITABLE.search(err):
+        fix = f"make {dest} writable on this machine (or set $NSA_LAUNCH_HOME to a writable disk), then pull again"
+    else:
+        fix = "check the host is reachable (`nsa-launch status`), then `nsa-launch pull` again"
     raise RuntimeFailure(
         f"pulling {names} from {t.label} failed (rsync exit {code}, {attempt} tries): {err.strip()[-500:]}",
         fix,

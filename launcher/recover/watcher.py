@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from launcher.core.errors import LaunchError
-from launcher.recover.replace import Replacement, pod_gone, replace_host
+from launcher.recover.replace import Replacement, ReplacementFailed, pod_gone, replace_host
 from launcher.run import registry
 from launcher.run.locks import RunLocked, WatchLock, run_lock
 from launcher.run.registry import RunRecord
@@ -37,6 +37,7 @@ __all__ = [
     "lost_advice",
     "pod_gone",
     "replace_host",
+    "signals_as_interrupt",
     "watch",
 ]
 
@@ -58,7 +59,8 @@ def lost_advice(rec: RunRecord) -> str:
     return (
         f"the host of {rec.run} does not answer. If it comes back, the run goes on (its wrapper restarts "
         f"crashes there). If it is gone: {where}; runs started with `nsa-launch up --provision prime` are "
-        "replaced by `nsa-launch watch`, others need a new host and a new `nsa-launch up`"
+        f"replaced by `nsa-launch watch`; others need a new host and a new `nsa-launch up` (from step 0), "
+        f"or `nsa-launch restart --run {rec.run} --host NEW`, which resumes there from the mirror"
     )
 
 
@@ -143,6 +145,7 @@ class Watcher:
         self.lost_since: float | None = None
         self.lost_at: float | None = None  # wall time, for the recovery status
         self.replacements: list[dict[str, Any]] = []
+        self.failed: list[dict[str, Any]] = []  # replacements whose new pod failed (terminated)
         self.advised = False
         self.swept = False
         self.waiting_on: str | None = None
@@ -216,16 +219,38 @@ class Watcher:
                 if again["state"] != "lost":
                     self.lost_since = None
                     return again
-            if len(self.replacements) >= self.max_replacements:
+            rented = len(self.replacements) + len(self.failed)
+            if rented >= self.max_replacements:
                 n = len(self.replacements) + 1
+                failed = (
+                    f" ({len(self.failed)} replacement pod{'s' if len(self.failed) != 1 else ''} failed, the last: "
+                    f"{self.failed[-1]['error']})"
+                    if self.failed
+                    else ""
+                )
                 raise LaunchError(
-                    f"run {self.run} lost its host {n} time{'s' if n != 1 else ''}; stopped replacing",
+                    f"run {self.run} lost its host {n} time{'s' if n != 1 else ''}; stopped replacing{failed}",
                     "look at the pods' history (`nsa-launch pods ls`) before renting again",
                     exit_code=1,
                 )
             why = gone or f"unreachable for {waited:.0f} s ({st['error']})"
             self.say(f"run {self.run} lost its host: {why}; replacing it")
-            r = replace_host(rec, self.say, self.ready_timeout, lost_at=self.lost_at)
+            try:
+                r = replace_host(rec, self.say, self.ready_timeout, lost_at=self.lost_at)
+            except ReplacementFailed as e:
+                # The new pod is terminated and the record put back: a pod that fails to come up
+                # (ERROR, no SSH, a resume that never booted) must not leave a lost run unwatched
+                # overnight. Counted against --max-replacements; tried again after --lost-after.
+                self.failed.append({"old_pod": rec.pod_id, "new_pod": e.new_pod, "error": e.message,
+                                    "time": time.time()})  # fmt: skip
+                more = "watch tries again" if rented + 1 < self.max_replacements else "no replacement left"
+                self.say(
+                    f"replacing the host of {self.run} failed (pod {rented + 1} of {self.max_replacements} "
+                    f"--max-replacements): {e.message}; {more}"
+                )
+                self.refresh()
+                self.lost_since = now
+                return st
             self.replacements.append(r.__dict__)
             self.say(f"run {self.run} resumed on pod {r.new_pod} from {r.checkpoint} in {r.seconds:.0f} s")
             self.refresh()
@@ -336,13 +361,14 @@ def watch(
         run, say, who="nsa-launch watch", pull_every_s=pull_every_s, lost_after_s=lost_after_s,
         max_replacements=max_replacements, ready_timeout=ready_timeout, confirm=confirm,
     )  # fmt: skip
-    restore = _signals_as_interrupt()
+    restore = signals_as_interrupt()
     try:
         while True:
             st = w.tick(fetch_status([w.refresh()])[0])
             # a run that ended is left once its final pull ran here (or another watcher holds it)
             if st["state"] in TERMINAL and (w.final is not None or not w.lock.held):
                 st["replacements"] = w.replacements
+                st["replacements_failed"] = w.failed
                 st["mirror"] = {**(w.final or {}), "problem": mirror_problem(w.final)}
                 return st
             time.sleep(poll_s)
@@ -351,10 +377,11 @@ def watch(
         w.close()
 
 
-def _signals_as_interrupt() -> Callable[[], None]:
+def signals_as_interrupt() -> Callable[[], None]:
     """SIGTERM and SIGHUP (a closed terminal, `kill`, a container stop) raise KeyboardInterrupt, as
     Ctrl-C does, so a replacement under way terminates the pod it rented and not yet moved the run
-    to (replace_host's and provision's cleanup) instead of dying with it billing. Returns the undo;
+    to (replace_host's and provision's cleanup) instead of dying with it billing, and a pull under
+    way stops its rsync and removes its .tmp- copy (`watch`, `pull`). Returns the undo;
     a no-op off the main thread (the dashboard's workers), where Python cannot take signals."""
     import signal
     import threading
