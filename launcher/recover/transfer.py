@@ -11,13 +11,18 @@ it must not decide what to copy.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from launcher.core.errors import RuntimeFailure
 from launcher.ssh.transport import SSHTransport, Transport
@@ -48,13 +53,37 @@ def bytes_under(path: Path) -> int:
     return total
 
 
+@contextlib.contextmanager
+def _held_interrupts() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP held while rsync is spawned, then acted on as they would have been.
+    One landing inside Popen (after its fork, before it returns: KeyboardInterrupt from the handler)
+    left the rsync running with no handle to stop it, copying into the mirror after `pull` said it
+    stopped (test_qa_recover_pull's SIGTERM tests, which signal within a millisecond of the spawn,
+    hit it in about one run of two). Off the main thread signals are not taken: nothing to hold."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[tuple[int, Any]] = []
+    sigs = [s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if callable(signal.getsignal(s))]
+    old = {s: signal.signal(s, lambda n, f: held.append((n, f))) for s in sigs}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        if held:
+            old[held[0][0]](*held[0])  # raises KeyboardInterrupt where the caller's try now sees it
+
+
 def _run_watched(argv: list[str], dest: Path | None, stall_s: float) -> tuple[int, str]:
     """Run rsync; stop it when nothing under `dest` grew for `stall_s` (a push watches rsync's own
     --timeout only). Returns (exit code, stderr); a stopped transfer reads as exit 30 (rsync's own
     code for a timeout in data send/receive)."""
-    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p: subprocess.Popen[str] | None = None
     last, moved_at = -1, time.monotonic()
     try:
+        with _held_interrupts():
+            p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         while True:
             try:
                 _, err = p.communicate(timeout=1.0)
@@ -70,8 +99,9 @@ def _run_watched(argv: list[str], dest: Path | None, stall_s: float) -> tuple[in
                 _, err = p.communicate()
                 return 30, f"{err}\nno byte moved for {stall_s:.0f} s; the transfer was stopped".strip()
     except BaseException:
-        p.kill()
-        p.wait()
+        if p is not None:
+            p.kill()
+            p.wait()
         raise
 
 

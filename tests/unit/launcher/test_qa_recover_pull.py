@@ -57,14 +57,50 @@ def _procs_with(*texts: str) -> list[int]:
     return out
 
 
+def _descendants() -> list[int]:
+    """This process's descendants (the pull's rsync is a child, or a grandchild through nsa-launch)."""
+    out, todo = [], [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:  # it ended meanwhile
+            continue
+        for task in tasks:
+            try:
+                kids = [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+            except OSError:
+                continue
+            out += kids
+            todo += kids
+    return out
+
+
 def _rsync_of(ckpt: str, home: Path, timeout: float = 60.0) -> int:
-    """The rsync copying `ckpt` into the mirror, as soon as it exists."""
+    """The rsync copying `ckpt` into the mirror, as soon as it is spawned: only this process's
+    descendants are read (a few files, not all of /proc), so it is caught before ssh has even
+    connected, however fast the copy would be (a scan of every process under load once missed a
+    16 MB copy that finished first, and the pull succeeded)."""
+
+    def copying(pid: int) -> bool:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            return False
+        return f".tmp-{ckpt}." in cmd and str(home) in cmd
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        pids = _procs_with(f".tmp-{ckpt}.", str(home))
-        if pids:
-            return pids[0]
-        time.sleep(0.005)
+        for pid in _descendants():
+            try:
+                ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            # the rsync the pull started, not a fork of it (its ssh before exec, its receiver): those
+            # carry the same command line, and stopping one stops nothing the pull kills
+            if copying(pid) and not copying(ppid):
+                return pid
+        time.sleep(0.001)
     raise AssertionError(f"no rsync of {ckpt} appeared")
 
 
