@@ -55,6 +55,7 @@ NSA_ENV: dict[str, EnvVar] = {
             "str",
             "Test-only fault injection read by nsa-train: <stall|nan|kill|ckpt>[:step=N][:rank=R][:once] "
             "(once: only the first time in a run dir; e.g. stall:step=3:rank=1 makes rank 1 hang at step 3 to exercise the watchdog), "
+            "kill:step=N:rank=R:ordered (the other ranks wait for torchrun's SIGTERM before meeting the dead rank), "
             "or pace[:step=N][:rank=R][:ms=M] (each step from N takes at least M ms, default 250, the rest slept). Never set it "
             "for a real run.",
         ),

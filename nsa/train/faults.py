@@ -9,6 +9,12 @@ they act on it leaves the CPU to the rest of the suite instead of training two r
 Without `rank`, every rank is hit; without `step`, step 1.
 `:once` fires only the first time in a run dir (a marker file `.fault-<kind>-step<N>-rank<R>`), so a
 run that resumes past the fault recovers instead of hitting it again (the launcher's restart tests).
+`kill:...:rank=R:ordered`: the other ranks wait at step N's start (at most KILL_WAIT_S) for the
+SIGTERM torchrun sends them once it sees rank R dead, and only then run into the dead peer in the
+step's all-reduce, so the order is fixed: kill, SIGTERM (`sigterm` event; a run that saves goes on
+to its step boundary), gloo error (`error` event, exit 1). Without it a SIGTERM may land while a
+survivor records its gloo error, after the loop disarmed the save, and end it with only the `sigterm`
+event (one fresh clone of 2026-11-27 did: bench/RESULTS.md "suitetime3").
 Owns parsing (a bad value is a clear error at boot, not a silently ignored variable) and firing.
 It must do nothing at all when NSA_FAULT is unset: the fast path is the default path.
 """
@@ -22,6 +28,9 @@ from dataclasses import dataclass
 
 KINDS = ("stall", "nan", "kill", "ckpt", "pace")
 PACE_MS = 250  # `pace` without `ms`
+# `kill:...:ordered`: a survivor's longest wait for torchrun's SIGTERM. Torchrun polls its ranks every
+# 0.1 s (--monitor-interval) and sends it at once; the bound only keeps a run without torchrun going.
+KILL_WAIT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -31,9 +40,14 @@ class Fault:
     rank: int | None = None
     once: bool = False
     ms: int = PACE_MS  # `pace` only
+    ordered: bool = False  # `kill` of one rank only
 
     def hits(self, step: int, rank: int) -> bool:
         return step == self.step and (self.rank is None or self.rank == rank)
+
+    def outlives(self, step: int, rank: int) -> bool:
+        """`kill:...:ordered`: this rank survives the kill at `step` and waits for its SIGTERM first."""
+        return self.ordered and step == self.step and self.rank is not None and self.rank != rank
 
     def arm(self, run_dir: str | os.PathLike[str], rank: int) -> bool:
         """True when the fault may fire now; with `once`, only for the first caller per run dir."""
@@ -52,17 +66,20 @@ def parse_fault(text: str | None) -> Fault | None:
     if not text:
         return None
     form = (
-        "expected NSA_FAULT=<stall|nan|kill|ckpt>[:step=N][:rank=R][:once] or pace[:step=N][:rank=R][:ms=M], "
-        "e.g. stall:step=3:rank=1"
+        "expected NSA_FAULT=<stall|nan|kill|ckpt>[:step=N][:rank=R][:once], kill:step=N:rank=R:ordered "
+        "or pace[:step=N][:rank=R][:ms=M], e.g. stall:step=3:rank=1"
     )
     kind, *opts = text.split(":")
     if kind not in KINDS:
         raise ValueError(f"NSA_FAULT={text!r}: unknown kind {kind!r}; {form}")
     fields: dict[str, int] = {}
-    once = False
+    once = ordered = False
     for opt in opts:
         if opt == "once":
             once = True
+            continue
+        if opt == "ordered" and kind == "kill":
+            ordered = True
             continue
         key, sep, val = opt.partition("=")
         keys = ("step", "rank", "ms") if kind == "pace" else ("step", "rank")
@@ -71,8 +88,16 @@ def parse_fault(text: str | None) -> Fault | None:
         fields[key] = int(val)
     if kind == "pace" and (once or fields.get("ms", PACE_MS) < 1):
         raise ValueError(f"NSA_FAULT={text!r}: pace takes no `once` and ms >= 1; {form}")
+    # A survivor cannot tell whether a `once` kill fires in this attempt; with every rank killed, none waits.
+    if ordered and (once or "rank" not in fields):
+        raise ValueError(f"NSA_FAULT={text!r}: `ordered` needs one rank and no `once`; {form}")
     return Fault(
-        kind, step=fields.get("step", 1), rank=fields.get("rank"), once=once, ms=fields.get("ms", PACE_MS)
+        kind,
+        step=fields.get("step", 1),
+        rank=fields.get("rank"),
+        once=once,
+        ms=fields.get("ms", PACE_MS),
+        ordered=ordered,
     )
 
 

@@ -42,7 +42,7 @@ from nsa.train.dist import (
     init_distributed,
     teardown,
 )
-from nsa.train.faults import Fault, Pacer, fault_from_env, kill_self, stall_forever
+from nsa.train.faults import KILL_WAIT_S, Fault, Pacer, fault_from_env, kill_self, stall_forever
 from nsa.train.flops import flops_account, peak_for
 from nsa.train.lr import lr_at
 from nsa.train.parallelize import (
@@ -408,6 +408,8 @@ class Run:
             if fault.kind == "stall":
                 rec.beat("forward_backward", step)
                 stall_forever()
+        elif fault is not None and fault.outlives(step + 1, info.rank):
+            self.signals.stop_requested.wait(KILL_WAIT_S)  # torchrun's SIGTERM first, then the dead peer
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         loss_sum = torch.zeros((), device=info.device)

@@ -145,12 +145,15 @@ def test_sigkilled_rank_is_named_and_status_prints_gloo_text(tmux_server, tmp_pa
     run = f"sigkill-{os.getpid()}"
     cleanup_local_run(run)
     try:
-        # The wrapper's restart stays (the fault fires at step 3 on every attempt, then the crash-loop stop):
-        # rank 0's gloo error reaches events.jsonl only when its all-reduce fails before torchrun's SIGTERM
-        # lands (rank 0 may still be in step 3's forward then: a `sigterm` event instead), so two attempts
-        # are two chances. With --max-restarts 0 the fresh clone of 2026-11-27 (thirteenth session) lost
-        # that race once (RESULTS "Fresh-clone CI ... thirteenth session").
-        res = _up(run, "--set", "train.steps=50", "--env", "NSA_FAULT=kill:step=3:rank=1", "--wait")
+        # `ordered`: rank 0 waits at step 3's start for torchrun's SIGTERM, then meets the dead rank 1 in
+        # the step's all-reduce, so its gloo error is recorded whatever the load. Without it a SIGTERM
+        # landing while rank 0 recorded that error (its save already disarmed) left only a `sigterm` event
+        # (a fresh clone of 2026-11-27; bench/RESULTS.md "suitetime3"). One attempt then suffices: no
+        # wrapper restart (torchrun and two ranks again, ~14 s of CPU, to hit the same fault).
+        res = _up(
+            run, "--set", "train.steps=50", "--env", "NSA_FAULT=kill:step=3:rank=1:ordered", "--max-restarts", "0",
+            "--wait",
+        )  # fmt: skip
         assert res.exit_code == 1, res.output
         st = status(run)
         assert st["state"] == "failed" and st["exit_code"] == 1

@@ -108,19 +108,15 @@ def test_ddp_and_fsdp_with_activation_checkpointing_match_one_process(tmp_path: 
     probe = str(REPO / "tests" / "assets" / "grad_probe.py")
     import sys
 
+    # The DDP and FSDP2 probes share one torchrun start (grad_probe's `+`): each builds its own model
+    # from the same seed in the same 2-rank gloo world; a torchrun agent and two ranks less (~12 s of CPU).
     runs = {
         "single": [sys.executable, probe, str(tmp_path / "single.pt")],
-        "ddp_ac": [*torchrun_cmd(2), probe, str(tmp_path / "ddp_ac.pt"), "--ac"],
-        "fsdp_ac_accum": [
-            *torchrun_cmd(2),
-            probe,
-            str(tmp_path / "fsdp_ac_accum.pt"),
-            "--ac",
-            "--fsdp",
-            "--accum",
-            "2",
+        "ddp_ac + fsdp_ac_accum": [
+            *torchrun_cmd(2), probe, str(tmp_path / "ddp_ac.pt"), "--ac",
+            "+", str(tmp_path / "fsdp_ac_accum.pt"), "--ac", "--fsdp", "--accum", "2",
         ],
-    }
+    }  # fmt: skip
     for name, cmd in runs.items():
         p = subprocess.run(cmd, cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=120)
         assert p.returncode == 0, f"{name}: {explain(p)}"

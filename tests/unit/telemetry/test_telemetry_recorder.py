@@ -68,7 +68,13 @@ def test_fault_grammar() -> None:
     assert parse_fault("stall:step=3:rank=1") == Fault("stall", 3, 1)
     assert parse_fault("nan") == Fault("nan", 1, None)
     assert Fault("kill", 2, None).hits(2, 5) and not Fault("kill", 2, 0).hits(2, 5)
-    for bad in ("hang", "stall:step=x", "nan:when=3", "kill:ms=5", "pace:ms=0", "pace:once", "pace:ms=-1"):
+    ordered = parse_fault("kill:step=3:rank=1:ordered")
+    assert ordered == Fault("kill", 3, 1, ordered=True)
+    # The survivors wait at the kill's step, the killed rank does not; without `ordered` nobody waits.
+    assert ordered.outlives(3, 0) and not ordered.outlives(3, 1) and not ordered.outlives(2, 0)
+    assert not Fault("kill", 3, 1).outlives(3, 0)
+    bad_ones = ("hang", "stall:step=x", "nan:when=3", "kill:ms=5", "pace:ms=0", "pace:once", "pace:ms=-1")
+    for bad in (*bad_ones, "stall:rank=1:ordered", "kill:step=3:ordered", "kill:rank=1:once:ordered"):
         with pytest.raises(ValueError, match="NSA_FAULT"):
             parse_fault(bad)
     assert parse_fault("pace") == Fault("pace", 1, None, ms=250)
