@@ -343,7 +343,7 @@ def record_host_key(spec: HostSpec, say: Callable[[str], None]) -> None:
     nsa-launch just rented cannot be known before), so a later `up --host` to it needs no
     --accept-new-host-key. The key is exchanged before login, so it is recorded even when the login
     then fails; that failure is said, not raised (the pod is up; the key may still be on its way)."""
-    from launcher.ssh.transport import SSHTransport
+    from launcher.ssh.transport import SSHTransport, UnusableKnownHosts
 
     def unusable(e: OSError) -> LaunchError:  # UserKnownHostsFile a directory, or not ours to write
         if not e.filename:  # not a file: the connection itself
@@ -363,6 +363,8 @@ def record_host_key(spec: HostSpec, say: Callable[[str], None]) -> None:
         t.connect()
     except OSError as e:
         raise unusable(e) from None
+    except UnusableKnownHosts:  # the new key cannot be saved: the pod is terminated, not kept unchecked
+        raise
     except LaunchError as e:
         if t.recorded_host_key is None:
             say(f"  could not record the host key of {t.label}: {e.message}")
