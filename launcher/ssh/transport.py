@@ -146,6 +146,10 @@ class UnusableKnownHosts(LaunchError):
     """The known_hosts file SSH is to check the host key with cannot be used: bad input, exit 2."""
 
 
+class NoLogin(LaunchError):
+    """SSH reached the host but had no key to offer (none in the config, the agent, ~/.ssh): exit 2."""
+
+
 class SSHTransport(Transport):
     """A host over SSH. The host key must match known_hosts; new keys only with accept_new_host_key."""
 
@@ -241,12 +245,19 @@ class SSHTransport(Transport):
                 f"verify the new key out of band, then remove the old one: ssh-keygen -R '{key_entry}' "
                 f"-f {self.known_hosts[0]} (and re-run with --accept-new-host-key)",
             ) from None
-        except p.AuthenticationException as e:
+        except p.AuthenticationException as e:  # keys offered, refused (a new pod's may be on its way)
             raise LaunchError(
                 f"SSH authentication to {self.label} failed ({e})",
                 "check the user and the key (IdentityFile in the ssh config, or -i KEY in --host)",
             ) from None
         except p.SSHException as e:
+            if "No authentication methods available" in str(e):  # sshd is up: it is the key that is not
+                raise NoLogin(
+                    f"no SSH key to log in with to {self.label}: no IdentityFile in "
+                    f"{self.spec.ssh_config or '~/.ssh/config'}, no key in an ssh-agent, no ~/.ssh/id_*",
+                    "point ssh at your key: IdentityFile KEY in the ssh config (or -i KEY in --host), or "
+                    "`ssh-add KEY`",
+                ) from None
             if "not found in known_hosts" in str(e):
                 key = self.new_host_key
                 shown = f"; it presents {key.get_name()} {fingerprint(key)}" if key is not None else ""
