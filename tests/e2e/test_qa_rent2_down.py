@@ -1,11 +1,13 @@
 """`up --provision prime --down-when-done` when the run does not end well (QA, a user who rents by the
 hour and leaves): a FINISHED run whose final pull fails keeps its pod (its checkpoint is only there)
 and says loudly that the pod bills on, why, and the two commands that end it (they do); a FAILED run
-is pulled (log, events) and its pod terminated, with the mirror's log named. Against the FAKE Prime
+is pulled (log, events) and its pod terminated, with the mirror's log named. The dashboard's `k` of a
+run on a rented pod says that the pod bills on. Against the FAKE Prime
 API (tests/fixtures/fake_prime.py), a real sshd per pod, real tmux and torchrun (one CPU worker, 4 steps)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import pytest
@@ -22,6 +24,24 @@ def _up(api, run: str, *args: str):
         "--python", PYTHON, *CPU1, "--name", run, "--set", "train.steps=4", "--set", "train.save_every=4",
         "--down-when-done", *args,
     )  # fmt: skip
+
+
+async def _dashboard_kill(run: str) -> list[str]:
+    """`k`, `y` on the run in the dashboard over the real launcher (its watch off: no pull of its own);
+    the notifications it shows."""
+    from launcher.dashboard import make_app
+    from launcher.dashboard.backend import LauncherBackend, Scope, WatchSettings
+    from launcher.dashboard.screens.confirm import ConfirmScreen
+    from tests.dashboard.helpers import notifications, wait_for
+
+    app = make_app(LauncherBackend(Scope(run=run), WatchSettings(enabled=False)), refresh_s=0.5)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: app.main.selected == run, 30, what=f"{run} selected")
+        await pilot.press("k")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the kill confirmation")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: any("still billing" in m for m in notifications(app)), 60, "billing")
+        return notifications(app)
 
 
 def test_a_finished_run_whose_pull_fails_keeps_its_pod_and_says_the_commands(
@@ -43,6 +63,12 @@ def test_a_finished_run_whose_pull_fails_keeps_its_pod_and_says_the_commands(
     assert "The pod is NOT terminated" in out, out
     assert f"`nsa-launch pull --run {run}`, then end the billing: `nsa-launch pods down {run}`" in out
     assert "terminated pod" not in out and ledger(home)[pod_id]["terminated"] is None
+    # The dashboard's `k` of the run on that pod says the pod bills on, as `nsa-launch kill` does (it
+    # said the kill's result only).
+    said = asyncio.run(_dashboard_kill(run))
+    assert any(f"pod {pod_id} at $0.10/h" in m and "still billing" in m and f"nsa-launch pods down {run}" in m
+               for m in said), said  # fmt: skip
+    assert pod_id in fake_prime.pods
     # The commands it names work once the cause is gone: the checkpoint is pulled, then the pod ends.
     (in_the_way / "x").unlink()
     in_the_way.rmdir()
