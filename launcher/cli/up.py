@@ -261,8 +261,9 @@ def _down_when_done(app: Application, client, pod, rec, st: dict, keep_failed: b
         mirror = res["mirror"]
         app.say(
             f"run {rec.run} {state}: its log and events are in the mirror, {mirror}/train.log and "
-            f"{mirror}/events.jsonl (checkpoint {res['checkpoint'] or 'none'}); terminating pod {pod.id} "
-            "(--keep-failed would keep it)"
+            f"{mirror}/events.jsonl (checkpoint {res['checkpoint'] or 'none'}); terminating pod {pod.id}, "
+            "so `restart` above has no pod to run on (--keep-failed keeps a failed run's pod, for "
+            "inspection or `restart`)"
         )
     if not terminate_or_shout(client, pod, app.say):
         raise SystemExit(EXIT_RUNTIME)

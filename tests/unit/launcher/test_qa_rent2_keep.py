@@ -1,7 +1,8 @@
 """`up --provision --down-when-done`'s end, the branches that keep the pod (no API call, no SSH): a run
 stopped by `kill` and a failed run with --keep-failed keep their pod and say it bills on, with the
 command that ends it; --keep-failed without --down-when-done is refused (exit 2), and --help names it.
-The branches that pull and terminate: tests/e2e/test_qa_rent2_down.py."""
+The branches that pull and terminate: tests/e2e/test_qa_rent2_down.py (a basename of its own: pytest
+imports both test dirs by basename)."""
 
 from __future__ import annotations
 
