@@ -83,7 +83,15 @@ TERMINAL = ("finished", "failed", "killed", "lost")
 @click.option(
     "--down-when-done",
     is_flag=True,
-    help="With --provision: wait for the run, pull its checkpoint, terminate the pod (implies --wait).",
+    help="With --provision: wait for the run, pull it (checkpoint, logs, events), terminate the pod "
+    "(implies --wait). A failed run's pod goes too (its logs are in the mirror); a pull that fails or a "
+    "run stopped by `kill` keeps the pod, said to bill on.",
+)
+@click.option(
+    "--keep-failed",
+    is_flag=True,
+    help="With --down-when-done: keep the pod of a run that failed, for inspection (it bills on until "
+    "`nsa-launch pods down RUN`).",
 )
 @offer_options
 @click.option(
@@ -103,6 +111,7 @@ def up(
     gpu_type: str | None,
     ready_timeout: float,
     down_when_done: bool,
+    keep_failed: bool,
     dry_run: bool,
     **kw: object,
 ) -> None:
@@ -115,6 +124,8 @@ def up(
             ["--gpu-type"] * bool(gpu_type) + ["--down-when-done"] * down_when_done + ["--dry-run"] * dry_run
         )
         app.abort(f"{' '.join(given)} need --provision prime", "add --provision prime")
+    if keep_failed and not down_when_done:  # without it nothing terminates the pod anyway
+        app.abort("--keep-failed goes with --down-when-done", "add --down-when-done, or drop --keep-failed")
     if provision and hosts:
         app.abort("--provision rents the host, so --host cannot be given too", "drop --host or --provision")
     if provision and kw.get("resume"):
@@ -211,24 +222,49 @@ def up(
                 keeps_going(rec.run, rec.host, "stopped waiting") + _bills_on(pod, rec.run, down_when_done)
             ) from None
         if down_when_done and pod is not None:
-            _down_when_done(app, client, pod, rec, st)
+            _down_when_done(app, client, pod, rec, st, keep_failed)
     raise SystemExit(EXIT_OK if st["state"] == "finished" else EXIT_RUNTIME)
 
 
-def _down_when_done(app: Application, client, pod, rec, st: dict) -> None:
-    """Pull the finished run's checkpoint, then terminate its pod. A pod whose run did not finish is
-    kept (its checkpoints are only there) and said to bill on, with the command."""
+def _down_when_done(app: Application, client, pod, rec, st: dict, keep_failed: bool = False) -> None:
+    """Pull the ended run (its newest intact checkpoint, logs, events), then terminate its pod: a failed
+    run's too (an idle pod billed overnight for a user who asked for down-when-done), unless
+    --keep-failed. The pod is kept, said to bill on with the commands, when the pull fails (the
+    checkpoint is only on the pod: terminating it would lose the trained model) and when `kill`
+    stopped the run (kill stops the trainer, not the pod: the user may `restart` it there)."""
+    from launcher.core.errors import LaunchError
     from launcher.providers.pods import terminate_or_shout
     from launcher.recover.mirror import pull
 
+    state = st["state"]
     price = f" at ${pod.price_hr:.2f}/h" if pod.price_hr is not None else ""
-    if st["state"] != "finished":
+    if state == "killed" or (state != "finished" and keep_failed):
+        why = "was stopped by `kill`" if state == "killed" else f"{state} (--keep-failed)"
         app.say(
-            f"run {rec.run} {st['state']}: pod {pod.id} kept for inspection, billing{price}; "
+            f"run {rec.run} {why}: pod {pod.id} kept, billing{price}; "
             f"`nsa-launch pods down {rec.run}` pulls its newest checkpoint and terminates it"
         )
         return
-    pull(rec, say=app.say)
+    try:
+        res = pull(rec, say=app.say, who="nsa-launch up --down-when-done")
+    except (LaunchError, OSError) as e:
+        what = e.message if isinstance(e, LaunchError) else f"{type(e).__name__}: {e}"
+        fix = f"; {e.fix}" if isinstance(e, LaunchError) and e.fix else ""
+        app.say(
+            f"!!! POD {pod.id} IS STILL BILLING{price}: run {rec.run} {state}, but pulling it failed "
+            f"({what}{fix}). The pod is NOT terminated: the run's newest checkpoint is only there. "
+            f"Pull it: `nsa-launch pull --run {rec.run}`, then end the billing: "
+            f"`nsa-launch pods down {rec.run}`"
+        )
+        raise SystemExit(EXIT_RUNTIME) from None
+    if state != "finished":
+        mirror = res["mirror"]
+        app.say(
+            f"run {rec.run} {state}: its log and events are in the mirror, {mirror}/train.log and "
+            f"{mirror}/events.jsonl (checkpoint {res['checkpoint'] or 'none'}); terminating pod {pod.id}, "
+            "so `restart` above has no pod to run on (--keep-failed keeps a failed run's pod, for "
+            "inspection or `restart`)"
+        )
     if not terminate_or_shout(client, pod, app.say):
         raise SystemExit(EXIT_RUNTIME)
 

@@ -37,7 +37,8 @@ class Backend(Protocol):
         """The newest metrics.jsonl records of the run, oldest first."""
 
     def kill(self, run: str) -> dict[str, Any]:
-        """`{"killed": bool, "remaining_pids": [...], "message": str}`."""
+        """`{"killed": bool, "remaining_pids": [...], "message": str}`, and for a run on a pod
+        `up --provision` rented `"billing"`: what still bills (launcher.providers.pods.still_billing)."""
 
     def restart(self, run: str) -> str:
         """Restart from the newest intact checkpoint (the run checkpoints on the kill); returns the run id now running."""
@@ -166,7 +167,13 @@ class LauncherBackend:
         return self._metrics.read(self._record(run))
 
     def kill(self, run: str) -> dict[str, Any]:
-        return dict(self._api.kill_run(self._record(run)))
+        rec = self._record(run)
+        res = dict(self._api.kill_run(rec))
+        if getattr(rec, "pod_id", None):  # kill stops the trainer, not a rented pod: say it bills on
+            from launcher.providers.pods import still_billing
+
+            res["billing"] = still_billing(rec.run)
+        return res
 
     def restart(self, run: str) -> str:
         return record_id(self._api.restart_run(self._record(run)))

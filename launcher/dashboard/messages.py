@@ -76,6 +76,7 @@ class ActionDone(Message):
     new_run: str | None = None
     url: str | None = None
     handle: Any = None  # the opened Tunnel, kept by the screen so `t` can close it
+    billing: str | None = None  # a kill of a run on a rented pod: the pod bills on, and what ends it
 
 
 @dataclass

@@ -327,7 +327,7 @@ def provision(
             save_pod(rec)
             # inside the try: a Ctrl-C or an unusable known_hosts here left the pod billing, untold
             for h in hosts:
-                record_host_key(h, say)
+                record_host_key(h, say, lambda: _login_fix(client, choice, ssh_config))
         except BaseException as e:
             if rec is None:  # the API never gave an id: nothing of ours to terminate
                 raise
@@ -338,12 +338,40 @@ def provision(
     return rec, hosts
 
 
-def record_host_key(spec: HostSpec, say: Callable[[str], None]) -> None:
+def _login_fix(client: PrimeClient, choice: OfferChoice, ssh_config: str | None) -> str:
+    """What helps when no key logs in to a new pod: which of the account's keys the pod was given
+    (--ssh-key-id, else the primary) and how to point ssh at its private half."""
+    try:
+        keys = client.ssh_keys()
+    except LaunchError:  # the API cannot be asked now: say what it would have given
+        keys = []
+    want = choice.ssh_key_id
+    key = next((k for k in keys if (k.get("id") == want if want else k.get("isPrimary"))), None)
+    if key is None:
+        given = f"key {want}" if want else "primary key"
+        given = f"the pod was given your Prime account's SSH {given}"
+    else:
+        which = "--ssh-key-id" if want else "the primary"
+        given = f"the pod was given your Prime account's SSH key {key.get('name')} ({key.get('id')}, {which})"
+    where = ssh_config or "~/.ssh/config"
+    others = [f"{k.get('name')} ({k.get('id')})" for k in keys if k is not key]
+    return (
+        f"{given}: point ssh at its private key, `IdentityFile ~/.ssh/THAT_KEY` in {where} (a `Host` block "
+        "for the pod's address, or `Host *`), or `ssh-add ~/.ssh/THAT_KEY`; then rent again"
+        + (f"; or rent with --ssh-key-id naming a key you hold: {', '.join(others)}" if others else "")
+    )
+
+
+def record_host_key(
+    spec: HostSpec, say: Callable[[str], None], login_fix: Callable[[], str] | None = None
+) -> None:
     """Record a pod's host key in the known_hosts the launcher's SSH reads (trust on first use: a pod
     nsa-launch just rented cannot be known before), so a later `up --host` to it needs no
     --accept-new-host-key. The key is exchanged before login, so it is recorded even when the login
-    then fails; that failure is said, not raised (the pod is up; the key may still be on its way)."""
-    from launcher.ssh.transport import SSHTransport
+    then fails; that failure is said, not raised (the pod is up; the key may still be on its way),
+    except when there is no key to offer at all (NoLogin): that is raised, with `login_fix` (what
+    helps: which key the pod was given); the pod is of no use, and "check the host is up" was wrong."""
+    from launcher.ssh.transport import NoLogin, SSHTransport, UnusableKnownHosts
 
     def unusable(e: OSError) -> LaunchError:  # UserKnownHostsFile a directory, or not ours to write
         if not e.filename:  # not a file: the connection itself
@@ -363,6 +391,10 @@ def record_host_key(spec: HostSpec, say: Callable[[str], None]) -> None:
         t.connect()
     except OSError as e:
         raise unusable(e) from None
+    except UnusableKnownHosts:  # the new key cannot be saved: the pod is terminated, not kept unchecked
+        raise
+    except NoLogin as e:  # no key at all: it will not come by waiting
+        raise LaunchError(e.message, login_fix() if login_fix else e.fix) from None
     except LaunchError as e:
         if t.recorded_host_key is None:
             say(f"  could not record the host key of {t.label}: {e.message}")

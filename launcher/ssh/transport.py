@@ -142,6 +142,14 @@ def _quiet_paramiko_log() -> None:
         log.addHandler(logging.NullHandler())
 
 
+class UnusableKnownHosts(LaunchError):
+    """The known_hosts file SSH is to check the host key with cannot be used: bad input, exit 2."""
+
+
+class NoLogin(LaunchError):
+    """SSH reached the host but had no key to offer (none in the config, the agent, ~/.ssh): exit 2."""
+
+
 class SSHTransport(Transport):
     """A host over SSH. The host key must match known_hosts; new keys only with accept_new_host_key."""
 
@@ -183,13 +191,29 @@ class SSHTransport(Transport):
         self.recorded_host_key: str | None = None  # "recorded <type> <fingerprint> ... in <file>"
         client.set_missing_host_key_policy(_FirstContact(self, accept_new_host_key))
         # load_host_keys remembers the file, so an accepted new key is saved to the first one.
-        for f in reversed(self.known_hosts):
-            if os.path.exists(f):
-                client.load_host_keys(f)
-            elif accept_new_host_key:
-                Path(f).parent.mkdir(parents=True, exist_ok=True)
-                Path(f).touch(mode=0o600)
-                client.load_host_keys(f)
+        f = self.known_hosts[-1]
+        try:
+            for f in reversed(self.known_hosts):
+                if os.path.exists(f):
+                    client.load_host_keys(f)
+                elif accept_new_host_key:
+                    Path(f).parent.mkdir(parents=True, exist_ok=True)
+                    Path(f).touch(mode=0o600)
+                    client.load_host_keys(f)
+        except OSError as e:  # a directory, or a file that cannot be read: it was a traceback
+            raise self.unusable_known_hosts(e, f) from None
+
+    def unusable_known_hosts(self, e: OSError, file: str | None = None) -> UnusableKnownHosts:
+        """A UserKnownHostsFile that is a directory, cannot be read or (a new key) written: exit 2,
+        naming the file and the config that names it."""
+        return UnusableKnownHosts(
+            f"known_hosts {file or e.filename} is unusable ({e.strerror or e}"
+            + (f": {e.filename}" if e.filename and e.filename != (file or e.filename) else "")
+            + "): "
+            f"the host key of {self.spec.target} cannot be checked",
+            f"make UserKnownHostsFile in {self.spec.ssh_config or '~/.ssh/config'} name a file you can "
+            "read and write (or drop the line: ~/.ssh/known_hosts), then re-run",
+        )
 
     @property
     def label(self) -> str:
@@ -221,12 +245,19 @@ class SSHTransport(Transport):
                 f"verify the new key out of band, then remove the old one: ssh-keygen -R '{key_entry}' "
                 f"-f {self.known_hosts[0]} (and re-run with --accept-new-host-key)",
             ) from None
-        except p.AuthenticationException as e:
+        except p.AuthenticationException as e:  # keys offered, refused (a new pod's may be on its way)
             raise LaunchError(
                 f"SSH authentication to {self.label} failed ({e})",
                 "check the user and the key (IdentityFile in the ssh config, or -i KEY in --host)",
             ) from None
         except p.SSHException as e:
+            if "No authentication methods available" in str(e):  # sshd is up: it is the key that is not
+                raise NoLogin(
+                    f"no SSH key to log in with to {self.label}: no IdentityFile in "
+                    f"{self.spec.ssh_config or '~/.ssh/config'}, no key in an ssh-agent, no ~/.ssh/id_*",
+                    "point ssh at your key: IdentityFile KEY in the ssh config (or -i KEY in --host), or "
+                    "`ssh-add KEY`",
+                ) from None
             if "not found in known_hosts" in str(e):
                 key = self.new_host_key
                 shown = f"; it presents {key.get_name()} {fingerprint(key)}" if key is not None else ""
@@ -238,7 +269,14 @@ class SSHTransport(Transport):
             raise RuntimeFailure(
                 f"SSH to {self.label} failed: {e}", "check the host is up and sshd runs"
             ) from None
-        except (OSError, EOFError, TimeoutError) as e:
+        except OSError as e:
+            if e.filename and e.filename in self.known_hosts:  # saving a new key: not the network
+                raise self.unusable_known_hosts(e) from None
+            raise RuntimeFailure(
+                f"cannot reach {self.label}: {e.__class__.__name__}: {e}",
+                "check the host is up, the address/port are right and the network allows SSH",
+            ) from None
+        except (EOFError, TimeoutError) as e:
             raise RuntimeFailure(
                 f"cannot reach {self.label}: {e.__class__.__name__}: {e}",
                 "check the host is up, the address/port are right and the network allows SSH",

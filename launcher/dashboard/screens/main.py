@@ -273,6 +273,14 @@ class MainScreen(MainWorkers, Screen):
             severity="information" if msg.ok else "error",
             markup=False,  # the message carries host output (gloo errors start with "[/...")
         )
+        if msg.billing:  # as `nsa-launch kill` says it: the trainer stopped, the rented pod did not
+            self.notify(
+                msg.billing,
+                title=f"pod of {msg.run} still billing",
+                severity="warning",
+                timeout=60,  # money, not news: long enough to be read and acted on
+                markup=False,
+            )
         self._refresh_summary()
         self._poll_now.set()
 

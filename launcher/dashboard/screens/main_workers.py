@@ -154,7 +154,7 @@ class MainWorkers:
                 left = res.get("remaining_pids") or []
                 ok = bool(res.get("killed")) and not left
                 msg = str(res.get("message") or ("killed" if ok else f"processes left: {left}"))
-                self.post_message(ActionDone("kill", run, ok, msg))
+                self.post_message(ActionDone("kill", run, ok, msg, billing=res.get("billing")))
             elif action == "restart":
                 new = await in_daemon_thread(self.backend.restart, run, name="dashboard-restart")
                 self.post_message(ActionDone("restart", run, True, f"restarted as {new}", new_run=new))
