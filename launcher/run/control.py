@@ -549,27 +549,40 @@ def _resync(rec: RunRecord, say: Callable[[str], None]) -> None:
 def resume_report(rec: RunRecord, since: float, timeout: float = 600.0) -> tuple[bool, str]:
     """After a restart: (ok, one line) saying where the run resumed, read from its own events.
 
-    Waits for the trainer's `boot` event newer than `since` (it follows the resume and any
-    `checkpoint_fallback`), or for the run to fail; never claims a checkpoint it did not load.
+    The trainer writes `boot` (at the loaded checkpoint's step, else 0) and, when it loaded one,
+    `resumed` naming it just after (nsa/train/trainer.py; any `checkpoint_fallback` comes before
+    both). So a `boot` at step N > 0 is waited on until its `resumed` is there too: stopping at the
+    `boot` alone read the pair half written and said "from step 0" (~0.1 ms apart: rare, but a report
+    must not guess). Waits for that, or for the run to end; never claims a checkpoint it did not load.
     """
     deadline = time.monotonic() + timeout
     while True:
         st = _status_since(rec, since)
         new = st.get("events_since") or []
-        kinds = [e.get("kind") for e in new]
-        if "boot" in kinds or st["state"] in ("failed", "killed", "lost", "finished"):
+        boot = next((e for e in new if e.get("kind") == "boot"), None)
+        resumed = next((e for e in new if e.get("kind") == "resumed"), None)
+        settled = boot is not None and (resumed is not None or not int(boot.get("step") or 0))
+        if settled or st["state"] in ("failed", "killed", "lost", "finished"):
             break
         if time.monotonic() > deadline:
+            if boot is not None:  # booted at a checkpoint's step; its `resumed` never came
+                break
             return False, f"no boot event within {timeout:.0f} s of the restart (state {st['state']})"
         time.sleep(0.5)
     skipped = [e.get("detail") or {} for e in new if e.get("kind") == "checkpoint_fallback"]
     note = "".join(f"; skipped {d.get('checkpoint')}: {d.get('reason')}" for d in skipped)
-    resumed = next((e for e in new if e.get("kind") == "resumed"), None)
     if resumed is not None:
         ck = (resumed.get("detail") or {}).get("checkpoint")
         why = "its newest intact checkpoint" + (", the newer ones failed verification" if skipped else "")
         return True, f"resumed at step {resumed.get('step')} from {ck} ({why}){note}"
-    if "boot" in kinds:
+    if boot is not None and int(boot.get("step") or 0):
+        ended = st["state"] in ("failed", "killed", "lost")
+        then = f"; then {st['state']}: {st.get('error') or 'see nsa-launch logs'}" if ended else ""
+        return not ended, (
+            f"resumed at step {boot.get('step')} (the trainer wrote no `resumed` event naming the "
+            f"checkpoint){note}{then}"
+        )
+    if boot is not None:
         return True, f"started again from step 0: no checkpoint to resume from{note}"
     return False, f"{st['state']}: {st.get('error') or 'see nsa-launch logs'}"
 
