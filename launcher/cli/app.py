@@ -3,17 +3,21 @@
 Command bodies stay short because the plumbing lives here (hatch's `Application`): human messages go
 to stderr, machine output (--json, run ids) to stdout, and `abort` raises a LaunchError that the
 root group turns into the exit code. It must not contain command logic. The rich consoles are made
-on first use: `status --json` in a script loop never pays for importing rich.
+on first use: `status --json` in a script loop never pays for importing rich. The option types every
+command shares live here too (`Seconds`, `Price`: finite numbers in a range).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sys
 from collections.abc import Iterator
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, NoReturn
+
+import click
 
 from launcher.core.errors import EXIT_BAD_INPUT, LaunchError
 
@@ -57,3 +61,26 @@ class Application:
                 yield
         else:
             yield
+
+
+class Finite(click.FloatRange):
+    """A number within the range, and finite: click's FloatRange lets `nan` through (nan < 0 is False),
+    and `inf` passes any lower bound. A `watch --lost-after nan` never replaced a lost pod (waited >=
+    nan is never true), a `pull --wait nan` waited forever, a `--max-price nan` compared False with
+    every offer's price; `inf` sleeps overflow or never end. Exit 2 naming the option and the value."""
+
+    what = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite {self.what}.", param, ctx)
+        return rv
+
+
+class Seconds(Finite):
+    what = "number of seconds"
+
+
+class Price(Finite):
+    what = "price in $/h"

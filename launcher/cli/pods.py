@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from launcher.cli.app import Application
+from launcher.cli.app import Application, Price, Seconds
 
 
 def _client():
@@ -25,7 +25,7 @@ def offer_options(f: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
         click.option("--spot", is_flag=True, help="Also take spot offers (cheaper; the provider may take the pod back)."),
         click.option("--community", is_flag=True, help="Also take community-cloud offers (someone's own machines)."),
-        click.option("--max-price", type=click.FloatRange(min=0, min_open=True), help="Cap in $/h for the whole pod."),
+        click.option("--max-price", type=Price(min=0, min_open=True), help="Cap in $/h for the whole pod."),
         click.option("--region", help="Only offers in this region (e.g. eu_north) or data centre (e.g. FIN-01)."),
         click.option("--provider", "provider_name", help="Only offers of this provider (e.g. datacrunch)."),
         click.option("--image", help="Pod image, one the offer lists (default: the offer's first)."),
@@ -202,7 +202,7 @@ def offers(app: Application, profile: str | None, gpu_type: str | None, as_json:
     "--ready-timeout",
     default=900.0,
     show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
+    type=Seconds(min=0, min_open=True),
     help="Seconds to wait for SSH.",
 )
 @offer_options

@@ -32,7 +32,9 @@ def status(ctx: click.Context, run: str | None, all_runs_: bool, as_json: bool) 
 
     The table fits the terminal's width (narrow terminals drop the host, elapsed, heartbeat and ETA columns
     first); --json has every field with raw numbers. Exit 1 if a run is lost (its host did not
-    answer, or its run dir is gone). With no runs yet: exit 0 (--json prints []).
+    answer, or its run dir is gone), naming the mirror's newest checkpoint and the command that
+    resumes the run from it (watch for a rented pod, restart --host NEW for a host you rent; pull
+    while the mirror is empty). With no runs yet: exit 0 (--json prints []).
     """
     app: Application = ctx.obj
     if run is None and not all_runs():
@@ -59,13 +61,15 @@ def status(ctx: click.Context, run: str | None, all_runs_: bool, as_json: bool) 
         click.secho(f"error: run {s['run']} is lost: {s['error']}", fg="red", err=True)
         if s.get("last_state") in ("finished", "failed", "killed"):
             click.echo(f"  {fmt.lost_detail(s)}: it had ended there, so nothing of it runs", err=True)
-            continue
-        click.echo(
-            f"  {fmt.lost_detail(s)}; the run may go on on its host. Nothing here retries: "
-            f"`nsa-launch watch --run {s['run']}` (or the dashboard) keeps the mirror and, for a rented pod, "
-            "replaces it once lost for --lost-after seconds",
-            err=True,
-        )
+        else:
+            click.echo(
+                f"  {fmt.lost_detail(s)}; the run may go on on its host. Nothing here retries: "
+                f"`nsa-launch watch --run {s['run']}` (or the dashboard) keeps the mirror",
+                err=True,
+            )
+        line = fmt.resume_line(s)
+        if line and not s.get("recovery"):  # a replacement under way says what it does in the error
+            click.echo(f"  {line}", err=True)
     if lost:
         ctx.exit(EXIT_RUNTIME)
 

@@ -2,26 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import sys
-from typing import Any
 
 import click
 
-from launcher.cli.app import Application
+from launcher.cli.app import Application, Seconds  # Seconds: pull.py imports it from here too
 from launcher.core.errors import EXIT_OK, EXIT_RUNTIME
-
-
-class Seconds(click.FloatRange):
-    """A number of seconds within the range, and finite: click's FloatRange lets `nan` through (nan < 0
-    is False), and a `--lost-after nan` never replaced a lost pod (waited >= nan is never true), a
-    `pull --wait nan` waited forever; `inf` sleeps overflow or never end."""
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        rv = super().convert(value, param, ctx)
-        if not math.isfinite(rv):
-            self.fail(f"{value!r} is not a finite number of seconds.", param, ctx)
-        return rv
 
 
 def stopped_line(what: str, run: str, e: KeyboardInterrupt) -> str:

@@ -212,6 +212,27 @@ def lost_detail(st: dict[str, Any], now: float | None = None) -> str:
     return f"last contact {age} at step {integer(step)}" + (f" ({state})" if state else "")
 
 
+def resume_line(st: dict[str, Any], now: float | None = None) -> str:
+    """What a lost run can be resumed from, and the command (launcher/run/control.py resume_advice):
+    "the mirror holds step-00000012 (saved 5m ago): if its host is gone, `nsa-launch restart --run R
+    --host NEW` resumes it on a host you rent"; "" when there is nothing to say (not lost, finished)."""
+    r = st.get("resume") or {}
+    cmd, run = r.get("command"), st.get("run")
+    if not cmd:
+        return ""
+    if not r.get("checkpoint"):
+        return (
+            f"the mirror holds no checkpoint of {run}: nothing to resume elsewhere; if its host comes back, "
+            f"`{cmd}` copies its newest one here (`nsa-launch watch --run {run}` keeps doing so)"
+        )
+    saved = _num(r.get("saved_at"))
+    when = "" if saved is None else f", saved {ago((time.time() if now is None else now) - saved)}"
+    held = f"the mirror holds {r['checkpoint']} (step {integer(r.get('step'))}{when})"
+    if cmd.startswith("nsa-launch watch"):
+        return f"{held}: `{cmd}` replaces the pod once it is lost for --lost-after seconds and resumes there"
+    return f"{held}: if its host is gone, `{cmd}` resumes it on a host you rent (--host once per node)"
+
+
 def pod_cost(st: dict[str, Any]) -> str:
     """A rented run's pod, its price and what it cost so far ("pod p-1 $1.20/h $3.40"); "" when none."""
     if not st.get("pod_id"):

@@ -154,6 +154,7 @@ def fetch_status(records: list[RunRecord]) -> list[dict[str, Any]]:
                 if st.get(key) is None:
                     st[key] = seen.get(field_)
         st.update(pod_fields(rec))
+        st["resume"] = resume_advice(rec, st.get("last_state")) if st["state"] == "lost" else None
         st["recovery"] = _recovery(rec)
         if st["recovery"] and st["state"] == "lost":  # what is being done about it, wherever it shows
             st["error"] = f"{st['error']}; {st['recovery']['text']}"
@@ -195,6 +196,45 @@ def pod_fields(rec: RunRecord) -> dict[str, Any]:
         own = load_pod(rec.pod_id)
         price = own.price_hr if own is not None else price
     return {"pod_id": pod, "price_hr": price, "cost_usd": (cost or {}).get("cost_usd")}
+
+
+def resume_advice(rec: RunRecord, last_state: str | None, now: float | None = None) -> dict[str, Any]:
+    """For a lost run: the mirror's newest checkpoint (`checkpoint`, `step`, `saved_at`: when its host
+    saved it, `age_s`; None each when the mirror is empty) and the one `command` that resumes the run
+    from it: `watch` replaces a rented pod (--provision), `restart --host NEW` moves a run to a host
+    the user rents; with an empty mirror, `pull` once the host answers again (its checkpoints are only
+    there). None for a run that had finished. A lost `status` used to name none of this."""
+    import json
+
+    from launcher.recover.mirror import mirror_dir
+    from nsa.runfiles import CHECKPOINT_MANIFEST, RunDir, checkpoint_step
+
+    now = time.time() if now is None else now
+    # `latest` moves only after a pulled checkpoint verified here (launcher/recover/mirror.py): no hashing
+    ck = RunDir(mirror_dir(rec.run)).latest_checkpoint()
+    saved = None
+    if ck is not None:
+        try:  # the manifest's time: written by the trainer on the host as it saved the checkpoint
+            saved = float(json.loads((ck / CHECKPOINT_MANIFEST).read_text())["time"])
+        except (OSError, ValueError, KeyError, TypeError):
+            with contextlib.suppress(OSError):
+                saved = (ck / CHECKPOINT_MANIFEST).stat().st_mtime
+    if last_state == "finished":
+        command = None
+    elif ck is None:
+        command = f"nsa-launch pull --run {rec.run}"
+    elif rec.provider:
+        command = f"nsa-launch watch --run {rec.run}"
+    else:
+        new = ["--host NEW"] if len(rec.nodes) == 1 else [f"--host NEW{i}" for i in range(len(rec.nodes))]
+        command = f"nsa-launch restart --run {rec.run} {' '.join(new)}"
+    return {
+        "checkpoint": ck.name if ck is not None else None,
+        "step": checkpoint_step(ck.name) if ck is not None else None,
+        "saved_at": saved,
+        "age_s": None if saved is None else round(max(0.0, now - saved), 1),
+        "command": command,
+    }
 
 
 def _recovery(rec: RunRecord) -> dict[str, Any] | None:
@@ -509,27 +549,40 @@ def _resync(rec: RunRecord, say: Callable[[str], None]) -> None:
 def resume_report(rec: RunRecord, since: float, timeout: float = 600.0) -> tuple[bool, str]:
     """After a restart: (ok, one line) saying where the run resumed, read from its own events.
 
-    Waits for the trainer's `boot` event newer than `since` (it follows the resume and any
-    `checkpoint_fallback`), or for the run to fail; never claims a checkpoint it did not load.
+    The trainer writes `boot` (at the loaded checkpoint's step, else 0) and, when it loaded one,
+    `resumed` naming it just after (nsa/train/trainer.py; any `checkpoint_fallback` comes before
+    both). So a `boot` at step N > 0 is waited on until its `resumed` is there too: stopping at the
+    `boot` alone read the pair half written and said "from step 0" (~0.1 ms apart: rare, but a report
+    must not guess). Waits for that, or for the run to end; never claims a checkpoint it did not load.
     """
     deadline = time.monotonic() + timeout
     while True:
         st = _status_since(rec, since)
         new = st.get("events_since") or []
-        kinds = [e.get("kind") for e in new]
-        if "boot" in kinds or st["state"] in ("failed", "killed", "lost", "finished"):
+        boot = next((e for e in new if e.get("kind") == "boot"), None)
+        resumed = next((e for e in new if e.get("kind") == "resumed"), None)
+        settled = boot is not None and (resumed is not None or not int(boot.get("step") or 0))
+        if settled or st["state"] in ("failed", "killed", "lost", "finished"):
             break
         if time.monotonic() > deadline:
+            if boot is not None:  # booted at a checkpoint's step; its `resumed` never came
+                break
             return False, f"no boot event within {timeout:.0f} s of the restart (state {st['state']})"
         time.sleep(0.5)
     skipped = [e.get("detail") or {} for e in new if e.get("kind") == "checkpoint_fallback"]
     note = "".join(f"; skipped {d.get('checkpoint')}: {d.get('reason')}" for d in skipped)
-    resumed = next((e for e in new if e.get("kind") == "resumed"), None)
     if resumed is not None:
         ck = (resumed.get("detail") or {}).get("checkpoint")
         why = "its newest intact checkpoint" + (", the newer ones failed verification" if skipped else "")
         return True, f"resumed at step {resumed.get('step')} from {ck} ({why}){note}"
-    if "boot" in kinds:
+    if boot is not None and int(boot.get("step") or 0):
+        ended = st["state"] in ("failed", "killed", "lost")
+        then = f"; then {st['state']}: {st.get('error') or 'see nsa-launch logs'}" if ended else ""
+        return not ended, (
+            f"resumed at step {boot.get('step')} (the trainer wrote no `resumed` event naming the "
+            f"checkpoint){note}{then}"
+        )
+    if boot is not None:
         return True, f"started again from step 0: no checkpoint to resume from{note}"
     return False, f"{st['state']}: {st.get('error') or 'see nsa-launch logs'}"
 

@@ -465,8 +465,12 @@ class MainScreen(MainWorkers, Screen):
         else:
             parts.append("no checkpoint mirrored here yet" if "mirror" in st else "no mirror kept here")
         nxt = f"asking again every {fmt.duration(self.max_backoff_s)} at most"
-        if st.get("pod_id") and mirror.get("watcher") == "this dashboard":
+        replacing = bool(st.get("pod_id")) and mirror.get("watcher") == "this dashboard"
+        if replacing:
             nxt += "; the pod is replaced and the run resumed from the mirror once lost long enough (--lost-after)"
+        cmd = (st.get("resume") or {}).get("command")  # status's own advice (launcher/run/control.py)
+        if cmd and not replacing:
+            parts.append(f"`{cmd}`" + (" once its host answers" if cmd.startswith("nsa-launch pull") else ""))
         parts.append(nxt)
         return "; ".join(parts)
 
