@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from launcher.cli.app import Application
-from launcher.cli.watch import Seconds, stopped_line
+from launcher.cli.app import Application, Seconds
+from launcher.cli.watch import stopped_line
 
 
 @click.command()

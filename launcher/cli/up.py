@@ -8,7 +8,7 @@ import time
 import click
 from rich.progress import BarColumn, Progress, TextColumn
 
-from launcher.cli.app import Application
+from launcher.cli.app import Application, Seconds
 from launcher.cli.pods import OFFER_KEYS, choice_from, offer_options
 from launcher.core import format as fmt
 from launcher.core.errors import EXIT_OK, EXIT_RUNTIME
@@ -77,7 +77,7 @@ TERMINAL = ("finished", "failed", "killed", "lost")
     "--ready-timeout",
     default=900.0,
     show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
+    type=Seconds(min=0.0, min_open=True),
     help="With --provision: seconds to wait for SSH.",
 )
 @click.option(

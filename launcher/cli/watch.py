@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from launcher.cli.app import Application, Seconds  # Seconds: pull.py imports it from here too
+from launcher.cli.app import Application, Seconds
 from launcher.core.errors import EXIT_OK, EXIT_RUNTIME
 
 

@@ -26,6 +26,7 @@ def _home(tmp_path, monkeypatch):
         (["pods", "create"], "--max-price", "price in $/h"),
         (["pods", "create"], "--ready-timeout", "number of seconds"),
         (["up", "--provision", "prime", "--dry-run"], "--max-price", "price in $/h"),  # offer_options, shared
+        (["up", "--provision", "prime", "--dry-run"], "--ready-timeout", "number of seconds"),
     ],
 )
 def test_a_price_or_seconds_that_is_not_finite_is_bad_input(args, option, what, value, tmp_path):
