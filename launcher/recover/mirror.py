@@ -36,7 +36,7 @@ from launcher.core.errors import LaunchError, RuntimeFailure
 from launcher.recover.transfer import durable_write_text, fsync_dir, fsync_tree, rsync_pull, rsync_push
 from launcher.run import registry
 from launcher.run.locks import run_lock
-from launcher.run.registry import RunRecord
+from launcher.run.registry import RunRecord, mirror_dir
 from launcher.ssh.remote import transport_for
 from launcher.ssh.transport import Transport
 
@@ -51,10 +51,6 @@ class PullFailed(RuntimeFailure):
     def __init__(self, err: LaunchError, mirror: str | None, host_newest: str | None):
         self.mirror_checkpoint, self.host_newest = mirror, host_newest
         super().__init__(err.message, err.fix)
-
-
-def mirror_dir(run: str) -> Path:
-    return registry.home() / "mirror" / run
 
 
 def node_mirror(run: str, node: int) -> Path:

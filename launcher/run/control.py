@@ -206,7 +206,7 @@ def resume_advice(rec: RunRecord, last_state: str | None, now: float | None = No
     there). None for a run that had finished. A lost `status` used to name none of this."""
     import json
 
-    from launcher.recover.mirror import mirror_dir
+    from launcher.run.registry import mirror_dir
     from nsa.runfiles import CHECKPOINT_MANIFEST, RunDir, checkpoint_step
 
     now = time.time() if now is None else now

@@ -31,6 +31,12 @@ def runs_dir() -> Path:
     return home() / "runs"
 
 
+def mirror_dir(run: str) -> Path:
+    """Where `pull` and `watch` mirror a run (launcher/recover/mirror.py); here, below both the
+    recovery code and the run commands (`status` names the mirror's checkpoint of a lost run)."""
+    return home() / "mirror" / run
+
+
 def check_run_name(name: str) -> str:
     if not isinstance(name, str) or not RUN_NAME_RE.fullmatch(name):
         raise LaunchError(
