@@ -4,6 +4,7 @@ With --host: move a run whose host is gone to new host(s), from the mirror's che
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import click
@@ -26,7 +27,8 @@ MOVABLE = ("lost", "failed", "killed")  # a run still running (or restarting) on
     multiple=True,
     metavar="[USER@]HOST[:PORT]",
     help="Move the run to this host (once per node), resuming from the mirror's checkpoint there: for a "
-    "run whose host is lost (a rented pod is replaced by `nsa-launch watch`).",
+    "run whose host is lost (a rented pod is replaced by `nsa-launch watch`), or whose pods were all "
+    "terminated.",
 )
 @click.option(
     "--ssh-config", type=click.Path(), help="With --host: OpenSSH config file resolving its aliases."
@@ -79,6 +81,15 @@ def restart(
     app.say(f"{rec.run}: restarted on {rec.host}: {line}")
 
 
+def _pods_ended(rec: RunRecord) -> list[str]:
+    """The ids of a rented run's pods when the ledger holds them all terminated; [] while one bills on
+    or the ledger knows none (then `watch` is the way, and nothing may run the run twice)."""
+    from launcher.providers.pods import pods_of_run
+
+    pods = pods_of_run(rec.run)
+    return [p.id for p in pods] if pods and all(p.terminated is not None for p in pods) else []
+
+
 def _move(
     app: Application,
     rec: RunRecord,
@@ -105,13 +116,18 @@ def _move(
             f"run {rec.run} has {len(rec.nodes)} node(s); --host was given {len(targets)} time(s)",
             f"give --host once per node ({len(rec.nodes)})",
         )
-    if rec.provider:
+    ended = _pods_ended(rec) if rec.provider else None
+    if rec.provider and not ended:
         raise LaunchError(
             f"run {rec.run} runs on pod {rec.pod_id} (--provision {rec.provider}): a rented pod is replaced "
             "with one like it, and the lost one terminated, by `watch`",
             f"nsa-launch watch --run {rec.run}",
         )
     new_hosts = [parse_target(t, ssh_config) for t in targets]  # a malformed target: exit 2 here
+    if ended:
+        # Its pods are terminated (`--down-when-done` ends a failed run's pod after pulling it): nothing of
+        # nsa-launch's bills for it any more, and the host given is one the user rents, as for a plain run.
+        rec = dataclasses.replace(rec, provider=None, pod_id=None)
     ck = RunDir(mirror_dir(rec.run)).latest_checkpoint()
     if ck is None:
         raise LaunchError(
@@ -132,6 +148,8 @@ def _move(
         gap = missing_parts(rec, hashes=True)
         if gap is not None:
             raise RuntimeFailure(f"cannot move {rec.run}: {gap}", "restore that part by hand, or start over")
+        if ended:
+            app.say(f"run {rec.run}'s pod(s) {', '.join(ended)} terminated: it moves to a host you rent")
         app.say(f"moving {rec.run} ({st['state']} on {rec.host}) to {', '.join(h.label for h in new_hosts)}")
         node0 = rec.nodes[0]
         try:

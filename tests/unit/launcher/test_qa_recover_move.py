@@ -62,3 +62,27 @@ def test_restart_host_of_a_rented_pod_names_watch(rec, tmp_path):
     assert f"run {RUN} runs on pod p-1 (--provision prime)" in res.output
     assert f"fix: nsa-launch watch --run {RUN}" in res.output
     assert registry.load(RUN) == rec
+
+
+@pytest.mark.parametrize("terminated", [None, 2.0])
+def test_restart_host_of_a_rented_run_whose_pods_all_ended_moves_it_to_the_host_given(rec, terminated):
+    """`up --down-when-done` terminates a failed run's pod after pulling it: with every pod of the run
+    terminated in the ledger, `restart --host` is the way to continue it from the mirror (it was refused,
+    naming `watch`, which does not resume a failed run: the mirrored checkpoint had no command). A pod
+    that bills on keeps the refusal (`watch` replaces it, nothing runs the run twice)."""
+    from launcher.providers.pods import PodRecord, save_pod
+
+    rec.provider, rec.pod_id = "prime", "p-1"
+    registry.save(rec)
+    save_pod(
+        PodRecord("p-1", RUN, "A100_80GB", 1, 1.5, 1.0, ["root@127.0.0.1", "-p", "2"], terminated=terminated)
+    )
+    _ckpt(mirror_dir(RUN), 4, b"w4" * 100)
+    res = _restart("--host", "root@127.0.0.1:2")
+    if terminated is None:
+        assert res.exit_code == 2 and f"fix: nsa-launch watch --run {RUN}" in res.output, res.output
+    else:
+        assert "runs on pod" not in res.output, res.output
+        assert f"run {RUN}'s pod(s) p-1 terminated: it moves to a host you rent" in res.output, res.output
+        assert f"moving {RUN} (" in res.output and "to root@127.0.0.1:2" in res.output, res.output
+        assert res.exit_code == 1, res.output  # nothing listens on port 2: the start fails there
