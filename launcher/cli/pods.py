@@ -29,7 +29,7 @@ def offer_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--region", help="Only offers in this region (e.g. eu_north) or data centre (e.g. FIN-01)."),
         click.option("--provider", "provider_name", help="Only offers of this provider (e.g. datacrunch)."),
         click.option("--image", help="Pod image, one the offer lists (default: the offer's first)."),
-        click.option("--disk", type=click.IntRange(min=1), help="Disk in GB, within the offer's range and at least the profile's expect.min_free_disk_gb (default: the offer's)."),
+        click.option("--disk", type=click.IntRange(min=1), help="Disk in GB, within the offer's range and at least the profile's expect.min_free_disk_gb (default: the offer's; an offer whose default is under that is left out)."),
         click.option("--team", help="Team id to bill (default: PRIME_TEAM_ID, else team_id in ~/.prime/config.json)."),
         click.option("--ssh-key-id", help="Account SSH key id for the pod (default: your primary key)."),
     ]  # fmt: skip
