@@ -238,7 +238,8 @@ def _down_when_done(app: Application, client, pod, rec, st: dict, keep_failed: b
     checkpoint is only on the pod: terminating it would lose the trained model) and when `kill`
     stopped the run (kill stops the trainer, not the pod: the user may `restart` it there). A Ctrl-C,
     SIGTERM or SIGHUP during the pull stops it with the pull's own words (what the mirror keeps); `up`
-    adds the pod that bills on (_final_bills_on)."""
+    adds the pod that bills on (_final_bills_on). A run lost with its pod, which the API says is gone
+    (terminated in the web app), has nothing to pull or terminate: said so, not shouted as billing."""
     from launcher.core.errors import LaunchError
     from launcher.providers.pods import terminate_or_shout
     from launcher.recover.mirror import pull
@@ -252,6 +253,18 @@ def _down_when_done(app: Application, client, pod, rec, st: dict, keep_failed: b
             f"`nsa-launch pods down {rec.run}` pulls its newest checkpoint and terminates it"
         )
         return
+    if state == "lost":  # a pod terminated in the web app loses its run: asked, not pulled and shouted about
+        from launcher.providers.pods import load_pod, settle_gone
+
+        cur = load_pod(pod.id) or pod  # the ledger: a status poll may have seen it gone already
+        for line in settle_gone([cur], client):
+            app.say(line)
+        if cur.terminated is not None:
+            pod.terminated = cur.terminated
+            app.say(
+                f"run {rec.run} lost with pod {pod.id}, terminated outside nsa-launch: nothing to pull or terminate"
+            )
+            return
     try:
         res = pull(rec, say=app.say, who="nsa-launch up --down-when-done")
     except KeyboardInterrupt as e:  # the pull's own words (what the mirror keeps); up adds the pod's

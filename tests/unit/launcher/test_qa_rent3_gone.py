@@ -132,3 +132,28 @@ def test_status_with_the_api_down_or_no_key_shows_the_ledgers_cost_without_waiti
     monkeypatch.delenv("PRIME_API_KEY")
     assert pods.run_cost("rf")["gone"] == []  # type: ignore[index]
     assert load_pod(pod_id).terminated is None  # type: ignore[union-attr]
+
+
+def test_down_when_done_of_a_run_lost_with_its_pod_terminated_elsewhere_says_so_and_pulls_nothing(fake):
+    """`up --down-when-done` whose pod is terminated in the web app mid-run: the run is lost; the pull
+    failed and `up` shouted `POD ... IS STILL BILLING` for a pod that was gone."""
+    from types import SimpleNamespace
+
+    from launcher.cli.up import _down_when_done
+    from launcher.providers.prime import PrimeClient
+
+    pod_id = _ours(fake, "rg", 40007)
+    pod = load_pod(pod_id)
+    assert fake.delete(pod_id)
+    said: list[str] = []
+    # a run record with no nodes: a pull would fail on it, so none may be tried
+    _down_when_done(SimpleNamespace(say=said.append), PrimeClient(), pod, SimpleNamespace(run="rg"),
+                    {"state": "lost"})  # fmt: skip
+    text = " ".join(said)
+    assert f"pod {pod_id} (run rg) was terminated outside nsa-launch" in text, said
+    assert (
+        said[-1]
+        == f"run rg lost with pod {pod_id}, terminated outside nsa-launch: nothing to pull or terminate"
+    )
+    assert "STILL BILLING" not in text and pod.terminated and load_pod(pod_id).terminated  # type: ignore[union-attr]
+    assert not any(m == "DELETE" for m, _p in fake.requests)
