@@ -29,7 +29,7 @@ def offer_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--region", help="Only offers in this region (e.g. eu_north) or data centre (e.g. FIN-01)."),
         click.option("--provider", "provider_name", help="Only offers of this provider (e.g. datacrunch)."),
         click.option("--image", help="Pod image, one the offer lists (default: the offer's first)."),
-        click.option("--disk", type=click.IntRange(min=1), help="Disk in GB, within the offer's range and at least the profile's expect.min_free_disk_gb (default: the offer's)."),
+        click.option("--disk", type=click.IntRange(min=1), help="Disk in GB, within the offer's range and at least the profile's expect.min_free_disk_gb (default: the offer's; an offer whose default is under that is left out)."),
         click.option("--team", help="Team id to bill (default: PRIME_TEAM_ID, else team_id in ~/.prime/config.json)."),
         click.option("--ssh-key-id", help="Account SSH key id for the pod (default: your primary key)."),
     ]  # fmt: skip
@@ -111,10 +111,11 @@ def ls(
     multinode: bool,
     as_json: bool,
 ) -> None:
-    """nsa-launch's pods (id, name, GPUs, status, SSH, $/h, run, cost so far); --all: the account's."""
+    """nsa-launch's pods (id, name, GPUs, status, SSH, $/h, run, cost so far); --all: the account's.
+    A pod of the ledger the API says is terminated (in the web app) is ended in the ledger, said once."""
     from rich.table import Table
 
-    from launcher.providers.pods import load_pod
+    from launcher.providers.pods import live_pods, load_pod, settle_gone
     from launcher.providers.prime import POD_NAME_PREFIX
 
     client = _client()
@@ -133,7 +134,12 @@ def ls(
         return
     rows = []
     hidden = 0
-    for p in client.list_pods():
+    listed = client.list_pods()
+    # a ledger pod the API lists as TERMINATED, or no longer lists and answers 404 for (terminated in
+    # the web app): ended in the ledger, said once; its cost grew on in `pods ls` and `status` before
+    for line in settle_gone(live_pods(), client, {p.id: p for p in listed}):
+        app.say(line)
+    for p in listed:
         rec = load_pod(p.id)
         # ours: in this machine's ledger; named with the prefix: made by nsa-launch (maybe elsewhere)
         ours = rec is not None or (p.name or "").startswith(POD_NAME_PREFIX)
@@ -243,7 +249,7 @@ def down(app: Application, target: str, yes: bool, no_pull: bool, force: bool) -
     """Terminate a pod (TARGET: pod id), or every live pod of a run (TARGET: run name); pulls the
     run's newest checkpoint first. A pod already terminated is left alone (its cost is not counted again)."""
     from launcher.core.errors import LaunchError
-    from launcher.providers.pods import load_pod, pods_dir, pods_of_run, terminate
+    from launcher.providers.pods import load_pod, pods_dir, pods_of_run, settle_gone, terminate
     from launcher.run import registry
 
     client = _client()
@@ -264,9 +270,13 @@ def down(app: Application, target: str, yes: bool, no_pull: bool, force: bool) -
         client.delete_pod(pod.id)
         app.say(f"terminated pod {pod.id} (not nsa-launch's: no cost recorded)")
         return
+    # one terminated in the web app has nothing to pull from or delete: ended in the ledger, said
+    was_live = {r.id for r in recs if r.terminated is None}
+    for line in settle_gone(recs, client):
+        app.say(line)
     live = [r for r in recs if r.terminated is None]
     for r in recs:
-        if r.terminated is not None and (rec is not None or not live):
+        if r.terminated is not None and (rec is not None or not live) and r.id not in was_live:
             terminate(client, r, app.say)  # says "already terminated" with its cost; changes nothing
     if not live:
         return

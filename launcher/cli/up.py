@@ -84,8 +84,8 @@ TERMINAL = ("finished", "failed", "killed", "lost")
     "--down-when-done",
     is_flag=True,
     help="With --provision: wait for the run, pull it (checkpoint, logs, events), terminate the pod "
-    "(implies --wait). A failed run's pod goes too (its logs are in the mirror); a pull that fails or a "
-    "run stopped by `kill` keeps the pod, said to bill on.",
+    "(implies --wait). A failed run's pod goes too (its logs are in the mirror); a pull that fails or is "
+    "interrupted, or a run stopped by `kill`, keeps the pod, said to bill on.",
 )
 @click.option(
     "--keep-failed",
@@ -222,7 +222,12 @@ def up(
                 keeps_going(rec.run, rec.host, "stopped waiting") + _bills_on(pod, rec.run, down_when_done)
             ) from None
         if down_when_done and pod is not None:
-            _down_when_done(app, client, pod, rec, st, keep_failed)
+            try:
+                _down_when_done(app, client, pod, rec, st, keep_failed)
+            except KeyboardInterrupt as e:  # the final pull (or a line before it): the pod is still there
+                if pod.terminated is not None:
+                    raise
+                raise KeyboardInterrupt(f"{e or 'interrupted'}" + _final_bills_on(pod, rec.run, st)) from None
     raise SystemExit(EXIT_OK if st["state"] == "finished" else EXIT_RUNTIME)
 
 
@@ -231,7 +236,10 @@ def _down_when_done(app: Application, client, pod, rec, st: dict, keep_failed: b
     run's too (an idle pod billed overnight for a user who asked for down-when-done), unless
     --keep-failed. The pod is kept, said to bill on with the commands, when the pull fails (the
     checkpoint is only on the pod: terminating it would lose the trained model) and when `kill`
-    stopped the run (kill stops the trainer, not the pod: the user may `restart` it there)."""
+    stopped the run (kill stops the trainer, not the pod: the user may `restart` it there). A Ctrl-C,
+    SIGTERM or SIGHUP during the pull stops it with the pull's own words (what the mirror keeps); `up`
+    adds the pod that bills on (_final_bills_on). A run lost with its pod, which the API says is gone
+    (terminated in the web app), has nothing to pull or terminate: said so, not shouted as billing."""
     from launcher.core.errors import LaunchError
     from launcher.providers.pods import terminate_or_shout
     from launcher.recover.mirror import pull
@@ -245,8 +253,24 @@ def _down_when_done(app: Application, client, pod, rec, st: dict, keep_failed: b
             f"`nsa-launch pods down {rec.run}` pulls its newest checkpoint and terminates it"
         )
         return
+    if state == "lost":  # a pod terminated in the web app loses its run: asked, not pulled and shouted about
+        from launcher.providers.pods import load_pod, settle_gone
+
+        cur = load_pod(pod.id) or pod  # the ledger: a status poll may have seen it gone already
+        for line in settle_gone([cur], client):
+            app.say(line)
+        if cur.terminated is not None:
+            pod.terminated = cur.terminated
+            app.say(
+                f"run {rec.run} lost with pod {pod.id}, terminated outside nsa-launch: nothing to pull or terminate"
+            )
+            return
     try:
         res = pull(rec, say=app.say, who="nsa-launch up --down-when-done")
+    except KeyboardInterrupt as e:  # the pull's own words (what the mirror keeps); up adds the pod's
+        from launcher.cli.watch import stopped_line
+
+        raise KeyboardInterrupt(stopped_line("pull", rec.run, e)) from None
     except (LaunchError, OSError) as e:
         what = e.message if isinstance(e, LaunchError) else f"{type(e).__name__}: {e}"
         fix = f"; {e.fix}" if isinstance(e, LaunchError) and e.fix else ""
@@ -311,6 +335,16 @@ def _bills_on(pod, run: str, down_when_done: bool) -> str:
     return (
         f". Pod {pod.id} bills on{gone}: `nsa-launch pods down {run}` pulls the newest checkpoint and "
         "terminates it"
+    )
+
+
+def _final_bills_on(pod, run: str, st: dict) -> str:
+    """What a Ctrl-C, SIGTERM or SIGHUP during --down-when-done's end (the final pull, before the pod is
+    terminated) leaves billing: it exited with the pull's words only, the pod of an ended run unnamed."""
+    price = f" at ${pod.price_hr:.2f}/h" if pod.price_hr is not None else ""
+    return (
+        f". Run {run} {st['state']}; pod {pod.id} bills on{price} (--down-when-done stopped before "
+        f"terminating it): `nsa-launch pods down {run}` pulls the newest checkpoint and terminates it"
     )
 
 

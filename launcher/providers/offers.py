@@ -5,12 +5,15 @@ community cloud, price cap, region, provider, image, disk, team, SSH key) and th
 API's offers by it. The default takes on-demand secure-cloud offers only: a spot pod can be taken
 back by the provider and a community-cloud pod runs on someone's own machine, so each is opted into.
 A value no offer of these GPUs has (a region, provider, image, disk size, price cap) is bad input,
-exit 2, found before anything is rented; an empty shelf is exit 1. It must not create pods or open
+exit 2, found before anything is rented; an empty shelf is exit 1. Without --disk, an offer whose
+default disk is under the profile's expect.min_free_disk_gb is left out, naming the --disk that takes
+it (the host's disk check refused such a pod after the rent). It must not create pods or open
 SSH connections (launcher/providers/pods.py does).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from launcher.config.profiles import Profile
@@ -80,7 +83,7 @@ def gpu_type_for(client: PrimeClient, profile: Profile, gpu_type: str | None) ->
     return matches
 
 
-def _left_out(o: Offer, c: OfferChoice) -> str | None:
+def _left_out(o: Offer, c: OfferChoice, need: float = 0.0) -> str | None:
     if o.is_spot and not c.spot:
         return "spot (--spot)"
     if o.community and not c.community:
@@ -93,8 +96,27 @@ def _left_out(o: Offer, c: OfferChoice) -> str | None:
         return f"no image {c.image}"
     if c.disk is not None and not _disk_fits(o, c.disk):
         return f"disk {o.disk_min}-{o.disk_max} GB"
+    if c.disk is None and need:
+        short = _short_disk(o, need)
+        if short:
+            return short
     if c.max_price is not None and (o.price_hr is None or o.price_hr > c.max_price):
         return f"over ${c.max_price:g}/h"
+    return None
+
+
+def _short_disk(o: Offer, need: float) -> str | None:
+    """Why an offer's disk cannot hold the profile's expect.min_free_disk_gb without --disk, or None.
+    Its default disk (GpuAvailability disk.defaultCount, what the pod gets when no --disk is given) was
+    not checked: such a pod was rented, then refused by the host's disk check (billed, nothing run).
+    Skipped, not given more disk unasked: the image takes an unknown part of the disk (a pod asked for
+    exactly the need would still fail the check) and disk above the default may be priced on top of the
+    offer's $/h (disk.pricePerUnit, defaultIncludedInPrice), so the size is the user's to choose."""
+    if o.disk_max is not None and o.disk_max < need:
+        return f"disk at most {o.disk_max} GB, under the profile's {need:g} GB"
+    if o.disk_default is not None and o.disk_default < need:
+        least = max(math.ceil(need), o.disk_min or 0)
+        return f"default disk {o.disk_default} GB, under the profile's {need:g} GB (--disk {least} or more)"
     return None
 
 
@@ -172,7 +194,7 @@ def shelf(client: PrimeClient, profile: Profile, gpu_type: str | None, choice: O
     _check_values(choice, offers, what)
     out = Shelf(what)
     for o in offers:
-        why = _left_out(o, choice)
+        why = _left_out(o, choice, need or 0.0)
         if why:
             out.left.append((o, why))
         else:

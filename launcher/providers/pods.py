@@ -8,8 +8,10 @@ STOPPED, DELETING, TERMINATED or fails its installation ends the wait at the nex
 own failure text; UNKNOWN is borne for a bounded time; a timeout names what it waited for);
 terminating a pod it created when a later step fails, Ctrl-C, SIGTERM and SIGHUP included (nothing
 left billing), once (the cost is counted once); recording a new pod's host key and forgetting a
-terminated pod's; and the cost so far that status shows. It must not start runs (launcher/launch
-does) or import torch.
+terminated pod's; the cost so far that status shows; and a pod terminated outside nsa-launch (the
+web app) marked ended when the API is next asked about it and says so (`settle_gone`: `pods ls`,
+`pods down`, a provisioned run's `status`). It must not start runs (launcher/launch does) or import
+torch.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 from launcher.config.profiles import Profile
 from launcher.core.errors import LaunchError, RuntimeFailure
 from launcher.providers.offers import OfferChoice, check_ssh_key, choose_offer, describe, gpu_type_for
-from launcher.providers.prime import UNKNOWN, Pod, PrimeAPIError, PrimeClient, pod_name
+from launcher.providers.prime import TERMINATED, UNKNOWN, Pod, PrimeAPIError, PrimeClient, pod_name
 from launcher.run import registry
 from launcher.ssh.hosts import HostSpec, parse_target
 
@@ -90,11 +92,21 @@ def pods_of_run(run: str) -> list[PodRecord]:
     return sorted(out, key=lambda r: r.created)
 
 
+def live_pods() -> list[PodRecord]:
+    """Every pod of the ledger not yet terminated (as far as this machine knows)."""
+    recs = [load_pod(p.stem) for p in sorted(pods_dir().glob("*.json"))] if pods_dir().is_dir() else []
+    return [r for r in recs if r is not None and r.terminated is None]
+
+
 def run_cost(run: str) -> dict[str, Any] | None:
-    """Pod id, $/hour and dollars so far of a provisioned run (every pod it used), or None."""
+    """Pod id, $/hour and dollars so far of a provisioned run (every pod it used), or None. A live pod
+    the API says is gone (terminated in the web app) is marked ended first (`settle_gone`), at most once
+    a CHECK_EVERY_S per pod in a process: its cost grew forever in `status`, `runs` and the dashboard.
+    `gone` holds what was seen, the one time it is seen."""
     recs = pods_of_run(run)
     if not recs:
         return None
+    gone = settle_gone([r for r in recs if _due(r)], _quiet_client)
     costs = [r.cost() for r in recs]
     live = [r for r in recs if r.terminated is None]
     cur = live[-1] if live else recs[-1]
@@ -106,7 +118,88 @@ def run_cost(run: str) -> dict[str, Any] | None:
         else None,
         "pods": len(recs),
         "terminated": not live,
+        "gone": gone,
     }
+
+
+# --- pods terminated outside nsa-launch -------------------------------------------------------------
+CHECK_EVERY_S = 30.0  # `status` in a loop (`up --wait` polls it every second, the dashboard) asks this seldom
+STATUS_TIMEOUT_S = 5.0  # a status must not wait the API's 30 s when it is down: it shows the ledger's cost
+_checked: dict[str, float] = {}  # pod id -> time.monotonic() of the last question, in this process
+
+
+def _due(rec: PodRecord) -> bool:
+    if rec.terminated is not None:
+        return False
+    last = _checked.get(rec.id)
+    if last is not None and time.monotonic() - last < CHECK_EVERY_S:
+        return False
+    _checked[rec.id] = time.monotonic()
+    return True
+
+
+def _quiet_client() -> PrimeClient | None:
+    """A client for a status's question, or None when there is none to ask (no key, a config the
+    `prime` CLI wrote wrong): status shows the ledger's cost then, as it did."""
+    try:
+        return PrimeClient(timeout=STATUS_TIMEOUT_S)
+    except LaunchError:
+        return None
+
+
+def api_says_gone(client: PrimeClient, pod_id: str, listed: Pod | None = None) -> str | None:
+    """The API's word that a pod has ended: `TERMINATED` (APIPodConfig.status), or a 404 on GET
+    /pods/{id} (the `prime` CLI's NotFoundError: a terminated pod leaves the list for /pods/history).
+    None when it is still there in any other state (STOPPED, ERROR may still bill: `pods down` ends
+    them) or the API cannot say now (a 5xx, no network: nothing is changed on a maybe)."""
+    pod = listed
+    if pod is None:
+        try:
+            pod = client.get_pod(pod_id)
+        except PrimeAPIError as e:
+            return "the API no longer knows it (HTTP 404)" if e.status == 404 else None
+        except LaunchError:
+            return None
+    return f"the API says {TERMINATED}" if pod.status == TERMINATED else None
+
+
+def settle_gone(
+    recs: list[PodRecord],
+    client: PrimeClient | Callable[[], PrimeClient | None] | None,
+    listed: dict[str, Pod] | None = None,
+) -> list[str]:
+    """Mark the live ledger records of pods the API says are gone (terminated outside nsa-launch: the
+    web app, `prime pods terminate`, the provider) as ended at the time they were seen gone, and forget
+    their host keys, as `terminate` does. `listed`: the account's pods as `GET /pods/` just listed them
+    (a pod absent from it is asked about by id). Returns one line per pod marked: said once, since an
+    ended record is not asked about again. `client` may be a factory, called only when a pod is due."""
+    out: list[str] = []
+    live = [r for r in recs if r.terminated is None]
+    if not live:
+        return out
+    if client is not None and not isinstance(client, PrimeClient):
+        client = client()
+    if client is None:
+        return out
+    for rec in live:
+        why = api_says_gone(client, rec.id, (listed or {}).get(rec.id))
+        if why is None:
+            continue
+        rec.terminated = time.time()
+        save_pod(rec)
+        for s in rec.ssh:
+            forget_host_key(s, rec.ssh_config)
+        cost = rec.cost()
+        when = time.strftime("%H:%M:%S", time.localtime(rec.terminated))
+        out.append(
+            f"pod {rec.id}"
+            + (f" (run {rec.run})" if rec.run else "")
+            + f" was terminated outside nsa-launch "
+            f"({why}): the ledger ends it at {when}, when it was seen gone (it may have ended before)"
+            + (f", cost ${cost:.2f}" if cost is not None else "")
+            + "; it bills no more"
+        )
+    return out
 
 
 def still_billing(run: str) -> str | None:
