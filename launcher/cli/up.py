@@ -286,8 +286,9 @@ def _down_when_done(app: Application, client, pod, rec, st: dict, keep_failed: b
         app.say(
             f"run {rec.run} {state}: its log and events are in the mirror, {mirror}/train.log and "
             f"{mirror}/events.jsonl (checkpoint {res['checkpoint'] or 'none'}); terminating pod {pod.id}, "
-            "so `restart` above has no pod to run on (--keep-failed keeps a failed run's pod, for "
-            "inspection or `restart`)"
+            f"so `restart` above has no pod to run on: `nsa-launch restart --run {rec.run} --host NEW` "
+            "continues it from the mirror on a host you give (--keep-failed keeps a failed run's pod, for "
+            "inspection or `restart` there)"
         )
     if not terminate_or_shout(client, pod, app.say):
         raise SystemExit(EXIT_RUNTIME)

@@ -88,6 +88,7 @@ def test_a_failed_run_is_pulled_and_its_pod_terminated(fake_prime, tmux_server, 
     assert res.exit_code == 1, res.output
     mirror = home / "mirror" / run
     assert f"run {run} failed: its log and events are in the mirror, {mirror}/train.log" in res.output
+    assert f"`nsa-launch restart --run {run} --host NEW` continues it from the mirror" in res.output
     # the trainer's own account of the failure is there, off the terminated pod
     assert '"error": "diverged"' in (mirror / "events.jsonl").read_text()
     assert "torchrun exited with 1" in (mirror / "train.log").read_text()
