@@ -49,7 +49,7 @@ def resolve_run(run: str | None) -> RunRecord:
     return rec
 
 
-SEEN_EVERY_S = 30.0  # a live run's last-contact record is rewritten at most this often (or on a new step)
+SEEN_EVERY_S = 30.0  # the last-contact record: rewritten at most this often, or on a new step or state
 
 
 def _seen_file(run: str) -> Any:
@@ -65,7 +65,8 @@ def _remember_contact(st: dict[str, Any]) -> None:
     now = float(st.get("time") or time.time())
     try:
         old = json.loads(path.read_text())
-        if old.get("step") == st.get("step") and now - float(old.get("time", 0)) < SEEN_EVERY_S:
+        same = old.get("step") == st.get("step") and old.get("state") == st.get("state")
+        if same and now - float(old.get("time", 0)) < SEEN_EVERY_S:  # a run ending at its last step is news
             return
     except (OSError, ValueError, TypeError):
         pass
