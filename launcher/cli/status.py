@@ -164,7 +164,10 @@ def print_status(console: Console, snaps: list[dict[str, Any]]) -> None:
         if s.get("pod_id"):
             price = f"${s['price_hr']:.2f}/h" if s.get("price_hr") is not None else "$?/h"
             cost = f"${s['cost_usd']:.2f}" if s.get("cost_usd") is not None else "?"
-            lines.append(Text(f"  pod {s['pod_id']} {price}, cost so far {cost}"))
+            if s.get("pod_terminated"):  # no longer billing: the cost is final
+                lines.append(Text(f"  pod {s['pod_id']} terminated, cost {cost}"))
+            else:
+                lines.append(Text(f"  pod {s['pod_id']} {price}, cost so far {cost}"))
         for g in s.get("gpus") or []:
             name = str(g.get("name") or "").removeprefix("NVIDIA ")
             lines.append(

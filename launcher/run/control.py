@@ -182,7 +182,8 @@ def _scrubbed(obj: Any, secrets: dict[str, str]) -> Any:
 
 
 def pod_fields(rec: RunRecord) -> dict[str, Any]:
-    """`pod_id`, `price_hr`, `cost_usd` (every pod the run used, so far) of a provisioned run; None else."""
+    """`pod_id`, `price_hr`, `cost_usd` (every pod the run used, so far) of a provisioned run, and
+    `pod_terminated` (every one of them ended: by nsa-launch, or seen gone from the API); None else."""
     cost = None
     if rec.pod_id:
         from launcher.providers.pods import run_cost
@@ -196,7 +197,13 @@ def pod_fields(rec: RunRecord) -> dict[str, Any]:
 
         own = load_pod(rec.pod_id)
         price = own.price_hr if own is not None else price
-    return {"pod_id": pod, "price_hr": price, "cost_usd": (cost or {}).get("cost_usd")}
+    ended = (cost or {}).get("terminated") if cost else None  # every pod of the run terminated
+    return {
+        "pod_id": pod,
+        "price_hr": price,
+        "cost_usd": (cost or {}).get("cost_usd"),
+        "pod_terminated": ended,
+    }
 
 
 def resume_advice(rec: RunRecord, last_state: str | None, now: float | None = None) -> dict[str, Any]:

@@ -67,10 +67,12 @@ def test_an_interrupted_final_pull_names_the_billing_pod_and_a_pod_ended_elsewhe
     monkeypatch.setattr("launcher.providers.pods._checked", {})
     seen = time.time()
     first = invoke("status", "--run", run)  # lost (exit 1): its host is gone with the pod
-    assert f"pod {pod_id} $0.10/h, cost so far" in first.output, first.output
+    assert f"pod {pod_id} terminated, cost $" in first.output, first.output  # no longer "cost so far"
     rec = ledger(home)[pod_id]
     assert rec["terminated"] is not None and seen <= rec["terminated"] <= time.time(), rec
-    cost = _status(run)["cost_usd"]
+    st = _status(run)
+    cost = st["cost_usd"]
+    assert st["pod_terminated"] is True, st
     monkeypatch.setattr("launcher.providers.pods._checked", {})
     time.sleep(1.0)
     assert _status(run)["cost_usd"] == cost, "the cost of a pod ended elsewhere grows on"

@@ -66,6 +66,7 @@ def test_ctrl_c_and_kill_of_a_provisioned_run_say_the_pod_bills_on_and_no_record
     assert f"nsa-launch pods down {run}" in said
     st = status(run)
     assert st["pod_id"] == pod_id and st["price_hr"] == pytest.approx(0.1) and st["cost_usd"] is not None
+    assert st["pod_terminated"] is False, st  # killed, not terminated: it bills on
 
     procs = list(Path("/proc").glob("[0-9]*/cmdline"))
     on_pod = [Path(f"/proc/{p}/environ") for p in _pod_pids(fake_prime.pods[pod_id].server.tmpdir)]
