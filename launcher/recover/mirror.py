@@ -7,9 +7,13 @@ checkpoint until a NEWER one has been copied, verified here, fsynced and renamed
 then does `checkpoints/latest` name it and are the older ones pruned. A host checkpoint that fails
 verification is reported ("host's step-N is corrupt ...; the mirror keeps step-M"), never taken in
 place of a newer good copy. Copies land in `.tmp-step-N.<pid>` first and are removed when a pull
-fails. Hashing is paid once per checkpoint: the host verifies only checkpoints newer than the
-mirror's, and a mirrored checkpoint whose files are unchanged since it verified here (sizes, mtimes)
-is not hashed again (`verified.json`); a restore (`push`) always verifies with hashes.
+fails. The host's checkpoint is copied from a pin, `checkpoints/.pull-<step-N>-<token>/` on the
+host: hard links to its files, made just before the copy and removed after it, so the trainer
+pruning it mid-copy (`train.keep_last`) costs the copy nothing; a host that cannot hard-link is
+copied from unpinned, and a checkpoint pruned before it was pinned is named and a newer one pulled.
+Hashing is paid once per checkpoint: the host verifies only checkpoints newer than the mirror's, and
+a mirrored checkpoint whose files are unchanged since it verified here (sizes, mtimes) is not hashed
+again (`verified.json`); a restore (`push`) always verifies with hashes.
 
 A multi-node run's checkpoint is split: node 0 holds the weights and optimizer, every other node k its
 ranks' data state and RNG (a few kB) in its own run dir; those parts go to `nodes/<k>/checkpoints/`
@@ -20,10 +24,12 @@ re-reads the run record under it. It must not start or stop runs.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
+import secrets
 import shlex
 import shutil
 import tempfile
@@ -43,6 +49,16 @@ from launcher.ssh.transport import Transport
 # The run-dir files worth keeping off the pod besides the checkpoint (small, append-only or whole).
 FILES = ("manifest.json", "launch_config.yaml", "config.yaml", "metrics.jsonl", "events.jsonl", "train.log")
 VERIFIED = "verified.json"  # mirror-relative checkpoint path -> signature of its files when it verified
+# checkpoints/.pull-<step-N>-<token>/ on a host: a pull's hard-linked pin of the checkpoint it copies.
+# A "." name is no checkpoint to the trainer, its pruning or the scan (runfiles.checkpoint_step).
+PIN_PREFIX = ".pull-"
+# A pin older than this is a pull's that was killed (or lost the host) before removing it; the next
+# pull removes it. Only another machine's pull of the same run can hold a pin that long and alive
+# (this machine's pulls of a run take its write lock): a copy of over an hour, which then fails and
+# is tried again. An hour of a pruned checkpoint's disk held on the host is the cost the other way.
+PIN_STALE_S = 3600.0
+PRUNED_TRIES = 3  # checkpoints pruned before a pull could pin them, in a row: then the pull fails
+_TOLD_NO_LINKS: set[tuple[str, int]] = set()  # (run, node) whose host was said to have no hard links
 
 
 class PullFailed(RuntimeFailure):
@@ -170,26 +186,130 @@ def _scan_host(t: Transport, node: registry.NodeRecord, above: int) -> list[tupl
     return [(n, w) for n, w in json.loads(out[-1])] if out else []
 
 
+# One remote command: remove stale pins, hard-link the checkpoint to a new pin (cp -al: no data is
+# copied; the files' blocks stay while the pin names them, whatever the trainer prunes), and check
+# the pin holds every file of its manifest at its size (a prune racing the cp leaves one short).
+_PIN = """\
+import json, os, shutil, subprocess, sys, time
+from pathlib import Path
+from nsa.runfiles import verify_checkpoint
+root, name, pin, prefix, stale = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])
+for old in root.glob(prefix + "*"):
+    try:
+        if time.time() - old.stat().st_mtime > stale:
+            shutil.rmtree(old, ignore_errors=True)
+    except OSError:
+        pass
+src, dst, out = root / name, root / pin, {"pin": None, "gone": None, "nolink": None}
+r = subprocess.run(["cp", "-al", "--", str(src), str(dst)], capture_output=True, text=True)
+if r.returncode == 0:
+    os.utime(dst)  # cp -a kept the checkpoint's mtime: the pin's age counts from now
+    out["gone"] = verify_checkpoint(dst, hashes=False)
+    out["pin"] = pin if out["gone"] is None else None
+elif not src.is_dir() or "No such file" in r.stderr:
+    out["gone"] = f"{src}: no longer there"
+else:
+    out["nolink"] = (r.stderr.strip().splitlines() or [f"cp -al exit {r.returncode}"])[-1]
+if out["pin"] is None:
+    shutil.rmtree(dst, ignore_errors=True)
+print(json.dumps(out))
+"""
+
+
+class CheckpointPruned(RuntimeFailure):
+    """The host's checkpoint went (pruned by the trainer's train.keep_last) before this pull pinned it,
+    or during an unpinned copy: the host has a newer one."""
+
+    def __init__(self, ckpt: str, node: int, label: str, why: str):
+        self.ckpt, self.node = ckpt, node
+        part = f"node {node}'s part of {ckpt}" if node else ckpt
+        super().__init__(
+            f"{part} was pruned on {label} before it could be copied ({why}; the trainer keeps its "
+            "last train.keep_last checkpoints)",
+            "pull again: the next pull copies the host's newer checkpoint",
+        )
+
+
+def _pin(t: Transport, k: int, node: registry.NodeRecord, ckpt: str) -> tuple[str | None, str | None]:
+    """Pin node `k`'s run_dir/checkpoints/<ckpt> on t (see _PIN); returns (pin name, None), or (None,
+    why the host cannot hard-link). Raises CheckpointPruned when the checkpoint is gone already."""
+    from nsa.runfiles import CHECKPOINTS_DIR
+
+    pin = f"{PIN_PREFIX}{ckpt}-{os.getpid()}-{secrets.token_hex(3)}"
+    args = [f"{node.run_dir}/{CHECKPOINTS_DIR}", ckpt, pin, PIN_PREFIX, str(PIN_STALE_S)]
+    cmd = f"cd {shlex.quote(node.workdir)} && {shlex.quote(node.python)} -c {shlex.quote(_PIN)} " + " ".join(
+        shlex.quote(a) for a in args
+    )
+    out = t.run(cmd, timeout=600).stdout.strip().splitlines()
+    res = json.loads(out[-1]) if out else {"nolink": "the pin command printed nothing"}
+    if res.get("gone"):
+        raise CheckpointPruned(ckpt, k, t.label, res["gone"])
+    return res.get("pin"), res.get("nolink")
+
+
+def _unpin(t: Transport, node: registry.NodeRecord, pin: str) -> None:
+    """Remove a pin; one left behind (a host that stopped answering) goes with a later pull."""
+    from nsa.runfiles import CHECKPOINTS_DIR
+
+    with contextlib.suppress(LaunchError, OSError):
+        t.run(f"rm -rf -- {shlex.quote(f'{node.run_dir}/{CHECKPOINTS_DIR}/{pin}')}", timeout=60, check=False)
+
+
+def _gone(t: Transport, node: registry.NodeRecord, ckpt: str) -> bool:
+    """Whether the host answers that its checkpoint `ckpt` is gone (False when it does not answer)."""
+    from nsa.runfiles import CHECKPOINTS_DIR
+
+    try:
+        path = shlex.quote(f"{node.run_dir}/{CHECKPOINTS_DIR}/{ckpt}")
+        return t.run(f"test -d {path} && echo here || echo gone", timeout=60).stdout.strip() == "gone"
+    except (LaunchError, OSError):
+        return False
+
+
 # --- writing the mirror -------------------------------------------------------------------------
-def _fetch(t: Transport, run: str, run_dir: str, ckpt: str, dest: Path) -> Path:
-    """Copy run_dir/checkpoints/<ckpt> from t into dest/checkpoints/.tmp-<ckpt>.<pid> and verify it
-    there (hashing it once). The temporary dir is removed when anything fails."""
+def _fetch(
+    t: Transport,
+    run: str,
+    k: int,
+    node: registry.NodeRecord,
+    ckpt: str,
+    dest: Path,
+    say: Callable[[str], None],
+) -> Path:
+    """Copy node `k`'s run_dir/checkpoints/<ckpt> from t, through a pin (_pin), into
+    dest/checkpoints/.tmp-<ckpt>.<pid> and verify it there (hashing it once). The temporary dir is
+    removed when anything fails, the pin in any case."""
     from nsa.runfiles import CHECKPOINTS_DIR, verify_checkpoint
 
     tmp = dest / CHECKPOINTS_DIR / f".tmp-{ckpt}.{os.getpid()}"
+    pin, nolink = _pin(t, k, node, ckpt)
+    if nolink is not None and (run, k) not in _TOLD_NO_LINKS:
+        _TOLD_NO_LINKS.add((run, k))
+        say(
+            f"{t.label} cannot hard-link {run}'s checkpoints ({nolink}); copying them unpinned: "
+            "a save that prunes one mid-copy fails that pull, and the next pulls a newer one"
+        )
     try:
-        rsync_pull(t, [f"{run_dir}/{CHECKPOINTS_DIR}/{ckpt}/"], tmp)
-        shutil.rmtree(tmp / ".rsync-partial", ignore_errors=True)
-        why = verify_checkpoint(tmp)
-        if why is not None:
-            raise RuntimeFailure(
-                f"the pulled checkpoint {ckpt} from {t.label} does not verify here: {why}",
-                "pull again (the host copy verified; the transfer was damaged)",
-            )
+        try:
+            rsync_pull(t, [f"{node.run_dir}/{CHECKPOINTS_DIR}/{pin or ckpt}/"], tmp, name=ckpt)
+            shutil.rmtree(tmp / ".rsync-partial", ignore_errors=True)
+            why = verify_checkpoint(tmp)
+            if why is not None:
+                raise RuntimeFailure(
+                    f"the pulled checkpoint {ckpt} from {t.label} does not verify here: {why}",
+                    "pull again (the host copy verified; the transfer was damaged)",
+                )
+        except RuntimeFailure:
+            if pin is None and _gone(t, node, ckpt):  # unpinned, and pruned mid-copy
+                raise CheckpointPruned(ckpt, k, t.label, "during an unpinned copy") from None
+            raise
         fsync_tree(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if pin is not None:
+            _unpin(t, node, pin)
     return tmp
 
 
@@ -259,31 +379,39 @@ def _pull(rec: RunRecord, say: Callable[[str], None]) -> dict[str, Any]:
     try:
         t = transport_for(node.host)
         rsync_pull(t, [f"{node.run_dir}/{f}" for f in FILES], dest)
-        scan = _scan_host(t, node, _step(have.name if have else None))
-        corrupt = [(n, why) for n, why in scan if why is not None]
-        ckpt = next((n for n, why in scan if why is None), None)
-        if ckpt:
-            state["host_newest"] = ckpt
-        note = ""
-        if ckpt and others:
-            names = {
-                k: next((x for x, w in _scan_host(transport_for(n.host), n, _step(have.name if have else None))
-                         if w is None), None)
-                for k, n in others
-            }  # fmt: skip
-            differ = {k: v for k, v in names.items() if v != ckpt}
-            if differ:  # a save between its per-node renames, or a node that lost its copy
-                note = f"; not {ckpt}: " + ", ".join(
-                    f"node {k} has {v or 'no intact checkpoint newer than ' + (have.name if have else 'none')}"
-                    for k, v in differ.items()
-                )
-                ckpt = None
-        pulled = None
-        if ckpt:
-            _bring(rec, t, ckpt, others)
-            pulled = ckpt
-        elif have is not None and others and missing_parts(rec):
-            _bring(rec, t, have.name, others, parts_only=True)  # node 0's is here; a part was lost
+        for attempt in range(1, PRUNED_TRIES + 1):
+            scan = _scan_host(t, node, _step(have.name if have else None))
+            corrupt = [(n, why) for n, why in scan if why is not None]
+            ckpt = next((n for n, why in scan if why is None), None)
+            if ckpt:
+                state["host_newest"] = ckpt
+            note = ""
+            if ckpt and others:
+                names = {
+                    k: next((x for x, w in _scan_host(transport_for(n.host), n, _step(have.name if have else None))
+                             if w is None), None)
+                    for k, n in others
+                }  # fmt: skip
+                differ = {k: v for k, v in names.items() if v != ckpt}
+                if differ:  # a save between its per-node renames, or a node that lost its copy
+                    note = f"; not {ckpt}: " + ", ".join(
+                        f"node {k} has {v or 'no intact checkpoint newer than ' + (have.name if have else 'none')}"
+                        for k, v in differ.items()
+                    )
+                    ckpt = None
+            pulled = None
+            try:
+                if ckpt:
+                    _bring(rec, t, ckpt, others, say)
+                    pulled = ckpt
+                elif have is not None and others and missing_parts(rec):
+                    # node 0's is here; a part was lost
+                    _bring(rec, t, have.name, others, say, parts_only=True)
+                break
+            except CheckpointPruned as e:  # the host saved a newer one meanwhile: take that
+                if attempt == PRUNED_TRIES:
+                    raise
+                say(f"{rec.run}: {e.message}; looking for the host's newer checkpoint")
     except (LaunchError, OSError) as e:
         if isinstance(e, OSError):  # this machine's side: a full disk, a permission
             e = RuntimeFailure(f"writing the mirror {dest} failed: {e}", _write_fix(e, dest))
@@ -332,6 +460,7 @@ def _bring(
     t: Transport,
     ckpt: str,
     others: list[tuple[int, registry.NodeRecord]],
+    say: Callable[[str], None],
     parts_only: bool = False,
 ) -> None:
     """Fetch `ckpt` (every node's part) into temporary dirs, then commit: the other nodes' parts first,
@@ -340,10 +469,10 @@ def _bring(
     try:
         for k, n in others:
             d = node_mirror(rec.run, k)
-            tmps.append((d, _fetch(transport_for(n.host), rec.run, n.run_dir, ckpt, d)))
+            tmps.append((d, _fetch(transport_for(n.host), rec.run, k, n, ckpt, d, say)))
         if not parts_only:
             dest = mirror_dir(rec.run)
-            tmps.append((dest, _fetch(t, rec.run, rec.nodes[0].run_dir, ckpt, dest)))
+            tmps.append((dest, _fetch(t, rec.run, 0, rec.nodes[0], ckpt, dest, say)))
         for d, tmp in tmps:
             _commit(rec.run, d, tmp, ckpt)
     finally:
