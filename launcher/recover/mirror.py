@@ -186,36 +186,6 @@ def _scan_host(t: Transport, node: registry.NodeRecord, above: int) -> list[tupl
     return [(n, w) for n, w in json.loads(out[-1])] if out else []
 
 
-# One remote command: remove stale pins, hard-link the checkpoint to a new pin (cp -al: no data is
-# copied; the files' blocks stay while the pin names them, whatever the trainer prunes), and check
-# the pin holds every file of its manifest at its size (a prune racing the cp leaves one short).
-_PIN = """\
-import json, os, shutil, subprocess, sys, time
-from pathlib import Path
-from nsa.runfiles import verify_checkpoint
-root, name, pin, prefix, stale = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])
-for old in root.glob(prefix + "*"):
-    try:
-        if time.time() - old.stat().st_mtime > stale:
-            shutil.rmtree(old, ignore_errors=True)
-    except OSError:
-        pass
-src, dst, out = root / name, root / pin, {"pin": None, "gone": None, "nolink": None}
-r = subprocess.run(["cp", "-al", "--", str(src), str(dst)], capture_output=True, text=True)
-if r.returncode == 0:
-    os.utime(dst)  # cp -a kept the checkpoint's mtime: the pin's age counts from now
-    out["gone"] = verify_checkpoint(dst, hashes=False)
-    out["pin"] = pin if out["gone"] is None else None
-elif not src.is_dir() or "No such file" in r.stderr:
-    out["gone"] = f"{src}: no longer there"
-else:
-    out["nolink"] = (r.stderr.strip().splitlines() or [f"cp -al exit {r.returncode}"])[-1]
-if out["pin"] is None:
-    shutil.rmtree(dst, ignore_errors=True)
-print(json.dumps(out))
-"""
-
-
 class CheckpointPruned(RuntimeFailure):
     """The host's checkpoint went (pruned by the trainer's train.keep_last) before this pull pinned it,
     or during an unpinned copy: the host has a newer one."""
@@ -231,20 +201,33 @@ class CheckpointPruned(RuntimeFailure):
 
 
 def _pin(t: Transport, k: int, node: registry.NodeRecord, ckpt: str) -> tuple[str | None, str | None]:
-    """Pin node `k`'s run_dir/checkpoints/<ckpt> on t (see _PIN); returns (pin name, None), or (None,
-    why the host cannot hard-link). Raises CheckpointPruned when the checkpoint is gone already."""
+    """Pin node `k`'s run_dir/checkpoints/<ckpt> on t: one remote shell command (no python started:
+    every pull that copies a checkpoint pays it) removes stale pins and hard-links the checkpoint's
+    files into a new pin (`cp -al`: no data copied; the files' blocks stay while the pin names them,
+    whatever the trainer prunes). Returns (pin name, None), or (None, why the host cannot hard-link);
+    raises CheckpointPruned when the checkpoint is gone already. A cp racing a prune can leave a pin
+    short of a file: the verification here finds that, and _fetch names it (_vanished)."""
     from nsa.runfiles import CHECKPOINTS_DIR
 
     pin = f"{PIN_PREFIX}{ckpt}-{os.getpid()}-{secrets.token_hex(3)}"
-    args = [f"{node.run_dir}/{CHECKPOINTS_DIR}", ckpt, pin, PIN_PREFIX, str(PIN_STALE_S)]
-    cmd = f"cd {shlex.quote(node.workdir)} && {shlex.quote(node.python)} -c {shlex.quote(_PIN)} " + " ".join(
-        shlex.quote(a) for a in args
+    src, dst = shlex.quote(ckpt), shlex.quote(pin)
+    cmd = (
+        f"cd {shlex.quote(f'{node.run_dir}/{CHECKPOINTS_DIR}')} && "
+        f"find . -maxdepth 1 -name {shlex.quote(PIN_PREFIX + '*')} -mmin +{int(PIN_STALE_S // 60)} "
+        "-exec rm -rf -- {} + 2>/dev/null; "
+        # cp -a keeps the checkpoint's mtime on the pin's dir: touch it, its age counts from now
+        f"if e=$(cp -al -- {src} {dst} 2>&1); then touch -- {dst} && echo pinned; "
+        f"else rm -rf -- {dst}; if [ -d {src} ] && ! printf %s \"$e\" | grep -q 'No such file'; "
+        "then printf '%s\\n' \"$e\" | tail -n 1 | sed 's/^/nolink /'; else echo gone; fi; fi"
     )
-    out = t.run(cmd, timeout=600).stdout.strip().splitlines()
-    res = json.loads(out[-1]) if out else {"nolink": "the pin command printed nothing"}
-    if res.get("gone"):
-        raise CheckpointPruned(ckpt, k, t.label, res["gone"])
-    return res.get("pin"), res.get("nolink")
+    said = (
+        t.run(cmd, timeout=600).stdout.strip().splitlines() or ["nolink the pin command printed nothing"]
+    )[-1]
+    if said == "pinned":
+        return pin, None
+    if said == "gone":
+        raise CheckpointPruned(ckpt, k, t.label, "it was gone when the pull came to pin it")
+    return None, said.removeprefix("nolink ")
 
 
 def _unpin(t: Transport, node: registry.NodeRecord, pin: str) -> None:
@@ -255,7 +238,7 @@ def _unpin(t: Transport, node: registry.NodeRecord, pin: str) -> None:
         t.run(f"rm -rf -- {shlex.quote(f'{node.run_dir}/{CHECKPOINTS_DIR}/{pin}')}", timeout=60, check=False)
 
 
-def _gone(t: Transport, node: registry.NodeRecord, ckpt: str) -> bool:
+def _vanished(t: Transport, node: registry.NodeRecord, ckpt: str) -> bool:
     """Whether the host answers that its checkpoint `ckpt` is gone (False when it does not answer)."""
     from nsa.runfiles import CHECKPOINTS_DIR
 
@@ -292,17 +275,26 @@ def _fetch(
     try:
         try:
             rsync_pull(t, [f"{node.run_dir}/{CHECKPOINTS_DIR}/{pin or ckpt}/"], tmp, name=ckpt)
-            shutil.rmtree(tmp / ".rsync-partial", ignore_errors=True)
-            why = verify_checkpoint(tmp)
-            if why is not None:
-                raise RuntimeFailure(
-                    f"the pulled checkpoint {ckpt} from {t.label} does not verify here: {why}",
-                    "pull again (the host copy verified; the transfer was damaged)",
-                )
-        except RuntimeFailure:
-            if pin is None and _gone(t, node, ckpt):  # unpinned, and pruned mid-copy
+        except RuntimeFailure as e:
+            # unpinned, a prune mid-copy reads as files that vanished (a pin's files cannot)
+            if (
+                pin is None
+                and ("vanished" in e.message or "No such file" in e.message)
+                and _vanished(t, node, ckpt)
+            ):
                 raise CheckpointPruned(ckpt, k, t.label, "during an unpinned copy") from None
             raise
+        shutil.rmtree(tmp / ".rsync-partial", ignore_errors=True)
+        why = verify_checkpoint(tmp)
+        if why is not None:
+            # a whole file missing, and the checkpoint gone: the prune raced the pin's cp (or the
+            # unpinned rsync's start); damaged bytes are the transfer's, whatever the host did since
+            if ": missing" in why and _vanished(t, node, ckpt):
+                raise CheckpointPruned(ckpt, k, t.label, f"{'pinned' if pin else 'copied'} in part: {why}")
+            raise RuntimeFailure(
+                f"the pulled checkpoint {ckpt} from {t.label} does not verify here: {why}",
+                "pull again (the host copy verified; the transfer was damaged)",
+            )
         fsync_tree(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

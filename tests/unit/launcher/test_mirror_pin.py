@@ -185,7 +185,7 @@ def test_a_checkpoint_pruned_before_it_was_pinned_is_named_and_a_newer_one_pulle
     assert e.value.mirror_checkpoint == S12 and _mirrored() == S12 and _pins(rd) == []
 
 
-def test_a_failed_or_interrupted_pull_removes_its_pin(home, tmp_path):
+def test_a_failed_or_interrupted_pull_removes_its_pin(home, tmp_path, monkeypatch):
     rd = tmp_path / "run"
     _ckpt(rd, 4, b"w4" * 1000)
     rec = _record(rd)
@@ -209,7 +209,7 @@ def test_a_failed_or_interrupted_pull_removes_its_pin(home, tmp_path):
         t.join()
     assert stopped and _pins(rd) == [] and _mirrored() == S4
     assert not list((node_mirror(RUN, 0) / "checkpoints").glob(".tmp-*"))
-    # a copy that fails (the host's checkpoint damaged in flight: here, on the host after pinning)
+    # a copy that fails: bytes damaged after the pin (on the host here; the pin shares its inodes)
     real = mirror.rsync_pull
 
     def rot_then_copy(t, remote, dest, **kw):
@@ -218,12 +218,9 @@ def test_a_failed_or_interrupted_pull_removes_its_pin(home, tmp_path):
             f.write_bytes(b"x" * f.stat().st_size)
         real(t, remote, dest, **kw)
 
-    mirror.rsync_pull = rot_then_copy
-    try:
-        with pytest.raises(mirror.PullFailed) as e:
-            pull(rec, lambda _: None)
-    finally:
-        mirror.rsync_pull = real
+    monkeypatch.setattr(mirror, "rsync_pull", rot_then_copy)
+    with pytest.raises(mirror.PullFailed) as e:
+        pull(rec, lambda _: None)
     assert "does not verify here" in e.value.message and _pins(rd) == [] and _mirrored() == S4
 
 
@@ -278,3 +275,31 @@ def test_a_host_that_cannot_hard_link_is_copied_unpinned_and_said_once(home, tmp
         f"{S8} was pruned on local before it could be copied (during an unpinned copy" in s for s in said
     ), said
     assert len([s for s in said if "cannot hard-link" in s]) == 1, said
+
+
+def test_a_pin_cut_short_by_a_prune_is_named_and_a_newer_one_pulled(home, tmp_path, monkeypatch):
+    """The trainer's rmtree of the checkpoint runs while `cp -al` links it: the pin lacks a file the
+    manifest lists and the checkpoint is gone. The verification here finds the missing file; the
+    pull names the prune (not a damaged transfer) and takes the newer checkpoint."""
+    rd = tmp_path / "run"
+    _ckpt(rd, 4, b"w4" * 1000)
+    rec = _record(rd)
+    assert pull(rec, lambda _: None)["pulled"] == S4
+    _ckpt(rd, 8, b"w8" * 1000)
+    real, raced = mirror.rsync_pull, []
+
+    def the_prune_raced_the_pin(t, remote, dest, **kw):
+        if f"/{PIN_PREFIX}{S8}-" in remote[0] and not raced:
+            raced.append(remote[0])
+            (Path(remote[0]) / "model.pt").unlink()  # as cp -al finds it, half-way through an rmtree
+            _ckpt(rd, 12, b"w12" * 1000)
+            shutil.rmtree(rd / "checkpoints" / S8)
+        real(t, remote, dest, **kw)
+
+    monkeypatch.setattr(mirror, "rsync_pull", the_prune_raced_the_pin)
+    said: list[str] = []
+    assert pull(rec, said.append)["pulled"] == S12 and raced and _pins(rd) == []
+    assert any(f"{S8} was pruned on local before it could be copied (pinned in part: " in s for s in said), (
+        said
+    )
+    assert _mirrored() == S12
