@@ -8,9 +8,10 @@ then does `checkpoints/latest` name it and are the older ones pruned. A host che
 verification is reported ("host's step-N is corrupt ...; the mirror keeps step-M"), never taken in
 place of a newer good copy. Copies land in `.tmp-step-N.<pid>` first and are removed when a pull
 fails. The host's checkpoint is copied from a pin, `checkpoints/.pull-<step-N>-<token>/` on the
-host: hard links to its files, made just before the copy and removed after it, so the trainer
-pruning it mid-copy (`train.keep_last`) costs the copy nothing; a host that cannot hard-link is
-copied from unpinned, and a checkpoint pruned before it was pinned is named and a newer one pulled.
+host: hard links to its files, made by the host's scan before it hashes them and removed after the
+copy, so the trainer pruning it meanwhile (`train.keep_last`) costs the copy nothing, and one pruned
+during the scan is skipped, not called corrupt; a host that cannot hard-link is copied from
+unpinned, and a prune during such a copy is named and a newer checkpoint pulled.
 Hashing is paid once per checkpoint: the host verifies only checkpoints newer than the mirror's, and
 a mirrored checkpoint whose files are unchanged since it verified here (sizes, mtimes) is not hashed
 again (`verified.json`); a restore (`push`) always verifies with hashes.
@@ -36,7 +37,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from launcher.core.errors import LaunchError, RuntimeFailure
 from launcher.recover.transfer import durable_write_text, fsync_dir, fsync_tree, rsync_pull, rsync_push
@@ -57,7 +58,7 @@ PIN_PREFIX = ".pull-"
 # (this machine's pulls of a run take its write lock): a copy of over an hour, which then fails and
 # is tried again. An hour of a pruned checkpoint's disk held on the host is the cost the other way.
 PIN_STALE_S = 3600.0
-PRUNED_TRIES = 3  # checkpoints pruned before a pull could pin them, in a row: then the pull fails
+PRUNED_TRIES = 3  # checkpoints pruned under an unpinned copy, in a row: then the pull fails
 _TOLD_NO_LINKS: set[tuple[str, int]] = set()  # (run, node) whose host was said to have no hard links
 
 
@@ -160,35 +161,69 @@ def missing_parts(rec: RunRecord, *, hashes: bool = False) -> str | None:
 
 
 # --- the host side ------------------------------------------------------------------------------
+# Each candidate is pinned first (cp -al: hard links, no data copied; see _pin) and the pin hashed:
+# what verifies is what the pull copies, whatever the trainer prunes meanwhile, and one pruned
+# while listed, pinned or hashed is skipped, not called corrupt. The intact one's pin is kept for the
+# copy; the pull removes it. Stale pins (pulls killed before removing theirs) go first.
 _SCAN = """\
-import json, sys
+import json, os, shutil, subprocess, sys, time
 from nsa.runfiles import RunDir, checkpoint_step, verify_checkpoint
-above, out = int(sys.argv[2]), []
-for p in RunDir(sys.argv[1]).checkpoints():
+rd, above, token, prefix, stale = RunDir(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], float(sys.argv[5])
+for old in rd.checkpoints_dir.glob(prefix + "*"):
+    try:
+        if time.time() - old.stat().st_mtime > stale:
+            shutil.rmtree(old, ignore_errors=True)
+    except OSError:
+        pass
+out, pin, nolink = [], None, None
+for p in rd.checkpoints():
     if checkpoint_step(p.name) <= above:
         break
-    why = verify_checkpoint(p)
-    out.append([p.name, why])
+    dst = p.with_name(prefix + p.name + "-" + token)
+    r = subprocess.run(["cp", "-al", "--", str(p), str(dst)], capture_output=True, text=True)
+    if r.returncode == 0:
+        os.utime(dst)  # cp -a kept the checkpoint's mtime: the pin's age counts from now
+    else:
+        shutil.rmtree(dst, ignore_errors=True)
+        if not p.is_dir() or "No such file" in r.stderr:
+            continue
+        nolink = (r.stderr.strip().splitlines() or ["cp -al exit %d" % r.returncode])[-1]
+    why = verify_checkpoint(dst if r.returncode == 0 else p)
     if why is None:
+        pin = dst.name if r.returncode == 0 else None
+        out.append([p.name, None])
         break
-print(json.dumps(out))
+    shutil.rmtree(dst, ignore_errors=True)
+    if p.is_dir():
+        out.append([p.name, why])
+print(json.dumps({"checked": out, "pin": pin, "nolink": nolink}))
 """
 
 
-def _scan_host(t: Transport, node: registry.NodeRecord, above: int) -> list[tuple[str, str | None]]:
+class Scan(NamedTuple):
+    checked: list[tuple[str, str | None]]  # newest first, why each does not verify (None: intact)
+    pin: str | None  # the intact one's pin on the host (None: none intact, or no hard links there)
+    nolink: str | None  # why the host cannot hard-link (cp -al's last words), or None
+
+
+def _scan_host(t: Transport, node: registry.NodeRecord, above: int) -> Scan:
     """The host's checkpoints newer than step `above`, newest first, each with why it does not verify
-    (None: intact), down to the first intact one. Older ones are not hashed: the mirror has newer."""
-    cmd = (
-        f"cd {shlex.quote(node.workdir)} && {shlex.quote(node.python)} -c {shlex.quote(_SCAN)} "
-        f"{shlex.quote(node.run_dir)} {above}"
+    (None: intact), down to the first intact one, which stays pinned (the caller removes the pin).
+    Older ones are not hashed: the mirror has newer. A pin made before an answer that was lost goes
+    with a later pull (PIN_STALE_S)."""
+    token = f"{os.getpid()}-{secrets.token_hex(3)}"
+    args = [node.run_dir, str(above), token, PIN_PREFIX, str(PIN_STALE_S)]
+    cmd = f"cd {shlex.quote(node.workdir)} && {shlex.quote(node.python)} -c {shlex.quote(_SCAN)} " + " ".join(
+        shlex.quote(a) for a in args
     )
     out = t.run(cmd, timeout=600).stdout.strip().splitlines()
-    return [(n, w) for n, w in json.loads(out[-1])] if out else []
+    d = json.loads(out[-1]) if out else {"checked": [], "pin": None, "nolink": None}
+    return Scan([(n, w) for n, w in d["checked"]], d["pin"], d["nolink"])
 
 
 class CheckpointPruned(RuntimeFailure):
-    """The host's checkpoint went (pruned by the trainer's train.keep_last) before this pull pinned it,
-    or during an unpinned copy: the host has a newer one."""
+    """The host's checkpoint went (pruned by the trainer's train.keep_last) during an unpinned copy
+    (a host without hard links) or before _pin came to it: the host has a newer one."""
 
     def __init__(self, ckpt: str, node: int, label: str, why: str):
         self.ckpt, self.node = ckpt, node
@@ -201,12 +236,13 @@ class CheckpointPruned(RuntimeFailure):
 
 
 def _pin(t: Transport, k: int, node: registry.NodeRecord, ckpt: str) -> tuple[str | None, str | None]:
-    """Pin node `k`'s run_dir/checkpoints/<ckpt> on t: one remote shell command (no python started:
-    every pull that copies a checkpoint pays it) removes stale pins and hard-links the checkpoint's
-    files into a new pin (`cp -al`: no data copied; the files' blocks stay while the pin names them,
-    whatever the trainer prunes). Returns (pin name, None), or (None, why the host cannot hard-link);
-    raises CheckpointPruned when the checkpoint is gone already. A cp racing a prune can leave a pin
-    short of a file: the verification here finds that, and _fetch names it (_vanished)."""
+    """Pin node `k`'s run_dir/checkpoints/<ckpt> on t, for a copy no scan pinned (a lost part of the
+    mirror's own checkpoint, fetched again): one remote shell command removes stale pins and
+    hard-links the checkpoint's files into a new pin (`cp -al`: no data copied; the files' blocks
+    stay while the pin names them, whatever the trainer prunes). Returns (pin name, None), or (None,
+    why the host cannot hard-link); raises CheckpointPruned when the checkpoint is gone already. A
+    cp racing a prune can leave a pin short of a file: the verification here finds that, and _fetch
+    names it (_vanished)."""
     from nsa.runfiles import CHECKPOINTS_DIR
 
     pin = f"{PIN_PREFIX}{ckpt}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -258,14 +294,17 @@ def _fetch(
     ckpt: str,
     dest: Path,
     say: Callable[[str], None],
+    pinned: tuple[str | None, str | None] | None = None,
 ) -> Path:
-    """Copy node `k`'s run_dir/checkpoints/<ckpt> from t, through a pin (_pin), into
-    dest/checkpoints/.tmp-<ckpt>.<pid> and verify it there (hashing it once). The temporary dir is
-    removed when anything fails, the pin in any case."""
+    """Copy node `k`'s run_dir/checkpoints/<ckpt> from t, through its pin, into
+    dest/checkpoints/.tmp-<ckpt>.<pid> and verify it there (hashing it once). `pinned`: (pin, why
+    the host cannot hard-link) from the scan, whose caller removes that pin; without it the pin is
+    made here (_pin) and removed here. The temporary dir is removed when anything fails."""
     from nsa.runfiles import CHECKPOINTS_DIR, verify_checkpoint
 
     tmp = dest / CHECKPOINTS_DIR / f".tmp-{ckpt}.{os.getpid()}"
-    pin, nolink = _pin(t, k, node, ckpt)
+    own = pinned is None
+    pin, nolink = _pin(t, k, node, ckpt) if pinned is None else pinned
     if nolink is not None and (run, k) not in _TOLD_NO_LINKS:
         _TOLD_NO_LINKS.add((run, k))
         say(
@@ -300,7 +339,7 @@ def _fetch(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:
-        if pin is not None:
+        if own and pin is not None:
             _unpin(t, node, pin)
     return tmp
 
@@ -371,39 +410,48 @@ def _pull(rec: RunRecord, say: Callable[[str], None]) -> dict[str, Any]:
     try:
         t = transport_for(node.host)
         rsync_pull(t, [f"{node.run_dir}/{f}" for f in FILES], dest)
+        above = _step(have.name if have else None)
         for attempt in range(1, PRUNED_TRIES + 1):
-            scan = _scan_host(t, node, _step(have.name if have else None))
-            corrupt = [(n, why) for n, why in scan if why is not None]
-            ckpt = next((n for n, why in scan if why is None), None)
-            if ckpt:
-                state["host_newest"] = ckpt
-            note = ""
-            if ckpt and others:
-                names = {
-                    k: next((x for x, w in _scan_host(transport_for(n.host), n, _step(have.name if have else None))
-                             if w is None), None)
-                    for k, n in others
-                }  # fmt: skip
-                differ = {k: v for k, v in names.items() if v != ckpt}
-                if differ:  # a save between its per-node renames, or a node that lost its copy
-                    note = f"; not {ckpt}: " + ", ".join(
-                        f"node {k} has {v or 'no intact checkpoint newer than ' + (have.name if have else 'none')}"
-                        for k, v in differ.items()
-                    )
-                    ckpt = None
-            pulled = None
+            held: list[tuple[Transport, registry.NodeRecord, str]] = []  # pins the scans made
             try:
+                scan = _scan_host(t, node, above)
+                held += [(t, node, scan.pin)] if scan.pin else []
+                pins = {0: (scan.pin, scan.nolink)}
+                corrupt = [(n, why) for n, why in scan.checked if why is not None]
+                ckpt = next((n for n, why in scan.checked if why is None), None)
                 if ckpt:
-                    _bring(rec, t, ckpt, others, say)
+                    state["host_newest"] = ckpt
+                note = ""
+                if ckpt and others:
+                    names = {}
+                    for k, n in others:
+                        tk = transport_for(n.host)
+                        sk = _scan_host(tk, n, above)
+                        held += [(tk, n, sk.pin)] if sk.pin else []
+                        pins[k] = (sk.pin, sk.nolink)
+                        names[k] = next((x for x, w in sk.checked if w is None), None)
+                    differ = {k: v for k, v in names.items() if v != ckpt}
+                    if differ:  # a save between its per-node renames, or a node that lost its copy
+                        note = f"; not {ckpt}: " + ", ".join(
+                            f"node {k} has {v or 'no intact checkpoint newer than ' + (have.name if have else 'none')}"
+                            for k, v in differ.items()
+                        )
+                        ckpt = None
+                pulled = None
+                if ckpt:
+                    _bring(rec, t, ckpt, others, say, pins)
                     pulled = ckpt
                 elif have is not None and others and missing_parts(rec):
                     # node 0's is here; a part was lost
-                    _bring(rec, t, have.name, others, say, parts_only=True)
+                    _bring(rec, t, have.name, others, say, {}, parts_only=True)
                 break
-            except CheckpointPruned as e:  # the host saved a newer one meanwhile: take that
+            except CheckpointPruned as e:  # unpinned: the host saved a newer one meanwhile, take that
                 if attempt == PRUNED_TRIES:
                     raise
                 say(f"{rec.run}: {e.message}; looking for the host's newer checkpoint")
+            finally:
+                for tk, n, pin in held:
+                    _unpin(tk, n, pin)
     except (LaunchError, OSError) as e:
         if isinstance(e, OSError):  # this machine's side: a full disk, a permission
             e = RuntimeFailure(f"writing the mirror {dest} failed: {e}", _write_fix(e, dest))
@@ -419,7 +467,7 @@ def _pull(rec: RunRecord, say: Callable[[str], None]) -> dict[str, Any]:
         "pulled": pulled,
         "host_newest": state["host_newest"],
         "corrupt": [n for n, _ in corrupt],
-        "host_checked": [n for n, _ in scan],
+        "host_checked": [n for n, _ in scan.checked],
         "seconds": round(time.monotonic() - t0, 2),
         "time": time.time(),
     }
@@ -453,6 +501,7 @@ def _bring(
     ckpt: str,
     others: list[tuple[int, registry.NodeRecord]],
     say: Callable[[str], None],
+    pins: dict[int, tuple[str | None, str | None]],
     parts_only: bool = False,
 ) -> None:
     """Fetch `ckpt` (every node's part) into temporary dirs, then commit: the other nodes' parts first,
@@ -461,10 +510,10 @@ def _bring(
     try:
         for k, n in others:
             d = node_mirror(rec.run, k)
-            tmps.append((d, _fetch(transport_for(n.host), rec.run, k, n, ckpt, d, say)))
+            tmps.append((d, _fetch(transport_for(n.host), rec.run, k, n, ckpt, d, say, pins.get(k))))
         if not parts_only:
             dest = mirror_dir(rec.run)
-            tmps.append((dest, _fetch(t, rec.run, 0, rec.nodes[0], ckpt, dest, say)))
+            tmps.append((dest, _fetch(t, rec.run, 0, rec.nodes[0], ckpt, dest, say, pins.get(0))))
         for d, tmp in tmps:
             _commit(rec.run, d, tmp, ckpt)
     finally:

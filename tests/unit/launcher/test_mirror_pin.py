@@ -24,6 +24,7 @@ from launcher.recover import mirror
 from launcher.recover.mirror import PIN_PREFIX, node_mirror, pull
 from launcher.run import registry
 from launcher.ssh.hosts import local_host, parse_target
+from launcher.ssh.remote import transport_for
 from nsa.runfiles import RunDir, verify_checkpoint
 from tests.fixtures.checkpoints import write_checkpoint as _ckpt
 from tests.unit.launcher.test_qa_recover_pull import _rsync_of
@@ -122,14 +123,11 @@ def test_a_pin_is_no_checkpoint_to_the_trainer_or_the_scan(home, tmp_path):
     _prune(rd / "checkpoints", 1, keep=rd / "checkpoints" / S12)  # the trainer's, keep_last 1
     assert not ck8.exists() and pin.is_dir() and verify_checkpoint(pin) is None
     assert choose_resume(RunDir(rd)) == (rd / "checkpoints" / S12, [])
-    rec = _record(rd)
-    assert mirror._scan_host(local_host_transport(), rec.nodes[0], -1) == [(S12, None)]
-
-
-def local_host_transport():
-    from launcher.ssh.remote import transport_for
-
-    return transport_for(local_host())
+    scan = mirror._scan_host(transport_for(local_host()), _record(rd).nodes[0], -1)
+    assert scan.checked == [(S12, None)] and scan.pin and scan.pin.startswith(f"{PIN_PREFIX}{S12}-")
+    assert (
+        _pins(rd) == sorted([pin.name, scan.pin]) and verify_checkpoint(rd / "checkpoints" / scan.pin) is None
+    )
 
 
 def test_a_stale_pin_goes_with_the_next_pull_and_a_live_one_stays(home, tmp_path):
@@ -147,42 +145,57 @@ def test_a_stale_pin_goes_with_the_next_pull_and_a_live_one_stays(home, tmp_path
     assert _pins(rd) == [live.name] and verify_checkpoint(live) is None
 
 
-def test_a_checkpoint_pruned_before_it_was_pinned_is_named_and_a_newer_one_pulled(
+def test_a_checkpoint_pruned_after_the_scan_chose_it_is_copied_from_the_scans_pin(
     home, tmp_path, monkeypatch
 ):
-    """Between the host's scan and the pin the trainer saves and prunes the chosen checkpoint: the
-    pull says so and takes the newer one. A host that wins that race PRUNED_TRIES times in a row
-    fails the pull with the truth (not "check the host is reachable"), the mirror as it was."""
+    """The host's scan pins the checkpoint before hashing it: the trainer saving and pruning it just
+    after the scan answered costs the pull nothing."""
     rd = tmp_path / "run"
     _ckpt(rd, 4, b"w4" * 1000)
     rec = _record(rd)
     assert pull(rec, lambda _: None)["pulled"] == S4
     _ckpt(rd, 8, b"w8" * 1000)
-    real, saves = mirror._scan_host, [12]
+    real = mirror._scan_host
 
     def scan_then_the_trainer_saves(t, node, above):
         found = real(t, node, above)
-        if saves:
-            step = saves.pop(0)
-            _ckpt(rd, step, b"w%d" % step * 1000)
-            shutil.rmtree(rd / "checkpoints" / found[0][0])  # the one just chosen, pruned
+        _ckpt(rd, 12, b"w12" * 1000)
+        shutil.rmtree(rd / "checkpoints" / found.checked[0][0])  # the one just chosen, pruned
         return found
 
     monkeypatch.setattr(mirror, "_scan_host", scan_then_the_trainer_saves)
+    res = pull(rec, lambda _: None)
+    assert res["pulled"] == S8 and _mirrored() == S8 and _pins(rd) == []
+    assert not (rd / "checkpoints" / S8).exists()
+
+
+@pytest.mark.parametrize("race", ["gone before cp", "cp cut short"])
+def test_a_checkpoint_pruned_during_the_scan_is_skipped_not_called_corrupt(home, tmp_path, monkeypatch, race):
+    """The trainer's rmtree of a listed checkpoint lands before the scan's `cp -al`, or during it (the
+    pin lacks a file; its hash check fails): the scan skips it (no "corrupt"), and pins and takes the
+    next intact one. The race is a `cp` first on PATH that prunes, around the real cp."""
+    rd = tmp_path / "run"
+    _ckpt(rd, 4, b"w4" * 1000)
+    rec = _record(rd)
+    assert pull(rec, lambda _: None)["pulled"] == S4
+    _ckpt(rd, 12, b"w12" * 1000)
+    ck16 = _ckpt(rd, 16, b"w16" * 1000)
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    real_cp = shutil.which("cp")
+    before = f"rm -rf -- {ck16}" if race == "gone before cp" else ":"
+    after = f'rm -f -- "$4/model.pt"; rm -rf -- {ck16}' if race == "cp cut short" else ":"
+    (bin_ / "cp").write_text(
+        f'#!/bin/sh\nif [ "$3" = {ck16} ]; then {before}; {real_cp} "$@"; s=$?; {after}; exit $s; fi\n'
+        f'exec {real_cp} "$@"\n'
+    )
+    (bin_ / "cp").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_}:{os.environ['PATH']}")
     said: list[str] = []
     res = pull(rec, said.append)
+    assert not ck16.exists() and res["corrupt"] == [] and res["host_checked"] == [S12], res
     assert res["pulled"] == S12 and _mirrored() == S12 and _pins(rd) == []
-    assert any(
-        f"{RUN}: {S8} was pruned on local before it could be copied" in s and "newer checkpoint" in s
-        for s in said
-    ), said
-    _ckpt(rd, 16, b"w16" * 1000)
-    saves[:] = [20, 24, 28]
-    with pytest.raises(mirror.PullFailed) as e:
-        pull(rec, said.append)
-    assert "step-00000024 was pruned on local before it could be copied" in e.value.message, e.value.message
-    assert "train.keep_last" in e.value.message and "reachable" not in e.value.fix, e.value.fix
-    assert e.value.mirror_checkpoint == S12 and _mirrored() == S12 and _pins(rd) == []
+    assert not any("corrupt" in s for s in said), said
 
 
 def test_a_failed_or_interrupted_pull_removes_its_pin(home, tmp_path, monkeypatch):
@@ -241,9 +254,12 @@ def bind_mounts():
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
-def test_a_host_that_cannot_hard_link_is_copied_unpinned_and_said_once(home, tmp_path, bind_mounts):
+def test_a_host_that_cannot_hard_link_is_copied_unpinned_and_said_once(
+    home, tmp_path, bind_mounts, monkeypatch
+):
     """cp -al fails (EXDEV): the pull copies the checkpoint itself, as before pins, and says so once
-    per run; a prune during such a copy is named as one and a newer checkpoint pulled."""
+    per run; a prune during such a copy is named as one and a newer checkpoint pulled; PRUNED_TRIES
+    such prunes in a row fail the pull with that truth, the mirror as it was."""
     rd = tmp_path / "run"
     rec = _record(rd)
     bind_mounts(_ckpt(rd, 4, b"w4" * 1000))
@@ -275,31 +291,29 @@ def test_a_host_that_cannot_hard_link_is_copied_unpinned_and_said_once(home, tmp
         f"{S8} was pruned on local before it could be copied (during an unpinned copy" in s for s in said
     ), said
     assert len([s for s in said if "cannot hard-link" in s]) == 1, said
+    # every unpinned copy loses its checkpoint to a save and a prune: the third in a row fails
+    _ckpt(rd, 16, b"w16" * 1000)
+    bind_mounts(rd / "checkpoints" / "step-00000016")
+    real = mirror.rsync_pull
 
+    def the_trainer_wins(t, remote, dest, **kw):
+        src = Path(remote[0].rstrip("/"))
+        if src.parent.name == "checkpoints" and src.name.startswith("step-"):
+            step = int(src.name.split("-")[1])
+            bind_mounts(_ckpt(rd, step + 4, b"w%d" % step * 1000))
+            subprocess.run(["umount", "-l", str(src)], check=True)
+            (src / "model.pt").unlink()  # rsync lists the dir half-way through the trainer's rmtree
+            try:
+                real(t, remote, dest, **kw)
+            finally:
+                shutil.rmtree(src)
+        else:
+            real(t, remote, dest, **kw)
 
-def test_a_pin_cut_short_by_a_prune_is_named_and_a_newer_one_pulled(home, tmp_path, monkeypatch):
-    """The trainer's rmtree of the checkpoint runs while `cp -al` links it: the pin lacks a file the
-    manifest lists and the checkpoint is gone. The verification here finds the missing file; the
-    pull names the prune (not a damaged transfer) and takes the newer checkpoint."""
-    rd = tmp_path / "run"
-    _ckpt(rd, 4, b"w4" * 1000)
-    rec = _record(rd)
-    assert pull(rec, lambda _: None)["pulled"] == S4
-    _ckpt(rd, 8, b"w8" * 1000)
-    real, raced = mirror.rsync_pull, []
-
-    def the_prune_raced_the_pin(t, remote, dest, **kw):
-        if f"/{PIN_PREFIX}{S8}-" in remote[0] and not raced:
-            raced.append(remote[0])
-            (Path(remote[0]) / "model.pt").unlink()  # as cp -al finds it, half-way through an rmtree
-            _ckpt(rd, 12, b"w12" * 1000)
-            shutil.rmtree(rd / "checkpoints" / S8)
-        real(t, remote, dest, **kw)
-
-    monkeypatch.setattr(mirror, "rsync_pull", the_prune_raced_the_pin)
-    said: list[str] = []
-    assert pull(rec, said.append)["pulled"] == S12 and raced and _pins(rd) == []
-    assert any(f"{S8} was pruned on local before it could be copied (pinned in part: " in s for s in said), (
-        said
-    )
-    assert _mirrored() == S12
+    monkeypatch.setattr(mirror, "rsync_pull", the_trainer_wins)
+    with pytest.raises(mirror.PullFailed) as e:
+        pull(rec, said.append)
+    assert "step-00000024 was pruned on local before it could be copied (copied in part: " in e.value.message
+    assert "train.keep_last" in e.value.message and "reachable" not in e.value.fix, e.value.fix
+    assert e.value.mirror_checkpoint == S12 and _mirrored() == S12 and _pins(rd) == []
+    assert sum(f"{RUN}: step-000000{n} was pruned on local" in s for s in said for n in (16, 20)) == 2, said
