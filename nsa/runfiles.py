@@ -77,7 +77,9 @@ _STEP_DIR = re.compile(r"step-(\d+)")
 
 
 def checkpoint_step(name: str) -> int | None:
-    """The step of a `step-<N>` directory name, or None for anything else (`.tmp-*`, `latest`)."""
+    """The step of a `step-<N>` directory name, or None for anything else (`.tmp-*`, `latest`, and a
+    pull's `.pull-*` pin: hard links to a checkpoint the trainer may prune, never one to resume from,
+    list or prune; launcher/recover/mirror.py)."""
     m = _STEP_DIR.fullmatch(name)
     return int(m.group(1)) if m else None
 

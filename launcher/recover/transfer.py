@@ -109,9 +109,12 @@ def no_space(text: str) -> bool:
     return any(s in text for s in _NO_SPACE)
 
 
-def rsync_pull(t: Transport, remote: list[str], dest: Path, *, stall_s: float | None = None) -> None:
+def rsync_pull(
+    t: Transport, remote: list[str], dest: Path, *, stall_s: float | None = None, name: str | None = None
+) -> None:
     """rsync remote paths (absolute, on t; local paths for local runs) into dest/, keeping their names.
-    Retries while a try moves bytes; raises RuntimeFailure naming the files and rsync's last words."""
+    Retries while a try moves bytes; raises RuntimeFailure naming the files (or `name`: what they
+    are, e.g. the checkpoint a pin holds) and rsync's last words."""
     stall_s = STALL_S if stall_s is None else stall_s
     dest.mkdir(parents=True, exist_ok=True)
     argv = [
@@ -135,7 +138,7 @@ def rsync_pull(t: Transport, remote: list[str], dest: Path, *, stall_s: float | 
             break  # no progress (or a full disk): another try would do the same
     if no_space(err):  # what it moved only fills the disk further
         shutil.rmtree(dest / PARTIAL_DIR, ignore_errors=True)
-    names = ", ".join(Path(r.rstrip("/")).name for r in remote)
+    names = name or ", ".join(Path(r.rstrip("/")).name for r in remote)
     if no_space(err):
         fix = "free space on this machine (the mirror is under $NSA_LAUNCH_HOME), then `nsa-launch pull`"
     elif _NOT_WRITABLE.search(err):
