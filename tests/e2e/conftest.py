@@ -32,18 +32,8 @@ def fake_prime(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
 
     An in-process wait for a pod polls every 0.2 s, not every POLL_S (2 s): the fake's pods are up
     after 0.5 s, so the default spent ~1.5 s idle per rented pod. Subprocesses keep the default."""
-    from tests.fixtures.fake_prime import API_KEY, make_fake
+    from tests.fixtures.fake_prime import fake_prime_env
 
     monkeypatch.setattr("launcher.providers.pods.POLL_S", 0.2)
-    api = make_fake(start_delay_s=0.5)
-    monkeypatch.setenv("PRIME_API_KEY", API_KEY)
-    monkeypatch.setenv("PRIME_API_BASE_URL", api.url)
-    for name in ("PRIME_TEAM_ID", "PRIME_BASE_URL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(
-        "launcher.providers.prime.config_file", lambda: tmp_path / "dot-prime" / "config.json"
-    )
-    try:
+    with fake_prime_env(monkeypatch, tmp_path, start_delay_s=0.5) as api:
         yield api
-    finally:
-        api.close()

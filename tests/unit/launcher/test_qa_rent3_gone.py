@@ -22,22 +22,12 @@ from launcher.providers.pods import PodRecord, load_pod, save_pod
 
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
-    from tests.fixtures.fake_prime import API_KEY, make_fake
+    from tests.fixtures.fake_prime import fake_prime_env
 
     monkeypatch.setenv("NSA_LAUNCH_HOME", str(tmp_path / "home"))
-    api = make_fake(start_delay_s=0.0)
-    monkeypatch.setenv("PRIME_API_KEY", API_KEY)
-    monkeypatch.setenv("PRIME_API_BASE_URL", api.url)
-    for name in ("PRIME_TEAM_ID", "PRIME_BASE_URL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(
-        "launcher.providers.prime.config_file", lambda: tmp_path / "dot-prime" / "config.json"
-    )
     monkeypatch.setattr(pods, "_checked", {})
-    try:
+    with fake_prime_env(monkeypatch, tmp_path) as api:
         yield api
-    finally:
-        api.close()
 
 
 def _ours(api, run: str, port: int, status: str = "ACTIVE") -> str:

@@ -36,17 +36,11 @@ def _finished_run_dir(rd: Path) -> Path:
 
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
-    from tests.fixtures.fake_prime import API_KEY, make_fake
+    from tests.fixtures.fake_prime import fake_prime_env
 
     monkeypatch.setenv("NSA_LAUNCH_HOME", str(tmp_path / "home"))
-    api = make_fake(start_delay_s=0.0)
-    monkeypatch.setenv("PRIME_API_KEY", API_KEY)
-    monkeypatch.setenv("PRIME_API_BASE_URL", api.url)
-    monkeypatch.delenv("PRIME_TEAM_ID", raising=False)
-    try:
+    with fake_prime_env(monkeypatch, tmp_path) as api:
         yield api
-    finally:
-        api.close()
 
 
 def _rent(fake, run: str | None):
