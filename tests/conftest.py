@@ -8,6 +8,7 @@ a hard failure: CI must never go green by skipping the end-to-end half of the su
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,6 +61,7 @@ def sshd() -> Iterator[SSHServer]:
         yield server
     finally:
         server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)  # its keys, config and log: ~224 dirs had piled up in /tmp
 
 
 @pytest.fixture
