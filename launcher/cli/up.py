@@ -133,9 +133,11 @@ def up(
         run = kw.get("name") or "RUN"
         app.abort(
             f"--resume continues run {run} in its run dir, and a pod rented now has none: nothing to resume there",
-            f"where its pod still runs: `nsa-launch restart --run {run}`; where the pod is gone: `nsa-launch "
-            f"watch --run {run}` rents a replacement and resumes from the local mirror (docs/launcher.md "
-            "'Recovery'); or start anew without --resume",
+            f"where its pod still runs: `nsa-launch restart --run {run}`; where the pod was lost: `nsa-launch "
+            f"watch --run {run}` rents a replacement and resumes from the local mirror; where it ended (a "
+            f"failed run's, terminated by --down-when-done): `nsa-launch restart --run {run} --host NEW` "
+            "resumes it from the mirror on a host you give (docs/launcher.md 'Recovery'); or start anew "
+            "without --resume",
         )
     client = None
     if provision:

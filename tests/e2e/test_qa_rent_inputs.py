@@ -28,6 +28,7 @@ def test_bad_renting_input_exits_2_before_a_pod_is_rented(fake_prime, tmux_serve
     res = invoke(*UP, "--resume", "--name", "r1")
     assert res.exit_code == 2 and "nothing to resume" in res.output, res.output
     assert "nsa-launch restart --run r1" in res.output and "nsa-launch watch --run r1" in res.output
+    assert "nsa-launch restart --run r1 --host NEW" in res.output  # a run whose pod was terminated
     # A --disk under the profile's expect.min_free_disk_gb rented a pod that the preflight then refused.
     profile = tmp_path / "big.yaml"
     profile.write_text(CPU1_YAML.read_text().replace("min_free_disk_gb: 1", "min_free_disk_gb: 100"))
