@@ -4,7 +4,8 @@ pin and removes it after, so a prune mid-copy costs nothing. Before: the copy fa
 host is reachable") though the host answered and held a newer checkpoint, and the next pull chose
 the newest again and could lose the same race forever. Real parts: the host's run dir through the
 real sshd on 127.0.0.1 or locally, real rsync, the host side in a real python; the prune is a real
-rmtree of the host's step dir while the pull's rsync is stopped (SIGSTOP), as the trainer's is."""
+rmtree of the host's step dir as the pull's copy begins (`rsync_pull` wrapped: stopping the rsync
+instead raced a 1 MB copy that could finish first), as the trainer's is."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -27,7 +27,6 @@ from launcher.ssh.hosts import local_host, parse_target
 from launcher.ssh.remote import transport_for
 from nsa.runfiles import RunDir, verify_checkpoint
 from tests.fixtures.checkpoints import write_checkpoint as _ckpt
-from tests.unit.launcher.test_qa_recover_pull import _rsync_of
 
 RUN = "mp1"
 S4, S8, S12 = "step-00000004", "step-00000008", "step-00000012"
@@ -61,8 +60,8 @@ def _mirrored(node: int = 0) -> str | None:
 
 
 @pytest.mark.parametrize("where", ["node 0 over ssh", "node 1's part"])
-def test_a_checkpoint_the_host_prunes_mid_copy_is_still_mirrored(home, tmp_path, sshd, where):
-    """The pull's rsync of step-8 is stopped; meanwhile the trainer saves step-12 and prunes step-8
+def test_a_checkpoint_the_host_prunes_mid_copy_is_still_mirrored(home, tmp_path, sshd, where, monkeypatch):
+    """As the pull's copy of step-8 from its pin begins, the trainer saves step-12 and prunes step-8
     (keep_last 1: what keep_last 3 does to a copy slower than three saves). The copy goes on from
     the pin and the mirror gets step-8, intact; the pin is gone afterwards, and so is step-8 on the
     host (the pin never brings a pruned checkpoint back)."""
@@ -80,22 +79,21 @@ def test_a_checkpoint_the_host_prunes_mid_copy_is_still_mirrored(home, tmp_path,
         _ckpt(Path(rd.run_dir), 8, os.urandom(1024 * 1024))
     said: list[str] = []
 
-    def the_trainer_saves_and_prunes() -> None:
-        rsync = _rsync_of(S8, home)  # node 1's part is fetched first, node 0's last
-        os.kill(rsync, signal.SIGSTOP)
-        try:
+    real = mirror.rsync_pull
+
+    def the_trainer_saves_and_prunes(t, remote, dest, **kw):
+        # As the first copy of step 8 begins (node 1's part is fetched first, node 0's last), from its
+        # pin: a save, then step 8 pruned. (Stopping the rsync to do it raced a 1 MB copy, which can
+        # finish first: a fresh clone's run of this file's unpinned case did.)
+        if "/.pull-" in remote[0] and (victim / "checkpoints" / S8).exists():
             for rd in rec.nodes:
                 _ckpt(Path(rd.run_dir), 12, b"w12" * 1000)
             shutil.rmtree(victim / "checkpoints" / S8)
-        finally:
-            os.kill(rsync, signal.SIGCONT)
+        return real(t, remote, dest, **kw)
 
-    trainer = threading.Thread(target=the_trainer_saves_and_prunes)
-    trainer.start()
-    try:
-        res = pull(rec, said.append)
-    finally:
-        trainer.join()
+    monkeypatch.setattr(mirror, "rsync_pull", the_trainer_saves_and_prunes)
+    res = pull(rec, said.append)
+    monkeypatch.setattr(mirror, "rsync_pull", real)
     assert res["pulled"] == S8 and _mirrored() == S8, said
     if len(rec.nodes) > 1:
         assert _mirrored(1) == S8
@@ -205,25 +203,22 @@ def test_a_failed_or_interrupted_pull_removes_its_pin(home, tmp_path, monkeypatc
     assert pull(rec, lambda _: None)["pulled"] == S4
     _ckpt(rd, 8, os.urandom(1024 * 1024))
     stopped: list[int] = []
+    real = mirror.rsync_pull
 
-    def interrupt() -> None:
-        rsync = _rsync_of(S8, home)
-        os.kill(rsync, signal.SIGSTOP)
-        stopped.append(rsync)
-        assert len(_pins(rd)) == 1  # it copies from a pin
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+    def interrupted(t, remote, dest, **kw):
+        # a Ctrl-C as the copy starts (transfer.py holds it over the spawn, then stops the rsync)
+        if "/.pull-" in remote[0]:
+            stopped.append(len(_pins(rd)))  # it copies from a pin
+            signal.raise_signal(signal.SIGINT)
+        return real(t, remote, dest, **kw)
 
-    t = threading.Thread(target=interrupt)
-    t.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            pull(rec, lambda _: None)
-    finally:
-        t.join()
-    assert stopped and _pins(rd) == [] and _mirrored() == S4
+    monkeypatch.setattr(mirror, "rsync_pull", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        pull(rec, lambda _: None)
+    monkeypatch.setattr(mirror, "rsync_pull", real)
+    assert stopped == [1] and _pins(rd) == [] and _mirrored() == S4
     assert not list((node_mirror(RUN, 0) / "checkpoints").glob(".tmp-*"))
     # a copy that fails: bytes damaged after the pin (on the host here; the pin shares its inodes)
-    real = mirror.rsync_pull
 
     def rot_then_copy(t, remote, dest, **kw):
         if "/.pull-" in remote[0]:
@@ -270,22 +265,20 @@ def test_a_host_that_cannot_hard_link_is_copied_unpinned_and_said_once(
     ck8 = _ckpt(rd, 8, os.urandom(1024 * 1024))
     bind_mounts(ck8)
 
-    def the_trainer_saves_and_prunes() -> None:
-        rsync = _rsync_of(S8, home)
-        os.kill(rsync, signal.SIGSTOP)
-        try:
+    real = mirror.rsync_pull
+
+    def the_trainer_saves_and_prunes(t, remote, dest, **kw):
+        # As the unpinned copy of step 8 begins: a save, then step 8 pruned. (Catching the rsync to stop
+        # it raced the copy of 1 MB, which once finished first in a fresh clone: the pull got step 8.)
+        if Path(remote[0].rstrip("/")).name == S8 and ck8.exists():
             _ckpt(rd, 12, b"w12" * 1000)
             subprocess.run(["umount", "-l", str(ck8)], check=True)
             shutil.rmtree(ck8)
-        finally:
-            os.kill(rsync, signal.SIGCONT)
+        return real(t, remote, dest, **kw)
 
-    trainer = threading.Thread(target=the_trainer_saves_and_prunes)
-    trainer.start()
-    try:
-        res = pull(rec, said.append)
-    finally:
-        trainer.join()
+    monkeypatch.setattr(mirror, "rsync_pull", the_trainer_saves_and_prunes)
+    res = pull(rec, said.append)
+    monkeypatch.setattr(mirror, "rsync_pull", real)
     assert res["pulled"] == S12 and _mirrored() == S12 and _pins(rd) == []
     assert any(
         f"{S8} was pruned on local before it could be copied (during an unpinned copy" in s for s in said
@@ -294,7 +287,6 @@ def test_a_host_that_cannot_hard_link_is_copied_unpinned_and_said_once(
     # every unpinned copy loses its checkpoint to a save and a prune: the third in a row fails
     _ckpt(rd, 16, b"w16" * 1000)
     bind_mounts(rd / "checkpoints" / "step-00000016")
-    real = mirror.rsync_pull
 
     def the_trainer_wins(t, remote, dest, **kw):
         src = Path(remote[0].rstrip("/"))
