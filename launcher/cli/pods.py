@@ -20,6 +20,15 @@ def _client():
     return PrimeClient()
 
 
+def ready_timeout_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`--ready-timeout` of `pods create` and `up --provision`: one option, one check (a finite number
+    of seconds above 0: both took nan, and 0 rented a pod only to give up on it). The default is
+    launcher.providers.pods.READY_TIMEOUT_S, not imported here to keep the CLI's start light."""
+    return click.option(
+        "--ready-timeout", default=900.0, show_default=True, type=Seconds(min=0.0, min_open=True), help=help
+    )
+
+
 def offer_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The renting options: which offers may be taken and what the pod gets (launcher/providers/offers.py)."""
     opts = [
@@ -204,13 +213,7 @@ def offers(app: Application, profile: str | None, gpu_type: str | None, as_json:
 @click.option("--gpu-type", help="Prime GPU type (e.g. A100_80GB). Default: the profile's expect.gpu_name.")
 @click.option("--name", help="Pod name after the nsa- prefix (letters, digits, dashes). Default: <time>.")
 @click.option("--ssh-config", type=click.Path(), help="OpenSSH config (key, known_hosts) for the pod.")
-@click.option(
-    "--ready-timeout",
-    default=900.0,
-    show_default=True,
-    type=Seconds(min=0, min_open=True),
-    help="Seconds to wait for SSH.",
-)
+@ready_timeout_option("Seconds to wait for SSH.")
 @offer_options
 @click.pass_obj
 def create(

@@ -8,8 +8,8 @@ import time
 import click
 from rich.progress import BarColumn, Progress, TextColumn
 
-from launcher.cli.app import Application, Seconds
-from launcher.cli.pods import OFFER_KEYS, choice_from, offer_options
+from launcher.cli.app import Application
+from launcher.cli.pods import OFFER_KEYS, choice_from, offer_options, ready_timeout_option
 from launcher.core import format as fmt
 from launcher.core.errors import EXIT_OK, EXIT_RUNTIME
 from launcher.host.logtail import error_lines
@@ -73,13 +73,7 @@ TERMINAL = ("finished", "failed", "killed", "lost")
     "terminated if up fails before the run is going (after that, and after `kill`: `pods down RUN`).",
 )
 @click.option("--gpu-type", help="With --provision: Prime GPU type (default: the profile's expect.gpu_name).")
-@click.option(
-    "--ready-timeout",
-    default=900.0,
-    show_default=True,
-    type=Seconds(min=0.0, min_open=True),
-    help="With --provision: seconds to wait for SSH.",
-)
+@ready_timeout_option("With --provision: seconds to wait for SSH.")
 @click.option(
     "--down-when-done",
     is_flag=True,
