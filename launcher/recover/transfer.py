@@ -59,7 +59,9 @@ def _held_interrupts() -> Iterator[None]:
     One landing inside Popen (after its fork, before it returns: KeyboardInterrupt from the handler)
     left the rsync running with no handle to stop it, copying into the mirror after `pull` said it
     stopped (test_qa_recover_pull's SIGTERM tests, which signal within a millisecond of the spawn,
-    hit it in about one run of two). Off the main thread signals are not taken: nothing to hold."""
+    hit it in about one run of two). Off the main thread signals are not taken: nothing to hold.
+    Handlers, not the signal mask as providers/pods.py's `_deferred_signals` holds them: a blocked
+    mask is inherited through fork and exec, and rsync would start deaf to SIGINT and SIGTERM."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

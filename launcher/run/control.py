@@ -197,7 +197,7 @@ def pod_fields(rec: RunRecord) -> dict[str, Any]:
 
         own = load_pod(rec.pod_id)
         price = own.price_hr if own is not None else price
-    ended = (cost or {}).get("terminated") if cost else None  # every pod of the run terminated
+    ended = cost.get("terminated") if cost else None  # every pod of the run terminated
     return {
         "pod_id": pod,
         "price_hr": price,
