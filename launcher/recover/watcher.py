@@ -55,12 +55,26 @@ def lost_advice(rec: RunRecord) -> str:
     latest = m / "checkpoints" / "latest"
     if latest.is_file():
         ck = latest.read_text().strip()
-    where = f"the mirror {m} holds {ck}" if ck else f"no checkpoint was pulled to {m}"
-    return (
+    head = (
         f"the host of {rec.run} does not answer. If it comes back, the run goes on (its wrapper restarts "
-        f"crashes there). If it is gone: {where}; runs started with `nsa-launch up --provision prime` are "
-        f"replaced by `nsa-launch watch`; others need a new host and a new `nsa-launch up` (from step 0), "
-        f"or `nsa-launch restart --run {rec.run} --host NEW`, which resumes there from the mirror"
+        f"crashes there). If it is gone: "
+    )
+    if rec.provider:  # not replaced by watch (its reason said before this): as before, both ways named
+        where = f"the mirror {m} holds {ck}" if ck else f"no checkpoint was pulled to {m}"
+        return (
+            head
+            + f"{where}; a rented run is replaced by `nsa-launch watch` once the mirror holds its checkpoint"
+        )
+    if ck:
+        # `restart --host` resumes from the mirror's checkpoint; a new `up` would start over: say it first.
+        return (
+            head
+            + f"`nsa-launch restart --run {rec.run} --host NEW` resumes it on a new host from {ck} in the mirror {m}"
+        )
+    # `restart --host` refuses an empty mirror (nothing to move): a new `up` is all there is.
+    return (
+        head
+        + f"no checkpoint was pulled to {m}, so it starts over: a new host and a new `nsa-launch up` (from step 0)"
     )
 
 

@@ -17,7 +17,7 @@ from launcher.config.profiles import PROJECT_ROOT
 from launcher.core.errors import LaunchError
 from launcher.dashboard.backend import LauncherBackend, Scope, WatchSettings
 from launcher.recover.mirror import mirror_dir
-from launcher.recover.watcher import Watcher, WatchLock
+from launcher.recover.watcher import Watcher, WatchLock, lost_advice
 from launcher.run import registry
 from launcher.ssh.hosts import local_host
 from nsa.runfiles import RunDir, atomic_write_text, verify_checkpoint, write_checkpoint_manifest
@@ -108,7 +108,8 @@ def test_two_watchers_in_one_process_exclude_each_other_and_a_lost_run_is_advise
         a.tick({**RUNNING, "state": "lost", "error": "ssh: connection refused"})
         a.tick({**RUNNING, "state": "lost", "error": "ssh: connection refused"})
         assert len(said) == 1 and said[0].startswith(f"run {RUN} is lost: ssh: connection refused")
-        assert "need a new host and a new `nsa-launch up`" in said[0]  # not provisioned: advice only
+        # not provisioned, nothing mirrored: advice only, and only a new `up` can start it again
+        assert "a new host and a new `nsa-launch up` (from step 0)" in said[0]
         b.tick(RUNNING)
         assert "is watched by pid" in said[1] and "(nsa-launch watch)" in said[1]
         a.close()
@@ -117,6 +118,20 @@ def test_two_watchers_in_one_process_exclude_each_other_and_a_lost_run_is_advise
     finally:
         a.close()
         b.close()
+
+
+def test_a_lost_runs_advice_leads_with_the_command_that_resumes_it(run_rec):
+    """With a checkpoint in the mirror, `restart --host` resumes the run on a new host: named first, and
+    no `up` from step 0 offered; with none, `restart --host` refuses (nothing to move): a new `up`."""
+    assert "`nsa-launch up`" in lost_advice(run_rec) and "restart --run" not in lost_advice(run_rec)
+    ck = mirror_dir(RUN) / "checkpoints"
+    ck.mkdir(parents=True)
+    atomic_write_text(ck / "latest", "step-00000004\n")
+    advice = lost_advice(run_rec)
+    assert (
+        f"`nsa-launch restart --run {RUN} --host NEW` resumes it on a new host from step-00000004" in advice
+    )
+    assert "nsa-launch up" not in advice
 
 
 def test_the_dashboard_backend_watches_live_runs_and_shows_the_mirror(run_rec):
