@@ -28,8 +28,8 @@ def pull(app: Application, run: str | None, wait_s: float, as_json: bool) -> Non
     that is changing the run. Exit 1 when the pull failed (the mirror is then as it was). Ctrl-C,
     SIGTERM and SIGHUP stop the copy under way (exit 130; the mirror is as it was).
     """
+    from launcher.core.signals import hangups_as_interrupt
     from launcher.recover.mirror import pull as do_pull
-    from launcher.recover.watcher import signals_as_interrupt
     from launcher.run.control import resolve_run
     from launcher.run.locks import run_lock
 
@@ -37,7 +37,7 @@ def pull(app: Application, run: str | None, wait_s: float, as_json: bool) -> Non
     # Without this a SIGTERM killed only this process: its rsync went on copying the checkpoint into
     # the mirror's .tmp- dir, unwatched (the qa walk of 2026-11-27). As a KeyboardInterrupt it stops
     # that rsync and removes the copy (transfer._run_watched, mirror._fetch).
-    restore = signals_as_interrupt()
+    restore = hangups_as_interrupt()
     try:
         with run_lock(rec.run, "nsa-launch pull", timeout=wait_s):
             res = do_pull(rec, say=app.say)

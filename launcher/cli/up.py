@@ -175,7 +175,7 @@ def up(
         return
     pod = None
     rec = None
-    from launcher.providers.pods import signals_as_interrupt
+    from launcher.core.signals import signals_as_interrupt
 
     # SIGTERM / SIGHUP (a closed terminal) while renting or starting are a Ctrl-C: the pod is terminated
     with signals_as_interrupt() if client is not None else contextlib.nullcontext():

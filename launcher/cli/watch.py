@@ -16,7 +16,7 @@ def stopped_line(what: str, run: str, e: KeyboardInterrupt) -> str:
     from launcher.recover.mirror import mirror_dir
     from nsa.runfiles import RunDir
 
-    how = str(e).removeprefix("stopped by ").removeprefix("got ") or "Ctrl-C"
+    how = str(e).removeprefix("stopped by ") or "Ctrl-C"
     ck = RunDir(mirror_dir(run)).latest_checkpoint()
     return f"{what} of {run} stopped by {how}; the mirror keeps {ck.name if ck else 'no checkpoint'}"
 

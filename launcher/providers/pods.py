@@ -29,6 +29,7 @@ from typing import Any
 
 from launcher.config.profiles import Profile
 from launcher.core.errors import LaunchError, RuntimeFailure
+from launcher.core.signals import signals_as_interrupt
 from launcher.providers.offers import OfferChoice, check_ssh_key, choose_offer, describe, gpu_type_for
 from launcher.providers.prime import TERMINATED, UNKNOWN, Pod, PrimeAPIError, PrimeClient, pod_name
 from launcher.run import registry
@@ -309,30 +310,6 @@ def ssh_answers(host: str, port: int, timeout: float = 3.0) -> bool:
             return s.recv(4).startswith(b"SSH-")
     except OSError:
         return False
-
-
-class Hangup(KeyboardInterrupt):
-    """SIGTERM or SIGHUP (a closed terminal, a `kill`) while a pod is being rented: handled as Ctrl-C."""
-
-
-@contextlib.contextmanager
-def signals_as_interrupt() -> Iterator[None]:
-    """While renting, SIGTERM and SIGHUP raise Hangup (a KeyboardInterrupt) instead of killing the
-    process outright, so the code that terminates the pod on Ctrl-C runs for them too. Only the main
-    thread can take signals; elsewhere (a watcher thread) this does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, _frame: object) -> None:
-        raise Hangup(f"got {signal.Signals(signum).name}")
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from launcher.core.errors import LaunchError
+from launcher.core.signals import hangups_as_interrupt
 from launcher.recover.replace import Replacement, ReplacementFailed, pod_gone, replace_host
 from launcher.run import registry
 from launcher.run.locks import RunLocked, WatchLock, run_lock
@@ -37,7 +38,6 @@ __all__ = [
     "lost_advice",
     "pod_gone",
     "replace_host",
-    "signals_as_interrupt",
     "watch",
 ]
 
@@ -375,7 +375,7 @@ def watch(
         run, say, who="nsa-launch watch", pull_every_s=pull_every_s, lost_after_s=lost_after_s,
         max_replacements=max_replacements, ready_timeout=ready_timeout, confirm=confirm,
     )  # fmt: skip
-    restore = signals_as_interrupt()
+    restore = hangups_as_interrupt()
     try:
         while True:
             st = w.tick(fetch_status([w.refresh()])[0])
@@ -389,27 +389,3 @@ def watch(
     finally:
         restore()
         w.close()
-
-
-def signals_as_interrupt() -> Callable[[], None]:
-    """SIGTERM and SIGHUP (a closed terminal, `kill`, a container stop) raise KeyboardInterrupt, as
-    Ctrl-C does, so a replacement under way terminates the pod it rented and not yet moved the run
-    to (replace_host's and provision's cleanup) instead of dying with it billing, and a pull under
-    way stops its rsync and removes its .tmp- copy (`watch`, `pull`). Returns the undo;
-    a no-op off the main thread (the dashboard's workers), where Python cannot take signals."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def interrupt(signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
-
-    old = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
-
-    def undo() -> None:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-    return undo

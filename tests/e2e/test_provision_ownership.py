@@ -84,5 +84,5 @@ def test_sigterm_or_sighup_during_the_wait_terminates_the_pod(fake_prime, tmp_pa
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err
-    assert f"got {sig.name}; terminating pod {pod_id}" in err and f"terminated pod {pod_id}" in err
+    assert f"stopped by {sig.name}; terminating pod {pod_id}" in err and f"terminated pod {pod_id}" in err
     assert not fake_prime.pods and ledger(home)[pod_id]["terminated"] is not None
