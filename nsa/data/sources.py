@@ -62,7 +62,13 @@ def resolve_paths(patterns: list[str], what: str = "data.paths") -> list[str]:
     for f in files:
         if not _suffix(f):
             raise DataError(f"{what}: {f!r} has an unsupported extension; use one of {', '.join(SUFFIXES)}")
-    return sorted(dict.fromkeys(files))
+    # One file, one entry: `**` follows symlinked directories, so `corpus/latest -> v2` listed every file
+    # of v2 twice and a link loop (`v2/loop -> .`) 81 times, each read once per epoch. The first name in
+    # sorted order is kept.
+    seen: dict[str, str] = {}
+    for f in sorted(dict.fromkeys(files)):
+        seen.setdefault(os.path.realpath(f), f)
+    return sorted(seen.values())
 
 
 def preflight(cfg: DataConfig) -> None:

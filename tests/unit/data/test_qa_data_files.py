@@ -1,0 +1,35 @@
+"""A new user's own corpus on disk, as it really is (product QA of the data pipeline, 2026-11-27):
+symlinked directories and link loops under a `**` glob, truncated and corrupt gzip shards, null
+texts, stray invalid UTF-8 bytes. Real files and the real loader, in one process."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from nsa.data import DataConfig, build_loader
+from nsa.data.sources import resolve_paths
+
+
+def lines(texts: list[str]) -> str:
+    return "".join(json.dumps({"text": t}) + "\n" for t in texts)
+
+
+def texts(n: int, tag: str = "doc") -> list[str]:
+    return [f"{tag} {i}: " + "some words of a user's corpus " * 4 for i in range(n)]
+
+
+def test_a_file_reached_through_symlinks_is_read_once(tmp_path: Path) -> None:
+    """`corpus/latest -> v2` and a link loop inside v2: the glob reaches one file by 81 names, and the
+    loader read it 81 times per epoch (the link alone doubled the corpus)."""
+    root = tmp_path / "corpus"
+    (root / "v2").mkdir(parents=True)
+    (root / "v2" / "a.jsonl").write_text(lines(texts(10)))
+    os.symlink("v2", root / "latest")
+    os.symlink(".", root / "v2" / "loop")
+    for pattern in (str(root / "**" / "*.jsonl"), str(root)):
+        assert len(resolve_paths([pattern])) == 1, resolve_paths([pattern])[:4]
+    cfg = DataConfig(source="files", paths=[str(root / "**" / "*.jsonl")], val_fraction=0.0)
+    with build_loader(cfg, seq_len=64, batch_size=1, rank=0, world_size=1) as ld:
+        assert "1 file(s)" in ld.describe(), ld.describe()
