@@ -333,9 +333,14 @@ class DataLoader:
                 except Exception as e:
                     if not is_transient(e) or attempt >= self.cfg.retries:
                         tries = f" after {attempt} retries" if attempt else ""
+                        path = getattr(e, "data_file", None)
+                        where, fix = "", ""
+                        if path is not None:
+                            where = f" reading {path}"
+                            fix = "; fix the file (or its permissions) or remove it from data.paths"
                         raise DataError(
-                            f"data source {self.cfg.source!r} read failed{tries} on rank {self.rank}: "
-                            f"{type(e).__name__}: {e} ({self.source.describe()})"
+                            f"data source {self.cfg.source!r} read failed{tries} on rank {self.rank}{where}: "
+                            f"{type(e).__name__}: {e}{fix} ({self.source.describe()})"
                         ) from e
                     delay = self.cfg.retry_backoff_s * 2**attempt
                     attempt += 1

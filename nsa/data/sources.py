@@ -229,20 +229,27 @@ class FilesSource:
         for slot in range(slot0, len(slots)):
             path = self.files[slots[slot]]
             first = doc0 if slot == slot0 else 0
-            if by_file:
-                for i, text in _iter_file(path, self.text_field, first, lambda i: True):
-                    yield [slot, i, 0], text
-                continue
-            # Every rank walks the same files; which documents it keeps follows from the running index.
-            base = running - first
-            for i, text in _iter_file(
-                path,
-                self.text_field,
-                first,
-                lambda i, base=base: (base + i) % self.world_size == self.rank,
-            ):
-                yield [slot, i, base + i], text
-            running = base + _count_docs(path, self.text_field)
+            try:
+                if by_file:
+                    for i, text in _iter_file(path, self.text_field, first, lambda i: True):
+                        yield [slot, i, 0], text
+                    continue
+                # Every rank walks the same files; which documents it keeps follows from the running index.
+                base = running - first
+                for i, text in _iter_file(
+                    path,
+                    self.text_field,
+                    first,
+                    lambda i, base=base: (base + i) % self.world_size == self.rank,
+                ):
+                    yield [slot, i, base + i], text
+                running = base + _count_docs(path, self.text_field)
+            except Exception as e:
+                # The loader's error names this file: a truncated .gz (EOFError) or a file that is not
+                # gzip (BadGzipFile) says nothing of which file of the corpus it was.
+                if not isinstance(e, DataError):
+                    e.data_file = path  # type: ignore[attr-defined]
+                raise
 
 
 _COUNTS: dict[str, int] = {}

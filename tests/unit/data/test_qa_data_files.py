@@ -4,11 +4,14 @@ texts, stray invalid UTF-8 bytes. Real files and the real loader, in one process
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from pathlib import Path
 
-from nsa.data import DataConfig, build_loader
+import pytest
+
+from nsa.data import DataConfig, DataError, build_loader
 from nsa.data.sources import resolve_paths
 
 
@@ -33,3 +36,24 @@ def test_a_file_reached_through_symlinks_is_read_once(tmp_path: Path) -> None:
     cfg = DataConfig(source="files", paths=[str(root / "**" / "*.jsonl")], val_fraction=0.0)
     with build_loader(cfg, seq_len=64, batch_size=1, rank=0, world_size=1) as ld:
         assert "1 file(s)" in ld.describe(), ld.describe()
+
+
+@pytest.mark.parametrize("fault", ["truncated", "not gzip"])
+def test_a_damaged_gzip_shard_is_named_with_the_fix(tmp_path: Path, fault: str) -> None:
+    """A download cut short (EOFError) or a file that is not gzip at all (BadGzipFile) in the middle of
+    the corpus: the error named only the first file of the corpus ("e.g. a.jsonl.gz")."""
+    (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress(lines(texts(3, "a")).encode()))
+    data = gzip.compress(lines(texts(200, "b")).encode())
+    bad = tmp_path / "b.jsonl.gz"
+    bad.write_bytes(data[: len(data) // 2] if fault == "truncated" else b"<html>503</html>\n" * 50)
+    cfg = DataConfig(
+        source="files", paths=[str(tmp_path)], val_fraction=0.0, shuffle_files=False, retry_backoff_s=0.01
+    )
+    with (
+        build_loader(cfg, seq_len=64, batch_size=1, rank=0, world_size=1) as ld,
+        pytest.raises(DataError) as e,
+    ):
+        for _ in range(500):
+            ld.next_batch()
+    msg = str(e.value)
+    assert f"reading {bad}:" in msg and "fix the file (or its permissions) or remove it" in msg, msg
