@@ -136,7 +136,9 @@ def _iter_file(path: str, field: str, start: int, keep: Any) -> Iterator[tuple[i
                 continue
             if i >= start and keep(i):
                 try:
-                    row = json.loads(line)
+                    # Invalid UTF-8 bytes become U+FFFD, as in .txt files (json.loads of the raw bytes
+                    # refused the line and stopped the run there); -sig drops a leading BOM.
+                    row = json.loads(line.decode("utf-8-sig", errors="replace"))
                 except ValueError as e:
                     raise DataError(f"{path}:{lineno}: not valid JSON ({e}); fix or remove the line") from e
                 yield i, _text_of(row, field, f"{path}:{lineno}")
@@ -150,6 +152,8 @@ def _text_of(row: Any, field: str, where: str) -> str:
             f"{where}: no text field {field!r} (found {keys}); set data.text_field to the field holding the text"
         )
     text = row[field]
+    if text is None:  # no text: an empty document, skipped (the hub source skips nulls too)
+        return ""
     if not isinstance(text, str):
         raise DataError(
             f"{where}: field {field!r} is {type(text).__name__}, not text; set data.text_field to a string field"
@@ -180,6 +184,8 @@ def _iter_parquet(path: str, field: str, start: int, keep: Any) -> Iterator[tupl
             for j, text in enumerate(col):
                 i = base + j
                 if i >= start and keep(i):
+                    if text is None:  # a null row: an empty document, skipped as _text_of's null
+                        text = ""
                     if not isinstance(text, str):
                         raise DataError(
                             f"{path}: row {i} of column {field!r} is {type(text).__name__}, not text"

@@ -57,3 +57,27 @@ def test_a_damaged_gzip_shard_is_named_with_the_fix(tmp_path: Path, fault: str) 
             ld.next_batch()
     msg = str(e.value)
     assert f"reading {bad}:" in msg and "fix the file (or its permissions) or remove it" in msg, msg
+
+
+def test_null_texts_are_skipped_and_stray_bytes_replaced_as_the_other_sources_do(tmp_path: Path) -> None:
+    """Web corpora carry nulls and the odd invalid byte. The hub source skips a null text and .txt
+    files replace invalid UTF-8; a local .jsonl or .parquet stopped the run there instead (hours in,
+    and again at every resume): `field 'text' is NoneType`, `not valid JSON ('utf-8' codec ...)`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.unit.data.data_support import doc_ids, doc_text, stream_of
+
+    rows = [json.dumps({"text": doc_text(i) if i != 10 else None}).encode() + b"\n" for i in range(30)]
+    rows[20] = json.dumps({"text": doc_text(20)}).encode()[:-2] + b' caf\xe9 \xff"}\n'  # Latin-1 bytes
+    (tmp_path / "a.jsonl").write_bytes(b"\xef\xbb\xbf" + b"".join(rows))  # a BOM too, as Windows tools write
+    table = pa.table({"text": [doc_text(i) if i not in (30, 45) else None for i in range(30, 60)]})
+    pq.write_table(table, tmp_path / "b.parquet", row_group_size=7)
+    cfg = DataConfig(source="files", paths=[str(tmp_path)], val_fraction=0.0, shuffle_files=False)
+    with build_loader(cfg, seq_len=64, batch_size=1, rank=0, world_size=1) as ld:
+        batches = [ld.next_batch() for _ in range(150)]
+        assert ld.stats()["epoch"] >= 1
+    stream = stream_of(batches)
+    ids = doc_ids(stream)
+    assert ids[: ids.index(0, 1)] == [i for i in range(60) if i not in (10, 30, 45)], ids
+    assert bytes(t for t in stream if t < 256).count("\ufffd".encode()) >= 2  # \xe9 and \xff, replaced
