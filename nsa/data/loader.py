@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -46,6 +48,14 @@ def is_transient(e: BaseException) -> bool:
     if isinstance(e, (OSError, TimeoutError)):
         return True
     return type(e).__module__.split(".")[0] in _TRANSIENT_MODULES
+
+
+def _relative(files: list[list[Any]]) -> dict[str, int]:
+    """{path below the files' common directory: size}, in list order."""
+    if not files:
+        return {}
+    root = os.path.commonpath([os.path.dirname(os.path.abspath(f)) for f, _ in files])
+    return {os.path.relpath(os.path.abspath(f), root): int(n) for f, n in files}
 
 
 class _Stop(Exception):
@@ -84,6 +94,7 @@ class DataLoader:
         # loader reads the whole source rather than this rank's train shard.
         src_rank, src_world = (rank, world_size) if split == "train" else (0, 1)
         self.source = build_source(cfg, rank=src_rank, world_size=src_world, seed=self.seed)
+        self._files = self._file_sizes()  # [[path, bytes], ...] of a local corpus; None for the others
         self._pos: Position | None = None  # where the batch after the last consumed one starts
         self._counters = self._zero_counters()
         self._fetch_wait_s = 0.0
@@ -140,6 +151,7 @@ class DataLoader:
             "position": self._pos,
             "counters": dict(self._counters),
             "batches": self._batches,
+            **({"files": self._files} if self._files is not None else {}),
         }
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
@@ -155,6 +167,8 @@ class DataLoader:
                 "tokenizer, seq_len, batch_size, rank and world_size; restore those settings, or start "
                 "the data stream fresh by not loading the loader state"
             )
+        if sd.get("files") is not None and self._files is not None:  # states saved before had no list
+            self._check_files(sd["files"])
         self._stop_thread()
         self._pos = sd["position"]
         self._counters = dict(sd["counters"])
@@ -217,6 +231,58 @@ class DataLoader:
             "seed": self.seed,
             "val_fraction": c.val_fraction,
         }
+
+    def _file_sizes(self) -> list[list[Any]] | None:
+        files = getattr(self.source, "files", None)
+        if files is None:
+            return None
+        out: list[list[Any]] = []
+        for f in files:
+            try:
+                out.append([f, os.path.getsize(f)])
+            except OSError:
+                out.append([f, -1])
+        return out
+
+    def _check_files(self, saved: list[list[Any]]) -> None:
+        """The saved position names a file by its place in the sorted file list: a file added, removed
+        or renamed under the same data.paths moved it onto other documents without a word. Refused.
+        A file that only changed size keeps every place; said (on the stream of rank 0), not refused:
+        a line fixed in place must not block the resume."""
+        # Compared below their common directory: the same corpus under another prefix (a new host's
+        # workdir or home, the package's sample elsewhere) is the same list.
+        was, now = _relative(saved), _relative(self._files or [])
+        if list(was) != list(now):
+            added, removed = [f for f in now if f not in was], [f for f in was if f not in now]
+
+            def few(fs: list[str]) -> str:
+                return ", ".join(fs[:3]) + (f" and {len(fs) - 3} more" if len(fs) > 3 else "")
+
+            what = "; ".join(
+                x
+                for x in (
+                    f"added: {few(added)}" if added else "",
+                    f"removed: {few(removed)}" if removed else "",
+                )
+                if x
+            )
+            raise DataError(
+                f"cannot resume the data stream exactly: data.paths {self.cfg.paths} resolve to {len(now)} "
+                f"file(s), the checkpoint's stream read {len(was)} ({what or 'same files, another order'}); "
+                "its position names a file by its place in that list. Fix: restore the files as they were "
+                "at the checkpoint, or train on the new corpus in a new run dir"
+            )
+        changed = [f for f in now if now[f] != was[f]]
+        if changed and self.rank == 0:
+            detail = ", ".join(f"{f} ({was[f]} -> {now[f]} bytes)" for f in changed[:3])
+            more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+            print(
+                f"[nsa] data: resuming the {self.split} stream although {len(changed)} file(s) changed size "
+                f"since the checkpoint: {detail}{more}; the stream goes on at the saved file and document "
+                "index, so documents edited before that point are not read again this epoch",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _start(self) -> None:
         self._stop = threading.Event()
