@@ -256,8 +256,13 @@ def data_problem(cfg: TrainConfig, config: str) -> str | None:
     local directory that does not exist): found here in milliseconds, torch-free, instead of by the
     loader after torch and the process group had started (nsa.data.sources.preflight)."""
     from nsa.data import DataError
+    from nsa.data.config import gpt2_files
     from nsa.data.sources import preflight
 
+    try:
+        gpt2_files(cfg.data)  # data.tokenizer_path: the loader found it only after torch had started
+    except DataError as e:
+        return f"data error in {config}: {e}"
     try:
         preflight(cfg.data)
     except DataError as e:
