@@ -74,7 +74,8 @@ def resolve_paths(patterns: list[str], what: str = "data.paths") -> list[str]:
 def preflight(cfg: DataConfig) -> None:
     """What can be checked of the local files without reading them, or a DataError: for `files`, the
     paths resolve (they exist, globs match, extensions are supported) and not every file is empty;
-    for `fineweb_edu`, an `hf_path` written as a path (/, ./, ../, ~) is a directory.
+    for `fineweb_edu`, an `hf_path` written as a path (/, ./, ../, ~) is a directory, and a local one can
+    give `hf_name` / `hf_split` (_local_hub_copy).
 
     nsa-train calls it on the training host before torch starts, so a mistyped path is exit 2 in a
     fraction of a second with no run dir made (the loader found it only after torch and the process
@@ -90,6 +91,8 @@ def preflight(cfg: DataConfig) -> None:
                 f"data.hf_path: local directory {p!r} does not exist; fix the path, or give a hub dataset "
                 f"id (org/name, e.g. {DEFAULT_HF_PATH!r})"
             )
+        if Path(p).expanduser().is_dir():
+            _local_hub_copy(cfg, Path(p).expanduser())
         return
     if cfg.source != "files":
         return
@@ -99,6 +102,72 @@ def preflight(cfg: DataConfig) -> None:
             f"data.paths: every file is empty ({len(files)} file(s), e.g. {files[0]!r}): no text to train on; "
             "fix the paths or fill the files"
         )
+
+
+HUB_DATA_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv", ".txt", ".arrow", ".jsonl.gz", ".json.gz")
+
+
+def _local_hub_copy(cfg: DataConfig, root: Path) -> None:
+    """A local copy of a hub dataset that cannot give `hf_name` / `hf_split`, or a DataError. `datasets`
+    found these on the loader's thread, after torch and the process group had started (28 s on the
+    loaded dev machine, a run dir left). Only what `datasets` certainly refuses: no data files at all;
+    a README.md `configs:` header without `hf_name` or without `hf_split` for it; no header, where
+    `datasets` knows only the config `default`. Hidden directories (the hub client's .cache) are not data."""
+    data = (
+        f
+        for f in root.rglob("*")
+        if f.name.endswith(HUB_DATA_SUFFIXES)
+        and not any(x.startswith(".") for x in f.relative_to(root).parts)
+    )
+    if next(data, None) is None:
+        raise DataError(
+            f"holds no data files ({', '.join(HUB_DATA_SUFFIXES)}); a local copy is laid out like the hub "
+            "repo: README.md + data/<name>/*.parquet"
+        )
+    configs = _readme_configs(root / "README.md")
+    if configs is None:
+        if cfg.hf_name not in (None, "default"):
+            raise DataError(
+                f"data.hf_name = {cfg.hf_name!r}, but its README.md has no `configs:` header, so the copy's "
+                "only config is 'default'; set data.hf_name: null (or add the hub repo's README.md)"
+            )
+        return
+    names = [str(c.get("config_name")) for c in configs]
+    if cfg.hf_name is None:
+        return  # datasets picks the copy's default config
+    if cfg.hf_name not in names:
+        raise DataError(
+            f"data.hf_name = {cfg.hf_name!r} is not a config of this copy (its README.md lists {names}); "
+            "set data.hf_name to the subset you downloaded"
+        )
+    files = next(c for c in configs if str(c.get("config_name")) == cfg.hf_name).get("data_files")
+    if isinstance(files, list) and files and all(isinstance(d, dict) and "split" in d for d in files):
+        splits = [str(d["split"]) for d in files]
+        if cfg.hf_split not in splits:
+            raise DataError(
+                f"data.hf_split = {cfg.hf_split!r} is not a split of config {cfg.hf_name!r} (its README.md "
+                f"lists {splits}); set data.hf_split to one of them"
+            )
+
+
+def _readme_configs(readme: Path) -> list[dict[str, Any]] | None:
+    """The `configs:` list of a hub README's YAML header, or None (no README, no header, no list)."""
+    try:
+        text = readme.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    if not text.startswith("---"):
+        return None
+    import yaml
+
+    try:
+        header = yaml.safe_load(text.split("---", 2)[1])
+    except (yaml.YAMLError, IndexError):
+        return None
+    configs = header.get("configs") if isinstance(header, dict) else None
+    if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
+        return None
+    return configs
 
 
 def file_shard(
