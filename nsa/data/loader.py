@@ -376,7 +376,7 @@ class DataLoader:
         while not stop.is_set():
             state["epoch"] = epoch
             k = k0  # running index of this split's documents in the epoch (all ranks' when dealing)
-            kept = 0
+            kept = seen = 0  # this rank's documents of the split; all non-empty documents looked at
             last: Any = _NOTHING  # cursor of the last document looked at, to reopen after it on a retry
             attempt = 0
             while True:
@@ -386,7 +386,10 @@ class DataLoader:
                         if last is not _NOTHING and cur == last:
                             continue
                         last, attempt = cur, 0
-                        if not text or is_val_document(text, frac) != want_val:
+                        if not text:
+                            continue
+                        seen += 1
+                        if is_val_document(text, frac) != want_val:
                             continue
                         mine = k % deal == (self.rank if want_val else 0)
                         k += 1
@@ -415,9 +418,21 @@ class DataLoader:
                 finally:
                     it.close()
             if kept == 0 and cursor is None:
+                # What the split saw: a corpus of one big .txt file is ONE document, and "use a bigger
+                # corpus" alone puzzled its owner (300 KB of text, no held-out split).
+                files = getattr(self.source, "files", [])
+                txt = any(f.endswith((".txt", ".txt.gz")) for f in files)
+                dealt = f", dealt to {deal} ranks" if deal > 1 and k else ""
                 raise DataError(
                     f"rank {self.rank} of {self.world_size} got no {self.split!r} documents from "
-                    f"{self.source.describe()} (val_fraction {frac:g}). Use a bigger corpus, fewer ranks, "
-                    f"or {'a larger' if want_val else 'a smaller'} data.val_fraction."
+                    f"{self.source.describe()} (val_fraction {frac:g}): {seen} document(s) in all, {k} of "
+                    f"them {'held out' if want_val else 'for training'}{dealt}. Use a bigger corpus, fewer "
+                    f"ranks, or {'a larger' if want_val else 'a smaller'} data.val_fraction"
+                    + (
+                        "; a .txt file is one document: split the text into several .txt files, or a "
+                        ".jsonl with one document a line."
+                        if txt
+                        else "."
+                    )
                 )
             epoch, cursor, k0 = epoch + 1, None, 0

@@ -81,3 +81,18 @@ def test_null_texts_are_skipped_and_stray_bytes_replaced_as_the_other_sources_do
     ids = doc_ids(stream)
     assert ids[: ids.index(0, 1)] == [i for i in range(60) if i not in (10, 30, 45)], ids
     assert bytes(t for t in stream if t < 256).count("\ufffd".encode()) >= 2  # \xe9 and \xff, replaced
+
+
+def test_one_big_txt_file_without_held_out_text_says_it_is_one_document(tmp_path: Path) -> None:
+    """A user's corpus as one 300 KB .txt file: one document, so no held-out split, and the error
+    said "Use a bigger corpus", which it is. It now says what the split saw and why."""
+    big = tmp_path / "corpus.txt"
+    big.write_text("A line of the user's own text, one of many thousands.\n" * 6000)
+    cfg = DataConfig(source="files", paths=[str(big)])
+    with (
+        build_loader(cfg, seq_len=64, batch_size=1, rank=0, world_size=1, split="val") as ld,
+        pytest.raises(DataError) as e,
+    ):
+        ld.next_batch()
+    msg = str(e.value)
+    assert "1 document(s) in all, 0 of them held out" in msg and "a .txt file is one document" in msg, msg
