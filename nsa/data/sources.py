@@ -16,6 +16,7 @@ import gzip
 import json
 import os
 import random
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,46 @@ def resolve_paths(patterns: list[str], what: str = "data.paths") -> list[str]:
     for f in sorted(dict.fromkeys(files)):
         seen.setdefault(os.path.realpath(f), f)
     return sorted(seen.values())
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """glob.glob's matching as a regex over absolute paths (`**/` any directories, `*` and `?` within
+    one name, `[...]` a class); Python 3.11 has no glob.translate."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:[^/]+/)*")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pattern[i] == "[" and "]" in pattern[i + 2 :]:
+            j = pattern.index("]", i + 2)
+            out.append("[" + pattern[i + 1 : j].replace("!", "^", 1) + "]")
+            i = j + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def covers(patterns: list[str], path: str) -> str | None:
+    """The first of `patterns` (data.paths) under which `path` would be read, if it existed, or None."""
+    target = os.path.abspath(path)
+    for pat in patterns:
+        p = os.path.abspath(os.path.expanduser(pat))
+        if glob.has_magic(p):
+            if _glob_regex(p).match(target):
+                return pat
+        elif target == p or (_suffix(target) and target.startswith(p.rstrip("/") + "/")):
+            return pat
+    return None
 
 
 def preflight(cfg: DataConfig) -> None:
