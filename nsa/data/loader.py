@@ -50,6 +50,17 @@ def is_transient(e: BaseException) -> bool:
     return type(e).__module__.split(".")[0] in _TRANSIENT_MODULES
 
 
+# The fingerprint's keys as the training config names them (rank and world_size are not settings).
+_KEYS = {
+    "source": "data.source / data.paths / data.hf_*",
+    "tokenizer": "data.tokenizer",
+    "seq_len": "train.seq_len",
+    "batch_size": "train.batch_size",
+    "seed": "data.seed / train.seed",
+    "val_fraction": "data.val_fraction",
+}
+
+
 def _relative(files: list[list[Any]]) -> dict[str, int]:
     """{path below the files' common directory: size}, in list order."""
     if not files:
@@ -161,11 +172,14 @@ class DataLoader:
         mine = self._fingerprint()
         diff = {k: (sd.get(k), v) for k, v in mine.items() if sd.get(k) != v}
         if diff:
-            detail = ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items())
+            detail = ", ".join(f"{_KEYS.get(k, k)}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items())
+            # Named by config key, with a fix nsa-train can follow: it has no way to resume the weights
+            # and start the data stream fresh, which is all the old message offered.
             raise DataError(
-                f"cannot resume the data stream exactly ({detail}): exact resume needs the same source, "
-                "tokenizer, seq_len, batch_size, rank and world_size; restore those settings, or start "
-                "the data stream fresh by not loading the loader state"
+                f"cannot resume the data stream exactly ({detail}): exact resume needs the same data source, "
+                "tokenizer, sequence length, batch size, seeds and held-out fraction. Fix: restore those "
+                "settings to resume this run (nsa-train --resume), or train with the new ones in a new "
+                "--run-dir; a library caller may start the stream fresh by not loading the loader state"
             )
         if sd.get("files") is not None and self._files is not None:  # states saved before had no list
             self._check_files(sd["files"])
