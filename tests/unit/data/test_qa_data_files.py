@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,34 @@ def test_one_big_txt_file_without_held_out_text_says_it_is_one_document(tmp_path
         ld.next_batch()
     msg = str(e.value)
     assert "1 document(s) in all, 0 of them held out" in msg and "a .txt file is one document" in msg, msg
+
+
+@pytest.mark.parametrize("fmt", ["jsonl.gz", "parquet-missing", "parquet-int"])
+def test_a_wrong_text_field_is_exit_2_before_torch_with_no_run_dir(tmp_path: Path, capsys, fmt: str) -> None:
+    """The commonest mistake with one's own corpus: the text is under another key ("content"), or the
+    column is not text. Found at the first batch: 10.2 s wall (5.9 s user, torch imported) and a run
+    dir left on the loaded dev machine. nsa-train now reads the head of the first files before torch."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from nsa.train.cli import main
+    from tests.assets.trainrun import TINY
+
+    if fmt == "jsonl.gz":
+        path = tmp_path / "c.jsonl.gz"
+        path.write_bytes(gzip.compress(("\n" + json.dumps({"content": "the text", "id": 1}) + "\n").encode()))
+        said = r"c\.jsonl\.gz:2: no text field 'text' \(found \['content', 'id'\]\).*data\.text_field"
+    elif fmt == "parquet-missing":
+        path = tmp_path / "c.parquet"
+        pq.write_table(pa.table({"content": ["the text"]}), path)
+        said = r"no text column 'text' \(columns: \['content'\]\)"
+    else:
+        path = tmp_path / "c.parquet"
+        pq.write_table(pa.table({"text": [1, 2]}), path)
+        said = r"column 'text' is int64, not text"
+    run = tmp_path / "run"
+    argv = ["--config", str(TINY), "--run-dir", str(run), "--set", "data.source=files"]
+    assert main([*argv, "--set", f"data.paths=[{path}]"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(said, err) and "data error in" in err, err
+    assert not run.exists()
