@@ -14,6 +14,7 @@ batches (every rank gets exactly as many batches as it asks for, so DDP collecti
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import os
 import queue
@@ -43,7 +44,8 @@ def is_val_document(text: str, val_fraction: float) -> bool:
 
 def is_transient(e: BaseException) -> bool:
     """Worth retrying: I/O and network errors; never our own DataError or a missing file."""
-    if isinstance(e, (DataError, FileNotFoundError, PermissionError, IsADirectoryError)):
+    # BadGzipFile is an OSError, but a file's bytes do not heal: retrying it waited 1 + 2 + 4 s.
+    if isinstance(e, (DataError, FileNotFoundError, PermissionError, IsADirectoryError, gzip.BadGzipFile)):
         return False
     if isinstance(e, (OSError, TimeoutError)):
         return True

@@ -128,3 +128,24 @@ def test_a_wrong_text_field_is_exit_2_before_torch_with_no_run_dir(tmp_path: Pat
     err = capsys.readouterr().err
     assert re.search(said, err) and "data error in" in err, err
     assert not run.exists()
+
+
+def test_a_file_that_is_not_gzip_is_not_retried(tmp_path: Path) -> None:
+    """BadGzipFile is an OSError, so it was retried as a flaky disk is: 1 + 2 + 4 s of backoff with the
+    defaults, then the same error. A file's bytes do not heal; a read error of the disk still retries."""
+    import time
+
+    from nsa.data.loader import is_transient
+
+    (tmp_path / "a.jsonl.gz").write_bytes(b"<html>503 Service Unavailable</html>\n" * 20)
+    cfg = DataConfig(source="files", paths=[str(tmp_path)], val_fraction=0.0)
+    t0 = time.monotonic()
+    with (
+        build_loader(cfg, seq_len=64, batch_size=1, rank=0, world_size=1) as ld,
+        pytest.raises(DataError) as e,
+    ):
+        ld.next_batch()
+    assert time.monotonic() - t0 < 5 and "retries" not in str(e.value) and "BadGzipFile" in str(e.value), str(
+        e.value
+    )
+    assert is_transient(OSError(5, "Input/output error"))
