@@ -143,6 +143,8 @@ class DataLoader:
                 f"data source {self.cfg.source!r} failed on rank {self.rank}: {type(item).__name__}: {item}"
             ) from item
         x, y, pos, counters = item
+        if self._batches == 0 and self._pos is None and counters["epoch"] >= 1 and self.split == "train":
+            self._say_small(counters["epoch"])
         self._pos, self._counters = pos, counters
         self._last_fetch_wait_s = wait
         self._fetch_wait_s += wait
@@ -155,6 +157,20 @@ class DataLoader:
 
     def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.next_batch()
+
+    def _say_small(self, epochs: int) -> None:
+        """The first batch went through the whole shard: the corpus is smaller than one batch and every
+        step trains on the same text (a 3-document corpus on a 2-rank run, each batch ~20 copies of
+        it, said nothing). Said once, by rank 0; the infinite stream goes on (docs/data.md)."""
+        if self.rank == 0:
+            print(
+                f"[nsa] data: rank 0's training documents are fewer tokens than one batch "
+                f"({self.batch_size} x {self.seq_len}): its first batch went through them {epochs} time(s) "
+                "over, and every batch repeats them. Use a bigger corpus, or a smaller train.batch_size / "
+                "train.seq_len",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def state_dict(self) -> dict[str, Any]:
         """Position after the last batch the caller consumed (prefetched batches are not counted)."""

@@ -149,3 +149,21 @@ def test_a_file_that_is_not_gzip_is_not_retried(tmp_path: Path) -> None:
         e.value
     )
     assert is_transient(OSError(5, "Input/output error"))
+
+
+def test_a_corpus_smaller_than_one_batch_is_said_once(tmp_path: Path, capsys) -> None:
+    """Three short documents, 2 ranks, 4 x 128 tokens a batch (seen on a real 2-rank torchrun): it
+    trains, each batch the same text ~20 times over, and nothing said so; the loss falls toward 0 as
+    the model learns the text by heart."""
+    (tmp_path / "c.jsonl").write_text(lines(["first tiny document", "second tiny document", "third one"]))
+    cfg = DataConfig(source="files", paths=[str(tmp_path)], val_fraction=0.0)
+    with build_loader(cfg, seq_len=128, batch_size=4, rank=0, world_size=2) as ld:
+        ld.next_batch()
+        ld.next_batch()
+    err = capsys.readouterr().err
+    assert err.count("fewer tokens than one batch (4 x 128)") == 1 and "train.batch_size" in err, err
+    with build_loader(cfg, seq_len=128, batch_size=4, rank=1, world_size=2) as ld:
+        ld.next_batch()
+    with build_loader(DataConfig(), seq_len=128, batch_size=4, rank=0, world_size=2) as ld:
+        ld.next_batch()
+    assert capsys.readouterr().err == ""  # rank 1 leaves it to rank 0; the sample corpus is big enough
