@@ -107,7 +107,9 @@ class DataLoader:
         # loader reads the whole source rather than this rank's train shard.
         src_rank, src_world = (rank, world_size) if split == "train" else (0, 1)
         self.source = build_source(cfg, rank=src_rank, world_size=src_world, seed=self.seed)
-        self._files = self._file_sizes()  # [[path, bytes], ...] of a local corpus; None for the others
+        # [[path, bytes], ...] of a local corpus, saved with the train stream's position; None otherwise
+        # (a val loader is built afresh for every eval and never resumed: no stat of every file there).
+        self._files = self._file_sizes() if split == "train" else None
         self._pos: Position | None = None  # where the batch after the last consumed one starts
         self._counters = self._zero_counters()
         self._fetch_wait_s = 0.0

@@ -113,15 +113,16 @@ def covers(patterns: list[str], path: str) -> str | None:
 
 
 def preflight(cfg: DataConfig) -> None:
-    """What can be checked of the local files without reading them, or a DataError: for `files`, the
-    paths resolve (they exist, globs match, extensions are supported) and not every file is empty;
+    """What can be checked of the local files before torch starts, or a DataError: for `files`, the
+    paths resolve (they exist, globs match, extensions are supported), not every file is empty, and
+    the head of the first PEEK_FILES files has the text field (_peek);
     for `fineweb_edu`, an `hf_path` written as a path (/, ./, ../, ~) is a directory, and a local one can
     give `hf_name` / `hf_split` (_local_hub_copy).
 
     nsa-train calls it on the training host before torch starts, so a mistyped path is exit 2 in a
     fraction of a second with no run dir made (the loader found it only after torch and the process
     group had started, and left a run dir behind). Config validation on the laptop does not: the
-    files live on the host. The loader checks all of it again when built.
+    files live on the host. The loader resolves the paths again when built and finds the rest as it reads.
     """
     if cfg.source == "fineweb_edu":
         # A hub id is `org/name`; a path is written as one. Not there, `datasets` failed only once the
