@@ -9,6 +9,7 @@ has none of them. Everything that reads data lives in the sibling modules and is
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -41,11 +42,12 @@ class DataConfig(BaseModel):
 
     tokenizer: Literal["byte", "gpt2"] = "byte"
     """`byte`: UTF-8 bytes (ids 0..255) plus end-of-document 256; vocabulary 257. `gpt2`: GPT-2 BPE via
-    tiktoken (its cached encoding) or transformers (files under `tokenizer_path`); vocabulary 50257."""
+    tiktoken, from its cached encoding or from the files under `tokenizer_path`; vocabulary 50257."""
 
     tokenizer_path: str | None = None
-    """For `gpt2` through transformers: a local directory holding vocab.json + merges.txt (or
-    tokenizer.json). Unused by the byte tokenizer."""
+    """For `gpt2`: a local directory holding GPT-2's vocab.json + merges.txt (or its tokenizer.json), read
+    offline by tiktoken (transformers only where tiktoken is missing); never replaced by tiktoken's
+    cached encoding. Checked by nsa-train before torch starts. Unused by the byte tokenizer."""
 
     paths: list[str] = Field(default_factory=list)
     """For `files`: file paths or glob patterns (`**` allowed). A `.txt` file is one document; every
@@ -116,3 +118,29 @@ def vocab_size_for(cfg: DataConfig) -> int:
 def eod_token_for(cfg: DataConfig) -> int:
     """The end-of-document token id placed between packed documents."""
     return BYTE_VOCAB_SIZE - 1 if cfg.tokenizer == "byte" else GPT2_VOCAB_SIZE - 1
+
+
+def gpt2_files(cfg: DataConfig) -> dict[str, Path] | None:
+    """The GPT-2 tokenizer files `data.tokenizer_path` names ({"vocab", "merges"} or {"tokenizer"}), None
+    when it is unset (or the tokenizer is `byte`), or a DataError naming the path and the fix. No I/O
+    beyond stat: nsa-train calls it before torch starts, the loader again when it builds the tokenizer."""
+    if cfg.tokenizer != "gpt2" or not cfg.tokenizer_path:
+        return None
+    p = Path(cfg.tokenizer_path).expanduser()
+    if (p / "vocab.json").is_file() and (p / "merges.txt").is_file():
+        return {"vocab": p / "vocab.json", "merges": p / "merges.txt"}
+    if (p / "tokenizer.json").is_file():
+        return {"tokenizer": p / "tokenizer.json"}
+    if not p.exists():
+        why = "no such directory"
+    elif not p.is_dir():
+        why = "not a directory"
+    else:
+        held = sorted(f.name for f in p.iterdir())
+        why = f"holds neither vocab.json + merges.txt nor tokenizer.json (it holds {held[:6] or 'nothing'})"
+    raise DataError(
+        f"data.tokenizer_path = {cfg.tokenizer_path!r} (for data.tokenizer='gpt2'): {why}. Fix: point it at a "
+        "directory with GPT-2's vocab.json + merges.txt or its tokenizer.json (the files of the hub's "
+        "openai-community/gpt2), or unset data.tokenizer_path to use tiktoken's cached gpt2 encoding, or "
+        "use data.tokenizer='byte'"
+    )

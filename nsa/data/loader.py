@@ -14,8 +14,11 @@ batches (every rank gets exactly as many batches as it asks for, so DDP collecti
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
+import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -41,11 +44,31 @@ def is_val_document(text: str, val_fraction: float) -> bool:
 
 def is_transient(e: BaseException) -> bool:
     """Worth retrying: I/O and network errors; never our own DataError or a missing file."""
-    if isinstance(e, (DataError, FileNotFoundError, PermissionError, IsADirectoryError)):
+    # BadGzipFile is an OSError, but a file's bytes do not heal: retrying it waited 1 + 2 + 4 s.
+    if isinstance(e, (DataError, FileNotFoundError, PermissionError, IsADirectoryError, gzip.BadGzipFile)):
         return False
     if isinstance(e, (OSError, TimeoutError)):
         return True
     return type(e).__module__.split(".")[0] in _TRANSIENT_MODULES
+
+
+# The fingerprint's keys as the training config names them (rank and world_size are not settings).
+_KEYS = {
+    "source": "data.source / data.paths / data.hf_*",
+    "tokenizer": "data.tokenizer",
+    "seq_len": "train.seq_len",
+    "batch_size": "train.batch_size",
+    "seed": "data.seed / train.seed",
+    "val_fraction": "data.val_fraction",
+}
+
+
+def _relative(files: list[list[Any]]) -> dict[str, int]:
+    """{path below the files' common directory: size}, in list order."""
+    if not files:
+        return {}
+    root = os.path.commonpath([os.path.dirname(os.path.abspath(f)) for f, _ in files])
+    return {os.path.relpath(os.path.abspath(f), root): int(n) for f, n in files}
 
 
 class _Stop(Exception):
@@ -84,6 +107,9 @@ class DataLoader:
         # loader reads the whole source rather than this rank's train shard.
         src_rank, src_world = (rank, world_size) if split == "train" else (0, 1)
         self.source = build_source(cfg, rank=src_rank, world_size=src_world, seed=self.seed)
+        # [[path, bytes], ...] of a local corpus, saved with the train stream's position; None otherwise
+        # (a val loader is built afresh for every eval and never resumed: no stat of every file there).
+        self._files = self._file_sizes() if split == "train" else None
         self._pos: Position | None = None  # where the batch after the last consumed one starts
         self._counters = self._zero_counters()
         self._fetch_wait_s = 0.0
@@ -119,6 +145,8 @@ class DataLoader:
                 f"data source {self.cfg.source!r} failed on rank {self.rank}: {type(item).__name__}: {item}"
             ) from item
         x, y, pos, counters = item
+        if self._batches == 0 and self._pos is None and counters["epoch"] >= 1 and self.split == "train":
+            self._say_small(counters["epoch"])
         self._pos, self._counters = pos, counters
         self._last_fetch_wait_s = wait
         self._fetch_wait_s += wait
@@ -132,6 +160,20 @@ class DataLoader:
     def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.next_batch()
 
+    def _say_small(self, epochs: int) -> None:
+        """The first batch went through the whole shard: the corpus is smaller than one batch and every
+        step trains on the same text (a 3-document corpus on a 2-rank run, each batch ~20 copies of
+        it, said nothing). Said once, by rank 0; the infinite stream goes on (docs/data.md)."""
+        if self.rank == 0:
+            print(
+                f"[nsa] data: rank 0's training documents are fewer tokens than one batch "
+                f"({self.batch_size} x {self.seq_len}): its first batch went through them {epochs} time(s) "
+                "over, and every batch repeats them. Use a bigger corpus, or a smaller train.batch_size / "
+                "train.seq_len",
+                file=sys.stderr,
+                flush=True,
+            )
+
     def state_dict(self) -> dict[str, Any]:
         """Position after the last batch the caller consumed (prefetched batches are not counted)."""
         return {
@@ -140,6 +182,7 @@ class DataLoader:
             "position": self._pos,
             "counters": dict(self._counters),
             "batches": self._batches,
+            **({"files": self._files} if self._files is not None else {}),
         }
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
@@ -149,12 +192,17 @@ class DataLoader:
         mine = self._fingerprint()
         diff = {k: (sd.get(k), v) for k, v in mine.items() if sd.get(k) != v}
         if diff:
-            detail = ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items())
+            detail = ", ".join(f"{_KEYS.get(k, k)}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items())
+            # Named by config key, with a fix nsa-train can follow: it has no way to resume the weights
+            # and start the data stream fresh, which is all the old message offered.
             raise DataError(
-                f"cannot resume the data stream exactly ({detail}): exact resume needs the same source, "
-                "tokenizer, seq_len, batch_size, rank and world_size; restore those settings, or start "
-                "the data stream fresh by not loading the loader state"
+                f"cannot resume the data stream exactly ({detail}): exact resume needs the same data source, "
+                "tokenizer, sequence length, batch size, seeds and held-out fraction. Fix: restore those "
+                "settings to resume this run (nsa-train --resume), or train with the new ones in a new "
+                "--run-dir; a library caller may start the stream fresh by not loading the loader state"
             )
+        if sd.get("files") is not None and self._files is not None:  # states saved before had no list
+            self._check_files(sd["files"])
         self._stop_thread()
         self._pos = sd["position"]
         self._counters = dict(sd["counters"])
@@ -217,6 +265,58 @@ class DataLoader:
             "seed": self.seed,
             "val_fraction": c.val_fraction,
         }
+
+    def _file_sizes(self) -> list[list[Any]] | None:
+        files = getattr(self.source, "files", None)
+        if files is None:
+            return None
+        out: list[list[Any]] = []
+        for f in files:
+            try:
+                out.append([f, os.path.getsize(f)])
+            except OSError:
+                out.append([f, -1])
+        return out
+
+    def _check_files(self, saved: list[list[Any]]) -> None:
+        """The saved position names a file by its place in the sorted file list: a file added, removed
+        or renamed under the same data.paths moved it onto other documents without a word. Refused.
+        A file that only changed size keeps every place; said (on the stream of rank 0), not refused:
+        a line fixed in place must not block the resume."""
+        # Compared below their common directory: the same corpus under another prefix (a new host's
+        # workdir or home, the package's sample elsewhere) is the same list.
+        was, now = _relative(saved), _relative(self._files or [])
+        if list(was) != list(now):
+            added, removed = [f for f in now if f not in was], [f for f in was if f not in now]
+
+            def few(fs: list[str]) -> str:
+                return ", ".join(fs[:3]) + (f" and {len(fs) - 3} more" if len(fs) > 3 else "")
+
+            what = "; ".join(
+                x
+                for x in (
+                    f"added: {few(added)}" if added else "",
+                    f"removed: {few(removed)}" if removed else "",
+                )
+                if x
+            )
+            raise DataError(
+                f"cannot resume the data stream exactly: data.paths {self.cfg.paths} resolve to {len(now)} "
+                f"file(s), the checkpoint's stream read {len(was)} ({what or 'same files, another order'}); "
+                "its position names a file by its place in that list. Fix: restore the files as they were "
+                "at the checkpoint, or train on the new corpus in a new run dir"
+            )
+        changed = [f for f in now if now[f] != was[f]]
+        if changed and self.rank == 0:
+            detail = ", ".join(f"{f} ({was[f]} -> {now[f]} bytes)" for f in changed[:3])
+            more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+            print(
+                f"[nsa] data: resuming the {self.split} stream although {len(changed)} file(s) changed size "
+                f"since the checkpoint: {detail}{more}; the stream goes on at the saved file and document "
+                "index, so documents edited before that point are not read again this epoch",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _start(self) -> None:
         self._stop = threading.Event()
@@ -310,7 +410,7 @@ class DataLoader:
         while not stop.is_set():
             state["epoch"] = epoch
             k = k0  # running index of this split's documents in the epoch (all ranks' when dealing)
-            kept = 0
+            kept = seen = 0  # this rank's documents of the split; all non-empty documents looked at
             last: Any = _NOTHING  # cursor of the last document looked at, to reopen after it on a retry
             attempt = 0
             while True:
@@ -320,7 +420,10 @@ class DataLoader:
                         if last is not _NOTHING and cur == last:
                             continue
                         last, attempt = cur, 0
-                        if not text or is_val_document(text, frac) != want_val:
+                        if not text:
+                            continue
+                        seen += 1
+                        if is_val_document(text, frac) != want_val:
                             continue
                         mine = k % deal == (self.rank if want_val else 0)
                         k += 1
@@ -333,9 +436,14 @@ class DataLoader:
                 except Exception as e:
                     if not is_transient(e) or attempt >= self.cfg.retries:
                         tries = f" after {attempt} retries" if attempt else ""
+                        path = getattr(e, "data_file", None)
+                        where, fix = "", ""
+                        if path is not None:
+                            where = f" reading {path}"
+                            fix = "; fix the file (or its permissions) or remove it from data.paths"
                         raise DataError(
-                            f"data source {self.cfg.source!r} read failed{tries} on rank {self.rank}: "
-                            f"{type(e).__name__}: {e} ({self.source.describe()})"
+                            f"data source {self.cfg.source!r} read failed{tries} on rank {self.rank}{where}: "
+                            f"{type(e).__name__}: {e}{fix} ({self.source.describe()})"
                         ) from e
                     delay = self.cfg.retry_backoff_s * 2**attempt
                     attempt += 1
@@ -344,9 +452,21 @@ class DataLoader:
                 finally:
                     it.close()
             if kept == 0 and cursor is None:
+                # What the split saw: a corpus of one big .txt file is ONE document, and "use a bigger
+                # corpus" alone puzzled its owner (300 KB of text, no held-out split).
+                files = getattr(self.source, "files", [])
+                txt = any(f.endswith((".txt", ".txt.gz")) for f in files)
+                dealt = f", dealt to {deal} ranks" if deal > 1 and k else ""
                 raise DataError(
                     f"rank {self.rank} of {self.world_size} got no {self.split!r} documents from "
-                    f"{self.source.describe()} (val_fraction {frac:g}). Use a bigger corpus, fewer ranks, "
-                    f"or {'a larger' if want_val else 'a smaller'} data.val_fraction."
+                    f"{self.source.describe()} (val_fraction {frac:g}): {seen} document(s) in all, {k} of "
+                    f"them {'held out' if want_val else 'for training'}{dealt}. Use a bigger corpus, fewer "
+                    f"ranks, or {'a larger' if want_val else 'a smaller'} data.val_fraction"
+                    + (
+                        "; a .txt file is one document: split the text into several .txt files, or a "
+                        ".jsonl with one document a line."
+                        if txt
+                        else "."
+                    )
                 )
             epoch, cursor, k0 = epoch + 1, None, 0

@@ -16,6 +16,7 @@ import gzip
 import json
 import os
 import random
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -62,18 +63,66 @@ def resolve_paths(patterns: list[str], what: str = "data.paths") -> list[str]:
     for f in files:
         if not _suffix(f):
             raise DataError(f"{what}: {f!r} has an unsupported extension; use one of {', '.join(SUFFIXES)}")
-    return sorted(dict.fromkeys(files))
+    # One file, one entry: `**` follows symlinked directories, so `corpus/latest -> v2` listed every file
+    # of v2 twice and a link loop (`v2/loop -> .`) 81 times, each read once per epoch. The first name in
+    # sorted order is kept.
+    seen: dict[str, str] = {}
+    for f in sorted(dict.fromkeys(files)):
+        seen.setdefault(os.path.realpath(f), f)
+    return sorted(seen.values())
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """glob.glob's matching as a regex over absolute paths (`**/` any directories, `*` and `?` within
+    one name, `[...]` a class); Python 3.11 has no glob.translate."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:[^/]+/)*")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pattern[i] == "[" and "]" in pattern[i + 2 :]:
+            j = pattern.index("]", i + 2)
+            out.append("[" + pattern[i + 1 : j].replace("!", "^", 1) + "]")
+            i = j + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def covers(patterns: list[str], path: str) -> str | None:
+    """The first of `patterns` (data.paths) under which `path` would be read, if it existed, or None."""
+    target = os.path.abspath(path)
+    for pat in patterns:
+        p = os.path.abspath(os.path.expanduser(pat))
+        if glob.has_magic(p):
+            if _glob_regex(p).match(target):
+                return pat
+        elif target == p or (_suffix(target) and target.startswith(p.rstrip("/") + "/")):
+            return pat
+    return None
 
 
 def preflight(cfg: DataConfig) -> None:
-    """What can be checked of the local files without reading them, or a DataError: for `files`, the
-    paths resolve (they exist, globs match, extensions are supported) and not every file is empty;
-    for `fineweb_edu`, an `hf_path` written as a path (/, ./, ../, ~) is a directory.
+    """What can be checked of the local files before torch starts, or a DataError: for `files`, the
+    paths resolve (they exist, globs match, extensions are supported), not every file is empty, and
+    the head of the first PEEK_FILES files has the text field (_peek);
+    for `fineweb_edu`, an `hf_path` written as a path (/, ./, ../, ~) is a directory, and a local one can
+    give `hf_name` / `hf_split` (_local_hub_copy).
 
     nsa-train calls it on the training host before torch starts, so a mistyped path is exit 2 in a
     fraction of a second with no run dir made (the loader found it only after torch and the process
     group had started, and left a run dir behind). Config validation on the laptop does not: the
-    files live on the host. The loader checks all of it again when built.
+    files live on the host. The loader resolves the paths again when built and finds the rest as it reads.
     """
     if cfg.source == "fineweb_edu":
         # A hub id is `org/name`; a path is written as one. Not there, `datasets` failed only once the
@@ -84,6 +133,8 @@ def preflight(cfg: DataConfig) -> None:
                 f"data.hf_path: local directory {p!r} does not exist; fix the path, or give a hub dataset "
                 f"id (org/name, e.g. {DEFAULT_HF_PATH!r})"
             )
+        if Path(p).expanduser().is_dir():
+            _local_hub_copy(cfg, Path(p).expanduser())
         return
     if cfg.source != "files":
         return
@@ -93,6 +144,111 @@ def preflight(cfg: DataConfig) -> None:
             f"data.paths: every file is empty ({len(files)} file(s), e.g. {files[0]!r}): no text to train on; "
             "fix the paths or fill the files"
         )
+    for f in files[:PEEK_FILES]:
+        if Path(f).is_file():  # not a named pipe: opening one would wait for its writer
+            _peek(f, cfg.text_field)
+
+
+PEEK_FILES = 8  # files whose head preflight reads: a wrong text_field shows in the first one
+
+
+def _peek(path: str, field: str) -> None:
+    """The text field of a file's first record (jsonl) or its column's type (parquet), or a DataError.
+    A wrong `text_field` was found only at the first batch: 10.2 s into a start on the loaded dev
+    machine (torch imported), with a run dir left."""
+    suffix = _suffix(path)
+    try:
+        if suffix == ".parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            schema = pq.read_schema(path)
+            if field not in schema.names:
+                raise DataError(
+                    f"{path}: no text column {field!r} (columns: {schema.names}); set data.text_field to "
+                    "the text column"
+                )
+            kind = schema.field(field).type
+            if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)):
+                raise DataError(
+                    f"{path}: column {field!r} is {kind}, not text; set data.text_field to a string column"
+                )
+        elif suffix in (".jsonl", ".jsonl.gz"):
+            head = _iter_file(path, field, 0, lambda i: True)
+            try:
+                next(head, None)  # the first record parses, and its field is there and text (or null)
+            finally:
+                head.close()
+    except DataError:
+        raise
+    except Exception as e:
+        raise DataError(f"{path}: cannot read it ({type(e).__name__}: {e}); fix or remove the file") from e
+
+
+HUB_DATA_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv", ".txt", ".arrow", ".jsonl.gz", ".json.gz")
+
+
+def _local_hub_copy(cfg: DataConfig, root: Path) -> None:
+    """A local copy of a hub dataset that cannot give `hf_name` / `hf_split`, or a DataError. `datasets`
+    found these on the loader's thread, after torch and the process group had started (28 s on the
+    loaded dev machine, a run dir left). Only what `datasets` certainly refuses: no data files at all;
+    a README.md `configs:` header without `hf_name` or without `hf_split` for it; no header, where
+    `datasets` knows only the config `default`. Hidden directories (the hub client's .cache) are not data."""
+    data = (
+        f
+        for f in root.rglob("*")
+        if f.name.endswith(HUB_DATA_SUFFIXES)
+        and not any(x.startswith(".") for x in f.relative_to(root).parts)
+    )
+    if next(data, None) is None:
+        raise DataError(
+            f"holds no data files ({', '.join(HUB_DATA_SUFFIXES)}); a local copy is laid out like the hub "
+            "repo: README.md + data/<name>/*.parquet"
+        )
+    configs = _readme_configs(root / "README.md")
+    if configs is None:
+        if cfg.hf_name not in (None, "default"):
+            raise DataError(
+                f"data.hf_name = {cfg.hf_name!r}, but its README.md has no `configs:` header, so the copy's "
+                "only config is 'default'; set data.hf_name: null (or add the hub repo's README.md)"
+            )
+        return
+    names = [str(c.get("config_name")) for c in configs]
+    if cfg.hf_name is None:
+        return  # datasets picks the copy's default config
+    if cfg.hf_name not in names:
+        raise DataError(
+            f"data.hf_name = {cfg.hf_name!r} is not a config of this copy (its README.md lists {names}); "
+            "set data.hf_name to the subset you downloaded"
+        )
+    files = next(c for c in configs if str(c.get("config_name")) == cfg.hf_name).get("data_files")
+    if isinstance(files, list) and files and all(isinstance(d, dict) and "split" in d for d in files):
+        splits = [str(d["split"]) for d in files]
+        if cfg.hf_split not in splits:
+            raise DataError(
+                f"data.hf_split = {cfg.hf_split!r} is not a split of config {cfg.hf_name!r} (its README.md "
+                f"lists {splits}); set data.hf_split to one of them"
+            )
+
+
+def _readme_configs(readme: Path) -> list[dict[str, Any]] | None:
+    """The `configs:` list of a hub README's YAML header, or None (no README, no header, no list)."""
+    try:
+        text = readme.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    if not text.startswith("---"):
+        return None
+    import yaml
+
+    try:
+        header = yaml.safe_load(text.split("---", 2)[1])
+    except (yaml.YAMLError, IndexError):
+        return None
+    configs = header.get("configs") if isinstance(header, dict) else None
+    if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
+        return None
+    return configs
 
 
 def file_shard(
@@ -130,7 +286,9 @@ def _iter_file(path: str, field: str, start: int, keep: Any) -> Iterator[tuple[i
                 continue
             if i >= start and keep(i):
                 try:
-                    row = json.loads(line)
+                    # Invalid UTF-8 bytes become U+FFFD, as in .txt files (json.loads of the raw bytes
+                    # refused the line and stopped the run there); -sig drops a leading BOM.
+                    row = json.loads(line.decode("utf-8-sig", errors="replace"))
                 except ValueError as e:
                     raise DataError(f"{path}:{lineno}: not valid JSON ({e}); fix or remove the line") from e
                 yield i, _text_of(row, field, f"{path}:{lineno}")
@@ -144,6 +302,8 @@ def _text_of(row: Any, field: str, where: str) -> str:
             f"{where}: no text field {field!r} (found {keys}); set data.text_field to the field holding the text"
         )
     text = row[field]
+    if text is None:  # no text: an empty document, skipped (the hub source skips nulls too)
+        return ""
     if not isinstance(text, str):
         raise DataError(
             f"{where}: field {field!r} is {type(text).__name__}, not text; set data.text_field to a string field"
@@ -174,6 +334,8 @@ def _iter_parquet(path: str, field: str, start: int, keep: Any) -> Iterator[tupl
             for j, text in enumerate(col):
                 i = base + j
                 if i >= start and keep(i):
+                    if text is None:  # a null row: an empty document, skipped as _text_of's null
+                        text = ""
                     if not isinstance(text, str):
                         raise DataError(
                             f"{path}: row {i} of column {field!r} is {type(text).__name__}, not text"
@@ -223,20 +385,27 @@ class FilesSource:
         for slot in range(slot0, len(slots)):
             path = self.files[slots[slot]]
             first = doc0 if slot == slot0 else 0
-            if by_file:
-                for i, text in _iter_file(path, self.text_field, first, lambda i: True):
-                    yield [slot, i, 0], text
-                continue
-            # Every rank walks the same files; which documents it keeps follows from the running index.
-            base = running - first
-            for i, text in _iter_file(
-                path,
-                self.text_field,
-                first,
-                lambda i, base=base: (base + i) % self.world_size == self.rank,
-            ):
-                yield [slot, i, base + i], text
-            running = base + _count_docs(path, self.text_field)
+            try:
+                if by_file:
+                    for i, text in _iter_file(path, self.text_field, first, lambda i: True):
+                        yield [slot, i, 0], text
+                    continue
+                # Every rank walks the same files; which documents it keeps follows from the running index.
+                base = running - first
+                for i, text in _iter_file(
+                    path,
+                    self.text_field,
+                    first,
+                    lambda i, base=base: (base + i) % self.world_size == self.rank,
+                ):
+                    yield [slot, i, base + i], text
+                running = base + _count_docs(path, self.text_field)
+            except Exception as e:
+                # The loader's error names this file: a truncated .gz (EOFError) or a file that is not
+                # gzip (BadGzipFile) says nothing of which file of the corpus it was.
+                if not isinstance(e, DataError):
+                    e.data_file = path  # type: ignore[attr-defined]
+                raise
 
 
 _COUNTS: dict[str, int] = {}

@@ -250,14 +250,19 @@ def cudagraphs_problem(compile_mode: str, device: str, gpu: bool, source: str = 
     )
 
 
-def data_problem(cfg: TrainConfig, config: str) -> str | None:
+def data_problem(cfg: TrainConfig, config: str, run_dir: str | None = None) -> str | None:
     """Local data named in the config that is not there on this host (data.paths of `files`: missing,
     a glob matching nothing, an unsupported extension, every file empty; data.hf_path written as a
     local directory that does not exist): found here in milliseconds, torch-free, instead of by the
     loader after torch and the process group had started (nsa.data.sources.preflight)."""
     from nsa.data import DataError
+    from nsa.data.config import gpt2_files
     from nsa.data.sources import preflight
 
+    try:
+        gpt2_files(cfg.data)  # data.tokenizer_path: the loader found it only after torch had started
+    except DataError as e:
+        return f"data error in {config}: {e}"
     try:
         preflight(cfg.data)
     except DataError as e:
@@ -268,6 +273,31 @@ def data_problem(cfg: TrainConfig, config: str) -> str | None:
         shown = repr(cfg.data.hf_path if key == "data.hf_path" else paths)
         shown = shown if len(shown) <= 200 else f"{shown[:200]}... ({len(paths)} paths)"
         return f"data error in {config}: {key} = {shown}: {str(e).removeprefix(key + ': ')}{where}"
+    return run_dir_in_data(cfg, config, run_dir)
+
+
+def run_dir_in_data(cfg: TrainConfig, config: str, run_dir: str | None) -> str | None:
+    """data.paths that would also read the files the run writes (events.jsonl, metrics.jsonl,
+    stacks/*.txt): `data.paths: [data]` with `--run-dir data/run1`, or `**/*.jsonl` from a checkout
+    holding runs/. The loader resolves the paths after the run dir is written, and a 2-rank run
+    trained on its own logs (`5 file(s)` for a corpus of 2). Checked by pattern, before anything exists."""
+    if cfg.data.source != "files" or not run_dir:
+        return None
+    from nsa.data.sources import covers
+    from nsa.runfiles import EVENTS, METRICS, STACKS_DIR, sigusr1_name
+
+    for own in (
+        Path(run_dir) / EVENTS,
+        Path(run_dir) / METRICS,
+        Path(run_dir) / STACKS_DIR / sigusr1_name(0),
+    ):
+        pat = covers(cfg.data.paths, str(own))
+        if pat is not None:
+            return (
+                f"data error in {config}: data.paths = {cfg.data.paths!r}: {pat!r} also reads the files of "
+                f"--run-dir {run_dir} (e.g. {own}): the run would train on its own files. Fix: narrow "
+                "data.paths to the corpus (e.g. 'data/*.jsonl'), or put the run dir outside it"
+            )
     return None
 
 
@@ -337,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if problem:
         return fail(problem)
-    problem = data_problem(cfg, args.config)
+    problem = data_problem(cfg, args.config, args.run_dir)
     if problem:
         return fail(problem)
     rd = RunDir(args.run_dir)
