@@ -96,6 +96,14 @@ class DataConfig(BaseModel):
     retry_backoff_s: float = Field(default=1.0, ge=0.0, le=3600.0)
     """First retry delay; doubled after every failed attempt."""
 
+    resume: Literal["exact", "fresh"] = "exact"
+    """At `nsa-train --resume`: `exact` goes on with each rank's stream at the checkpoint's position (the
+    next batch is the one an uninterrupted run gets), and refuses, naming what changed, a corpus whose
+    files or a data setting that changed since; `fresh` keeps the checkpoint's weights, optimizer and
+    step but starts the stream anew over the corpus and settings as they are now, its file order
+    seeded by the resume step (not the run's first epoch replayed): for a grown corpus or a new
+    seq_len. Unused without --resume."""
+
     @model_validator(mode="after")
     def _source_needs(self) -> DataConfig:
         if self.source == "files" and not self.paths:

@@ -193,13 +193,12 @@ class DataLoader:
         diff = {k: (sd.get(k), v) for k, v in mine.items() if sd.get(k) != v}
         if diff:
             detail = ", ".join(f"{_KEYS.get(k, k)}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items())
-            # Named by config key, with a fix nsa-train can follow: it has no way to resume the weights
-            # and start the data stream fresh, which is all the old message offered.
+            # Named by config key, with fixes nsa-train can follow (data.resume: fresh keeps the weights).
             raise DataError(
                 f"cannot resume the data stream exactly ({detail}): exact resume needs the same data source, "
                 "tokenizer, sequence length, batch size, seeds and held-out fraction. Fix: restore those "
-                "settings to resume this run (nsa-train --resume), or train with the new ones in a new "
-                "--run-dir; a library caller may start the stream fresh by not loading the loader state"
+                "settings to resume this run exactly, or set data.resume: fresh (--set data.resume=fresh) to "
+                "keep the checkpoint's weights and step and start the data stream anew with the new ones"
             )
         if sd.get("files") is not None and self._files is not None:  # states saved before had no list
             self._check_files(sd["files"])
@@ -304,7 +303,8 @@ class DataLoader:
                 f"cannot resume the data stream exactly: data.paths {self.cfg.paths} resolve to {len(now)} "
                 f"file(s), the checkpoint's stream read {len(was)} ({what or 'same files, another order'}); "
                 "its position names a file by its place in that list. Fix: restore the files as they were "
-                "at the checkpoint, or train on the new corpus in a new run dir"
+                "at the checkpoint to resume exactly, or set data.resume: fresh (--set data.resume=fresh) to "
+                "keep the checkpoint's weights and step and start the data stream anew over the new corpus"
             )
         changed = [f for f in now if now[f] != was[f]]
         if changed and self.rank == 0:

@@ -249,11 +249,21 @@ class Run:
                 err = ResumeMismatch(self._shape_mismatch(ckpt_dir, meta, str(e)))
                 err.quiet = e.quiet  # type: ignore[attr-defined]
                 raise err from None
-            saved = rank_state.get("data_streams") or [
-                {"loader": rank_state["loader"], "key": (info.rank, info.world_size)}
-            ]
-            loader = datastreams.restore(cfg.data, saved, **data_kw)
             step, tokens = int(meta["step"]), int(meta["tokens"])
+            if cfg.data.resume == "fresh":
+                # The weights, optimizer and step go on; the stream starts anew over the corpus as it is
+                # now, its file order seeded by the step so the run's first epoch is not replayed as it was.
+                loader = datastreams.fresh(cfg.data, **{**data_kw, "seed": data_kw["seed"] + step})
+                rec.event("data_fresh", step=step)
+                self.print0(
+                    f"[nsa] resuming {ckpt_dir.name} with a fresh data stream (data.resume: fresh): the saved "
+                    "stream positions are not used"
+                )
+            else:
+                saved = rank_state.get("data_streams") or [
+                    {"loader": rank_state["loader"], "key": (info.rank, info.world_size)}
+                ]
+                loader = datastreams.restore(cfg.data, saved, **data_kw)
             if int(meta["world_size"]) != info.world_size:
                 rec.event(
                     "resharded",
@@ -263,7 +273,12 @@ class Run:
                 )
                 self.print0(
                     f"[nsa] resuming {ckpt_dir.name} written by {meta['world_size']} ranks on {info.world_size}: "
-                    "weights and optimizer resharded; data streams dealt again (none repeated or skipped)"
+                    "weights and optimizer resharded"
+                    + (
+                        "; data streams dealt again (none repeated or skipped)"
+                        if cfg.data.resume == "exact"
+                        else ""
+                    )
                 )
         if loader is None:
             loader = datastreams.fresh(cfg.data, **data_kw)

@@ -20,7 +20,7 @@ def write(path: Path, tag: str) -> None:
     )
 
 
-def test_resume_after_a_file_was_added_to_the_corpus_is_exit_2_naming_it(
+def test_resume_after_a_file_was_added_is_exit_2_naming_it_and_data_resume_fresh_goes_on(
     tmp_path: Path, capsys, monkeypatch
 ) -> None:
     """A shard added under the same directory between the save and `--resume`: the saved position
@@ -44,9 +44,15 @@ def test_resume_after_a_file_was_added_to_the_corpus_is_exit_2_naming_it(
     assert main([*argv, "--resume"]) == 2
     err = capsys.readouterr().err
     assert "cannot resume the data stream exactly" in err and "added: a.jsonl" in err, err
-    assert "restore the files" in err, err
+    assert "restore the files" in err and "--set data.resume=fresh" in err, err
     assert [m["step"] for m in metrics(run) if "loss" in m] == [1, 2]
     assert [e["detail"]["error"] for e in events(run) if e["kind"] == "error"] == ["DataError"]
+    # The fix it names: the weights and step go on (steps 3-4, not 1-2 again), the stream anew over the
+    # grown corpus; said in the log and as an event.
+    assert main([*argv, "--resume", "--set", "data.resume=fresh", "--set", "train.steps=4"]) == 0
+    assert "with a fresh data stream (data.resume: fresh)" in capsys.readouterr().out
+    assert [m["step"] for m in metrics(run) if "loss" in m] == [1, 2, 3, 4]
+    assert [e["step"] for e in events(run) if e["kind"] == "data_fresh"] == [2]
 
 
 @pytest.mark.parametrize("paths", ["{root}", "**/*.jsonl", "{root}/**/*.txt"])
