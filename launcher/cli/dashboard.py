@@ -75,6 +75,17 @@ def dashboard(
     Keys: k kill, r restart, t tunnel, g GPU processes (x kills one), / search, f follow,
     l rank filter, ? help, q quit; Ctrl+P palette (Screenshot saves to $NSA_LAUNCH_HOME/screenshots).
     """
+    # An option that would be silently ignored is bad input: `--no-watch --pull-every 5` pulled
+    # nothing and `--replay DIR --lost-after 5` replaced nothing, and the user believed otherwise.
+    given = [
+        f"--{name.replace('_', '-')}"
+        for name in ("pull_every", "lost_after", "no_watch")
+        if click.get_current_context().get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+    ]
+    if replay is not None and given:
+        _fail(f"--replay watches nothing (a recording), so {', '.join(given)} would be ignored; fix: drop it")
+    if no_watch and (ignored := [g for g in given if g != "--no-watch"]):
+        _fail(f"--no-watch: {', '.join(ignored)} would be ignored (no pulls, no replacement); fix: drop one")
     if run is not None and show_all:
         _fail("--run and --all exclude each other; fix: pass one of them (or neither for recent runs)")
     if not refresh > 0 or refresh > 3600:

@@ -4,6 +4,7 @@ with exit 2 before anything is drawn. Each case exits before the app is built: n
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from launcher.cli import cli
@@ -11,6 +12,17 @@ from launcher.cli import cli
 
 def _run(*args: str):
     return CliRunner().invoke(cli, ["dashboard", *args])
+
+
+@pytest.fixture(autouse=True)
+def _no_screen(monkeypatch):
+    """A tripwire, not a stand-in: an option these tests expect refused that got through would start
+    the real app inside CliRunner (no terminal; it ran 5 minutes before failing)."""
+
+    def started(*a, **k):
+        raise AssertionError("the dashboard was started: the options were not refused")
+
+    monkeypatch.setattr("launcher.dashboard.make_app", started)
 
 
 def test_lost_after_zero_is_taken_as_watch_takes_it(tmp_path, monkeypatch):
@@ -24,3 +36,21 @@ def test_lost_after_zero_is_taken_as_watch_takes_it(tmp_path, monkeypatch):
         r = _run("--lost-after", bad)
         assert r.exit_code == 2 and "--lost-after" in r.output and "fix:" in r.output, (bad, r.output)
         assert "[0, 86400]" in r.output, r.output
+
+
+def test_options_that_would_be_ignored_are_refused(tmp_path, monkeypatch):
+    """`--no-watch --pull-every 5` pulled nothing and `--replay DIR --lost-after 5` replaced nothing,
+    silently: the user believed the dashboard kept the mirror. Exit 2 naming both options and the fix."""
+    monkeypatch.setenv("NSA_LAUNCH_HOME", str(tmp_path))
+    rec = "tests/dashboard/recorded"
+    for args, named in (
+        (("--no-watch", "--pull-every", "5"), "--pull-every"),
+        (("--no-watch", "--lost-after", "5"), "--lost-after"),
+        (("--replay", rec, "--pull-every", "5"), "--pull-every"),
+        (("--replay", rec, "--lost-after", "60"), "--lost-after"),
+        (("--replay", rec, "--no-watch"), "--no-watch"),
+    ):
+        r = _run(*args)
+        assert r.exit_code == 2, (args, r.output)
+        assert named in r.output and ("--no-watch" in r.output or "--replay" in r.output), r.output
+        assert "fix:" in r.output, r.output
