@@ -19,7 +19,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input
+from textual.widgets import DataTable, Input
 
 from launcher.core import format as fmt
 from launcher.dashboard.backend import Backend
@@ -37,6 +37,7 @@ from launcher.dashboard.screens.gpu_procs import GpuProcsScreen
 from launcher.dashboard.screens.main_workers import MainWorkers
 from launcher.dashboard.widgets.events_list import EventsList
 from launcher.dashboard.widgets.gpu_panel import GpuPanel
+from launcher.dashboard.widgets.keys_footer import KeysFooter
 from launcher.dashboard.widgets.log_view import LogView
 from launcher.dashboard.widgets.metric_chart import MetricChart
 from launcher.dashboard.widgets.runs_table import RunsTable
@@ -52,10 +53,16 @@ SIDE_PANES = ("loss", "tps", "gpus", "events")
 
 
 class MainScreen(MainWorkers, Screen):
+    # `?` and `q` first: the footer shows bindings in this order and leaves out what does not fit
+    # (widgets/keys_footer.py). At 80 columns it lost `l`, `g`, `? help` and `q quit`, at 120 `q quit`
+    # read `q`; now 120 shows every key and 80 (compact footer) `?`, `q`, k, r, t, g and /.
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("question_mark", "app.help", "help"),
+        Binding("q", "app.quit", "quit"),
         Binding("k", "kill", "kill"),
         Binding("r", "restart", "restart"),
         Binding("t", "tunnel", "tunnel"),
+        Binding("g", "gpu_processes", "GPU procs"),
         Binding("slash", "search", "search"),
         Binding("n", "match(1)", "next match", show=False),
         Binding("N", "match(-1)", "prev match", show=False),
@@ -63,12 +70,9 @@ class MainScreen(MainWorkers, Screen):
         Binding("w", "wrap", "wrap"),
         Binding("z", "maximise", "max pane"),
         Binding("v", "side_pane", "next pane", show=False),
-        Binding("l", "rank_filter", "rank filter"),
+        Binding("l", "rank_filter", "ranks"),
         Binding("h", "heartbeats", "heartbeats", show=False),
-        Binding("g", "gpu_processes", "GPU procs"),
         Binding("escape", "escape", "clear search", show=False),
-        Binding("question_mark", "app.help", "help"),
-        Binding("q", "app.quit", "quit"),
     ]
 
     def __init__(
@@ -120,11 +124,12 @@ class MainScreen(MainWorkers, Screen):
                 yield MetricChart("loss", color="orange", label=fmt.loss, si=False, id="loss", classes="side")
                 yield MetricChart("tokens/s", color="cyan", id="tps", classes="side")
                 yield EventsList(id="events", classes="side")
-        yield Footer()
+        yield KeysFooter()
 
     def on_resize(self, event) -> None:
         self.set_class(event.size.width < COMPACT_BELOW_COLS, "-compact")
         self.set_class(event.size.height < SHORT_BELOW_ROWS, "-short")
+        self.query_one(KeysFooter).compact = event.size.width < COMPACT_BELOW_COLS
         self._show_side_pane()
 
     def _show_side_pane(self) -> None:

@@ -41,3 +41,34 @@ async def test_z_gives_every_pane_the_whole_screen(size):
             await pilot.press("z")
             await pilot.pause()
             assert main.maximized is None
+
+
+def rows(app) -> list[str]:
+    """The screen as the terminal shows it, one string per row."""
+    return ["".join(s.text for s in strip) for strip in app.screen._compositor.render_strips()]
+
+
+async def test_footer_keys_are_whole_and_help_and_quit_always_show():
+    """At 80 columns the footer lost `l`, `g`, `? help` and `q quit` and ended `f follo▏^p palettem`;
+    at 120 `q quit` read `q`. Now `?` and `q` come first, no key is cut, and 120 shows every key."""
+    app = _app()
+    shown_keys = [b for b in app.main.BINDINGS if b.show]
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.main.polls >= 1, what="first poll")
+        for size in ((120, 40), (80, 24), (120, 40)):  # and back: the footer follows a resize
+            await pilot.resize_terminal(*size)
+            await pilot.pause(0.3)
+            footer = rows(app)[-1]
+            assert footer.split()[:4] == ["?", "help", "q", "quit"], (size, footer)
+            assert footer.rstrip().endswith("▏^p palette"), (size, footer)
+            body = footer.split("▏")[0]
+            shown = [b for b in shown_keys if f" {b.description} " in f" {body} "]
+            # what shows is a whole prefix of the bindings: nothing cut mid-word, nothing skipped
+            assert (
+                body.split() == " ".join(f"{app.get_key_display(b)} {b.description}" for b in shown).split()
+            ), (size, footer)
+            assert shown == shown_keys[: len(shown)]
+            if size[0] == 120:
+                assert shown == shown_keys, footer
+            else:
+                assert [b.key for b in shown] == ["question_mark", "q", "k", "r", "t", "g", "slash"], footer
