@@ -1,0 +1,52 @@
+"""QA of the log pane with what real logs hold (qadash, 2026-11-27): ANSI colours (wandb, tqdm), tabs,
+NUL and other control bytes, and wide characters (CJK, emoji). The recording (tests/dashboard/recorded)
+is copied and its finished run's train.log gets these lines; the dashboard streams them as it does any
+log, at 80x24."""
+
+from __future__ import annotations
+
+import shutil
+
+from rich.cells import cell_len
+
+from launcher.dashboard import make_app
+from launcher.dashboard.recorded import RecordedBackend
+from launcher.dashboard.widgets.log_view import LogView
+from tests.dashboard.helpers import RECORDED_NOW, RECORDING, wait_for
+
+CJK = "日本語のログ行" * 20  # 140 characters, 280 cells: 4 rows of 78, not 2
+ANSI = "\x1b[34m\x1b[1mwandb\x1b[0m: syncing run \x1b]8;;https://wandb.ai/x\x1b\\link\x1b]8;;\x1b\\ done"
+ODD = "tab\there nul\x00 bell\x07 del\x7f csi\x9b end"
+
+
+def rows(app) -> list[str]:
+    return ["".join(s.text for s in strip) for strip in app.screen._compositor.render_strips()]
+
+
+async def test_control_bytes_never_reach_the_terminal_and_wide_lines_wrap_whole(tmp_path):
+    """An ESC in a log line went to the terminal as it was (`\\x1b[34m` recoloured what followed; `\\x1b[2J`
+    would clear it), a tab moved the cursor past the pane's border, and a CJK line wrapped by characters,
+    not cells: half of each row ran past the border and was lost."""
+    rec = tmp_path / "recorded"
+    shutil.copytree(RECORDING, rec)
+    with (rec / "rundirs" / "tiny-cpu-120" / "train.log").open("a") as f:
+        f.write(f"[rank0]:{ANSI}\n[rank0]:{ODD}\n[rank0]:{CJK}\n[rank0]:last line\n")
+    app = make_app(RecordedBackend(rec), refresh_s=30.0, max_backoff_s=30.0, clock=lambda: RECORDED_NOW)
+    async with app.run_test(size=(80, 24)) as pilot:
+        main = app.main
+        log = main.query_one(LogView)
+        await wait_for(pilot, lambda: len(log.view) and log.view[-1].text == "[rank0]:last line", what="log")
+        await pilot.pause(0.2)
+        screen = rows(app)
+        for row in screen:
+            assert not any(ord(c) < 32 or 0x7F <= ord(c) < 0xA0 for c in row), repr(row)
+            assert cell_len(row) == 80, repr(row)  # nothing pushed past the border
+        shown = [ln.text for ln in log.view][-4:]
+        assert shown[0] == "[rank0]:wandb: syncing run link done"  # the words, without the colours
+        assert shown[1].startswith("[rank0]:tab     here nul\ufffd bell\ufffd")  # tab: spaces to col 16
+        # every character of the wide line is on screen, in order, across its rows
+        inside = "".join(r[1:-1].rstrip(" ▁▂▃▄▅▆▇█") for r in screen if "日" in r or "ロ" in r)
+        assert CJK in inside.replace(" ", ""), inside
+        # no wrap: the sideways scroll reaches the end of the wide line
+        await pilot.press("w")
+        assert log.virtual_size.width >= cell_len("[rank0]:" + CJK)
