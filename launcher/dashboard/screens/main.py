@@ -292,6 +292,11 @@ class MainScreen(MainWorkers, Screen):
     @on(DataTable.RowHighlighted)
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         run = event.row_key.value
+        # A stale highlight: the table was rebuilt (new columns after a resize, or a run turning lost
+        # widened a cell), which put the cursor on row 0 and then back on the selected run. Selecting
+        # row 0's run on the way emptied the selected run's log pane and re-read it (qadash).
+        if run != self.query_one(RunsTable).selected_run():
+            return
         if run != self.selected:
             self._select(run)
             self._show_selected()

@@ -72,3 +72,31 @@ async def test_footer_keys_are_whole_and_help_and_quit_always_show():
                 assert shown == shown_keys, footer
             else:
                 assert [b.key for b in shown] == ["question_mark", "q", "k", "r", "t", "g", "slash"], footer
+
+
+async def test_a_column_change_keeps_the_selected_runs_log():
+    """When the runs table's columns change (a resize, or a run turning lost or killed widens a cell),
+    the table is rebuilt and its cursor passes row 0 on the way back: the dashboard selected that run
+    and then the old one again, so the log pane was emptied and re-read (its rank filter, scroll and
+    search gone; a lost run's last lines gone, since they cannot be read again)."""
+    from launcher.dashboard.widgets.log_view import LogView
+    from launcher.dashboard.widgets.runs_table import RunsTable
+    from tests.dashboard.helpers import select_run
+
+    app = _app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        main = app.main
+        await select_run(pilot, app, "tiny-failed")
+        log = main.query_one(LogView)
+        await wait_for(pilot, lambda: len(log.view) > 10, what="the log of tiny-failed")
+        await pilot.press("l")
+        assert log.rank_filter == 0
+        lines = list(log.view)
+        table = main.query_one(RunsTable)
+        before = table.shown
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause(0.5)
+        assert table.shown != before  # the columns were rebuilt
+        assert main.selected == "tiny-failed" and table.selected_run() == "tiny-failed"
+        assert log.run_id == "tiny-failed" and log.rank_filter == 0, log.border_title
+        assert list(log.view) == lines
