@@ -34,7 +34,7 @@ from launcher.dashboard.messages import (
 )
 from launcher.dashboard.screens.confirm import ConfirmScreen
 from launcher.dashboard.screens.gpu_procs import GpuProcsScreen
-from launcher.dashboard.screens.main_workers import MainWorkers
+from launcher.dashboard.screens.main_workers import ACTION_WORDS, MainWorkers
 from launcher.dashboard.widgets.events_list import EventsList
 from launcher.dashboard.widgets.gpu_panel import GpuPanel
 from launcher.dashboard.widgets.keys_footer import KeysFooter
@@ -274,7 +274,7 @@ class MainScreen(MainWorkers, Screen):
                 self.want_selected = msg.new_run
         self.notify(
             msg.message,
-            title=f"{msg.action} {msg.run}",
+            title=f"{ACTION_WORDS.get(msg.action, msg.action).split()[-1]} {msg.run}",
             severity="information" if msg.ok else "error",
             markup=False,  # the message carries host output (gloo errors start with "[/...")
         )
