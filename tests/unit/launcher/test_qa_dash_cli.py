@@ -54,3 +54,21 @@ def test_options_that_would_be_ignored_are_refused(tmp_path, monkeypatch):
         assert r.exit_code == 2, (args, r.output)
         assert named in r.output and ("--no-watch" in r.output or "--replay" in r.output), r.output
         assert "fix:" in r.output, r.output
+
+
+def test_help_names_every_key_a_user_can_press():
+    """`?` listed no Esc (clears the search), no Tab (which `z` needs) and no Ctrl+P (the palette with
+    its Screenshot), though docs/dashboard.md's key table names them."""
+    from pathlib import Path
+
+    from launcher.dashboard.screens.help import KEYS
+    from launcher.dashboard.screens.main import MainScreen
+
+    listed = {k for keys, _ in KEYS for k in keys.replace("/", " ").split()}
+    names = {"slash": "/", "question_mark": "?", "escape": "Esc"}
+    bound = {names.get(b.key, b.key) for b in MainScreen.BINDINGS} - {"/"}
+    wanted = bound | {"Tab", "Ctrl+P"}
+    assert wanted <= listed | {"/"}, sorted(wanted - listed)
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "dashboard.md").read_text()
+    for key in ("Tab", "Ctrl+P", "Esc"):
+        assert key in doc
