@@ -35,16 +35,19 @@ _ESCAPES = re.compile(
     r"|\x9b[0-?]*[ -/]*[@-~]"  # 8-bit CSI
 )
 _CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_CONTROLS_BUT_NEWLINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
-def printable(text: str) -> str:
-    """`text` with escape sequences removed, tabs expanded and other control characters as U+FFFD."""
+def printable(text: str, newlines: bool = False) -> str:
+    """`text` with escape sequences removed, tabs expanded and other control characters as U+FFFD
+    (`newlines`: line breaks kept, for a notification's several lines). Every widget that shows run
+    text (log, events, notifications, top bar, GPU processes) puts it through this."""
     if text.isprintable():  # the common case: nothing to do
         return text
     text = _ESCAPES.sub("", text)
     if "\t" in text:
         text = text.expandtabs(8)
-    return _CONTROLS.sub("\ufffd", text)
+    return (_CONTROLS_BUT_NEWLINE if newlines else _CONTROLS).sub("\ufffd", text)
 
 
 def line_rank(line: str) -> int | None:

@@ -23,6 +23,7 @@ from textual.widgets import DataTable, Static
 
 from launcher.core import format as fmt
 from launcher.dashboard.backend import Backend
+from launcher.dashboard.logbuffer import printable
 from launcher.dashboard.screens.confirm import ConfirmScreen
 from launcher.dashboard.workers import in_daemon_thread
 
@@ -111,9 +112,9 @@ class GpuProcsScreen(ModalScreen[None]):
                 str(r.get("gpu")),
                 Text(str(pid), justify="right"),
                 Text("run", style="green") if mine else Text("other", style="bold yellow"),
-                Text(str(r.get("user") or "?")),
+                Text(printable(str(r.get("user") or "?"))),
                 Text(fmt.mib_one(r.get("gpu_mem_mib")), justify="right"),
-                Text(str(r.get("command") or "?"), overflow="ellipsis", no_wrap=True),
+                Text(printable(str(r.get("command") or "?")), overflow="ellipsis", no_wrap=True),
                 key=f"{r.get('node', 0)}:{r.get('gpu')}:{pid}",
             )
         if keep is not None:

@@ -50,3 +50,33 @@ async def test_control_bytes_never_reach_the_terminal_and_wide_lines_wrap_whole(
         # no wrap: the sideways scroll reaches the end of the wide line
         await pilot.press("w")
         assert log.virtual_size.width >= cell_len("[rank0]:" + CJK)
+
+
+async def test_run_text_outside_the_log_pane_carries_no_control_either(tmp_path):
+    """An exception message with colours (torch.compile's, triton's) reached the terminal through the
+    events pane (`message=\\x1b[1mboom`) and through notifications of host errors."""
+    import json
+
+    from launcher.dashboard.widgets.events_list import EventsList
+    from tests.dashboard.helpers import select_run
+
+    rec = tmp_path / "recorded"
+    shutil.copytree(RECORDING, rec)
+    status = json.loads((rec / "status.json").read_text())
+    for snap in status["snapshots"]:
+        for st in snap:
+            for ev in st.get("events") or []:
+                ev["detail"] = {"message": "\x1b[1mboom\x1b[0m\tat\x00 step"}
+    (rec / "status.json").write_text(json.dumps(status))
+    app = make_app(RecordedBackend(rec), refresh_s=30.0, max_backoff_s=30.0, clock=lambda: RECORDED_NOW)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await select_run(pilot, app, "tiny-failed")
+        while not app.main.query_one(EventsList).has_class("-shown"):
+            await pilot.press("v")
+        await pilot.pause(0.2)
+        screen = rows(app)
+        assert any("message=boom    at\ufffd step" in r for r in screen), screen
+        assert not [r for r in screen if any(ord(c) < 32 for c in r)]
+        app.notify("kill failed: \x1b[31mcannot reach\x1b[0m h\n  fix: check the host", markup=False)
+        await pilot.pause()
+        assert list(app._notifications)[-1].message == "kill failed: cannot reach h\n  fix: check the host"
