@@ -100,3 +100,23 @@ async def test_a_column_change_keeps_the_selected_runs_log():
         assert main.selected == "tiny-failed" and table.selected_run() == "tiny-failed"
         assert log.run_id == "tiny-failed" and log.rank_filter == 0, log.border_title
         assert list(log.view) == lines
+
+
+async def test_a_new_run_appears_where_its_status_puts_it():
+    """Runs are listed newest first, but a run started while the dashboard was open was added at the
+    bottom: at 80x24 (four rows before the table scrolls) `1 starting` showed in the top bar and the
+    run itself was out of sight until a later rebuild put it first."""
+    from launcher.dashboard.widgets.runs_table import RunsTable
+
+    app = _app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.main.polls >= 1, what="first poll")
+        table = app.main.query_one(RunsTable)
+        statuses = list(table.statuses)
+        newest = {**statuses[0], "run": "new-run", "state": "starting", "step": 0}
+        table.move_cursor(row=table.get_row_index("tiny-failed"))
+        await pilot.pause()
+        table.show([newest, *statuses])
+        await pilot.pause()
+        assert [k.value for k in table.rows] == ["new-run", *(str(s["run"]) for s in statuses)]
+        assert table.selected_run() == "tiny-failed"  # the cursor stays on the run it was on
