@@ -120,3 +120,25 @@ async def test_a_new_run_appears_where_its_status_puts_it():
         await pilot.pause()
         assert [k.value for k in table.rows] == ["new-run", *(str(s["run"]) for s in statuses)]
         assert table.selected_run() == "tiny-failed"  # the cursor stays on the run it was on
+
+
+async def test_gpu_processes_show_the_highlighted_command_whole_at_80x24():
+    """`g` at 80x24 cut each command to 14 characters ("/home/ubuntu/nsa-launch/.venv/b"); at 120 it
+    ended before the --config that names the run. The highlighted process's command shows whole."""
+    import json
+
+    from launcher.dashboard.screens.gpu_procs import GpuProcsScreen
+    from tests.dashboard.helpers import select_run
+
+    procs = json.loads((RECORDING / "gpu_processes" / "m7c-2xa100.json").read_text())
+    procs = procs["rows"]
+    app = _app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await select_run(pilot, app, "m7c-2xa100")
+        await pilot.press("g")
+        await wait_for(pilot, lambda: isinstance(app.screen, GpuProcsScreen) and app.screen.rows, what="rows")
+        for row in procs[:2]:
+            await pilot.pause(0.2)
+            flat = "".join(r.strip("│█ ▀▄") for r in rows(app)).replace(" ", "")
+            assert f"pid{row['pid']}:{row['command'].replace(' ', '')}" in flat, (row, flat)
+            await pilot.press("down")
