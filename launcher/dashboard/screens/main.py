@@ -330,6 +330,11 @@ class MainScreen(MainWorkers, Screen):
         if st is None:
             return
         run = self.selected
+        if run in self.restarting:
+            # A second `r` + `y` started a second restart of the same run, which killed the first
+            # one's fresh start or failed on its lock (qadash, 2026-11-27).
+            self.notify(f"{run} is already being restarted: wait for `restarted as …`", markup=False)
+            return
         q = (
             f"Restart run [b]{escape(str(run))}[/b] from its newest intact checkpoint?\n\n"
             "The running process is stopped first (it checkpoints at its next step)."

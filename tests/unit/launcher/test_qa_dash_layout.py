@@ -142,3 +142,37 @@ async def test_gpu_processes_show_the_highlighted_command_whole_at_80x24():
             flat = "".join(r.strip("│█ ▀▄") for r in rows(app)).replace(" ", "")
             assert f"pid{row['pid']}:{row['command'].replace(' ', '')}" in flat, (row, flat)
             await pilot.press("down")
+
+
+async def test_r_while_the_run_is_restarting_does_not_restart_it_again(monkeypatch):
+    """A restart takes seconds to minutes (kill, resume, first heartbeat); a second `r` + `y` meanwhile
+    started a second restart of the same run, which killed the first one's fresh start (or waited on its
+    lock and failed). It now says the restart is under way and asks nothing."""
+    import threading
+
+    from launcher.dashboard.screens.confirm import ConfirmScreen
+    from tests.dashboard.helpers import notifications, select_run
+
+    app = _app()
+    backend = app.backend
+    release = threading.Event()
+    restart = backend.restart
+
+    def slow_restart(run):  # the real one waits for the first heartbeat of the resumed run
+        release.wait(10)
+        return restart(run)
+
+    monkeypatch.setattr(backend, "restart", slow_restart)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await select_run(pilot, app, "tiny-failed")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the restart question")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: "tiny-failed" in app.main.restarting, what="restarting")
+        await pilot.press("r")
+        await pilot.pause(0.2)
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert any("already being restarted" in m for m in notifications(app)), notifications(app)
+        release.set()
+        await wait_for(pilot, lambda: "tiny-failed" not in app.main.restarting, what="the restart done")
+        assert backend.calls.count(("restart", "tiny-failed")) == 1, backend.calls
