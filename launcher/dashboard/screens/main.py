@@ -318,6 +318,9 @@ class MainScreen(MainWorkers, Screen):
             return
         run = self.selected
         q = f"Kill run [b]{escape(str(run))}[/b] on [b]{escape(str(st.get('host') or 'local'))}[/b]?\n\nTERM to its process group, KILL after the grace period; the tmux session ends."
+        if st.get("pod_id"):  # said before the kill, not only after: a kill stops the run, not the pod
+            pod = escape(str(st["pod_id"]))
+            q += f"\n\nThe pod {pod} keeps billing: `nsa-launch pods down {escape(str(run))}` ends it."
 
         def done(yes: bool | None) -> None:
             if yes and run is not None:

@@ -80,3 +80,34 @@ async def test_run_text_outside_the_log_pane_carries_no_control_either(tmp_path)
         app.notify("kill failed: \x1b[31mcannot reach\x1b[0m h\n  fix: check the host", markup=False)
         await pilot.pause()
         assert list(app._notifications)[-1].message == "kill failed: cannot reach h\n  fix: check the host"
+
+
+async def test_the_kill_question_of_a_rented_run_says_the_pod_bills_on(tmp_path):
+    """`k` on a run on a pod `up --provision` rented asked only "Kill run R on HOST?": the pod billing
+    on was said after the kill (a 60 s toast). The question says it first, with what ends it."""
+    import json
+
+    from rich.text import Text
+
+    from launcher.dashboard.screens.confirm import ConfirmScreen
+    from tests.dashboard.helpers import select_run
+
+    rec = tmp_path / "recorded"
+    shutil.copytree(RECORDING, rec)
+    status = json.loads((rec / "status.json").read_text())
+    for snap in status["snapshots"]:
+        for st in snap:
+            if st["run"] == "m7c-2xa100":
+                st["pod_id"] = "pod-1234"
+    (rec / "status.json").write_text(json.dumps(status))
+    app = make_app(RecordedBackend(rec), refresh_s=30.0, max_backoff_s=30.0, clock=lambda: RECORDED_NOW)
+    async with app.run_test(size=(80, 24)) as pilot:
+        for run, billed in (("m7c-2xa100", True), ("tiny-cpu-120", False)):
+            await select_run(pilot, app, run)
+            await pilot.press("k")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the kill question")
+            text = Text.from_markup(app.screen.question).plain  # what the modal shows, unwrapped
+            said = "pod pod-1234 keeps billing" in text and f"nsa-launch pods down {run}" in text
+            assert said == billed, text
+            await pilot.press("n")
+            await wait_for(pilot, lambda: app.screen is app.main, what="the question closed")
