@@ -49,7 +49,8 @@ def _fail(message: str, code: int = 2) -> None:
     default=60.0,
     show_default=True,
     metavar="SECONDS",
-    help="Replace a --provision pod unreachable this long (or gone per the API), and resume there.",
+    help="Replace a --provision pod unreachable this long (or gone per the API), and resume there "
+    "(0: at the first failed check, as `nsa-launch watch --lost-after 0`).",
 )
 @click.option(
     "--no-watch",
@@ -74,13 +75,31 @@ def dashboard(
     Keys: k kill, r restart, t tunnel, g GPU processes (x kills one), / search, f follow,
     l rank filter, ? help, q quit; Ctrl+P palette (Screenshot saves to $NSA_LAUNCH_HOME/screenshots).
     """
+    # An option that would be silently ignored is bad input: `--no-watch --pull-every 5` pulled
+    # nothing and `--replay DIR --lost-after 5` replaced nothing, and the user believed otherwise.
+    given = [
+        f"--{name.replace('_', '-')}"
+        for name in ("pull_every", "lost_after", "no_watch")
+        if click.get_current_context().get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+    ]
+    if replay is not None and given:
+        _fail(f"--replay watches nothing (a recording), so {', '.join(given)} would be ignored; fix: drop it")
+    if no_watch and (ignored := [g for g in given if g != "--no-watch"]):
+        _fail(f"--no-watch: {', '.join(ignored)} would be ignored (no pulls, no replacement); fix: drop one")
     if run is not None and show_all:
         _fail("--run and --all exclude each other; fix: pass one of them (or neither for recent runs)")
     if not refresh > 0 or refresh > 3600:
         _fail(f"--refresh {refresh}: must be a number of seconds in (0, 3600]; fix: e.g. --refresh 1")
-    for name, value in (("--pull-every", pull_every), ("--lost-after", lost_after)):
-        if value is not None and not 0 < value <= 86400:
-            _fail(f"{name} {value}: must be a number of seconds in (0, 86400]; fix: e.g. {name} 60")
+    if pull_every is not None and not 0 < pull_every <= 86400:
+        _fail(
+            f"--pull-every {pull_every}: must be a number of seconds in (0, 86400]; fix: e.g. --pull-every 60"
+        )
+    # 0 is what `watch --lost-after 0` takes (replace at the first failed check): the dashboard runs
+    # the same Watcher, so the same value means the same thing (it used to be refused here only).
+    if not 0 <= lost_after <= 86400:
+        _fail(
+            f"--lost-after {lost_after}: must be a number of seconds in [0, 86400]; fix: e.g. --lost-after 60"
+        )
 
     from launcher.dashboard import make_app
 

@@ -12,12 +12,13 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from textual.app import App
 from textual.binding import Binding, BindingType
 
 from launcher.dashboard.backend import Backend
+from launcher.dashboard.logbuffer import printable
 from launcher.dashboard.screens.help import HelpScreen
 from launcher.dashboard.screens.main import MainScreen
 from launcher.dashboard.widgets.log_view import DEFAULT_CAPACITY
@@ -58,6 +59,13 @@ class DashboardApp(App):
 
     def on_mount(self) -> None:
         self.push_screen(self.main)
+
+    def notify(self, message: str, *, markup: bool = True, **kwargs: Any) -> None:
+        """A notification of run text (markup=False: host errors, agent messages, watch notes) never
+        carries its terminal control to the terminal: an ESC in an error went out as it was."""
+        if not markup:
+            message = printable(message, newlines=True)
+        super().notify(message, markup=markup, **kwargs)
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

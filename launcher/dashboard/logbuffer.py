@@ -23,6 +23,32 @@ _DOUBLE_PREFIX = re.compile(r"^(\[rank\d+\]:)\1")
 # line cap, so each stored line is cut here; the cut is marked so nobody mistakes it for the line.
 MAX_LINE_CHARS = 2000
 
+# Terminal control in a log line (wandb's and tqdm's colours, OSC 8 links, a stray NUL) must not reach
+# the terminal the dashboard draws on: an ESC went out as it was (`\x1b[34m` recoloured the rest of
+# the screen, `\x1b[2J` would clear it) and a tab moved the cursor past the pane's border (qadash,
+# 2026-11-27). Escape sequences are dropped, tabs become spaces, any other control character shows as
+# U+FFFD, so the line keeps its text and its width is what it shows.
+_ESCAPES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, clears
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: titles, hyperlinks (ended by BEL or ST)
+    r"|\x1b[@-Z\\-_]"  # other two-byte escapes
+    r"|\x9b[0-?]*[ -/]*[@-~]"  # 8-bit CSI
+)
+_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_CONTROLS_BUT_NEWLINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str, newlines: bool = False) -> str:
+    """`text` with escape sequences removed, tabs expanded and other control characters as U+FFFD
+    (`newlines`: line breaks kept, for a notification's several lines). Every widget that shows run
+    text (log, events, notifications, top bar, GPU processes) puts it through this."""
+    if text.isprintable():  # the common case: nothing to do
+        return text
+    text = _ESCAPES.sub("", text)
+    if "\t" in text:
+        text = text.expandtabs(8)
+    return (_CONTROLS_BUT_NEWLINE if newlines else _CONTROLS).sub("\ufffd", text)
+
 
 def line_rank(line: str) -> int | None:
     """The rank a torchrun-prefixed line came from, or None for an untagged line."""
@@ -37,7 +63,7 @@ class LogLine:
 
 
 def make_line(raw: str) -> LogLine:
-    text = _DOUBLE_PREFIX.sub(r"\1", raw.rstrip("\r\n"), count=1)
+    text = _DOUBLE_PREFIX.sub(r"\1", printable(raw.rstrip("\r\n")), count=1)
     if len(text) > MAX_LINE_CHARS:
         text = text[:MAX_LINE_CHARS] + " …[cut]"
     return LogLine(text, line_rank(text))

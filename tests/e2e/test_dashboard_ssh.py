@@ -3,7 +3,9 @@
 `nsa-launch up --host` starts a real run over SSH; `nsa-launch dashboard` runs as its own process in
 a tmux pane. The test stops sshd (every connection dropped): the run shows `lost` while training
 goes on untouched; sshd comes back: the dashboard recovers by itself and the step moves on; then
-`k` + `y` kills the run over SSH and no process of it is left. One worker (launch_support.CPU1).
+`k` + `y` kills the run over SSH and no process of it is left. During the outage the log pane's
+note is one line and a `t` that cannot reach the host says "opening the tunnel failed" (qadash).
+One worker (launch_support.CPU1).
 """
 
 from __future__ import annotations
@@ -46,6 +48,16 @@ def test_dashboard_over_ssh_shows_lost_then_recovers_then_kills(sshd, tmux_serve
             screen = term.wait(lambda s: "lost" in (row(s, run) or "") and s, 60, "state lost")
             assert "LOST" in screen or "lost" in screen
             hb_step = rd.heartbeats()[0].step
+            # The log pane says the outage once, on one line: the SSH error's "\n  fix: re-run when
+            # it is back" went into the pane too (qadash, 2026-11-27), and retrying is this loop's job.
+            screen = term.wait(
+                lambda s: "log stream lost (" in s and s, 30, "the outage note in the log pane"
+            )
+            assert "fix: re-run" not in screen and "\ufffd" not in screen, screen
+            # t while the host is away: the keys answer, and the failure names the action in words
+            term.keys("t")
+            term.wait(lambda s: "opening the tunnel failed" in s, 60, "the failed t said in words")
+            assert "tunnel_open" not in term.screen()
             wait_for(lambda: rd.heartbeats()[0].step > hb_step, 30, "training going on during the outage")
         finally:
             sshd.start()

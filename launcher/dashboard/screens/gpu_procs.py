@@ -14,7 +14,7 @@ import contextlib
 from typing import Any, ClassVar
 
 from rich.text import Text
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
@@ -23,6 +23,7 @@ from textual.widgets import DataTable, Static
 
 from launcher.core import format as fmt
 from launcher.dashboard.backend import Backend
+from launcher.dashboard.logbuffer import printable
 from launcher.dashboard.screens.confirm import ConfirmScreen
 from launcher.dashboard.workers import in_daemon_thread
 
@@ -36,7 +37,11 @@ class GpuProcsScreen(ModalScreen[None]):
     GpuProcsScreen > Vertical { width: 90%; height: 70%; border: thick $accent; background: $panel; padding: 0 1; }
     GpuProcsScreen #procs-note { height: auto; color: $text-muted; }
     GpuProcsScreen DataTable { height: 1fr; }
+    GpuProcsScreen #procs-command { height: auto; max-height: 8; border-top: solid $primary-darken-2; }
     """
+    # #procs-command: the highlighted process's whole command line, wrapped. The table's command
+    # column is cut at the box's edge: at 80 columns it kept 14 characters ("/home/ubuntu/nsa-"), at
+    # 120 it ended before the --config that says which run it is.
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("x", "kill_process", "kill process"),
         Binding("escape", "dismiss", "close"),
@@ -58,6 +63,7 @@ class GpuProcsScreen(ModalScreen[None]):
             box.border_title = f"GPU processes · {self.status.get('host') or 'local'}"
             yield Static("asking the host…", id="procs-note")
             yield DataTable(id="procs", cursor_type="row", zebra_stripes=True)
+            yield Static("", id="procs-command")
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
@@ -88,6 +94,7 @@ class GpuProcsScreen(ModalScreen[None]):
         keep = self.selected_pid()
         table.clear()
         self.rows = rows
+        self._show_command()  # none while the host cannot say
         if error is not None:
             note.update(Text(f"cannot list GPU processes: {error}", style="bold red"))
             return
@@ -111,9 +118,9 @@ class GpuProcsScreen(ModalScreen[None]):
                 str(r.get("gpu")),
                 Text(str(pid), justify="right"),
                 Text("run", style="green") if mine else Text("other", style="bold yellow"),
-                Text(str(r.get("user") or "?")),
+                Text(printable(str(r.get("user") or "?"))),
                 Text(fmt.mib_one(r.get("gpu_mem_mib")), justify="right"),
-                Text(str(r.get("command") or "?"), overflow="ellipsis", no_wrap=True),
+                Text(printable(str(r.get("command") or "?")), overflow="ellipsis", no_wrap=True),
                 key=f"{r.get('node', 0)}:{r.get('gpu')}:{pid}",
             )
         if keep is not None:
@@ -121,6 +128,19 @@ class GpuProcsScreen(ModalScreen[None]):
                 if int(r["pid"]) == keep:
                     table.move_cursor(row=i)
                     break
+        self._show_command()
+
+    @on(DataTable.RowHighlighted, "#procs")
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_command()
+
+    def _show_command(self) -> None:
+        pid = self.selected_pid()
+        row = next((r for r in self.rows or [] if int(r["pid"]) == pid), None)
+        line = self.query_one("#procs-command", Static)
+        line.display = row is not None
+        if row is not None:
+            line.update(Text.assemble((f"pid {pid}: ", "bold"), printable(str(row.get("command") or "?"))))
 
     def selected_pid(self) -> int | None:
         table = self.query_one(DataTable)
@@ -136,9 +156,9 @@ class GpuProcsScreen(ModalScreen[None]):
         row = next(r for r in self.rows or [] if int(r["pid"]) == pid)
         own = pid in {int(p) for p in self.status.get("pids") or []}
         q = Text.assemble(
-            "Kill pid ", (str(pid), "bold"), f" ({row.get('user')}, {fmt.mib_one(row.get('gpu_mem_mib'))} on GPU ",
+            "Kill pid ", (str(pid), "bold"), f" ({printable(str(row.get('user')))}, {fmt.mib_one(row.get('gpu_mem_mib'))} on GPU ",
             f"{row.get('gpu')}) on ", (str(self.status.get("host") or "local"), "bold"), "?\n\n",
-            (str(row.get("command") or "?")[:200], "dim"), "\n\nTERM, then KILL after the grace period.",
+            (printable(str(row.get("command") or "?"))[:200], "dim"), "\n\nTERM, then KILL after the grace period.",
             ("\nThis process belongs to the run: use k on the main screen to stop the whole run." if own else ""),
         )  # fmt: skip
 

@@ -21,10 +21,13 @@ KEYS = (
     ("f", "follow the log tail / pause it"),
     ("w", "log: wrap long lines / keep them whole and scroll sideways (← →)"),
     ("z", "maximise the focused pane (Tab moves the focus) / restore the layout"),
+    ("Tab", "move the focus to the next pane (runs, log, the side panes)"),
     ("v", "below 100 columns: show the next side pane (loss, tokens/s, GPUs, events)"),
     ("l", "filter the log by rank: all, rank 0, rank 1 ... (untagged lines always show)"),
     ("h", "heartbeat column: newest age / every rank's age"),
     ("g", "GPU processes on the run's host (pid, user, GPU memory, command); x kills one (asks first)"),
+    ("Esc", "close the search box; again: clear the search"),
+    ("Ctrl+P", "command palette; its Screenshot saves an SVG to $NSA_LAUNCH_HOME/screenshots"),
     ("?", "this help"),
     ("q", "quit (the runs keep going)"),
 )

@@ -19,7 +19,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input
+from textual.widgets import DataTable, Input
 
 from launcher.core import format as fmt
 from launcher.dashboard.backend import Backend
@@ -34,9 +34,10 @@ from launcher.dashboard.messages import (
 )
 from launcher.dashboard.screens.confirm import ConfirmScreen
 from launcher.dashboard.screens.gpu_procs import GpuProcsScreen
-from launcher.dashboard.screens.main_workers import MainWorkers
+from launcher.dashboard.screens.main_workers import ACTION_WORDS, MainWorkers
 from launcher.dashboard.widgets.events_list import EventsList
 from launcher.dashboard.widgets.gpu_panel import GpuPanel
+from launcher.dashboard.widgets.keys_footer import KeysFooter
 from launcher.dashboard.widgets.log_view import LogView
 from launcher.dashboard.widgets.metric_chart import MetricChart
 from launcher.dashboard.widgets.runs_table import RunsTable
@@ -52,10 +53,16 @@ SIDE_PANES = ("loss", "tps", "gpus", "events")
 
 
 class MainScreen(MainWorkers, Screen):
+    # `?` and `q` first: the footer shows bindings in this order and leaves out what does not fit
+    # (widgets/keys_footer.py). At 80 columns it lost `l`, `g`, `? help` and `q quit`, at 120 `q quit`
+    # read `q`; now 120 shows every key and 80 (compact footer) `?`, `q`, k, r, t, g and /.
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("question_mark", "app.help", "help"),
+        Binding("q", "app.quit", "quit"),
         Binding("k", "kill", "kill"),
         Binding("r", "restart", "restart"),
         Binding("t", "tunnel", "tunnel"),
+        Binding("g", "gpu_processes", "GPU procs"),
         Binding("slash", "search", "search"),
         Binding("n", "match(1)", "next match", show=False),
         Binding("N", "match(-1)", "prev match", show=False),
@@ -63,12 +70,9 @@ class MainScreen(MainWorkers, Screen):
         Binding("w", "wrap", "wrap"),
         Binding("z", "maximise", "max pane"),
         Binding("v", "side_pane", "next pane", show=False),
-        Binding("l", "rank_filter", "rank filter"),
+        Binding("l", "rank_filter", "ranks"),
         Binding("h", "heartbeats", "heartbeats", show=False),
-        Binding("g", "gpu_processes", "GPU procs"),
         Binding("escape", "escape", "clear search", show=False),
-        Binding("question_mark", "app.help", "help"),
-        Binding("q", "app.quit", "quit"),
     ]
 
     def __init__(
@@ -120,11 +124,12 @@ class MainScreen(MainWorkers, Screen):
                 yield MetricChart("loss", color="orange", label=fmt.loss, si=False, id="loss", classes="side")
                 yield MetricChart("tokens/s", color="cyan", id="tps", classes="side")
                 yield EventsList(id="events", classes="side")
-        yield Footer()
+        yield KeysFooter()
 
     def on_resize(self, event) -> None:
         self.set_class(event.size.width < COMPACT_BELOW_COLS, "-compact")
         self.set_class(event.size.height < SHORT_BELOW_ROWS, "-short")
+        self.query_one(KeysFooter).compact = event.size.width < COMPACT_BELOW_COLS
         self._show_side_pane()
 
     def _show_side_pane(self) -> None:
@@ -269,7 +274,7 @@ class MainScreen(MainWorkers, Screen):
                 self.want_selected = msg.new_run
         self.notify(
             msg.message,
-            title=f"{msg.action} {msg.run}",
+            title=f"{ACTION_WORDS.get(msg.action, msg.action).split()[-1]} {msg.run}",
             severity="information" if msg.ok else "error",
             markup=False,  # the message carries host output (gloo errors start with "[/...")
         )
@@ -287,6 +292,11 @@ class MainScreen(MainWorkers, Screen):
     @on(DataTable.RowHighlighted)
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         run = event.row_key.value
+        # A stale highlight: the table was rebuilt (new columns after a resize, or a run turning lost
+        # widened a cell), which put the cursor on row 0 and then back on the selected run. Selecting
+        # row 0's run on the way emptied the selected run's log pane and re-read it (qadash).
+        if run != self.query_one(RunsTable).selected_run():
+            return
         if run != self.selected:
             self._select(run)
             self._show_selected()
@@ -308,6 +318,9 @@ class MainScreen(MainWorkers, Screen):
             return
         run = self.selected
         q = f"Kill run [b]{escape(str(run))}[/b] on [b]{escape(str(st.get('host') or 'local'))}[/b]?\n\nTERM to its process group, KILL after the grace period; the tmux session ends."
+        if st.get("pod_id"):  # said before the kill, not only after: a kill stops the run, not the pod
+            pod = escape(str(st["pod_id"]))
+            q += f"\n\nThe pod {pod} keeps billing: `nsa-launch pods down {escape(str(run))}` ends it."
 
         def done(yes: bool | None) -> None:
             if yes and run is not None:
@@ -320,6 +333,11 @@ class MainScreen(MainWorkers, Screen):
         if st is None:
             return
         run = self.selected
+        if run in self.restarting:
+            # A second `r` + `y` started a second restart of the same run, which killed the first
+            # one's fresh start or failed on its lock (qadash, 2026-11-27).
+            self.notify(f"{run} is already being restarted: wait for `restarted as …`", markup=False)
+            return
         q = (
             f"Restart run [b]{escape(str(run))}[/b] from its newest intact checkpoint?\n\n"
             "The running process is stopped first (it checkpoints at its next step)."

@@ -31,6 +31,16 @@ from launcher.run.control import RunStopped
 
 CHART_POINTS = 500  # plotting more points than a terminal has columns only costs CPU
 FINAL_STATES = ("finished", "failed", "killed")
+# What each control action is called on screen: a failed `t` read "tunnel_open failed: ..." under the
+# title "tunnel_open RUN" (qadash, 2026-11-27).
+ACTION_WORDS = {
+    "kill": "kill",
+    "restart": "restart",
+    "tunnel_open": "opening the tunnel",
+    "tunnel_reopen": "reopening the tunnel",
+    "tunnel_close": "closing the tunnel",
+    "tunnel_wait": "tunnel",
+}
 
 
 class MainWorkers:
@@ -126,7 +136,10 @@ class MainWorkers:
             if flowing.is_set():
                 outage = None
             if error is not None and outage is None:
-                note(f"── log stream lost ({error}); retrying every {delay:.0f}s or more, quietly ──")
+                # One line: an SSH error's "\n  fix: re-run when it is back" showed as `�  fix: ...`
+                # in the pane, and the fix is what this loop does anyway.
+                first = error.splitlines()[0] if error.strip() else error
+                note(f"── log stream lost ({first}); retrying every {delay:.0f}s or more, quietly ──")
                 outage = error
             await asyncio.sleep(delay)
             if error is None and self.statuses.get(run, {}).get("state") in FINAL_STATES:
@@ -190,4 +203,6 @@ class MainWorkers:
                     await in_daemon_thread(t.close, name="dashboard-tunnel-close")
                 self.post_message(ActionDone("tunnel_close", run, True, "tunnel closed"))
         except Exception as e:
-            self.post_message(ActionDone(action, run, False, f"{action} failed: {e}"))
+            self.post_message(
+                ActionDone(action, run, False, f"{ACTION_WORDS.get(action, action)} failed: {e}")
+            )

@@ -9,6 +9,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from launcher.core import format as fmt
+from launcher.dashboard.logbuffer import printable
 
 KIND_STYLE = {
     "error": "bold red",
@@ -58,5 +59,5 @@ class EventsList(Static, can_focus=True):
             out.append(f"{kind:<10}", style=KIND_STYLE.get(kind, ""))
             detail = fmt.event_detail(ev)
             if detail:
-                out.append(" " + detail[:80], style="dim")
+                out.append(" " + printable(detail)[:80], style="dim")
         return out

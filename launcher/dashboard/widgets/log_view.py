@@ -13,6 +13,7 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from itertools import accumulate
 
+from rich.cells import cell_len, get_character_cell_size
 from rich.text import Text
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
@@ -173,10 +174,13 @@ class LogView(ScrollView, can_focus=True):
         width = max(1, self.scrollable_content_region.width)
         key = (width, self.wrap, self._generation, id(self.view), len(self.view), self.view.dropped)
         if key != self._layout_key:
-            lens = [len(ln.text) for ln in self.view]
+            lens = [_cells(ln.text) for ln in self.view]
             self._max_len = max(lens, default=0)
             if self.wrap:
-                rows = (max(1, -(-n // width)) for n in lens)
+                rows = (
+                    max(1, -(-n // width)) if n == len(ln.text) else len(row_offsets(ln.text, width))
+                    for n, ln in zip(lens, self.view)
+                )
                 self._starts = [0, *accumulate(rows)]
             else:
                 self._starts = list(range(len(lens) + 1))
@@ -238,9 +242,30 @@ class LogView(ScrollView, can_focus=True):
                 text.stylize("bold black on orange1" if current else "black on yellow", a, b)
         if self.wrap:
             part = row - starts[idx]
-            text = text[part * width : (part + 1) * width]
+            if len(line.text) == _cells(line.text):
+                text = text[part * width : (part + 1) * width]
+            else:  # wide characters (CJK, emoji) take two cells: cut rows by cells, not characters
+                cuts = [*row_offsets(line.text, width), len(line.text)]
+                text = text[cuts[min(part, len(cuts) - 2)] : cuts[min(part + 1, len(cuts) - 1)]]
             x = 0
         else:
             x = self.scroll_offset.x
         segments = list(text.render(self.app.console))
         return Strip(segments).crop_extend(x, x + width, self.rich_style)
+
+
+def _cells(text: str) -> int:
+    return len(text) if text.isascii() else cell_len(text)
+
+
+def row_offsets(text: str, width: int) -> list[int]:
+    """Where each wrapped row of `text` starts (character offsets), rows at most `width` cells wide
+    (a wide character that would straddle the edge starts the next row; one always fits)."""
+    starts, used = [0], 0
+    for i, ch in enumerate(text):
+        w = get_character_cell_size(ch)
+        if used + w > width and used:
+            starts.append(i)
+            used = 0
+        used += w
+    return starts

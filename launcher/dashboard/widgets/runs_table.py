@@ -119,10 +119,17 @@ class RunsTable(DataTable):
         return width
 
     def show(self, statuses: list[dict[str, Any]], per_rank_heartbeat: bool = False) -> None:
-        """Make the rows match `statuses` (in their order for new rows), keeping the cursor's run."""
+        """Make the rows match `statuses`, in their order, keeping the cursor's run."""
         self.statuses, self.per_rank_heartbeat = list(statuses), per_rank_heartbeat
         keep = self.selected_run()
         shown, bar = fit_columns(self.statuses, self._available(), per_rank_heartbeat)
+        wanted = [str(st.get("run")) for st in self.statuses]
+        kept = [k.value for k in self.rows if k.value in wanted]
+        if kept != [w for w in wanted if w in kept] or (len(wanted) > len(kept) and kept):
+            # A new run (or a new order): rows are added at the bottom, so rebuild in the statuses'
+            # order, newest first: a run started while the dashboard was open sat below the four
+            # rows an 80x24 screen shows, out of sight (qadash, 2026-11-27).
+            self.clear()
         if (shown, bar) != (self.shown, self.bar) or not self.columns:
             # A different set of columns: rebuild (cheap: a handful of rows).
             self.clear(columns=True)
@@ -130,7 +137,6 @@ class RunsTable(DataTable):
             labels = dict(COLUMNS)
             for key in shown:
                 self.add_column(labels[key], key=key)
-        wanted = [str(st.get("run")) for st in self.statuses]
         for key in [k.value for k in self.rows]:
             if key not in wanted:
                 self.remove_row(key)

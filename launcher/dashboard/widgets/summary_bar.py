@@ -18,6 +18,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from launcher.core import format as fmt
+from launcher.dashboard.logbuffer import printable
 
 # Parts in the order they give way when the bar is too narrow; the run count, the TensorBoard URL and
 # the error never do (an error is cut with an ellipsis instead).
@@ -63,7 +64,8 @@ class SummaryBar(Static):
             if mirror.get("watcher"):
                 parts.append(("keeper", f" (kept by {mirror['watcher']})", ""))
         if error:
-            parts.append(("error", f"  · {error}"[:120], "bold red"))
+            one_line = printable(" ".join(error.splitlines()))  # run text: no terminal control
+            parts.append(("error", f"  · {one_line}"[:120], "bold red"))
         self._parts = tuple(parts)
         self._draw()
 
