@@ -34,7 +34,11 @@ trap 'echo "test: interrupted; the triton leg stopped too" >&2; exit 130' INT TE
 # end). Most end-to-end time is spent waiting on subprocesses, so a second worker fits on two cores
 # (bench/RESULTS.md "The test suite in two workers"). Each worker's torch runs one intra-op thread
 # (tests/conftest.py).
-.venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder || rc=$?
+# Each test's start and end per worker go to .venv/test-timeline (tests/conftest.py, NSA_TEST_TIMELINE):
+# pytest prints where the workers' time went at its end, and a fresh clone's run leaves the data behind.
+timeline=".venv/test-timeline"
+rm -rf "$timeline" && mkdir -p "$timeline"
+NSA_TEST_TIMELINE="$PWD/$timeline" .venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder || rc=$?
 leg_rc=0
 wait "$leg_pid" || leg_rc=$?
 leg_pid=""

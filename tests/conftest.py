@@ -7,9 +7,11 @@ a hard failure: CI must never go green by skipping the end-to-end half of the su
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -88,3 +90,71 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         skip = pytest.mark.skip(reason="needs CUDA (torch.cuda.is_available() is False)")
         for it in gpu_items:
             it.add_marker(skip)
+
+
+# Where the suite's wall time goes, per worker (scripts/test.sh sets NSA_TEST_TIMELINE for its main run):
+# each pytest process (an xdist worker, or a serial run) appends one JSON line per test, its node id and
+# wall start / end, to NSA_TEST_TIMELINE/<worker>.jsonl; the controller prints a summary at the end.
+# Whether the two workers stay busy to the end and which file ends last is what packing the suite onto
+# two cores needs (bench/RESULTS.md "suitetime4"); a fresh clone's run records it at no cost.
+_TIMELINE = os.environ.get("NSA_TEST_TIMELINE")
+
+
+def _timeline_name(config: pytest.Config) -> str:
+    # xdist's own worker id, not the PYTEST_XDIST_WORKER variable, which a subprocess would inherit
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    return worker or f"serial-{os.getpid()}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    t0 = time.time()
+    yield
+    if _TIMELINE:
+        rec = {"id": item.nodeid, "t0": round(t0, 3), "t1": round(time.time(), 3)}
+        with open(Path(_TIMELINE) / f"{_timeline_name(item.config)}.jsonl", "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+
+def timeline_spans(logs: list[Path]) -> dict[str, list[tuple[str, float, float, int]]]:
+    """{worker: [(test file, start, end, tests)] in the order run} from NSA_TEST_TIMELINE's files."""
+    out: dict[str, list] = {}
+    for log in logs:
+        spans: list[list] = []
+        for line in log.read_text().splitlines() if log.exists() else []:
+            r = json.loads(line)
+            f = r["id"].split("::")[0]
+            if spans and spans[-1][0] == f:
+                spans[-1][2] = r["t1"]
+                spans[-1][3] += 1
+            else:
+                spans.append([f, r["t0"], r["t1"], 1])
+        out[log.stem] = [tuple(s) for s in spans]
+    return out
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if not _TIMELINE or hasattr(config, "workerinput"):
+        return
+    d = Path(_TIMELINE)
+    workers = timeline_spans(sorted(d.glob("gw*.jsonl")) if config.pluginmanager.hasplugin("dsession") else
+                             [d / f"{_timeline_name(config)}.jsonl"])  # fmt: skip
+    workers = {w: spans for w, spans in workers.items() if spans}
+    if not workers:
+        return
+    t0 = min(s[1] for spans in workers.values() for s in spans)
+    ends = {w: spans[-1][2] - t0 for w, spans in workers.items()}
+    tr = terminalreporter
+    tr.section("test timeline (NSA_TEST_TIMELINE)")
+    for w in sorted(workers):
+        busy = sum(s[2] - s[1] for s in workers[w])
+        last = workers[w][-1]
+        tr.write_line(
+            f"{w}: {len(workers[w])} files, in tests {busy:.0f} s, done at {ends[w]:.0f} s; "
+            f"last {last[0]} ({last[2] - last[1]:.0f} s)"
+        )
+    tr.write_line(
+        f"tail: the first worker done {max(ends.values()) - min(ends.values()):.0f} s before the last"
+    )
+    longest = sorted((s[2] - s[1], s[0], w) for w, spans in workers.items() for s in spans)[-8:]
+    tr.write_line("longest files: " + ", ".join(f"{f} {t:.0f} s ({w})" for t, f, w in reversed(longest)))
