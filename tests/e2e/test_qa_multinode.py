@@ -1,0 +1,148 @@
+"""A 2-node run as a user meets it (the qamulti walk of 2026-11-27): two "hosts", each a real sshd of
+its own on 127.0.0.1 (so one can die while the other answers), real tmux, real torchrun with gloo.
+
+One shared run, 2 nodes x 1 worker, paced: global rank 0 runs on node 0, where `status` reads the
+loss, `logs` the log, `tunnel` TensorBoard and `pull` the weights (c10d's rendezvous ranked the nodes
+by host name and PID, so rank 0 could land on node 1: status showed no loss, logs no step line)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from launcher.host import procs
+from nsa.runfiles import RunDir, iter_jsonl
+from tests.e2e.launch_support import PACED, PYTHON, invoke, isolate, wait_for
+from tests.fixtures.sshd import SSHDUnavailable, SSHServer, free_port
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+class Cluster:
+    """Two sshd "hosts" n0 and n1 (separate servers, ports and host keys), one ssh_config naming both."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.servers = [
+            SSHServer(tmpdir=root / f"sshd{i}", port=free_port(), alias=f"n{i}", aliases=(f"n{i}",))
+            for i in range(2)
+        ]
+        self.workdirs = [root / f"w{i}" for i in range(2)]
+
+    def start(self) -> None:
+        for s in self.servers:
+            s.setup()
+        known = "".join(s.known_hosts.read_text() for s in self.servers)
+        for s in self.servers:
+            s.known_hosts.write_text(known)  # each alias's UserKnownHostsFile knows both hosts
+            s.start()
+        self.ssh_config.write_text("\n".join(s.ssh_config.read_text() for s in self.servers))
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.root / "ssh_config"
+
+    def profile(self, name: str = "2x1cpu", **extra: object) -> Path:
+        path = self.root / f"{name}.yaml"
+        body = {
+            "name": name,
+            "device": "cpu",
+            "nodes": 2,
+            "nproc_per_node": 1,
+            "config": "configs/tiny.yaml",
+            "overrides": ["train.device=cpu"],
+            "env": {"OMP_NUM_THREADS": "1"},
+            "hosts": [
+                {"target": f"n{i}", "workdir": str(self.workdirs[i]), "python": PYTHON} for i in range(2)
+            ],
+            "expect": {"gpus": 0, "min_free_disk_gb": 0.1},
+            "kill_grace_s": 30,
+            **extra,
+        }
+        path.write_text(yaml.safe_dump(body))
+        return path
+
+    def run_dir(self, node: int, run: str) -> RunDir:
+        return RunDir(self.workdirs[node] / "runs" / run)
+
+    def stop(self) -> None:
+        for s in self.servers:
+            s.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, tmux_server, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+    isolate(monkeypatch, tmp_path, tmux_server)
+    c = Cluster(tmp_path / "cluster")
+    try:
+        c.start()
+    except SSHDUnavailable as e:
+        pytest.skip(str(e))
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode() for a in f.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def _procs(rd: RunDir, what: str) -> list[int]:
+    """The live processes of a node's run: `worker` (python -u -m nsa.train) or `torchrun`."""
+    want = ["-u", "-m", "nsa.train"] if what == "worker" else ["-m", "torch.distributed.run"]
+    return sorted(
+        p for p in procs.tagged(str(rd.root)) if procs.alive(p) and _cmdline(p)[1 : 1 + len(want)] == want
+    )
+
+
+def _status(run: str) -> tuple[int, dict]:
+    res = invoke("status", "--run", run, "--json")
+    return res.exit_code, json.loads(res.stdout)[0]
+
+
+def test_two_node_run_as_a_user_meets_it(cluster: Cluster):
+    run = "qa-mn"
+    profile = cluster.profile()
+    sc = ("--ssh-config", str(cluster.ssh_config))
+    res = invoke("up", "--profile", str(profile), *sc, "--name", run, "--set", "train.steps=100000",
+                 "--set", "train.save_every=4", "--set", "train.log_every=1", *PACED)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    try:
+        wait_for(lambda: (_status(run)[1].get("step") or 0) >= 3, 120, "step 3 of the 2-node run")
+        # global rank 0 trains on node 0 (its heartbeat, metrics, TensorBoard and weights are there)
+        rd0, rd1 = cluster.run_dir(0, run), cluster.run_dir(1, run)
+        assert set(rd0.heartbeats()) == {0} and set(rd1.heartbeats()) == {1}
+        assert rd0.metrics.exists() and not rd1.metrics.exists()
+        code, st = _status(run)
+        assert code == 0 and st["state"] == "running" and st["loss"] is not None, st
+        assert set(st["heartbeat_age_s"]) == {"0", "1"}
+        logs = invoke("logs", "--run", run, "-n", "50")
+        assert "[rank0]:[nsa] step" in logs.output, logs.output
+
+        # node 1's worker dies (SIGKILL: the OOM killer): both nodes restart from the newest intact
+        # checkpoint, rank 0 on node 0 again (c10d re-ranked the restarted nodes: rank 0 went to node 1,
+        # which holds no weights, and the run failed for good, "No such file ... model.pt")
+        [w1] = _procs(rd1, "worker")
+        failed_at = _status(run)[1]["step"]
+        os.kill(w1, signal.SIGKILL)
+        t_kill = time.time()
+        wait_for(lambda: (_status(run)[1].get("restarts") or {}).get("count") == 1, 60, "the restart")
+        st = wait_for(lambda: (s := _status(run)[1])["state"] == "running" and s["step"] > failed_at + 2 and s,
+                      120, "steps after the restart")  # fmt: skip
+        assert set(rd0.heartbeats()) == {0} and set(rd1.heartbeats()) == {1}, "rank 0 moved off node 0"
+        assert rd0.heartbeats()[0].time > t_kill and st["loss"] is not None
+        assert any(e["kind"] == "resumed" for e in iter_jsonl(rd0.events))
+    finally:
+        invoke("kill", "--run", run, "--yes")
