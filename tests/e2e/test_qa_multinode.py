@@ -1,15 +1,19 @@
 """A 2-node run as a user meets it (the qamulti walk of 2026-11-27): two "hosts", each a real sshd of
 its own on 127.0.0.1 (so one can die while the other answers), real tmux, real torchrun with gloo.
+Node 1's sshd runs in a UTS namespace of its own named 0-qa-node1 (where unshare works: root), so its
+processes see another host name, as on two machines, one that sorts before this machine's.
 
 One shared run, 2 nodes x 1 worker, paced: global rank 0 runs on node 0, where `status` reads the
-loss, `logs` the log, `tunnel` TensorBoard and `pull` the weights (c10d's rendezvous ranked the nodes
-by host name and PID, so rank 0 could land on node 1: status showed no loss, logs no step line)."""
+loss, `logs` the log, `tunnel` TensorBoard and `pull` the weights. c10d's rendezvous ranked the nodes
+by host name (then PID): rank 0 trained on node 1, status showed no loss, logs no step line, and a
+restart resumed rank 0 on a node without the weights."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,9 +24,37 @@ import yaml
 from launcher.host import procs
 from nsa.runfiles import RunDir, iter_jsonl
 from tests.e2e.launch_support import PACED, PYTHON, invoke, isolate, wait_for
+from tests.fixtures import sshd as sshd_mod
 from tests.fixtures.sshd import SSHDUnavailable, SSHServer, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+NODE1_HOSTNAME = "0-qa-node1"
+
+
+def _unshare_works() -> bool:
+    try:
+        return subprocess.run(["unshare", "--uts", "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+class _NamedSSHServer(SSHServer):
+    """An sshd whose sessions see another host name (a UTS namespace of its own)."""
+
+    def start(self, timeout: float = 10.0) -> None:
+        wrapper = self.tmpdir / "sshd-named"
+        wrapper.write_text(
+            "#!/bin/sh\n"
+            f'exec unshare --uts /bin/sh -c \'hostname "$0" && exec {sshd_mod.SSHD} "$@"\' {NODE1_HOSTNAME} "$@"\n'
+        )
+        wrapper.chmod(0o755)
+        real, sshd_mod.SSHD = sshd_mod.SSHD, str(wrapper)
+        try:
+            super().start(timeout)
+        finally:
+            sshd_mod.SSHD = real
 
 
 class Cluster:
@@ -30,9 +62,10 @@ class Cluster:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        kinds = [SSHServer, _NamedSSHServer if _unshare_works() else SSHServer]
         self.servers = [
-            SSHServer(tmpdir=root / f"sshd{i}", port=free_port(), alias=f"n{i}", aliases=(f"n{i}",))
-            for i in range(2)
+            kind(tmpdir=root / f"sshd{i}", port=free_port(), alias=f"n{i}", aliases=(f"n{i}",))
+            for i, kind in enumerate(kinds)
         ]
         self.workdirs = [root / f"w{i}" for i in range(2)]
 
@@ -131,18 +164,24 @@ def test_two_node_run_as_a_user_meets_it(cluster: Cluster):
         logs = invoke("logs", "--run", run, "-n", "50")
         assert "[rank0]:[nsa] step" in logs.output, logs.output
 
-        # node 1's worker dies (SIGKILL: the OOM killer): both nodes restart from the newest intact
-        # checkpoint, rank 0 on node 0 again (c10d re-ranked the restarted nodes: rank 0 went to node 1,
-        # which holds no weights, and the run failed for good, "No such file ... model.pt")
-        [w1] = _procs(rd1, "worker")
-        failed_at = _status(run)[1]["step"]
-        os.kill(w1, signal.SIGKILL)
+        # node 0's worker, rank 0, dies (SIGKILL: the OOM killer); node 0's torchrun starts again while
+        # node 1's lives on. Both resume from the newest intact checkpoint with rank 0 on node 0 again:
+        # c10d ranked node 1's older torchrun first, so rank 0 moved to node 1, which holds no weights
+        # ("No such file ... model.pt"), and the run failed for good.
+        [w0] = _procs(rd0, "worker")
+        os.kill(w0, signal.SIGKILL)
         t_kill = time.time()
-        wait_for(lambda: (_status(run)[1].get("restarts") or {}).get("count") == 1, 60, "the restart")
-        st = wait_for(lambda: (s := _status(run)[1])["state"] == "running" and s["step"] > failed_at + 2 and s,
-                      120, "steps after the restart")  # fmt: skip
+
+        def resumed() -> dict | None:
+            return next(
+                (e for e in iter_jsonl(rd0.events) if e["kind"] == "resumed" and e["time"] > t_kill), None
+            )
+
+        at = wait_for(resumed, 120, "node 0's rank 0 resuming after the kill")["step"]
+        st = wait_for(lambda: (s := _status(run)[1])["state"] == "running" and s["step"] > at + 2 and s, 90,
+                      f"steps after the resume at step {at}")  # fmt: skip
         assert set(rd0.heartbeats()) == {0} and set(rd1.heartbeats()) == {1}, "rank 0 moved off node 0"
-        assert rd0.heartbeats()[0].time > t_kill and st["loss"] is not None
-        assert any(e["kind"] == "resumed" for e in iter_jsonl(rd0.events))
+        assert rd0.heartbeats()[0].time > t_kill and rd1.heartbeats()[1].time > t_kill
+        assert st["loss"] is not None and st["restarts"]["count"] == 1, st
     finally:
         invoke("kill", "--run", run, "--yes")
