@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -185,3 +186,43 @@ def test_two_node_run_as_a_user_meets_it(cluster: Cluster):
         assert st["loss"] is not None and st["restarts"]["count"] == 1, st
     finally:
         invoke("kill", "--run", run, "--yes")
+
+
+def test_bad_multinode_inputs_start_nothing(cluster: Cluster, tmux_server, tmp_path: Path):
+    """Exit 2 with the value and the fix, and nothing started on either node (no run dir, no tmux
+    session, no record): the same host twice in one workdir (node 1's start used to be refused after
+    node 0's, as "run dir exists: pick another --name"), a rendezvous port another process holds on
+    node 0 (the preflight hung 120 s on it, then blamed NCCL), and a rendezvous host a node cannot
+    resolve (torchrun retried it until up's 15-minute first-heartbeat limit)."""
+    sc = ("--ssh-config", str(cluster.ssh_config))
+    same = tmp_path / "same"
+    res = invoke("up", "--profile", str(cluster.profile()), *sc, "--host", "n0", "--host", "n0",
+                 "--workdir", str(same), "--name", "qa-dup")  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert f"nodes 0 and 1 are both n0 in workdir {same}: they would share one run dir" in res.output
+    assert not same.exists()  # refused before any host was touched
+
+    with socket.socket() as holder:  # a listener on every address, as another program would hold it
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        profile = cluster.profile("taken", torchrun={"rdzv_port": port})
+        res = invoke("up", "--profile", str(profile), *sc, "--name", "qa-port")
+    assert res.exit_code == 2, res.output
+    assert f"profile {profile}: torchrun.rdzv_port = {port}, but that port is taken on node 0" in res.output
+    assert f"by pid {os.getpid()} (" in res.output and "set torchrun.rdzv_port to a free port" in res.output
+
+    profile = cluster.profile("nohost", torchrun={"rdzv_host": "no-such-host.invalid"})
+    res = invoke("up", "--profile", str(profile), *sc, "--name", "qa-host")
+    assert res.exit_code == 2, res.output
+    assert (
+        "node 0 (n0 " in res.output
+        and "cannot resolve the rendezvous host, torchrun.rdzv_host = " in res.output
+    )
+    assert "'no-such-host.invalid'" in res.output and "set torchrun.rdzv_host in the profile" in res.output
+
+    for run in ("qa-dup", "qa-port", "qa-host"):
+        assert not any((w / "runs" / run).exists() for w in cluster.workdirs), run
+        assert invoke("status", "--run", run).exit_code != 0  # no record
+    assert not tmux_server.sessions
