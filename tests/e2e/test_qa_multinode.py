@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from launcher.host import procs
+from launcher.run.registry import mirror_dir
 from nsa.runfiles import RunDir, iter_jsonl
 from tests.e2e.launch_support import PACED, PYTHON, invoke, isolate, wait_for
 from tests.fixtures import sshd as sshd_mod
@@ -151,8 +152,10 @@ def test_two_node_run_as_a_user_meets_it(cluster: Cluster):
     profile = cluster.profile()
     sc = ("--ssh-config", str(cluster.ssh_config))
     res = invoke("up", "--profile", str(profile), *sc, "--name", run, "--set", "train.steps=100000",
-                 "--set", "train.save_every=4", "--set", "train.log_every=1", *PACED)  # fmt: skip
+                 "--set", "train.save_every=4", "--set", "train.log_every=1", *PACED,
+                 "--no-allreduce-check")  # fmt: skip
     assert res.exit_code == 0, res.output
+    assert "all-reduce" not in res.output  # --no-allreduce-check was dropped as a False flag, and ran
     try:
         wait_for(lambda: (_status(run)[1].get("step") or 0) >= 3, 120, "step 3 of the 2-node run")
         # global rank 0 trains on node 0 (its heartbeat, metrics, TensorBoard and weights are there)
@@ -184,6 +187,32 @@ def test_two_node_run_as_a_user_meets_it(cluster: Cluster):
         assert set(rd0.heartbeats()) == {0} and set(rd1.heartbeats()) == {1}, "rank 0 moved off node 0"
         assert rd0.heartbeats()[0].time > t_kill and rd1.heartbeats()[1].time > t_kill
         assert st["loss"] is not None and st["restarts"]["count"] == 1, st
+
+        # pull: the newest checkpoint with its weights (rank 0's part, from node 0) and node 1's part
+        # (a checkpoint every 1.6 s here: a pull may find node 1 a save ahead of node 0, and copy none yet)
+        mirror = RunDir(mirror_dir(run))
+        ck = wait_for(lambda: invoke("pull", "--run", run).exit_code == 0 and mirror.latest_checkpoint(), 60,
+                      "a pulled checkpoint")  # fmt: skip
+        assert (ck / "model.pt").exists() and (ck / "rank0.pt").exists()
+        assert (mirror.root / "nodes" / "1" / "checkpoints" / ck.name / "rank1.pt").exists()
+
+        # node 1's sshd dies: status says lost, names the node and exits 1, at once
+        cluster.servers[1].stop()
+        t0 = time.monotonic()
+        res = invoke("status", "--run", run)
+        assert res.exit_code == 1 and "lost" in res.output and "cannot reach n1" in res.output, res.output
+        assert time.monotonic() - t0 < 30
+        # kill stops node 0, and says node 1 was not reached (it used to stop at node 1's error)
+        res = invoke("kill", "--run", run, "--yes")
+        assert res.exit_code == 1, res.output
+        assert "not stopped on node 1 (n1): it did not answer" in res.output, res.output
+        assert f"`nsa-launch kill --run {run}` stops the rest" in res.output
+        assert not _procs(rd0, "worker") and not _procs(rd0, "torchrun")
+        # node 1 answers again: kill again, and nothing of the run is left on either node
+        cluster.servers[1].start()
+        res = invoke("kill", "--run", run, "--yes")
+        assert res.exit_code == 0, res.output
+        assert not any(_procs(rd, w) for rd in (rd0, rd1) for w in ("worker", "torchrun"))
     finally:
         invoke("kill", "--run", run, "--yes")
 
