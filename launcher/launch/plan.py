@@ -19,7 +19,7 @@ from launcher.config import envspec
 from launcher.config.profiles import PROJECT_ROOT, Profile, load_profile
 from launcher.core.errors import LaunchError
 from launcher.run import registry
-from launcher.ssh.hosts import HostSpec, check_known_name, default_target, parse_target
+from launcher.ssh.hosts import PENDING_POD_HOST, HostSpec, check_known_name, default_target, parse_target
 
 INPUT_CONFIG = "launch_config.yaml"
 
@@ -261,6 +261,8 @@ def _bind_hosts(profile: Profile, opts: UpOptions) -> tuple[list[HostSpec], list
         pythons.append(opts.python or (entry.python if entry and entry.python else None))
     seen: dict[tuple[Any, ...], int] = {}
     for i, (h, w) in enumerate(zip(hosts, workdirs)):
+        if h.host == PENDING_POD_HOST:  # `up --provision`: the pod's nodes, not known yet
+            continue
         # Two nodes in one directory of one host would share a run dir: node 1's start was refused
         # with "run dir ... already exists ... pick another --name" after node 0 had started.
         j = seen.setdefault((h.host, h.user, h.port, w.rstrip("/")), i)
