@@ -188,6 +188,17 @@ def test_two_node_run_as_a_user_meets_it(cluster: Cluster):
         assert rd0.heartbeats()[0].time > t_kill and rd1.heartbeats()[1].time > t_kill
         assert st["loss"] is not None and st["restarts"]["count"] == 1, st
 
+        # node 1's torchrun is SIGKILLed: its worker, in a session of its own, outlived it and trained on
+        # with node 0 while the restarted torchrun waited beside it (two rank-1 workers on node 1). The
+        # wrapper now kills the orphan, so both nodes restart and resume together.
+        [tr1] = _procs(rd1, "torchrun")
+        os.kill(tr1, signal.SIGKILL)
+        t_kill = time.time()
+        at = wait_for(resumed, 120, "node 0's rank 0 resuming after node 1's torchrun was killed")["step"]
+        wait_for(lambda: (_status(run)[1].get("step") or 0) > at + 2, 90, f"steps after the resume at {at}")
+        assert len(_procs(rd1, "worker")) == 1 and len(_procs(rd1, "torchrun")) == 1
+        assert "worker(s) that outlived torchrun" in rd1.train_log.read_text()
+
         # pull: the newest checkpoint with its weights (rank 0's part, from node 0) and node 1's part
         # (a checkpoint every 1.6 s here: a pull may find node 1 a save ahead of node 0, and copy none yet)
         mirror = RunDir(mirror_dir(run))
