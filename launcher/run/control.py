@@ -625,9 +625,10 @@ def _status_since(rec: RunRecord, since: float) -> dict[str, Any]:
     return reply["runs"][0]
 
 
-def stream_log(rec: RunRecord, follow: bool = True, last_n: int = 200) -> Iterator[str]:
-    """train.log lines from node 0: the last `last_n`, then (follow) new ones until the run ends."""
-    node = rec.nodes[0]
+def stream_log(rec: RunRecord, follow: bool = True, last_n: int = 200, node_index: int = 0) -> Iterator[str]:
+    """train.log lines from node `node_index` (0: rank 0's): the last `last_n`, then (follow) new ones
+    until the run ends."""
+    node = rec.nodes[node_index]
     t = reader_for(node.host)
     secrets = local_secret_values(rec)
     if secrets:

@@ -187,6 +187,12 @@ def test_two_node_run_as_a_user_meets_it(cluster: Cluster):
         assert set(rd0.heartbeats()) == {0} and set(rd1.heartbeats()) == {1}, "rank 0 moved off node 0"
         assert rd0.heartbeats()[0].time > t_kill and rd1.heartbeats()[1].time > t_kill
         assert st["loss"] is not None and st["restarts"]["count"] == 1, st
+        # node 1's own log (its restart, its rank's lines): `logs` read node 0's only
+        logs1 = invoke("logs", "--run", run, "--node", "1", "-n", "400")
+        assert logs1.exit_code == 0 and "torchrun exited with 1; restarting (resume)" in logs1.output
+        assert "--node-rank 1 " in logs1.output and "[rank0]:" not in logs1.output
+        res = invoke("logs", "--run", run, "--node", "2")
+        assert res.exit_code == 2 and f"--node 2: run {run} has 2 node(s)" in res.output, res.output
 
         # node 1's torchrun is SIGKILLed: its worker, in a session of its own, outlived it and trained on
         # with node 0 while the restarted torchrun waited beside it (two rank-1 workers on node 1). The
