@@ -21,12 +21,15 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import replace
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import attention_model as m
-from attention_cost.prices import total
-from attention_cost.selected import KEYS_ISSUE, KEYS_SMEM, STEP_SASS
+from nsa.attention.gpusuite.modelcheck import load_model
+
+# The model by path, never bench/ on sys.path (bench/launcher.py and bench/data.py would shadow the
+# project's packages in the importing process: modelcheck.load_by_path).
+m = load_model()
+total = m.total
+_SEL = sys.modules["attention_cost.selected"]
+KEYS_ISSUE, KEYS_SMEM, STEP_SASS = _SEL.KEYS_ISSUE, _SEL.KEYS_SMEM, _SEL.STEP_SASS
 
 (MASKED, _), (FREE, SMEM) = STEP_SASS["bwd"][0], STEP_SASS["bwd"][1]
 BWD_NOMASK = (FREE * KEYS_ISSUE + SMEM * KEYS_SMEM) / (MASKED * KEYS_ISSUE + SMEM * KEYS_SMEM)
