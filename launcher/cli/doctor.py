@@ -146,7 +146,7 @@ def _allreduce(app: Application, plan: object, allreduce: bool | None) -> list[s
         wds.append(pf(t, plan, i)["workdir"])  # type: ignore[arg-type]
     rdzv = None
     if plan.profile.nodes > 1:  # type: ignore[attr-defined]
-        port = agent_call(ts[0], wds[0], pys[0], "free_port", {"start": 29400, "rdzv": True})["port"]
+        port = agent_call(ts[0], wds[0], pys[0], "free_port", {"start": 29400})["port"]
         rdzv = f"{ts[0].hostname}:{port}"
     try:
         r = netcheck.run_check(ts, pys, wds, plan.profile, plan.env, rdzv)  # type: ignore[attr-defined]

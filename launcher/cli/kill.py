@@ -46,14 +46,6 @@ def kill(app: Application, run: str | None, yes: bool, as_json: bool) -> None:
         billing = still_billing(rec.run)
         if billing:
             app.say(f"{rec.run}: {billing}")
-    if res.get("unreachable"):
-        hosts = ", ".join(f"node {u['node']} ({u['host']})" for u in res["unreachable"])
-        app.abort(
-            f"{rec.run}: not stopped on {hosts}: it did not answer; what runs there may go on training",
-            f"when it answers again, `nsa-launch kill --run {rec.run}` stops the rest (the nodes it "
-            f"stopped stay stopped); `nsa-launch status --run {rec.run}` shows when it answers",
-            code=EXIT_RUNTIME,
-        )
     if not res["killed"]:
         app.abort(
             f"{rec.run}: processes survive: {res['remaining_pids']}",

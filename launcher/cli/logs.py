@@ -14,27 +14,13 @@ from launcher.run.control import resolve_run, stream_log
 @click.option(
     "-n", "last_n", default=200, show_default=True, type=click.IntRange(min=0), help="Lines of history."
 )
-@click.option(
-    "--node",
-    default=0,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="Node of a multi-node run whose train.log to read (0: rank 0's).",
-)
 @click.pass_obj
-def logs(app: Application, run: str | None, follow: bool, last_n: int, node: int) -> None:
-    """Print (and follow) the run's log from node 0 (--node N: node N's, with its own ranks' lines and
-    its restarts). Ctrl-C stops following (exit 130); the run keeps going."""
+def logs(app: Application, run: str | None, follow: bool, last_n: int) -> None:
+    """Print (and follow) the run's log from node 0. Ctrl-C stops following (exit 130); the run
+    keeps going."""
     rec = resolve_run(run)
-    if node >= len(rec.nodes):
-        from launcher.core.errors import LaunchError
-
-        raise LaunchError(
-            f"--node {node}: run {rec.run} has {len(rec.nodes)} node(s)",
-            f"give --node 0..{len(rec.nodes) - 1}" if len(rec.nodes) > 1 else "drop --node",
-        )
     try:
-        for line in stream_log(rec, follow=follow, last_n=last_n, node_index=node):
+        for line in stream_log(rec, follow=follow, last_n=last_n):
             click.echo(line)
     except KeyboardInterrupt:
         from launcher.cli.up import keeps_going

@@ -145,9 +145,7 @@ def up(
         sets=list(sets),
         env=list(envs),
         secrets=list(secrets),
-        # `--no-allreduce-check` is the one False that is not the default (None: on with > 1 GPU or
-        # node); dropped with the other False flags, it was ignored and every multi-node up ran the check.
-        **{k: v for k, v in kw.items() if v is not None and (v is not False or k == "allreduce_check")},
+        **{k: v for k, v in kw.items() if v is not None and v is not False},
     )  # type: ignore[arg-type]
     plan = plan_run(opts)
     if not provision:

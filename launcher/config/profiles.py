@@ -50,9 +50,7 @@ class TorchrunSpec(_Strict):
     """How torchrun is started on every node."""
 
     rdzv_port: int | Literal["auto"] = Field(
-        "auto",
-        description="Rendezvous port on node 0 (its torchrun listens there); auto = a free port the agent "
-        "picks there.",
+        "auto", description="c10d rendezvous port on node 0; auto = a free port the agent picks there."
     )
     rdzv_host: str | None = Field(
         None, description="Address the other nodes reach node 0 at; default: node 0's SSH host name."

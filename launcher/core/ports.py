@@ -42,16 +42,3 @@ def free_port(start: int, span: int = 200) -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def rdzv_port_free(port: int) -> bool:
-    """Whether a listener can bind `port` on every address now, as torchrun's rendezvous store does on
-    node 0 (SO_REUSEADDR like it: a closed connection's TIME_WAIT does not block it, a listener does)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("", port))
-            s.listen(1)
-        except OSError:
-            return False
-    return True

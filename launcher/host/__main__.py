@@ -1,4 +1,4 @@
-"""The host agent's entry point: `python -m launcher.host {start|status|kill|logs|tensorboard|free_port|resolve|wait_started|metrics|gpu_procs|kill_gpu_proc}`.
+"""The host agent's entry point: `python -m launcher.host {start|status|kill|logs|tensorboard|free_port|wait_started|metrics|gpu_procs|kill_gpu_proc}`.
 
     cd <workdir> && PYTHONPATH=<workdir> <python> -m launcher.host COMMAND
 
@@ -17,35 +17,9 @@ from typing import Any
 
 
 def cmd_free_port(req: dict[str, Any]) -> dict[str, Any]:
-    """`{"start": S}`: a free port from S on (a hint). `{"port": P}` (a multi-node run's rendezvous port
-    on node 0): whether node 0's torchrun can listen on P on every address, and if not, who holds it."""
-    from launcher.core.ports import free_port, rdzv_port_free
-    from launcher.host.procs import listener
+    from launcher.core.ports import free_port
 
-    if req.get("port") is not None:
-        port = int(req["port"])
-        free = rdzv_port_free(port)
-        return {"ok": True, "port": port, "free": free, "holder": None if free else listener(port)}
-    start = int(req.get("start", 29400))
-    span = int(req.get("span", 200))
-    for _ in range(8):  # the rendezvous binds every address: a port free on 127.0.0.1 only is not enough
-        port = free_port(start, span)
-        if not req.get("rdzv") or rdzv_port_free(port):
-            return {"ok": True, "port": port}
-        start = port + 1
-    return {"ok": True, "port": port}
-
-
-def cmd_resolve(req: dict[str, Any]) -> dict[str, Any]:
-    """`{"host": H}`: H's addresses as this host resolves them (a multi-node run's rendezvous host, asked
-    on every node), or the resolver's error."""
-    import socket
-
-    try:
-        infos = socket.getaddrinfo(str(req["host"]), None, type=socket.SOCK_STREAM)
-    except OSError as e:
-        return {"ok": True, "addrs": [], "error": str(e)}
-    return {"ok": True, "addrs": sorted({str(i[4][0]) for i in infos}), "error": None}
+    return {"ok": True, "port": free_port(int(req.get("start", 29400)))}
 
 
 def _commands() -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
@@ -62,7 +36,6 @@ def _commands() -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
         "kill": cmd_kill,
         "tensorboard": cmd_tensorboard,
         "free_port": cmd_free_port,
-        "resolve": cmd_resolve,
         "wait_started": cmd_wait_started,
         "metrics": cmd_metrics,
         "gpu_procs": cmd_gpu_procs,
@@ -72,7 +45,7 @@ def _commands() -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
 
 COMMAND_NAMES = (
     "start", "status", "kill", "tensorboard", "free_port", "wait_started", "metrics", "gpu_procs", "kill_gpu_proc",
-    "logs", "resolve",
+    "logs",
 )  # fmt: skip
 
 

@@ -119,32 +119,6 @@ def listens_on(pid: int, port: int) -> bool | None:
     return False
 
 
-def listener(port: int) -> str | None:
-    """Who listens on TCP `port` (any address): 'pid N (command line)', 'a process of another user' when
-    its socket is not ours to read, or None when nothing listens (or /proc/net cannot be read)."""
-    inodes: set[str] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with contextlib.suppress(OSError), open(table) as f:
-            for row in f.read().splitlines()[1:]:
-                cols = row.split()
-                if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
-                    inodes.add(f"socket:[{cols[9]}]")
-    if not inodes:
-        return None
-    for pid in _ppid_map():
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
-                    with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        cmd = " ".join(f.read().replace(b"\0", b" ").decode(errors="replace").split())
-                    return f"pid {pid} ({cmd[:120]})"
-    return "a process of another user"
-
-
 def run_pids(run_dir: str, pane_pid: int | None) -> set[int]:
     """Every live process of the run: the pane's tree and every tagged process and their trees."""
     ppids = _ppid_map()

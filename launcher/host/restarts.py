@@ -131,42 +131,8 @@ def decide(rd: RunDir, max_restarts: int, exit_code: int, now: float | None = No
     return "resume" if ckpt is not None else "fresh"
 
 
-def reap_orphans(run_dir: str, wait_s: float = 5.0) -> list[int]:
-    """SIGKILL the workers (`-m nsa.train`, not torchrun) of this run dir that outlived their torchrun.
-
-    torchrun starts its workers in sessions of their own and never tells them it died: after a SIGKILL
-    of torchrun (a kill -9, the OOM killer) its workers trained on, unseen by the next attempt, and on
-    a multi-node run node 1's orphan kept the collective going with node 0 while its restarted torchrun
-    waited at the rendezvous, with two rank-1 heartbeats in one file (the qamulti walk of 2026-11-27).
-    Killed, the peers' collective fails, every node restarts and resumes together. SIGKILL, not
-    SIGTERM: a SIGTERMed rank stops the whole run (exit 143 is final). Returns the PIDs killed."""
-    import os
-    import signal
-
-    from launcher.host import procs
-
-    def worker(pid: int) -> bool:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            return False
-        return b"nsa.train" in argv and b"torch.distributed.run" not in argv
-
-    orphans = sorted(p for p in procs.tagged(run_dir) if p != os.getppid() and procs.alive(p) and worker(p))
-    procs.signal_all(set(orphans), signal.SIGKILL)
-    deadline = time.monotonic() + wait_s
-    while any(procs.alive(p) for p in orphans) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return orphans
-
-
 def main(argv: list[str]) -> int:
     run_dir, max_restarts, exit_code = argv[0], int(argv[1]), int(argv[2])
-    if orphans := reap_orphans(run_dir):
-        print(
-            f"[nsa-launch] killed {len(orphans)} worker(s) that outlived torchrun: {orphans}", file=sys.stderr
-        )
     print(decide(RunDir(run_dir), max_restarts, exit_code))
     return 0
 

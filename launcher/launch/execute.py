@@ -76,9 +76,12 @@ def execute(
         )
     rdzv = None
     if plan.profile.nodes > 1:
-        host0 = plan.profile.torchrun.rdzv_host or transports[0].hostname  # type: ignore[attr-defined]
-        check_rdzv_host(plan, host0, transports, nodes)
-        rdzv = f"{host0}:{rdzv_port(plan, transports[0], nodes[0])}"
+        port = plan.profile.torchrun.rdzv_port
+        if port == "auto":
+            port = agent_call(
+                transports[0], nodes[0].workdir, nodes[0].python, "free_port", {"start": 29400}
+            )["port"]
+        rdzv = f"{plan.profile.torchrun.rdzv_host or transports[0].hostname}:{port}"  # type: ignore[attr-defined]
     from launcher.launch import netcheck
 
     check = plan.opts.allreduce_check
@@ -144,51 +147,6 @@ def execute(
             ) from None
         raise
     return rec, time.monotonic() - t0
-
-
-def check_rdzv_host(plan: Plan, host0: str, transports: list[Any], nodes: list[NodeRecord]) -> None:
-    """Every node resolves the rendezvous host. A name only this machine knows (an ~/.ssh/config alias,
-    a typo in torchrun.rdzv_host) left every torchrun retrying it until `up`'s first-heartbeat limit
-    (15 min), with no line saying why (the qamulti walk of 2026-11-27)."""
-    for i, (t, node) in enumerate(zip(transports, nodes)):
-        reply = agent_call(t, node.workdir, node.python, "resolve", {"host": host0})
-        if reply.get("error"):
-            what = (
-                f"torchrun.rdzv_host = {host0!r} (profile {plan.profile.source})"
-                if plan.profile.torchrun.rdzv_host
-                else f"node 0's SSH host name {host0!r}"
-            )
-            raise LaunchError(
-                f"node {i} ({t.label}) cannot resolve the rendezvous host, {what}: {reply['error']}",
-                "set torchrun.rdzv_host in the profile to an address every node reaches node 0 at (its IP "
-                "on the network the nodes share); nothing was started",
-            )
-
-
-def rdzv_port(plan: Plan, t: Any, node0: NodeRecord) -> int:
-    """Node 0's rendezvous port, checked free there on every address (its torchrun listens on it).
-
-    `auto` searches from 29400 + (a hash of the run id) % 2000: two `up`s at once on one node-0 host
-    both took 29400 from the old fixed start, and the second one's all-reduce preflight joined the
-    first one's rendezvous and failed ("The connection to the C10d store has failed"). A port that
-    `torchrun.rdzv_port` names and another process holds is refused here, naming the holder: the
-    preflight used to hang its full 120 s on it and then blamed NCCL (the qamulti walk of 2026-11-27)."""
-    import zlib
-
-    port = plan.profile.torchrun.rdzv_port
-    if port == "auto":
-        start = 29400 + zlib.crc32(plan.run.encode()) % 2000
-        req: dict[str, Any] = {"start": start, "span": 200, "rdzv": True}
-        return int(agent_call(t, node0.workdir, node0.python, "free_port", req)["port"])
-    reply = agent_call(t, node0.workdir, node0.python, "free_port", {"port": port})
-    if not reply.get("free", True):
-        raise LaunchError(
-            f"profile {plan.profile.source}: torchrun.rdzv_port = {port}, "
-            f"but that port is taken on node 0 ({t.label}) by {reply.get('holder') or 'another process'}",
-            "set torchrun.rdzv_port to a free port, or to auto (a free port picked on node 0), or stop "
-            "that process; nothing was started",
-        )
-    return int(port)
 
 
 class _ctrl_c_after:

@@ -33,16 +33,11 @@ def torchrun_argv(plan: Plan, python: str, node_rank: int, run_dir: str, rdzv: s
     if prof.nodes == 1:
         argv += ["--standalone"]
     else:
-        # The static rendezvous: node i is torchrun's group rank i, so global rank 0 (metrics,
-        # TensorBoard, the weights of every checkpoint) trains on node 0, where status, logs, tunnel
-        # and pull read them. c10d ignores --node-rank and ranks the nodes by host name and PID: rank 0
-        # could train on node 1, and after a node's torchrun died the re-rendezvous moved rank 0 to the
-        # node without the weights (the run failed for good: the qamulti walk of 2026-11-27).
         argv += [
             "--node-rank",
             str(node_rank),
             "--rdzv-backend",
-            "static",
+            "c10d",
             "--rdzv-endpoint",
             str(rdzv),
             "--rdzv-id",

@@ -36,9 +36,7 @@ def command(profile: Profile, python: str, workdir: str, env: dict[str, str], no
     if profile.nodes == 1:
         argv += ["--standalone"]
     else:
-        # static, as the run itself (launcher/launch/manifest.py): node 0 listens on the port. c10d
-        # fell back to a client when the port was taken and hung its 120 s on someone else's server.
-        argv += ["--node-rank", str(node), "--rdzv-backend", "static", "--rdzv-endpoint", str(rdzv),
+        argv += ["--node-rank", str(node), "--rdzv-backend", "c10d", "--rdzv-endpoint", str(rdzv),
                  "--rdzv-id", "netcheck"]  # fmt: skip
     argv += ["-m", "nsa.train.netcheck", "--mb", str(mb), "--timeout", str(int(timeout))]
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
@@ -76,12 +74,6 @@ def run_check(
         results.append((i, code, parsed, text or ""))
     for i, code, parsed, text in results:
         bad = [p for p in parsed if not p.get("ok")]
-        if code != 0 and not bad and rdzv and ("EADDRINUSE" in text or "address already in use" in text):
-            raise RuntimeFailure(
-                f"the all-reduce preflight on node {i} ({transports[i].label}) could not listen on the "
-                f"rendezvous port {rdzv}: another process took it",
-                "start again (`auto` picks another free port), or set torchrun.rdzv_port to a free port",
-            )
         if code in (124, 137) or (code != 0 and not bad):
             what = "hung" if code in (124, 137) else f"failed (exit {code})"
             tail = "\n".join(f"    {ln}" for ln in text.strip().splitlines()[-8:])

@@ -19,7 +19,7 @@ from launcher.config import envspec
 from launcher.config.profiles import PROJECT_ROOT, Profile, load_profile
 from launcher.core.errors import LaunchError
 from launcher.run import registry
-from launcher.ssh.hosts import PENDING_POD_HOST, HostSpec, check_known_name, default_target, parse_target
+from launcher.ssh.hosts import HostSpec, check_known_name, default_target, parse_target
 
 INPUT_CONFIG = "launch_config.yaml"
 
@@ -259,19 +259,6 @@ def _bind_hosts(profile: Profile, opts: UpOptions) -> tuple[list[HostSpec], list
                 opts.workdir or (entry.workdir if entry and entry.workdir else profile.host.workdir)
             )
         pythons.append(opts.python or (entry.python if entry and entry.python else None))
-    seen: dict[tuple[Any, ...], int] = {}
-    for i, (h, w) in enumerate(zip(hosts, workdirs)):
-        if h.host == PENDING_POD_HOST:  # `up --provision`: the pod's nodes, not known yet
-            continue
-        # Two nodes in one directory of one host would share a run dir: node 1's start was refused
-        # with "run dir ... already exists ... pick another --name" after node 0 had started.
-        j = seen.setdefault((h.host, h.user, h.port, w.rstrip("/")), i)
-        if j != i:
-            raise LaunchError(
-                f"nodes {j} and {i} are both {h.target} in workdir {w}: they would share one run dir",
-                f"give each of the {profile.nodes} nodes its own host (--host once per node), or its own "
-                "workdir (hosts: [{target, workdir}] in the profile)",
-            )
     for p in pythons:
         if p is not None and not p.startswith("/") and p != "venv":
             raise LaunchError(

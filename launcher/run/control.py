@@ -283,35 +283,23 @@ def kill_nodes(rec: RunRecord, nodes: list[NodeRecord]) -> dict[str, Any]:
     killed, remaining, msgs = True, [], []
     failed: list[tuple[str, dict[str, Any]]] = []
     saved: list[int | None] = []
-    unreachable: list[dict[str, Any]] = []
     last = 0
     for node in nodes:
-        # A node that does not answer is not stopped: the others still are (a multi-node kill stopped
-        # at the first unreachable node, and one before node 0 left every node running), and the
-        # result says which node was not reached (`unreachable`), never "killed".
-        try:
-            t = transport_for(node.host)
-            reply = agent_call(
-                t,
-                node.workdir,
-                node.python,
-                "kill",
-                {
-                    "run": rec.run,
-                    "node": rec.nodes.index(node),
-                    "run_dir": node.run_dir,
-                    "tmux_socket": rec.tmux_socket,
-                    "grace_s": rec.kill_grace_s,
-                },
-                timeout=rec.kill_grace_s + 60,
-            )
-        except LaunchError as e:
-            if len(nodes) == 1:
-                raise
-            killed = False
-            unreachable.append({"node": rec.nodes.index(node), "host": node.label, "error": e.message})
-            msgs.append(f"{node.label}: NOT stopped: {e.message}")
-            continue
+        t = transport_for(node.host)
+        reply = agent_call(
+            t,
+            node.workdir,
+            node.python,
+            "kill",
+            {
+                "run": rec.run,
+                "node": rec.nodes.index(node),
+                "run_dir": node.run_dir,
+                "tmux_socket": rec.tmux_socket,
+                "grace_s": rec.kill_grace_s,
+            },
+            timeout=rec.kill_grace_s + 60,
+        )
         killed = killed and bool(reply["killed"])
         remaining += [f"{node.label}:{p}" if len(nodes) > 1 else p for p in reply["remaining_pids"]]
         msgs.append(f"{node.label}: {reply['message']}")
@@ -321,7 +309,6 @@ def kill_nodes(rec: RunRecord, nodes: list[NodeRecord]) -> dict[str, Any]:
             saved.append(reply.get("saved_step"))
             last = max(last, int(reply["last_step"]))
     out: dict[str, Any] = {"killed": killed, "remaining_pids": remaining, "message": "; ".join(msgs)}
-    out["unreachable"] = unreachable
     out["final_save_failed"] = bool(failed)
     if failed:
         steps = [s for s in saved if s is not None]
@@ -625,10 +612,9 @@ def _status_since(rec: RunRecord, since: float) -> dict[str, Any]:
     return reply["runs"][0]
 
 
-def stream_log(rec: RunRecord, follow: bool = True, last_n: int = 200, node_index: int = 0) -> Iterator[str]:
-    """train.log lines from node `node_index` (0: rank 0's): the last `last_n`, then (follow) new ones
-    until the run ends."""
-    node = rec.nodes[node_index]
+def stream_log(rec: RunRecord, follow: bool = True, last_n: int = 200) -> Iterator[str]:
+    """train.log lines from node 0: the last `last_n`, then (follow) new ones until the run ends."""
+    node = rec.nodes[0]
     t = reader_for(node.host)
     secrets = local_secret_values(rec)
     if secrets:

@@ -1,5 +1,5 @@
 """Multi-node over SSH: two "hosts" (the nsa-test and nsa-test-b aliases of the loopback sshd, with
-different workdirs), 2 nodes x 1 worker, static rendezvous on node 0 at 127.0.0.1; the run finishes.
+different workdirs), 2 nodes x 1 worker, c10d rendezvous on node 0 at 127.0.0.1; the run finishes.
 And a 2-node pod rented with `up --provision prime` from the FAKE Prime API (a multi-node offer; one
 real sshd per node): trains on both nodes, is pulled and terminated; no cluster in stock: exit 1,
 no pod."""
