@@ -251,9 +251,10 @@ class Run:
                 raise err from None
             step, tokens = int(meta["step"]), int(meta["tokens"])
             if cfg.data.resume == "fresh":
-                # The weights, optimizer and step go on; the stream starts anew over the corpus as it is
-                # now, its file order seeded by the step so the run's first epoch is not replayed as it was.
-                loader = datastreams.fresh(cfg.data, **{**data_kw, "seed": data_kw["seed"] + step})
+                # The weights, optimizer and step go on; the stream starts anew (below, as a new run's)
+                # over the corpus as it is now, its file order seeded by the step so the run's first
+                # epoch is not replayed as it was.
+                data_kw["seed"] += step
                 rec.event("data_fresh", step=step)
                 self.print0(
                     f"[nsa] resuming {ckpt_dir.name} with a fresh data stream (data.resume: fresh): the saved "
