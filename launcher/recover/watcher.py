@@ -49,12 +49,12 @@ LOCK_WAIT_S = 30.0  # a tick waits this long for another writer (a `pull`) befor
 def lost_advice(rec: RunRecord) -> str:
     """What to do about a lost run that nsa-launch cannot replace by itself."""
     from launcher.recover.mirror import mirror_dir
+    from nsa.runfiles import RunDir
 
     m = mirror_dir(rec.run)
-    ck = None
-    latest = m / "checkpoints" / "latest"
-    if latest.is_file():
-        ck = latest.read_text().strip()
+    # What `restart --host` moves (and refuses without): the checkpoint `latest` names, if it is there.
+    newest = RunDir(m).latest_checkpoint()
+    ck = newest.name if newest else None
     head = (
         f"the host of {rec.run} does not answer. If it comes back, the run goes on (its wrapper restarts "
         f"crashes there). If it is gone: "

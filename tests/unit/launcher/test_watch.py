@@ -127,6 +127,9 @@ def test_a_lost_runs_advice_leads_with_the_command_that_resumes_it(run_rec):
     ck = mirror_dir(RUN) / "checkpoints"
     ck.mkdir(parents=True)
     atomic_write_text(ck / "latest", "step-00000004\n")
+    # `latest` naming a checkpoint that is not there: restart --host would refuse, so not offered
+    assert "restart --run" not in lost_advice(run_rec)
+    (ck / "step-00000004").mkdir()
     advice = lost_advice(run_rec)
     assert (
         f"`nsa-launch restart --run {RUN} --host NEW` resumes it on a new host from step-00000004" in advice
